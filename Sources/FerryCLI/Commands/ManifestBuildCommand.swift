@@ -1,0 +1,58 @@
+import FerryCore
+import FerryRuntime
+
+/// `ferry manifest build DIR`: the publishing side. Hashes a directory and writes its manifest.
+struct ManifestBuildCommand: Command {
+    static let words = ["manifest", "build"]
+    static let summary = "Write a ferry-manifest/1 manifest (path, size, SHA-256, mtime, mode) for a directory."
+    static let usage = "manifest build DIR [--output F] [--version N] [--json] [--quiet]"
+    static let details = """
+        The manifest goes to DIR/manifest.json unless --output says otherwise; it never lists itself,
+        .ferry/ or anything but regular files. Without --version, the version is one more than the
+        manifest already at the output path, or 1. Serve DIR (with the manifest) over HTTP(S), or
+        point a session at it with a file:// remote.
+        """
+    static let options = [OptionSpec("--output", value: "F", "where to write the manifest (default: DIR/manifest.json)"),
+                          OptionSpec("--version", value: "N", "the manifest's version (default: previous + 1)"),
+                          CommonOptions.json, CommonOptions.quiet, CommonOptions.help]
+
+    let directory: String
+    let output: String?
+    let version: Int64?
+    let mode: OutputMode
+
+    init(arguments: Arguments) throws(FerryError) {
+        try arguments.expectPositionals(1...1, command: Self.name, what: "the directory to describe (DIR)")
+        directory = arguments.positionals[0]
+        output = arguments.value("--output")
+        if let v = arguments.value("--version") {
+            guard let n = Int64(v), n >= 0 else { throw .usage("ferry manifest build: --version wants a whole number ≥ 0, got '\(v)'") }
+            version = n
+        } else {
+            version = nil
+        }
+        mode = OutputMode(arguments: arguments)
+    }
+
+    func run() throws(FerryError) -> ExitCode {
+        let bars = mode == .human && Console.stderrIsTerminal ? ProgressBars() : nil
+        let result = try ManifestBuilder().build(directory: directory, output: output, version: version) { done, total in
+            var p = SyncProgress(session: "hashing")
+            p.filesDone = done
+            p.filesTotal = total
+            bars?.update(p, force: done == total)
+        }
+        bars?.clear()
+        switch mode {
+        case .json:
+            for w in result.warnings { Console.out("{\"event\":\"warning\",\"message\":\(JSONText.quote(w))}") }
+            Console.out("{\"event\":\"manifest-built\",\"output\":\(JSONText.quote(result.output)),\"version\":\(result.version),\"files\":\(result.files),\"bytes\":\(result.bytes)}")
+        case .human:
+            for w in result.warnings { Console.warning(w) }
+            Console.out("wrote \(result.output): version \(result.version), \(result.files) files, \(Units.formatBytes(result.bytes))")
+        case .quiet:
+            break
+        }
+        return .inSync
+    }
+}

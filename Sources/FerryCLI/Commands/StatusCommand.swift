@@ -1,0 +1,113 @@
+import Glibc
+import FerryCore
+import FerryRuntime
+
+/// `ferry status`: what each session's last run did and where its tasks stand, read from the state
+/// database (works whether or not another ferry is running).
+struct StatusCommand: Command {
+    static let words = ["status"]
+    static let summary = "Show each session's state and its transfer tasks."
+    static let usage = "status [--config F] [--session ID] [--json]"
+    static let details = """
+        Lists every session with its last run and the count of tasks per state, then the tasks that are
+        not done (queued, running, failed) with bytes, attempts and last error. --json prints one object
+        with every session and all its tasks.
+        """
+    static let options = [CommonOptions.config, CommonOptions.session, CommonOptions.json, CommonOptions.help]
+
+    let configPath: String?
+    let session: String?
+    let json: Bool
+
+    init(arguments: Arguments) throws(FerryError) {
+        try arguments.expectPositionals(0...0, command: Self.name, what: "")
+        configPath = arguments.value("--config")
+        session = arguments.value("--session")
+        json = arguments.has("--json")
+    }
+
+    func run() throws(FerryError) -> ExitCode {
+        let config = try ConfigLoader.load(path: ConfigLoader.resolvePath(configPath))
+        let sessions = try selectSessions(config, names: session.map { [$0] } ?? [])
+        let store = try StateStore(directory: config.agent.state)
+        var rows: [(SessionConfig, SessionRecord?, [TransferTask])] = []
+        for s in sessions {
+            rows.append((s, try store.session(s.name), try store.tasks(session: s.name)))
+        }
+        if json { printJSON(rows) } else { printTable(rows) }
+        return .inSync
+    }
+
+    private func runState(_ record: SessionRecord?, _ tasks: [TransferTask]) -> String {
+        if let pid = record?.runningPID, kill(pid, 0) == 0 || errno == EPERM { return "running (pid \(pid))" }
+        if tasks.contains(where: { $0.state == .running }) { return "interrupted (resumes next run)" }
+        if tasks.contains(where: { $0.state == .queued }) { return "pending" }
+        return "idle"
+    }
+
+    private func printTable(_ rows: [(SessionConfig, SessionRecord?, [TransferTask])]) {
+        var table: [[String]] = [["SESSION", "STATE", "LAST RUN", "RESULT", "MANIFEST", "TASKS"]]
+        for (s, r, tasks) in rows {
+            var counts: [String] = []
+            for state in TaskState.allCases {
+                let n = tasks.filter { $0.state == state }.count
+                if n > 0 { counts.append("\(n) \(state.rawValue)") }
+            }
+            let result = r?.lastExitCode.map { "exit \($0)" } ?? "never run"
+            table.append([s.name, runState(r, tasks), r?.lastRunFinished?.rfc3339 ?? r?.lastRunStarted?.rfc3339 ?? "-", result,
+                          r?.manifestVersion.map { "v\($0)" } ?? "-", counts.isEmpty ? "none" : counts.joined(separator: ", ")])
+        }
+        printColumns(table)
+        for (s, r, _) in rows {
+            if let message = r?.lastMessage, r?.lastExitCode != 0 { Console.out("\(s.name): last run: \(message)") }
+        }
+        let open = rows.flatMap { $0.2 }.filter { $0.state != .done }
+        guard !open.isEmpty else { return }
+        Console.out("")
+        var tasks: [[String]] = [["SESSION", "TASK", "STATE", "BYTES", "ATTEMPTS", "PATH", "LAST ERROR"]]
+        for t in open {
+            let bytes = Units.formatBytes(t.bytesDone) + (t.size.map { " / " + Units.formatBytes($0) } ?? "")
+            tasks.append([t.session, String(t.id), t.state.rawValue, bytes, String(t.attempts), t.path.string, t.lastError ?? ""])
+        }
+        printColumns(tasks)
+    }
+
+    private func printColumns(_ table: [[String]]) {
+        var widths = [Int](repeating: 0, count: table[0].count)
+        for row in table { for (i, c) in row.enumerated() { widths[i] = max(widths[i], c.count) } }
+        for row in table {
+            var line = ""
+            for (i, c) in row.enumerated() { line += i == row.count - 1 ? c : c.padding(to: widths[i]) + "  " }
+            Console.out(line)
+        }
+    }
+
+    private func printJSON(_ rows: [(SessionConfig, SessionRecord?, [TransferTask])]) {
+        var sessions: [String] = []
+        for (s, r, tasks) in rows {
+            var f: [String] = []
+            f.append("\"name\":\(JSONText.quote(s.name))")
+            f.append("\"direction\":\"\(s.direction.rawValue)\"")
+            f.append("\"remote\":\(JSONText.quote(s.remote.url))")
+            f.append("\"local\":\(JSONText.quote(s.local))")
+            f.append("\"state\":\(JSONText.quote(runState(r, tasks)))")
+            f.append("\"manifest_version\":" + (r?.manifestVersion.map(String.init) ?? "null"))
+            f.append("\"last_run_started\":" + (r?.lastRunStarted.map { JSONText.quote($0.rfc3339) } ?? "null"))
+            f.append("\"last_run_finished\":" + (r?.lastRunFinished.map { JSONText.quote($0.rfc3339) } ?? "null"))
+            f.append("\"last_exit_code\":" + (r?.lastExitCode.map { String($0) } ?? "null"))
+            f.append("\"last_message\":" + (r?.lastMessage.map(JSONText.quote) ?? "null"))
+            var counts: [String] = []
+            for state in TaskState.allCases { counts.append("\"\(state.rawValue)\":\(tasks.filter { $0.state == state }.count)") }
+            f.append("\"task_counts\":{" + counts.joined(separator: ",") + "}")
+            let list = tasks.map { t -> String in
+                "{\"id\":\(t.id),\"path\":\(JSONText.quote(t.path.string)),\"direction\":\"\(t.direction.rawValue)\",\"state\":\"\(t.state.rawValue)\","
+                    + "\"size\":\(t.size.map(String.init) ?? "null"),\"bytes_done\":\(t.bytesDone),\"sha256\":\"\(t.sha256)\","
+                    + "\"attempts\":\(t.attempts),\"last_error\":\(t.lastError.map(JSONText.quote) ?? "null"),"
+                    + "\"created_at\":\"\(t.createdAt.rfc3339)\",\"updated_at\":\"\(t.updatedAt.rfc3339)\"}"
+            }
+            f.append("\"tasks\":[" + list.joined(separator: ",") + "]")
+            sessions.append("{" + f.joined(separator: ",") + "}")
+        }
+        Console.out("{\"sessions\":[" + sessions.joined(separator: ",") + "]}")
+    }
+}

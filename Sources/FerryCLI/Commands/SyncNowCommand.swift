@@ -1,0 +1,94 @@
+import FerryCore
+import FerryRuntime
+
+/// `ferry sync now`: one pull cycle for each session, then exit with the contract's exit code.
+struct SyncNowCommand: Command {
+    static let words = ["sync", "now"]
+    static let summary = "Bring each session's local directory in line with its remote manifest, once."
+    static let usage = "sync now [--config F] [--session ID]... [--dry-run] [--json] [--quiet]"
+    static let details = """
+        Fetches the manifest (a conditional GET: an unchanged manifest costs one round trip), scans the
+        local directory, downloads new and changed files into .ferry/ under the local root, verifies size
+        and SHA-256, then renames each into place. Local edits are repaired. With delete = yes, files the
+        manifest no longer lists are removed after every transfer succeeded (at most max-delete).
+        Every file's transfer is recorded, so an interrupted run resumes where it stopped.
+
+        exit codes: 0 in sync · 1 some files failed · 2 usage or config error · 3 incomplete ·
+                    4 remote unreachable or manifest invalid/refused · 5 local I/O error · 6 session busy
+        """
+    static let options = [CommonOptions.config, CommonOptions.sessions,
+                          OptionSpec("--dry-run", "print what would be done; change nothing"),
+                          CommonOptions.json, CommonOptions.quiet, CommonOptions.help]
+
+    let configPath: String?
+    let sessions: [String]
+    let dryRun: Bool
+    let mode: OutputMode
+
+    init(arguments: Arguments) throws(FerryError) {
+        try arguments.expectPositionals(0...0, command: Self.name, what: "")
+        configPath = arguments.value("--config")
+        sessions = arguments.all("--session")
+        dryRun = arguments.has("--dry-run")
+        mode = OutputMode(arguments: arguments)
+    }
+
+    func run() throws(FerryError) -> ExitCode {
+        let config = try ConfigLoader.load(path: ConfigLoader.resolvePath(configPath))
+        for w in config.warnings where mode != .json { Console.warning(w) }
+        let selected = try selectSessions(config, names: sessions)
+        let reporter = SyncReporter(mode: mode)
+        for w in config.warnings where mode == .json {
+            reporter.event(Event(time: Timestamp.now(), session: "", body: .warning(message: w)))
+        }
+        var worst = ExitCode.inSync
+        for session in selected {
+            let result = PullSync(session: session, agent: config.agent, observer: reporter, options: SyncOptions(dryRun: dryRun)).run()
+            if dryRun, let plan = result.plan { printPlan(plan, session: session.name) }
+            if let error = result.error, mode != .json { Console.error(error) }
+            worst = ExitCode.worst(worst, result.exitCode)
+        }
+        return worst
+    }
+
+    private func printPlan(_ plan: Plan, session: String) {
+        func item(_ action: String, _ path: RelativePath, _ extra: String = "") {
+            switch mode {
+            case .json:
+                Console.out("{\"session\":\(JSONText.quote(session)),\"event\":\"plan-item\",\"action\":\"\(action)\",\"path\":\(JSONText.quote(path.string))\(extra)}")
+            case .human:
+                Console.out("\(session): would \(action) \(path)")
+            case .quiet:
+                break
+            }
+        }
+        for d in plan.downloads {
+            item("download", d.entry.path, mode == .json ? ",\"reason\":\"\(d.reason.rawValue)\",\"size\":\(d.entry.size ?? -1)" : "")
+        }
+        for e in plan.metadataFixes { item("fix-metadata", e.path) }
+        for p in plan.deletions { item("delete", p) }
+        if mode == .human { Console.out("\(session): dry run: nothing was changed") }
+    }
+}
+
+/// The sessions a command works on: all of them, or those named with --session.
+func selectSessions(_ config: Config, names: [String]) throws(FerryError) -> [SessionConfig] {
+    if names.isEmpty { return config.sessions }
+    var out: [SessionConfig] = []
+    for name in names {
+        guard let s = config.session(named: name) else {
+            throw .usage("no session '\(name)' in \(config.path)",
+                         hint: "sessions there: " + config.sessions.map(\.name).joined(separator: ", "))
+        }
+        out.append(s)
+    }
+    return out
+}
+
+extension ExitCode {
+    /// When several sessions end differently, the one that needs the most attention wins.
+    static func worst(_ a: ExitCode, _ b: ExitCode) -> ExitCode {
+        let rank: [ExitCode] = [.inSync, .incomplete, .someFilesFailed, .sessionBusy, .remoteOrManifest, .localIO, .usage]
+        return rank.firstIndex(of: a)! >= rank.firstIndex(of: b)! ? a : b
+    }
+}

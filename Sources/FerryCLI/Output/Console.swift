@@ -1,0 +1,44 @@
+import Glibc
+import FerryCore
+
+/// Where ferry writes: results and JSON to stdout, progress, warnings and errors to stderr.
+enum Console {
+    static func out(_ text: String) { writeAll(1, text + "\n") }
+    static func err(_ text: String) { writeAll(2, text + "\n") }
+    static func rawErr(_ text: String) { writeAll(2, text) }
+
+    static var stderrIsTerminal: Bool { isatty(2) == 1 && (getenv("TERM").map { String(cString: $0) } ?? "") != "dumb" }
+
+    static func error(_ error: FerryError) {
+        err("ferry: error: \(error.message)")
+        if let hint = error.hint { err("  hint: \(hint)") }
+    }
+
+    static func warning(_ text: String) { err("ferry: warning: \(text)") }
+
+    private static func writeAll(_ fd: Int32, _ text: String) {
+        var copy = text
+        copy.withUTF8 { buffer in
+            var offset = 0
+            while offset < buffer.count {
+                let n = write(fd, buffer.baseAddress! + offset, buffer.count - offset)
+                if n < 0 {
+                    if errno == EINTR { continue }
+                    return
+                }
+                offset += n
+            }
+        }
+    }
+}
+
+/// How a command reports: human text (with progress bars on a terminal), JSON lines, or quiet.
+enum OutputMode {
+    case human
+    case json
+    case quiet
+
+    init(arguments: Arguments) {
+        if arguments.has("--json") { self = .json } else if arguments.has("--quiet") { self = .quiet } else { self = .human }
+    }
+}

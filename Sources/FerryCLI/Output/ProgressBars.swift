@@ -1,0 +1,80 @@
+import FerryCore
+import FerryRuntime
+
+/// Progress bars on a terminal (stderr): one for the whole run and one per file in flight, with
+/// bytes, rate and ETA. Redrawn in place at most ten times a second, erased when the run ends.
+final class ProgressBars {
+    private var linesDrawn = 0
+    private var lastDraw = 0.0
+    private var samples: [(time: Double, bytes: Int64)] = []
+    private let width = 24
+    private let maxFileLines = 4
+
+    func update(_ p: SyncProgress, force: Bool = false) {
+        let now = MonotonicClock.seconds()
+        guard force || now - lastDraw >= 0.1 else { return }
+        lastDraw = now
+        samples.append((now, p.bytesDone))
+        while let first = samples.first, now - first.time > 3, samples.count > 2 { samples.removeFirst() }
+        let rate: Double
+        if let first = samples.first, now - first.time > 0.05 {
+            rate = Double(p.bytesDone - first.bytes) / (now - first.time)
+        } else {
+            rate = 0
+        }
+        var lines: [String] = []
+        let fraction: Double
+        if p.bytesTotal > 0 {
+            fraction = Double(p.bytesDone) / Double(p.bytesTotal)
+        } else if p.filesTotal > 0 {
+            fraction = Double(p.filesDone) / Double(p.filesTotal)
+        } else {
+            fraction = 1
+        }
+        let eta = rate > 0 ? Units.formatDuration(Double(max(0, p.bytesTotal - p.bytesDone)) / rate) : "--"
+        var head = "\(p.session) " + bar(fraction) + " " + percent(fraction)
+        head += "  \(Units.formatBytes(p.bytesDone))/\(Units.formatBytes(p.bytesTotal))"
+        head += "  \(Units.formatBytes(Int64(rate)))/s  ETA \(eta)  files \(p.filesDone)/\(p.filesTotal)"
+        if p.filesFailed > 0 { head += "  failed \(p.filesFailed)" }
+        lines.append(head)
+        let shown = p.active.sorted { ($0.size ?? 0) > ($1.size ?? 0) }.prefix(maxFileLines)
+        for a in shown {
+            let f = a.size.map { $0 > 0 ? Double(a.done) / Double($0) : 1 } ?? 0
+            lines.append("  " + bar(f) + " " + percent(f) + "  " + Units.formatBytes(a.done).padding(to: 10) + " " + shorten(a.path.string, 50))
+        }
+        if p.active.count > shown.count { lines.append("  … and \(p.active.count - shown.count) more") }
+        redraw(lines)
+    }
+
+    /// Removes the bars so the summary prints on a clean screen.
+    func clear() {
+        redraw([])
+    }
+
+    private func redraw(_ lines: [String]) {
+        var out = ""
+        if linesDrawn > 0 { out += "\u{1B}[\(linesDrawn)A\r" }
+        for l in lines { out += "\u{1B}[2K" + l + "\n" }
+        if lines.count < linesDrawn {
+            for _ in lines.count..<linesDrawn { out += "\u{1B}[2K\n" }
+            out += "\u{1B}[\(linesDrawn - lines.count)A"
+        }
+        linesDrawn = lines.count
+        Console.rawErr(out)
+    }
+
+    private func bar(_ fraction: Double) -> String {
+        let f = min(1, max(0, fraction))
+        let filled = Int((f * Double(width)).rounded(.down))
+        return "[" + String(repeating: "#", count: filled) + String(repeating: "-", count: width - filled) + "]"
+    }
+
+    private func percent(_ fraction: Double) -> String {
+        let p = Int((min(1, max(0, fraction)) * 100).rounded(.down))
+        return (p < 10 ? "  " : p < 100 ? " " : "") + "\(p)%"
+    }
+
+    private func shorten(_ s: String, _ n: Int) -> String {
+        s.count <= n ? s : "…" + s.suffix(n - 1)
+    }
+}

@@ -1,0 +1,147 @@
+/// ferry's configuration, as read from the INI file (product.md §3). Built only by `ConfigParser`,
+/// which guarantees every field below is valid; the runtime trusts it.
+public struct Config: Sendable {
+    /// The file this came from (for messages).
+    public var path: String
+    public var agent: AgentConfig
+    public var sessions: [SessionConfig]
+    /// Non-fatal findings, such as a secret readable by others.
+    public var warnings: [String]
+
+    public func session(named name: String) -> SessionConfig? { sessions.first { $0.name == name } }
+}
+
+/// The `[agent]` section.
+public struct AgentConfig: Sendable, Equatable {
+    /// Directory holding the SQLite state and event log.
+    public var state: String = "/var/lib/ferry"
+    /// Concurrent transfers across sessions.
+    public var transfers: Int = 8
+}
+
+public enum Direction: String, Sendable {
+    case pull
+    case push
+}
+
+/// Where a session's remote lives. The URL always ends in `/`.
+public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
+    public enum Scheme: String, Sendable { case http, https, file }
+    public let scheme: Scheme
+    public let url: String
+
+    /// Parses `http://`, `https://` and `file://` URLs. Userinfo (`user:pass@`) is refused so secrets
+    /// live only in credential files.
+    public init(parsing text: String) throws(ConfigProblem) {
+        guard let sep = text.firstRange(of: "://") else {
+            throw ConfigProblem("'\(text)' is not a URL; expected http://, https:// or file://")
+        }
+        guard let scheme = Scheme(rawValue: text[..<sep.lowerBound].lowercased()) else {
+            throw ConfigProblem("unsupported scheme '\(text[..<sep.lowerBound])'; expected http, https or file")
+        }
+        let rest = text[sep.upperBound...]
+        if rest.contains(where: { $0.isWhitespace || $0.asciiValue.map { $0 < 0x20 } == true }) {
+            throw ConfigProblem("URL contains whitespace or control characters")
+        }
+        switch scheme {
+        case .file:
+            guard rest.hasPrefix("/") else {
+                throw ConfigProblem("file:// URL needs an absolute path, like file:///srv/content/")
+            }
+        case .http, .https:
+            let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+            guard !authority.isEmpty else { throw ConfigProblem("URL has no host") }
+            if authority.contains("@") {
+                throw ConfigProblem("URL carries credentials; put them in a file named by basic-auth-file instead")
+            }
+        }
+        if rest.contains("?") || rest.contains("#") {
+            throw ConfigProblem("URL may not have a query or fragment")
+        }
+        var url = text
+        if !url.hasSuffix("/") { url += "/" }
+        self.scheme = scheme
+        self.url = url
+    }
+
+    public var description: String { url }
+
+    /// The URL of a file in the remote: the remote plus the path, each segment percent-encoded.
+    public func url(for path: RelativePath) -> String { url + path.percentEncoded }
+
+    /// The local directory of a `file://` remote.
+    public var filePath: String? {
+        guard scheme == .file else { return nil }
+        return String(url.dropFirst("file://".count)).removingPercentEncoding()
+    }
+}
+
+/// One `[session NAME]` section.
+public struct SessionConfig: Sendable {
+    /// The session identifier; every task row carries it.
+    public var name: String
+    public var remote: RemoteLocation
+    /// The manifest, relative to the remote (or an absolute URL).
+    public var manifest: String = "manifest.json"
+    /// The local root (absolute).
+    public var local: String
+    public var direction: Direction = .pull
+    /// Background-fetch interval for the agent, in seconds.
+    public var poll: Double = 15 * 60
+    /// Remove local files the manifest no longer lists.
+    public var delete: Bool = false
+    /// At most this many deletions per run; more is refused as a probable mistake.
+    public var maxDelete: Int = 1000
+    /// Accept a manifest whose version is lower than the last one applied.
+    public var allowRollback: Bool = false
+    /// PEM bundle of CAs to trust instead of the system store.
+    public var caFile: String?
+    /// File holding `user:password` for HTTP basic auth.
+    public var basicAuthFile: String?
+    /// File holding a bearer token.
+    public var bearerTokenFile: String?
+    /// Give up connecting after this many seconds.
+    public var connectTimeout: Double = 30
+    /// A transfer slower than `minSpeed` bytes/s for `stallTimeout` seconds is abandoned.
+    public var minSpeed: Int64 = 1024
+    public var stallTimeout: Double = 60
+
+    /// The manifest's URL.
+    public var manifestURL: String {
+        if manifest.contains("://") { return manifest }
+        return remote.url + manifest
+    }
+}
+
+/// A problem with one value; the parser adds file, line and key.
+public struct ConfigProblem: Error, Sendable {
+    public let message: String
+    public init(_ message: String) { self.message = message }
+}
+
+extension String {
+    /// Decodes `%XX` escapes; nil if an escape is malformed or the result is not UTF-8.
+    public func removingPercentEncoding() -> String? {
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(utf8.count)
+        var it = Array(utf8)[...]
+        while let b = it.popFirst() {
+            if b == UInt8(ascii: "%") {
+                guard it.count >= 2, let hi = hexValue(it.popFirst()!), let lo = hexValue(it.popFirst()!) else { return nil }
+                bytes.append(hi << 4 | lo)
+            } else {
+                bytes.append(b)
+            }
+        }
+        return String(validating: bytes, as: UTF8.self)
+    }
+}
+
+func hexValue(_ b: UInt8) -> UInt8? {
+    switch b {
+    case UInt8(ascii: "0")...UInt8(ascii: "9"): return b - UInt8(ascii: "0")
+    case UInt8(ascii: "a")...UInt8(ascii: "f"): return b - UInt8(ascii: "a") + 10
+    case UInt8(ascii: "A")...UInt8(ascii: "F"): return b - UInt8(ascii: "A") + 10
+    default: return nil
+    }
+}

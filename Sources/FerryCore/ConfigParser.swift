@@ -1,0 +1,258 @@
+/// Parses the INI config of product.md §3. Pure: it gets the text and the file's path, and returns
+/// a `Config` or throws a `FerryError(.usage)` naming the file, the line and the key.
+///
+/// Syntax: `[agent]`, `[session NAME]`, `key = value`, comments from `#` or `;` at the start of a
+/// line or from ` #` after a value. Relative paths are resolved against the config file's directory.
+public enum ConfigParser {
+    /// Every key, per section kind. The one place keys are defined; `config/ferry.conf` documents them.
+    public static let agentKeys = ["state", "transfers"]
+    public static let sessionKeys = [
+        "remote", "manifest", "local", "direction", "poll", "delete", "max-delete", "allow-rollback",
+        "ca-file", "basic-auth-file", "bearer-token-file", "connect-timeout", "min-speed", "stall-timeout",
+    ]
+
+    private struct Line {
+        let number: Int
+        let key: String
+        let value: String
+    }
+
+    private struct Section {
+        let number: Int
+        let header: String
+        let sessionName: String?
+        var lines: [Line] = []
+    }
+
+    public static func parse(_ text: String, path: String) throws(FerryError) -> Config {
+        let baseDirectory = directoryName(of: path)
+        var sections: [Section] = []
+        var lineNumber = 0
+        for rawLine in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            lineNumber += 1
+            let line = String(rawLine).trimmingSpaces()
+            if line.isEmpty || line.hasPrefix("#") || line.hasPrefix(";") { continue }
+            func fail(_ message: String, hint: String? = nil) -> FerryError {
+                .usage("\(path):\(lineNumber): \(message)", hint: hint)
+            }
+            if line.hasPrefix("[") {
+                guard line.hasSuffix("]") else { throw fail("section header is missing its closing ']'") }
+                let inner = String(line.dropFirst().dropLast()).trimmingSpaces()
+                let words = inner.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+                if words == ["agent"] {
+                    if sections.contains(where: { $0.header == "agent" }) { throw fail("[agent] appears twice") }
+                    sections.append(Section(number: lineNumber, header: "agent", sessionName: nil))
+                } else if words.count == 2 && words[0] == "session" {
+                    let name = words[1]
+                    guard isValidSessionName(name) else {
+                        throw fail("session name '\(name)' is not valid", hint: "use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
+                    }
+                    if sections.contains(where: { $0.sessionName == name }) { throw fail("[session \(name)] appears twice") }
+                    sections.append(Section(number: lineNumber, header: "session \(name)", sessionName: name))
+                } else if words.first == "session" {
+                    throw fail("section [\(inner)] needs exactly one session name, like [session assets]")
+                } else {
+                    throw fail("unknown section [\(inner)]", hint: "sections are [agent] and [session NAME]")
+                }
+                continue
+            }
+            guard let eq = line.firstIndex(of: "=") else {
+                throw fail("expected 'key = value', a [section] or a comment, got '\(line)'")
+            }
+            let key = String(line[..<eq]).trimmingSpaces().lowercased()
+            let value = stripInlineComment(String(line[line.index(after: eq)...])).trimmingSpaces()
+            guard !key.isEmpty else { throw fail("a line starts with '=' and has no key") }
+            guard !sections.isEmpty else { throw fail("key '\(key)' is outside any section", hint: "put it under [agent] or [session NAME]") }
+            let known = sections[sections.count - 1].sessionName == nil ? agentKeys : sessionKeys
+            guard known.contains(key) else {
+                var hint = "known keys in [\(sections[sections.count - 1].header)]: " + known.joined(separator: ", ")
+                if let near = closest(to: key, in: known) { hint = "did you mean '\(near)'?" }
+                throw fail("[\(sections[sections.count - 1].header)] unknown key '\(key)'", hint: hint)
+            }
+            if sections[sections.count - 1].lines.contains(where: { $0.key == key }) {
+                throw fail("[\(sections[sections.count - 1].header)] key '\(key)' is set twice")
+            }
+            guard !value.isEmpty else { throw fail("[\(sections[sections.count - 1].header)] key '\(key)' has no value") }
+            sections[sections.count - 1].lines.append(Line(number: lineNumber, key: key, value: value))
+        }
+
+        var agent = AgentConfig()
+        var sessions: [SessionConfig] = []
+        for section in sections {
+            func fail(_ line: Line, _ message: String, hint: String? = nil) -> FerryError {
+                .usage("\(path):\(line.number): [\(section.header)] key '\(line.key)': \(message)", hint: hint)
+            }
+            func value(_ line: Line) -> String { line.value }
+            if section.sessionName == nil {
+                for line in section.lines {
+                    switch line.key {
+                    case "state": agent.state = resolve(line.value, against: baseDirectory)
+                    case "transfers":
+                        guard let n = Int(line.value), (1...256).contains(n) else {
+                            throw fail(line, "'\(line.value)' is not a number from 1 to 256")
+                        }
+                        agent.transfers = n
+                    default: break
+                    }
+                }
+                continue
+            }
+            let name = section.sessionName!
+            func find(_ key: String) -> Line? { section.lines.first { $0.key == key } }
+            guard let remoteLine = find("remote") else {
+                throw .usage("\(path):\(section.number): [\(section.header)] is missing the required key 'remote'",
+                             hint: "add a line like: remote = https://mirror.example.net/assets/")
+            }
+            let remote: RemoteLocation
+            do { remote = try RemoteLocation(parsing: remoteLine.value) } catch { throw fail(remoteLine, error.message) }
+            guard let localLine = find("local") else {
+                throw .usage("\(path):\(section.number): [\(section.header)] is missing the required key 'local'",
+                             hint: "add a line like: local = /srv/assets")
+            }
+            var session = SessionConfig(name: name, remote: remote, local: resolve(localLine.value, against: baseDirectory))
+            for line in section.lines {
+                switch line.key {
+                case "remote", "local": break
+                case "manifest":
+                    if line.value.contains("://") {
+                        do { _ = try RemoteLocation(parsing: line.value) } catch { throw fail(line, error.message) }
+                    } else if line.value.hasPrefix("/") || line.value.hasSuffix("/") {
+                        throw fail(line, "expected a file name relative to the remote, like manifest.json")
+                    }
+                    session.manifest = line.value
+                case "direction":
+                    guard let d = Direction(rawValue: line.value.lowercased()) else { throw fail(line, "'\(line.value)' is not pull or push") }
+                    session.direction = d
+                case "poll":
+                    session.poll = try duration(line, minimum: 1, fail)
+                case "connect-timeout":
+                    session.connectTimeout = try duration(line, minimum: 1, fail)
+                case "stall-timeout":
+                    session.stallTimeout = try duration(line, minimum: 1, fail)
+                case "delete": session.delete = try bool(line, fail)
+                case "allow-rollback": session.allowRollback = try bool(line, fail)
+                case "max-delete":
+                    guard let n = Int(line.value), n >= 0 else { throw fail(line, "'\(line.value)' is not a whole number of files (0 or more)") }
+                    session.maxDelete = n
+                case "min-speed":
+                    guard let s = Units.parseSize(line.value.hasSuffix("/s") ? String(line.value.dropLast(2)) : line.value) else {
+                        throw fail(line, "'\(line.value)' is not a speed like 1K or 100K/s")
+                    }
+                    session.minSpeed = s
+                case "ca-file": session.caFile = resolve(line.value, against: baseDirectory)
+                case "basic-auth-file": session.basicAuthFile = resolve(line.value, against: baseDirectory)
+                case "bearer-token-file": session.bearerTokenFile = resolve(line.value, against: baseDirectory)
+                default: break
+                }
+            }
+            if session.basicAuthFile != nil && session.bearerTokenFile != nil {
+                throw .usage("\(path):\(section.number): [\(section.header)] sets both basic-auth-file and bearer-token-file; choose one")
+            }
+            if session.remote.scheme == .file && (session.basicAuthFile != nil || session.bearerTokenFile != nil || session.caFile != nil) {
+                throw .usage("\(path):\(section.number): [\(section.header)] a file:// remote takes no ca-file or credentials")
+            }
+            sessions.append(session)
+        }
+        if sessions.isEmpty {
+            throw .usage("\(path): no [session NAME] section", hint: "see config/ferry.conf for an example session")
+        }
+        for (i, a) in sessions.enumerated() {
+            for b in sessions[(i + 1)...] where overlaps(a.local, b.local) {
+                throw .usage("\(path): sessions '\(a.name)' and '\(b.name)' share the local directory \(a.local) (or one holds the other)",
+                             hint: "give each session its own local directory")
+            }
+        }
+        return Config(path: path, agent: agent, sessions: sessions, warnings: [])
+    }
+
+    static func isValidSessionName(_ name: String) -> Bool {
+        guard (1...64).contains(name.utf8.count), let first = name.utf8.first, isAlnum(first) else { return false }
+        return name.utf8.allSatisfy { isAlnum($0) || $0 == UInt8(ascii: ".") || $0 == UInt8(ascii: "_") || $0 == UInt8(ascii: "-") }
+    }
+
+    private static func isAlnum(_ b: UInt8) -> Bool {
+        (b >= 48 && b <= 57) || (b >= 65 && b <= 90) || (b >= 97 && b <= 122)
+    }
+
+    private static func duration(_ line: Line, minimum: Double, _ fail: (Line, String, String?) -> FerryError) throws(FerryError) -> Double {
+        guard let d = Units.parseDuration(line.value) else {
+            throw fail(line, "'\(line.value)' is not a duration", "write durations like 90s, 15m, 2h or 7d")
+        }
+        guard d >= minimum else { throw fail(line, "'\(line.value)' is shorter than the minimum of \(Units.formatDuration(minimum))", nil) }
+        return d
+    }
+
+    private static func bool(_ line: Line, _ fail: (Line, String, String?) -> FerryError) throws(FerryError) -> Bool {
+        switch line.value.lowercased() {
+        case "yes", "true", "on", "1": return true
+        case "no", "false", "off", "0": return false
+        default: throw fail(line, "'\(line.value)' is not yes or no", nil)
+        }
+    }
+
+    /// ` # comment` after a value is a comment; a `#` inside a word (like `a#b`) is kept.
+    static func stripInlineComment(_ value: String) -> String {
+        var previous: Character = " "
+        var index = value.startIndex
+        while index != value.endIndex {
+            let ch = value[index]
+            if (ch == "#" || ch == ";") && (previous == " " || previous == "\t") {
+                return String(value[..<index])
+            }
+            previous = ch
+            index = value.index(after: index)
+        }
+        return value
+    }
+
+    static func directoryName(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "." }
+        if slash == path.startIndex { return "/" }
+        return String(path[..<slash])
+    }
+
+    /// Joins a relative path to the config file's directory and removes `.` and `..` segments.
+    public static func resolve(_ value: String, against base: String) -> String {
+        let joined = value.hasPrefix("/") ? value : base + "/" + value
+        var parts: [Substring] = []
+        for part in joined.split(separator: "/", omittingEmptySubsequences: true) {
+            if part == "." { continue }
+            if part == ".." { if !parts.isEmpty { parts.removeLast() }; continue }
+            parts.append(part)
+        }
+        let result = "/" + parts.joined(separator: "/")
+        return joined.hasPrefix("/") ? result : (base.hasPrefix("/") ? result : String(result.dropFirst()))
+    }
+
+    static func overlaps(_ a: String, _ b: String) -> Bool {
+        let x = a.hasSuffix("/") ? a : a + "/"
+        let y = b.hasSuffix("/") ? b : b + "/"
+        return x.hasPrefix(y) || y.hasPrefix(x)
+    }
+
+    static func closest(to word: String, in candidates: [String]) -> String? {
+        var best: (String, Int)?
+        for c in candidates {
+            let d = editDistance(word, c)
+            if d <= 2, best == nil || d < best!.1 { best = (c, d) }
+        }
+        return best?.0
+    }
+
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let x = Array(a), y = Array(b)
+        if x.isEmpty { return y.count }
+        if y.isEmpty { return x.count }
+        var row = Array(0...y.count)
+        for i in 1...x.count {
+            var previous = row[0]
+            row[0] = i
+            for j in 1...y.count {
+                let current = row[j]
+                row[j] = min(row[j] + 1, row[j - 1] + 1, previous + (x[i - 1] == y[j - 1] ? 0 : 1))
+                previous = current
+            }
+        }
+        return row[y.count]
+    }
+}

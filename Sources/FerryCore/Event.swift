@@ -1,0 +1,85 @@
+/// Something that happened in a session, for `--json` output, progress and (later) the event log.
+/// Each event renders as one JSON object on one line.
+public struct Event: Sendable {
+    public enum Body: Sendable {
+        case syncStarted(direction: Direction, dryRun: Bool)
+        case manifestFetched(url: String, version: Int64?, files: Int, unchanged: Bool)
+        case planned(downloads: Int, bytes: Int64, metadataFixes: Int, deletions: Int, upToDate: Int, hashed: Int, extrasKept: Int)
+        case fileStarted(path: RelativePath, size: Int64?, reason: Plan.Reason)
+        case fileResumed(path: RelativePath, offset: Int64)
+        case fileRestarted(path: RelativePath, reason: String)
+        case fileDone(path: RelativePath, size: Int64, fetched: Int64)
+        case fileFailed(path: RelativePath, error: String)
+        case metadataFixed(path: RelativePath)
+        case fileDeleted(path: RelativePath)
+        case warning(message: String)
+        case syncFinished(exitCode: Int32, downloaded: Int, failed: Int, deleted: Int, bytes: Int64, seconds: Double, message: String?)
+    }
+
+    public let time: Timestamp
+    public let session: String
+    public let body: Body
+
+    public init(time: Timestamp, session: String, body: Body) {
+        self.time = time
+        self.session = session
+        self.body = body
+    }
+
+    /// The event's name in JSON (`"event": "file-done"`).
+    public var name: String {
+        switch body {
+        case .syncStarted: return "sync-started"
+        case .manifestFetched: return "manifest-fetched"
+        case .planned: return "planned"
+        case .fileStarted: return "file-started"
+        case .fileResumed: return "file-resumed"
+        case .fileRestarted: return "file-restarted"
+        case .fileDone: return "file-done"
+        case .fileFailed: return "file-failed"
+        case .metadataFixed: return "metadata-fixed"
+        case .fileDeleted: return "file-deleted"
+        case .warning: return "warning"
+        case .syncFinished: return "sync-finished"
+        }
+    }
+
+    public var json: String {
+        var fields: [(String, String)] = [("time", JSONText.quote(time.rfc3339)), ("session", JSONText.quote(session)), ("event", JSONText.quote(name))]
+        func s(_ k: String, _ v: String) { fields.append((k, JSONText.quote(v))) }
+        func n(_ k: String, _ v: Int64) { fields.append((k, String(v))) }
+        func b(_ k: String, _ v: Bool) { fields.append((k, v ? "true" : "false")) }
+        switch body {
+        case let .syncStarted(direction, dryRun):
+            s("direction", direction.rawValue); b("dry_run", dryRun)
+        case let .manifestFetched(url, version, files, unchanged):
+            s("url", url)
+            if let version { n("version", version) }
+            n("files", Int64(files)); b("unchanged", unchanged)
+        case let .planned(downloads, bytes, fixes, deletions, upToDate, hashed, extras):
+            n("downloads", Int64(downloads)); n("bytes", bytes); n("metadata_fixes", Int64(fixes))
+            n("deletions", Int64(deletions)); n("up_to_date", Int64(upToDate)); n("hashed", Int64(hashed)); n("extras_kept", Int64(extras))
+        case let .fileStarted(path, size, reason):
+            s("path", path.string)
+            if let size { n("size", size) }
+            s("reason", reason.rawValue)
+        case let .fileResumed(path, offset):
+            s("path", path.string); n("offset", offset)
+        case let .fileRestarted(path, reason):
+            s("path", path.string); s("reason", reason)
+        case let .fileDone(path, size, fetched):
+            s("path", path.string); n("size", size); n("fetched", fetched)
+        case let .fileFailed(path, error):
+            s("path", path.string); s("error", error)
+        case let .metadataFixed(path), let .fileDeleted(path):
+            s("path", path.string)
+        case let .warning(message):
+            s("message", message)
+        case let .syncFinished(exitCode, downloaded, failed, deleted, bytes, seconds, message):
+            n("exit_code", Int64(exitCode)); n("downloaded", Int64(downloaded)); n("failed", Int64(failed))
+            n("deleted", Int64(deleted)); n("bytes", bytes); fields.append(("seconds", Units.formatFixed(seconds, digits: 3)))
+            if let message { s("message", message) }
+        }
+        return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
+    }
+}

@@ -1,0 +1,59 @@
+/// The exit statuses of the contract (product.md §5). Every error maps to exactly one.
+public enum ExitCode: Int32, Sendable {
+    case inSync = 0
+    case someFilesFailed = 1
+    case usage = 2
+    case incomplete = 3
+    case remoteOrManifest = 4
+    case localIO = 5
+    case sessionBusy = 6
+}
+
+/// An error a user can act on: what was wrong, and (when there is one) what to do next.
+/// The category decides the exit code, so callers never pick exit codes by hand.
+public struct FerryError: Error, Equatable, Sendable, CustomStringConvertible {
+    public enum Category: Sendable, Equatable {
+        /// Bad command line or config file.
+        case usage
+        /// The remote could not be reached, or answered with an error for the manifest.
+        case remote
+        /// The manifest is malformed, hostile, a rollback or expired.
+        case manifest
+        /// The local disk refused: permissions, full disk, a path that is not what it should be.
+        case localIO
+        /// Another process holds the session.
+        case busy
+        /// One file's transfer failed; the run goes on with the others.
+        case transfer
+    }
+
+    public let category: Category
+    public let message: String
+    public let hint: String?
+
+    public init(_ category: Category, _ message: String, hint: String? = nil) {
+        self.category = category
+        self.message = message
+        self.hint = hint
+    }
+
+    public var exitCode: ExitCode {
+        switch category {
+        case .usage: return .usage
+        case .remote, .manifest: return .remoteOrManifest
+        case .localIO: return .localIO
+        case .busy: return .sessionBusy
+        case .transfer: return .someFilesFailed
+        }
+    }
+
+    public var description: String {
+        if let hint { return "\(message)\n  hint: \(hint)" }
+        return message
+    }
+
+    public static func usage(_ message: String, hint: String? = nil) -> FerryError { FerryError(.usage, message, hint: hint) }
+    public static func manifest(_ message: String, hint: String? = nil) -> FerryError { FerryError(.manifest, message, hint: hint) }
+    public static func remote(_ message: String, hint: String? = nil) -> FerryError { FerryError(.remote, message, hint: hint) }
+    public static func localIO(_ message: String, hint: String? = nil) -> FerryError { FerryError(.localIO, message, hint: hint) }
+}

@@ -1,0 +1,126 @@
+/// A path inside a session's local root, as a manifest names it: `css/site.css`.
+///
+/// Every manifest path is hostile until it passes `init(validating:)`, the one place that decides
+/// what a safe path is (product.md §6 rule 6). Equality and hashing compare UTF-8 bytes, not Swift's
+/// canonical equivalence, because the filesystem stores bytes: `é` (NFC) and `e\u{301}` (NFD) are
+/// two different files on Linux.
+public struct RelativePath: Hashable, Comparable, Sendable, CustomStringConvertible {
+    public let string: String
+
+    /// The directory ferry keeps its partial files in, under every local root. Manifests may not name it.
+    public static let reservedTopLevel = ".ferry"
+
+    /// Why a path was refused.
+    public enum Problem: Error, Equatable, Sendable, CustomStringConvertible {
+        case empty
+        case absolute
+        case dotSegment(String)
+        case emptySegment
+        case controlCharacter(UInt8)
+        case reserved
+        case tooLong
+
+        public var description: String {
+            switch self {
+            case .empty: return "path is empty"
+            case .absolute: return "path is absolute (starts with '/')"
+            case .dotSegment(let s): return "path has a '\(s)' segment"
+            case .emptySegment: return "path has an empty segment ('//' or a trailing '/')"
+            case .controlCharacter(let b): return "path contains a control character (byte 0x\(String(b, radix: 16)))"
+            case .reserved: return "path is inside ferry's reserved '.ferry/' directory"
+            case .tooLong: return "path is longer than the filesystem allows (255 bytes per segment, 4096 in all)"
+            }
+        }
+    }
+
+    public init(validating text: String) throws(Problem) {
+        let bytes = text.utf8
+        guard !bytes.isEmpty else { throw .empty }
+        guard bytes.count < 4096 else { throw .tooLong }
+        guard bytes.first != UInt8(ascii: "/") else { throw .absolute }
+        var segmentLength = 0
+        var segmentStart = bytes.startIndex
+        var index = bytes.startIndex
+        func checkSegment(_ start: String.UTF8View.Index, _ end: String.UTF8View.Index, _ length: Int) throws(Problem) {
+            if length == 0 { throw .emptySegment }
+            if length > 255 { throw .tooLong }
+            if length <= 2 {
+                let seg = String(text.utf8[start..<end])!
+                if seg == "." || seg == ".." { throw .dotSegment(seg) }
+            }
+        }
+        while index != bytes.endIndex {
+            let b = bytes[index]
+            if b < 0x20 || b == 0x7F { throw .controlCharacter(b) }
+            if b == UInt8(ascii: "/") {
+                try checkSegment(segmentStart, index, segmentLength)
+                segmentLength = 0
+                segmentStart = bytes.index(after: index)
+            } else {
+                segmentLength += 1
+            }
+            index = bytes.index(after: index)
+        }
+        try checkSegment(segmentStart, bytes.endIndex, segmentLength)
+        if text == RelativePath.reservedTopLevel || text.utf8.starts(with: (RelativePath.reservedTopLevel + "/").utf8) {
+            throw .reserved
+        }
+        self.string = text
+    }
+
+    /// For paths read from the local disk by ferry itself (already safe by construction).
+    public init(trusted text: String) { self.string = text }
+
+    public var description: String { string }
+
+    public static func == (a: RelativePath, b: RelativePath) -> Bool { a.string.utf8.elementsEqual(b.string.utf8) }
+
+    public func hash(into hasher: inout Hasher) {
+        var copy = string
+        copy.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+    }
+
+    public static func < (a: RelativePath, b: RelativePath) -> Bool { a.string.utf8.lexicographicallyPrecedes(b.string.utf8) }
+
+    /// The parent directory, or nil at the top level.
+    public var parent: RelativePath? {
+        guard let slash = string.utf8.lastIndex(of: UInt8(ascii: "/")) else { return nil }
+        return RelativePath(trusted: String(string.utf8[..<slash])!)
+    }
+
+    /// Every ancestor directory, nearest first: `a/b/c` → `a/b`, `a`.
+    public var ancestors: [RelativePath] {
+        var out: [RelativePath] = []
+        var current = parent
+        while let p = current {
+            out.append(p)
+            current = p.parent
+        }
+        return out
+    }
+
+    public var segments: [Substring] { string.split(separator: "/", omittingEmptySubsequences: false) }
+
+    public func appending(_ name: String) -> RelativePath { RelativePath(trusted: string + "/" + name) }
+
+    /// The path with each segment percent-encoded, for appending to a remote URL. Only RFC 3986
+    /// unreserved characters stay as they are.
+    public var percentEncoded: String {
+        var out = ""
+        out.reserveCapacity(string.utf8.count)
+        let hex: [Character] = Array("0123456789ABCDEF")
+        for b in string.utf8 {
+            switch b {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                 UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."),
+                 UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: "/"):
+                out.append(Character(Unicode.Scalar(b)))
+            default:
+                out.append("%")
+                out.append(hex[Int(b >> 4)])
+                out.append(hex[Int(b & 0xF)])
+            }
+        }
+        return out
+    }
+}

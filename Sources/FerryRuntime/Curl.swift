@@ -1,0 +1,199 @@
+import CCurl
+import Glibc
+import FerryCore
+
+/// libcurl's process-wide setup. `curl_global_init` must run before any other thread starts, so
+/// the executable calls `Curl.initialize()` first thing.
+public enum Curl {
+    nonisolated(unsafe) private static var initialized = false
+
+    public static func initialize() {
+        if !initialized {
+            curl_global_init(Int(CURL_GLOBAL_DEFAULT))
+            initialized = true
+        }
+    }
+
+    static func describe(_ code: CURLcode, buffer: UnsafePointer<CChar>?) -> String {
+        if let buffer, buffer.pointee != 0 { return String(cString: buffer) }
+        return String(cString: curl_easy_strerror(code))
+    }
+
+    /// Codes that mean the remote could not be reached at all (as opposed to a bad answer).
+    static func isConnectivityError(_ code: CURLcode) -> Bool {
+        switch code {
+        case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_PROXY, CURLE_OPERATION_TIMEDOUT,
+             CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING:
+            return true
+        default:
+            return false
+        }
+    }
+}
+
+/// What every request of a session shares: TLS trust, credentials, timeouts. Credentials are read
+/// from their files once per run and never appear in any message.
+public struct HTTPSettings: Sendable {
+    public var scheme: RemoteLocation.Scheme
+    public var caFile: String?
+    public var basicAuth: String?
+    public var bearerToken: String?
+    public var connectTimeout: Double
+    public var minSpeed: Int64
+    public var stallTimeout: Double
+    public static let userAgent = "ferry/\(FerryVersion.string)"
+
+    public init(session: SessionConfig, basicAuth: String?, bearerToken: String?) {
+        scheme = session.remote.scheme
+        caFile = session.caFile
+        self.basicAuth = basicAuth
+        self.bearerToken = bearerToken
+        connectTimeout = session.connectTimeout
+        minSpeed = session.minSpeed
+        stallTimeout = session.stallTimeout
+    }
+}
+
+public enum FerryVersion {
+    public static let string = "0.1.0"
+}
+
+/// The headers of the final response (redirect responses are forgotten as the next status line
+/// arrives).
+struct ResponseHeaders {
+    var status = 0
+    var reason = ""
+    var etag: String?
+    var lastModified: String?
+    var contentRange: String?
+    var contentLength: Int64?
+    var retryAfter: String?
+
+    mutating func consume(_ line: UnsafeBufferPointer<UInt8>) {
+        var end = line.count
+        while end > 0 && (line[end - 1] == 0x0A || line[end - 1] == 0x0D) { end -= 1 }
+        guard end > 0 else { return }
+        let text = String(decoding: UnsafeBufferPointer(rebasing: line[0..<end]), as: UTF8.self)
+        if text.hasPrefix("HTTP/") {
+            self = ResponseHeaders()
+            let parts = text.split(separator: " ", maxSplits: 2)
+            if parts.count >= 2 { status = Int(parts[1]) ?? 0 }
+            if parts.count == 3 { reason = String(parts[2]) }
+            return
+        }
+        guard let colon = text.firstIndex(of: ":") else { return }
+        let name = text[..<colon].lowercased()
+        let value = String(text[text.index(after: colon)...]).trimmingSpaces()
+        switch name {
+        case "etag": etag = value
+        case "last-modified": lastModified = value
+        case "content-range": contentRange = value
+        case "content-length": contentLength = Int64(value)
+        case "retry-after": retryAfter = value
+        default: break
+        }
+    }
+
+    /// The validator to send in `If-Range` when resuming: a strong ETag, else Last-Modified. Weak
+    /// ETags (`W/"…"`) never validate a range (RFC 9110 §13.1.5).
+    var rangeValidator: String? {
+        if let etag, !etag.hasPrefix("W/"), etag.hasPrefix("\"") { return etag }
+        return lastModified
+    }
+
+    /// `bytes 100-199/1000` → (100, 199, 1000); the total may be `*` (nil).
+    static func parseContentRange(_ value: String) -> (first: Int64, last: Int64, total: Int64?)? {
+        guard value.hasPrefix("bytes ") else { return nil }
+        let rest = value.dropFirst(6)
+        let halves = rest.split(separator: "/", maxSplits: 1)
+        guard halves.count == 2 else { return nil }
+        let span = halves[0].split(separator: "-", maxSplits: 1)
+        guard span.count == 2, let first = Int64(span[0]), let last = Int64(span[1]), first <= last else { return nil }
+        let total = halves[1] == "*" ? nil : Int64(halves[1])
+        if halves[1] != "*" && total == nil { return nil }
+        return (first, last, total)
+    }
+}
+
+/// One libcurl easy handle, configured for a session's settings. Owned by one thread.
+final class EasyHandle {
+    let handle: UnsafeMutableRawPointer
+    let errorBuffer: UnsafeMutablePointer<CChar>
+    private var headerList: UnsafeMutablePointer<curl_slist>?
+
+    init() {
+        handle = curl_easy_init()
+        errorBuffer = .allocate(capacity: Int(CURL_ERROR_SIZE) + 1)
+        errorBuffer.initialize(repeating: 0, count: Int(CURL_ERROR_SIZE) + 1)
+    }
+
+    deinit {
+        curl_easy_cleanup(handle)
+        if let headerList { curl_slist_free_all(headerList) }
+        errorBuffer.deallocate()
+    }
+
+    func set(_ option: CURLoption, _ value: Int) { ferry_easy_setopt_long(handle, option, value) }
+    func set(_ option: CURLoption, _ value: String) { ferry_easy_setopt_string(handle, option, value) }
+    func set(_ option: CURLoption, pointer: UnsafeMutableRawPointer?) { ferry_easy_setopt_pointer(handle, option, pointer) }
+
+    /// Resets the handle (keeping its connection cache) and applies the session's settings.
+    func configure(url: String, settings: HTTPSettings, extraHeaders: [String] = []) {
+        curl_easy_reset(handle)
+        errorBuffer.pointee = 0
+        set(CURLOPT_ERRORBUFFER, pointer: UnsafeMutableRawPointer(errorBuffer))
+        set(CURLOPT_URL, url)
+        set(CURLOPT_NOSIGNAL, 1)
+        set(CURLOPT_USERAGENT, HTTPSettings.userAgent)
+        if settings.scheme == .file {
+            set(CURLOPT_PROTOCOLS_STR, "file")
+        } else {
+            set(CURLOPT_PROTOCOLS_STR, "http,https")
+            set(CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+            set(CURLOPT_FOLLOWLOCATION, 1)
+            set(CURLOPT_MAXREDIRS, 10)
+            // Credentials go to the configured host only, never to a host a redirect names.
+            set(CURLOPT_UNRESTRICTED_AUTH, 0)
+            set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS))
+            set(CURLOPT_PIPEWAIT, 1)
+            set(CURLOPT_TCP_KEEPALIVE, 1)
+            set(CURLOPT_CONNECTTIMEOUT_MS, Int(settings.connectTimeout * 1000))
+            if let ca = settings.caFile { set(CURLOPT_CAINFO, ca) }
+            if let basic = settings.basicAuth {
+                set(CURLOPT_HTTPAUTH, ferry_auth_basic())
+                set(CURLOPT_USERPWD, basic)
+            } else if let token = settings.bearerToken {
+                set(CURLOPT_HTTPAUTH, ferry_auth_bearer())
+                set(CURLOPT_XOAUTH2_BEARER, token)
+            }
+        }
+        if settings.minSpeed > 0 {
+            set(CURLOPT_LOW_SPEED_LIMIT, Int(settings.minSpeed))
+            set(CURLOPT_LOW_SPEED_TIME, max(1, Int(settings.stallTimeout)))
+        }
+        if let headerList { curl_slist_free_all(headerList) }
+        headerList = nil
+        for h in extraHeaders { headerList = curl_slist_append(headerList, h) }
+        if let headerList { ferry_easy_setopt_slist(handle, CURLOPT_HTTPHEADER, headerList) }
+    }
+
+    var responseCode: Int {
+        var code = 0
+        ferry_easy_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &code)
+        return code
+    }
+
+    var errorText: String? { errorBuffer.pointee == 0 ? nil : String(cString: errorBuffer) }
+}
+
+/// Receives response headers into a `ResponseHeaders` (userdata: Unmanaged<HeaderSink>).
+final class HeaderSink {
+    var headers = ResponseHeaders()
+}
+
+let headerCallback: ferry_data_callback = { buffer, size, count, userdata in
+    let sink = Unmanaged<HeaderSink>.fromOpaque(userdata!).takeUnretainedValue()
+    let n = size * count
+    buffer.map { sink.headers.consume(UnsafeBufferPointer(start: UnsafeRawPointer($0).assumingMemoryBound(to: UInt8.self), count: n)) }
+    return n
+}

@@ -1,0 +1,214 @@
+import CCurl
+import Glibc
+import FerryCore
+
+/// One file's download in flight: the partial file it writes, the SHA-256 it computes while the
+/// bytes stream in, and the rules for what a response may do to the partial (product.md §6 rules
+/// 3-5). The engine feeds it; it never touches the final path.
+final class Download {
+    enum Outcome {
+        /// Size and SHA-256 match the manifest; the partial is ready to commit.
+        case verified
+        /// Gave up on this attempt. `keepPartial` says whether the partial (up to `written`) is
+        /// still good resume data; `connectivity` whether the remote could not be reached.
+        case failed(message: String, keepPartial: Bool, connectivity: Bool)
+        /// Stopped by a deadline or signal; the partial is good resume data.
+        case interrupted
+    }
+
+    let task: TransferTask
+    let entry: ManifestEntry
+    let reason: Plan.Reason
+    let url: String
+    let fd: Int32
+    let scheme: RemoteLocation.Scheme
+    /// The offset asked for with `Range` (0 = the whole file).
+    let requestedOffset: Int64
+    /// The validator sent in `If-Range` with the range request.
+    let ifRange: String?
+
+    private let hasher = SHA256Hasher()
+    var headers = ResponseHeaders()
+    private var decided = false
+    private var accepting = false
+    /// Bytes in the partial file (resumed prefix plus bytes received).
+    private(set) var written: Int64
+    /// Bytes fetched over the network by this attempt.
+    private(set) var received: Int64 = 0
+    /// Bytes known synced to disk and recorded.
+    var checkpointed: Int64
+    /// The validator of the response the partial now holds.
+    private(set) var validator: String?
+    private var failure: String?
+    private var discardPartial = false
+    /// Why the download began again from zero, if it did.
+    private(set) var restartReason: String?
+    private var errorBody: [UInt8] = []
+
+    /// `resumeFrom` bytes of the partial are already valid (hashed here before any network I/O).
+    init(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, url: String, fd: Int32, scheme: RemoteLocation.Scheme,
+         resumeFrom: Int64, validator: String?) throws(FerryError) {
+        self.task = task
+        self.entry = entry
+        self.reason = reason
+        self.url = url
+        self.fd = fd
+        self.scheme = scheme
+        var offset = resumeFrom
+        if offset > 0 {
+            var st = stat()
+            if fstat(fd, &st) != 0 || Int64(st.st_size) < offset { offset = 0 }
+        }
+        if ftruncate(fd, off_t(offset)) != 0 {
+            throw .localIO("cannot truncate the partial file for \(entry.path): \(FileSystem.errorText())")
+        }
+        if offset > 0 { try hasher.update(fileDescriptor: fd, length: offset) }
+        if lseek(fd, off_t(offset), SEEK_SET) < 0 {
+            throw .localIO("cannot seek in the partial file for \(entry.path): \(FileSystem.errorText())")
+        }
+        requestedOffset = offset
+        written = offset
+        checkpointed = offset
+        ifRange = offset > 0 ? validator : nil
+        self.validator = validator
+    }
+
+    /// True when the partial already holds the whole file: verify it without asking the network.
+    var isAlreadyComplete: Bool { entry.size.map { requestedOffset == $0 && $0 > 0 } ?? false }
+
+    /// Headers for the request: a range from the resume offset, guarded by `If-Range`.
+    var requestHeaders: [String] {
+        guard requestedOffset > 0, scheme != .file else { return [] }
+        return ifRange.map { ["If-Range: \($0)"] } ?? []
+    }
+
+    var rangeOption: String? { requestedOffset > 0 ? "\(requestedOffset)-" : nil }
+
+    /// Called by libcurl with body bytes. Returns `count` to go on, 0 to abort the transfer.
+    func receive(_ bytes: UnsafeRawPointer, count: Int) -> Int {
+        if !decided { decide() }
+        if failure != nil { return 0 }
+        guard accepting else {
+            if errorBody.count < 512 { errorBody.append(contentsOf: UnsafeRawBufferPointer(start: bytes, count: min(count, 512 - errorBody.count))) }
+            return count
+        }
+        if let size = entry.size, written + Int64(count) > size {
+            fail("the server sent more than the manifest's \(size) bytes", discard: true)
+            return 0
+        }
+        var offset = 0
+        while offset < count {
+            let n = Glibc.write(fd, bytes + offset, count - offset)
+            if n < 0 {
+                if errno == EINTR { continue }
+                let code = errno
+                fail("cannot write the partial file: \(FileSystem.errorText(code))", discard: false)
+                localIOFailure = code
+                return 0
+            }
+            offset += n
+        }
+        hasher.update(bytes, count: count)
+        written += Int64(count)
+        received += Int64(count)
+        return count
+    }
+
+    /// errno of a local write failure (disk full...), which is a local I/O error, not the remote's.
+    private(set) var localIOFailure: Int32?
+
+    private func fail(_ message: String, discard: Bool) {
+        if failure == nil { failure = message }
+        discardPartial = discardPartial || discard
+    }
+
+    /// Decides, at the first body byte (or at the end for an empty body), what the response means
+    /// for the partial file.
+    private func decide() {
+        decided = true
+        if scheme == .file {
+            accepting = true
+            return
+        }
+        switch headers.status {
+        case 206:
+            guard requestedOffset > 0, let value = headers.contentRange, let range = ResponseHeaders.parseContentRange(value),
+                  range.first == requestedOffset else {
+                fail("the server answered the range request for bytes \(requestedOffset)- with Content-Range '\(headers.contentRange ?? "none")'", discard: true)
+                return
+            }
+            if let total = range.total, let size = entry.size, total != size {
+                fail("the server says the file has \(total) bytes; the manifest says \(size)", discard: true)
+                return
+            }
+            accepting = true
+            validator = headers.rangeValidator
+        case 200:
+            if requestedOffset > 0 {
+                if ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) < 0 {
+                    fail("cannot truncate the partial file: \(FileSystem.errorText())", discard: true)
+                    return
+                }
+                hasher.reset()
+                written = 0
+                checkpointed = 0
+                restartReason = ifRange == nil
+                    ? "no validator to resume with; starting again from zero"
+                    : "the server did not resume (200 to a range request, or the file changed); starting again from zero"
+            }
+            if let length = headers.contentLength, let size = entry.size, length != size {
+                fail("the server says the file has \(length) bytes; the manifest says \(size)", discard: true)
+                return
+            }
+            accepting = true
+            validator = headers.rangeValidator
+        default:
+            accepting = false
+        }
+    }
+
+    /// The verdict once libcurl reports the transfer done.
+    func finish(code: CURLcode, errorText: String?) -> Outcome {
+        if !decided && code == CURLE_OK { decide() }
+        if let failure { return .failed(message: failure, keepPartial: !discardPartial, connectivity: false) }
+        guard code == CURLE_OK else {
+            let text = errorText ?? String(cString: curl_easy_strerror(code))
+            return .failed(message: text, keepPartial: true, connectivity: Curl.isConnectivityError(code))
+        }
+        if scheme != .file && headers.status != 200 && headers.status != 206 {
+            var message = "HTTP \(headers.status) \(headers.reason)".trimmingSpaces()
+            if headers.status == 416 { message += " (range not satisfiable)" }
+            return .failed(message: message, keepPartial: headers.status != 416, connectivity: false)
+        }
+        return verify()
+    }
+
+    /// Size and hash against the manifest, for every path that yields a file (rule 4).
+    func verify() -> Outcome {
+        if let size = entry.size, written != size {
+            return .failed(message: "the server sent \(written) of \(size) bytes (truncated)", keepPartial: written < size, connectivity: false)
+        }
+        let sha = hasher.finalizeHex()
+        guard sha == entry.sha256 else {
+            return .failed(message: "content does not match the manifest: SHA-256 is \(sha), the manifest says \(entry.sha256)",
+                           keepPartial: false, connectivity: false)
+        }
+        return .verified
+    }
+
+    /// Syncs the partial's data to disk so its length can be recorded as resume data.
+    func syncData() -> Bool { fdatasync(fd) == 0 }
+}
+
+let downloadWriteCallback: ferry_data_callback = { buffer, size, count, userdata in
+    let download = Unmanaged<Download>.fromOpaque(userdata!).takeUnretainedValue()
+    guard let buffer else { return 0 }
+    return download.receive(UnsafeRawPointer(buffer), count: size * count)
+}
+
+let downloadHeaderCallback: ferry_data_callback = { buffer, size, count, userdata in
+    let download = Unmanaged<Download>.fromOpaque(userdata!).takeUnretainedValue()
+    let n = size * count
+    buffer.map { download.headers.consume(UnsafeBufferPointer(start: UnsafeRawPointer($0).assumingMemoryBound(to: UInt8.self), count: n)) }
+    return n
+}

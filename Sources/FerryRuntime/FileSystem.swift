@@ -1,0 +1,112 @@
+import Glibc
+import FerryCore
+
+/// Small POSIX helpers shared by the runtime. Errors name the path and the system's reason.
+public enum FileSystem {
+    public static func errorText(_ code: Int32 = errno) -> String { String(cString: strerror(code)) }
+
+    /// `mkdir -p`.
+    public static func makeDirectories(_ path: String, mode: mode_t = 0o755) throws(FerryError) {
+        var current = path.hasPrefix("/") ? "" : "."
+        for part in path.split(separator: "/") {
+            current += "/" + part
+            if mkdir(current, mode) != 0 && errno != EEXIST {
+                let code = errno
+                throw .localIO("cannot create directory \(current): \(errorText(code))",
+                               hint: code == EACCES ? "run as a user that may write there, or choose another path" : nil)
+            }
+        }
+        var st = stat()
+        guard stat(path, &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR else {
+            throw .localIO("\(path) exists but is not a directory")
+        }
+    }
+
+    /// The whole file, refusing anything larger than `limit` bytes.
+    public static func readFile(_ path: String, limit: Int = 64 << 20) throws(FerryError) -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw .localIO("cannot read \(path): \(errorText())") }
+        defer { close(fd) }
+        var out: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw .localIO("cannot read \(path): \(errorText())")
+            }
+            if n == 0 { break }
+            out.append(contentsOf: buffer[0..<n])
+            if out.count > limit { throw .localIO("\(path) is larger than \(Units.formatBytes(Int64(limit)))") }
+        }
+        return out
+    }
+
+    /// Writes a file so that readers see the old content or the new, never a mix: temp file,
+    /// fsync, rename, fsync of the directory.
+    public static func writeAtomically(_ path: String, bytes: [UInt8], mode: mode_t = 0o644) throws(FerryError) {
+        let temp = path + ".tmp-\(getpid())"
+        let fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
+        guard fd >= 0 else { throw .localIO("cannot write \(temp): \(errorText())") }
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                let code = errno
+                close(fd)
+                unlink(temp)
+                throw .localIO("cannot write \(temp): \(errorText(code))")
+            }
+            offset += n
+        }
+        if fsync(fd) != 0 {
+            let code = errno
+            close(fd)
+            unlink(temp)
+            throw .localIO("cannot sync \(temp): \(errorText(code))")
+        }
+        close(fd)
+        guard rename(temp, path) == 0 else {
+            let code = errno
+            unlink(temp)
+            throw .localIO("cannot rename \(temp) to \(path): \(errorText(code))")
+        }
+        syncDirectory(containing: path)
+    }
+
+    public static func syncDirectory(containing path: String) {
+        let dir = path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
+        let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if fd >= 0 {
+            fsync(fd)
+            close(fd)
+        }
+    }
+
+    /// Lets a process keep many files and directories open at once.
+    public static func raiseOpenFileLimit() {
+        var limit = rlimit()
+        if getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 && limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = min(limit.rlim_max, 65536)
+            setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+        }
+    }
+
+    public static func exists(_ path: String) -> Bool {
+        var st = stat()
+        return lstat(path, &st) == 0
+    }
+
+    static func entry(from st: stat) -> LocalEntry {
+        let kind: LocalEntry.Kind
+        switch st.st_mode & S_IFMT {
+        case S_IFREG: kind = .file
+        case S_IFDIR: kind = .directory
+        case S_IFLNK: kind = .symlink
+        default: kind = .other
+        }
+        return LocalEntry(kind: kind, size: Int64(st.st_size), mtime: Timestamp(st.st_mtim), ctime: Timestamp(st.st_ctim),
+                          inode: UInt64(st.st_ino), mode: UInt32(st.st_mode & 0o7777))
+    }
+}

@@ -1,0 +1,285 @@
+import Glibc
+import FerryCore
+
+/// A session's local directory, opened once. All writes go through here, and they never follow a
+/// symlink: every directory on the way to a file is opened with `O_NOFOLLOW` relative to its parent,
+/// so a symlink planted in the tree cannot redirect a write outside the root (product.md §6 rule 6).
+/// Partial files live in `<root>/.ferry/partial/`, on the same filesystem, so the final `rename`
+/// is atomic (rule 1).
+public final class LocalRoot {
+    public let path: String
+    let rootFD: Int32
+    private var stagingFD: Int32 = -1
+    private var directories: [RelativePath: Int32] = [:]
+    private var unsyncedDirectories = Set<RelativePath?>()
+    private let defaultMode: UInt32
+
+    public static let stagingPath = ".ferry/partial"
+    /// `UTIME_OMIT` from <sys/stat.h> (a macro Swift does not import): leave that time alone.
+    static let utimeOmit = (1 << 30) - 2
+
+    public init(path: String, create: Bool) throws(FerryError) {
+        self.path = path
+        if create { try FileSystem.makeDirectories(path) }
+        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code = errno
+            throw .localIO("cannot open the local directory \(path): \(FileSystem.errorText(code))",
+                           hint: code == ENOENT ? "create it, or fix 'local =' in the config" : nil)
+        }
+        rootFD = fd
+        let mask = umask(0o022)
+        umask(mask)
+        defaultMode = 0o666 & ~UInt32(mask)
+    }
+
+    deinit {
+        for fd in directories.values { close(fd) }
+        if stagingFD >= 0 { close(stagingFD) }
+        close(rootFD)
+    }
+
+    // MARK: scanning
+
+    /// Every file, directory and symlink under the root, except `.ferry/`. Names that are not UTF-8
+    /// cannot be in a manifest; they are reported as warnings and left alone.
+    public func scan() throws(FerryError) -> (entries: [RelativePath: LocalEntry], warnings: [String]) {
+        var entries: [RelativePath: LocalEntry] = [:]
+        var warnings: [String] = []
+        try scanDirectory(fd: dup(rootFD), prefix: nil, into: &entries, warnings: &warnings)
+        return (entries, warnings)
+    }
+
+    private func scanDirectory(fd: Int32, prefix: RelativePath?, into entries: inout [RelativePath: LocalEntry], warnings: inout [String]) throws(FerryError) {
+        guard let dir = fdopendir(fd) else {
+            close(fd)
+            throw .localIO("cannot list \(display(prefix)): \(FileSystem.errorText())")
+        }
+        defer { closedir(dir) }
+        var subdirectories: [(RelativePath, String)] = []
+        while let ent = readdir(dir) {
+            let name: String? = withUnsafePointer(to: &ent.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(validatingCString: $0) }
+            }
+            guard let name else {
+                warnings.append("\(display(prefix)) holds a file name that is not UTF-8; ferry leaves it alone")
+                continue
+            }
+            if name == "." || name == ".." { continue }
+            if prefix == nil && name == RelativePath.reservedTopLevel { continue }
+            var st = Glibc.stat()
+            guard fstatat(dirfd(dir), name, &st, AT_SYMLINK_NOFOLLOW) == 0 else {
+                if errno == ENOENT { continue }
+                throw .localIO("cannot stat \(display(prefix))/\(name): \(FileSystem.errorText())")
+            }
+            let path = prefix.map { $0.appending(name) } ?? RelativePath(trusted: name)
+            let entry = FileSystem.entry(from: st)
+            entries[path] = entry
+            if entry.kind == .directory { subdirectories.append((path, name)) }
+        }
+        for (path, name) in subdirectories {
+            let child = openat(dirfd(dir), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            guard child >= 0 else { throw .localIO("cannot open directory \(path.string): \(FileSystem.errorText())") }
+            try scanDirectory(fd: child, prefix: path, into: &entries, warnings: &warnings)
+        }
+    }
+
+    private func display(_ p: RelativePath?) -> String { p.map { path + "/" + $0.string } ?? path }
+
+    public func stat(_ relative: RelativePath) -> LocalEntry? {
+        guard let dir = try? directoryFD(relative.parent, create: false) else { return nil }
+        var st = Glibc.stat()
+        guard fstatat(dir, baseName(relative), &st, AT_SYMLINK_NOFOLLOW) == 0 else { return nil }
+        return FileSystem.entry(from: st)
+    }
+
+    /// SHA-256 of a local file, opened without following symlinks, with the stat it was taken at.
+    public func hash(_ relative: RelativePath) throws(FerryError) -> CachedHash {
+        let dir = try directoryFD(relative.parent, create: false)
+        let fd = openat(dir, baseName(relative), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw .localIO("cannot open \(display(relative)) to hash it: \(FileSystem.errorText())") }
+        defer { close(fd) }
+        var before = Glibc.stat()
+        fstat(fd, &before)
+        let hasher = SHA256Hasher()
+        try hasher.update(fileDescriptor: fd)
+        let entry = FileSystem.entry(from: before)
+        return CachedHash(size: entry.size, mtime: entry.mtime, ctime: entry.ctime, inode: entry.inode, sha256: hasher.finalizeHex())
+    }
+
+    // MARK: directories, never through symlinks
+
+    /// The open directory holding `relative`'s children (`nil` = the root), creating missing ones.
+    func directoryFD(_ relative: RelativePath?, create: Bool) throws(FerryError) -> Int32 {
+        guard let relative else { return rootFD }
+        if let fd = directories[relative] { return fd }
+        let parentFD = try directoryFD(relative.parent, create: create)
+        let name = baseName(relative)
+        var fd = openat(parentFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        if fd < 0 && errno == ENOENT && create {
+            if mkdirat(parentFD, name, 0o755) != 0 && errno != EEXIST {
+                throw .localIO("cannot create directory \(display(relative)): \(FileSystem.errorText())")
+            }
+            unsyncedDirectories.insert(relative.parent)
+            fd = openat(parentFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        }
+        guard fd >= 0 else {
+            let code = errno
+            var st = Glibc.stat()
+            if fstatat(parentFD, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (st.st_mode & S_IFMT) == S_IFLNK {
+                throw .localIO("\(display(relative)) is a symlink; ferry never writes through symlinks",
+                               hint: "replace the symlink with a real directory")
+            }
+            if code == ENOTDIR {
+                throw .localIO("\(display(relative)) is a file where the manifest needs a directory",
+                               hint: "remove it, or set delete = yes so ferry mirrors the remote exactly")
+            }
+            throw .localIO("cannot open directory \(display(relative)): \(FileSystem.errorText(code))")
+        }
+        directories[relative] = fd
+        return fd
+    }
+
+    private func baseName(_ p: RelativePath) -> String {
+        guard let slash = p.string.utf8.lastIndex(of: UInt8(ascii: "/")) else { return p.string }
+        return String(p.string.utf8[p.string.utf8.index(after: slash)...])!
+    }
+
+    // MARK: partial files
+
+    private func staging() throws(FerryError) -> Int32 {
+        if stagingFD >= 0 { return stagingFD }
+        for name in [".ferry", ".ferry/partial"] {
+            if mkdirat(rootFD, name, 0o700) != 0 && errno != EEXIST {
+                throw .localIO("cannot create \(path)/\(name): \(FileSystem.errorText())")
+            }
+        }
+        let ferry = openat(rootFD, ".ferry", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard ferry >= 0 else { throw .localIO("\(path)/.ferry is not a directory (is it a symlink?); ferry keeps partial files there") }
+        defer { close(ferry) }
+        let fd = openat(ferry, "partial", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw .localIO("\(path)/.ferry/partial is not a directory: \(FileSystem.errorText())") }
+        stagingFD = fd
+        return fd
+    }
+
+    static func partialName(_ taskID: Int64) -> String { "\(taskID).part" }
+
+    /// Opens (creating) the partial file of a task for reading and writing.
+    public func openPartial(taskID: Int64) throws(FerryError) -> Int32 {
+        let fd = openat(try staging(), LocalRoot.partialName(taskID), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            throw .localIO("cannot create a partial file in \(path)/\(LocalRoot.stagingPath): \(FileSystem.errorText())")
+        }
+        return fd
+    }
+
+    public func removePartial(taskID: Int64) {
+        if let fd = try? staging() { unlinkat(fd, LocalRoot.partialName(taskID), 0) }
+    }
+
+    /// Removes partial files no task owns any more.
+    public func removePartials(keeping ids: Set<Int64>) {
+        guard let fd = try? staging(), let dir = fdopendir(dup(fd)) else { return }
+        defer { closedir(dir) }
+        var stale: [String] = []
+        while let ent = readdir(dir) {
+            let name = withUnsafePointer(to: &ent.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
+            }
+            guard name.hasSuffix(".part"), let id = Int64(name.dropLast(5)) else { continue }
+            if !ids.contains(id) { stale.append(name) }
+        }
+        for name in stale { unlinkat(fd, name, 0) }
+    }
+
+    /// Puts a verified partial file in place: mode and mtime set, file fsynced, renamed over the
+    /// final path. The directory fsync is deferred to `syncDirectories()` so a batch of files shares
+    /// it; callers mark tasks done only after that. Returns the stat of the file now in place.
+    public func commit(partialFD fd: Int32, taskID: Int64, to relative: RelativePath, mode: UInt32?, mtime: Timestamp?) throws(FerryError) -> LocalEntry {
+        if fchmod(fd, mode_t(mode ?? defaultMode)) != 0 {
+            throw .localIO("cannot set the mode of \(display(relative)): \(FileSystem.errorText())")
+        }
+        if let mtime {
+            var times = [timespec(tv_sec: 0, tv_nsec: LocalRoot.utimeOmit), mtime.timespecValue]
+            if futimens(fd, &times) != 0 {
+                throw .localIO("cannot set the mtime of \(display(relative)): \(FileSystem.errorText())")
+            }
+        }
+        if fsync(fd) != 0 {
+            let code = errno
+            removePartial(taskID: taskID)
+            throw .localIO("fsync of the partial file for \(display(relative)) failed (\(FileSystem.errorText(code))); it will be fetched again")
+        }
+        let dir = try directoryFD(relative.parent, create: true)
+        let name = baseName(relative)
+        if renameat(try staging(), LocalRoot.partialName(taskID), dir, name) != 0 {
+            let code = errno
+            if code == EISDIR || code == ENOTEMPTY || code == EEXIST {
+                throw .localIO("\(display(relative)) is a directory where the manifest has a file",
+                               hint: "remove the directory, or set delete = yes")
+            }
+            if code == EXDEV {
+                throw .localIO("\(display(relative)) is on another filesystem than \(path)/.ferry; ferry cannot place it atomically")
+            }
+            throw .localIO("cannot rename the partial file to \(display(relative)): \(FileSystem.errorText(code))")
+        }
+        unsyncedDirectories.insert(relative.parent)
+        var st = Glibc.stat()
+        guard fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else {
+            throw .localIO("cannot stat \(display(relative)) after placing it: \(FileSystem.errorText())")
+        }
+        return FileSystem.entry(from: st)
+    }
+
+    /// fsyncs every directory that gained or lost an entry since the last call.
+    public func syncDirectories() throws(FerryError) {
+        for relative in unsyncedDirectories {
+            let fd = try directoryFD(relative, create: false)
+            if fsync(fd) != 0 {
+                throw .localIO("fsync of directory \(display(relative)) failed: \(FileSystem.errorText())")
+            }
+        }
+        unsyncedDirectories.removeAll(keepingCapacity: true)
+        if directories.count > 256 {
+            for fd in directories.values { close(fd) }
+            directories.removeAll()
+        }
+    }
+
+    // MARK: metadata and deletion
+
+    public func setMetadata(_ relative: RelativePath, mode: UInt32?, mtime: Timestamp?) throws(FerryError) -> LocalEntry {
+        let dir = try directoryFD(relative.parent, create: false)
+        let fd = openat(dir, baseName(relative), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else { throw .localIO("cannot open \(display(relative)): \(FileSystem.errorText())") }
+        defer { close(fd) }
+        if let mode, fchmod(fd, mode_t(mode)) != 0 { throw .localIO("cannot set the mode of \(display(relative)): \(FileSystem.errorText())") }
+        if let mtime {
+            var times = [timespec(tv_sec: 0, tv_nsec: LocalRoot.utimeOmit), mtime.timespecValue]
+            if futimens(fd, &times) != 0 { throw .localIO("cannot set the mtime of \(display(relative)): \(FileSystem.errorText())") }
+        }
+        var st = Glibc.stat()
+        fstat(fd, &st)
+        return FileSystem.entry(from: st)
+    }
+
+    /// Removes a file or symlink (never what a symlink points to).
+    public func delete(_ relative: RelativePath) throws(FerryError) {
+        let dir = try directoryFD(relative.parent, create: false)
+        if unlinkat(dir, baseName(relative), 0) != 0 && errno != ENOENT {
+            throw .localIO("cannot delete \(display(relative)): \(FileSystem.errorText())")
+        }
+        unsyncedDirectories.insert(relative.parent)
+    }
+
+    /// Removes a directory if it is empty; returns whether it did.
+    @discardableResult
+    public func removeDirectoryIfEmpty(_ relative: RelativePath) -> Bool {
+        guard let dir = try? directoryFD(relative.parent, create: false) else { return false }
+        if let fd = directories.removeValue(forKey: relative) { close(fd) }
+        guard unlinkat(dir, baseName(relative), AT_REMOVEDIR) == 0 else { return false }
+        unsyncedDirectories.insert(relative.parent)
+        return true
+    }
+}

@@ -1,0 +1,79 @@
+import Glibc
+import FerryCore
+
+/// `ferry manifest build`: hashes every regular file under a directory and writes a
+/// `ferry-manifest/1` manifest. It never lists its own output, `.ferry/`, or anything that is not
+/// a regular file (symlinks are reported and skipped).
+public struct ManifestBuilder {
+    public struct Result {
+        public let output: String
+        public let version: Int64
+        public let files: Int
+        public let bytes: Int64
+        public let warnings: [String]
+    }
+
+    public init() {}
+
+    public func build(directory: String, output: String?, version explicitVersion: Int64?,
+                      progress: (Int, Int) -> Void = { _, _ in }) throws(FerryError) -> Result {
+        let outputPath = output ?? directory + "/manifest.json"
+        let root = try LocalRoot(path: directory, create: false)
+        let scan = try root.scan()
+        var warnings = scan.warnings
+        let excluded = relativePath(of: outputPath, under: directory)
+        var files: [(RelativePath, LocalEntry)] = []
+        for (path, entry) in scan.entries {
+            if path == excluded { continue }
+            if let excluded, path.string.hasPrefix(excluded.string + ".tmp-") { continue }
+            switch entry.kind {
+            case .file:
+                do {
+                    _ = try RelativePath(validating: path.string)
+                    files.append((path, entry))
+                } catch {
+                    warnings.append("skipped \(path.string): \(error)")
+                }
+            case .symlink: warnings.append("skipped symlink \(path.string): manifests list regular files only")
+            case .other: warnings.append("skipped \(path.string): not a regular file")
+            case .directory: break
+            }
+        }
+        files.sort { $0.0 < $1.0 }
+
+        var version: Int64 = 1
+        if let explicitVersion {
+            version = explicitVersion
+        } else if FileSystem.exists(outputPath) {
+            let previous = try FileSystem.readFile(outputPath, limit: ManifestFetcher.maximumSize)
+            do {
+                let manifest = try Manifest.parse(previous, source: outputPath)
+                version = (manifest.version ?? 0) + 1
+            } catch {
+                throw .usage("cannot read the version of the existing manifest \(outputPath): \(error.message)",
+                             hint: "pass --version N, or remove the old manifest")
+            }
+        }
+
+        var entries: [ManifestEntry] = []
+        entries.reserveCapacity(files.count)
+        var total: Int64 = 0
+        for (i, (path, entry)) in files.enumerated() {
+            let hashed = try root.hash(path)
+            entries.append(ManifestEntry(path: path, size: hashed.size, sha256: hashed.sha256, mtime: entry.mtime, mode: entry.mode & 0o777))
+            total += hashed.size
+            progress(i + 1, files.count)
+        }
+        let text = ManifestWriter.render(version: version, generated: Timestamp.now(), entries: entries)
+        try FileSystem.writeAtomically(outputPath, bytes: Array(text.utf8))
+        return Result(output: outputPath, version: version, files: entries.count, bytes: total, warnings: warnings)
+    }
+
+    private func relativePath(of file: String, under directory: String) -> RelativePath? {
+        let absFile = ConfigParser.resolve(file, against: ConfigLoader.currentDirectory())
+        let absDir = ConfigParser.resolve(directory, against: ConfigLoader.currentDirectory())
+        let prefix = absDir.hasSuffix("/") ? absDir : absDir + "/"
+        guard absFile.hasPrefix(prefix) else { return nil }
+        return RelativePath(trusted: String(absFile.dropFirst(prefix.count)))
+    }
+}

@@ -1,0 +1,347 @@
+import Glibc
+import FerryCore
+
+/// Progress of one run, for progress bars.
+public struct SyncProgress: Sendable {
+    public struct Active: Sendable {
+        public let path: RelativePath
+        public let done: Int64
+        public let size: Int64?
+    }
+    public var session: String
+    public var filesTotal = 0
+    public var filesDone = 0
+    public var filesFailed = 0
+    public var bytesTotal: Int64 = 0
+    /// Bytes of finished files plus bytes written so far to files in flight.
+    public var bytesDone: Int64 = 0
+    public var active: [Active] = []
+
+    public init(session: String) { self.session = session }
+}
+
+/// Receives what a run does, as it happens.
+public protocol SyncObserver: AnyObject {
+    func event(_ event: Event)
+    func progress(_ progress: SyncProgress)
+}
+
+public struct SyncOptions: Sendable {
+    public var dryRun = false
+    public init(dryRun: Bool = false) { self.dryRun = dryRun }
+}
+
+/// The outcome of one run for one session.
+public struct SyncResult: Sendable {
+    public var session: String
+    public var exitCode: ExitCode = .inSync
+    public var downloaded = 0
+    public var failed = 0
+    public var deleted = 0
+    public var bytes: Int64 = 0
+    public var hashed = 0
+    public var plan: Plan?
+    /// The run-level error, if the run could not go on.
+    public var error: FerryError?
+    /// Why some work was not done (failed files, refused deletions).
+    public var message: String?
+}
+
+/// One pull cycle for one session: manifest fetch (conditional GET) → local scan → hash what is
+/// unknown → plan → tasks recorded → transfers (partial file, checkpoints) → verify → rename →
+/// state → deletions → events. A straight line: each stage hands the next a value; only the store
+/// and the transfer engine hold state.
+public final class PullSync {
+    let session: SessionConfig
+    let agent: AgentConfig
+    let observer: SyncObserver
+    let options: SyncOptions
+
+    public init(session: SessionConfig, agent: AgentConfig, observer: SyncObserver, options: SyncOptions) {
+        self.session = session
+        self.agent = agent
+        self.observer = observer
+        self.options = options
+    }
+
+    private func emit(_ body: Event.Body) {
+        observer.event(Event(time: Timestamp.now(), session: session.name, body: body))
+    }
+
+    public func run() -> SyncResult {
+        let started = MonotonicClock.seconds()
+        var result = SyncResult(session: session.name)
+        emit(.syncStarted(direction: session.direction, dryRun: options.dryRun))
+        var store: StateStore?
+        do throws(FerryError) {
+            guard session.direction == .pull else {
+                throw FerryError.usage("session '\(session.name)' is a push session; this ferry mirrors pull sessions only so far",
+                                       hint: "set direction = pull, or leave this session out with --session")
+            }
+            let state = try StateStore(directory: agent.state)
+            store = state
+            var lock: SessionLock?
+            if !options.dryRun {
+                lock = try SessionLock(stateDirectory: agent.state, session: session.name)
+                try state.recordRunStarted(session: session.name, pid: getpid(), deadline: nil)
+            }
+            try cycle(store: state, result: &result)
+            withExtendedLifetime(lock) {}
+        } catch {
+            result.error = error
+            result.exitCode = error.exitCode
+            result.message = error.message
+        }
+        if let store, !options.dryRun {
+            try? store.recordRunFinished(session: session.name, exitCode: result.exitCode.rawValue, message: result.message)
+        }
+        emit(.syncFinished(exitCode: result.exitCode.rawValue, downloaded: result.downloaded, failed: result.failed,
+                           deleted: result.deleted, bytes: result.bytes, seconds: MonotonicClock.seconds() - started,
+                           message: result.message))
+        return result
+    }
+
+    private func cycle(store: StateStore, result: inout SyncResult) throws(FerryError) {
+        let settings = try ConfigLoader.httpSettings(for: session)
+        let manifest = try fetchManifest(store: store, settings: settings)
+
+        // Local scan; a dry run never creates the root.
+        let root: LocalRoot?
+        if options.dryRun && !FileSystem.exists(session.local) {
+            root = nil
+        } else {
+            root = try LocalRoot(path: session.local, create: !options.dryRun)
+        }
+        let scan = try root?.scan() ?? (entries: [:], warnings: [])
+        for w in scan.warnings { emit(.warning(message: w)) }
+
+        // Hash only what the cache cannot vouch for.
+        let cache = try store.hashCache(session: session.name)
+        var hashes: [RelativePath: String] = [:]
+        var fresh: [(RelativePath, CachedHash)] = []
+        for entry in manifest.entries {
+            let local = scan.entries[entry.path]
+            let cached = cache[entry.path]
+            if let local, let cached, cached.isValid(for: local) { hashes[entry.path] = cached.sha256 }
+            if Reconciler.needsHash(entry, local: local, cached: cached), let root {
+                let h = try root.hash(entry.path)
+                hashes[entry.path] = h.sha256
+                fresh.append((entry.path, h))
+            }
+        }
+        result.hashed = fresh.count
+        if !options.dryRun { try store.saveHashes(session: session.name, fresh) }
+
+        let plan = Reconciler.plan(manifest: manifest, local: scan.entries, hashes: hashes, deleteExtras: session.delete)
+        result.plan = plan
+        emit(.planned(downloads: plan.downloads.count, bytes: plan.downloadBytes, metadataFixes: plan.metadataFixes.count,
+                      deletions: plan.deletions.count, upToDate: plan.upToDate, hashed: fresh.count, extrasKept: plan.extrasKept))
+        guard !options.dryRun, let root else { return }
+
+        // Record the tasks before any byte moves, and drop state of paths no longer listed.
+        _ = try store.pruneTasks(session: session.name, keeping: Set(manifest.entries.map(\.path)))
+        let tasks = try store.queueDownloads(session: session.name, entries: plan.downloads.map(\.entry))
+        root.removePartials(keeping: Set(try store.tasks(session: session.name).filter { $0.state != .done }.map(\.id)))
+
+        var localIOError: String?
+        for entry in plan.metadataFixes {
+            do {
+                let now = try root.setMetadata(entry.path, mode: entry.mode, mtime: entry.mtime)
+                try store.saveHashes(session: session.name, [(entry.path, CachedHash(size: now.size, mtime: now.mtime, ctime: now.ctime, inode: now.inode, sha256: entry.sha256))])
+                emit(.metadataFixed(path: entry.path))
+            } catch {
+                result.failed += 1
+                emit(.fileFailed(path: entry.path, error: error.message))
+            }
+        }
+        for path in plan.blocked {
+            result.failed += 1
+            emit(.fileFailed(path: path, error: "\(session.local)/\(path.string) is a directory where the manifest has a file; remove it"))
+        }
+
+        try transfer(plan: plan, tasks: tasks, root: root, store: store, result: &result, localIOError: &localIOError)
+
+        // Deletions only after every transfer succeeded (rule 7), and capped.
+        if !plan.deletions.isEmpty {
+            if result.failed > 0 {
+                let note = "\(plan.deletions.count) deletions postponed because \(result.failed) files failed"
+                emit(.warning(message: note))
+            } else if plan.deletions.count > session.maxDelete {
+                result.failed += 0
+                result.message = "refused to delete \(plan.deletions.count) files: more than max-delete = \(session.maxDelete)"
+                emit(.warning(message: result.message! + "; raise max-delete if this is intended"))
+                result.exitCode = .someFilesFailed
+            } else {
+                for path in plan.deletions {
+                    do {
+                        try root.delete(path)
+                        result.deleted += 1
+                        emit(.fileDeleted(path: path))
+                    } catch {
+                        result.failed += 1
+                        emit(.fileFailed(path: path, error: error.message))
+                    }
+                }
+                try store.forgetHashes(session: session.name, plan.deletions)
+                for dir in plan.directoryRemovals { root.removeDirectoryIfEmpty(dir) }
+                try root.syncDirectories()
+            }
+        }
+
+        if let localIOError {
+            result.exitCode = .localIO
+            result.message = localIOError
+        } else if result.failed > 0 {
+            result.exitCode = .someFilesFailed
+            result.message = result.message ?? "\(result.failed) of \(plan.downloads.count + plan.metadataFixes.count + plan.blocked.count) files failed"
+        }
+    }
+
+    /// Fetches the manifest (conditionally), refuses it when invalid, a rollback or expired, and
+    /// only then remembers it. A refused manifest changes nothing.
+    private func fetchManifest(store: StateStore, settings: HTTPSettings) throws(FerryError) -> Manifest {
+        let url = session.manifestURL
+        let record = try store.session(session.name)
+        let cachePath = agent.state + "/manifests/" + session.name + ".manifest"
+        let sameURL = record?.manifestURL == url && FileSystem.exists(cachePath)
+        let fetched = try ManifestFetcher(settings: settings).fetch(
+            url: url, etag: sameURL ? record?.manifestETag : nil, lastModified: sameURL ? record?.manifestLastModified : nil)
+        switch fetched {
+        case .unchanged:
+            let bytes = try FileSystem.readFile(cachePath, limit: ManifestFetcher.maximumSize)
+            let manifest = try Manifest.parse(bytes, source: url)
+            emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: true))
+            return manifest
+        case let .fetched(bytes, etag, lastModified):
+            let manifest = try Manifest.parse(bytes, source: url)
+            if let expires = manifest.expires, expires < Timestamp.now() {
+                throw .manifest("manifest \(url) expired at \(expires.rfc3339)", hint: "publish a fresh manifest on the remote")
+            }
+            if sameURL || record?.manifestURL == url, let old = record?.manifestVersion, let new = manifest.version, new < old, !session.allowRollback {
+                throw .manifest("manifest \(url) has version \(new), lower than version \(old) already applied: refused as a rollback",
+                                hint: "if the rollback is intended, set allow-rollback = yes for session '\(session.name)'")
+            }
+            if !options.dryRun {
+                try FileSystem.makeDirectories(agent.state + "/manifests", mode: 0o700)
+                try FileSystem.writeAtomically(cachePath, bytes: bytes, mode: 0o600)
+                try store.saveManifest(session: session.name, url: url, etag: etag, lastModified: lastModified, version: manifest.version)
+            }
+            emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: false))
+            return manifest
+        }
+    }
+
+    private func transfer(plan: Plan, tasks: [RelativePath: TransferTask], root: LocalRoot, store: StateStore,
+                          result: inout SyncResult, localIOError: inout String?) throws(FerryError) {
+        guard !plan.downloads.isEmpty else { return }
+        let settings = try ConfigLoader.httpSettings(for: session)
+        let engine = DownloadEngine(settings: settings, concurrency: agent.transfers)
+        var progress = SyncProgress(session: session.name)
+        progress.filesTotal = plan.downloads.count
+        progress.bytesTotal = plan.downloadBytes
+        var completedBytes: Int64 = 0
+        var pending = plan.downloads[...]
+        var storeError: FerryError?
+        var counts = (downloaded: 0, failed: 0, bytes: Int64(0))
+
+        func fail(_ path: RelativePath, _ task: TransferTask?, _ message: String, bytesDone: Int64 = 0, validator: String? = nil) {
+            counts.failed += 1
+            progress.filesFailed += 1
+            if let task { try? store.markFailed(task.id, error: message, bytesDone: bytesDone, validator: validator) }
+            emit(.fileFailed(path: path, error: message))
+        }
+
+        engine.run(
+            next: { () -> Download? in
+                while let item = pending.popFirst() {
+                    guard let task = tasks[item.entry.path] else { continue }
+                    do throws(FerryError) {
+                        let fd = try root.openPartial(taskID: task.id)
+                        do throws(FerryError) {
+                            let download = try Download(task: task, entry: item.entry, reason: item.reason,
+                                                        url: session.remote.url(for: item.entry.path), fd: fd, scheme: settings.scheme,
+                                                        resumeFrom: task.bytesDone, validator: task.validator)
+                            try store.markRunning(task.id, attempts: task.attempts + 1)
+                            emit(.fileStarted(path: item.entry.path, size: item.entry.size, reason: item.reason))
+                            if download.requestedOffset > 0 { emit(.fileResumed(path: item.entry.path, offset: download.requestedOffset)) }
+                            return download
+                        } catch {
+                            close(fd)
+                            throw error
+                        }
+                    } catch {
+                        if error.category == .localIO { localIOError = localIOError ?? error.message }
+                        fail(item.entry.path, task, error.message)
+                    }
+                }
+                return nil
+            },
+            onCheckpoint: { download in
+                do throws(FerryError) { try store.checkpoint(download.task.id, bytesDone: download.checkpointed, validator: download.validator) } catch { storeError = error }
+            },
+            onFinish: { batch in
+                var done: [(task: TransferTask, cache: CachedHash)] = []
+                var doneDownloads: [Download] = []
+                for (download, outcome) in batch {
+                    let path = download.entry.path
+                    if let reason = download.restartReason { emit(.fileRestarted(path: path, reason: reason)) }
+                    switch outcome {
+                    case .verified:
+                        do throws(FerryError) {
+                            let placed = try root.commit(partialFD: download.fd, taskID: download.task.id, to: path,
+                                                         mode: download.entry.mode, mtime: download.entry.mtime)
+                            done.append((download.task, CachedHash(size: placed.size, mtime: placed.mtime, ctime: placed.ctime,
+                                                                   inode: placed.inode, sha256: download.entry.sha256)))
+                            doneDownloads.append(download)
+                        } catch {
+                            if error.category == .localIO && !error.message.contains("directory") { localIOError = localIOError ?? error.message }
+                            fail(path, download.task, error.message)
+                        }
+                    case let .failed(message, keepPartial, _):
+                        if let errno = download.localIOFailure, errno == ENOSPC || errno == EDQUOT || errno == EROFS || errno == EIO {
+                            localIOError = localIOError ?? "\(session.local): \(message)"
+                        }
+                        var kept: Int64 = 0
+                        if keepPartial && download.syncData() {
+                            kept = download.written
+                        } else {
+                            root.removePartial(taskID: download.task.id)
+                        }
+                        fail(path, download.task, message, bytesDone: kept, validator: keepPartial ? download.validator : nil)
+                    case .interrupted:
+                        let kept = download.syncData() ? download.written : download.checkpointed
+                        try? store.checkpoint(download.task.id, bytesDone: kept, validator: download.validator)
+                    }
+                    close(download.fd)
+                }
+                guard !done.isEmpty else { return }
+                do throws(FerryError) {
+                    // Directory entries durable first, then the tasks are done (rule 2's order).
+                    try root.syncDirectories()
+                    try store.markDone(session: session.name, done)
+                    for d in doneDownloads {
+                        counts.downloaded += 1
+                        counts.bytes += d.received
+                        completedBytes += d.entry.size ?? d.written
+                        progress.filesDone += 1
+                        emit(.fileDone(path: d.entry.path, size: d.written, fetched: d.received))
+                    }
+                } catch {
+                    storeError = error
+                }
+            },
+            onTick: { active in
+                progress.active = active.map { SyncProgress.Active(path: $0.entry.path, done: $0.written, size: $0.entry.size) }
+                progress.bytesDone = completedBytes + active.reduce(0) { $0 + $1.written }
+                observer.progress(progress)
+            },
+            shouldStop: { storeError != nil })
+        progress.active = []
+        progress.bytesDone = completedBytes
+        observer.progress(progress)
+        result.downloaded += counts.downloaded
+        result.failed += counts.failed
+        result.bytes += counts.bytes
+        if let storeError { throw storeError }
+    }
+}

@@ -1,0 +1,77 @@
+import CCrypto
+import Glibc
+import FerryCore
+
+/// SHA-256 through OpenSSL's libcrypto (it uses the CPU's SHA instructions: ~2 GB/s here, 5.6× a
+/// pure-Swift implementation). One instance is owned by one thread at a time.
+public final class SHA256Hasher {
+    private let context: OpaquePointer
+
+    public init() {
+        context = EVP_MD_CTX_new()
+        EVP_DigestInit_ex(context, EVP_sha256(), nil)
+    }
+
+    deinit { EVP_MD_CTX_free(context) }
+
+    public func update(_ pointer: UnsafeRawPointer, count: Int) {
+        EVP_DigestUpdate(context, pointer, count)
+    }
+
+    public func reset() {
+        EVP_DigestInit_ex(context, EVP_sha256(), nil)
+    }
+
+    /// The digest as 64 lowercase hex digits; the hasher is reset afterwards.
+    public func finalizeHex() -> String {
+        var digest = [UInt8](repeating: 0, count: 32)
+        var length: UInt32 = 0
+        EVP_DigestFinal_ex(context, &digest, &length)
+        reset()
+        return SHA256Hasher.hex(digest)
+    }
+
+    static func hex(_ bytes: [UInt8]) -> String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out = [UInt8]()
+        out.reserveCapacity(bytes.count * 2)
+        for b in bytes {
+            out.append(digits[Int(b >> 4)])
+            out.append(digits[Int(b & 0xF)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Hashes `length` bytes of an open file from offset 0 (or all of it when nil) into this hasher.
+    /// Returns the number of bytes read.
+    @discardableResult
+    public func update(fileDescriptor fd: Int32, length: Int64? = nil) throws(FerryError) -> Int64 {
+        let chunk = 1 << 20
+        let buffer = UnsafeMutableRawPointer.allocate(byteCount: chunk, alignment: 4096)
+        defer { buffer.deallocate() }
+        posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL)
+        var total: Int64 = 0
+        while length.map({ total < $0 }) ?? true {
+            let want = length.map { Int(min(Int64(chunk), $0 - total)) } ?? chunk
+            let n = pread(fd, buffer, want, off_t(total))
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw .localIO("reading for SHA-256 failed: \(String(cString: strerror(errno)))")
+            }
+            if n == 0 { break }
+            update(buffer, count: n)
+            total += Int64(n)
+        }
+        return total
+    }
+
+    /// SHA-256 of a whole file, opened without following a final symlink.
+    public static func hashFile(atPath path: String) throws(FerryError) -> (sha256: String, size: Int64) {
+        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { throw .localIO("cannot open \(path) to hash it: \(String(cString: strerror(errno)))") }
+        defer { close(fd) }
+        let hasher = SHA256Hasher()
+        let size = try hasher.update(fileDescriptor: fd)
+        return (hasher.finalizeHex(), size)
+    }
+}

@@ -1,0 +1,129 @@
+import CSQLite
+import FerryCore
+
+/// A thin wrapper over one SQLite connection. Errors become `FerryError(.localIO)` naming the
+/// database file, since a state database that cannot be read or written is a local I/O problem.
+final class SQLiteDatabase {
+    let handle: OpaquePointer
+    let path: String
+
+    init(path: String) throws(FerryError) {
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        guard rc == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            if let db { sqlite3_close(db) }
+            throw .localIO("cannot open the state database \(path): \(message)",
+                           hint: "check that the [agent] state directory exists and is writable")
+        }
+        self.handle = db
+        self.path = path
+        sqlite3_busy_timeout(db, 10_000)
+        sqlite3_extended_result_codes(db, 1)
+    }
+
+    deinit { sqlite3_close_v2(handle) }
+
+    func error(_ what: String) -> FerryError {
+        .localIO("state database \(path): \(what): \(String(cString: sqlite3_errmsg(handle)))")
+    }
+
+    func execute(_ sql: String) throws(FerryError) {
+        var message: UnsafeMutablePointer<CChar>?
+        if sqlite3_exec(handle, sql, nil, nil, &message) != SQLITE_OK {
+            let text = message.map { String(cString: $0) } ?? "unknown error"
+            sqlite3_free(message)
+            throw .localIO("state database \(path): \(text)")
+        }
+    }
+
+    func prepare(_ sql: String) throws(FerryError) -> SQLiteStatement {
+        var statement: OpaquePointer?
+        guard sqlite3_prepare_v2(handle, sql, -1, &statement, nil) == SQLITE_OK, let statement else {
+            throw error("preparing a statement")
+        }
+        return SQLiteStatement(statement: statement, database: self)
+    }
+
+    func transaction<T>(_ body: () throws(FerryError) -> T) throws(FerryError) -> T {
+        try execute("BEGIN IMMEDIATE")
+        do {
+            let result = try body()
+            try execute("COMMIT")
+            return result
+        } catch {
+            try? execute("ROLLBACK")
+            throw error
+        }
+    }
+
+    var userVersion: Int {
+        get throws(FerryError) {
+            let s = try prepare("PRAGMA user_version")
+            _ = try s.step()
+            return Int(s.int(0))
+        }
+    }
+}
+
+/// A prepared statement. Bind by 1-based index, `step()` until it returns false.
+final class SQLiteStatement {
+    let statement: OpaquePointer
+    unowned let database: SQLiteDatabase
+
+    init(statement: OpaquePointer, database: SQLiteDatabase) {
+        self.statement = statement
+        self.database = database
+    }
+
+    deinit { sqlite3_finalize(statement) }
+
+    @discardableResult
+    func bind(_ values: SQLiteValue?...) -> SQLiteStatement {
+        sqlite3_reset(statement)
+        sqlite3_clear_bindings(statement)
+        for (i, v) in values.enumerated() {
+            let index = Int32(i + 1)
+            switch v {
+            case nil: sqlite3_bind_null(statement, index)
+            case .int(let n): sqlite3_bind_int64(statement, index, n)
+            case .text(let s): sqlite3_bind_text(statement, index, s, -1, ferry_sqlite_transient())
+            case .real(let d): sqlite3_bind_double(statement, index, d)
+            }
+        }
+        return self
+    }
+
+    /// True when a row is ready; false when done.
+    func step() throws(FerryError) -> Bool {
+        let rc = sqlite3_step(statement)
+        if rc == SQLITE_ROW { return true }
+        if rc == SQLITE_DONE { return false }
+        throw database.error("running a statement")
+    }
+
+    func run() throws(FerryError) {
+        while try step() {}
+        sqlite3_reset(statement)
+    }
+
+    func int(_ column: Int32) -> Int64 { sqlite3_column_int64(statement, column) }
+    func real(_ column: Int32) -> Double { sqlite3_column_double(statement, column) }
+    func isNull(_ column: Int32) -> Bool { sqlite3_column_type(statement, column) == SQLITE_NULL }
+    func text(_ column: Int32) -> String? {
+        guard let p = sqlite3_column_text(statement, column) else { return nil }
+        return String(cString: p)
+    }
+}
+
+enum SQLiteValue {
+    case int(Int64)
+    case text(String)
+    case real(Double)
+}
+
+extension SQLiteValue {
+    static func optional(_ s: String?) -> SQLiteValue? { s.map { .text($0) } }
+    static func optional(_ n: Int64?) -> SQLiteValue? { n.map { .int($0) } }
+}

@@ -1,0 +1,36 @@
+import Glibc
+import FerryCore
+
+/// One writer per session: an exclusive `flock` on `<state>/locks/<session>.lock`. The kernel drops
+/// the lock when the holder dies, so a lock left by a crashed process is recovered by itself.
+public final class SessionLock {
+    private let fd: Int32
+
+    public init(stateDirectory: String, session: String) throws(FerryError) {
+        let dir = stateDirectory + "/locks"
+        try FileSystem.makeDirectories(dir, mode: 0o700)
+        let path = dir + "/" + session + ".lock"
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw .localIO("cannot open the session lock \(path): \(FileSystem.errorText())") }
+        if flock(fd, LOCK_EX | LOCK_NB) != 0 {
+            let code = errno
+            var buffer = [UInt8](repeating: 0, count: 32)
+            let n = pread(fd, &buffer, 31, 0)
+            close(fd)
+            guard code == EWOULDBLOCK else { throw .localIO("cannot lock \(path): \(FileSystem.errorText(code))") }
+            let holder = n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self).trimmingSpaces() : "another process"
+            throw FerryError(.busy, "session '\(session)' is busy: ferry (pid \(holder)) is transferring for it",
+                             hint: "wait for that run to finish, or stop it (kill -TERM \(holder)) and run again")
+        }
+        let pid = Array("\(getpid())\n".utf8)
+        ftruncate(fd, 0)
+        _ = pid.withUnsafeBytes { pwrite(fd, $0.baseAddress, $0.count, 0) }
+        self.fd = fd
+    }
+
+    deinit {
+        ftruncate(fd, 0)
+        flock(fd, LOCK_UN)
+        close(fd)
+    }
+}

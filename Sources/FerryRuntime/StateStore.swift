@@ -1,0 +1,306 @@
+import CSQLite
+import Glibc
+import FerryCore
+
+/// What ferry remembers about a session between runs: the manifest's validators and version.
+public struct SessionRecord: Sendable {
+    public var name: String
+    public var manifestURL: String?
+    public var manifestETag: String?
+    public var manifestLastModified: String?
+    public var manifestVersion: Int64?
+    public var lastRunStarted: Timestamp?
+    public var lastRunFinished: Timestamp?
+    public var lastExitCode: Int32?
+    public var lastMessage: String?
+    /// Process currently running the session (while a run is going).
+    public var runningPID: Int32?
+    /// When the running process will stop by itself, if it has a deadline.
+    public var deadline: Timestamp?
+}
+
+/// The SQLite state of all sessions (WAL mode): sessions, the task table and the hash cache.
+/// The only code that knows the schema. Used from one thread at a time.
+public final class StateStore {
+    let db: SQLiteDatabase
+    public let directory: String
+
+    /// Ordered schema migrations; `PRAGMA user_version` says how many have run. Append, never edit.
+    static let migrations: [String] = [
+        // 1: sessions, the per-file task table, and the hash cache keyed by what makes a hash stale.
+        """
+        CREATE TABLE sessions (
+            name TEXT PRIMARY KEY,
+            manifest_url TEXT,
+            manifest_etag TEXT,
+            manifest_last_modified TEXT,
+            manifest_version INTEGER,
+            last_run_started TEXT,
+            last_run_finished TEXT,
+            last_exit_code INTEGER,
+            last_message TEXT,
+            running_pid INTEGER,
+            deadline TEXT
+        );
+        CREATE TABLE tasks (
+            id INTEGER PRIMARY KEY,
+            session TEXT NOT NULL,
+            path TEXT NOT NULL,
+            direction TEXT NOT NULL,
+            state TEXT NOT NULL,
+            size INTEGER,
+            sha256 TEXT NOT NULL,
+            bytes_done INTEGER NOT NULL DEFAULT 0,
+            validator TEXT,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            UNIQUE (session, path)
+        );
+        CREATE TABLE hash_cache (
+            session TEXT NOT NULL,
+            path TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            mtime_ns INTEGER NOT NULL,
+            ctime_ns INTEGER NOT NULL,
+            inode INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            PRIMARY KEY (session, path)
+        ) WITHOUT ROWID;
+        """,
+    ]
+
+    /// Opens (creating if needed) `<directory>/ferry.db` and brings its schema up to date.
+    public init(directory: String) throws(FerryError) {
+        self.directory = directory
+        try FileSystem.makeDirectories(directory, mode: 0o700)
+        db = try SQLiteDatabase(path: directory + "/ferry.db")
+        try db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+        let version = try db.userVersion
+        if version > StateStore.migrations.count {
+            throw .localIO("state database \(db.path) was written by a newer ferry (schema \(version))",
+                           hint: "run the newer ferry, or point [agent] state at another directory")
+        }
+        if version < StateStore.migrations.count {
+            try db.transaction { () throws(FerryError) in
+                for (i, sql) in StateStore.migrations.enumerated() where i >= version {
+                    try db.execute(sql)
+                }
+                try db.execute("PRAGMA user_version = \(StateStore.migrations.count)")
+            }
+        }
+    }
+
+    // MARK: sessions
+
+    public func session(_ name: String) throws(FerryError) -> SessionRecord? {
+        let s = try db.prepare("""
+            SELECT manifest_url, manifest_etag, manifest_last_modified, manifest_version, last_run_started,
+                   last_run_finished, last_exit_code, last_message, running_pid, deadline FROM sessions WHERE name = ?
+            """).bind(.text(name))
+        guard try s.step() else { return nil }
+        return SessionRecord(
+            name: name, manifestURL: s.text(0), manifestETag: s.text(1), manifestLastModified: s.text(2),
+            manifestVersion: s.isNull(3) ? nil : s.int(3), lastRunStarted: s.text(4).flatMap(Timestamp.init(rfc3339:)),
+            lastRunFinished: s.text(5).flatMap(Timestamp.init(rfc3339:)), lastExitCode: s.isNull(6) ? nil : Int32(s.int(6)),
+            lastMessage: s.text(7), runningPID: s.isNull(8) ? nil : Int32(s.int(8)), deadline: s.text(9).flatMap(Timestamp.init(rfc3339:)))
+    }
+
+    private func ensureSession(_ name: String) throws(FerryError) {
+        try db.prepare("INSERT OR IGNORE INTO sessions (name) VALUES (?)").bind(.text(name)).run()
+    }
+
+    public func saveManifest(session: String, url: String, etag: String?, lastModified: String?, version: Int64?) throws(FerryError) {
+        try ensureSession(session)
+        try db.prepare("UPDATE sessions SET manifest_url = ?, manifest_etag = ?, manifest_last_modified = ?, manifest_version = ? WHERE name = ?")
+            .bind(.text(url), .optional(etag), .optional(lastModified), .optional(version), .text(session)).run()
+    }
+
+    public func recordRunStarted(session: String, pid: Int32, deadline: Timestamp?) throws(FerryError) {
+        try ensureSession(session)
+        try db.prepare("UPDATE sessions SET last_run_started = ?, running_pid = ?, deadline = ? WHERE name = ?")
+            .bind(.text(Timestamp.now().rfc3339), .int(Int64(pid)), .optional(deadline?.rfc3339), .text(session)).run()
+    }
+
+    public func recordRunFinished(session: String, exitCode: Int32, message: String?) throws(FerryError) {
+        try ensureSession(session)
+        try db.prepare("UPDATE sessions SET last_run_finished = ?, last_exit_code = ?, last_message = ?, running_pid = NULL, deadline = NULL WHERE name = ?")
+            .bind(.text(Timestamp.now().rfc3339), .int(Int64(exitCode)), .optional(message), .text(session)).run()
+    }
+
+    // MARK: tasks
+
+    private static let taskColumns = "id, session, path, direction, state, size, sha256, bytes_done, validator, attempts, last_error, created_at, updated_at"
+
+    private func task(from s: SQLiteStatement) -> TransferTask {
+        TransferTask(
+            id: s.int(0), session: s.text(1) ?? "", path: RelativePath(trusted: s.text(2) ?? ""),
+            direction: Direction(rawValue: s.text(3) ?? "") ?? .pull, state: TaskState(rawValue: s.text(4) ?? "") ?? .queued,
+            size: s.isNull(5) ? nil : s.int(5), sha256: s.text(6) ?? "", bytesDone: s.int(7), validator: s.text(8),
+            attempts: Int(s.int(9)), lastError: s.text(10),
+            createdAt: s.text(11).flatMap(Timestamp.init(rfc3339:)) ?? Timestamp(seconds: 0),
+            updatedAt: s.text(12).flatMap(Timestamp.init(rfc3339:)) ?? Timestamp(seconds: 0))
+    }
+
+    public func tasks(session: String) throws(FerryError) -> [TransferTask] {
+        let s = try db.prepare("SELECT \(StateStore.taskColumns) FROM tasks WHERE session = ? ORDER BY path").bind(.text(session))
+        var out: [TransferTask] = []
+        while try s.step() { out.append(task(from: s)) }
+        return out
+    }
+
+    public func allTasks() throws(FerryError) -> [TransferTask] {
+        let s = try db.prepare("SELECT \(StateStore.taskColumns) FROM tasks ORDER BY session, path")
+        var out: [TransferTask] = []
+        while try s.step() { out.append(task(from: s)) }
+        return out
+    }
+
+    /// Records a queued download per entry, in one transaction. An existing row for the same path
+    /// and the same content (hash and size) keeps its resume data; any other existing row is reset.
+    /// Returns the rows as they now stand.
+    public func queueDownloads(session: String, entries: [ManifestEntry]) throws(FerryError) -> [RelativePath: TransferTask] {
+        let now = Timestamp.now().rfc3339
+        var existing: [RelativePath: TransferTask] = [:]
+        for t in try tasks(session: session) { existing[t.path] = t }
+        return try db.transaction { () throws(FerryError) -> [RelativePath: TransferTask] in
+            let insert = try db.prepare("""
+                INSERT INTO tasks (session, path, direction, state, size, sha256, bytes_done, validator, attempts, last_error, created_at, updated_at)
+                VALUES (?, ?, 'pull', 'queued', ?, ?, 0, NULL, 0, NULL, ?, ?)
+                """)
+            let reset = try db.prepare("""
+                UPDATE tasks SET state = 'queued', size = ?, sha256 = ?, bytes_done = 0, validator = NULL, attempts = 0,
+                last_error = NULL, created_at = ?, updated_at = ? WHERE id = ?
+                """)
+            let requeue = try db.prepare("UPDATE tasks SET state = 'queued', updated_at = ? WHERE id = ?")
+            var out: [RelativePath: TransferTask] = [:]
+            for e in entries {
+                if var t = existing[e.path] {
+                    if t.sha256 == e.sha256 && t.size == e.size && t.state != .done {
+                        try requeue.bind(.text(now), .int(t.id)).run()
+                        t.state = .queued
+                    } else {
+                        try reset.bind(.optional(e.size), .text(e.sha256), .text(now), .text(now), .int(t.id)).run()
+                        t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: .queued, size: e.size,
+                                         sha256: e.sha256, bytesDone: 0, validator: nil, attempts: 0, lastError: nil,
+                                         createdAt: Timestamp.now(), updatedAt: Timestamp.now())
+                    }
+                    out[e.path] = t
+                } else {
+                    try insert.bind(.text(session), .text(e.path.string), .optional(e.size), .text(e.sha256), .text(now), .text(now)).run()
+                    let id = sqlite3_last_insert_rowid(db.handle)
+                    out[e.path] = TransferTask(id: id, session: session, path: e.path, direction: .pull, state: .queued, size: e.size,
+                                               sha256: e.sha256, bytesDone: 0, validator: nil, attempts: 0, lastError: nil,
+                                               createdAt: Timestamp.now(), updatedAt: Timestamp.now())
+                }
+            }
+            return out
+        }
+    }
+
+    /// Removes the rows of paths the manifest no longer lists; returns their ids (their partial
+    /// files are now garbage).
+    public func pruneTasks(session: String, keeping wanted: Set<RelativePath>) throws(FerryError) -> [Int64] {
+        let gone = try tasks(session: session).filter { !wanted.contains($0.path) }.map(\.id)
+        guard !gone.isEmpty else { return [] }
+        try db.transaction { () throws(FerryError) in
+            let delete = try db.prepare("DELETE FROM tasks WHERE id = ?")
+            for id in gone { try delete.bind(.int(id)).run() }
+        }
+        return gone
+    }
+
+    public func markRunning(_ id: Int64, attempts: Int) throws(FerryError) {
+        try db.prepare("UPDATE tasks SET state = 'running', attempts = ?, updated_at = ? WHERE id = ?")
+            .bind(.int(Int64(attempts)), .text(Timestamp.now().rfc3339), .int(id)).run()
+    }
+
+    /// Records how many bytes of the partial are synced to disk, and the validator they came with.
+    public func checkpoint(_ id: Int64, bytesDone: Int64, validator: String?) throws(FerryError) {
+        try db.prepare("UPDATE tasks SET bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
+            .bind(.int(bytesDone), .optional(validator), .text(Timestamp.now().rfc3339), .int(id)).run()
+    }
+
+    public func markFailed(_ id: Int64, error: String, bytesDone: Int64, validator: String?) throws(FerryError) {
+        try db.prepare("UPDATE tasks SET state = 'failed', last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
+            .bind(.text(error), .int(bytesDone), .optional(validator), .text(Timestamp.now().rfc3339), .int(id)).run()
+    }
+
+    /// Marks files done and remembers their verified hashes, in one transaction.
+    public func markDone(session: String, _ done: [(task: TransferTask, cache: CachedHash)]) throws(FerryError) {
+        guard !done.isEmpty else { return }
+        let now = Timestamp.now().rfc3339
+        try db.transaction { () throws(FerryError) in
+            let update = try db.prepare("UPDATE tasks SET state = 'done', bytes_done = ?, last_error = NULL, updated_at = ? WHERE id = ?")
+            for d in done {
+                try update.bind(.int(d.cache.size), .text(now), .int(d.task.id)).run()
+            }
+            try saveHashesInTransaction(session: session, done.map { ($0.task.path, $0.cache) })
+        }
+    }
+
+    // MARK: hash cache
+
+    public func hashCache(session: String) throws(FerryError) -> [RelativePath: CachedHash] {
+        let s = try db.prepare("SELECT path, size, mtime_ns, ctime_ns, inode, sha256 FROM hash_cache WHERE session = ?").bind(.text(session))
+        var out: [RelativePath: CachedHash] = [:]
+        while try s.step() {
+            out[RelativePath(trusted: s.text(0) ?? "")] = CachedHash(
+                size: s.int(1), mtime: Timestamp(nanosecondsSinceEpoch: s.int(2)), ctime: Timestamp(nanosecondsSinceEpoch: s.int(3)),
+                inode: UInt64(bitPattern: s.int(4)), sha256: s.text(5) ?? "")
+        }
+        return out
+    }
+
+    public func saveHashes(session: String, _ hashes: [(RelativePath, CachedHash)]) throws(FerryError) {
+        guard !hashes.isEmpty else { return }
+        try db.transaction { () throws(FerryError) in try saveHashesInTransaction(session: session, hashes) }
+    }
+
+    private func saveHashesInTransaction(session: String, _ hashes: [(RelativePath, CachedHash)]) throws(FerryError) {
+        let s = try db.prepare("INSERT OR REPLACE INTO hash_cache (session, path, size, mtime_ns, ctime_ns, inode, sha256) VALUES (?, ?, ?, ?, ?, ?, ?)")
+        for (path, h) in hashes {
+            try s.bind(.text(session), .text(path.string), .int(h.size), .int(h.mtime.nanosecondsSinceEpoch),
+                       .int(h.ctime.nanosecondsSinceEpoch), .int(Int64(bitPattern: h.inode)), .text(h.sha256)).run()
+        }
+    }
+
+    public func forgetHashes(session: String, _ paths: [RelativePath]) throws(FerryError) {
+        guard !paths.isEmpty else { return }
+        try db.transaction { () throws(FerryError) in
+            let s = try db.prepare("DELETE FROM hash_cache WHERE session = ? AND path = ?")
+            for p in paths { try s.bind(.text(session), .text(p.string)).run() }
+        }
+    }
+}
+
+extension Timestamp {
+    public static func now() -> Timestamp {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Timestamp(seconds: Int64(ts.tv_sec), nanoseconds: Int32(ts.tv_nsec))
+    }
+
+    init(_ ts: timespec) {
+        self.init(seconds: Int64(ts.tv_sec), nanoseconds: Int32(ts.tv_nsec))
+    }
+
+    init(nanosecondsSinceEpoch ns: Int64) {
+        let s = ns >= 0 ? ns / 1_000_000_000 : (ns - 999_999_999) / 1_000_000_000
+        self.init(seconds: s, nanoseconds: Int32(ns - s * 1_000_000_000))
+    }
+
+    var nanosecondsSinceEpoch: Int64 { seconds &* 1_000_000_000 &+ Int64(nanoseconds) }
+
+    var timespecValue: timespec { timespec(tv_sec: Int(seconds), tv_nsec: Int(nanoseconds)) }
+}
+
+/// A monotonic clock for durations and deadlines within one process.
+public enum MonotonicClock {
+    public static func seconds() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+}

@@ -1,0 +1,2 @@
+import FerryCLI
+FerryCLI.main()
