@@ -29,6 +29,11 @@ public enum FerryCLI {
     public static func main() -> Never {
         Curl.initialize()
         FileSystem.raiseOpenFileLimit()
+        // A parent may have spawned us with signals blocked (dispatch threads do): take SIGTERM
+        // and SIGINT as a user means them.
+        var none = sigset_t()
+        sigemptyset(&none)
+        sigprocmask(SIG_SETMASK, &none, nil)
         signal(SIGPIPE, SIG_IGN)
         let argv = Array(CommandLine.arguments.dropFirst())
         exit(run(argv).rawValue)

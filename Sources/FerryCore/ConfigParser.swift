@@ -36,6 +36,7 @@ public enum ConfigParser {
                 .usage("\(path):\(lineNumber): \(message)", hint: hint)
             }
             if line.hasPrefix("[") {
+                let line = stripInlineComment(line).trimmingSpaces()
                 guard line.hasSuffix("]") else { throw fail("section header is missing its closing ']'") }
                 let inner = String(line.dropFirst().dropLast()).trimmingSpaces()
                 let words = inner.split(separator: " ", omittingEmptySubsequences: true).map(String.init)

@@ -277,8 +277,9 @@ public final class LocalRoot {
     @discardableResult
     public func removeDirectoryIfEmpty(_ relative: RelativePath) -> Bool {
         guard let dir = try? directoryFD(relative.parent, create: false) else { return false }
-        if let fd = directories.removeValue(forKey: relative) { close(fd) }
         guard unlinkat(dir, baseName(relative), AT_REMOVEDIR) == 0 else { return false }
+        if let fd = directories.removeValue(forKey: relative) { close(fd) }
+        unsyncedDirectories.remove(relative)
         unsyncedDirectories.insert(relative.parent)
         return true
     }

@@ -23,7 +23,7 @@ final class SyncReporter: SyncObserver {
     }
 
     func progress(_ progress: SyncProgress) {
-        bars?.update(progress)
+        bars?.update(progress, force: progress.active.isEmpty)
     }
 
     private func line(_ text: String) {

@@ -1,0 +1,94 @@
+import Testing
+@testable import FerryCore
+
+struct ConfigParserTests {
+    let minimal = """
+        [session assets]
+        remote = https://mirror.example.net/assets
+        local = /srv/assets
+        """
+
+    @Test func parsesTheContractExample() throws {
+        let text = """
+            [agent]
+            state = /var/lib/ferry          # SQLite state, event log
+            transfers = 8                   # concurrent transfers across sessions
+
+            [session assets]                # "assets" is the session identifier
+            remote = https://mirror.example.net/assets/     # http://, https://, file://
+            manifest = manifest.json        # relative to remote; a SHA256SUMS file also works
+            local = /srv/assets
+            direction = pull                # pull | push
+            poll = 15m                      # background fetch interval (agent)
+            delete = yes                    # remove local files that the manifest no longer lists
+            """
+        let config = try ConfigParser.parse(text, path: "/etc/ferry/ferry.conf")
+        #expect(config.agent == AgentConfig(state: "/var/lib/ferry", transfers: 8))
+        let s = try #require(config.session(named: "assets"))
+        #expect(s.remote.url == "https://mirror.example.net/assets/")
+        #expect(s.manifestURL == "https://mirror.example.net/assets/manifest.json")
+        #expect(s.local == "/srv/assets")
+        #expect(s.direction == .pull)
+        #expect(s.poll == 900)
+        #expect(s.delete)
+    }
+
+    @Test func resolvesRelativePathsAgainstTheConfigDirectory() throws {
+        let text = "[agent]\nstate = state\n[session a]\nremote = file:///srv/pub\nlocal = ../mirror/./a\n"
+        let config = try ConfigParser.parse(text, path: "/home/op/ferry/ferry.conf")
+        #expect(config.agent.state == "/home/op/ferry/state")
+        #expect(config.sessions[0].local == "/home/op/mirror/a")
+        #expect(config.sessions[0].remote.filePath == "/srv/pub/")
+    }
+
+    /// Each bad config names the file, the line and (where there is one) the key.
+    @Test(arguments: [
+        ("[session a]\nremote = http://h/\nlocal = /x\npol = 5m\n", "f.conf:4: [session a] unknown key 'pol'", "did you mean 'poll'?"),
+        ("[session a]\nremote = http://h/\nlocal = /x\npoll = soon\n", "f.conf:4: [session a] key 'poll': 'soon' is not a duration", nil),
+        ("[session a]\nlocal = /x\n", "f.conf:1: [session a] is missing the required key 'remote'", nil),
+        ("[session a]\nremote = http://h/\n", "f.conf:1: [session a] is missing the required key 'local'", nil),
+        ("[session a]\nremote = ftp://h/\nlocal = /x\n", "f.conf:2: [session a] key 'remote': unsupported scheme 'ftp'", nil),
+        ("[session a]\nremote = https://user:pw@h/\nlocal = /x\n", "f.conf:2: [session a] key 'remote': URL carries credentials", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\ndelete = maybe\n", "f.conf:4: [session a] key 'delete': 'maybe' is not yes or no", nil),
+        ("[agent]\ntransfers = 0\n[session a]\nremote = http://h/\nlocal = /x\n", "f.conf:2: [agent] key 'transfers'", nil),
+        ("remote = http://h/\n", "f.conf:1: key 'remote' is outside any section", nil),
+        ("[sesion a]\n", "f.conf:1: unknown section [sesion a]", nil),
+        ("[session]\n", "f.conf:1: section [session] needs exactly one session name", nil),
+        ("[session a/b]\n", "f.conf:1: session name 'a/b' is not valid", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\n[session a]\n", "f.conf:4: [session a] appears twice", nil),
+        ("[session a]\nremote = http://h/\nremote = http://g/\n", "f.conf:3: [session a] key 'remote' is set twice", nil),
+        ("[session a]\nremote http://h/\n", "f.conf:2: expected 'key = value'", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\ndirection = sideways\n", "f.conf:4: [session a] key 'direction': 'sideways' is not pull or push", nil),
+        ("[agent]\n", "f.conf: no [session NAME] section", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\n[session b]\nremote = http://h/\nlocal = /x/sub\n", "f.conf: sessions 'a' and 'b' share the local directory", nil),
+    ] as [(String, String, String?)])
+    func namesFileLineAndKey(text: String, message: String, hint: String?) {
+        do {
+            _ = try ConfigParser.parse(text, path: "f.conf")
+            Issue.record("expected an error for:\n\(text)")
+        } catch {
+            #expect(error.exitCode == .usage)
+            #expect(error.message.hasPrefix(message), "got: \(error.message)")
+            if let hint { #expect(error.hint == hint) }
+        }
+    }
+
+    @Test func keepsHashInsideAValue() {
+        #expect(ConfigParser.stripInlineComment("a#b # comment") == "a#b ")
+        #expect(ConfigParser.stripInlineComment("value") == "value")
+    }
+
+    @Test func credentialsNeedAnHTTPRemote() {
+        #expect(throws: FerryError.self) {
+            try ConfigParser.parse("[session a]\nremote = file:///x\nlocal = /y\nbasic-auth-file = /z\n", path: "f")
+        }
+    }
+
+    @Test func minimalSessionGetsDefaults() throws {
+        let s = try ConfigParser.parse(minimal, path: "/f").sessions[0]
+        #expect(s.delete == false)
+        #expect(s.maxDelete == 1000)
+        #expect(s.manifest == "manifest.json")
+        #expect(s.allowRollback == false)
+    }
+}

@@ -1,0 +1,107 @@
+import Foundation
+import Testing
+
+/// Runs the real `ferry` binary and inspects what it did.
+enum Harness {
+    /// The package's root directory (this file is Tests/FerryIntegrationTests/Support/Harness.swift).
+    static let packageRoot: String = {
+        var url = URL(fileURLWithPath: #filePath)
+        for _ in 0..<4 { url.deleteLastPathComponent() }
+        return url.path
+    }()
+
+    /// `ferry`, built next to the test bundle by `swift build --build-tests`.
+    static let ferryBinary: String = {
+        let beside = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("ferry").path
+        if FileManager.default.isExecutableFile(atPath: beside) { return beside }
+        return packageRoot + "/.build/debug/ferry"
+    }()
+
+    /// A fresh directory for one test, removed by the caller's `defer`.
+    static func temporaryDirectory(_ label: String) -> String {
+        let base = (ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp") + "/ferry-tests"
+        try? FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
+        let path = base + "/\(label)-\(UUID().uuidString.prefix(8))"
+        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        return path
+    }
+
+    static func remove(_ path: String) { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// What one `ferry` invocation did.
+struct FerryRun {
+    let exitCode: Int32
+    let stdout: String
+    let stderr: String
+
+    /// stdout parsed as JSON lines (for --json runs).
+    var events: [[String: Any]] {
+        stdout.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+    }
+
+    func events(named name: String) -> [[String: Any]] { events.filter { $0["event"] as? String == name } }
+
+    var output: String { stdout + stderr }
+}
+
+/// Runs a program to completion (or kills it at the timeout) with output captured in files.
+@discardableResult
+func runProcess(_ executable: String, _ arguments: [String], environment: [String: String] = [:], timeout: Double = 120) -> FerryRun {
+    let dir = Harness.temporaryDirectory("proc")
+    defer { Harness.remove(dir) }
+    var env = ProcessInfo.processInfo.environment
+    env.removeValue(forKey: "FERRY_CONFIG")
+    for (k, v) in environment { env[k] = v }
+    let child: Child
+    do { child = try Child(executable, arguments, environment: env, stdout: dir + "/out", stderr: dir + "/err") } catch {
+        return FerryRun(exitCode: -1, stdout: "", stderr: "\(error)")
+    }
+    var status = child.wait(timeout: timeout)
+    if status == nil {
+        child.signal(SIGKILL)
+        status = child.wait(timeout: 10)
+        Issue.record("\(executable) \(arguments.joined(separator: " ")) did not finish within \(timeout)s")
+    }
+    let out = (try? String(contentsOfFile: dir + "/out", encoding: .utf8)) ?? ""
+    let err = (try? String(contentsOfFile: dir + "/err", encoding: .utf8)) ?? ""
+    return FerryRun(exitCode: status ?? -1, stdout: out, stderr: err)
+}
+
+@discardableResult
+func ferry(_ arguments: [String], environment: [String: String] = [:], timeout: Double = 120) -> FerryRun {
+    runProcess(Harness.ferryBinary, arguments, environment: environment, timeout: timeout)
+}
+
+/// A free TCP port on 127.0.0.1 (the kernel picks; closed again before use).
+func freePort() -> UInt16 {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    defer { close(fd) }
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    addr.sin_port = 0
+    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+    _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
+    _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+    return UInt16(bigEndian: addr.sin_port)
+}
+
+/// Waits until something accepts connections on the port.
+func waitForPort(_ port: UInt16, timeout: Double = 15) -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = port.bigEndian
+        let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        close(fd)
+        if rc == 0 { return true }
+        usleep(20_000)
+    }
+    return false
+}

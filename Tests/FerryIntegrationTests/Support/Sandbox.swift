@@ -1,0 +1,131 @@
+import Foundation
+import Testing
+
+/// One test's world: a published tree (the remote), a local mirror, ferry's state and a config
+/// file, all under a fresh temporary directory.
+final class Sandbox {
+    let directory: String
+    /// Where the remote content is published (served by a server, or used as a file:// remote).
+    let published: String
+    let local: String
+    let state: String
+    let config: String
+
+    init(_ label: String, published: String? = nil) {
+        directory = Harness.temporaryDirectory(label)
+        self.published = published ?? directory + "/published"
+        local = directory + "/mirror"
+        state = directory + "/state"
+        config = directory + "/ferry.conf"
+        try? FileManager.default.createDirectory(atPath: self.published, withIntermediateDirectories: true)
+    }
+
+    deinit { Harness.remove(directory) }
+
+    /// Writes the config for one session `test` pulling from `remote`.
+    func configure(remote: String, session: [String] = [], agent: [String] = []) {
+        let text = (["[agent]", "state = \(state)", "transfers = 4"] + agent
+            + ["", "[session test]", "remote = \(remote)", "local = \(local)"] + session).joined(separator: "\n") + "\n"
+        try! text.write(toFile: config, atomically: true, encoding: .utf8)
+    }
+
+    @discardableResult
+    func publish(_ path: String, _ content: String, mode: Int? = nil) -> String {
+        publish(path, Data(content.utf8), mode: mode)
+    }
+
+    @discardableResult
+    func publish(_ path: String, _ data: Data, mode: Int? = nil) -> String {
+        let full = published + "/" + path
+        try! FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try! data.write(to: URL(fileURLWithPath: full))
+        if let mode { chmod(full, mode_t(mode)) }
+        return full
+    }
+
+    func unpublish(_ path: String) { try! FileManager.default.removeItem(atPath: published + "/" + path) }
+
+    @discardableResult
+    func buildManifest(_ extra: [String] = []) -> FerryRun {
+        let run = ferry(["manifest", "build", published] + extra)
+        #expect(run.exitCode == 0, "manifest build failed: \(run.output)")
+        return run
+    }
+
+    func sync(_ extra: [String] = [], timeout: Double = 120) -> FerryRun {
+        ferry(["sync", "now", "--config", config] + extra, timeout: timeout)
+    }
+
+    func status(_ extra: [String] = []) -> FerryRun { ferry(["status", "--config", config] + extra) }
+
+    func localPath(_ p: String) -> String { local + "/" + p }
+}
+
+/// Random bytes (deterministic per seed) for test files.
+func randomData(_ count: Int, seed: UInt64 = 1) -> Data {
+    var state = seed &* 0x9E3779B97F4A7C15 | 1
+    var out = Data(count: count)
+    out.withUnsafeMutableBytes { (buffer: UnsafeMutableRawBufferPointer) in
+        var i = 0
+        while i < count {
+            state ^= state << 13
+            state ^= state >> 7
+            state ^= state << 17
+            var word = state
+            for _ in 0..<8 where i < count {
+                buffer[i] = UInt8(truncatingIfNeeded: word)
+                word >>= 8
+                i += 1
+            }
+        }
+    }
+    return out
+}
+
+/// Content, permission bits and mtime (whole seconds) of every regular file under `root`, keyed by
+/// relative path; `.ferry/` and the manifest are left out. Symlinks and other kinds are recorded by
+/// kind; directories are not (a mirror holds files: a remote's empty directories are not in a manifest).
+func treeSnapshot(_ root: String, excluding: Set<String> = ["manifest.json"]) -> [String: String] {
+    var out: [String: String] = [:]
+    guard let walker = FileManager.default.enumerator(atPath: root) else { return out }
+    while let rel = walker.nextObject() as? String {
+        if rel == ".ferry" || rel.hasPrefix(".ferry/") || excluding.contains(rel) { continue }
+        var st = stat()
+        guard lstat(root + "/" + rel, &st) == 0 else { continue }
+        switch st.st_mode & S_IFMT {
+        case S_IFREG:
+            let data = FileManager.default.contents(atPath: root + "/" + rel) ?? Data()
+            out[rel] = "file mode=\(String(st.st_mode & 0o7777, radix: 8)) mtime=\(st.st_mtim.tv_sec) size=\(data.count) fnv=\(fnv1a(data))"
+        case S_IFDIR: break
+        case S_IFLNK: out[rel] = "symlink"
+        default: out[rel] = "other"
+        }
+    }
+    return out
+}
+
+/// Asserts two trees hold the same files, byte for byte, with the same modes and mtimes.
+func expectIdentical(_ a: String, _ b: String, sourceLocation: SourceLocation = #_sourceLocation) {
+    let left = treeSnapshot(a)
+    let right = treeSnapshot(b)
+    if left != right {
+        let keys = Set(left.keys).union(right.keys).sorted()
+        let differing = keys.filter { left[$0] != right[$0] }.prefix(10)
+        let lines: [String] = differing.map { key in key + ": " + (left[key] ?? "absent") + " vs " + (right[key] ?? "absent") }
+        Issue.record(Comment(rawValue: "trees differ:\n" + lines.joined(separator: "\n")), sourceLocation: sourceLocation)
+    }
+}
+
+func fileContents(_ path: String) -> String? { try? String(contentsOfFile: path, encoding: .utf8) }
+
+/// FNV-1a over every byte (Data's own hashValue looks at a prefix only).
+func fnv1a(_ data: Data) -> UInt64 {
+    var h: UInt64 = 0xcbf29ce484222325
+    data.withUnsafeBytes { (buffer: UnsafeRawBufferPointer) in
+        for b in buffer {
+            h ^= UInt64(b)
+            h = h &* 0x100000001b3
+        }
+    }
+    return h
+}

@@ -1,0 +1,175 @@
+import Foundation
+import Testing
+
+/// A real nginx on 127.0.0.1 serving `root` over HTTP (ranges, ETags, WebDAV PUT/DELETE/MOVE), and
+/// over HTTPS with HTTP/2 using a certificate from the test CA. `/basic/` needs basic auth
+/// (`ferry:s3cret`), `/bearer/` a bearer token (`tok3n`). Every request lands in `accessLog`.
+final class NginxServer {
+    let directory: String
+    let root: String
+    let port: UInt16
+    let tlsPort: UInt16
+    let accessLog: String
+    private var process: Child?
+
+    static let basicUser = "ferry"
+    static let basicPassword = "s3cret"
+    static let bearerToken = "tok3n"
+
+    init() throws {
+        directory = Harness.temporaryDirectory("nginx")
+        root = directory + "/www"
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        port = freePort()
+        tlsPort = freePort()
+        accessLog = directory + "/access.log"
+        let tls = try TestCertificates.shared()
+        try "\(Self.basicUser):{PLAIN}\(Self.basicPassword)\n".write(toFile: directory + "/htpasswd", atomically: true, encoding: .utf8)
+        let user = getuid() == 0 ? "user root;" : ""
+        let locations = """
+                root \(root);
+                location / { dav_methods PUT DELETE MKCOL COPY MOVE; create_full_put_path on; }
+                location /basic/ { auth_basic "ferry"; auth_basic_user_file \(directory)/htpasswd; }
+                location /bearer/ { if ($http_authorization != "Bearer \(Self.bearerToken)") { return 401; } }
+            """
+        let config = """
+            \(user)
+            daemon off;
+            worker_processes 1;
+            pid \(directory)/nginx.pid;
+            error_log \(directory)/error.log;
+            events { worker_connections 512; }
+            http {
+                access_log \(accessLog) combined;
+                client_body_temp_path \(directory)/body;
+                proxy_temp_path \(directory)/proxy;
+                fastcgi_temp_path \(directory)/fastcgi;
+                uwsgi_temp_path \(directory)/uwsgi;
+                scgi_temp_path \(directory)/scgi;
+                default_type application/octet-stream;
+                sendfile on;
+                keepalive_requests 100000;
+                server {
+                    listen 127.0.0.1:\(port);
+            \(locations)
+                }
+                server {
+                    listen 127.0.0.1:\(tlsPort) ssl http2;
+                    ssl_certificate \(tls.serverCertificate);
+                    ssl_certificate_key \(tls.serverKey);
+            \(locations)
+                }
+            }
+            """
+        try config.write(toFile: directory + "/nginx.conf", atomically: true, encoding: .utf8)
+        process = try Child(Self.binary, ["-c", directory + "/nginx.conf", "-p", directory + "/", "-e", directory + "/error.log"])
+        guard waitForPort(port), waitForPort(tlsPort) else {
+            let log = (try? String(contentsOfFile: directory + "/error.log", encoding: .utf8)) ?? ""
+            stop()
+            throw TestFailure("nginx did not start: \(log)")
+        }
+    }
+
+    static var binary: String {
+        for candidate in ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"] where FileManager.default.isExecutableFile(atPath: candidate) {
+            return candidate
+        }
+        return "nginx"
+    }
+
+    var url: String { "http://127.0.0.1:\(port)/" }
+    var tlsURL: String { "https://127.0.0.1:\(tlsPort)/" }
+
+    /// Request lines (method, path, status) from the access log since `from` lines.
+    func requests() -> [(method: String, path: String, status: Int)] {
+        guard let text = try? String(contentsOfFile: accessLog, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            let quoted = line.split(separator: "\"")
+            guard quoted.count >= 3 else { return nil }
+            let request = quoted[1].split(separator: " ")
+            let status = Int(quoted[2].split(separator: " ").first ?? "") ?? 0
+            guard request.count >= 2 else { return nil }
+            return (String(request[0]), String(request[1]), status)
+        }
+    }
+
+    func clearLog() { try? "".write(toFile: accessLog, atomically: false, encoding: .utf8) }
+
+    func stop() {
+        process?.stop()
+        process = nil
+        Harness.remove(directory)
+    }
+
+    deinit { stop() }
+}
+
+/// ferry's own test server (scripts/testserver.py) or plain `python3 -m http.server`.
+final class PythonServer {
+    let port: UInt16
+    let log: String
+    private let process: Child
+    private let logDirectory: String
+
+    init(directory: String, extra: [String] = [], plain: Bool = false) throws {
+        port = freePort()
+        logDirectory = Harness.temporaryDirectory("pylog")
+        log = logDirectory + "/requests.jsonl"
+        if plain {
+            process = try Child("python3", ["-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", directory])
+        } else {
+            process = try Child("python3", [Harness.packageRoot + "/scripts/testserver.py", "--port", String(port), "--directory", directory, "--log", log] + extra)
+        }
+        guard waitForPort(port) else {
+            process.stop()
+            throw TestFailure("python server did not start on port \(port)")
+        }
+    }
+
+    var url: String { "http://127.0.0.1:\(port)/" }
+
+    /// The requests the server saw, one dictionary each.
+    func requests() -> [[String: Any]] {
+        guard let text = try? String(contentsOfFile: log, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+    }
+
+    func stop() {
+        process.stop()
+        Harness.remove(logDirectory)
+    }
+
+    deinit { stop() }
+}
+
+/// A private CA and a server certificate for 127.0.0.1, made once per test process with openssl.
+struct TestCertificates: Sendable {
+    let directory: String
+    var caCertificate: String { directory + "/ca.pem" }
+    var serverCertificate: String { directory + "/server.pem" }
+    var serverKey: String { directory + "/server.key" }
+    var otherCA: String { directory + "/other-ca.pem" }
+
+    private static let made: Result<TestCertificates, TestFailure> = {
+        let dir = Harness.temporaryDirectory("tls")
+        let script = """
+            set -e
+            cd '\(dir)'
+            openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -subj /CN=ferry-test-ca -days 2 2>/dev/null
+            openssl req -x509 -newkey rsa:2048 -nodes -keyout other-ca.key -out other-ca.pem -subj /CN=other-ca -days 2 2>/dev/null
+            openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj /CN=127.0.0.1 2>/dev/null
+            printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\\n' > ext.cnf
+            openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 2 -extfile ext.cnf 2>/dev/null
+            """
+        let run = runProcess("/bin/sh", ["-c", script])
+        guard run.exitCode == 0 else { return .failure(TestFailure("openssl failed: \(run.output)")) }
+        return .success(TestCertificates(directory: dir))
+    }()
+
+    static func shared() throws -> TestCertificates { try made.get() }
+}
+
+struct TestFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}

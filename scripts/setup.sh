@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs everything ferry needs to build, test and benchmark on a fresh Debian machine (run as root,
+# or with sudo available). Safe to run again: it installs only what is missing.
+#   scripts/setup.sh          build + test dependencies
+#   scripts/setup.sh --bench  also the peers the benchmark compares against (aria2, rclone, wget, curl)
+set -euo pipefail
+
+packages=(libcurl4-openssl-dev libsqlite3-dev libssl-dev pkg-config nginx openssl curl ca-certificates python3 util-linux)
+if [ "${1:-}" = "--bench" ]; then
+  packages+=(aria2 rclone wget)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "setup: installing ${missing[*]}" >&2
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v swift >/dev/null 2>&1; then
+  if [ -x /opt/swift/usr/bin/swift ]; then
+    echo "setup: swift is at /opt/swift/usr/bin (add it to PATH)" >&2
+  else
+    echo "setup: the Swift 6 toolchain is missing; install it from swift.org into /opt/swift" >&2
+    exit 1
+  fi
+fi
