@@ -23,7 +23,7 @@ public struct FerryError: Error, Equatable, Sendable, CustomStringConvertible {
         case localIO
         /// Another process holds the session.
         case busy
-        /// One file's transfer failed; the run goes on with the others.
+        /// One file failed (its transfer, or a local path in its way); the run goes on with the others.
         case transfer
     }
 

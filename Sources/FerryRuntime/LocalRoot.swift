@@ -127,11 +127,11 @@ public final class LocalRoot {
             let code = errno
             var st = Glibc.stat()
             if fstatat(parentFD, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (st.st_mode & S_IFMT) == S_IFLNK {
-                throw .localIO("\(display(relative)) is a symlink; ferry never writes through symlinks",
+                throw FerryError(.transfer, "\(display(relative)) is a symlink; ferry never writes through symlinks",
                                hint: "replace the symlink with a real directory")
             }
             if code == ENOTDIR {
-                throw .localIO("\(display(relative)) is a file where the manifest needs a directory",
+                throw FerryError(.transfer, "\(display(relative)) is a file where the manifest needs a directory",
                                hint: "remove it, or set delete = yes so ferry mirrors the remote exactly")
             }
             throw .localIO("cannot open directory \(display(relative)): \(FileSystem.errorText(code))")
@@ -216,7 +216,7 @@ public final class LocalRoot {
         if renameat(try staging(), LocalRoot.partialName(taskID), dir, name) != 0 {
             let code = errno
             if code == EISDIR || code == ENOTEMPTY || code == EEXIST {
-                throw .localIO("\(display(relative)) is a directory where the manifest has a file",
+                throw FerryError(.transfer, "\(display(relative)) is a directory where the manifest has a file",
                                hint: "remove the directory, or set delete = yes")
             }
             if code == EXDEV {

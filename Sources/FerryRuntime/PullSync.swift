@@ -294,7 +294,7 @@ public final class PullSync {
                                                                    inode: placed.inode, sha256: download.entry.sha256)))
                             doneDownloads.append(download)
                         } catch {
-                            if error.category == .localIO && !error.message.contains("directory") { localIOError = localIOError ?? error.message }
+                            if error.category == .localIO { localIOError = localIOError ?? error.message }
                             fail(path, download.task, error.message)
                         }
                     case let .failed(message, keepPartial, _):

@@ -45,10 +45,18 @@ final class Sandbox {
 
     func unpublish(_ path: String) { try! FileManager.default.removeItem(atPath: published + "/" + path) }
 
+    private var manifestBuilds = 0
+
+    /// Publishes a manifest. Each build gets an mtime one minute later than the last: nginx derives
+    /// ETag and Last-Modified from mtime and size, so two same-size manifests written in one second
+    /// would look unchanged to a conditional GET (a real limit of such servers, not of ferry).
     @discardableResult
     func buildManifest(_ extra: [String] = []) -> FerryRun {
         let run = ferry(["manifest", "build", published] + extra)
         #expect(run.exitCode == 0, "manifest build failed: \(run.output)")
+        manifestBuilds += 1
+        var times = [timespec(tv_sec: time(nil) + 60 * manifestBuilds, tv_nsec: 0), timespec(tv_sec: time(nil) + 60 * manifestBuilds, tv_nsec: 0)]
+        utimensat(AT_FDCWD, published + "/manifest.json", &times, 0)
         return run
     }
 

@@ -1,0 +1,208 @@
+import Foundation
+import Testing
+
+/// Hostile manifests, lying servers, missing files, symlink traps: each gets a clear error and
+/// loses nothing already synced.
+@Suite(.serialized)
+struct BadInputTests {
+    static let hash = String(repeating: "a", count: 64)
+
+    /// A synced tree to protect, then a hostile manifest in place of the good one.
+    @Test(arguments: [
+        ("not json {", "expected '<64 hex digits>  <path>'"),
+        ("{\"format\": \"ferry-manifest/1\", \"version\": 9, \"files\": [{\"path\": \"a.txt\", \"size\": 1, \"sha256\": \"abc\"}]}", "sha256 must be 64 hex digits"),
+        ("{\"format\": \"ferry-manifest/1\", \"version\": 9, \"files\": [{\"path\": \"x\", \"size\": 1, \"sha256\": \"\(hash)\"}, {\"path\": \"x\", \"size\": 1, \"sha256\": \"\(hash)\"}]}", "lists \"x\" twice"),
+        ("{\"format\": \"ferry-manifest/1\", \"version\": 9, \"files\": [{\"path\": \"../../escaped.txt\", \"size\": 1, \"sha256\": \"\(hash)\"}]}", "has a '..' segment"),
+        ("{\"format\": \"ferry-manifest/1\", \"version\": 9, \"files\": [{\"path\": \"/tmp/ferry-tests/absolute.txt\", \"size\": 1, \"sha256\": \"\(hash)\"}]}", "is absolute"),
+        ("{\"format\": \"ferry-manifest/1\", \"version\": 9, \"files\": [{\"path\": \"nul\\u0000.txt\", \"size\": 1, \"sha256\": \"\(hash)\"}]}", "control character"),
+        ("{\"format\": \"ferry-manifest/1\", \"version\": 9, \"files\": [{\"path\": \"bell\\u0007.txt\", \"size\": 1, \"sha256\": \"\(hash)\"}]}", "control character"),
+        ("{\"format\": \"ferry-manifest/1\", \"version\": 9, \"files\": [{\"path\": \".ferry/partial/1.part\", \"size\": 1, \"sha256\": \"\(hash)\"}]}", "reserved '.ferry/'"),
+    ])
+    func refusesHostileManifestsAndKeepsTheTree(manifest: String, reason: String) throws {
+        let nginx = try NginxServer()
+        defer { nginx.stop() }
+        let box = Sandbox("hostile", published: nginx.root + "/site")
+        box.publish("a.txt", "precious\n")
+        box.publish("sub/b.txt", "also precious\n")
+        box.buildManifest()
+        box.configure(remote: nginx.url + "site/", session: ["delete = yes"])
+        #expect(box.sync().exitCode == 0)
+        let before = treeSnapshot(box.local)
+
+        try manifest.write(toFile: box.published + "/manifest.json", atomically: true, encoding: .utf8)
+        let run = box.sync()
+        #expect(run.exitCode == 4, "\(run.output)")
+        #expect(run.stderr.contains(reason), "\(run.stderr)")
+        #expect(run.stderr.contains("manifest.json"), "the error names the manifest")
+        #expect(treeSnapshot(box.local) == before, "nothing already synced was lost or changed")
+        #expect(!FileManager.default.fileExists(atPath: box.directory + "/escaped.txt"))
+        #expect(!FileManager.default.fileExists(atPath: "/tmp/ferry-tests/absolute.txt"))
+        let status = box.status(["--json"])
+        #expect(status.stdout.contains("\"last_exit_code\":4"))
+    }
+
+    @Test func missingFileFailsAloneAndPostponesDeletions() throws {
+        let nginx = try NginxServer()
+        defer { nginx.stop() }
+        let box = Sandbox("404", published: nginx.root + "/site")
+        box.publish("old.txt", "old\n")
+        box.buildManifest()
+        box.configure(remote: nginx.url + "site/", session: ["delete = yes"])
+        #expect(box.sync().exitCode == 0)
+
+        box.unpublish("old.txt")
+        for i in 0..<5 { box.publish("ok\(i).txt", "fine \(i)\n") }
+        box.publish("gone.txt", "will vanish\n")
+        box.buildManifest()
+        box.unpublish("gone.txt")
+        let run = box.sync()
+        #expect(run.exitCode == 1, "\(run.output)")
+        #expect(run.stderr.contains("gone.txt: HTTP 404"), "\(run.stderr)")
+        for i in 0..<5 { #expect(fileContents(box.localPath("ok\(i).txt")) == "fine \(i)\n") }
+        #expect(!FileManager.default.fileExists(atPath: box.localPath("gone.txt")))
+        #expect(fileContents(box.localPath("old.txt")) == "old\n", "no deletion after an error in the same run")
+        #expect(run.stderr.contains("deletions postponed"))
+
+        let status = box.status()
+        #expect(status.stdout.contains("failed"))
+        #expect(status.stdout.contains("HTTP 404"))
+        let json = box.status(["--json"])
+        #expect(json.stdout.contains("\"path\":\"gone.txt\""))
+        #expect(json.stdout.contains("\"state\":\"failed\""))
+
+        // Once the remote is whole again, the next run completes and deletes.
+        box.publish("gone.txt", "will vanish\n")
+        let again = box.sync()
+        #expect(again.exitCode == 0, "\(again.output)")
+        #expect(!FileManager.default.fileExists(atPath: box.localPath("old.txt")))
+        expectIdentical(box.published, box.local)
+    }
+
+    @Test func contentThatDoesNotMatchTheManifestNeverReachesTheFinalPath() throws {
+        let nginx = try NginxServer()
+        defer { nginx.stop() }
+        let box = Sandbox("mismatch", published: nginx.root + "/site")
+        box.publish("good.txt", "good\n")
+        box.publish("liar.bin", randomData(200_000, seed: 1))
+        box.publish("short.bin", randomData(1000, seed: 2))
+        box.buildManifest()
+        box.publish("liar.bin", randomData(200_000, seed: 99))  // same size, other bytes
+        box.publish("short.bin", randomData(500, seed: 2))      // truncated
+        box.configure(remote: nginx.url + "site/")
+        let run = box.sync()
+        #expect(run.exitCode == 1, "\(run.output)")
+        #expect(run.stderr.contains("liar.bin: content does not match the manifest: SHA-256"))
+        #expect(run.stderr.contains("short.bin: the server says the file has 500 bytes; the manifest says 1000"))
+        #expect(!FileManager.default.fileExists(atPath: box.localPath("liar.bin")))
+        #expect(!FileManager.default.fileExists(atPath: box.localPath("short.bin")))
+        #expect(fileContents(box.localPath("good.txt")) == "good\n")
+        let partials = (try? FileManager.default.contentsOfDirectory(atPath: box.localPath(".ferry/partial"))) ?? []
+        #expect(partials.isEmpty, "wrong bytes are not kept as resume data: \(partials)")
+    }
+
+    @Test func neverWritesThroughASymlinkOutOfTheRoot() throws {
+        let nginx = try NginxServer()
+        defer { nginx.stop() }
+        let box = Sandbox("symlink", published: nginx.root + "/site")
+        box.publish("link/evil.txt", "should not escape\n")
+        box.publish("target.txt", "replaces the link, not its target\n")
+        box.publish("ok.txt", "ok\n")
+        box.buildManifest()
+        let outside = box.directory + "/outside"
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        try "outside file\n".write(toFile: outside + "/target", atomically: true, encoding: .utf8)
+        try FileManager.default.createDirectory(atPath: box.local, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: box.localPath("link"), withDestinationPath: outside)
+        try FileManager.default.createSymbolicLink(atPath: box.localPath("target.txt"), withDestinationPath: outside + "/target")
+        box.configure(remote: nginx.url + "site/")
+
+        let run = box.sync()
+        #expect(run.exitCode == 1, "\(run.output)")
+        #expect(run.stderr.contains("link is a symlink; ferry never writes through symlinks"), "\(run.stderr)")
+        #expect(!FileManager.default.fileExists(atPath: outside + "/evil.txt"))
+        #expect(fileContents(outside + "/target") == "outside file\n", "the symlink's target is untouched")
+        #expect(fileContents(box.localPath("target.txt")) == "replaces the link, not its target\n")
+        #expect((try? FileManager.default.destinationOfSymbolicLink(atPath: box.localPath("target.txt"))) == nil)
+        #expect(fileContents(box.localPath("ok.txt")) == "ok\n")
+    }
+
+    @Test func refusesARollbackUnlessAllowed() throws {
+        let nginx = try NginxServer()
+        defer { nginx.stop() }
+        let box = Sandbox("rollback", published: nginx.root + "/site")
+        box.publish("v.txt", "five\n")
+        box.buildManifest(["--version", "5"])
+        box.configure(remote: nginx.url + "site/")
+        #expect(box.sync().exitCode == 0)
+        box.publish("v.txt", "three\n")
+        box.buildManifest(["--version", "3"])
+        let refused = box.sync()
+        #expect(refused.exitCode == 4)
+        #expect(refused.stderr.contains("version 3, lower than version 5 already applied: refused as a rollback"))
+        #expect(refused.stderr.contains("allow-rollback = yes"))
+        #expect(fileContents(box.localPath("v.txt")) == "five\n")
+        box.configure(remote: nginx.url + "site/", session: ["allow-rollback = yes"])
+        #expect(box.sync().exitCode == 0)
+        #expect(fileContents(box.localPath("v.txt")) == "three\n")
+    }
+
+    @Test func capsDeletionsAtMaxDelete() throws {
+        let nginx = try NginxServer()
+        defer { nginx.stop() }
+        let box = Sandbox("maxdelete", published: nginx.root + "/site")
+        for i in 0..<4 { box.publish("f\(i).txt", "\(i)\n") }
+        box.buildManifest()
+        box.configure(remote: nginx.url + "site/", session: ["delete = yes", "max-delete = 2"])
+        #expect(box.sync().exitCode == 0)
+        for i in 0..<3 { box.unpublish("f\(i).txt") }
+        box.buildManifest()
+        let run = box.sync()
+        #expect(run.exitCode == 1)
+        #expect(run.output.contains("refused to delete 3 files: more than max-delete = 2"))
+        for i in 0..<4 { #expect(FileManager.default.fileExists(atPath: box.localPath("f\(i).txt"))) }
+    }
+
+    @Test func refusesAnExpiredManifest() throws {
+        let nginx = try NginxServer()
+        defer { nginx.stop() }
+        let box = Sandbox("expired", published: nginx.root + "/site")
+        let text = "{\"format\": \"ferry-manifest/1\", \"version\": 1, \"expires\": \"2001-01-01T00:00:00Z\", \"files\": []}"
+        box.publish("manifest.json", text)
+        box.configure(remote: nginx.url + "site/")
+        let run = box.sync()
+        #expect(run.exitCode == 4)
+        #expect(run.stderr.contains("expired at 2001-01-01T00:00:00Z"))
+    }
+
+    @Test func unreachableRemoteExitsFour() throws {
+        let box = Sandbox("unreachable")
+        box.configure(remote: "http://127.0.0.1:\(freePort())/", session: ["connect-timeout = 2s"])
+        let run = box.sync()
+        #expect(run.exitCode == 4)
+        #expect(run.stderr.contains("cannot fetch the manifest"))
+        #expect(run.stderr.contains("hint: check that the remote is up"))
+    }
+
+    @Test func fullDiskIsALocalIOErrorAndLosesNothing() throws {
+        guard getuid() == 0 else { return }
+        let nginx = try NginxServer()
+        defer { nginx.stop() }
+        let box = Sandbox("diskfull", published: nginx.root + "/site")
+        box.publish("small.txt", "fits\n")
+        box.buildManifest()
+        // A 2 MiB tmpfs is a disk that fills up.
+        try FileManager.default.createDirectory(atPath: box.local, withIntermediateDirectories: true)
+        let mount = runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", box.local])
+        guard mount.exitCode == 0 else { return }
+        defer { runProcess("/bin/umount", ["-l", box.local]) }
+        box.configure(remote: nginx.url + "site/")
+        #expect(box.sync().exitCode == 0)
+        box.publish("huge.bin", randomData(4_000_000))
+        box.buildManifest()
+        let run = box.sync()
+        #expect(run.exitCode == 5, "\(run.output)")
+        #expect(run.stderr.contains("No space left on device"), "\(run.stderr)")
+        #expect(fileContents(box.localPath("small.txt")) == "fits\n")
+        #expect(!FileManager.default.fileExists(atPath: box.localPath("huge.bin")))
+    }
+}
