@@ -93,6 +93,15 @@ final class NginxServer {
         }
     }
 
+    /// The raw request lines (`GET /path HTTP/2.0`).
+    func requestLines() -> [String] {
+        guard let text = try? String(contentsOfFile: accessLog, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            let quoted = line.split(separator: "\"")
+            return quoted.count >= 2 ? String(quoted[1]) : nil
+        }
+    }
+
     func clearLog() { try? "".write(toFile: accessLog, atomically: false, encoding: .utf8) }
 
     func stop() {

@@ -1,0 +1,144 @@
+import Foundation
+import Testing
+
+/// The command line itself: help for every command, manifest build, config check, status, and
+/// one writer per session.
+@Suite(.serialized)
+struct CommandTests {
+    @Test(arguments: [["help"], ["--help"], ["help", "sync", "now"], ["sync", "now", "--help"], ["help", "status"],
+                      ["help", "manifest", "build"], ["config", "check", "--help"], ["help", "help"]])
+    func everyCommandHasHelp(arguments: [String]) {
+        let run = ferry(arguments)
+        #expect(run.exitCode == 0)
+        #expect(run.stdout.contains("usage: ferry"))
+    }
+
+    @Test func usageErrorsExitTwoWithAHint() {
+        let unknown = ferry(["frobnicate"])
+        #expect(unknown.exitCode == 2)
+        #expect(unknown.stderr.contains("unknown command 'frobnicate'"))
+        #expect(unknown.stderr.contains("hint: see: ferry help"))
+        let option = ferry(["sync", "now", "--bogus"])
+        #expect(option.exitCode == 2)
+        #expect(option.stderr.contains("unknown option '--bogus'"))
+        let partial = ferry(["sync"])
+        #expect(partial.exitCode == 2)
+        #expect(partial.stderr.contains("did you mean: ferry sync now?"))
+        #expect(ferry(["--version"]).stdout.hasPrefix("ferry "))
+        let missing = ferry(["sync", "now", "--config", "/nonexistent/ferry.conf"])
+        #expect(missing.exitCode == 2)
+        #expect(missing.stderr.contains("cannot read the config file /nonexistent/ferry.conf"))
+        let env = ferry(["status"], environment: ["FERRY_CONFIG": "/nonexistent/env.conf"])
+        #expect(env.stderr.contains("/nonexistent/env.conf"), "FERRY_CONFIG is honoured")
+    }
+
+    @Test func configCheckNamesFileLineAndKey() throws {
+        let box = Sandbox("configcheck")
+        try "[agent]\nstate = s\n\n[session a]\nremote = https://h/\nlocal = l\npoll = soon\n".write(toFile: box.config, atomically: true, encoding: .utf8)
+        let bad = ferry(["config", "check", "--config", box.config])
+        #expect(bad.exitCode == 2)
+        #expect(bad.stderr.contains("\(box.config):7: [session a] key 'poll': 'soon' is not a duration"))
+        #expect(bad.stderr.contains("hint: write durations like 90s, 15m, 2h or 7d"))
+        let sync = box.sync()
+        #expect(sync.exitCode == 2, "sync refuses the same config")
+        box.configure(remote: "https://mirror.example.net/a/")
+        let good = ferry(["config", "check", "--config", box.config])
+        #expect(good.exitCode == 0, "\(good.output)")
+        #expect(good.stdout.contains("[session test] pull https://mirror.example.net/a/manifest.json"))
+    }
+
+    /// config/ferry.conf documents every key the parser knows, and is itself a valid config.
+    @Test func shippedConfigDocumentsEveryKey() throws {
+        let text = try String(contentsOfFile: Harness.packageRoot + "/config/ferry.conf", encoding: .utf8)
+        let keys = ["state", "transfers", "remote", "manifest", "local", "direction", "poll", "delete", "max-delete", "allow-rollback",
+                    "ca-file", "basic-auth-file", "bearer-token-file", "connect-timeout", "min-speed", "stall-timeout"]
+        for key in keys { #expect(text.contains("\n\(key) =") || text.contains("# \(key) ="), "config/ferry.conf documents \(key)") }
+        let check = ferry(["config", "check", "--config", Harness.packageRoot + "/config/ferry.conf"])
+        #expect(check.exitCode == 0, "\(check.output)")
+    }
+
+    @Test func manifestBuildListsFilesOnlyAndCountsVersions() throws {
+        let box = Sandbox("build")
+        box.publish("a.txt", "a")
+        box.publish("d/b.txt", "bb", mode: 0o600)
+        box.publish(".ferry/partial/9.part", "partial junk")
+        try FileManager.default.createSymbolicLink(atPath: box.published + "/link", withDestinationPath: "a.txt")
+        let first = ferry(["manifest", "build", box.published, "--json"])
+        #expect(first.exitCode == 0, "\(first.output)")
+        #expect(first.events(named: "manifest-built").first?["version"] as? Int == 1)
+        #expect(first.events(named: "warning").contains { ($0["message"] as? String)?.contains("symlink link") == true })
+        let data = try Data(contentsOf: URL(fileURLWithPath: box.published + "/manifest.json"))
+        let json = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
+        #expect(json["format"] as? String == "ferry-manifest/1")
+        let files = try #require(json["files"] as? [[String: Any]])
+        #expect(files.map { $0["path"] as? String } == ["a.txt", "d/b.txt"])
+        #expect(files[0]["sha256"] as? String == "ca978112ca1bbdcafac231b39a23dc4da786eff8147c4e72b9807785afee48bb")
+        #expect(files[1]["mode"] as? String == "0600")
+        #expect(files[1]["size"] as? Int == 2)
+
+        #expect(ferry(["manifest", "build", box.published, "--json"]).events(named: "manifest-built").first?["version"] as? Int == 2)
+        #expect(ferry(["manifest", "build", box.published, "--version", "40", "--json"]).events(named: "manifest-built").first?["version"] as? Int == 40)
+        let elsewhere = box.directory + "/out.json"
+        let out = ferry(["manifest", "build", box.published, "--output", elsewhere, "--json"])
+        #expect(out.events(named: "manifest-built").first?["files"] as? Int == 3, "manifest.json in DIR is listed when the output is elsewhere")
+        let noDir = ferry(["manifest", "build"])
+        #expect(noDir.exitCode == 2)
+        #expect(noDir.stderr.contains("missing the directory to describe"))
+    }
+
+    @Test func oneWriterPerSessionAndALeftoverLockIsRecovered() throws {
+        let box = Sandbox("busy")
+        box.publish("a.txt", "a\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published)
+        #expect(box.sync().exitCode == 0)
+        // Another process holds the session's lock, as a running ferry would.
+        let lock = box.state + "/locks/test.lock"
+        let holderScript = """
+            import fcntl, os, sys, time
+            f = open(sys.argv[1], "r+")
+            fcntl.flock(f, fcntl.LOCK_EX)
+            f.truncate(0); f.write(str(os.getpid()) + "\\n"); f.flush()
+            open(sys.argv[2], "w").write("locked")
+            time.sleep(60)
+            """
+        let ready = box.directory + "/ready"
+        let holder = try Child("python3", ["-c", holderScript, lock, ready])
+        defer { holder.stop() }
+        let deadline = Date().addingTimeInterval(10)
+        while !FileManager.default.fileExists(atPath: ready) && Date() < deadline { usleep(10_000) }
+        let busy = box.sync()
+        #expect(busy.exitCode == 6, "\(busy.output)")
+        #expect(busy.stderr.contains("session 'test' is busy: ferry (pid \(holder.pid))"))
+        // The holder dies without unlocking (kill -9): the next run takes over.
+        holder.signal(SIGKILL)
+        holder.wait(timeout: 5)
+        let after = box.sync()
+        #expect(after.exitCode == 0, "\(after.output)")
+    }
+
+    @Test func statusShowsSessionsAndTasks() throws {
+        let box = Sandbox("status")
+        box.publish("a.txt", "a\n")
+        box.publish("b.txt", "b\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published)
+        let never = box.status()
+        #expect(never.exitCode == 0)
+        #expect(never.stdout.contains("never run"))
+        #expect(box.sync().exitCode == 0)
+        let table = box.status()
+        #expect(table.stdout.contains("SESSION"))
+        #expect(table.stdout.contains("2 done"))
+        let json = box.status(["--json"])
+        let object = try #require(try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any])
+        let sessions = try #require(object["sessions"] as? [[String: Any]])
+        #expect(sessions.first?["name"] as? String == "test")
+        #expect((sessions.first?["task_counts"] as? [String: Int])?["done"] == 2)
+        #expect((sessions.first?["tasks"] as? [[String: Any]])?.count == 2)
+        #expect(sessions.first?["last_exit_code"] as? Int == 0)
+        let unknown = box.status(["--session", "nope"])
+        #expect(unknown.exitCode == 2)
+        #expect(unknown.stderr.contains("no session 'nope'"))
+    }
+}
