@@ -190,8 +190,17 @@ public struct Manifest: Sendable {
     }
 
     public static func normalizedSHA256(_ s: String) -> String? {
-        guard s.utf8.count == 64, s.utf8.allSatisfy({ hexValue($0) != nil }) else { return nil }
-        return s.lowercased()
+        guard s.utf8.count == 64 else { return nil }
+        var lowercase = true
+        let bytes = s.utf8.withContiguousStorageIfAvailable { Array($0) } ?? Array(s.utf8)
+        for b in bytes {
+            switch b {
+            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"): continue
+            case UInt8(ascii: "A")...UInt8(ascii: "F"): lowercase = false
+            default: return nil
+            }
+        }
+        return lowercase ? s : s.lowercased()
     }
 
     static func parseMode(_ s: String) -> UInt32? {

@@ -1,3 +1,7 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+
 /// A path inside a session's local root, as a manifest names it: `css/site.css`.
 ///
 /// Every manifest path is hostile until it passes `init(validating:)`, the one place that decides
@@ -73,11 +77,21 @@ public struct RelativePath: Hashable, Comparable, Sendable, CustomStringConverti
 
     public var description: String { string }
 
-    public static func == (a: RelativePath, b: RelativePath) -> Bool { a.string.utf8.elementsEqual(b.string.utf8) }
+    public static func == (a: RelativePath, b: RelativePath) -> Bool {
+        guard a.string.utf8.count == b.string.utf8.count else { return false }
+        let fast = a.string.utf8.withContiguousStorageIfAvailable { pa in
+            b.string.utf8.withContiguousStorageIfAvailable { pb in
+                pa.count == 0 || memcmp(pa.baseAddress!, pb.baseAddress!, pa.count) == 0
+            }
+        }
+        if let result = fast ?? nil { return result }
+        return a.string.utf8.elementsEqual(b.string.utf8)
+    }
 
     public func hash(into hasher: inout Hasher) {
-        var copy = string
-        copy.withUTF8 { hasher.combine(bytes: UnsafeRawBufferPointer($0)) }
+        if string.utf8.withContiguousStorageIfAvailable({ hasher.combine(bytes: UnsafeRawBufferPointer($0)) }) == nil {
+            for b in string.utf8 { hasher.combine(b) }
+        }
     }
 
     public static func < (a: RelativePath, b: RelativePath) -> Bool { a.string.utf8.lexicographicallyPrecedes(b.string.utf8) }

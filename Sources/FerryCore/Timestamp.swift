@@ -16,7 +16,12 @@ public struct Timestamp: Hashable, Comparable, Sendable {
     /// Parses `2026-11-20T08:00:00Z`, with optional fractional seconds and a `+hh:mm` / `-hh:mm`
     /// offset. Returns nil for anything else.
     public init?(rfc3339 text: String) {
-        let b = Array(text.utf8)
+        var copy = text
+        guard let parsed = copy.withUTF8({ Timestamp(rfc3339Bytes: $0) }) else { return nil }
+        self = parsed
+    }
+
+    init?(rfc3339Bytes b: UnsafeBufferPointer<UInt8>) {
         func digits(_ start: Int, _ count: Int) -> Int64? {
             guard start + count <= b.count else { return nil }
             var v: Int64 = 0

@@ -69,29 +69,53 @@ struct ResponseHeaders {
     var contentLength: Int64?
     var retryAfter: String?
 
+    /// Takes one header line as libcurl delivers it. Works on bytes: only the few headers ferry
+    /// reads become Strings (this runs for every response of a 10,000-file sync).
     mutating func consume(_ line: UnsafeBufferPointer<UInt8>) {
         var end = line.count
         while end > 0 && (line[end - 1] == 0x0A || line[end - 1] == 0x0D) { end -= 1 }
         guard end > 0 else { return }
-        let text = String(decoding: UnsafeBufferPointer(rebasing: line[0..<end]), as: UTF8.self)
-        if text.hasPrefix("HTTP/") {
+        let bytes = UnsafeBufferPointer(rebasing: line[0..<end])
+        if ResponseHeaders.hasPrefix(bytes, "HTTP/") {
             self = ResponseHeaders()
-            let parts = text.split(separator: " ", maxSplits: 2)
-            if parts.count >= 2 { status = Int(parts[1]) ?? 0 }
-            if parts.count == 3 { reason = String(parts[2]) }
+            var i = 5
+            while i < bytes.count && bytes[i] != 0x20 { i += 1 }
+            i += 1
+            var code = 0
+            while i < bytes.count, bytes[i] >= 48, bytes[i] <= 57 {
+                code = code * 10 + Int(bytes[i] - 48)
+                i += 1
+            }
+            status = code
+            if i < bytes.count { reason = String(decoding: UnsafeBufferPointer(rebasing: bytes[(i + 1)...]), as: UTF8.self) }
             return
         }
-        guard let colon = text.firstIndex(of: ":") else { return }
-        let name = text[..<colon].lowercased()
-        let value = String(text[text.index(after: colon)...]).trimmingSpaces()
-        switch name {
-        case "etag": etag = value
-        case "last-modified": lastModified = value
-        case "content-range": contentRange = value
-        case "content-length": contentLength = Int64(value)
-        case "retry-after": retryAfter = value
-        default: break
+        func value(after nameLength: Int) -> String {
+            var start = nameLength
+            while start < bytes.count && (bytes[start] == 0x20 || bytes[start] == 0x09) { start += 1 }
+            return String(decoding: UnsafeBufferPointer(rebasing: bytes[start...]), as: UTF8.self)
         }
+        if ResponseHeaders.hasPrefix(bytes, "etag:") {
+            etag = value(after: 5)
+        } else if ResponseHeaders.hasPrefix(bytes, "last-modified:") {
+            lastModified = value(after: 14)
+        } else if ResponseHeaders.hasPrefix(bytes, "content-range:") {
+            contentRange = value(after: 14)
+        } else if ResponseHeaders.hasPrefix(bytes, "content-length:") {
+            contentLength = Int64(value(after: 15))
+        } else if ResponseHeaders.hasPrefix(bytes, "retry-after:") {
+            retryAfter = value(after: 12)
+        }
+    }
+
+    /// Case-insensitive ASCII prefix test.
+    private static func hasPrefix(_ bytes: UnsafeBufferPointer<UInt8>, _ prefix: StaticString) -> Bool {
+        let n = prefix.utf8CodeUnitCount
+        guard bytes.count >= n else { return false }
+        let p = prefix.utf8Start
+        func lower(_ c: UInt8) -> UInt8 { c >= 65 && c <= 90 ? c + 32 : c }
+        for i in 0..<n where lower(bytes[i]) != lower(p[i]) { return false }
+        return true
     }
 
     /// The validator to send in `If-Range` when resuming: a strong ETag, else Last-Modified. Weak

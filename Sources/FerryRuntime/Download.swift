@@ -27,7 +27,10 @@ final class Download {
     /// The validator sent in `If-Range` with the range request.
     let ifRange: String?
 
-    private let hasher = SHA256Hasher()
+    /// Small files are hashed inline as bytes arrive; large ones on a second thread (`BackgroundHasher`).
+    private let inlineHasher: SHA256Hasher?
+    private var backgroundHasher: BackgroundHasher?
+    static let backgroundHashThreshold: Int64 = 8 << 20
     var headers = ResponseHeaders()
     private var decided = false
     private var accepting = false
@@ -62,9 +65,15 @@ final class Download {
         if ftruncate(fd, off_t(offset)) != 0 {
             throw .localIO("cannot truncate the partial file for \(entry.path): \(FileSystem.errorText())")
         }
-        if offset > 0 { try hasher.update(fileDescriptor: fd, length: offset) }
         if lseek(fd, off_t(offset), SEEK_SET) < 0 {
             throw .localIO("cannot seek in the partial file for \(entry.path): \(FileSystem.errorText())")
+        }
+        if (entry.size ?? Int64.max) >= Download.backgroundHashThreshold {
+            inlineHasher = nil
+            backgroundHasher = BackgroundHasher(fd: fd, prefix: offset)
+        } else {
+            inlineHasher = SHA256Hasher()
+            if offset > 0 { try inlineHasher!.update(fileDescriptor: fd, length: offset) }
         }
         requestedOffset = offset
         written = offset
@@ -96,6 +105,45 @@ final class Download {
             fail("the server sent more than the manifest's \(size) bytes", discard: true)
             return 0
         }
+        if let backgroundHasher {
+            // Large file: gather libcurl's 16 KiB pieces into 1 MiB buffers for the hashing thread.
+            var taken = 0
+            while taken < count {
+                if pending == nil { pending = backgroundHasher.acquire() }
+                let n = min(count - taken, BackgroundHasher.bufferSize - pendingCount)
+                pending!.advanced(by: pendingCount).copyMemory(from: bytes + taken, byteCount: n)
+                pendingCount += n
+                taken += n
+                if pendingCount == BackgroundHasher.bufferSize && !flush() { return 0 }
+            }
+        } else {
+            guard writeAll(bytes, count) else { return 0 }
+            inlineHasher?.update(bytes, count: count)
+        }
+        written += Int64(count)
+        received += Int64(count)
+        return count
+    }
+
+    /// The buffer being filled for the hashing thread, and how much of it is filled.
+    private var pending: UnsafeMutableRawPointer?
+    private var pendingCount = 0
+
+    /// Writes the pending buffer to the file and hands it to the hashing thread.
+    private func flush() -> Bool {
+        guard let buffer = pending, let backgroundHasher else { return true }
+        pending = nil
+        let count = pendingCount
+        pendingCount = 0
+        guard writeAll(buffer, count) else {
+            backgroundHasher.release(buffer)
+            return false
+        }
+        backgroundHasher.submit(buffer, count: count)
+        return true
+    }
+
+    private func writeAll(_ bytes: UnsafeRawPointer, _ count: Int) -> Bool {
         var offset = 0
         while offset < count {
             let n = Glibc.write(fd, bytes + offset, count - offset)
@@ -104,14 +152,11 @@ final class Download {
                 let code = errno
                 fail("cannot write the partial file: \(FileSystem.errorText(code))", discard: false)
                 localIOFailure = code
-                return 0
+                return false
             }
             offset += n
         }
-        hasher.update(bytes, count: count)
-        written += Int64(count)
-        received += Int64(count)
-        return count
+        return true
     }
 
     /// errno of a local write failure (disk full...), which is a local I/O error, not the remote's.
@@ -149,7 +194,15 @@ final class Download {
                     fail("cannot truncate the partial file: \(FileSystem.errorText())", discard: true)
                     return
                 }
-                hasher.reset()
+                if let inlineHasher {
+                    inlineHasher.reset()
+                } else {
+                    if let buffer = pending { backgroundHasher?.release(buffer) }
+                    pending = nil
+                    pendingCount = 0
+                    backgroundHasher?.cancel()
+                    backgroundHasher = BackgroundHasher(fd: fd, prefix: 0)
+                }
                 written = 0
                 checkpointed = 0
                 restartReason = ifRange == nil
@@ -188,7 +241,14 @@ final class Download {
         if let size = entry.size, written != size {
             return .failed(message: "the server sent \(written) of \(size) bytes (truncated)", keepPartial: written < size, connectivity: false)
         }
-        let sha = hasher.finalizeHex()
+        guard flush() else {
+            return .failed(message: failure ?? "cannot write the partial file", keepPartial: false, connectivity: false)
+        }
+        let digest = inlineHasher?.finalizeHex() ?? backgroundHasher?.finish()
+        backgroundHasher = nil
+        guard let sha = digest else {
+            return .failed(message: "cannot read back the partial file to hash it", keepPartial: false, connectivity: false)
+        }
         guard sha == entry.sha256 else {
             return .failed(message: "content does not match the manifest: SHA-256 is \(sha), the manifest says \(entry.sha256)",
                            keepPartial: false, connectivity: false)
@@ -196,8 +256,18 @@ final class Download {
         return .verified
     }
 
-    /// Syncs the partial's data to disk so its length can be recorded as resume data.
-    func syncData() -> Bool { fdatasync(fd) == 0 }
+    /// Writes out buffered bytes and syncs the partial's data to disk, so its length can be
+    /// recorded as resume data.
+    func syncData() -> Bool { flush() && fdatasync(fd) == 0 }
+
+    /// Stops any hashing and closes the partial file. Call once, when done with the download.
+    func close() {
+        if let buffer = pending { backgroundHasher?.release(buffer) }
+        pending = nil
+        backgroundHasher?.cancel()
+        backgroundHasher = nil
+        Glibc.close(fd)
+    }
 }
 
 let downloadWriteCallback: ferry_data_callback = { buffer, size, count, userdata in

@@ -141,7 +141,7 @@ public final class PullSync {
         // Record the tasks before any byte moves, and drop state of paths no longer listed.
         _ = try store.pruneTasks(session: session.name, keeping: Set(manifest.entries.map(\.path)))
         let tasks = try store.queueDownloads(session: session.name, entries: plan.downloads.map(\.entry))
-        root.removePartials(keeping: Set(try store.tasks(session: session.name).filter { $0.state != .done }.map(\.id)))
+        root.removePartials(keeping: try store.unfinishedTaskIDs(session: session.name))
 
         var localIOError: String?
         for entry in plan.metadataFixes {
@@ -243,6 +243,14 @@ public final class PullSync {
         var pending = plan.downloads[...]
         var storeError: FerryError?
         var counts = (downloaded: 0, failed: 0, bytes: Int64(0))
+        // Tasks that started since the last write to the store; recorded in batches, not one
+        // transaction per file.
+        var started: [(id: Int64, attempts: Int)] = []
+        func recordStarted() {
+            guard !started.isEmpty else { return }
+            do throws(FerryError) { try store.markRunning(started) } catch { storeError = error }
+            started.removeAll(keepingCapacity: true)
+        }
 
         func fail(_ path: RelativePath, _ task: TransferTask?, _ message: String, bytesDone: Int64 = 0, validator: String? = nil) {
             counts.failed += 1
@@ -261,7 +269,7 @@ public final class PullSync {
                             let download = try Download(task: task, entry: item.entry, reason: item.reason,
                                                         url: session.remote.url(for: item.entry.path), fd: fd, scheme: settings.scheme,
                                                         resumeFrom: task.bytesDone, validator: task.validator)
-                            try store.markRunning(task.id, attempts: task.attempts + 1)
+                            started.append((task.id, task.attempts + 1))
                             emit(.fileStarted(path: item.entry.path, size: item.entry.size, reason: item.reason))
                             if download.requestedOffset > 0 { emit(.fileResumed(path: item.entry.path, offset: download.requestedOffset)) }
                             return download
@@ -277,9 +285,11 @@ public final class PullSync {
                 return nil
             },
             onCheckpoint: { download in
+                recordStarted()
                 do throws(FerryError) { try store.checkpoint(download.task.id, bytesDone: download.checkpointed, validator: download.validator) } catch { storeError = error }
             },
             onFinish: { batch in
+                recordStarted()
                 var done: [(task: TransferTask, cache: CachedHash)] = []
                 var doneDownloads: [Download] = []
                 for (download, outcome) in batch {
@@ -312,7 +322,7 @@ public final class PullSync {
                         let kept = download.syncData() ? download.written : download.checkpointed
                         try? store.checkpoint(download.task.id, bytesDone: kept, validator: download.validator)
                     }
-                    close(download.fd)
+                    download.close()
                 }
                 guard !done.isEmpty else { return }
                 do throws(FerryError) {
@@ -331,11 +341,13 @@ public final class PullSync {
                 }
             },
             onTick: { active in
+                recordStarted()
                 progress.active = active.map { SyncProgress.Active(path: $0.entry.path, done: $0.written, size: $0.entry.size) }
                 progress.bytesDone = completedBytes + active.reduce(0) { $0 + $1.written }
                 observer.progress(progress)
             },
             shouldStop: { storeError != nil })
+        recordStarted()
         progress.active = []
         progress.bytesDone = completedBytes
         observer.progress(progress)

@@ -23,7 +23,10 @@ final class SQLiteDatabase {
         sqlite3_extended_result_codes(db, 1)
     }
 
-    deinit { sqlite3_close_v2(handle) }
+    deinit {
+        cache.removeAll()
+        sqlite3_close_v2(handle)
+    }
 
     func error(_ what: String) -> FerryError {
         .localIO("state database \(path): \(what): \(String(cString: sqlite3_errmsg(handle)))")
@@ -36,6 +39,16 @@ final class SQLiteDatabase {
             sqlite3_free(message)
             throw .localIO("state database \(path): \(text)")
         }
+    }
+
+    private var cache: [String: SQLiteStatement] = [:]
+
+    /// A prepared statement kept for reuse (for statements run once per file).
+    func cached(_ sql: String) throws(FerryError) -> SQLiteStatement {
+        if let s = cache[sql] { return s }
+        let s = try prepare(sql)
+        cache[sql] = s
+        return s
     }
 
     func prepare(_ sql: String) throws(FerryError) -> SQLiteStatement {

@@ -161,9 +161,18 @@ public final class StateStore {
     /// and the same content (hash and size) keeps its resume data; any other existing row is reset.
     /// Returns the rows as they now stand.
     public func queueDownloads(session: String, entries: [ManifestEntry]) throws(FerryError) -> [RelativePath: TransferTask] {
+        guard !entries.isEmpty else { return [:] }
         let now = Timestamp.now().rfc3339
+        // Only what resuming needs; timestamps are left at zero.
         var existing: [RelativePath: TransferTask] = [:]
-        for t in try tasks(session: session) { existing[t.path] = t }
+        let rows = try db.prepare("SELECT id, path, state, size, sha256, bytes_done, validator, attempts FROM tasks WHERE session = ?").bind(.text(session))
+        while try rows.step() {
+            let path = RelativePath(trusted: rows.text(1) ?? "")
+            existing[path] = TransferTask(
+                id: rows.int(0), session: session, path: path, direction: .pull, state: TaskState(rawValue: rows.text(2) ?? "") ?? .queued,
+                size: rows.isNull(3) ? nil : rows.int(3), sha256: rows.text(4) ?? "", bytesDone: rows.int(5), validator: rows.text(6),
+                attempts: Int(rows.int(7)), lastError: nil, createdAt: Timestamp(seconds: 0), updatedAt: Timestamp(seconds: 0))
+        }
         return try db.transaction { () throws(FerryError) -> [RelativePath: TransferTask] in
             let insert = try db.prepare("""
                 INSERT INTO tasks (session, path, direction, state, size, sha256, bytes_done, validator, attempts, last_error, created_at, updated_at)
@@ -202,7 +211,11 @@ public final class StateStore {
     /// Removes the rows of paths the manifest no longer lists; returns their ids (their partial
     /// files are now garbage).
     public func pruneTasks(session: String, keeping wanted: Set<RelativePath>) throws(FerryError) -> [Int64] {
-        let gone = try tasks(session: session).filter { !wanted.contains($0.path) }.map(\.id)
+        var gone: [Int64] = []
+        let rows = try db.prepare("SELECT id, path FROM tasks WHERE session = ?").bind(.text(session))
+        while try rows.step() {
+            if !wanted.contains(RelativePath(trusted: rows.text(1) ?? "")) { gone.append(rows.int(0)) }
+        }
         guard !gone.isEmpty else { return [] }
         try db.transaction { () throws(FerryError) in
             let delete = try db.prepare("DELETE FROM tasks WHERE id = ?")
@@ -211,19 +224,32 @@ public final class StateStore {
         return gone
     }
 
-    public func markRunning(_ id: Int64, attempts: Int) throws(FerryError) {
-        try db.prepare("UPDATE tasks SET state = 'running', attempts = ?, updated_at = ? WHERE id = ?")
-            .bind(.int(Int64(attempts)), .text(Timestamp.now().rfc3339), .int(id)).run()
+    /// Ids of tasks that may own a partial file (every state but done).
+    public func unfinishedTaskIDs(session: String) throws(FerryError) -> Set<Int64> {
+        var ids = Set<Int64>()
+        let rows = try db.prepare("SELECT id FROM tasks WHERE session = ? AND state != 'done'").bind(.text(session))
+        while try rows.step() { ids.insert(rows.int(0)) }
+        return ids
+    }
+
+    /// Marks tasks as being transferred (with their attempt count), in one transaction.
+    public func markRunning(_ tasks: [(id: Int64, attempts: Int)]) throws(FerryError) {
+        guard !tasks.isEmpty else { return }
+        let now = Timestamp.now().rfc3339
+        try db.transaction { () throws(FerryError) in
+            let s = try db.cached("UPDATE tasks SET state = 'running', attempts = ?, updated_at = ? WHERE id = ?")
+            for t in tasks { try s.bind(.int(Int64(t.attempts)), .text(now), .int(t.id)).run() }
+        }
     }
 
     /// Records how many bytes of the partial are synced to disk, and the validator they came with.
     public func checkpoint(_ id: Int64, bytesDone: Int64, validator: String?) throws(FerryError) {
-        try db.prepare("UPDATE tasks SET bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
+        try db.cached("UPDATE tasks SET bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
             .bind(.int(bytesDone), .optional(validator), .text(Timestamp.now().rfc3339), .int(id)).run()
     }
 
     public func markFailed(_ id: Int64, error: String, bytesDone: Int64, validator: String?) throws(FerryError) {
-        try db.prepare("UPDATE tasks SET state = 'failed', last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
+        try db.cached("UPDATE tasks SET state = 'failed', last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
             .bind(.text(error), .int(bytesDone), .optional(validator), .text(Timestamp.now().rfc3339), .int(id)).run()
     }
 
@@ -232,7 +258,7 @@ public final class StateStore {
         guard !done.isEmpty else { return }
         let now = Timestamp.now().rfc3339
         try db.transaction { () throws(FerryError) in
-            let update = try db.prepare("UPDATE tasks SET state = 'done', bytes_done = ?, last_error = NULL, updated_at = ? WHERE id = ?")
+            let update = try db.cached("UPDATE tasks SET state = 'done', bytes_done = ?, last_error = NULL, updated_at = ? WHERE id = ?")
             for d in done {
                 try update.bind(.int(d.cache.size), .text(now), .int(d.task.id)).run()
             }
@@ -259,7 +285,7 @@ public final class StateStore {
     }
 
     private func saveHashesInTransaction(session: String, _ hashes: [(RelativePath, CachedHash)]) throws(FerryError) {
-        let s = try db.prepare("INSERT OR REPLACE INTO hash_cache (session, path, size, mtime_ns, ctime_ns, inode, sha256) VALUES (?, ?, ?, ?, ?, ?, ?)")
+        let s = try db.cached("INSERT OR REPLACE INTO hash_cache (session, path, size, mtime_ns, ctime_ns, inode, sha256) VALUES (?, ?, ?, ?, ?, ?, ?)")
         for (path, h) in hashes {
             try s.bind(.text(session), .text(path.string), .int(h.size), .int(h.mtime.nanosecondsSinceEpoch),
                        .int(h.ctime.nanosecondsSinceEpoch), .int(Int64(bitPattern: h.inode)), .text(h.sha256)).run()

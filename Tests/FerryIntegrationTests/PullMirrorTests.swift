@@ -13,7 +13,7 @@ struct PullMirrorTests {
         box.publish("ünïcødé/ç é.txt", "non-ascii\n")
         box.publish("q?#%&+;=.txt", "reserved characters\n")
         box.publish("empty", "")
-        box.publish("large.bin", randomData(6_000_000, seed: 3))
+        box.publish("large.bin", randomData(12_000_000, seed: 3))  // hashed on a second thread (≥ 8 MiB), checkpointed
         box.publish("private/mode600.txt", "private\n", mode: 0o600)
         box.publish("bin/tool.sh", "#!/bin/sh\necho hi\n", mode: 0o755)
     }
@@ -102,7 +102,7 @@ struct PullMirrorTests {
     @Test func worksWithPythonHTTPServerWithoutRangesOrETags() throws {
         let box = Sandbox("python")
         box.publish("one.txt", "one\n")
-        box.publish("sub/two.bin", randomData(300_000, seed: 9))
+        box.publish("sub/two.bin", randomData(9_000_000, seed: 9))
         box.publish("sp ace/ü.txt", "three\n")
         box.buildManifest()
         let server = try PythonServer(directory: box.published, plain: true)

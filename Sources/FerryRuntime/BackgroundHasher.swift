@@ -1,0 +1,127 @@
+import Glibc
+import FerryCore
+
+/// Hashes a large download on a second thread, so that on a 2-core machine receiving and hashing
+/// overlap instead of taking turns. The writer fills 1 MiB buffers from a small pool, writes each
+/// to the partial file, and hands it over with `submit`; this thread hashes it from memory and
+/// returns it to the pool. A resumed download's prefix is first hashed from the file.
+/// All shared state is guarded by one pthread mutex (hence `@unchecked Sendable`).
+final class BackgroundHasher: @unchecked Sendable {
+    static let bufferSize = 1 << 20
+    private static let bufferCount = 4
+
+    private let fd: Int32
+    private let prefix: Int64
+    private let hasher = SHA256Hasher()
+    private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
+    private let work = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    private let returned = UnsafeMutablePointer<pthread_cond_t>.allocate(capacity: 1)
+    private let buffers: [UnsafeMutableRawPointer]
+    private var free: [UnsafeMutableRawPointer]
+    private var queue: [(UnsafeMutableRawPointer, Int)] = []
+    private var closing = false
+    private var cancelled = false
+    private var failed = false
+    private var thread = pthread_t()
+    private var joined = false
+
+    /// Starts a hasher whose first `prefix` bytes are read from `fd` (a resumed partial file).
+    init(fd: Int32, prefix: Int64) {
+        self.fd = fd
+        self.prefix = prefix
+        buffers = (0..<BackgroundHasher.bufferCount).map { _ in
+            UnsafeMutableRawPointer.allocate(byteCount: BackgroundHasher.bufferSize, alignment: 4096)
+        }
+        free = buffers
+        pthread_mutex_init(mutex, nil)
+        pthread_cond_init(work, nil)
+        pthread_cond_init(returned, nil)
+        let context = Unmanaged.passRetained(self).toOpaque()
+        pthread_create(&thread, nil, { context in
+            let hasher = Unmanaged<BackgroundHasher>.fromOpaque(context!).takeRetainedValue()
+            hasher.loop()
+            return nil
+        }, context)
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        pthread_cond_destroy(work)
+        pthread_cond_destroy(returned)
+        mutex.deallocate()
+        work.deallocate()
+        returned.deallocate()
+        buffers.forEach { $0.deallocate() }
+    }
+
+    /// An empty buffer of `bufferSize` bytes (waits while all are being hashed).
+    func acquire() -> UnsafeMutableRawPointer {
+        pthread_mutex_lock(mutex)
+        while free.isEmpty { pthread_cond_wait(returned, mutex) }
+        let buffer = free.removeLast()
+        pthread_mutex_unlock(mutex)
+        return buffer
+    }
+
+    /// Hands over a buffer holding the next `count` bytes of the file.
+    func submit(_ buffer: UnsafeMutableRawPointer, count: Int) {
+        pthread_mutex_lock(mutex)
+        queue.append((buffer, count))
+        pthread_cond_signal(work)
+        pthread_mutex_unlock(mutex)
+    }
+
+    /// Gives back a buffer without hashing it.
+    func release(_ buffer: UnsafeMutableRawPointer) {
+        pthread_mutex_lock(mutex)
+        free.append(buffer)
+        pthread_cond_signal(returned)
+        pthread_mutex_unlock(mutex)
+    }
+
+    /// Waits until everything submitted is hashed; the digest, or nil if the prefix could not be read.
+    func finish() -> String? {
+        pthread_mutex_lock(mutex)
+        closing = true
+        pthread_cond_signal(work)
+        pthread_mutex_unlock(mutex)
+        join()
+        return failed ? nil : hasher.finalizeHex()
+    }
+
+    /// Stops without a result (the download failed, restarted or was interrupted).
+    func cancel() {
+        pthread_mutex_lock(mutex)
+        cancelled = true
+        pthread_cond_signal(work)
+        pthread_mutex_unlock(mutex)
+        join()
+    }
+
+    private func join() {
+        guard !joined else { return }
+        pthread_join(thread, nil)
+        joined = true
+    }
+
+    private func loop() {
+        if prefix > 0 {
+            do { try hasher.update(fileDescriptor: fd, length: prefix) } catch { failed = true }
+        }
+        pthread_mutex_lock(mutex)
+        while !cancelled {
+            if !queue.isEmpty {
+                let (buffer, count) = queue.removeFirst()
+                pthread_mutex_unlock(mutex)
+                if !failed { hasher.update(buffer, count: count) }
+                pthread_mutex_lock(mutex)
+                free.append(buffer)
+                pthread_cond_signal(returned)
+                continue
+            }
+            if closing { break }
+            pthread_cond_wait(work, mutex)
+        }
+        pthread_mutex_unlock(mutex)
+    }
+}

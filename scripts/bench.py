@@ -1,0 +1,239 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark of ferry and its peers (see scripts/bench.sh).
+
+Every workload runs each tool in turn, round after round (alternated, so drift hits all alike),
+into fresh directories on tmpfs, and reports the median wall time and peak RSS per tool, with
+ferry's ratio to each peer and to the target of product.md §8.
+"""
+import argparse
+import hashlib
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+BASE = "/dev/shm/ferry-bench"
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def wait_port(port, timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.02)
+    raise SystemExit(f"nothing listening on {port}")
+
+
+def run(cmd, env=None, cwd=None):
+    """Runs a command; returns (wall seconds, peak RSS in MiB, exit status)."""
+    errfile = BASE + "/stderr.txt"
+    start = time.monotonic()
+    with open(errfile, "wb") as err_out:
+        # posix_spawn: the child's peak RSS must not include a fork of this Python process.
+        pid = os.posix_spawnp(cmd[0], cmd, env or os.environ,
+                              file_actions=[(os.POSIX_SPAWN_OPEN, 1, "/dev/null", os.O_WRONLY, 0),
+                                            (os.POSIX_SPAWN_DUP2, err_out.fileno(), 2)])
+        _, status, usage = os.wait4(pid, 0)
+    wall = time.monotonic() - start
+    err = open(errfile, errors="replace").read()
+    code = os.waitstatus_to_exitcode(status)
+    if code != 0:
+        print(f"  ! {' '.join(cmd[:3])}... exited {code}: {err[-400:]}", file=sys.stderr)
+    return wall, usage.ru_maxrss / 1024, code
+
+
+def fresh(path):
+    shutil.rmtree(path, ignore_errors=True)
+    os.makedirs(path)
+    return path
+
+
+class Nginx:
+    def __init__(self, root, log=False):
+        self.dir = fresh(BASE + "/nginx")
+        self.port = free_port()
+        user = "user root;" if os.getuid() == 0 else ""
+        access = f"access_log {self.dir}/access.log bench;" if log else "access_log off;"
+        conf = f"""
+{user}
+daemon off; worker_processes 2; pid {self.dir}/nginx.pid; error_log {self.dir}/error.log;
+events {{ worker_connections 1024; }}
+http {{
+  log_format bench '$request $status $body_bytes_sent';
+  {access}
+  client_body_temp_path {self.dir}/b; proxy_temp_path {self.dir}/p; fastcgi_temp_path {self.dir}/f;
+  uwsgi_temp_path {self.dir}/u; scgi_temp_path {self.dir}/s;
+  default_type application/octet-stream; sendfile on; tcp_nopush on; keepalive_requests 1000000;
+  server {{ listen 127.0.0.1:{self.port}; root {root}; autoindex on; }}
+}}"""
+        open(self.dir + "/nginx.conf", "w").write(conf)
+        self.proc = subprocess.Popen(["nginx", "-c", self.dir + "/nginx.conf", "-p", self.dir + "/"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.port)
+        self.url = f"http://127.0.0.1:{self.port}/"
+
+    def stop(self):
+        self.proc.terminate()
+        self.proc.wait()
+
+
+def ferry_config(path, remote, local, state, transfers):
+    open(path, "w").write(f"[agent]\nstate = {state}\ntransfers = {transfers}\n\n"
+                          f"[session bench]\nremote = {remote}\nlocal = {local}\n")
+
+
+def median_table(results):
+    return {tool: (statistics.median(w for w, _ in runs), max(r for _, r in runs)) for tool, runs in results.items()}
+
+
+def measure(name, tools, runs):
+    """tools: list of (label, prepare(), command()) — prepare runs untimed before each run."""
+    print(f"== {name}", file=sys.stderr)
+    results = {label: [] for label, _, _ in tools}
+    for r in range(runs):
+        for label, prepare, command in tools:
+            if prepare:
+                prepare()
+            wall, rss, code = run(command())
+            if code == 0:
+                results[label].append((wall, rss))
+            print(f"  run {r + 1} {label:28s} {wall:7.3f}s {rss:7.1f} MiB", file=sys.stderr)
+    return median_table({k: v for k, v in results.items() if v})
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--ferry", required=True)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--output", required=True)
+    a = ap.parse_args()
+    ferry = a.ferry
+    shutil.rmtree(BASE, ignore_errors=True)
+    www = fresh(BASE + "/www")
+    out = BASE + "/out"
+    sections = []
+
+    # ---- data
+    print("preparing data on tmpfs...", file=sys.stderr)
+    big = fresh(www + "/big")
+    with open(big + "/1GiB.bin", "wb") as f:
+        for _ in range(1024):
+            f.write(os.urandom(1 << 20))
+    small = fresh(www + "/small")
+    for d in range(100):
+        os.makedirs(f"{small}/d{d:02}")
+        for i in range(100):
+            with open(f"{small}/d{d:02}/f{i:03}.bin", "wb") as f:
+                f.write(os.urandom(4096))
+    subprocess.run([ferry, "manifest", "build", big, "--quiet"], check=True)
+    subprocess.run([ferry, "manifest", "build", small, "--quiet"], check=True)
+    h = hashlib.sha256()
+    with open(big + "/1GiB.bin", "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    big_sha = h.hexdigest()
+    nginx = Nginx(www)
+    url = nginx.url
+
+    # ---- 1 GiB download
+    cfg = BASE + "/ferry-big.conf"
+    ferry_config(cfg, url + "big/", out + "/ferry", out + "/ferry-state", 8)
+    tools = [
+        ("ferry sync now", lambda: (fresh(out), ferry_config(cfg, url + "big/", out + "/ferry", out + "/ferry-state", 8)),
+         lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"]),
+        ("curl -o", lambda: fresh(out), lambda: ["curl", "-sf", "-o", out + "/curl.bin", url + "big/1GiB.bin"]),
+        ("rclone copyurl", lambda: fresh(out), lambda: ["rclone", "--config", "/dev/null", "copyurl", url + "big/1GiB.bin", out + "/rclone.bin"]),
+        ("aria2c --checksum", lambda: fresh(out), lambda: ["aria2c", "-q", "--file-allocation=none", "--allow-overwrite=true",
+                                                           f"--checksum=sha-256={big_sha}", "-d", out, "-o", "aria2.bin", url + "big/1GiB.bin"]),
+        ("curl + sha256sum", lambda: fresh(out), lambda: ["sh", "-c", f"curl -sf -o {out}/c.bin {url}big/1GiB.bin && sha256sum {out}/c.bin"]),
+    ]
+    sections.append(("1 GiB file", measure("1 GiB download", tools, a.runs), "curl -o", 0.8, "wall ≤ 0.8 × curl -o; peak RSS ≤ 64 MiB"))
+
+    # ---- 10,000 × 4 KiB
+    curl_cfg = BASE + "/curl-small.cfg"
+    with open(curl_cfg, "w") as f:
+        for d in range(100):
+            for i in range(100):
+                f.write(f'url = "{url}small/d{d:02}/f{i:03}.bin"\noutput = "{out}/curl/d{d:02}/f{i:03}.bin"\n')
+    aria_list = BASE + "/aria2-small.txt"
+    with open(aria_list, "w") as f:
+        for d in range(100):
+            for i in range(100):
+                f.write(f"{url}small/d{d:02}/f{i:03}.bin\n  out=d{d:02}/f{i:03}.bin\n")
+    scfg = BASE + "/ferry-small.conf"
+    tools = [
+        ("ferry sync now (16)", lambda: (fresh(out), ferry_config(scfg, url + "small/", out + "/ferry", out + "/ferry-state", 16)),
+         lambda: [ferry, "sync", "now", "--config", scfg, "--quiet"]),
+        ("curl --parallel (16)", lambda: fresh(out), lambda: ["curl", "-sf", "--parallel", "--parallel-max", "16", "--create-dirs", "-K", curl_cfg]),
+        ("rclone copy --transfers 16", lambda: fresh(out), lambda: ["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone",
+                                                                     "--http-url", url + "small/", "--transfers", "16", "--exclude", "manifest.json"]),
+        ("aria2c -j16", lambda: fresh(out), lambda: ["aria2c", "-q", "-j16", "--file-allocation=none", "-d", out + "/aria2", "-i", aria_list]),
+        ("wget -r", lambda: fresh(out), lambda: ["wget", "-q", "-r", "-np", "-nH", "--cut-dirs=1", "-P", out + "/wget", url + "small/"]),
+    ]
+    sections.append(("10,000 × 4 KiB files", measure("10,000 × 4 KiB", tools, a.runs), "rclone copy --transfers 16", 0.6,
+                     "wall ≤ 0.6 × rclone copy --transfers 16; ≤ 1.2 × curl --parallel"))
+
+    # ---- unchanged 10,000-file tree
+    fresh(out)
+    ferry_config(scfg, url + "small/", out + "/ferry", out + "/ferry-state", 16)
+    subprocess.run([ferry, "sync", "now", "--config", scfg, "--quiet"], check=True)
+    subprocess.run(["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone", "--http-url", url + "small/",
+                    "--transfers", "16", "--exclude", "manifest.json"], check=True, stderr=subprocess.DEVNULL)
+    tools = [
+        ("ferry sync now (304)", None, lambda: [ferry, "sync", "now", "--config", scfg, "--quiet"]),
+        ("rclone copy (no-op)", None, lambda: ["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone", "--http-url",
+                                              url + "small/", "--transfers", "16", "--exclude", "manifest.json"]),
+        ("find + stat of every file (floor)", None, lambda: ["sh", "-c", f"find {out}/ferry -type f -print0 | xargs -0 stat >/dev/null"]),
+    ]
+    sections.append(("unchanged 10,000-file tree", measure("unchanged tree", tools, a.runs), "rclone copy (no-op)", 0.3,
+                     "wall ≤ 0.3 × rclone no-op copy"))
+    nginx.stop()
+
+    versions = {}
+    for tool, cmd in [("curl", ["curl", "--version"]), ("aria2c", ["aria2c", "--version"]), ("rclone", ["rclone", "--version"]),
+                      ("wget", ["wget", "--version"]), ("nginx", ["nginx", "-v"])]:
+        p = subprocess.run(cmd, capture_output=True, text=True)
+        versions[tool] = ((p.stdout or p.stderr).splitlines() or ["?"])[0]
+    write_report(a.output, sections, a.runs, versions)
+    shutil.rmtree(BASE, ignore_errors=True)
+
+
+def write_report(path, sections, runs, versions):
+    lines = ["# Benchmarks", "",
+             "Written by `scripts/bench.sh` (do not edit by hand). nginx on 127.0.0.1, output on tmpfs "
+             f"(`/dev/shm`), fresh directories for every run, median of {runs} alternated runs; RSS is the peak "
+             "over the runs. ferry verifies size and SHA-256, fsyncs, renames atomically and records every task "
+             "in SQLite; curl, rclone and wget do none of that (aria2c `--checksum` verifies).",
+             "", f"Machine: {os.cpu_count()} cores, {os.uname().release}. Peers: " + "; ".join(f"{k}: {v}" for k, v in versions.items()), ""]
+    for title, table, reference, target, target_text in sections:
+        lines += [f"## {title}", "", f"Target: {target_text}.", "", "| tool | median wall | peak RSS | ferry ÷ tool |", "|---|---:|---:|---:|"]
+        ferry_label = next(k for k in table if k.startswith("ferry"))
+        fw, frss = table[ferry_label]
+        for tool, (w, rss) in table.items():
+            ratio = "—" if tool == ferry_label else f"{fw / w:.2f}"
+            lines.append(f"| {tool} | {w:.3f} s | {rss:.1f} MiB | {ratio} |")
+        if reference in table:
+            r = fw / table[reference][0]
+            verdict = "meets" if r <= target else "misses"
+            lines += ["", f"ferry ÷ {reference} = **{r:.2f}** (target ≤ {target}): {verdict} the target."]
+        lines.append("")
+    open(path, "w").write("\n".join(lines))
+    print(f"wrote {path}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
