@@ -120,21 +120,21 @@ public struct RelativePath: Hashable, Comparable, Sendable, CustomStringConverti
     /// The path with each segment percent-encoded, for appending to a remote URL. Only RFC 3986
     /// unreserved characters stay as they are.
     public var percentEncoded: String {
-        var out = ""
-        out.reserveCapacity(string.utf8.count)
-        let hex: [Character] = Array("0123456789ABCDEF")
+        var out: [UInt8] = []
+        out.reserveCapacity(string.utf8.count + 8)
+        let hex = Array("0123456789ABCDEF".utf8)
         for b in string.utf8 {
             switch b {
             case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
                  UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."),
                  UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: "/"):
-                out.append(Character(Unicode.Scalar(b)))
+                out.append(b)
             default:
-                out.append("%")
+                out.append(UInt8(ascii: "%"))
                 out.append(hex[Int(b >> 4)])
                 out.append(hex[Int(b & 0xF)])
             }
         }
-        return out
+        return String(decoding: out, as: UTF8.self)
     }
 }

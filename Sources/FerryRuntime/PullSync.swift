@@ -234,126 +234,13 @@ public final class PullSync {
     private func transfer(plan: Plan, tasks: [RelativePath: TransferTask], root: LocalRoot, store: StateStore,
                           result: inout SyncResult, localIOError: inout String?) throws(FerryError) {
         guard !plan.downloads.isEmpty else { return }
-        let settings = try ConfigLoader.httpSettings(for: session)
-        let engine = DownloadEngine(settings: settings, concurrency: agent.transfers)
-        var progress = SyncProgress(session: session.name)
-        progress.filesTotal = plan.downloads.count
-        progress.bytesTotal = plan.downloadBytes
-        var completedBytes: Int64 = 0
-        var pending = plan.downloads[...]
-        var storeError: FerryError?
-        var counts = (downloaded: 0, failed: 0, bytes: Int64(0))
-        // Tasks that started since the last write to the store; recorded in batches, not one
-        // transaction per file.
-        var started: [(id: Int64, attempts: Int)] = []
-        func recordStarted() {
-            guard !started.isEmpty else { return }
-            do throws(FerryError) { try store.markRunning(started) } catch { storeError = error }
-            started.removeAll(keepingCapacity: true)
-        }
-
-        func fail(_ path: RelativePath, _ task: TransferTask?, _ message: String, bytesDone: Int64 = 0, validator: String? = nil) {
-            counts.failed += 1
-            progress.filesFailed += 1
-            if let task { try? store.markFailed(task.id, error: message, bytesDone: bytesDone, validator: validator) }
-            emit(.fileFailed(path: path, error: message))
-        }
-
-        engine.run(
-            next: { () -> Download? in
-                while let item = pending.popFirst() {
-                    guard let task = tasks[item.entry.path] else { continue }
-                    do throws(FerryError) {
-                        let fd = try root.openPartial(taskID: task.id)
-                        do throws(FerryError) {
-                            let download = try Download(task: task, entry: item.entry, reason: item.reason,
-                                                        url: session.remote.url(for: item.entry.path), fd: fd, scheme: settings.scheme,
-                                                        resumeFrom: task.bytesDone, validator: task.validator)
-                            started.append((task.id, task.attempts + 1))
-                            emit(.fileStarted(path: item.entry.path, size: item.entry.size, reason: item.reason))
-                            if download.requestedOffset > 0 { emit(.fileResumed(path: item.entry.path, offset: download.requestedOffset)) }
-                            return download
-                        } catch {
-                            close(fd)
-                            throw error
-                        }
-                    } catch {
-                        if error.category == .localIO { localIOError = localIOError ?? error.message }
-                        fail(item.entry.path, task, error.message)
-                    }
-                }
-                return nil
-            },
-            onCheckpoint: { download in
-                recordStarted()
-                do throws(FerryError) { try store.checkpoint(download.task.id, bytesDone: download.checkpointed, validator: download.validator) } catch { storeError = error }
-            },
-            onFinish: { batch in
-                recordStarted()
-                var done: [(task: TransferTask, cache: CachedHash)] = []
-                var doneDownloads: [Download] = []
-                for (download, outcome) in batch {
-                    let path = download.entry.path
-                    if let reason = download.restartReason { emit(.fileRestarted(path: path, reason: reason)) }
-                    switch outcome {
-                    case .verified:
-                        do throws(FerryError) {
-                            let placed = try root.commit(partialFD: download.fd, taskID: download.task.id, to: path,
-                                                         mode: download.entry.mode, mtime: download.entry.mtime)
-                            done.append((download.task, CachedHash(size: placed.size, mtime: placed.mtime, ctime: placed.ctime,
-                                                                   inode: placed.inode, sha256: download.entry.sha256)))
-                            doneDownloads.append(download)
-                        } catch {
-                            if error.category == .localIO { localIOError = localIOError ?? error.message }
-                            fail(path, download.task, error.message)
-                        }
-                    case let .failed(message, keepPartial, _):
-                        if let errno = download.localIOFailure, errno == ENOSPC || errno == EDQUOT || errno == EROFS || errno == EIO {
-                            localIOError = localIOError ?? "\(session.local): \(message)"
-                        }
-                        var kept: Int64 = 0
-                        if keepPartial && download.syncData() {
-                            kept = download.written
-                        } else {
-                            root.removePartial(taskID: download.task.id)
-                        }
-                        fail(path, download.task, message, bytesDone: kept, validator: keepPartial ? download.validator : nil)
-                    case .interrupted:
-                        let kept = download.syncData() ? download.written : download.checkpointed
-                        try? store.checkpoint(download.task.id, bytesDone: kept, validator: download.validator)
-                    }
-                    download.close()
-                }
-                guard !done.isEmpty else { return }
-                do throws(FerryError) {
-                    // Directory entries durable first, then the tasks are done (rule 2's order).
-                    try root.syncDirectories()
-                    try store.markDone(session: session.name, done)
-                    for d in doneDownloads {
-                        counts.downloaded += 1
-                        counts.bytes += d.received
-                        completedBytes += d.entry.size ?? d.written
-                        progress.filesDone += 1
-                        emit(.fileDone(path: d.entry.path, size: d.written, fetched: d.received))
-                    }
-                } catch {
-                    storeError = error
-                }
-            },
-            onTick: { active in
-                recordStarted()
-                progress.active = active.map { SyncProgress.Active(path: $0.entry.path, done: $0.written, size: $0.entry.size) }
-                progress.bytesDone = completedBytes + active.reduce(0) { $0 + $1.written }
-                observer.progress(progress)
-            },
-            shouldStop: { storeError != nil })
-        recordStarted()
-        progress.active = []
-        progress.bytesDone = completedBytes
-        observer.progress(progress)
-        result.downloaded += counts.downloaded
-        result.failed += counts.failed
-        result.bytes += counts.bytes
-        if let storeError { throw storeError }
+        let transfers = PullTransfers(session: session, root: root, store: store, settings: try ConfigLoader.httpSettings(for: session),
+                                      observer: observer, emit: { [unowned self] in self.emit($0) }, plan: plan)
+        transfers.run(plan.downloads, tasks: tasks, concurrency: agent.transfers)
+        result.downloaded += transfers.downloaded
+        result.failed += transfers.failed
+        result.bytes += transfers.bytesFetched
+        if let error = transfers.localIOError { localIOError = localIOError ?? error }
+        if let error = transfers.storeError { throw error }
     }
 }

@@ -248,9 +248,9 @@ public final class StateStore {
             .bind(.int(bytesDone), .optional(validator), .text(Timestamp.now().rfc3339), .int(id)).run()
     }
 
-    public func markFailed(_ id: Int64, error: String, bytesDone: Int64, validator: String?) throws(FerryError) {
-        try db.cached("UPDATE tasks SET state = 'failed', last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
-            .bind(.text(error), .int(bytesDone), .optional(validator), .text(Timestamp.now().rfc3339), .int(id)).run()
+    public func markFailed(_ id: Int64, attempts: Int, error: String, bytesDone: Int64, validator: String?) throws(FerryError) {
+        try db.cached("UPDATE tasks SET state = 'failed', attempts = ?, last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
+            .bind(.int(Int64(attempts)), .text(error), .int(bytesDone), .optional(validator), .text(Timestamp.now().rfc3339), .int(id)).run()
     }
 
     /// Marks files done and remembers their verified hashes, in one transaction.
@@ -258,9 +258,9 @@ public final class StateStore {
         guard !done.isEmpty else { return }
         let now = Timestamp.now().rfc3339
         try db.transaction { () throws(FerryError) in
-            let update = try db.cached("UPDATE tasks SET state = 'done', bytes_done = ?, last_error = NULL, updated_at = ? WHERE id = ?")
+            let update = try db.cached("UPDATE tasks SET state = 'done', attempts = ?, bytes_done = ?, last_error = NULL, updated_at = ? WHERE id = ?")
             for d in done {
-                try update.bind(.int(d.cache.size), .text(now), .int(d.task.id)).run()
+                try update.bind(.int(Int64(d.task.attempts + 1)), .int(d.cache.size), .text(now), .int(d.task.id)).run()
             }
             try saveHashesInTransaction(session: session, done.map { ($0.task.path, $0.cache) })
         }
