@@ -1,62 +1,180 @@
 #!/usr/bin/env python3
-"""ferry's own test HTTP server: serves a directory like `python3 -m http.server` (no ranges, no
-ETags) and adds what tests need to see and to break.
+"""ferry's own test HTTP server, with fault injection.
 
-  --log FILE                 append one JSON line per request: method, path, headers that matter
+Serves a directory over HTTP/1.1 (keep-alive) with Range, If-Range and strong ETags, like nginx,
+and misbehaves on request. Options:
+
+  --log FILE                 append one JSON line per request: method, path, headers that matter, status
   --redirect PREFIX=URL      answer GETs under PREFIX with 302 to URL + the rest of the path
   --require-basic USER:PASS  answer 401 unless the request carries these basic credentials
+  --faults FILE              JSON read on every request: {"<path>": {fault: value, ...}, "*": {...}}
 
-Used by the integration tests; started and stopped by them on 127.0.0.1.
+Faults (per path, "*" for all):
+  "rate": N              send the body at about N bytes per second (slow drip)
+  "reset_after": N       close the connection abruptly after N body bytes (connection reset)
+  "truncate_after": N    announce the full length but close cleanly after N body bytes
+  "statuses": [503, ...] answer the first requests for the path with these statuses, in order
+  "retry_after": S       with "statuses": add Retry-After: S
+  "ignore_range": true   answer range requests with 200 and the whole body
+  "wrong_range": N       answer range requests with a Content-Range starting N bytes off
+  "etag": "\"x\""        use this ETag (change it to simulate a changed file)
+  "no_validators": true  send neither ETag nor Last-Modified
+  "stall_after": N       after N body bytes, send nothing more (until the client gives up)
+
+Started and stopped by the integration tests and by the quickstart, on 127.0.0.1 only.
 """
 import argparse
 import base64
-import functools
-import http.server
+import email.utils
 import json
 import os
+import socket
 import sys
 import threading
+import time
+import urllib.parse
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
-class Handler(http.server.SimpleHTTPRequestHandler):
+class State:
     options = None
     lock = threading.Lock()
+    counts = {}
+
+
+def load_faults(path):
+    if not State.options.faults:
+        return {}
+    try:
+        with open(State.options.faults) as f:
+            table = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    merged = dict(table.get("*", {}))
+    merged.update(table.get(path, {}))
+    return merged
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
 
     def log_message(self, format, *args):
         pass
 
-    def record(self):
-        if not self.options.log:
+    def record(self, status):
+        if not State.options.log:
             return
-        entry = {
-            "method": self.command,
-            "path": self.path,
-            "authorization": self.headers.get("Authorization"),
-            "range": self.headers.get("Range"),
-            "if_range": self.headers.get("If-Range"),
-        }
-        with self.lock, open(self.options.log, "a") as f:
+        entry = {"method": self.command, "path": self.path, "status": status,
+                 "authorization": self.headers.get("Authorization"), "range": self.headers.get("Range"),
+                 "if_range": self.headers.get("If-Range"), "if_none_match": self.headers.get("If-None-Match")}
+        with State.lock, open(State.options.log, "a") as f:
             f.write(json.dumps(entry) + "\n")
 
+    def simple(self, status, headers=None, body=b""):
+        self.record(status)
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_HEAD(self):
+        self.do_GET()
+
     def do_GET(self):
-        self.record()
-        for rule in self.options.redirect:
+        path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+        for rule in State.options.redirect:
             prefix, target = rule.split("=", 1)
             if self.path.startswith(prefix):
-                self.send_response(302)
-                self.send_header("Location", target + self.path[len(prefix):])
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-        if self.options.require_basic:
-            expected = "Basic " + base64.b64encode(self.options.require_basic.encode()).decode()
+                return self.simple(302, {"Location": target + self.path[len(prefix):]})
+        if State.options.require_basic:
+            expected = "Basic " + base64.b64encode(State.options.require_basic.encode()).decode()
             if self.headers.get("Authorization") != expected:
-                self.send_response(401)
-                self.send_header("WWW-Authenticate", 'Basic realm="ferry"')
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-                return
-        super().do_GET()
+                return self.simple(401, {"WWW-Authenticate": 'Basic realm="ferry"'})
+        faults = load_faults(path)
+        with State.lock:
+            n = State.counts.get(path, 0)
+            State.counts[path] = n + 1
+        statuses = faults.get("statuses", [])
+        if n < len(statuses):
+            headers = {"Retry-After": str(faults["retry_after"])} if "retry_after" in faults else {}
+            return self.simple(statuses[n], headers, b"injected failure\n")
+
+        full = os.path.realpath(os.path.join(State.options.directory, path.lstrip("/")))
+        if not full.startswith(os.path.realpath(State.options.directory)) or not os.path.isfile(full):
+            return self.simple(404, {}, b"not found\n")
+        st = os.stat(full)
+        size = st.st_size
+        etag = faults.get("etag", '"%x-%x-%x"' % (st.st_mtime_ns, size, st.st_ino))
+        last_modified = email.utils.formatdate(st.st_mtime, usegmt=True)
+        validators = {} if faults.get("no_validators") else {"ETag": etag, "Last-Modified": last_modified}
+
+        if not faults.get("no_validators") and self.headers.get("If-None-Match") == etag:
+            return self.simple(304, validators)
+
+        start, status = 0, 200
+        rng = self.headers.get("Range")
+        if rng and rng.startswith("bytes=") and not faults.get("ignore_range"):
+            if_range = self.headers.get("If-Range")
+            if if_range is None or if_range in (etag, last_modified):
+                first = rng[6:].split("-", 1)[0]
+                if first.isdigit():
+                    start = int(first)
+                    if start >= size:
+                        return self.simple(416, {"Content-Range": "bytes */%d" % size})
+                    status = 206
+        headers = dict(validators)
+        headers["Accept-Ranges"] = "bytes"
+        if status == 206:
+            shown = start + int(faults.get("wrong_range", 0))
+            headers["Content-Range"] = "bytes %d-%d/%d" % (shown, size - 1, size)
+        self.record(status)
+        self.send_response(status)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(size - start))
+        self.end_headers()
+        if self.command == "HEAD":
+            return
+        self.send_body(full, start, size, faults)
+
+    def send_body(self, full, start, size, faults):
+        rate = faults.get("rate")
+        reset_after = faults.get("reset_after")
+        truncate_after = faults.get("truncate_after")
+        stall_after = faults.get("stall_after")
+        sent = 0
+        chunk = 16384 if rate else 262144
+        with open(full, "rb") as f:
+            f.seek(start)
+            began = time.monotonic()
+            while start + sent < size:
+                limit = chunk
+                for cut in (reset_after, truncate_after, stall_after):
+                    if cut is not None:
+                        limit = min(limit, max(0, cut - sent))
+                if limit == 0:
+                    if reset_after is not None and sent >= reset_after:
+                        self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    if stall_after is not None and sent >= stall_after:
+                        time.sleep(3600)
+                    self.close_connection = True
+                    self.connection.close()
+                    return
+                data = f.read(limit)
+                if not data:
+                    break
+                try:
+                    self.wfile.write(data)
+                except (BrokenPipeError, ConnectionResetError):
+                    return
+                sent += len(data)
+                if rate:
+                    ahead = sent / rate - (time.monotonic() - began)
+                    if ahead > 0:
+                        time.sleep(ahead)
 
 
 def main():
@@ -66,12 +184,10 @@ def main():
     parser.add_argument("--log")
     parser.add_argument("--redirect", action="append", default=[])
     parser.add_argument("--require-basic")
-    options = parser.parse_args()
-    Handler.options = options
-    handler = functools.partial(Handler, directory=options.directory)
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", options.port), handler)
+    parser.add_argument("--faults")
+    State.options = parser.parse_args()
+    server = ThreadingHTTPServer(("127.0.0.1", State.options.port), Handler)
     server.daemon_threads = True
-    print("ready", flush=True)
     server.serve_forever()
 
 

@@ -17,6 +17,8 @@ public struct AgentConfig: Sendable, Equatable {
     public var state: String = "/var/lib/ferry"
     /// Concurrent transfers across sessions.
     public var transfers: Int = 8
+    /// After SIGTERM or SIGINT, the longest a run takes to checkpoint and exit.
+    public var stopTimeout: Double = 5
 }
 
 public enum Direction: String, Sendable {
@@ -105,6 +107,8 @@ public struct SessionConfig: Sendable {
     /// A transfer slower than `minSpeed` bytes/s for `stallTimeout` seconds is abandoned.
     public var minSpeed: Int64 = 1024
     public var stallTimeout: Double = 60
+    /// Stop starting work after this long and exit 3 (like `--max-duration`); nil = no limit.
+    public var maxDuration: Double?
 
     /// The manifest's URL.
     public var manifestURL: String {

@@ -5,10 +5,10 @@
 /// line or from ` #` after a value. Relative paths are resolved against the config file's directory.
 public enum ConfigParser {
     /// Every key, per section kind. The one place keys are defined; `config/ferry.conf` documents them.
-    public static let agentKeys = ["state", "transfers"]
+    public static let agentKeys = ["state", "transfers", "stop-timeout"]
     public static let sessionKeys = [
         "remote", "manifest", "local", "direction", "poll", "delete", "max-delete", "allow-rollback",
-        "ca-file", "basic-auth-file", "bearer-token-file", "connect-timeout", "min-speed", "stall-timeout",
+        "ca-file", "basic-auth-file", "bearer-token-file", "connect-timeout", "min-speed", "stall-timeout", "max-duration",
     ]
 
     private struct Line {
@@ -93,6 +93,8 @@ public enum ConfigParser {
                             throw fail(line, "'\(line.value)' is not a number from 1 to 256")
                         }
                         agent.transfers = n
+                    case "stop-timeout":
+                        agent.stopTimeout = try duration(line, minimum: 1, fail)
                     default: break
                     }
                 }
@@ -130,6 +132,8 @@ public enum ConfigParser {
                     session.connectTimeout = try duration(line, minimum: 1, fail)
                 case "stall-timeout":
                     session.stallTimeout = try duration(line, minimum: 1, fail)
+                case "max-duration":
+                    session.maxDuration = try duration(line, minimum: 1, fail)
                 case "delete": session.delete = try bool(line, fail)
                 case "allow-rollback": session.allowRollback = try bool(line, fail)
                 case "max-delete":

@@ -8,6 +8,8 @@ public struct Event: Sendable {
         case fileStarted(path: RelativePath, size: Int64?, reason: Plan.Reason)
         case fileResumed(path: RelativePath, offset: Int64)
         case fileRestarted(path: RelativePath, reason: String)
+        /// Stopped by a deadline or signal with `offset` bytes kept as resume data.
+        case fileInterrupted(path: RelativePath, offset: Int64)
         case fileDone(path: RelativePath, size: Int64, fetched: Int64)
         case fileFailed(path: RelativePath, error: String)
         case metadataFixed(path: RelativePath)
@@ -35,6 +37,7 @@ public struct Event: Sendable {
         case .fileStarted: return "file-started"
         case .fileResumed: return "file-resumed"
         case .fileRestarted: return "file-restarted"
+        case .fileInterrupted: return "file-interrupted"
         case .fileDone: return "file-done"
         case .fileFailed: return "file-failed"
         case .metadataFixed: return "metadata-fixed"
@@ -63,7 +66,7 @@ public struct Event: Sendable {
             s("path", path.string)
             if let size { n("size", size) }
             s("reason", reason.rawValue)
-        case let .fileResumed(path, offset):
+        case let .fileResumed(path, offset), let .fileInterrupted(path, offset):
             s("path", path.string); n("offset", offset)
         case let .fileRestarted(path, reason):
             s("path", path.string); s("reason", reason)

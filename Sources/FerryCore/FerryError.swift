@@ -25,6 +25,8 @@ public struct FerryError: Error, Equatable, Sendable, CustomStringConvertible {
         case busy
         /// One file failed (its transfer, or a local path in its way); the run goes on with the others.
         case transfer
+        /// A deadline or signal stopped the run; work remains and the next run resumes it.
+        case stopped
     }
 
     public let category: Category
@@ -44,6 +46,7 @@ public struct FerryError: Error, Equatable, Sendable, CustomStringConvertible {
         case .localIO: return .localIO
         case .busy: return .sessionBusy
         case .transfer: return .someFilesFailed
+        case .stopped: return .incomplete
         }
     }
 

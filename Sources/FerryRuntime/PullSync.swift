@@ -28,7 +28,12 @@ public protocol SyncObserver: AnyObject {
 
 public struct SyncOptions: Sendable {
     public var dryRun = false
-    public init(dryRun: Bool = false) { self.dryRun = dryRun }
+    /// When to stop early (deadline, signal); a stopped run exits 3 and the next one resumes.
+    public var stop = StopCondition(maxDuration: nil)
+    public init(dryRun: Bool = false, stop: StopCondition = StopCondition(maxDuration: nil)) {
+        self.dryRun = dryRun
+        self.stop = stop
+    }
 }
 
 /// The outcome of one run for one session.
@@ -83,7 +88,7 @@ public final class PullSync {
             var lock: SessionLock?
             if !options.dryRun {
                 lock = try SessionLock(stateDirectory: agent.state, session: session.name)
-                try state.recordRunStarted(session: session.name, pid: getpid(), deadline: nil)
+                try state.recordRunStarted(session: session.name, pid: getpid(), deadline: options.stop.deadlineTime)
             }
             try cycle(store: state, result: &result)
             withExtendedLifetime(lock) {}
@@ -120,6 +125,7 @@ public final class PullSync {
         var hashes: [RelativePath: String] = [:]
         var fresh: [(RelativePath, CachedHash)] = []
         for entry in manifest.entries {
+            if let reason = options.stop.reason { throw FerryError(.stopped, "\(reason) while hashing local files; nothing was changed") }
             let local = scan.entries[entry.path]
             let cached = cache[entry.path]
             if let local, let cached, cached.isValid(for: local) { hashes[entry.path] = cached.sha256 }
@@ -159,11 +165,13 @@ public final class PullSync {
             emit(.fileFailed(path: path, error: "\(session.local)/\(path.string) is a directory where the manifest has a file; remove it"))
         }
 
-        try transfer(plan: plan, tasks: tasks, root: root, store: store, result: &result, localIOError: &localIOError)
+        let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, result: &result, localIOError: &localIOError)
 
         // Deletions only after every transfer succeeded (rule 7), and capped.
         if !plan.deletions.isEmpty {
-            if result.failed > 0 {
+            if let stopped {
+                emit(.warning(message: "\(plan.deletions.count) deletions postponed: \(stopped)"))
+            } else if result.failed > 0 {
                 let note = "\(plan.deletions.count) deletions postponed because \(result.failed) files failed"
                 emit(.warning(message: note))
             } else if plan.deletions.count > session.maxDelete {
@@ -194,6 +202,9 @@ public final class PullSync {
         } else if result.failed > 0 {
             result.exitCode = .someFilesFailed
             result.message = result.message ?? "\(result.failed) of \(plan.downloads.count + plan.metadataFixes.count + plan.blocked.count) files failed"
+        } else if let stopped {
+            result.exitCode = .incomplete
+            result.message = "\(stopped); the next run resumes where this one stopped"
         }
     }
 
@@ -231,16 +242,18 @@ public final class PullSync {
         }
     }
 
+    /// Runs the downloads; returns why it stopped early, if it did.
     private func transfer(plan: Plan, tasks: [RelativePath: TransferTask], root: LocalRoot, store: StateStore,
-                          result: inout SyncResult, localIOError: inout String?) throws(FerryError) {
-        guard !plan.downloads.isEmpty else { return }
+                          result: inout SyncResult, localIOError: inout String?) throws(FerryError) -> String? {
+        guard !plan.downloads.isEmpty else { return options.stop.reason }
         let transfers = PullTransfers(session: session, root: root, store: store, settings: try ConfigLoader.httpSettings(for: session),
-                                      observer: observer, emit: { [unowned self] in self.emit($0) }, plan: plan)
+                                      observer: observer, emit: { [unowned self] in self.emit($0) }, plan: plan, stop: options.stop)
         transfers.run(plan.downloads, tasks: tasks, concurrency: agent.transfers)
         result.downloaded += transfers.downloaded
         result.failed += transfers.failed
         result.bytes += transfers.bytesFetched
         if let error = transfers.localIOError { localIOError = localIOError ?? error }
         if let error = transfers.storeError { throw error }
+        return transfers.stopped
     }
 }

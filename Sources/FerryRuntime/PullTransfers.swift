@@ -15,6 +15,9 @@ final class PullTransfers {
     private let settings: HTTPSettings
     private let emit: (Event.Body) -> Void
     private let observer: SyncObserver
+    private let stop: StopCondition
+    /// Why the run stopped before all downloads finished, if it did.
+    private(set) var stopped: String?
 
     private(set) var downloaded = 0
     private(set) var failed = 0
@@ -31,7 +34,8 @@ final class PullTransfers {
     private var lastFlush = MonotonicClock.seconds()
 
     init(session: SessionConfig, root: LocalRoot, store: StateStore, settings: HTTPSettings, observer: SyncObserver,
-         emit: @escaping (Event.Body) -> Void, plan: Plan) {
+         emit: @escaping (Event.Body) -> Void, plan: Plan, stop: StopCondition) {
+        self.stop = stop
         self.session = session
         self.root = root
         self.store = store
@@ -57,7 +61,14 @@ final class PullTransfers {
             onCheckpoint: { download in self.checkpoint(download) },
             onFinish: { batch in self.finish(batch) },
             onTick: { active in self.tick(active) },
-            shouldStop: { self.storeError != nil })
+            shouldStop: {
+                if self.storeError != nil { return true }
+                if let reason = self.stop.reason {
+                    self.stopped = reason
+                    return true
+                }
+                return false
+            })
         flush()
         progress.active = []
         progress.bytesDone = completedBytes
@@ -141,6 +152,7 @@ final class PullTransfers {
             case .interrupted:
                 let kept = download.syncData() ? download.written : download.checkpointed
                 try? store.checkpoint(download.task.id, bytesDone: kept, validator: download.validator)
+                emit(.fileInterrupted(path: path, offset: kept))
             }
             download.close()
         }

@@ -77,18 +77,20 @@ public final class StateStore {
         try FileSystem.makeDirectories(directory, mode: 0o700)
         db = try SQLiteDatabase(path: directory + "/ferry.db")
         try db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+        if try db.userVersion < StateStore.migrations.count {
+            // Another ferry may be migrating at this moment: read the version again under the write lock.
+            try db.transaction { () throws(FerryError) in
+                let version = try db.userVersion
+                for (i, sql) in StateStore.migrations.enumerated() where i >= version {
+                    try db.execute(sql)
+                }
+                if version < StateStore.migrations.count { try db.execute("PRAGMA user_version = \(StateStore.migrations.count)") }
+            }
+        }
         let version = try db.userVersion
         if version > StateStore.migrations.count {
             throw .localIO("state database \(db.path) was written by a newer ferry (schema \(version))",
                            hint: "run the newer ferry, or point [agent] state at another directory")
-        }
-        if version < StateStore.migrations.count {
-            try db.transaction { () throws(FerryError) in
-                for (i, sql) in StateStore.migrations.enumerated() where i >= version {
-                    try db.execute(sql)
-                }
-                try db.execute("PRAGMA user_version = \(StateStore.migrations.count)")
-            }
         }
     }
 

@@ -39,7 +39,13 @@ struct StatusCommand: Command {
     }
 
     private func runState(_ record: SessionRecord?, _ tasks: [TransferTask]) -> String {
-        if let pid = record?.runningPID, kill(pid, 0) == 0 || errno == EPERM { return "running (pid \(pid))" }
+        if let pid = record?.runningPID, kill(pid, 0) == 0 || errno == EPERM {
+            if let deadline = record?.deadline {
+                let left = max(0, deadline.timeInterval - Timestamp.now().timeInterval)
+                return "running (pid \(pid), \(Units.formatDuration(left)) left)"
+            }
+            return "running (pid \(pid))"
+        }
         if tasks.contains(where: { $0.state == .running }) { return "interrupted (resumes next run)" }
         if tasks.contains(where: { $0.state == .queued }) { return "pending" }
         return "idle"
@@ -91,6 +97,7 @@ struct StatusCommand: Command {
             f.append("\"remote\":\(JSONText.quote(s.remote.url))")
             f.append("\"local\":\(JSONText.quote(s.local))")
             f.append("\"state\":\(JSONText.quote(runState(r, tasks)))")
+            f.append("\"deadline\":" + (r?.deadline.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"manifest_version\":" + (r?.manifestVersion.map(String.init) ?? "null"))
             f.append("\"last_run_started\":" + (r?.lastRunStarted.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"last_run_finished\":" + (r?.lastRunFinished.map { JSONText.quote($0.rfc3339) } ?? "null"))

@@ -5,7 +5,7 @@ import FerryRuntime
 struct SyncNowCommand: Command {
     static let words = ["sync", "now"]
     static let summary = "Bring each session's local directory in line with its remote manifest, once."
-    static let usage = "sync now [--config F] [--session ID]... [--dry-run] [--json] [--quiet]"
+    static let usage = "sync now [--config F] [--session ID]... [--max-duration D] [--dry-run] [--json] [--quiet]"
     static let details = """
         Fetches the manifest (a conditional GET: an unchanged manifest costs one round trip), scans the
         local directory, downloads new and changed files into .ferry/ under the local root, verifies size
@@ -13,10 +13,15 @@ struct SyncNowCommand: Command {
         manifest no longer lists are removed after every transfer succeeded (at most max-delete).
         Every file's transfer is recorded, so an interrupted run resumes where it stopped.
 
+        At the --max-duration deadline (or the session's max-duration), or on SIGTERM/SIGINT, ferry starts
+        nothing new, keeps what running transfers have fetched as resume data, and exits 3 (within
+        stop-timeout, default 5s). The next run continues from there.
+
         exit codes: 0 in sync · 1 some files failed · 2 usage or config error · 3 incomplete ·
                     4 remote unreachable or manifest invalid/refused · 5 local I/O error · 6 session busy
         """
     static let options = [CommonOptions.config, CommonOptions.sessions,
+                          OptionSpec("--max-duration", value: "D", "stop after D (e.g. 90s, 15m), keep resume data, exit 3"),
                           OptionSpec("--dry-run", "print what would be done; change nothing"),
                           CommonOptions.json, CommonOptions.quiet, CommonOptions.help]
 
@@ -24,6 +29,7 @@ struct SyncNowCommand: Command {
     let sessions: [String]
     let dryRun: Bool
     let mode: OutputMode
+    let maxDuration: Double?
 
     init(arguments: Arguments) throws(FerryError) {
         try arguments.expectPositionals(0...0, command: Self.name, what: "")
@@ -31,6 +37,14 @@ struct SyncNowCommand: Command {
         sessions = arguments.all("--session")
         dryRun = arguments.has("--dry-run")
         mode = OutputMode(arguments: arguments)
+        if let text = arguments.value("--max-duration") {
+            guard let d = Units.parseDuration(text), d > 0 else {
+                throw .usage("ferry sync now: --max-duration wants a duration like 90s, 15m or 2h, got '\(text)'")
+            }
+            maxDuration = d
+        } else {
+            maxDuration = nil
+        }
     }
 
     func run() throws(FerryError) -> ExitCode {
@@ -41,9 +55,17 @@ struct SyncNowCommand: Command {
         for w in config.warnings where mode == .json {
             reporter.event(Event(time: Timestamp.now(), session: "", body: .warning(message: w)))
         }
+        StopSignals.install(stopTimeout: config.agent.stopTimeout)
+        let stop = StopCondition(maxDuration: maxDuration)
         var worst = ExitCode.inSync
         for session in selected {
-            let result = PullSync(session: session, agent: config.agent, observer: reporter, options: SyncOptions(dryRun: dryRun)).run()
+            if let reason = stop.reason {
+                if mode != .json { Console.err("ferry: \(session.name): not started, \(reason)") }
+                worst = ExitCode.worst(worst, .incomplete)
+                continue
+            }
+            let options = SyncOptions(dryRun: dryRun, stop: stop.limited(to: session.maxDuration))
+            let result = PullSync(session: session, agent: config.agent, observer: reporter, options: options).run()
             if dryRun, let plan = result.plan { printPlan(plan, session: session.name) }
             if let error = result.error, mode != .json { Console.error(error) }
             worst = ExitCode.worst(worst, result.exitCode)

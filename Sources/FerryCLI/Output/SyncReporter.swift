@@ -70,6 +70,8 @@ final class SyncReporter: SyncObserver {
             text += " — \(downloaded) downloaded (\(Units.formatBytes(bytes)) in \(Units.formatFixed(seconds, digits: 2))s\(rate)), \(deleted) deleted, \(failed) failed"
             if let message, code != 0 { text += "\n\(s): \(message)" }
             Console.out(text)
+        case let .fileInterrupted(path, offset):
+            line("\(s): \(path): stopped at \(Units.formatBytes(offset)), kept for the next run")
         case .syncStarted, .fileStarted, .fileDone, .metadataFixed:
             break
         }

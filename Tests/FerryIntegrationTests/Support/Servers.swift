@@ -120,14 +120,19 @@ final class PythonServer {
     private let process: Child
     private let logDirectory: String
 
+    /// The fault table the server reads on every request (see scripts/testserver.py).
+    let faultsFile: String
+
     init(directory: String, extra: [String] = [], plain: Bool = false) throws {
         port = freePort()
         logDirectory = Harness.temporaryDirectory("pylog")
         log = logDirectory + "/requests.jsonl"
+        faultsFile = logDirectory + "/faults.json"
         if plain {
             process = try Child("python3", ["-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", directory])
         } else {
-            process = try Child("python3", [Harness.packageRoot + "/scripts/testserver.py", "--port", String(port), "--directory", directory, "--log", log] + extra)
+            process = try Child("python3", [Harness.packageRoot + "/scripts/testserver.py", "--port", String(port), "--directory", directory,
+                                            "--log", log, "--faults", faultsFile] + extra)
         }
         guard waitForPort(port) else {
             process.stop()
@@ -136,6 +141,15 @@ final class PythonServer {
     }
 
     var url: String { "http://127.0.0.1:\(port)/" }
+
+    /// Replaces the fault table: path (or "*") → fault → value.
+    func setFaults(_ faults: [String: [String: Any]]) {
+        let data = try! JSONSerialization.data(withJSONObject: faults)
+        try! data.write(to: URL(fileURLWithPath: faultsFile + ".tmp"))
+        rename(faultsFile + ".tmp", faultsFile)
+    }
+
+    func clearLog() { try? "".write(toFile: log, atomically: false, encoding: .utf8) }
 
     /// The requests the server saw, one dictionary each.
     func requests() -> [[String: Any]] {

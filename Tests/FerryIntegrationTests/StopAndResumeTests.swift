@@ -1,0 +1,100 @@
+import Foundation
+import Testing
+
+/// Deadlines, signals and resume data: a stopped run exits 3 having kept what it fetched, and the
+/// next run continues from there with Range + If-Range.
+@Suite(.serialized)
+struct StopAndResumeTests {
+    /// A slow server and a 6 MB file: long enough to stop in the middle.
+    func slowSetup(_ label: String) throws -> (Sandbox, PythonServer, Data) {
+        let box = Sandbox(label)
+        let content = randomData(6_000_000, seed: 11)
+        box.publish("slow.bin", content)
+        box.publish("small.txt", "small\n")
+        box.buildManifest()
+        let server = try PythonServer(directory: box.published)
+        server.setFaults(["/slow.bin": ["rate": 1_500_000]])
+        box.configure(remote: server.url)
+        return (box, server, content)
+    }
+
+    func partialBytes(_ box: Sandbox) -> Int {
+        let dir = box.localPath(".ferry/partial")
+        return ((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []).reduce(0) { total, name in
+            var st = stat()
+            return total + (lstat(dir + "/" + name, &st) == 0 ? Int(st.st_size) : 0)
+        }
+    }
+
+    @Test func deadlineStopsWithExitThreeAndTheNextRunResumes() throws {
+        let (box, server, content) = try slowSetup("deadline")
+        defer { server.stop() }
+        let started = Date()
+        let stopped = box.sync(["--max-duration", "1s", "--json"])
+        #expect(stopped.exitCode == 3, "\(stopped.output)")
+        #expect(Date().timeIntervalSince(started) < 10, "stopped near the deadline")
+        let interrupted = try #require(stopped.events(named: "file-interrupted").first)
+        let kept = try #require(interrupted["offset"] as? Int)
+        #expect(kept > 0 && kept < content.count)
+        #expect(!FileManager.default.fileExists(atPath: box.localPath("slow.bin")), "no partial bytes at the final path")
+        #expect(stopped.events(named: "sync-finished").first?["message"] as? String != nil)
+        let status = box.status(["--json"])
+        #expect(status.stdout.contains("\"bytes_done\":\(kept)"), "resume data recorded: \(status.stdout)")
+
+        server.setFaults([:])
+        server.clearLog()
+        let resumed = box.sync(["--json"])
+        #expect(resumed.exitCode == 0, "\(resumed.output)")
+        let event = try #require(resumed.events(named: "file-resumed").first)
+        #expect(event["offset"] as? Int == kept)
+        let done = try #require(resumed.events(named: "file-done").first { $0["path"] as? String == "slow.bin" })
+        #expect(done["fetched"] as? Int == content.count - kept, "only the rest was fetched")
+        let request = try #require(server.requests().first { $0["path"] as? String == "/slow.bin" })
+        #expect(request["range"] as? String == "bytes=\(kept)-")
+        #expect((request["if_range"] as? String)?.hasPrefix("\"") == true, "a strong ETag guards the range")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: box.localPath("slow.bin"))) == content)
+    }
+
+    @Test(arguments: [SIGTERM, SIGINT])
+    func signalStopsWithinTheStopTimeoutAndKeepsResumeData(signal: Int32) throws {
+        let (box, server, content) = try slowSetup("signal")
+        defer { server.stop() }
+        let out = box.directory + "/out.jsonl"
+        let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--json"], stdout: out, stderr: box.directory + "/err")
+        let deadline = Date().addingTimeInterval(20)
+        while partialBytes(box) < 500_000 && Date() < deadline { usleep(20_000) }
+        #expect(partialBytes(box) >= 500_000, "the transfer got going")
+        let sent = Date()
+        child.signal(signal)
+        let status = child.wait(timeout: 15)
+        #expect(status == 3)
+        #expect(Date().timeIntervalSince(sent) < 6, "within stop-timeout (5s)")
+        let events = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
+        #expect(events.contains("\"event\":\"file-interrupted\""))
+        #expect(!FileManager.default.fileExists(atPath: box.localPath("slow.bin")))
+
+        server.setFaults([:])
+        let resumed = box.sync(["--json"])
+        #expect(resumed.exitCode == 0, "\(resumed.output)")
+        #expect((resumed.events(named: "file-resumed").first?["offset"] as? Int ?? 0) > 0)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: box.localPath("slow.bin"))) == content)
+    }
+
+    @Test func statusShowsTheRunningProcessAndItsTimeLeft() throws {
+        let (box, server, _) = try slowSetup("timeleft")
+        defer { server.stop() }
+        let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--max-duration", "5m", "--quiet"])
+        defer { child.stop() }
+        var seen = ""
+        let deadline = Date().addingTimeInterval(15)
+        while Date() < deadline {
+            seen = box.status().stdout
+            if seen.contains("running (pid \(child.pid)") { break }
+            usleep(50_000)
+        }
+        #expect(seen.contains("running (pid \(child.pid), 4m") || seen.contains("running (pid \(child.pid), 5m00s"), "\(seen)")
+        #expect(seen.contains("s left)"))
+        child.signal(SIGTERM)
+        #expect(child.wait(timeout: 10) == 3)
+    }
+}
