@@ -109,6 +109,12 @@ public struct SessionConfig: Sendable {
     public var stallTimeout: Double = 60
     /// Stop starting work after this long and exit 3 (like `--max-duration`); nil = no limit.
     public var maxDuration: Double?
+    /// Tries per file per run after the first, for failures worth retrying.
+    public var retries: Int = 5
+    /// The first retry's delay; each next one doubles, up to 60 s, with jitter.
+    public var retryDelay: Double = 1
+    /// A task still unfinished this long after it was queued fails instead of waiting on.
+    public var resourceTimeout: Double = 7 * 86400
 
     /// The manifest's URL.
     public var manifestURL: String {

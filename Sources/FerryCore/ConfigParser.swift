@@ -9,6 +9,7 @@ public enum ConfigParser {
     public static let sessionKeys = [
         "remote", "manifest", "local", "direction", "poll", "delete", "max-delete", "allow-rollback",
         "ca-file", "basic-auth-file", "bearer-token-file", "connect-timeout", "min-speed", "stall-timeout", "max-duration",
+        "retries", "retry-delay", "resource-timeout",
     ]
 
     private struct Line {
@@ -134,6 +135,13 @@ public enum ConfigParser {
                     session.stallTimeout = try duration(line, minimum: 1, fail)
                 case "max-duration":
                     session.maxDuration = try duration(line, minimum: 1, fail)
+                case "retry-delay":
+                    session.retryDelay = try duration(line, minimum: 0, fail)
+                case "resource-timeout":
+                    session.resourceTimeout = try duration(line, minimum: 1, fail)
+                case "retries":
+                    guard let n = Int(line.value), (0...100).contains(n) else { throw fail(line, "'\(line.value)' is not a number from 0 to 100") }
+                    session.retries = n
                 case "delete": session.delete = try bool(line, fail)
                 case "allow-rollback": session.allowRollback = try bool(line, fail)
                 case "max-delete":

@@ -8,6 +8,10 @@ public struct Event: Sendable {
         case fileStarted(path: RelativePath, size: Int64?, reason: Plan.Reason)
         case fileResumed(path: RelativePath, offset: Int64)
         case fileRestarted(path: RelativePath, reason: String)
+        /// A failed attempt that will be tried again after `delay` seconds.
+        case fileRetrying(path: RelativePath, attempt: Int, delay: Double, error: String)
+        /// The remote cannot be reached: the task waits for connectivity (until resource-timeout).
+        case fileWaiting(path: RelativePath, error: String)
         /// Stopped by a deadline or signal with `offset` bytes kept as resume data.
         case fileInterrupted(path: RelativePath, offset: Int64)
         case fileDone(path: RelativePath, size: Int64, fetched: Int64)
@@ -38,6 +42,8 @@ public struct Event: Sendable {
         case .fileResumed: return "file-resumed"
         case .fileRestarted: return "file-restarted"
         case .fileInterrupted: return "file-interrupted"
+        case .fileRetrying: return "file-retrying"
+        case .fileWaiting: return "file-waiting"
         case .fileDone: return "file-done"
         case .fileFailed: return "file-failed"
         case .metadataFixed: return "metadata-fixed"
@@ -70,6 +76,10 @@ public struct Event: Sendable {
             s("path", path.string); n("offset", offset)
         case let .fileRestarted(path, reason):
             s("path", path.string); s("reason", reason)
+        case let .fileRetrying(path, attempt, delay, error):
+            s("path", path.string); n("attempt", Int64(attempt)); fields.append(("delay", Units.formatFixed(delay, digits: 3))); s("error", error)
+        case let .fileWaiting(path, error):
+            s("path", path.string); s("error", error)
         case let .fileDone(path, size, fetched):
             s("path", path.string); n("size", size); n("fetched", fetched)
         case let .fileFailed(path, error):

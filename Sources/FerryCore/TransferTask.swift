@@ -8,6 +8,9 @@ public enum TaskState: String, Sendable, CaseIterable {
     case done
     /// Gave up; the partial file and validator are kept as resume data.
     case failed
+    /// The remote could not be reached; retried (with the kept resume data) until it can, or
+    /// until `resource-timeout` after the task was queued.
+    case waiting
 }
 
 /// One row of the task table: a file's transfer within a session.

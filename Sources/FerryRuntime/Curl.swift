@@ -22,11 +22,22 @@ public enum Curl {
     /// Codes that mean the remote could not be reached at all (as opposed to a bad answer).
     static func isConnectivityError(_ code: CURLcode) -> Bool {
         switch code {
-        case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_PROXY, CURLE_OPERATION_TIMEDOUT,
-             CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING:
+        case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_PROXY:
             return true
         default:
             return false
+        }
+    }
+
+    /// Whether a transfer that ended with `code` is worth trying again.
+    static func retry(for code: CURLcode) -> Download.Retry {
+        if isConnectivityError(code) { return .connectivity }
+        switch code {
+        case CURLE_OPERATION_TIMEDOUT, CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE,
+             CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_SSL_CONNECT_ERROR:
+            return .later
+        default:
+            return .never
         }
     }
 }
@@ -125,6 +136,13 @@ struct ResponseHeaders {
         return lastModified
     }
 
+    /// `Retry-After` as seconds: a number of seconds or an HTTP-date (RFC 9110 §10.2.3).
+    static func parseRetryAfter(_ value: String) -> Double? {
+        if let seconds = Double(value.trimmingSpaces()), seconds >= 0 { return seconds }
+        guard let date = HTTPDate.parse(value) else { return nil }
+        return max(0, date.timeInterval - Timestamp.now().timeInterval)
+    }
+
     /// `bytes 100-199/1000` → (100, 199, 1000); the total may be `*` (nil).
     static func parseContentRange(_ value: String) -> (first: Int64, last: Int64, total: Int64?)? {
         guard value.hasPrefix("bytes ") else { return nil }
@@ -220,4 +238,17 @@ let headerCallback: ferry_data_callback = { buffer, size, count, userdata in
     let n = size * count
     buffer.map { sink.headers.consume(UnsafeBufferPointer(start: UnsafeRawPointer($0).assumingMemoryBound(to: UInt8.self), count: n)) }
     return n
+}
+
+/// IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the HTTP-date form servers send.
+enum HTTPDate {
+    static func parse(_ text: String) -> Timestamp? {
+        let parts = text.split(separator: " ")
+        guard parts.count == 6, parts[5] == "GMT", let day = Int64(parts[1]), let year = Int64(parts[3]) else { return nil }
+        let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
+        guard let month = months.firstIndex(of: String(parts[2])) else { return nil }
+        let pad = day < 10 ? "0" : ""
+        let m = month + 1 < 10 ? "0\(month + 1)" : "\(month + 1)"
+        return Timestamp(rfc3339: "\(year)-\(m)-\(pad)\(day)T\(parts[4])Z")
+    }
 }

@@ -9,11 +9,29 @@ final class Download {
     enum Outcome {
         /// Size and SHA-256 match the manifest; the partial is ready to commit.
         case verified
-        /// Gave up on this attempt. `keepPartial` says whether the partial (up to `written`) is
-        /// still good resume data; `connectivity` whether the remote could not be reached.
-        case failed(message: String, keepPartial: Bool, connectivity: Bool)
+        /// This attempt failed.
+        case failed(Failure)
         /// Stopped by a deadline or signal; the partial is good resume data.
         case interrupted
+    }
+
+    /// Whether trying again can help.
+    enum Retry {
+        /// No: the answer will be the same (404, a hash that does not match, a full disk).
+        case never
+        /// Yes, after a backoff: a reset, a truncated body, a stall, a 5xx or 429.
+        case later
+        /// Yes, once the remote can be reached again.
+        case connectivity
+    }
+
+    struct Failure {
+        let message: String
+        /// Whether the partial (up to `written`) is still good resume data.
+        let keepPartial: Bool
+        let retry: Retry
+        /// Seconds the server asked to wait (`Retry-After` on 429 and 503).
+        var retryAfter: Double? = nil
     }
 
     let task: TransferTask
@@ -43,6 +61,7 @@ final class Download {
     /// The validator of the response the partial now holds.
     private(set) var validator: String?
     private var failure: String?
+    private var failureRetry = Retry.never
     private var discardPartial = false
     /// Why the download began again from zero, if it did.
     private(set) var restartReason: String?
@@ -162,8 +181,11 @@ final class Download {
     /// errno of a local write failure (disk full...), which is a local I/O error, not the remote's.
     private(set) var localIOFailure: Int32?
 
-    private func fail(_ message: String, discard: Bool) {
-        if failure == nil { failure = message }
+    private func fail(_ message: String, discard: Bool, retry: Retry = .never) {
+        if failure == nil {
+            failure = message
+            failureRetry = retry
+        }
         discardPartial = discardPartial || discard
     }
 
@@ -179,7 +201,8 @@ final class Download {
         case 206:
             guard requestedOffset > 0, let value = headers.contentRange, let range = ResponseHeaders.parseContentRange(value),
                   range.first == requestedOffset else {
-                fail("the server answered the range request for bytes \(requestedOffset)- with Content-Range '\(headers.contentRange ?? "none")'", discard: true)
+                fail("the server answered the range request for bytes \(requestedOffset)- with Content-Range '\(headers.contentRange ?? "none")'; starting again from zero",
+                     discard: true, retry: .later)
                 return
             }
             if let total = range.total, let size = entry.size, total != size {
@@ -223,15 +246,19 @@ final class Download {
     /// The verdict once libcurl reports the transfer done.
     func finish(code: CURLcode, errorText: String?) -> Outcome {
         if !decided && code == CURLE_OK { decide() }
-        if let failure { return .failed(message: failure, keepPartial: !discardPartial, connectivity: false) }
+        if let failure { return .failed(Failure(message: failure, keepPartial: !discardPartial, retry: failureRetry)) }
         guard code == CURLE_OK else {
-            let text = errorText ?? String(cString: curl_easy_strerror(code))
-            return .failed(message: text, keepPartial: true, connectivity: Curl.isConnectivityError(code))
+            var text = errorText ?? String(cString: curl_easy_strerror(code))
+            if code == CURLE_OPERATION_TIMEDOUT && text.contains("too slow") { text = "stalled: " + text }
+            return .failed(Failure(message: text, keepPartial: true, retry: Curl.retry(for: code)))
         }
         if scheme != .file && headers.status != 200 && headers.status != 206 {
-            var message = "HTTP \(headers.status) \(headers.reason)".trimmingSpaces()
-            if headers.status == 416 { message += " (range not satisfiable)" }
-            return .failed(message: message, keepPartial: headers.status != 416, connectivity: false)
+            let status = headers.status
+            var message = "HTTP \(status) \(headers.reason)".trimmingSpaces()
+            if status == 416 { message += " (range not satisfiable); starting again from zero" }
+            let retry: Retry = [408, 416, 425, 429, 500, 502, 503, 504].contains(status) ? .later : .never
+            let after = (status == 429 || status == 503) ? headers.retryAfter.flatMap(ResponseHeaders.parseRetryAfter) : nil
+            return .failed(Failure(message: message, keepPartial: status != 416, retry: retry, retryAfter: after))
         }
         return verify()
     }
@@ -239,19 +266,20 @@ final class Download {
     /// Size and hash against the manifest, for every path that yields a file (rule 4).
     func verify() -> Outcome {
         if let size = entry.size, written != size {
-            return .failed(message: "the server sent \(written) of \(size) bytes (truncated)", keepPartial: written < size, connectivity: false)
+            return .failed(Failure(message: "the server sent \(written) of \(size) bytes (truncated)", keepPartial: written < size,
+                                   retry: written < size ? .later : .never))
         }
         guard flush() else {
-            return .failed(message: failure ?? "cannot write the partial file", keepPartial: false, connectivity: false)
+            return .failed(Failure(message: failure ?? "cannot write the partial file", keepPartial: false, retry: .never))
         }
         let digest = inlineHasher?.finalizeHex() ?? backgroundHasher?.finish()
         backgroundHasher = nil
         guard let sha = digest else {
-            return .failed(message: "cannot read back the partial file to hash it", keepPartial: false, connectivity: false)
+            return .failed(Failure(message: "cannot read back the partial file to hash it", keepPartial: false, retry: .never))
         }
         guard sha == entry.sha256 else {
-            return .failed(message: "content does not match the manifest: SHA-256 is \(sha), the manifest says \(entry.sha256)",
-                           keepPartial: false, connectivity: false)
+            return .failed(Failure(message: "content does not match the manifest: SHA-256 is \(sha), the manifest says \(entry.sha256)",
+                                   keepPartial: false, retry: .never))
         }
         return .verified
     }

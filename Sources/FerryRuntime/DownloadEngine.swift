@@ -33,9 +33,18 @@ final class DownloadEngine {
         let retained: Unmanaged<Download>
     }
 
-    /// Pulls downloads from `next` until it returns nil and all have finished, or until
+    /// What the caller has for the engine next.
+    enum Next {
+        case start(Download)
+        /// Nothing is due yet (retries are waiting out their backoff); ask again shortly.
+        case notYet
+        /// Nothing more will come.
+        case none
+    }
+
+    /// Pulls downloads from `next` until it returns `.none` and all have finished, or until
     /// `shouldStop` says so (then the running ones end as `.interrupted`).
-    func run(next: () -> Download?,
+    func run(next: () -> Next,
              onCheckpoint: (Download) -> Void,
              onFinish: ([(Download, Download.Outcome)]) -> Void,
              onTick: ([Download]) -> Void,
@@ -57,10 +66,17 @@ final class DownloadEngine {
                 if !finished.isEmpty { onFinish(finished) }
                 return
             }
-            while !exhausted && active.count < concurrency {
-                guard let download = next() else {
+            var waiting = false
+            while !exhausted && !waiting && active.count < concurrency {
+                let download: Download
+                switch next() {
+                case .start(let d): download = d
+                case .notYet:
+                    waiting = true
+                    continue
+                case .none:
                     exhausted = true
-                    break
+                    continue
                 }
                 if download.isAlreadyComplete {
                     finished.append((download, download.verify()))
@@ -76,8 +92,11 @@ final class DownloadEngine {
                 if !finished.isEmpty {
                     onFinish(finished)
                     finished.removeAll()
+                    exhausted = false
+                    continue
                 }
                 if exhausted { break }
+                if waiting { usleep(20_000) }
                 continue
             }
 
@@ -95,6 +114,7 @@ final class DownloadEngine {
             if !finished.isEmpty {
                 onFinish(finished)
                 finished.removeAll()
+                exhausted = false  // a failure may have scheduled a retry
             }
             for a in active.values where a.download.written - a.download.checkpointed >= DownloadEngine.checkpointInterval {
                 if a.download.syncData() {

@@ -42,6 +42,8 @@ public struct SyncResult: Sendable {
     public var exitCode: ExitCode = .inSync
     public var downloaded = 0
     public var failed = 0
+    /// Files waiting for connectivity at the end of the run.
+    public var waiting = 0
     public var deleted = 0
     public var bytes: Int64 = 0
     public var hashed = 0
@@ -171,8 +173,8 @@ public final class PullSync {
         if !plan.deletions.isEmpty {
             if let stopped {
                 emit(.warning(message: "\(plan.deletions.count) deletions postponed: \(stopped)"))
-            } else if result.failed > 0 {
-                let note = "\(plan.deletions.count) deletions postponed because \(result.failed) files failed"
+            } else if result.failed > 0 || result.waiting > 0 {
+                let note = "\(plan.deletions.count) deletions postponed because \(result.failed + result.waiting) files did not arrive"
                 emit(.warning(message: note))
             } else if plan.deletions.count > session.maxDelete {
                 result.failed += 0
@@ -202,6 +204,9 @@ public final class PullSync {
         } else if result.failed > 0 {
             result.exitCode = .someFilesFailed
             result.message = result.message ?? "\(result.failed) of \(plan.downloads.count + plan.metadataFixes.count + plan.blocked.count) files failed"
+        } else if result.waiting > 0 {
+            result.exitCode = .remoteOrManifest
+            result.message = "the remote could not be reached for \(result.waiting) files; they wait for connectivity and the next run tries again"
         } else if let stopped {
             result.exitCode = .incomplete
             result.message = "\(stopped); the next run resumes where this one stopped"
@@ -251,9 +256,14 @@ public final class PullSync {
         transfers.run(plan.downloads, tasks: tasks, concurrency: agent.transfers)
         result.downloaded += transfers.downloaded
         result.failed += transfers.failed
+        result.waiting += transfers.waiting
         result.bytes += transfers.bytesFetched
         if let error = transfers.localIOError { localIOError = localIOError ?? error }
         if let error = transfers.storeError { throw error }
+        if transfers.stopped == nil && transfers.unfinished > 0 {
+            // Never report "in sync" with work left undone, whatever the reason.
+            return "\(transfers.unfinished) downloads did not finish"
+        }
         return transfers.stopped
     }
 }

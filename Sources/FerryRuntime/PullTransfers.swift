@@ -2,7 +2,13 @@ import Glibc
 import FerryCore
 
 /// The transfer stage of a pull run: feeds the plan's downloads to the `DownloadEngine`, commits
-/// each verified file into place, and keeps the task table in step.
+/// each verified file into place, retries what is worth retrying, and keeps the task table in step.
+///
+/// Retries: a failed attempt that can succeed later (reset, truncation, stall, 5xx, 429, a wrong
+/// Content-Range) is tried again after a capped exponential backoff with jitter, or after the
+/// server's `Retry-After` if longer, resuming from the data it kept. When the remote cannot be
+/// reached at all, the task ends the run *waiting for connectivity* (exit 4) rather than failed,
+/// until `resource-timeout` after it was queued.
 ///
 /// Durability order (product.md §6 rule 2): data fsynced with the file → rename → directory
 /// fsynced → task marked done. Finished files are committed in groups (up to 256, or every 0.2 s)
@@ -21,6 +27,10 @@ final class PullTransfers {
 
     private(set) var downloaded = 0
     private(set) var failed = 0
+    /// Tasks left waiting for connectivity.
+    private(set) var waiting = 0
+    /// Downloads that neither finished, failed nor wait: only a stop leaves any.
+    var unfinished: Int { progress.filesTotal - downloaded - failed - waiting }
     private(set) var bytesFetched: Int64 = 0
     /// A disk-level failure (full, read-only, I/O error): the run ends with exit code 5.
     private(set) var localIOError: String?
@@ -47,16 +57,27 @@ final class PullTransfers {
         progress.bytesTotal = plan.downloadBytes
     }
 
+    /// A download still to do: its task (resume data, attempts) and when it may start.
+    private struct Item {
+        let download: Plan.Download
+        var task: TransferTask
+        var notBefore: Double = 0
+        var triesThisRun = 0
+    }
+
+    private var ready: ArraySlice<Item> = []
+    /// Items waiting out a backoff, soonest first.
+    private var delayed: [Item] = []
+
     func run(_ downloads: [Plan.Download], tasks: [RelativePath: TransferTask], concurrency: Int) {
         let engine = DownloadEngine(settings: settings, concurrency: concurrency)
-        var pending = downloads[...]
+        ready = ArraySlice(downloads.compactMap { d in tasks[d.entry.path].map { Item(download: d, task: $0) } })
         engine.run(
-            next: { () -> Download? in
-                while let item = pending.popFirst() {
-                    guard let task = tasks[item.entry.path] else { continue }
-                    if let download = start(item, task: task) { return download }
+            next: { () -> DownloadEngine.Next in
+                while let item = self.nextDue() {
+                    if let download = self.start(item) { return .start(download) }
                 }
-                return nil
+                return self.delayed.isEmpty ? .none : .notYet
             },
             onCheckpoint: { download in self.checkpoint(download) },
             onFinish: { batch in self.finish(batch) },
@@ -75,14 +96,26 @@ final class PullTransfers {
         observer.progress(progress)
     }
 
-    private func start(_ item: Plan.Download, task: TransferTask) -> Download? {
+    private func nextDue() -> Item? {
+        if let first = delayed.first, first.notBefore <= MonotonicClock.seconds() { return delayed.removeFirst() }
+        return ready.popFirst()
+    }
+
+    private var items: [Int64: Item] = [:]
+
+    private func start(_ item: Item) -> Download? {
+        var item = item
+        item.task.attempts += 1
+        item.triesThisRun += 1
+        let entry = item.download.entry
         do throws(FerryError) {
-            let fd = try root.openPartial(taskID: task.id)
+            let fd = try root.openPartial(taskID: item.task.id)
             do throws(FerryError) {
-                let download = try Download(task: task, entry: item.entry, reason: item.reason, url: session.remote.url(for: item.entry.path),
-                                            fd: fd, scheme: settings.scheme, resumeFrom: task.bytesDone, validator: task.validator)
-                emit(.fileStarted(path: item.entry.path, size: item.entry.size, reason: item.reason))
-                if download.requestedOffset > 0 { emit(.fileResumed(path: item.entry.path, offset: download.requestedOffset)) }
+                let download = try Download(task: item.task, entry: entry, reason: item.download.reason, url: session.remote.url(for: entry.path),
+                                            fd: fd, scheme: settings.scheme, resumeFrom: item.task.bytesDone, validator: item.task.validator)
+                items[item.task.id] = item
+                if item.triesThisRun == 1 { emit(.fileStarted(path: entry.path, size: entry.size, reason: item.download.reason)) }
+                if download.requestedOffset > 0 { emit(.fileResumed(path: entry.path, offset: download.requestedOffset)) }
                 return download
             } catch {
                 close(fd)
@@ -90,8 +123,50 @@ final class PullTransfers {
             }
         } catch {
             if error.category == .localIO { localIOError = localIOError ?? error.message }
-            fail(item.entry.path, task, error.message)
+            fail(entry.path, item.task, error.message)
             return nil
+        }
+    }
+
+    /// After a failed attempt: try again later, wait for connectivity, or give up.
+    private func retryOrFail(_ download: Download, _ failure: Download.Failure, kept: Int64) {
+        guard var item = items.removeValue(forKey: download.task.id) else { return }
+        let path = download.entry.path
+        item.task.bytesDone = kept
+        item.task.validator = failure.keepPartial ? download.validator : nil
+        let expired = Timestamp.now().timeInterval - item.task.createdAt.timeInterval > session.resourceTimeout
+        if failure.retry == .never || expired {
+            let message = expired && failure.retry != .never
+                ? "\(failure.message) (gave up: unfinished \(Units.formatDuration(session.resourceTimeout)) after it was queued; resource-timeout)"
+                : failure.message
+            fail(path, item.task, message, bytesDone: kept, validator: item.task.validator)
+            return
+        }
+        if item.triesThisRun > session.retries {
+            if failure.retry == .connectivity {
+                waiting += 1
+                record(item.task, state: .waiting, error: failure.message)
+                emit(.fileWaiting(path: path, error: failure.message))
+            } else {
+                fail(path, item.task, failure.message + " (after \(item.triesThisRun) tries)", bytesDone: kept, validator: item.task.validator)
+            }
+            return
+        }
+        let backoff = min(60, session.retryDelay * Double(1 << min(item.triesThisRun - 1, 16)))
+        var delay = backoff * Double.random(in: 0.5...1.0)
+        if let after = failure.retryAfter { delay = max(delay, min(after, 3600)) }
+        item.notBefore = MonotonicClock.seconds() + delay
+        record(item.task, state: failure.retry == .connectivity ? .waiting : .queued, error: failure.message)
+        emit(.fileRetrying(path: path, attempt: item.triesThisRun + 1, delay: delay, error: failure.message))
+        let index = delayed.firstIndex { $0.notBefore > item.notBefore } ?? delayed.count
+        delayed.insert(item, at: index)
+    }
+
+    private func record(_ task: TransferTask, state: TaskState, error: String) {
+        do throws(FerryError) {
+            try store.markRetrying(task.id, state: state, attempts: task.attempts, error: error, bytesDone: task.bytesDone, validator: task.validator)
+        } catch {
+            storeError = error
         }
     }
 
@@ -116,7 +191,7 @@ final class PullTransfers {
         let new = downloads.filter { !markedRunning.contains($0.task.id) }
         guard !new.isEmpty else { return }
         do throws(FerryError) {
-            try store.markRunning(new.map { ($0.task.id, $0.task.attempts + 1) })
+            try store.markRunning(new.map { ($0.task.id, $0.task.attempts) })
             for d in new { markedRunning.insert(d.task.id) }
         } catch {
             storeError = error
@@ -132,24 +207,26 @@ final class PullTransfers {
                 do throws(FerryError) {
                     let placed = try root.commit(partialFD: download.fd, taskID: download.task.id, to: path,
                                                  mode: download.entry.mode, mtime: download.entry.mtime)
+                    items.removeValue(forKey: download.task.id)
                     committed.append((download, CachedHash(size: placed.size, mtime: placed.mtime, ctime: placed.ctime,
                                                            inode: placed.inode, sha256: download.entry.sha256)))
                 } catch {
                     if error.category == .localIO { localIOError = localIOError ?? error.message }
                     fail(path, download.task, error.message)
                 }
-            case let .failed(message, keepPartial, _):
+            case let .failed(failure):
                 if let code = download.localIOFailure, code == ENOSPC || code == EDQUOT || code == EROFS || code == EIO {
-                    localIOError = localIOError ?? "\(session.local): \(message)"
+                    localIOError = localIOError ?? "\(session.local): \(failure.message)"
                 }
                 var kept: Int64 = 0
-                if keepPartial && download.syncData() {
+                if failure.keepPartial && download.syncData() {
                     kept = download.written
                 } else {
                     root.removePartial(taskID: download.task.id)
                 }
-                fail(path, download.task, message, bytesDone: kept, validator: keepPartial ? download.validator : nil)
+                retryOrFail(download, failure, kept: kept)
             case .interrupted:
+                items.removeValue(forKey: download.task.id)
                 let kept = download.syncData() ? download.written : download.checkpointed
                 try? store.checkpoint(download.task.id, bytesDone: kept, validator: download.validator)
                 emit(.fileInterrupted(path: path, offset: kept))
@@ -183,7 +260,7 @@ final class PullTransfers {
         failed += 1
         progress.filesFailed += 1
         do throws(FerryError) {
-            try store.markFailed(task.id, attempts: task.attempts + 1, error: message, bytesDone: bytesDone, validator: validator)
+            try store.markFailed(task.id, attempts: task.attempts, error: message, bytesDone: bytesDone, validator: validator)
         } catch {
             storeError = error
         }

@@ -167,13 +167,14 @@ public final class StateStore {
         let now = Timestamp.now().rfc3339
         // Only what resuming needs; timestamps are left at zero.
         var existing: [RelativePath: TransferTask] = [:]
-        let rows = try db.prepare("SELECT id, path, state, size, sha256, bytes_done, validator, attempts FROM tasks WHERE session = ?").bind(.text(session))
+        let rows = try db.prepare("SELECT id, path, state, size, sha256, bytes_done, validator, attempts, created_at FROM tasks WHERE session = ?").bind(.text(session))
         while try rows.step() {
             let path = RelativePath(trusted: rows.text(1) ?? "")
             existing[path] = TransferTask(
                 id: rows.int(0), session: session, path: path, direction: .pull, state: TaskState(rawValue: rows.text(2) ?? "") ?? .queued,
                 size: rows.isNull(3) ? nil : rows.int(3), sha256: rows.text(4) ?? "", bytesDone: rows.int(5), validator: rows.text(6),
-                attempts: Int(rows.int(7)), lastError: nil, createdAt: Timestamp(seconds: 0), updatedAt: Timestamp(seconds: 0))
+                attempts: Int(rows.int(7)), lastError: nil, createdAt: rows.text(8).flatMap(Timestamp.init(rfc3339:)) ?? Timestamp.now(),
+                updatedAt: Timestamp(seconds: 0))
         }
         return try db.transaction { () throws(FerryError) -> [RelativePath: TransferTask] in
             let insert = try db.prepare("""
@@ -250,6 +251,14 @@ public final class StateStore {
             .bind(.int(bytesDone), .optional(validator), .text(Timestamp.now().rfc3339), .int(id)).run()
     }
 
+    /// Records a failed attempt that will be tried again (`queued`) or that waits for
+    /// connectivity (`waiting`), with its resume data.
+    public func markRetrying(_ id: Int64, state: TaskState, attempts: Int, error: String, bytesDone: Int64, validator: String?) throws(FerryError) {
+        try db.cached("UPDATE tasks SET state = ?, attempts = ?, last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
+            .bind(.text(state.rawValue), .int(Int64(attempts)), .text(error), .int(bytesDone), .optional(validator),
+                  .text(Timestamp.now().rfc3339), .int(id)).run()
+    }
+
     public func markFailed(_ id: Int64, attempts: Int, error: String, bytesDone: Int64, validator: String?) throws(FerryError) {
         try db.cached("UPDATE tasks SET state = 'failed', attempts = ?, last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
             .bind(.int(Int64(attempts)), .text(error), .int(bytesDone), .optional(validator), .text(Timestamp.now().rfc3339), .int(id)).run()
@@ -262,7 +271,7 @@ public final class StateStore {
         try db.transaction { () throws(FerryError) in
             let update = try db.cached("UPDATE tasks SET state = 'done', attempts = ?, bytes_done = ?, last_error = NULL, updated_at = ? WHERE id = ?")
             for d in done {
-                try update.bind(.int(Int64(d.task.attempts + 1)), .int(d.cache.size), .text(now), .int(d.task.id)).run()
+                try update.bind(.int(Int64(d.task.attempts)), .int(d.cache.size), .text(now), .int(d.task.id)).run()
             }
             try saveHashesInTransaction(session: session, done.map { ($0.task.path, $0.cache) })
         }

@@ -47,6 +47,7 @@ struct StatusCommand: Command {
             return "running (pid \(pid))"
         }
         if tasks.contains(where: { $0.state == .running }) { return "interrupted (resumes next run)" }
+        if tasks.contains(where: { $0.state == .waiting }) { return "waiting for connectivity" }
         if tasks.contains(where: { $0.state == .queued }) { return "pending" }
         return "idle"
     }

@@ -70,6 +70,11 @@ final class SyncReporter: SyncObserver {
             text += " — \(downloaded) downloaded (\(Units.formatBytes(bytes)) in \(Units.formatFixed(seconds, digits: 2))s\(rate)), \(deleted) deleted, \(failed) failed"
             if let message, code != 0 { text += "\n\(s): \(message)" }
             Console.out(text)
+        case let .fileRetrying(path, attempt, delay, error):
+            line("\(s): \(path): \(error); try \(attempt) in \(Units.formatFixed(delay, digits: 1))s")
+        case let .fileWaiting(path, error):
+            bars?.clear()
+            Console.warning("\(s): \(path): waiting for connectivity (\(error)); the next run tries again")
         case let .fileInterrupted(path, offset):
             line("\(s): \(path): stopped at \(Units.formatBytes(offset)), kept for the next run")
         case .syncStarted, .fileStarted, .fileDone, .metadataFixed:
