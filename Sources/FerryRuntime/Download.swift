@@ -58,6 +58,8 @@ final class Download {
     private(set) var received: Int64 = 0
     /// Bytes known synced to disk and recorded.
     var checkpointed: Int64
+    /// When the last checkpoint was taken (monotonic seconds).
+    var checkpointTime = MonotonicClock.seconds()
     /// The validator of the response the partial now holds.
     private(set) var validator: String?
     private var failure: String?

@@ -10,9 +10,10 @@ final class DownloadEngine {
     private let settings: HTTPSettings
     private let concurrency: Int
     private var idle: [EasyHandle] = []
-    /// Bytes between checkpoints: data is fdatasync'ed and its length recorded this often, which
-    /// bounds what a crash makes ferry fetch again.
+    /// Checkpoints: every 4 MiB, or every second for slower transfers, a transfer's data is
+    /// fdatasync'ed and its length recorded, which bounds what a crash makes ferry fetch again.
     static let checkpointInterval: Int64 = 4 << 20
+    static let checkpointSeconds = 1.0
 
     init(settings: HTTPSettings, concurrency: Int) {
         self.settings = settings
@@ -116,13 +117,17 @@ final class DownloadEngine {
                 finished.removeAll()
                 exhausted = false  // a failure may have scheduled a retry
             }
-            for a in active.values where a.download.written - a.download.checkpointed >= DownloadEngine.checkpointInterval {
-                if a.download.syncData() {
-                    a.download.checkpointed = a.download.written
-                    onCheckpoint(a.download)
+            let now = MonotonicClock.seconds()
+            for a in active.values {
+                let d = a.download
+                let unsaved = d.written - d.checkpointed
+                guard unsaved >= DownloadEngine.checkpointInterval || (unsaved > 0 && now - d.checkpointTime >= DownloadEngine.checkpointSeconds) else { continue }
+                d.checkpointTime = now
+                if d.syncData() {
+                    d.checkpointed = d.written
+                    onCheckpoint(d)
                 }
             }
-            let now = MonotonicClock.seconds()
             if now - lastTick >= 0.1 {
                 lastTick = now
                 onTick(active.values.map(\.download))
