@@ -12,6 +12,8 @@ public struct Event: Sendable {
         case fileRetrying(path: RelativePath, attempt: Int, delay: Double, error: String)
         /// The remote cannot be reached: the task waits for connectivity (until resource-timeout).
         case fileWaiting(path: RelativePath, error: String)
+        /// Suspended by `ferry cancel`, `offset` bytes kept as resume data.
+        case fileSuspended(path: RelativePath, offset: Int64)
         /// Stopped by a deadline or signal with `offset` bytes kept as resume data.
         case fileInterrupted(path: RelativePath, offset: Int64)
         case fileDone(path: RelativePath, size: Int64, fetched: Int64)
@@ -44,6 +46,7 @@ public struct Event: Sendable {
         case .fileInterrupted: return "file-interrupted"
         case .fileRetrying: return "file-retrying"
         case .fileWaiting: return "file-waiting"
+        case .fileSuspended: return "file-suspended"
         case .fileDone: return "file-done"
         case .fileFailed: return "file-failed"
         case .metadataFixed: return "metadata-fixed"
@@ -72,7 +75,7 @@ public struct Event: Sendable {
             s("path", path.string)
             if let size { n("size", size) }
             s("reason", reason.rawValue)
-        case let .fileResumed(path, offset), let .fileInterrupted(path, offset):
+        case let .fileResumed(path, offset), let .fileInterrupted(path, offset), let .fileSuspended(path, offset):
             s("path", path.string); n("offset", offset)
         case let .fileRestarted(path, reason):
             s("path", path.string); s("reason", reason)

@@ -11,6 +11,8 @@ public enum TaskState: String, Sendable, CaseIterable {
     /// The remote could not be reached; retried (with the kept resume data) until it can, or
     /// until `resource-timeout` after the task was queued.
     case waiting
+    /// Stopped by `ferry cancel`, resume data kept; runs skip it until `ferry resume`.
+    case suspended
 }
 
 /// One row of the task table: a file's transfer within a session.

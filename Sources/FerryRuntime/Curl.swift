@@ -197,7 +197,8 @@ final class EasyHandle {
             // Credentials go to the configured host only, never to a host a redirect names.
             set(CURLOPT_UNRESTRICTED_AUTH, 0)
             set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS))
-            set(CURLOPT_PIPEWAIT, 1)
+            // PIPEWAIT off: waiting for a multiplexed connection serializes transfers over HTTP/1.1.
+            set(CURLOPT_PIPEWAIT, 0)
             set(CURLOPT_TCP_KEEPALIVE, 1)
             set(CURLOPT_CONNECTTIMEOUT_MS, Int(settings.connectTimeout * 1000))
             if let ca = settings.caFile { set(CURLOPT_CAINFO, ca) }

@@ -58,6 +58,8 @@ final class Download {
     private(set) var received: Int64 = 0
     /// Bytes known synced to disk and recorded.
     var checkpointed: Int64
+    /// Set when `ferry cancel` suspended the task: the engine stops it as interrupted.
+    var cancelRequested = false
     /// When the last checkpoint was taken (monotonic seconds).
     var checkpointTime = MonotonicClock.seconds()
     /// The validator of the response the partial now holds.
@@ -143,7 +145,21 @@ final class Download {
         }
         written += Int64(count)
         received += Int64(count)
+        // Checkpoint from here, not from the engine loop: one curl_multi_perform call can take in
+        // tens of MiB on a fast link before the loop runs again.
+        if written - checkpointed >= DownloadEngine.checkpointInterval { takeCheckpoint() }
         return count
+    }
+
+    /// Called after each checkpoint (set by the engine): records `checkpointed` in the task table.
+    var onCheckpoint: ((Download) -> Void)?
+
+    /// Syncs what is written and records it as resume data.
+    func takeCheckpoint() {
+        checkpointTime = MonotonicClock.seconds()
+        guard syncData() else { return }
+        checkpointed = written
+        onCheckpoint?(self)
     }
 
     /// The buffer being filled for the hashing thread, and how much of it is filled.

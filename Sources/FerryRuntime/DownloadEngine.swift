@@ -10,9 +10,9 @@ final class DownloadEngine {
     private let settings: HTTPSettings
     private let concurrency: Int
     private var idle: [EasyHandle] = []
-    /// Checkpoints: every 4 MiB, or every second for slower transfers, a transfer's data is
+    /// Checkpoints: every 2 MiB, or every second for slower transfers, a transfer's data is
     /// fdatasync'ed and its length recorded, which bounds what a crash makes ferry fetch again.
-    static let checkpointInterval: Int64 = 4 << 20
+    static let checkpointInterval: Int64 = 2 << 20
     static let checkpointSeconds = 1.0
 
     init(settings: HTTPSettings, concurrency: Int) {
@@ -46,7 +46,7 @@ final class DownloadEngine {
     /// Pulls downloads from `next` until it returns `.none` and all have finished, or until
     /// `shouldStop` says so (then the running ones end as `.interrupted`).
     func run(next: () -> Next,
-             onCheckpoint: (Download) -> Void,
+             onCheckpoint: @escaping (Download) -> Void,
              onFinish: ([(Download, Download.Outcome)]) -> Void,
              onTick: ([Download]) -> Void,
              shouldStop: () -> Bool) {
@@ -67,6 +67,13 @@ final class DownloadEngine {
                 if !finished.isEmpty { onFinish(finished) }
                 return
             }
+            for (handle, a) in active where a.download.cancelRequested {
+                curl_multi_remove_handle(multi, handle)
+                active.removeValue(forKey: handle)
+                finished.append((a.download, .interrupted))
+                a.retained.release()
+                idle.append(a.easy)
+            }
             var waiting = false
             while !exhausted && !waiting && active.count < concurrency {
                 let download: Download
@@ -83,6 +90,7 @@ final class DownloadEngine {
                     finished.append((download, download.verify()))
                     continue
                 }
+                download.onCheckpoint = onCheckpoint
                 let easy = idle.popLast() ?? EasyHandle()
                 let retained = Unmanaged.passRetained(download)
                 configure(easy, for: download, context: retained.toOpaque())
@@ -118,15 +126,9 @@ final class DownloadEngine {
                 exhausted = false  // a failure may have scheduled a retry
             }
             let now = MonotonicClock.seconds()
-            for a in active.values {
-                let d = a.download
-                let unsaved = d.written - d.checkpointed
-                guard unsaved >= DownloadEngine.checkpointInterval || (unsaved > 0 && now - d.checkpointTime >= DownloadEngine.checkpointSeconds) else { continue }
-                d.checkpointTime = now
-                if d.syncData() {
-                    d.checkpointed = d.written
-                    onCheckpoint(d)
-                }
+            for a in active.values where a.download.written > a.download.checkpointed
+                && now - a.download.checkpointTime >= DownloadEngine.checkpointSeconds {
+                a.download.takeCheckpoint()
             }
             if now - lastTick >= 0.1 {
                 lastTick = now

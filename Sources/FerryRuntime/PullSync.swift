@@ -44,6 +44,8 @@ public struct SyncResult: Sendable {
     public var failed = 0
     /// Files waiting for connectivity at the end of the run.
     public var waiting = 0
+    /// Files suspended by `ferry cancel`.
+    public var suspended = 0
     public var deleted = 0
     public var bytes: Int64 = 0
     public var hashed = 0
@@ -173,8 +175,8 @@ public final class PullSync {
         if !plan.deletions.isEmpty {
             if let stopped {
                 emit(.warning(message: "\(plan.deletions.count) deletions postponed: \(stopped)"))
-            } else if result.failed > 0 || result.waiting > 0 {
-                let note = "\(plan.deletions.count) deletions postponed because \(result.failed + result.waiting) files did not arrive"
+            } else if result.failed > 0 || result.waiting > 0 || result.suspended > 0 {
+                let note = "\(plan.deletions.count) deletions postponed because \(result.failed + result.waiting + result.suspended) files did not arrive"
                 emit(.warning(message: note))
             } else if plan.deletions.count > session.maxDelete {
                 result.failed += 0
@@ -210,6 +212,9 @@ public final class PullSync {
         } else if let stopped {
             result.exitCode = .incomplete
             result.message = "\(stopped); the next run resumes where this one stopped"
+        } else if result.suspended > 0 {
+            result.exitCode = .incomplete
+            result.message = "\(result.suspended) files are suspended by ferry cancel; ferry resume continues them"
         }
     }
 
@@ -257,6 +262,7 @@ public final class PullSync {
         result.downloaded += transfers.downloaded
         result.failed += transfers.failed
         result.waiting += transfers.waiting
+        result.suspended += transfers.suspended
         result.bytes += transfers.bytesFetched
         if let error = transfers.localIOError { localIOError = localIOError ?? error }
         if let error = transfers.storeError { throw error }

@@ -29,8 +29,10 @@ final class PullTransfers {
     private(set) var failed = 0
     /// Tasks left waiting for connectivity.
     private(set) var waiting = 0
-    /// Downloads that neither finished, failed nor wait: only a stop leaves any.
-    var unfinished: Int { progress.filesTotal - downloaded - failed - waiting }
+    /// Tasks suspended by `ferry cancel` (before or during the run).
+    private(set) var suspended = 0
+    /// Downloads that neither finished, failed, wait nor are suspended: only a stop leaves any.
+    var unfinished: Int { progress.filesTotal - downloaded - failed - waiting - suspended }
     private(set) var bytesFetched: Int64 = 0
     /// A disk-level failure (full, read-only, I/O error): the run ends with exit code 5.
     private(set) var localIOError: String?
@@ -71,7 +73,17 @@ final class PullTransfers {
 
     func run(_ downloads: [Plan.Download], tasks: [RelativePath: TransferTask], concurrency: Int) {
         let engine = DownloadEngine(settings: settings, concurrency: concurrency)
-        ready = ArraySlice(downloads.compactMap { d in tasks[d.entry.path].map { Item(download: d, task: $0) } })
+        var runnable: [Item] = []
+        for d in downloads {
+            guard let task = tasks[d.entry.path] else { continue }
+            if task.state == .suspended {
+                suspended += 1
+                emit(.fileSuspended(path: d.entry.path, offset: task.bytesDone))
+            } else {
+                runnable.append(Item(download: d, task: task))
+            }
+        }
+        ready = ArraySlice(runnable)
         engine.run(
             next: { () -> DownloadEngine.Next in
                 while let item = self.nextDue() {
@@ -179,7 +191,32 @@ final class PullTransfers {
         }
     }
 
+    private var lastSuspendCheck = MonotonicClock.seconds()
+
+    /// Honours `ferry cancel` from another process: polled once a second.
+    private func applySuspensions(_ active: [Download]) {
+        let now = MonotonicClock.seconds()
+        guard now - lastSuspendCheck >= 1 else { return }
+        lastSuspendCheck = now
+        let ids: Set<Int64>
+        do throws(FerryError) { ids = try store.suspendedTaskIDs(session: session.name) } catch {
+            storeError = error
+            return
+        }
+        guard !ids.isEmpty else { return }
+        for d in active where ids.contains(d.task.id) { d.cancelRequested = true }
+        func drop(_ item: Item) -> Bool {
+            guard ids.contains(item.task.id) else { return false }
+            suspended += 1
+            emit(.fileSuspended(path: item.download.entry.path, offset: item.task.bytesDone))
+            return true
+        }
+        ready = ArraySlice(ready.filter { !drop($0) })
+        delayed.removeAll { drop($0) }
+    }
+
     private func tick(_ active: [Download]) {
+        applySuspensions(active)
         markRunning(active)
         progress.active = active.map { SyncProgress.Active(path: $0.entry.path, done: $0.written, size: $0.entry.size) }
         progress.bytesDone = completedBytes + active.reduce(0) { $0 + $1.written }
@@ -229,7 +266,12 @@ final class PullTransfers {
                 items.removeValue(forKey: download.task.id)
                 let kept = download.syncData() ? download.written : download.checkpointed
                 try? store.checkpoint(download.task.id, bytesDone: kept, validator: download.validator)
-                emit(.fileInterrupted(path: path, offset: kept))
+                if download.cancelRequested {
+                    suspended += 1
+                    emit(.fileSuspended(path: path, offset: kept))
+                } else {
+                    emit(.fileInterrupted(path: path, offset: kept))
+                }
             }
             download.close()
         }

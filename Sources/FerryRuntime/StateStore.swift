@@ -186,15 +186,21 @@ public final class StateStore {
                 last_error = NULL, created_at = ?, updated_at = ? WHERE id = ?
                 """)
             let requeue = try db.prepare("UPDATE tasks SET state = 'queued', updated_at = ? WHERE id = ?")
+            // A suspended task whose file changed stays suspended, without the old resume data.
+            let keepSuspended = try db.prepare("UPDATE tasks SET state = 'suspended' WHERE id = ?")
             var out: [RelativePath: TransferTask] = [:]
             for e in entries {
                 if var t = existing[e.path] {
-                    if t.sha256 == e.sha256 && t.size == e.size && t.state != .done {
+                    if t.sha256 == e.sha256 && t.size == e.size && t.state == .suspended {
+                        // Suspended by `ferry cancel`: stays so, resume data and all, until `ferry resume`.
+                    } else if t.sha256 == e.sha256 && t.size == e.size && t.state != .done {
                         try requeue.bind(.text(now), .int(t.id)).run()
                         t.state = .queued
                     } else {
                         try reset.bind(.optional(e.size), .text(e.sha256), .text(now), .text(now), .int(t.id)).run()
-                        t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: .queued, size: e.size,
+                        let wasSuspended = t.state == .suspended
+                        if wasSuspended { try keepSuspended.bind(.int(t.id)).run() }
+                        t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: wasSuspended ? .suspended : .queued, size: e.size,
                                          sha256: e.sha256, bytesDone: 0, validator: nil, attempts: 0, lastError: nil,
                                          createdAt: Timestamp.now(), updatedAt: Timestamp.now())
                     }
@@ -227,6 +233,43 @@ public final class StateStore {
         return gone
     }
 
+    /// Suspends tasks (all unfinished ones of the session when `ids` is nil), keeping their resume
+    /// data. Returns the tasks now suspended.
+    public func suspend(session: String, ids: [Int64]?) throws(FerryError) -> [TransferTask] {
+        try changeState(session: session, ids: ids, from: ["queued", "running", "failed", "waiting"], to: .suspended)
+    }
+
+    /// Makes suspended tasks runnable again. Returns them.
+    public func unsuspend(session: String, ids: [Int64]?) throws(FerryError) -> [TransferTask] {
+        try changeState(session: session, ids: ids, from: ["suspended"], to: .queued)
+    }
+
+    private func changeState(session: String, ids: [Int64]?, from: [String], to: TaskState) throws(FerryError) -> [TransferTask] {
+        try db.transaction { () throws(FerryError) -> [TransferTask] in
+            let candidates = try tasks(session: session).filter { t in
+                from.contains(t.state.rawValue) && (ids.map { $0.contains(t.id) } ?? true)
+            }
+            let update = try db.prepare("UPDATE tasks SET state = ?, updated_at = ? WHERE id = ?")
+            let now = Timestamp.now().rfc3339
+            for t in candidates { try update.bind(.text(to.rawValue), .text(now), .int(t.id)).run() }
+            return candidates.map { var t = $0; t.state = to; return t }
+        }
+    }
+
+    /// The task with this id, in any session.
+    public func task(id: Int64) throws(FerryError) -> TransferTask? {
+        let s = try db.prepare("SELECT \(StateStore.taskColumns) FROM tasks WHERE id = ?").bind(.int(id))
+        return try s.step() ? task(from: s) : nil
+    }
+
+    /// Ids of the session's suspended tasks (polled by a running transfer to honour `ferry cancel`).
+    public func suspendedTaskIDs(session: String) throws(FerryError) -> Set<Int64> {
+        var ids = Set<Int64>()
+        let rows = try db.cached("SELECT id FROM tasks WHERE session = ? AND state = 'suspended'").bind(.text(session))
+        while try rows.step() { ids.insert(rows.int(0)) }
+        return ids
+    }
+
     /// Ids of tasks that may own a partial file (every state but done).
     public func unfinishedTaskIDs(session: String) throws(FerryError) -> Set<Int64> {
         var ids = Set<Int64>()
@@ -240,7 +283,7 @@ public final class StateStore {
         guard !tasks.isEmpty else { return }
         let now = Timestamp.now().rfc3339
         try db.transaction { () throws(FerryError) in
-            let s = try db.cached("UPDATE tasks SET state = 'running', attempts = ?, updated_at = ? WHERE id = ?")
+            let s = try db.cached("UPDATE tasks SET state = 'running', attempts = ?, updated_at = ? WHERE id = ? AND state != 'suspended'")
             for t in tasks { try s.bind(.int(Int64(t.attempts)), .text(now), .int(t.id)).run() }
         }
     }
@@ -254,7 +297,7 @@ public final class StateStore {
     /// Records a failed attempt that will be tried again (`queued`) or that waits for
     /// connectivity (`waiting`), with its resume data.
     public func markRetrying(_ id: Int64, state: TaskState, attempts: Int, error: String, bytesDone: Int64, validator: String?) throws(FerryError) {
-        try db.cached("UPDATE tasks SET state = ?, attempts = ?, last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
+        try db.cached("UPDATE tasks SET state = CASE state WHEN 'suspended' THEN 'suspended' ELSE ? END, attempts = ?, last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
             .bind(.text(state.rawValue), .int(Int64(attempts)), .text(error), .int(bytesDone), .optional(validator),
                   .text(Timestamp.now().rfc3339), .int(id)).run()
     }

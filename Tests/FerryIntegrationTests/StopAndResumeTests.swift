@@ -97,4 +97,53 @@ struct StopAndResumeTests {
         child.signal(SIGTERM)
         #expect(child.wait(timeout: 10) == 3)
     }
+
+    @Test func cancelSuspendsARunningTransferAndResumeContinuesIt() throws {
+        let (box, server, content) = try slowSetup("cancel")
+        defer { server.stop() }
+        let out = box.directory + "/out.jsonl"
+        let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--json"], stdout: out, stderr: box.directory + "/err")
+        defer { child.stop() }
+        let deadline = Date().addingTimeInterval(20)
+        while partialBytes(box) < 500_000 && Date() < deadline { usleep(20_000) }
+        let cancel = ferry(["cancel", "--config", box.config, "--session", "test"])
+        #expect(cancel.exitCode == 0, "\(cancel.output)")
+        #expect(cancel.stdout.contains("suspended task"))
+        #expect(cancel.stdout.contains("slow.bin"))
+        // The running ferry honours it within a second or so, and ends with work left (exit 3).
+        #expect(child.wait(timeout: 15) == 3)
+        let events = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
+        #expect(events.contains("\"event\":\"file-suspended\""), "\(events)")
+        #expect(fileContents(box.localPath("small.txt")) == "small\n", "other files went on")
+        #expect(!FileManager.default.fileExists(atPath: box.localPath("slow.bin")))
+
+        // Suspended stays suspended: a plain sync skips it.
+        server.setFaults([:])
+        let skipped = box.sync()
+        #expect(skipped.exitCode == 3)
+        #expect(skipped.output.contains("suspended by ferry cancel"))
+        let status = box.status()
+        #expect(status.stdout.contains("suspended"))
+        let taskID = try #require(status.stdout.split(separator: "\n").first { $0.contains("slow.bin") }?
+            .split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.map(String.init))
+
+        let resumed = ferry(["resume", "--config", box.config, taskID, "--json"])
+        #expect(resumed.exitCode == 0, "\(resumed.output)")
+        #expect((resumed.events(named: "file-resumed").first?["offset"] as? Int ?? 0) > 0, "continued from the kept offset")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: box.localPath("slow.bin"))) == content)
+    }
+
+    @Test func cancelAndResumeRefuseWhatTheyCannotDo() throws {
+        let box = Sandbox("cancelusage")
+        box.configure(remote: "file://" + box.published)
+        #expect(ferry(["cancel", "--config", box.config]).stderr.contains("name the tasks"))
+        let unknown = ferry(["cancel", "--config", box.config, "999"])
+        #expect(unknown.exitCode == 2)
+        #expect(unknown.stderr.contains("there is no task 999"))
+        #expect(ferry(["resume", "--config", box.config, "--session", "test", "12"]).exitCode == 2)
+        #expect(ferry(["cancel", "--config", box.config, "abc"]).stderr.contains("'abc' is not a task id"))
+        let none = ferry(["cancel", "--config", box.config, "--session", "test"])
+        #expect(none.exitCode == 0)
+        #expect(none.stdout.contains("nothing to suspend"))
+    }
 }

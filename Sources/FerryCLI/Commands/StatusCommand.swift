@@ -48,6 +48,7 @@ struct StatusCommand: Command {
         }
         if tasks.contains(where: { $0.state == .running }) { return "interrupted (resumes next run)" }
         if tasks.contains(where: { $0.state == .waiting }) { return "waiting for connectivity" }
+        if tasks.contains(where: { $0.state == .suspended }) { return "suspended tasks (ferry resume)" }
         if tasks.contains(where: { $0.state == .queued }) { return "pending" }
         return "idle"
     }

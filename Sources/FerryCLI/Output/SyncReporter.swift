@@ -75,6 +75,8 @@ final class SyncReporter: SyncObserver {
         case let .fileWaiting(path, error):
             bars?.clear()
             Console.warning("\(s): \(path): waiting for connectivity (\(error)); the next run tries again")
+        case let .fileSuspended(path, offset):
+            line("\(s): \(path): suspended by ferry cancel at \(Units.formatBytes(offset)); ferry resume continues it")
         case let .fileInterrupted(path, offset):
             line("\(s): \(path): stopped at \(Units.formatBytes(offset)), kept for the next run")
         case .syncStarted, .fileStarted, .fileDone, .metadataFixed:

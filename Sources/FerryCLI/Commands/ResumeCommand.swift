@@ -1,0 +1,46 @@
+import FerryCore
+import FerryRuntime
+
+/// `ferry resume`: makes suspended tasks runnable and continues them now from their offsets.
+struct ResumeCommand: Command {
+    static let words = ["resume"]
+    static let summary = "Continue suspended transfers from where they stopped."
+    static let usage = "resume [--config F] (--session ID | TASK...) [--json] [--quiet]"
+    static let details = """
+        Marks the tasks runnable again, then syncs their sessions now, so each continues from its kept
+        offset (Range + If-Range). If another ferry is running the session, it leaves the transfers to it.
+        Exit codes as for ferry sync now.
+        """
+    static let options = [CommonOptions.config, CommonOptions.session, CommonOptions.json, CommonOptions.quiet, CommonOptions.help]
+
+    let arguments: Arguments
+
+    init(arguments: Arguments) throws(FerryError) {
+        self.arguments = arguments
+    }
+
+    func run() throws(FerryError) -> ExitCode {
+        let config = try ConfigLoader.load(path: ConfigLoader.resolvePath(arguments.value("--config")))
+        let store = try StateStore(directory: config.agent.state)
+        let selection = try TaskSelection(arguments: arguments, config: config, store: store, command: Self.name)
+        let mode = OutputMode(arguments: arguments)
+        let reporter = SyncReporter(mode: mode)
+        StopSignals.install(stopTimeout: config.agent.stopTimeout)
+        var worst = ExitCode.inSync
+        for (session, ids) in selection.targets {
+            let tasks = try store.unsuspend(session: session.name, ids: ids)
+            if mode == .human {
+                for t in tasks { Console.out("\(session.name): resuming task \(t.id) \(t.path) from \(Units.formatBytes(t.bytesDone))") }
+                if tasks.isEmpty { Console.out("\(session.name): no suspended tasks\(ids == nil ? "" : " among those named")") }
+            }
+            let result = PullSync(session: session, agent: config.agent, observer: reporter, options: SyncOptions()).run()
+            if let error = result.error, error.category == .busy {
+                if mode != .json { Console.out("\(session.name): \(error.message); it picks the resumed tasks up on its next run") }
+                continue
+            }
+            if let error = result.error, mode != .json { Console.error(error) }
+            worst = ExitCode.worst(worst, result.exitCode)
+        }
+        return worst
+    }
+}
