@@ -109,6 +109,8 @@ public struct SessionConfig: Sendable {
     public var stallTimeout: Double = 60
     /// Stop starting work after this long and exit 3 (like `--max-duration`); nil = no limit.
     public var maxDuration: Double?
+    /// New downloads begin no earlier than this (a delay after they are queued, or a fixed time).
+    public var earliestBegin: EarliestBegin?
     /// Tries per file per run after the first, for failures worth retrying.
     public var retries: Int = 5
     /// The first retry's delay; each next one doubles, up to 60 s, with jitter.
@@ -153,5 +155,28 @@ func hexValue(_ b: UInt8) -> UInt8? {
     case UInt8(ascii: "a")...UInt8(ascii: "f"): return b - UInt8(ascii: "a") + 10
     case UInt8(ascii: "A")...UInt8(ascii: "F"): return b - UInt8(ascii: "A") + 10
     default: return nil
+    }
+}
+
+/// `earliest-begin` / `--not-before`: a delay from now (`30m`) or a point in time (RFC 3339).
+public enum EarliestBegin: Sendable, Equatable {
+    case after(Double)
+    case at(Timestamp)
+
+    public init?(parsing text: String) {
+        if let t = Timestamp(rfc3339: text) {
+            self = .at(t)
+        } else if let d = Units.parseDuration(text) {
+            self = .after(d)
+        } else {
+            return nil
+        }
+    }
+
+    public func time(from now: Timestamp) -> Timestamp {
+        switch self {
+        case .at(let t): return t
+        case .after(let d): return Timestamp(seconds: now.seconds + Int64(d.rounded(.up)), nanoseconds: now.nanoseconds)
+        }
     }
 }

@@ -9,7 +9,7 @@ public enum ConfigParser {
     public static let sessionKeys = [
         "remote", "manifest", "local", "direction", "poll", "delete", "max-delete", "allow-rollback",
         "ca-file", "basic-auth-file", "bearer-token-file", "connect-timeout", "min-speed", "stall-timeout", "max-duration",
-        "retries", "retry-delay", "resource-timeout",
+        "retries", "retry-delay", "resource-timeout", "earliest-begin",
     ]
 
     private struct Line {
@@ -135,6 +135,11 @@ public enum ConfigParser {
                     session.stallTimeout = try duration(line, minimum: 1, fail)
                 case "max-duration":
                     session.maxDuration = try duration(line, minimum: 1, fail)
+                case "earliest-begin":
+                    guard let e = EarliestBegin(parsing: line.value) else {
+                        throw fail(line, "'\(line.value)' is neither a duration (30m) nor an RFC 3339 time (2026-11-24T02:00:00Z)")
+                    }
+                    session.earliestBegin = e
                 case "retry-delay":
                     session.retryDelay = try duration(line, minimum: 0, fail)
                 case "resource-timeout":

@@ -12,6 +12,10 @@ public struct Event: Sendable {
         case fileRetrying(path: RelativePath, attempt: Int, delay: Double, error: String)
         /// The remote cannot be reached: the task waits for connectivity (until resource-timeout).
         case fileWaiting(path: RelativePath, error: String)
+        /// A download that begins no earlier than `until`.
+        case fileDelayed(path: RelativePath, until: Timestamp)
+        /// A delayed download came due and was revalidated against the newest manifest.
+        case delayedDue(path: RelativePath, disposition: DelayedRequest.Disposition, reason: String)
         /// Suspended by `ferry cancel`, `offset` bytes kept as resume data.
         case fileSuspended(path: RelativePath, offset: Int64)
         /// Stopped by a deadline or signal with `offset` bytes kept as resume data.
@@ -47,6 +51,8 @@ public struct Event: Sendable {
         case .fileRetrying: return "file-retrying"
         case .fileWaiting: return "file-waiting"
         case .fileSuspended: return "file-suspended"
+        case .fileDelayed: return "file-delayed"
+        case .delayedDue: return "delayed-due"
         case .fileDone: return "file-done"
         case .fileFailed: return "file-failed"
         case .metadataFixed: return "metadata-fixed"
@@ -81,6 +87,10 @@ public struct Event: Sendable {
             s("path", path.string); s("reason", reason)
         case let .fileRetrying(path, attempt, delay, error):
             s("path", path.string); n("attempt", Int64(attempt)); fields.append(("delay", Units.formatFixed(delay, digits: 3))); s("error", error)
+        case let .fileDelayed(path, until):
+            s("path", path.string); s("not_before", until.rfc3339)
+        case let .delayedDue(path, disposition, reason):
+            s("path", path.string); s("disposition", disposition.rawValue); s("reason", reason)
         case let .fileWaiting(path, error):
             s("path", path.string); s("error", error)
         case let .fileDone(path, size, fetched):

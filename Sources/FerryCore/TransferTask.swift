@@ -13,6 +13,8 @@ public enum TaskState: String, Sendable, CaseIterable {
     case waiting
     /// Stopped by `ferry cancel`, resume data kept; runs skip it until `ferry resume`.
     case suspended
+    /// Not before `notBefore` (`earliest-begin`, `--not-before`); revalidated when it comes due.
+    case delayed
 }
 
 /// One row of the task table: a file's transfer within a session.
@@ -32,10 +34,14 @@ public struct TransferTask: Sendable, Equatable {
     public var lastError: String?
     public var createdAt: Timestamp
     public var updatedAt: Timestamp
+    /// For delayed tasks: the earliest time to begin.
+    public var notBefore: Timestamp?
+    /// The URL the task was queued for (a changed URL makes a delayed task a replacement).
+    public var url: String?
 
     public init(id: Int64, session: String, path: RelativePath, direction: Direction, state: TaskState, size: Int64?,
                 sha256: String, bytesDone: Int64, validator: String?, attempts: Int, lastError: String?,
-                createdAt: Timestamp, updatedAt: Timestamp) {
+                createdAt: Timestamp, updatedAt: Timestamp, notBefore: Timestamp? = nil, url: String? = nil) {
         self.id = id
         self.session = session
         self.path = path
@@ -49,5 +55,7 @@ public struct TransferTask: Sendable, Equatable {
         self.lastError = lastError
         self.createdAt = createdAt
         self.updatedAt = updatedAt
+        self.notBefore = notBefore
+        self.url = url
     }
 }

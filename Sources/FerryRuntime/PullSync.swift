@@ -28,6 +28,8 @@ public protocol SyncObserver: AnyObject {
 
 public struct SyncOptions: Sendable {
     public var dryRun = false
+    /// New downloads begin no earlier than this (`--not-before`); overrides `earliest-begin`.
+    public var notBefore: EarliestBegin?
     /// When to stop early (deadline, signal); a stopped run exits 3 and the next one resumes.
     public var stop = StopCondition(maxDuration: nil)
     public init(dryRun: Bool = false, stop: StopCondition = StopCondition(maxDuration: nil)) {
@@ -46,6 +48,9 @@ public struct SyncResult: Sendable {
     public var waiting = 0
     /// Files suspended by `ferry cancel`.
     public var suspended = 0
+    /// Files delayed by `earliest-begin` / `--not-before`, and the earliest time one begins.
+    public var delayed = 0
+    public var nextBegin: Timestamp?
     public var deleted = 0
     public var bytes: Int64 = 0
     public var hashed = 0
@@ -149,8 +154,17 @@ public final class PullSync {
         guard !options.dryRun, let root else { return }
 
         // Record the tasks before any byte moves, and drop state of paths no longer listed.
-        _ = try store.pruneTasks(session: session.name, keeping: Set(manifest.entries.map(\.path)))
-        let tasks = try store.queueDownloads(session: session.name, entries: plan.downloads.map(\.entry))
+        for gone in try store.pruneTasks(session: session.name, keeping: Set(manifest.entries.map(\.path))) where gone.delayed {
+            emit(.delayedDue(path: gone.path, disposition: .cancel, reason: "the file is no longer in the manifest"))
+        }
+        let notBefore = (options.notBefore ?? session.earliestBegin)?.time(from: Timestamp.now())
+        let queued = try store.queueDownloads(session: session.name, entries: plan.downloads.map(\.entry),
+                                              urlFor: { self.session.remote.url(for: $0) }, notBefore: notBefore)
+        for due in queued.due { emit(.delayedDue(path: due.path, disposition: due.disposition, reason: due.reason)) }
+        for t in try store.dropDueDelayedTasks(session: session.name, keeping: Set(plan.downloads.map(\.entry.path))) {
+            emit(.delayedDue(path: t.path, disposition: .cancel, reason: "the file is already in place"))
+        }
+        let tasks = queued.tasks
         root.removePartials(keeping: try store.unfinishedTaskIDs(session: session.name))
 
         var localIOError: String?
@@ -175,8 +189,8 @@ public final class PullSync {
         if !plan.deletions.isEmpty {
             if let stopped {
                 emit(.warning(message: "\(plan.deletions.count) deletions postponed: \(stopped)"))
-            } else if result.failed > 0 || result.waiting > 0 || result.suspended > 0 {
-                let note = "\(plan.deletions.count) deletions postponed because \(result.failed + result.waiting + result.suspended) files did not arrive"
+            } else if result.failed > 0 || result.waiting > 0 || result.suspended > 0 || result.delayed > 0 {
+                let note = "\(plan.deletions.count) deletions postponed because \(result.failed + result.waiting + result.suspended + result.delayed) files did not arrive"
                 emit(.warning(message: note))
             } else if plan.deletions.count > session.maxDelete {
                 result.failed += 0
@@ -215,6 +229,9 @@ public final class PullSync {
         } else if result.suspended > 0 {
             result.exitCode = .incomplete
             result.message = "\(result.suspended) files are suspended by ferry cancel; ferry resume continues them"
+        } else if result.delayed > 0 {
+            result.exitCode = .incomplete
+            result.message = "\(result.delayed) files are delayed; the first may begin at \(result.nextBegin?.rfc3339 ?? "?"), in a later run"
         }
     }
 
@@ -263,6 +280,8 @@ public final class PullSync {
         result.failed += transfers.failed
         result.waiting += transfers.waiting
         result.suspended += transfers.suspended
+        result.delayed += transfers.delayed
+        result.nextBegin = transfers.nextBegin
         result.bytes += transfers.bytesFetched
         if let error = transfers.localIOError { localIOError = localIOError ?? error }
         if let error = transfers.storeError { throw error }

@@ -31,8 +31,11 @@ final class PullTransfers {
     private(set) var waiting = 0
     /// Tasks suspended by `ferry cancel` (before or during the run).
     private(set) var suspended = 0
-    /// Downloads that neither finished, failed, wait nor are suspended: only a stop leaves any.
-    var unfinished: Int { progress.filesTotal - downloaded - failed - waiting - suspended }
+    /// Tasks delayed to a later time (`earliest-begin`, `--not-before`), and the soonest of them.
+    private(set) var delayed = 0
+    private(set) var nextBegin: Timestamp?
+    /// Downloads that neither finished, failed, wait nor are suspended or delayed: only a stop leaves any.
+    var unfinished: Int { progress.filesTotal - downloaded - failed - waiting - suspended - delayed }
     private(set) var bytesFetched: Int64 = 0
     /// A disk-level failure (full, read-only, I/O error): the run ends with exit code 5.
     private(set) var localIOError: String?
@@ -68,8 +71,8 @@ final class PullTransfers {
     }
 
     private var ready: ArraySlice<Item> = []
-    /// Items waiting out a backoff, soonest first.
-    private var delayed: [Item] = []
+    /// Items waiting out a retry backoff, soonest first.
+    private var backingOff: [Item] = []
 
     func run(_ downloads: [Plan.Download], tasks: [RelativePath: TransferTask], concurrency: Int) {
         let engine = DownloadEngine(settings: settings, concurrency: concurrency)
@@ -79,6 +82,10 @@ final class PullTransfers {
             if task.state == .suspended {
                 suspended += 1
                 emit(.fileSuspended(path: d.entry.path, offset: task.bytesDone))
+            } else if task.state == .delayed, let until = task.notBefore {
+                delayed += 1
+                nextBegin = min(nextBegin ?? until, until)
+                emit(.fileDelayed(path: d.entry.path, until: until))
             } else {
                 runnable.append(Item(download: d, task: task))
             }
@@ -89,7 +96,7 @@ final class PullTransfers {
                 while let item = self.nextDue() {
                     if let download = self.start(item) { return .start(download) }
                 }
-                return self.delayed.isEmpty ? .none : .notYet
+                return self.backingOff.isEmpty ? .none : .notYet
             },
             onCheckpoint: { download in self.checkpoint(download) },
             onFinish: { batch in self.finish(batch) },
@@ -109,7 +116,7 @@ final class PullTransfers {
     }
 
     private func nextDue() -> Item? {
-        if let first = delayed.first, first.notBefore <= MonotonicClock.seconds() { return delayed.removeFirst() }
+        if let first = backingOff.first, first.notBefore <= MonotonicClock.seconds() { return backingOff.removeFirst() }
         return ready.popFirst()
     }
 
@@ -170,8 +177,8 @@ final class PullTransfers {
         item.notBefore = MonotonicClock.seconds() + delay
         record(item.task, state: failure.retry == .connectivity ? .waiting : .queued, error: failure.message)
         emit(.fileRetrying(path: path, attempt: item.triesThisRun + 1, delay: delay, error: failure.message))
-        let index = delayed.firstIndex { $0.notBefore > item.notBefore } ?? delayed.count
-        delayed.insert(item, at: index)
+        let index = backingOff.firstIndex { $0.notBefore > item.notBefore } ?? backingOff.count
+        backingOff.insert(item, at: index)
     }
 
     private func record(_ task: TransferTask, state: TaskState, error: String) {
@@ -212,7 +219,7 @@ final class PullTransfers {
             return true
         }
         ready = ArraySlice(ready.filter { !drop($0) })
-        delayed.removeAll { drop($0) }
+        backingOff.removeAll { drop($0) }
     }
 
     private func tick(_ active: [Download]) {

@@ -69,6 +69,12 @@ public final class StateStore {
             PRIMARY KEY (session, path)
         ) WITHOUT ROWID;
         """,
+        // 2: delayed tasks (earliest-begin, --not-before) and the URL a task was queued for, so a
+        // task coming due can be revalidated against the newest manifest.
+        """
+        ALTER TABLE tasks ADD COLUMN not_before TEXT;
+        ALTER TABLE tasks ADD COLUMN url TEXT;
+        """,
     ]
 
     /// Opens (creating if needed) `<directory>/ferry.db` and brings its schema up to date.
@@ -133,7 +139,7 @@ public final class StateStore {
 
     // MARK: tasks
 
-    private static let taskColumns = "id, session, path, direction, state, size, sha256, bytes_done, validator, attempts, last_error, created_at, updated_at"
+    private static let taskColumns = "id, session, path, direction, state, size, sha256, bytes_done, validator, attempts, last_error, created_at, updated_at, not_before, url"
 
     private func task(from s: SQLiteStatement) -> TransferTask {
         TransferTask(
@@ -142,7 +148,8 @@ public final class StateStore {
             size: s.isNull(5) ? nil : s.int(5), sha256: s.text(6) ?? "", bytesDone: s.int(7), validator: s.text(8),
             attempts: Int(s.int(9)), lastError: s.text(10),
             createdAt: s.text(11).flatMap(Timestamp.init(rfc3339:)) ?? Timestamp(seconds: 0),
-            updatedAt: s.text(12).flatMap(Timestamp.init(rfc3339:)) ?? Timestamp(seconds: 0))
+            updatedAt: s.text(12).flatMap(Timestamp.init(rfc3339:)) ?? Timestamp(seconds: 0),
+            notBefore: s.text(13).flatMap(Timestamp.init(rfc3339:)), url: s.text(14))
     }
 
     public func tasks(session: String) throws(FerryError) -> [TransferTask] {
@@ -159,76 +166,119 @@ public final class StateStore {
         return out
     }
 
-    /// Records a queued download per entry, in one transaction. An existing row for the same path
-    /// and the same content (hash and size) keeps its resume data; any other existing row is reset.
-    /// Returns the rows as they now stand.
-    public func queueDownloads(session: String, entries: [ManifestEntry]) throws(FerryError) -> [RelativePath: TransferTask] {
-        guard !entries.isEmpty else { return [:] }
-        let now = Timestamp.now().rfc3339
-        // Only what resuming needs; timestamps are left at zero.
+    /// What `queueDownloads` did: the task per path, and the delayed tasks that came due.
+    public struct Queued {
+        public var tasks: [RelativePath: TransferTask] = [:]
+        public var due: [(path: RelativePath, disposition: DelayedRequest.Disposition, reason: String)] = []
+    }
+
+    /// Records a download task per entry, in one transaction. An existing row for the same content
+    /// keeps its resume data; a suspended one stays suspended; a delayed one stays delayed until
+    /// due, and is then revalidated (continue, or replace when the file changed). New tasks begin
+    /// no earlier than `notBefore`.
+    public func queueDownloads(session: String, entries: [ManifestEntry], urlFor: (RelativePath) -> String,
+                               notBefore: Timestamp?) throws(FerryError) -> Queued {
+        guard !entries.isEmpty else { return Queued() }
+        let nowTime = Timestamp.now()
+        let now = nowTime.rfc3339
         var existing: [RelativePath: TransferTask] = [:]
-        let rows = try db.prepare("SELECT id, path, state, size, sha256, bytes_done, validator, attempts, created_at FROM tasks WHERE session = ?").bind(.text(session))
+        let rows = try db.prepare("""
+            SELECT id, path, state, size, sha256, bytes_done, validator, attempts, created_at, not_before, url FROM tasks WHERE session = ?
+            """).bind(.text(session))
         while try rows.step() {
             let path = RelativePath(trusted: rows.text(1) ?? "")
             existing[path] = TransferTask(
                 id: rows.int(0), session: session, path: path, direction: .pull, state: TaskState(rawValue: rows.text(2) ?? "") ?? .queued,
                 size: rows.isNull(3) ? nil : rows.int(3), sha256: rows.text(4) ?? "", bytesDone: rows.int(5), validator: rows.text(6),
-                attempts: Int(rows.int(7)), lastError: nil, createdAt: rows.text(8).flatMap(Timestamp.init(rfc3339:)) ?? Timestamp.now(),
-                updatedAt: Timestamp(seconds: 0))
+                attempts: Int(rows.int(7)), lastError: nil, createdAt: rows.text(8).flatMap(Timestamp.init(rfc3339:)) ?? nowTime,
+                updatedAt: Timestamp(seconds: 0), notBefore: rows.text(9).flatMap(Timestamp.init(rfc3339:)), url: rows.text(10))
         }
-        return try db.transaction { () throws(FerryError) -> [RelativePath: TransferTask] in
+        let delayUntil = notBefore.flatMap { $0 > nowTime ? $0 : nil }
+        return try db.transaction { () throws(FerryError) -> Queued in
             let insert = try db.prepare("""
-                INSERT INTO tasks (session, path, direction, state, size, sha256, bytes_done, validator, attempts, last_error, created_at, updated_at)
-                VALUES (?, ?, 'pull', 'queued', ?, ?, 0, NULL, 0, NULL, ?, ?)
+                INSERT INTO tasks (session, path, direction, state, size, sha256, bytes_done, validator, attempts, last_error, created_at, updated_at, not_before, url)
+                VALUES (?, ?, 'pull', ?, ?, ?, 0, NULL, 0, NULL, ?, ?, ?, ?)
                 """)
             let reset = try db.prepare("""
-                UPDATE tasks SET state = 'queued', size = ?, sha256 = ?, bytes_done = 0, validator = NULL, attempts = 0,
-                last_error = NULL, created_at = ?, updated_at = ? WHERE id = ?
+                UPDATE tasks SET state = ?, size = ?, sha256 = ?, bytes_done = 0, validator = NULL, attempts = 0,
+                last_error = NULL, created_at = ?, updated_at = ?, not_before = ?, url = ? WHERE id = ?
                 """)
-            let requeue = try db.prepare("UPDATE tasks SET state = 'queued', updated_at = ? WHERE id = ?")
-            // A suspended task whose file changed stays suspended, without the old resume data.
-            let keepSuspended = try db.prepare("UPDATE tasks SET state = 'suspended' WHERE id = ?")
-            var out: [RelativePath: TransferTask] = [:]
+            let requeue = try db.prepare("UPDATE tasks SET state = 'queued', not_before = NULL, url = ?, updated_at = ? WHERE id = ?")
+            var out = Queued()
             for e in entries {
-                if var t = existing[e.path] {
-                    if t.sha256 == e.sha256 && t.size == e.size && t.state == .suspended {
-                        // Suspended by `ferry cancel`: stays so, resume data and all, until `ferry resume`.
-                    } else if t.sha256 == e.sha256 && t.size == e.size && t.state != .done {
-                        try requeue.bind(.text(now), .int(t.id)).run()
+                let url = urlFor(e.path)
+                guard var t = existing[e.path] else {
+                    let state: TaskState = delayUntil == nil ? .queued : .delayed
+                    try insert.bind(.text(session), .text(e.path.string), .text(state.rawValue), .optional(e.size), .text(e.sha256),
+                                    .text(now), .text(now), .optional(delayUntil?.rfc3339), .text(url)).run()
+                    out.tasks[e.path] = TransferTask(id: sqlite3_last_insert_rowid(db.handle), session: session, path: e.path, direction: .pull,
+                                                     state: state, size: e.size, sha256: e.sha256, bytesDone: 0, validator: nil, attempts: 0,
+                                                     lastError: nil, createdAt: nowTime, updatedAt: nowTime, notBefore: delayUntil, url: url)
+                    continue
+                }
+                let sameContent = t.sha256 == e.sha256 && t.size == e.size
+                if t.state == .delayed, let due = t.notBefore, due > nowTime {
+                    // Not due yet: left as it is; revalidated when it comes due.
+                } else if t.state == .delayed {
+                    let (disposition, reason) = DelayedRequest.disposition(for: t, entry: e, url: url)
+                    out.due.append((e.path, disposition, reason))
+                    if disposition == .proceed {
+                        try requeue.bind(.text(url), .text(now), .int(t.id)).run()
                         t.state = .queued
                     } else {
-                        try reset.bind(.optional(e.size), .text(e.sha256), .text(now), .text(now), .int(t.id)).run()
-                        let wasSuspended = t.state == .suspended
-                        if wasSuspended { try keepSuspended.bind(.int(t.id)).run() }
-                        t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: wasSuspended ? .suspended : .queued, size: e.size,
-                                         sha256: e.sha256, bytesDone: 0, validator: nil, attempts: 0, lastError: nil,
-                                         createdAt: Timestamp.now(), updatedAt: Timestamp.now())
+                        try reset.bind(.text("queued"), .optional(e.size), .text(e.sha256), .text(now), .text(now), nil, .text(url), .int(t.id)).run()
+                        t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: .queued, size: e.size, sha256: e.sha256,
+                                         bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: nowTime, updatedAt: nowTime, url: url)
                     }
-                    out[e.path] = t
+                    t.notBefore = nil
+                } else if sameContent && t.state == .suspended {
+                    // Suspended by `ferry cancel`: stays so, resume data and all, until `ferry resume`.
+                } else if sameContent && t.state != .done {
+                    try requeue.bind(.text(url), .text(now), .int(t.id)).run()
+                    t.state = .queued
                 } else {
-                    try insert.bind(.text(session), .text(e.path.string), .optional(e.size), .text(e.sha256), .text(now), .text(now)).run()
-                    let id = sqlite3_last_insert_rowid(db.handle)
-                    out[e.path] = TransferTask(id: id, session: session, path: e.path, direction: .pull, state: .queued, size: e.size,
-                                               sha256: e.sha256, bytesDone: 0, validator: nil, attempts: 0, lastError: nil,
-                                               createdAt: Timestamp.now(), updatedAt: Timestamp.now())
+                    // New content: no resume data. A suspended task stays suspended; a new task may be delayed.
+                    let state: TaskState = t.state == .suspended ? .suspended : (delayUntil == nil ? .queued : .delayed)
+                    try reset.bind(.text(state.rawValue), .optional(e.size), .text(e.sha256), .text(now), .text(now),
+                                   .optional(state == .delayed ? delayUntil?.rfc3339 : nil), .text(url), .int(t.id)).run()
+                    t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: state, size: e.size, sha256: e.sha256,
+                                     bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: nowTime, updatedAt: nowTime,
+                                     notBefore: state == .delayed ? delayUntil : nil, url: url)
                 }
+                out.tasks[e.path] = t
             }
             return out
         }
     }
 
+    /// Delayed tasks that need no download any more (their file is already in place), now due:
+    /// removed, and returned so the caller can report them cancelled.
+    public func dropDueDelayedTasks(session: String, keeping downloads: Set<RelativePath>) throws(FerryError) -> [TransferTask] {
+        let now = Timestamp.now()
+        let stale = try tasks(session: session).filter {
+            $0.state == .delayed && !downloads.contains($0.path) && ($0.notBefore.map { $0 <= now } ?? true)
+        }
+        guard !stale.isEmpty else { return [] }
+        try db.transaction { () throws(FerryError) in
+            let delete = try db.prepare("DELETE FROM tasks WHERE id = ?")
+            for t in stale { try delete.bind(.int(t.id)).run() }
+        }
+        return stale
+    }
+
     /// Removes the rows of paths the manifest no longer lists; returns their ids (their partial
     /// files are now garbage).
-    public func pruneTasks(session: String, keeping wanted: Set<RelativePath>) throws(FerryError) -> [Int64] {
-        var gone: [Int64] = []
-        let rows = try db.prepare("SELECT id, path FROM tasks WHERE session = ?").bind(.text(session))
+    public func pruneTasks(session: String, keeping wanted: Set<RelativePath>) throws(FerryError) -> [(id: Int64, path: RelativePath, delayed: Bool)] {
+        var gone: [(id: Int64, path: RelativePath, delayed: Bool)] = []
+        let rows = try db.prepare("SELECT id, path, state FROM tasks WHERE session = ?").bind(.text(session))
         while try rows.step() {
-            if !wanted.contains(RelativePath(trusted: rows.text(1) ?? "")) { gone.append(rows.int(0)) }
+            let path = RelativePath(trusted: rows.text(1) ?? "")
+            if !wanted.contains(path) { gone.append((rows.int(0), path, rows.text(2) == TaskState.delayed.rawValue)) }
         }
         guard !gone.isEmpty else { return [] }
         try db.transaction { () throws(FerryError) in
             let delete = try db.prepare("DELETE FROM tasks WHERE id = ?")
-            for id in gone { try delete.bind(.int(id)).run() }
+            for g in gone { try delete.bind(.int(g.id)).run() }
         }
         return gone
     }
@@ -236,7 +286,7 @@ public final class StateStore {
     /// Suspends tasks (all unfinished ones of the session when `ids` is nil), keeping their resume
     /// data. Returns the tasks now suspended.
     public func suspend(session: String, ids: [Int64]?) throws(FerryError) -> [TransferTask] {
-        try changeState(session: session, ids: ids, from: ["queued", "running", "failed", "waiting"], to: .suspended)
+        try changeState(session: session, ids: ids, from: ["queued", "running", "failed", "waiting", "delayed"], to: .suspended)
     }
 
     /// Makes suspended tasks runnable again. Returns them.

@@ -73,6 +73,15 @@ struct ConfigParserTests {
         }
     }
 
+    @Test func parsesEarliestBeginAsADelayOrATime() throws {
+        let base = "[session a]\nremote = http://h/\nlocal = /x\n"
+        #expect(try ConfigParser.parse(base + "earliest-begin = 30m\n", path: "f").sessions[0].earliestBegin == .after(1800))
+        let at = try #require(Timestamp(rfc3339: "2026-11-24T02:00:00Z"))
+        #expect(try ConfigParser.parse(base + "earliest-begin = 2026-11-24T02:00:00Z\n", path: "f").sessions[0].earliestBegin == .at(at))
+        #expect(throws: FerryError.self) { try ConfigParser.parse(base + "earliest-begin = soonish\n", path: "f") }
+        #expect(EarliestBegin.after(90).time(from: Timestamp(seconds: 1000)) == Timestamp(seconds: 1090))
+    }
+
     @Test func keepsHashInsideAValue() {
         #expect(ConfigParser.stripInlineComment("a#b # comment") == "a#b ")
         #expect(ConfigParser.stripInlineComment("value") == "value")

@@ -74,3 +74,20 @@ struct ReconcilerTests {
         #expect(Reconciler.needsHash(sums, local: file(6), cached: nil), "SHA256SUMS has no size: hash to know")
     }
 }
+
+struct DelayedRequestTests {
+    let task = TransferTask(id: 1, session: "s", path: RelativePath(trusted: "f"), direction: .pull, state: .delayed, size: 5,
+                            sha256: String(repeating: "1", count: 64), bytesDone: 0, validator: nil, attempts: 0, lastError: nil,
+                            createdAt: Timestamp(seconds: 0), updatedAt: Timestamp(seconds: 0), url: "http://h/f")
+
+    @Test func decidesContinueReplaceOrCancel() {
+        let same = ManifestEntry(path: task.path, size: 5, sha256: task.sha256)
+        #expect(DelayedRequest.disposition(for: task, entry: same, url: "http://h/f").0 == .proceed)
+        #expect(DelayedRequest.disposition(for: task, entry: same, url: "http://other/f").0 == .replace)
+        let resized = ManifestEntry(path: task.path, size: 6, sha256: task.sha256)
+        #expect(DelayedRequest.disposition(for: task, entry: resized, url: "http://h/f").0 == .replace)
+        let rehashed = ManifestEntry(path: task.path, size: 5, sha256: String(repeating: "2", count: 64))
+        #expect(DelayedRequest.disposition(for: task, entry: rehashed, url: "http://h/f").0 == .replace)
+        #expect(DelayedRequest.disposition(for: task, entry: nil, url: nil).0 == .cancel)
+    }
+}

@@ -52,7 +52,7 @@ struct CommandTests {
         let text = try String(contentsOfFile: Harness.packageRoot + "/config/ferry.conf", encoding: .utf8)
         let keys = ["state", "transfers", "remote", "manifest", "local", "direction", "poll", "delete", "max-delete", "allow-rollback",
                     "ca-file", "basic-auth-file", "bearer-token-file", "connect-timeout", "min-speed", "stall-timeout",
-                    "stop-timeout", "max-duration", "retries", "retry-delay", "resource-timeout"]
+                    "stop-timeout", "max-duration", "retries", "retry-delay", "resource-timeout", "earliest-begin"]
         for key in keys { #expect(text.contains("\n\(key) =") || text.contains("# \(key) ="), "config/ferry.conf documents \(key)") }
         let check = ferry(["config", "check", "--config", Harness.packageRoot + "/config/ferry.conf"])
         #expect(check.exitCode == 0, "\(check.output)")

@@ -49,6 +49,7 @@ struct StatusCommand: Command {
         if tasks.contains(where: { $0.state == .running }) { return "interrupted (resumes next run)" }
         if tasks.contains(where: { $0.state == .waiting }) { return "waiting for connectivity" }
         if tasks.contains(where: { $0.state == .suspended }) { return "suspended tasks (ferry resume)" }
+        if let next = tasks.compactMap({ $0.state == .delayed ? $0.notBefore : nil }).min() { return "delayed until \(next.rfc3339)" }
         if tasks.contains(where: { $0.state == .queued }) { return "pending" }
         return "idle"
     }
@@ -112,7 +113,8 @@ struct StatusCommand: Command {
                 "{\"id\":\(t.id),\"path\":\(JSONText.quote(t.path.string)),\"direction\":\"\(t.direction.rawValue)\",\"state\":\"\(t.state.rawValue)\","
                     + "\"size\":\(t.size.map(String.init) ?? "null"),\"bytes_done\":\(t.bytesDone),\"sha256\":\"\(t.sha256)\","
                     + "\"attempts\":\(t.attempts),\"last_error\":\(t.lastError.map(JSONText.quote) ?? "null"),"
-                    + "\"created_at\":\"\(t.createdAt.rfc3339)\",\"updated_at\":\"\(t.updatedAt.rfc3339)\"}"
+                    + "\"created_at\":\"\(t.createdAt.rfc3339)\",\"updated_at\":\"\(t.updatedAt.rfc3339)\","
+                    + "\"not_before\":\(t.notBefore.map { JSONText.quote($0.rfc3339) } ?? "null")}"
             }
             f.append("\"tasks\":[" + list.joined(separator: ",") + "]")
             sessions.append("{" + f.joined(separator: ",") + "}")

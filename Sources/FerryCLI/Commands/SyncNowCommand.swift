@@ -5,7 +5,7 @@ import FerryRuntime
 struct SyncNowCommand: Command {
     static let words = ["sync", "now"]
     static let summary = "Bring each session's local directory in line with its remote manifest, once."
-    static let usage = "sync now [--config F] [--session ID]... [--max-duration D] [--dry-run] [--json] [--quiet]"
+    static let usage = "sync now [--config F] [--session ID]... [--max-duration D] [--not-before T] [--dry-run] [--json] [--quiet]"
     static let details = """
         Fetches the manifest (a conditional GET: an unchanged manifest costs one round trip), scans the
         local directory, downloads new and changed files into .ferry/ under the local root, verifies size
@@ -17,11 +17,16 @@ struct SyncNowCommand: Command {
         nothing new, keeps what running transfers have fetched as resume data, and exits 3 (within
         stop-timeout, default 5s). The next run continues from there.
 
+        --not-before T (or the session's earliest-begin) records new downloads as delayed until T, a
+        duration from now (30m) or an RFC 3339 time. A run after T revalidates each against the newest
+        manifest: continue, replace (the file changed) or cancel (the file is gone).
+
         exit codes: 0 in sync · 1 some files failed · 2 usage or config error · 3 incomplete ·
                     4 remote unreachable or manifest invalid/refused · 5 local I/O error · 6 session busy
         """
     static let options = [CommonOptions.config, CommonOptions.sessions,
                           OptionSpec("--max-duration", value: "D", "stop after D (e.g. 90s, 15m), keep resume data, exit 3"),
+                          OptionSpec("--not-before", value: "T", "begin new downloads no earlier than T (30m, or an RFC 3339 time)"),
                           OptionSpec("--dry-run", "print what would be done; change nothing"),
                           CommonOptions.json, CommonOptions.quiet, CommonOptions.help]
 
@@ -30,6 +35,7 @@ struct SyncNowCommand: Command {
     let dryRun: Bool
     let mode: OutputMode
     let maxDuration: Double?
+    let notBefore: EarliestBegin?
 
     init(arguments: Arguments) throws(FerryError) {
         try arguments.expectPositionals(0...0, command: Self.name, what: "")
@@ -44,6 +50,14 @@ struct SyncNowCommand: Command {
             maxDuration = d
         } else {
             maxDuration = nil
+        }
+        if let text = arguments.value("--not-before") {
+            guard let t = EarliestBegin(parsing: text) else {
+                throw .usage("ferry sync now: --not-before wants a duration (30m) or an RFC 3339 time (2026-11-24T02:00:00Z), got '\(text)'")
+            }
+            notBefore = t
+        } else {
+            notBefore = nil
         }
     }
 
@@ -64,7 +78,8 @@ struct SyncNowCommand: Command {
                 worst = ExitCode.worst(worst, .incomplete)
                 continue
             }
-            let options = SyncOptions(dryRun: dryRun, stop: stop.limited(to: session.maxDuration))
+            var options = SyncOptions(dryRun: dryRun, stop: stop.limited(to: session.maxDuration))
+            options.notBefore = notBefore
             let result = PullSync(session: session, agent: config.agent, observer: reporter, options: options).run()
             if dryRun, let plan = result.plan { printPlan(plan, session: session.name) }
             if let error = result.error, mode != .json { Console.error(error) }

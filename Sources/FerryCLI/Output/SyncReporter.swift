@@ -75,6 +75,10 @@ final class SyncReporter: SyncObserver {
         case let .fileWaiting(path, error):
             bars?.clear()
             Console.warning("\(s): \(path): waiting for connectivity (\(error)); the next run tries again")
+        case let .fileDelayed(path, until):
+            line("\(s): \(path): delayed until \(until.rfc3339)")
+        case let .delayedDue(path, disposition, reason):
+            line("\(s): \(path): delayed download due: \(disposition.rawValue) (\(reason))")
         case let .fileSuspended(path, offset):
             line("\(s): \(path): suspended by ferry cancel at \(Units.formatBytes(offset)); ferry resume continues it")
         case let .fileInterrupted(path, offset):
