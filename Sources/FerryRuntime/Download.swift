@@ -81,10 +81,12 @@ final class Download {
         self.fd = fd
         self.scheme = scheme
         var offset = resumeFrom
-        if offset > 0 {
-            var st = stat()
-            if fstat(fd, &st) != 0 || Int64(st.st_size) < offset { offset = 0 }
-        }
+        var st = stat()
+        let onDisk = fstat(fd, &st) == 0 ? Int64(st.st_size) : 0
+        if onDisk < offset { offset = 0 }
+        // A partial that already holds the manifest's size (a crash after the last byte, a commit
+        // that failed) is verified from disk first: no request at all if it is right (rule 4).
+        if let size = entry.size, size > 0, onDisk == size { offset = size }
         if ftruncate(fd, off_t(offset)) != 0 {
             throw .localIO("cannot truncate the partial file for \(entry.path): \(FileSystem.errorText())")
         }
@@ -106,6 +108,7 @@ final class Download {
     }
 
     /// True when the partial already holds the whole file: verify it without asking the network.
+    /// If it does not verify, it is discarded and fetched again (a retry).
     var isAlreadyComplete: Bool { entry.size.map { requestedOffset == $0 && $0 > 0 } ?? false }
 
     /// Headers for the request: a range from the resume offset, guarded by `If-Range`.
@@ -296,6 +299,9 @@ final class Download {
             return .failed(Failure(message: "cannot read back the partial file to hash it", keepPartial: false, retry: .never))
         }
         guard sha == entry.sha256 else {
+            if isAlreadyComplete && received == 0 {
+                return .failed(Failure(message: "the kept partial file does not verify; fetching it again", keepPartial: false, retry: .later))
+            }
             return .failed(Failure(message: "content does not match the manifest: SHA-256 is \(sha), the manifest says \(entry.sha256)",
                                    keepPartial: false, retry: .never))
         }

@@ -256,7 +256,10 @@ final class PullTransfers {
                                                            inode: placed.inode, sha256: download.entry.sha256)))
                 } catch {
                     if error.category == .localIO { localIOError = localIOError ?? error.message }
-                    fail(path, download.task, error.message)
+                    // The partial is verified and complete: keep it so the next run only commits it.
+                    let kept = download.syncData() ? download.written : 0
+                    items.removeValue(forKey: download.task.id)
+                    fail(path, download.task, error.message, bytesDone: kept, validator: download.validator)
                 }
             case let .failed(failure):
                 if let code = download.localIOFailure, code == ENOSPC || code == EDQUOT || code == EROFS || code == EIO {

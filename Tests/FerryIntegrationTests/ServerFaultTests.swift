@@ -196,4 +196,43 @@ struct ServerFaultTests {
         #expect(expired.exitCode == 1, "\(expired.output)")
         #expect(expired.stderr.contains("resource-timeout"))
     }
+
+    @Test func aRangeBeyondTheServersFileEndsWithAClearError() throws {
+        let w = try world("416")
+        defer { w.server.stop() }
+        w.server.setFaults(["/f.bin": ["reset_after": 1_000_000, "etag": "\"fixed\""]])
+        w.box.configure(remote: w.server.url, session: ["retries = 0"])
+        #expect(w.box.sync().exitCode == 1)
+        // The server's file shrinks under the same validator: the range is not satisfiable.
+        w.box.publish("f.bin", randomData(100_000, seed: 5))
+        w.server.setFaults(["/f.bin": ["etag": "\"fixed\""]])
+        w.box.configure(remote: w.server.url, session: ["retry-delay = 0.05s"])
+        let run = w.box.sync(["--json"])
+        #expect(run.exitCode == 1, "\(run.output)")
+        #expect(run.events(named: "file-retrying").contains { ($0["error"] as? String)?.contains("HTTP 416") == true })
+        #expect(run.output.contains("the server says the file has 100000 bytes; the manifest says 3000000"), "\(run.output)")
+        #expect(!FileManager.default.fileExists(atPath: w.file))
+    }
+
+    @Test func aVerifiedFileThatCouldNotBePlacedIsCommittedLaterWithoutFetching() throws {
+        let box = Sandbox("blocked")
+        let content = randomData(500_000, seed: 8)
+        box.publish("x/f.bin", content)
+        box.buildManifest()
+        let server = try PythonServer(directory: box.published)
+        defer { server.stop() }
+        box.configure(remote: server.url)
+        try FileManager.default.createDirectory(atPath: box.local, withIntermediateDirectories: true)
+        try "in the way".write(toFile: box.localPath("x"), atomically: true, encoding: .utf8)
+        let blocked = box.sync()
+        #expect(blocked.exitCode == 1)
+        #expect(blocked.stderr.contains("is a file where the manifest needs a directory"))
+        try FileManager.default.removeItem(atPath: box.localPath("x"))
+        server.clearLog()
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(run.events(named: "file-done").first?["fetched"] as? Int == 0, "verified from disk")
+        #expect(!server.requests().contains { $0["path"] as? String == "/x/f.bin" }, "no request for the file")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: box.localPath("x/f.bin"))) == content)
+    }
 }
