@@ -104,14 +104,16 @@ def measure(name, tools, runs):
     """tools: list of (label, prepare(), command()) — prepare runs untimed before each run."""
     print(f"== {name}", file=sys.stderr)
     results = {label: [] for label, _, _ in tools}
-    for r in range(runs):
+    # Round 0 warms caches and the page allocator and is not counted: on a shared 2-core machine the
+    # first round is often the slowest for whichever tool runs first.
+    for r in range(runs + 1):
         for label, prepare, command in tools:
             if prepare:
                 prepare()
             wall, rss, code = run(command())
-            if code == 0:
+            if code == 0 and r > 0:
                 results[label].append((wall, rss))
-            print(f"  run {r + 1} {label:28s} {wall:7.3f}s {rss:7.1f} MiB", file=sys.stderr)
+            print(f"  run {r} {label:28s} {wall:7.3f}s {rss:7.1f} MiB{' (warm-up)' if r == 0 else ''}", file=sys.stderr)
     return median_table({k: v for k, v in results.items() if v})
 
 
@@ -295,7 +297,7 @@ def sha256_of(path):
 def write_report(path, sections, runs, versions):
     lines = ["# Benchmarks", "",
              "Written by `scripts/bench.sh` (do not edit by hand). nginx on 127.0.0.1, output on tmpfs "
-             f"(`/dev/shm`), fresh directories for every run, median of {runs} alternated runs; RSS is the peak "
+             f"(`/dev/shm`), fresh directories for every run, one untimed warm-up round, then the median of {runs} alternated runs; RSS is the peak "
              "over the runs (the measuring script's own ~21 MiB is a floor under small values). ferry verifies size and SHA-256, fsyncs, renames atomically and records every task "
              "in SQLite; curl, rclone and wget do none of that (aria2c `--checksum` verifies).",
              "", f"Machine: {os.cpu_count()} cores, {os.uname().release}. Peers: " + "; ".join(f"{k}: {v}" for k, v in versions.items()), ""]

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Benchmarks ferry against curl, aria2c, rclone and wget on loopback nginx, output on tmpfs
 # (/dev/shm), and writes docs/benchmarks.md. Not a test: it asserts nothing, it measures.
-#   scripts/bench.sh            medians of 5 alternated runs per workload
-#   BENCH_RUNS=7 scripts/bench.sh
+#   scripts/bench.sh            medians of 7 alternated runs per workload (after a warm-up round)
+#   BENCH_RUNS=9 scripts/bench.sh
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --bench
 export PATH="/opt/swift/usr/bin:/usr/sbin:$PATH"
 swift build -c release --product ferry 2>&1 | tail -1
-exec python3 scripts/bench.py --ferry "$PWD/.build/release/ferry" --runs "${BENCH_RUNS:-5}" --output docs/benchmarks.md
+exec python3 scripts/bench.py --ferry "$PWD/.build/release/ferry" --runs "${BENCH_RUNS:-7}" --output docs/benchmarks.md

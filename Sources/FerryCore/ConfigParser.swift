@@ -90,10 +90,7 @@ public enum ConfigParser {
                     switch line.key {
                     case "state": agent.state = resolve(line.value, against: baseDirectory)
                     case "transfers":
-                        guard let n = Int(line.value), (1...256).contains(n) else {
-                            throw fail(line, "'\(line.value)' is not a number from 1 to 256")
-                        }
-                        agent.transfers = n
+                        agent.transfers = try integer(line, in: 1...256, fail)
                     case "stop-timeout":
                         agent.stopTimeout = try duration(line, minimum: 1, fail)
                     default: break
@@ -145,13 +142,11 @@ public enum ConfigParser {
                 case "resource-timeout":
                     session.resourceTimeout = try duration(line, minimum: 1, fail)
                 case "retries":
-                    guard let n = Int(line.value), (0...100).contains(n) else { throw fail(line, "'\(line.value)' is not a number from 0 to 100") }
-                    session.retries = n
+                    session.retries = try integer(line, in: 0...100, fail)
                 case "delete": session.delete = try bool(line, fail)
                 case "allow-rollback": session.allowRollback = try bool(line, fail)
                 case "max-delete":
-                    guard let n = Int(line.value), n >= 0 else { throw fail(line, "'\(line.value)' is not a whole number of files (0 or more)") }
-                    session.maxDelete = n
+                    session.maxDelete = try integer(line, in: 0...Int.max, fail)
                 case "min-speed":
                     guard let s = Units.parseSize(line.value.hasSuffix("/s") ? String(line.value.dropLast(2)) : line.value) else {
                         throw fail(line, "'\(line.value)' is not a speed like 1K or 100K/s")
@@ -198,6 +193,14 @@ public enum ConfigParser {
         }
         guard d >= minimum else { throw fail(line, "'\(line.value)' is shorter than the minimum of \(Units.formatDuration(minimum))", nil) }
         return d
+    }
+
+    private static func integer(_ line: Line, in range: ClosedRange<Int>, _ fail: (Line, String, String?) -> FerryError) throws(FerryError) -> Int {
+        guard let n = Int(line.value), range.contains(n) else {
+            let bounds = range.upperBound == Int.max ? "\(range.lowerBound) or more" : "from \(range.lowerBound) to \(range.upperBound)"
+            throw fail(line, "'\(line.value)' is not a whole number \(bounds)", nil)
+        }
+        return n
     }
 
     private static func bool(_ line: Line, _ fail: (Line, String, String?) -> FerryError) throws(FerryError) -> Bool {

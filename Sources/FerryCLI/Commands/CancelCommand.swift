@@ -21,9 +21,8 @@ struct CancelCommand: Command {
     }
 
     func run() throws(FerryError) -> ExitCode {
-        let config = try ConfigLoader.load(path: ConfigLoader.resolvePath(arguments.value("--config")))
-        let store = try StateStore(directory: config.agent.state)
-        let selection = try TaskSelection(arguments: arguments, config: config, store: store, command: Self.name)
+        let selection = try TaskSelection(arguments: arguments, command: Self.name)
+        let store = selection.store
         for (session, ids) in selection.targets {
             let tasks = try store.suspend(session: session.name, ids: ids)
             if tasks.isEmpty {

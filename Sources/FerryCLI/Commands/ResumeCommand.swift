@@ -20,9 +20,8 @@ struct ResumeCommand: Command {
     }
 
     func run() throws(FerryError) -> ExitCode {
-        let config = try ConfigLoader.load(path: ConfigLoader.resolvePath(arguments.value("--config")))
-        let store = try StateStore(directory: config.agent.state)
-        let selection = try TaskSelection(arguments: arguments, config: config, store: store, command: Self.name)
+        let selection = try TaskSelection(arguments: arguments, command: Self.name)
+        let (config, store) = (selection.config, selection.store)
         let mode = OutputMode(arguments: arguments)
         let reporter = SyncReporter(mode: mode)
         StopSignals.install(stopTimeout: config.agent.stopTimeout)

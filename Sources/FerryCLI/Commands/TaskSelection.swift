@@ -6,6 +6,15 @@ import FerryRuntime
 struct TaskSelection {
     /// Per session: the task ids, or nil for all of the session's tasks.
     let targets: [(session: SessionConfig, ids: [Int64]?)]
+    let config: Config
+    let store: StateStore
+
+    /// Loads the config and the state, and resolves what the command line names.
+    init(arguments: Arguments, command: String) throws(FerryError) {
+        let config = try ConfigLoader.load(path: ConfigLoader.resolvePath(arguments.value("--config")))
+        let store = try StateStore(directory: config.agent.state)
+        try self.init(arguments: arguments, config: config, store: store, command: command)
+    }
 
     init(arguments: Arguments, config: Config, store: StateStore, command: String) throws(FerryError) {
         let session = arguments.value("--session")
@@ -14,6 +23,8 @@ struct TaskSelection {
         }
         if let session {
             targets = [(try selectSessions(config, names: [session])[0], nil)]
+            self.config = config
+            self.store = store
             return
         }
         guard !arguments.positionals.isEmpty else {
@@ -33,5 +44,7 @@ struct TaskSelection {
             targets.append((s, ids))
         }
         self.targets = targets
+        self.config = config
+        self.store = store
     }
 }
