@@ -257,6 +257,9 @@ def kill_and_resume(ferry, www, out, big_sha, runs):
             proc.send_signal(signal.SIGKILL)
             proc.wait()
             on_disk = progress()
+            deadline = time.time() + 10
+            while time.time() < deadline and not open(nginx.dir + "/access.log").read().strip():
+                time.sleep(0.01)  # nginx logs the cut-off request once it notices the client is gone
             sent_first = sent_bytes(nginx.dir + "/access.log")
             open(nginx.dir + "/access.log", "w").close()
             subprocess.run(second, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -8,7 +8,7 @@ import FerryCore
 /// All shared state is guarded by one pthread mutex (hence `@unchecked Sendable`).
 final class BackgroundHasher: @unchecked Sendable {
     static let bufferSize = 1 << 20
-    private static let bufferCount = 4
+    private static let bufferCount = 8
 
     private let fd: Int32
     private let prefix: Int64
@@ -105,6 +105,10 @@ final class BackgroundHasher: @unchecked Sendable {
     }
 
     private func loop() {
+        // Below the receiving thread: when the two cores are busy, receiving (which drains the
+        // socket into the partial file, where checkpoints cover it) goes first; hashing catches up
+        // from the buffer pool.
+        setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 5)  // on Linux, who = 0 is the calling thread
         if prefix > 0 {
             do { try hasher.update(fileDescriptor: fd, length: prefix) } catch { failed = true }
         }
