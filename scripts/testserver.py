@@ -20,6 +20,8 @@ Faults (per path, "*" for all):
   "etag": "\"x\""        use this ETag (change it to simulate a changed file)
   "no_validators": true  send neither ETag nor Last-Modified
   "stall_after": N       after N body bytes, send nothing more (until the client gives up)
+  "only_first": N        apply reset_after, truncate_after and stall_after to the first N
+                         requests for the path only
 
 Started and stopped by the integration tests and by the quickstart, on 127.0.0.1 only.
 """
@@ -138,6 +140,8 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self.command == "HEAD":
             return
+        if "only_first" in faults and n >= faults["only_first"]:
+            faults = {k: v for k, v in faults.items() if k not in ("reset_after", "truncate_after", "stall_after")}
         self.send_body(full, start, size, faults)
 
     def send_body(self, full, start, size, faults):

@@ -183,7 +183,7 @@ public final class PullSync {
             emit(.fileFailed(path: path, error: "\(session.local)/\(path.string) is a directory where the manifest has a file; remove it"))
         }
 
-        let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, result: &result, localIOError: &localIOError)
+        let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, settings: settings, result: &result, localIOError: &localIOError)
 
         // Deletions only after every transfer succeeded (rule 7), and capped.
         if !plan.deletions.isEmpty {
@@ -270,10 +270,10 @@ public final class PullSync {
     }
 
     /// Runs the downloads; returns why it stopped early, if it did.
-    private func transfer(plan: Plan, tasks: [RelativePath: TransferTask], root: LocalRoot, store: StateStore,
+    private func transfer(plan: Plan, tasks: [RelativePath: TransferTask], root: LocalRoot, store: StateStore, settings: HTTPSettings,
                           result: inout SyncResult, localIOError: inout String?) throws(FerryError) -> String? {
         guard !plan.downloads.isEmpty else { return options.stop.reason }
-        let transfers = PullTransfers(session: session, root: root, store: store, settings: try ConfigLoader.httpSettings(for: session),
+        let transfers = PullTransfers(session: session, root: root, store: store, settings: settings,
                                       observer: observer, emit: { [unowned self] in self.emit($0) }, plan: plan, stop: options.stop)
         transfers.run(plan.downloads, tasks: tasks, concurrency: agent.transfers)
         result.downloaded += transfers.downloaded

@@ -45,7 +45,7 @@ struct ServerFaultTests {
     @Test func connectionResetMidBodyResumesUntilDone() throws {
         let w = try world("reset")
         defer { w.server.stop() }
-        w.server.setFaults(["/f.bin": ["reset_after": 1_000_000]])
+        w.server.setFaults(["/f.bin": ["reset_after": 1_000_000, "only_first": 3]])
         let run = w.box.sync(["--json"])
         #expect(run.exitCode == 0, "\(run.output)")
         #expect(w.local() == w.content)
@@ -58,7 +58,7 @@ struct ServerFaultTests {
     @Test func truncatedBodyIsRetriedFromWhereItStopped() throws {
         let w = try world("truncated")
         defer { w.server.stop() }
-        w.server.setFaults(["/f.bin": ["truncate_after": 1_200_000]])
+        w.server.setFaults(["/f.bin": ["truncate_after": 1_200_000, "only_first": 1]])
         let run = w.box.sync(["--json"])
         #expect(run.exitCode == 0, "\(run.output)")
         #expect(w.local() == w.content)
@@ -165,7 +165,7 @@ struct ServerFaultTests {
     @Test func aStalledTransferIsAbandonedAndResumed() throws {
         let w = try world("stall", size: 600_000, session: ["min-speed = 200K", "stall-timeout = 1s"])
         defer { w.server.stop() }
-        w.server.setFaults(["/f.bin": ["stall_after": 250_000]])
+        w.server.setFaults(["/f.bin": ["stall_after": 250_000, "only_first": 2]])
         let run = w.box.sync(["--json"], timeout: 60)
         #expect(run.exitCode == 0, "\(run.output)")
         #expect(run.events(named: "file-retrying").contains { ($0["error"] as? String)?.contains("stalled") == true })
