@@ -70,8 +70,10 @@ struct BadInputTests {
         #expect(json.stdout.contains("\"path\":\"gone.txt\""))
         #expect(json.stdout.contains("\"state\":\"failed\""))
 
-        // Once the remote is whole again, the next run completes and deletes.
+        // Once the remote is whole again (and its manifest says so, with the file's new mtime),
+        // the next run completes and deletes.
         box.publish("gone.txt", "will vanish\n")
+        box.buildManifest()
         let again = box.sync()
         #expect(again.exitCode == 0, "\(again.output)")
         #expect(!FileManager.default.fileExists(atPath: box.localPath("old.txt")))

@@ -67,7 +67,11 @@ final class SyncReporter: SyncObserver {
             case .incomplete?: text += "stopped, work remains (resumes next run)"
             default: text += "failed"
             }
-            text += " — \(downloaded) downloaded (\(Units.formatBytes(bytes)) in \(Units.formatFixed(seconds, digits: 2))s\(rate)), \(deleted) deleted, \(failed) failed"
+            if downloaded == 0 && deleted == 0 && failed == 0 {
+                text += " — nothing to transfer (\(Units.formatFixed(seconds, digits: 2))s)"
+            } else {
+                text += " — \(downloaded) downloaded (\(Units.formatBytes(bytes)) in \(Units.formatFixed(seconds, digits: 2))s\(rate)), \(deleted) deleted, \(failed) failed"
+            }
             if let message, code != 0 { text += "\n\(s): \(message)" }
             Console.out(text)
         case let .fileRetrying(path, attempt, delay, error):
