@@ -255,8 +255,11 @@ public final class StateStore {
     /// removed, and returned so the caller can report them cancelled.
     public func dropDueDelayedTasks(session: String, keeping downloads: Set<RelativePath>) throws(FerryError) -> [TransferTask] {
         let now = Timestamp.now()
-        let stale = try tasks(session: session).filter {
-            $0.state == .delayed && !downloads.contains($0.path) && ($0.notBefore.map { $0 <= now } ?? true)
+        var stale: [TransferTask] = []
+        let rows = try db.prepare("SELECT \(StateStore.taskColumns) FROM tasks WHERE session = ? AND state = 'delayed'").bind(.text(session))
+        while try rows.step() {
+            let t = task(from: rows)
+            if !downloads.contains(t.path) && (t.notBefore.map { $0 <= now } ?? true) { stale.append(t) }
         }
         guard !stale.isEmpty else { return [] }
         try db.transaction { () throws(FerryError) in
