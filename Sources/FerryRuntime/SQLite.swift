@@ -1,4 +1,5 @@
 import CSQLite
+import Glibc
 import FerryCore
 
 /// A thin wrapper over one SQLite connection. Errors become `FerryError(.localIO)` naming the
@@ -37,7 +38,8 @@ final class SQLiteDatabase {
         if sqlite3_exec(handle, sql, nil, nil, &message) != SQLITE_OK {
             let text = message.map { String(cString: $0) } ?? "unknown error"
             sqlite3_free(message)
-            throw .localIO("state database \(path): \(text)")
+            let what = sql.split(separator: "\n").first.map { String($0.prefix(40)) } ?? ""
+            throw .localIO("state database \(path): \(text) (in: \(what))")
         }
     }
 
@@ -49,6 +51,19 @@ final class SQLiteDatabase {
         let s = try prepare(sql)
         cache[sql] = s
         return s
+    }
+
+    /// For statements SQLite answers with SQLITE_BUSY without waiting for the busy timeout (such as
+    /// switching a new database to WAL while another process has it open): retried for up to `seconds`.
+    func executeRetryingWhileBusy(_ sql: String, seconds: Double = 10) throws(FerryError) {
+        let deadline = MonotonicClock.seconds() + seconds
+        while true {
+            let rc = sqlite3_exec(handle, sql, nil, nil, nil)
+            if rc == SQLITE_OK { return }
+            let busy = rc & 0xFF == SQLITE_BUSY || rc & 0xFF == SQLITE_LOCKED
+            guard busy, MonotonicClock.seconds() < deadline else { return try execute(sql) }
+            usleep(10_000)
+        }
     }
 
     func prepare(_ sql: String) throws(FerryError) -> SQLiteStatement {

@@ -82,7 +82,8 @@ public final class StateStore {
         self.directory = directory
         try FileSystem.makeDirectories(directory, mode: 0o700)
         db = try SQLiteDatabase(path: directory + "/ferry.db")
-        try db.execute("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+        try db.executeRetryingWhileBusy("PRAGMA journal_mode=WAL")
+        try db.execute("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
         if try db.userVersion < StateStore.migrations.count {
             // Another ferry may be migrating at this moment: read the version again under the write lock.
             try db.transaction { () throws(FerryError) in

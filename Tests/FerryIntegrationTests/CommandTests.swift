@@ -142,4 +142,22 @@ struct CommandTests {
         #expect(unknown.exitCode == 2)
         #expect(unknown.stderr.contains("no session 'nope'"))
     }
+
+    /// Two ferry processes opening a state directory that does not exist yet both succeed (creating
+    /// the database and switching it to WAL must not fail with "database is locked").
+    @Test func concurrentFirstOpensOfTheStateSucceed() throws {
+        let box = Sandbox("firstopen")
+        box.publish("a.txt", "a\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published)
+        for round in 0..<10 {
+            try? FileManager.default.removeItem(atPath: box.state)
+            try? FileManager.default.removeItem(atPath: box.local)
+            let sync = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--quiet"],
+                                 stderr: box.directory + "/sync\(round).err")
+            let status = box.status()
+            #expect(status.exitCode == 0, "round \(round): \(status.stderr)")
+            #expect(sync.wait(timeout: 30) == 0, "round \(round): \(fileContents(box.directory + "/sync\(round).err") ?? "")")
+        }
+    }
 }
