@@ -39,6 +39,8 @@ public struct Manifest: Sendable {
     }
 
     public static let formatName = Format.ferry.rawValue
+    /// 2^53 bytes (8 PiB): larger sizes are refused, so sums of sizes cannot overflow.
+    public static let maximumFileSize: Int64 = 1 << 53
 
     /// Parses a ferry JSON manifest, or a SHA256SUMS file when the text does not start with `{`.
     /// `source` names the manifest in errors (its URL).
@@ -100,6 +102,7 @@ public struct Manifest: Sendable {
                             case "size":
                                 let s = try r.readInteger()
                                 if s < 0 { throw r.failure("files[\(i)].size is negative") }
+                                if s > Manifest.maximumFileSize { throw r.failure("files[\(i)].size is larger than 8 PiB") }
                                 size = s
                             case "sha256": sha = try r.readString()
                             case "mtime":

@@ -5,7 +5,7 @@ public enum Units {
     public static func parseDuration(_ text: String) -> Double? {
         let s = text.trimmingSpaces()
         guard !s.isEmpty else { return nil }
-        if let plain = Double(s), plain >= 0, plain.isFinite { return plain }
+        if let plain = Double(s), plain >= 0, plain <= maximumDuration { return plain }
         var total = 0.0
         var number = ""
         var sawUnit = false
@@ -28,9 +28,12 @@ public enum Units {
             number = ""
             sawUnit = true
         }
-        guard number.isEmpty, sawUnit else { return nil }
+        guard number.isEmpty, sawUnit, total <= maximumDuration else { return nil }
         return total
     }
+
+    /// About 300 years: longer durations are refused, so they convert to integers safely.
+    public static let maximumDuration: Double = 1e10
 
     /// Bytes in a size such as `512K`, `20M`, `1G`, `1.5G`, `4096` (binary multiples; a trailing `B`
     /// or `iB` is accepted).

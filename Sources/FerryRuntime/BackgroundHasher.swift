@@ -37,12 +37,24 @@ final class BackgroundHasher: @unchecked Sendable {
         pthread_cond_init(work, nil)
         pthread_cond_init(returned, nil)
         let context = Unmanaged.passRetained(self).toOpaque()
-        pthread_create(&thread, nil, { context in
+        let rc = pthread_create(&thread, nil, { context in
             let hasher = Unmanaged<BackgroundHasher>.fromOpaque(context!).takeRetainedValue()
             hasher.loop()
             return nil
         }, context)
+        if rc != 0 {
+            // No thread to be had: hash on the caller's thread instead (see `submit`).
+            Unmanaged<BackgroundHasher>.fromOpaque(context).release()
+            threadless = true
+            joined = true
+            if prefix > 0 {
+                do { try hasher.update(fileDescriptor: fd, length: prefix) } catch { failed = true }
+            }
+        }
     }
+
+    /// Set when no thread could be created: buffers are hashed as they are submitted.
+    private var threadless = false
 
     deinit {
         pthread_mutex_destroy(mutex)
@@ -65,6 +77,11 @@ final class BackgroundHasher: @unchecked Sendable {
 
     /// Hands over a buffer holding the next `count` bytes of the file.
     func submit(_ buffer: UnsafeMutableRawPointer, count: Int) {
+        if threadless {
+            if !failed { hasher.update(buffer, count: count) }
+            release(buffer)
+            return
+        }
         pthread_mutex_lock(mutex)
         queue.append((buffer, count))
         pthread_cond_signal(work)

@@ -79,23 +79,31 @@ struct ResponseHeaders {
     var contentRange: String?
     var contentLength: Int64?
     var retryAfter: String?
+    /// True before the first line and after each blank line: only then does `HTTP/` start a status line.
+    private var atStatusLine = true
 
     /// Takes one header line as libcurl delivers it. Works on bytes: only the few headers ferry
     /// reads become Strings (this runs for every response of a 10,000-file sync).
     mutating func consume(_ line: UnsafeBufferPointer<UInt8>) {
         var end = line.count
         while end > 0 && (line[end - 1] == 0x0A || line[end - 1] == 0x0D) { end -= 1 }
-        guard end > 0 else { return }
+        guard end > 0 else {
+            atStatusLine = true
+            return
+        }
         let bytes = UnsafeBufferPointer(rebasing: line[0..<end])
-        if ResponseHeaders.hasPrefix(bytes, "HTTP/") {
+        if atStatusLine && ResponseHeaders.hasPrefix(bytes, "HTTP/") {
             self = ResponseHeaders()
+            atStatusLine = false
             var i = 5
             while i < bytes.count && bytes[i] != 0x20 { i += 1 }
             i += 1
             var code = 0
-            while i < bytes.count, bytes[i] >= 48, bytes[i] <= 57 {
+            var digits = 0
+            while i < bytes.count, bytes[i] >= 48, bytes[i] <= 57, digits < 3 {
                 code = code * 10 + Int(bytes[i] - 48)
                 i += 1
+                digits += 1
             }
             status = code
             if i < bytes.count { reason = String(decoding: UnsafeBufferPointer(rebasing: bytes[(i + 1)...]), as: UTF8.self) }

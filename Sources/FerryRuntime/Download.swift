@@ -87,6 +87,9 @@ final class Download {
         // A partial that already holds the manifest's size (a crash after the last byte, a commit
         // that failed) is verified from disk first: no request at all if it is right (rule 4).
         if let size = entry.size, size > 0, onDisk == size { offset = size }
+        // Over HTTP a range is asked for only under a validator (If-Range): without one, the bytes
+        // on disk might belong to another version of the file.
+        if scheme != .file && validator == nil && offset != entry.size { offset = 0 }
         if ftruncate(fd, off_t(offset)) != 0 {
             throw .localIO("cannot truncate the partial file for \(entry.path): \(FileSystem.errorText())")
         }
@@ -160,9 +163,21 @@ final class Download {
     /// Syncs what is written and records it as resume data.
     func takeCheckpoint() {
         checkpointTime = MonotonicClock.seconds()
-        guard syncData() else { return }
+        guard syncData() else {
+            // After a failed fdatasync the kernel may report later syncs as fine: trust nothing.
+            let code = errno
+            localIOFailure = localIOFailure ?? code
+            fail("could not sync the partial file to disk (\(FileSystem.errorText(code))); it will be fetched again", discard: true)
+            return
+        }
         checkpointed = written
         onCheckpoint?(self)
+    }
+
+    /// The partial file's length on disk (what can be kept as resume data, at most).
+    var bytesOnDisk: Int64 {
+        var st = stat()
+        return fstat(fd, &st) == 0 ? Int64(st.st_size) : 0
     }
 
     /// The buffer being filled for the hashing thread, and how much of it is filled.
@@ -230,8 +245,13 @@ final class Download {
                 fail("the server says the file has \(total) bytes; the manifest says \(size)", discard: true)
                 return
             }
+            if let sent = headers.rangeValidator, let asked = ifRange, sent != asked {
+                fail("the server resumed a different version (validator \(sent), asked for \(asked)); starting again from zero",
+                     discard: true, retry: .later)
+                return
+            }
             accepting = true
-            validator = headers.rangeValidator
+            validator = headers.rangeValidator ?? ifRange
         case 200:
             if requestedOffset > 0 {
                 if ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) < 0 {
@@ -259,6 +279,8 @@ final class Download {
             }
             accepting = true
             validator = headers.rangeValidator
+            // The old offset no longer describes the partial: record the restart before new bytes land.
+            if restartReason != nil { onCheckpoint?(self) }
         default:
             accepting = false
         }
@@ -301,6 +323,10 @@ final class Download {
         guard sha == entry.sha256 else {
             if isAlreadyComplete && received == 0 {
                 return .failed(Failure(message: "the kept partial file does not verify; fetching it again", keepPartial: false, retry: .later))
+            }
+            if requestedOffset > 0 && restartReason == nil {
+                return .failed(Failure(message: "the resumed file does not verify (the server may have changed it); fetching it again from zero",
+                                       keepPartial: false, retry: .later))
             }
             return .failed(Failure(message: "content does not match the manifest: SHA-256 is \(sha), the manifest says \(entry.sha256)",
                                    keepPartial: false, retry: .never))

@@ -86,7 +86,17 @@ public final class LocalRoot {
 
     private func display(_ p: RelativePath?) -> String { p.map { path + "/" + $0.string } ?? path }
 
+    /// Keeps the cache of open directories bounded (a tree may hold more directories than a process
+    /// may open files). Called where no directory descriptor is held yet; `syncDirectories` reopens
+    /// what it needs.
+    private func boundDirectoryCache() {
+        guard directories.count > 256 else { return }
+        for fd in directories.values { close(fd) }
+        directories.removeAll()
+    }
+
     public func stat(_ relative: RelativePath) -> LocalEntry? {
+        boundDirectoryCache()
         guard let dir = try? directoryFD(relative.parent, create: false) else { return nil }
         var st = Glibc.stat()
         guard fstatat(dir, baseName(relative), &st, AT_SYMLINK_NOFOLLOW) == 0 else { return nil }
@@ -95,6 +105,7 @@ public final class LocalRoot {
 
     /// SHA-256 of a local file, opened without following symlinks, with the stat it was taken at.
     public func hash(_ relative: RelativePath) throws(FerryError) -> CachedHash {
+        boundDirectoryCache()
         let dir = try directoryFD(relative.parent, create: false)
         let fd = openat(dir, baseName(relative), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { throw .localIO("cannot open \(display(relative)) to hash it: \(FileSystem.errorText())") }
@@ -149,14 +160,17 @@ public final class LocalRoot {
 
     private func staging() throws(FerryError) -> Int32 {
         if stagingFD >= 0 { return stagingFD }
-        for name in [".ferry", ".ferry/partial"] {
-            if mkdirat(rootFD, name, 0o700) != 0 && errno != EEXIST {
-                throw .localIO("cannot create \(path)/\(name): \(FileSystem.errorText())")
-            }
+        // Each level is created relative to its parent's descriptor, never through a path that a
+        // symlinked `.ferry` could redirect.
+        if mkdirat(rootFD, ".ferry", 0o700) != 0 && errno != EEXIST {
+            throw .localIO("cannot create \(path)/.ferry: \(FileSystem.errorText())")
         }
         let ferry = openat(rootFD, ".ferry", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard ferry >= 0 else { throw .localIO("\(path)/.ferry is not a directory (is it a symlink?); ferry keeps partial files there") }
         defer { close(ferry) }
+        if mkdirat(ferry, "partial", 0o700) != 0 && errno != EEXIST {
+            throw .localIO("cannot create \(path)/.ferry/partial: \(FileSystem.errorText())")
+        }
         let fd = openat(ferry, "partial", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { throw .localIO("\(path)/.ferry/partial is not a directory: \(FileSystem.errorText())") }
         stagingFD = fd
@@ -197,6 +211,7 @@ public final class LocalRoot {
     /// final path. The directory fsync is deferred to `syncDirectories()` so a batch of files shares
     /// it; callers mark tasks done only after that. Returns the stat of the file now in place.
     public func commit(partialFD fd: Int32, taskID: Int64, to relative: RelativePath, mode: UInt32?, mtime: Timestamp?) throws(FerryError) -> LocalEntry {
+        boundDirectoryCache()
         if fchmod(fd, mode_t(mode ?? defaultMode)) != 0 {
             throw .localIO("cannot set the mode of \(display(relative)): \(FileSystem.errorText())")
         }
@@ -241,15 +256,13 @@ public final class LocalRoot {
             }
         }
         unsyncedDirectories.removeAll(keepingCapacity: true)
-        if directories.count > 256 {
-            for fd in directories.values { close(fd) }
-            directories.removeAll()
-        }
+        boundDirectoryCache()
     }
 
     // MARK: metadata and deletion
 
     public func setMetadata(_ relative: RelativePath, mode: UInt32?, mtime: Timestamp?) throws(FerryError) -> LocalEntry {
+        boundDirectoryCache()
         let dir = try directoryFD(relative.parent, create: false)
         let fd = openat(dir, baseName(relative), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { throw .localIO("cannot open \(display(relative)): \(FileSystem.errorText())") }
@@ -266,6 +279,7 @@ public final class LocalRoot {
 
     /// Removes a file or symlink (never what a symlink points to).
     public func delete(_ relative: RelativePath) throws(FerryError) {
+        boundDirectoryCache()
         let dir = try directoryFD(relative.parent, create: false)
         if unlinkat(dir, baseName(relative), 0) != 0 && errno != ENOENT {
             throw .localIO("cannot delete \(display(relative)): \(FileSystem.errorText())")

@@ -267,15 +267,20 @@ final class PullTransfers {
                 }
                 var kept: Int64 = 0
                 if failure.keepPartial && download.syncData() {
-                    kept = download.written
+                    kept = min(download.written, download.bytesOnDisk)
                 } else {
                     root.removePartial(taskID: download.task.id)
                 }
                 retryOrFail(download, failure, kept: kept)
             case .interrupted:
                 items.removeValue(forKey: download.task.id)
-                let kept = download.syncData() ? download.written : download.checkpointed
-                try? store.checkpoint(download.task.id, bytesDone: kept, validator: download.validator)
+                var kept: Int64 = 0
+                if download.syncData() {
+                    kept = min(download.written, download.bytesOnDisk)
+                } else {
+                    root.removePartial(taskID: download.task.id)
+                }
+                try? store.checkpoint(download.task.id, bytesDone: kept, validator: kept > 0 ? download.validator : nil)
                 if download.cancelRequested {
                     suspended += 1
                     emit(.fileSuspended(path: path, offset: kept))

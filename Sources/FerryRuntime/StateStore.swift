@@ -204,7 +204,7 @@ public final class StateStore {
                 UPDATE tasks SET state = ?, size = ?, sha256 = ?, bytes_done = 0, validator = NULL, attempts = 0,
                 last_error = NULL, created_at = ?, updated_at = ?, not_before = ?, url = ? WHERE id = ?
                 """)
-            let requeue = try db.prepare("UPDATE tasks SET state = 'queued', not_before = NULL, url = ?, updated_at = ? WHERE id = ?")
+            let requeue = try db.prepare("UPDATE tasks SET state = 'queued', not_before = NULL, url = ?, updated_at = ? WHERE id = ? AND state != 'suspended'")
             var out = Queued()
             for e in entries {
                 let url = urlFor(e.path)
@@ -357,7 +357,7 @@ public final class StateStore {
     }
 
     public func markFailed(_ id: Int64, attempts: Int, error: String, bytesDone: Int64, validator: String?) throws(FerryError) {
-        try db.cached("UPDATE tasks SET state = 'failed', attempts = ?, last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
+        try db.cached("UPDATE tasks SET state = CASE state WHEN 'suspended' THEN 'suspended' ELSE 'failed' END, attempts = ?, last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
             .bind(.int(Int64(attempts)), .text(error), .int(bytesDone), .optional(validator), .text(Timestamp.now().rfc3339), .int(id)).run()
     }
 

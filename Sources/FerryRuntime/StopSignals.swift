@@ -12,6 +12,7 @@ public enum StopSignals {
     private static let timeout = Atomic<Int32>(5)
 
     public static func install(stopTimeout: Double) {
+        _ = received.load(ordering: .relaxed)  // initialize the global here, not inside the handler
         timeout.store(Int32(max(1, stopTimeout.rounded(.up))), ordering: .relaxed)
         let handler: @convention(c) (Int32) -> Void = { signal in
             if StopSignals.received.exchange(signal, ordering: .relaxed) != 0 { _exit(ExitCode.incomplete.rawValue) }

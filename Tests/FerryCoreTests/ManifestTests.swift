@@ -73,6 +73,7 @@ struct ManifestTests {
         ("{\"path\": \"x\", \"size\": 1, \"sha256\": \"\(hashA)\", \"mode\": \"rwx\"}", "mode is not an octal mode"),
         ("{\"path\": \"x\", \"size\": 1, \"sha256\": \"\(hashA)\", \"mtime\": \"yesterday\"}", "mtime is not an RFC 3339 time"),
         ("{\"path\": \"x\", \"size\": 99999999999999999999, \"sha256\": \"\(hashA)\"}", "number is too large"),
+        ("{\"path\": \"x\", \"size\": 9223372036854775807, \"sha256\": \"\(hashA)\"}", "size is larger than 8 PiB"),
         ("{\"path\": \"raw\ttab\", \"size\": 1, \"sha256\": \"\(hashA)\"}", "raw control character"),
     ])
     func refusesHostileEntries(files: String, message: String) {

@@ -1,0 +1,58 @@
+import Foundation
+import Testing
+@testable import FerryRuntime
+
+/// Response parsing and local-root set-up against hostile input.
+@Suite(.serialized)
+struct HostileResponseTests {
+    func consume(_ lines: [String]) -> ResponseHeaders {
+        var headers = ResponseHeaders()
+        for line in lines {
+            var bytes = Array((line + "\r\n").utf8)
+            bytes.withUnsafeMutableBufferPointer { headers.consume(UnsafeBufferPointer($0)) }
+        }
+        return headers
+    }
+
+    @Test func aHeaderThatLooksLikeAStatusLineChangesNothing() {
+        let h = consume(["HTTP/1.1 206 Partial Content", "Content-Range: bytes 5-9/10", "HTTP/x: 99999999999999999999", "ETag: \"a\""])
+        #expect(h.status == 206)
+        #expect(h.contentRange == "bytes 5-9/10")
+        #expect(h.etag == "\"a\"")
+        let redirected = consume(["HTTP/1.1 302 Found", "Location: /x", "", "HTTP/1.1 200 OK", "Content-Length: 4"])
+        #expect(redirected.status == 200, "a new response after the blank line")
+        #expect(consume(["HTTP/1.1 99999999999999999999 Nope"]).status == 999, "at most three digits")
+    }
+
+    @Test func aSymlinkedFerryDirectoryIsRefusedAndNothingIsCreatedOutside() throws {
+        let box = Sandbox("ferrylink")
+        box.publish("a.txt", "a\n")
+        box.buildManifest()
+        let outside = box.directory + "/outside"
+        try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: box.local, withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(atPath: box.localPath(".ferry"), withDestinationPath: outside)
+        box.configure(remote: "file://" + box.published)
+        let run = box.sync()
+        #expect(run.exitCode == 5, "\(run.output)")
+        #expect(run.stderr.contains(".ferry is not a directory (is it a symlink?)"))
+        #expect((try FileManager.default.contentsOfDirectory(atPath: outside)).isEmpty, "nothing created through the symlink")
+    }
+
+    @Test func withoutValidatorsNoRangeIsAskedFor() throws {
+        let box = Sandbox("novalidators")
+        let content = randomData(2_000_000, seed: 4)
+        box.publish("f.bin", content)
+        box.buildManifest()
+        let server = try PythonServer(directory: box.published)
+        defer { server.stop() }
+        server.setFaults(["/f.bin": ["no_validators": true, "reset_after": 1_000_000, "only_first": 1]])
+        box.configure(remote: server.url, session: ["retry-delay = 0.05s"])
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        let requests = server.requests().filter { $0["path"] as? String == "/f.bin" }
+        #expect(requests.count == 2)
+        #expect(requests.allSatisfy { $0["range"] is NSNull || $0["range"] == nil }, "nothing to guard a range with: \(requests)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: box.localPath("f.bin"))) == content)
+    }
+}
