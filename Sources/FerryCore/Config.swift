@@ -72,8 +72,11 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
     public func url(for path: RelativePath) -> String { url + path.percentEncoded }
 
     /// The local directory of a `file://` remote.
-    public var filePath: String? {
-        guard scheme == .file else { return nil }
+    public var filePath: String? { scheme == .file ? RemoteLocation.decodeFileURL(url) : nil }
+
+    /// The path a `file://` URL names (percent-decoded), or nil for anything else.
+    public static func decodeFileURL(_ url: String) -> String? {
+        guard url.hasPrefix("file://") else { return nil }
         return String(url.dropFirst("file://".count)).removingPercentEncoding()
     }
 }

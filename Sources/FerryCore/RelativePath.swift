@@ -113,8 +113,6 @@ public struct RelativePath: Hashable, Comparable, Sendable, CustomStringConverti
         return out
     }
 
-    public var segments: [Substring] { string.split(separator: "/", omittingEmptySubsequences: false) }
-
     public func appending(_ name: String) -> RelativePath { RelativePath(trusted: string + "/" + name) }
 
     /// The path with each segment percent-encoded, for appending to a remote URL. Only RFC 3986

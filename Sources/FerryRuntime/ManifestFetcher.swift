@@ -76,13 +76,6 @@ public struct ManifestFetcher {
     }
 }
 
-extension RemoteLocation {
-    static func decodeFileURL(_ url: String) -> String? {
-        guard url.hasPrefix("file://") else { return nil }
-        return String(url.dropFirst(7)).removingPercentEncoding()
-    }
-}
-
 /// Collects a response body in memory, up to a limit.
 final class BodyBuffer {
     var bytes: [UInt8] = []

@@ -193,7 +193,6 @@ public final class PullSync {
                 let note = "\(plan.deletions.count) deletions postponed because \(result.failed + result.waiting + result.suspended + result.delayed) files did not arrive"
                 emit(.warning(message: note))
             } else if plan.deletions.count > session.maxDelete {
-                result.failed += 0
                 result.message = "refused to delete \(plan.deletions.count) files: more than max-delete = \(session.maxDelete)"
                 emit(.warning(message: result.message! + "; raise max-delete if this is intended"))
                 result.exitCode = .someFilesFailed

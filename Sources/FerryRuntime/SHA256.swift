@@ -65,13 +65,4 @@ public final class SHA256Hasher {
         return total
     }
 
-    /// SHA-256 of a whole file, opened without following a final symlink.
-    public static func hashFile(atPath path: String) throws(FerryError) -> (sha256: String, size: Int64) {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { throw .localIO("cannot open \(path) to hash it: \(String(cString: strerror(errno)))") }
-        defer { close(fd) }
-        let hasher = SHA256Hasher()
-        let size = try hasher.update(fileDescriptor: fd)
-        return (hasher.finalizeHex(), size)
-    }
 }

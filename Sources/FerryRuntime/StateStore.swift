@@ -160,13 +160,6 @@ public final class StateStore {
         return out
     }
 
-    public func allTasks() throws(FerryError) -> [TransferTask] {
-        let s = try db.prepare("SELECT \(StateStore.taskColumns) FROM tasks ORDER BY session, path")
-        var out: [TransferTask] = []
-        while try s.step() { out.append(task(from: s)) }
-        return out
-    }
-
     /// What `queueDownloads` did: the task per path, and the delayed tasks that came due.
     public struct Queued {
         public var tasks: [RelativePath: TransferTask] = [:]
