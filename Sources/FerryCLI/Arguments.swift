@@ -39,7 +39,9 @@ struct Arguments {
                 arg = String(arg[..<eq])
             }
             guard let spec = options.first(where: { $0.name == arg }) else {
-                throw .usage("ferry \(command): unknown option '\(arg)'", hint: "see: ferry help \(command)")
+                var hint = "see: ferry help \(command)"
+                if let near = ConfigParser.closest(to: arg, in: options.map(\.name)) { hint = "did you mean '\(near)'? (see: ferry help \(command))" }
+                throw .usage("ferry \(command): unknown option '\(Printable.name(arg))'", hint: hint)
             }
             if spec.value != nil {
                 let value: String

@@ -20,6 +20,16 @@ public enum FerryCLI {
         return out
     }
 
+    /// The commands of a group (`sync`, `manifest`, `config`), listed; nil if `word` names no group.
+    static func groupHelp(_ word: String) -> String? {
+        let members = commands.filter { $0.words.count > 1 && $0.words[0] == word }
+        guard !members.isEmpty else { return nil }
+        var out = "usage: ferry \(word) COMMAND [OPTIONS]\n\ncommands:\n"
+        for c in members { out += "  " + c.name.padding(to: 16) + c.summary + "\n" }
+        out += "\nferry help \(members[0].name) shows a command's options.\n"
+        return out
+    }
+
     static func command(matching words: [String]) -> (command: any Command.Type, rest: [String])? {
         for c in commands where words.count >= c.words.count && Array(words.prefix(c.words.count)) == c.words {
             return (c, Array(words.dropFirst(c.words.count)))
@@ -50,11 +60,19 @@ public enum FerryCLI {
             return .inSync
         }
         guard let match = command(matching: argv) else {
-            let known = commands.map { $0.words }
-            if let group = known.first(where: { $0.count > 1 && $0[0] == argv[0] }) {
-                Console.error(.usage("'ferry \(argv[0])' needs a subcommand", hint: "did you mean: ferry \(group.joined(separator: " "))?"))
+            if let help = groupHelp(argv[0]) {
+                if argv.count == 2 && (argv[1] == "--help" || argv[1] == "-h") {
+                    Console.out(help)
+                    return .inSync
+                }
+                let group = commands.filter { $0.words.count > 1 && $0.words[0] == argv[0] }.map { "ferry " + $0.name }
+                let what = argv.count > 1 ? "has no subcommand '\(Printable.name(argv[1]))'" : "needs a subcommand"
+                Console.error(.usage("'ferry \(Printable.name(argv[0]))' \(what)", hint: "did you mean: \(group.joined(separator: ", "))?"))
             } else {
-                Console.error(.usage("unknown command '\(argv[0])'", hint: "see: ferry help"))
+                var hint = "see: ferry help"
+                let words = Set(commands.map { $0.words[0] })
+                if let near = ConfigParser.closest(to: argv[0], in: words.sorted()) { hint = "did you mean '\(near)'? (see: ferry help)" }
+                Console.error(.usage("unknown command '\(Printable.name(argv[0]))'", hint: hint))
             }
             return .usage
         }

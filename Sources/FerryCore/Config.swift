@@ -95,10 +95,18 @@ public struct SessionConfig: Sendable {
     public var poll: Double = 15 * 60
     /// Remove local files the manifest no longer lists.
     public var delete: Bool = false
-    /// At most this many deletions per run; more is refused as a probable mistake.
-    public var maxDelete: Int = 1000
+    /// At most this many deletions per run (a count, or a share of the files the session manages);
+    /// more is refused as a probable mistake.
+    public var maxDelete: DeletionCap = .percent(50)
     /// Accept a manifest whose version is lower than the last one applied.
     public var allowRollback: Bool = false
+    /// Accept a manifest that lists no files even when the mirror holds files.
+    public var allowEmpty: Bool = false
+    /// A manifest larger than this is refused before it is read (it is held in memory to parse).
+    public var maxManifestSize: Int64 = 256 << 20
+    /// Permission bits a manifest may not set (like a umask): `022` keeps files from being
+    /// writable by group and others whatever the remote says.
+    public var modeMask: UInt32 = 0o022
     /// PEM bundle of CAs to trust instead of the system store.
     public var caFile: String?
     /// File holding `user:password` for HTTP basic auth.
@@ -125,6 +133,40 @@ public struct SessionConfig: Sendable {
     public var manifestURL: String {
         if manifest.contains("://") { return manifest }
         return remote.url + manifest
+    }
+}
+
+/// `max-delete`: how many deletions one run may make, as a count or as a percentage of the files
+/// the session manages (those its local root holds before the run, and those the manifest adds).
+/// A run that would delete more deletes nothing.
+public enum DeletionCap: Sendable, Equatable, CustomStringConvertible {
+    case count(Int)
+    case percent(Double)
+
+    /// `1000` or `50%`.
+    public init?(parsing text: String) {
+        if text.hasSuffix("%") {
+            guard let p = Double(String(text.dropLast()).trimmingSpaces()), p >= 0, p <= 100 else { return nil }
+            self = .percent(p)
+        } else {
+            guard let n = Int(text), n >= 0 else { return nil }
+            self = .count(n)
+        }
+    }
+
+    /// The most deletions allowed when the session manages `managed` files.
+    public func limit(managed: Int) -> Int {
+        switch self {
+        case .count(let n): return n
+        case .percent(let p): return Int((Double(managed) * p / 100).rounded(.down))
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .count(let n): return "\(n)"
+        case .percent(let p): return (p.rounded() == p ? "\(Int(p))" : "\(p)") + "%"
+        }
     }
 }
 

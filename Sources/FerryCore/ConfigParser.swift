@@ -7,7 +7,8 @@ public enum ConfigParser {
     /// Every key, per section kind. The one place keys are defined; `config/ferry.conf` documents them.
     public static let agentKeys = ["state", "transfers", "stop-timeout"]
     public static let sessionKeys = [
-        "remote", "manifest", "local", "direction", "poll", "delete", "max-delete", "allow-rollback",
+        "remote", "manifest", "local", "direction", "poll", "delete", "max-delete", "allow-rollback", "allow-empty",
+        "max-manifest-size", "mode-mask",
         "ca-file", "basic-auth-file", "bearer-token-file", "connect-timeout", "min-speed", "stall-timeout", "max-duration",
         "retries", "retry-delay", "resource-timeout", "earliest-begin",
     ]
@@ -145,8 +146,22 @@ public enum ConfigParser {
                     session.retries = try integer(line, in: 0...100, fail)
                 case "delete": session.delete = try bool(line, fail)
                 case "allow-rollback": session.allowRollback = try bool(line, fail)
+                case "allow-empty": session.allowEmpty = try bool(line, fail)
                 case "max-delete":
-                    session.maxDelete = try integer(line, in: 0...Int.max, fail)
+                    guard let cap = DeletionCap(parsing: line.value) else {
+                        throw fail(line, "'\(line.value)' is neither a count (1000) nor a percentage (50%)")
+                    }
+                    session.maxDelete = cap
+                case "max-manifest-size":
+                    guard let size = Units.parseSize(line.value), size >= 1024 else {
+                        throw fail(line, "'\(line.value)' is not a size of at least 1K, like 64M or 1G")
+                    }
+                    session.maxManifestSize = size
+                case "mode-mask":
+                    guard (1...4).contains(line.value.utf8.count), let mask = UInt32(line.value, radix: 8), mask <= 0o7777 else {
+                        throw fail(line, "'\(line.value)' is not an octal mask like 022 or 077")
+                    }
+                    session.modeMask = mask & 0o777
                 case "min-speed":
                     guard let s = Units.parseSize(line.value.hasSuffix("/s") ? String(line.value.dropLast(2)) : line.value) else {
                         throw fail(line, "'\(line.value)' is not a speed like 1K or 100K/s")
@@ -251,7 +266,8 @@ public enum ConfigParser {
         return x.hasPrefix(y) || y.hasPrefix(x)
     }
 
-    static func closest(to word: String, in candidates: [String]) -> String? {
+    /// The candidate within two edits of `word`, if any (for "did you mean").
+    public static func closest(to word: String, in candidates: [String]) -> String? {
         var best: (String, Int)?
         for c in candidates {
             let d = editDistance(word, c)

@@ -5,6 +5,12 @@ public struct Event: Sendable {
         case syncStarted(direction: Direction, dryRun: Bool)
         case manifestFetched(url: String, version: Int64?, files: Int, unchanged: Bool)
         case planned(downloads: Int, bytes: Int64, metadataFixes: Int, deletions: Int, upToDate: Int, hashed: Int, extrasKept: Int)
+        /// One line of a dry run's plan: `action` is download, replace, delete, refused-delete,
+        /// fix-metadata or blocked; `reason` says why.
+        case planItem(action: String, path: RelativePath, reason: String?, size: Int64?)
+        /// What was at `path` (a file, a symlink, a directory holding files) made room for what the
+        /// manifest lists there (a directory, a file).
+        case replaced(path: RelativePath, was: String, now: String)
         case fileStarted(path: RelativePath, size: Int64?, reason: Plan.Reason)
         case fileResumed(path: RelativePath, offset: Int64)
         case fileRestarted(path: RelativePath, reason: String)
@@ -25,7 +31,10 @@ public struct Event: Sendable {
         case metadataFixed(path: RelativePath)
         case fileDeleted(path: RelativePath)
         case warning(message: String)
-        case syncFinished(exitCode: Int32, downloaded: Int, failed: Int, deleted: Int, bytes: Int64, seconds: Double, message: String?)
+        /// The end of a run: `message` says why when it did not end in sync (or what a dry run
+        /// would do), `hint` what to do next.
+        case syncFinished(exitCode: Int32, downloaded: Int, failed: Int, deleted: Int, bytes: Int64, seconds: Double,
+                          message: String?, hint: String?, dryRun: Bool)
     }
 
     public let time: Timestamp
@@ -44,6 +53,8 @@ public struct Event: Sendable {
         case .syncStarted: return "sync-started"
         case .manifestFetched: return "manifest-fetched"
         case .planned: return "planned"
+        case .planItem: return "plan-item"
+        case .replaced: return "replaced"
         case .fileStarted: return "file-started"
         case .fileResumed: return "file-resumed"
         case .fileRestarted: return "file-restarted"
@@ -77,6 +88,12 @@ public struct Event: Sendable {
         case let .planned(downloads, bytes, fixes, deletions, upToDate, hashed, extras):
             n("downloads", Int64(downloads)); n("bytes", bytes); n("metadata_fixes", Int64(fixes))
             n("deletions", Int64(deletions)); n("up_to_date", Int64(upToDate)); n("hashed", Int64(hashed)); n("extras_kept", Int64(extras))
+        case let .planItem(action, path, reason, size):
+            s("action", action); s("path", path.string)
+            if let reason { s("reason", reason) }
+            if let size { n("size", size) }
+        case let .replaced(path, was, now):
+            s("path", path.string); s("was", was); s("now", now)
         case let .fileStarted(path, size, reason):
             s("path", path.string)
             if let size { n("size", size) }
@@ -101,10 +118,12 @@ public struct Event: Sendable {
             s("path", path.string)
         case let .warning(message):
             s("message", message)
-        case let .syncFinished(exitCode, downloaded, failed, deleted, bytes, seconds, message):
+        case let .syncFinished(exitCode, downloaded, failed, deleted, bytes, seconds, message, hint, dryRun):
             n("exit_code", Int64(exitCode)); n("downloaded", Int64(downloaded)); n("failed", Int64(failed))
             n("deleted", Int64(deleted)); n("bytes", bytes); fields.append(("seconds", Units.formatFixed(seconds, digits: 3)))
             if let message { s("message", message) }
+            if let hint { s("hint", hint) }
+            if dryRun { b("dry_run", true) }
         }
         return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
     }

@@ -6,6 +6,9 @@ public struct JSONReader: ~Copyable {
         public let message: String
         public let line: Int
         public let column: Int
+        /// False for a well-formed document whose content the caller refused (`problem(_:)`):
+        /// reading stops there too, at the first fatal error.
+        public var isSyntax = true
     }
 
     public enum Kind { case object, array, string, number, bool, null }
@@ -26,6 +29,13 @@ public struct JSONReader: ~Copyable {
             if bytes[i] == UInt8(ascii: "\n") { line += 1; column = 1 } else { column += 1 }
         }
         return Failure(message: message, line: line, column: column)
+    }
+
+    /// A refusal of well-formed content, thrown from a walk to stop reading at once.
+    public func problem(_ message: String) -> Failure {
+        var f = failure(message)
+        f.isSyntax = false
+        return f
     }
 
     private mutating func skipWhitespace() {

@@ -43,22 +43,28 @@ public struct Manifest: Sendable {
     public static let maximumFileSize: Int64 = 1 << 53
 
     /// Parses a ferry JSON manifest, or a SHA256SUMS file when the text does not start with `{`.
-    /// `source` names the manifest in errors (its URL).
+    /// `source` names the manifest in errors (its URL). Reading stops at the first fatal error, so
+    /// a hostile manifest costs little however long it is. An empty or whitespace-only body is
+    /// invalid: it is what a failed publish leaves behind, never a real manifest.
     public static func parse(_ bytes: UnsafeBufferPointer<UInt8>, source: String) throws(FerryError) -> Manifest {
-        var first: UInt8 = 0
-        for b in bytes where b != 0x20 && b != 0x0A && b != 0x0D && b != 0x09 && b != 0xEF && b != 0xBB && b != 0xBF {
-            first = b
-            break
+        var i = 0
+        if bytes.count >= 3 && bytes[0] == 0xEF && bytes[1] == 0xBB && bytes[2] == 0xBF { i = 3 }
+        while i < bytes.count && (bytes[i] == 0x20 || bytes[i] == 0x0A || bytes[i] == 0x0D || bytes[i] == 0x09) { i += 1 }
+        guard i < bytes.count else {
+            throw .manifest("manifest \(source) is empty\(bytes.isEmpty ? " (0 bytes)" : " (only whitespace)"): refused, nothing was changed",
+                            hint: "a publishing step probably failed; publish the manifest again (ferry manifest build, or sha256sum)")
         }
         let manifest: Manifest
-        if first == UInt8(ascii: "{") {
-            manifest = try parseJSON(bytes, source: source)
-        } else if first == UInt8(ascii: "[") || first == UInt8(ascii: "\"") {
+        var listed: Set<RelativePath>
+        switch bytes[i] {
+        case UInt8(ascii: "{"):
+            (manifest, listed) = try parseJSON(bytes, source: source)
+        case UInt8(ascii: "["), UInt8(ascii: "\""):
             throw .manifest("manifest \(source): the top level must be a JSON object with \"format\": \"\(formatName)\"")
-        } else {
-            manifest = try parseSHA256SUMS(bytes, source: source)
+        default:
+            (manifest, listed) = try parseSHA256SUMS(bytes, source: source)
         }
-        try checkTree(manifest.entries, source: source)
+        try checkTree(manifest.entries, listed: &listed, source: source)
         return manifest
     }
 
@@ -68,16 +74,15 @@ public struct Manifest: Sendable {
         }
     }
 
-    private static func parseJSON(_ bytes: UnsafeBufferPointer<UInt8>, source: String) throws(FerryError) -> Manifest {
+    private static func parseJSON(_ bytes: UnsafeBufferPointer<UInt8>, source: String) throws(FerryError) -> (Manifest, Set<RelativePath>) {
         var reader = JSONReader(bytes)
         var format: String?
         var version: Int64?
         var generated: Timestamp?
         var expires: Timestamp?
         var entries: [ManifestEntry] = []
+        var listed = Set<RelativePath>()
         var sawFiles = false
-        // Errors found while walking are kept here: the reader's closures throw only reader failures.
-        var problem: String?
         do {
             try reader.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
                 switch key {
@@ -85,49 +90,47 @@ public struct Manifest: Sendable {
                     format = try r.readString()
                 case "version":
                     let v = try r.readInteger()
-                    if v < 0 { throw r.failure("\"version\" must be 0 or more") }
+                    if v < 0 { throw r.problem("\"version\" must be 0 or more") }
                     version = v
                 case "generated", "expires":
                     let text = try r.readString()
-                    guard let t = Timestamp(rfc3339: text) else { throw r.failure("\"\(key)\" is not an RFC 3339 time: \(JSONText.quote(text))") }
+                    guard let t = Timestamp(rfc3339: text) else { throw r.problem("\"\(key)\" is not an RFC 3339 time: \(Printable.quoted(text))") }
                     if key == "generated" { generated = t } else { expires = t }
                 case "files":
                     sawFiles = true
                     try r.readArray { (r: inout JSONReader, i: Int) throws(JSONReader.Failure) in
-                        if problem != nil { try r.skipValue(); return }
                         var path: String?, size: Int64?, sha: String?, mtime: Timestamp?, mode: UInt32?
                         try r.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
                             switch key {
                             case "path": path = try r.readString()
                             case "size":
                                 let s = try r.readInteger()
-                                if s < 0 { throw r.failure("files[\(i)].size is negative") }
-                                if s > Manifest.maximumFileSize { throw r.failure("files[\(i)].size is larger than 8 PiB") }
+                                if s < 0 { throw r.problem("files[\(i)].size is negative") }
+                                if s > Manifest.maximumFileSize { throw r.problem("files[\(i)].size is larger than 8 PiB") }
                                 size = s
                             case "sha256": sha = try r.readString()
                             case "mtime":
                                 let text = try r.readString()
-                                guard let t = Timestamp(rfc3339: text) else { throw r.failure("files[\(i)].mtime is not an RFC 3339 time: \(JSONText.quote(text))") }
+                                guard let t = Timestamp(rfc3339: text) else { throw r.problem("files[\(i)].mtime is not an RFC 3339 time: \(Printable.quoted(text))") }
                                 mtime = t
                             case "mode":
                                 let text = try r.readString()
-                                guard let m = parseMode(text) else { throw r.failure("files[\(i)].mode is not an octal mode like \"0644\": \(JSONText.quote(text))") }
+                                guard let m = parseMode(text) else { throw r.problem("files[\(i)].mode is not an octal mode like \"0644\": \(Printable.quoted(text))") }
                                 mode = m
                             default: try r.skipValue()
                             }
                         }
-                        guard let path else { problem = "files[\(i)] has no \"path\""; return }
+                        guard let path else { throw r.problem("files[\(i)] has no \"path\"") }
                         let checked: RelativePath
                         do { checked = try RelativePath(validating: path) } catch {
-                            problem = "files[\(i)].path \(JSONText.quote(path)) is refused: \(error)"
-                            return
+                            throw r.problem("files[\(i)].path \(Printable.quoted(path)) is refused: \(error)")
                         }
-                        guard let size else { problem = "files[\(i)] (\(path)) has no \"size\""; return }
-                        guard let sha else { problem = "files[\(i)] (\(path)) has no \"sha256\""; return }
+                        guard let size else { throw r.problem("files[\(i)] (\(Printable.name(path))) has no \"size\"") }
+                        guard let sha else { throw r.problem("files[\(i)] (\(Printable.name(path))) has no \"sha256\"") }
                         guard let hex = normalizedSHA256(sha) else {
-                            problem = "files[\(i)] (\(path)) sha256 must be 64 hex digits, got \(sha.utf8.count) characters"
-                            return
+                            throw r.problem("files[\(i)] (\(Printable.name(path))) sha256 must be 64 hex digits, got \(sha.utf8.count) characters")
                         }
+                        guard listed.insert(checked).inserted else { throw r.problem("lists \(Printable.quoted(path)) twice") }
                         entries.append(ManifestEntry(path: checked, size: size, sha256: hex, mtime: mtime, mode: mode))
                     }
                 default:
@@ -136,58 +139,117 @@ public struct Manifest: Sendable {
             }
             try reader.expectEnd()
         } catch {
-            throw .manifest("manifest \(source) is not valid JSON at line \(error.line), column \(error.column): \(error.message)")
+            if error.isSyntax {
+                throw .manifest("manifest \(source) is not valid JSON at line \(error.line), column \(error.column): \(error.message)")
+            }
+            throw .manifest("manifest \(source): \(error.message) (line \(error.line), column \(error.column))")
         }
-        if let problem { throw .manifest("manifest \(source): \(problem)") }
         guard let format else { throw .manifest("manifest \(source) has no \"format\"; expected \"\(formatName)\"") }
-        guard format == formatName else { throw .manifest("manifest \(source) has format \(JSONText.quote(format)); this ferry reads \"\(formatName)\"") }
+        guard format == formatName else { throw .manifest("manifest \(source) has format \(Printable.quoted(format)); this ferry reads \"\(formatName)\"") }
         guard let version else { throw .manifest("manifest \(source) has no \"version\"") }
         guard sawFiles else { throw .manifest("manifest \(source) has no \"files\" list") }
-        return Manifest(format: .ferry, version: version, generated: generated, expires: expires, entries: entries)
+        return (Manifest(format: .ferry, version: version, generated: generated, expires: expires, entries: entries), listed)
     }
 
-    /// `<64 hex>  <path>` or `<64 hex> *<path>` per line, as `sha256sum` writes; a leading `./` is dropped.
-    private static func parseSHA256SUMS(_ bytes: UnsafeBufferPointer<UInt8>, source: String) throws(FerryError) -> Manifest {
-        guard let text = String(validating: bytes, as: UTF8.self) else {
-            throw .manifest("manifest \(source) is neither JSON nor a UTF-8 SHA256SUMS file")
-        }
+    /// SHA256SUMS as `sha256sum` writes it, one file per line:
+    /// - `<64 hex>  <path>` (text), `<64 hex> *<path>` (binary), or `<64 hex> <path>` (BSD `sha256 -r`);
+    /// - `SHA256 (<path>) = <64 hex>` (`sha256sum --tag`, BSD `sha256`);
+    /// - a line starting with `\` has an escaped name (coreutils does this for names holding a
+    ///   backslash, a newline or a carriage return): `\\`, `\n` and `\r` decode to those bytes;
+    /// - CRLF line ends and a leading `./` are accepted.
+    /// A name that decodes to a control character, or is not UTF-8, refuses the manifest, naming the line.
+    private static func parseSHA256SUMS(_ bytes: UnsafeBufferPointer<UInt8>, source: String) throws(FerryError) -> (Manifest, Set<RelativePath>) {
         var entries: [ManifestEntry] = []
+        var listed = Set<RelativePath>()
         var lineNumber = 0
-        for raw in text.split(separator: "\n", omittingEmptySubsequences: false) {
+        var lineStart = bytes.count >= 3 && bytes[0] == 0xEF && bytes[1] == 0xBB && bytes[2] == 0xBF ? 3 : 0
+        while lineStart < bytes.count {
             lineNumber += 1
-            var line = Substring(raw)
-            if line.hasSuffix("\r") { line = line.dropLast() }
-            if line.isEmpty { continue }
+            var lineEnd = lineStart
+            while lineEnd < bytes.count && bytes[lineEnd] != 0x0A { lineEnd += 1 }
+            defer { lineStart = lineEnd + 1 }
+            var end = lineEnd
+            if end > lineStart && bytes[end - 1] == 0x0D { end -= 1 }
+            let line = UnsafeBufferPointer(rebasing: bytes[lineStart..<end])
+            if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { continue }
             func fail(_ why: String) -> FerryError {
                 .manifest("manifest \(source) line \(lineNumber): \(why)",
                           hint: "a manifest is either ferry JSON (\"format\": \"\(formatName)\") or SHA256SUMS lines '<sha256>  <path>'")
             }
-            if line.hasPrefix("\\") { throw fail("escaped file names (a leading '\\') are not supported") }
-            let utf8 = Array(line.utf8)
-            guard utf8.count > 66, utf8[64] == UInt8(ascii: " "), utf8[65] == UInt8(ascii: " ") || utf8[65] == UInt8(ascii: "*") else {
-                throw fail("expected '<64 hex digits>  <path>'")
+            let (hexBytes, rawName, escaped) = try splitSumLine(line, fail: fail)
+            guard let hex = normalizedSHA256(String(decoding: hexBytes, as: UTF8.self)) else { throw fail("the hash is not 64 hex digits") }
+            var nameBytes = Array(rawName)
+            if escaped {
+                guard let decoded = unescapeSumName(rawName) else {
+                    throw fail("the escaped name \(Printable.quoted(String(decoding: rawName, as: UTF8.self))) has a '\\' that is not \\\\, \\n or \\r")
+                }
+                nameBytes = decoded
             }
-            guard let hex = normalizedSHA256(String(decoding: utf8[0..<64], as: UTF8.self)) else {
-                throw fail("the hash is not 64 hex digits")
+            guard var path = String(validating: nameBytes, as: UTF8.self) else {
+                throw fail("the name \(nameBytes.withUnsafeBufferPointer { "\"" + Printable.name(bytes: $0) + "\"" }) is not UTF-8")
             }
-            var path = String(decoding: utf8[66...], as: UTF8.self)
             while path.hasPrefix("./") { path.removeFirst(2) }
             let checked: RelativePath
-            do { checked = try RelativePath(validating: path) } catch { throw fail("path \(JSONText.quote(path)) is refused: \(error)") }
+            do { checked = try RelativePath(validating: path) } catch { throw fail("path \(Printable.quoted(path)) is refused: \(error)") }
+            guard listed.insert(checked).inserted else { throw fail("lists \(Printable.quoted(path)) twice") }
             entries.append(ManifestEntry(path: checked, size: nil, sha256: hex))
         }
-        return Manifest(format: .sha256sums, version: nil, generated: nil, expires: nil, entries: entries)
+        return (Manifest(format: .sha256sums, version: nil, generated: nil, expires: nil, entries: entries), listed)
     }
 
-    /// No duplicates, and no path that is both a file and a directory of another file.
-    private static func checkTree(_ entries: [ManifestEntry], source: String) throws(FerryError) {
-        var files = Set<RelativePath>(minimumCapacity: entries.count)
-        for e in entries {
-            guard files.insert(e.path).inserted else { throw .manifest("manifest \(source) lists \(JSONText.quote(e.path.string)) twice") }
+    /// The hash, the (still escaped) name, and whether the line was escaped.
+    private static func splitSumLine(_ line: UnsafeBufferPointer<UInt8>, fail: (String) -> FerryError) throws(FerryError)
+        -> (hex: UnsafeBufferPointer<UInt8>, name: UnsafeBufferPointer<UInt8>, escaped: Bool) {
+        var rest = line
+        let escaped = rest.first == UInt8(ascii: "\\")
+        if escaped { rest = UnsafeBufferPointer(rebasing: rest[1...]) }
+        let tag = Array("SHA256 (".utf8)
+        if rest.count > tag.count && rest.starts(with: tag) {
+            // `SHA256 (<name>) = <hex>`: the name may itself hold ") = ", so the hash is taken from the end.
+            guard rest.count >= tag.count + 1 + 4 + 64 else { throw fail("expected 'SHA256 (<path>) = <64 hex digits>'") }
+            let hexStart = rest.count - 64
+            let separator = Array(") = ".utf8)
+            guard Array(rest[(hexStart - 4)..<hexStart]) == separator, hexStart - 4 > tag.count else {
+                throw fail("expected 'SHA256 (<path>) = <64 hex digits>'")
+            }
+            return (UnsafeBufferPointer(rebasing: rest[hexStart...]), UnsafeBufferPointer(rebasing: rest[tag.count..<(hexStart - 4)]), escaped)
         }
+        if let paren = rest.firstIndex(of: UInt8(ascii: " ")), paren + 1 < rest.count, rest[paren + 1] == UInt8(ascii: "("),
+           paren < 12, rest[0..<paren].allSatisfy({ ($0 >= 65 && $0 <= 90) || ($0 >= 48 && $0 <= 57) || $0 == UInt8(ascii: "-") }) {
+            throw fail("this is a \(String(decoding: rest[0..<paren], as: UTF8.self)) line; ferry reads SHA-256 sums only")
+        }
+        guard rest.count > 65, rest[64] == UInt8(ascii: " ") else { throw fail("expected '<64 hex digits>  <path>'") }
+        var nameStart = 65
+        if rest[65] == UInt8(ascii: " ") || rest[65] == UInt8(ascii: "*") { nameStart = 66 }
+        guard nameStart < rest.count else { throw fail("expected '<64 hex digits>  <path>'") }
+        return (UnsafeBufferPointer(rebasing: rest[0..<64]), UnsafeBufferPointer(rebasing: rest[nameStart...]), escaped)
+    }
+
+    /// Decodes coreutils' escapes in a name: `\\` → `\`, `\n` → newline, `\r` → carriage return.
+    static func unescapeSumName(_ name: UnsafeBufferPointer<UInt8>) -> [UInt8]? {
+        var out: [UInt8] = []
+        out.reserveCapacity(name.count)
+        var i = 0
+        while i < name.count {
+            let b = name[i]
+            guard b == UInt8(ascii: "\\") else { out.append(b); i += 1; continue }
+            guard i + 1 < name.count else { return nil }
+            switch name[i + 1] {
+            case UInt8(ascii: "\\"): out.append(UInt8(ascii: "\\"))
+            case UInt8(ascii: "n"): out.append(0x0A)
+            case UInt8(ascii: "r"): out.append(0x0D)
+            default: return nil
+            }
+            i += 2
+        }
+        return out
+    }
+
+    /// No path that is both a file and a directory of another file (duplicates were refused while reading).
+    private static func checkTree(_ entries: [ManifestEntry], listed: inout Set<RelativePath>, source: String) throws(FerryError) {
         for e in entries {
-            for a in e.path.ancestors where files.contains(a) {
-                throw .manifest("manifest \(source) lists \(JSONText.quote(a.string)) as a file and also \(JSONText.quote(e.path.string)) inside it")
+            for a in e.path.ancestors where listed.contains(a) {
+                throw .manifest("manifest \(source) lists \(Printable.quoted(a.string)) as a file and also \(Printable.quoted(e.path.string)) inside it")
             }
         }
     }

@@ -7,11 +7,31 @@ public struct Plan: Sendable {
         case changed
         /// A symlink or special file is where the manifest wants a file.
         case notAFile = "not-a-file"
+        /// A directory is where the manifest wants a file; it is removed when the file is placed.
+        case directoryInTheWay = "directory-in-the-way"
     }
 
     public struct Download: Sendable {
         public let entry: ManifestEntry
         public let reason: Reason
+    }
+
+    /// Why a listed file cannot be placed this run.
+    public enum Blocked: Sendable, Equatable {
+        /// A directory holding `files` files is in the way, and `delete = no` keeps them.
+        case directoryKept(files: Int)
+        /// A directory holding `files` files is in the way, and deleting them would pass `max-delete`.
+        case directoryOverCap(files: Int)
+    }
+
+    /// Deletions the `max-delete` cap refused: how many, and out of how many files the session manages.
+    public struct RefusedDeletions: Sendable, Equatable {
+        /// Files that would have gone: deletions, and what directories in the way hold.
+        public let count: Int
+        public let managed: Int
+        public let limit: Int
+        /// The deletions refused (files inside directories in the way are in `blocked`).
+        public let paths: [RelativePath]
     }
 
     public var downloads: [Download] = []
@@ -21,18 +41,48 @@ public struct Plan: Sendable {
     public var deletions: [RelativePath] = []
     /// Directories that hold no manifest file, deepest first; removed only if empty after deletions.
     public var directoryRemovals: [RelativePath] = []
-    /// Manifest paths where a local directory is in the way of a file.
-    public var blocked: [RelativePath] = []
+    /// Files, symlinks and special files where the manifest needs a directory. The manifest is the
+    /// authority over the paths it lists: each is replaced by a directory when a file under it is
+    /// placed, whatever `delete` says (like a changed file is replaced).
+    public var replacedByDirectory: [RelativePath] = []
+    /// Directories in the way of a listed file that may go (what they hold may be deleted, and is
+    /// counted against `max-delete`): each is removed when its file is placed. Value: the files it holds.
+    public var directoriesToReplace: [RelativePath: [RelativePath]] = [:]
+    /// Listed files that cannot be placed this run, and why.
+    public var blocked: [(path: RelativePath, reason: Blocked)] = []
+    /// Set when `max-delete` refused this run's deletions (then `deletions` is empty).
+    public var refusedDeletions: RefusedDeletions?
     /// Local files the manifest does not list, kept because the session does not delete.
     public var extrasKept = 0
     public var upToDate = 0
+    /// Files (not directories) the local root held when it was scanned.
+    public var localFiles = 0
+    /// The files the session manages, which `max-delete` percentages count: those the mirror holds
+    /// and those the manifest adds to it.
+    public var managedFiles = 0
 
     public var downloadBytes: Int64 { downloads.reduce(0) { $0 + ($1.entry.size ?? 0) } }
-    public var isEmpty: Bool { downloads.isEmpty && metadataFixes.isEmpty && deletions.isEmpty && blocked.isEmpty }
+    /// Files that go from the mirror this run: deletions plus what replaced directories held.
+    public var filesRemoved: Int { deletions.count + directoriesToReplace.values.reduce(0) { $0 + $1.count } }
+    public var isEmpty: Bool {
+        downloads.isEmpty && metadataFixes.isEmpty && deletions.isEmpty && blocked.isEmpty && replacedByDirectory.isEmpty
+    }
+}
+
+/// What a session may delete: whether it deletes at all (`delete`), and how many per run (`max-delete`).
+public struct DeletionRules: Sendable {
+    public var delete: Bool
+    public var cap: DeletionCap
+
+    public init(delete: Bool, cap: DeletionCap) {
+        self.delete = delete
+        self.cap = cap
+    }
 }
 
 /// Reconcile: remote (manifest) × local (scan) × last known (hash cache) → `Plan`. Pure.
-/// "Does this path need a transfer?" is decided here and nowhere else.
+/// "Does this path need a transfer?" is decided here and nowhere else, and so is what may be
+/// removed to make room for what the manifest lists.
 public enum Reconciler {
     /// True when the local file could match the entry but its hash is not known for its current
     /// state, so the runtime must hash it before planning. Files of another size never need hashing.
@@ -42,32 +92,41 @@ public enum Reconciler {
         return !(cached?.isValid(for: local) ?? false)
     }
 
-    /// `hashes` holds the SHA-256 of every local file whose content is known for its current stat.
-    public static func plan(manifest: Manifest, local: [RelativePath: LocalEntry], hashes: [RelativePath: String],
-                            deleteExtras: Bool) -> Plan {
+    /// `known` holds, for every local file whose content is known for its current stat, its hash
+    /// (cached or just computed). `modeMask` clears permission bits a manifest may not set.
+    public static func plan(manifest: Manifest, local: [RelativePath: LocalEntry], known: [RelativePath: CachedHash],
+                            rules: DeletionRules, modeMask: UInt32 = 0o022) -> Plan {
         var plan = Plan()
         var wanted = Set<RelativePath>(minimumCapacity: manifest.entries.count)
         var neededDirectories = Set<RelativePath>()
-        for entry in manifest.entries {
-            wanted.insert(entry.path)
-            for a in entry.path.ancestors where !neededDirectories.insert(a).inserted { break }
+        var directoriesInTheWay: [RelativePath: ManifestEntry] = [:]
+        var added = 0
+        for listed in manifest.entries {
+            wanted.insert(listed.path)
+            for a in listed.path.ancestors where !neededDirectories.insert(a).inserted { break }
+            var entry = listed
+            if let mode = entry.mode, mode & modeMask != 0 {
+                entry = ManifestEntry(path: entry.path, size: entry.size, sha256: entry.sha256, mtime: entry.mtime, mode: mode & ~modeMask)
+            }
             guard let here = local[entry.path] else {
+                added += 1
                 plan.downloads.append(Plan.Download(entry: entry, reason: .missing))
                 continue
             }
             switch here.kind {
             case .directory:
-                plan.blocked.append(entry.path)
+                added += 1
+                directoriesInTheWay[entry.path] = entry
             case .symlink, .other:
                 plan.downloads.append(Plan.Download(entry: entry, reason: .notAFile))
             case .file:
                 let sameSize = entry.size.map { $0 == here.size } ?? true
-                guard sameSize, let hash = hashes[entry.path], hash == entry.sha256 else {
+                guard sameSize, let known = known[entry.path], known.sha256 == entry.sha256 else {
                     plan.downloads.append(Plan.Download(entry: entry, reason: .changed))
                     continue
                 }
                 let modeDiffers = entry.mode.map { $0 != here.mode & 0o777 } ?? false
-                let mtimeDiffers = entry.mtime.map { $0 != here.mtime } ?? false
+                let mtimeDiffers = entry.mtime.map { $0 != here.mtime && $0 != known.wantedMtime } ?? false
                 if modeDiffers || mtimeDiffers {
                     plan.metadataFixes.append(entry)
                 } else {
@@ -75,16 +134,51 @@ public enum Reconciler {
                 }
             }
         }
+        for dir in neededDirectories {
+            if let here = local[dir], here.kind != .directory { plan.replacedByDirectory.append(dir) }
+        }
+
+        // What is not listed: extras to delete or keep, and what directories in the way hold.
+        var inTheWay: [RelativePath: [RelativePath]] = [:]
+        for path in directoriesInTheWay.keys { inTheWay[path] = [] }
         var extraDirectories: [RelativePath] = []
-        for (path, entry) in local where !wanted.contains(path) {
+        var deletions: [RelativePath] = []
+        for (path, entry) in local {
+            if entry.kind != .directory { plan.localFiles += 1 }
+            if wanted.contains(path) { continue }
+            // A listed file cannot also be a directory of listed files, so at most one ancestor is in the way.
+            if !inTheWay.isEmpty, let owner = path.ancestors.first(where: { inTheWay[$0] != nil }) {
+                if entry.kind != .directory { inTheWay[owner]!.append(path) }
+                continue
+            }
             if entry.kind == .directory {
                 if !neededDirectories.contains(path) { extraDirectories.append(path) }
                 continue
             }
-            if deleteExtras { plan.deletions.append(path) } else { plan.extrasKept += 1 }
+            if neededDirectories.contains(path) { continue }  // replaced by a directory (above)
+            if rules.delete { deletions.append(path) } else { plan.extrasKept += 1 }
         }
-        plan.deletions.sort()
-        if deleteExtras {
+
+        // The cap counts every file that would go: deletions and what replaced directories hold.
+        plan.managedFiles = plan.localFiles + added
+        let inTheWayFiles = rules.delete ? inTheWay.values.reduce(0) { $0 + $1.count } : 0
+        let limit = rules.cap.limit(managed: plan.managedFiles)
+        let overCap = rules.delete && deletions.count + inTheWayFiles > limit
+        if overCap {
+            plan.refusedDeletions = Plan.RefusedDeletions(count: deletions.count + inTheWayFiles, managed: plan.managedFiles, limit: limit,
+                                                          paths: deletions.sorted())
+            deletions = []
+        }
+        for (path, files) in inTheWay {
+            if files.isEmpty || (rules.delete && !overCap) {
+                plan.directoriesToReplace[path] = files.sorted()
+                plan.downloads.append(Plan.Download(entry: directoriesInTheWay[path]!, reason: .directoryInTheWay))
+            } else {
+                plan.blocked.append((path, rules.delete ? .directoryOverCap(files: files.count) : .directoryKept(files: files.count)))
+            }
+        }
+        plan.deletions = deletions.sorted()
+        if rules.delete && !overCap {
             // Deepest first, so children go before parents.
             plan.directoryRemovals = extraDirectories.sorted {
                 let a = $0.string.utf8.count(where: { $0 == UInt8(ascii: "/") })
@@ -93,6 +187,8 @@ public enum Reconciler {
             }
         }
         plan.downloads.sort { $0.entry.path < $1.entry.path }
+        plan.replacedByDirectory.sort()
+        plan.blocked.sort { $0.path < $1.path }
         return plan
     }
 }

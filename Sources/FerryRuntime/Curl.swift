@@ -14,9 +14,22 @@ public enum Curl {
         }
     }
 
-    static func describe(_ code: CURLcode, buffer: UnsafePointer<CChar>?) -> String {
-        if let buffer, buffer.pointee != 0 { return String(cString: buffer) }
-        return String(cString: curl_easy_strerror(code))
+    /// What went wrong, in words: libcurl's error text where it has one. A response header too
+    /// large for libcurl (100 KiB, a hostile or broken server) is named as such, not as the
+    /// "out of memory" libcurl reports for it.
+    static func describe(_ code: CURLcode, errorText: String?) -> String {
+        let text = errorText ?? String(cString: curl_easy_strerror(code))
+        if isHeaderTooLarge(code, errorText: errorText) {
+            return "the server sent a response header larger than libcurl accepts (100 KiB); refused (\(text))"
+        }
+        return text
+    }
+
+    /// libcurl before 8.6 answers an oversized header with CURLE_OUT_OF_MEMORY, later ones with
+    /// CURLE_TOO_LARGE (100); its error text names the header.
+    static func isHeaderTooLarge(_ code: CURLcode, errorText: String?) -> Bool {
+        guard code == CURLE_OUT_OF_MEMORY || code.rawValue == 100 else { return false }
+        return errorText.map { $0.lowercased().contains("header") } ?? false
     }
 
     /// Codes that mean the remote could not be reached at all (as opposed to a bad answer).

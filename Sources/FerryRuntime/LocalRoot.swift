@@ -14,6 +14,28 @@ public final class LocalRoot {
     private var unsyncedDirectories = Set<RelativePath?>()
     private let defaultMode: UInt32
 
+    /// Directories in the way of listed files that may be removed when their file is placed (the
+    /// plan found that what they hold may be deleted). Any other directory in the way stays.
+    public var replaceableDirectories = Set<RelativePath>()
+
+    /// What placing files changed besides the files themselves, for the caller to report.
+    public enum Change {
+        /// A file, symlink or special file where the manifest needs a directory was removed (never
+        /// followed) and a directory made in its place.
+        case replacedByDirectory(RelativePath, was: LocalEntry.Kind)
+        /// A directory in the way of a listed file was removed with the files it held.
+        case replacedDirectory(RelativePath, files: [RelativePath])
+        /// Something of ferry's own (`.ferry/`, a partial file) was not what ferry left there.
+        case repaired(String)
+    }
+    private var changes: [Change] = []
+
+    /// The changes since the last call.
+    public func takeChanges() -> [Change] {
+        defer { changes.removeAll() }
+        return changes
+    }
+
     public static let stagingPath = ".ferry/partial"
     /// `UTIME_OMIT` from <sys/stat.h> (a macro Swift does not import): leave that time alone.
     static let utimeOmit = (1 << 30) - 2
@@ -62,7 +84,10 @@ public final class LocalRoot {
                 $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(validatingCString: $0) }
             }
             guard let name else {
-                warnings.append("\(display(prefix)) holds a file name that is not UTF-8; ferry leaves it alone")
+                let shown = withUnsafePointer(to: &ent.pointee.d_name) {
+                    $0.withMemoryRebound(to: UInt8.self, capacity: 256) { Printable.name(bytes: UnsafeBufferPointer(start: $0, count: strlen(UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self)))) }
+                }
+                warnings.append("\(display(prefix))/\(shown): the name is not UTF-8, so no manifest can list it; ferry leaves it alone")
                 continue
             }
             if name == "." || name == ".." { continue }
@@ -70,7 +95,7 @@ public final class LocalRoot {
             var st = Glibc.stat()
             guard fstatat(dirfd(dir), name, &st, AT_SYMLINK_NOFOLLOW) == 0 else {
                 if errno == ENOENT { continue }
-                throw .localIO("cannot stat \(display(prefix))/\(name): \(FileSystem.errorText())")
+                throw .localIO("cannot stat \(display(prefix.map { $0.appending(name) } ?? RelativePath(trusted: name))): \(FileSystem.errorText())")
             }
             let path = prefix.map { $0.appending(name) } ?? RelativePath(trusted: name)
             let entry = FileSystem.entry(from: st)
@@ -79,12 +104,13 @@ public final class LocalRoot {
         }
         for (path, name) in subdirectories {
             let child = openat(dirfd(dir), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            guard child >= 0 else { throw .localIO("cannot open directory \(path.string): \(FileSystem.errorText())") }
+            guard child >= 0 else { throw .localIO("cannot open directory \(display(path)): \(FileSystem.errorText())") }
             try scanDirectory(fd: child, prefix: path, into: &entries, warnings: &warnings)
         }
     }
 
-    private func display(_ p: RelativePath?) -> String { p.map { path + "/" + $0.string } ?? path }
+    /// A path under the root as messages show it: escaped and shortened (`Printable`).
+    private func display(_ p: RelativePath?) -> String { Printable.name(p.map { path + "/" + $0.string } ?? path) }
 
     /// Keeps the cache of open directories bounded (a tree may hold more directories than a process
     /// may open files). Called where no directory descriptor is held yet; `syncDirectories` reopens
@@ -120,19 +146,34 @@ public final class LocalRoot {
 
     // MARK: directories, never through symlinks
 
-    /// The open directory holding `relative`'s children (`nil` = the root), creating missing ones.
+    /// The open directory holding `relative`'s children (`nil` = the root). With `create` (only
+    /// when placing a listed file) missing directories are made, and a file, symlink or special
+    /// file where one must be is replaced: the manifest is the authority over the paths it lists.
+    /// Nothing is ever followed through a symlink.
     func directoryFD(_ relative: RelativePath?, create: Bool) throws(FerryError) -> Int32 {
         guard let relative else { return rootFD }
         if let fd = directories[relative] { return fd }
         let parentFD = try directoryFD(relative.parent, create: create)
         let name = baseName(relative)
         var fd = openat(parentFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        if fd < 0 && errno == ENOENT && create {
-            if mkdirat(parentFD, name, 0o755) != 0 && errno != EEXIST {
-                throw .localIO("cannot create directory \(display(relative)): \(FileSystem.errorText())")
+        if fd < 0 && create {
+            var code = errno
+            var st = Glibc.stat()
+            if (code == ENOTDIR || code == ELOOP) && fstatat(parentFD, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (st.st_mode & S_IFMT) != S_IFDIR {
+                guard unlinkat(parentFD, name, 0) == 0 || errno == ENOENT else {
+                    throw .localIO("cannot remove \(display(relative)) to make it the directory the manifest needs: \(FileSystem.errorText())")
+                }
+                changes.append(.replacedByDirectory(relative, was: FileSystem.entry(from: st).kind))
+                unsyncedDirectories.insert(relative.parent)
+                code = ENOENT
             }
-            unsyncedDirectories.insert(relative.parent)
-            fd = openat(parentFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            if code == ENOENT {
+                if mkdirat(parentFD, name, 0o755) != 0 && errno != EEXIST {
+                    throw .localIO("cannot create directory \(display(relative)): \(FileSystem.errorText())")
+                }
+                unsyncedDirectories.insert(relative.parent)
+                fd = openat(parentFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            }
         }
         guard fd >= 0 else {
             let code = errno
@@ -151,6 +192,68 @@ public final class LocalRoot {
         return fd
     }
 
+    /// Removes a directory and everything in it, relative to its parent's descriptor, never
+    /// following a symlink (a symlink inside is removed as a link). Returns the files it held.
+    private func removeTree(in parentFD: Int32, _ name: String, _ relative: RelativePath) throws(FerryError) -> [RelativePath] {
+        try removeTree(in: parentFD, Array(name.utf8CString), relative)
+    }
+
+    /// The same, for a name as the directory holds it (NUL-terminated bytes, not always UTF-8).
+    private func removeTree(in parentFD: Int32, _ name: [CChar], _ relative: RelativePath) throws(FerryError) -> [RelativePath] {
+        let fd = openat(parentFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { return [] }
+            throw .localIO("cannot open directory \(display(relative)) to remove it: \(FileSystem.errorText())")
+        }
+        guard let dir = fdopendir(fd) else {
+            close(fd)
+            throw .localIO("cannot list \(display(relative)) to remove it: \(FileSystem.errorText())")
+        }
+        defer { closedir(dir) }
+        var names: [[CChar]] = []
+        while let ent = readdir(dir) {
+            let raw: [CChar] = withUnsafePointer(to: &ent.pointee.d_name) {
+                $0.withMemoryRebound(to: CChar.self, capacity: 256) { Array(UnsafeBufferPointer(start: $0, count: strlen($0) + 1)) }
+            }
+            if raw == [0x2E, 0] || raw == [0x2E, 0x2E, 0] { continue }
+            names.append(raw)
+        }
+        var removed: [RelativePath] = []
+        for raw in names {
+            let child = relative.appending(String(decoding: raw.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self))
+            var st = Glibc.stat()
+            guard fstatat(dirfd(dir), raw, &st, AT_SYMLINK_NOFOLLOW) == 0 else {
+                if errno == ENOENT { continue }
+                throw .localIO("cannot stat \(display(child)): \(FileSystem.errorText())")
+            }
+            if (st.st_mode & S_IFMT) == S_IFDIR {
+                removed += try removeTree(in: dirfd(dir), raw, child)
+            } else {
+                guard unlinkat(dirfd(dir), raw, 0) == 0 || errno == ENOENT else {
+                    throw .localIO("cannot delete \(display(child)): \(FileSystem.errorText())")
+                }
+                removed.append(child)
+            }
+        }
+        guard unlinkat(parentFD, name, AT_REMOVEDIR) == 0 || errno == ENOENT else {
+            throw .localIO("cannot remove directory \(display(relative)): \(FileSystem.errorText())")
+        }
+        return removed
+    }
+
+    /// Closes cached descriptors of a removed directory and of everything under it.
+    private func forgetDirectories(under relative: RelativePath) {
+        let prefix = relative.string + "/"
+        for (key, fd) in directories where key == relative || key.string.hasPrefix(prefix) {
+            close(fd)
+            directories.removeValue(forKey: key)
+        }
+        unsyncedDirectories = unsyncedDirectories.filter { key in
+            guard let key else { return true }
+            return !(key == relative || key.string.hasPrefix(prefix))
+        }
+    }
+
     private func baseName(_ p: RelativePath) -> String {
         guard let slash = p.string.utf8.lastIndex(of: UInt8(ascii: "/")) else { return p.string }
         return String(p.string.utf8[p.string.utf8.index(after: slash)...])!
@@ -160,32 +263,63 @@ public final class LocalRoot {
 
     private func staging() throws(FerryError) -> Int32 {
         if stagingFD >= 0 { return stagingFD }
-        // Each level is created relative to its parent's descriptor, never through a path that a
+        // Each level is opened relative to its parent's descriptor, never through a path that a
         // symlinked `.ferry` could redirect.
-        if mkdirat(rootFD, ".ferry", 0o700) != 0 && errno != EEXIST {
-            throw .localIO("cannot create \(path)/.ferry: \(FileSystem.errorText())")
-        }
-        let ferry = openat(rootFD, ".ferry", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard ferry >= 0 else { throw .localIO("\(path)/.ferry is not a directory (is it a symlink?); ferry keeps partial files there") }
+        let ferry = try ownDirectory(in: rootFD, ".ferry", shown: path + "/.ferry")
         defer { close(ferry) }
-        if mkdirat(ferry, "partial", 0o700) != 0 && errno != EEXIST {
-            throw .localIO("cannot create \(path)/.ferry/partial: \(FileSystem.errorText())")
+        stagingFD = try ownDirectory(in: ferry, "partial", shown: path + "/" + LocalRoot.stagingPath)
+        return stagingFD
+    }
+
+    /// Opens (creating) one of ferry's own directories. The name is reserved for ferry: a symlink,
+    /// file or anything else found there is removed (a symlink as a link, never followed).
+    private func ownDirectory(in parent: Int32, _ name: String, shown: String) throws(FerryError) -> Int32 {
+        if mkdirat(parent, name, 0o700) != 0 && errno != EEXIST {
+            throw .localIO("cannot create \(Printable.name(shown)): \(FileSystem.errorText())")
         }
-        let fd = openat(ferry, "partial", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { throw .localIO("\(path)/.ferry/partial is not a directory: \(FileSystem.errorText())") }
-        stagingFD = fd
+        var fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        var st = Glibc.stat()
+        if fd < 0 && (errno == ENOTDIR || errno == ELOOP) && fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (st.st_mode & S_IFMT) != S_IFDIR {
+            guard unlinkat(parent, name, 0) == 0 else {
+                throw .localIO("\(Printable.name(shown)) is not a directory and cannot be removed: \(FileSystem.errorText())")
+            }
+            changes.append(.repaired("\(Printable.name(shown)) was a \(FileSystem.entry(from: st).kind.rawValue), not ferry's directory; removed it (not followed)"))
+            if mkdirat(parent, name, 0o700) != 0 && errno != EEXIST {
+                throw .localIO("cannot create \(Printable.name(shown)): \(FileSystem.errorText())")
+            }
+            fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        }
+        guard fd >= 0 else { throw .localIO("cannot open \(Printable.name(shown)): \(FileSystem.errorText())") }
         return fd
     }
 
     static func partialName(_ taskID: Int64) -> String { "\(taskID).part" }
 
-    /// Opens (creating) the partial file of a task for reading and writing.
-    public func openPartial(taskID: Int64) throws(FerryError) -> Int32 {
-        let fd = openat(try staging(), LocalRoot.partialName(taskID), O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
-        guard fd >= 0 else {
-            throw .localIO("cannot create a partial file in \(path)/\(LocalRoot.stagingPath): \(FileSystem.errorText())")
+    /// Opens (creating) the partial file of a task for reading and writing. Anything but a regular
+    /// file under its name (a symlink, a FIFO, a directory) is removed without being followed, and
+    /// `stray` says what it was: that file then starts again from zero.
+    public func openPartial(taskID: Int64) throws(FerryError) -> (fd: Int32, stray: LocalEntry.Kind?) {
+        let staging = try staging()
+        let name = LocalRoot.partialName(taskID)
+        var stray: LocalEntry.Kind?
+        var st = Glibc.stat()
+        if fstatat(staging, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (st.st_mode & S_IFMT) != S_IFREG {
+            stray = FileSystem.entry(from: st).kind
+            if stray == .directory {
+                _ = try removeTree(in: staging, name, RelativePath(trusted: LocalRoot.stagingPath + "/" + name))
+            } else if unlinkat(staging, name, 0) != 0 && errno != ENOENT {
+                throw .localIO("cannot remove the stray \(stray!.rawValue) \(Printable.name(path))/\(LocalRoot.stagingPath)/\(name): \(FileSystem.errorText())")
+            }
         }
-        return fd
+        let fd = openat(staging, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
+        guard fd >= 0 else {
+            throw .localIO("cannot create a partial file in \(Printable.name(path))/\(LocalRoot.stagingPath): \(FileSystem.errorText())")
+        }
+        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
+            close(fd)
+            throw .localIO("\(Printable.name(path))/\(LocalRoot.stagingPath)/\(name) is not a regular file (something replaced it while ferry worked)")
+        }
+        return (fd, stray)
     }
 
     public func removePartial(taskID: Int64) {
@@ -228,7 +362,15 @@ public final class LocalRoot {
         }
         let dir = try directoryFD(relative.parent, create: true)
         let name = baseName(relative)
-        if renameat(try staging(), LocalRoot.partialName(taskID), dir, name) != 0 {
+        var renamed = renameat(try staging(), LocalRoot.partialName(taskID), dir, name) == 0
+        if !renamed && (errno == EISDIR || errno == ENOTEMPTY || errno == EEXIST) && replaceableDirectories.contains(relative) {
+            // The directory in the way goes only now, when its replacement is verified and synced.
+            let files = try removeTree(in: dir, name, relative)
+            forgetDirectories(under: relative)
+            changes.append(.replacedDirectory(relative, files: files))
+            renamed = renameat(try staging(), LocalRoot.partialName(taskID), dir, name) == 0
+        }
+        if !renamed {
             let code = errno
             if code == EISDIR || code == ENOTEMPTY || code == EEXIST {
                 throw FerryError(.transfer, "\(display(relative)) is a directory where the manifest has a file",

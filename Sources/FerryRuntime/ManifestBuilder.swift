@@ -32,10 +32,10 @@ public struct ManifestBuilder {
                     _ = try RelativePath(validating: path.string)
                     files.append((path, entry))
                 } catch {
-                    warnings.append("skipped \(path.string): \(error)")
+                    warnings.append("skipped \(Printable.name(path.string)): \(error)")
                 }
-            case .symlink: warnings.append("skipped symlink \(path.string): manifests list regular files only")
-            case .other: warnings.append("skipped \(path.string): not a regular file")
+            case .symlink: warnings.append("skipped symlink \(Printable.name(path.string)): manifests list regular files only")
+            case .other: warnings.append("skipped \(Printable.name(path.string)): not a regular file")
             case .directory: break
             }
         }
@@ -45,7 +45,7 @@ public struct ManifestBuilder {
         if let explicitVersion {
             version = explicitVersion
         } else if FileSystem.exists(outputPath) {
-            let previous = try FileSystem.readFile(outputPath, limit: ManifestFetcher.maximumSize)
+            let previous = try FileSystem.readFile(outputPath, limit: 1 << 30)
             do {
                 let manifest = try Manifest.parse(previous, source: outputPath)
                 version = (manifest.version ?? 0) + 1

@@ -11,11 +11,22 @@ public enum ManifestFetch {
 
 /// Fetches a session's manifest with a conditional GET (`If-None-Match` / `If-Modified-Since`),
 /// or for `file://` remotes reads it and uses its size, mtime and inode as the validator.
+/// A manifest larger than `maximumSize` (`max-manifest-size`) is refused as soon as that is known:
+/// from `Content-Length` or the file's size before any byte is read, else when the body passes it.
 public struct ManifestFetcher {
-    public static let maximumSize = 1 << 30
     let settings: HTTPSettings
+    let maximumSize: Int64
 
-    public init(settings: HTTPSettings) { self.settings = settings }
+    public init(settings: HTTPSettings, maximumSize: Int64) {
+        self.settings = settings
+        self.maximumSize = maximumSize
+    }
+
+    private func tooLarge(_ url: String, _ announced: Int64?) -> FerryError {
+        let size = announced.map { " (\(Units.formatBytes($0)))" } ?? ""
+        return .manifest("manifest \(url) is larger than max-manifest-size = \(Units.formatBytes(maximumSize))\(size): refused without reading it",
+                         hint: "if a manifest this large is intended, raise max-manifest-size for the session")
+    }
 
     public func fetch(url: String, etag: String?, lastModified: String?) throws(FerryError) -> ManifestFetch {
         if settings.scheme == .file { return try fetchFile(url: url, previous: etag) }
@@ -25,7 +36,8 @@ public struct ManifestFetcher {
         if let lastModified { conditions.append("If-Modified-Since: \(lastModified)") }
         easy.configure(url: url, settings: settings, extraHeaders: conditions)
         easy.set(CURLOPT_ACCEPT_ENCODING, "")  // manifests compress well; libcurl decodes
-        let body = BodyBuffer(limit: ManifestFetcher.maximumSize)
+        easy.set(CURLOPT_MAXFILESIZE_LARGE, Int(maximumSize))
+        let body = BodyBuffer(limit: Int(maximumSize))
         let headers = HeaderSink()
         let bodyRef = Unmanaged.passRetained(body)
         let headerRef = Unmanaged.passRetained(headers)
@@ -37,12 +49,13 @@ public struct ManifestFetcher {
         easy.set(CURLOPT_WRITEDATA, pointer: bodyRef.toOpaque())
         ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, headerCallback)
         easy.set(CURLOPT_HEADERDATA, pointer: headerRef.toOpaque())
+        body.announced = { headers.headers.contentLength }
         let code = curl_easy_perform(easy.handle)
-        if body.overflowed {
-            throw .manifest("manifest \(url) is larger than \(Units.formatBytes(Int64(ManifestFetcher.maximumSize)))")
+        if body.overflowed || code == CURLE_FILESIZE_EXCEEDED {
+            throw tooLarge(url, headers.headers.contentLength)
         }
         guard code == CURLE_OK else {
-            let why = Curl.describe(code, buffer: easy.errorBuffer)
+            let why = Curl.describe(code, errorText: easy.errorText)
             throw .remote("cannot fetch the manifest \(url): \(why)",
                           hint: Curl.isConnectivityError(code) ? "check that the remote is up and reachable from this machine" :
                                 (code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE
@@ -68,8 +81,9 @@ public struct ManifestFetcher {
         }
         let validator = "file:\(st.st_size):\(Timestamp(st.st_mtim).nanosecondsSinceEpoch):\(st.st_ino)"
         if validator == previous { return .unchanged }
+        if Int64(st.st_size) > maximumSize { throw tooLarge(url, Int64(st.st_size)) }
         let bytes: [UInt8]
-        do { bytes = try FileSystem.readFile(path, limit: ManifestFetcher.maximumSize) } catch {
+        do { bytes = try FileSystem.readFile(path, limit: Int(maximumSize)) } catch {
             throw .remote("cannot read the manifest \(url): \(error.message)")
         }
         return .fetched(bytes: bytes, etag: validator, lastModified: nil)
@@ -81,12 +95,20 @@ final class BodyBuffer {
     var bytes: [UInt8] = []
     let limit: Int
     var overflowed = false
+    /// The length the response announced (read at the first body byte).
+    var announced: () -> Int64? = { nil }
     init(limit: Int) { self.limit = limit }
 }
 
 let bodyCallback: ferry_data_callback = { buffer, size, count, userdata in
     let body = Unmanaged<BodyBuffer>.fromOpaque(userdata!).takeUnretainedValue()
     let n = size * count
+    // A body announced larger than the limit is refused at its first byte (libcurl's own check
+    // covers most cases before that); reading on would only fill memory.
+    if body.bytes.isEmpty, let length = body.announced(), length > body.limit {
+        body.overflowed = true
+        return 0
+    }
     if body.bytes.count + n > body.limit {
         body.overflowed = true
         return 0

@@ -57,14 +57,16 @@ public struct SyncResult: Sendable {
     public var plan: Plan?
     /// The run-level error, if the run could not go on.
     public var error: FerryError?
-    /// Why some work was not done (failed files, refused deletions).
+    /// Why the run did not end in sync (failed files, refused deletions), or what a dry run would do.
     public var message: String?
+    /// What the user can do about it.
+    public var hint: String?
 }
 
-/// One pull cycle for one session: manifest fetch (conditional GET) → local scan → hash what is
-/// unknown → plan → tasks recorded → transfers (partial file, checkpoints) → verify → rename →
-/// state → deletions → events. A straight line: each stage hands the next a value; only the store
-/// and the transfer engine hold state.
+/// One pull cycle for one session: manifest fetch (conditional GET) → local scan → the manifest
+/// accepted (or refused) → hash what is unknown → plan → tasks recorded → transfers (partial file,
+/// checkpoints) → verify → rename → state → deletions → events. A straight line: each stage hands
+/// the next a value; only the store and the transfer engine hold state.
 public final class PullSync {
     let session: SessionConfig
     let agent: AgentConfig
@@ -105,19 +107,24 @@ public final class PullSync {
             result.error = error
             result.exitCode = error.exitCode
             result.message = error.message
+            result.hint = error.hint
         }
-        if let store, !options.dryRun {
+        // A run refused as busy never ran: the status belongs to the process that holds the session.
+        if let store, !options.dryRun, result.error?.category != .busy {
             try? store.recordRunFinished(session: session.name, exitCode: result.exitCode.rawValue, message: result.message)
         }
         emit(.syncFinished(exitCode: result.exitCode.rawValue, downloaded: result.downloaded, failed: result.failed,
                            deleted: result.deleted, bytes: result.bytes, seconds: MonotonicClock.seconds() - started,
-                           message: result.message))
+                           message: result.message, hint: result.hint, dryRun: options.dryRun))
         return result
     }
 
     private func cycle(store: StateStore, result: inout SyncResult) throws(FerryError) {
         let settings = try ConfigLoader.httpSettings(for: session)
-        let manifest = try fetchManifest(store: store, settings: settings)
+        let url = session.manifestURL
+        let record = try store.session(session.name)
+        let fetched = try fetchManifest(record: record, settings: settings)
+        let manifest = fetched.manifest
 
         // Local scan; a dry run never creates the root.
         let root: LocalRoot?
@@ -129,29 +136,47 @@ public final class PullSync {
         let scan = try root?.scan() ?? (entries: [:], warnings: [])
         for w in scan.warnings { emit(.warning(message: w)) }
 
+        // Accepted only now, against what the mirror holds; only then remembered. A refused
+        // manifest changes nothing.
+        let acceptance = ManifestAcceptance(
+            session: session.name, now: Timestamp.now(), appliedVersion: record?.manifestURL == url ? record?.manifestVersion : nil,
+            localFiles: scan.entries.values.count(where: { $0.kind != .directory }),
+            allowRollback: session.allowRollback, allowEmpty: session.allowEmpty)
+        try acceptance.check(manifest, source: url)
+        if let bytes = fetched.bytes, !options.dryRun {
+            try FileSystem.makeDirectories(agent.state + "/manifests", mode: 0o700)
+            try FileSystem.writeAtomically(cachePath, bytes: bytes, mode: 0o600)
+            try store.saveManifest(session: session.name, url: url, etag: fetched.etag, lastModified: fetched.lastModified, version: manifest.version)
+        }
+        emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: fetched.bytes == nil))
+
         // Hash only what the cache cannot vouch for.
         let cache = try store.hashCache(session: session.name)
-        var hashes: [RelativePath: String] = [:]
+        var known: [RelativePath: CachedHash] = [:]
         var fresh: [(RelativePath, CachedHash)] = []
         for entry in manifest.entries {
             if let reason = options.stop.reason { throw FerryError(.stopped, "\(reason) while hashing local files; nothing was changed") }
             let local = scan.entries[entry.path]
             let cached = cache[entry.path]
-            if let local, let cached, cached.isValid(for: local) { hashes[entry.path] = cached.sha256 }
+            if let local, let cached, cached.isValid(for: local) { known[entry.path] = cached }
             if Reconciler.needsHash(entry, local: local, cached: cached), let root {
                 let h = try root.hash(entry.path)
-                hashes[entry.path] = h.sha256
+                known[entry.path] = h
                 fresh.append((entry.path, h))
             }
         }
         result.hashed = fresh.count
         if !options.dryRun { try store.saveHashes(session: session.name, fresh) }
 
-        let plan = Reconciler.plan(manifest: manifest, local: scan.entries, hashes: hashes, deleteExtras: session.delete)
+        let plan = Reconciler.plan(manifest: manifest, local: scan.entries, known: known,
+                                   rules: DeletionRules(delete: session.delete, cap: session.maxDelete), modeMask: session.modeMask)
         result.plan = plan
         emit(.planned(downloads: plan.downloads.count, bytes: plan.downloadBytes, metadataFixes: plan.metadataFixes.count,
                       deletions: plan.deletions.count, upToDate: plan.upToDate, hashed: fresh.count, extrasKept: plan.extrasKept))
-        guard !options.dryRun, let root else { return }
+        guard !options.dryRun, let root else {
+            reportDryRun(plan, scan: scan.entries, result: &result)
+            return
+        }
 
         // Record the tasks before any byte moves, and drop state of paths no longer listed.
         for gone in try store.pruneTasks(session: session.name, keeping: Set(manifest.entries.map(\.path))) where gone.delayed {
@@ -166,36 +191,48 @@ public final class PullSync {
         }
         let tasks = queued.tasks
         root.removePartials(keeping: try store.unfinishedTaskIDs(session: session.name))
+        root.replaceableDirectories = Set(plan.directoriesToReplace.keys)
 
         var localIOError: String?
+        var unstorableMtimes: [(RelativePath, Timestamp, Timestamp)] = []
         for entry in plan.metadataFixes {
             do {
                 let now = try root.setMetadata(entry.path, mode: entry.mode, mtime: entry.mtime)
-                try store.saveHashes(session: session.name, [(entry.path, CachedHash(size: now.size, mtime: now.mtime, ctime: now.ctime, inode: now.inode, sha256: entry.sha256))])
+                if let wanted = entry.mtime, wanted != now.mtime { unstorableMtimes.append((entry.path, wanted, now.mtime)) }
+                try store.saveHashes(session: session.name, [(entry.path, CachedHash(now, sha256: entry.sha256, wanted: entry.mtime))])
                 emit(.metadataFixed(path: entry.path))
             } catch {
                 result.failed += 1
                 emit(.fileFailed(path: entry.path, error: error.message))
             }
         }
-        for path in plan.blocked {
+        for (path, why) in plan.blocked {
             result.failed += 1
-            emit(.fileFailed(path: path, error: "\(session.local)/\(path.string) is a directory where the manifest has a file; remove it"))
+            emit(.fileFailed(path: path, error: blockedMessage(path, why, plan: plan)))
+        }
+        result.deleted += try PullTransfers.report(root.takeChanges(), session: session.name, store: store, emit: emit)
+
+        let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, settings: settings, result: &result,
+                                   localIOError: &localIOError, unstorableMtimes: &unstorableMtimes)
+        if let (path, wanted, stored) = unstorableMtimes.first {
+            let others = unstorableMtimes.count > 1 ? " (and \(unstorableMtimes.count - 1) more files)" : ""
+            emit(.warning(message: "this filesystem cannot store the mtime the manifest gives \(Printable.name(path.string))\(others): "
+                + "it asked for \(wanted.rfc3339) and the filesystem stored \(stored.rfc3339); ferry keeps what was stored and does not set it again"))
         }
 
-        let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, settings: settings, result: &result, localIOError: &localIOError)
-
         // Deletions only after every transfer succeeded (rule 7), and capped.
-        if !plan.deletions.isEmpty {
+        let unfinished = result.failed + result.waiting + result.suspended + result.delayed
+        if let refused = plan.refusedDeletions {
+            result.message = "refused to delete \(refused.count) files: more than max-delete = \(session.maxDelete) allows (\(refused.limit) of the \(refused.managed) files the session manages in \(Printable.name(session.local))); nothing was deleted"
+            result.hint = "if this is intended, raise max-delete for session '\(session.name)' (a count like \(refused.count), or a percentage like 100%)"
+            emit(.warning(message: result.message!))
+        } else if !plan.deletions.isEmpty || !plan.directoryRemovals.isEmpty {
             if let stopped {
-                emit(.warning(message: "\(plan.deletions.count) deletions postponed: \(stopped)"))
-            } else if result.failed > 0 || result.waiting > 0 || result.suspended > 0 || result.delayed > 0 {
-                let note = "\(plan.deletions.count) deletions postponed because \(result.failed + result.waiting + result.suspended + result.delayed) files did not arrive"
-                emit(.warning(message: note))
-            } else if plan.deletions.count > session.maxDelete {
-                result.message = "refused to delete \(plan.deletions.count) files: more than max-delete = \(session.maxDelete)"
-                emit(.warning(message: result.message! + "; raise max-delete if this is intended"))
-                result.exitCode = .someFilesFailed
+                if !plan.deletions.isEmpty { emit(.warning(message: "\(plan.deletions.count) deletions postponed: \(stopped)")) }
+            } else if unfinished > 0 {
+                if !plan.deletions.isEmpty {
+                    emit(.warning(message: "\(plan.deletions.count) deletions postponed because \(unfinished) files did not arrive"))
+                }
             } else {
                 for path in plan.deletions {
                     do {
@@ -213,12 +250,16 @@ public final class PullSync {
             }
         }
 
+        let attempted = plan.downloads.count + plan.metadataFixes.count + plan.blocked.count
         if let localIOError {
             result.exitCode = .localIO
             result.message = localIOError
-        } else if result.failed > 0 {
+        } else if result.failed > 0 || plan.refusedDeletions != nil {
             result.exitCode = .someFilesFailed
-            result.message = result.message ?? "\(result.failed) of \(plan.downloads.count + plan.metadataFixes.count + plan.blocked.count) files failed"
+            if result.failed > 0 {
+                let failures = "\(result.failed) of \(attempted) files failed"
+                result.message = result.message.map { failures + "; " + $0 } ?? failures
+            }
         } else if result.waiting > 0 {
             result.exitCode = .remoteOrManifest
             result.message = "the remote could not be reached for \(result.waiting) files; they wait for connectivity and the next run tries again"
@@ -234,43 +275,84 @@ public final class PullSync {
         }
     }
 
-    /// Fetches the manifest (conditionally), refuses it when invalid, a rollback or expired, and
-    /// only then remembers it. A refused manifest changes nothing.
-    private func fetchManifest(store: StateStore, settings: HTTPSettings) throws(FerryError) -> Manifest {
+    /// Why a listed file cannot be placed, and what to do about it.
+    private func blockedMessage(_ path: RelativePath, _ why: Plan.Blocked, plan: Plan) -> String {
+        let shown = Printable.name(session.local + "/" + path.string)
+        switch why {
+        case let .directoryKept(files):
+            return "\(shown) is a directory holding \(files) files where the manifest has a file; delete = no keeps them: move them away, or set delete = yes"
+        case let .directoryOverCap(files):
+            let cap = plan.refusedDeletions.map { " (\($0.count) deletions in all, \($0.limit) allowed)" } ?? ""
+            return "\(shown) is a directory holding \(files) files where the manifest has a file; removing them would pass max-delete = \(session.maxDelete)\(cap): raise max-delete, or move the directory away"
+        }
+    }
+
+    /// A dry run shows the plan, item by item, and a summary; it changes nothing.
+    private func reportDryRun(_ plan: Plan, scan: [RelativePath: LocalEntry], result: inout SyncResult) {
+        for d in plan.downloads {
+            if d.reason == .directoryInTheWay {
+                let files = plan.directoriesToReplace[d.entry.path]?.count ?? 0
+                emit(.planItem(action: "replace", path: d.entry.path, reason: "a directory holding \(files) files is where the manifest has a file", size: d.entry.size))
+            } else {
+                emit(.planItem(action: "download", path: d.entry.path, reason: d.reason.rawValue, size: d.entry.size))
+            }
+        }
+        for p in plan.replacedByDirectory {
+            let kind = scan[p]?.kind.rawValue ?? "file"
+            emit(.planItem(action: "replace", path: p, reason: "a \(kind) is where the manifest needs a directory", size: nil))
+        }
+        for e in plan.metadataFixes { emit(.planItem(action: "fix-metadata", path: e.path, reason: nil, size: nil)) }
+        for (p, why) in plan.blocked { emit(.planItem(action: "blocked", path: p, reason: blockedMessage(p, why, plan: plan), size: nil)) }
+        for p in plan.deletions { emit(.planItem(action: "delete", path: p, reason: nil, size: nil)) }
+        if let refused = plan.refusedDeletions {
+            for p in refused.paths { emit(.planItem(action: "refused-delete", path: p, reason: "max-delete = \(session.maxDelete)", size: nil)) }
+        }
+        var parts: [String] = []
+        let replaced = plan.directoriesToReplace.count + plan.replacedByDirectory.count
+        let downloads = plan.downloads.count - plan.directoriesToReplace.count
+        if downloads > 0 { parts.append("download \(downloads) files (\(Units.formatBytes(plan.downloadBytes)))") }
+        if replaced > 0 { parts.append("replace \(replaced)") }
+        if !plan.metadataFixes.isEmpty { parts.append("fix the mode or mtime of \(plan.metadataFixes.count)") }
+        if plan.filesRemoved > 0 { parts.append("delete \(plan.filesRemoved)") }
+        if !plan.blocked.isEmpty { parts.append("fail \(plan.blocked.count) (blocked)") }
+        var text = parts.isEmpty ? "dry run: already in sync" : "dry run: would " + parts.joined(separator: ", ")
+        if let refused = plan.refusedDeletions {
+            text += "; max-delete = \(session.maxDelete) would refuse \(refused.count) deletions (\(refused.limit) of \(refused.managed) files allowed)"
+        }
+        result.message = text + "; nothing was changed"
+    }
+
+    private var cachePath: String { agent.state + "/manifests/" + session.name + ".manifest" }
+
+    /// A manifest read from the remote, or from the cache when the remote says it is unchanged.
+    private struct Fetched {
+        let manifest: Manifest
+        /// The bytes to cache, when the remote sent new ones (nil: unchanged).
+        let bytes: [UInt8]?
+        let etag: String?
+        let lastModified: String?
+    }
+
+    /// Fetches the manifest (conditionally) and parses it; the caller accepts it before anything
+    /// is recorded.
+    private func fetchManifest(record: SessionRecord?, settings: HTTPSettings) throws(FerryError) -> Fetched {
         let url = session.manifestURL
-        let record = try store.session(session.name)
-        let cachePath = agent.state + "/manifests/" + session.name + ".manifest"
         let sameURL = record?.manifestURL == url && FileSystem.exists(cachePath)
-        let fetched = try ManifestFetcher(settings: settings).fetch(
+        let fetched = try ManifestFetcher(settings: settings, maximumSize: session.maxManifestSize).fetch(
             url: url, etag: sameURL ? record?.manifestETag : nil, lastModified: sameURL ? record?.manifestLastModified : nil)
         switch fetched {
         case .unchanged:
-            let bytes = try FileSystem.readFile(cachePath, limit: ManifestFetcher.maximumSize)
-            let manifest = try Manifest.parse(bytes, source: url)
-            emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: true))
-            return manifest
+            let bytes = try FileSystem.readFile(cachePath, limit: Int(session.maxManifestSize))
+            return Fetched(manifest: try Manifest.parse(bytes, source: url), bytes: nil, etag: nil, lastModified: nil)
         case let .fetched(bytes, etag, lastModified):
-            let manifest = try Manifest.parse(bytes, source: url)
-            if let expires = manifest.expires, expires < Timestamp.now() {
-                throw .manifest("manifest \(url) expired at \(expires.rfc3339)", hint: "publish a fresh manifest on the remote")
-            }
-            if sameURL || record?.manifestURL == url, let old = record?.manifestVersion, let new = manifest.version, new < old, !session.allowRollback {
-                throw .manifest("manifest \(url) has version \(new), lower than version \(old) already applied: refused as a rollback",
-                                hint: "if the rollback is intended, set allow-rollback = yes for session '\(session.name)'")
-            }
-            if !options.dryRun {
-                try FileSystem.makeDirectories(agent.state + "/manifests", mode: 0o700)
-                try FileSystem.writeAtomically(cachePath, bytes: bytes, mode: 0o600)
-                try store.saveManifest(session: session.name, url: url, etag: etag, lastModified: lastModified, version: manifest.version)
-            }
-            emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: false))
-            return manifest
+            return Fetched(manifest: try Manifest.parse(bytes, source: url), bytes: bytes, etag: etag, lastModified: lastModified)
         }
     }
 
     /// Runs the downloads; returns why it stopped early, if it did.
     private func transfer(plan: Plan, tasks: [RelativePath: TransferTask], root: LocalRoot, store: StateStore, settings: HTTPSettings,
-                          result: inout SyncResult, localIOError: inout String?) throws(FerryError) -> String? {
+                          result: inout SyncResult, localIOError: inout String?,
+                          unstorableMtimes: inout [(RelativePath, Timestamp, Timestamp)]) throws(FerryError) -> String? {
         guard !plan.downloads.isEmpty else { return options.stop.reason }
         let transfers = PullTransfers(session: session, root: root, store: store, settings: settings,
                                       observer: observer, emit: { [unowned self] in self.emit($0) }, plan: plan, stop: options.stop)
@@ -282,6 +364,8 @@ public final class PullSync {
         result.delayed += transfers.delayed
         result.nextBegin = transfers.nextBegin
         result.bytes += transfers.bytesFetched
+        result.deleted += transfers.deletedInReplacements
+        unstorableMtimes += transfers.unstorableMtimes
         if let error = transfers.localIOError { localIOError = localIOError ?? error }
         if let error = transfers.storeError { throw error }
         if transfers.stopped == nil && transfers.unfinished > 0 {

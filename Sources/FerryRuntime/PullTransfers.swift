@@ -40,6 +40,10 @@ final class PullTransfers {
     /// A disk-level failure (full, read-only, I/O error): the run ends with exit code 5.
     private(set) var localIOError: String?
     private(set) var storeError: FerryError?
+    /// Files removed to make room for listed files (what directories in the way held).
+    private(set) var deletedInReplacements = 0
+    /// Files whose manifest mtime the filesystem could not store, as (path, wanted, stored).
+    private(set) var unstorableMtimes: [(RelativePath, Timestamp, Timestamp)] = []
 
     private var progress: SyncProgress
     private var completedBytes: Int64 = 0
@@ -110,9 +114,33 @@ final class PullTransfers {
                 return false
             })
         flush()
+        acknowledgeOpenSuspension()
         progress.active = []
         progress.bytesDone = completedBytes
         observer.progress(progress)
+    }
+
+    /// Turns what placing files changed in the local tree (replacements, repairs) into events and
+    /// forgets the hashes of what is gone. Returns how many files were removed.
+    static func report(_ changes: [LocalRoot.Change], session: String, store: StateStore, emit: (Event.Body) -> Void) throws(FerryError) -> Int {
+        var removed = 0
+        var gone: [RelativePath] = []
+        for change in changes {
+            switch change {
+            case let .replacedByDirectory(path, was):
+                gone.append(path)
+                emit(.replaced(path: path, was: was == .other ? "special file" : was.rawValue, now: "directory"))
+            case let .replacedDirectory(path, files):
+                for f in files { emit(.fileDeleted(path: f)) }
+                removed += files.count
+                gone += files
+                emit(.replaced(path: path, was: "directory", now: "file"))
+            case let .repaired(message):
+                emit(.warning(message: message))
+            }
+        }
+        try store.forgetHashes(session: session, gone)
+        return removed
     }
 
     private func nextDue() -> Item? {
@@ -128,7 +156,12 @@ final class PullTransfers {
         item.triesThisRun += 1
         let entry = item.download.entry
         do throws(FerryError) {
-            let fd = try root.openPartial(taskID: item.task.id)
+            let (fd, stray) = try root.openPartial(taskID: item.task.id)
+            if let stray {
+                emit(.warning(message: "\(Printable.name(entry.path.string)): its partial file in .ferry/partial was a \(stray.rawValue), not a file; removed it (not followed) and starting this file again"))
+                item.task.bytesDone = 0
+                item.task.validator = nil
+            }
             do throws(FerryError) {
                 let download = try Download(task: item.task, entry: entry, reason: item.download.reason, url: session.remote.url(for: entry.path),
                                             fd: fd, scheme: settings.scheme, resumeFrom: item.task.bytesDone, validator: item.task.validator)
@@ -199,27 +232,50 @@ final class PullTransfers {
     }
 
     private var lastSuspendCheck = MonotonicClock.seconds()
+    /// A `ferry cancel` request being carried out: its number, and the transfers asked to stop for it.
+    private var suspension: (request: Int64, stopping: Set<Int64>)?
 
-    /// Honours `ferry cancel` from another process: polled once a second.
+    /// Honours `ferry cancel` from another process: polled once a second. The request is answered
+    /// (`acknowledgeSuspensions`) once every transfer it stopped has left the engine and every file
+    /// committed before it took effect is recorded done, so cancel can say what really happened.
     private func applySuspensions(_ active: [Download]) {
-        let now = MonotonicClock.seconds()
-        guard now - lastSuspendCheck >= 1 else { return }
-        lastSuspendCheck = now
-        let ids: Set<Int64>
-        do throws(FerryError) { ids = try store.suspendedTaskIDs(session: session.name) } catch {
+        do throws(FerryError) {
+            if let (request, stopping) = suspension {
+                guard !active.contains(where: { stopping.contains($0.task.id) }) else { return }
+                flush()
+                try store.acknowledgeSuspensions(session: session.name, upTo: request)
+                suspension = nil
+            }
+            let now = MonotonicClock.seconds()
+            guard now - lastSuspendCheck >= 1 else { return }
+            lastSuspendCheck = now
+            let (requested, handled) = try store.suspendRequests(session: session.name)
+            guard requested > handled else { return }
+            let ids = try store.suspendedTaskIDs(session: session.name)
+            var stopping = Set<Int64>()
+            for d in active where ids.contains(d.task.id) {
+                d.cancelRequested = true
+                stopping.insert(d.task.id)
+            }
+            func drop(_ item: Item) -> Bool {
+                guard ids.contains(item.task.id) else { return false }
+                suspended += 1
+                emit(.fileSuspended(path: item.download.entry.path, offset: item.task.bytesDone))
+                return true
+            }
+            ready = ArraySlice(ready.filter { !drop($0) })
+            backingOff.removeAll { drop($0) }
+            suspension = (requested, stopping)
+        } catch {
             storeError = error
-            return
         }
-        guard !ids.isEmpty else { return }
-        for d in active where ids.contains(d.task.id) { d.cancelRequested = true }
-        func drop(_ item: Item) -> Bool {
-            guard ids.contains(item.task.id) else { return false }
-            suspended += 1
-            emit(.fileSuspended(path: item.download.entry.path, offset: item.task.bytesDone))
-            return true
-        }
-        ready = ArraySlice(ready.filter { !drop($0) })
-        backingOff.removeAll { drop($0) }
+    }
+
+    /// Answers a cancel request still open when the transfers end (nothing runs any more).
+    private func acknowledgeOpenSuspension() {
+        guard let (request, _) = suspension else { return }
+        try? store.acknowledgeSuspensions(session: session.name, upTo: request)
+        suspension = nil
     }
 
     private func tick(_ active: [Download]) {
@@ -252,8 +308,8 @@ final class PullTransfers {
                     let placed = try root.commit(partialFD: download.fd, taskID: download.task.id, to: path,
                                                  mode: download.entry.mode, mtime: download.entry.mtime)
                     items.removeValue(forKey: download.task.id)
-                    committed.append((download, CachedHash(size: placed.size, mtime: placed.mtime, ctime: placed.ctime,
-                                                           inode: placed.inode, sha256: download.entry.sha256)))
+                    if let wanted = download.entry.mtime, wanted != placed.mtime { unstorableMtimes.append((path, wanted, placed.mtime)) }
+                    committed.append((download, CachedHash(placed, sha256: download.entry.sha256, wanted: download.entry.mtime)))
                 } catch {
                     if error.category == .localIO { localIOError = localIOError ?? error.message }
                     // The partial is verified and complete: keep it so the next run only commits it.
@@ -299,6 +355,7 @@ final class PullTransfers {
         guard !committed.isEmpty else { return }
         do throws(FerryError) {
             try root.syncDirectories()
+            deletedInReplacements += try PullTransfers.report(root.takeChanges(), session: session.name, store: store, emit: emit)
             try store.markDone(session: session.name, committed.map { ($0.download.task, $0.cache) })
             for (d, _) in committed {
                 downloaded += 1

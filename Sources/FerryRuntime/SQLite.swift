@@ -30,14 +30,27 @@ final class SQLiteDatabase {
     }
 
     func error(_ what: String) -> FerryError {
-        .localIO("state database \(path): \(what): \(String(cString: sqlite3_errmsg(handle)))")
+        let text = String(cString: sqlite3_errmsg(handle))
+        return damaged(sqlite3_errcode(handle), text) ?? .localIO("state database \(path): \(what): \(text)")
+    }
+
+    /// A database file that is not SQLite, or is damaged, cannot be repaired by retrying: say so,
+    /// and what to do. Moving it aside is safe, because the local tree is the truth: the next run
+    /// re-hashes it and fetches only what is missing or wrong.
+    private func damaged(_ code: Int32, _ text: String) -> FerryError? {
+        guard code & 0xFF == SQLITE_NOTADB || code & 0xFF == SQLITE_CORRUPT else { return nil }
+        return .localIO("the state database \(path) is damaged or not a SQLite database (\(text)); ferry changed nothing",
+                        hint: "move it aside: mv \(path) \(path).broken (with \(path)-wal and \(path)-shm if they exist); "
+                            + "the next run starts a new state, re-hashes the local tree and downloads nothing that is already right")
     }
 
     func execute(_ sql: String) throws(FerryError) {
         var message: UnsafeMutablePointer<CChar>?
-        if sqlite3_exec(handle, sql, nil, nil, &message) != SQLITE_OK {
+        let rc = sqlite3_exec(handle, sql, nil, nil, &message)
+        if rc != SQLITE_OK {
             let text = message.map { String(cString: $0) } ?? "unknown error"
             sqlite3_free(message)
+            if let error = damaged(rc, text) { throw error }
             let what = sql.split(separator: "\n").first.map { String($0.prefix(40)) } ?? ""
             throw .localIO("state database \(path): \(text) (in: \(what))")
         }

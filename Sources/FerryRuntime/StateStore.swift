@@ -75,6 +75,15 @@ public final class StateStore {
         ALTER TABLE tasks ADD COLUMN not_before TEXT;
         ALTER TABLE tasks ADD COLUMN url TEXT;
         """,
+        // 3: `ferry cancel` asks (suspend_requested counts its requests) and the process running the
+        // session answers (suspend_handled) once every task it had in hand is stopped or committed,
+        // so cancel can report what really happened. The hash cache remembers the mtime ferry
+        // asked for when the filesystem stored another (it cannot hold every year).
+        """
+        ALTER TABLE sessions ADD COLUMN suspend_requested INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE sessions ADD COLUMN suspend_handled INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE hash_cache ADD COLUMN wanted_mtime_ns INTEGER;
+        """,
     ]
 
     /// Opens (creating if needed) `<directory>/ferry.db` and brings its schema up to date.
@@ -281,26 +290,47 @@ public final class StateStore {
     }
 
     /// Suspends tasks (all unfinished ones of the session when `ids` is nil), keeping their resume
-    /// data. Returns the tasks now suspended.
-    public func suspend(session: String, ids: [Int64]?) throws(FerryError) -> [TransferTask] {
-        try changeState(session: session, ids: ids, from: ["queued", "running", "failed", "waiting", "delayed"], to: .suspended)
+    /// data. Returns the tasks now suspended, and the number of this request: the process running
+    /// the session answers it with `acknowledgeSuspensions` once it has stopped (or committed) them.
+    public func suspend(session: String, ids: [Int64]?) throws(FerryError) -> (tasks: [TransferTask], request: Int64) {
+        try ensureSession(session)
+        return try db.transaction { () throws(FerryError) -> ([TransferTask], Int64) in
+            let tasks = try changeState(session: session, ids: ids, from: ["queued", "running", "failed", "waiting", "delayed"], to: .suspended)
+            try db.prepare("UPDATE sessions SET suspend_requested = suspend_requested + 1 WHERE name = ?").bind(.text(session)).run()
+            return (tasks, try suspendRequests(session: session).requested)
+        }
+    }
+
+    /// How many suspension requests `ferry cancel` made for the session, and how many of them the
+    /// process running it has answered.
+    public func suspendRequests(session: String) throws(FerryError) -> (requested: Int64, handled: Int64) {
+        let s = try db.cached("SELECT suspend_requested, suspend_handled FROM sessions WHERE name = ?").bind(.text(session))
+        defer { sqlite3_reset(s.statement) }
+        return try s.step() ? (s.int(0), s.int(1)) : (0, 0)
+    }
+
+    /// Answers suspension requests up to `request`: the tasks they named are stopped with their
+    /// resume data recorded, or were committed (and are done).
+    public func acknowledgeSuspensions(session: String, upTo request: Int64) throws(FerryError) {
+        try db.cached("UPDATE sessions SET suspend_handled = max(suspend_handled, ?) WHERE name = ?").bind(.int(request), .text(session)).run()
     }
 
     /// Makes suspended tasks runnable again. Returns them.
     public func unsuspend(session: String, ids: [Int64]?) throws(FerryError) -> [TransferTask] {
-        try changeState(session: session, ids: ids, from: ["suspended"], to: .queued)
+        try db.transaction { () throws(FerryError) -> [TransferTask] in
+            try changeState(session: session, ids: ids, from: ["suspended"], to: .queued)
+        }
     }
 
+    /// Call inside a transaction.
     private func changeState(session: String, ids: [Int64]?, from: [String], to: TaskState) throws(FerryError) -> [TransferTask] {
-        try db.transaction { () throws(FerryError) -> [TransferTask] in
-            let candidates = try tasks(session: session).filter { t in
-                from.contains(t.state.rawValue) && (ids.map { $0.contains(t.id) } ?? true)
-            }
-            let update = try db.prepare("UPDATE tasks SET state = ?, updated_at = ? WHERE id = ?")
-            let now = Timestamp.now().rfc3339
-            for t in candidates { try update.bind(.text(to.rawValue), .text(now), .int(t.id)).run() }
-            return candidates.map { var t = $0; t.state = to; return t }
+        let candidates = try tasks(session: session).filter { t in
+            from.contains(t.state.rawValue) && (ids.map { $0.contains(t.id) } ?? true)
         }
+        let update = try db.prepare("UPDATE tasks SET state = ?, updated_at = ? WHERE id = ?")
+        let now = Timestamp.now().rfc3339
+        for t in candidates { try update.bind(.text(to.rawValue), .text(now), .int(t.id)).run() }
+        return candidates.map { var t = $0; t.state = to; return t }
     }
 
     /// The task with this id, in any session.
@@ -370,12 +400,13 @@ public final class StateStore {
     // MARK: hash cache
 
     public func hashCache(session: String) throws(FerryError) -> [RelativePath: CachedHash] {
-        let s = try db.prepare("SELECT path, size, mtime_ns, ctime_ns, inode, sha256 FROM hash_cache WHERE session = ?").bind(.text(session))
+        let s = try db.prepare("SELECT path, size, mtime_ns, ctime_ns, inode, sha256, wanted_mtime_ns FROM hash_cache WHERE session = ?").bind(.text(session))
         var out: [RelativePath: CachedHash] = [:]
         while try s.step() {
             out[RelativePath(trusted: s.text(0) ?? "")] = CachedHash(
                 size: s.int(1), mtime: Timestamp(nanosecondsSinceEpoch: s.int(2)), ctime: Timestamp(nanosecondsSinceEpoch: s.int(3)),
-                inode: UInt64(bitPattern: s.int(4)), sha256: s.text(5) ?? "")
+                inode: UInt64(bitPattern: s.int(4)), sha256: s.text(5) ?? "",
+                wantedMtime: s.isNull(6) ? nil : Timestamp(nanosecondsSinceEpoch: s.int(6)))
         }
         return out
     }
@@ -386,10 +417,11 @@ public final class StateStore {
     }
 
     private func saveHashesInTransaction(session: String, _ hashes: [(RelativePath, CachedHash)]) throws(FerryError) {
-        let s = try db.cached("INSERT OR REPLACE INTO hash_cache (session, path, size, mtime_ns, ctime_ns, inode, sha256) VALUES (?, ?, ?, ?, ?, ?, ?)")
+        let s = try db.cached("INSERT OR REPLACE INTO hash_cache (session, path, size, mtime_ns, ctime_ns, inode, sha256, wanted_mtime_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
         for (path, h) in hashes {
             try s.bind(.text(session), .text(path.string), .int(h.size), .int(h.mtime.nanosecondsSinceEpoch),
-                       .int(h.ctime.nanosecondsSinceEpoch), .int(Int64(bitPattern: h.inode)), .text(h.sha256)).run()
+                       .int(h.ctime.nanosecondsSinceEpoch), .int(Int64(bitPattern: h.inode)), .text(h.sha256),
+                       .optional(h.wantedMtime?.nanosecondsSinceEpoch)).run()
         }
     }
 

@@ -61,6 +61,12 @@ struct ConfigParserTests {
         ("[session a]\nremote = http://h/\nlocal = /x\ndirection = sideways\n", "f.conf:4: [session a] key 'direction': 'sideways' is not pull or push", nil),
         ("[agent]\n", "f.conf: no [session NAME] section", nil),
         ("[session a]\nremote = http://h/\nlocal = /x\n[session b]\nremote = http://h/\nlocal = /x/sub\n", "f.conf: sessions 'a' and 'b' share the local directory", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\nmax-delete = 150%\n", "f.conf:4: [session a] key 'max-delete': '150%' is neither a count (1000) nor a percentage (50%)", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\nmax-delete = lots\n", "f.conf:4: [session a] key 'max-delete'", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\nmode-mask = 0999\n", "f.conf:4: [session a] key 'mode-mask': '0999' is not an octal mask", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\nmax-manifest-size = 12\n", "f.conf:4: [session a] key 'max-manifest-size'", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\nallow-empty = perhaps\n", "f.conf:4: [session a] key 'allow-empty': 'perhaps' is not yes or no", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\nmax-delte = 5\n", "f.conf:4: [session a] unknown key 'max-delte'", "did you mean 'max-delete'?"),
     ] as [(String, String, String?)])
     func namesFileLineAndKey(text: String, message: String, hint: String?) {
         do {
@@ -71,6 +77,23 @@ struct ConfigParserTests {
             #expect(error.message.hasPrefix(message), "got: \(error.message)")
             if let hint { #expect(error.hint == hint) }
         }
+    }
+
+    @Test func parsesTheSafetyKeys() throws {
+        let base = "[session a]\nremote = http://h/\nlocal = /x\n"
+        func session(_ extra: String) throws -> SessionConfig { try ConfigParser.parse(base + extra, path: "f").sessions[0] }
+        #expect(try session("max-delete = 50%\n").maxDelete == .percent(50))
+        #expect(try session("max-delete = 12.5 %\n").maxDelete == .percent(12.5))
+        #expect(try session("max-delete = 1000\n").maxDelete == .count(1000))
+        #expect(try session("max-delete = 0\n").maxDelete == .count(0))
+        #expect(try session("allow-empty = yes\n").allowEmpty)
+        #expect(try session("mode-mask = 077\n").modeMask == 0o077)
+        #expect(try session("mode-mask = 0\n").modeMask == 0)
+        #expect(try session("max-manifest-size = 64M\n").maxManifestSize == 64 << 20)
+        #expect(DeletionCap.percent(50).limit(managed: 5) == 2)
+        #expect(DeletionCap.percent(50).limit(managed: 0) == 0)
+        #expect(DeletionCap.count(7).limit(managed: 0) == 7)
+        #expect("\(DeletionCap.percent(50))" == "50%" && "\(DeletionCap.count(3))" == "3")
     }
 
     @Test func parsesEarliestBeginAsADelayOrATime() throws {
@@ -96,7 +119,10 @@ struct ConfigParserTests {
     @Test func minimalSessionGetsDefaults() throws {
         let s = try ConfigParser.parse(minimal, path: "/f").sessions[0]
         #expect(s.delete == false)
-        #expect(s.maxDelete == 1000)
+        #expect(s.maxDelete == .percent(50))
+        #expect(s.allowEmpty == false)
+        #expect(s.modeMask == 0o022)
+        #expect(s.maxManifestSize == 256 << 20)
         #expect(s.manifest == "manifest.json")
         #expect(s.allowRollback == false)
     }

@@ -124,4 +124,144 @@ struct ManifestTests {
         #expect(m.entries == entries.sorted { $0.path < $1.path })
         #expect(ManifestWriter.render(version: 7, generated: Timestamp(seconds: 1_800_000_000), entries: entries.reversed()) == text)
     }
+
+    /// An empty body is what a failed publish leaves: never a manifest, whatever its format.
+    @Test(arguments: ["", " ", "\n\n", "\r\n \t\n", "\u{FEFF}", "\u{FEFF}  \n"])
+    func refusesAnEmptyBody(text: String) {
+        do { _ = try parse(text); Issue.record("accepted an empty manifest: \(Array(text.utf8))") } catch {
+            #expect(error.exitCode == .remoteOrManifest)
+            #expect(error.message.contains("is empty"), "got: \(error.message)")
+        }
+    }
+
+    @Test func anEmptyFilesListParses() throws {
+        #expect(try parse(manifest("")).entries.isEmpty, "refusing it is the session's rule (ManifestAcceptance)")
+    }
+
+    /// Reading stops at the first fatal error: a path repeated a million times fails at the second.
+    @Test func stopsAtTheFirstDuplicate() {
+        let one = "{\"path\": \"x\", \"size\": 1, \"sha256\": \"\(Self.hashA)\"}"
+        let text = manifest(Array(repeating: one, count: 3).joined(separator: ", ") + ", garbage")
+        do { _ = try parse(text); Issue.record("accepted") } catch {
+            #expect(error.message.contains("lists \"x\" twice"), "the duplicate is found before the broken JSON after it: \(error.message)")
+        }
+    }
+
+    /// `sha256sum` output as people write it: text and binary markers, `./`, CRLF, the BSD tag form,
+    /// and coreutils' escaped names (a leading `\`, with `\\`, `\n`, `\r`).
+    @Test func readsSHA256SUMSAsPeopleWriteIt() throws {
+        let a = Self.hashA, b = Self.hashB
+        let text = "\(a)  plain.txt\r\n\(b) *./binary.bin\r\n\\\(a)  back\\\\slash.txt\n"
+            + "SHA256 (tag form.txt) = \(b)\nSHA256 (odd) = name) = \(a)\n\\SHA256 (tag\\\\back) = \(b)\n\(a) bsd-single-space\n"
+            + "\(b)    leading spaces\n"
+        let m = try parse(text)
+        #expect(m.entries.map(\.path.string) == ["plain.txt", "binary.bin", "back\\slash.txt", "tag form.txt", "odd) = name", "tag\\back",
+                                                 "bsd-single-space", "  leading spaces"])
+        #expect(m.entries.map(\.sha256) == [a, b, a, b, a, b, a, b])
+    }
+
+    @Test(arguments: [
+        ("\\\(hashA)  new\\nline\n", "line 1: path \"new\\nline\" is refused: path contains a control character (byte 0xa)"),
+        ("\(hashA)  ok\n\\\(hashA)  cr\\rhere\n", "line 2: path \"cr\\rhere\" is refused"),
+        ("\\\(hashA)  bad\\qescape\n", "line 1: the escaped name"),
+        ("\(hashA)  ok\nMD5 (x) = 0123456789abcdef0123456789abcdef\n", "line 2: this is a MD5 line"),
+        ("SHA256 (x) = abc\n", "line 1: expected 'SHA256 (<path>) = <64 hex digits>'"),
+        ("\(hashA)  a\n\(hashB)  a\n", "line 2: lists \"a\" twice"),
+    ])
+    func refusesBadSHA256SUMSNamingTheLine(text: String, message: String) {
+        do { _ = try parse(text); Issue.record("accepted: \(text)") } catch {
+            #expect(error.message.contains(message), "got: \(error.message)")
+        }
+    }
+
+    @Test func namesANonUTF8LineInSHA256SUMS() {
+        let bytes = Array("\(Self.hashA)  ok\n\(Self.hashA)  caf".utf8) + [0xE9] + Array("\n".utf8)
+        do { _ = try Manifest.parse(bytes, source: "t"); Issue.record("accepted") } catch {
+            #expect(error.message.contains("line 2: the name \"caf\\xe9\" is not UTF-8"), "got: \(error.message)")
+        }
+    }
+
+    @Test func shortensAHugePathInMessages() {
+        let huge = String(repeating: "x", count: 1 << 20)
+        do { _ = try parse(manifest("{\"path\": \"\(huge)\", \"size\": 1, \"sha256\": \"\(Self.hashA)\"}")); Issue.record("accepted") } catch {
+            #expect(error.message.utf8.count < 600, "the message is \(error.message.utf8.count) bytes")
+            #expect(error.message.contains("(1048576 bytes)"))
+        }
+    }
+}
+
+/// The session's rules for taking a manifest: expiry, rollback, emptiness.
+struct ManifestAcceptanceTests {
+    let entry = ManifestEntry(path: RelativePath(trusted: "a"), size: 1, sha256: String(repeating: "a", count: 64))
+
+    func manifest(version: Int64?, files: Int, expires: Timestamp? = nil) -> Manifest {
+        Manifest(format: .ferry, version: version, generated: nil, expires: expires, entries: Array(repeating: entry, count: files))
+    }
+
+    @Test(arguments: [
+        // version, files, expires, applied, local files, allow rollback, allow empty, refusal (nil = accepted)
+        (5, 1, nil, 4, 10, false, false, nil),
+        (5, 1, nil, 5, 10, false, false, nil),
+        (3, 1, nil, 5, 10, false, false, "refused as a rollback"),
+        (3, 1, nil, 5, 10, true, false, nil),
+        (3, 1, nil, nil, 10, false, false, nil),
+        (5, 0, nil, 4, 10, false, false, "lists no files, and the mirror holds 10"),
+        (5, 0, nil, 4, 10, false, true, nil),
+        (5, 0, nil, 4, 0, false, false, nil),
+        (5, 1, 999, 4, 10, false, false, "expired at"),
+        (5, 1, 1001, 4, 10, false, false, nil),
+    ] as [(Int64, Int, Int64?, Int64?, Int, Bool, Bool, String?)])
+    func decides(version: Int64, files: Int, expires: Int64?, applied: Int64?, local: Int, rollback: Bool, empty: Bool, refusal: String?) {
+        let rules = ManifestAcceptance(session: "s", now: Timestamp(seconds: 1000), appliedVersion: applied, localFiles: local,
+                                       allowRollback: rollback, allowEmpty: empty)
+        do {
+            try rules.check(manifest(version: version, files: files, expires: expires.map { Timestamp(seconds: $0) }), source: "m")
+            #expect(refusal == nil, "accepted, expected: \(refusal ?? "")")
+        } catch {
+            #expect(error.exitCode == .remoteOrManifest)
+            if let refusal { #expect(error.message.contains(refusal), "got: \(error.message)") } else { Issue.record("refused: \(error)") }
+        }
+    }
+}
+
+/// One function decides how names and remote text are shown; hostile names come out harmless.
+struct PrintableTests {
+    @Test(arguments: [
+        ("plain/name.txt", "plain/name.txt"),
+        ("\u{1B}[8mhidden", "\\x1b[8mhidden"),
+        ("two\nlines", "two\\nlines"),
+        ("tab\there\r", "tab\\there\\r"),
+        ("del\u{7F}", "del\\x7f"),
+        ("back\\slash", "back\\\\slash"),
+        ("bidi\u{202E}txt.exe", "bidi\\u{202e}txt.exe"),
+        ("iso\u{2066}late", "iso\\u{2066}late"),
+        ("c1\u{9B}31m", "c1\\u{9b}31m"),
+        ("zero\u{200B}width", "zero\\u{200b}width"),
+        ("déjà vu 😀", "déjà vu 😀"),
+        ("nul\u{0}", "nul\\x00"),
+    ])
+    func escapesNames(name: String, shown: String) {
+        #expect(Printable.name(name) == shown)
+        #expect(!Printable.name(name).utf8.contains { $0 < 0x20 || $0 == 0x7F }, "no control byte survives")
+    }
+
+    @Test func escapesBytesThatAreNotUTF8() {
+        let bytes: [UInt8] = [0x61, 0xFF, 0x62, 0xC3, 0x28, 0xE2, 0x82, 0x1B, 0xED, 0xA0, 0x80]
+        let shown = bytes.withUnsafeBufferPointer { Printable.name(bytes: $0) }
+        #expect(shown == "a\\xffb\\xc3(\\xe2\\x82\\x1b\\xed\\xa0\\x80")
+    }
+
+    @Test func shortensLongNamesKeepingStartAndEnd() {
+        let long = "start-" + String(repeating: "é", count: 500) + "-end.txt"
+        let shown = Printable.name(long)
+        #expect(shown.hasPrefix("start-") && shown.hasSuffix("-end.txt"))
+        #expect(shown.contains("…(\(long.utf8.count) bytes)…"))
+        #expect(shown.utf8.count < 220)
+        #expect(Printable.name(String(repeating: "a", count: 160)) == String(repeating: "a", count: 160))
+    }
+
+    @Test func textKeepsNewlinesAndBackslashesButNotControls() {
+        #expect(Printable.text("line one\nline \\two\u{1B}]0;title\u{7}") == "line one\nline \\two\\x1b]0;title\\x07")
+        #expect(Printable.text("plain") == "plain")
+    }
 }

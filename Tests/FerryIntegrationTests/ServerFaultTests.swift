@@ -214,6 +214,9 @@ struct ServerFaultTests {
         #expect(!FileManager.default.fileExists(atPath: w.file))
     }
 
+    /// A directory that appears at the final path while the file is on its way (not in the plan,
+    /// so not ferry's to remove) stops the commit; the verified partial is kept and the next run
+    /// commits it without fetching a byte.
     @Test func aVerifiedFileThatCouldNotBePlacedIsCommittedLaterWithoutFetching() throws {
         let box = Sandbox("blocked")
         let content = randomData(500_000, seed: 8)
@@ -221,13 +224,20 @@ struct ServerFaultTests {
         box.buildManifest()
         let server = try PythonServer(directory: box.published)
         defer { server.stop() }
+        server.setFaults(["/x/f.bin": ["rate": 400_000]])
         box.configure(remote: server.url)
-        try FileManager.default.createDirectory(atPath: box.local, withIntermediateDirectories: true)
-        try "in the way".write(toFile: box.localPath("x"), atomically: true, encoding: .utf8)
-        let blocked = box.sync()
-        #expect(blocked.exitCode == 1)
-        #expect(blocked.stderr.contains("is a file where the manifest needs a directory"))
-        try FileManager.default.removeItem(atPath: box.localPath("x"))
+        let out = box.directory + "/blocked.out", err = box.directory + "/blocked.err"
+        let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config], stdout: out, stderr: err)
+        let deadline = Date().addingTimeInterval(20)
+        while !server.requests().contains(where: { $0["path"] as? String == "/x/f.bin" }) && Date() < deadline { usleep(20_000) }
+        try FileManager.default.createDirectory(atPath: box.localPath("x/f.bin/appeared"), withIntermediateDirectories: true)
+        try "someone else's\n".write(toFile: box.localPath("x/f.bin/appeared/file"), atomically: true, encoding: .utf8)
+        let code = child.wait(timeout: 60)
+        let stderr = (try? String(contentsOfFile: err, encoding: .utf8)) ?? ""
+        #expect(code == 1, "\(stderr)")
+        #expect(stderr.contains("x/f.bin is a directory where the manifest has a file"), "\(stderr)")
+        #expect(fileContents(box.localPath("x/f.bin/appeared/file")) == "someone else's\n", "a directory not in the plan is never removed")
+        try FileManager.default.removeItem(atPath: box.localPath("x/f.bin"))
         server.clearLog()
         let run = box.sync(["--json"])
         #expect(run.exitCode == 0, "\(run.output)")

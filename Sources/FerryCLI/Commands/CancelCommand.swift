@@ -1,3 +1,4 @@
+import Glibc
 import FerryCore
 import FerryRuntime
 
@@ -10,7 +11,9 @@ struct CancelCommand: Command {
     static let details = """
         TASK is a task id from ferry status. Suspended tasks keep their partial file, the offset reached and
         the validator; runs skip them (and postpone deletions) until ferry resume. A ferry already
-        transferring for the session stops them within a second, checkpointing what it fetched.
+        transferring for the session stops them within a second, checkpointing what it fetched; cancel
+        waits for it (up to 10s) and reports what happened to each task: suspended with its resume
+        data, or already finished when the file was committed before the cancel reached it.
         """
     static let options = [CommonOptions.config, CommonOptions.session, CommonOptions.help]
 
@@ -24,16 +27,45 @@ struct CancelCommand: Command {
         let selection = try TaskSelection(arguments: arguments, command: Self.name)
         let store = selection.store
         for (session, ids) in selection.targets {
-            let tasks = try store.suspend(session: session.name, ids: ids)
+            let name = Printable.name(session.name)
+            let (tasks, request) = try store.suspend(session: session.name, ids: ids)
             if tasks.isEmpty {
-                Console.out("\(session.name): nothing to suspend (no unfinished tasks\(ids == nil ? "" : " among those named"))")
+                Console.out("\(name): nothing to suspend (no unfinished tasks\(ids == nil ? "" : " among those named"))")
                 continue
             }
+            // A ferry transferring for the session stops the tasks within a second; one of them may
+            // finish and be committed first. Wait for its answer, then report what really happened.
+            let runner = try waitForRunner(store: store, session: session.name, request: request, timeout: 10)
+            let now = Dictionary(uniqueKeysWithValues: try store.tasks(session: session.name).map { ($0.id, $0) })
             for t in tasks {
-                let kept = t.bytesDone > 0 ? "resume data kept: \(Units.formatBytes(t.bytesDone))" : "not started"
-                Console.out("\(session.name): suspended task \(t.id) \(t.path) (\(kept))")
+                let current = now[t.id] ?? t
+                let path = Printable.name(t.path.string)
+                switch current.state {
+                case .done:
+                    Console.out("\(name): task \(t.id) \(path) had already finished: the file was committed before the cancel reached it")
+                case .suspended:
+                    let kept = current.bytesDone > 0 ? "resume data kept: \(Units.formatBytes(current.bytesDone))" : "not started"
+                    Console.out("\(name): suspended task \(t.id) \(path) (\(kept))")
+                default:
+                    Console.out("\(name): task \(t.id) \(path) is \(current.state.rawValue)")
+                }
+            }
+            if let pid = runner {
+                Console.out("\(name): ferry (pid \(pid)) is running the session and had not confirmed after 10s; ferry status shows how each task ends")
             }
         }
         return .inSync
+    }
+
+    /// Waits until the process running the session (if any) has answered suspension `request`.
+    /// Returns its pid if it is still running and has not answered by `timeout` seconds.
+    private func waitForRunner(store: StateStore, session: String, request: Int64, timeout: Double) throws(FerryError) -> Int32? {
+        let deadline = MonotonicClock.seconds() + timeout
+        while true {
+            guard let pid = try store.session(session)?.runningPID, kill(pid, 0) == 0 || errno == EPERM else { return nil }
+            if try store.suspendRequests(session: session).handled >= request { return nil }
+            if MonotonicClock.seconds() >= deadline { return pid }
+            usleep(50_000)
+        }
     }
 }

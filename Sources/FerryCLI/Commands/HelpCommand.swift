@@ -20,7 +20,11 @@ struct HelpCommand: Command {
             return .inSync
         }
         guard let command = FerryCLI.command(matching: topic)?.command else {
-            throw .usage("no command 'ferry \(topic.joined(separator: " "))'", hint: "see: ferry help")
+            if topic.count == 1, let help = FerryCLI.groupHelp(topic[0]) {
+                Console.out(help)
+                return .inSync
+            }
+            throw .usage("no command 'ferry \(Printable.name(topic.joined(separator: " ")))'", hint: "see: ferry help")
         }
         Console.out(command.helpText)
         return .inSync

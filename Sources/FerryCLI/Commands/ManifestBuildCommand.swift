@@ -45,8 +45,8 @@ struct ManifestBuildCommand: Command {
         bars?.clear()
         switch mode {
         case .json:
-            for w in result.warnings { Console.out("{\"event\":\"warning\",\"message\":\(JSONText.quote(w))}") }
-            Console.out("{\"event\":\"manifest-built\",\"output\":\(JSONText.quote(result.output)),\"version\":\(result.version),\"files\":\(result.files),\"bytes\":\(result.bytes)}")
+            for w in result.warnings { Console.json("{\"event\":\"warning\",\"message\":\(JSONText.quote(w))}") }
+            Console.json("{\"event\":\"manifest-built\",\"output\":\(JSONText.quote(result.output)),\"version\":\(result.version),\"files\":\(result.files),\"bytes\":\(result.bytes)}")
         case .human:
             for w in result.warnings { Console.warning(w) }
             Console.out("wrote \(result.output): version \(result.version), \(result.files) files, \(Units.formatBytes(result.bytes))")

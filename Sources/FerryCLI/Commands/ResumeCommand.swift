@@ -29,15 +29,14 @@ struct ResumeCommand: Command {
         for (session, ids) in selection.targets {
             let tasks = try store.unsuspend(session: session.name, ids: ids)
             if mode == .human {
-                for t in tasks { Console.out("\(session.name): resuming task \(t.id) \(t.path) from \(Units.formatBytes(t.bytesDone))") }
+                for t in tasks { Console.out("\(session.name): resuming task \(t.id) \(Printable.name(t.path.string)) from \(Units.formatBytes(t.bytesDone))") }
                 if tasks.isEmpty { Console.out("\(session.name): no suspended tasks\(ids == nil ? "" : " among those named")") }
             }
             let result = PullSync(session: session, agent: config.agent, observer: reporter, options: SyncOptions()).run()
             if let error = result.error, error.category == .busy {
-                if mode != .json { Console.out("\(session.name): \(error.message); it picks the resumed tasks up on its next run") }
+                if mode != .json { Console.out("\(session.name): the process running it picks the resumed tasks up on its next run") }
                 continue
             }
-            if let error = result.error, mode != .json { Console.error(error) }
             worst = ExitCode.worst(worst, result.exitCode)
         }
         return worst

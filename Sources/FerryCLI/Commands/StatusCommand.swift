@@ -76,7 +76,7 @@ struct StatusCommand: Command {
         var tasks: [[String]] = [["SESSION", "TASK", "STATE", "BYTES", "ATTEMPTS", "PATH", "LAST ERROR"]]
         for t in open {
             let bytes = Units.formatBytes(t.bytesDone) + (t.size.map { " / " + Units.formatBytes($0) } ?? "")
-            tasks.append([t.session, String(t.id), t.state.rawValue, bytes, String(t.attempts), t.path.string, t.lastError ?? ""])
+            tasks.append([t.session, String(t.id), t.state.rawValue, bytes, String(t.attempts), Printable.name(t.path.string), t.lastError ?? ""])
         }
         printColumns(tasks)
     }
@@ -119,6 +119,6 @@ struct StatusCommand: Command {
             f.append("\"tasks\":[" + list.joined(separator: ",") + "]")
             sessions.append("{" + f.joined(separator: ",") + "}")
         }
-        Console.out("{\"sessions\":[" + sessions.joined(separator: ",") + "]}")
+        Console.json("{\"sessions\":[" + sessions.joined(separator: ",") + "]}")
     }
 }

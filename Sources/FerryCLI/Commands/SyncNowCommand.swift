@@ -74,37 +74,16 @@ struct SyncNowCommand: Command {
         var worst = ExitCode.inSync
         for session in selected {
             if let reason = stop.reason {
-                if mode != .json { Console.err("ferry: \(session.name): not started, \(reason)") }
+                if mode != .json { Console.err("ferry: \(Printable.name(session.name)): not started, \(reason)") }
                 worst = ExitCode.worst(worst, .incomplete)
                 continue
             }
             var options = SyncOptions(dryRun: dryRun, stop: stop.limited(to: session.maxDuration))
             options.notBefore = notBefore
             let result = PullSync(session: session, agent: config.agent, observer: reporter, options: options).run()
-            if dryRun, let plan = result.plan { printPlan(plan, session: session.name) }
-            if let error = result.error, mode != .json { Console.error(error) }
             worst = ExitCode.worst(worst, result.exitCode)
         }
         return worst
-    }
-
-    private func printPlan(_ plan: Plan, session: String) {
-        func item(_ action: String, _ path: RelativePath, _ extra: String = "") {
-            switch mode {
-            case .json:
-                Console.out("{\"session\":\(JSONText.quote(session)),\"event\":\"plan-item\",\"action\":\"\(action)\",\"path\":\(JSONText.quote(path.string))\(extra)}")
-            case .human:
-                Console.out("\(session): would \(action) \(path)")
-            case .quiet:
-                break
-            }
-        }
-        for d in plan.downloads {
-            item("download", d.entry.path, mode == .json ? ",\"reason\":\"\(d.reason.rawValue)\",\"size\":\(d.entry.size ?? -1)" : "")
-        }
-        for e in plan.metadataFixes { item("fix-metadata", e.path) }
-        for p in plan.deletions { item("delete", p) }
-        if mode == .human { Console.out("\(session): dry run: nothing was changed") }
     }
 }
 

@@ -2,9 +2,15 @@ import Glibc
 import FerryCore
 
 /// Where ferry writes: results and JSON to stdout, progress, warnings and errors to stderr.
+/// Human text passes through `Printable.text` on its way out, so a control byte that reached a
+/// message (a server's reason phrase, say) never reaches the terminal raw; names inside messages
+/// were already escaped where the message was composed (`Printable.name`).
 enum Console {
-    static func out(_ text: String) { writeAll(1, text + "\n") }
-    static func err(_ text: String) { writeAll(2, text + "\n") }
+    static func out(_ text: String) { writeAll(1, Printable.text(text) + "\n") }
+    static func err(_ text: String) { writeAll(2, Printable.text(text) + "\n") }
+    /// One JSON document per line (already escaped as JSON).
+    static func json(_ text: String) { writeAll(1, text + "\n") }
+    /// Terminal control sequences of ferry's own (progress bars), composed from escaped parts.
     static func rawErr(_ text: String) { writeAll(2, text) }
 
     static var stderrIsTerminal: Bool { isatty(2) == 1 && (getenv("TERM").map { String(cString: $0) } ?? "") != "dumb" }

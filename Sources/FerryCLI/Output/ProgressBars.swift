@@ -32,7 +32,7 @@ final class ProgressBars {
             fraction = 1
         }
         let eta = rate > 0 ? Units.formatDuration(Double(max(0, p.bytesTotal - p.bytesDone)) / rate) : "--"
-        var head = "\(p.session) " + bar(fraction) + " " + percent(fraction)
+        var head = "\(Printable.name(p.session)) " + bar(fraction) + " " + percent(fraction)
         head += "  \(Units.formatBytes(p.bytesDone))/\(Units.formatBytes(p.bytesTotal))"
         head += "  \(Units.formatBytes(Int64(rate)))/s  ETA \(eta)  files \(p.filesDone)/\(p.filesTotal)"
         if p.filesFailed > 0 { head += "  failed \(p.filesFailed)" }
@@ -74,7 +74,9 @@ final class ProgressBars {
         return (p < 10 ? "  " : p < 100 ? " " : "") + "\(p)%"
     }
 
-    private func shorten(_ s: String, _ n: Int) -> String {
-        s.count <= n ? s : "…" + s.suffix(n - 1)
+    /// The end of a path (escaped), which names the file best, in at most `n` characters.
+    private func shorten(_ path: String, _ n: Int) -> String {
+        let s = Printable.name(path)
+        return s.count <= n ? s : "…" + s.suffix(n - 1)
     }
 }

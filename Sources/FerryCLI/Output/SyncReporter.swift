@@ -1,7 +1,9 @@
 import FerryCore
 import FerryRuntime
 
-/// Shows a run to its user: JSON lines, human lines plus progress bars on a terminal, or nothing.
+/// Shows a run to its user: JSON lines, human lines plus progress bars on a terminal, or nothing
+/// but errors. Every name is shown through `Printable.name`; a run that failed ends with one
+/// summary that says so and why.
 final class SyncReporter: SyncObserver {
     let mode: OutputMode
     private let bars: ProgressBars?
@@ -14,9 +16,9 @@ final class SyncReporter: SyncObserver {
     func event(_ event: Event) {
         switch mode {
         case .json:
-            Console.out(event.json)
+            Console.json(event.json)
         case .quiet:
-            if case let .fileFailed(path, error) = event.body { Console.err("ferry: \(event.session): \(path): \(error)") }
+            quiet(event)
         case .human:
             human(event)
         }
@@ -31,8 +33,29 @@ final class SyncReporter: SyncObserver {
         Console.out(text)
     }
 
+    private func warn(_ text: String) {
+        bars?.clear()
+        Console.warning(text)
+    }
+
+    /// `--quiet`: errors only — failed files, and why a run did not end in sync.
+    private func quiet(_ event: Event) {
+        let s = Printable.name(event.session)
+        switch event.body {
+        case let .fileFailed(path, error):
+            Console.err("ferry: \(s): \(Printable.name(path.string)): \(error)")
+        case let .syncFinished(code, _, _, _, _, _, message, hint, _):
+            guard code != ExitCode.inSync.rawValue && code != ExitCode.incomplete.rawValue, let message else { return }
+            Console.err("ferry: error: \(s): \(message)")
+            if let hint { Console.err("  hint: \(hint)") }
+        default:
+            break
+        }
+    }
+
     private func human(_ event: Event) {
-        let s = event.session
+        let s = Printable.name(event.session)
+        func name(_ p: RelativePath) -> String { Printable.name(p.string) }
         switch event.body {
         case let .manifestFetched(url, version, files, unchanged):
             let v = version.map { "version \($0), " } ?? ""
@@ -45,50 +68,72 @@ final class SyncReporter: SyncObserver {
             if hashed > 0 { parts.append("\(hashed) hashed") }
             if extras > 0 { parts.append("\(extras) extra local files kept (delete = no)") }
             line("\(s): " + parts.joined(separator: ", "))
+        case let .planItem(action, path, reason, size):
+            var text = "\(s): would \(action) \(name(path))"
+            if let size, action == "download" { text += " (\(Units.formatBytes(size))" + (reason.map { ", \($0))" } ?? ")") }
+            else if let reason { text += " (\(reason))" }
+            line(text)
+        case let .replaced(path, was, now):
+            line("\(s): replaced the \(was) \(name(path)) with a \(now)")
         case let .fileResumed(path, offset):
-            line("\(s): resuming \(path) at \(Units.formatBytes(offset)) (offset \(offset))")
+            line("\(s): resuming \(name(path)) at \(Units.formatBytes(offset)) (offset \(offset))")
         case let .fileRestarted(path, reason):
-            line("\(s): \(path): \(reason)")
+            line("\(s): \(name(path)): \(reason)")
         case let .fileFailed(path, error):
             bars?.clear()
-            Console.err("ferry: \(s): \(path): \(error)")
+            Console.err("ferry: \(s): \(name(path)): \(error)")
         case let .fileDeleted(path):
-            line("\(s): deleted \(path)")
+            line("\(s): deleted \(name(path))")
         case let .warning(message):
+            warn(s.isEmpty ? message : "\(s): \(message)")
+        case let .syncFinished(code, downloaded, failed, deleted, bytes, seconds, message, hint, dryRun):
             bars?.clear()
-            Console.warning("\(s): \(message)")
-        case let .syncFinished(code, downloaded, failed, deleted, bytes, seconds, message):
-            bars?.clear()
-            let rate = seconds > 0 ? "  \(Units.formatBytes(Int64(Double(bytes) / seconds)))/s" : ""
-            var text = "\(s): "
-            switch ExitCode(rawValue: code) {
-            case .inSync?: text += "in sync"
-            case .someFilesFailed?: text += "finished with errors"
-            case .incomplete?: text += "stopped, work remains (resumes next run)"
-            default: text += "failed"
-            }
-            if downloaded == 0 && deleted == 0 && failed == 0 {
-                text += " — nothing to transfer (\(Units.formatFixed(seconds, digits: 2))s)"
-            } else {
-                text += " — \(downloaded) downloaded (\(Units.formatBytes(bytes)) in \(Units.formatFixed(seconds, digits: 2))s\(rate)), \(deleted) deleted, \(failed) failed"
-            }
-            if let message, code != 0 { text += "\n\(s): \(message)" }
-            Console.out(text)
+            finished(s, ExitCode(rawValue: code), downloaded: downloaded, failed: failed, deleted: deleted, bytes: bytes,
+                     seconds: seconds, message: message, hint: hint, dryRun: dryRun)
         case let .fileRetrying(path, attempt, delay, error):
-            line("\(s): \(path): \(error); try \(attempt) in \(Units.formatFixed(delay, digits: 1))s")
+            line("\(s): \(name(path)): \(error); try \(attempt) in \(Units.formatFixed(delay, digits: 1))s")
         case let .fileWaiting(path, error):
-            bars?.clear()
-            Console.warning("\(s): \(path): waiting for connectivity (\(error)); the next run tries again")
+            warn("\(s): \(name(path)): waiting for connectivity (\(error)); the next run tries again")
         case let .fileDelayed(path, until):
-            line("\(s): \(path): delayed until \(until.rfc3339)")
+            line("\(s): \(name(path)): delayed until \(until.rfc3339)")
         case let .delayedDue(path, disposition, reason):
-            line("\(s): \(path): delayed download due: \(disposition.rawValue) (\(reason))")
+            line("\(s): \(name(path)): delayed download due: \(disposition.rawValue) (\(reason))")
         case let .fileSuspended(path, offset):
-            line("\(s): \(path): suspended by ferry cancel at \(Units.formatBytes(offset)); ferry resume continues it")
+            line("\(s): \(name(path)): suspended by ferry cancel at \(Units.formatBytes(offset)); ferry resume continues it")
         case let .fileInterrupted(path, offset):
-            line("\(s): \(path): stopped at \(Units.formatBytes(offset)), kept for the next run")
+            line("\(s): \(name(path)): stopped at \(Units.formatBytes(offset)), kept for the next run")
         case .syncStarted, .fileStarted, .fileDone, .metadataFixed:
             break
+        }
+    }
+
+    /// The run's one summary. A run that could not go on says "failed" and why, on stderr, with
+    /// what to do next; it never claims there was nothing to transfer.
+    private func finished(_ s: String, _ code: ExitCode?, downloaded: Int, failed: Int, deleted: Int, bytes: Int64, seconds: Double,
+                          message: String?, hint: String?, dryRun: Bool) {
+        let time = Units.formatFixed(seconds, digits: 2) + "s"
+        if dryRun && code == .inSync {
+            Console.out("\(s): \(message ?? "dry run: nothing was changed")")
+            return
+        }
+        let counts = "\(downloaded) downloaded (\(Units.formatBytes(bytes)) in \(time)"
+            + (seconds > 0 && bytes > 0 ? ", \(Units.formatBytes(Int64(Double(bytes) / seconds)))/s" : "") + "), \(deleted) deleted, \(failed) failed"
+        switch code {
+        case .inSync?:
+            let what = downloaded == 0 && deleted == 0 && failed == 0 ? "nothing to transfer (\(time))" : counts
+            Console.out("\(s): in sync — \(what)")
+        case .someFilesFailed?:
+            Console.out("\(s): finished with errors — \(counts)")
+            if let message { Console.out("\(s): \(message)") }
+            if let hint { Console.out("  hint: \(hint)") }
+        case .incomplete?:
+            Console.out("\(s): stopped, work remains (resumes next run) — \(counts)")
+            if let message { Console.out("\(s): \(message)") }
+        default:
+            // Usage, remote or manifest, local I/O, busy: the run could not go on.
+            let done = downloaded + deleted + failed > 0 ? " (\(counts))" : ""
+            Console.err("ferry: error: \(s): failed: \(message ?? "exit code \(code?.rawValue ?? -1)")\(done)")
+            if let hint { Console.err("  hint: \(hint)") }
         }
     }
 }
