@@ -15,6 +15,8 @@ Faults (per path, "*" for all):
   "truncate_after": N    announce the full length but close cleanly after N body bytes
   "statuses": [503, ...] answer the first requests for the path with these statuses, in order
   "retry_after": S       with "statuses": add Retry-After: S
+  "reason": "text"       with "statuses": use this reason phrase (control bytes and all)
+  "header_bytes": N      add a response header N bytes long (X-Padding)
   "ignore_range": true   answer range requests with 200 and the whole body
   "wrong_range": N       answer range requests with a Content-Range starting N bytes off
   "etag": "\"x\""        use this ETag (change it to simulate a changed file)
@@ -72,9 +74,9 @@ class Handler(BaseHTTPRequestHandler):
         with State.lock, open(State.options.log, "a") as f:
             f.write(json.dumps(entry) + "\n")
 
-    def simple(self, status, headers=None, body=b""):
+    def simple(self, status, headers=None, body=b"", reason=None):
         self.record(status)
-        self.send_response(status)
+        self.send_response(status, reason)
         for k, v in (headers or {}).items():
             self.send_header(k, v)
         self.send_header("Content-Length", str(len(body)))
@@ -102,7 +104,7 @@ class Handler(BaseHTTPRequestHandler):
         statuses = faults.get("statuses", [])
         if n < len(statuses):
             headers = {"Retry-After": str(faults["retry_after"])} if "retry_after" in faults else {}
-            return self.simple(statuses[n], headers, b"injected failure\n")
+            return self.simple(statuses[n], headers, b"injected failure\n", faults.get("reason"))
 
         full = os.path.realpath(os.path.join(State.options.directory, path.lstrip("/")))
         if not full.startswith(os.path.realpath(State.options.directory)) or not os.path.isfile(full):
@@ -137,6 +139,8 @@ class Handler(BaseHTTPRequestHandler):
         for k, v in headers.items():
             self.send_header(k, v)
         self.send_header("Content-Length", str(size - start))
+        if "header_bytes" in faults:
+            self.send_header("X-Padding", "p" * int(faults["header_bytes"]))
         self.end_headers()
         if self.command == "HEAD":
             return

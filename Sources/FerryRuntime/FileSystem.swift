@@ -28,6 +28,8 @@ public enum FileSystem {
         guard fd >= 0 else { throw .localIO("cannot read \(path): \(errorText())") }
         defer { close(fd) }
         var out: [UInt8] = []
+        var st = stat()
+        if fstat(fd, &st) == 0 && st.st_size > 0 && Int(st.st_size) <= limit { out.reserveCapacity(Int(st.st_size)) }
         var buffer = [UInt8](repeating: 0, count: 1 << 16)
         while true {
             let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }

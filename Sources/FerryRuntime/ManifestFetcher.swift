@@ -105,9 +105,14 @@ let bodyCallback: ferry_data_callback = { buffer, size, count, userdata in
     let n = size * count
     // A body announced larger than the limit is refused at its first byte (libcurl's own check
     // covers most cases before that); reading on would only fill memory.
-    if body.bytes.isEmpty, let length = body.announced(), length > body.limit {
-        body.overflowed = true
-        return 0
+    if body.bytes.isEmpty, let length = body.announced() {
+        if length > body.limit {
+            body.overflowed = true
+            return 0
+        }
+        // One allocation of the announced size: growing by doubling would hold up to three times
+        // the body at the moment of a copy.
+        body.bytes.reserveCapacity(Int(length))
     }
     if body.bytes.count + n > body.limit {
         body.overflowed = true

@@ -105,3 +105,26 @@ func waitForPort(_ port: UInt16, timeout: Double = 15) -> Bool {
     }
     return false
 }
+
+/// Runs ferry and measures its peak resident set size (KiB). The child is forked from a small
+/// python3 process: `posix_spawn` shares the caller's memory until exec, and Linux counts that
+/// memory in the child's peak, so measuring from the test process itself would count the test.
+func ferryWithPeakRSS(_ arguments: [String], timeout: Double = 120) -> (run: FerryRun, peakKiB: Int) {
+    let script = """
+        import os, sys
+        pid = os.fork()
+        if pid == 0:
+            os.execv(sys.argv[1], sys.argv[1:])
+        _, status, usage = os.wait4(pid, 0)
+        sys.stderr.write("\\nFERRY_PEAK_RSS_KIB=%d\\n" % usage.ru_maxrss)
+        sys.exit(os.waitstatus_to_exitcode(status))
+        """
+    let run = runProcess("python3", ["-c", script, Harness.ferryBinary] + arguments, timeout: timeout)
+    var peak = -1
+    var stderr = run.stderr
+    if let marker = stderr.range(of: "\nFERRY_PEAK_RSS_KIB=") {
+        peak = Int(stderr[marker.upperBound...].trimmingCharacters(in: .whitespacesAndNewlines)) ?? -1
+        stderr.removeSubrange(marker.lowerBound...)
+    }
+    return (FerryRun(exitCode: run.exitCode, stdout: run.stdout, stderr: stderr), peak)
+}
