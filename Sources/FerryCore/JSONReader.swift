@@ -260,7 +260,9 @@ public struct JSONReader: ~Copyable {
     }
 }
 
-/// Writes JSON strings with the escapes RFC 8259 requires.
+/// Writes JSON strings with the escapes RFC 8259 requires, and `\uXXXX` for DEL, C1 controls and
+/// invisible or direction-changing characters (`Printable.isHidden`): the string decodes to the
+/// exact name, and JSON shown on a terminal cannot reorder or hide what follows.
 public enum JSONText {
     public static func quote(_ s: String) -> String {
         var out = "\""
@@ -273,7 +275,7 @@ public enum JSONText {
             case "\r": out += "\\r"
             case "\t": out += "\\t"
             default:
-                if scalar.value < 0x20 || scalar.value == 0x7F {
+                if scalar.value < 0x20 || scalar.value == 0x7F || Printable.isHidden(scalar.value) {
                     let h = String(scalar.value, radix: 16)
                     out += "\\u" + String(repeating: "0", count: 4 - h.count) + h
                 } else {

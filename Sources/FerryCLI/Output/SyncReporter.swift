@@ -69,9 +69,16 @@ final class SyncReporter: SyncObserver {
             if extras > 0 { parts.append("\(extras) extra local files kept (delete = no)") }
             line("\(s): " + parts.joined(separator: ", "))
         case let .planItem(action, path, reason, size):
-            var text = "\(s): would \(action) \(name(path))"
+            let verb: String
+            switch action {
+            case "refused-delete": verb = "keep (deleting it is refused by max-delete)"
+            case "fix-metadata": verb = "fix the mode or mtime of"
+            case "blocked": verb = "fail on"
+            default: verb = action
+            }
+            var text = "\(s): would \(verb) \(name(path))"
             if let size, action == "download" { text += " (\(Units.formatBytes(size))" + (reason.map { ", \($0))" } ?? ")") }
-            else if let reason { text += " (\(reason))" }
+            else if let reason, action != "refused-delete" { text += " (\(reason))" }
             line(text)
         case let .replaced(path, was, now):
             line("\(s): replaced the \(was) \(name(path)) with a \(now)")

@@ -1,0 +1,117 @@
+import Foundation
+import Testing
+
+/// Names come from remotes and from local trees, so they are hostile. Every name ferry prints is
+/// escaped (`\x1b`, `\n`, `\u{202e}`, `\xe9` for bytes that are not UTF-8), on a terminal and in
+/// logs alike, and `--json` stays valid JSON carrying the exact name.
+@Suite(.serialized)
+struct TerminalOutputTests {
+    /// No raw control byte, no bidi override and no invalid UTF-8 reaches the output.
+    func expectHarmless(_ text: String, sourceLocation: SourceLocation = #_sourceLocation) {
+        let bad = text.unicodeScalars.filter { ($0.value < 0x20 && $0 != "\n") || $0.value == 0x7F || (0x80...0x9F).contains($0.value)
+            || (0x202A...0x202E).contains($0.value) || (0x2066...0x2069).contains($0.value) }
+        #expect(bad.isEmpty, "raw bytes in the output: \(bad.map { String($0.value, radix: 16) })", sourceLocation: sourceLocation)
+    }
+
+    /// Creates a file whose name is raw bytes (possibly not UTF-8) in `directory`.
+    func createFile(in directory: String, named bytes: [UInt8]) {
+        let path = Array(directory.utf8) + [UInt8(ascii: "/")] + bytes + [0]
+        let fd = path.withUnsafeBufferPointer { $0.withMemoryRebound(to: CChar.self) { open($0.baseAddress!, O_CREAT | O_WRONLY, 0o644) } }
+        #expect(fd >= 0)
+        close(fd)
+    }
+
+    @Test func hostileLocalNamesAreEscapedWhenDeletedAndWarnedAbout() throws {
+        let nginx = try NginxServer()
+        defer { nginx.stop() }
+        let box = Sandbox("hostile-names", published: nginx.root + "/site")
+        for i in 0..<6 { box.publish("f\(i).txt", "\(i)\n") }
+        box.buildManifest()
+        box.configure(remote: nginx.url + "site/", session: ["delete = yes"])
+        #expect(box.sync().exitCode == 0)
+        let hostile = ["\u{1B}[8mhidden", "new\nline", "bidi\u{202E}gpj.exe"]
+        for name in hostile { try "x\n".write(toFile: box.localPath(name), atomically: false, encoding: .utf8) }
+        createFile(in: box.local, named: Array("caf".utf8) + [0xE9])
+
+        let run = box.sync()
+        #expect(run.exitCode == 0, "\(run.output)")
+        expectHarmless(run.output)
+        #expect(run.stdout.contains("deleted \\x1b[8mhidden"), "\(run.stdout)")
+        #expect(run.stdout.contains("deleted new\\nline"))
+        #expect(run.stdout.contains("deleted bidi\\u{202e}gpj.exe"))
+        #expect(run.stdout.split(separator: "\n").filter { $0.contains("deleted ") }.count == 3, "one line per deleted file")
+        #expect(run.stderr.contains("/caf\\xe9: the name is not UTF-8, so no manifest can list it; ferry leaves it alone"), "\(run.stderr)")
+
+        // --json carries the exact names, as valid JSON, one object per line.
+        for name in hostile { try "x\n".write(toFile: box.localPath(name), atomically: false, encoding: .utf8) }
+        let json = box.sync(["--json"])
+        #expect(json.exitCode == 0)
+        let lines = json.stdout.split(separator: "\n")
+        #expect(lines.count == json.events.count, "every line parses as JSON")
+        let deleted = Set(json.events(named: "file-deleted").compactMap { $0["path"] as? String })
+        #expect(deleted == Set(hostile))
+        expectHarmless(json.stdout)
+    }
+
+    @Test func manifestBuildWarningsAreEscaped() throws {
+        let box = Sandbox("build-warnings")
+        box.publish("ok.txt", "ok\n")
+        try FileManager.default.createSymbolicLink(atPath: box.published + "/\u{1B}]0;pwned\u{07}link", withDestinationPath: "ok.txt")
+        #expect(mkfifo(box.published + "/fi\nfo", 0o644) == 0)
+        createFile(in: box.published, named: Array("na".utf8) + [0xEF, 0xBF] + Array("ve".utf8))
+        let run = ferry(["manifest", "build", box.published])
+        #expect(run.exitCode == 0, "\(run.output)")
+        expectHarmless(run.output)
+        #expect(run.stderr.contains("skipped symlink \\x1b]0;pwned\\x07link"), "\(run.stderr)")
+        #expect(run.stderr.contains("skipped fi\\nfo: not a regular file"))
+        #expect(run.stderr.contains("/na\\xef\\xbfve: the name is not UTF-8"))
+        let json = ferry(["manifest", "build", box.published, "--json"])
+        #expect(json.events.count == json.stdout.split(separator: "\n").count, "valid JSON: \(json.stdout)")
+    }
+
+    /// Manifest paths may hold bidi overrides (they are not control bytes): status, errors and the
+    /// server's own reason phrase are shown escaped.
+    @Test func statusErrorsAndReasonPhrasesAreEscaped() throws {
+        let box = Sandbox("status-names")
+        let name = "x\u{202E}txt.exe"
+        box.publish(name, "gone soon\n")
+        box.publish("reason.txt", "r\n")
+        box.buildManifest()
+        box.unpublish(name)
+        let server = try PythonServer(directory: box.published)
+        defer { server.stop() }
+        server.setFaults(["/reason.txt": ["statuses": [404], "reason": "Not\u{1B}[2JFound"]])
+        box.configure(remote: server.url)
+        let run = box.sync()
+        #expect(run.exitCode == 1, "\(run.output)")
+        expectHarmless(run.output)
+        #expect(run.stderr.contains("x\\u{202e}txt.exe: HTTP 404"), "\(run.stderr)")
+        #expect(run.stderr.contains("reason.txt: HTTP 404 Not\\x1b[2JFound"), "\(run.stderr)")
+        let status = box.status()
+        expectHarmless(status.output)
+        #expect(status.stdout.contains("x\\u{202e}txt.exe"), "\(status.stdout)")
+        let json = box.status(["--json"])
+        let object = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
+        let tasks = ((object?["sessions"] as? [[String: Any]])?.first?["tasks"] as? [[String: Any]]) ?? []
+        #expect(tasks.contains { $0["path"] as? String == name }, "the exact name in --json")
+    }
+
+    /// Progress bars on a terminal (a pty from `script`) show names escaped too.
+    @Test func progressBarsShowEscapedNames() throws {
+        let box = Sandbox("tty")
+        let name = "slow\u{202E}fdp.exe"
+        box.publish(name, randomData(600_000, seed: 3))
+        box.buildManifest()
+        let server = try PythonServer(directory: box.published)
+        defer { server.stop() }
+        server.setFaults(["*": ["rate": 500_000]])
+        box.configure(remote: server.url)
+        let command = "TERM=xterm '\(Harness.ferryBinary)' sync now --config '\(box.config)'"
+        let run = runProcess("/usr/bin/script", ["-q", "-e", "-c", command, "/dev/null"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(run.stdout.contains("\u{1B}[2K"), "progress bars were drawn: \(run.stdout.debugDescription)")
+        #expect(run.stdout.contains("slow\\u{202e}fdp.exe"), "\(run.stdout.debugDescription)")
+        #expect(!run.stdout.unicodeScalars.contains { $0.value == 0x202E }, "no raw bidi override")
+        #expect(run.stdout.contains("in sync"))
+    }
+}
