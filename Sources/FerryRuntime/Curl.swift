@@ -15,21 +15,20 @@ public enum Curl {
     }
 
     /// What went wrong, in words: libcurl's error text where it has one. A response header too
-    /// large for libcurl (100 KiB, a hostile or broken server) is named as such, not as the
-    /// "out of memory" libcurl reports for it.
-    static func describe(_ code: CURLcode, errorText: String?) -> String {
-        let text = errorText ?? String(cString: curl_easy_strerror(code))
-        if isHeaderTooLarge(code, errorText: errorText) {
-            return "the server sent a response header larger than libcurl accepts (100 KiB); refused (\(text))"
+    /// large for libcurl (100 KiB, from a hostile or broken server) is named as such, not as the
+    /// "Out of memory" libcurl reports for it.
+    static func describe(_ code: CURLcode, errorText: String?, headers: ResponseHeaders) -> String {
+        if isHeaderTooLarge(code, errorText: errorText, headers: headers) {
+            return "the server sent a response header larger than libcurl accepts (100 KiB); refused"
         }
-        return text
+        return errorText ?? String(cString: curl_easy_strerror(code))
     }
 
-    /// libcurl before 8.6 answers an oversized header with CURLE_OUT_OF_MEMORY, later ones with
-    /// CURLE_TOO_LARGE (100); its error text names the header.
-    static func isHeaderTooLarge(_ code: CURLcode, errorText: String?) -> Bool {
+    /// libcurl before 8.6 answers an oversized header with CURLE_OUT_OF_MEMORY (8.6 and later with
+    /// CURLE_TOO_LARGE, 100), usually without error text: a response whose headers never ended.
+    static func isHeaderTooLarge(_ code: CURLcode, errorText: String?, headers: ResponseHeaders) -> Bool {
         guard code == CURLE_OUT_OF_MEMORY || code.rawValue == 100 else { return false }
-        return errorText.map { $0.lowercased().contains("header") } ?? false
+        return !headers.complete || (errorText.map { $0.lowercased().contains("header") } ?? false)
     }
 
     /// Codes that mean the remote could not be reached at all (as opposed to a bad answer).
@@ -92,6 +91,8 @@ struct ResponseHeaders {
     var contentRange: String?
     var contentLength: Int64?
     var retryAfter: String?
+    /// True once the blank line after the final response's headers arrived.
+    private(set) var complete = false
     /// True before the first line and after each blank line: only then does `HTTP/` start a status line.
     private var atStatusLine = true
 
@@ -102,6 +103,7 @@ struct ResponseHeaders {
         while end > 0 && (line[end - 1] == 0x0A || line[end - 1] == 0x0D) { end -= 1 }
         guard end > 0 else {
             atStatusLine = true
+            complete = status != 0
             return
         }
         let bytes = UnsafeBufferPointer(rebasing: line[0..<end])

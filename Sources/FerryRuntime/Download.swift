@@ -291,7 +291,7 @@ final class Download {
         if !decided && code == CURLE_OK { decide() }
         if let failure { return .failed(Failure(message: failure, keepPartial: !discardPartial, retry: failureRetry)) }
         guard code == CURLE_OK else {
-            var text = Curl.describe(code, errorText: errorText)
+            var text = Curl.describe(code, errorText: errorText, headers: headers)
             if code == CURLE_OPERATION_TIMEDOUT && text.contains("too slow") { text = "stalled: " + text }
             return .failed(Failure(message: text, keepPartial: true, retry: Curl.retry(for: code)))
         }

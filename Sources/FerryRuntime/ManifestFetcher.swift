@@ -55,7 +55,7 @@ public struct ManifestFetcher {
             throw tooLarge(url, headers.headers.contentLength)
         }
         guard code == CURLE_OK else {
-            let why = Curl.describe(code, errorText: easy.errorText)
+            let why = Curl.describe(code, errorText: easy.errorText, headers: headers.headers)
             throw .remote("cannot fetch the manifest \(url): \(why)",
                           hint: Curl.isConnectivityError(code) ? "check that the remote is up and reachable from this machine" :
                                 (code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE
@@ -79,7 +79,7 @@ public struct ManifestFetcher {
             throw .remote("cannot read the manifest \(url): \(FileSystem.errorText())",
                           hint: "check 'remote =' and 'manifest =' in the config, and that the manifest was published")
         }
-        let validator = "file:\(st.st_size):\(Timestamp(st.st_mtim).nanosecondsSinceEpoch):\(st.st_ino)"
+        let validator = "file:\(st.st_size):\(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec):\(st.st_ino)"
         if validator == previous { return .unchanged }
         if Int64(st.st_size) > maximumSize { throw tooLarge(url, Int64(st.st_size)) }
         let bytes: [UInt8]

@@ -77,12 +77,35 @@ public final class StateStore {
         """,
         // 3: `ferry cancel` asks (suspend_requested counts its requests) and the process running the
         // session answers (suspend_handled) once every task it had in hand is stopped or committed,
-        // so cancel can report what really happened. The hash cache remembers the mtime ferry
-        // asked for when the filesystem stored another (it cannot hold every year).
+        // so cancel can report what really happened. The hash cache keeps times as seconds and
+        // nanoseconds: nanoseconds since 1970 in 64 bits end in 2262, and files carry later (and
+        // earlier) times. It also remembers the mtime ferry asked for when the filesystem stored
+        // another. Cached rows are carried over.
         """
         ALTER TABLE sessions ADD COLUMN suspend_requested INTEGER NOT NULL DEFAULT 0;
         ALTER TABLE sessions ADD COLUMN suspend_handled INTEGER NOT NULL DEFAULT 0;
-        ALTER TABLE hash_cache ADD COLUMN wanted_mtime_ns INTEGER;
+        CREATE TABLE hash_cache_3 (
+            session TEXT NOT NULL,
+            path TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            mtime_sec INTEGER NOT NULL,
+            mtime_nsec INTEGER NOT NULL,
+            ctime_sec INTEGER NOT NULL,
+            ctime_nsec INTEGER NOT NULL,
+            inode INTEGER NOT NULL,
+            sha256 TEXT NOT NULL,
+            wanted_mtime_sec INTEGER,
+            wanted_mtime_nsec INTEGER,
+            PRIMARY KEY (session, path)
+        ) WITHOUT ROWID;
+        INSERT INTO hash_cache_3
+            SELECT session, path, size,
+                   (mtime_ns - ((mtime_ns % 1000000000) + 1000000000) % 1000000000) / 1000000000, ((mtime_ns % 1000000000) + 1000000000) % 1000000000,
+                   (ctime_ns - ((ctime_ns % 1000000000) + 1000000000) % 1000000000) / 1000000000, ((ctime_ns % 1000000000) + 1000000000) % 1000000000,
+                   inode, sha256, NULL, NULL
+            FROM hash_cache;
+        DROP TABLE hash_cache;
+        ALTER TABLE hash_cache_3 RENAME TO hash_cache;
         """,
     ]
 
@@ -400,13 +423,16 @@ public final class StateStore {
     // MARK: hash cache
 
     public func hashCache(session: String) throws(FerryError) -> [RelativePath: CachedHash] {
-        let s = try db.prepare("SELECT path, size, mtime_ns, ctime_ns, inode, sha256, wanted_mtime_ns FROM hash_cache WHERE session = ?").bind(.text(session))
+        let s = try db.prepare("""
+            SELECT path, size, mtime_sec, mtime_nsec, ctime_sec, ctime_nsec, inode, sha256, wanted_mtime_sec, wanted_mtime_nsec
+            FROM hash_cache WHERE session = ?
+            """).bind(.text(session))
         var out: [RelativePath: CachedHash] = [:]
+        func time(_ column: Int32) -> Timestamp { Timestamp(seconds: s.int(column), nanoseconds: Int32(truncatingIfNeeded: s.int(column + 1))) }
         while try s.step() {
             out[RelativePath(trusted: s.text(0) ?? "")] = CachedHash(
-                size: s.int(1), mtime: Timestamp(nanosecondsSinceEpoch: s.int(2)), ctime: Timestamp(nanosecondsSinceEpoch: s.int(3)),
-                inode: UInt64(bitPattern: s.int(4)), sha256: s.text(5) ?? "",
-                wantedMtime: s.isNull(6) ? nil : Timestamp(nanosecondsSinceEpoch: s.int(6)))
+                size: s.int(1), mtime: time(2), ctime: time(4), inode: UInt64(bitPattern: s.int(6)), sha256: s.text(7) ?? "",
+                wantedMtime: s.isNull(8) ? nil : time(8))
         }
         return out
     }
@@ -417,11 +443,14 @@ public final class StateStore {
     }
 
     private func saveHashesInTransaction(session: String, _ hashes: [(RelativePath, CachedHash)]) throws(FerryError) {
-        let s = try db.cached("INSERT OR REPLACE INTO hash_cache (session, path, size, mtime_ns, ctime_ns, inode, sha256, wanted_mtime_ns) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
+        let s = try db.cached("""
+            INSERT OR REPLACE INTO hash_cache (session, path, size, mtime_sec, mtime_nsec, ctime_sec, ctime_nsec, inode, sha256,
+                                               wanted_mtime_sec, wanted_mtime_nsec) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """)
         for (path, h) in hashes {
-            try s.bind(.text(session), .text(path.string), .int(h.size), .int(h.mtime.nanosecondsSinceEpoch),
-                       .int(h.ctime.nanosecondsSinceEpoch), .int(Int64(bitPattern: h.inode)), .text(h.sha256),
-                       .optional(h.wantedMtime?.nanosecondsSinceEpoch)).run()
+            try s.bind(.text(session), .text(path.string), .int(h.size), .int(h.mtime.seconds), .int(Int64(h.mtime.nanoseconds)),
+                       .int(h.ctime.seconds), .int(Int64(h.ctime.nanoseconds)), .int(Int64(bitPattern: h.inode)), .text(h.sha256),
+                       .optional(h.wantedMtime?.seconds), .optional(h.wantedMtime.map { Int64($0.nanoseconds) })).run()
         }
     }
 
@@ -445,12 +474,6 @@ extension Timestamp {
         self.init(seconds: Int64(ts.tv_sec), nanoseconds: Int32(ts.tv_nsec))
     }
 
-    init(nanosecondsSinceEpoch ns: Int64) {
-        let s = ns >= 0 ? ns / 1_000_000_000 : (ns - 999_999_999) / 1_000_000_000
-        self.init(seconds: s, nanoseconds: Int32(ns - s * 1_000_000_000))
-    }
-
-    var nanosecondsSinceEpoch: Int64 { seconds &* 1_000_000_000 &+ Int64(nanoseconds) }
 
     var timespecValue: timespec { timespec(tv_sec: Int(seconds), tv_nsec: Int(nanoseconds)) }
 }

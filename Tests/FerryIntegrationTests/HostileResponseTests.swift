@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import FerryRuntime
+import FerryCore
 
 /// Response parsing and local-root set-up against hostile input.
 @Suite(.serialized)
@@ -59,5 +60,37 @@ struct HostileResponseTests {
         #expect(requests.count == 2)
         #expect(requests.allSatisfy { $0["range"] is NSNull || $0["range"] == nil }, "nothing to guard a range with: \(requests)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: box.localPath("f.bin"))) == content)
+    }
+}
+
+/// The state database's migrations carry what a previous ferry recorded.
+struct StateMigrationTests {
+    /// Schema 2 kept hash-cache times as nanoseconds since 1970; schema 3 keeps seconds and
+    /// nanoseconds (64-bit nanoseconds end in 2262). Rows survive the move, negative times too.
+    @Test func theHashCacheSurvivesMigrationThree() throws {
+        let dir = Harness.temporaryDirectory("migrate")
+        defer { Harness.remove(dir) }
+        do {
+            let db = try SQLiteDatabase(path: dir + "/ferry.db")
+            for sql in StateStore.migrations.prefix(2) { try db.execute(sql) }
+            try db.execute("""
+                PRAGMA user_version = 2;
+                INSERT INTO hash_cache VALUES ('s', 'a.txt', 5, 1700000000123456789, 1700000001000000007, 42, '\(String(repeating: "a", count: 64))');
+                INSERT INTO hash_cache VALUES ('s', 'old.txt', 1, -1500000000, 0, 43, '\(String(repeating: "b", count: 64))');
+                """)
+        }
+        let store = try StateStore(directory: dir)
+        let cache = try store.hashCache(session: "s")
+        let a = try #require(cache[RelativePath(trusted: "a.txt")])
+        #expect(a.mtime == Timestamp(seconds: 1_700_000_000, nanoseconds: 123_456_789))
+        #expect(a.ctime == Timestamp(seconds: 1_700_000_001, nanoseconds: 7))
+        #expect(a.inode == 42 && a.size == 5 && a.wantedMtime == nil)
+        let old = try #require(cache[RelativePath(trusted: "old.txt")])
+        #expect(old.mtime == Timestamp(seconds: -2, nanoseconds: 500_000_000), "1.5 s before 1970")
+        // And times beyond 2262 round-trip now.
+        let far = CachedHash(size: 1, mtime: Timestamp(seconds: 253_402_300_799), ctime: Timestamp(seconds: -62_135_596_800), inode: 1,
+                             sha256: String(repeating: "c", count: 64), wantedMtime: Timestamp(seconds: 253_402_300_799, nanoseconds: 1))
+        try store.saveHashes(session: "s", [(RelativePath(trusted: "far.txt"), far)])
+        #expect(try store.hashCache(session: "s")[RelativePath(trusted: "far.txt")] == far)
     }
 }
