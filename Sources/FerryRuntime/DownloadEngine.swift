@@ -105,7 +105,15 @@ final class DownloadEngine {
                     continue
                 }
                 if exhausted { break }
-                if waiting { usleep(20_000) }
+                if waiting {
+                    // Everything waits out a backoff: keep ticking, so `ferry cancel` is still heard.
+                    let now = MonotonicClock.seconds()
+                    if now - lastTick >= 0.1 {
+                        lastTick = now
+                        onTick([])
+                    }
+                    usleep(20_000)
+                }
                 continue
             }
 

@@ -202,6 +202,26 @@ struct HostileStateTests {
         }
     }
 
+    /// A transfer waiting out a long backoff (Retry-After: 30) still hears `ferry cancel` at once.
+    @Test func cancelIsHeardDuringABackoff() throws {
+        let box = Sandbox("cancel-backoff")
+        box.publish("f.txt", "f\n")
+        box.buildManifest()
+        let server = try PythonServer(directory: box.published)
+        defer { server.stop() }
+        server.setFaults(["/f.txt": ["statuses": [503, 503, 503], "retry_after": 30]])
+        box.configure(remote: server.url)
+        let runner = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config])
+        defer { runner.stop() }
+        let deadline = Date().addingTimeInterval(20)
+        while !server.requests().contains(where: { $0["path"] as? String == "/f.txt" }) && Date() < deadline { usleep(10_000) }
+        let cancel = ferry(["cancel", "--config", box.config, "--session", "test"])
+        #expect(cancel.stdout.contains("suspended task"), "\(cancel.stdout)")
+        #expect(!cancel.stdout.contains("had not confirmed"), "the runner answered: \(cancel.stdout)")
+        #expect(runner.wait(timeout: 15) == 3, "the run ends, its only task suspended")
+        #expect(server.requests().filter { $0["path"] as? String == "/f.txt" }.count == 1, "no retry after the cancel")
+    }
+
     /// A state database that is not a database: a clear error with what to do. Moving it aside is
     /// safe: the next run re-hashes the tree and downloads nothing that is already right.
     @Test func aDamagedStateDatabaseSaysWhatToDo() throws {
