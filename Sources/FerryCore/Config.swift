@@ -137,8 +137,8 @@ public struct SessionConfig: Sendable {
 }
 
 /// `max-delete`: how many deletions one run may make, as a count or as a percentage of the files
-/// the session manages (those its local root holds before the run, and those the manifest adds).
-/// A run that would delete more deletes nothing.
+/// the session manages (those its local root holds before the run). A run that would delete more
+/// deletes nothing.
 public enum DeletionCap: Sendable, Equatable, CustomStringConvertible {
     case count(Int)
     case percent(Double)

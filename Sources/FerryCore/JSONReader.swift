@@ -276,8 +276,11 @@ public enum JSONText {
             case "\t": out += "\\t"
             default:
                 if scalar.value < 0x20 || scalar.value == 0x7F || Printable.isHidden(scalar.value) {
-                    let h = String(scalar.value, radix: 16)
-                    out += "\\u" + String(repeating: "0", count: 4 - h.count) + h
+                    // Outside the BMP (tag characters), JSON writes the UTF-16 surrogate pair.
+                    for unit in String(scalar).utf16 {
+                        let h = String(unit, radix: 16)
+                        out += "\\u" + String(repeating: "0", count: 4 - h.count) + h
+                    }
                 } else {
                     out.unicodeScalars.append(scalar)
                 }

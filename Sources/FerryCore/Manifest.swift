@@ -156,20 +156,26 @@ public struct Manifest: Sendable {
     /// - `SHA256 (<path>) = <64 hex>` (`sha256sum --tag`, BSD `sha256`);
     /// - a line starting with `\` has an escaped name (coreutils does this for names holding a
     ///   backslash, a newline or a carriage return): `\\`, `\n` and `\r` decode to those bytes;
-    /// - CRLF line ends and a leading `./` are accepted.
+    /// - CRLF line ends (when the first line has one) and a leading `./` are accepted; `-` (what
+    ///   sha256sum writes for its standard input) is refused.
     /// A name that decodes to a control character, or is not UTF-8, refuses the manifest, naming the line.
     private static func parseSHA256SUMS(_ bytes: UnsafeBufferPointer<UInt8>, source: String) throws(FerryError) -> (Manifest, Set<RelativePath>) {
         var entries: [ManifestEntry] = []
         var listed = Set<RelativePath>()
         var lineNumber = 0
         var lineStart = bytes.count >= 3 && bytes[0] == 0xEF && bytes[1] == 0xBB && bytes[2] == 0xBF ? 3 : 0
+        // CRLF line ends are a property of the file, read from its first line: in a file of LF
+        // lines, a carriage return ending a line belongs to the name (and refuses it).
+        var firstEnd = lineStart
+        while firstEnd < bytes.count && bytes[firstEnd] != 0x0A { firstEnd += 1 }
+        let crlf = firstEnd < bytes.count && firstEnd > lineStart && bytes[firstEnd - 1] == 0x0D
         while lineStart < bytes.count {
             lineNumber += 1
             var lineEnd = lineStart
             while lineEnd < bytes.count && bytes[lineEnd] != 0x0A { lineEnd += 1 }
             defer { lineStart = lineEnd + 1 }
             var end = lineEnd
-            if end > lineStart && bytes[end - 1] == 0x0D { end -= 1 }
+            if crlf && end > lineStart && bytes[end - 1] == 0x0D { end -= 1 }
             let line = UnsafeBufferPointer(rebasing: bytes[lineStart..<end])
             if line.allSatisfy({ $0 == 0x20 || $0 == 0x09 }) { continue }
             func fail(_ why: String) -> FerryError {
@@ -189,6 +195,9 @@ public struct Manifest: Sendable {
                 throw fail("the name \(nameBytes.withUnsafeBufferPointer { "\"" + Printable.name(bytes: $0) + "\"" }) is not UTF-8")
             }
             while path.hasPrefix("./") { path.removeFirst(2) }
+            if path == "-" {
+                throw fail("'-' is what sha256sum writes for its standard input, not a file: the sums were made without file names (an empty file list?)")
+            }
             let checked: RelativePath
             do { checked = try RelativePath(validating: path) } catch { throw fail("path \(Printable.quoted(path)) is refused: \(error)") }
             guard listed.insert(checked).inserted else { throw fail("lists \(Printable.quoted(path)) twice") }

@@ -24,7 +24,7 @@ public struct Plan: Sendable {
         case directoryOverCap(files: Int)
     }
 
-    /// Deletions the `max-delete` cap refused: how many, and out of how many files the session manages.
+    /// Deletions the `max-delete` cap refused: how many, and out of how many files the mirror held.
     public struct RefusedDeletions: Sendable, Equatable {
         /// Files that would have gone: deletions, and what directories in the way hold.
         public let count: Int
@@ -55,11 +55,9 @@ public struct Plan: Sendable {
     /// Local files the manifest does not list, kept because the session does not delete.
     public var extrasKept = 0
     public var upToDate = 0
-    /// Files (not directories) the local root held when it was scanned.
+    /// Files (not directories) the local root held when it was scanned: the files the session
+    /// manages, which a `max-delete` percentage counts.
     public var localFiles = 0
-    /// The files the session manages, which `max-delete` percentages count: those the mirror holds
-    /// and those the manifest adds to it.
-    public var managedFiles = 0
 
     public var downloadBytes: Int64 { downloads.reduce(0) { $0 + ($1.entry.size ?? 0) } }
     /// Files that go from the mirror this run: deletions plus what replaced directories held.
@@ -100,7 +98,6 @@ public enum Reconciler {
         var wanted = Set<RelativePath>(minimumCapacity: manifest.entries.count)
         var neededDirectories = Set<RelativePath>()
         var directoriesInTheWay: [RelativePath: ManifestEntry] = [:]
-        var added = 0
         for listed in manifest.entries {
             wanted.insert(listed.path)
             for a in listed.path.ancestors where !neededDirectories.insert(a).inserted { break }
@@ -109,13 +106,11 @@ public enum Reconciler {
                 entry = ManifestEntry(path: entry.path, size: entry.size, sha256: entry.sha256, mtime: entry.mtime, mode: mode & ~modeMask)
             }
             guard let here = local[entry.path] else {
-                added += 1
                 plan.downloads.append(Plan.Download(entry: entry, reason: .missing))
                 continue
             }
             switch here.kind {
             case .directory:
-                added += 1
                 directoriesInTheWay[entry.path] = entry
             case .symlink, .other:
                 plan.downloads.append(Plan.Download(entry: entry, reason: .notAFile))
@@ -159,13 +154,15 @@ public enum Reconciler {
             if rules.delete { deletions.append(path) } else { plan.extrasKept += 1 }
         }
 
-        // The cap counts every file that would go: deletions and what replaced directories hold.
-        plan.managedFiles = plan.localFiles + added
+        // The cap counts every file that would go (deletions and what replaced directories hold)
+        // against what the mirror holds before the run. Not against what the manifest adds: a
+        // manifest that adds as many files as a directory of unrelated files holds must not make
+        // deleting all of those look like half of the session's files.
         let inTheWayFiles = rules.delete ? inTheWay.values.reduce(0) { $0 + $1.count } : 0
-        let limit = rules.cap.limit(managed: plan.managedFiles)
+        let limit = rules.cap.limit(managed: plan.localFiles)
         let overCap = rules.delete && deletions.count + inTheWayFiles > limit
         if overCap {
-            plan.refusedDeletions = Plan.RefusedDeletions(count: deletions.count + inTheWayFiles, managed: plan.managedFiles, limit: limit,
+            plan.refusedDeletions = Plan.RefusedDeletions(count: deletions.count + inTheWayFiles, managed: plan.localFiles, limit: limit,
                                                           paths: deletions.sorted())
             deletions = []
         }

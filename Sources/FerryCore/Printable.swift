@@ -7,7 +7,8 @@
 /// - control bytes (0x00–0x1F, DEL) and bytes that are not UTF-8 appear as `\xHH` (`\x1b`), except
 ///   tab, newline and carriage return, which appear as `\t`, `\n`, `\r`;
 /// - C1 controls and invisible or direction-changing characters (bidi overrides and isolates, zero
-///   width characters, line and paragraph separators, the byte-order mark) appear as `\u{202e}`;
+///   width characters and fillers, the soft hyphen, variation selectors, tag characters, line and
+///   paragraph separators, the byte-order mark) appear as `\u{202e}`;
 /// - in names, a backslash appears as `\\`, so every shown name reads back to one name;
 /// - a name longer than 160 bytes keeps its start and end around `…(N bytes)…`.
 /// `--json` output does not use this: JSON strings carry the exact name, escaped as RFC 8259 says.
@@ -47,7 +48,8 @@ public enum Printable {
     /// change the direction or layout of the text around them.
     static func isHidden(_ v: UInt32) -> Bool {
         switch v {
-        case 0x80...0x9F, 0x061C, 0x200B...0x200F, 0x2028...0x202E, 0x2060...0x2069, 0xFEFF, 0xFFF9...0xFFFB:
+        case 0x80...0x9F, 0xAD, 0x061C, 0x115F, 0x1160, 0x180E, 0x200B...0x200F, 0x2028...0x202E, 0x2060...0x206F, 0x3164,
+             0xFE00...0xFE0F, 0xFEFF, 0xFFA0, 0xFFF9...0xFFFB, 0xE0000...0xE007F:
             return true
         default:
             return false

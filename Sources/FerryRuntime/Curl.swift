@@ -121,7 +121,8 @@ struct ResponseHeaders {
                 digits += 1
             }
             status = code
-            if i < bytes.count { reason = String(decoding: UnsafeBufferPointer(rebasing: bytes[(i + 1)...]), as: UTF8.self) }
+            // The reason phrase is the server's own text: kept short (it goes into messages).
+            if i < bytes.count { reason = String(decoding: UnsafeBufferPointer(rebasing: bytes[(i + 1)..<min(bytes.count, i + 1 + 120)]), as: UTF8.self) }
             return
         }
         func value(after nameLength: Int) -> String {

@@ -91,10 +91,10 @@ final class Download {
         // on disk might belong to another version of the file.
         if scheme != .file && validator == nil && offset != entry.size { offset = 0 }
         if ftruncate(fd, off_t(offset)) != 0 {
-            throw .localIO("cannot truncate the partial file for \(entry.path): \(FileSystem.errorText())")
+            throw .localIO("cannot truncate the partial file for \(Printable.name(entry.path.string)): \(FileSystem.errorText())")
         }
         if lseek(fd, off_t(offset), SEEK_SET) < 0 {
-            throw .localIO("cannot seek in the partial file for \(entry.path): \(FileSystem.errorText())")
+            throw .localIO("cannot seek in the partial file for \(Printable.name(entry.path.string)): \(FileSystem.errorText())")
         }
         if (entry.size ?? Int64.max) >= Download.backgroundHashThreshold {
             inlineHasher = nil

@@ -14,21 +14,26 @@ public final class LocalRoot {
     private var unsyncedDirectories = Set<RelativePath?>()
     private let defaultMode: UInt32
 
-    /// Directories in the way of listed files that may be removed when their file is placed (the
-    /// plan found that what they hold may be deleted). Any other directory in the way stays.
-    public var replaceableDirectories = Set<RelativePath>()
+    /// Directories in the way of listed files that may be removed when their file is placed, with
+    /// the files the plan found in each (and counted against `max-delete`). Any other directory in
+    /// the way stays, and so does one that holds anything else by then.
+    public var replaceableDirectories: [RelativePath: Set<RelativePath>] = [:]
 
     /// What placing files changed besides the files themselves, for the caller to report.
     public enum Change {
         /// A file, symlink or special file where the manifest needs a directory was removed (never
         /// followed) and a directory made in its place.
         case replacedByDirectory(RelativePath, was: LocalEntry.Kind)
-        /// A directory in the way of a listed file was removed with the files it held.
-        case replacedDirectory(RelativePath, files: [RelativePath])
+        /// A file was removed from a directory in the way of a listed file.
+        case removed(RelativePath)
+        /// A directory in the way of a listed file is gone, and the file is in its place.
+        case replacedDirectory(RelativePath)
         /// Something of ferry's own (`.ferry/`, a partial file) was not what ferry left there.
         case repaired(String)
     }
     private var changes: [Change] = []
+
+    public var hasChanges: Bool { !changes.isEmpty }
 
     /// The changes since the last call.
     public func takeChanges() -> [Change] {
@@ -192,24 +197,49 @@ public final class LocalRoot {
         return fd
     }
 
-    /// Removes a directory and everything in it, relative to its parent's descriptor, never
-    /// following a symlink (a symlink inside is removed as a link). Returns the files it held.
-    private func removeTree(in parentFD: Int32, _ name: String, _ relative: RelativePath) throws(FerryError) -> [RelativePath] {
-        try removeTree(in: parentFD, Array(name.utf8CString), relative)
+    /// Removes a directory in the way of a listed file, but only if it holds exactly files the
+    /// plan counted (`expected`): a file that appeared since, or a name ferry cannot list (not
+    /// UTF-8), keeps the whole directory, and that listed file fails this run.
+    private func clearDirectory(in parentFD: Int32, _ name: String, _ relative: RelativePath, expected: Set<RelativePath>) throws(FerryError) {
+        var files: [RelativePath] = []
+        var unlistable = 0
+        try inventory(in: parentFD, Array(name.utf8CString), relative, files: &files, unlistable: &unlistable)
+        let uncounted = files.filter { !expected.contains($0) }
+        guard uncounted.isEmpty && unlistable == 0 else {
+            let example = uncounted.first.map { " (\(Printable.name($0.string)))" } ?? ""
+            let what = unlistable > 0 ? "\(unlistable) names that are not UTF-8" : "\(uncounted.count) files the plan did not count\(example)"
+            throw FerryError(.transfer, "\(display(relative)) is a directory where the manifest has a file, and it holds \(what); nothing in it was removed",
+                             hint: "move them away; the next run places the file")
+        }
+        try removeTree(in: parentFD, Array(name.utf8CString), relative, record: true)
     }
 
-    /// The same, for a name as the directory holds it (NUL-terminated bytes, not always UTF-8).
-    private func removeTree(in parentFD: Int32, _ name: [CChar], _ relative: RelativePath) throws(FerryError) -> [RelativePath] {
+    /// The files under a directory (never following a symlink), and how many names it could not list.
+    private func inventory(in parentFD: Int32, _ name: [CChar], _ relative: RelativePath, files: inout [RelativePath], unlistable: inout Int) throws(FerryError) {
         let fd = openat(parentFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else {
-            if errno == ENOENT { return [] }
-            throw .localIO("cannot open directory \(display(relative)) to remove it: \(FileSystem.errorText())")
-        }
-        guard let dir = fdopendir(fd) else {
-            close(fd)
-            throw .localIO("cannot list \(display(relative)) to remove it: \(FileSystem.errorText())")
+        guard fd >= 0, let dir = fdopendir(fd) else {
+            if fd >= 0 { close(fd) }
+            throw .localIO("cannot list \(display(relative)): \(FileSystem.errorText())")
         }
         defer { closedir(dir) }
+        for raw in LocalRoot.names(dir) {
+            guard let text = String(validatingCString: raw) else {
+                unlistable += 1
+                continue
+            }
+            let child = relative.appending(text)
+            var st = Glibc.stat()
+            guard fstatat(dirfd(dir), raw, &st, AT_SYMLINK_NOFOLLOW) == 0 else { continue }
+            if (st.st_mode & S_IFMT) == S_IFDIR {
+                try inventory(in: dirfd(dir), raw, child, files: &files, unlistable: &unlistable)
+            } else {
+                files.append(child)
+            }
+        }
+    }
+
+    /// Every name in an open directory but `.` and `..`, as NUL-terminated bytes (not always UTF-8).
+    private static func names(_ dir: OpaquePointer) -> [[CChar]] {
         var names: [[CChar]] = []
         while let ent = readdir(dir) {
             let raw: [CChar] = withUnsafePointer(to: &ent.pointee.d_name) {
@@ -218,8 +248,24 @@ public final class LocalRoot {
             if raw == [0x2E, 0] || raw == [0x2E, 0x2E, 0] { continue }
             names.append(raw)
         }
-        var removed: [RelativePath] = []
-        for raw in names {
+        return names
+    }
+
+    /// Removes a directory and everything in it, relative to its parent's descriptor, never
+    /// following a symlink (a symlink inside is removed as a link). With `record`, each file
+    /// removed is a `Change` as soon as it is gone, so a failure half way still reports them.
+    private func removeTree(in parentFD: Int32, _ name: [CChar], _ relative: RelativePath, record: Bool) throws(FerryError) {
+        let fd = openat(parentFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd >= 0 else {
+            if errno == ENOENT { return }
+            throw .localIO("cannot open directory \(display(relative)) to remove it: \(FileSystem.errorText())")
+        }
+        guard let dir = fdopendir(fd) else {
+            close(fd)
+            throw .localIO("cannot list \(display(relative)) to remove it: \(FileSystem.errorText())")
+        }
+        defer { closedir(dir) }
+        for raw in LocalRoot.names(dir) {
             let child = relative.appending(String(decoding: raw.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self))
             var st = Glibc.stat()
             guard fstatat(dirfd(dir), raw, &st, AT_SYMLINK_NOFOLLOW) == 0 else {
@@ -227,18 +273,17 @@ public final class LocalRoot {
                 throw .localIO("cannot stat \(display(child)): \(FileSystem.errorText())")
             }
             if (st.st_mode & S_IFMT) == S_IFDIR {
-                removed += try removeTree(in: dirfd(dir), raw, child)
+                try removeTree(in: dirfd(dir), raw, child, record: record)
             } else {
                 guard unlinkat(dirfd(dir), raw, 0) == 0 || errno == ENOENT else {
                     throw .localIO("cannot delete \(display(child)): \(FileSystem.errorText())")
                 }
-                removed.append(child)
+                if record { changes.append(.removed(child)) }
             }
         }
         guard unlinkat(parentFD, name, AT_REMOVEDIR) == 0 || errno == ENOENT else {
             throw .localIO("cannot remove directory \(display(relative)): \(FileSystem.errorText())")
         }
-        return removed
     }
 
     /// Closes cached descriptors of a removed directory and of everything under it.
@@ -306,7 +351,7 @@ public final class LocalRoot {
         if fstatat(staging, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (st.st_mode & S_IFMT) != S_IFREG {
             stray = FileSystem.entry(from: st).kind
             if stray == .directory {
-                _ = try removeTree(in: staging, name, RelativePath(trusted: LocalRoot.stagingPath + "/" + name))
+                try removeTree(in: staging, Array(name.utf8CString), RelativePath(trusted: LocalRoot.stagingPath + "/" + name), record: false)
             } else if unlinkat(staging, name, 0) != 0 && errno != ENOENT {
                 throw .localIO("cannot remove the stray \(stray!.rawValue) \(Printable.name(path))/\(LocalRoot.stagingPath)/\(name): \(FileSystem.errorText())")
             }
@@ -363,12 +408,12 @@ public final class LocalRoot {
         let dir = try directoryFD(relative.parent, create: true)
         let name = baseName(relative)
         var renamed = renameat(try staging(), LocalRoot.partialName(taskID), dir, name) == 0
-        if !renamed && (errno == EISDIR || errno == ENOTEMPTY || errno == EEXIST) && replaceableDirectories.contains(relative) {
+        if !renamed && (errno == EISDIR || errno == ENOTEMPTY || errno == EEXIST), let expected = replaceableDirectories[relative] {
             // The directory in the way goes only now, when its replacement is verified and synced.
-            let files = try removeTree(in: dir, name, relative)
             forgetDirectories(under: relative)
-            changes.append(.replacedDirectory(relative, files: files))
+            try clearDirectory(in: dir, name, relative, expected: expected)
             renamed = renameat(try staging(), LocalRoot.partialName(taskID), dir, name) == 0
+            if renamed { changes.append(.replacedDirectory(relative)) }
         }
         if !renamed {
             let code = errno

@@ -22,9 +22,12 @@ public struct ManifestFetcher {
         self.maximumSize = maximumSize
     }
 
+    /// `announced`: the size the server or the file system gave before the body was read, if that
+    /// size is what gave it away; nil when the body itself grew past the cap.
     private func tooLarge(_ url: String, _ announced: Int64?) -> FerryError {
-        let size = announced.map { " (\(Units.formatBytes($0)))" } ?? ""
-        return .manifest("manifest \(url) is larger than max-manifest-size = \(Units.formatBytes(maximumSize))\(size): refused without reading it",
+        let how = announced.map { " (\(Units.formatBytes($0))): refused without reading it" }
+            ?? ": refused once the body passed it (the server did not announce its length)"
+        return .manifest("manifest \(url) is larger than max-manifest-size = \(Units.formatBytes(maximumSize))\(how)",
                          hint: "if a manifest this large is intended, raise max-manifest-size for the session")
     }
 
@@ -52,7 +55,8 @@ public struct ManifestFetcher {
         body.announced = { headers.headers.contentLength }
         let code = curl_easy_perform(easy.handle)
         if body.overflowed || code == CURLE_FILESIZE_EXCEEDED {
-            throw tooLarge(url, headers.headers.contentLength)
+            let announced = headers.headers.contentLength.flatMap { $0 > maximumSize ? $0 : nil }
+            throw tooLarge(url, announced)
         }
         guard code == CURLE_OK else {
             let why = Curl.describe(code, errorText: easy.errorText, headers: headers.headers)

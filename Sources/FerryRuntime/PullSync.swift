@@ -191,7 +191,7 @@ public final class PullSync {
         }
         let tasks = queued.tasks
         root.removePartials(keeping: try store.unfinishedTaskIDs(session: session.name))
-        root.replaceableDirectories = Set(plan.directoriesToReplace.keys)
+        root.replaceableDirectories = plan.directoriesToReplace.mapValues { Set($0) }
 
         var localIOError: String?
         var unstorableMtimes: [(RelativePath, Timestamp, Timestamp)] = []
@@ -223,7 +223,7 @@ public final class PullSync {
         // Deletions only after every transfer succeeded (rule 7), and capped.
         let unfinished = result.failed + result.waiting + result.suspended + result.delayed
         if let refused = plan.refusedDeletions {
-            result.message = "refused to delete \(refused.count) files: more than max-delete = \(session.maxDelete) allows (\(refused.limit) of the \(refused.managed) files the session manages in \(Printable.name(session.local))); nothing was deleted"
+            result.message = "refused to delete \(refused.count) files: more than max-delete = \(session.maxDelete) allows (\(refused.limit) of the \(refused.managed) files in \(Printable.name(session.local))); nothing was deleted"
             result.hint = "if this is intended, raise max-delete for session '\(session.name)' (a count like \(refused.count), or a percentage like 100%)"
             emit(.warning(message: result.message!))
         } else if !plan.deletions.isEmpty || !plan.directoryRemovals.isEmpty {

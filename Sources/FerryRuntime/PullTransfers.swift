@@ -130,10 +130,11 @@ final class PullTransfers {
             case let .replacedByDirectory(path, was):
                 gone.append(path)
                 emit(.replaced(path: path, was: was == .other ? "special file" : was.rawValue, now: "directory"))
-            case let .replacedDirectory(path, files):
-                for f in files { emit(.fileDeleted(path: f)) }
-                removed += files.count
-                gone += files
+            case let .removed(path):
+                emit(.fileDeleted(path: path))
+                removed += 1
+                gone.append(path)
+            case let .replacedDirectory(path):
                 emit(.replaced(path: path, was: "directory", now: "file"))
             case let .repaired(message):
                 emit(.warning(message: message))
@@ -352,10 +353,12 @@ final class PullTransfers {
     /// Makes the committed group durable and marks its tasks done.
     private func flush() {
         lastFlush = MonotonicClock.seconds()
-        guard !committed.isEmpty else { return }
+        guard !committed.isEmpty || root.hasChanges else { return }
         do throws(FerryError) {
             try root.syncDirectories()
+            // Replacements are reported even when their file did not commit (a removal failed half way).
             deletedInReplacements += try PullTransfers.report(root.takeChanges(), session: session.name, store: store, emit: emit)
+            guard !committed.isEmpty else { return }
             try store.markDone(session: session.name, committed.map { ($0.download.task, $0.cache) })
             for (d, _) in committed {
                 downloaded += 1

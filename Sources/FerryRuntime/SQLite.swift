@@ -39,7 +39,7 @@ final class SQLiteDatabase {
     /// re-hashes it and fetches only what is missing or wrong.
     private func damaged(_ code: Int32, _ text: String) -> FerryError? {
         guard code & 0xFF == SQLITE_NOTADB || code & 0xFF == SQLITE_CORRUPT else { return nil }
-        return .localIO("the state database \(path) is damaged or not a SQLite database (\(text)); ferry changed nothing",
+        return .localIO("the state database \(path) is damaged or not a SQLite database (\(text))",
                         hint: "move it aside: mv \(path) \(path).broken (with \(path)-wal and \(path)-shm if they exist); "
                             + "the next run starts a new state, re-hashes the local tree and downloads nothing that is already right")
     }

@@ -207,20 +207,21 @@ public final class StateStore {
         guard !entries.isEmpty else { return Queued() }
         let nowTime = Timestamp.now()
         let now = nowTime.rfc3339
-        var existing: [RelativePath: TransferTask] = [:]
-        let rows = try db.prepare("""
-            SELECT id, path, state, size, sha256, bytes_done, validator, attempts, created_at, not_before, url FROM tasks WHERE session = ?
-            """).bind(.text(session))
-        while try rows.step() {
-            let path = RelativePath(trusted: rows.text(1) ?? "")
-            existing[path] = TransferTask(
-                id: rows.int(0), session: session, path: path, direction: .pull, state: TaskState(rawValue: rows.text(2) ?? "") ?? .queued,
-                size: rows.isNull(3) ? nil : rows.int(3), sha256: rows.text(4) ?? "", bytesDone: rows.int(5), validator: rows.text(6),
-                attempts: Int(rows.int(7)), lastError: nil, createdAt: rows.text(8).flatMap(Timestamp.init(rfc3339:)) ?? nowTime,
-                updatedAt: Timestamp(seconds: 0), notBefore: rows.text(9).flatMap(Timestamp.init(rfc3339:)), url: rows.text(10))
-        }
         let delayUntil = notBefore.flatMap { $0 > nowTime ? $0 : nil }
+        // Read and written in one transaction: a `ferry cancel` in between is never overwritten.
         return try db.transaction { () throws(FerryError) -> Queued in
+            var existing: [RelativePath: TransferTask] = [:]
+            let rows = try db.prepare("""
+                SELECT id, path, state, size, sha256, bytes_done, validator, attempts, created_at, not_before, url FROM tasks WHERE session = ?
+                """).bind(.text(session))
+            while try rows.step() {
+                let path = RelativePath(trusted: rows.text(1) ?? "")
+                existing[path] = TransferTask(
+                    id: rows.int(0), session: session, path: path, direction: .pull, state: TaskState(rawValue: rows.text(2) ?? "") ?? .queued,
+                    size: rows.isNull(3) ? nil : rows.int(3), sha256: rows.text(4) ?? "", bytesDone: rows.int(5), validator: rows.text(6),
+                    attempts: Int(rows.int(7)), lastError: nil, createdAt: rows.text(8).flatMap(Timestamp.init(rfc3339:)) ?? nowTime,
+                    updatedAt: Timestamp(seconds: 0), notBefore: rows.text(9).flatMap(Timestamp.init(rfc3339:)), url: rows.text(10))
+            }
             let insert = try db.prepare("""
                 INSERT INTO tasks (session, path, direction, state, size, sha256, bytes_done, validator, attempts, last_error, created_at, updated_at, not_before, url)
                 VALUES (?, ?, 'pull', ?, ?, ?, 0, NULL, 0, NULL, ?, ?, ?, ?)

@@ -167,6 +167,8 @@ struct ManifestTests {
         ("\(hashA)  ok\nMD5 (x) = 0123456789abcdef0123456789abcdef\n", "line 2: this is a MD5 line"),
         ("SHA256 (x) = abc\n", "line 1: expected 'SHA256 (<path>) = <64 hex digits>'"),
         ("\(hashA)  a\n\(hashB)  a\n", "line 2: lists \"a\" twice"),
+        ("\(hashA)  -\n", "line 1: '-' is what sha256sum writes for its standard input"),
+        ("\(hashA)  a\n\(hashB)  ends-in-cr\r\n", "line 2: path \"ends-in-cr\\r\" is refused"),
     ])
     func refusesBadSHA256SUMSNamingTheLine(text: String, message: String) {
         do { _ = try parse(text); Issue.record("accepted: \(text)") } catch {
@@ -239,6 +241,9 @@ struct PrintableTests {
         ("zero\u{200B}width", "zero\\u{200b}width"),
         ("déjà vu 😀", "déjà vu 😀"),
         ("nul\u{0}", "nul\\x00"),
+        ("soft\u{AD}hyphen", "soft\\u{ad}hyphen"),
+        ("tag\u{E0041}s", "tag\\u{e0041}s"),
+        ("filler\u{3164}", "filler\\u{3164}"),
     ])
     func escapesNames(name: String, shown: String) {
         #expect(Printable.name(name) == shown)
@@ -258,6 +263,11 @@ struct PrintableTests {
         #expect(shown.contains("…(\(long.utf8.count) bytes)…"))
         #expect(shown.utf8.count < 220)
         #expect(Printable.name(String(repeating: "a", count: 160)) == String(repeating: "a", count: 160))
+    }
+
+    @Test func jsonCarriesTheExactNameWithHiddenCharactersEscaped() {
+        #expect(JSONText.quote("a\u{202E}b\u{E0041}\u{1B}") == "\"a\\u202eb\\udb40\\udc41\\u001b\"")
+        #expect(JSONText.quote("déjà 😀") == "\"déjà 😀\"")
     }
 
     @Test func textKeepsNewlinesAndBackslashesButNotControls() {

@@ -56,7 +56,6 @@ struct ReconcilerTests {
         #expect(plan.deletions == [p("extra.txt"), p("old/x")])
         #expect(plan.directoryRemovals == [p("old")])
         #expect(plan.localFiles == 8)
-        #expect(plan.managedFiles == 11, "8 held, and new.txt, d/in-dir.txt and blocked added")
         #expect(plan.filesRemoved == 3)
     }
 
@@ -138,13 +137,25 @@ struct ReconcilerTests {
         }
     }
 
-    /// A remote that replaces a small mirror's files (a release that rotates) is not refused: the
-    /// files the manifest adds count among those the session manages.
-    @Test func aRotationOfASmallMirrorIsAllowed() {
-        let m = manifest([ManifestEntry(path: p("app-1.3.tar"), size: 5, sha256: h1)])
-        let plan = Reconciler.plan(manifest: m, local: [p("app-1.2.tar"): file(5)], known: [:], rules: DeletionRules(delete: true, cap: .percent(50)))
-        #expect(plan.deletions == [p("app-1.2.tar")])
-        #expect(plan.managedFiles == 2)
+    /// The percentage counts what the mirror holds, not what the manifest adds: a manifest that
+    /// adds as many files as a directory of unrelated files holds cannot make deleting all of
+    /// them look like half. (A small mirror whose names all change needs a count, or 100%.)
+    @Test func whatTheManifestAddsDoesNotDiluteTheCap() {
+        var local: [RelativePath: LocalEntry] = [:]
+        var entries: [ManifestEntry] = []
+        for i in 0..<100 {
+            local[p("unrelated/\(i)")] = file(1)
+            entries.append(ManifestEntry(path: p("site/\(i)"), size: 5, sha256: h1))
+        }
+        let plan = Reconciler.plan(manifest: manifest(entries), local: local, known: [:], rules: DeletionRules(delete: true, cap: .percent(50)))
+        #expect(plan.deletions.isEmpty)
+        #expect(plan.refusedDeletions == Plan.RefusedDeletions(count: 100, managed: 100, limit: 50, paths: plan.refusedDeletions?.paths ?? []))
+        let rotation = Reconciler.plan(manifest: manifest([ManifestEntry(path: p("app-1.3.tar"), size: 5, sha256: h1)]),
+                                       local: [p("app-1.2.tar"): file(5)], known: [:], rules: DeletionRules(delete: true, cap: .percent(50)))
+        #expect(rotation.refusedDeletions?.count == 1)
+        let counted = Reconciler.plan(manifest: manifest([ManifestEntry(path: p("app-1.3.tar"), size: 5, sha256: h1)]),
+                                      local: [p("app-1.2.tar"): file(5)], known: [:], rules: DeletionRules(delete: true, cap: .count(5)))
+        #expect(counted.deletions == [p("app-1.2.tar")])
     }
 
     @Test func aDirectoryInTheWayCountsAgainstTheCap() {
@@ -165,7 +176,7 @@ struct ReconcilerTests {
         let plan = Reconciler.plan(manifest: m, local: local, known: [:], rules: DeletionRules(delete: true, cap: .percent(50)))
         #expect(plan.deletions.isEmpty)
         #expect(plan.refusedDeletions?.count == 3)
-        #expect(plan.refusedDeletions?.managed == 4)
+        #expect(plan.refusedDeletions?.managed == 3)
         #expect(plan.directoryRemovals.isEmpty)
         #expect(plan.downloads.count == 1, "transfers still happen")
     }

@@ -46,6 +46,8 @@ struct BadInputTests {
         defer { nginx.stop() }
         let box = Sandbox("404", published: nginx.root + "/site")
         box.publish("old.txt", "old\n")
+        box.publish("stays1.txt", "1\n")
+        box.publish("stays2.txt", "2\n")
         box.buildManifest()
         box.configure(remote: nginx.url + "site/", session: ["delete = yes"])
         #expect(box.sync().exitCode == 0)

@@ -146,4 +146,50 @@ struct TypeChangeTests {
         let run = w.expectConverges()
         #expect(run.stdout.contains("replaced the special file d with a directory"), "\(run.stdout)")
     }
+
+    /// A directory in the way goes only with exactly the files the plan counted: a name ferry
+    /// cannot list (not UTF-8), or a file that appeared during the run, keeps all of it.
+    @Test func aDirectoryInTheWayHoldingWhatThePlanDidNotCountStays() throws {
+        let w = try World("dir-uncounted", session: ["delete = yes"], files: ["b/y/1.txt": "1\n", "o1": "1\n", "o2": "2\n", "o3": "3\n"])
+        let odd = Array(w.box.localPath("b/y/caf").utf8) + [0xE9, 0]
+        let fd = odd.withUnsafeBufferPointer { $0.withMemoryRebound(to: CChar.self) { open($0.baseAddress!, O_CREAT | O_WRONLY, 0o644) } }
+        #expect(fd >= 0)
+        close(fd)
+        try FileManager.default.removeItem(atPath: w.box.published + "/b/y")
+        w.box.publish("b/y", randomData(400_000, seed: 31))
+        w.box.buildManifest()
+        let run = w.box.sync()
+        #expect(run.exitCode == 1, "\(run.output)")
+        #expect(run.stderr.contains("b/y is a directory where the manifest has a file, and it holds 1 names that are not UTF-8; nothing in it was removed"),
+                "\(run.stderr)")
+        #expect(fileContents(w.box.localPath("b/y/1.txt")) == "1\n")
+        #expect(access(odd.map { CChar(bitPattern: $0) }, F_OK) == 0, "the unlistable file is still there")
+        unlink(odd.map { CChar(bitPattern: $0) })
+
+        // A file that appears while the replacement downloads is not ferry's to remove either.
+        let server = try PythonServer(directory: w.box.published)
+        defer { server.stop() }
+        server.setFaults(["/b/y": ["rate": 400_000]])
+        w.box.configure(remote: server.url, session: ["delete = yes"])
+        try FileManager.default.removeItem(atPath: w.box.localPath(".ferry/partial"))
+        let out = w.box.directory + "/appear.out", err = w.box.directory + "/appear.err"
+        let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", w.box.config], stdout: out, stderr: err)
+        let deadline = Date().addingTimeInterval(20)
+        while !server.requests().contains(where: { $0["path"] as? String == "/b/y" }) && Date() < deadline { usleep(10_000) }
+        try "arrived late\n".write(toFile: w.box.localPath("b/y/late.txt"), atomically: true, encoding: .utf8)
+        #expect(child.wait(timeout: 30) == 1)
+        let stderr = (try? String(contentsOfFile: err, encoding: .utf8)) ?? ""
+        #expect(stderr.contains("b/y is a directory where the manifest has a file, and it holds 1 files the plan did not count (b/y/late.txt)"), "\(stderr)")
+        #expect(fileContents(w.box.localPath("b/y/late.txt")) == "arrived late\n")
+        #expect(fileContents(w.box.localPath("b/y/1.txt")) == "1\n")
+
+        // Once it is moved away, the next run places the file without fetching it again.
+        try FileManager.default.removeItem(atPath: w.box.localPath("b/y/late.txt"))
+        server.clearLog()
+        let again = w.box.sync(["--json"])
+        #expect(again.exitCode == 0, "\(again.output)")
+        #expect(again.events(named: "file-done").first?["fetched"] as? Int == 0, "the verified partial was kept: \(again.stdout)")
+        #expect(again.events(named: "file-deleted").compactMap { $0["path"] as? String } == ["b/y/1.txt"])
+        expectIdentical(w.box.published, w.box.local)
+    }
 }

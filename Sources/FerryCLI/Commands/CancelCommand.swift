@@ -38,8 +38,15 @@ struct CancelCommand: Command {
             let runner = try waitForRunner(store: store, session: session.name, request: request, timeout: 10)
             let now = Dictionary(uniqueKeysWithValues: try store.tasks(session: session.name).map { ($0.id, $0) })
             for t in tasks {
-                let current = now[t.id] ?? t
                 let path = Printable.name(t.path.string)
+                guard let current = now[t.id] else {
+                    Console.out("\(name): task \(t.id) \(path) no longer exists (the file left the manifest)")
+                    continue
+                }
+                if let pid = runner, current.state != .done {
+                    Console.out("\(name): asked to suspend task \(t.id) \(path); ferry (pid \(pid)) running the session has not confirmed yet")
+                    continue
+                }
                 switch current.state {
                 case .done:
                     Console.out("\(name): task \(t.id) \(path) had already finished: the file was committed before the cancel reached it")
@@ -51,7 +58,7 @@ struct CancelCommand: Command {
                 }
             }
             if let pid = runner {
-                Console.out("\(name): ferry (pid \(pid)) is running the session and had not confirmed after 10s; ferry status shows how each task ends")
+                Console.out("\(name): ferry (pid \(pid)) had not confirmed after 10s (it may be busy committing or hashing); ferry status shows how each task ends")
             }
         }
         return .inSync

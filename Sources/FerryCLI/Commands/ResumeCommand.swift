@@ -24,6 +24,7 @@ struct ResumeCommand: Command {
         let (config, store) = (selection.config, selection.store)
         let mode = OutputMode(arguments: arguments)
         let reporter = SyncReporter(mode: mode)
+        reporter.busyIsExpected = true
         StopSignals.install(stopTimeout: config.agent.stopTimeout)
         var worst = ExitCode.inSync
         for (session, ids) in selection.targets {
@@ -34,7 +35,7 @@ struct ResumeCommand: Command {
             }
             let result = PullSync(session: session, agent: config.agent, observer: reporter, options: SyncOptions()).run()
             if let error = result.error, error.category == .busy {
-                if mode != .json { Console.out("\(session.name): the process running it picks the resumed tasks up on its next run") }
+                if mode != .json { Console.out("\(session.name): \(error.message); its next run picks the resumed tasks up") }
                 continue
             }
             worst = ExitCode.worst(worst, result.exitCode)

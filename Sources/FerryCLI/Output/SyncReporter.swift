@@ -7,6 +7,8 @@ import FerryRuntime
 final class SyncReporter: SyncObserver {
     let mode: OutputMode
     private let bars: ProgressBars?
+    /// A run refused as busy is not an error to report (`ferry resume` leaves its work to the holder).
+    var busyIsExpected = false
 
     init(mode: OutputMode) {
         self.mode = mode
@@ -46,6 +48,7 @@ final class SyncReporter: SyncObserver {
             Console.err("ferry: \(s): \(Printable.name(path.string)): \(error)")
         case let .syncFinished(code, _, _, _, _, _, message, hint, _):
             guard code != ExitCode.inSync.rawValue && code != ExitCode.incomplete.rawValue, let message else { return }
+            if busyIsExpected && code == ExitCode.sessionBusy.rawValue { return }
             Console.err("ferry: error: \(s): \(message)")
             if let hint { Console.err("  hint: \(hint)") }
         default:
@@ -118,6 +121,7 @@ final class SyncReporter: SyncObserver {
     /// what to do next; it never claims there was nothing to transfer.
     private func finished(_ s: String, _ code: ExitCode?, downloaded: Int, failed: Int, deleted: Int, bytes: Int64, seconds: Double,
                           message: String?, hint: String?, dryRun: Bool) {
+        if busyIsExpected && code == .sessionBusy { return }
         let time = Units.formatFixed(seconds, digits: 2) + "s"
         if dryRun && code == .inSync {
             Console.out("\(s): \(message ?? "dry run: nothing was changed")")
