@@ -49,15 +49,21 @@ struct TypeChangeTests {
         #expect(fileContents(w.box.localPath("a/x/inner.txt")) == "now a directory\n")
     }
 
+    /// The replacement does not postpone the run's deletions: a file the remote dropped goes in
+    /// the same run.
     @Test func theRemoteTurnsADirectoryIntoAFile() throws {
-        let w = try World("remote-dir-file", session: ["delete = yes"],
-                          files: ["b/y/1.txt": "one\n", "b/y/sub/2.txt": "two\n", "b/other.txt": "other\n", "c.txt": "c\n"])
+        var files = ["b/y/1.txt": "one\n", "b/y/sub/2.txt": "two\n", "b/other.txt": "other\n", "c.txt": "c\n"]
+        for i in 0..<4 { files["k\(i).txt"] = "\(i)\n" }
+        let w = try World("remote-dir-file", session: ["delete = yes"], files: files)
         try FileManager.default.removeItem(atPath: w.box.published + "/b/y")
         w.box.publish("b/y", "now a file\n")
+        w.box.unpublish("c.txt")
         w.box.buildManifest()
         let run = w.expectConverges()
         #expect(run.stdout.contains("deleted b/y/1.txt") && run.stdout.contains("deleted b/y/sub/2.txt"), "\(run.stdout)")
         #expect(run.stdout.contains("replaced the directory b/y with a file"))
+        #expect(run.stdout.contains("deleted c.txt"), "deletions are not postponed by the replacement: \(run.stdout)")
+        #expect(run.stdout.contains("3 deleted"), "\(run.stdout)")
         #expect(fileContents(w.box.localPath("b/y")) == "now a file\n")
     }
 
