@@ -20,9 +20,14 @@ public enum FerryCLI {
         return out
     }
 
+    /// The commands whose first word is `word`, when they have more (`sync now`, `config check`).
+    static func group(_ word: String) -> [any Command.Type] {
+        commands.filter { $0.words.count > 1 && $0.words[0] == word }
+    }
+
     /// The commands of a group (`sync`, `manifest`, `config`), listed; nil if `word` names no group.
     static func groupHelp(_ word: String) -> String? {
-        let members = commands.filter { $0.words.count > 1 && $0.words[0] == word }
+        let members = group(word)
         guard !members.isEmpty else { return nil }
         var out = "usage: ferry \(word) COMMAND [OPTIONS]\n\ncommands:\n"
         for c in members { out += "  " + c.name.padding(to: 16) + c.summary + "\n" }
@@ -65,9 +70,9 @@ public enum FerryCLI {
                     Console.out(help)
                     return .inSync
                 }
-                let group = commands.filter { $0.words.count > 1 && $0.words[0] == argv[0] }.map { "ferry " + $0.name }
+                let members = group(argv[0]).map { "ferry " + $0.name }
                 let what = argv.count > 1 ? "has no subcommand '\(Printable.name(argv[1]))'" : "needs a subcommand"
-                Console.error(.usage("'ferry \(Printable.name(argv[0]))' \(what)", hint: "did you mean: \(group.joined(separator: ", "))?"))
+                Console.error(.usage("'ferry \(Printable.name(argv[0]))' \(what)", hint: "did you mean: \(members.joined(separator: ", "))?"))
             } else {
                 var hint = "see: ferry help"
                 let words = Set(commands.map { $0.words[0] })

@@ -54,6 +54,12 @@ final class DownloadEngine {
         var exhausted = false
         var finished: [(Download, Download.Outcome)] = []
         var lastTick = 0.0
+        /// Progress, suspensions and group commits: at most ten times a second.
+        func tick(at now: Double) {
+            guard now - lastTick >= 0.1 else { return }
+            lastTick = now
+            onTick(active.values.map(\.download))
+        }
 
         while true {
             if shouldStop() {
@@ -107,11 +113,7 @@ final class DownloadEngine {
                 if exhausted { break }
                 if waiting {
                     // Everything waits out a backoff: keep ticking, so `ferry cancel` is still heard.
-                    let now = MonotonicClock.seconds()
-                    if now - lastTick >= 0.1 {
-                        lastTick = now
-                        onTick([])
-                    }
+                    tick(at: MonotonicClock.seconds())
                     usleep(20_000)
                 }
                 continue
@@ -138,10 +140,7 @@ final class DownloadEngine {
                 && now - a.download.checkpointTime >= DownloadEngine.checkpointSeconds {
                 a.download.takeCheckpoint()
             }
-            if now - lastTick >= 0.1 {
-                lastTick = now
-                onTick(active.values.map(\.download))
-            }
+            tick(at: now)
             if !active.isEmpty && running > 0 {
                 var numfds: Int32 = 0
                 curl_multi_poll(multi, nil, 0, 100, &numfds)

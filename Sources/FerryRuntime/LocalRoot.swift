@@ -145,8 +145,7 @@ public final class LocalRoot {
         fstat(fd, &before)
         let hasher = SHA256Hasher()
         try hasher.update(fileDescriptor: fd)
-        let entry = FileSystem.entry(from: before)
-        return CachedHash(size: entry.size, mtime: entry.mtime, ctime: entry.ctime, inode: entry.inode, sha256: hasher.finalizeHex())
+        return CachedHash(FileSystem.entry(from: before), sha256: hasher.finalizeHex(), wanted: nil)
     }
 
     // MARK: directories, never through symlinks
@@ -160,25 +159,14 @@ public final class LocalRoot {
         if let fd = directories[relative] { return fd }
         let parentFD = try directoryFD(relative.parent, create: create)
         let name = baseName(relative)
-        var fd = openat(parentFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        if fd < 0 && create {
-            var code = errno
-            var st = Glibc.stat()
-            if (code == ENOTDIR || code == ELOOP) && fstatat(parentFD, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (st.st_mode & S_IFMT) != S_IFDIR {
-                guard unlinkat(parentFD, name, 0) == 0 || errno == ENOENT else {
-                    throw .localIO("cannot remove \(display(relative)) to make it the directory the manifest needs: \(FileSystem.errorText())")
-                }
-                changes.append(.replacedByDirectory(relative, was: FileSystem.entry(from: st).kind))
-                unsyncedDirectories.insert(relative.parent)
-                code = ENOENT
-            }
-            if code == ENOENT {
-                if mkdirat(parentFD, name, 0o755) != 0 && errno != EEXIST {
-                    throw .localIO("cannot create directory \(display(relative)): \(FileSystem.errorText())")
-                }
-                unsyncedDirectories.insert(relative.parent)
-                fd = openat(parentFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            }
+        let fd: Int32
+        if create {
+            let made = try openOrMakeDirectory(in: parentFD, name, mode: 0o755, shown: display(relative))
+            if let was = made.replaced { changes.append(.replacedByDirectory(relative, was: was)) }
+            if made.changed { unsyncedDirectories.insert(relative.parent) }
+            fd = made.fd
+        } else {
+            fd = openat(parentFD, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         }
         guard fd >= 0 else {
             let code = errno
@@ -195,6 +183,34 @@ public final class LocalRoot {
         }
         directories[relative] = fd
         return fd
+    }
+
+    /// Opens directory `name` in `parent`, never through a symlink, making it with `mode` when it
+    /// is missing. A file, symlink or special file in its place is removed first (a symlink as a
+    /// link, never what it points to) and returned as `replaced`. `fd` is -1, with errno set, when
+    /// the directory cannot be opened; `changed` says whether `parent` gained or lost an entry.
+    private func openOrMakeDirectory(in parent: Int32, _ name: String, mode: mode_t, shown: String) throws(FerryError)
+        -> (fd: Int32, replaced: LocalEntry.Kind?, changed: Bool) {
+        let fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        guard fd < 0 else { return (fd, nil, false) }
+        var code = errno
+        var replaced: LocalEntry.Kind?
+        var st = Glibc.stat()
+        if (code == ENOTDIR || code == ELOOP) && fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (st.st_mode & S_IFMT) != S_IFDIR {
+            guard unlinkat(parent, name, 0) == 0 || errno == ENOENT else {
+                throw .localIO("cannot remove \(shown) to make the directory needed there: \(FileSystem.errorText())")
+            }
+            replaced = FileSystem.entry(from: st).kind
+            code = ENOENT
+        }
+        guard code == ENOENT else {
+            errno = code
+            return (-1, nil, false)
+        }
+        if mkdirat(parent, name, mode) != 0 && errno != EEXIST {
+            throw .localIO("cannot create directory \(shown): \(FileSystem.errorText())")
+        }
+        return (openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC), replaced, true)
     }
 
     /// Removes a directory in the way of a listed file, but only if it holds exactly files the
@@ -223,7 +239,7 @@ public final class LocalRoot {
         }
         defer { closedir(dir) }
         for raw in LocalRoot.names(dir) {
-            guard let text = String(validatingCString: raw) else {
+            guard let text = String(validating: raw.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self) else {
                 unlistable += 1
                 continue
             }
@@ -319,23 +335,13 @@ public final class LocalRoot {
     /// Opens (creating) one of ferry's own directories. The name is reserved for ferry: a symlink,
     /// file or anything else found there is removed (a symlink as a link, never followed).
     private func ownDirectory(in parent: Int32, _ name: String, shown: String) throws(FerryError) -> Int32 {
-        if mkdirat(parent, name, 0o700) != 0 && errno != EEXIST {
-            throw .localIO("cannot create \(Printable.name(shown)): \(FileSystem.errorText())")
+        let shown = Printable.name(shown)
+        let made = try openOrMakeDirectory(in: parent, name, mode: 0o700, shown: shown)
+        if let was = made.replaced {
+            changes.append(.repaired("\(shown) was a \(was.rawValue), not ferry's directory; removed it (not followed)"))
         }
-        var fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        var st = Glibc.stat()
-        if fd < 0 && (errno == ENOTDIR || errno == ELOOP) && fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (st.st_mode & S_IFMT) != S_IFDIR {
-            guard unlinkat(parent, name, 0) == 0 else {
-                throw .localIO("\(Printable.name(shown)) is not a directory and cannot be removed: \(FileSystem.errorText())")
-            }
-            changes.append(.repaired("\(Printable.name(shown)) was a \(FileSystem.entry(from: st).kind.rawValue), not ferry's directory; removed it (not followed)"))
-            if mkdirat(parent, name, 0o700) != 0 && errno != EEXIST {
-                throw .localIO("cannot create \(Printable.name(shown)): \(FileSystem.errorText())")
-            }
-            fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        }
-        guard fd >= 0 else { throw .localIO("cannot open \(Printable.name(shown)): \(FileSystem.errorText())") }
-        return fd
+        guard made.fd >= 0 else { throw .localIO("cannot open \(shown): \(FileSystem.errorText())") }
+        return made.fd
     }
 
     static func partialName(_ taskID: Int64) -> String { "\(taskID).part" }

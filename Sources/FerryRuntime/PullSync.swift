@@ -194,12 +194,13 @@ public final class PullSync {
         root.replaceableDirectories = plan.directoriesToReplace.mapValues { Set($0) }
 
         var localIOError: String?
-        var unstorableMtimes: [(RelativePath, Timestamp, Timestamp)] = []
+        var unstorableMtimes: [(RelativePath, CachedHash)] = []
         for entry in plan.metadataFixes {
             do {
                 let now = try root.setMetadata(entry.path, mode: entry.mode, mtime: entry.mtime)
-                if let wanted = entry.mtime, wanted != now.mtime { unstorableMtimes.append((entry.path, wanted, now.mtime)) }
-                try store.saveHashes(session: session.name, [(entry.path, CachedHash(now, sha256: entry.sha256, wanted: entry.mtime))])
+                let cache = CachedHash(now, sha256: entry.sha256, wanted: entry.mtime)
+                if cache.wantedMtime != nil { unstorableMtimes.append((entry.path, cache)) }
+                try store.saveHashes(session: session.name, [(entry.path, cache)])
                 emit(.metadataFixed(path: entry.path))
             } catch {
                 result.failed += 1
@@ -214,10 +215,10 @@ public final class PullSync {
 
         let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, settings: settings, result: &result,
                                    localIOError: &localIOError, unstorableMtimes: &unstorableMtimes)
-        if let (path, wanted, stored) = unstorableMtimes.first {
+        if let (path, cache) = unstorableMtimes.first, let wanted = cache.wantedMtime {
             let others = unstorableMtimes.count > 1 ? " (and \(unstorableMtimes.count - 1) more files)" : ""
             emit(.warning(message: "this filesystem cannot store the mtime the manifest gives \(Printable.name(path.string))\(others): "
-                + "it asked for \(wanted.rfc3339) and the filesystem stored \(stored.rfc3339); ferry keeps what was stored and does not set it again"))
+                + "it asked for \(wanted.rfc3339) and the filesystem stored \(cache.mtime.rfc3339); ferry keeps what was stored and does not set it again"))
         }
 
         // Deletions only after every transfer succeeded (rule 7), and capped.
@@ -352,7 +353,7 @@ public final class PullSync {
     /// Runs the downloads; returns why it stopped early, if it did.
     private func transfer(plan: Plan, tasks: [RelativePath: TransferTask], root: LocalRoot, store: StateStore, settings: HTTPSettings,
                           result: inout SyncResult, localIOError: inout String?,
-                          unstorableMtimes: inout [(RelativePath, Timestamp, Timestamp)]) throws(FerryError) -> String? {
+                          unstorableMtimes: inout [(RelativePath, CachedHash)]) throws(FerryError) -> String? {
         guard !plan.downloads.isEmpty else { return options.stop.reason }
         let transfers = PullTransfers(session: session, root: root, store: store, settings: settings,
                                       observer: observer, emit: { [unowned self] in self.emit($0) }, plan: plan, stop: options.stop)

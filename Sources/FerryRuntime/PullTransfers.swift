@@ -42,8 +42,8 @@ final class PullTransfers {
     private(set) var storeError: FerryError?
     /// Files removed to make room for listed files (what directories in the way held).
     private(set) var deletedInReplacements = 0
-    /// Files whose manifest mtime the filesystem could not store, as (path, wanted, stored).
-    private(set) var unstorableMtimes: [(RelativePath, Timestamp, Timestamp)] = []
+    /// Files whose manifest mtime the filesystem could not store (their `wantedMtime` is set).
+    private(set) var unstorableMtimes: [(RelativePath, CachedHash)] = []
 
     private var progress: SyncProgress
     private var completedBytes: Int64 = 0
@@ -309,8 +309,9 @@ final class PullTransfers {
                     let placed = try root.commit(partialFD: download.fd, taskID: download.task.id, to: path,
                                                  mode: download.entry.mode, mtime: download.entry.mtime)
                     items.removeValue(forKey: download.task.id)
-                    if let wanted = download.entry.mtime, wanted != placed.mtime { unstorableMtimes.append((path, wanted, placed.mtime)) }
-                    committed.append((download, CachedHash(placed, sha256: download.entry.sha256, wanted: download.entry.mtime)))
+                    let cache = CachedHash(placed, sha256: download.entry.sha256, wanted: download.entry.mtime)
+                    if cache.wantedMtime != nil { unstorableMtimes.append((path, cache)) }
+                    committed.append((download, cache))
                 } catch {
                     if error.category == .localIO { localIOError = localIOError ?? error.message }
                     // The partial is verified and complete: keep it so the next run only commits it.
