@@ -17,8 +17,7 @@ struct HostileStateTests {
         object["files"] = files
         object["version"] = (object["version"] as! Int) + 1
         try JSONSerialization.data(withJSONObject: object).write(to: URL(fileURLWithPath: path))
-        var times = [timespec(tv_sec: time(nil) + 7200, tv_nsec: 0), timespec(tv_sec: time(nil) + 7200, tv_nsec: 0)]
-        utimensat(AT_FDCWD, path, &times, 0)
+        box.markRepublished()
     }
 
     @Test func aHugeResponseHeaderIsNamedAsSuch() throws {
@@ -92,7 +91,7 @@ struct HostileStateTests {
     /// neither is possible here.
     func clampingLocalRoot(_ box: Sandbox) -> Bool? {
         let probe = box.directory + "/probe"
-        FileManager.default.createFile(atPath: probe, contents: Data())
+        _ = FileManager.default.createFile(atPath: probe, contents: Data())
         var times = [timespec(tv_sec: -62135596800, tv_nsec: 0), timespec(tv_sec: -62135596800, tv_nsec: 0)]
         utimensat(AT_FDCWD, probe, &times, 0)
         var st = stat()
@@ -178,8 +177,7 @@ struct HostileStateTests {
             box.configure(remote: server.url)
             let runner = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config])
             defer { runner.stop() }
-            let deadline = Date().addingTimeInterval(20)
-            while !server.requests().contains(where: { $0["path"] as? String == "/f.bin" }) && Date() < deadline { usleep(10_000) }
+            server.waitForRequest("/f.bin")
             usleep(UInt32(delay * 1_000_000))
             let cancel = ferry(["cancel", "--config", box.config, "--session", "test"])
             #expect(cancel.exitCode == 0, "\(cancel.output)")
@@ -213,8 +211,7 @@ struct HostileStateTests {
         box.configure(remote: server.url)
         let runner = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config])
         defer { runner.stop() }
-        let deadline = Date().addingTimeInterval(20)
-        while !server.requests().contains(where: { $0["path"] as? String == "/f.txt" }) && Date() < deadline { usleep(10_000) }
+        server.waitForRequest("/f.txt")
         let cancel = ferry(["cancel", "--config", box.config, "--session", "test"])
         #expect(cancel.stdout.contains("suspended task"), "\(cancel.stdout)")
         #expect(!cancel.stdout.contains("had not confirmed"), "the runner answered: \(cancel.stdout)")
@@ -225,14 +222,9 @@ struct HostileStateTests {
     /// A state database that is not a database: a clear error with what to do. Moving it aside is
     /// safe: the next run re-hashes the tree and downloads nothing that is already right.
     @Test func aDamagedStateDatabaseSaysWhatToDo() throws {
-        let nginx = try NginxServer()
-        defer { nginx.stop() }
-        let box = Sandbox("bad-state", published: nginx.root + "/site")
-        for i in 0..<5 { box.publish("f\(i).txt", "file \(i)\n") }
-        box.buildManifest()
-        box.configure(remote: nginx.url + "site/", session: ["delete = yes"])
-        #expect(box.sync().exitCode == 0)
-        let before = treeSnapshot(box.local)
+        let w = try SyncedMirror("bad-state", session: ["delete = yes"],
+                                 files: Dictionary(uniqueKeysWithValues: (0..<5).map { ("f\($0).txt", "file \($0)\n") }))
+        let (box, nginx, before) = (w.box, w.nginx, w.before)
         let db = box.state + "/ferry.db"
         for suffix in ["-wal", "-shm"] { try? FileManager.default.removeItem(atPath: db + suffix) }
         try String(repeating: "this is not a database\n", count: 400).write(toFile: db, atomically: true, encoding: .utf8)

@@ -7,35 +7,16 @@ import Testing
 @Suite(.serialized)
 struct ManifestSafetyTests {
     /// A mirror of ten files over nginx, synced, with deletions on.
-    final class World {
-        let nginx: NginxServer
-        let box: Sandbox
-        let before: [String: String]
-
-        init(_ label: String, session: [String] = ["delete = yes"], files: Int = 10) throws {
-            nginx = try NginxServer()
-            box = Sandbox(label, published: nginx.root + "/site")
-            for i in 0..<files { box.publish("dir\(i % 3)/f\(i).txt", "file \(i)\n") }
-            box.buildManifest()
-            box.configure(remote: nginx.url + "site/", session: session)
-            let first = box.sync()
-            #expect(first.exitCode == 0, "\(first.output)")
-            before = treeSnapshot(box.local)
-        }
-
-        deinit { nginx.stop() }
-
-        func writeManifest(_ text: String) throws {
-            try text.write(toFile: box.published + "/manifest.json", atomically: true, encoding: .utf8)
-            var times = [timespec(tv_sec: time(nil) + 3600, tv_nsec: 0), timespec(tv_sec: time(nil) + 3600, tv_nsec: 0)]
-            utimensat(AT_FDCWD, box.published + "/manifest.json", &times, 0)
-        }
+    static func mirror(_ label: String, session: [String] = ["delete = yes"]) throws -> SyncedMirror {
+        var files: [String: String] = [:]
+        for i in 0..<10 { files["dir\(i % 3)/f\(i).txt"] = "file \(i)\n" }
+        return try SyncedMirror(label, session: session, files: files)
     }
 
     @Test(arguments: ["", "   \n\n\t\r\n"])
     func anEmptyManifestBodyIsInvalid(body: String) throws {
-        let w = try World("empty-body")
-        try w.writeManifest(body)
+        let w = try Self.mirror("empty-body")
+        try w.box.writeManifest(body)
         let run = w.box.sync()
         #expect(run.exitCode == 4, "\(run.output)")
         #expect(run.stderr.contains("manifest.json is empty"), "\(run.stderr)")
@@ -46,9 +27,9 @@ struct ManifestSafetyTests {
 
     /// A failed `sha256sum > SHA256SUMS` leaves an empty file: refused like any empty manifest.
     @Test func anEmptySHA256SUMSIsInvalid() throws {
-        let w = try World("empty-sums")
+        let w = try Self.mirror("empty-sums")
         try "".write(toFile: w.box.published + "/SHA256SUMS", atomically: true, encoding: .utf8)
-        w.box.configure(remote: w.nginx.url + "site/", session: ["delete = yes", "manifest = SHA256SUMS"])
+        w.configure(session: ["delete = yes", "manifest = SHA256SUMS"])
         let run = w.box.sync()
         #expect(run.exitCode == 4, "\(run.output)")
         #expect(run.stderr.contains("SHA256SUMS is empty (0 bytes)"), "\(run.stderr)")
@@ -58,8 +39,8 @@ struct ManifestSafetyTests {
     /// `"files": []` with a higher version is refused for a mirror that holds files, unless the
     /// session allows it; even then `max-delete` caps what goes.
     @Test func aManifestWithNoEntriesNeedsAllowEmpty() throws {
-        let w = try World("no-entries")
-        try w.writeManifest("{\"format\": \"ferry-manifest/1\", \"version\": 99, \"files\": []}")
+        let w = try Self.mirror("no-entries")
+        try w.box.writeManifest("{\"format\": \"ferry-manifest/1\", \"version\": 99, \"files\": []}")
         let refused = w.box.sync()
         #expect(refused.exitCode == 4, "\(refused.output)")
         #expect(refused.stderr.contains("lists no files, and the mirror holds 10"), "\(refused.stderr)")
@@ -67,13 +48,13 @@ struct ManifestSafetyTests {
         #expect(treeSnapshot(w.box.local) == w.before)
         #expect(!w.box.status(["--json"]).stdout.contains("\"manifest_version\":99"), "a refused manifest is not recorded")
 
-        w.box.configure(remote: w.nginx.url + "site/", session: ["delete = yes", "allow-empty = yes"])
+        w.configure(session: ["delete = yes", "allow-empty = yes"])
         let capped = w.box.sync()
         #expect(capped.exitCode == 1, "\(capped.output)")
         #expect(capped.output.contains("refused to delete 10 files: more than max-delete = 50%"), "\(capped.output)")
         #expect(treeSnapshot(w.box.local) == w.before)
 
-        w.box.configure(remote: w.nginx.url + "site/", session: ["delete = yes", "allow-empty = yes", "max-delete = 100%"])
+        w.configure(session: ["delete = yes", "allow-empty = yes", "max-delete = 100%"])
         let emptied = w.box.sync()
         #expect(emptied.exitCode == 0, "\(emptied.output)")
         #expect(treeSnapshot(w.box.local).isEmpty, "the session allowed it: the mirror follows the remote")
@@ -82,7 +63,7 @@ struct ManifestSafetyTests {
     /// Over the default cap (50% of the files the session manages) a run deletes nothing, still
     /// completes its transfers, names the count and the key, and exits 1.
     @Test func theDefaultCapIsAPercentage() throws {
-        let w = try World("percent")
+        let w = try Self.mirror("percent")
         for i in 0..<6 { w.box.unpublish("dir\(i % 3)/f\(i).txt") }
         w.box.publish("arrives.txt", "new\n")
         w.box.buildManifest()
@@ -93,14 +74,14 @@ struct ManifestSafetyTests {
         #expect(fileContents(w.box.localPath("arrives.txt")) == "new\n", "transfers complete")
         for i in 0..<6 { #expect(FileManager.default.fileExists(atPath: w.box.localPath("dir\(i % 3)/f\(i).txt"))) }
 
-        w.box.configure(remote: w.nginx.url + "site/", session: ["delete = yes", "max-delete = 60%"])
+        w.configure(session: ["delete = yes", "max-delete = 60%"])
         let allowed = w.box.sync()
         #expect(allowed.exitCode == 0, "\(allowed.output)")
         expectIdentical(w.box.published, w.box.local)
     }
 
     @Test func aCountCapsToo() throws {
-        let w = try World("count", session: ["delete = yes", "max-delete = 2"])
+        let w = try Self.mirror("count", session: ["delete = yes", "max-delete = 2"])
         for i in 0..<3 { w.box.unpublish("dir\(i % 3)/f\(i).txt") }
         w.box.buildManifest()
         let run = w.box.sync()
@@ -131,7 +112,7 @@ struct ManifestSafetyTests {
     /// A manifest announced larger than `max-manifest-size` is refused before its body is read:
     /// a 2 GB body costs neither time nor memory.
     @Test func anOversizedManifestIsRefusedAtOnce() throws {
-        let w = try World("huge-manifest")
+        let w = try Self.mirror("huge-manifest")
         let path = w.box.published + "/manifest.json"
         #expect(truncate(path, 2_000_000_000) == 0)
         let (run0, peak) = ferryWithPeakRSS(["sync", "now", "--config", w.box.config])
@@ -154,10 +135,10 @@ struct ManifestSafetyTests {
     /// A manifest repeating one path 500,000 times is refused at the second one, without building
     /// half a million entries.
     @Test func aRepeatedPathStopsTheParseAtOnce() throws {
-        let w = try World("repeated")
+        let w = try Self.mirror("repeated")
         let hash = String(repeating: "a", count: 64)
         let one = "{\"path\": \"x\", \"size\": 1, \"sha256\": \"\(hash)\"}"
-        try w.writeManifest("{\"format\": \"ferry-manifest/1\", \"version\": 50, \"files\": [" + Array(repeating: one, count: 500_000).joined(separator: ",") + "]}")
+        try w.box.writeManifest("{\"format\": \"ferry-manifest/1\", \"version\": 50, \"files\": [" + Array(repeating: one, count: 500_000).joined(separator: ",") + "]}")
         let (run, peak) = ferryWithPeakRSS(["sync", "now", "--config", w.box.config])
         #expect(run.exitCode == 4, "\(run.output)")
         #expect(run.stderr.contains("lists \"x\" twice"), "\(run.stderr)")

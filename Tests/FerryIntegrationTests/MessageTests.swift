@@ -82,8 +82,7 @@ struct MessageTests {
         box.configure(remote: server.url)
         let first = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config])
         defer { first.stop() }
-        let deadline = Date().addingTimeInterval(20)
-        while !box.status().stdout.contains("running (pid \(first.pid))") && Date() < deadline { usleep(50_000) }
+        box.waitForStatus(containing: "running (pid \(first.pid))")
         let busy = box.sync()
         #expect(busy.exitCode == 6, "\(busy.output)")
         #expect(busy.stderr.contains("pid \(first.pid)"), "names the holder: \(busy.stderr)")

@@ -228,8 +228,7 @@ struct ServerFaultTests {
         box.configure(remote: server.url)
         let out = box.directory + "/blocked.out", err = box.directory + "/blocked.err"
         let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config], stdout: out, stderr: err)
-        let deadline = Date().addingTimeInterval(20)
-        while !server.requests().contains(where: { $0["path"] as? String == "/x/f.bin" }) && Date() < deadline { usleep(20_000) }
+        server.waitForRequest("/x/f.bin")
         try FileManager.default.createDirectory(atPath: box.localPath("x/f.bin/appeared"), withIntermediateDirectories: true)
         try "someone else's\n".write(toFile: box.localPath("x/f.bin/appeared/file"), atomically: true, encoding: .utf8)
         let code = child.wait(timeout: 60)

@@ -85,13 +85,7 @@ struct StopAndResumeTests {
         defer { server.stop() }
         let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--max-duration", "5m", "--quiet"])
         defer { child.stop() }
-        var seen = ""
-        let deadline = Date().addingTimeInterval(15)
-        while Date() < deadline {
-            seen = box.status().stdout
-            if seen.contains("running (pid \(child.pid)") { break }
-            usleep(50_000)
-        }
+        let seen = box.waitForStatus(containing: "running (pid \(child.pid)", timeout: 15)
         #expect(seen.contains("running (pid \(child.pid), 4m") || seen.contains("running (pid \(child.pid), 5m00s"), "\(seen)")
         #expect(seen.contains("s left)"))
         child.signal(SIGTERM)

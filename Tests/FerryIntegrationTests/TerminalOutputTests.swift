@@ -13,22 +13,10 @@ struct TerminalOutputTests {
         #expect(bad.isEmpty, "raw bytes in the output: \(bad.map { String($0.value, radix: 16) })", sourceLocation: sourceLocation)
     }
 
-    /// Creates a file whose name is raw bytes (possibly not UTF-8) in `directory`.
-    func createFile(in directory: String, named bytes: [UInt8]) {
-        let path = Array(directory.utf8) + [UInt8(ascii: "/")] + bytes + [0]
-        let fd = path.withUnsafeBufferPointer { $0.withMemoryRebound(to: CChar.self) { open($0.baseAddress!, O_CREAT | O_WRONLY, 0o644) } }
-        #expect(fd >= 0)
-        close(fd)
-    }
-
     @Test func hostileLocalNamesAreEscapedWhenDeletedAndWarnedAbout() throws {
-        let nginx = try NginxServer()
-        defer { nginx.stop() }
-        let box = Sandbox("hostile-names", published: nginx.root + "/site")
-        for i in 0..<6 { box.publish("f\(i).txt", "\(i)\n") }
-        box.buildManifest()
-        box.configure(remote: nginx.url + "site/", session: ["delete = yes"])
-        #expect(box.sync().exitCode == 0)
+        let w = try SyncedMirror("hostile-names", session: ["delete = yes"],
+                                 files: Dictionary(uniqueKeysWithValues: (0..<6).map { ("f\($0).txt", "\($0)\n") }))
+        let box = w.box
         let hostile = ["\u{1B}[8mhidden", "new\nline", "bidi\u{202E}gpj.exe"]
         for name in hostile { try "x\n".write(toFile: box.localPath(name), atomically: false, encoding: .utf8) }
         createFile(in: box.local, named: Array("caf".utf8) + [0xE9])

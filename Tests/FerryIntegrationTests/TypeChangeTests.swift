@@ -8,38 +8,9 @@ import Testing
 /// holds may be deleted. Nothing is followed through a symlink or written outside the root.
 @Suite(.serialized)
 struct TypeChangeTests {
-    /// A synced mirror over nginx, to change and sync again.
-    final class World {
-        let nginx: NginxServer
-        let box: Sandbox
-
-        init(_ label: String, session: [String] = [], files: [String: String]) throws {
-            nginx = try NginxServer()
-            box = Sandbox(label, published: nginx.root + "/site")
-            for (path, content) in files { box.publish(path, content) }
-            box.buildManifest()
-            box.configure(remote: nginx.url + "site/", session: session)
-            let first = box.sync()
-            #expect(first.exitCode == 0, "\(first.output)")
-        }
-
-        deinit { nginx.stop() }
-
-        /// Runs twice: exit 0 both times, and the mirror equals the remote.
-        func expectConverges(sourceLocation: SourceLocation = #_sourceLocation) -> FerryRun {
-            let run = box.sync()
-            #expect(run.exitCode == 0, "first run: \(run.output)", sourceLocation: sourceLocation)
-            expectIdentical(box.published, box.local, sourceLocation: sourceLocation)
-            let again = box.sync()
-            #expect(again.exitCode == 0, "second run: \(again.output)", sourceLocation: sourceLocation)
-            #expect(again.stdout.contains("nothing to transfer"), "\(again.output)", sourceLocation: sourceLocation)
-            return run
-        }
-    }
-
     @Test(arguments: ["delete = yes", "delete = no"])
     func theRemoteTurnsAFileIntoADirectory(delete: String) throws {
-        let w = try World("remote-file-dir", session: [delete], files: ["a/x": "a file\n", "keep.txt": "keep\n"])
+        let w = try SyncedMirror("remote-file-dir", session: [delete], files: ["a/x": "a file\n", "keep.txt": "keep\n"])
         w.box.unpublish("a/x")
         w.box.publish("a/x/inner.txt", "now a directory\n")
         w.box.publish("a/x/deeper/more.txt", "and more\n")
@@ -54,7 +25,7 @@ struct TypeChangeTests {
     @Test func theRemoteTurnsADirectoryIntoAFile() throws {
         var files = ["b/y/1.txt": "one\n", "b/y/sub/2.txt": "two\n", "b/other.txt": "other\n", "c.txt": "c\n"]
         for i in 0..<4 { files["k\(i).txt"] = "\(i)\n" }
-        let w = try World("remote-dir-file", session: ["delete = yes"], files: files)
+        let w = try SyncedMirror("remote-dir-file", session: ["delete = yes"], files: files)
         try FileManager.default.removeItem(atPath: w.box.published + "/b/y")
         w.box.publish("b/y", "now a file\n")
         w.box.unpublish("c.txt")
@@ -70,7 +41,7 @@ struct TypeChangeTests {
     /// With `delete = no` the files a directory in the way holds are kept: that file fails, naming
     /// the path and what to do, and nothing is removed.
     @Test func aDirectoryInTheWayIsKeptWhenTheSessionDoesNotDelete() throws {
-        let w = try World("dir-kept", session: ["delete = no"], files: ["b/y/1.txt": "one\n", "other.txt": "o\n"])
+        let w = try SyncedMirror("dir-kept", session: ["delete = no"], files: ["b/y/1.txt": "one\n", "other.txt": "o\n"])
         try FileManager.default.removeItem(atPath: w.box.published + "/b/y")
         w.box.publish("b/y", "now a file\n")
         w.box.publish("new.txt", "new\n")
@@ -87,7 +58,7 @@ struct TypeChangeTests {
     }
 
     @Test func aDirectoryInTheWayCountsAgainstMaxDelete() throws {
-        let w = try World("dir-cap", session: ["delete = yes", "max-delete = 2"],
+        let w = try SyncedMirror("dir-cap", session: ["delete = yes", "max-delete = 2"],
                           files: ["b/y/1.txt": "1\n", "b/y/2.txt": "2\n", "b/y/3.txt": "3\n", "z.txt": "z\n"])
         try FileManager.default.removeItem(atPath: w.box.published + "/b/y")
         w.box.publish("b/y", "now a file\n")
@@ -98,13 +69,13 @@ struct TypeChangeTests {
                 "\(run.stderr)")
         #expect(run.output.contains("refused to delete 3 files"), "\(run.output)")
         for i in 1...3 { #expect(FileManager.default.fileExists(atPath: w.box.localPath("b/y/\(i).txt"))) }
-        w.box.configure(remote: w.nginx.url + "site/", session: ["delete = yes", "max-delete = 3"])
+        w.configure(session: ["delete = yes", "max-delete = 3"])
         _ = w.expectConverges()
     }
 
     @Test(arguments: ["delete = yes", "delete = no"])
     func aLocalDirectoryReplacedByAFile(delete: String) throws {
-        let w = try World("local-dir-file", session: [delete], files: ["d/f1": "1\n", "d/f2": "2\n", "e": "e\n"])
+        let w = try SyncedMirror("local-dir-file", session: [delete], files: ["d/f1": "1\n", "d/f2": "2\n", "e": "e\n"])
         try FileManager.default.removeItem(atPath: w.box.localPath("d"))
         try "a file where a directory was\n".write(toFile: w.box.localPath("d"), atomically: true, encoding: .utf8)
         let run = w.expectConverges()
@@ -112,7 +83,7 @@ struct TypeChangeTests {
     }
 
     @Test func aLocalFileReplacedByADirectory() throws {
-        let w = try World("local-file-dir", session: ["delete = yes"], files: ["f": "file\n", "g": "g\n", "h": "h\n"])
+        let w = try SyncedMirror("local-file-dir", session: ["delete = yes"], files: ["f": "file\n", "g": "g\n", "h": "h\n"])
         try FileManager.default.removeItem(atPath: w.box.localPath("f"))
         try FileManager.default.createDirectory(atPath: w.box.localPath("f/junk"), withIntermediateDirectories: true)
         try "junk\n".write(toFile: w.box.localPath("f/junk/file"), atomically: true, encoding: .utf8)
@@ -121,7 +92,7 @@ struct TypeChangeTests {
     }
 
     @Test func aLocalDirectoryReplacedByASymlinkInsideTheRoot() throws {
-        let w = try World("local-link-in", session: ["delete = yes"], files: ["d/f": "f\n", "e/g": "g\n"])
+        let w = try SyncedMirror("local-link-in", session: ["delete = yes"], files: ["d/f": "f\n", "e/g": "g\n"])
         try FileManager.default.removeItem(atPath: w.box.localPath("d"))
         try FileManager.default.createSymbolicLink(atPath: w.box.localPath("d"), withDestinationPath: "e")
         let run = w.expectConverges()
@@ -133,7 +104,7 @@ struct TypeChangeTests {
 
     @Test(arguments: ["delete = yes", "delete = no"])
     func aLocalDirectoryReplacedByASymlinkOutsideTheRoot(delete: String) throws {
-        let w = try World("local-link-out", session: [delete], files: ["d/f": "f\n", "d/sub/h": "h\n"])
+        let w = try SyncedMirror("local-link-out", session: [delete], files: ["d/f": "f\n", "d/sub/h": "h\n"])
         let outside = w.box.directory + "/outside"
         try FileManager.default.createDirectory(atPath: outside + "/sub", withIntermediateDirectories: true)
         try "precious\n".write(toFile: outside + "/f", atomically: true, encoding: .utf8)
@@ -146,7 +117,7 @@ struct TypeChangeTests {
     }
 
     @Test func aFIFOWhereADirectoryMustBe() throws {
-        let w = try World("local-fifo", session: [], files: ["d/f": "f\n"])
+        let w = try SyncedMirror("local-fifo", session: [], files: ["d/f": "f\n"])
         try FileManager.default.removeItem(atPath: w.box.localPath("d"))
         #expect(mkfifo(w.box.localPath("d"), 0o644) == 0)
         let run = w.expectConverges()
@@ -156,11 +127,9 @@ struct TypeChangeTests {
     /// A directory in the way goes only with exactly the files the plan counted: a name ferry
     /// cannot list (not UTF-8), or a file that appeared during the run, keeps all of it.
     @Test func aDirectoryInTheWayHoldingWhatThePlanDidNotCountStays() throws {
-        let w = try World("dir-uncounted", session: ["delete = yes"], files: ["b/y/1.txt": "1\n", "o1": "1\n", "o2": "2\n", "o3": "3\n"])
+        let w = try SyncedMirror("dir-uncounted", session: ["delete = yes"], files: ["b/y/1.txt": "1\n", "o1": "1\n", "o2": "2\n", "o3": "3\n"])
+        createFile(in: w.box.localPath("b/y"), named: Array("caf".utf8) + [0xE9])
         let odd = Array(w.box.localPath("b/y/caf").utf8) + [0xE9, 0]
-        let fd = odd.withUnsafeBufferPointer { $0.withMemoryRebound(to: CChar.self) { open($0.baseAddress!, O_CREAT | O_WRONLY, 0o644) } }
-        #expect(fd >= 0)
-        close(fd)
         try FileManager.default.removeItem(atPath: w.box.published + "/b/y")
         w.box.publish("b/y", randomData(400_000, seed: 31))
         w.box.buildManifest()
@@ -180,8 +149,7 @@ struct TypeChangeTests {
         try FileManager.default.removeItem(atPath: w.box.localPath(".ferry/partial"))
         let out = w.box.directory + "/appear.out", err = w.box.directory + "/appear.err"
         let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", w.box.config], stdout: out, stderr: err)
-        let deadline = Date().addingTimeInterval(20)
-        while !server.requests().contains(where: { $0["path"] as? String == "/b/y" }) && Date() < deadline { usleep(10_000) }
+        server.waitForRequest("/b/y")
         try "arrived late\n".write(toFile: w.box.localPath("b/y/late.txt"), atomically: true, encoding: .utf8)
         #expect(child.wait(timeout: 30) == 1)
         let stderr = (try? String(contentsOfFile: err, encoding: .utf8)) ?? ""
@@ -197,5 +165,18 @@ struct TypeChangeTests {
         #expect(again.events(named: "file-done").first?["fetched"] as? Int == 0, "the verified partial was kept: \(again.stdout)")
         #expect(again.events(named: "file-deleted").compactMap { $0["path"] as? String } == ["b/y/1.txt"])
         expectIdentical(w.box.published, w.box.local)
+    }
+}
+
+extension SyncedMirror {
+    /// Runs twice: exit 0 both times, the mirror equals the remote, and the second run has nothing to do.
+    func expectConverges(sourceLocation: SourceLocation = #_sourceLocation) -> FerryRun {
+        let run = box.sync()
+        #expect(run.exitCode == 0, "first run: \(run.output)", sourceLocation: sourceLocation)
+        expectIdentical(box.published, box.local, sourceLocation: sourceLocation)
+        let again = box.sync()
+        #expect(again.exitCode == 0, "second run: \(again.output)", sourceLocation: sourceLocation)
+        #expect(again.stdout.contains("nothing to transfer"), "\(again.output)", sourceLocation: sourceLocation)
+        return run
     }
 }

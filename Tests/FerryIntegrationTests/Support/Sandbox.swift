@@ -54,10 +54,21 @@ final class Sandbox {
     func buildManifest(_ extra: [String] = []) -> FerryRun {
         let run = ferry(["manifest", "build", published] + extra)
         #expect(run.exitCode == 0, "manifest build failed: \(run.output)")
+        markRepublished()
+        return run
+    }
+
+    /// Publishes a manifest written by hand (as a publishing mistake or a hostile remote would).
+    func writeManifest(_ text: String, as name: String = "manifest.json") throws {
+        try text.write(toFile: published + "/" + name, atomically: true, encoding: .utf8)
+        markRepublished(name)
+    }
+
+    /// Moves a published file's mtime a minute past the last one, so a conditional GET sees it as new.
+    func markRepublished(_ name: String = "manifest.json") {
         manifestBuilds += 1
         var times = [timespec(tv_sec: time(nil) + 60 * manifestBuilds, tv_nsec: 0), timespec(tv_sec: time(nil) + 60 * manifestBuilds, tv_nsec: 0)]
-        utimensat(AT_FDCWD, published + "/manifest.json", &times, 0)
-        return run
+        utimensat(AT_FDCWD, published + "/" + name, &times, 0)
     }
 
     func sync(_ extra: [String] = [], timeout: Double = 120) -> FerryRun {
@@ -65,6 +76,18 @@ final class Sandbox {
     }
 
     func status(_ extra: [String] = []) -> FerryRun { ferry(["status", "--config", config] + extra) }
+
+    /// Polls `ferry status` until its output holds `text` (or `timeout` passes); returns the last output.
+    @discardableResult
+    func waitForStatus(containing text: String, timeout: Double = 20) -> String {
+        let deadline = Date().addingTimeInterval(timeout)
+        var seen = status().stdout
+        while !seen.contains(text) && Date() < deadline {
+            usleep(50_000)
+            seen = status().stdout
+        }
+        return seen
+    }
 
     func localPath(_ p: String) -> String { local + "/" + p }
 }

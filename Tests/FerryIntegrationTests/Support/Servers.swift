@@ -151,6 +151,12 @@ final class PythonServer {
 
     func clearLog() { try? "".write(toFile: log, atomically: false, encoding: .utf8) }
 
+    /// Waits until a request for `path` has arrived (a transfer under way), or `timeout` passes.
+    func waitForRequest(_ path: String, timeout: Double = 20) {
+        let deadline = Date().addingTimeInterval(timeout)
+        while !requests().contains(where: { $0["path"] as? String == path }) && Date() < deadline { usleep(10_000) }
+    }
+
     /// The requests the server saw, one dictionary each.
     func requests() -> [[String: Any]] {
         guard let text = try? String(contentsOfFile: log, encoding: .utf8) else { return [] }
