@@ -83,4 +83,14 @@ enum CommonOptions {
     static let json = OptionSpec("--json", "machine-readable output: one JSON object per line")
     static let quiet = OptionSpec("--quiet", "print nothing but errors")
     static let help = OptionSpec("--help", "show this help")
+    static let maxDuration = OptionSpec("--max-duration", value: "D", "stop after D (e.g. 90s, 15m), keep resume data, exit 3")
+
+    /// `--max-duration`, when given: a positive duration.
+    static func maxDuration(_ arguments: Arguments, command: String) throws(FerryError) -> Double? {
+        guard let text = arguments.value("--max-duration") else { return nil }
+        guard let d = Units.parseDuration(text), d > 0 else {
+            throw .usage("ferry \(command): --max-duration wants a duration like 90s, 15m or 2h, got '\(text)'")
+        }
+        return d
+    }
 }

@@ -4,6 +4,8 @@ public struct Event: Sendable {
     public enum Body: Sendable {
         case syncStarted(direction: Direction, dryRun: Bool)
         case manifestFetched(url: String, version: Int64?, files: Int, unchanged: Bool)
+        /// A manifest fetch failed in a way that may pass (`RetryClass`); try `attempt` follows after `delay` seconds.
+        case manifestRetrying(url: String, attempt: Int, delay: Double, error: String)
         case planned(downloads: Int, bytes: Int64, metadataFixes: Int, deletions: Int, upToDate: Int, hashed: Int, extrasKept: Int)
         /// One line of a dry run's plan: `action` is download, replace, delete, refused-delete,
         /// fix-metadata or blocked; `reason` says why.
@@ -52,6 +54,7 @@ public struct Event: Sendable {
         switch body {
         case .syncStarted: return "sync-started"
         case .manifestFetched: return "manifest-fetched"
+        case .manifestRetrying: return "manifest-retrying"
         case .planned: return "planned"
         case .planItem: return "plan-item"
         case .replaced: return "replaced"
@@ -102,6 +105,8 @@ public struct Event: Sendable {
             s("path", path.string); n("offset", offset)
         case let .fileRestarted(path, reason):
             s("path", path.string); s("reason", reason)
+        case let .manifestRetrying(url, attempt, delay, error):
+            s("url", url); n("attempt", Int64(attempt)); fields.append(("delay", Units.formatFixed(delay, digits: 3))); s("error", error)
         case let .fileRetrying(path, attempt, delay, error):
             s("path", path.string); n("attempt", Int64(attempt)); fields.append(("delay", Units.formatFixed(delay, digits: 3))); s("error", error)
         case let .fileDelayed(path, until):

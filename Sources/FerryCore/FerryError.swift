@@ -32,12 +32,18 @@ public struct FerryError: Error, Equatable, Sendable, CustomStringConvertible {
     public let category: Category
     public let message: String
     public let hint: String?
+    /// What failed underneath, for errors from a request: decides whether trying again can help.
+    public var cause: FailureCause?
 
-    public init(_ category: Category, _ message: String, hint: String? = nil) {
+    public init(_ category: Category, _ message: String, hint: String? = nil, cause: FailureCause? = nil) {
         self.category = category
         self.message = message
         self.hint = hint
+        self.cause = cause
     }
+
+    /// Whether trying again can help (never for errors that did not come from a request).
+    public var retryClass: RetryClass { cause?.retryClass ?? .never }
 
     public var exitCode: ExitCode {
         switch category {

@@ -17,6 +17,61 @@ public enum TaskState: String, Sendable, CaseIterable {
     case delayed
 }
 
+/// What happens to a task; `TaskState.after(_:)` says which state each leads to.
+public enum TaskEvent: String, Sendable, CaseIterable {
+    /// Recorded for a planned transfer (new, or its content changed).
+    case queue
+    /// Recorded for a planned transfer that may not begin before a time.
+    case delay
+    /// A delayed task came due and still has work to do.
+    case due
+    /// A transfer took it up.
+    case start
+    /// An attempt failed and will be tried again.
+    case retry
+    /// The remote could not be reached; tried again when it can be.
+    case wait
+    /// Given up on (kept with its resume data).
+    case fail
+    /// Verified and in place.
+    case complete
+    /// `ferry cancel`.
+    case suspend
+    /// `ferry resume`.
+    case resume
+}
+
+extension TaskState {
+    /// The state after `event`, or nil when the event does not apply to a task in this state (the
+    /// row is left as it is). The rules: a suspended task stays suspended until `resume` whatever a
+    /// running transfer reports, except that a file committed before the cancel reached it is done;
+    /// a done task only starts again when queued again.
+    public func after(_ event: TaskEvent) -> TaskState? {
+        switch (event, self) {
+        case (.complete, _): return .done
+        case (.resume, .suspended): return .queued
+        case (.resume, _): return nil
+        case (.suspend, .done), (.suspend, .suspended): return nil
+        case (.suspend, _): return .suspended
+        case (.due, .delayed): return .queued
+        case (.due, _): return nil
+        case (_, .suspended): return nil
+        case (.queue, _): return .queued
+        case (.delay, _): return .delayed
+        case (_, .done): return nil
+        case (.start, _): return .running
+        case (.retry, _): return .queued
+        case (.wait, _): return .waiting
+        case (.fail, _): return .failed
+        }
+    }
+
+    /// The states `event` applies to.
+    public static func applying(_ event: TaskEvent) -> [TaskState] {
+        allCases.filter { $0.after(event) != nil }
+    }
+}
+
 /// One row of the task table: a file's transfer within a session.
 public struct TransferTask: Sendable, Equatable {
     public var id: Int64

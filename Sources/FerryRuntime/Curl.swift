@@ -31,26 +31,9 @@ public enum Curl {
         return !headers.complete || (errorText.map { $0.lowercased().contains("header") } ?? false)
     }
 
-    /// Codes that mean the remote could not be reached at all (as opposed to a bad answer).
-    static func isConnectivityError(_ code: CURLcode) -> Bool {
-        switch code {
-        case CURLE_COULDNT_RESOLVE_HOST, CURLE_COULDNT_CONNECT, CURLE_COULDNT_RESOLVE_PROXY:
-            return true
-        default:
-            return false
-        }
-    }
-
-    /// Whether a transfer that ended with `code` is worth trying again.
-    static func retry(for code: CURLcode) -> Download.Retry {
-        if isConnectivityError(code) { return .connectivity }
-        switch code {
-        case CURLE_OPERATION_TIMEDOUT, CURLE_SEND_ERROR, CURLE_RECV_ERROR, CURLE_GOT_NOTHING, CURLE_PARTIAL_FILE,
-             CURLE_HTTP2, CURLE_HTTP2_STREAM, CURLE_SSL_CONNECT_ERROR:
-            return .later
-        default:
-            return .never
-        }
+    /// Why a transfer that ended with `code` failed, for the retry rules (`FailureCause.retryClass`).
+    static func cause(_ code: CURLcode, errorText: String?, headers: ResponseHeaders) -> FailureCause {
+        isHeaderTooLarge(code, errorText: errorText, headers: headers) ? .unusable : .network(curlCode: Int32(code.rawValue))
     }
 }
 
@@ -165,19 +148,6 @@ struct ResponseHeaders {
         if let seconds = Double(value.trimmingSpaces()), seconds >= 0 { return seconds }
         guard let date = HTTPDate.parse(value) else { return nil }
         return max(0, date.timeInterval - Timestamp.now().timeInterval)
-    }
-
-    /// `bytes 100-199/1000` → (100, 199, 1000); the total may be `*` (nil).
-    static func parseContentRange(_ value: String) -> (first: Int64, last: Int64, total: Int64?)? {
-        guard value.hasPrefix("bytes ") else { return nil }
-        let rest = value.dropFirst(6)
-        let halves = rest.split(separator: "/", maxSplits: 1)
-        guard halves.count == 2 else { return nil }
-        let span = halves[0].split(separator: "-", maxSplits: 1)
-        guard span.count == 2, let first = Int64(span[0]), let last = Int64(span[1]), first <= last else { return nil }
-        let total = halves[1] == "*" ? nil : Int64(halves[1])
-        if halves[1] != "*" && total == nil { return nil }
-        return (first, last, total)
     }
 }
 

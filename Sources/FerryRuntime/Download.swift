@@ -15,23 +15,14 @@ final class Download {
         case interrupted
     }
 
-    /// Whether trying again can help.
-    enum Retry {
-        /// No: the answer will be the same (404, a hash that does not match, a full disk).
-        case never
-        /// Yes, after a backoff: a reset, a truncated body, a stall, a 5xx or 429.
-        case later
-        /// Yes, once the remote can be reached again.
-        case connectivity
-    }
-
     struct Failure {
         let message: String
         /// Whether the partial (up to `written`) is still good resume data.
         let keepPartial: Bool
-        let retry: Retry
+        let cause: FailureCause
         /// Seconds the server asked to wait (`Retry-After` on 429 and 503).
         var retryAfter: Double? = nil
+        var retry: RetryClass { cause.retryClass }
     }
 
     let task: TransferTask
@@ -65,7 +56,7 @@ final class Download {
     /// The validator of the response the partial now holds.
     private(set) var validator: String?
     private var failure: String?
-    private var failureRetry = Retry.never
+    private var failureCause = FailureCause.unusable
     private var discardPartial = false
     /// Why the download began again from zero, if it did.
     private(set) var restartReason: String?
@@ -131,7 +122,7 @@ final class Download {
             return count
         }
         if let size = entry.size, written + Int64(count) > size {
-            fail("the server sent more than the manifest's \(size) bytes", discard: true)
+            fail("the server sent more than the manifest's \(size) bytes", discard: true, cause: .wrongLength)
             return 0
         }
         if let backgroundHasher {
@@ -167,7 +158,7 @@ final class Download {
             // After a failed fdatasync the kernel may report later syncs as fine: trust nothing.
             let code = errno
             localIOFailure = localIOFailure ?? code
-            fail("could not sync the partial file to disk (\(FileSystem.errorText(code))); it will be fetched again", discard: true)
+            fail("could not sync the partial file to disk (\(FileSystem.errorText(code))); it will be fetched again", discard: true, cause: .local(errno: code))
             return
         }
         checkpointed = written
@@ -205,7 +196,7 @@ final class Download {
             if n < 0 {
                 if errno == EINTR { continue }
                 let code = errno
-                fail("cannot write the partial file: \(FileSystem.errorText(code))", discard: false)
+                fail("cannot write the partial file: \(FileSystem.errorText(code))", discard: false, cause: .local(errno: code))
                 localIOFailure = code
                 return false
             }
@@ -217,10 +208,10 @@ final class Download {
     /// errno of a local write failure (disk full...), which is a local I/O error, not the remote's.
     private(set) var localIOFailure: Int32?
 
-    private func fail(_ message: String, discard: Bool, retry: Retry = .never) {
+    private func fail(_ message: String, discard: Bool, cause: FailureCause) {
         if failure == nil {
             failure = message
-            failureRetry = retry
+            failureCause = cause
         }
         discardPartial = discardPartial || discard
     }
@@ -233,29 +224,17 @@ final class Download {
             accepting = true
             return
         }
-        switch headers.status {
-        case 206:
-            guard requestedOffset > 0, let value = headers.contentRange, let range = ResponseHeaders.parseContentRange(value),
-                  range.first == requestedOffset else {
-                fail("the server answered the range request for bytes \(requestedOffset)- with Content-Range '\(headers.contentRange ?? "none")'; starting again from zero",
-                     discard: true, retry: .later)
-                return
-            }
-            if let total = range.total, let size = entry.size, total != size {
-                fail("the server says the file has \(total) bytes; the manifest says \(size)", discard: true)
-                return
-            }
-            if let sent = headers.rangeValidator, let asked = ifRange, sent != asked {
-                fail("the server resumed a different version (validator \(sent), asked for \(asked)); starting again from zero",
-                     discard: true, retry: .later)
-                return
-            }
+        let asked = ResponsePolicy.Asked(offset: requestedOffset, ifRange: ifRange, size: entry.size)
+        let answer = ResponsePolicy.Answer(status: headers.status, contentRange: headers.contentRange,
+                                           contentLength: headers.contentLength, validator: headers.rangeValidator)
+        switch ResponsePolicy.decide(asked, answer) {
+        case let .append(validator):
             accepting = true
-            validator = headers.rangeValidator ?? ifRange
-        case 200:
+            self.validator = validator
+        case let .replace(validator, restart):
             if requestedOffset > 0 {
                 if ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) < 0 {
-                    fail("cannot truncate the partial file: \(FileSystem.errorText())", discard: true)
+                    fail("cannot truncate the partial file: \(FileSystem.errorText())", discard: true, cause: .local(errno: errno))
                     return
                 }
                 if let inlineHasher {
@@ -269,19 +248,15 @@ final class Download {
                 }
                 written = 0
                 checkpointed = 0
-                restartReason = ifRange == nil
-                    ? "no validator to resume with; starting again from zero"
-                    : "the server did not resume (200 to a range request, or the file changed); starting again from zero"
             }
-            if let length = headers.contentLength, let size = entry.size, length != size {
-                fail("the server says the file has \(length) bytes; the manifest says \(size)", discard: true)
-                return
-            }
+            restartReason = restart
             accepting = true
-            validator = headers.rangeValidator
+            self.validator = validator
             // The old offset no longer describes the partial: record the restart before new bytes land.
-            if restartReason != nil { onCheckpoint?(self) }
-        default:
+            if restart != nil { onCheckpoint?(self) }
+        case let .refuse(message, cause):
+            fail(message, discard: true, cause: cause)
+        case .errorStatus:
             accepting = false
         }
     }
@@ -289,19 +264,18 @@ final class Download {
     /// The verdict once libcurl reports the transfer done.
     func finish(code: CURLcode, errorText: String?) -> Outcome {
         if !decided && code == CURLE_OK { decide() }
-        if let failure { return .failed(Failure(message: failure, keepPartial: !discardPartial, retry: failureRetry)) }
+        if let failure { return .failed(Failure(message: failure, keepPartial: !discardPartial, cause: failureCause)) }
         guard code == CURLE_OK else {
             var text = Curl.describe(code, errorText: errorText, headers: headers)
             if code == CURLE_OPERATION_TIMEDOUT && text.contains("too slow") { text = "stalled: " + text }
-            return .failed(Failure(message: text, keepPartial: true, retry: Curl.retry(for: code)))
+            return .failed(Failure(message: text, keepPartial: true, cause: Curl.cause(code, errorText: errorText, headers: headers)))
         }
         if scheme != .file && headers.status != 200 && headers.status != 206 {
             let status = headers.status
             var message = "HTTP \(status) \(headers.reason)".trimmingSpaces()
             if status == 416 { message += " (range not satisfiable); starting again from zero" }
-            let retry: Retry = [408, 416, 425, 429, 500, 502, 503, 504].contains(status) ? .later : .never
             let after = (status == 429 || status == 503) ? headers.retryAfter.flatMap(ResponseHeaders.parseRetryAfter) : nil
-            return .failed(Failure(message: message, keepPartial: status != 416, retry: retry, retryAfter: after))
+            return .failed(Failure(message: message, keepPartial: status != 416, cause: .http(status: status), retryAfter: after))
         }
         return verify()
     }
@@ -310,26 +284,26 @@ final class Download {
     func verify() -> Outcome {
         if let size = entry.size, written != size {
             return .failed(Failure(message: "the server sent \(written) of \(size) bytes (truncated)", keepPartial: written < size,
-                                   retry: written < size ? .later : .never))
+                                   cause: written < size ? .truncated : .wrongLength))
         }
         guard flush() else {
-            return .failed(Failure(message: failure ?? "cannot write the partial file", keepPartial: false, retry: .never))
+            return .failed(Failure(message: failure ?? "cannot write the partial file", keepPartial: false, cause: failureCause))
         }
         let digest = inlineHasher?.finalizeHex() ?? backgroundHasher?.finish()
         backgroundHasher = nil
         guard let sha = digest else {
-            return .failed(Failure(message: "cannot read back the partial file to hash it", keepPartial: false, retry: .never))
+            return .failed(Failure(message: "cannot read back the partial file to hash it", keepPartial: false, cause: .local(errno: EIO)))
         }
         guard sha == entry.sha256 else {
             if isAlreadyComplete && received == 0 {
-                return .failed(Failure(message: "the kept partial file does not verify; fetching it again", keepPartial: false, retry: .later))
+                return .failed(Failure(message: "the kept partial file does not verify; fetching it again", keepPartial: false, cause: .contentMismatch(afterResume: true)))
             }
             if requestedOffset > 0 && restartReason == nil {
                 return .failed(Failure(message: "the resumed file does not verify (the server may have changed it); fetching it again from zero",
-                                       keepPartial: false, retry: .later))
+                                       keepPartial: false, cause: .contentMismatch(afterResume: true)))
             }
             return .failed(Failure(message: "content does not match the manifest: SHA-256 is \(sha), the manifest says \(entry.sha256)",
-                                   keepPartial: false, retry: .never))
+                                   keepPartial: false, cause: .contentMismatch(afterResume: false)))
         }
         return .verified
     }

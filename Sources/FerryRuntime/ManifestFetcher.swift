@@ -60,10 +60,12 @@ public struct ManifestFetcher {
         }
         guard code == CURLE_OK else {
             let why = Curl.describe(code, errorText: easy.errorText, headers: headers.headers)
-            throw .remote("cannot fetch the manifest \(url): \(why)",
-                          hint: Curl.isConnectivityError(code) ? "check that the remote is up and reachable from this machine" :
+            let cause = Curl.cause(code, errorText: easy.errorText, headers: headers.headers)
+            throw FerryError(.remote, "cannot fetch the manifest \(url): \(why)",
+                             hint: cause.isConnectivity ? "check that the remote is up and reachable from this machine" :
                                 (code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE
-                                 ? "if the server uses a private CA, name its certificate with ca-file =" : nil))
+                                 ? "if the server uses a private CA, name its certificate with ca-file =" : nil),
+                             cause: cause)
         }
         let status = easy.responseCode
         if status == 304 { return .unchanged }
@@ -71,7 +73,8 @@ public struct ManifestFetcher {
             var hint: String?
             if status == 401 || status == 403 { hint = "check the credentials file named in the config (basic-auth-file or bearer-token-file)" }
             if status == 404 { hint = "check 'remote =' and 'manifest =' in the config, and that the manifest was published" }
-            throw .remote("cannot fetch the manifest \(url): HTTP \(status) \(headers.headers.reason)".trimmingSpaces(), hint: hint)
+            throw FerryError(.remote, "cannot fetch the manifest \(url): HTTP \(status) \(headers.headers.reason)".trimmingSpaces(), hint: hint,
+                             cause: .http(status: status))
         }
         return .fetched(bytes: body.bytes, etag: headers.headers.etag, lastModified: headers.headers.lastModified)
     }

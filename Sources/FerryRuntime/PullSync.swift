@@ -105,7 +105,7 @@ public final class PullSync {
             withExtendedLifetime(lock) {}
         } catch {
             result.error = error
-            result.exitCode = error.exitCode
+            result.exitCode = RunOutcome(error: error.category).exitCode
             result.message = error.message
             result.hint = error.hint
         }
@@ -252,28 +252,24 @@ public final class PullSync {
         }
 
         let attempted = plan.downloads.count + plan.metadataFixes.count + plan.blocked.count
-        if let localIOError {
-            result.exitCode = .localIO
-            result.message = localIOError
-        } else if result.failed > 0 || plan.refusedDeletions != nil {
-            result.exitCode = .someFilesFailed
-            if result.failed > 0 {
-                let failures = "\(result.failed) of \(attempted) files failed"
-                result.message = result.message.map { failures + "; " + $0 } ?? failures
-            }
-        } else if result.waiting > 0 {
-            result.exitCode = .remoteOrManifest
-            result.message = "the remote could not be reached for \(result.waiting) files; they wait for connectivity and the next run tries again"
-        } else if let stopped {
-            result.exitCode = .incomplete
-            result.message = "\(stopped); the next run resumes where this one stopped"
-        } else if result.suspended > 0 {
-            result.exitCode = .incomplete
-            result.message = "\(result.suspended) files are suspended by ferry cancel; ferry resume continues them"
-        } else if result.delayed > 0 {
-            result.exitCode = .incomplete
-            result.message = "\(result.delayed) files are delayed; the first may begin at \(result.nextBegin?.rfc3339 ?? "?"), in a later run"
+        let outcome = RunOutcome(localIOFailed: localIOError != nil, failed: result.failed, deletionsRefused: plan.refusedDeletions != nil,
+                                 waiting: result.waiting, stopped: stopped != nil, suspended: result.suspended, delayed: result.delayed)
+        result.exitCode = outcome.exitCode
+        // Every condition present is named, the one that decided the exit code first.
+        var reasons: [String] = []
+        if let localIOError { reasons.append(localIOError) }
+        if result.failed > 0 { reasons.append("\(result.failed) of \(attempted) files failed") }
+        if let refusal = result.message { reasons.append(refusal) }
+        if result.waiting > 0 {
+            let text = "the remote could not be reached for \(result.waiting) files; they wait for connectivity and the next run tries again"
+            if outcome.exitCode == .remoteOrManifest { reasons.insert(text, at: 0) } else { reasons.append(text) }
         }
+        if let stopped { reasons.append("\(stopped); the next run resumes where this one stopped") }
+        if result.suspended > 0 { reasons.append("\(result.suspended) files are suspended by ferry cancel; ferry resume continues them") }
+        if result.delayed > 0 {
+            reasons.append("\(result.delayed) files are delayed; the first may begin at \(result.nextBegin?.rfc3339 ?? "?"), in a later run")
+        }
+        result.message = reasons.isEmpty ? nil : reasons.joined(separator: "; ")
     }
 
     /// Why a listed file cannot be placed, and what to do about it.
@@ -339,8 +335,27 @@ public final class PullSync {
     private func fetchManifest(record: SessionRecord?, settings: HTTPSettings) throws(FerryError) -> Fetched {
         let url = session.manifestURL
         let sameURL = record?.manifestURL == url && FileSystem.exists(cachePath)
-        let fetched = try ManifestFetcher(settings: settings, maximumSize: session.maxManifestSize).fetch(
-            url: url, etag: sameURL ? record?.manifestETag : nil, lastModified: sameURL ? record?.manifestLastModified : nil)
+        let fetcher = ManifestFetcher(settings: settings, maximumSize: session.maxManifestSize)
+        var attempt = 1
+        var fetched: ManifestFetch
+        while true {
+            do throws(FerryError) {
+                fetched = try fetcher.fetch(url: url, etag: sameURL ? record?.manifestETag : nil,
+                                            lastModified: sameURL ? record?.manifestLastModified : nil)
+                break
+            } catch {
+                // The same retry rules as transfers: what may pass is tried `retries` more times.
+                guard error.retryClass != .never, attempt <= session.retries else { throw error }
+                let delay = retryDelay(attempt: attempt, baseDelay: session.retryDelay, retryAfter: nil, jitter: Double.random(in: 0.5...1.0))
+                attempt += 1
+                emit(.manifestRetrying(url: url, attempt: attempt, delay: delay, error: error.message))
+                let wake = MonotonicClock.seconds() + delay
+                while MonotonicClock.seconds() < wake {
+                    if options.stop.reason != nil { throw error }
+                    usleep(20_000)
+                }
+            }
+        }
         switch fetched {
         case .unchanged:
             let bytes = try FileSystem.readFile(cachePath, limit: Int(session.maxManifestSize))

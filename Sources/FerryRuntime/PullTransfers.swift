@@ -198,26 +198,25 @@ final class PullTransfers {
         if item.triesThisRun > session.retries {
             if failure.retry == .connectivity {
                 waiting += 1
-                record(item.task, state: .waiting, error: failure.message)
+                record(item.task, waiting: true, error: failure.message)
                 emit(.fileWaiting(path: path, error: failure.message))
             } else {
                 fail(path, item.task, failure.message + " (after \(item.triesThisRun) tries)", bytesDone: kept, validator: item.task.validator)
             }
             return
         }
-        let backoff = min(60, session.retryDelay * Double(1 << min(item.triesThisRun - 1, 16)))
-        var delay = backoff * Double.random(in: 0.5...1.0)
-        if let after = failure.retryAfter { delay = max(delay, min(after, 3600)) }
+        let delay = retryDelay(attempt: item.triesThisRun, baseDelay: session.retryDelay, retryAfter: failure.retryAfter,
+                               jitter: Double.random(in: 0.5...1.0))
         item.notBefore = MonotonicClock.seconds() + delay
-        record(item.task, state: failure.retry == .connectivity ? .waiting : .queued, error: failure.message)
+        record(item.task, waiting: failure.retry == .connectivity, error: failure.message)
         emit(.fileRetrying(path: path, attempt: item.triesThisRun + 1, delay: delay, error: failure.message))
         let index = backingOff.firstIndex { $0.notBefore > item.notBefore } ?? backingOff.count
         backingOff.insert(item, at: index)
     }
 
-    private func record(_ task: TransferTask, state: TaskState, error: String) {
+    private func record(_ task: TransferTask, waiting: Bool, error: String) {
         do throws(FerryError) {
-            try store.markRetrying(task.id, state: state, attempts: task.attempts, error: error, bytesDone: task.bytesDone, validator: task.validator)
+            try store.markRetrying(task.id, waiting: waiting, attempts: task.attempts, error: error, bytesDone: task.bytesDone, validator: task.validator)
         } catch {
             storeError = error
         }

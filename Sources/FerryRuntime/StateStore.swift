@@ -107,7 +107,51 @@ public final class StateStore {
         DROP TABLE hash_cache;
         ALTER TABLE hash_cache_3 RENAME TO hash_cache;
         """,
+        // 4: the task table checks its states and directions, so a row no ferry wrote (or a bug)
+        // cannot hold a state the state machine (TaskState.after) does not know. A row with an
+        // unknown state is carried over as queued: the next run checks it against the manifest.
+        """
+        CREATE TABLE tasks_4 (
+            id INTEGER PRIMARY KEY,
+            session TEXT NOT NULL,
+            path TEXT NOT NULL,
+            direction TEXT NOT NULL CHECK (direction IN ('pull', 'push')),
+            state TEXT NOT NULL CHECK (state IN ('queued', 'running', 'done', 'failed', 'waiting', 'suspended', 'delayed')),
+            size INTEGER,
+            sha256 TEXT NOT NULL,
+            bytes_done INTEGER NOT NULL DEFAULT 0 CHECK (bytes_done >= 0),
+            validator TEXT,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            not_before TEXT,
+            url TEXT,
+            UNIQUE (session, path)
+        );
+        INSERT INTO tasks_4
+            SELECT id, session, path,
+                   CASE WHEN direction IN ('pull', 'push') THEN direction ELSE 'pull' END,
+                   CASE WHEN state IN ('queued', 'running', 'done', 'failed', 'waiting', 'suspended', 'delayed') THEN state ELSE 'queued' END,
+                   size, sha256, max(bytes_done, 0), validator, attempts, last_error, created_at, updated_at, not_before, url
+            FROM tasks;
+        DROP TABLE tasks;
+        ALTER TABLE tasks_4 RENAME TO tasks;
+        """,
     ]
+
+    /// `TaskState.after(event)` as SQL: the expression a row's new state is set to, so the table
+    /// moves exactly as the core's state machine says and no state rule is spelled out here.
+    static func stateAfter(_ event: TaskEvent) -> String {
+        let targets = Set(TaskState.applying(event).compactMap { $0.after(event) })
+        precondition(targets.count == 1, "every state an event applies to must move to the same one")
+        return "CASE WHEN \(applies(event)) THEN '\(targets.first!.rawValue)' ELSE state END"
+    }
+
+    /// True (in SQL) for a row `event` applies to.
+    static func applies(_ event: TaskEvent) -> String {
+        "state IN (" + TaskState.applying(event).map { "'\($0.rawValue)'" }.joined(separator: ", ") + ")"
+    }
 
     /// Opens (creating if needed) `<directory>/ferry.db` and brings its schema up to date.
     public init(directory: String) throws(FerryError) {
@@ -230,7 +274,7 @@ public final class StateStore {
                 UPDATE tasks SET state = ?, size = ?, sha256 = ?, bytes_done = 0, validator = NULL, attempts = 0,
                 last_error = NULL, created_at = ?, updated_at = ?, not_before = ?, url = ? WHERE id = ?
                 """)
-            let requeue = try db.prepare("UPDATE tasks SET state = 'queued', not_before = NULL, url = ?, updated_at = ? WHERE id = ? AND state != 'suspended'")
+            let requeue = try db.prepare("UPDATE tasks SET state = \(StateStore.stateAfter(.queue)), not_before = NULL, url = ?, updated_at = ? WHERE id = ?")
             var out = Queued()
             for e in entries {
                 let url = urlFor(e.path)
@@ -253,7 +297,7 @@ public final class StateStore {
                         try requeue.bind(.text(url), .text(now), .int(t.id)).run()
                         t.state = .queued
                     } else {
-                        try reset.bind(.text("queued"), .optional(e.size), .text(e.sha256), .text(now), .text(now), nil, .text(url), .int(t.id)).run()
+                        try reset.bind(.text(TaskState.queued.rawValue), .optional(e.size), .text(e.sha256), .text(now), .text(now), nil, .text(url), .int(t.id)).run()
                         t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: .queued, size: e.size, sha256: e.sha256,
                                          bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: nowTime, updatedAt: nowTime, url: url)
                     }
@@ -265,7 +309,7 @@ public final class StateStore {
                     t.state = .queued
                 } else {
                     // New content: no resume data. A suspended task stays suspended; a new task may be delayed.
-                    let state: TaskState = t.state == .suspended ? .suspended : (delayUntil == nil ? .queued : .delayed)
+                    let state = t.state.after(delayUntil == nil ? .queue : .delay) ?? t.state
                     try reset.bind(.text(state.rawValue), .optional(e.size), .text(e.sha256), .text(now), .text(now),
                                    .optional(state == .delayed ? delayUntil?.rfc3339 : nil), .text(url), .int(t.id)).run()
                     t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: state, size: e.size, sha256: e.sha256,
@@ -283,7 +327,7 @@ public final class StateStore {
     public func dropDueDelayedTasks(session: String, keeping downloads: Set<RelativePath>) throws(FerryError) -> [TransferTask] {
         let now = Timestamp.now()
         var stale: [TransferTask] = []
-        let rows = try db.prepare("SELECT \(StateStore.taskColumns) FROM tasks WHERE session = ? AND state = 'delayed'").bind(.text(session))
+        let rows = try db.prepare("SELECT \(StateStore.taskColumns) FROM tasks WHERE session = ? AND state = '\(TaskState.delayed.rawValue)'").bind(.text(session))
         while try rows.step() {
             let t = task(from: rows)
             if !downloads.contains(t.path) && (t.notBefore.map { $0 <= now } ?? true) { stale.append(t) }
@@ -319,7 +363,7 @@ public final class StateStore {
     public func suspend(session: String, ids: [Int64]?) throws(FerryError) -> (tasks: [TransferTask], request: Int64) {
         try ensureSession(session)
         return try db.transaction { () throws(FerryError) -> ([TransferTask], Int64) in
-            let tasks = try changeState(session: session, ids: ids, from: ["queued", "running", "failed", "waiting", "delayed"], to: .suspended)
+            let tasks = try changeState(session: session, ids: ids, .suspend)
             try db.prepare("UPDATE sessions SET suspend_requested = suspend_requested + 1 WHERE name = ?").bind(.text(session)).run()
             return (tasks, try suspendRequests(session: session).requested)
         }
@@ -342,19 +386,22 @@ public final class StateStore {
     /// Makes suspended tasks runnable again. Returns them.
     public func unsuspend(session: String, ids: [Int64]?) throws(FerryError) -> [TransferTask] {
         try db.transaction { () throws(FerryError) -> [TransferTask] in
-            try changeState(session: session, ids: ids, from: ["suspended"], to: .queued)
+            try changeState(session: session, ids: ids, .resume)
         }
     }
 
     /// Call inside a transaction.
-    private func changeState(session: String, ids: [Int64]?, from: [String], to: TaskState) throws(FerryError) -> [TransferTask] {
-        let candidates = try tasks(session: session).filter { t in
-            from.contains(t.state.rawValue) && (ids.map { $0.contains(t.id) } ?? true)
+    private func changeState(session: String, ids: [Int64]?, _ event: TaskEvent) throws(FerryError) -> [TransferTask] {
+        let changed = try tasks(session: session).compactMap { t -> TransferTask? in
+            guard ids.map({ $0.contains(t.id) }) ?? true, let next = t.state.after(event) else { return nil }
+            var t = t
+            t.state = next
+            return t
         }
         let update = try db.prepare("UPDATE tasks SET state = ?, updated_at = ? WHERE id = ?")
         let now = Timestamp.now().rfc3339
-        for t in candidates { try update.bind(.text(to.rawValue), .text(now), .int(t.id)).run() }
-        return candidates.map { var t = $0; t.state = to; return t }
+        for t in changed { try update.bind(.text(t.state.rawValue), .text(now), .int(t.id)).run() }
+        return changed
     }
 
     /// The task with this id, in any session.
@@ -366,7 +413,7 @@ public final class StateStore {
     /// Ids of the session's suspended tasks (polled by a running transfer to honour `ferry cancel`).
     public func suspendedTaskIDs(session: String) throws(FerryError) -> Set<Int64> {
         var ids = Set<Int64>()
-        let rows = try db.cached("SELECT id FROM tasks WHERE session = ? AND state = 'suspended'").bind(.text(session))
+        let rows = try db.cached("SELECT id FROM tasks WHERE session = ? AND state = '\(TaskState.suspended.rawValue)'").bind(.text(session))
         while try rows.step() { ids.insert(rows.int(0)) }
         return ids
     }
@@ -374,7 +421,7 @@ public final class StateStore {
     /// Ids of tasks that may own a partial file (every state but done).
     public func unfinishedTaskIDs(session: String) throws(FerryError) -> Set<Int64> {
         var ids = Set<Int64>()
-        let rows = try db.prepare("SELECT id FROM tasks WHERE session = ? AND state != 'done'").bind(.text(session))
+        let rows = try db.prepare("SELECT id FROM tasks WHERE session = ? AND state != '\(TaskState.done.rawValue)'").bind(.text(session))
         while try rows.step() { ids.insert(rows.int(0)) }
         return ids
     }
@@ -384,7 +431,7 @@ public final class StateStore {
         guard !tasks.isEmpty else { return }
         let now = Timestamp.now().rfc3339
         try db.transaction { () throws(FerryError) in
-            let s = try db.cached("UPDATE tasks SET state = 'running', attempts = ?, updated_at = ? WHERE id = ? AND state != 'suspended'")
+            let s = try db.cached("UPDATE tasks SET state = \(StateStore.stateAfter(.start)), attempts = ?, updated_at = ? WHERE id = ? AND \(StateStore.applies(.start))")
             for t in tasks { try s.bind(.int(Int64(t.attempts)), .text(now), .int(t.id)).run() }
         }
     }
@@ -397,14 +444,14 @@ public final class StateStore {
 
     /// Records a failed attempt that will be tried again (`queued`) or that waits for
     /// connectivity (`waiting`), with its resume data.
-    public func markRetrying(_ id: Int64, state: TaskState, attempts: Int, error: String, bytesDone: Int64, validator: String?) throws(FerryError) {
-        try db.cached("UPDATE tasks SET state = CASE state WHEN 'suspended' THEN 'suspended' ELSE ? END, attempts = ?, last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
-            .bind(.text(state.rawValue), .int(Int64(attempts)), .text(error), .int(bytesDone), .optional(validator),
+    public func markRetrying(_ id: Int64, waiting: Bool, attempts: Int, error: String, bytesDone: Int64, validator: String?) throws(FerryError) {
+        try db.cached("UPDATE tasks SET state = \(StateStore.stateAfter(waiting ? .wait : .retry)), attempts = ?, last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
+            .bind(.int(Int64(attempts)), .text(error), .int(bytesDone), .optional(validator),
                   .text(Timestamp.now().rfc3339), .int(id)).run()
     }
 
     public func markFailed(_ id: Int64, attempts: Int, error: String, bytesDone: Int64, validator: String?) throws(FerryError) {
-        try db.cached("UPDATE tasks SET state = CASE state WHEN 'suspended' THEN 'suspended' ELSE 'failed' END, attempts = ?, last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
+        try db.cached("UPDATE tasks SET state = \(StateStore.stateAfter(.fail)), attempts = ?, last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
             .bind(.int(Int64(attempts)), .text(error), .int(bytesDone), .optional(validator), .text(Timestamp.now().rfc3339), .int(id)).run()
     }
 
@@ -413,7 +460,7 @@ public final class StateStore {
         guard !done.isEmpty else { return }
         let now = Timestamp.now().rfc3339
         try db.transaction { () throws(FerryError) in
-            let update = try db.cached("UPDATE tasks SET state = 'done', attempts = ?, bytes_done = ?, last_error = NULL, updated_at = ? WHERE id = ?")
+            let update = try db.cached("UPDATE tasks SET state = \(StateStore.stateAfter(.complete)), attempts = ?, bytes_done = ?, last_error = NULL, updated_at = ? WHERE id = ?")
             for d in done {
                 try update.bind(.int(Int64(d.task.attempts)), .int(d.cache.size), .text(now), .int(d.task.id)).run()
             }

@@ -187,10 +187,11 @@ struct BadInputTests {
 
     @Test func unreachableRemoteExitsFour() throws {
         let box = Sandbox("unreachable")
-        box.configure(remote: "http://127.0.0.1:\(freePort())/", session: ["connect-timeout = 2s"])
+        box.configure(remote: "http://127.0.0.1:\(freePort())/", session: ["connect-timeout = 2s", "retry-delay = 0.05s", "retries = 2"])
         let run = box.sync()
         #expect(run.exitCode == 4)
         #expect(run.stderr.contains("cannot fetch the manifest"))
+        #expect(run.stdout.contains("try 3 in"), "an unreachable remote is tried again, like a transfer: \(run.output)")
         #expect(run.stderr.contains("hint: check that the remote is up"))
     }
 

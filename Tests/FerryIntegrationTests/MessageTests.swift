@@ -10,7 +10,7 @@ struct MessageTests {
 
     @Test func aFailedRunSaysSoOnce() throws {
         let box = Sandbox("failed-once")
-        box.configure(remote: "http://127.0.0.1:\(freePort())/", session: ["connect-timeout = 2s"])
+        box.configure(remote: "http://127.0.0.1:\(freePort())/", session: ["connect-timeout = 2s", "retries = 0"])
         let run = box.sync()
         #expect(run.exitCode == 4)
         #expect(count("cannot fetch the manifest", in: run.output) == 1, "\(run.output)")

@@ -42,6 +42,34 @@ struct ServerFaultTests {
         return kept
     }
 
+    /// The manifest fetch follows the same retry rules as transfers: a 503 (and a reset) is tried
+    /// again after a backoff, a 404 is not.
+    @Test func aManifestFetchThatMayPassIsRetried() throws {
+        let w = try world("manifest-retry", size: 10_000)
+        defer { w.server.stop() }
+        w.server.setFaults(["/manifest.json": ["statuses": [503, 502], "retry_after": 0]])
+        let run = w.box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        let retries = run.events(named: "manifest-retrying")
+        #expect(retries.map { $0["attempt"] as? Int } == [2, 3], "\(retries)")
+        #expect((retries.first?["error"] as? String)?.contains("HTTP 503") == true)
+        #expect(w.local() == w.content)
+
+        // The server counts requests per path: "statuses" is indexed from the first request (3 so far).
+        w.server.setFaults(["/manifest.json": ["statuses": [503, 502, 0, 404]]])
+        w.box.markRepublished()
+        let missing = w.box.sync(["--json"])
+        #expect(missing.exitCode == 4, "\(missing.output)")
+        #expect(missing.events(named: "manifest-retrying").isEmpty, "a 404 will not pass: \(missing.output)")
+
+        w.server.setFaults(["/manifest.json": ["statuses": [503, 502, 0, 404, 503, 503, 503]]])
+        w.box.configure(remote: w.server.url, session: ["retry-delay = 0.05s", "retries = 1"])
+        let exhausted = w.box.sync(["--json"])
+        #expect(exhausted.exitCode == 4, "\(exhausted.output)")
+        #expect(exhausted.events(named: "manifest-retrying").count == 1)
+        #expect(w.local() == w.content, "nothing already synced is lost")
+    }
+
     @Test func connectionResetMidBodyResumesUntilDone() throws {
         let w = try world("reset")
         defer { w.server.stop() }

@@ -127,6 +127,31 @@ struct StopAndResumeTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: box.localPath("slow.bin"))) == content)
     }
 
+    /// `ferry resume` runs the session like `sync now`: it stops at the session's max-duration (or
+    /// its own --max-duration) with exit 3, keeping what it fetched.
+    @Test func resumeHonoursMaxDuration() throws {
+        let (box, server, content) = try slowSetup("resume-deadline")
+        defer { server.stop() }
+        #expect(box.sync(["--max-duration", "1s"]).exitCode == 3)
+        #expect(ferry(["cancel", "--config", box.config, "--session", "test"]).stdout.contains("slow.bin"))
+
+        box.configure(remote: server.url, session: ["max-duration = 1s"])
+        let started = Date()
+        let resumed = ferry(["resume", "--config", box.config, "--session", "test", "--json"])
+        #expect(resumed.exitCode == 3, "\(resumed.output)")
+        #expect(Date().timeIntervalSince(started) < 10, "stopped near the deadline")
+        #expect(!resumed.events(named: "file-interrupted").isEmpty, "\(resumed.output)")
+        #expect(!FileManager.default.fileExists(atPath: box.localPath("slow.bin")))
+
+        box.configure(remote: server.url)
+        let flagged = ferry(["resume", "--config", box.config, "--session", "test", "--max-duration", "1s"])
+        #expect(flagged.exitCode == 3, "\(flagged.output)")
+
+        server.setFaults([:])
+        #expect(box.sync().exitCode == 0)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: box.localPath("slow.bin"))) == content)
+    }
+
     @Test func cancelAndResumeRefuseWhatTheyCannotDo() throws {
         let box = Sandbox("cancelusage")
         box.configure(remote: "file://" + box.published)

@@ -5,13 +5,15 @@ import FerryRuntime
 struct ResumeCommand: Command {
     static let words = ["resume"]
     static let summary = "Continue suspended transfers from where they stopped."
-    static let usage = "resume [--config F] (--session ID | TASK...) [--json] [--quiet]"
+    static let usage = "resume [--config F] (--session ID | TASK...) [--max-duration D] [--json] [--quiet]"
     static let details = """
         Marks the tasks runnable again, then syncs their sessions now, so each continues from its kept
         offset (Range + If-Range). If another ferry is running the session, it leaves the transfers to it.
-        Exit codes as for ferry sync now.
+        Like sync now, it stops at --max-duration or the session's max-duration with exit 3, keeping
+        resume data. Exit codes as for ferry sync now.
         """
-    static let options = [CommonOptions.config, CommonOptions.session, CommonOptions.json, CommonOptions.quiet, CommonOptions.help]
+    static let options = [CommonOptions.config, CommonOptions.session, CommonOptions.maxDuration, CommonOptions.json,
+                          CommonOptions.quiet, CommonOptions.help]
 
     let arguments: Arguments
 
@@ -25,7 +27,9 @@ struct ResumeCommand: Command {
         let mode = OutputMode(arguments: arguments)
         let reporter = SyncReporter(mode: mode)
         reporter.busyIsExpected = true
+        let maxDuration = try CommonOptions.maxDuration(arguments, command: Self.name)
         StopSignals.install(stopTimeout: config.agent.stopTimeout)
+        let stop = StopCondition(maxDuration: maxDuration)
         var worst = ExitCode.inSync
         for (session, ids) in selection.targets {
             let tasks = try store.unsuspend(session: session.name, ids: ids)
@@ -33,12 +37,13 @@ struct ResumeCommand: Command {
                 for t in tasks { Console.out("\(session.name): resuming task \(t.id) \(Printable.name(t.path.string)) from \(Units.formatBytes(t.bytesDone))") }
                 if tasks.isEmpty { Console.out("\(session.name): no suspended tasks\(ids == nil ? "" : " among those named")") }
             }
-            let result = PullSync(session: session, agent: config.agent, observer: reporter, options: SyncOptions()).run()
+            let result = PullSync(session: session, agent: config.agent, observer: reporter,
+                                  options: SyncOptions(stop: stop.limited(to: session.maxDuration))).run()
             if let error = result.error, error.category == .busy {
                 if mode != .json { Console.out("\(session.name): \(error.message); its next run picks the resumed tasks up") }
                 continue
             }
-            worst = ExitCode.worst(worst, result.exitCode)
+            worst = ExitCode.worst([worst, result.exitCode])
         }
         return worst
     }

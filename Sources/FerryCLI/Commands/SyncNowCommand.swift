@@ -25,7 +25,7 @@ struct SyncNowCommand: Command {
                     4 remote unreachable or manifest invalid/refused · 5 local I/O error · 6 session busy
         """
     static let options = [CommonOptions.config, CommonOptions.sessions,
-                          OptionSpec("--max-duration", value: "D", "stop after D (e.g. 90s, 15m), keep resume data, exit 3"),
+                          CommonOptions.maxDuration,
                           OptionSpec("--not-before", value: "T", "begin new downloads no earlier than T (30m, or an RFC 3339 time)"),
                           OptionSpec("--dry-run", "print what would be done; change nothing"),
                           CommonOptions.json, CommonOptions.quiet, CommonOptions.help]
@@ -43,14 +43,7 @@ struct SyncNowCommand: Command {
         sessions = arguments.all("--session")
         dryRun = arguments.has("--dry-run")
         mode = OutputMode(arguments: arguments)
-        if let text = arguments.value("--max-duration") {
-            guard let d = Units.parseDuration(text), d > 0 else {
-                throw .usage("ferry sync now: --max-duration wants a duration like 90s, 15m or 2h, got '\(text)'")
-            }
-            maxDuration = d
-        } else {
-            maxDuration = nil
-        }
+        maxDuration = try CommonOptions.maxDuration(arguments, command: Self.name)
         if let text = arguments.value("--not-before") {
             guard let t = EarliestBegin(parsing: text) else {
                 throw .usage("ferry sync now: --not-before wants a duration (30m) or an RFC 3339 time (2026-11-24T02:00:00Z), got '\(text)'")
@@ -75,13 +68,13 @@ struct SyncNowCommand: Command {
         for session in selected {
             if let reason = stop.reason {
                 if mode != .json { Console.err("ferry: \(Printable.name(session.name)): not started, \(reason)") }
-                worst = ExitCode.worst(worst, .incomplete)
+                worst = ExitCode.worst([worst, .incomplete])
                 continue
             }
             var options = SyncOptions(dryRun: dryRun, stop: stop.limited(to: session.maxDuration))
             options.notBefore = notBefore
             let result = PullSync(session: session, agent: config.agent, observer: reporter, options: options).run()
-            worst = ExitCode.worst(worst, result.exitCode)
+            worst = ExitCode.worst([worst, result.exitCode])
         }
         return worst
     }
@@ -99,12 +92,4 @@ func selectSessions(_ config: Config, names: [String]) throws(FerryError) -> [Se
         out.append(s)
     }
     return out
-}
-
-extension ExitCode {
-    /// When several sessions end differently, the one that needs the most attention wins.
-    static func worst(_ a: ExitCode, _ b: ExitCode) -> ExitCode {
-        let rank: [ExitCode] = [.inSync, .incomplete, .someFilesFailed, .sessionBusy, .remoteOrManifest, .localIO, .usage]
-        return rank.firstIndex(of: a)! >= rank.firstIndex(of: b)! ? a : b
-    }
 }

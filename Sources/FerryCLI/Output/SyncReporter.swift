@@ -100,6 +100,8 @@ final class SyncReporter: SyncObserver {
             bars?.clear()
             finished(s, ExitCode(rawValue: code), downloaded: downloaded, failed: failed, deleted: deleted, bytes: bytes,
                      seconds: seconds, message: message, hint: hint, dryRun: dryRun)
+        case let .manifestRetrying(_, attempt, delay, error):
+            line("\(s): \(error); try \(attempt) in \(Units.formatFixed(delay, digits: 1))s")
         case let .fileRetrying(path, attempt, delay, error):
             line("\(s): \(name(path)): \(error); try \(attempt) in \(Units.formatFixed(delay, digits: 1))s")
         case let .fileWaiting(path, error):

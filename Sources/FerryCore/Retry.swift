@@ -1,0 +1,78 @@
+/// Whether trying a failed request again can help: one classification for manifest fetches and
+/// transfers alike.
+public enum RetryClass: String, Sendable {
+    /// No: the answer will be the same (404, a hash that does not match, a full disk).
+    case never
+    /// Yes, after a backoff: a reset, a truncated body, a stall, a 5xx or 429.
+    case later
+    /// Yes, once the remote can be reached again.
+    case connectivity
+}
+
+/// Why a request failed, in terms a rule can decide on.
+public enum FailureCause: Sendable, Equatable {
+    /// libcurl ended the transfer with this CURLcode.
+    case network(curlCode: Int32)
+    /// The server answered with this HTTP status.
+    case http(status: Int)
+    /// A local system call failed with this errno (writing, syncing, truncating the partial).
+    case local(errno: Int32)
+    /// The body ended before the size the manifest gives.
+    case truncated
+    /// The server announced or sent another length than the manifest gives.
+    case wrongLength
+    /// The server did not honour a range request as asked (wrong Content-Range, another validator).
+    case rangeNotHonoured
+    /// The bytes do not hash to the manifest's SHA-256. After a resume (or from a kept partial) the
+    /// resumed prefix may be the culprit, and a fresh download may succeed.
+    case contentMismatch(afterResume: Bool)
+    /// The response could not be used for another reason (a header larger than libcurl accepts).
+    case unusable
+
+    /// CURLcode values (stable across libcurl versions) the classification depends on.
+    enum CurlCode {
+        static let couldntResolveProxy: Int32 = 5, couldntResolveHost: Int32 = 6, couldntConnect: Int32 = 7
+        static let http2: Int32 = 16, partialFile: Int32 = 18, operationTimedOut: Int32 = 28, sslConnectError: Int32 = 35
+        static let gotNothing: Int32 = 52, sendError: Int32 = 55, recvError: Int32 = 56, http2Stream: Int32 = 92
+    }
+
+    /// HTTP statuses that may succeed on a later try: timeouts, rate limits, a server in trouble,
+    /// and a range the server cannot satisfy (the next try asks for the whole file).
+    static let transientStatuses: Set<Int> = [408, 416, 425, 429, 500, 502, 503, 504]
+
+    public var retryClass: RetryClass {
+        switch self {
+        case let .network(code):
+            switch code {
+            case CurlCode.couldntResolveProxy, CurlCode.couldntResolveHost, CurlCode.couldntConnect:
+                return .connectivity
+            case CurlCode.http2, CurlCode.partialFile, CurlCode.operationTimedOut, CurlCode.sslConnectError,
+                 CurlCode.gotNothing, CurlCode.sendError, CurlCode.recvError, CurlCode.http2Stream:
+                return .later
+            default:
+                return .never
+            }
+        case let .http(status):
+            return FailureCause.transientStatuses.contains(status) ? .later : .never
+        case .local, .wrongLength, .unusable:
+            return .never
+        case .truncated, .rangeNotHonoured:
+            return .later
+        case let .contentMismatch(afterResume):
+            return afterResume ? .later : .never
+        }
+    }
+
+    /// True when the remote could not be reached at all.
+    public var isConnectivity: Bool { retryClass == .connectivity }
+}
+
+/// How long to wait before try number `attempt + 1` (attempt ≥ 1): exponential from `baseDelay`,
+/// capped at a minute, with jitter so that many clients do not come back in step; at least what
+/// the server asked for with `Retry-After` (up to an hour). `jitter` is in 0.5...1.
+public func retryDelay(attempt: Int, baseDelay: Double, retryAfter: Double?, jitter: Double) -> Double {
+    let backoff = min(60, baseDelay * Double(1 << min(max(attempt, 1) - 1, 16)))
+    var delay = backoff * jitter
+    if let retryAfter { delay = max(delay, min(retryAfter, 3600)) }
+    return delay
+}

@@ -1,0 +1,157 @@
+import Testing
+@testable import FerryCore
+
+/// The runtime's rules, each a pure function, each a table.
+struct RunOutcomeTests {
+    @Test(arguments: [
+        (RunOutcome(), ExitCode.inSync),
+        (RunOutcome(failed: 1), .someFilesFailed),
+        (RunOutcome(deletionsRefused: true), .someFilesFailed),
+        (RunOutcome(waiting: 2), .remoteOrManifest),
+        // A 404 on one file and an unreachable remote for another: the remote needs attention first,
+        // in one session exactly as across two.
+        (RunOutcome(failed: 1, waiting: 1), .remoteOrManifest),
+        (RunOutcome(localIOFailed: true, failed: 3, waiting: 1), .localIO),
+        (RunOutcome(stopped: true), .incomplete),
+        (RunOutcome(suspended: 1), .incomplete),
+        (RunOutcome(delayed: 4), .incomplete),
+        (RunOutcome(failed: 1, stopped: true), .someFilesFailed),
+        (RunOutcome(error: .busy), .sessionBusy),
+        (RunOutcome(error: .manifest), .remoteOrManifest),
+        (RunOutcome(error: .usage), .usage),
+        (RunOutcome(error: .stopped), .incomplete),
+    ])
+    func mapsEachConditionToOneExitCode(outcome: RunOutcome, expected: ExitCode) {
+        #expect(outcome.exitCode == expected)
+    }
+
+    @Test func oneRuleWithinAndAcrossSessions() {
+        let a = RunOutcome(failed: 1)
+        let b = RunOutcome(waiting: 1)
+        var both = a
+        both.waiting = b.waiting
+        #expect(ExitCode.worst([a.exitCode, b.exitCode]) == both.exitCode)
+        #expect(ExitCode.worst([]) == .inSync)
+        #expect(ExitCode.worst([.incomplete, .sessionBusy, .someFilesFailed]) == .sessionBusy)
+    }
+}
+
+struct TaskStateMachineTests {
+    typealias Row = (from: TaskState, event: TaskEvent, to: TaskState?)
+    static let table: [Row] = [
+        (.queued, .start, .running), (.waiting, .start, .running), (.failed, .start, .running),
+        (.running, .retry, .queued), (.running, .wait, .waiting), (.running, .fail, .failed), (.running, .complete, .done),
+        (.queued, .suspend, .suspended), (.running, .suspend, .suspended), (.delayed, .suspend, .suspended),
+        (.done, .suspend, nil), (.suspended, .suspend, nil),
+        // A suspended task stays so whatever a running transfer reports, until resumed...
+        (.suspended, .start, nil), (.suspended, .retry, nil), (.suspended, .wait, nil), (.suspended, .fail, nil),
+        (.suspended, .queue, nil), (.suspended, .delay, nil), (.suspended, .resume, .queued),
+        // ...but a file committed before the cancel reached it is done.
+        (.suspended, .complete, .done),
+        (.queued, .resume, nil), (.running, .resume, nil),
+        (.delayed, .due, .queued), (.queued, .due, nil),
+        (.done, .start, nil), (.done, .retry, nil), (.done, .fail, nil), (.done, .queue, .queued), (.done, .delay, .delayed),
+        (.failed, .queue, .queued), (.waiting, .delay, .delayed),
+    ]
+
+    @Test func transitions() {
+        for row in Self.table {
+            #expect(row.from.after(row.event) == row.to, "\(row.from) on \(row.event)")
+        }
+    }
+
+    @Test func everyEventLeadsToOneState() {
+        for event in TaskEvent.allCases {
+            let targets = Set(TaskState.applying(event).compactMap { $0.after(event) })
+            #expect(targets.count == 1, "\(event) leads to \(targets)")
+        }
+    }
+}
+
+struct RetryRulesTests {
+    @Test(arguments: [
+        (FailureCause.network(curlCode: 7), RetryClass.connectivity),  // couldn't connect
+        (.network(curlCode: 6), .connectivity),  // couldn't resolve host
+        (.network(curlCode: 28), .later),  // timed out (a stall)
+        (.network(curlCode: 56), .later),  // connection reset
+        (.network(curlCode: 18), .later),  // partial file
+        (.network(curlCode: 60), .never),  // certificate not trusted
+        (.http(status: 503), .later), (.http(status: 429), .later), (.http(status: 416), .later),
+        (.http(status: 404), .never), (.http(status: 403), .never), (.http(status: 501), .never),
+        (.local(errno: 28), .never),  // ENOSPC
+        (.truncated, .later), (.rangeNotHonoured, .later), (.wrongLength, .never), (.unusable, .never),
+        (.contentMismatch(afterResume: true), .later), (.contentMismatch(afterResume: false), .never),
+    ])
+    func classifies(cause: FailureCause, expected: RetryClass) {
+        #expect(cause.retryClass == expected)
+    }
+
+    @Test func errorsWithoutARequestAreNotRetried() {
+        #expect(FerryError.manifest("bad").retryClass == .never)
+        #expect(FerryError(.remote, "x", cause: .http(status: 502)).retryClass == .later)
+    }
+
+    @Test func backoffDoublesIsCappedAndHonoursRetryAfter() {
+        #expect(retryDelay(attempt: 1, baseDelay: 1, retryAfter: nil, jitter: 1) == 1)
+        #expect(retryDelay(attempt: 4, baseDelay: 1, retryAfter: nil, jitter: 1) == 8)
+        #expect(retryDelay(attempt: 4, baseDelay: 1, retryAfter: nil, jitter: 0.5) == 4)
+        #expect(retryDelay(attempt: 40, baseDelay: 1, retryAfter: nil, jitter: 1) == 60)
+        #expect(retryDelay(attempt: 1, baseDelay: 1, retryAfter: 30, jitter: 1) == 30)
+        #expect(retryDelay(attempt: 1, baseDelay: 1, retryAfter: 1e9, jitter: 1) == 3600)
+    }
+}
+
+struct ResponsePolicyTests {
+    typealias Asked = ResponsePolicy.Asked
+    typealias Answer = ResponsePolicy.Answer
+    static let v = "\"v1\""
+
+    @Test func aWholeFileIsTakenWhenItsLengthMatches() {
+        #expect(ResponsePolicy.decide(Asked(offset: 0, ifRange: nil, size: 100), Answer(status: 200, contentLength: 100, validator: Self.v))
+                == .replace(validator: Self.v, restart: nil))
+        #expect(ResponsePolicy.decide(Asked(offset: 0, ifRange: nil, size: nil), Answer(status: 200)) == .replace(validator: nil, restart: nil))
+        guard case .refuse(_, .wrongLength) = ResponsePolicy.decide(Asked(offset: 0, ifRange: nil, size: 100), Answer(status: 200, contentLength: 99)) else {
+            Issue.record("a length other than the manifest's is refused")
+            return
+        }
+    }
+
+    @Test func aRangeContinuesOnlyFromTheAskedOffsetUnderTheSameValidator() {
+        let asked = Asked(offset: 40, ifRange: Self.v, size: 100)
+        #expect(ResponsePolicy.decide(asked, Answer(status: 206, contentRange: "bytes 40-99/100", validator: Self.v)) == .append(validator: Self.v))
+        #expect(ResponsePolicy.decide(asked, Answer(status: 206, contentRange: "bytes 40-99/*")) == .append(validator: Self.v))
+        let refused: [(Answer, FailureCause)] = [
+            (Answer(status: 206, contentRange: "bytes 0-99/100"), .rangeNotHonoured),
+            (Answer(status: 206, contentRange: nil), .rangeNotHonoured),
+            (Answer(status: 206, contentRange: "bytes 40-x/100"), .rangeNotHonoured),
+            (Answer(status: 206, contentRange: "bytes 40-99/120"), .wrongLength),
+            (Answer(status: 206, contentRange: "bytes 40-99/100", validator: "\"v2\""), .rangeNotHonoured),
+        ]
+        for (answer, cause) in refused {
+            guard case let .refuse(_, got) = ResponsePolicy.decide(asked, answer) else {
+                Issue.record("\(answer) must be refused")
+                continue
+            }
+            #expect(got == cause, "\(answer)")
+        }
+        // A 206 nobody asked for is refused too.
+        guard case .refuse = ResponsePolicy.decide(Asked(offset: 0, ifRange: nil, size: 100), Answer(status: 206, contentRange: "bytes 0-99/100")) else {
+            Issue.record("an unasked 206 is refused")
+            return
+        }
+    }
+
+    @Test func a200ToARangeRequestStartsAgainAndSaysWhy() {
+        let decision = ResponsePolicy.decide(Asked(offset: 40, ifRange: Self.v, size: 100), Answer(status: 200, contentLength: 100, validator: "\"v2\""))
+        guard case let .replace(validator, restart?) = decision else {
+            Issue.record("\(decision)")
+            return
+        }
+        #expect(validator == "\"v2\"" && restart.contains("did not resume"))
+    }
+
+    @Test(arguments: [404, 416, 500, 503, 301])
+    func otherStatusesAreErrors(status: Int) {
+        #expect(ResponsePolicy.decide(Asked(offset: 10, ifRange: Self.v, size: 100), Answer(status: status)) == .errorStatus)
+    }
+}

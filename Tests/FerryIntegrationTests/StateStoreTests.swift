@@ -1,0 +1,97 @@
+import Foundation
+import Testing
+@testable import FerryRuntime
+import FerryCore
+
+/// The store applies the core's task state machine, in-process on a temporary database.
+struct StateStoreTests {
+    let dir = Harness.temporaryDirectory("store")
+
+    func entry(_ name: String, _ fill: Character = "a") -> ManifestEntry {
+        ManifestEntry(path: RelativePath(trusted: name), size: 10, sha256: String(repeating: fill, count: 64))
+    }
+
+    func state(_ store: StateStore, _ id: Int64) throws -> TaskState? { try store.task(id: id)?.state }
+
+    @Test func rowsMoveAsTheStateMachineSays() throws {
+        defer { Harness.remove(dir) }
+        let store = try StateStore(directory: dir)
+        let queued = try store.queueDownloads(session: "s", entries: [entry("a"), entry("b")], urlFor: { "http://x/" + $0.string }, notBefore: nil)
+        let a = try #require(queued.tasks[RelativePath(trusted: "a")]).id
+        let b = try #require(queued.tasks[RelativePath(trusted: "b")]).id
+        #expect(try state(store, a) == .queued)
+
+        try store.markRunning([(a, 1), (b, 1)])
+        #expect(try state(store, a) == .running)
+        try store.markRetrying(a, waiting: true, attempts: 1, error: "down", bytesDone: 4, validator: "\"v\"")
+        #expect(try state(store, a) == .waiting)
+
+        // ferry cancel: the waiting and running tasks are suspended; what the transfer then reports
+        // is recorded (resume data) without waking the task.
+        let suspended = try store.suspend(session: "s", ids: nil).tasks
+        #expect(Set(suspended.map(\.id)) == [a, b])
+        try store.markRetrying(a, waiting: false, attempts: 2, error: "reset", bytesDone: 6, validator: "\"v\"")
+        try store.markFailed(b, attempts: 2, error: "404", bytesDone: 0, validator: nil)
+        try store.markRunning([(a, 3)])
+        let kept = try #require(try store.task(id: a))
+        #expect(kept.state == .suspended && kept.bytesDone == 6 && kept.attempts == 2)
+        #expect(try state(store, b) == .suspended)
+
+        // Queuing the same content again leaves a suspended task alone.
+        _ = try store.queueDownloads(session: "s", entries: [entry("a"), entry("b")], urlFor: { "http://x/" + $0.string }, notBefore: nil)
+        #expect(try state(store, a) == .suspended)
+
+        // ferry resume makes it runnable; a file committed before a cancel reached it is done.
+        #expect(try store.unsuspend(session: "s", ids: [a]).map(\.id) == [a])
+        #expect(try state(store, a) == .queued && state(store, b) == .suspended)
+        var done = try #require(try store.task(id: b))
+        done.attempts = 3
+        let cache = CachedHash(size: 10, mtime: Timestamp(seconds: 1), ctime: Timestamp(seconds: 1), inode: 1, sha256: done.sha256, wantedMtime: nil)
+        try store.markDone(session: "s", [(done, cache)])
+        #expect(try state(store, b) == .done)
+        // A done task is not restarted by a stray report.
+        try store.markRunning([(b, 4)])
+        try store.markFailed(b, attempts: 4, error: "late", bytesDone: 0, validator: nil)
+        #expect(try state(store, b) == .done)
+        // New content queues it again, without resume data.
+        let requeued = try store.queueDownloads(session: "s", entries: [entry("b", "c")], urlFor: { "http://x/" + $0.string }, notBefore: nil)
+        #expect(requeued.tasks[RelativePath(trusted: "b")]?.state == .queued)
+        #expect(try state(store, b) == .queued)
+    }
+
+    @Test func delayedTasksComeDue() throws {
+        defer { Harness.remove(dir) }
+        let store = try StateStore(directory: dir)
+        let later = Timestamp(seconds: Timestamp.now().seconds + 3600)
+        let queued = try store.queueDownloads(session: "s", entries: [entry("a")], urlFor: { "http://x/" + $0.string }, notBefore: later)
+        let a = try #require(queued.tasks[RelativePath(trusted: "a")])
+        #expect(a.state == .delayed && a.notBefore == later)
+        // Not due yet: queuing again leaves it delayed.
+        let again = try store.queueDownloads(session: "s", entries: [entry("a")], urlFor: { "http://x/" + $0.string }, notBefore: nil)
+        #expect(again.tasks[RelativePath(trusted: "a")]?.state == .delayed && again.due.isEmpty)
+    }
+
+    /// Migration 4 adds CHECK constraints: a row in a state the machine does not know is carried
+    /// over as queued, and no such row can be written afterwards.
+    @Test func theTaskTableRefusesUnknownStates() throws {
+        defer { Harness.remove(dir) }
+        do {
+            let db = try SQLiteDatabase(path: dir + "/ferry.db")
+            for sql in StateStore.migrations.prefix(3) { try db.execute(sql) }
+            try db.execute("""
+                PRAGMA user_version = 3;
+                INSERT INTO tasks (session, path, direction, state, size, sha256, bytes_done, created_at, updated_at)
+                VALUES ('s', 'odd.bin', 'pull', 'paused', 10, '\(String(repeating: "a", count: 64))', 5, '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z');
+                """)
+        }
+        let store = try StateStore(directory: dir)
+        let task = try #require(try store.tasks(session: "s").first)
+        #expect(task.state == .queued && task.bytesDone == 5)
+        #expect(throws: FerryError.self) {
+            try store.db.execute("UPDATE tasks SET state = 'paused' WHERE id = \(task.id)")
+        }
+        #expect(throws: FerryError.self) {
+            try store.db.execute("UPDATE tasks SET direction = 'sideways' WHERE id = \(task.id)")
+        }
+    }
+}
