@@ -24,6 +24,8 @@ Faults (per path, "*" for all):
   "stall_after": N       after N body bytes, send nothing more (until the client gives up)
   "only_first": N        apply reset_after, truncate_after and stall_after to the first N
                          requests for the path only
+  "log_overlap": true    when a body has been sent, log {"method": "BODY", "path", "overlapped"}:
+                         whether another body was being sent at any moment meanwhile
 
 Started and stopped by the integration tests and by the quickstart, on 127.0.0.1 only.
 """
@@ -44,6 +46,7 @@ class State:
     options = None
     lock = threading.Lock()
     counts = {}
+    sending = {}  # bodies being sent: id -> [overlapped]
 
 
 def load_faults(path):
@@ -149,6 +152,22 @@ class Handler(BaseHTTPRequestHandler):
         self.send_body(full, start, size, faults)
 
     def send_body(self, full, start, size, faults):
+        me = object()
+        with State.lock:
+            overlapped = [bool(State.sending)]
+            for other in State.sending.values():
+                other[0] = True
+            State.sending[id(me)] = overlapped
+        try:
+            self.send_bytes(full, start, size, faults)
+        finally:
+            with State.lock:
+                del State.sending[id(me)]
+            if faults.get("log_overlap") and State.options.log:
+                with State.lock, open(State.options.log, "a") as f:
+                    f.write(json.dumps({"method": "BODY", "path": self.path, "overlapped": overlapped[0]}) + "\n")
+
+    def send_bytes(self, full, start, size, faults):
         rate = faults.get("rate")
         reset_after = faults.get("reset_after")
         truncate_after = faults.get("truncate_after")

@@ -67,24 +67,26 @@ public struct SyncResult: Sendable {
 /// accepted (or refused) → hash what is unknown → plan → tasks recorded → transfers (partial file,
 /// checkpoints) → verify → rename → state → deletions → events. A straight line: each stage hands
 /// the next a value; only the store and the transfer engine hold state.
-public final class PullSync {
+final class PullSync {
     let session: SessionConfig
     let agent: AgentConfig
     let observer: SyncObserver
     let options: SyncOptions
+    let engine: TransferEngine
 
-    public init(session: SessionConfig, agent: AgentConfig, observer: SyncObserver, options: SyncOptions) {
+    init(session: SessionConfig, agent: AgentConfig, observer: SyncObserver, options: SyncOptions, engine: TransferEngine) {
         self.session = session
         self.agent = agent
         self.observer = observer
         self.options = options
+        self.engine = engine
     }
 
     private func emit(_ body: Event.Body) {
         observer.event(Event(time: Timestamp.now(), session: session.name, body: body))
     }
 
-    public func run() -> SyncResult {
+    func run() -> SyncResult {
         let started = MonotonicClock.seconds()
         var result = SyncResult(session: session.name)
         emit(.syncStarted(direction: session.direction, dryRun: options.dryRun))
@@ -372,7 +374,7 @@ public final class PullSync {
         guard !plan.downloads.isEmpty else { return options.stop.reason }
         let transfers = PullTransfers(session: session, root: root, store: store, settings: settings,
                                       observer: observer, emit: { [unowned self] in self.emit($0) }, plan: plan, stop: options.stop)
-        transfers.run(plan.downloads, tasks: tasks, concurrency: agent.transfers)
+        transfers.run(plan.downloads, tasks: tasks, engine: engine)
         result.downloaded += transfers.downloaded
         result.failed += transfers.failed
         result.waiting += transfers.waiting

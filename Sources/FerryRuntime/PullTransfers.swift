@@ -14,7 +14,7 @@ import FerryCore
 /// fsynced → task marked done. Finished files are committed in groups (up to 256, or every 0.2 s)
 /// so that 10,000 small files do not cost 10,000 SQLite transactions; a crash inside a group
 /// leaves files in place whose tasks are not yet done, which the next run verifies by hash.
-final class PullTransfers {
+final class PullTransfers: TransferSource {
     private let session: SessionConfig
     private let root: LocalRoot
     private let store: StateStore
@@ -78,8 +78,8 @@ final class PullTransfers {
     /// Items waiting out a retry backoff, soonest first.
     private var backingOff: [Item] = []
 
-    func run(_ downloads: [Plan.Download], tasks: [RelativePath: TransferTask], concurrency: Int) {
-        let engine = DownloadEngine(settings: settings, concurrency: concurrency)
+    /// Runs the downloads through the shared engine; returns when all have ended or the run must stop.
+    func run(_ downloads: [Plan.Download], tasks: [RelativePath: TransferTask], engine: TransferEngine) {
         var runnable: [Item] = []
         for d in downloads {
             guard let task = tasks[d.entry.path] else { continue }
@@ -95,24 +95,7 @@ final class PullTransfers {
             }
         }
         ready = ArraySlice(runnable)
-        engine.run(
-            next: { () -> DownloadEngine.Next in
-                while let item = self.nextDue() {
-                    if let download = self.start(item) { return .start(download) }
-                }
-                return self.backingOff.isEmpty ? .none : .notYet
-            },
-            onCheckpoint: { download in self.checkpoint(download) },
-            onFinish: { batch in self.finish(batch) },
-            onTick: { active in self.tick(active) },
-            shouldStop: {
-                if self.storeError != nil { return true }
-                if let reason = self.stop.reason {
-                    self.stopped = reason
-                    return true
-                }
-                return false
-            })
+        engine.run(self)
         flush()
         acknowledgeOpenSuspension()
         progress.active = []
@@ -144,6 +127,35 @@ final class PullTransfers {
         return removed
     }
 
+    // MARK: TransferSource (called on the engine thread while `run` waits)
+
+    func next() -> TransferEngine.Next {
+        while let item = nextDue() {
+            if let download = start(item) { return .start(download) }
+        }
+        return backingOff.isEmpty ? .none : .notYet
+    }
+
+    var shouldStop: Bool {
+        if storeError != nil { return true }
+        if let reason = stop.reason {
+            stopped = reason
+            return true
+        }
+        return false
+    }
+
+    /// No per-session limit beyond the engine's global `transfers` yet.
+    var limit: Int { Int.max }
+
+    func finished(_ batch: [(Transfer, TransferOutcome)]) {
+        finish(batch.map { ($0.0 as! Download, $0.1) })
+    }
+
+    func tick(_ running: [Transfer]) {
+        tick(downloads: running.map { $0 as! Download })
+    }
+
     private func nextDue() -> Item? {
         if let first = backingOff.first, first.notBefore <= MonotonicClock.seconds() { return backingOff.removeFirst() }
         return ready.popFirst()
@@ -165,7 +177,8 @@ final class PullTransfers {
             }
             do throws(FerryError) {
                 let download = try Download(task: item.task, entry: entry, reason: item.download.reason, url: session.remote.url(for: entry.path),
-                                            fd: fd, scheme: settings.scheme, resumeFrom: item.task.bytesDone, validator: item.task.validator)
+                                            fd: fd, settings: settings, resumeFrom: item.task.bytesDone, validator: item.task.validator)
+                download.onCheckpoint = { [unowned self] in self.checkpoint($0) }
                 items[item.task.id] = item
                 if item.triesThisRun == 1 { emit(.fileStarted(path: entry.path, size: entry.size, reason: item.download.reason)) }
                 if download.requestedOffset > 0 { emit(.fileResumed(path: entry.path, offset: download.requestedOffset)) }
@@ -182,7 +195,7 @@ final class PullTransfers {
     }
 
     /// After a failed attempt: try again later, wait for connectivity, or give up.
-    private func retryOrFail(_ download: Download, _ failure: Download.Failure, kept: Int64) {
+    private func retryOrFail(_ download: Download, _ failure: TransferFailure, kept: Int64) {
         guard var item = items.removeValue(forKey: download.task.id) else { return }
         let path = download.entry.path
         item.task.bytesDone = kept
@@ -278,7 +291,7 @@ final class PullTransfers {
         suspension = nil
     }
 
-    private func tick(_ active: [Download]) {
+    private func tick(downloads active: [Download]) {
         applySuspensions(active)
         markRunning(active)
         progress.active = active.map { SyncProgress.Active(path: $0.entry.path, done: $0.written, size: $0.entry.size) }
@@ -298,12 +311,12 @@ final class PullTransfers {
         }
     }
 
-    private func finish(_ batch: [(Download, Download.Outcome)]) {
+    private func finish(_ batch: [(Download, TransferOutcome)]) {
         for (download, outcome) in batch {
             let path = download.entry.path
             if let reason = download.restartReason { emit(.fileRestarted(path: path, reason: reason)) }
             switch outcome {
-            case .verified:
+            case .succeeded:
                 do throws(FerryError) {
                     let placed = try root.commit(partialFD: download.fd, taskID: download.task.id, to: path,
                                                  mode: download.entry.mode, mtime: download.entry.mtime)

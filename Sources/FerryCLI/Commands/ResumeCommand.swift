@@ -30,17 +30,19 @@ struct ResumeCommand: Command {
         let maxDuration = try CommonOptions.maxDuration(arguments, command: Self.name)
         StopSignals.install(stopTimeout: config.agent.stopTimeout)
         let stop = StopCondition(maxDuration: maxDuration)
-        var worst = ExitCode.inSync
+        var jobs: [SessionRunner.Job] = []
         for (session, ids) in selection.targets {
             let tasks = try store.unsuspend(session: session.name, ids: ids)
             if mode == .human {
                 for t in tasks { Console.out("\(session.name): resuming task \(t.id) \(Printable.name(t.path.string)) from \(Units.formatBytes(t.bytesDone))") }
                 if tasks.isEmpty { Console.out("\(session.name): no suspended tasks\(ids == nil ? "" : " among those named")") }
             }
-            let result = PullSync(session: session, agent: config.agent, observer: reporter,
-                                  options: SyncOptions(stop: stop.limited(to: session.maxDuration))).run()
+            jobs.append(SessionRunner.Job(session: session, options: SyncOptions(stop: stop.limited(to: session.maxDuration))))
+        }
+        var worst = ExitCode.inSync
+        for result in SessionRunner(agent: config.agent).run(jobs, observer: reporter) {
             if let error = result.error, error.category == .busy {
-                if mode != .json { Console.out("\(session.name): \(error.message); its next run picks the resumed tasks up") }
+                if mode != .json { Console.out("\(result.session): \(error.message); its next run picks the resumed tasks up") }
                 continue
             }
             worst = ExitCode.worst([worst, result.exitCode])

@@ -64,19 +64,17 @@ struct SyncNowCommand: Command {
         }
         StopSignals.install(stopTimeout: config.agent.stopTimeout)
         let stop = StopCondition(maxDuration: maxDuration)
-        var worst = ExitCode.inSync
-        for session in selected {
-            if let reason = stop.reason {
-                if mode != .json { Console.err("ferry: \(Printable.name(session.name)): not started, \(reason)") }
-                worst = ExitCode.worst([worst, .incomplete])
-                continue
-            }
+        if let reason = stop.reason {
+            if mode != .json { for session in selected { Console.err("ferry: \(Printable.name(session.name)): not started, \(reason)") } }
+            return .incomplete
+        }
+        let jobs = selected.map { session in
             var options = SyncOptions(dryRun: dryRun, stop: stop.limited(to: session.maxDuration))
             options.notBefore = notBefore
-            let result = PullSync(session: session, agent: config.agent, observer: reporter, options: options).run()
-            worst = ExitCode.worst([worst, result.exitCode])
+            return SessionRunner.Job(session: session, options: options)
         }
-        return worst
+        let results = SessionRunner(agent: config.agent).run(jobs, observer: reporter)
+        return ExitCode.worst(results.map(\.exitCode))
     }
 }
 

@@ -5,32 +5,14 @@ import FerryCore
 /// One file's download in flight: the partial file it writes, the SHA-256 it computes while the
 /// bytes stream in, and the rules for what a response may do to the partial (product.md §6 rules
 /// 3-5). The engine feeds it; it never touches the final path.
-final class Download {
-    enum Outcome {
-        /// Size and SHA-256 match the manifest; the partial is ready to commit.
-        case verified
-        /// This attempt failed.
-        case failed(Failure)
-        /// Stopped by a deadline or signal; the partial is good resume data.
-        case interrupted
-    }
-
-    struct Failure {
-        let message: String
-        /// Whether the partial (up to `written`) is still good resume data.
-        let keepPartial: Bool
-        let cause: FailureCause
-        /// Seconds the server asked to wait (`Retry-After` on 429 and 503).
-        var retryAfter: Double? = nil
-        var retry: RetryClass { cause.retryClass }
-    }
-
+final class Download: Transfer {
     let task: TransferTask
     let entry: ManifestEntry
     let reason: Plan.Reason
     let url: String
     let fd: Int32
-    let scheme: RemoteLocation.Scheme
+    let settings: HTTPSettings
+    var scheme: RemoteLocation.Scheme { settings.scheme }
     /// The offset asked for with `Range` (0 = the whole file).
     let requestedOffset: Int64
     /// The validator sent in `If-Range` with the range request.
@@ -63,14 +45,14 @@ final class Download {
     private var errorBody: [UInt8] = []
 
     /// `resumeFrom` bytes of the partial are already valid (hashed here before any network I/O).
-    init(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, url: String, fd: Int32, scheme: RemoteLocation.Scheme,
+    init(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, url: String, fd: Int32, settings: HTTPSettings,
          resumeFrom: Int64, validator: String?) throws(FerryError) {
         self.task = task
         self.entry = entry
         self.reason = reason
         self.url = url
         self.fd = fd
-        self.scheme = scheme
+        self.settings = settings
         var offset = resumeFrom
         var st = stat()
         let onDisk = fstat(fd, &st) == 0 ? Int64(st.st_size) : 0
@@ -80,7 +62,7 @@ final class Download {
         if let size = entry.size, size > 0, onDisk == size { offset = size }
         // Over HTTP a range is asked for only under a validator (If-Range): without one, the bytes
         // on disk might belong to another version of the file.
-        if scheme != .file && validator == nil && offset != entry.size { offset = 0 }
+        if settings.scheme != .file && validator == nil && offset != entry.size { offset = 0 }
         if ftruncate(fd, off_t(offset)) != 0 {
             throw .localIO("cannot truncate the partial file for \(Printable.name(entry.path.string)): \(FileSystem.errorText())")
         }
@@ -104,6 +86,23 @@ final class Download {
     /// True when the partial already holds the whole file: verify it without asking the network.
     /// If it does not verify, it is discarded and fetched again (a retry).
     var isAlreadyComplete: Bool { entry.size.map { requestedOffset == $0 && $0 > 0 } ?? false }
+
+    func outcomeWithoutRequest() -> TransferOutcome? { isAlreadyComplete ? verify() : nil }
+
+    func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
+        easy.configure(url: url, settings: settings, extraHeaders: requestHeaders)
+        if let range = rangeOption { easy.set(CURLOPT_RANGE, range) }
+        if (entry.size ?? 0) > 1 << 20 { easy.set(CURLOPT_BUFFERSIZE, 512 * 1024) }
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, downloadWriteCallback)
+        easy.set(CURLOPT_WRITEDATA, pointer: context)
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, downloadHeaderCallback)
+        easy.set(CURLOPT_HEADERDATA, pointer: context)
+    }
+
+    /// Slow transfers are checkpointed every second; fast ones every 2 MiB from the write path.
+    func tick(now: Double) {
+        if written > checkpointed && now - checkpointTime >= TransferEngine.checkpointSeconds { takeCheckpoint() }
+    }
 
     /// Headers for the request: a range from the resume offset, guarded by `If-Range`.
     var requestHeaders: [String] {
@@ -144,7 +143,7 @@ final class Download {
         received += Int64(count)
         // Checkpoint from here, not from the engine loop: one curl_multi_perform call can take in
         // tens of MiB on a fast link before the loop runs again.
-        if written - checkpointed >= DownloadEngine.checkpointInterval { takeCheckpoint() }
+        if written - checkpointed >= TransferEngine.checkpointInterval { takeCheckpoint() }
         return count
     }
 
@@ -262,50 +261,50 @@ final class Download {
     }
 
     /// The verdict once libcurl reports the transfer done.
-    func finish(code: CURLcode, errorText: String?) -> Outcome {
+    func finish(code: CURLcode, errorText: String?) -> TransferOutcome {
         if !decided && code == CURLE_OK { decide() }
-        if let failure { return .failed(Failure(message: failure, keepPartial: !discardPartial, cause: failureCause)) }
+        if let failure { return .failed(TransferFailure(message: failure, keepPartial: !discardPartial, cause: failureCause)) }
         guard code == CURLE_OK else {
             var text = Curl.describe(code, errorText: errorText, headers: headers)
             if code == CURLE_OPERATION_TIMEDOUT && text.contains("too slow") { text = "stalled: " + text }
-            return .failed(Failure(message: text, keepPartial: true, cause: Curl.cause(code, errorText: errorText, headers: headers)))
+            return .failed(TransferFailure(message: text, keepPartial: true, cause: Curl.cause(code, errorText: errorText, headers: headers)))
         }
         if scheme != .file && headers.status != 200 && headers.status != 206 {
             let status = headers.status
             var message = "HTTP \(status) \(headers.reason)".trimmingSpaces()
             if status == 416 { message += " (range not satisfiable); starting again from zero" }
             let after = (status == 429 || status == 503) ? headers.retryAfter.flatMap(ResponseHeaders.parseRetryAfter) : nil
-            return .failed(Failure(message: message, keepPartial: status != 416, cause: .http(status: status), retryAfter: after))
+            return .failed(TransferFailure(message: message, keepPartial: status != 416, cause: .http(status: status), retryAfter: after))
         }
         return verify()
     }
 
     /// Size and hash against the manifest, for every path that yields a file (rule 4).
-    func verify() -> Outcome {
+    func verify() -> TransferOutcome {
         if let size = entry.size, written != size {
-            return .failed(Failure(message: "the server sent \(written) of \(size) bytes (truncated)", keepPartial: written < size,
+            return .failed(TransferFailure(message: "the server sent \(written) of \(size) bytes (truncated)", keepPartial: written < size,
                                    cause: written < size ? .truncated : .wrongLength))
         }
         guard flush() else {
-            return .failed(Failure(message: failure ?? "cannot write the partial file", keepPartial: false, cause: failureCause))
+            return .failed(TransferFailure(message: failure ?? "cannot write the partial file", keepPartial: false, cause: failureCause))
         }
         let digest = inlineHasher?.finalizeHex() ?? backgroundHasher?.finish()
         backgroundHasher = nil
         guard let sha = digest else {
-            return .failed(Failure(message: "cannot read back the partial file to hash it", keepPartial: false, cause: .local(errno: EIO)))
+            return .failed(TransferFailure(message: "cannot read back the partial file to hash it", keepPartial: false, cause: .local(errno: EIO)))
         }
         guard sha == entry.sha256 else {
             if isAlreadyComplete && received == 0 {
-                return .failed(Failure(message: "the kept partial file does not verify; fetching it again", keepPartial: false, cause: .contentMismatch(afterResume: true)))
+                return .failed(TransferFailure(message: "the kept partial file does not verify; fetching it again", keepPartial: false, cause: .contentMismatch(afterResume: true)))
             }
             if requestedOffset > 0 && restartReason == nil {
-                return .failed(Failure(message: "the resumed file does not verify (the server may have changed it); fetching it again from zero",
+                return .failed(TransferFailure(message: "the resumed file does not verify (the server may have changed it); fetching it again from zero",
                                        keepPartial: false, cause: .contentMismatch(afterResume: true)))
             }
-            return .failed(Failure(message: "content does not match the manifest: SHA-256 is \(sha), the manifest says \(entry.sha256)",
+            return .failed(TransferFailure(message: "content does not match the manifest: SHA-256 is \(sha), the manifest says \(entry.sha256)",
                                    keepPartial: false, cause: .contentMismatch(afterResume: false)))
         }
-        return .verified
+        return .succeeded
     }
 
     /// Writes out buffered bytes and syncs the partial's data to disk, so its length can be

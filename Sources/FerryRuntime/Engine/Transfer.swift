@@ -1,0 +1,58 @@
+import CCurl
+import FerryCore
+
+/// One request the engine runs, and the policy for what its response may do: a download writing
+/// into a partial file (`Download`), and from the push issue on an upload reading from a file.
+/// Every call comes on the engine's thread.
+protocol Transfer: AnyObject {
+    /// Sets up the easy handle: the request (URL, method, headers, credentials, limits) and the
+    /// callbacks, which get `context` (this transfer, retained by the engine) as their user data.
+    func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer)
+    /// The outcome without a request, when the data needs none (a partial that already holds the
+    /// whole file is verified from disk); nil to make the request.
+    func outcomeWithoutRequest() -> TransferOutcome?
+    /// The verdict once libcurl reports the request done.
+    func finish(code: CURLcode, errorText: String?) -> TransferOutcome
+    /// Set when the transfer was asked to stop (`ferry cancel`): the engine ends it as interrupted.
+    var cancelRequested: Bool { get }
+    /// Called about ten times a second while the request runs (time-based checkpoints).
+    func tick(now: Double)
+}
+
+enum TransferOutcome {
+    /// The data is complete and verified.
+    case succeeded
+    /// This attempt failed.
+    case failed(TransferFailure)
+    /// Stopped by a deadline, a signal or a cancel; what was transferred is kept as resume data.
+    case interrupted
+}
+
+/// A failed attempt: what to say, whether the data so far is good resume data, and why it failed
+/// (which decides whether trying again can help).
+struct TransferFailure {
+    let message: String
+    /// Whether the partial data (up to what was written) is still good resume data.
+    let keepPartial: Bool
+    let cause: FailureCause
+    /// Seconds the server asked to wait (`Retry-After` on 429 and 503).
+    var retryAfter: Double? = nil
+    var retry: RetryClass { cause.retryClass }
+}
+
+/// A session's work, as the engine sees it: it hands out transfers and takes their outcomes.
+/// Every call comes on the engine's thread, from the moment the source is submitted until `ended`.
+protocol TransferSource: AnyObject {
+    /// The next transfer to start.
+    func next() -> TransferEngine.Next
+    /// Transfers that ended, in the order they ended.
+    func finished(_ batch: [(Transfer, TransferOutcome)])
+    /// About ten times a second, with the source's running transfers (progress, cancel requests,
+    /// group commits); also while all of its work waits out a backoff.
+    func tick(_ running: [Transfer])
+    /// True when the source must stop now (a deadline, a signal, a failing store): its running
+    /// transfers end as interrupted and it gets no more turns.
+    var shouldStop: Bool { get }
+    /// At most this many of its transfers run at once (within the engine's global limit).
+    var limit: Int { get }
+}

@@ -1,0 +1,214 @@
+import CCurl
+import Dispatch
+import Foundation
+import Glibc
+import Synchronization
+import FerryCore
+
+/// Runs the transfers of every session through one libcurl multi handle, on one thread of its own
+/// for the life of the process: at most `concurrency` at once across all sessions (`transfers`),
+/// connections kept alive and reused, HTTP/2 multiplexed over TLS. Sessions hand it their work as
+/// `TransferSource`s through a small locked inbox, and new work wakes the loop
+/// (`curl_multi_wakeup`); with nothing to do it sleeps in `curl_multi_poll` until woken.
+///
+/// Sources take turns (round robin), so two sessions transfer at the same time and one large
+/// session cannot starve another. A source's calls all come on the engine thread.
+final class TransferEngine: @unchecked Sendable {
+    /// What a source has for the engine next.
+    enum Next {
+        case start(Transfer)
+        /// Nothing is due yet (retries are waiting out their backoff); ask again shortly.
+        case notYet
+        /// Nothing more will come.
+        case none
+    }
+
+    /// Checkpoints: every 2 MiB, or every second for slower transfers, a transfer's data is
+    /// fdatasync'ed and its length recorded, which bounds what a crash makes ferry fetch again.
+    static let checkpointInterval: Int64 = 2 << 20
+    static let checkpointSeconds = 1.0
+
+    /// A source handed over from another thread, and how to tell that thread it ended. The source
+    /// is touched only by the engine thread from `submit` until `done` is signalled.
+    private struct Handoff: @unchecked Sendable {
+        let source: TransferSource
+        let done: DispatchSemaphore
+    }
+
+    private struct Inbox {
+        var arrivals: [Handoff] = []
+        var shuttingDown = false
+    }
+
+    private let inbox = Mutex(Inbox())
+    private let multi: UnsafeMutableRawPointer
+    let concurrency: Int
+    private let stopped = DispatchSemaphore(value: 0)
+
+    // Engine thread only.
+    private final class Turn {
+        let handoff: Handoff
+        var running = 0
+        /// Returned `.none`: nothing more until one of its transfers ends (a failure may retry).
+        var exhausted = false
+        var stopping = false
+        var finished: [(Transfer, TransferOutcome)] = []
+        init(_ handoff: Handoff) { self.handoff = handoff }
+        var source: TransferSource { handoff.source }
+    }
+    private struct Active {
+        let easy: EasyHandle
+        let transfer: Transfer
+        let retained: Unmanaged<AnyObject>
+        let turn: Turn
+    }
+    private var turns: [Turn] = []
+    private var cursor = 0
+    private var active: [UnsafeMutableRawPointer: Active] = [:]
+    private var idle: [EasyHandle] = []
+    private var lastTick = 0.0
+
+    init(concurrency: Int) {
+        self.concurrency = max(1, concurrency)
+        multi = curl_multi_init()
+        ferry_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
+        ferry_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, self.concurrency * 2)
+        let thread = Thread { [self] in loop() }
+        thread.name = "ferry-engine"
+        thread.start()
+    }
+
+    /// Runs `source` until it has nothing more to do or must stop; blocks the calling thread
+    /// meanwhile. Other threads may run their sources at the same time.
+    func run(_ source: TransferSource) {
+        let handoff = Handoff(source: source, done: DispatchSemaphore(value: 0))
+        inbox.withLock { $0.arrivals.append(handoff) }
+        curl_multi_wakeup(multi)
+        handoff.done.wait()
+    }
+
+    /// Ends the engine thread once the sources it has are done. Call once, before the process exits.
+    func shutdown() {
+        inbox.withLock { $0.shuttingDown = true }
+        curl_multi_wakeup(multi)
+        stopped.wait()
+        idle.removeAll()
+        curl_multi_cleanup(multi)
+    }
+
+    private func loop() {
+        while true {
+            let (arrivals, shuttingDown) = inbox.withLock { inbox in
+                defer { inbox.arrivals.removeAll() }
+                return (inbox.arrivals, inbox.shuttingDown)
+            }
+            turns += arrivals.map(Turn.init)
+            if shuttingDown && turns.isEmpty { break }
+
+            let now = MonotonicClock.seconds()
+            for turn in turns where !turn.stopping && turn.source.shouldStop {
+                turn.stopping = true
+                for (handle, a) in active where a.turn === turn { end(handle, a, .interrupted) }
+            }
+            for (handle, a) in active where a.transfer.cancelRequested { end(handle, a, .interrupted) }
+            fill()
+            deliver()
+
+            if active.isEmpty {
+                tick(now, force: false)
+                // Nothing running: sleep until woken by new work, or until the next tick is due
+                // for sources that wait out a backoff.
+                var numfds: Int32 = 0
+                curl_multi_poll(multi, nil, 0, turns.isEmpty ? 10_000 : 50, &numfds)
+                continue
+            }
+            var running: Int32 = 0
+            curl_multi_perform(multi, &running)
+            var left: Int32 = 0
+            while let message = curl_multi_info_read(multi, &left) {
+                guard ferry_msg_is_done(message) != 0, let handle = ferry_msg_easy(message), let a = active[handle] else { continue }
+                end(handle, a, a.transfer.finish(code: ferry_msg_result(message), errorText: a.easy.errorText))
+            }
+            deliver()
+            let after = MonotonicClock.seconds()
+            for a in active.values { a.transfer.tick(now: after) }
+            tick(after, force: false)
+            if !active.isEmpty && running > 0 {
+                var numfds: Int32 = 0
+                curl_multi_poll(multi, nil, 0, 100, &numfds)
+            }
+        }
+        stopped.signal()
+    }
+
+    /// Starts transfers, taking turns among the sources, until the global limit is reached or no
+    /// source has anything due.
+    private func fill() {
+        var asked = Set<ObjectIdentifier>()
+        while active.count < concurrency && !turns.isEmpty {
+            var started = false
+            for step in 0..<turns.count {
+                guard active.count < concurrency else { break }
+                let turn = turns[(cursor + step) % turns.count]
+                let id = ObjectIdentifier(turn)
+                guard !turn.stopping, !turn.exhausted, !asked.contains(id), turn.running < turn.source.limit else { continue }
+                switch turn.source.next() {
+                case .start(let transfer):
+                    start(transfer, for: turn)
+                    started = true
+                case .notYet:
+                    asked.insert(id)
+                case .none:
+                    turn.exhausted = true
+                }
+            }
+            cursor = (cursor + 1) % max(1, turns.count)
+            if !started { break }
+        }
+    }
+
+    private func start(_ transfer: Transfer, for turn: Turn) {
+        if let outcome = transfer.outcomeWithoutRequest() {
+            turn.finished.append((transfer, outcome))
+            return
+        }
+        let easy = idle.popLast() ?? EasyHandle()
+        let retained = Unmanaged<AnyObject>.passRetained(transfer)
+        transfer.prepare(easy, context: retained.toOpaque())
+        curl_multi_add_handle(multi, easy.handle)
+        active[easy.handle] = Active(easy: easy, transfer: transfer, retained: retained, turn: turn)
+        turn.running += 1
+    }
+
+    private func end(_ handle: UnsafeMutableRawPointer, _ a: Active, _ outcome: TransferOutcome) {
+        curl_multi_remove_handle(multi, handle)
+        active.removeValue(forKey: handle)
+        a.turn.running -= 1
+        a.turn.finished.append((a.transfer, outcome))
+        a.retained.release()
+        idle.append(a.easy)
+    }
+
+    /// Hands each source the transfers of its that ended; ends the sources that are done.
+    private func deliver() {
+        for turn in turns where !turn.finished.isEmpty {
+            let batch = turn.finished
+            turn.finished.removeAll()
+            turn.source.finished(batch)
+            turn.exhausted = false  // a failure may have scheduled a retry
+        }
+        let done = turns.filter { ($0.exhausted || $0.stopping) && $0.running == 0 && $0.finished.isEmpty }
+        guard !done.isEmpty else { return }
+        turns.removeAll { turn in done.contains { $0 === turn } }
+        for turn in done { turn.handoff.done.signal() }
+    }
+
+    /// Progress, cancel requests and group commits: at most ten times a second per source.
+    private func tick(_ now: Double, force: Bool) {
+        guard force || now - lastTick >= 0.1 else { return }
+        lastTick = now
+        for turn in turns {
+            turn.source.tick(active.values.filter { $0.turn === turn }.map(\.transfer))
+        }
+    }
+}

@@ -1,0 +1,68 @@
+import Dispatch
+import Foundation
+import Synchronization
+import FerryCore
+
+/// Runs sessions for `sync now`, `resume` and (next) `agent`: each session's cycle on a thread of
+/// its own — refresh (fetch, scan, hash, plan, queue), its transfers through the one engine the
+/// runner owns, settle (deletions, outcome) — so several sessions transfer at the same time under
+/// the global `transfers` limit. Events and progress from every thread reach the observer one at
+/// a time.
+public final class SessionRunner {
+    /// One session to run, and how.
+    public struct Job: Sendable {
+        public var session: SessionConfig
+        public var options: SyncOptions
+        public init(session: SessionConfig, options: SyncOptions) {
+            self.session = session
+            self.options = options
+        }
+    }
+
+    private let agent: AgentConfig
+    private let engine: TransferEngine
+
+    public init(agent: AgentConfig) {
+        self.agent = agent
+        engine = TransferEngine(concurrency: agent.transfers)
+    }
+
+    deinit { engine.shutdown() }
+
+    /// Runs the jobs at the same time; returns their results in the jobs' order.
+    public func run(_ jobs: [Job], observer: SyncObserver) -> [SyncResult] {
+        let serialized = SerializedObserver(observer)
+        let results = Mutex<[Int: SyncResult]>([:])
+        let group = DispatchGroup()
+        for (index, job) in jobs.enumerated() {
+            group.enter()
+            let cycle = SessionCycle(PullSync(session: job.session, agent: agent, observer: serialized, options: job.options, engine: engine))
+            let thread = Thread {
+                let result = cycle.sync.run()
+                results.withLock { $0[index] = result }
+                group.leave()
+            }
+            thread.name = "ferry-session"
+            thread.start()
+        }
+        group.wait()
+        return results.withLock { all in jobs.indices.map { all[$0]! } }
+    }
+}
+
+/// A session's cycle handed to the thread that runs it, and touched by no other.
+private struct SessionCycle: @unchecked Sendable {
+    let sync: PullSync
+    init(_ sync: PullSync) { self.sync = sync }
+}
+
+/// Passes events and progress on one call at a time, whichever thread they come from.
+private final class SerializedObserver: SyncObserver, @unchecked Sendable {
+    private let observer: SyncObserver
+    private let lock = Mutex(())
+
+    init(_ observer: SyncObserver) { self.observer = observer }
+
+    func event(_ event: Event) { lock.withLock { _ in observer.event(event) } }
+    func progress(_ progress: SyncProgress) { lock.withLock { _ in observer.progress(progress) } }
+}

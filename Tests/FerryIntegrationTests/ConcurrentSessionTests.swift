@@ -1,0 +1,75 @@
+import Foundation
+import Testing
+
+/// One engine for every session: `sync now` runs its sessions at the same time, under the global
+/// `transfers` limit.
+struct ConcurrentSessionTests {
+    /// Two sessions, one slow file each, from one server that notes whether bodies overlapped.
+    func twoSessions(_ label: String, transfers: Int) throws -> (Sandbox, PythonServer, [String: Data]) {
+        let box = Sandbox(label)
+        var contents: [String: Data] = [:]
+        for (i, name) in ["one", "two"].enumerated() {
+            contents[name] = randomData(600_000, seed: UInt64(40 + i))
+            box.publish("\(name)/\(name).bin", contents[name]!)
+            #expect(ferry(["manifest", "build", box.published + "/" + name]).exitCode == 0)
+        }
+        let server = try PythonServer(directory: box.published)
+        server.setFaults(["*": ["rate": 400_000, "log_overlap": true]])
+        let config = ["[agent]", "state = \(box.state)", "transfers = \(transfers)", "",
+                      "[session one]", "remote = \(server.url)one/", "local = \(box.directory)/one", "",
+                      "[session two]", "remote = \(server.url)two/", "local = \(box.directory)/two"]
+        try (config.joined(separator: "\n") + "\n").write(toFile: box.config, atomically: true, encoding: .utf8)
+        return (box, server, contents)
+    }
+
+    /// The server notes a body once its last byte is written, which can be just after ferry exits.
+    func bodies(_ server: PythonServer) -> [[String: Any]] {
+        let deadline = Date().addingTimeInterval(5)
+        while true {
+            let sent = server.requests().filter { $0["method"] as? String == "BODY" && ($0["path"] as? String)?.hasSuffix(".bin") == true }
+            if sent.count >= 2 || Date() > deadline { return sent }
+            usleep(20_000)
+        }
+    }
+
+    @Test func twoSessionsTransferAtTheSameTime() throws {
+        let (box, server, contents) = try twoSessions("concurrent", transfers: 8)
+        defer { server.stop() }
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        for (name, data) in contents {
+            #expect(try Data(contentsOf: URL(fileURLWithPath: "\(box.directory)/\(name)/\(name).bin")) == data)
+        }
+        let sent = bodies(server)
+        #expect(sent.count == 2 && sent.allSatisfy { $0["overlapped"] as? Bool == true }, "both files were sent at once: \(sent)")
+        #expect(run.events(named: "sync-finished").count == 2)
+    }
+
+    @Test func transfersOneRunsThemOneAtATime() throws {
+        let (box, server, contents) = try twoSessions("serial", transfers: 1)
+        defer { server.stop() }
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        for (name, data) in contents {
+            #expect(try Data(contentsOf: URL(fileURLWithPath: "\(box.directory)/\(name)/\(name).bin")) == data)
+        }
+        let sent = bodies(server)
+        #expect(sent.count == 2 && sent.allSatisfy { $0["overlapped"] as? Bool == false }, "one body at a time: \(sent)")
+    }
+
+    /// Each session keeps its own outcome, and the command's exit code is the one rule across them.
+    @Test func eachSessionEndsOnItsOwn() throws {
+        let (box, server, contents) = try twoSessions("mixed", transfers: 8)
+        defer { server.stop() }
+        server.setFaults(["/two/two.bin": ["statuses": [404]]])
+        let config = ["[agent]", "state = \(box.state)", "", "[session one]", "remote = \(server.url)one/", "local = \(box.directory)/one",
+                      "", "[session two]", "remote = \(server.url)two/", "local = \(box.directory)/two", "retries = 0"]
+        try (config.joined(separator: "\n") + "\n").write(toFile: box.config, atomically: true, encoding: .utf8)
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 1, "\(run.output)")
+        let finished = run.events(named: "sync-finished")
+        #expect(finished.first { $0["session"] as? String == "one" }?["exit_code"] as? Int == 0)
+        #expect(finished.first { $0["session"] as? String == "two" }?["exit_code"] as? Int == 1)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: "\(box.directory)/one/one.bin")) == contents["one"])
+    }
+}
