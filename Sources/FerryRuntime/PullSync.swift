@@ -122,10 +122,10 @@ final class PullSync {
     }
 
     private func cycle(store: StateStore, result: inout SyncResult) throws(FerryError) {
-        let settings = try ConfigLoader.httpSettings(for: session)
+        let remote = try Remotes.open(session)
         let url = session.manifestURL
         let record = try store.session(session.name)
-        let fetched = try fetchManifest(record: record, settings: settings)
+        let fetched = try fetchManifest(record: record, remote: remote)
         let manifest = fetched.manifest
 
         // Local scan; a dry run never creates the root.
@@ -215,7 +215,7 @@ final class PullSync {
         }
         result.deleted += try PullTransfers.report(root.takeChanges(), session: session.name, store: store, emit: emit)
 
-        let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, settings: settings, result: &result,
+        let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, remote: remote, result: &result,
                                    localIOError: &localIOError, unstorableMtimes: &unstorableMtimes)
         if let (path, cache) = unstorableMtimes.first, let wanted = cache.wantedMtime {
             let others = unstorableMtimes.count > 1 ? " (and \(unstorableMtimes.count - 1) more files)" : ""
@@ -334,16 +334,15 @@ final class PullSync {
 
     /// Fetches the manifest (conditionally) and parses it; the caller accepts it before anything
     /// is recorded.
-    private func fetchManifest(record: SessionRecord?, settings: HTTPSettings) throws(FerryError) -> Fetched {
+    private func fetchManifest(record: SessionRecord?, remote: Remote) throws(FerryError) -> Fetched {
         let url = session.manifestURL
         let sameURL = record?.manifestURL == url && FileSystem.exists(cachePath)
-        let fetcher = ManifestFetcher(settings: settings, maximumSize: session.maxManifestSize)
         var attempt = 1
         var fetched: ManifestFetch
         while true {
             do throws(FerryError) {
-                fetched = try fetcher.fetch(url: url, etag: sameURL ? record?.manifestETag : nil,
-                                            lastModified: sameURL ? record?.manifestLastModified : nil)
+                fetched = try remote.fetchManifest(url: url, etag: sameURL ? record?.manifestETag : nil,
+                                                   lastModified: sameURL ? record?.manifestLastModified : nil, maximumSize: session.maxManifestSize)
                 break
             } catch {
                 // The same retry rules as transfers: what may pass is tried `retries` more times.
@@ -368,11 +367,11 @@ final class PullSync {
     }
 
     /// Runs the downloads; returns why it stopped early, if it did.
-    private func transfer(plan: Plan, tasks: [RelativePath: TransferTask], root: LocalRoot, store: StateStore, settings: HTTPSettings,
+    private func transfer(plan: Plan, tasks: [RelativePath: TransferTask], root: LocalRoot, store: StateStore, remote: Remote,
                           result: inout SyncResult, localIOError: inout String?,
                           unstorableMtimes: inout [(RelativePath, CachedHash)]) throws(FerryError) -> String? {
         guard !plan.downloads.isEmpty else { return options.stop.reason }
-        let transfers = PullTransfers(session: session, root: root, store: store, settings: settings,
+        let transfers = PullTransfers(session: session, root: root, store: store, remote: remote,
                                       observer: observer, emit: { [unowned self] in self.emit($0) }, plan: plan, stop: options.stop)
         transfers.run(plan.downloads, tasks: tasks, engine: engine)
         result.downloaded += transfers.downloaded

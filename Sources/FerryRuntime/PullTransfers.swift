@@ -18,7 +18,7 @@ final class PullTransfers: TransferSource {
     private let session: SessionConfig
     private let root: LocalRoot
     private let store: StateStore
-    private let settings: HTTPSettings
+    private let remote: Remote
     private let emit: (Event.Body) -> Void
     private let observer: SyncObserver
     private let stop: StopCondition
@@ -52,13 +52,13 @@ final class PullTransfers: TransferSource {
     private var committed: [(download: Download, cache: CachedHash)] = []
     private var lastFlush = MonotonicClock.seconds()
 
-    init(session: SessionConfig, root: LocalRoot, store: StateStore, settings: HTTPSettings, observer: SyncObserver,
+    init(session: SessionConfig, root: LocalRoot, store: StateStore, remote: Remote, observer: SyncObserver,
          emit: @escaping (Event.Body) -> Void, plan: Plan, stop: StopCondition) {
         self.stop = stop
         self.session = session
         self.root = root
         self.store = store
-        self.settings = settings
+        self.remote = remote
         self.observer = observer
         self.emit = emit
         progress = SyncProgress(session: session.name)
@@ -176,8 +176,8 @@ final class PullTransfers: TransferSource {
                 item.task.validator = nil
             }
             do throws(FerryError) {
-                let download = try Download(task: item.task, entry: entry, reason: item.download.reason, url: session.remote.url(for: entry.path),
-                                            fd: fd, settings: settings, resumeFrom: item.task.bytesDone, validator: item.task.validator)
+                let download = try remote.download(task: item.task, entry: entry, reason: item.download.reason, into: fd,
+                                                   resumeFrom: item.task.bytesDone, validator: item.task.validator)
                 download.onCheckpoint = { [unowned self] in self.checkpoint($0) }
                 items[item.task.id] = item
                 if item.triesThisRun == 1 { emit(.fileStarted(path: entry.path, size: entry.size, reason: item.download.reason)) }

@@ -9,10 +9,16 @@ final class Download: Transfer {
     let task: TransferTask
     let entry: ManifestEntry
     let reason: Plan.Reason
-    let url: String
+    /// Where the bytes come from.
+    enum Origin {
+        case http(url: String, settings: HTTPSettings)
+        /// A file of a `file://` remote, read with pread (no libcurl).
+        case file(path: String)
+    }
+    let origin: Origin
     let fd: Int32
-    let settings: HTTPSettings
-    var scheme: RemoteLocation.Scheme { settings.scheme }
+    /// A local origin: read from any offset without a validator, by the engine's steps.
+    let isLocal: Bool
     /// The offset asked for with `Range` (0 = the whole file).
     let requestedOffset: Int64
     /// The validator sent in `If-Range` with the range request.
@@ -45,14 +51,14 @@ final class Download: Transfer {
     private var errorBody: [UInt8] = []
 
     /// `resumeFrom` bytes of the partial are already valid (hashed here before any network I/O).
-    init(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, url: String, fd: Int32, settings: HTTPSettings,
+    init(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, origin: Origin, fd: Int32,
          resumeFrom: Int64, validator: String?) throws(FerryError) {
         self.task = task
         self.entry = entry
         self.reason = reason
-        self.url = url
+        self.origin = origin
+        if case .file = origin { isLocal = true } else { isLocal = false }
         self.fd = fd
-        self.settings = settings
         var offset = resumeFrom
         var st = stat()
         let onDisk = fstat(fd, &st) == 0 ? Int64(st.st_size) : 0
@@ -61,8 +67,9 @@ final class Download: Transfer {
         // that failed) is verified from disk first: no request at all if it is right (rule 4).
         if let size = entry.size, size > 0, onDisk == size { offset = size }
         // Over HTTP a range is asked for only under a validator (If-Range): without one, the bytes
-        // on disk might belong to another version of the file.
-        if settings.scheme != .file && validator == nil && offset != entry.size { offset = 0 }
+        // on disk might belong to another version of the file. A local file is read from the offset
+        // (and the whole is verified by hash all the same).
+        if !isLocal && validator == nil && offset != entry.size { offset = 0 }
         if ftruncate(fd, off_t(offset)) != 0 {
             throw .localIO("cannot truncate the partial file for \(Printable.name(entry.path.string)): \(FileSystem.errorText())")
         }
@@ -79,17 +86,24 @@ final class Download: Transfer {
         requestedOffset = offset
         written = offset
         checkpointed = offset
-        ifRange = offset > 0 ? validator : nil
+        ifRange = offset > 0 && !isLocal ? validator : nil
         self.validator = validator
+        if isLocal {
+            decided = true
+            accepting = true
+        }
     }
 
     /// True when the partial already holds the whole file: verify it without asking the network.
     /// If it does not verify, it is discarded and fetched again (a retry).
     var isAlreadyComplete: Bool { entry.size.map { requestedOffset == $0 && $0 > 0 } ?? false }
 
+    var mode: TransferMode { isLocal ? .steps : .curl }
+
     func outcomeWithoutRequest() -> TransferOutcome? { isAlreadyComplete ? verify() : nil }
 
     func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
+        guard case let .http(url, settings) = origin else { return }
         easy.configure(url: url, settings: settings, extraHeaders: requestHeaders)
         if let range = rangeOption { easy.set(CURLOPT_RANGE, range) }
         if (entry.size ?? 0) > 1 << 20 { easy.set(CURLOPT_BUFFERSIZE, 512 * 1024) }
@@ -99,6 +113,39 @@ final class Download: Transfer {
         easy.set(CURLOPT_HEADERDATA, pointer: context)
     }
 
+    /// The source file of a local origin, and the buffer its bytes pass through.
+    private var sourceFD: Int32 = -1
+    private var stepBuffer: UnsafeMutableRawPointer?
+    static let stepSize = 1 << 20
+
+    /// A local origin: reads the next MiB of the source file at the partial's length and takes it
+    /// in exactly as bytes from the network (size check, hash, checkpoints).
+    func step() -> TransferOutcome? {
+        guard case let .file(path) = origin else { return nil }
+        if sourceFD < 0 {
+            sourceFD = open(path, O_RDONLY | O_CLOEXEC)
+            guard sourceFD >= 0 else {
+                let code = errno
+                return .failed(TransferFailure(message: "cannot read \(Printable.name(path)): \(FileSystem.errorText(code))",
+                                               keepPartial: true, cause: .local(errno: code)))
+            }
+        }
+        let buffer = stepBuffer ?? UnsafeMutableRawPointer.allocate(byteCount: Download.stepSize, alignment: 16)
+        stepBuffer = buffer
+        let n = pread(sourceFD, buffer, Download.stepSize, off_t(written))
+        if n < 0 {
+            if errno == EINTR { return nil }
+            let code = errno
+            return .failed(TransferFailure(message: "cannot read \(Printable.name(path)): \(FileSystem.errorText(code))",
+                                           keepPartial: true, cause: .local(errno: code)))
+        }
+        if n == 0 { return verify() }
+        guard receive(buffer, count: n) == n else {
+            return .failed(TransferFailure(message: failure ?? "cannot take the file in", keepPartial: !discardPartial, cause: failureCause))
+        }
+        return nil
+    }
+
     /// Slow transfers are checkpointed every second; fast ones every 2 MiB from the write path.
     func tick(now: Double) {
         if written > checkpointed && now - checkpointTime >= TransferEngine.checkpointSeconds { takeCheckpoint() }
@@ -106,7 +153,7 @@ final class Download: Transfer {
 
     /// Headers for the request: a range from the resume offset, guarded by `If-Range`.
     var requestHeaders: [String] {
-        guard requestedOffset > 0, scheme != .file else { return [] }
+        guard requestedOffset > 0 else { return [] }
         return ifRange.map { ["If-Range: \($0)"] } ?? []
     }
 
@@ -219,10 +266,6 @@ final class Download: Transfer {
     /// for the partial file.
     private func decide() {
         decided = true
-        if scheme == .file {
-            accepting = true
-            return
-        }
         let asked = ResponsePolicy.Asked(offset: requestedOffset, ifRange: ifRange, size: entry.size)
         let answer = ResponsePolicy.Answer(status: headers.status, contentRange: headers.contentRange,
                                            contentLength: headers.contentLength, validator: headers.rangeValidator)
@@ -269,7 +312,7 @@ final class Download: Transfer {
             if code == CURLE_OPERATION_TIMEDOUT && text.contains("too slow") { text = "stalled: " + text }
             return .failed(TransferFailure(message: text, keepPartial: true, cause: Curl.cause(code, errorText: errorText, headers: headers)))
         }
-        if scheme != .file && headers.status != 200 && headers.status != 206 {
+        if headers.status != 200 && headers.status != 206 {
             let status = headers.status
             var message = "HTTP \(status) \(headers.reason)".trimmingSpaces()
             if status == 416 { message += " (range not satisfiable); starting again from zero" }
@@ -318,6 +361,9 @@ final class Download: Transfer {
         backgroundHasher?.cancel()
         backgroundHasher = nil
         Glibc.close(fd)
+        if sourceFD >= 0 { Glibc.close(sourceFD) }
+        stepBuffer?.deallocate()
+        stepBuffer = nil
     }
 }
 

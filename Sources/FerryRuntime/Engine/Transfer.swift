@@ -5,18 +5,29 @@ import FerryCore
 /// into a partial file (`Download`), and from the push issue on an upload reading from a file.
 /// Every call comes on the engine's thread.
 protocol Transfer: AnyObject {
-    /// Sets up the easy handle: the request (URL, method, headers, credentials, limits) and the
-    /// callbacks, which get `context` (this transfer, retained by the engine) as their user data.
+    /// How the engine runs it.
+    var mode: TransferMode { get }
+    /// `.curl`: sets up the easy handle — the request (URL, method, headers, credentials, limits)
+    /// and the callbacks, which get `context` (this transfer, retained by the engine) as their user data.
     func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer)
-    /// The outcome without a request, when the data needs none (a partial that already holds the
-    /// whole file is verified from disk); nil to make the request.
-    func outcomeWithoutRequest() -> TransferOutcome?
-    /// The verdict once libcurl reports the request done.
+    /// `.curl`: the verdict once libcurl reports the request done.
     func finish(code: CURLcode, errorText: String?) -> TransferOutcome
+    /// `.steps`: does the next bounded piece of work (a few MiB); returns the outcome once done.
+    func step() -> TransferOutcome?
+    /// The outcome without any work, when the data needs none (a partial that already holds the
+    /// whole file is verified from disk); nil to run the transfer.
+    func outcomeWithoutRequest() -> TransferOutcome?
     /// Set when the transfer was asked to stop (`ferry cancel`): the engine ends it as interrupted.
     var cancelRequested: Bool { get }
     /// Called about ten times a second while the request runs (time-based checkpoints).
     func tick(now: Double)
+}
+
+enum TransferMode {
+    /// A request through the engine's libcurl multi handle.
+    case curl
+    /// Local work (a `file://` remote) the engine advances a piece at a time between its polls.
+    case steps
 }
 
 enum TransferOutcome {

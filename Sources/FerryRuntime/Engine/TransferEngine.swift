@@ -57,14 +57,17 @@ final class TransferEngine: @unchecked Sendable {
         var source: TransferSource { handoff.source }
     }
     private struct Active {
-        let easy: EasyHandle
+        /// nil for a `.steps` transfer.
+        let easy: EasyHandle?
         let transfer: Transfer
         let retained: Unmanaged<AnyObject>
         let turn: Turn
     }
     private var turns: [Turn] = []
     private var cursor = 0
+    /// Running transfers by easy handle (`.curl`) or by their own address (`.steps`).
     private var active: [UnsafeMutableRawPointer: Active] = [:]
+    private var stepping = 0
     private var idle: [EasyHandle] = []
     private var lastTick = 0.0
 
@@ -127,15 +130,21 @@ final class TransferEngine: @unchecked Sendable {
             var left: Int32 = 0
             while let message = curl_multi_info_read(multi, &left) {
                 guard ferry_msg_is_done(message) != 0, let handle = ferry_msg_easy(message), let a = active[handle] else { continue }
-                end(handle, a, a.transfer.finish(code: ferry_msg_result(message), errorText: a.easy.errorText))
+                end(handle, a, a.transfer.finish(code: ferry_msg_result(message), errorText: a.easy?.errorText))
+            }
+            if stepping > 0 {
+                for (key, a) in active where a.easy == nil {
+                    if let outcome = a.transfer.step() { end(key, a, outcome) }
+                }
             }
             deliver()
             let after = MonotonicClock.seconds()
             for a in active.values { a.transfer.tick(now: after) }
             tick(after, force: false)
             if !active.isEmpty && running > 0 {
+                // Local steps keep going between polls: only look for network readiness.
                 var numfds: Int32 = 0
-                curl_multi_poll(multi, nil, 0, 100, &numfds)
+                curl_multi_poll(multi, nil, 0, stepping > 0 ? 0 : 100, &numfds)
             }
         }
         stopped.signal()
@@ -172,21 +181,31 @@ final class TransferEngine: @unchecked Sendable {
             turn.finished.append((transfer, outcome))
             return
         }
-        let easy = idle.popLast() ?? EasyHandle()
         let retained = Unmanaged<AnyObject>.passRetained(transfer)
-        transfer.prepare(easy, context: retained.toOpaque())
-        curl_multi_add_handle(multi, easy.handle)
-        active[easy.handle] = Active(easy: easy, transfer: transfer, retained: retained, turn: turn)
+        switch transfer.mode {
+        case .curl:
+            let easy = idle.popLast() ?? EasyHandle()
+            transfer.prepare(easy, context: retained.toOpaque())
+            curl_multi_add_handle(multi, easy.handle)
+            active[easy.handle] = Active(easy: easy, transfer: transfer, retained: retained, turn: turn)
+        case .steps:
+            active[retained.toOpaque()] = Active(easy: nil, transfer: transfer, retained: retained, turn: turn)
+            stepping += 1
+        }
         turn.running += 1
     }
 
     private func end(_ handle: UnsafeMutableRawPointer, _ a: Active, _ outcome: TransferOutcome) {
-        curl_multi_remove_handle(multi, handle)
+        if let easy = a.easy {
+            curl_multi_remove_handle(multi, handle)
+            idle.append(easy)
+        } else {
+            stepping -= 1
+        }
         active.removeValue(forKey: handle)
         a.turn.running -= 1
         a.turn.finished.append((a.transfer, outcome))
         a.retained.release()
-        idle.append(a.easy)
     }
 
     /// Hands each source the transfers of its that ended; ends the sources that are done.

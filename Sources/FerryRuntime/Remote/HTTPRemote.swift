@@ -2,37 +2,26 @@ import CCurl
 import Glibc
 import FerryCore
 
-/// The outcome of a conditional manifest fetch.
-public enum ManifestFetch {
-    /// The remote says nothing changed since the validators we sent (HTTP 304, or the same file).
-    case unchanged
-    case fetched(bytes: [UInt8], etag: String?, lastModified: String?)
-}
-
-/// Fetches a session's manifest with a conditional GET (`If-None-Match` / `If-Modified-Since`),
-/// or for `file://` remotes reads it and uses its size, mtime and inode as the validator.
-/// A manifest larger than `maximumSize` (`max-manifest-size`) is refused as soon as that is known:
-/// from `Content-Length` or the file's size before any byte is read, else when the body passes it.
-public struct ManifestFetcher {
+/// An `http://` or `https://` remote, through libcurl. The manifest comes with a conditional GET
+/// (`If-None-Match` / `If-Modified-Since`); a manifest larger than `max-manifest-size` is refused
+/// from `Content-Length` before any byte is read, else when the body passes it. Files come as
+/// engine transfers, resumed with `Range` under `If-Range`.
+struct HTTPRemote: Remote, RangeReading {
+    let base: RemoteLocation
     let settings: HTTPSettings
-    let maximumSize: Int64
+    var rangeNeedsValidator: Bool { true }
 
-    public init(settings: HTTPSettings, maximumSize: Int64) {
-        self.settings = settings
-        self.maximumSize = maximumSize
+    func download(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, into fd: Int32,
+                  resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
+        try Download(task: task, entry: entry, reason: reason, origin: .http(url: base.url(for: entry.path), settings: settings), fd: fd,
+                     resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator)
     }
 
-    /// `announced`: the size the server or the file system gave before the body was read, if that
-    /// size is what gave it away; nil when the body itself grew past the cap.
-    private func tooLarge(_ url: String, _ announced: Int64?) -> FerryError {
-        let how = announced.map { " (\(Units.formatBytes($0))): refused without reading it" }
-            ?? ": refused once the body passed it (the server did not announce its length)"
-        return .manifest("manifest \(url) is larger than max-manifest-size = \(Units.formatBytes(maximumSize))\(how)",
-                         hint: "if a manifest this large is intended, raise max-manifest-size for the session")
+    private func tooLarge(_ url: String, _ maximumSize: Int64, _ announced: Int64?) -> FerryError {
+        Remotes.tooLarge(url, maximumSize: maximumSize, announced: announced)
     }
 
-    public func fetch(url: String, etag: String?, lastModified: String?) throws(FerryError) -> ManifestFetch {
-        if settings.scheme == .file { return try fetchFile(url: url, previous: etag) }
+    func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {
         let easy = EasyHandle()
         var conditions: [String] = []
         if let etag { conditions.append("If-None-Match: \(etag)") }
@@ -56,7 +45,7 @@ public struct ManifestFetcher {
         let code = curl_easy_perform(easy.handle)
         if body.overflowed || code == CURLE_FILESIZE_EXCEEDED {
             let announced = headers.headers.contentLength.flatMap { $0 > maximumSize ? $0 : nil }
-            throw tooLarge(url, announced)
+            throw tooLarge(url, maximumSize, announced)
         }
         guard code == CURLE_OK else {
             let why = Curl.describe(code, errorText: easy.errorText, headers: headers.headers)
@@ -77,23 +66,6 @@ public struct ManifestFetcher {
                              cause: .http(status: status))
         }
         return .fetched(bytes: body.bytes, etag: headers.headers.etag, lastModified: headers.headers.lastModified)
-    }
-
-    private func fetchFile(url: String, previous: String?) throws(FerryError) -> ManifestFetch {
-        guard let path = RemoteLocation.decodeFileURL(url) else { throw .remote("cannot read the manifest \(url): not a valid file URL") }
-        var st = stat()
-        guard stat(path, &st) == 0 else {
-            throw .remote("cannot read the manifest \(url): \(FileSystem.errorText())",
-                          hint: "check 'remote =' and 'manifest =' in the config, and that the manifest was published")
-        }
-        let validator = "file:\(st.st_size):\(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec):\(st.st_ino)"
-        if validator == previous { return .unchanged }
-        if Int64(st.st_size) > maximumSize { throw tooLarge(url, Int64(st.st_size)) }
-        let bytes: [UInt8]
-        do { bytes = try FileSystem.readFile(path, limit: Int(maximumSize)) } catch {
-            throw .remote("cannot read the manifest \(url): \(error.message)")
-        }
-        return .fetched(bytes: bytes, etag: validator, lastModified: nil)
     }
 }
 

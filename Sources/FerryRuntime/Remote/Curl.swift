@@ -181,28 +181,25 @@ final class EasyHandle {
         set(CURLOPT_URL, url)
         set(CURLOPT_NOSIGNAL, 1)
         set(CURLOPT_USERAGENT, HTTPSettings.userAgent)
-        if settings.scheme == .file {
-            set(CURLOPT_PROTOCOLS_STR, "file")
-        } else {
-            set(CURLOPT_PROTOCOLS_STR, "http,https")
-            set(CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
-            set(CURLOPT_FOLLOWLOCATION, 1)
-            set(CURLOPT_MAXREDIRS, 10)
-            // Credentials go to the configured host only, never to a host a redirect names.
-            set(CURLOPT_UNRESTRICTED_AUTH, 0)
-            set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS))
-            // PIPEWAIT off: waiting for a multiplexed connection serializes transfers over HTTP/1.1.
-            set(CURLOPT_PIPEWAIT, 0)
-            set(CURLOPT_TCP_KEEPALIVE, 1)
-            set(CURLOPT_CONNECTTIMEOUT_MS, Int(settings.connectTimeout * 1000))
-            if let ca = settings.caFile { set(CURLOPT_CAINFO, ca) }
-            if let basic = settings.basicAuth {
-                set(CURLOPT_HTTPAUTH, ferry_auth_basic())
-                set(CURLOPT_USERPWD, basic)
-            } else if let token = settings.bearerToken {
-                set(CURLOPT_HTTPAUTH, ferry_auth_bearer())
-                set(CURLOPT_XOAUTH2_BEARER, token)
-            }
+        // HTTP(S) only: a file:// remote never reaches libcurl (FileRemote).
+        set(CURLOPT_PROTOCOLS_STR, "http,https")
+        set(CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        set(CURLOPT_FOLLOWLOCATION, 1)
+        set(CURLOPT_MAXREDIRS, 10)
+        // Credentials go to the configured host only, never to a host a redirect names.
+        set(CURLOPT_UNRESTRICTED_AUTH, 0)
+        set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS))
+        // PIPEWAIT off: waiting for a multiplexed connection serializes transfers over HTTP/1.1.
+        set(CURLOPT_PIPEWAIT, 0)
+        set(CURLOPT_TCP_KEEPALIVE, 1)
+        set(CURLOPT_CONNECTTIMEOUT_MS, Int(settings.connectTimeout * 1000))
+        if let ca = settings.caFile { set(CURLOPT_CAINFO, ca) }
+        if let basic = settings.basicAuth {
+            set(CURLOPT_HTTPAUTH, ferry_auth_basic())
+            set(CURLOPT_USERPWD, basic)
+        } else if let token = settings.bearerToken {
+            set(CURLOPT_HTTPAUTH, ferry_auth_bearer())
+            set(CURLOPT_XOAUTH2_BEARER, token)
         }
         if settings.minSpeed > 0 {
             set(CURLOPT_LOW_SPEED_LIMIT, Int(settings.minSpeed))

@@ -1,0 +1,54 @@
+import FerryCore
+
+/// What a remote does for a session, whatever its scheme: fetch the manifest (conditionally, on
+/// the validators of the last fetch) and make the transfer that downloads one of its files. Push
+/// adds making upload jobs and publishing a manifest. `Remotes.open` is the one place that picks
+/// an implementation by scheme; nothing else in the runtime branches on it.
+protocol Remote: Sendable {
+    /// The manifest at `url`, or `.unchanged` when the validators still hold. A manifest larger
+    /// than `maximumSize` is refused as soon as that is known.
+    func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch
+    /// The transfer that brings `entry` into the partial file `fd`, whose first `resumeFrom` bytes
+    /// were recorded under `validator`.
+    func download(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, into fd: Int32,
+                  resumeFrom: Int64, validator: String?) throws(FerryError) -> Download
+}
+
+/// An optional ability: reading a file from an offset, so a download resumes. HTTP needs a
+/// validator to guard the range (`If-Range`); a local file is read as it is, and the whole is
+/// verified by hash either way. A remote without it starts every download from zero.
+protocol RangeReading {
+    var rangeNeedsValidator: Bool { get }
+}
+
+/// The outcome of a conditional manifest fetch.
+public enum ManifestFetch {
+    /// The remote says nothing changed since the validators we sent (HTTP 304, or the same file).
+    case unchanged
+    case fetched(bytes: [UInt8], etag: String?, lastModified: String?)
+}
+
+enum Remotes {
+    /// The remote of a session: HTTP(S) through libcurl, or a local directory for `file://`.
+    /// Credentials are read here, once per run.
+    static func open(_ session: SessionConfig) throws(FerryError) -> Remote {
+        switch session.remote.scheme {
+        case .http, .https:
+            return HTTPRemote(base: session.remote, settings: try ConfigLoader.httpSettings(for: session))
+        case .file:
+            return FileRemote(base: session.remote)
+        }
+    }
+
+    /// Where the bytes of `entry` start: a remote that cannot read from an offset starts again.
+    static func resumeOffset(_ remote: Remote, _ offset: Int64) -> Int64 {
+        remote is RangeReading ? offset : 0
+    }
+
+    static func tooLarge(_ url: String, maximumSize: Int64, announced: Int64?) -> FerryError {
+        let how = announced.map { " (\(Units.formatBytes($0))): refused without reading it" }
+            ?? ": refused once the body passed it (the server did not announce its length)"
+        return .manifest("manifest \(url) is larger than max-manifest-size = \(Units.formatBytes(maximumSize))\(how)",
+                         hint: "if a manifest this large is intended, raise max-manifest-size for the session")
+    }
+}
