@@ -1,0 +1,186 @@
+import CCurl
+import Dispatch
+import Foundation
+import Testing
+@testable import FerryRuntime
+import FerryCore
+
+/// The transfer engine with stub transfers (local steps, no network): its global limit, the turns
+/// sources take, stops, cancels and backoffs. In-process; every stub call comes on the engine thread.
+struct EngineTests {
+    /// Succeeds after `steps` steps; notes how many stubs of its board run at once.
+    final class Stub: Transfer {
+        let name: String
+        var steps: Int
+        let board: Board
+        var cancelRequested = false
+        init(_ name: String, steps: Int, board: Board) {
+            self.name = name
+            self.steps = steps
+            self.board = board
+        }
+        var mode: TransferMode { .steps }
+        func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {}
+        func finish(code: CURLcode, errorText: String?) -> TransferOutcome { .succeeded }
+        func outcomeWithoutRequest() -> TransferOutcome? { nil }
+        func tick(now: Double) {}
+        func step() -> TransferOutcome? {
+            if !board.started.contains(name) { board.started.append(name) }
+            board.running.insert(name)
+            board.peak = max(board.peak, board.running.count)
+            board.seenTogether.formUnion(board.running.count > 1 ? [Set(board.running.map { String($0.prefix(1)) })] : [])
+            steps -= 1
+            usleep(500)
+            guard steps <= 0 else { return nil }
+            board.running.remove(name)
+            return .succeeded
+        }
+    }
+
+    /// What the stubs saw, shared by every source of a test (touched on the engine thread only).
+    final class Board: @unchecked Sendable {
+        var running = Set<String>()
+        var peak = 0
+        /// Sets of source prefixes that had transfers running at the same moment.
+        var seenTogether = Set<Set<String>>()
+        /// Stubs in the order they first ran.
+        var started: [String] = []
+    }
+
+    final class Source: TransferSource, @unchecked Sendable {
+        var pending: [Stub]
+        var outcomes: [String: String] = [:]
+        var ticks = 0
+        var notYetUntil: Double = 0
+        var stopAfterSteps: Int?
+        var limit: Int
+        let board: Board
+        init(_ prefix: String, count: Int, steps: Int, board: Board, limit: Int = .max) {
+            self.board = board
+            self.limit = limit
+            pending = (0..<count).map { Stub("\(prefix)\($0)", steps: steps, board: board) }
+        }
+        func next() -> TransferEngine.Next {
+            if MonotonicClock.seconds() < notYetUntil { return .notYet }
+            return pending.isEmpty ? .none : .start(pending.removeFirst())
+        }
+        func finished(_ batch: [(Transfer, TransferOutcome)]) {
+            for (t, outcome) in batch {
+                let stub = t as! Stub
+                board.running.remove(stub.name)
+                switch outcome {
+                case .succeeded: outcomes[stub.name] = "succeeded"
+                case .interrupted: outcomes[stub.name] = "interrupted"
+                case .failed: outcomes[stub.name] = "failed"
+                }
+            }
+        }
+        func tick(_ running: [Transfer]) { ticks += 1 }
+        var shouldStop: Bool {
+            guard let stopAfterSteps else { return false }
+            return board.peak > 0 && ticks >= stopAfterSteps
+        }
+    }
+
+    func runTogether(_ engine: TransferEngine, _ sources: [Source]) {
+        let group = DispatchGroup()
+        for source in sources {
+            group.enter()
+            let handoff = UncheckedBox(source)
+            Thread {
+                engine.run(handoff.value)
+                group.leave()
+            }.start()
+        }
+        group.wait()
+    }
+
+    @Test func runsNoMoreThanTheGlobalLimit() {
+        let engine = TransferEngine(concurrency: 3)
+        defer { engine.shutdown() }
+        let board = Board()
+        let source = Source("a", count: 10, steps: 20, board: board)
+        engine.run(source)
+        #expect(source.outcomes.count == 10 && source.outcomes.values.allSatisfy { $0 == "succeeded" })
+        #expect(board.peak == 3)
+    }
+
+    @Test func sourcesTakeTurns() {
+        let engine = TransferEngine(concurrency: 2)
+        defer { engine.shutdown() }
+        let board = Board()
+        let a = Source("a", count: 6, steps: 60, board: board)
+        let b = Source("b", count: 6, steps: 60, board: board)
+        runTogether(engine, [a, b])
+        #expect(a.outcomes.count == 6 && b.outcomes.count == 6)
+        // Round robin: once both are in, free slots alternate; b does not wait for all of a.
+        #expect(board.started.prefix(4).contains { $0.hasPrefix("b") } && board.started.prefix(4).contains { $0.hasPrefix("a") },
+                "\(board.started)")
+        #expect(board.seenTogether.contains(["a", "b"]), "both sessions ran at once: \(board.seenTogether)")
+        #expect(board.peak == 2)
+    }
+
+    @Test func aSourceLimitHoldsWithinTheGlobalOne() {
+        let engine = TransferEngine(concurrency: 4)
+        defer { engine.shutdown() }
+        let board = Board()
+        let source = Source("a", count: 6, steps: 20, board: board, limit: 1)
+        engine.run(source)
+        #expect(source.outcomes.count == 6)
+        #expect(board.peak == 1)
+    }
+
+    @Test func aStoppingSourceEndsItsTransfersAsInterruptedAndLeavesOthersRunning() {
+        let engine = TransferEngine(concurrency: 4)
+        defer { engine.shutdown() }
+        let board = Board()
+        let stopping = Source("s", count: 2, steps: 1_000_000, board: board)
+        stopping.stopAfterSteps = 3
+        let other = Source("o", count: 2, steps: 200, board: board)
+        runTogether(engine, [stopping, other])
+        #expect(stopping.outcomes == ["s0": "interrupted", "s1": "interrupted"])
+        #expect(other.outcomes == ["o0": "succeeded", "o1": "succeeded"])
+    }
+
+    @Test func aCancelledTransferEndsInterrupted() {
+        let engine = TransferEngine(concurrency: 2)
+        defer { engine.shutdown() }
+        let board = Board()
+        let source = Source("c", count: 1, steps: 1_000_000, board: board)
+        let stub = source.pending[0]
+        final class Canceller: TransferSource, @unchecked Sendable {
+            let inner: Source
+            let stub: Stub
+            init(_ inner: Source, _ stub: Stub) { self.inner = inner; self.stub = stub }
+            func next() -> TransferEngine.Next { inner.next() }
+            func finished(_ batch: [(Transfer, TransferOutcome)]) { inner.finished(batch) }
+            func tick(_ running: [Transfer]) {
+                inner.tick(running)
+                if inner.ticks >= 2 { stub.cancelRequested = true }
+            }
+            var shouldStop: Bool { false }
+            var limit: Int { .max }
+        }
+        engine.run(Canceller(source, stub))
+        #expect(source.outcomes == ["c0": "interrupted"])
+    }
+
+    /// A source whose work all waits out a backoff keeps getting ticks (so a cancel is heard), and
+    /// its work starts once due; no sleeping loop in the source.
+    @Test func aSourceWaitingOutABackoffIsTickedAndResumes() {
+        let engine = TransferEngine(concurrency: 2)
+        defer { engine.shutdown() }
+        let board = Board()
+        let source = Source("w", count: 1, steps: 5, board: board)
+        source.notYetUntil = MonotonicClock.seconds() + 0.5
+        engine.run(source)
+        #expect(source.outcomes == ["w0": "succeeded"])
+        #expect(source.ticks >= 3, "ticked while waiting: \(source.ticks)")
+    }
+}
+
+/// Hands a value to another thread that alone uses it from then on.
+struct UncheckedBox<T>: @unchecked Sendable {
+    let value: T
+    init(_ value: T) { self.value = value }
+}
