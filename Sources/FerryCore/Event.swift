@@ -33,6 +33,8 @@ public struct Event: Sendable {
         case metadataFixed(path: RelativePath)
         case fileDeleted(path: RelativePath)
         case warning(message: String)
+        /// `ferry manifest build` wrote a manifest.
+        case manifestBuilt(output: String, version: Int64, files: Int, bytes: Int64)
         /// The end of a run: `message` says why when it did not end in sync (or what a dry run
         /// would do), `hint` what to do next.
         case syncFinished(exitCode: Int32, downloaded: Int, failed: Int, deleted: Int, bytes: Int64, seconds: Double,
@@ -57,6 +59,7 @@ public struct Event: Sendable {
         case .manifestRetrying: return "manifest-retrying"
         case .planned: return "planned"
         case .planItem: return "plan-item"
+        case .manifestBuilt: return "manifest-built"
         case .replaced: return "replaced"
         case .fileStarted: return "file-started"
         case .fileResumed: return "file-resumed"
@@ -123,6 +126,8 @@ public struct Event: Sendable {
             s("path", path.string)
         case let .warning(message):
             s("message", message)
+        case let .manifestBuilt(output, version, files, bytes):
+            s("output", output); n("version", version); n("files", Int64(files)); n("bytes", bytes)
         case let .syncFinished(exitCode, downloaded, failed, deleted, bytes, seconds, message, hint, dryRun):
             n("exit_code", Int64(exitCode)); n("downloaded", Int64(downloaded)); n("failed", Int64(failed))
             n("deleted", Int64(deleted)); n("bytes", bytes); fields.append(("seconds", Units.formatFixed(seconds, digits: 3)))

@@ -20,8 +20,9 @@ public struct SyncProgress: Sendable {
     public init(session: String) { self.session = session }
 }
 
-/// Receives what a run does, as it happens.
-public protocol SyncObserver: AnyObject {
+/// Where events and progress go: the terminal or `--json` lines today; the journal, hooks, metrics
+/// and sd_notify with the agent. A sink is called one event at a time (`EventHub`).
+public protocol EventSink: AnyObject {
     func event(_ event: Event)
     func progress(_ progress: SyncProgress)
 }
@@ -70,11 +71,11 @@ public struct SyncResult: Sendable {
 final class PullSync {
     let session: SessionConfig
     let agent: AgentConfig
-    let observer: SyncObserver
+    let observer: EventSink
     let options: SyncOptions
     let engine: TransferEngine
 
-    init(session: SessionConfig, agent: AgentConfig, observer: SyncObserver, options: SyncOptions, engine: TransferEngine) {
+    init(session: SessionConfig, agent: AgentConfig, observer: EventSink, options: SyncOptions, engine: TransferEngine) {
         self.session = session
         self.agent = agent
         self.observer = observer
@@ -350,11 +351,8 @@ final class PullSync {
                 let delay = retryDelay(attempt: attempt, baseDelay: session.retryDelay, retryAfter: nil, jitter: Double.random(in: 0.5...1.0))
                 attempt += 1
                 emit(.manifestRetrying(url: url, attempt: attempt, delay: delay, error: error.message))
-                let wake = MonotonicClock.seconds() + delay
-                while MonotonicClock.seconds() < wake {
-                    if options.stop.reason != nil { throw error }
-                    usleep(20_000)
-                }
+                let clock = options.stop.clock
+                guard clock.wait(until: clock.monotonic() + delay, interrupted: { options.stop.reason != nil }) else { throw error }
             }
         }
         switch fetched {

@@ -20,7 +20,7 @@ final class PullTransfers: TransferSource {
     private let store: StateStore
     private let remote: Remote
     private let emit: (Event.Body) -> Void
-    private let observer: SyncObserver
+    private let observer: EventSink
     private let stop: StopCondition
     /// Why the run stopped before all downloads finished, if it did.
     private(set) var stopped: String?
@@ -52,7 +52,7 @@ final class PullTransfers: TransferSource {
     private var committed: [(download: Download, cache: CachedHash)] = []
     private var lastFlush = MonotonicClock.seconds()
 
-    init(session: SessionConfig, root: LocalRoot, store: StateStore, remote: Remote, observer: SyncObserver,
+    init(session: SessionConfig, root: LocalRoot, store: StateStore, remote: Remote, observer: EventSink,
          emit: @escaping (Event.Body) -> Void, plan: Plan, stop: StopCondition) {
         self.stop = stop
         self.session = session
@@ -157,7 +157,7 @@ final class PullTransfers: TransferSource {
     }
 
     private func nextDue() -> Item? {
-        if let first = backingOff.first, first.notBefore <= MonotonicClock.seconds() { return backingOff.removeFirst() }
+        if let first = backingOff.first, first.notBefore <= stop.clock.monotonic() { return backingOff.removeFirst() }
         return ready.popFirst()
     }
 
@@ -220,7 +220,7 @@ final class PullTransfers: TransferSource {
         }
         let delay = retryDelay(attempt: item.triesThisRun, baseDelay: session.retryDelay, retryAfter: failure.retryAfter,
                                jitter: Double.random(in: 0.5...1.0))
-        item.notBefore = MonotonicClock.seconds() + delay
+        item.notBefore = stop.clock.monotonic() + delay
         record(item.task, waiting: failure.retry == .connectivity, error: failure.message)
         emit(.fileRetrying(path: path, attempt: item.triesThisRun + 1, delay: delay, error: failure.message))
         let index = backingOff.firstIndex { $0.notBefore > item.notBefore } ?? backingOff.count

@@ -512,12 +512,6 @@ public final class StateStore {
 }
 
 extension Timestamp {
-    public static func now() -> Timestamp {
-        var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
-        return Timestamp(seconds: Int64(ts.tv_sec), nanoseconds: Int32(ts.tv_nsec))
-    }
-
     init(_ ts: timespec) {
         self.init(seconds: Int64(ts.tv_sec), nanoseconds: Int32(ts.tv_nsec))
     }
@@ -526,11 +520,4 @@ extension Timestamp {
     var timespecValue: timespec { timespec(tv_sec: Int(seconds), tv_nsec: Int(nanoseconds)) }
 }
 
-/// A monotonic clock for durations and deadlines within one process.
-public enum MonotonicClock {
-    public static func seconds() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-    }
-}
+

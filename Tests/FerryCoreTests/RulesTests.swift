@@ -155,3 +155,35 @@ struct ResponsePolicyTests {
         #expect(ResponsePolicy.decide(Asked(offset: 10, ifRange: Self.v, size: 100), Answer(status: status)) == .errorStatus)
     }
 }
+
+struct StopConditionTests {
+    @Test func aDeadlinePassesOnTheInjectedClockWithoutSleeping() {
+        let clock = ManualClock()
+        let stop = StopCondition(clock: clock, maxDuration: 90)
+        #expect(stop.reason == nil)
+        clock.advance(by: 89)
+        #expect(stop.reason == nil)
+        clock.advance(by: 1)
+        #expect(stop.reason?.contains("deadline") == true)
+    }
+
+    @Test func theEarlierDeadlineWinsAndTheTokenIsShared() {
+        let clock = ManualClock()
+        let token = StopToken()
+        let run = StopCondition(token: token, clock: clock, maxDuration: 60)
+        let session = run.limited(to: 10)
+        #expect(session.deadline == clock.monotonic() + 10)
+        #expect(run.limited(to: 600).deadline == run.deadline)
+        #expect(run.limited(to: nil).deadline == run.deadline)
+        token.request("stopped by SIGTERM")
+        token.request("stopped by SIGINT")
+        #expect(session.reason == "stopped by SIGTERM", "the first reason stays, seen by every condition holding the token")
+    }
+
+    @Test func aWaitEndsAtOnceOnAManualClockAndEarlyWhenInterrupted() {
+        let clock = ManualClock(0)
+        #expect(clock.wait(until: 3600, interrupted: { false }))
+        #expect(clock.monotonic() == 3600)
+        #expect(!SystemClock().wait(until: MonotonicClock.seconds() + 3600, interrupted: { true }))
+    }
+}

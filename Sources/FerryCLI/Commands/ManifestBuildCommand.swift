@@ -43,16 +43,11 @@ struct ManifestBuildCommand: Command {
             bars?.update(p, force: done == total)
         }
         bars?.clear()
-        switch mode {
-        case .json:
-            for w in result.warnings { Console.json("{\"event\":\"warning\",\"message\":\(JSONText.quote(w))}") }
-            Console.json("{\"event\":\"manifest-built\",\"output\":\(JSONText.quote(result.output)),\"version\":\(result.version),\"files\":\(result.files),\"bytes\":\(result.bytes)}")
-        case .human:
-            for w in result.warnings { Console.warning(w) }
-            Console.out("wrote \(result.output): version \(result.version), \(result.files) files, \(Units.formatBytes(result.bytes))")
-        case .quiet:
-            break
-        }
+        // Through the same event type and sink as a sync: one renderer for human and --json output.
+        let reporter = SyncReporter(mode: mode)
+        for w in result.warnings { reporter.event(Event(time: Timestamp.now(), session: "", body: .warning(message: w))) }
+        reporter.event(Event(time: Timestamp.now(), session: "", body: .manifestBuilt(output: result.output, version: result.version,
+                                                                                    files: result.files, bytes: result.bytes)))
         return .inSync
     }
 }

@@ -28,8 +28,9 @@ struct ResumeCommand: Command {
         let reporter = SyncReporter(mode: mode)
         reporter.busyIsExpected = true
         let maxDuration = try CommonOptions.maxDuration(arguments, command: Self.name)
-        StopSignals.install(stopTimeout: config.agent.stopTimeout)
-        let stop = StopCondition(maxDuration: maxDuration)
+        let token = StopToken()
+        StopSignals.install(stopTimeout: config.agent.stopTimeout, token: token)
+        let stop = StopCondition(token: token, maxDuration: maxDuration)
         var jobs: [SessionRunner.Job] = []
         for (session, ids) in selection.targets {
             let tasks = try store.unsuspend(session: session.name, ids: ids)
@@ -40,7 +41,7 @@ struct ResumeCommand: Command {
             jobs.append(SessionRunner.Job(session: session, options: SyncOptions(stop: stop.limited(to: session.maxDuration))))
         }
         var worst = ExitCode.inSync
-        for result in SessionRunner(agent: config.agent).run(jobs, observer: reporter) {
+        for result in SessionRunner(agent: config.agent).run(jobs, sinks: [reporter]) {
             if let error = result.error, error.category == .busy {
                 if mode != .json { Console.out("\(result.session): \(error.message); its next run picks the resumed tasks up") }
                 continue

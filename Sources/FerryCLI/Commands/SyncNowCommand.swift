@@ -62,8 +62,9 @@ struct SyncNowCommand: Command {
         for w in config.warnings where mode == .json {
             reporter.event(Event(time: Timestamp.now(), session: "", body: .warning(message: w)))
         }
-        StopSignals.install(stopTimeout: config.agent.stopTimeout)
-        let stop = StopCondition(maxDuration: maxDuration)
+        let token = StopToken()
+        StopSignals.install(stopTimeout: config.agent.stopTimeout, token: token)
+        let stop = StopCondition(token: token, maxDuration: maxDuration)
         if let reason = stop.reason {
             if mode != .json { for session in selected { Console.err("ferry: \(Printable.name(session.name)): not started, \(reason)") } }
             return .incomplete
@@ -73,7 +74,7 @@ struct SyncNowCommand: Command {
             options.notBefore = notBefore
             return SessionRunner.Job(session: session, options: options)
         }
-        let results = SessionRunner(agent: config.agent).run(jobs, observer: reporter)
+        let results = SessionRunner(agent: config.agent).run(jobs, sinks: [reporter])
         return ExitCode.worst(results.map(\.exitCode))
     }
 }

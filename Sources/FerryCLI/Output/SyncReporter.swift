@@ -4,7 +4,7 @@ import FerryRuntime
 /// Shows a run to its user: JSON lines, human lines plus progress bars on a terminal, or nothing
 /// but errors. Every name is shown through `Printable.name`; a run that failed ends with one
 /// summary that says so and why.
-final class SyncReporter: SyncObserver {
+final class SyncReporter: EventSink {
     let mode: OutputMode
     private let bars: ProgressBars?
     /// A run refused as busy is not an error to report (`ferry resume` leaves its work to the holder).
@@ -96,6 +96,8 @@ final class SyncReporter: SyncObserver {
             line("\(s): deleted \(name(path))")
         case let .warning(message):
             warn(s.isEmpty ? message : "\(s): \(message)")
+        case let .manifestBuilt(output, version, files, bytes):
+            line("wrote \(Printable.name(output)): version \(version), \(files) files, \(Units.formatBytes(bytes))")
         case let .syncFinished(code, downloaded, failed, deleted, bytes, seconds, message, hint, dryRun):
             bars?.clear()
             finished(s, ExitCode(rawValue: code), downloaded: downloaded, failed: failed, deleted: deleted, bytes: bytes,

@@ -29,14 +29,15 @@ public final class SessionRunner {
 
     deinit { engine.shutdown() }
 
-    /// Runs the jobs at the same time; returns their results in the jobs' order.
-    public func run(_ jobs: [Job], observer: SyncObserver) -> [SyncResult] {
-        let serialized = SerializedObserver(observer)
+    /// Runs the jobs at the same time, their events going to every sink; returns their results in
+    /// the jobs' order.
+    public func run(_ jobs: [Job], sinks: [EventSink]) -> [SyncResult] {
+        let hub = EventHub(sinks)
         let results = Mutex<[Int: SyncResult]>([:])
         let group = DispatchGroup()
         for (index, job) in jobs.enumerated() {
             group.enter()
-            let cycle = SessionCycle(PullSync(session: job.session, agent: agent, observer: serialized, options: job.options, engine: engine))
+            let cycle = SessionCycle(PullSync(session: job.session, agent: agent, observer: hub, options: job.options, engine: engine))
             let thread = Thread {
                 let result = cycle.sync.run()
                 results.withLock { $0[index] = result }
@@ -56,13 +57,13 @@ private struct SessionCycle: @unchecked Sendable {
     init(_ sync: PullSync) { self.sync = sync }
 }
 
-/// Passes events and progress on one call at a time, whichever thread they come from.
-private final class SerializedObserver: SyncObserver, @unchecked Sendable {
-    private let observer: SyncObserver
+/// Fans events and progress out to every sink, one call at a time, whichever thread they come from.
+public final class EventHub: EventSink, @unchecked Sendable {
+    private let sinks: [EventSink]
     private let lock = Mutex(())
 
-    init(_ observer: SyncObserver) { self.observer = observer }
+    public init(_ sinks: [EventSink]) { self.sinks = sinks }
 
-    func event(_ event: Event) { lock.withLock { _ in observer.event(event) } }
-    func progress(_ progress: SyncProgress) { lock.withLock { _ in observer.progress(progress) } }
+    public func event(_ event: Event) { lock.withLock { _ in for sink in sinks { sink.event(event) } } }
+    public func progress(_ progress: SyncProgress) { lock.withLock { _ in for sink in sinks { sink.progress(progress) } } }
 }

@@ -1,0 +1,104 @@
+import Glibc
+import Synchronization
+
+/// Time for intervals, deadlines, timeouts and backoff, injected so that tests of them run
+/// in-process without sleeping. Wall-clock times for records come from `Timestamp.now()`.
+public protocol Clock: Sendable {
+    /// Seconds on a clock that never goes back.
+    func monotonic() -> Double
+    /// Waits until `monotonic() >= time`, or until `interrupted()` (asked often) says to stop.
+    /// Returns false when interrupted.
+    func wait(until time: Double, interrupted: () -> Bool) -> Bool
+}
+
+/// The system's monotonic clock.
+public struct SystemClock: Clock {
+    public init() {}
+    public func monotonic() -> Double { MonotonicClock.seconds() }
+    public func wait(until time: Double, interrupted: () -> Bool) -> Bool {
+        while MonotonicClock.seconds() < time {
+            if interrupted() { return false }
+            usleep(UInt32(min(20_000, max(1, (time - MonotonicClock.seconds()) * 1e6))))
+        }
+        return true
+    }
+}
+
+/// A clock for tests: time moves only when advanced, and a wait moves it to the end at once.
+public final class ManualClock: Clock {
+    private let now: Mutex<Double>
+    public init(_ start: Double = 1000) { now = Mutex(start) }
+    public func monotonic() -> Double { now.withLock { $0 } }
+    public func advance(by seconds: Double) { now.withLock { $0 += seconds } }
+    public func wait(until time: Double, interrupted: () -> Bool) -> Bool {
+        if interrupted() { return false }
+        now.withLock { $0 = max($0, time) }
+        return true
+    }
+}
+
+/// The system's monotonic clock, for code that measures without needing to be tested in time
+/// (progress rates, busy waits on SQLite).
+public enum MonotonicClock {
+    public static func seconds() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+}
+
+extension Timestamp {
+    /// The wall-clock time now.
+    public static func now() -> Timestamp {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Timestamp(seconds: Int64(ts.tv_sec), nanoseconds: Int32(ts.tv_nsec))
+    }
+}
+
+/// Asks whoever holds it to stop (a signal, `ferry agent` shutting down): passed in, never read
+/// from a global. The first reason given stays.
+public final class StopToken: Sendable {
+    private let requested = Mutex<String?>(nil)
+    public init() {}
+    public func request(_ reason: String) { requested.withLock { if $0 == nil { $0 = reason } } }
+    public var reason: String? { requested.withLock { $0 } }
+}
+
+/// When a run must stop: its stop token, and a deadline (`max-duration`) on its clock.
+public struct StopCondition: Sendable {
+    public let token: StopToken
+    public let clock: any Clock
+    /// Monotonic seconds at which to stop, if there is a deadline.
+    public let deadline: Double?
+    /// The same deadline in wall-clock time, for `ferry status`.
+    public let deadlineTime: Timestamp?
+
+    public init(token: StopToken = StopToken(), clock: any Clock = SystemClock(), maxDuration: Double?) {
+        self.token = token
+        self.clock = clock
+        if let maxDuration {
+            deadline = clock.monotonic() + maxDuration
+            let now = Timestamp.now()
+            deadlineTime = Timestamp(seconds: now.seconds + Int64(maxDuration.rounded(.up)), nanoseconds: now.nanoseconds)
+        } else {
+            deadline = nil
+            deadlineTime = nil
+        }
+    }
+
+    /// This condition, with a deadline no later than `maxDuration` from now.
+    public func limited(to maxDuration: Double?) -> StopCondition {
+        guard let maxDuration else { return self }
+        let other = StopCondition(token: token, clock: clock, maxDuration: maxDuration)
+        if let deadline, let otherDeadline = other.deadline, deadline <= otherDeadline { return self }
+        return other
+    }
+
+    /// Why to stop now, or nil to go on.
+    public var reason: String? {
+        if let reason = token.reason { return reason }
+        if let deadline, clock.monotonic() >= deadline { return "stopped at the --max-duration deadline" }
+        return nil
+    }
+}
