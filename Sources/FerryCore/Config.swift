@@ -120,6 +120,9 @@ public struct SessionConfig: Sendable {
     public var stallTimeout: Double = 60
     /// Stop starting work after this long and exit 3 (like `--max-duration`); nil = no limit.
     public var maxDuration: Double?
+    /// At most this many of the session's transfers at once, within `[agent] transfers`; nil = no
+    /// limit of its own.
+    public var transfers: Int?
     /// New downloads begin no earlier than this (a delay after they are queued, or a fixed time).
     public var earliestBegin: EarliestBegin?
     /// Tries per file per run after the first, for failures worth retrying.

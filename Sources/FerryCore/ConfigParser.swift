@@ -10,7 +10,7 @@ public enum ConfigParser {
         "remote", "manifest", "local", "direction", "poll", "delete", "max-delete", "allow-rollback", "allow-empty",
         "max-manifest-size", "mode-mask",
         "ca-file", "basic-auth-file", "bearer-token-file", "connect-timeout", "min-speed", "stall-timeout", "max-duration",
-        "retries", "retry-delay", "resource-timeout", "earliest-begin",
+        "retries", "retry-delay", "resource-timeout", "earliest-begin", "session-transfers",
     ]
 
     private struct Line {
@@ -144,6 +144,8 @@ public enum ConfigParser {
                     session.resourceTimeout = try duration(line, minimum: 1, fail)
                 case "retries":
                     session.retries = try integer(line, in: 0...100, fail)
+                case "session-transfers":
+                    session.transfers = try integer(line, in: 1...256, fail)
                 case "delete": session.delete = try bool(line, fail)
                 case "allow-rollback": session.allowRollback = try bool(line, fail)
                 case "allow-empty": session.allowEmpty = try bool(line, fail)

@@ -145,8 +145,8 @@ final class PullTransfers: TransferSource {
         return false
     }
 
-    /// No per-session limit beyond the engine's global `transfers` yet.
-    var limit: Int { Int.max }
+    /// `session-transfers`, within the engine's global `transfers`.
+    var limit: Int { session.transfers ?? Int.max }
 
     func finished(_ batch: [(Transfer, TransferOutcome)]) {
         finish(batch.map { ($0.0 as! Download, $0.1) })

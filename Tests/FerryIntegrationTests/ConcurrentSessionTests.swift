@@ -57,6 +57,20 @@ struct ConcurrentSessionTests {
         #expect(sent.count == 2 && sent.allSatisfy { $0["overlapped"] as? Bool == false }, "one body at a time: \(sent)")
     }
 
+    /// `session-transfers` limits one session within the global limit.
+    @Test func aSessionLimitHoldsWithinTheGlobalOne() throws {
+        let box = Sandbox("session-limit")
+        for name in ["a", "b"] { box.publish("\(name).bin", randomData(400_000, seed: name == "a" ? 1 : 2)) }
+        box.buildManifest()
+        let server = try PythonServer(directory: box.published)
+        defer { server.stop() }
+        server.setFaults(["*": ["rate": 400_000, "log_overlap": true]])
+        box.configure(remote: server.url, session: ["session-transfers = 1"])
+        #expect(box.sync().exitCode == 0)
+        let sent = bodies(server)
+        #expect(sent.count == 2 && sent.allSatisfy { $0["overlapped"] as? Bool == false }, "one at a time: \(sent)")
+    }
+
     /// Each session keeps its own outcome, and the command's exit code is the one rule across them.
     @Test func eachSessionEndsOnItsOwn() throws {
         let (box, server, contents) = try twoSessions("mixed", transfers: 8)
