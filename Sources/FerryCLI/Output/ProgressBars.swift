@@ -6,18 +6,32 @@ import FerryRuntime
 final class ProgressBars {
     private var linesDrawn = 0
     private var lastDraw = 0.0
-    private var samples: [(time: Double, bytes: Int64)] = []
     private let width = 24
     private let maxFileLines = 4
 
+    /// The latest progress of each session running, in the order they first reported.
+    private var sessions: [SyncProgress] = []
+    private var samples: [String: [(time: Double, bytes: Int64)]] = [:]
+
+    /// Takes one session's progress and redraws every session's bars (several sessions of one
+    /// run transfer at the same time). A session whose transfers ended is dropped from the bars.
     func update(_ p: SyncProgress, force: Bool = false) {
+        if let i = sessions.firstIndex(where: { $0.session == p.session }) { sessions[i] = p } else { sessions.append(p) }
         let now = MonotonicClock.seconds()
+        var history = samples[p.session] ?? []
+        history.append((now, p.bytesDone))
+        while let first = history.first, now - first.time > 3, history.count > 2 { history.removeFirst() }
+        samples[p.session] = history
+        if p.active.isEmpty && p.filesDone + p.filesFailed >= p.filesTotal { sessions.removeAll { $0.session == p.session } }
         guard force || now - lastDraw >= 0.1 else { return }
         lastDraw = now
-        samples.append((now, p.bytesDone))
-        while let first = samples.first, now - first.time > 3, samples.count > 2 { samples.removeFirst() }
+        let perSession = sessions.count > 1 ? 1 : maxFileLines
+        redraw(sessions.flatMap { lines(for: $0, now: now, fileLines: perSession) })
+    }
+
+    private func lines(for p: SyncProgress, now: Double, fileLines: Int) -> [String] {
         let rate: Double
-        if let first = samples.first, now - first.time > 0.05 {
+        if let first = samples[p.session]?.first, now - first.time > 0.05 {
             rate = Double(p.bytesDone - first.bytes) / (now - first.time)
         } else {
             rate = 0
@@ -37,13 +51,19 @@ final class ProgressBars {
         head += "  \(Units.formatBytes(Int64(rate)))/s  ETA \(eta)  files \(p.filesDone)/\(p.filesTotal)"
         if p.filesFailed > 0 { head += "  failed \(p.filesFailed)" }
         lines.append(head)
-        let shown = p.active.sorted { ($0.size ?? 0) > ($1.size ?? 0) }.prefix(maxFileLines)
+        let shown = p.active.sorted { ($0.size ?? 0) > ($1.size ?? 0) }.prefix(fileLines)
         for a in shown {
             let f = a.size.map { $0 > 0 ? Double(a.done) / Double($0) : 1 } ?? 0
             lines.append("  " + bar(f) + " " + percent(f) + "  " + Units.formatBytes(a.done).padding(to: 10) + " " + shorten(a.path.string, 50))
         }
         if p.active.count > shown.count { lines.append("  … and \(p.active.count - shown.count) more") }
-        redraw(lines)
+        return lines
+    }
+
+    /// Drops a session whose run ended.
+    func remove(session: String) {
+        sessions.removeAll { $0.session == session }
+        samples[session] = nil
     }
 
     /// Removes the bars so the summary prints on a clean screen.

@@ -99,6 +99,7 @@ final class SyncReporter: EventSink {
         case let .manifestBuilt(output, version, files, bytes):
             line("wrote \(Printable.name(output)): version \(version), \(files) files, \(Units.formatBytes(bytes))")
         case let .syncFinished(code, downloaded, failed, deleted, bytes, seconds, message, hint, dryRun):
+            bars?.remove(session: event.session)
             bars?.clear()
             finished(s, ExitCode(rawValue: code), downloaded: downloaded, failed: failed, deleted: deleted, bytes: bytes,
                      seconds: seconds, message: message, hint: hint, dryRun: dryRun)
