@@ -14,7 +14,7 @@ final class ProgressBars {
     private var samples: [String: [(time: Double, bytes: Int64)]] = [:]
 
     /// Takes one session's progress and redraws every session's bars (several sessions of one
-    /// run transfer at the same time). A session whose transfers ended is dropped from the bars.
+    /// run transfer at the same time). A session leaves the bars when its run ends (`remove`).
     func update(_ p: SyncProgress, force: Bool = false) {
         if let i = sessions.firstIndex(where: { $0.session == p.session }) { sessions[i] = p } else { sessions.append(p) }
         let now = MonotonicClock.seconds()
@@ -22,7 +22,6 @@ final class ProgressBars {
         history.append((now, p.bytesDone))
         while let first = history.first, now - first.time > 3, history.count > 2 { history.removeFirst() }
         samples[p.session] = history
-        if p.active.isEmpty && p.filesDone + p.filesFailed >= p.filesTotal { sessions.removeAll { $0.session == p.session } }
         guard force || now - lastDraw >= 0.1 else { return }
         lastDraw = now
         let perSession = sessions.count > 1 ? 1 : maxFileLines

@@ -90,8 +90,9 @@ public enum Reconciler {
         return !(cached?.isValid(for: local) ?? false)
     }
 
-    /// `known` holds, for every local file whose content is known for its current stat, its hash
-    /// (cached or just computed). `modeMask` clears permission bits a manifest may not set.
+    /// `known` holds hashes of local files, cached or just computed; one counts only while it is
+    /// valid for the file's current stat (`CachedHash.isValid`). `modeMask` clears permission bits
+    /// a manifest may not set.
     public static func plan(manifest: Manifest, local: [RelativePath: LocalEntry], known: [RelativePath: CachedHash],
                             rules: DeletionRules, modeMask: UInt32 = 0o022) -> Plan {
         var plan = Plan()
@@ -116,7 +117,7 @@ public enum Reconciler {
                 plan.downloads.append(Plan.Download(entry: entry, reason: .notAFile))
             case .file:
                 let sameSize = entry.size.map { $0 == here.size } ?? true
-                guard sameSize, let known = known[entry.path], known.sha256 == entry.sha256 else {
+                guard sameSize, let known = known[entry.path], known.isValid(for: here), known.sha256 == entry.sha256 else {
                     plan.downloads.append(Plan.Download(entry: entry, reason: .changed))
                     continue
                 }

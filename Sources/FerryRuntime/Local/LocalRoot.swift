@@ -70,8 +70,10 @@ public final class LocalRoot {
 
     /// Every file, directory and symlink under the root, except `.ferry/`. Names that are not UTF-8
     /// cannot be in a manifest; they are reported as warnings and left alone.
-    public func scan() throws(FerryError) -> (entries: [RelativePath: LocalEntry], warnings: [String]) {
+    /// `expecting`: about how many entries there will be (room is made for them at once).
+    public func scan(expecting: Int = 0) throws(FerryError) -> (entries: [RelativePath: LocalEntry], warnings: [String]) {
         var entries: [RelativePath: LocalEntry] = [:]
+        entries.reserveCapacity(expecting)
         var warnings: [String] = []
         try scanDirectory(fd: dup(rootFD), prefix: nil, into: &entries, warnings: &warnings)
         return (entries, warnings)

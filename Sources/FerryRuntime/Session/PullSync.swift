@@ -126,7 +126,7 @@ final class PullSync {
         let remote = try Remotes.open(session)
         let url = session.manifestURL
         let record = try store.session(session.name)
-        let fetched = try fetchManifest(record: record, remote: remote)
+        var fetched = try fetchManifest(record: record, remote: remote)
         let manifest = fetched.manifest
 
         // Local scan; a dry run never creates the root.
@@ -136,7 +136,7 @@ final class PullSync {
         } else {
             root = try LocalRoot(path: session.local, create: !options.dryRun)
         }
-        let scan = try root?.scan() ?? (entries: [:], warnings: [])
+        let scan = try root?.scan(expecting: manifest.entries.count) ?? (entries: [:], warnings: [])
         for w in scan.warnings { emit(.warning(message: w)) }
 
         // Accepted only now, against what the mirror holds; only then remembered. A refused
@@ -152,21 +152,18 @@ final class PullSync {
             try store.saveManifest(session: session.name, url: url, etag: fetched.etag, lastModified: fetched.lastModified, version: manifest.version)
         }
         emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: fetched.bytes == nil))
+        fetched.bytes = nil  // cached; the parsed entries are all the run needs
 
-        // Hash only what the cache cannot vouch for.
-        let cache = try store.hashCache(session: session.name)
-        var known: [RelativePath: CachedHash] = [:]
+        // Hash only what the cache cannot vouch for; the fresh hashes join the cache (the
+        // Reconciler trusts an entry only while it is valid for the file's stat).
+        var known = try store.hashCache(session: session.name)
         var fresh: [(RelativePath, CachedHash)] = []
         for entry in manifest.entries {
+            guard let local = scan.entries[entry.path], Reconciler.needsHash(entry, local: local, cached: known[entry.path]), let root else { continue }
             if let reason = options.stop.reason { throw FerryError(.stopped, "\(reason) while hashing local files; nothing was changed") }
-            let local = scan.entries[entry.path]
-            let cached = cache[entry.path]
-            if let local, let cached, cached.isValid(for: local) { known[entry.path] = cached }
-            if Reconciler.needsHash(entry, local: local, cached: cached), let root {
-                let h = try root.hash(entry.path)
-                known[entry.path] = h
-                fresh.append((entry.path, h))
-            }
+            let h = try root.hash(entry.path)
+            known[entry.path] = h
+            fresh.append((entry.path, h))
         }
         result.hashed = fresh.count
         if !options.dryRun { try store.saveHashes(session: session.name, fresh) }
@@ -328,7 +325,7 @@ final class PullSync {
     private struct Fetched {
         let manifest: Manifest
         /// The bytes to cache, when the remote sent new ones (nil: unchanged).
-        let bytes: [UInt8]?
+        var bytes: [UInt8]?
         let etag: String?
         let lastModified: String?
     }

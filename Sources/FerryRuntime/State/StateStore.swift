@@ -476,6 +476,8 @@ public final class StateStore {
             FROM hash_cache WHERE session = ?
             """).bind(.text(session))
         var out: [RelativePath: CachedHash] = [:]
+        let count = try db.prepare("SELECT count(*) FROM hash_cache WHERE session = ?").bind(.text(session))
+        if try count.step() { out.reserveCapacity(Int(count.int(0))) }
         func time(_ column: Int32) -> Timestamp { Timestamp(seconds: s.int(column), nanoseconds: Int32(truncatingIfNeeded: s.int(column + 1))) }
         while try s.step() {
             out[RelativePath(trusted: s.text(0) ?? "")] = CachedHash(
