@@ -1,6 +1,5 @@
 import CCurl
 import Dispatch
-import Foundation
 import Glibc
 import Synchronization
 import FerryCore
@@ -76,9 +75,7 @@ final class TransferEngine: @unchecked Sendable {
         multi = curl_multi_init()
         ferry_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
         ferry_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, self.concurrency * 2)
-        let thread = Thread { [self] in loop() }
-        thread.name = "ferry-engine"
-        thread.start()
+        Threads.start(name: "ferry-engine") { [self] in loop() }
     }
 
     /// Runs `source` until it has nothing more to do or must stop; blocks the calling thread

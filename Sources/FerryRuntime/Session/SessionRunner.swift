@@ -1,5 +1,4 @@
 import Dispatch
-import Foundation
 import Synchronization
 import FerryCore
 
@@ -38,13 +37,11 @@ public final class SessionRunner {
         for (index, job) in jobs.enumerated() {
             group.enter()
             let cycle = SessionCycle(PullSync(session: job.session, agent: agent, observer: hub, options: job.options, engine: engine))
-            let thread = Thread {
+            Threads.start(name: "ferry-session") {
                 let result = cycle.sync.run()
                 results.withLock { $0[index] = result }
                 group.leave()
             }
-            thread.name = "ferry-session"
-            thread.start()
         }
         group.wait()
         return results.withLock { all in jobs.indices.map { all[$0]! } }
