@@ -32,8 +32,11 @@ struct ConcurrentSessionTests {
         }
     }
 
-    @Test func twoSessionsTransferAtTheSameTime() throws {
-        let (box, server, contents) = try twoSessions("concurrent", transfers: 8)
+    /// With room (`transfers = 8`) both sessions' files are sent at once; with `transfers = 1`, one
+    /// body at a time.
+    @Test(arguments: [(8, true), (1, false)])
+    func sessionsShareTheGlobalLimit(transfers: Int, overlapped: Bool) throws {
+        let (box, server, contents) = try twoSessions("concurrent-\(transfers)", transfers: transfers)
         defer { server.stop() }
         let run = box.sync(["--json"])
         #expect(run.exitCode == 0, "\(run.output)")
@@ -41,20 +44,8 @@ struct ConcurrentSessionTests {
             #expect(try Data(contentsOf: URL(fileURLWithPath: "\(box.directory)/\(name)/\(name).bin")) == data)
         }
         let sent = bodies(server)
-        #expect(sent.count == 2 && sent.allSatisfy { $0["overlapped"] as? Bool == true }, "both files were sent at once: \(sent)")
+        #expect(sent.count == 2 && sent.allSatisfy { $0["overlapped"] as? Bool == overlapped }, "overlapped \(overlapped): \(sent)")
         #expect(run.events(named: "sync-finished").count == 2)
-    }
-
-    @Test func transfersOneRunsThemOneAtATime() throws {
-        let (box, server, contents) = try twoSessions("serial", transfers: 1)
-        defer { server.stop() }
-        let run = box.sync(["--json"])
-        #expect(run.exitCode == 0, "\(run.output)")
-        for (name, data) in contents {
-            #expect(try Data(contentsOf: URL(fileURLWithPath: "\(box.directory)/\(name)/\(name).bin")) == data)
-        }
-        let sent = bodies(server)
-        #expect(sent.count == 2 && sent.allSatisfy { $0["overlapped"] as? Bool == false }, "one body at a time: \(sent)")
     }
 
     /// `session-transfers` limits one session within the global limit.

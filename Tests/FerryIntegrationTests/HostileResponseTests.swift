@@ -70,15 +70,10 @@ struct StateMigrationTests {
     @Test func theHashCacheSurvivesMigrationThree() throws {
         let dir = Harness.temporaryDirectory("migrate")
         defer { Harness.remove(dir) }
-        do {
-            let db = try SQLiteDatabase(path: dir + "/ferry.db")
-            for sql in StateStore.migrations.prefix(2) { try db.execute(sql) }
-            try db.execute("""
-                PRAGMA user_version = 2;
+        try writeStateDatabase(in: dir, schema: 2, """
                 INSERT INTO hash_cache VALUES ('s', 'a.txt', 5, 1700000000123456789, 1700000001000000007, 42, '\(String(repeating: "a", count: 64))');
                 INSERT INTO hash_cache VALUES ('s', 'old.txt', 1, -1500000000, 0, 43, '\(String(repeating: "b", count: 64))');
                 """)
-        }
         let store = try StateStore(directory: dir)
         let cache = try store.hashCache(session: "s")
         let a = try #require(cache[RelativePath(trusted: "a.txt")])
@@ -93,4 +88,11 @@ struct StateMigrationTests {
         try store.saveHashes(session: "s", [(RelativePath(trusted: "far.txt"), far)])
         #expect(try store.hashCache(session: "s")[RelativePath(trusted: "far.txt")] == far)
     }
+}
+
+/// A state database as an older ferry left it: the first `schema` migrations, then `rows`.
+func writeStateDatabase(in dir: String, schema: Int, _ rows: String) throws {
+    let db = try SQLiteDatabase(path: dir + "/ferry.db")
+    for sql in StateStore.migrations.prefix(schema) { try db.execute(sql) }
+    try db.execute("PRAGMA user_version = \(schema);\n" + rows)
 }

@@ -75,15 +75,10 @@ struct StateStoreTests {
     /// over as queued, and no such row can be written afterwards.
     @Test func theTaskTableRefusesUnknownStates() throws {
         defer { Harness.remove(dir) }
-        do {
-            let db = try SQLiteDatabase(path: dir + "/ferry.db")
-            for sql in StateStore.migrations.prefix(3) { try db.execute(sql) }
-            try db.execute("""
-                PRAGMA user_version = 3;
+        try writeStateDatabase(in: dir, schema: 3, """
                 INSERT INTO tasks (session, path, direction, state, size, sha256, bytes_done, created_at, updated_at)
                 VALUES ('s', 'odd.bin', 'pull', 'paused', 10, '\(String(repeating: "a", count: 64))', 5, '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z');
                 """)
-        }
         let store = try StateStore(directory: dir)
         let task = try #require(try store.tasks(session: "s").first)
         #expect(task.state == .queued && task.bytesDone == 5)

@@ -40,14 +40,11 @@ struct ResumeCommand: Command {
             }
             jobs.append(SessionRunner.Job(session: session, options: SyncOptions(stop: stop.limited(to: session.maxDuration))))
         }
-        var worst = ExitCode.inSync
-        for result in SessionRunner(agent: config.agent).run(jobs, sinks: [reporter]) {
-            if let error = result.error, error.category == .busy {
-                if mode != .json { Console.out("\(result.session): \(error.message); its next run picks the resumed tasks up") }
-                continue
-            }
-            worst = ExitCode.worst([worst, result.exitCode])
+        // A busy session is not a failure here: the process holding it picks the resumed tasks up.
+        let results = SessionRunner(agent: config.agent).run(jobs, sinks: [reporter])
+        for result in results where result.error?.category == .busy && mode != .json {
+            Console.out("\(result.session): \(result.error!.message); its next run picks the resumed tasks up")
         }
-        return worst
+        return ExitCode.worst(results.filter { $0.error?.category != .busy }.map(\.exitCode))
     }
 }

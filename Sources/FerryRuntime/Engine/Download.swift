@@ -14,11 +14,13 @@ final class Download: Transfer {
         case http(url: String, settings: HTTPSettings)
         /// A file of a `file://` remote, read with pread (no libcurl).
         case file(path: String)
+
+        var isLocal: Bool { if case .file = self { return true } else { return false } }
     }
     let origin: Origin
     let fd: Int32
     /// A local origin: read from any offset without a validator, by the engine's steps.
-    let isLocal: Bool
+    var isLocal: Bool { origin.isLocal }
     /// The offset asked for with `Range` (0 = the whole file).
     let requestedOffset: Int64
     /// The validator sent in `If-Range` with the range request.
@@ -57,8 +59,8 @@ final class Download: Transfer {
         self.entry = entry
         self.reason = reason
         self.origin = origin
-        if case .file = origin { isLocal = true } else { isLocal = false }
         self.fd = fd
+        let isLocal = origin.isLocal
         var offset = resumeFrom
         var st = stat()
         let onDisk = fstat(fd, &st) == 0 ? Int64(st.st_size) : 0
@@ -122,23 +124,19 @@ final class Download: Transfer {
     /// in exactly as bytes from the network (size check, hash, checkpoints).
     func step() -> TransferOutcome? {
         guard case let .file(path) = origin else { return nil }
-        if sourceFD < 0 {
-            sourceFD = open(path, O_RDONLY | O_CLOEXEC)
-            guard sourceFD >= 0 else {
-                let code = errno
-                return .failed(TransferFailure(message: "cannot read \(Printable.name(path)): \(FileSystem.errorText(code))",
-                                               keepPartial: true, cause: .local(errno: code)))
-            }
-        }
-        let buffer = stepBuffer ?? UnsafeMutableRawPointer.allocate(byteCount: Download.stepSize, alignment: 16)
-        stepBuffer = buffer
-        let n = pread(sourceFD, buffer, Download.stepSize, off_t(written))
-        if n < 0 {
-            if errno == EINTR { return nil }
+        func readFailure() -> TransferOutcome {
             let code = errno
             return .failed(TransferFailure(message: "cannot read \(Printable.name(path)): \(FileSystem.errorText(code))",
                                            keepPartial: true, cause: .local(errno: code)))
         }
+        if sourceFD < 0 {
+            sourceFD = open(path, O_RDONLY | O_CLOEXEC)
+            guard sourceFD >= 0 else { return readFailure() }
+        }
+        let buffer = stepBuffer ?? UnsafeMutableRawPointer.allocate(byteCount: Download.stepSize, alignment: 16)
+        stepBuffer = buffer
+        let n = pread(sourceFD, buffer, Download.stepSize, off_t(written))
+        if n < 0 { return errno == EINTR ? nil : readFailure() }
         if n == 0 { return verify() }
         guard receive(buffer, count: n) == n else {
             return .failed(TransferFailure(message: failure ?? "cannot take the file in", keepPartial: !discardPartial, cause: failureCause))
@@ -194,7 +192,7 @@ final class Download: Transfer {
         return count
     }
 
-    /// Called after each checkpoint (set by the engine): records `checkpointed` in the task table.
+    /// Called after each checkpoint (set by the session's source): records `checkpointed` in the task table.
     var onCheckpoint: ((Download) -> Void)?
 
     /// Syncs what is written and records it as resume data.

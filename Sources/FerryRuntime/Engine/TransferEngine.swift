@@ -115,7 +115,7 @@ final class TransferEngine: @unchecked Sendable {
             deliver()
 
             if active.isEmpty {
-                tick(now, force: false)
+                tick(now)
                 // Nothing running: sleep until woken by new work, or until the next tick is due
                 // for sources that wait out a backoff.
                 var numfds: Int32 = 0
@@ -137,7 +137,7 @@ final class TransferEngine: @unchecked Sendable {
             deliver()
             let after = MonotonicClock.seconds()
             for a in active.values { a.transfer.tick(now: after) }
-            tick(after, force: false)
+            tick(after)
             if !active.isEmpty && running > 0 {
                 // Local steps keep going between polls: only look for network readiness.
                 var numfds: Int32 = 0
@@ -220,8 +220,8 @@ final class TransferEngine: @unchecked Sendable {
     }
 
     /// Progress, cancel requests and group commits: at most ten times a second per source.
-    private func tick(_ now: Double, force: Bool) {
-        guard force || now - lastTick >= 0.1 else { return }
+    private func tick(_ now: Double) {
+        guard now - lastTick >= 0.1 else { return }
         lastTick = now
         for turn in turns {
             turn.source.tick(active.values.filter { $0.turn === turn }.map(\.transfer))

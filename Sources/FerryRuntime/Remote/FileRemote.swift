@@ -6,7 +6,6 @@ import FerryCore
 /// engine (no libcurl), and verified like any download.
 struct FileRemote: Remote, RangeReading {
     let base: RemoteLocation
-    var rangeNeedsValidator: Bool { false }
 
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {
         guard let path = RemoteLocation.decodeFileURL(url) else { throw .remote("cannot read the manifest \(url): not a valid file URL") }

@@ -9,16 +9,11 @@ import FerryCore
 struct HTTPRemote: Remote, RangeReading {
     let base: RemoteLocation
     let settings: HTTPSettings
-    var rangeNeedsValidator: Bool { true }
 
     func download(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, into fd: Int32,
                   resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
         try Download(task: task, entry: entry, reason: reason, origin: .http(url: base.url(for: entry.path), settings: settings), fd: fd,
                      resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator)
-    }
-
-    private func tooLarge(_ url: String, _ maximumSize: Int64, _ announced: Int64?) -> FerryError {
-        Remotes.tooLarge(url, maximumSize: maximumSize, announced: announced)
     }
 
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {
@@ -45,7 +40,7 @@ struct HTTPRemote: Remote, RangeReading {
         let code = curl_easy_perform(easy.handle)
         if body.overflowed || code == CURLE_FILESIZE_EXCEEDED {
             let announced = headers.headers.contentLength.flatMap { $0 > maximumSize ? $0 : nil }
-            throw tooLarge(url, maximumSize, announced)
+            throw Remotes.tooLarge(url, maximumSize: maximumSize, announced: announced)
         }
         guard code == CURLE_OK else {
             let why = Curl.describe(code, errorText: easy.errorText, headers: headers.headers)

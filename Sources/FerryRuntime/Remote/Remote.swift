@@ -14,12 +14,10 @@ protocol Remote: Sendable {
                   resumeFrom: Int64, validator: String?) throws(FerryError) -> Download
 }
 
-/// An optional ability: reading a file from an offset, so a download resumes. HTTP needs a
-/// validator to guard the range (`If-Range`); a local file is read as it is, and the whole is
-/// verified by hash either way. A remote without it starts every download from zero.
-protocol RangeReading {
-    var rangeNeedsValidator: Bool { get }
-}
+/// An optional ability: reading a file from an offset, so a download resumes (over HTTP only
+/// under a validator, `If-Range`, which `Download` applies; the whole is verified by hash either
+/// way). A remote without it starts every download from zero.
+protocol RangeReading {}
 
 /// The outcome of a conditional manifest fetch.
 public enum ManifestFetch {

@@ -1,8 +1,9 @@
 import Glibc
 import FerryCore
 
-/// The transfer stage of a pull run: feeds the plan's downloads to the `DownloadEngine`, commits
-/// each verified file into place, retries what is worth retrying, and keeps the task table in step.
+/// The transfer stage of a pull run, the session's `TransferSource` for the shared `TransferEngine`:
+/// it hands out the plan's downloads, commits each verified file into place, retries what is worth
+/// retrying, and keeps the task table in step.
 ///
 /// Retries: a failed attempt that can succeed later (reset, truncation, stall, 5xx, 429, a wrong
 /// Content-Range) is tried again after a capped exponential backoff with jitter, or after the
