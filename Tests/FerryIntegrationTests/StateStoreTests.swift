@@ -88,5 +88,29 @@ struct StateStoreTests {
         #expect(throws: FerryError.self) {
             try store.db.execute("UPDATE tasks SET direction = 'sideways' WHERE id = \(task.id)")
         }
+        #expect(throws: FerryError.self) {
+            try store.db.execute("UPDATE tasks SET bytes_done = -1 WHERE id = \(task.id)")
+        }
+    }
+
+    /// Migration 5 rewrites the checks (OR chains instead of IN lists, which SQLite evaluated with
+    /// a temporary b-tree per statement): every column of a schema-4 row comes through unchanged.
+    @Test func migrationFiveKeepsTasks() throws {
+        defer { Harness.remove(dir) }
+        let sha = String(repeating: "b", count: 64)
+        try writeStateDatabase(in: dir, schema: 4, """
+                INSERT INTO tasks (session, path, direction, state, size, sha256, bytes_done, validator, attempts, last_error,
+                                   created_at, updated_at, not_before, url)
+                VALUES ('s', 'kept.bin', 'pull', 'suspended', 10, '\(sha)', 7, '"v1"', 3, 'reset',
+                        '2026-01-01T00:00:00Z', '2026-01-02T00:00:00Z', NULL, 'http://x/kept.bin');
+                """)
+        let store = try StateStore(directory: dir)
+        let task = try #require(try store.tasks(session: "s").first)
+        #expect(task.path.string == "kept.bin" && task.state == .suspended && task.size == 10 && task.sha256 == sha)
+        #expect(task.bytesDone == 7 && task.validator == "\"v1\"" && task.attempts == 3 && task.lastError == "reset")
+        #expect(task.url == "http://x/kept.bin" && task.createdAt == Timestamp(rfc3339: "2026-01-01T00:00:00Z"))
+        // The generated transition SQL works against the new checks: resume moves it to queued.
+        #expect(try store.unsuspend(session: "s", ids: nil).map(\.state) == [.queued])
+        #expect(try store.tasks(session: "s").first?.state == .queued)
     }
 }

@@ -138,6 +138,33 @@ public final class StateStore {
         DROP TABLE tasks;
         ALTER TABLE tasks_4 RENAME TO tasks;
         """,
+        // 5: the same checks written as OR chains. SQLite evaluates a CHECK's `IN (list)` by
+        // building a temporary b-tree for the list on every statement, which made each task insert
+        // and update 1.5-2x slower (10,000 small files: ~0.15 s); `=` comparisons cost nothing.
+        """
+        CREATE TABLE tasks_5 (
+            id INTEGER PRIMARY KEY,
+            session TEXT NOT NULL,
+            path TEXT NOT NULL,
+            direction TEXT NOT NULL CHECK (direction = 'pull' OR direction = 'push'),
+            state TEXT NOT NULL CHECK (state = 'queued' OR state = 'running' OR state = 'done' OR state = 'failed'
+                                       OR state = 'waiting' OR state = 'suspended' OR state = 'delayed'),
+            size INTEGER,
+            sha256 TEXT NOT NULL,
+            bytes_done INTEGER NOT NULL DEFAULT 0 CHECK (bytes_done >= 0),
+            validator TEXT,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            last_error TEXT,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            not_before TEXT,
+            url TEXT,
+            UNIQUE (session, path)
+        );
+        INSERT INTO tasks_5 SELECT * FROM tasks;
+        DROP TABLE tasks;
+        ALTER TABLE tasks_5 RENAME TO tasks;
+        """,
     ]
 
     /// `TaskState.after(event)` as SQL: the expression a row's new state is set to, so the table
@@ -148,9 +175,10 @@ public final class StateStore {
         return "CASE WHEN \(applies(event)) THEN '\(targets.first!.rawValue)' ELSE state END"
     }
 
-    /// True (in SQL) for a row `event` applies to.
+    /// True (in SQL) for a row `event` applies to. An OR chain, not `IN (list)`: SQLite builds a
+    /// temporary b-tree for an IN list each time a statement runs.
     static func applies(_ event: TaskEvent) -> String {
-        "state IN (" + TaskState.applying(event).map { "'\($0.rawValue)'" }.joined(separator: ", ") + ")"
+        "(" + TaskState.applying(event).map { "state = '\($0.rawValue)'" }.joined(separator: " OR ") + ")"
     }
 
     /// Opens (creating if needed) `<directory>/ferry.db` and brings its schema up to date.
