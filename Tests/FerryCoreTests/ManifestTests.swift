@@ -22,7 +22,7 @@ struct ManifestTests {
         let e = m.entries[0]
         #expect(e.path.string == "css/site.css")
         #expect(e.size == 5120)
-        #expect(e.sha256 == Self.hashA)
+        #expect(e.sha256.hex == Self.hashA)
         #expect(e.mode == 0o644)
         #expect(e.mtime == Timestamp(rfc3339: "2026-11-20T08:00:00Z"))
     }
@@ -115,8 +115,8 @@ struct ManifestTests {
 
     @Test func writerOutputParsesBackIdentically() throws {
         let entries = [
-            ManifestEntry(path: try RelativePath(validating: "z/ç é.txt"), size: 3, sha256: Self.hashB, mtime: Timestamp(seconds: 1_700_000_000, nanoseconds: 5), mode: 0o600),
-            ManifestEntry(path: try RelativePath(validating: "a \"quoted\"\\name"), size: 0, sha256: Self.hashA, mtime: Timestamp(seconds: 0), mode: 0o644),
+            ManifestEntry(path: try RelativePath(validating: "z/ç é.txt"), size: 3, sha256: Self.hashB.digest, mtime: Timestamp(seconds: 1_700_000_000, nanoseconds: 5), mode: 0o600),
+            ManifestEntry(path: try RelativePath(validating: "a \"quoted\"\\name"), size: 0, sha256: Self.hashA.digest, mtime: Timestamp(seconds: 0), mode: 0o644),
         ]
         let text = ManifestWriter.render(version: 7, generated: Timestamp(seconds: 1_800_000_000), entries: entries)
         let m = try parse(text)
@@ -157,7 +157,7 @@ struct ManifestTests {
         let m = try parse(text)
         #expect(m.entries.map(\.path.string) == ["plain.txt", "binary.bin", "back\\slash.txt", "tag form.txt", "odd) = name", "tag\\back",
                                                  "bsd-single-space", "  leading spaces"])
-        #expect(m.entries.map(\.sha256) == [a, b, a, b, a, b, a, b])
+        #expect(m.entries.map(\.sha256.hex) == [a, b, a, b, a, b, a, b])
     }
 
     @Test(arguments: [
@@ -194,7 +194,7 @@ struct ManifestTests {
 
 /// The session's rules for taking a manifest: expiry, rollback, emptiness.
 struct ManifestAcceptanceTests {
-    let entry = ManifestEntry(path: RelativePath(trusted: "a"), size: 1, sha256: String(repeating: "a", count: 64))
+    let entry = ManifestEntry(path: RelativePath(trusted: "a"), size: 1, sha256: String(repeating: "a", count: 64).digest)
 
     func manifest(version: Int64?, files: Int, expires: Timestamp? = nil) -> Manifest {
         Manifest(format: .ferry, version: version, generated: nil, expires: expires, entries: Array(repeating: entry, count: files))
@@ -273,5 +273,30 @@ struct PrintableTests {
     @Test func textKeepsNewlinesAndBackslashesButNotControls() {
         #expect(Printable.text("line one\nline \\two\u{1B}]0;title\u{7}") == "line one\nline \\two\\x1b]0;title\\x07")
         #expect(Printable.text("plain") == "plain")
+    }
+}
+
+extension String {
+    /// 64 hex digits as a digest (tests only).
+    var digest: SHA256Digest { SHA256Digest(hex: self)! }
+}
+
+/// Digests are kept as 32 bytes and written as lowercase hex.
+struct SHA256DigestTests {
+    @Test func hexRoundTripsAndIgnoresCase() throws {
+        let hex = "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        let digest = try #require(SHA256Digest(hex: hex))
+        #expect(digest.hex == hex && "\(digest)" == hex)
+        #expect(SHA256Digest(hex: hex.uppercased()) == digest)
+        #expect(SHA256Digest(hex: String(hex.dropLast()) + "c") != digest)
+        let digits = Array(hex.utf8)
+        let bytes = (0..<32).map { UInt8(String(decoding: digits[2 * $0..<2 * $0 + 2], as: UTF8.self), radix: 16)! }
+        #expect(bytes.withUnsafeBytes { SHA256Digest(bytes: $0) } == digest)
+    }
+
+    @Test(arguments: ["", "abc", String(repeating: "a", count: 63), String(repeating: "a", count: 65),
+                      String(repeating: "g", count: 64), String(repeating: " ", count: 64)])
+    func refusesWhatIsNot64HexDigits(_ text: String) {
+        #expect(SHA256Digest(hex: text) == nil)
     }
 }

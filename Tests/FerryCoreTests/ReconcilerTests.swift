@@ -2,8 +2,8 @@ import Testing
 @testable import FerryCore
 
 struct ReconcilerTests {
-    let h1 = String(repeating: "1", count: 64)
-    let h2 = String(repeating: "2", count: 64)
+    let h1 = SHA256Digest(hex: String(repeating: "1", count: 64))!
+    let h2 = SHA256Digest(hex: String(repeating: "2", count: 64))!
 
     func p(_ s: String) -> RelativePath { RelativePath(trusted: s) }
 
@@ -15,7 +15,7 @@ struct ReconcilerTests {
 
     func manifest(_ entries: [ManifestEntry]) -> Manifest { Manifest(format: .ferry, version: 1, generated: nil, expires: nil, entries: entries) }
 
-    func known(_ pairs: [(String, String)]) -> [RelativePath: CachedHash] {
+    func known(_ pairs: [(String, SHA256Digest)]) -> [RelativePath: CachedHash] {
         var out: [RelativePath: CachedHash] = [:]
         for (path, hash) in pairs { out[p(path)] = CachedHash(file(5), sha256: hash, wanted: nil) }
         return out
@@ -230,12 +230,12 @@ struct DelayedRequestTests {
                             createdAt: Timestamp(seconds: 0), updatedAt: Timestamp(seconds: 0), url: "http://h/f")
 
     @Test func decidesContinueReplaceOrCancel() {
-        let same = ManifestEntry(path: task.path, size: 5, sha256: task.sha256)
+        let same = ManifestEntry(path: task.path, size: 5, sha256: task.sha256.digest)
         #expect(DelayedRequest.disposition(for: task, entry: same, url: "http://h/f").0 == .proceed)
         #expect(DelayedRequest.disposition(for: task, entry: same, url: "http://other/f").0 == .replace)
-        let resized = ManifestEntry(path: task.path, size: 6, sha256: task.sha256)
+        let resized = ManifestEntry(path: task.path, size: 6, sha256: task.sha256.digest)
         #expect(DelayedRequest.disposition(for: task, entry: resized, url: "http://h/f").0 == .replace)
-        let rehashed = ManifestEntry(path: task.path, size: 5, sha256: String(repeating: "2", count: 64))
+        let rehashed = ManifestEntry(path: task.path, size: 5, sha256: String(repeating: "2", count: 64).digest)
         #expect(DelayedRequest.disposition(for: task, entry: rehashed, url: "http://h/f").0 == .replace)
         #expect(DelayedRequest.disposition(for: task, entry: nil, url: nil).0 == .cancel)
     }

@@ -84,7 +84,7 @@ struct StateMigrationTests {
         #expect(old.mtime == Timestamp(seconds: -2, nanoseconds: 500_000_000), "1.5 s before 1970")
         // And times beyond 2262 round-trip now.
         let far = CachedHash(size: 1, mtime: Timestamp(seconds: 253_402_300_799), ctime: Timestamp(seconds: -62_135_596_800), inode: 1,
-                             sha256: String(repeating: "c", count: 64), wantedMtime: Timestamp(seconds: 253_402_300_799, nanoseconds: 1))
+                             sha256: SHA256Digest(hex: String(repeating: "c", count: 64))!, wantedMtime: Timestamp(seconds: 253_402_300_799, nanoseconds: 1))
         try store.saveHashes(session: "s", [(RelativePath(trusted: "far.txt"), far)])
         #expect(try store.hashCache(session: "s")[RelativePath(trusted: "far.txt")] == far)
     }

@@ -32,7 +32,7 @@ struct RemoteConformanceTests {
             try content.write(to: URL(fileURLWithPath: root + "/data.bin"))
             let hasher = SHA256Hasher()
             content.withUnsafeBytes { hasher.update($0.baseAddress!, count: $0.count) }
-            entry = ManifestEntry(path: RelativePath(trusted: "data.bin"), size: Int64(content.count), sha256: hasher.finalizeHex())
+            entry = ManifestEntry(path: RelativePath(trusted: "data.bin"), size: Int64(content.count), sha256: hasher.finalize())
             manifest = Array(ManifestWriter.render(version: 1, generated: Timestamp.now(), entries: [entry]).utf8)
             try Data(manifest).write(to: URL(fileURLWithPath: root + "/manifest.json"))
             let url: String
@@ -53,7 +53,7 @@ struct RemoteConformanceTests {
         }
 
         func task() -> TransferTask {
-            TransferTask(id: 1, session: "c", path: entry.path, direction: .pull, state: .queued, size: entry.size, sha256: entry.sha256,
+            TransferTask(id: 1, session: "c", path: entry.path, direction: .pull, state: .queued, size: entry.size, sha256: entry.sha256.hex,
                          bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: Timestamp.now(), updatedAt: Timestamp.now())
         }
 
@@ -161,7 +161,7 @@ struct RemoteConformanceTests {
     @Test(arguments: Kind.allCases)
     func refusesContentThatDoesNotMatchTheManifest(kind: Kind) throws {
         let w = try World(kind)
-        let wrong = ManifestEntry(path: w.entry.path, size: w.entry.size, sha256: String(repeating: "0", count: 64))
+        let wrong = ManifestEntry(path: w.entry.path, size: w.entry.size, sha256: SHA256Digest(hex: String(repeating: "0", count: 64))!)
         let run = try w.download(wrong)
         #expect(run.outcome.hasPrefix("failed(never): content does not match the manifest"), "\(run.outcome)")
         let shorter = ManifestEntry(path: w.entry.path, size: 1000, sha256: w.entry.sha256)

@@ -8,7 +8,7 @@ struct StateStoreTests {
     let dir = Harness.temporaryDirectory("store")
 
     func entry(_ name: String, _ fill: Character = "a") -> ManifestEntry {
-        ManifestEntry(path: RelativePath(trusted: name), size: 10, sha256: String(repeating: fill, count: 64))
+        ManifestEntry(path: RelativePath(trusted: name), size: 10, sha256: SHA256Digest(hex: String(repeating: fill, count: 64))!)
     }
 
     func state(_ store: StateStore, _ id: Int64) throws -> TaskState? { try store.task(id: id)?.state }
@@ -46,7 +46,7 @@ struct StateStoreTests {
         #expect(try state(store, a) == .queued && state(store, b) == .suspended)
         var done = try #require(try store.task(id: b))
         done.attempts = 3
-        let cache = CachedHash(size: 10, mtime: Timestamp(seconds: 1), ctime: Timestamp(seconds: 1), inode: 1, sha256: done.sha256, wantedMtime: nil)
+        let cache = CachedHash(size: 10, mtime: Timestamp(seconds: 1), ctime: Timestamp(seconds: 1), inode: 1, sha256: SHA256Digest(hex: done.sha256)!, wantedMtime: nil)
         try store.markDone(session: "s", [(done, cache)])
         #expect(try state(store, b) == .done)
         // A done task is not restarted by a stray report.

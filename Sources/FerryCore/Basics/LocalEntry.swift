@@ -27,13 +27,13 @@ public struct CachedHash: Sendable, Equatable {
     public var mtime: Timestamp
     public var ctime: Timestamp
     public var inode: UInt64
-    public var sha256: String
+    public var sha256: SHA256Digest
     /// The manifest mtime ferry set when the filesystem stored another one (it cannot hold years
     /// before 1902 or after 2446 on ext4, say): `mtime` then stands for this one, so the file is not
     /// "fixed" again on every run. nil when the filesystem stored what was asked.
     public var wantedMtime: Timestamp?
 
-    public init(size: Int64, mtime: Timestamp, ctime: Timestamp, inode: UInt64, sha256: String, wantedMtime: Timestamp? = nil) {
+    public init(size: Int64, mtime: Timestamp, ctime: Timestamp, inode: UInt64, sha256: SHA256Digest, wantedMtime: Timestamp? = nil) {
         self.size = size
         self.mtime = mtime
         self.ctime = ctime
@@ -44,7 +44,7 @@ public struct CachedHash: Sendable, Equatable {
 
     /// The hash of a file ferry just wrote or touched, as `stat` shows it now; `wanted` is the
     /// mtime ferry asked for, remembered only when the filesystem stored something else.
-    public init(_ entry: LocalEntry, sha256: String, wanted: Timestamp?) {
+    public init(_ entry: LocalEntry, sha256: SHA256Digest, wanted: Timestamp?) {
         self.init(size: entry.size, mtime: entry.mtime, ctime: entry.ctime, inode: entry.inode, sha256: sha256,
                   wantedMtime: wanted.flatMap { $0 == entry.mtime ? nil : $0 })
     }

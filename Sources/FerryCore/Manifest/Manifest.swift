@@ -3,13 +3,12 @@ public struct ManifestEntry: Sendable, Equatable {
     public let path: RelativePath
     /// nil when the manifest is a SHA256SUMS file, which carries no sizes.
     public let size: Int64?
-    /// Lowercase hex, 64 digits.
-    public let sha256: String
+    public let sha256: SHA256Digest
     public let mtime: Timestamp?
     /// Permission bits only (`& 0o777`): a remote never sets setuid, setgid or sticky bits here.
     public let mode: UInt32?
 
-    public init(path: RelativePath, size: Int64?, sha256: String, mtime: Timestamp? = nil, mode: UInt32? = nil) {
+    public init(path: RelativePath, size: Int64?, sha256: SHA256Digest, mtime: Timestamp? = nil, mode: UInt32? = nil) {
         self.path = path
         self.size = size
         self.sha256 = sha256
@@ -127,11 +126,11 @@ public struct Manifest: Sendable {
                         }
                         guard let size else { throw r.problem("files[\(i)] (\(Printable.name(path))) has no \"size\"") }
                         guard let sha else { throw r.problem("files[\(i)] (\(Printable.name(path))) has no \"sha256\"") }
-                        guard let hex = normalizedSHA256(sha) else {
+                        guard let digest = SHA256Digest(hex: sha) else {
                             throw r.problem("files[\(i)] (\(Printable.name(path))) sha256 must be 64 hex digits, got \(sha.utf8.count) characters")
                         }
                         guard listed.insert(checked).inserted else { throw r.problem("lists \(Printable.quoted(path)) twice") }
-                        entries.append(ManifestEntry(path: checked, size: size, sha256: hex, mtime: mtime, mode: mode))
+                        entries.append(ManifestEntry(path: checked, size: size, sha256: digest, mtime: mtime, mode: mode))
                     }
                 default:
                     try r.skipValue()
@@ -183,7 +182,7 @@ public struct Manifest: Sendable {
                           hint: "a manifest is either ferry JSON (\"format\": \"\(formatName)\") or SHA256SUMS lines '<sha256>  <path>'")
             }
             let (hexBytes, rawName, escaped) = try splitSumLine(line, fail: fail)
-            guard let hex = normalizedSHA256(String(decoding: hexBytes, as: UTF8.self)) else { throw fail("the hash is not 64 hex digits") }
+            guard let digest = SHA256Digest(hex: String(decoding: hexBytes, as: UTF8.self)) else { throw fail("the hash is not 64 hex digits") }
             var nameBytes = Array(rawName)
             if escaped {
                 guard let decoded = unescapeSumName(rawName) else {
@@ -201,7 +200,7 @@ public struct Manifest: Sendable {
             let checked: RelativePath
             do { checked = try RelativePath(validating: path) } catch { throw fail("path \(Printable.quoted(path)) is refused: \(error)") }
             guard listed.insert(checked).inserted else { throw fail("lists \(Printable.quoted(path)) twice") }
-            entries.append(ManifestEntry(path: checked, size: nil, sha256: hex))
+            entries.append(ManifestEntry(path: checked, size: nil, sha256: digest))
         }
         return (Manifest(format: .sha256sums, version: nil, generated: nil, expires: nil, entries: entries), listed)
     }
@@ -261,20 +260,6 @@ public struct Manifest: Sendable {
                 throw .manifest("manifest \(source) lists \(Printable.quoted(a.string)) as a file and also \(Printable.quoted(e.path.string)) inside it")
             }
         }
-    }
-
-    public static func normalizedSHA256(_ s: String) -> String? {
-        guard s.utf8.count == 64 else { return nil }
-        var lowercase = true
-        let bytes = s.utf8.withContiguousStorageIfAvailable { Array($0) } ?? Array(s.utf8)
-        for b in bytes {
-            switch b {
-            case UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "a")...UInt8(ascii: "f"): continue
-            case UInt8(ascii: "A")...UInt8(ascii: "F"): lowercase = false
-            default: return nil
-            }
-        }
-        return lowercase ? s : s.lowercased()
     }
 
     static func parseMode(_ s: String) -> UInt32? {

@@ -14,8 +14,8 @@ public enum DelayedRequest {
     /// `url` is where that entry would be fetched from now.
     public static func disposition(for task: TransferTask, entry: ManifestEntry?, url: String?) -> (Disposition, String) {
         guard let entry else { return (.cancel, "the file is no longer in the manifest") }
-        if entry.sha256 != task.sha256 || entry.size != task.size {
-            return (.replace, "the file changed (size \(entry.size.map(String.init) ?? "?"), sha256 \(entry.sha256.prefix(12))…)")
+        if entry.sha256.hex != task.sha256 || entry.size != task.size {
+            return (.replace, "the file changed (size \(entry.size.map(String.init) ?? "?"), sha256 \(entry.sha256.hex.prefix(12))…)")
         }
         if let old = task.url, let url, old != url { return (.replace, "the file moved to \(url)") }
         return (.proceed, "unchanged since it was delayed")

@@ -97,13 +97,13 @@ final class BackgroundHasher: @unchecked Sendable {
     }
 
     /// Waits until everything submitted is hashed; the digest, or nil if the prefix could not be read.
-    func finish() -> String? {
+    func finish() -> SHA256Digest? {
         pthread_mutex_lock(mutex)
         closing = true
         pthread_cond_signal(work)
         pthread_mutex_unlock(mutex)
         join()
-        return failed ? nil : hasher.finalizeHex()
+        return failed ? nil : hasher.finalize()
     }
 
     /// Stops without a result (the download failed, restarted or was interrupted).

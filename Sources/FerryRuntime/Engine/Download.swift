@@ -329,7 +329,7 @@ final class Download: Transfer {
         guard flush() else {
             return .failed(TransferFailure(message: failure ?? "cannot write the partial file", keepPartial: false, cause: failureCause))
         }
-        let digest = inlineHasher?.finalizeHex() ?? backgroundHasher?.finish()
+        let digest = inlineHasher?.finalize() ?? backgroundHasher?.finish()
         backgroundHasher = nil
         guard let sha = digest else {
             return .failed(TransferFailure(message: "cannot read back the partial file to hash it", keepPartial: false, cause: .local(errno: EIO)))

@@ -147,7 +147,7 @@ public final class LocalRoot {
         fstat(fd, &before)
         let hasher = SHA256Hasher()
         try hasher.update(fileDescriptor: fd)
-        return CachedHash(FileSystem.entry(from: before), sha256: hasher.finalizeHex(), wanted: nil)
+        return CachedHash(FileSystem.entry(from: before), sha256: hasher.finalize(), wanted: nil)
     }
 
     // MARK: directories, never through symlinks

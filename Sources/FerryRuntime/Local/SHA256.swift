@@ -22,24 +22,14 @@ public final class SHA256Hasher {
         EVP_DigestInit_ex(context, EVP_sha256(), nil)
     }
 
-    /// The digest as 64 lowercase hex digits; the hasher is reset afterwards.
-    public func finalizeHex() -> String {
-        var digest = [UInt8](repeating: 0, count: 32)
-        var length: UInt32 = 0
-        EVP_DigestFinal_ex(context, &digest, &length)
-        reset()
-        return SHA256Hasher.hex(digest)
-    }
-
-    static func hex(_ bytes: [UInt8]) -> String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out = [UInt8]()
-        out.reserveCapacity(bytes.count * 2)
-        for b in bytes {
-            out.append(digits[Int(b >> 4)])
-            out.append(digits[Int(b & 0xF)])
+    /// The digest; the hasher is reset afterwards.
+    public func finalize() -> SHA256Digest {
+        withUnsafeTemporaryAllocation(byteCount: 32, alignment: 8) { buffer in
+            var length: UInt32 = 0
+            EVP_DigestFinal_ex(context, buffer.baseAddress!.assumingMemoryBound(to: UInt8.self), &length)
+            reset()
+            return SHA256Digest(bytes: UnsafeRawBufferPointer(buffer))
         }
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// Hashes `length` bytes of an open file from offset 0 (or all of it when nil) into this hasher.

@@ -308,14 +308,14 @@ public final class StateStore {
                 let url = urlFor(e.path)
                 guard var t = existing[e.path] else {
                     let state: TaskState = delayUntil == nil ? .queued : .delayed
-                    try insert.bind(.text(session), .text(e.path.string), .text(state.rawValue), .optional(e.size), .text(e.sha256),
+                    try insert.bind(.text(session), .text(e.path.string), .text(state.rawValue), .optional(e.size), .text(e.sha256.hex),
                                     .text(now), .text(now), .optional(delayUntil?.rfc3339), .text(url)).run()
                     out.tasks[e.path] = TransferTask(id: sqlite3_last_insert_rowid(db.handle), session: session, path: e.path, direction: .pull,
-                                                     state: state, size: e.size, sha256: e.sha256, bytesDone: 0, validator: nil, attempts: 0,
+                                                     state: state, size: e.size, sha256: e.sha256.hex, bytesDone: 0, validator: nil, attempts: 0,
                                                      lastError: nil, createdAt: nowTime, updatedAt: nowTime, notBefore: delayUntil, url: url)
                     continue
                 }
-                let sameContent = t.sha256 == e.sha256 && t.size == e.size
+                let sameContent = t.sha256 == e.sha256.hex && t.size == e.size
                 if t.state == .delayed, let due = t.notBefore, due > nowTime {
                     // Not due yet: left as it is; revalidated when it comes due.
                 } else if t.state == .delayed {
@@ -325,8 +325,8 @@ public final class StateStore {
                         try requeue.bind(.text(url), .text(now), .int(t.id)).run()
                         t.state = .queued
                     } else {
-                        try reset.bind(.text(TaskState.queued.rawValue), .optional(e.size), .text(e.sha256), .text(now), .text(now), nil, .text(url), .int(t.id)).run()
-                        t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: .queued, size: e.size, sha256: e.sha256,
+                        try reset.bind(.text(TaskState.queued.rawValue), .optional(e.size), .text(e.sha256.hex), .text(now), .text(now), nil, .text(url), .int(t.id)).run()
+                        t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: .queued, size: e.size, sha256: e.sha256.hex,
                                          bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: nowTime, updatedAt: nowTime, url: url)
                     }
                     t.notBefore = nil
@@ -338,9 +338,9 @@ public final class StateStore {
                 } else {
                     // New content: no resume data. A suspended task stays suspended; a new task may be delayed.
                     let state = t.state.after(delayUntil == nil ? .queue : .delay) ?? t.state
-                    try reset.bind(.text(state.rawValue), .optional(e.size), .text(e.sha256), .text(now), .text(now),
+                    try reset.bind(.text(state.rawValue), .optional(e.size), .text(e.sha256.hex), .text(now), .text(now),
                                    .optional(state == .delayed ? delayUntil?.rfc3339 : nil), .text(url), .int(t.id)).run()
-                    t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: state, size: e.size, sha256: e.sha256,
+                    t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: state, size: e.size, sha256: e.sha256.hex,
                                      bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: nowTime, updatedAt: nowTime,
                                      notBefore: state == .delayed ? delayUntil : nil, url: url)
                 }
@@ -508,8 +508,10 @@ public final class StateStore {
         if try count.step() { out.reserveCapacity(Int(count.int(0))) }
         func time(_ column: Int32) -> Timestamp { Timestamp(seconds: s.int(column), nanoseconds: Int32(truncatingIfNeeded: s.int(column + 1))) }
         while try s.step() {
+            // A row whose hash is not 64 hex digits (no ferry writes one) vouches for nothing: the file is hashed again.
+            guard let sha = s.digest(7) else { continue }
             out[RelativePath(trusted: s.text(0) ?? "")] = CachedHash(
-                size: s.int(1), mtime: time(2), ctime: time(4), inode: UInt64(bitPattern: s.int(6)), sha256: s.text(7) ?? "",
+                size: s.int(1), mtime: time(2), ctime: time(4), inode: UInt64(bitPattern: s.int(6)), sha256: sha,
                 wantedMtime: s.isNull(8) ? nil : time(8))
         }
         return out
@@ -527,7 +529,7 @@ public final class StateStore {
             """)
         for (path, h) in hashes {
             try s.bind(.text(session), .text(path.string), .int(h.size), .int(h.mtime.seconds), .int(Int64(h.mtime.nanoseconds)),
-                       .int(h.ctime.seconds), .int(Int64(h.ctime.nanoseconds)), .int(Int64(bitPattern: h.inode)), .text(h.sha256),
+                       .int(h.ctime.seconds), .int(Int64(h.ctime.nanoseconds)), .int(Int64(bitPattern: h.inode)), .text(h.sha256.hex),
                        .optional(h.wantedMtime?.seconds), .optional(h.wantedMtime.map { Int64($0.nanoseconds) })).run()
         }
     }
