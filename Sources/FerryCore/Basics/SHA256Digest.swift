@@ -17,27 +17,32 @@ public struct SHA256Digest: Hashable, Sendable, CustomStringConvertible {
     public init?(hex: UnsafeBufferPointer<UInt8>) {
         guard hex.count == 64 else { return nil }
         var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
-        for w in 0..<4 {
-            var value: UInt64 = 0
-            for i in 0..<16 {
-                let c = hex[w * 16 + i]
-                let digit: UInt8
-                switch c {
-                case UInt8(ascii: "0")...UInt8(ascii: "9"): digit = c &- UInt8(ascii: "0")
-                case UInt8(ascii: "a")...UInt8(ascii: "f"): digit = c &- UInt8(ascii: "a") &+ 10
-                case UInt8(ascii: "A")...UInt8(ascii: "F"): digit = c &- UInt8(ascii: "A") &+ 10
-                default: return nil
+        let valid = SHA256Digest.digitValues.withUnsafeBufferPointer { values -> Bool in
+            var bad: UInt8 = 0
+            func word(_ w: Int) -> UInt64 {
+                var value: UInt64 = 0
+                for i in 0..<16 {
+                    let digit = values[Int(hex[w * 16 + i])]
+                    bad |= digit
+                    value = value << 4 | UInt64(digit & 0xF)
                 }
-                value = value << 4 | UInt64(digit)
+                return value
             }
-            switch w {
-            case 0: words.0 = value
-            case 1: words.1 = value
-            case 2: words.2 = value
-            default: words.3 = value
-            }
+            words = (word(0), word(1), word(2), word(3))
+            return bad & 0x80 == 0
         }
+        guard valid else { return nil }
         (w0, w1, w2, w3) = words
+    }
+
+    /// The value of each byte as a hex digit, 0x80 for a byte that is not one.
+    private static let digitValues: [UInt8] = (0...255).map { (b: Int) -> UInt8 in
+        switch b {
+        case 0x30...0x39: return UInt8(b - 0x30)
+        case 0x61...0x66: return UInt8(b - 0x61 + 10)
+        case 0x41...0x46: return UInt8(b - 0x41 + 10)
+        default: return 0x80
+        }
     }
 
     /// 64 hex digits, either case; nil for anything else.

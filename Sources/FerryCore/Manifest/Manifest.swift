@@ -28,13 +28,21 @@ public struct Manifest: Sendable {
     public let generated: Timestamp?
     public let expires: Timestamp?
     public let entries: [ManifestEntry]
+    /// Every listed path, for "is it listed?" (built once while reading, for the duplicate check).
+    public let paths: Set<RelativePath>
 
     public init(format: Format, version: Int64?, generated: Timestamp?, expires: Timestamp?, entries: [ManifestEntry]) {
+        self.init(format: format, version: version, generated: generated, expires: expires, entries: entries,
+                  paths: Set(entries.map(\.path)))
+    }
+
+    private init(format: Format, version: Int64?, generated: Timestamp?, expires: Timestamp?, entries: [ManifestEntry], paths: Set<RelativePath>) {
         self.format = format
         self.version = version
         self.generated = generated
         self.expires = expires
         self.entries = entries
+        self.paths = paths
     }
 
     public static let formatName = Format.ferry.rawValue
@@ -54,16 +62,15 @@ public struct Manifest: Sendable {
                             hint: "a publishing step probably failed; publish the manifest again (ferry manifest build, or sha256sum)")
         }
         let manifest: Manifest
-        var listed: Set<RelativePath>
         switch bytes[i] {
         case UInt8(ascii: "{"):
-            (manifest, listed) = try parseJSON(bytes, source: source)
+            manifest = try parseJSON(bytes, source: source)
         case UInt8(ascii: "["), UInt8(ascii: "\""):
             throw .manifest("manifest \(source): the top level must be a JSON object with \"format\": \"\(formatName)\"")
         default:
-            (manifest, listed) = try parseSHA256SUMS(bytes, source: source)
+            manifest = try parseSHA256SUMS(bytes, source: source)
         }
-        try checkTree(manifest.entries, listed: &listed, source: source)
+        try checkTree(manifest, source: source)
         return manifest
     }
 
@@ -73,7 +80,7 @@ public struct Manifest: Sendable {
         }
     }
 
-    private static func parseJSON(_ bytes: UnsafeBufferPointer<UInt8>, source: String) throws(FerryError) -> (Manifest, Set<RelativePath>) {
+    private static func parseJSON(_ bytes: UnsafeBufferPointer<UInt8>, source: String) throws(FerryError) -> Manifest {
         var reader = JSONReader(bytes)
         var format: String?
         var version: Int64?
@@ -147,7 +154,7 @@ public struct Manifest: Sendable {
         guard format == formatName else { throw .manifest("manifest \(source) has format \(Printable.quoted(format)); this ferry reads \"\(formatName)\"") }
         guard let version else { throw .manifest("manifest \(source) has no \"version\"") }
         guard sawFiles else { throw .manifest("manifest \(source) has no \"files\" list") }
-        return (Manifest(format: .ferry, version: version, generated: generated, expires: expires, entries: entries), listed)
+        return Manifest(format: .ferry, version: version, generated: generated, expires: expires, entries: entries, paths: listed)
     }
 
     /// SHA256SUMS as `sha256sum` writes it, one file per line:
@@ -158,7 +165,7 @@ public struct Manifest: Sendable {
     /// - CRLF line ends (when the first line has one) and a leading `./` are accepted; `-` (what
     ///   sha256sum writes for its standard input) is refused.
     /// A name that decodes to a control character, or is not UTF-8, refuses the manifest, naming the line.
-    private static func parseSHA256SUMS(_ bytes: UnsafeBufferPointer<UInt8>, source: String) throws(FerryError) -> (Manifest, Set<RelativePath>) {
+    private static func parseSHA256SUMS(_ bytes: UnsafeBufferPointer<UInt8>, source: String) throws(FerryError) -> Manifest {
         var entries: [ManifestEntry] = []
         var listed = Set<RelativePath>()
         var lineNumber = 0
@@ -202,7 +209,7 @@ public struct Manifest: Sendable {
             guard listed.insert(checked).inserted else { throw fail("lists \(Printable.quoted(path)) twice") }
             entries.append(ManifestEntry(path: checked, size: nil, sha256: digest))
         }
-        return (Manifest(format: .sha256sums, version: nil, generated: nil, expires: nil, entries: entries), listed)
+        return Manifest(format: .sha256sums, version: nil, generated: nil, expires: nil, entries: entries, paths: listed)
     }
 
     /// The hash, the (still escaped) name, and whether the line was escaped.
@@ -254,9 +261,9 @@ public struct Manifest: Sendable {
     }
 
     /// No path that is both a file and a directory of another file (duplicates were refused while reading).
-    private static func checkTree(_ entries: [ManifestEntry], listed: inout Set<RelativePath>, source: String) throws(FerryError) {
-        for e in entries {
-            for a in e.path.ancestors where listed.contains(a) {
+    private static func checkTree(_ manifest: Manifest, source: String) throws(FerryError) {
+        for e in manifest.entries {
+            for a in e.path.ancestors where manifest.paths.contains(a) {
                 throw .manifest("manifest \(source) lists \(Printable.quoted(a.string)) as a file and also \(Printable.quoted(e.path.string)) inside it")
             }
         }

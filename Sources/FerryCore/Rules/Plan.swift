@@ -55,6 +55,9 @@ public struct Plan: Sendable {
     /// Local files the manifest does not list, kept because the session does not delete.
     public var extrasKept = 0
     public var upToDate = 0
+    /// Local files that may hold a listed file but whose hash is not known for their current stat
+    /// (`Reconciler.needsHash`): planned as changed. Hash them and plan again to know.
+    public var unhashed: [RelativePath] = []
     /// Files (not directories) the local root held when it was scanned: the files the session
     /// manages, which a `max-delete` percentage counts.
     public var localFiles = 0
@@ -96,11 +99,9 @@ public enum Reconciler {
     public static func plan(manifest: Manifest, local: [RelativePath: LocalEntry], known: [RelativePath: CachedHash],
                             rules: DeletionRules, modeMask: UInt32 = 0o022) -> Plan {
         var plan = Plan()
-        var wanted = Set<RelativePath>(minimumCapacity: manifest.entries.count)
         var neededDirectories = Set<RelativePath>()
         var directoriesInTheWay: [RelativePath: ManifestEntry] = [:]
         for listed in manifest.entries {
-            wanted.insert(listed.path)
             for a in listed.path.ancestors where !neededDirectories.insert(a).inserted { break }
             var entry = listed
             if let mode = entry.mode, mode & modeMask != 0 {
@@ -116,8 +117,10 @@ public enum Reconciler {
             case .symlink, .other:
                 plan.downloads.append(Plan.Download(entry: entry, reason: .notAFile))
             case .file:
+                let cached = known[entry.path]
+                if needsHash(entry, local: here, cached: cached) { plan.unhashed.append(entry.path) }
                 let sameSize = entry.size.map { $0 == here.size } ?? true
-                guard sameSize, let known = known[entry.path], known.isValid(for: here), known.sha256 == entry.sha256 else {
+                guard sameSize, let known = cached, known.isValid(for: here), known.sha256 == entry.sha256 else {
                     plan.downloads.append(Plan.Download(entry: entry, reason: .changed))
                     continue
                 }
@@ -141,7 +144,7 @@ public enum Reconciler {
         var deletions: [RelativePath] = []
         for (path, entry) in local {
             if entry.kind != .directory { plan.localFiles += 1 }
-            if wanted.contains(path) { continue }
+            if manifest.paths.contains(path) { continue }
             // A listed file cannot also be a directory of listed files, so at most one ancestor is in the way.
             if !inTheWay.isEmpty, let owner = path.ancestors.first(where: { inTheWay[$0] != nil }) {
                 if entry.kind != .directory { inTheWay[owner]!.append(path) }

@@ -77,6 +77,12 @@ public enum FileSystem {
         syncDirectory(containing: path)
     }
 
+    /// Moves `source` over `path` (same directory) and syncs the directory, so the change survives a crash.
+    public static func replace(_ path: String, with source: String) throws(FerryError) {
+        guard rename(source, path) == 0 else { throw .localIO("cannot rename \(source) to \(path): \(errorText())") }
+        syncDirectory(containing: path)
+    }
+
     public static func syncDirectory(containing path: String) {
         let dir = path.lastIndex(of: "/").map { $0 == path.startIndex ? "/" : String(path[..<$0]) } ?? "."
         let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)

@@ -126,17 +126,32 @@ final class PullSync {
         let remote = try Remotes.open(session)
         let url = session.manifestURL
         let record = try store.session(session.name)
-        var fetched = try fetchManifest(record: record, remote: remote)
-        let manifest = fetched.manifest
-
-        // Local scan; a dry run never creates the root.
-        let root: LocalRoot?
-        if options.dryRun && !FileSystem.exists(session.local) {
-            root = nil
-        } else {
-            root = try LocalRoot(path: session.local, create: !options.dryRun)
+        // The local root is scanned on a second thread while the manifest is fetched and parsed:
+        // on a large tree each takes seconds, and neither needs the other.
+        let expected = try store.hashCacheCount(session: session.name)
+        let reading = BackgroundWork(name: "ferry-scan") { () throws(FerryError) -> LocalSide in
+            try self.scanLocal(expecting: expected)
         }
-        let scan = try root?.scan(expecting: manifest.entries.count) ?? (entries: [:], warnings: [])
+        let fetched: Fetched
+        do {
+            fetched = try fetchManifest(record: record, remote: remote)
+        } catch {
+            _ = try? reading.wait()
+            throw error
+        }
+        var local = try reading.wait()
+        let manifest = fetched.manifest
+        // A new manifest waits in its staging file until it is accepted.
+        let staged = fetched.staged
+        defer { if let staged { unlink(staged) } }
+        if local.root == nil && !options.dryRun {
+            // Created only now that the manifest arrived (it is empty, unless someone just filled it).
+            let root = try LocalRoot(path: session.local, create: true)
+            local.root = root
+            local.scan = try root.scan()
+        }
+        let root = local.root
+        let scan = local.scan
         for w in scan.warnings { emit(.warning(message: w)) }
 
         // Accepted only now, against what the mirror holds; only then remembered. A refused
@@ -146,40 +161,41 @@ final class PullSync {
             localFiles: scan.entries.values.count(where: { $0.kind != .directory }),
             allowRollback: session.allowRollback, allowEmpty: session.allowEmpty)
         try acceptance.check(manifest, source: url)
-        if let bytes = fetched.bytes, !options.dryRun {
-            try FileSystem.makeDirectories(agent.state + "/manifests", mode: 0o700)
-            try FileSystem.writeAtomically(cachePath, bytes: bytes, mode: 0o600)
+        if let staged {
+            try FileSystem.replace(cachePath, with: staged)
             try store.saveManifest(session: session.name, url: url, etag: fetched.etag, lastModified: fetched.lastModified, version: manifest.version)
         }
-        emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: fetched.bytes == nil))
-        fetched.bytes = nil  // cached; the parsed entries are all the run needs
+        emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: !fetched.changed))
 
-        // Hash only what the cache cannot vouch for; the fresh hashes join the cache (the
-        // Reconciler trusts an entry only while it is valid for the file's stat).
+        // Plan with the hashes the cache vouches for; files it cannot vouch for are hashed, join
+        // the cache, and the plan is made again (the Reconciler trusts a hash only while it is
+        // valid for the file's stat). The cache is loaded after the manifest's bytes are gone, so
+        // the two never take memory at once.
         var known = try store.hashCache(session: session.name)
-        var fresh: [(RelativePath, CachedHash)] = []
-        for entry in manifest.entries {
-            guard let local = scan.entries[entry.path], Reconciler.needsHash(entry, local: local, cached: known[entry.path]), let root else { continue }
-            if let reason = options.stop.reason { throw FerryError(.stopped, "\(reason) while hashing local files; nothing was changed") }
-            let h = try root.hash(entry.path)
-            known[entry.path] = h
-            fresh.append((entry.path, h))
+        let rules = DeletionRules(delete: session.delete, cap: session.maxDelete)
+        var plan = Reconciler.plan(manifest: manifest, local: scan.entries, known: known, rules: rules, modeMask: session.modeMask)
+        if let root, !plan.unhashed.isEmpty {
+            var fresh: [(RelativePath, CachedHash)] = []
+            for path in plan.unhashed {
+                if let reason = options.stop.reason { throw FerryError(.stopped, "\(reason) while hashing local files; nothing was changed") }
+                let h = try root.hash(path)
+                known[path] = h
+                fresh.append((path, h))
+            }
+            result.hashed = fresh.count
+            if !options.dryRun { try store.saveHashes(session: session.name, fresh) }
+            plan = Reconciler.plan(manifest: manifest, local: scan.entries, known: known, rules: rules, modeMask: session.modeMask)
         }
-        result.hashed = fresh.count
-        if !options.dryRun { try store.saveHashes(session: session.name, fresh) }
-
-        let plan = Reconciler.plan(manifest: manifest, local: scan.entries, known: known,
-                                   rules: DeletionRules(delete: session.delete, cap: session.maxDelete), modeMask: session.modeMask)
         result.plan = plan
         emit(.planned(downloads: plan.downloads.count, bytes: plan.downloadBytes, metadataFixes: plan.metadataFixes.count,
-                      deletions: plan.deletions.count, upToDate: plan.upToDate, hashed: fresh.count, extrasKept: plan.extrasKept))
+                      deletions: plan.deletions.count, upToDate: plan.upToDate, hashed: result.hashed, extrasKept: plan.extrasKept))
         guard !options.dryRun, let root else {
             reportDryRun(plan, scan: scan.entries, result: &result)
             return
         }
 
         // Record the tasks before any byte moves, and drop state of paths no longer listed.
-        for gone in try store.pruneTasks(session: session.name, keeping: Set(manifest.entries.map(\.path))) where gone.delayed {
+        for gone in try store.pruneTasks(session: session.name, keeping: manifest.paths) where gone.delayed {
             emit(.delayedDue(path: gone.path, disposition: .cancel, reason: "the file is no longer in the manifest"))
         }
         let notBefore = (options.notBefore ?? session.earliestBegin)?.time(from: Timestamp.now())
@@ -319,13 +335,27 @@ final class PullSync {
         result.message = text + "; nothing was changed"
     }
 
+    /// The local side of a cycle: the root when it exists (it is created only once a manifest is
+    /// accepted, and never by a dry run), and what a scan of it sees.
+    private struct LocalSide {
+        var root: LocalRoot?
+        var scan: (entries: [RelativePath: LocalEntry], warnings: [String])
+    }
+
+    private func scanLocal(expecting: Int) throws(FerryError) -> LocalSide {
+        let root = FileSystem.exists(session.local) ? try LocalRoot(path: session.local, create: false) : nil
+        return LocalSide(root: root, scan: try root?.scan(expecting: expecting) ?? (entries: [:], warnings: []))
+    }
+
     private var cachePath: String { agent.state + "/manifests/" + session.name + ".manifest" }
 
     /// A manifest read from the remote, or from the cache when the remote says it is unchanged.
     private struct Fetched {
         let manifest: Manifest
-        /// The bytes to cache, when the remote sent new ones (nil: unchanged).
-        var bytes: [UInt8]?
+        /// The remote sent new bytes (not a 304).
+        let changed: Bool
+        /// Where the new bytes wait to become the cached manifest once it is accepted (nil: unchanged, or a dry run).
+        let staged: String?
         let etag: String?
         let lastModified: String?
     }
@@ -355,9 +385,21 @@ final class PullSync {
         switch fetched {
         case .unchanged:
             let bytes = try FileSystem.readFile(cachePath, limit: Int(session.maxManifestSize))
-            return Fetched(manifest: try Manifest.parse(bytes, source: url), bytes: nil, etag: nil, lastModified: nil)
+            return Fetched(manifest: try Manifest.parse(bytes, source: url), changed: false, staged: nil, etag: nil, lastModified: nil)
         case let .fetched(bytes, etag, lastModified):
-            return Fetched(manifest: try Manifest.parse(bytes, source: url), bytes: bytes, etag: etag, lastModified: lastModified)
+            // Staged on disk before parsing, so the bytes are freed as soon as they are parsed.
+            var staged: String?
+            if !options.dryRun {
+                try FileSystem.makeDirectories(agent.state + "/manifests", mode: 0o700)
+                try FileSystem.writeAtomically(cachePath + ".new", bytes: bytes, mode: 0o600)
+                staged = cachePath + ".new"
+            }
+            do {
+                return Fetched(manifest: try Manifest.parse(bytes, source: url), changed: true, staged: staged, etag: etag, lastModified: lastModified)
+            } catch {
+                if let staged { unlink(staged) }
+                throw error
+            }
         }
     }
 

@@ -498,14 +498,19 @@ public final class StateStore {
 
     // MARK: hash cache
 
+    /// How many files the session's hash cache holds (about how many the local root holds).
+    public func hashCacheCount(session: String) throws(FerryError) -> Int {
+        let count = try db.prepare("SELECT count(*) FROM hash_cache WHERE session = ?").bind(.text(session))
+        return try count.step() ? Int(count.int(0)) : 0
+    }
+
     public func hashCache(session: String) throws(FerryError) -> [RelativePath: CachedHash] {
         let s = try db.prepare("""
             SELECT path, size, mtime_sec, mtime_nsec, ctime_sec, ctime_nsec, inode, sha256, wanted_mtime_sec, wanted_mtime_nsec
             FROM hash_cache WHERE session = ?
             """).bind(.text(session))
         var out: [RelativePath: CachedHash] = [:]
-        let count = try db.prepare("SELECT count(*) FROM hash_cache WHERE session = ?").bind(.text(session))
-        if try count.step() { out.reserveCapacity(Int(count.int(0))) }
+        out.reserveCapacity(try hashCacheCount(session: session))
         func time(_ column: Int32) -> Timestamp { Timestamp(seconds: s.int(column), nanoseconds: Int32(truncatingIfNeeded: s.int(column + 1))) }
         while try s.step() {
             // A row whose hash is not 64 hex digits (no ferry writes one) vouches for nothing: the file is hashed again.
