@@ -2,12 +2,13 @@
 # Installs everything ferry needs to build, test and benchmark on a fresh Debian machine (run as root,
 # or with sudo available). Safe to run again: it installs only what is missing.
 #   scripts/setup.sh          build + test dependencies
-#   scripts/setup.sh --bench  also the peers the benchmark compares against (aria2, rclone, wget, curl)
+#   scripts/setup.sh --bench  also the peers the benchmark compares against (aria2, rclone, wget, curl),
+#                             and GNU time for the peak RSS of each run
 set -euo pipefail
 
 packages=(libcurl4-openssl-dev libsqlite3-dev libssl-dev pkg-config nginx openssl curl ca-certificates python3 util-linux)
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(aria2 rclone wget)
+  packages+=(aria2 rclone wget time)
 fi
 
 missing=()
