@@ -189,7 +189,7 @@ public struct Manifest: Sendable {
                           hint: "a manifest is either ferry JSON (\"format\": \"\(formatName)\") or SHA256SUMS lines '<sha256>  <path>'")
             }
             let (hexBytes, rawName, escaped) = try splitSumLine(line, fail: fail)
-            guard let digest = SHA256Digest(hex: String(decoding: hexBytes, as: UTF8.self)) else { throw fail("the hash is not 64 hex digits") }
+            guard let digest = SHA256Digest(hex: hexBytes) else { throw fail("the hash is not 64 hex digits") }
             var nameBytes = Array(rawName)
             if escaped {
                 guard let decoded = unescapeSumName(rawName) else {

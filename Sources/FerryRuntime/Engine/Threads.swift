@@ -25,30 +25,26 @@ enum Threads {
 
 /// Work handed to a thread of its own while the starting thread does something else; `wait()`
 /// returns its result (once). What `body` touches belongs to that thread until `wait()` returns,
-/// which is why it need not be Sendable.
-final class BackgroundWork<Value>: @unchecked Sendable {
-    private var result: Result<Value, FerryError>?
+/// which is why it need not be Sendable. With a body that cannot fail, `wait()` cannot either.
+final class BackgroundWork<Value, Failure: Error>: @unchecked Sendable {
+    private var result: Result<Value, Failure>?
     private let done = DispatchSemaphore(value: 0)
 
-    init(name: String, _ body: @escaping () throws(FerryError) -> Value) {
+    init(name: String, _ body: @escaping () throws(Failure) -> Value) {
         let handoff = UncheckedHandoff(body)
         Threads.start(name: name) { [self] in
-            do throws(FerryError) {
-                result = .success(try handoff.body())
-            } catch {
-                result = .failure(error)
-            }
+            result = Result { () throws(Failure) -> Value in try handoff.body() }
             done.signal()
         }
     }
 
-    func wait() throws(FerryError) -> Value {
+    func wait() throws(Failure) -> Value {
         done.wait()
         return try result!.get()
     }
 
     private struct UncheckedHandoff: @unchecked Sendable {
-        let body: () throws(FerryError) -> Value
-        init(_ body: @escaping () throws(FerryError) -> Value) { self.body = body }
+        let body: () throws(Failure) -> Value
+        init(_ body: @escaping () throws(Failure) -> Value) { self.body = body }
     }
 }

@@ -141,8 +141,8 @@ final class PullSync {
         }
         var local = try reading.wait()
         let manifest = fetched.manifest
-        // A new manifest waits in its staging file until it is accepted.
-        let staged = fetched.staged
+        // A new manifest waits in its staging file until it is accepted; one refused leaves no copy.
+        var staged = fetched.staged
         defer { if let staged { unlink(staged) } }
         if local.root == nil && !options.dryRun {
             // Created only now that the manifest arrived (it is empty, unless someone just filled it).
@@ -161,8 +161,9 @@ final class PullSync {
             localFiles: scan.entries.values.count(where: { $0.kind != .directory }),
             allowRollback: session.allowRollback, allowEmpty: session.allowEmpty)
         try acceptance.check(manifest, source: url)
-        if let staged {
-            try FileSystem.replace(cachePath, with: staged)
+        if let accepted = staged {
+            try FileSystem.replace(cachePath, with: accepted)
+            staged = nil
             try store.saveManifest(session: session.name, url: url, etag: fetched.etag, lastModified: fetched.lastModified, version: manifest.version)
         }
         emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: !fetched.changed))
@@ -171,7 +172,7 @@ final class PullSync {
         // the cache, and the plan is made again (the Reconciler trusts a hash only while it is
         // valid for the file's stat). The cache is loaded after the manifest's bytes are gone, so
         // the two never take memory at once.
-        var known = try store.hashCache(session: session.name)
+        var known = try store.hashCache(session: session.name, expecting: expected)
         let rules = DeletionRules(delete: session.delete, cap: session.maxDelete)
         var plan = Reconciler.plan(manifest: manifest, local: scan.entries, known: known, rules: rules, modeMask: session.modeMask)
         if let root, !plan.unhashed.isEmpty {

@@ -1,4 +1,3 @@
-import Dispatch
 import Synchronization
 import FerryCore
 
@@ -32,26 +31,12 @@ public final class SessionRunner {
     /// the jobs' order.
     public func run(_ jobs: [Job], sinks: [EventSink]) -> [SyncResult] {
         let hub = EventHub(sinks)
-        let results = Mutex<[Int: SyncResult]>([:])
-        let group = DispatchGroup()
-        for (index, job) in jobs.enumerated() {
-            group.enter()
-            let cycle = SessionCycle(PullSync(session: job.session, agent: agent, observer: hub, options: job.options, engine: engine))
-            Threads.start(name: "ferry-session") {
-                let result = cycle.sync.run()
-                results.withLock { $0[index] = result }
-                group.leave()
-            }
+        let running = jobs.map { job in
+            let sync = PullSync(session: job.session, agent: agent, observer: hub, options: job.options, engine: engine)
+            return BackgroundWork(name: "ferry-session") { () throws(Never) -> SyncResult in sync.run() }
         }
-        group.wait()
-        return results.withLock { all in jobs.indices.map { all[$0]! } }
+        return running.map { $0.wait() }
     }
-}
-
-/// A session's cycle handed to the thread that runs it, and touched by no other.
-private struct SessionCycle: @unchecked Sendable {
-    let sync: PullSync
-    init(_ sync: PullSync) { self.sync = sync }
 }
 
 /// Fans events and progress out to every sink, one call at a time, whichever thread they come from.

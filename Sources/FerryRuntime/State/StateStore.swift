@@ -504,13 +504,14 @@ public final class StateStore {
         return try count.step() ? Int(count.int(0)) : 0
     }
 
-    public func hashCache(session: String) throws(FerryError) -> [RelativePath: CachedHash] {
+    /// `expecting`: about how many rows there are (room is made for them at once; `hashCacheCount`).
+    public func hashCache(session: String, expecting: Int = 0) throws(FerryError) -> [RelativePath: CachedHash] {
         let s = try db.prepare("""
             SELECT path, size, mtime_sec, mtime_nsec, ctime_sec, ctime_nsec, inode, sha256, wanted_mtime_sec, wanted_mtime_nsec
             FROM hash_cache WHERE session = ?
             """).bind(.text(session))
         var out: [RelativePath: CachedHash] = [:]
-        out.reserveCapacity(try hashCacheCount(session: session))
+        out.reserveCapacity(expecting)
         func time(_ column: Int32) -> Timestamp { Timestamp(seconds: s.int(column), nanoseconds: Int32(truncatingIfNeeded: s.int(column + 1))) }
         while try s.step() {
             // A row whose hash is not 64 hex digits (no ferry writes one) vouches for nothing: the file is hashed again.
