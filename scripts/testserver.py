@@ -198,7 +198,9 @@ class Handler(BaseHTTPRequestHandler):
                 except (BrokenPipeError, ConnectionResetError):
                     return
                 sent += len(data)
-                if rate:
+                # No pacing after the last byte: the body is sent, and a client that starts its
+                # next request now must not see this one as still sending ("overlapped").
+                if rate and start + sent < size:
                     ahead = sent / rate - (time.monotonic() - began)
                     if ahead > 0:
                         time.sleep(ahead)

@@ -103,7 +103,7 @@ struct ManifestTests {
         let m = try parse("\(Self.hashA)  ./css/site.css\n\(Self.hashB) *bin/tool\n\n")
         #expect(m.format == .sha256sums)
         #expect(m.version == nil)
-        #expect(m.entries.map(\.path.string) == ["css/site.css", "bin/tool"])
+        #expect(m.entries.map(\.path.string) == ["bin/tool", "css/site.css"], "entries come in path order")
         #expect(m.entries.allSatisfy { $0.size == nil })
     }
 
@@ -138,6 +138,21 @@ struct ManifestTests {
         #expect(try parse(manifest("")).entries.isEmpty, "refusing it is the session's rule (ManifestAcceptance)")
     }
 
+    /// Entries come in byte order of their paths whatever order the remote listed them in; a
+    /// duplicate is refused wherever it sits, and so is a file listed also as a directory.
+    @Test func sortsEntriesAndStillRefusesDuplicatesAndFileDirectoryClashes() throws {
+        func entry(_ path: String) -> String { "{\"path\": \"\(path)\", \"size\": 1, \"sha256\": \"\(Self.hashA)\"}" }
+        let m = try parse(manifest(["a0", "a/b", "a.txt", "é", "a b", "Z"].map(entry).joined(separator: ", ")))
+        #expect(m.entries.map(\.path.string) == ["Z", "a b", "a.txt", "a/b", "a0", "é"])
+        #expect(m.lists(RelativePath(trusted: "a/b")) && !m.lists(RelativePath(trusted: "a")))
+        do { _ = try parse(manifest(["x", "y", "x"].map(entry).joined(separator: ", "))); Issue.record("accepted a duplicate") } catch {
+            #expect(error.message.contains("lists \"x\" twice"), "\(error.message)")
+        }
+        do { _ = try parse(manifest(["a/b/c", "a.txt", "a/b"].map(entry).joined(separator: ", "))); Issue.record("accepted a file that is a directory") } catch {
+            #expect(error.message.contains("lists \"a/b\" as a file and also \"a/b/c\" inside it"), "\(error.message)")
+        }
+    }
+
     /// Reading stops at the first fatal error: a path repeated a million times fails at the second.
     @Test func stopsAtTheFirstDuplicate() {
         let one = "{\"path\": \"x\", \"size\": 1, \"sha256\": \"\(Self.hashA)\"}"
@@ -155,9 +170,10 @@ struct ManifestTests {
             + "SHA256 (tag form.txt) = \(b)\nSHA256 (odd) = name) = \(a)\n\\SHA256 (tag\\\\back) = \(b)\n\(a) bsd-single-space\n"
             + "\(b)    leading spaces\n"
         let m = try parse(text)
-        #expect(m.entries.map(\.path.string) == ["plain.txt", "binary.bin", "back\\slash.txt", "tag form.txt", "odd) = name", "tag\\back",
-                                                 "bsd-single-space", "  leading spaces"])
-        #expect(m.entries.map(\.sha256.hex) == [a, b, a, b, a, b, a, b])
+        let expected = [("plain.txt", a), ("binary.bin", b), ("back\\slash.txt", a), ("tag form.txt", b), ("odd) = name", a),
+                        ("tag\\back", b), ("bsd-single-space", a), ("  leading spaces", b)]
+        #expect(m.entries.map(\.path.string) == expected.map(\.0).sorted(), "entries come in path order")
+        #expect(Dictionary(uniqueKeysWithValues: m.entries.map { ($0.path.string, $0.sha256.hex) }) == Dictionary(uniqueKeysWithValues: expected))
     }
 
     @Test(arguments: [

@@ -207,20 +207,44 @@ struct ReconcilerTests {
         #expect(CachedHash(stored, sha256: h1, wanted: stored.mtime).wantedMtime == nil, "stored as asked: nothing to remember")
     }
 
+    /// The plan merges manifest and tree in byte order: names that sort around '/' ('-' and '.'
+    /// below it, '0' above) put a directory's contents between its siblings, and each path is
+    /// still decided once.
+    @Test func mergesAroundTheSlash() {
+        let m = manifest(["a.txt", "a/b", "a0", "é"].map { ManifestEntry(path: p($0), size: 5, sha256: h1) })
+        let local: [RelativePath: LocalEntry] = [
+            p("a"): dir(), p("a/b"): file(5), p("a/old"): file(5), p("a-x"): file(5), p("a.txt"): file(5),
+            p("a0"): dir(), p("a0/in"): file(5),
+        ]
+        let plan = Reconciler.plan(manifest: m, local: local, known: known([("a/b", h1), ("a.txt", h2)]), rules: deleteAll)
+        #expect(plan.downloads.map(\.entry.path.string) == ["a.txt", "a0", "é"])
+        #expect(plan.downloads.map(\.reason) == [.changed, .directoryInTheWay, .missing])
+        #expect(plan.directoriesToReplace == [p("a0"): [p("a0/in")]])
+        #expect(plan.upToDate == 1)
+        #expect(plan.deletions == [p("a-x"), p("a/old")])
+        #expect(plan.directoryRemovals.isEmpty, "a holds a listed file")
+        #expect(plan.localFiles == 5)
+    }
+
     @Test func hashesOnlyWhatTheCacheCannotVouchFor() {
         let e = ManifestEntry(path: p("f"), size: 5, sha256: h1)
         let local = file(5, mtime: 100, inode: 7)
         let fresh = CachedHash(size: 5, mtime: Timestamp(seconds: 100), ctime: Timestamp(seconds: 100), inode: 7, sha256: h1)
         let stale = CachedHash(size: 5, mtime: Timestamp(seconds: 99), ctime: Timestamp(seconds: 100), inode: 7, sha256: h1)
         let moved = CachedHash(size: 5, mtime: Timestamp(seconds: 100), ctime: Timestamp(seconds: 100), inode: 8, sha256: h1)
-        #expect(!Reconciler.needsHash(e, local: local, cached: fresh))
-        #expect(Reconciler.needsHash(e, local: local, cached: stale))
-        #expect(Reconciler.needsHash(e, local: local, cached: moved))
-        #expect(Reconciler.needsHash(e, local: local, cached: nil))
-        #expect(!Reconciler.needsHash(e, local: file(6), cached: nil), "a file of another size is changed without hashing")
-        #expect(!Reconciler.needsHash(e, local: nil, cached: nil))
+        func needsHash(_ e: ManifestEntry, local: LocalEntry?, cached: CachedHash?) -> Bool {
+            let plan = Reconciler.plan(manifest: manifest([e]), local: local.map { [e.path: $0] } ?? [:],
+                                       known: cached.map { [e.path: $0] } ?? [:], rules: keepAll)
+            return plan.unhashed == [e.path]
+        }
+        #expect(!needsHash(e, local: local, cached: fresh))
+        #expect(needsHash(e, local: local, cached: stale))
+        #expect(needsHash(e, local: local, cached: moved))
+        #expect(needsHash(e, local: local, cached: nil))
+        #expect(!needsHash(e, local: file(6), cached: nil), "a file of another size is changed without hashing")
+        #expect(!needsHash(e, local: nil, cached: nil))
         let sums = ManifestEntry(path: p("f"), size: nil, sha256: h1)
-        #expect(Reconciler.needsHash(sums, local: file(6), cached: nil), "SHA256SUMS has no size: hash to know")
+        #expect(needsHash(sums, local: file(6), cached: nil), "SHA256SUMS has no size: hash to know")
     }
 }
 

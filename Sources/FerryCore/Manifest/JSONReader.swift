@@ -122,18 +122,23 @@ public struct JSONReader: ~Copyable {
         try expect(UInt8(ascii: "\""), "a string")
         let start = index
         var hasEscape = false
+        var ascii = true
         while true {
             guard index < bytes.count else { throw failure("unterminated string") }
             let b = bytes[index]
             if b == UInt8(ascii: "\"") { break }
             if b < 0x20 { throw failure("raw control character (0x\(String(b, radix: 16))) in a string") }
+            if b >= 0x80 { ascii = false }
             if b == UInt8(ascii: "\\") { hasEscape = true; index += 1 }
             index += 1
         }
         let end = index
         index += 1
         if !hasEscape {
-            guard let s = String(validating: UnsafeBufferPointer(rebasing: bytes[start..<end]), as: UTF8.self) else {
+            let raw = UnsafeBufferPointer(rebasing: bytes[start..<end])
+            // ASCII is valid UTF-8 as it is: no validation (which, generic, costs more than the rest of a read).
+            if ascii { return String(decoding: raw, as: UTF8.self) }
+            guard let s = String(validating: raw, as: UTF8.self) else {
                 throw failure("string is not valid UTF-8")
             }
             return s

@@ -27,22 +27,69 @@ public struct Manifest: Sendable {
     public let version: Int64?
     public let generated: Timestamp?
     public let expires: Timestamp?
+    /// In byte order of their paths (`RelativePath.<`), each path once, whatever order the remote
+    /// listed them in: the Reconciler merges them with the local tree.
     public let entries: [ManifestEntry]
-    /// Every listed path, for "is it listed?" (built once while reading, for the duplicate check).
-    public let paths: Set<RelativePath>
 
+    /// Sorts `entries` when they are not in path order; they must not list a path twice.
     public init(format: Format, version: Int64?, generated: Timestamp?, expires: Timestamp?, entries: [ManifestEntry]) {
-        self.init(format: format, version: version, generated: generated, expires: expires, entries: entries,
-                  paths: Set(entries.map(\.path)))
+        var collector = EntryCollector(capacity: entries.count)
+        for e in entries { precondition(collector.add(e), "Manifest lists \(e.path) twice") }
+        let sorted = collector.finish()
+        precondition(sorted.duplicate == nil, "Manifest lists a path twice")
+        self.init(format: format, version: version, generated: generated, expires: expires, sorted: sorted.entries)
     }
 
-    private init(format: Format, version: Int64?, generated: Timestamp?, expires: Timestamp?, entries: [ManifestEntry], paths: Set<RelativePath>) {
+    private init(format: Format, version: Int64?, generated: Timestamp?, expires: Timestamp?, sorted entries: [ManifestEntry]) {
         self.format = format
         self.version = version
         self.generated = generated
         self.expires = expires
         self.entries = entries
-        self.paths = paths
+    }
+
+    /// Whether the manifest lists `path` (binary search).
+    public func lists(_ path: RelativePath) -> Bool { index(of: path) != nil }
+
+    public func index(of path: RelativePath) -> Int? {
+        var low = 0, high = entries.count
+        while low < high {
+            let mid = (low + high) / 2
+            let c = entries[mid].path.compare(path)
+            if c == 0 { return mid }
+            if c < 0 { low = mid + 1 } else { high = mid }
+        }
+        return nil
+    }
+
+    /// Gathers entries as a parser reads them. A duplicate that follows its twin (always, in a
+    /// sorted manifest such as ferry writes) is found at once, where the reader can name its place;
+    /// entries out of order are sorted at the end, and a duplicate among them is found then.
+    struct EntryCollector {
+        private(set) var entries: [ManifestEntry] = []
+        private var ordered = true
+
+        init(capacity: Int) { entries.reserveCapacity(capacity) }
+
+        /// False when `entry` repeats the path just before it.
+        mutating func add(_ entry: ManifestEntry) -> Bool {
+            if let last = entries.last {
+                let c = last.path.compare(entry.path)
+                if c == 0 { return false }
+                if c > 0 { ordered = false }
+            }
+            entries.append(entry)
+            return true
+        }
+
+        /// The entries in path order, or the first path listed twice.
+        consuming func finish() -> (entries: [ManifestEntry], duplicate: RelativePath?) {
+            if !ordered {
+                entries.sort { $0.path < $1.path }
+                for (a, b) in zip(entries, entries.dropFirst()) where a.path == b.path { return (entries, a.path) }
+            }
+            return (entries, nil)
+        }
     }
 
     public static let formatName = Format.ferry.rawValue
@@ -86,8 +133,8 @@ public struct Manifest: Sendable {
         var version: Int64?
         var generated: Timestamp?
         var expires: Timestamp?
-        var entries: [ManifestEntry] = []
-        var listed = Set<RelativePath>()
+        // No entry takes fewer than 96 bytes of JSON (the hash alone is 66): reserved, not touched.
+        var collector = EntryCollector(capacity: bytes.count / 96)
         var sawFiles = false
         do {
             try reader.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
@@ -136,8 +183,9 @@ public struct Manifest: Sendable {
                         guard let digest = SHA256Digest(hex: sha) else {
                             throw r.problem("files[\(i)] (\(Printable.name(path))) sha256 must be 64 hex digits, got \(sha.utf8.count) characters")
                         }
-                        guard listed.insert(checked).inserted else { throw r.problem("lists \(Printable.quoted(path)) twice") }
-                        entries.append(ManifestEntry(path: checked, size: size, sha256: digest, mtime: mtime, mode: mode))
+                        guard collector.add(ManifestEntry(path: checked, size: size, sha256: digest, mtime: mtime, mode: mode)) else {
+                            throw r.problem("lists \(Printable.quoted(path)) twice")
+                        }
                     }
                 default:
                     try r.skipValue()
@@ -154,7 +202,9 @@ public struct Manifest: Sendable {
         guard format == formatName else { throw .manifest("manifest \(source) has format \(Printable.quoted(format)); this ferry reads \"\(formatName)\"") }
         guard let version else { throw .manifest("manifest \(source) has no \"version\"") }
         guard sawFiles else { throw .manifest("manifest \(source) has no \"files\" list") }
-        return Manifest(format: .ferry, version: version, generated: generated, expires: expires, entries: entries, paths: listed)
+        let (entries, duplicate) = collector.finish()
+        if let duplicate { throw .manifest("manifest \(source) lists \(Printable.quoted(duplicate.string)) twice") }
+        return Manifest(format: .ferry, version: version, generated: generated, expires: expires, sorted: entries)
     }
 
     /// SHA256SUMS as `sha256sum` writes it, one file per line:
@@ -166,8 +216,8 @@ public struct Manifest: Sendable {
     ///   sha256sum writes for its standard input) is refused.
     /// A name that decodes to a control character, or is not UTF-8, refuses the manifest, naming the line.
     private static func parseSHA256SUMS(_ bytes: UnsafeBufferPointer<UInt8>, source: String) throws(FerryError) -> Manifest {
-        var entries: [ManifestEntry] = []
-        var listed = Set<RelativePath>()
+        // No line takes fewer than 67 bytes (hash, space, name, newline): reserved, not touched.
+        var collector = EntryCollector(capacity: bytes.count / 67)
         var lineNumber = 0
         var lineStart = bytes.count >= 3 && bytes[0] == 0xEF && bytes[1] == 0xBB && bytes[2] == 0xBF ? 3 : 0
         // CRLF line ends are a property of the file, read from its first line: in a file of LF
@@ -206,10 +256,11 @@ public struct Manifest: Sendable {
             }
             let checked: RelativePath
             do { checked = try RelativePath(validating: path) } catch { throw fail("path \(Printable.quoted(path)) is refused: \(error)") }
-            guard listed.insert(checked).inserted else { throw fail("lists \(Printable.quoted(path)) twice") }
-            entries.append(ManifestEntry(path: checked, size: nil, sha256: digest))
+            guard collector.add(ManifestEntry(path: checked, size: nil, sha256: digest)) else { throw fail("lists \(Printable.quoted(path)) twice") }
         }
-        return Manifest(format: .sha256sums, version: nil, generated: nil, expires: nil, entries: entries, paths: listed)
+        let (entries, duplicate) = collector.finish()
+        if let duplicate { throw .manifest("manifest \(source) lists \(Printable.quoted(duplicate.string)) twice") }
+        return Manifest(format: .sha256sums, version: nil, generated: nil, expires: nil, sorted: entries)
     }
 
     /// The hash, the (still escaped) name, and whether the line was escaped.
@@ -260,10 +311,15 @@ public struct Manifest: Sendable {
         return out
     }
 
-    /// No path that is both a file and a directory of another file (duplicates were refused while reading).
+    /// No path that is both a file and a directory of another file (duplicates were refused while
+    /// reading). Siblings sit together in path order, so each parent is looked up once.
     private static func checkTree(_ manifest: Manifest, source: String) throws(FerryError) {
+        var lastParent: RelativePath?
         for e in manifest.entries {
-            for a in e.path.ancestors where manifest.paths.contains(a) {
+            let parent = e.path.parent
+            if parent == lastParent { continue }
+            lastParent = parent
+            for a in e.path.ancestors where manifest.lists(a) {
                 throw .manifest("manifest \(source) lists \(Printable.quoted(a.string)) as a file and also \(Printable.quoted(e.path.string)) inside it")
             }
         }

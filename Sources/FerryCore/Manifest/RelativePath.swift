@@ -79,22 +79,38 @@ public struct RelativePath: Hashable, Comparable, Sendable, CustomStringConverti
 
     public static func == (a: RelativePath, b: RelativePath) -> Bool {
         guard a.string.utf8.count == b.string.utf8.count else { return false }
-        let fast = a.string.utf8.withContiguousStorageIfAvailable { pa in
-            b.string.utf8.withContiguousStorageIfAvailable { pb in
-                pa.count == 0 || memcmp(pa.baseAddress!, pb.baseAddress!, pa.count) == 0
-            }
-        }
-        if let result = fast ?? nil { return result }
-        return a.string.utf8.elementsEqual(b.string.utf8)
+        return a.compare(b) == 0
     }
 
     public func hash(into hasher: inout Hasher) {
-        if string.utf8.withContiguousStorageIfAvailable({ hasher.combine(bytes: UnsafeRawBufferPointer($0)) }) == nil {
-            for b in string.utf8 { hasher.combine(b) }
-        }
+        withBytes { hasher.combine(bytes: $0) }
     }
 
-    public static func < (a: RelativePath, b: RelativePath) -> Bool { a.string.utf8.lexicographicallyPrecedes(b.string.utf8) }
+    /// The path's UTF-8 bytes, without copying them (native strings are contiguous).
+    public func withBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        if let r = try string.utf8.withContiguousStorageIfAvailable({ try body(UnsafeRawBufferPointer($0)) }) { return r }
+        var copy = string
+        return try copy.withUTF8 { try body(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// Byte order (memcmp, then length): the order of SQLite's BINARY collation and of the
+    /// manifests ferry writes, so sorted sequences of paths from all three merge.
+    public static func < (a: RelativePath, b: RelativePath) -> Bool { a.compare(b) < 0 }
+
+    /// Negative, zero or positive as `self` sorts before, equal to or after `other` (byte order).
+    public func compare(_ other: RelativePath) -> Int {
+        withBytes { a in other.withBytes { b in RelativePath.compare(a, b) } }
+    }
+
+    /// Byte order of two UTF-8 paths: memcmp over the shorter length, then the shorter first.
+    public static func compare(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
+        let n = min(a.count, b.count)
+        if n > 0 {
+            let c = memcmp(a.baseAddress!, b.baseAddress!, n)
+            if c != 0 { return Int(c) }
+        }
+        return a.count - b.count
+    }
 
     /// The parent directory, or nil at the top level.
     public var parent: RelativePath? {

@@ -85,47 +85,70 @@ public struct DeletionRules: Sendable {
 /// "Does this path need a transfer?" is decided here and nowhere else, and so is what may be
 /// removed to make room for what the manifest lists.
 public enum Reconciler {
-    /// True when the local file could match the entry but its hash is not known for its current
-    /// state, so the runtime must hash it before planning. Files of another size never need hashing.
-    public static func needsHash(_ entry: ManifestEntry, local: LocalEntry?, cached: CachedHash?) -> Bool {
-        guard let local, local.kind == .file else { return false }
-        if let size = entry.size, size != local.size { return false }
-        return !(cached?.isValid(for: local) ?? false)
+    /// True when the local file could match the entry but ferry holds no hash for it that is valid
+    /// for its current stat, so the runtime must hash it before planning. Files of another size
+    /// never need hashing.
+    public static func needsHash(_ entry: ManifestEntry, local: LocalTree.Item) -> Bool {
+        guard local.entry.kind == .file else { return false }
+        if let size = entry.size, size != local.entry.size { return false }
+        return local.verified == nil
     }
 
-    /// `known` holds hashes of local files, cached or just computed; one counts only while it is
-    /// valid for the file's current stat (`CachedHash.isValid`). `modeMask` clears permission bits
-    /// a manifest may not set.
+    /// For maps of paths (tests, small trees): `known` holds hashes of local files, cached or just
+    /// computed; one counts only while it is valid for the file's current stat.
     public static func plan(manifest: Manifest, local: [RelativePath: LocalEntry], known: [RelativePath: CachedHash],
                             rules: DeletionRules, modeMask: UInt32 = 0o022) -> Plan {
+        plan(manifest: manifest, local: LocalTree(local, known: known), rules: rules, modeMask: modeMask)
+    }
+
+    /// One merge of the manifest's entries with the local tree, both in byte order. `modeMask`
+    /// clears permission bits a manifest may not set.
+    public static func plan(manifest: Manifest, local: LocalTree, rules: DeletionRules, modeMask: UInt32 = 0o022) -> Plan {
         var plan = Plan()
         var neededDirectories = Set<RelativePath>()
-        var directoriesInTheWay: [RelativePath: ManifestEntry] = [:]
+        var lastParent: RelativePath?
         for listed in manifest.entries {
+            // Siblings come together in byte order: their parent's ancestors were added already.
+            let parent = listed.path.parent
+            if parent == lastParent { continue }
+            lastParent = parent
             for a in listed.path.ancestors where !neededDirectories.insert(a).inserted { break }
+        }
+        var directoriesInTheWay: [RelativePath: ManifestEntry] = [:]
+        var unlisted: [Int] = []
+        let items = local.items
+        var next = 0
+        for listed in manifest.entries {
+            var here: LocalTree.Item?
+            while next < items.count {
+                let c = items[next].path.compare(listed.path)
+                if c > 0 { break }
+                if c == 0 { here = items[next] } else { unlisted.append(next) }
+                next += 1
+                if c == 0 { break }
+            }
             var entry = listed
             if let mode = entry.mode, mode & modeMask != 0 {
                 entry = ManifestEntry(path: entry.path, size: entry.size, sha256: entry.sha256, mtime: entry.mtime, mode: mode & ~modeMask)
             }
-            guard let here = local[entry.path] else {
+            guard let here else {
                 plan.downloads.append(Plan.Download(entry: entry, reason: .missing))
                 continue
             }
-            switch here.kind {
+            switch here.entry.kind {
             case .directory:
                 directoriesInTheWay[entry.path] = entry
             case .symlink, .other:
                 plan.downloads.append(Plan.Download(entry: entry, reason: .notAFile))
             case .file:
-                let cached = known[entry.path]
-                if needsHash(entry, local: here, cached: cached) { plan.unhashed.append(entry.path) }
-                let sameSize = entry.size.map { $0 == here.size } ?? true
-                guard sameSize, let known = cached, known.isValid(for: here), known.sha256 == entry.sha256 else {
+                if needsHash(entry, local: here) { plan.unhashed.append(entry.path) }
+                let sameSize = entry.size.map { $0 == here.entry.size } ?? true
+                guard sameSize, here.verified == entry.sha256 else {
                     plan.downloads.append(Plan.Download(entry: entry, reason: .changed))
                     continue
                 }
-                let modeDiffers = entry.mode.map { $0 != here.mode & 0o777 } ?? false
-                let mtimeDiffers = entry.mtime.map { $0 != here.mtime && $0 != known.wantedMtime } ?? false
+                let modeDiffers = entry.mode.map { $0 != here.entry.mode & 0o777 } ?? false
+                let mtimeDiffers = entry.mtime.map { $0 != here.entry.mtime && $0 != here.wantedMtime } ?? false
                 if modeDiffers || mtimeDiffers {
                     plan.metadataFixes.append(entry)
                 } else {
@@ -133,18 +156,19 @@ public enum Reconciler {
                 }
             }
         }
+        unlisted.append(contentsOf: next..<items.count)
         for dir in neededDirectories {
             if let here = local[dir], here.kind != .directory { plan.replacedByDirectory.append(dir) }
         }
+        plan.localFiles = local.fileCount
 
         // What is not listed: extras to delete or keep, and what directories in the way hold.
         var inTheWay: [RelativePath: [RelativePath]] = [:]
         for path in directoriesInTheWay.keys { inTheWay[path] = [] }
         var extraDirectories: [RelativePath] = []
         var deletions: [RelativePath] = []
-        for (path, entry) in local {
-            if entry.kind != .directory { plan.localFiles += 1 }
-            if manifest.paths.contains(path) { continue }
+        for index in unlisted {
+            let path = items[index].path, entry = items[index].entry
             // A listed file cannot also be a directory of listed files, so at most one ancestor is in the way.
             if !inTheWay.isEmpty, let owner = path.ancestors.first(where: { inTheWay[$0] != nil }) {
                 if entry.kind != .directory { inTheWay[owner]!.append(path) }

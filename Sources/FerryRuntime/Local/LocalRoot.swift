@@ -71,21 +71,29 @@ public final class LocalRoot {
     /// Every file, directory and symlink under the root, except `.ferry/`. Names that are not UTF-8
     /// cannot be in a manifest; they are reported as warnings and left alone.
     /// `expecting`: about how many entries there will be (room is made for them at once).
-    public func scan(expecting: Int = 0) throws(FerryError) -> (entries: [RelativePath: LocalEntry], warnings: [String]) {
-        var entries: [RelativePath: LocalEntry] = [:]
-        entries.reserveCapacity(expecting)
+    /// Everything under the root but `.ferry/`, in byte order of the paths (`LocalTree`).
+    /// `expecting`: about how many files there are (the hash cache's count).
+    public func scan(expecting: Int = 0) throws(FerryError) -> (tree: LocalTree, warnings: [String]) {
+        var items: [LocalTree.Item] = []
+        // `expecting` counts files; room for directories too, or the array is copied at the very
+        // end (briefly twice its size). Room not used is never touched, so costs no memory.
+        items.reserveCapacity(expecting + expecting / 4)
         var warnings: [String] = []
-        try scanDirectory(fd: dup(rootFD), prefix: nil, into: &entries, warnings: &warnings)
-        return (entries, warnings)
+        try scanDirectory(fd: dup(rootFD), prefix: nil, into: &items, warnings: &warnings)
+        return (LocalTree(sorted: items), warnings)
     }
 
-    private func scanDirectory(fd: Int32, prefix: RelativePath?, into entries: inout [RelativePath: LocalEntry], warnings: inout [String]) throws(FerryError) {
+    /// Lists one directory and emits its children in byte order of their full paths, each
+    /// directory's contents right where `<name>/` sorts (after `<name>.txt`, say, which sorts
+    /// before `/`), so the whole scan comes out sorted without sorting it.
+    private func scanDirectory(fd: Int32, prefix: RelativePath?, into items: inout [LocalTree.Item], warnings: inout [String]) throws(FerryError) {
         guard let dir = fdopendir(fd) else {
             close(fd)
             throw .localIO("cannot list \(display(prefix)): \(FileSystem.errorText())")
         }
         defer { closedir(dir) }
-        var subdirectories: [(RelativePath, String)] = []
+        var children: [(name: RelativePath, entry: LocalEntry)] = []
+        var hasDirectories = false
         while let ent = readdir(dir) {
             let name: String? = withUnsafePointer(to: &ent.pointee.d_name) {
                 $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(validatingCString: $0) }
@@ -104,15 +112,28 @@ public final class LocalRoot {
                 if errno == ENOENT { continue }
                 throw .localIO("cannot stat \(display(prefix.map { $0.appending(name) } ?? RelativePath(trusted: name))): \(FileSystem.errorText())")
             }
-            let path = prefix.map { $0.appending(name) } ?? RelativePath(trusted: name)
             let entry = FileSystem.entry(from: st)
-            entries[path] = entry
-            if entry.kind == .directory { subdirectories.append((path, name)) }
+            if entry.kind == .directory { hasDirectories = true }
+            children.append((RelativePath(trusted: name), entry))
         }
-        for (path, name) in subdirectories {
-            let child = openat(dirfd(dir), name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        // Each child sorts by its name; what a directory holds sorts by `<name>/`.
+        var order: [(key: RelativePath, child: Int, contents: Bool)] = []
+        order.reserveCapacity(children.count + (hasDirectories ? 16 : 0))
+        for (i, c) in children.enumerated() {
+            order.append((c.name, i, false))
+            if c.entry.kind == .directory { order.append((RelativePath(trusted: c.name.string + "/"), i, true)) }
+        }
+        order.sort { $0.key < $1.key }
+        for o in order {
+            let (name, entry) = children[o.child]
+            let path = prefix.map { $0.appending(name.string) } ?? name
+            guard o.contents else {
+                items.append(LocalTree.Item(path: path, entry: entry))
+                continue
+            }
+            let child = openat(dirfd(dir), name.string, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
             guard child >= 0 else { throw .localIO("cannot open directory \(display(path)): \(FileSystem.errorText())") }
-            try scanDirectory(fd: child, prefix: path, into: &entries, warnings: &warnings)
+            try scanDirectory(fd: child, prefix: path, into: &items, warnings: &warnings)
         }
     }
 

@@ -23,7 +23,8 @@ public struct ManifestBuilder {
         var warnings = scan.warnings
         let excluded = relativePath(of: outputPath, under: directory)
         var files: [(RelativePath, LocalEntry)] = []
-        for (path, entry) in scan.entries {
+        for item in scan.tree.items {
+            let path = item.path, entry = item.entry
             if path == excluded { continue }
             if let excluded, path.string.hasPrefix(excluded.string + ".tmp-") { continue }
             switch entry.kind {
@@ -39,7 +40,6 @@ public struct ManifestBuilder {
             case .directory: break
             }
         }
-        files.sort { $0.0 < $1.0 }
 
         var version: Int64 = 1
         if let explicitVersion {

@@ -126,11 +126,12 @@ final class PullSync {
         let remote = try Remotes.open(session)
         let url = session.manifestURL
         let record = try store.session(session.name)
-        // The local root is scanned on a second thread while the manifest is fetched and parsed:
-        // on a large tree each takes seconds, and neither needs the other.
+        // The local root is scanned, and the hash cache joined to the scan, on a second thread
+        // while the manifest is fetched and parsed: on a large tree each takes seconds, and
+        // neither needs the other. The store is that thread's until it is joined.
         let expected = try store.hashCacheCount(session: session.name)
         let reading = BackgroundWork(name: "ferry-scan") { () throws(FerryError) -> LocalSide in
-            try self.scanLocal(expecting: expected)
+            try self.scanLocal(expecting: expected, store: store)
         }
         let fetched: Fetched
         do {
@@ -149,16 +150,18 @@ final class PullSync {
             let root = try LocalRoot(path: session.local, create: true)
             local.root = root
             local.scan = try root.scan()
+            try store.loadHashes(session: session.name, into: &local.scan.tree)
         }
         let root = local.root
-        let scan = local.scan
-        for w in scan.warnings { emit(.warning(message: w)) }
+        var tree = local.scan.tree
+        local.scan.tree = .empty
+        for w in local.scan.warnings { emit(.warning(message: w)) }
 
         // Accepted only now, against what the mirror holds; only then remembered. A refused
         // manifest changes nothing.
         let acceptance = ManifestAcceptance(
             session: session.name, now: Timestamp.now(), appliedVersion: record?.manifestURL == url ? record?.manifestVersion : nil,
-            localFiles: scan.entries.values.count(where: { $0.kind != .directory }),
+            localFiles: tree.fileCount,
             allowRollback: session.allowRollback, allowEmpty: session.allowEmpty)
         try acceptance.check(manifest, source: url)
         if let accepted = staged {
@@ -169,34 +172,32 @@ final class PullSync {
         emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: !fetched.changed))
 
         // Plan with the hashes the cache vouches for; files it cannot vouch for are hashed, join
-        // the cache, and the plan is made again (the Reconciler trusts a hash only while it is
-        // valid for the file's stat). The cache is loaded after the manifest's bytes are gone, so
-        // the two never take memory at once.
-        var known = try store.hashCache(session: session.name, expecting: expected)
+        // the cache, and the plan is made again (a hash counts only while it is valid for the
+        // file's stat).
         let rules = DeletionRules(delete: session.delete, cap: session.maxDelete)
-        var plan = Reconciler.plan(manifest: manifest, local: scan.entries, known: known, rules: rules, modeMask: session.modeMask)
+        var plan = Reconciler.plan(manifest: manifest, local: tree, rules: rules, modeMask: session.modeMask)
         if let root, !plan.unhashed.isEmpty {
             var fresh: [(RelativePath, CachedHash)] = []
             for path in plan.unhashed {
                 if let reason = options.stop.reason { throw FerryError(.stopped, "\(reason) while hashing local files; nothing was changed") }
                 let h = try root.hash(path)
-                known[path] = h
+                if let index = tree.index(of: path) { tree.remember(h, at: index) }
                 fresh.append((path, h))
             }
             result.hashed = fresh.count
             if !options.dryRun { try store.saveHashes(session: session.name, fresh) }
-            plan = Reconciler.plan(manifest: manifest, local: scan.entries, known: known, rules: rules, modeMask: session.modeMask)
+            plan = Reconciler.plan(manifest: manifest, local: tree, rules: rules, modeMask: session.modeMask)
         }
         result.plan = plan
         emit(.planned(downloads: plan.downloads.count, bytes: plan.downloadBytes, metadataFixes: plan.metadataFixes.count,
                       deletions: plan.deletions.count, upToDate: plan.upToDate, hashed: result.hashed, extrasKept: plan.extrasKept))
         guard !options.dryRun, let root else {
-            reportDryRun(plan, scan: scan.entries, result: &result)
+            reportDryRun(plan, scan: tree, result: &result)
             return
         }
 
         // Record the tasks before any byte moves, and drop state of paths no longer listed.
-        for gone in try store.pruneTasks(session: session.name, keeping: manifest.paths) where gone.delayed {
+        for gone in try store.pruneTasks(session: session.name, keeping: manifest.lists) where gone.delayed {
             emit(.delayedDue(path: gone.path, disposition: .cancel, reason: "the file is no longer in the manifest"))
         }
         let notBefore = (options.notBefore ?? session.earliestBegin)?.time(from: Timestamp.now())
@@ -302,7 +303,7 @@ final class PullSync {
     }
 
     /// A dry run shows the plan, item by item, and a summary; it changes nothing.
-    private func reportDryRun(_ plan: Plan, scan: [RelativePath: LocalEntry], result: inout SyncResult) {
+    private func reportDryRun(_ plan: Plan, scan: LocalTree, result: inout SyncResult) {
         for d in plan.downloads {
             if d.reason == .directoryInTheWay {
                 let files = plan.directoriesToReplace[d.entry.path]?.count ?? 0
@@ -340,12 +341,15 @@ final class PullSync {
     /// accepted, and never by a dry run), and what a scan of it sees.
     private struct LocalSide {
         var root: LocalRoot?
-        var scan: (entries: [RelativePath: LocalEntry], warnings: [String])
+        var scan: (tree: LocalTree, warnings: [String])
     }
 
-    private func scanLocal(expecting: Int) throws(FerryError) -> LocalSide {
-        let root = FileSystem.exists(session.local) ? try LocalRoot(path: session.local, create: false) : nil
-        return LocalSide(root: root, scan: try root?.scan(expecting: expecting) ?? (entries: [:], warnings: []))
+    private func scanLocal(expecting: Int, store: StateStore) throws(FerryError) -> LocalSide {
+        guard FileSystem.exists(session.local) else { return LocalSide(root: nil, scan: (.empty, [])) }
+        let root = try LocalRoot(path: session.local, create: false)
+        var scan = try root.scan(expecting: expecting)
+        try store.loadHashes(session: session.name, into: &scan.tree)
+        return LocalSide(root: root, scan: scan)
     }
 
     private var cachePath: String { agent.state + "/manifests/" + session.name + ".manifest" }

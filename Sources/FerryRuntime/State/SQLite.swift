@@ -156,6 +156,11 @@ final class SQLiteStatement {
         guard let p = sqlite3_column_text(statement, column) else { return nil }
         return String(cString: p)
     }
+    /// A text column's bytes, valid until the next step (empty for NULL).
+    func bytes(_ column: Int32) -> UnsafeRawBufferPointer {
+        guard let p = sqlite3_column_text(statement, column) else { return UnsafeRawBufferPointer(start: nil, count: 0) }
+        return UnsafeRawBufferPointer(start: p, count: Int(sqlite3_column_bytes(statement, column)))
+    }
     /// A text column as a digest, without making a String of it; nil for NULL or anything not 64 hex digits.
     func digest(_ column: Int32) -> SHA256Digest? {
         guard let p = sqlite3_column_text(statement, column) else { return nil }

@@ -370,12 +370,12 @@ public final class StateStore {
 
     /// Removes the rows of paths the manifest no longer lists; returns their ids (their partial
     /// files are now garbage).
-    public func pruneTasks(session: String, keeping wanted: Set<RelativePath>) throws(FerryError) -> [(id: Int64, path: RelativePath, delayed: Bool)] {
+    public func pruneTasks(session: String, keeping wanted: (RelativePath) -> Bool) throws(FerryError) -> [(id: Int64, path: RelativePath, delayed: Bool)] {
         var gone: [(id: Int64, path: RelativePath, delayed: Bool)] = []
         let rows = try db.prepare("SELECT id, path, state FROM tasks WHERE session = ?").bind(.text(session))
         while try rows.step() {
             let path = RelativePath(trusted: rows.text(1) ?? "")
-            if !wanted.contains(path) { gone.append((rows.int(0), path, rows.text(2) == TaskState.delayed.rawValue)) }
+            if !wanted(path) { gone.append((rows.int(0), path, rows.text(2) == TaskState.delayed.rawValue)) }
         }
         guard !gone.isEmpty else { return [] }
         try db.transaction { () throws(FerryError) in
@@ -504,23 +504,37 @@ public final class StateStore {
         return try count.step() ? Int(count.int(0)) : 0
     }
 
-    /// `expecting`: about how many rows there are (room is made for them at once; `hashCacheCount`).
-    public func hashCache(session: String, expecting: Int = 0) throws(FerryError) -> [RelativePath: CachedHash] {
-        let s = try db.prepare("""
-            SELECT path, size, mtime_sec, mtime_nsec, ctime_sec, ctime_nsec, inode, sha256, wanted_mtime_sec, wanted_mtime_nsec
-            FROM hash_cache WHERE session = ?
-            """).bind(.text(session))
+    /// The whole cache as a map (for tests and tools; a sync joins it to its scan, `loadHashes`).
+    public func hashCache(session: String) throws(FerryError) -> [RelativePath: CachedHash] {
+        let s = try hashCacheRows(session: session)
         var out: [RelativePath: CachedHash] = [:]
-        out.reserveCapacity(expecting)
-        func time(_ column: Int32) -> Timestamp { Timestamp(seconds: s.int(column), nanoseconds: Int32(truncatingIfNeeded: s.int(column + 1))) }
         while try s.step() {
-            // A row whose hash is not 64 hex digits (no ferry writes one) vouches for nothing: the file is hashed again.
-            guard let sha = s.digest(7) else { continue }
-            out[RelativePath(trusted: s.text(0) ?? "")] = CachedHash(
-                size: s.int(1), mtime: time(2), ctime: time(4), inode: UInt64(bitPattern: s.int(6)), sha256: sha,
-                wantedMtime: s.isNull(8) ? nil : time(8))
+            if let hash = cachedHash(s) { out[RelativePath(trusted: s.text(0) ?? "")] = hash }
         }
         return out
+    }
+
+    /// Gives the files of `tree` the hashes the cache holds for them, where still valid: one pass
+    /// over the rows in primary-key order, which is the tree's order, without a String per row.
+    public func loadHashes(session: String, into tree: inout LocalTree) throws(FerryError) {
+        let s = try hashCacheRows(session: session)
+        try tree.join(next: { () throws(FerryError) in try s.step() }, path: { s.bytes(0) }, hash: { cachedHash(s) })
+    }
+
+    private func hashCacheRows(session: String) throws(FerryError) -> SQLiteStatement {
+        try db.prepare("""
+            SELECT path, size, mtime_sec, mtime_nsec, ctime_sec, ctime_nsec, inode, sha256, wanted_mtime_sec, wanted_mtime_nsec
+            FROM hash_cache WHERE session = ? ORDER BY path
+            """).bind(.text(session))
+    }
+
+    /// The current row of `hashCacheRows`. One whose hash is not 64 hex digits (no ferry writes
+    /// one) vouches for nothing: the file is hashed again.
+    private func cachedHash(_ s: SQLiteStatement) -> CachedHash? {
+        func time(_ column: Int32) -> Timestamp { Timestamp(seconds: s.int(column), nanoseconds: Int32(truncatingIfNeeded: s.int(column + 1))) }
+        guard let sha = s.digest(7) else { return nil }
+        return CachedHash(size: s.int(1), mtime: time(2), ctime: time(4), inode: UInt64(bitPattern: s.int(6)), sha256: sha,
+                          wantedMtime: s.isNull(8) ? nil : time(8))
     }
 
     public func saveHashes(session: String, _ hashes: [(RelativePath, CachedHash)]) throws(FerryError) {

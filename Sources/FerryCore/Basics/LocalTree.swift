@@ -1,0 +1,87 @@
+/// The local root as one scan saw it, every path in byte order (`RelativePath.<`): the order of
+/// the hash cache's primary key and of the manifests ferry writes. The Reconciler merges a
+/// manifest with it in one pass, and the hash cache joins it in one pass, instead of looking a
+/// million paths up in hash tables (which at that size costs more than the scan itself, and
+/// three times the memory).
+///
+/// A file carries the hash ferry last verified for it, but only while that hash is valid for the
+/// file's stat (`CachedHash.isValid`): a file edited since has none and is hashed again.
+public struct LocalTree: Sendable {
+    public struct Item: Sendable {
+        public let path: RelativePath
+        public let entry: LocalEntry
+        /// The SHA-256 ferry verified for this file, still valid for `entry`.
+        public fileprivate(set) var verified: SHA256Digest?
+        /// See `CachedHash.wantedMtime`.
+        public fileprivate(set) var wantedMtime: Timestamp?
+
+        public init(path: RelativePath, entry: LocalEntry) {
+            self.path = path
+            self.entry = entry
+        }
+    }
+
+    public private(set) var items: [Item]
+
+    /// `items` must be in byte order with no path twice (a scan emits them so).
+    public init(sorted items: [Item]) {
+        precondition(zip(items, items.dropFirst()).allSatisfy { $0.path < $1.path }, "LocalTree items out of order")
+        self.items = items
+    }
+
+    /// From a map of paths (tests, small trees), with the hashes of `known` that are valid.
+    public init(_ entries: [RelativePath: LocalEntry], known: [RelativePath: CachedHash] = [:]) {
+        items = entries.map { Item(path: $0.key, entry: $0.value) }.sorted { $0.path < $1.path }
+        for i in items.indices {
+            if let hash = known[items[i].path] { remember(hash, at: i) }
+        }
+    }
+
+    public static let empty = LocalTree(sorted: [])
+
+    public var count: Int { items.count }
+    /// Files, symlinks and special files (not directories): what a session manages.
+    public var fileCount: Int { items.count(where: { $0.entry.kind != .directory }) }
+
+    /// The position of `path`, by binary search.
+    public func index(of path: RelativePath) -> Int? {
+        var low = 0, high = items.count
+        while low < high {
+            let mid = (low + high) / 2
+            let c = items[mid].path.compare(path)
+            if c == 0 { return mid }
+            if c < 0 { low = mid + 1 } else { high = mid }
+        }
+        return nil
+    }
+
+    public subscript(path: RelativePath) -> LocalEntry? { index(of: path).map { items[$0].entry } }
+
+    /// Keeps `hash` for the file at `index` if it is valid for what the scan saw there.
+    public mutating func remember(_ hash: CachedHash, at index: Int) {
+        guard hash.isValid(for: items[index].entry) else { return }
+        items[index].verified = hash.sha256
+        items[index].wantedMtime = hash.wantedMtime
+    }
+
+    /// Joins hash-cache rows that arrive in byte order (`compare(row, item path)`): one pass, no
+    /// lookups. `next()` returns false when the rows are done; `path` is the current row's path
+    /// as bytes; `hash()` decodes the current row (nil: the row vouches for nothing).
+    public mutating func join<Failure: Error>(next: () throws(Failure) -> Bool, path: () -> UnsafeRawBufferPointer,
+                                              hash: () -> CachedHash?) throws(Failure) {
+        var i = 0
+        while i < items.count, try next() {
+            let rowPath = path()
+            var c = 1
+            while i < items.count {
+                c = items[i].path.withBytes { RelativePath.compare($0, rowPath) }
+                if c >= 0 { break }
+                i += 1
+            }
+            if c == 0, items[i].entry.kind == .file, let h = hash() {
+                remember(h, at: i)
+                i += 1
+            }
+        }
+    }
+}

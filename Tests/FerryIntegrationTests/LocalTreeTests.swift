@@ -1,0 +1,81 @@
+import Foundation
+import Glibc
+import Testing
+@testable import FerryRuntime
+import FerryCore
+
+/// The scan emits the local tree in byte order without sorting it, and the hash cache joins it in
+/// one pass: both rest on every piece agreeing on one order, which names around '/' test.
+struct LocalTreeTests {
+    let dir = Harness.temporaryDirectory("local-tree")
+
+    /// Names that sort just before and after '/' (0x2F): '-' and '.' below it, '0' above, a space,
+    /// and UTF-8 above ASCII, in directories nested so that a directory's contents must come after
+    /// `<name>.txt` and before `<name>0`.
+    let files = ["a.txt", "a/b", "a/b.c", "a/b/c", "a-x", "a0", "a b", "é", "é/x", "z/a.txt", "z/a/deep/er", "z/a0"]
+
+    func make() throws -> [String] {
+        var made: [String] = []
+        for f in files {
+            let full = dir + "/root/" + f
+            // A name that is a file in one entry and a directory in another is a directory.
+            if files.contains(where: { $0.hasPrefix(f + "/") }) {
+                try FileManager.default.createDirectory(atPath: full, withIntermediateDirectories: true)
+            } else {
+                try FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+                #expect(FileManager.default.createFile(atPath: full, contents: Data(f.utf8)))
+            }
+            made.append(f)
+        }
+        for f in files { for a in RelativePath(trusted: f).ancestors { made.append(a.string) } }
+        return Array(Set(made))
+    }
+
+    func byteSorted(_ paths: [String]) -> [String] {
+        paths.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
+    }
+
+    @Test func theScanComesOutInByteOrder() throws {
+        defer { Harness.remove(dir) }
+        let expected = byteSorted(try make())
+        let root = try LocalRoot(path: dir + "/root", create: false)
+        let tree = try root.scan().tree
+        #expect(tree.items.map(\.path.string) == expected)
+        #expect(tree[RelativePath(trusted: "a")]?.kind == .directory)
+        #expect(tree[RelativePath(trusted: "a/b.c")]?.kind == .file)
+        #expect(tree[RelativePath(trusted: "missing")] == nil)
+        let regular = files.filter { f in !files.contains { $0.hasPrefix(f + "/") } }
+        #expect(tree.fileCount == regular.count)
+    }
+
+    /// Hashes join only files whose stat still matches; rows for paths the tree lacks, for
+    /// directories and for edited files vouch for nothing.
+    @Test func theHashCacheJoinsOnlyWhatIsStillValid() throws {
+        defer { Harness.remove(dir) }
+        _ = try make()
+        let root = try LocalRoot(path: dir + "/root", create: false)
+        var rows: [(RelativePath, CachedHash)] = []
+        for item in try root.scan().tree.items where item.entry.kind == .file {
+            rows.append((item.path, try root.hash(item.path)))
+        }
+        let digest = SHA256Digest(hex: String(repeating: "ab", count: 32))!
+        let someStat = CachedHash(size: 1, mtime: Timestamp(seconds: 1), ctime: Timestamp(seconds: 1), inode: 1, sha256: digest)
+        rows.append((RelativePath(trusted: "a-gone"), someStat))
+        rows.append((RelativePath(trusted: "z"), someStat))
+        let store = try StateStore(directory: dir + "/state")
+        try store.saveHashes(session: "s", rows)
+
+        // Edited after hashing: same size, another mtime.
+        let edited = dir + "/root/a/b.c"
+        var times = [timespec(tv_sec: 1_000_000, tv_nsec: 0), timespec(tv_sec: 1_000_000, tv_nsec: 0)]
+        #expect(utimensat(AT_FDCWD, edited, &times, 0) == 0)
+
+        var tree = try root.scan().tree
+        try store.loadHashes(session: "s", into: &tree)
+        let verified = Dictionary(uniqueKeysWithValues: tree.items.compactMap { i in i.verified.map { (i.path.string, $0) } })
+        let files = rows.filter { tree[$0.0]?.kind == .file && $0.0.string != "a/b.c" }
+        #expect(verified.count == files.count)
+        for (path, hash) in files { #expect(verified[path.string] == hash.sha256, "\(path)") }
+        #expect(verified["a/b.c"] == nil && verified["z"] == nil && verified["a-gone"] == nil)
+    }
+}
