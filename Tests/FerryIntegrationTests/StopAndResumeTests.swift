@@ -127,6 +127,41 @@ struct StopAndResumeTests {
         #expect(try Data(contentsOf: URL(fileURLWithPath: box.localPath("slow.bin"))) == content)
     }
 
+    /// `ferry resume` while another ferry runs the session: that run takes the resumed task back
+    /// and finishes it, rather than leaving it to a next run.
+    @Test func aRunningSyncTakesBackWhatResumeMakesRunnable() throws {
+        let box = Sandbox("resume-busy")
+        let long = randomData(2_400_000, seed: 12), short = randomData(1_200_000, seed: 13)
+        box.publish("long.bin", long)
+        box.publish("short.bin", short)
+        box.buildManifest()
+        let server = try PythonServer(directory: box.published)
+        defer { server.stop() }
+        server.setFaults(["/long.bin": ["rate": 300_000], "/short.bin": ["rate": 300_000]])
+        box.configure(remote: server.url)
+        let out = box.directory + "/out.jsonl"
+        let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--json"], stdout: out, stderr: box.directory + "/err")
+        defer { child.stop() }
+        server.waitForRequest("/short.bin")
+        let status = box.status()
+        let taskID = try #require(status.stdout.split(separator: "\n").first { $0.contains("short.bin") }?
+            .split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.map(String.init), "\(status.output)")
+
+        let cancel = ferry(["cancel", "--config", box.config, taskID])
+        #expect(cancel.exitCode == 0 && cancel.stdout.contains("suspended task"), "\(cancel.output)")
+        let resumed = ferry(["resume", "--config", box.config, taskID])
+        #expect(resumed.exitCode == 0, "\(resumed.output)")
+        #expect(resumed.stdout.contains("the ferry running it takes the resumed tasks back"), "\(resumed.output)")
+
+        let code = child.wait(timeout: 30)
+        let events = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
+        #expect(code == 0, "the running sync finished the resumed file: \(events)")
+        #expect(events.contains("\"event\":\"file-suspended\""), "\(events)")
+        #expect(try Data(contentsOf: URL(fileURLWithPath: box.localPath("short.bin"))) == short)
+        #expect(try Data(contentsOf: URL(fileURLWithPath: box.localPath("long.bin"))) == long)
+        #expect(!box.status().stdout.contains("suspended"))
+    }
+
     /// `ferry resume` runs the session like `sync now`: it stops at the session's max-duration (or
     /// its own --max-duration) with exit 3, keeping what it fetched.
     @Test func resumeHonoursMaxDuration() throws {

@@ -8,7 +8,8 @@ struct ResumeCommand: Command {
     static let usage = "resume [--config F] (--session ID | TASK...) [--max-duration D] [--json] [--quiet]"
     static let details = """
         Marks the tasks runnable again, then syncs their sessions now, so each continues from its kept
-        offset (Range + If-Range). If another ferry is running the session, it leaves the transfers to it.
+        offset (Range + If-Range). If another ferry is running the session, that run takes the tasks back
+        within a second and finishes them (or, if it has run out of work, its next run does).
         Like sync now, it stops at --max-duration or the session's max-duration with exit 3, keeping
         resume data. Exit codes as for ferry sync now.
         """
@@ -40,10 +41,10 @@ struct ResumeCommand: Command {
             }
             jobs.append(SessionRunner.Job(session: session, options: SyncOptions(stop: stop.limited(to: session.maxDuration))))
         }
-        // A busy session is not a failure here: the process holding it picks the resumed tasks up.
+        // A busy session is not a failure here: the process holding it takes the resumed tasks back.
         let results = SessionRunner(agent: config.agent).run(jobs, sinks: [reporter])
         for result in results where result.error?.category == .busy && mode != .json {
-            Console.out("\(result.session): \(result.error!.message); its next run picks the resumed tasks up")
+            Console.out("\(result.session): \(result.error!.message); the ferry running it takes the resumed tasks back")
         }
         return ExitCode.worst(results.filter { $0.error?.category != .busy }.map(\.exitCode))
     }

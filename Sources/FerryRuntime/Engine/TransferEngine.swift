@@ -225,6 +225,7 @@ final class TransferEngine: @unchecked Sendable {
         lastTick = now
         for turn in turns {
             turn.source.tick(active.values.filter { $0.turn === turn }.map(\.transfer))
+            turn.exhausted = false  // a tick may give the source work again (a task resumed by ferry resume)
         }
     }
 }

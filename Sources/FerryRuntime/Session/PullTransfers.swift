@@ -76,6 +76,9 @@ final class PullTransfers: TransferSource {
     }
 
     private var ready: ArraySlice<Item> = []
+    /// Items suspended by `ferry cancel`, before or during the run: `ferry resume` from another
+    /// process can make them runnable again while this run goes on (`takeResumed`).
+    private var held: [Int64: Item] = [:]
     /// Items waiting out a retry backoff, soonest first.
     private var backingOff: [Item] = []
 
@@ -86,6 +89,7 @@ final class PullTransfers: TransferSource {
             guard let task = tasks[d.entry.path] else { continue }
             if task.state == .suspended {
                 suspended += 1
+                held[task.id] = Item(download: d, task: task)
                 emit(.fileSuspended(path: d.entry.path, offset: task.bytesDone))
             } else if task.state == .delayed, let until = task.notBefore {
                 delayed += 1
@@ -263,6 +267,7 @@ final class PullTransfers: TransferSource {
             let now = MonotonicClock.seconds()
             guard now - lastSuspendCheck >= 1 else { return }
             lastSuspendCheck = now
+            try takeResumed()
             let (requested, handled) = try store.suspendRequests(session: session.name)
             guard requested > handled else { return }
             let ids = try store.suspendedTaskIDs(session: session.name)
@@ -274,6 +279,7 @@ final class PullTransfers: TransferSource {
             func drop(_ item: Item) -> Bool {
                 guard ids.contains(item.task.id) else { return false }
                 suspended += 1
+                held[item.task.id] = item
                 emit(.fileSuspended(path: item.download.entry.path, offset: item.task.bytesDone))
                 return true
             }
@@ -282,6 +288,19 @@ final class PullTransfers: TransferSource {
             suspension = (requested, stopping)
         } catch {
             storeError = error
+        }
+    }
+
+    /// Puts the held items that `ferry resume` made runnable back in line, with the resume data the
+    /// store holds for them. A resume that comes after this run ran out of work is left to the next run.
+    private func takeResumed() throws(FerryError) {
+        guard !held.isEmpty else { return }
+        let stillSuspended = try store.suspendedTaskIDs(session: session.name)
+        for (id, item) in held where !stillSuspended.contains(id) {
+            held.removeValue(forKey: id)
+            guard let task = try store.task(id: id), task.state.after(.start) != nil else { continue }
+            suspended -= 1
+            ready.append(Item(download: item.download, task: task))
         }
     }
 
@@ -344,7 +363,7 @@ final class PullTransfers: TransferSource {
                 }
                 retryOrFail(download, failure, kept: kept)
             case .interrupted:
-                items.removeValue(forKey: download.task.id)
+                let item = items.removeValue(forKey: download.task.id)
                 var kept: Int64 = 0
                 if download.syncData() {
                     kept = min(download.written, download.bytesOnDisk)
@@ -354,6 +373,11 @@ final class PullTransfers: TransferSource {
                 try? store.checkpoint(download.task.id, bytesDone: kept, validator: kept > 0 ? download.validator : nil)
                 if download.cancelRequested {
                     suspended += 1
+                    if var item {
+                        item.task.bytesDone = kept
+                        item.task.validator = kept > 0 ? download.validator : nil
+                        held[item.task.id] = item
+                    }
                     emit(.fileSuspended(path: path, offset: kept))
                 } else {
                     emit(.fileInterrupted(path: path, offset: kept))
