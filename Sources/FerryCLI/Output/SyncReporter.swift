@@ -46,6 +46,8 @@ final class SyncReporter: EventSink {
         switch event.body {
         case let .fileFailed(path, error):
             Console.err("ferry: \(s): \(Printable.name(path.string)): \(error)")
+        case let .checked(_, _, _, differ, _) where differ > 0:
+            Console.err("ferry: \(s): \(differ) paths differ from the manifest last applied")
         case let .syncFinished(code, _, _, _, _, _, message, hint, _):
             guard code != ExitCode.inSync.rawValue && code != ExitCode.incomplete.rawValue, let message else { return }
             if busyIsExpected && code == ExitCode.sessionBusy.rawValue { return }
@@ -96,6 +98,16 @@ final class SyncReporter: EventSink {
             line("\(s): deleted \(name(path))")
         case let .warning(message):
             warn(s.isEmpty ? message : "\(s): \(message)")
+        case let .checked(version, listed, hashed, differ, unnoticed):
+            let against = "the manifest last applied" + (version.map { " (version \($0))" } ?? "")
+            guard differ > 0 else {
+                line("\(s): all \(listed) listed files match \(against); \(hashed) hashed")
+                return
+            }
+            var text = "\(s): \(differ) paths differ from \(against); \(hashed) files hashed"
+            if unnoticed > 0 { text += "; \(unnoticed) changed while their size and times did not, which a sync alone does not notice" }
+            line(text)
+            line("  hint: ferry check --repair records what was found and syncs the session now")
         case let .manifestBuilt(output, version, files, bytes):
             line("wrote \(Printable.name(output)): version \(version), \(files) files, \(Units.formatBytes(bytes))")
         case let .syncFinished(code, downloaded, failed, deleted, bytes, seconds, message, hint, dryRun):

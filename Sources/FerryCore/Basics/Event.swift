@@ -35,6 +35,9 @@ public struct Event: Sendable {
         case warning(message: String)
         /// `ferry manifest build` wrote a manifest.
         case manifestBuilt(output: String, version: Int64, files: Int, bytes: Int64)
+        /// `ferry check` compared the tree with the manifest last applied: `differ` paths the next
+        /// sync would change (each was a `plan-item`), `unnoticed` of them changed behind the hash cache.
+        case checked(version: Int64?, listed: Int, hashed: Int, differ: Int, unnoticed: Int)
         /// The end of a run: `message` says why when it did not end in sync (or what a dry run
         /// would do), `hint` what to do next.
         case syncFinished(exitCode: Int32, downloaded: Int, failed: Int, deleted: Int, bytes: Int64, seconds: Double,
@@ -60,6 +63,7 @@ public struct Event: Sendable {
         case .planned: return "planned"
         case .planItem: return "plan-item"
         case .manifestBuilt: return "manifest-built"
+        case .checked: return "checked"
         case .replaced: return "replaced"
         case .fileStarted: return "file-started"
         case .fileResumed: return "file-resumed"
@@ -128,6 +132,9 @@ public struct Event: Sendable {
             s("message", message)
         case let .manifestBuilt(output, version, files, bytes):
             s("output", output); n("version", version); n("files", Int64(files)); n("bytes", bytes)
+        case let .checked(version, listed, hashed, differ, unnoticed):
+            if let version { n("version", version) }
+            n("listed", Int64(listed)); n("hashed", Int64(hashed)); n("differ", Int64(differ)); n("unnoticed", Int64(unnoticed))
         case let .syncFinished(exitCode, downloaded, failed, deleted, bytes, seconds, message, hint, dryRun):
             n("exit_code", Int64(exitCode)); n("downloaded", Int64(downloaded)); n("failed", Int64(failed))
             n("deleted", Int64(deleted)); n("bytes", bytes); fields.append(("seconds", Units.formatFixed(seconds, digits: 3)))

@@ -352,7 +352,10 @@ final class PullSync {
         return LocalSide(root: root, scan: scan)
     }
 
-    private var cachePath: String { agent.state + "/manifests/" + session.name + ".manifest" }
+    private var cachePath: String { PullSync.cachedManifestPath(state: agent.state, session: session.name) }
+
+    /// Where a session keeps the manifest it last accepted (the one a 304 stands for).
+    static func cachedManifestPath(state: String, session: String) -> String { state + "/manifests/" + session + ".manifest" }
 
     /// A manifest read from the remote, or from the cache when the remote says it is unchanged.
     private struct Fetched {
