@@ -29,7 +29,7 @@ struct BadInputTests {
         #expect(box.sync().exitCode == 0)
         let before = treeSnapshot(box.local)
 
-        try manifest.write(toFile: box.published + "/manifest.json", atomically: true, encoding: .utf8)
+        try manifest.writeReplacing(box.published + "/manifest.json")
         let run = box.sync()
         #expect(run.exitCode == 4, "\(run.output)")
         #expect(run.stderr.contains(reason), "\(run.stderr)")
@@ -117,7 +117,7 @@ struct BadInputTests {
         box.buildManifest()
         let outside = box.directory + "/outside"
         try FileManager.default.createDirectory(atPath: outside, withIntermediateDirectories: true)
-        try "outside file\n".write(toFile: outside + "/target", atomically: true, encoding: .utf8)
+        try "outside file\n".writeReplacing(outside + "/target")
         try FileManager.default.createDirectory(atPath: box.local, withIntermediateDirectories: true)
         try FileManager.default.createSymbolicLink(atPath: box.localPath("link"), withDestinationPath: outside)
         try FileManager.default.createSymbolicLink(atPath: box.localPath("target.txt"), withDestinationPath: outside + "/target")

@@ -35,7 +35,7 @@ struct CommandTests {
 
     @Test func configCheckNamesFileLineAndKey() throws {
         let box = Sandbox("configcheck")
-        try "[agent]\nstate = s\n\n[session a]\nremote = https://h/\nlocal = l\npoll = soon\n".write(toFile: box.config, atomically: true, encoding: .utf8)
+        try "[agent]\nstate = s\n\n[session a]\nremote = https://h/\nlocal = l\npoll = soon\n".writeReplacing(box.config)
         let bad = ferry(["config", "check", "--config", box.config])
         #expect(bad.exitCode == 2)
         #expect(bad.stderr.contains("\(box.config):7: [session a] key 'poll': 'soon' is not a duration"))

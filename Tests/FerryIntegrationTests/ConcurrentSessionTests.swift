@@ -18,7 +18,7 @@ struct ConcurrentSessionTests {
         let config = ["[agent]", "state = \(box.state)", "transfers = \(transfers)", "",
                       "[session one]", "remote = \(server.url)one/", "local = \(box.directory)/one", "",
                       "[session two]", "remote = \(server.url)two/", "local = \(box.directory)/two"]
-        try (config.joined(separator: "\n") + "\n").write(toFile: box.config, atomically: true, encoding: .utf8)
+        try (config.joined(separator: "\n") + "\n").writeReplacing(box.config)
         return (box, server, contents)
     }
 
@@ -69,7 +69,7 @@ struct ConcurrentSessionTests {
         server.setFaults(["/two/two.bin": ["statuses": [404]]])
         let config = ["[agent]", "state = \(box.state)", "", "[session one]", "remote = \(server.url)one/", "local = \(box.directory)/one",
                       "", "[session two]", "remote = \(server.url)two/", "local = \(box.directory)/two", "retries = 0"]
-        try (config.joined(separator: "\n") + "\n").write(toFile: box.config, atomically: true, encoding: .utf8)
+        try (config.joined(separator: "\n") + "\n").writeReplacing(box.config)
         let run = box.sync(["--json"])
         #expect(run.exitCode == 1, "\(run.output)")
         let finished = run.events(named: "sync-finished")

@@ -78,7 +78,7 @@ struct CrashTests {
         let final = box.sync(["--json"])
         #expect(final.exitCode == 0, "\(final.output)")
         outputs.append(box.directory + "/final.jsonl")
-        try final.stdout.write(toFile: outputs.last!, atomically: true, encoding: .utf8)
+        try final.stdout.writeReplacing(outputs.last!)
         expectIdentical(box.published, box.local)
 
         // Resumed, not fetched again from zero: every resume started past zero, and a resumed file

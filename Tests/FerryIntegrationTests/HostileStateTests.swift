@@ -91,7 +91,7 @@ struct HostileStateTests {
     /// neither is possible here.
     func clampingLocalRoot(_ box: Sandbox) -> Bool? {
         let probe = box.directory + "/probe"
-        _ = FileManager.default.createFile(atPath: probe, contents: Data())
+        try? Data().write(to: URL(fileURLWithPath: probe))
         var times = [timespec(tv_sec: -62135596800, tv_nsec: 0), timespec(tv_sec: -62135596800, tv_nsec: 0)]
         utimensat(AT_FDCWD, probe, &times, 0)
         var st = stat()
@@ -145,14 +145,14 @@ struct HostileStateTests {
         #expect(partials.count == 1)
         let partial = box.localPath(".ferry/partial/" + partials[0])
         let outside = box.directory + "/outside.txt"
-        try "not ferry's\n".write(toFile: outside, atomically: true, encoding: .utf8)
+        try "not ferry's\n".writeReplacing(outside)
         try FileManager.default.removeItem(atPath: partial)
         switch kind {
         case "symlink": try FileManager.default.createSymbolicLink(atPath: partial, withDestinationPath: outside)
         case "fifo": #expect(mkfifo(partial, 0o600) == 0)
         default:
             try FileManager.default.createDirectory(atPath: partial + "/inner", withIntermediateDirectories: true)
-            try "x\n".write(toFile: partial + "/inner/file", atomically: true, encoding: .utf8)
+            try "x\n".writeReplacing(partial + "/inner/file")
         }
         server.setFaults([:])
         let run = box.sync()
@@ -227,7 +227,7 @@ struct HostileStateTests {
         let (box, nginx, before) = (w.box, w.nginx, w.before)
         let db = box.state + "/ferry.db"
         for suffix in ["-wal", "-shm"] { try? FileManager.default.removeItem(atPath: db + suffix) }
-        try String(repeating: "this is not a database\n", count: 400).write(toFile: db, atomically: true, encoding: .utf8)
+        try String(repeating: "this is not a database\n", count: 400).writeReplacing(db)
 
         let run = box.sync()
         #expect(run.exitCode == 5, "\(run.output)")

@@ -23,7 +23,7 @@ struct LocalTreeTests {
                 try FileManager.default.createDirectory(atPath: full, withIntermediateDirectories: true)
             } else {
                 try FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-                #expect(FileManager.default.createFile(atPath: full, contents: Data(f.utf8)))
+                try Data(f.utf8).write(to: URL(fileURLWithPath: full))
             }
             made.append(f)
         }

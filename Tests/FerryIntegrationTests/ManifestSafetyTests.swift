@@ -28,7 +28,7 @@ struct ManifestSafetyTests {
     /// A failed `sha256sum > SHA256SUMS` leaves an empty file: refused like any empty manifest.
     @Test func anEmptySHA256SUMSIsInvalid() throws {
         let w = try Self.mirror("empty-sums")
-        try "".write(toFile: w.box.published + "/SHA256SUMS", atomically: true, encoding: .utf8)
+        try "".writeReplacing(w.box.published + "/SHA256SUMS")
         w.configure(session: ["delete = yes", "manifest = SHA256SUMS"])
         let run = w.box.sync()
         #expect(run.exitCode == 4, "\(run.output)")
@@ -104,7 +104,7 @@ struct ManifestSafetyTests {
         for i in 0..<20 { box.publish("site/page\(i).html", "page \(i)\n") }
         box.buildManifest()
         try FileManager.default.createDirectory(atPath: box.localPath("notes"), withIntermediateDirectories: true)
-        for i in 0..<5 { try "mine \(i)\n".write(toFile: box.localPath("notes/\(i).txt"), atomically: true, encoding: .utf8) }
+        for i in 0..<5 { try "mine \(i)\n".writeReplacing(box.localPath("notes/\(i).txt")) }
         box.configure(remote: nginx.url + "site/", session: ["delete = yes"])
         let run = box.sync()
         #expect(run.exitCode == 1, "\(run.output)")

@@ -7,7 +7,7 @@ import Testing
 struct SecurityTests {
     func secretFile(_ box: Sandbox, _ name: String, _ content: String, mode: mode_t = 0o600) -> String {
         let path = box.directory + "/" + name
-        try! content.write(toFile: path, atomically: true, encoding: .utf8)
+        try! content.writeReplacing(path)
         chmod(path, mode)
         return path
     }
@@ -84,7 +84,7 @@ struct SecurityTests {
         let otherRoot = box.directory + "/other"
         try FileManager.default.createDirectory(atPath: otherRoot + "/files", withIntermediateDirectories: true)
         box.publish("files/a.txt", "redirected content\n")
-        try "redirected content\n".write(toFile: otherRoot + "/files/a.txt", atomically: true, encoding: .utf8)
+        try "redirected content\n".writeReplacing(otherRoot + "/files/a.txt")
         box.buildManifest()
         let b = try PythonServer(directory: otherRoot)
         defer { b.stop() }

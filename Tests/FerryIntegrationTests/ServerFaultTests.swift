@@ -258,7 +258,7 @@ struct ServerFaultTests {
         let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config], stdout: out, stderr: err)
         server.waitForRequest("/x/f.bin")
         try FileManager.default.createDirectory(atPath: box.localPath("x/f.bin/appeared"), withIntermediateDirectories: true)
-        try "someone else's\n".write(toFile: box.localPath("x/f.bin/appeared/file"), atomically: true, encoding: .utf8)
+        try "someone else's\n".writeReplacing(box.localPath("x/f.bin/appeared/file"))
         let code = child.wait(timeout: 60)
         let stderr = (try? String(contentsOfFile: err, encoding: .utf8)) ?? ""
         #expect(code == 1, "\(stderr)")

@@ -77,7 +77,7 @@ struct TypeChangeTests {
     func aLocalDirectoryReplacedByAFile(delete: String) throws {
         let w = try SyncedMirror("local-dir-file", session: [delete], files: ["d/f1": "1\n", "d/f2": "2\n", "e": "e\n"])
         try FileManager.default.removeItem(atPath: w.box.localPath("d"))
-        try "a file where a directory was\n".write(toFile: w.box.localPath("d"), atomically: true, encoding: .utf8)
+        try "a file where a directory was\n".writeReplacing(w.box.localPath("d"))
         let run = w.expectConverges()
         #expect(run.stdout.contains("replaced the file d with a directory"), "\(run.stdout)")
     }
@@ -86,7 +86,7 @@ struct TypeChangeTests {
         let w = try SyncedMirror("local-file-dir", session: ["delete = yes"], files: ["f": "file\n", "g": "g\n", "h": "h\n"])
         try FileManager.default.removeItem(atPath: w.box.localPath("f"))
         try FileManager.default.createDirectory(atPath: w.box.localPath("f/junk"), withIntermediateDirectories: true)
-        try "junk\n".write(toFile: w.box.localPath("f/junk/file"), atomically: true, encoding: .utf8)
+        try "junk\n".writeReplacing(w.box.localPath("f/junk/file"))
         let run = w.expectConverges()
         #expect(run.stdout.contains("deleted f/junk/file"), "\(run.stdout)")
     }
@@ -107,7 +107,7 @@ struct TypeChangeTests {
         let w = try SyncedMirror("local-link-out", session: [delete], files: ["d/f": "f\n", "d/sub/h": "h\n"])
         let outside = w.box.directory + "/outside"
         try FileManager.default.createDirectory(atPath: outside + "/sub", withIntermediateDirectories: true)
-        try "precious\n".write(toFile: outside + "/f", atomically: true, encoding: .utf8)
+        try "precious\n".writeReplacing(outside + "/f")
         try FileManager.default.removeItem(atPath: w.box.localPath("d"))
         try FileManager.default.createSymbolicLink(atPath: w.box.localPath("d"), withDestinationPath: outside)
         _ = w.expectConverges()
@@ -150,7 +150,7 @@ struct TypeChangeTests {
         let out = w.box.directory + "/appear.out", err = w.box.directory + "/appear.err"
         let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", w.box.config], stdout: out, stderr: err)
         server.waitForRequest("/b/y")
-        try "arrived late\n".write(toFile: w.box.localPath("b/y/late.txt"), atomically: true, encoding: .utf8)
+        try "arrived late\n".writeReplacing(w.box.localPath("b/y/late.txt"))
         #expect(child.wait(timeout: 30) == 1)
         let stderr = (try? String(contentsOfFile: err, encoding: .utf8)) ?? ""
         #expect(stderr.contains("b/y is a directory where the manifest has a file, and it holds 1 files the plan did not count (b/y/late.txt)"), "\(stderr)")

@@ -128,3 +128,17 @@ func ferryWithPeakRSS(_ arguments: [String], timeout: Double = 120) -> (run: Fer
     }
     return (FerryRun(exitCode: run.exitCode, stdout: run.stdout, stderr: stderr), peak)
 }
+
+extension String {
+    /// Writes the text to a temporary name beside `path` and renames it into place: atomic, like
+    /// Foundation's `atomically: true`, without the `/tmp/TemporaryDirectory.*` that leaves behind.
+    func writeReplacing(_ path: String) throws {
+        let temporary = path + ".tmp-\(getpid())"
+        try write(toFile: temporary, atomically: false, encoding: .utf8)
+        guard rename(temporary, path) == 0 else {
+            let code = errno
+            unlink(temporary)
+            throw POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO)
+        }
+    }
+}

@@ -26,7 +26,7 @@ final class Sandbox {
     func configure(remote: String, session: [String] = [], agent: [String] = []) {
         let text = (["[agent]", "state = \(state)", "transfers = 4"] + agent
             + ["", "[session test]", "remote = \(remote)", "local = \(local)"] + session).joined(separator: "\n") + "\n"
-        try! text.write(toFile: config, atomically: true, encoding: .utf8)
+        try! text.writeReplacing(config)
     }
 
     @discardableResult
@@ -60,7 +60,7 @@ final class Sandbox {
 
     /// Publishes a manifest written by hand (as a publishing mistake or a hostile remote would).
     func writeManifest(_ text: String, as name: String = "manifest.json") throws {
-        try text.write(toFile: published + "/" + name, atomically: true, encoding: .utf8)
+        try text.writeReplacing(published + "/" + name)
         markRepublished(name)
     }
 

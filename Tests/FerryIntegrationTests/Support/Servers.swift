@@ -24,7 +24,7 @@ final class NginxServer {
         tlsPort = freePort()
         accessLog = directory + "/access.log"
         let tls = try TestCertificates.shared()
-        try "\(Self.basicUser):{PLAIN}\(Self.basicPassword)\n".write(toFile: directory + "/htpasswd", atomically: true, encoding: .utf8)
+        try "\(Self.basicUser):{PLAIN}\(Self.basicPassword)\n".writeReplacing(directory + "/htpasswd")
         let user = getuid() == 0 ? "user root;" : ""
         let locations = """
                 root \(root);
@@ -61,7 +61,7 @@ final class NginxServer {
                 }
             }
             """
-        try config.write(toFile: directory + "/nginx.conf", atomically: true, encoding: .utf8)
+        try config.writeReplacing(directory + "/nginx.conf")
         process = try Child(Self.binary, ["-c", directory + "/nginx.conf", "-p", directory + "/", "-e", directory + "/error.log"])
         guard waitForPort(port), waitForPort(tlsPort) else {
             let log = (try? String(contentsOfFile: directory + "/error.log", encoding: .utf8)) ?? ""
