@@ -11,6 +11,13 @@ public enum StopSignals {
     private static let received = Atomic<Int>(0)
     nonisolated(unsafe) private static var sources: [DispatchSourceSignal] = []
 
+    /// What stops a command's runs: SIGTERM and SIGINT (installed here) and `maxDuration`.
+    public static func stopCondition(stopTimeout: Double, maxDuration: Double?) -> StopCondition {
+        let token = StopToken()
+        install(stopTimeout: stopTimeout, token: token)
+        return StopCondition(token: token, maxDuration: maxDuration)
+    }
+
     /// Feeds `token` from SIGTERM and SIGINT. Call once, from the main thread, before any run.
     public static func install(stopTimeout: Double, token: StopToken) {
         let queue = DispatchQueue(label: "ferry.signals")

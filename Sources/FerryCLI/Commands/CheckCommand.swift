@@ -76,9 +76,7 @@ struct CheckCommand: Command {
             }
         }
         if !toRepair.isEmpty {
-            let token = StopToken()
-            StopSignals.install(stopTimeout: config.agent.stopTimeout, token: token)
-            let stop = StopCondition(token: token, maxDuration: nil)
+            let stop = StopSignals.stopCondition(stopTimeout: config.agent.stopTimeout, maxDuration: nil)
             let jobs = toRepair.map { SessionRunner.Job(session: $0, options: SyncOptions(stop: stop.limited(to: $0.maxDuration))) }
             codes += SessionRunner(agent: config.agent).run(jobs, sinks: [reporter]).map(\.exitCode)
         }

@@ -29,9 +29,7 @@ struct ResumeCommand: Command {
         let reporter = SyncReporter(mode: mode)
         reporter.busyIsExpected = true
         let maxDuration = try CommonOptions.maxDuration(arguments, command: Self.name)
-        let token = StopToken()
-        StopSignals.install(stopTimeout: config.agent.stopTimeout, token: token)
-        let stop = StopCondition(token: token, maxDuration: maxDuration)
+        let stop = StopSignals.stopCondition(stopTimeout: config.agent.stopTimeout, maxDuration: maxDuration)
         var jobs: [SessionRunner.Job] = []
         for (session, ids) in selection.targets {
             let tasks = try store.unsuspend(session: session.name, ids: ids)

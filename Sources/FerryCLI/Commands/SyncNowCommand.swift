@@ -62,9 +62,7 @@ struct SyncNowCommand: Command {
         for w in config.warnings where mode == .json {
             reporter.event(Event(time: Timestamp.now(), session: "", body: .warning(message: w)))
         }
-        let token = StopToken()
-        StopSignals.install(stopTimeout: config.agent.stopTimeout, token: token)
-        let stop = StopCondition(token: token, maxDuration: maxDuration)
+        let stop = StopSignals.stopCondition(stopTimeout: config.agent.stopTimeout, maxDuration: maxDuration)
         if let reason = stop.reason {
             if mode != .json { for session in selected { Console.err("ferry: \(Printable.name(session.name)): not started, \(reason)") } }
             return .incomplete

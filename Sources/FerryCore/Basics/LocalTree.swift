@@ -39,20 +39,12 @@ public struct LocalTree: Sendable {
 
     public static let empty = LocalTree(sorted: [])
 
-    public var count: Int { items.count }
     /// Files, symlinks and special files (not directories): what a session manages.
     public var fileCount: Int { items.count(where: { $0.entry.kind != .directory }) }
 
     /// The position of `path`, by binary search.
     public func index(of path: RelativePath) -> Int? {
-        var low = 0, high = items.count
-        while low < high {
-            let mid = (low + high) / 2
-            let c = items[mid].path.compare(path)
-            if c == 0 { return mid }
-            if c < 0 { low = mid + 1 } else { high = mid }
-        }
-        return nil
+        RelativePath.index(of: path, count: items.count) { items[$0].path }
     }
 
     public subscript(path: RelativePath) -> LocalEntry? { index(of: path).map { items[$0].entry } }

@@ -34,7 +34,10 @@ public struct Manifest: Sendable {
     /// Sorts `entries` when they are not in path order; they must not list a path twice.
     public init(format: Format, version: Int64?, generated: Timestamp?, expires: Timestamp?, entries: [ManifestEntry]) {
         var collector = EntryCollector(capacity: entries.count)
-        for e in entries { precondition(collector.add(e), "Manifest lists \(e.path) twice") }
+        for e in entries {
+            let added = collector.add(e)
+            precondition(added, "Manifest lists \(e.path) twice")
+        }
         let sorted = collector.finish()
         precondition(sorted.duplicate == nil, "Manifest lists a path twice")
         self.init(format: format, version: version, generated: generated, expires: expires, sorted: sorted.entries)
@@ -52,14 +55,7 @@ public struct Manifest: Sendable {
     public func lists(_ path: RelativePath) -> Bool { index(of: path) != nil }
 
     public func index(of path: RelativePath) -> Int? {
-        var low = 0, high = entries.count
-        while low < high {
-            let mid = (low + high) / 2
-            let c = entries[mid].path.compare(path)
-            if c == 0 { return mid }
-            if c < 0 { low = mid + 1 } else { high = mid }
-        }
-        return nil
+        RelativePath.index(of: path, count: entries.count) { entries[$0].path }
     }
 
     /// Gathers entries as a parser reads them. A duplicate that follows its twin (always, in a

@@ -102,6 +102,19 @@ public struct RelativePath: Hashable, Comparable, Sendable, CustomStringConverti
         withBytes { a in other.withBytes { b in RelativePath.compare(a, b) } }
     }
 
+    /// The position of `path` among `count` paths in byte order, `pathAt(i)` being the i-th: a
+    /// binary search over whatever sorted sequence holds them (manifest entries, a local tree).
+    public static func index(of path: RelativePath, count: Int, pathAt: (Int) -> RelativePath) -> Int? {
+        var low = 0, high = count
+        while low < high {
+            let mid = (low + high) / 2
+            let c = pathAt(mid).compare(path)
+            if c == 0 { return mid }
+            if c < 0 { low = mid + 1 } else { high = mid }
+        }
+        return nil
+    }
+
     /// Byte order of two UTF-8 paths: memcmp over the shorter length, then the shorter first.
     public static func compare(_ a: UnsafeRawBufferPointer, _ b: UnsafeRawBufferPointer) -> Int {
         let n = min(a.count, b.count)

@@ -147,10 +147,7 @@ final class PullSync {
         defer { if let staged { unlink(staged) } }
         if local.root == nil && !options.dryRun {
             // Created only now that the manifest arrived (it is empty, unless someone just filled it).
-            let root = try LocalRoot(path: session.local, create: true)
-            local.root = root
-            local.scan = try root.scan()
-            try store.loadHashes(session: session.name, into: &local.scan.tree)
+            local = try scan(LocalRoot(path: session.local, create: true), expecting: 0, store: store)
         }
         let root = local.root
         var tree = local.scan.tree
@@ -346,7 +343,11 @@ final class PullSync {
 
     private func scanLocal(expecting: Int, store: StateStore) throws(FerryError) -> LocalSide {
         guard FileSystem.exists(session.local) else { return LocalSide(root: nil, scan: (.empty, [])) }
-        let root = try LocalRoot(path: session.local, create: false)
+        return try scan(LocalRoot(path: session.local, create: false), expecting: expecting, store: store)
+    }
+
+    /// The root's tree with the hash cache joined to it.
+    private func scan(_ root: LocalRoot, expecting: Int, store: StateStore) throws(FerryError) -> LocalSide {
         var scan = try root.scan(expecting: expecting)
         try store.loadHashes(session: session.name, into: &scan.tree)
         return LocalSide(root: root, scan: scan)
