@@ -19,18 +19,31 @@ public enum StopSignals {
     }
 
     /// Feeds `token` from SIGTERM and SIGINT. Call once, from the main thread, before any run.
-    public static func install(stopTimeout: Double, token: StopToken) {
+    /// A stop not done within `stopTimeout` ends the process with `forcedExit`; `then` runs after
+    /// each signal (to wake a loop that waits).
+    public static func install(stopTimeout: Double, token: StopToken, forcedExit: ExitCode = .incomplete,
+                               then: @escaping @Sendable () -> Void = {}) {
         let queue = DispatchQueue(label: "ferry.signals")
         for (number, name) in [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")] {
             signal(number, SIG_IGN)  // delivered to the dispatch source instead
             let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
             source.setEventHandler {
-                if received.add(1, ordering: .relaxed).newValue > 1 { _exit(ExitCode.incomplete.rawValue) }
+                if received.add(1, ordering: .relaxed).newValue > 1 { _exit(forcedExit.rawValue) }
                 token.request("stopped by \(name)")
-                queue.asyncAfter(deadline: .now() + max(1, stopTimeout)) { _exit(ExitCode.incomplete.rawValue) }
+                then()
+                queue.asyncAfter(deadline: .now() + max(1, stopTimeout)) { _exit(forcedExit.rawValue) }
             }
             source.resume()
             sources.append(source)
         }
+    }
+
+    /// Calls `handler` (on a queue of its own) for every SIGHUP: the agent's reload.
+    public static func onHangup(_ handler: @escaping @Sendable () -> Void) {
+        signal(SIGHUP, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: DispatchQueue(label: "ferry.hangup"))
+        source.setEventHandler(handler: handler)
+        source.resume()
+        sources.append(source)
     }
 }

@@ -78,7 +78,9 @@ struct CheckCommand: Command {
         if !toRepair.isEmpty {
             let stop = StopSignals.stopCondition(stopTimeout: config.agent.stopTimeout, maxDuration: nil)
             let jobs = toRepair.map { SessionRunner.Job(session: $0, options: SyncOptions(stop: stop.limited(to: $0.maxDuration))) }
-            codes += SessionRunner(agent: config.agent).run(jobs, sinks: [reporter]).map(\.exitCode)
+            let record = RunRecord(config: config, terminal: reporter)
+            codes += SessionRunner(agent: config.agent).run(jobs, sinks: [record.hub]).map(\.exitCode)
+            record.finish()
         }
         return ExitCode.worst(codes)
     }

@@ -40,7 +40,9 @@ struct ResumeCommand: Command {
             jobs.append(SessionRunner.Job(session: session, options: SyncOptions(stop: stop.limited(to: session.maxDuration))))
         }
         // A busy session is not a failure here: the process holding it takes the resumed tasks back.
-        let results = SessionRunner(agent: config.agent).run(jobs, sinks: [reporter])
+        let record = RunRecord(config: config, terminal: reporter)
+        let results = SessionRunner(agent: config.agent).run(jobs, sinks: [record.hub])
+        record.finish()
         for result in results where result.error?.category == .busy && mode != .json {
             Console.out("\(result.session): \(result.error!.message); the ferry running it takes the resumed tasks back")
         }

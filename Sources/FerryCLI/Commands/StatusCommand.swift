@@ -46,6 +46,11 @@ struct StatusCommand: Command {
             }
             return "running (pid \(pid))"
         }
+        if let pid = record?.agentPID, let state = record?.agentState, kill(pid, 0) == 0 || errno == EPERM {
+            // Between the agent's polls: what it said of the session, and when it polls next.
+            let next = record?.nextPoll.map { ", next poll in " + Units.formatDuration(max(0, $0.timeInterval - Timestamp.now().timeInterval).rounded(.up)) } ?? ""
+            return "\(state) (agent pid \(pid)\(next))"
+        }
         if tasks.contains(where: { $0.state == .running }) { return "interrupted (resumes next run)" }
         if tasks.contains(where: { $0.state == .waiting }) { return "waiting for connectivity" }
         if tasks.contains(where: { $0.state == .suspended }) { return "suspended tasks (ferry resume)" }
@@ -106,6 +111,10 @@ struct StatusCommand: Command {
             f.append("\"last_run_finished\":" + (r?.lastRunFinished.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"last_exit_code\":" + (r?.lastExitCode.map { String($0) } ?? "null"))
             f.append("\"last_message\":" + (r?.lastMessage.map(JSONText.quote) ?? "null"))
+            let agentAlive = r?.agentPID.map { kill($0, 0) == 0 || errno == EPERM } ?? false
+            f.append("\"agent_pid\":" + (agentAlive ? r!.agentPID.map { String($0) }! : "null"))
+            f.append("\"next_poll\":" + (agentAlive ? r?.nextPoll.map { JSONText.quote($0.rfc3339) } ?? "null" : "null"))
+            f.append("\"last_poll_ok\":" + (r?.lastPollOK.map { JSONText.quote($0.rfc3339) } ?? "null"))
             var counts: [String] = []
             for state in TaskState.allCases { counts.append("\"\(state.rawValue)\":\(tasks.filter { $0.state == state }.count)") }
             f.append("\"task_counts\":{" + counts.joined(separator: ",") + "}")

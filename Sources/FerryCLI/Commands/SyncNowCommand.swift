@@ -72,8 +72,33 @@ struct SyncNowCommand: Command {
             options.notBefore = notBefore
             return SessionRunner.Job(session: session, options: options)
         }
-        let results = SessionRunner(agent: config.agent).run(jobs, sinks: [reporter])
+        let record = dryRun ? nil : RunRecord(config: config, terminal: reporter)
+        let results = SessionRunner(agent: config.agent).run(jobs, sinks: [record?.hub ?? reporter])
+        record?.finish()
         return ExitCode.worst(results.map(\.exitCode))
+    }
+}
+
+/// Where a run's events go besides the terminal: the sessions' event logs (`ferry events`) and
+/// their hooks. A dry run records nothing.
+struct RunRecord {
+    let hub: EventHub
+    private let log: EventLog
+    private let hooks: HookRunner?
+
+    init(config: Config, terminal: EventSink) {
+        log = EventLog(state: config.agent.state)
+        let hasHooks = config.sessions.contains { $0.onFileDone != nil || $0.onSessionDone != nil }
+        hooks = hasHooks ? HookRunner(sessions: config.sessions) : nil
+        hub = EventHub([terminal, log] + (hooks.map { [$0] } ?? []))
+        let hub = self.hub
+        hooks?.report = { hub.event($0) }
+    }
+
+    /// Waits for the hooks still queued, then writes what the log holds.
+    func finish() {
+        hooks?.drain()
+        log.flush()
     }
 }
 

@@ -6,8 +6,13 @@ import FerryCore
 /// message (a server's reason phrase, say) never reaches the terminal raw; names inside messages
 /// were already escaped where the message was composed (`Printable.name`).
 enum Console {
-    static func out(_ text: String) { writeAll(1, Printable.text(text) + "\n") }
-    static func err(_ text: String) { writeAll(2, Printable.text(text) + "\n") }
+    /// Prefix each human line with its syslog priority (`<6>` info, `<4>` warning, `<3>` error),
+    /// which journald reads from a service's output. Set by `ferry agent` when stderr is not a
+    /// terminal; JSON lines are left as they are.
+    nonisolated(unsafe) static var priorityPrefixes = false
+
+    static func out(_ text: String) { writeAll(1, prefixed(Printable.text(text), "<6>")) }
+    static func err(_ text: String) { writeAll(2, prefixed(Printable.text(text), "<3>")) }
     /// One JSON document per line (already escaped as JSON).
     static func json(_ text: String) { writeAll(1, text + "\n") }
     /// Terminal control sequences of ferry's own (progress bars), composed from escaped parts.
@@ -20,7 +25,12 @@ enum Console {
         if let hint = error.hint { err("  hint: \(hint)") }
     }
 
-    static func warning(_ text: String) { err("ferry: warning: \(text)") }
+    static func warning(_ text: String) { writeAll(2, prefixed(Printable.text("ferry: warning: \(text)"), "<4>")) }
+
+    private static func prefixed(_ text: String, _ priority: String) -> String {
+        guard priorityPrefixes else { return text + "\n" }
+        return text.split(separator: "\n", omittingEmptySubsequences: false).map { priority + $0 }.joined(separator: "\n") + "\n"
+    }
 
     private static func writeAll(_ fd: Int32, _ text: String) {
         var copy = text

@@ -9,10 +9,14 @@ final class SyncReporter: EventSink {
     private let bars: ProgressBars?
     /// A run refused as busy is not an error to report (`ferry resume` leaves its work to the holder).
     var busyIsExpected = false
+    /// `ferry agent`'s log: no progress bars, and a poll that found nothing to do says nothing
+    /// (a session's state changes are reported instead).
+    let agentLog: Bool
 
-    init(mode: OutputMode) {
+    init(mode: OutputMode, agentLog: Bool = false) {
         self.mode = mode
-        bars = (mode == .human && Console.stderrIsTerminal) ? ProgressBars() : nil
+        self.agentLog = agentLog
+        bars = (mode == .human && Console.stderrIsTerminal && !agentLog) ? ProgressBars() : nil
     }
 
     func event(_ event: Event) {
@@ -46,6 +50,8 @@ final class SyncReporter: EventSink {
         switch event.body {
         case let .fileFailed(path, error):
             Console.err("ferry: \(s): \(Printable.name(path.string)): \(error)")
+        case let .agent(action, message) where action == "reload-refused":
+            Console.err("ferry: error: \(message)")
         case let .checked(_, _, _, differ, _) where differ > 0:
             Console.err("ferry: \(s): \(differ) paths differ from the manifest last applied")
         case let .syncFinished(code, _, _, _, _, _, message, hint, _):
@@ -62,6 +68,21 @@ final class SyncReporter: EventSink {
         let s = Printable.name(event.session)
         func name(_ p: RelativePath) -> String { Printable.name(p.string) }
         switch event.body {
+        case let .manifestFetched(_, _, _, unchanged) where unchanged && agentLog:
+            break
+        case let .planned(downloads, _, fixes, deletions, _, hashed, _) where agentLog && downloads + fixes + deletions + hashed == 0:
+            break
+        case let .syncFinished(code, downloaded, failed, deleted, _, _, _, _, _)
+            where agentLog && code == ExitCode.inSync.rawValue && downloaded + failed + deleted == 0:
+            break
+        case let .syncFinished(code, _, _, _, _, _, _, _, _) where agentLog && code == ExitCode.remoteOrManifest.rawValue:
+            // The session-state event that follows says it, with when the agent tries again.
+            break
+        case let .sessionState(state, nextPoll):
+            let next = nextPoll.map { "; next poll at \($0.rfc3339)" } ?? ""
+            if state.hasPrefix("failed") || state.hasPrefix("waiting") { warn("\(s): \(state)\(next)") } else { line("\(s): \(state)\(next)") }
+        case let .agent(action, message):
+            if action == "reload-refused" { Console.err("ferry: error: \(message)") } else { line("ferry agent: \(message)") }
         case let .manifestFetched(url, version, files, unchanged):
             let v = version.map { "version \($0), " } ?? ""
             line("\(s): manifest \(v)\(files) files\(unchanged ? " (unchanged)" : "") from \(url)")

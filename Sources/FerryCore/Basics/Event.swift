@@ -38,6 +38,11 @@ public struct Event: Sendable {
         /// `ferry check` compared the tree with the manifest last applied: `differ` paths the next
         /// sync would change (each was a `plan-item`), `unnoticed` of them changed behind the hash cache.
         case checked(version: Int64?, listed: Int, hashed: Int, differ: Int, unnoticed: Int)
+        /// `ferry agent` changed what it says of a session between runs: `state` is idle, waiting
+        /// for connectivity (with why), failed (with why) or busy; `nextPoll` is when it polls next.
+        case sessionState(state: String, nextPoll: Timestamp?)
+        /// `ferry agent` itself: `action` is started, reloaded, reload-refused or stopping.
+        case agent(action: String, message: String)
         /// The end of a run: `message` says why when it did not end in sync (or what a dry run
         /// would do), `hint` what to do next.
         case syncFinished(exitCode: Int32, downloaded: Int, failed: Int, deleted: Int, bytes: Int64, seconds: Double,
@@ -80,6 +85,8 @@ public struct Event: Sendable {
         case .fileDeleted: return "file-deleted"
         case .warning: return "warning"
         case .syncFinished: return "sync-finished"
+        case .sessionState: return "session-state"
+        case .agent: return "agent"
         }
     }
 
@@ -135,6 +142,11 @@ public struct Event: Sendable {
         case let .checked(version, listed, hashed, differ, unnoticed):
             if let version { n("version", version) }
             n("listed", Int64(listed)); n("hashed", Int64(hashed)); n("differ", Int64(differ)); n("unnoticed", Int64(unnoticed))
+        case let .sessionState(state, nextPoll):
+            s("state", state)
+            if let nextPoll { s("next_poll", nextPoll.rfc3339) }
+        case let .agent(action, message):
+            s("action", action); s("message", message)
         case let .syncFinished(exitCode, downloaded, failed, deleted, bytes, seconds, message, hint, dryRun):
             n("exit_code", Int64(exitCode)); n("downloaded", Int64(downloaded)); n("failed", Int64(failed))
             n("deleted", Int64(deleted)); n("bytes", bytes); fields.append(("seconds", Units.formatFixed(seconds, digits: 3)))

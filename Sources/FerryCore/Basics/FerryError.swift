@@ -7,6 +7,19 @@ public enum ExitCode: Int32, Sendable {
     case remoteOrManifest = 4
     case localIO = 5
     case sessionBusy = 6
+
+    /// A word for the code, for hooks (`FERRY_RESULT`) and metrics.
+    public var name: String {
+        switch self {
+        case .inSync: return "in-sync"
+        case .someFilesFailed: return "files-failed"
+        case .usage: return "usage"
+        case .incomplete: return "incomplete"
+        case .remoteOrManifest: return "remote-or-manifest"
+        case .localIO: return "local-io"
+        case .sessionBusy: return "busy"
+        }
+    }
 }
 
 /// An error a user can act on: what was wrong, and (when there is one) what to do next.

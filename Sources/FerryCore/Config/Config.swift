@@ -131,6 +131,12 @@ public struct SessionConfig: Sendable {
     public var retryDelay: Double = 1
     /// A task still unfinished this long after it was queued fails instead of waiting on.
     public var resourceTimeout: Double = 7 * 86400
+    /// Run for every file a run finished (downloaded, or failed for good).
+    public var onFileDone: HookCommand?
+    /// Run when a run has finished all the session's work (the analogue of `urlSessionDidFinishEvents`).
+    public var onSessionDone: HookCommand?
+    /// A hook still running after this long is stopped and reported.
+    public var hookTimeout: Double = 60
 
     /// The manifest's URL.
     public var manifestURL: String {

@@ -11,6 +11,7 @@ public enum ConfigParser {
         "max-manifest-size", "mode-mask",
         "ca-file", "basic-auth-file", "bearer-token-file", "connect-timeout", "min-speed", "stall-timeout", "max-duration",
         "retries", "retry-delay", "resource-timeout", "earliest-begin", "session-transfers",
+        "on-file-done", "on-session-done", "hook-timeout",
     ]
 
     private struct Line {
@@ -142,6 +143,14 @@ public enum ConfigParser {
                     session.retryDelay = try duration(line, minimum: 0, fail)
                 case "resource-timeout":
                     session.resourceTimeout = try duration(line, minimum: 1, fail)
+                case "hook-timeout":
+                    session.hookTimeout = try duration(line, minimum: 1, fail)
+                case "on-file-done", "on-session-done":
+                    let command: HookCommand
+                    do { command = try HookCommand(parsing: line.value) } catch {
+                        throw fail(line, error.message, hint: "write the program and its arguments, like: /usr/local/bin/notify --quiet; the file's name reaches it as $FERRY_PATH")
+                    }
+                    if line.key == "on-file-done" { session.onFileDone = command } else { session.onSessionDone = command }
                 case "retries":
                     session.retries = try integer(line, in: 0...100, fail)
                 case "session-transfers":

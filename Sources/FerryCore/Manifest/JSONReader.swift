@@ -254,6 +254,36 @@ public struct JSONReader: ~Copyable {
         }
     }
 
+    /// A string, number, true, false or null as text (a number as written); nil for an object or
+    /// an array, which is skipped.
+    public mutating func readScalarText() throws(Failure) -> String? {
+        switch try peekKind() {
+        case .string: return try readString()
+        case .object, .array:
+            try skipValue()
+            return nil
+        case .number, .bool, .null:
+            let start = index
+            try skipValue()
+            return String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
+        }
+    }
+
+    /// The members of a one-level object, in order, with scalar values as text (`readScalarText`);
+    /// nil when `bytes` is not one JSON object.
+    public static func flatObject(_ bytes: UnsafeBufferPointer<UInt8>) -> [(key: String, value: String?)]? {
+        var reader = JSONReader(bytes)
+        var members: [(key: String, value: String?)] = []
+        do throws(Failure) {
+            guard try reader.peekKind() == .object else { return nil }
+            try reader.readObject { (r: inout JSONReader, key: String) throws(Failure) in members.append((key, try r.readScalarText())) }
+            try reader.expectEnd()
+        } catch {
+            return nil
+        }
+        return members
+    }
+
     /// After the top-level value: only whitespace may follow.
     public mutating func expectEnd() throws(Failure) {
         skipWhitespace()

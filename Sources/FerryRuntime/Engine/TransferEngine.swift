@@ -41,7 +41,13 @@ final class TransferEngine: @unchecked Sendable {
 
     private let inbox = Mutex(Inbox())
     private let multi: UnsafeMutableRawPointer
-    let concurrency: Int
+    private let limit: Atomic<Int>
+    /// The global `transfers` limit; a reload may change it (running transfers go on, no new one
+    /// starts above the new limit).
+    var concurrency: Int {
+        get { limit.load(ordering: .relaxed) }
+        set { limit.store(max(1, newValue), ordering: .relaxed); curl_multi_wakeup(multi) }
+    }
     private let stopped = DispatchSemaphore(value: 0)
 
     // Engine thread only.
@@ -71,10 +77,10 @@ final class TransferEngine: @unchecked Sendable {
     private var lastTick = 0.0
 
     init(concurrency: Int) {
-        self.concurrency = max(1, concurrency)
+        limit = Atomic(max(1, concurrency))
         multi = curl_multi_init()
         ferry_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
-        ferry_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, self.concurrency * 2)
+        ferry_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, max(1, concurrency) * 2)
         Threads.start(name: "ferry-engine") { [self] in loop() }
     }
 
@@ -150,6 +156,7 @@ final class TransferEngine: @unchecked Sendable {
     /// Starts transfers, taking turns among the sources, until the global limit is reached or no
     /// source has anything due.
     private func fill() {
+        let concurrency = self.concurrency
         var asked = Set<ObjectIdentifier>()
         while active.count < concurrency && !turns.isEmpty {
             var started = false

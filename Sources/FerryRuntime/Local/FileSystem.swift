@@ -5,6 +5,12 @@ import FerryCore
 public enum FileSystem {
     public static func errorText(_ code: Int32 = errno) -> String { String(cString: strerror(code)) }
 
+    /// Writes `text` to stderr as it is (for warnings from below the command line's output).
+    public static func writeStderr(_ text: String) {
+        var copy = text
+        copy.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+    }
+
     /// `mkdir -p`.
     public static func makeDirectories(_ path: String, mode: mode_t = 0o755) throws(FerryError) {
         var current = path.hasPrefix("/") ? "" : "."

@@ -33,6 +33,9 @@ public struct SyncOptions: Sendable {
     public var notBefore: EarliestBegin?
     /// When to stop early (deadline, signal); a stopped run exits 3 and the next one resumes.
     public var stop = StopCondition(maxDuration: nil)
+    /// Try a failed manifest fetch again within the run (`retries`). The agent says no: its poll
+    /// schedule is the retry.
+    public var retryManifest = true
     public init(dryRun: Bool = false, stop: StopCondition = StopCondition(maxDuration: nil)) {
         self.dryRun = dryRun
         self.stop = stop
@@ -383,7 +386,7 @@ final class PullSync {
                 break
             } catch {
                 // The same retry rules as transfers: what may pass is tried `retries` more times.
-                guard error.retryClass != .never, attempt <= session.retries else { throw error }
+                guard options.retryManifest, error.retryClass != .never, attempt <= session.retries else { throw error }
                 let delay = retryDelay(attempt: attempt, baseDelay: session.retryDelay, retryAfter: nil, jitter: Double.random(in: 0.5...1.0))
                 attempt += 1
                 emit(.manifestRetrying(url: url, attempt: attempt, delay: delay, error: error.message))

@@ -17,7 +17,7 @@ public final class SessionRunner {
         }
     }
 
-    private let agent: AgentConfig
+    private var agent: AgentConfig
     private let engine: TransferEngine
 
     public init(agent: AgentConfig) {
@@ -36,6 +36,23 @@ public final class SessionRunner {
             return BackgroundWork(name: "ferry-session") { () throws(Never) -> SyncResult in sync.run() }
         }
         return running.map { $0.wait() }
+    }
+
+    /// Starts one job on a thread of its own and returns at once; `finished` gets its result on
+    /// that thread (the agent's way: a cycle per session as its poll comes due).
+    public func start(_ job: Job, observer: EventSink, finished: @escaping @Sendable (SyncResult) -> Void) {
+        let sync = PullSync(session: job.session, agent: agent, observer: observer, options: job.options, engine: engine)
+        _ = BackgroundWork(name: "ferry-session") { () throws(Never) -> SyncResult in
+            let result = sync.run()
+            finished(result)
+            return result
+        }
+    }
+
+    /// The global `transfers` limit, changed by a reload; running transfers are not restarted.
+    public var transfers: Int {
+        get { engine.concurrency }
+        set { engine.concurrency = newValue }
     }
 }
 

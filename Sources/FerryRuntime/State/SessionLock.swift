@@ -6,10 +6,25 @@ import FerryCore
 public final class SessionLock {
     private let fd: Int32
 
-    public init(stateDirectory: String, session: String) throws(FerryError) {
+    public convenience init(stateDirectory: String, session: String) throws(FerryError) {
+        try self.init(stateDirectory: stateDirectory, name: session) { holder in
+            FerryError(.busy, "session '\(session)' is busy: ferry (pid \(holder)) is transferring for it",
+                       hint: "wait for that run to finish, or stop it (kill -TERM \(holder)) and run again")
+        }
+    }
+
+    /// The one `ferry agent` of a state directory (`_agent` is a name no session can have).
+    public static func agent(stateDirectory: String) throws(FerryError) -> SessionLock {
+        try SessionLock(stateDirectory: stateDirectory, name: "_agent") { holder in
+            FerryError(.busy, "a ferry agent (pid \(holder)) already runs with the state directory \(stateDirectory)",
+                       hint: "one agent runs every session of a config; stop that one first (kill -TERM \(holder)), or give this config its own [agent] state")
+        }
+    }
+
+    private init(stateDirectory: String, name: String, busy: (String) -> FerryError) throws(FerryError) {
         let dir = stateDirectory + "/locks"
         try FileSystem.makeDirectories(dir, mode: 0o700)
-        let path = dir + "/" + session + ".lock"
+        let path = dir + "/" + name + ".lock"
         let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw .localIO("cannot open the session lock \(path): \(FileSystem.errorText())") }
         if flock(fd, LOCK_EX | LOCK_NB) != 0 {
@@ -19,8 +34,7 @@ public final class SessionLock {
             close(fd)
             guard code == EWOULDBLOCK else { throw .localIO("cannot lock \(path): \(FileSystem.errorText(code))") }
             let holder = n > 0 ? String(decoding: buffer[0..<n], as: UTF8.self).trimmingSpaces() : "another process"
-            throw FerryError(.busy, "session '\(session)' is busy: ferry (pid \(holder)) is transferring for it",
-                             hint: "wait for that run to finish, or stop it (kill -TERM \(holder)) and run again")
+            throw busy(holder)
         }
         let pid = Array("\(getpid())\n".utf8)
         ftruncate(fd, 0)

@@ -17,6 +17,14 @@ public struct SessionRecord: Sendable {
     public var runningPID: Int32?
     /// When the running process will stop by itself, if it has a deadline.
     public var deadline: Timestamp?
+    /// The `ferry agent` that schedules the session, while one does.
+    public var agentPID: Int32?
+    /// What the agent says of the session between runs ("waiting for connectivity: ...").
+    public var agentState: String?
+    /// When the agent polls the session next.
+    public var nextPoll: Timestamp?
+    /// The last poll that reached the remote and applied its manifest.
+    public var lastPollOK: Timestamp?
 }
 
 /// The SQLite state of all sessions (WAL mode): sessions, the task table and the hash cache.
@@ -165,6 +173,13 @@ public final class StateStore {
         DROP TABLE tasks;
         ALTER TABLE tasks_5 RENAME TO tasks;
         """,
+        // 6: what `ferry agent` says of a session between runs, for status and metrics.
+        """
+        ALTER TABLE sessions ADD COLUMN agent_pid INTEGER;
+        ALTER TABLE sessions ADD COLUMN agent_state TEXT;
+        ALTER TABLE sessions ADD COLUMN next_poll TEXT;
+        ALTER TABLE sessions ADD COLUMN last_poll_ok TEXT;
+        """,
     ]
 
     /// `TaskState.after(event)` as SQL: the expression a row's new state is set to, so the table
@@ -210,14 +225,30 @@ public final class StateStore {
     public func session(_ name: String) throws(FerryError) -> SessionRecord? {
         let s = try db.prepare("""
             SELECT manifest_url, manifest_etag, manifest_last_modified, manifest_version, last_run_started,
-                   last_run_finished, last_exit_code, last_message, running_pid, deadline FROM sessions WHERE name = ?
+                   last_run_finished, last_exit_code, last_message, running_pid, deadline,
+                   agent_pid, agent_state, next_poll, last_poll_ok FROM sessions WHERE name = ?
             """).bind(.text(name))
         guard try s.step() else { return nil }
         return SessionRecord(
             name: name, manifestURL: s.text(0), manifestETag: s.text(1), manifestLastModified: s.text(2),
             manifestVersion: s.isNull(3) ? nil : s.int(3), lastRunStarted: s.text(4).flatMap(Timestamp.init(rfc3339:)),
             lastRunFinished: s.text(5).flatMap(Timestamp.init(rfc3339:)), lastExitCode: s.isNull(6) ? nil : Int32(s.int(6)),
-            lastMessage: s.text(7), runningPID: s.isNull(8) ? nil : Int32(s.int(8)), deadline: s.text(9).flatMap(Timestamp.init(rfc3339:)))
+            lastMessage: s.text(7), runningPID: s.isNull(8) ? nil : Int32(s.int(8)), deadline: s.text(9).flatMap(Timestamp.init(rfc3339:)),
+            agentPID: s.isNull(10) ? nil : Int32(s.int(10)), agentState: s.text(11), nextPoll: s.text(12).flatMap(Timestamp.init(rfc3339:)),
+            lastPollOK: s.text(13).flatMap(Timestamp.init(rfc3339:)))
+    }
+
+    /// What the agent `pid` says of a session between runs; a nil pid says no agent schedules it.
+    public func recordAgentState(session: String, pid: Int32?, state: String?, nextPoll: Timestamp?) throws(FerryError) {
+        try ensureSession(session)
+        try db.prepare("UPDATE sessions SET agent_pid = ?, agent_state = ?, next_poll = ? WHERE name = ?")
+            .bind(.optional(pid.map(Int64.init)), .optional(state), .optional(nextPoll?.rfc3339), .text(session)).run()
+    }
+
+    /// A poll reached the remote and its manifest was applied.
+    public func recordPollSucceeded(session: String, at time: Timestamp) throws(FerryError) {
+        try ensureSession(session)
+        try db.prepare("UPDATE sessions SET last_poll_ok = ? WHERE name = ?").bind(.text(time.rfc3339), .text(session)).run()
     }
 
     private func ensureSession(_ name: String) throws(FerryError) {

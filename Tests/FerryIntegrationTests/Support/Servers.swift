@@ -62,13 +62,28 @@ final class NginxServer {
             }
             """
         try config.writeReplacing(directory + "/nginx.conf")
+        do { try start() } catch {
+            stop()
+            throw error
+        }
+    }
+
+    private func start() throws {
         process = try Child(Self.binary, ["-c", directory + "/nginx.conf", "-p", directory + "/", "-e", directory + "/error.log"])
         guard waitForPort(port), waitForPort(tlsPort) else {
             let log = (try? String(contentsOfFile: directory + "/error.log", encoding: .utf8)) ?? ""
-            stop()
             throw TestFailure("nginx did not start: \(log)")
         }
     }
+
+    /// Stops serving (connections are refused) and keeps everything for `comeBack()`.
+    func goAway() {
+        process?.stop()
+        process = nil
+    }
+
+    /// Serves again on the same ports, as a remote that returns after an outage.
+    func comeBack() throws { try start() }
 
     static var binary: String {
         for candidate in ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"] where FileManager.default.isExecutableFile(atPath: candidate) {

@@ -1,0 +1,89 @@
+import Glibc
+import FerryCore
+import FerryRuntime
+
+/// `ferry events`: the sessions' event logs, oldest first, and with --follow what comes next.
+struct EventsCommand: Command {
+    static let words = ["events"]
+    static let summary = "Show the sessions' event logs; --follow waits for new events."
+    static let usage = "events [--config F] [--session ID] [--follow] [--json]"
+    static let details = """
+        Every run (ferry sync now, ferry resume, the agent) logs its events per session in the state
+        directory, keeping the newest 4-8 MiB of each. Prints them oldest first, one per line:
+        time, session, event and its fields. Without --session the agent's own events (starts,
+        reloads, refused configs) are included. --follow keeps printing events as they are logged
+        until interrupted (exit 0). --json prints each event as its JSON object, as --json runs do.
+        """
+    static let options = [CommonOptions.config, CommonOptions.session,
+                          OptionSpec("--follow", "keep printing new events until interrupted"),
+                          CommonOptions.json, CommonOptions.help]
+
+    let configPath: String?
+    let session: String?
+    let follow: Bool
+    let json: Bool
+
+    init(arguments: Arguments) throws(FerryError) {
+        try arguments.expectPositionals(0...0, command: Self.name, what: "")
+        configPath = arguments.value("--config")
+        session = arguments.value("--session")
+        follow = arguments.has("--follow")
+        json = arguments.has("--json")
+    }
+
+    func run() throws(FerryError) -> ExitCode {
+        let config = try ConfigLoader.load(path: ConfigLoader.resolvePath(configPath))
+        let sessions = try selectSessions(config, names: session.map { [$0] } ?? [])
+        var names: [String?] = sessions.map(\.name)
+        if session == nil { names.append(nil) }
+        let readers = names.map { EventLogReader(path: EventLog.path(state: config.agent.state, session: $0)) }
+        var lines: [(time: String, line: [UInt8])] = []
+        for reader in readers {
+            for line in reader.readAll() { lines.append((EventsCommand.time(of: line), line)) }
+        }
+        // Each log is in order; across sessions, by time (a stable sort keeps each log's order).
+        for entry in lines.enumerated().sorted(by: { ($0.element.time, $0.offset) < ($1.element.time, $1.offset) }) {
+            print(entry.element.line)
+        }
+        guard follow else { return .inSync }
+        let stop = StopToken()
+        StopSignals.install(stopTimeout: config.agent.stopTimeout, token: stop, forcedExit: .inSync)
+        while stop.reason == nil {
+            for reader in readers { for line in reader.readNew() { print(line) } }
+            usleep(200_000)
+        }
+        return .inSync
+    }
+
+    private func print(_ line: [UInt8]) {
+        if json {
+            // The log holds what ferry wrote; a line that is not one JSON object is left out.
+            guard let text = String(validating: line, as: UTF8.self), line.first == UInt8(ascii: "{") else { return }
+            Console.json(text)
+            return
+        }
+        guard let fields = line.withUnsafeBufferPointer({ JSONReader.flatObject($0) }) else { return }
+        Console.out(EventsCommand.human(fields))
+    }
+
+    static func time(of line: [UInt8]) -> String {
+        // Every line ferry writes starts with {"time":"...".
+        let prefix = Array("{\"time\":\"".utf8)
+        guard line.count > prefix.count + 20, Array(line[0..<prefix.count]) == prefix,
+              let end = line[prefix.count...].firstIndex(of: UInt8(ascii: "\"")) else { return "" }
+        return String(decoding: line[prefix.count..<end], as: UTF8.self)
+    }
+
+    /// `TIME SESSION EVENT key=value ...`, every value escaped for the terminal.
+    static func human(_ fields: [(key: String, value: String?)]) -> String {
+        func field(_ key: String) -> String { fields.first { $0.key == key }?.value ?? "" }
+        let session = field("session").isEmpty ? "(agent)" : Printable.name(field("session"))
+        var parts = [field("time"), session, field("event")]
+        for (key, value) in fields where !["time", "session", "event"].contains(key) {
+            guard let value else { continue }
+            let shown = Printable.name(value)
+            parts.append(key + "=" + (shown.contains(" ") || shown.isEmpty ? "\"" + shown + "\"" : shown))
+        }
+        return parts.joined(separator: " ")
+    }
+}

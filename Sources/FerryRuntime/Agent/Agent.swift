@@ -1,0 +1,269 @@
+import Dispatch
+import Glibc
+import Synchronization
+import FerryCore
+
+/// `ferry agent`: the session runner on a schedule. One process runs every session of the config;
+/// each session's cycle (refresh, transfers, settle, exactly as `sync now` runs it) is started on
+/// the process's one `SessionRunner`, so all sessions share one engine and the global `transfers`
+/// limit. When a cycle ends, `PollSchedule` says when the session polls next: one `poll` interval
+/// after a poll that reached the remote, a capped backoff while it waits for connectivity.
+///
+/// On start every session is polled at once, which reattaches to the tasks that were in flight
+/// (they resume from their partial files). SIGHUP re-reads the config (`requestReload`); SIGTERM
+/// stops it: nothing new starts, running transfers checkpoint, and `run` returns.
+///
+/// The loop runs on the caller's thread and sleeps between due times; cycles end on their own
+/// threads and wake it. It owns the schedule; the store hears what it says of each session, for
+/// `ferry status` and metrics.
+public final class Agent: @unchecked Sendable {
+    private struct Slot {
+        var session: SessionConfig
+        var schedule: PollSchedule
+        /// Monotonic time the next poll is due.
+        var due: Double
+        /// The running cycle's stop token, while one runs.
+        var running: StopToken?
+        /// Removed from the config by a reload: dropped when its cycle ends.
+        var removed = false
+        /// What the agent last said of the session.
+        var state = "starting"
+        var nextPoll: Timestamp?
+    }
+
+    /// Requests from other threads (signal handlers, ending cycles).
+    private struct Inbox {
+        var ended: [(session: String, result: SyncResult)] = []
+        var reload = false
+    }
+
+    public private(set) var config: Config
+    private let runner: SessionRunner
+    private let hub: EventHub
+    private let hooks: HookRunner?
+    private let notifier: SystemdNotifier
+    private let clock: any Clock
+    private let random: @Sendable () -> Double
+    private let reloadConfig: @Sendable (String) throws(FerryError) -> Config
+    private let store: StateStore
+    private let pid = getpid()
+    private let wake = DispatchSemaphore(value: 0)
+    private let inbox = Mutex(Inbox())
+    private var slots: [String: Slot] = [:]
+    private var lastWatchdog = 0.0
+    private var lastStatus = ""
+
+    /// `sinks` get every event (the event log, the journal, metrics); `hooks` too, and learn the
+    /// sessions of each reload. `reloadConfig` reads the config file again (injected for tests).
+    public init(config: Config, sinks: [EventSink], hooks: HookRunner?, notifier: SystemdNotifier = SystemdNotifier(),
+                clock: any Clock = SystemClock(), random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
+                reloadConfig: @escaping @Sendable (String) throws(FerryError) -> Config = { path throws(FerryError) in try ConfigLoader.load(path: path) })
+        throws(FerryError) {
+        self.config = config
+        self.hooks = hooks
+        self.notifier = notifier
+        self.clock = clock
+        self.random = random
+        self.reloadConfig = reloadConfig
+        hub = EventHub(sinks + (hooks.map { [$0] } ?? []))
+        runner = SessionRunner(agent: config.agent)
+        store = try StateStore(directory: config.agent.state)
+        let hub = self.hub
+        hooks?.report = { hub.event($0) }
+        for session in config.sessions { add(session) }
+    }
+
+    /// Re-read the config at the next turn of the loop (SIGHUP).
+    public func requestReload() {
+        inbox.withLock { $0.reload = true }
+        wake.signal()
+    }
+
+    /// Wake the loop now (a stop was requested).
+    public func wakeUp() { wake.signal() }
+
+    /// Runs until `stop` is requested and every running cycle has checkpointed; returns the
+    /// agent's exit code (0: stopped as asked, state intact).
+    public func run(stop: StopToken) -> ExitCode {
+        emit("", .agent(action: "started", message: "ferry agent (pid \(pid)) runs \(config.sessions.count) sessions from \(config.path)"))
+        notifier.ready(status: statusLine())
+        var stopping = false
+        while true {
+            let (ended, reload) = inbox.withLock { inbox in
+                defer { inbox.ended.removeAll(); inbox.reload = false }
+                return (inbox.ended, inbox.reload)
+            }
+            for (name, result) in ended { cycleEnded(name, result) }
+            if let reason = stop.reason {
+                if !stopping {
+                    stopping = true
+                    emit("", .agent(action: "stopping", message: "\(reason): starting nothing new, checkpointing running transfers"))
+                    notifier.stopping(reason)
+                    for slot in slots.values { slot.running?.request(reason) }
+                }
+                if !slots.values.contains(where: { $0.running != nil }) { break }
+            } else {
+                if reload { self.reload() }
+                let now = clock.monotonic()
+                for name in slots.keys.sorted() where slots[name]!.running == nil && slots[name]!.due <= now {
+                    startCycle(name)
+                }
+            }
+            keepWatchdog()
+            let status = statusLine()
+            if status != lastStatus {
+                lastStatus = status
+                notifier.status(status)
+            }
+            let now = clock.monotonic()
+            let nextDue = slots.values.filter { $0.running == nil }.map(\.due).min() ?? .infinity
+            let sleep = stopping ? 0.1 : min(max(0, nextDue - now), 1)
+            _ = wake.wait(timeout: .now() + sleep)
+        }
+        for name in slots.keys { try? store.recordAgentState(session: name, pid: nil, state: nil, nextPoll: nil) }
+        hooks?.drain()
+        return .inSync
+    }
+
+    // MARK: the schedule
+
+    private func add(_ session: SessionConfig) {
+        slots[session.name] = Slot(session: session, schedule: PollSchedule(interval: session.poll, firstRetry: session.retryDelay),
+                                   due: clock.monotonic())
+    }
+
+    private func startCycle(_ name: String) {
+        let session = slots[name]!.session
+        let token = StopToken()
+        var options = SyncOptions(stop: StopCondition(token: token, clock: clock, maxDuration: session.maxDuration))
+        options.retryManifest = false
+        slots[name]!.running = token
+        runner.start(SessionRunner.Job(session: session, options: options), observer: hub) { [self] result in
+            inbox.withLock { $0.ended.append((name, result)) }
+            wake.signal()
+        }
+    }
+
+    private func cycleEnded(_ name: String, _ result: SyncResult) {
+        guard var slot = slots[name] else { return }
+        slot.running = nil
+        if slot.removed {
+            slots[name] = nil
+            try? store.recordAgentState(session: name, pid: nil, state: nil, nextPoll: nil)
+            return
+        }
+        let outcome = PollSchedule.outcome(exitCode: result.exitCode, waiting: result.waiting)
+        var delay = slot.schedule.delay(after: outcome, random: random())
+        let now = Timestamp.now()
+        if let begin = result.nextBegin {
+            // A delayed download comes due before the next poll: poll then.
+            delay = min(delay, max(1, begin.timeInterval - now.timeInterval))
+        }
+        slot.due = clock.monotonic() + delay
+        let next = Timestamp(seconds: now.seconds + Int64(delay.rounded(.up)), nanoseconds: now.nanoseconds)
+        let state = Agent.describe(result, outcome: outcome)
+        if outcome == .reached { try? store.recordPollSucceeded(session: name, at: now) }
+        try? store.recordAgentState(session: name, pid: pid, state: state, nextPoll: next)
+        if state != slot.state {
+            emit(name, .sessionState(state: state, nextPoll: next))
+        }
+        slot.state = state
+        slot.nextPoll = next
+        slots[name] = slot
+    }
+
+    /// What the agent says of a session after a cycle.
+    static func describe(_ result: SyncResult, outcome: PollSchedule.Outcome) -> String {
+        switch outcome {
+        case .reached:
+            return "idle"
+        case .busy:
+            return "busy: another ferry process holds the session"
+        case .failed:
+            if result.error?.category == .remote || result.waiting > 0 {
+                return "waiting for connectivity: " + (result.message ?? "the remote could not be reached")
+            }
+            return "failed: " + (result.message ?? "exit code \(result.exitCode.rawValue)")
+        }
+    }
+
+    // MARK: reload
+
+    private func reload() {
+        notifier.reloading()
+        let fresh: Config
+        do throws(FerryError) {
+            fresh = try reloadConfig(config.path)
+            if fresh.agent.state != config.agent.state {
+                throw .usage("\(config.path): [agent] key 'state': the state directory cannot change while the agent runs (\(config.agent.state) → \(fresh.agent.state))",
+                             hint: "restart the agent to move its state")
+            }
+        } catch {
+            emit("", .agent(action: "reload-refused", message: error.message + "; the agent goes on with the config it has"))
+            notifier.ready(status: statusLine())
+            return
+        }
+        for w in fresh.warnings { emit("", .warning(message: w)) }
+        var added: [String] = [], removed: [String] = []
+        let names = Set(fresh.sessions.map(\.name))
+        for name in slots.keys.sorted() where !names.contains(name) {
+            removed.append(name)
+            if let token = slots[name]!.running {
+                token.request("session '\(name)' was removed from the config")
+                slots[name]!.removed = true
+            } else {
+                slots[name] = nil
+                try? store.recordAgentState(session: name, pid: nil, state: nil, nextPoll: nil)
+            }
+        }
+        for session in fresh.sessions {
+            if var slot = slots[session.name], !slot.removed {
+                // Changed settings apply from the next cycle; a running one is not restarted.
+                let sooner = session.poll < slot.schedule.interval
+                slot.session = session
+                slot.schedule.interval = session.poll
+                slot.schedule.firstRetry = session.retryDelay
+                if sooner && slot.running == nil { slot.due = min(slot.due, clock.monotonic() + session.poll) }
+                slots[session.name] = slot
+            } else if slots[session.name] == nil {
+                added.append(session.name)
+                add(session)
+            }
+        }
+        runner.transfers = fresh.agent.transfers
+        hooks?.update(sessions: fresh.sessions)
+        config = fresh
+        var parts = ["\(fresh.sessions.count) sessions"]
+        if !added.isEmpty { parts.append("started " + added.joined(separator: ", ")) }
+        if !removed.isEmpty { parts.append("stopped " + removed.joined(separator: ", ") + " (their tasks are kept)") }
+        emit("", .agent(action: "reloaded", message: "reloaded \(config.path): " + parts.joined(separator: "; ")))
+        notifier.ready(status: statusLine())
+    }
+
+    // MARK: reporting
+
+    private func emit(_ session: String, _ body: Event.Body) {
+        hub.event(Event(time: Timestamp.now(), session: session, body: body))
+    }
+
+    private func keepWatchdog() {
+        guard let interval = notifier.watchdogInterval else { return }
+        let now = MonotonicClock.seconds()
+        if now - lastWatchdog >= interval {
+            lastWatchdog = now
+            notifier.watchdog()
+        }
+    }
+
+    /// One line for systemd's STATUS=: how many sessions run, wait or idle.
+    private func statusLine() -> String {
+        let running = slots.values.filter { $0.running != nil }.count
+        let waiting = slots.values.filter { $0.running == nil && $0.state.hasPrefix("waiting") }.count
+        let failed = slots.values.filter { $0.running == nil && $0.state.hasPrefix("failed") }.count
+        var parts = ["\(slots.count) sessions"]
+        if running > 0 { parts.append("\(running) running") }
+        if waiting > 0 { parts.append("\(waiting) waiting for connectivity") }
+        if failed > 0 { parts.append("\(failed) failed") }
+        return parts.joined(separator: ", ")
+    }
+}

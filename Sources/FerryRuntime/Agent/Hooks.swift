@@ -1,0 +1,232 @@
+import Dispatch
+import Glibc
+import Synchronization
+import FerryCore
+
+/// Runs the sessions' hooks: `on-file-done` for every file a run finished, `on-session-done` when a
+/// run finished all of a session's work. A hook is its configured argv (`HookCommand`), started
+/// with `posix_spawnp`, never through a shell; what the event was about reaches it only through
+/// the environment:
+///
+///     FERRY_SESSION  the session          FERRY_RESULT  done | failed (file); in-sync, files-failed, ... (session)
+///     FERRY_PATH     the file, relative   FERRY_LOCAL   the file's local path (file); the local root (session)
+///     FERRY_BYTES    the file's size (file); bytes fetched (session)
+///     FERRY_ERROR    why a file failed    FERRY_EXIT_CODE, FERRY_FILES, FERRY_DELETED, FERRY_FAILED (session)
+///
+/// Hooks run one at a time on a thread of their own, in the order of their events, so a slow hook
+/// never holds up a transfer; stdin is /dev/null and stdout goes to stderr (the journal). A hook
+/// that runs past `hook-timeout` gets SIGTERM, then SIGKILL two seconds later. A hook that fails,
+/// hangs or cannot start is reported as a warning event; at most `maxQueued` wait, and what comes
+/// beyond that is dropped and reported.
+public final class HookRunner: EventSink, @unchecked Sendable {
+    public static let maxQueued = 10_000
+
+    private struct Job {
+        let kind: String
+        let session: String
+        let command: HookCommand
+        let environment: [String]
+        let timeout: Double
+        let subject: String
+    }
+
+    private struct Queue {
+        var jobs: [Job] = []
+        var head = 0
+        var busy = false
+        var dropped = 0
+    }
+
+    private let sessions: Mutex<[String: SessionConfig]>
+    private let queue = Mutex(Queue())
+    private let available = DispatchSemaphore(value: 0)
+    private let idle = DispatchSemaphore(value: 0)
+    /// Where the runner's own reports go (warning events); set before the first event.
+    public var report: @Sendable (Event) -> Void = { _ in }
+
+    public init(sessions: [SessionConfig]) {
+        self.sessions = Mutex(Dictionary(uniqueKeysWithValues: sessions.map { ($0.name, $0) }))
+        Threads.start(name: "ferry-hooks") { [self] in work() }
+    }
+
+    /// The sessions after a reload: their hooks apply to the events that follow.
+    public func update(sessions: [SessionConfig]) {
+        self.sessions.withLock { $0 = Dictionary(uniqueKeysWithValues: sessions.map { ($0.name, $0) }) }
+    }
+
+    public func progress(_ progress: SyncProgress) {}
+
+    public func event(_ event: Event) {
+        guard let session = sessions.withLock({ $0[event.session] }) else { return }
+        var env = ["FERRY_SESSION=" + session.name]
+        switch event.body {
+        case let .fileDone(path, size, _):
+            guard let command = session.onFileDone else { return }
+            env += ["FERRY_PATH=" + path.string, "FERRY_LOCAL=" + session.local + "/" + path.string,
+                    "FERRY_BYTES=\(size)", "FERRY_RESULT=done"]
+            enqueue(Job(kind: "on-file-done", session: session.name, command: command, environment: env,
+                        timeout: session.hookTimeout, subject: path.string))
+        case let .fileFailed(path, error):
+            guard let command = session.onFileDone else { return }
+            env += ["FERRY_PATH=" + path.string, "FERRY_LOCAL=" + session.local + "/" + path.string,
+                    "FERRY_BYTES=0", "FERRY_RESULT=failed", "FERRY_ERROR=" + error]
+            enqueue(Job(kind: "on-file-done", session: session.name, command: command, environment: env,
+                        timeout: session.hookTimeout, subject: path.string))
+        case let .syncFinished(code, downloaded, failed, deleted, bytes, _, _, _, dryRun):
+            // Finished all its work: the run changed or failed something and left nothing for later.
+            guard let command = session.onSessionDone, !dryRun, code != ExitCode.incomplete.rawValue,
+                  downloaded + deleted + failed > 0 else { return }
+            let result = ExitCode(rawValue: code)?.name ?? "exit-\(code)"
+            env += ["FERRY_PATH=", "FERRY_LOCAL=" + session.local, "FERRY_BYTES=\(bytes)", "FERRY_RESULT=" + result,
+                    "FERRY_EXIT_CODE=\(code)", "FERRY_FILES=\(downloaded)", "FERRY_DELETED=\(deleted)", "FERRY_FAILED=\(failed)"]
+            enqueue(Job(kind: "on-session-done", session: session.name, command: command, environment: env,
+                        timeout: session.hookTimeout, subject: ""))
+        default:
+            return
+        }
+    }
+
+    /// Waits until every queued hook has run (a one-shot `sync now` before it exits).
+    public func drain() {
+        while true {
+            let done = queue.withLock { $0.head == $0.jobs.count && !$0.busy }
+            if done { return }
+            _ = idle.wait(timeout: .now() + 0.05)
+        }
+    }
+
+    private func enqueue(_ job: Job) {
+        let (accepted, firstDropped) = queue.withLock { q -> (Bool, Bool) in
+            guard q.jobs.count - q.head < HookRunner.maxQueued else {
+                q.dropped += 1
+                return (false, q.dropped == 1)
+            }
+            q.jobs.append(job)
+            return (true, false)
+        }
+        if accepted { available.signal() }
+        if firstDropped {
+            warn(job.session, "\(HookRunner.maxQueued) hooks are waiting to run; \(job.kind) for later events is skipped until they have")
+        }
+    }
+
+    private func work() {
+        while true {
+            available.wait()
+            let next = queue.withLock { q -> Job? in
+                guard q.head < q.jobs.count else { return nil }
+                let job = q.jobs[q.head]
+                q.head += 1
+                q.busy = true
+                if q.head > 1024 && q.head * 2 > q.jobs.count {
+                    q.jobs.removeFirst(q.head)
+                    q.head = 0
+                }
+                if q.head == q.jobs.count { q.dropped = 0 }
+                return job
+            }
+            guard let job = next else { continue }
+            run(job)
+            queue.withLock { $0.busy = false }
+            idle.signal()
+        }
+    }
+
+    private func run(_ job: Job) {
+        let about = job.subject.isEmpty ? "" : " for \(Printable.name(job.subject))"
+        let what = "hook \(job.kind) (\(Printable.name(job.command.program)))\(about)"
+        switch HookProcess.run(job.command, environment: job.environment, timeout: job.timeout) {
+        case .exited(0):
+            break
+        case .exited(let code):
+            warn(job.session, "\(what) exited with status \(code)")
+        case .signalled(let signal):
+            warn(job.session, "\(what) was killed by signal \(signal)")
+        case .timedOut:
+            warn(job.session, "\(what) ran longer than hook-timeout = \(Units.formatDuration(job.timeout)) and was stopped")
+        case .cannotStart(let reason):
+            warn(job.session, "\(what) could not start: \(reason)")
+        }
+    }
+
+    private func warn(_ session: String, _ message: String) {
+        report(Event(time: Timestamp.now(), session: session, body: .warning(message: message)))
+    }
+}
+
+/// One run of a hook's program: spawned (with the caller's environment plus `environment`),
+/// waited for, stopped at `timeout`.
+enum HookProcess {
+    enum Result: Equatable {
+        case exited(Int32)
+        case signalled(Int32)
+        case timedOut
+        case cannotStart(String)
+    }
+
+    static func run(_ command: HookCommand, environment: [String], timeout: Double) -> Result {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
+        posix_spawn_file_actions_adddup2(&actions, 2, 1)
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var empty = sigset_t()
+        sigemptyset(&empty)
+        posix_spawnattr_setsigmask(&attributes, &empty)
+        var defaults = sigset_t()
+        sigfillset(&defaults)
+        posix_spawnattr_setsigdefault(&attributes, &defaults)
+        // A group of its own, so a timeout stops what the hook started too.
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP))
+        posix_spawnattr_setpgroup(&attributes, 0)
+
+        let names = Set(environment.compactMap { $0.split(separator: "=", maxSplits: 1).first.map(String.init) })
+        var inherited: [String] = []
+        var p = environ
+        while let entry = p.pointee {
+            let text = String(cString: entry)
+            let name = text.split(separator: "=", maxSplits: 1).first.map(String.init) ?? text
+            if !names.contains(name) && !name.hasPrefix("FERRY_") && name != "NOTIFY_SOCKET" && name != "WATCHDOG_USEC"
+                && name != "WATCHDOG_PID" && name != "LISTEN_FDS" && name != "LISTEN_PID" {
+                inherited.append(text)
+            }
+            p += 1
+        }
+        let argv = command.arguments.map { strdup($0) } + [nil]
+        let envp = (inherited + environment).map { strdup($0) } + [nil]
+        defer {
+            argv.forEach { free($0) }
+            envp.forEach { free($0) }
+        }
+        var pid: pid_t = 0
+        let rc = posix_spawnp(&pid, command.program, &actions, &attributes, argv, envp)
+        guard rc == 0 else { return .cannotStart(String(cString: strerror(rc))) }
+
+        let deadline = MonotonicClock.seconds() + timeout
+        var killAt: Double?
+        var pause: UInt32 = 1_000
+        while true {
+            var status: Int32 = 0
+            let r = waitpid(pid, &status, WNOHANG)
+            if r == pid {
+                if killAt != nil { return .timedOut }
+                let signal = status & 0x7F
+                return signal == 0 ? .exited((status >> 8) & 0xFF) : .signalled(signal)
+            }
+            if r < 0 && errno != EINTR { return .cannotStart("lost track of it: \(String(cString: strerror(errno)))") }
+            let now = MonotonicClock.seconds()
+            if killAt == nil && now >= deadline {
+                kill(-pid, SIGTERM)
+                killAt = now + 2
+            } else if let at = killAt, now >= at {
+                kill(-pid, SIGKILL)
+                killAt = .infinity
+            }
+            usleep(pause)
+            pause = min(pause * 2, 50_000)
+        }
+    }
+}

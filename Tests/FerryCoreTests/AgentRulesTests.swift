@@ -1,0 +1,100 @@
+import Testing
+@testable import FerryCore
+
+/// The agent's schedule and its hooks' command lines: pure rules, checked as tables.
+struct PollScheduleTests {
+    @Test func pollsOneIntervalAfterAPollThatReachedTheRemoteNeverLater() {
+        var s = PollSchedule(interval: 900, firstRetry: 1)
+        #expect(s.delay(after: .reached, random: 0) == 900)
+        #expect(s.delay(after: .reached, random: 0.5) == 855)
+        #expect(s.delay(after: .reached, random: 0.999_999) > 810)
+        #expect(s.delay(after: .reached, random: 7) == 810, "jitter is clamped: at most 10% early")
+    }
+
+    @Test func backsOffExponentiallyAfterFailuresCappedAtTheInterval() {
+        var s = PollSchedule(interval: 60, firstRetry: 1)
+        let delays = (0..<9).map { _ in s.delay(after: .failed, random: 0) }
+        #expect(delays == [1, 2, 4, 8, 16, 32, 60, 60, 60])
+        #expect(s.failures == 9)
+        #expect(s.delay(after: .reached, random: 0) == 60)
+        #expect(s.failures == 0, "a poll that reaches the remote ends the backoff")
+        #expect(s.delay(after: .failed, random: 0) == 1, "the next outage starts from retry-delay again")
+    }
+
+    @Test func aShortIntervalCapsTheBackoffAndRetryDelayZeroStillWaitsASecond() {
+        var s = PollSchedule(interval: 2, firstRetry: 0)
+        #expect((0..<4).map { _ in s.delay(after: .failed, random: 0) } == [1, 2, 2, 2])
+        var long = PollSchedule(interval: 3600, firstRetry: 5)
+        for _ in 0..<40 { _ = long.delay(after: .failed, random: 0) }
+        #expect(long.delay(after: .failed, random: 0) == 3600, "no overflow after many failures")
+    }
+
+    @Test func aBusySessionIsAskedAgainSoon() {
+        var s = PollSchedule(interval: 900, firstRetry: 1)
+        #expect(s.delay(after: .busy, random: 0) == PollSchedule.busyDelay)
+        var short = PollSchedule(interval: 2, firstRetry: 1)
+        #expect(short.delay(after: .busy, random: 0) == 2)
+    }
+
+    @Test(arguments: [
+        (ExitCode.inSync, 0, PollSchedule.Outcome.reached),
+        (.someFilesFailed, 0, .reached),
+        (.incomplete, 0, .reached),
+        (.incomplete, 2, .failed),
+        (.remoteOrManifest, 0, .failed),
+        (.localIO, 0, .failed),
+        (.usage, 0, .failed),
+        (.sessionBusy, 0, .busy),
+    ])
+    func whatARunMeansForTheSchedule(code: ExitCode, waiting: Int, expected: PollSchedule.Outcome) {
+        #expect(PollSchedule.outcome(exitCode: code, waiting: waiting) == expected)
+    }
+}
+
+struct HookCommandTests {
+    @Test(arguments: [
+        ("/usr/bin/notify", ["/usr/bin/notify"]),
+        ("  notify   --quiet\tx ", ["notify", "--quiet", "x"]),
+        ("notify 'two words' \"and three more\"", ["notify", "two words", "and three more"]),
+        ("notify '$HOME' $HOME ; rm -rf * | cat", ["notify", "$HOME", "$HOME", ";", "rm", "-rf", "*", "|", "cat"]),
+        ("notify \"say \\\"hi\\\" \\\\ \\n\"", ["notify", "say \"hi\" \\ \\n"]),
+        ("notify a\\ b 'it'\\''s' ''", ["notify", "a b", "it's", ""]),
+    ])
+    func splitsWordsWithoutExpansion(text: String, expected: [String]) throws {
+        let command = try HookCommand(parsing: text)
+        #expect(command.arguments == expected)
+        #expect(try HookCommand(parsing: command.description).arguments == expected, "description reads back the same")
+    }
+
+    @Test(arguments: [
+        ("notify 'open", "' quote is not closed"),
+        ("notify \"open", "\" quote is not closed"),
+        ("notify \\", "lone backslash"),
+        ("   ", "empty"),
+        ("'' x", "empty"),
+        ("notify \u{1b}[2J", "control character"),
+    ])
+    func refusesWhatCannotBeACommand(text: String, problem: String) {
+        #expect {
+            _ = try HookCommand(parsing: text)
+        } throws: { error in
+            (error as? ConfigProblem)?.message.contains(problem) == true
+        }
+    }
+
+    @Test func configReadsHooksAndTheirTimeout() throws {
+        let text = """
+            [session s]
+            remote = https://example.net/
+            local = /srv/s
+            on-file-done = /usr/local/bin/reindex --file   # the path comes as $FERRY_PATH
+            on-session-done = systemctl reload 'my web'
+            hook-timeout = 2m
+            """
+        let config = try ConfigParser.parse(text, path: "/etc/ferry/ferry.conf")
+        let s = try #require(config.sessions.first)
+        #expect(s.onFileDone?.arguments == ["/usr/local/bin/reindex", "--file"])
+        #expect(s.onSessionDone?.arguments == ["systemctl", "reload", "my web"])
+        #expect(s.hookTimeout == 120)
+    }
+}

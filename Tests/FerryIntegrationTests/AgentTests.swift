@@ -1,0 +1,247 @@
+import Foundation
+import Testing
+
+/// `ferry agent` as a long-running process against real servers: it mirrors, follows manifest
+/// changes within its poll, rides out the remote going away and coming back, reloads its config
+/// on SIGHUP (and refuses a broken one), and stops on SIGTERM within the stop timeout with exit 0.
+@Suite(.serialized)
+struct AgentTests {
+    /// A running agent whose output lands in files of the sandbox.
+    final class RunningAgent {
+        let child: Child
+        let out: String
+        let err: String
+
+        init(_ box: Sandbox, environment: [String: String] = [:]) throws {
+            out = box.directory + "/agent.out"
+            err = box.directory + "/agent.err"
+            var env = ProcessInfo.processInfo.environment
+            env.removeValue(forKey: "FERRY_CONFIG")
+            for (k, v) in environment { env[k] = v }
+            child = try Child(Harness.ferryBinary, ["agent", "--config", box.config], environment: env, stdout: out, stderr: err)
+        }
+
+        var output: String { (fileContents(out) ?? "") + (fileContents(err) ?? "") }
+
+        deinit { child.stop() }
+    }
+
+    /// Waits until `condition` holds (polling), or `timeout` passes; returns whether it held.
+    func eventually(_ timeout: Double = 20, _ condition: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if condition() { return true }
+            usleep(50_000)
+        }
+        return condition()
+    }
+
+    @Test func mirrorsFollowsChangesAndStopsOnSigterm() throws {
+        let server = try NginxServer()
+        defer { server.stop() }
+        let box = Sandbox("agent-follow", published: server.root)
+        box.publish("a.txt", "first\n")
+        box.buildManifest()
+        box.configure(remote: server.url, session: ["poll = 2s", "delete = yes"], agent: ["stop-timeout = 3s"])
+        let agent = try RunningAgent(box)
+        #expect(eventually { fileContents(box.localPath("a.txt")) == "first\n" }, "mirrored: \(agent.output)")
+        #expect(box.waitForStatus(containing: "idle (agent pid \(agent.child.pid)").contains("next poll in"))
+
+        // A manifest change is applied within one poll interval (2 s) of the last poll.
+        box.publish("b.txt", "second\n")
+        box.publish("a.txt", "first, changed\n")
+        box.buildManifest()
+        let published = Date()
+        #expect(eventually { fileContents(box.localPath("b.txt")) == "second\n" && fileContents(box.localPath("a.txt")) == "first, changed\n" },
+                "followed: \(agent.output)")
+        #expect(Date().timeIntervalSince(published) < 8, "applied within the poll (plus the run itself)")
+        box.unpublish("b.txt")
+        box.buildManifest()
+        #expect(eventually { !FileManager.default.fileExists(atPath: box.localPath("b.txt")) }, "deletion followed")
+
+        // At rest the agent polls with conditional GETs: 304s, and no file is fetched again.
+        server.clearLog()
+        usleep(4_500_000)
+        let requests = server.requests()
+        #expect(requests.count >= 1 && requests.allSatisfy { $0.path == "/manifest.json" && $0.status == 304 }, "\(requests)")
+
+        let stopped = Date()
+        agent.child.signal(SIGTERM)
+        #expect(agent.child.wait(timeout: 10) == 0, "exit 0 on SIGTERM: \(agent.output)")
+        #expect(Date().timeIntervalSince(stopped) < 4, "within stop-timeout")
+        #expect(agent.output.contains("stopped by SIGTERM"))
+        let status = box.status()
+        #expect(!status.stdout.contains("agent pid"), "no agent claims the session once stopped: \(status.stdout)")
+        #expect(box.sync().exitCode == 0, "the state is intact: a sync after it finds the mirror in sync")
+
+        // The event log holds what the agent did.
+        let events = ferry(["events", "--config", box.config, "--json"])
+        #expect(events.exitCode == 0)
+        #expect(events.events(named: "file-done").count >= 3)
+        #expect(events.events(named: "agent").contains { $0["action"] as? String == "stopping" })
+        #expect(events.events(named: "file-deleted").first?["path"] as? String == "b.txt")
+    }
+
+    @Test func ridesOutTheRemoteGoingAwayAndComingBack() throws {
+        let server = try NginxServer()
+        defer { server.stop() }
+        let box = Sandbox("agent-outage", published: server.root)
+        box.publish("a.txt", "one\n")
+        box.buildManifest()
+        box.configure(remote: server.url, session: ["poll = 2s", "retry-delay = 1s"])
+        let agent = try RunningAgent(box)
+        #expect(eventually { fileContents(box.localPath("a.txt")) == "one\n" }, "\(agent.output)")
+
+        server.goAway()
+        let waiting = box.waitForStatus(containing: "waiting for connectivity", timeout: 15)
+        #expect(waiting.contains("waiting for connectivity") && waiting.contains("agent pid"), "\(waiting)")
+        #expect(agent.child.isRunning, "the agent rides it out")
+        box.publish("b.txt", "two\n")
+        box.buildManifest()
+        try server.comeBack()
+        #expect(eventually { fileContents(box.localPath("b.txt")) == "two\n" }, "recovered by itself: \(agent.output)")
+        #expect(box.waitForStatus(containing: "idle (agent pid").contains("idle"))
+        #expect(agent.output.contains("waiting for connectivity"), "the journal says so")
+        agent.child.signal(SIGTERM)
+        #expect(agent.child.wait(timeout: 10) == 0)
+    }
+
+    @Test func reloadsOnSighupAndRefusesABrokenConfig() throws {
+        let server = try NginxServer()
+        defer { server.stop() }
+        let box = Sandbox("agent-reload", published: server.root)
+        box.publish("one/a.txt", "a\n")
+        box.publish("two/b.txt", "b\n")
+        _ = ferry(["manifest", "build", server.root + "/one"])
+        _ = ferry(["manifest", "build", server.root + "/two"])
+        let base = "[agent]\nstate = \(box.state)\n\n[session one]\nremote = \(server.url)one/\nlocal = \(box.directory)/one\npoll = 2s\n"
+        try base.writeReplacing(box.config)
+        let agent = try RunningAgent(box)
+        #expect(eventually { fileContents(box.directory + "/one/a.txt") == "a\n" }, "\(agent.output)")
+
+        // A new session starts on SIGHUP.
+        try (base + "\n[session two]\nremote = \(server.url)two/\nlocal = \(box.directory)/two\npoll = 2s\n").writeReplacing(box.config)
+        agent.child.signal(SIGHUP)
+        #expect(eventually { fileContents(box.directory + "/two/b.txt") == "b\n" }, "session two started: \(agent.output)")
+
+        // A broken config is refused with file, line and key; the agent goes on with the old one.
+        try (base + "\n[session two]\nremote = \(server.url)two/\nlocal = \(box.directory)/two\npoll = soon\n").writeReplacing(box.config)
+        agent.child.signal(SIGHUP)
+        #expect(eventually { agent.output.contains("poll") && agent.output.contains("goes on with the config it has") })
+        #expect(agent.output.contains("\(box.config):12: [session two] key 'poll'"), "\(agent.output)")
+        #expect(agent.child.isRunning)
+        box.publish("two/c.txt", "c\n")
+        _ = ferry(["manifest", "build", server.root + "/two"])
+        #expect(eventually { fileContents(box.directory + "/two/c.txt") == "c\n" }, "still running session two: \(agent.output)")
+
+        // A removed session stops; its state stays.
+        try base.writeReplacing(box.config)
+        agent.child.signal(SIGHUP)
+        #expect(eventually { agent.output.contains("stopped two") }, "\(agent.output)")
+        box.publish("two/d.txt", "d\n")
+        _ = ferry(["manifest", "build", server.root + "/two"])
+        usleep(4_000_000)
+        #expect(!FileManager.default.fileExists(atPath: box.directory + "/two/d.txt"), "a removed session is no longer polled")
+        agent.child.signal(SIGTERM)
+        #expect(agent.child.wait(timeout: 10) == 0)
+    }
+
+    @Test func sigtermMidTransferKeepsResumeDataAndTheNextAgentResumes() throws {
+        let box = Sandbox("agent-term")
+        let content = randomData(6_000_000, seed: 21)
+        box.publish("slow.bin", content)
+        box.buildManifest()
+        let server = try PythonServer(directory: box.published)
+        defer { server.stop() }
+        server.setFaults(["/slow.bin": ["rate": 1_000_000]])
+        box.configure(remote: server.url, session: ["poll = 1h"], agent: ["stop-timeout = 3s"])
+        let first = try RunningAgent(box)
+        server.waitForRequest("/slow.bin")
+        usleep(1_500_000)
+        let stopped = Date()
+        first.child.signal(SIGTERM)
+        #expect(first.child.wait(timeout: 10) == 0, "\(first.output)")
+        #expect(Date().timeIntervalSince(stopped) < 4)
+        #expect(!FileManager.default.fileExists(atPath: box.localPath("slow.bin")), "nothing partial at the final path")
+        let kept = try #require(box.status(["--json"]).stdout.firstMatch(of: /"bytes_done":(\d+)/).map { Int($0.1)! })
+        #expect(kept > 0 && kept < content.count, "resume data kept: \(kept)")
+
+        // A new agent reattaches on start: it resumes at the offset kept, not from zero.
+        server.setFaults([:])
+        server.clearLog()
+        let second = try RunningAgent(box)
+        #expect(eventually { (try? Data(contentsOf: URL(fileURLWithPath: box.localPath("slow.bin")))) == content }, "\(second.output)")
+        let request = try #require(server.requests().first { $0["path"] as? String == "/slow.bin" })
+        #expect(request["range"] as? String == "bytes=\(kept)-")
+        second.child.signal(SIGTERM)
+        #expect(second.child.wait(timeout: 10) == 0)
+        let resumed = ferry(["events", "--config", box.config, "--json", "--session", "test"]).events(named: "file-resumed")
+        #expect(resumed.first?["offset"] as? Int == kept)
+    }
+
+    @Test func aSecondAgentOnTheSameStateIsRefused() throws {
+        let box = Sandbox("agent-twice")
+        box.publish("a.txt", "a\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published, session: ["poll = 1h"])
+        let first = try RunningAgent(box)
+        #expect(eventually { fileContents(box.localPath("a.txt")) == "a\n" })
+        let second = ferry(["agent", "--config", box.config], timeout: 20)
+        #expect(second.exitCode == 6, "\(second.output)")
+        #expect(second.stderr.contains("already runs") && second.stderr.contains("pid \(first.child.pid)"))
+        first.child.signal(SIGTERM)
+        #expect(first.child.wait(timeout: 10) == 0)
+    }
+
+    @Test func speaksSdNotify() throws {
+        let box = Sandbox("agent-notify")
+        box.publish("a.txt", "a\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published, session: ["poll = 1h"])
+        let socketPath = box.directory + "/notify.sock"
+        let listener = try DatagramListener(path: socketPath)
+        let agent = try RunningAgent(box, environment: ["NOTIFY_SOCKET": socketPath, "WATCHDOG_USEC": "1000000"])
+        #expect(eventually { listener.received().contains { $0.contains("READY=1") } }, "\(agent.output)")
+        #expect(eventually { listener.received().contains { $0 == "WATCHDOG=1" } })
+        #expect(listener.received().contains { $0.contains("STATUS=1 sessions") })
+        agent.child.signal(SIGHUP)
+        #expect(eventually { listener.received().contains { $0.hasPrefix("RELOADING=1\nMONOTONIC_USEC=") } })
+        agent.child.signal(SIGTERM)
+        #expect(agent.child.wait(timeout: 10) == 0)
+        #expect(listener.received().contains { $0.hasPrefix("STOPPING=1") })
+    }
+}
+
+/// A Unix datagram socket that collects what is sent to it (standing in for systemd's notify socket).
+final class DatagramListener {
+    private let fd: Int32
+
+    init(path: String) throws {
+        fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (i, b) in path.utf8.enumerated() { raw[i] = b }
+        }
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard rc == 0 else { throw TestFailure("cannot bind \(path)") }
+        _ = fcntl(fd, F_SETFL, O_NONBLOCK)
+    }
+
+    deinit { close(fd) }
+
+    private var messages: [String] = []
+
+    /// Every datagram received so far.
+    func received() -> [String] {
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = recv(fd, &buffer, buffer.count, 0)
+            guard n > 0 else { break }
+            messages.append(String(decoding: buffer[0..<n], as: UTF8.self))
+        }
+        return messages
+    }
+}
