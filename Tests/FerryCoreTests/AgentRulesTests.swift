@@ -98,3 +98,56 @@ struct HookCommandTests {
         #expect(s.hookTimeout == 120)
     }
 }
+
+/// Events survive their JSON form: what a client of the agent's control socket reads back is the
+/// event the agent emitted.
+struct EventDecodingTests {
+    static let time = Timestamp(rfc3339: "2026-11-23T10:00:00.5Z")!
+    static let path = RelativePath(trusted: "dir/\u{1b}odd \"name\".txt")
+    static let bodies: [Event.Body] = [
+        .syncStarted(direction: .pull, dryRun: false),
+        .manifestFetched(url: "http://h/m.json", version: 7, files: 3, unchanged: true),
+        .manifestFetched(url: "http://h/m.json", version: nil, files: 0, unchanged: false),
+        .manifestRetrying(url: "http://h/m.json", attempt: 2, delay: 1.5, error: "timeout"),
+        .planned(downloads: 1, bytes: 2, metadataFixes: 3, deletions: 4, upToDate: 5, hashed: 6, extrasKept: 7),
+        .planItem(action: "download", path: path, reason: "missing", size: 10),
+        .planItem(action: "delete", path: path, reason: nil, size: nil),
+        .replaced(path: path, was: "directory", now: "file"),
+        .fileStarted(path: path, size: 99, reason: .changed),
+        .fileResumed(path: path, offset: 5), .fileInterrupted(path: path, offset: 6), .fileSuspended(path: path, offset: 7),
+        .fileRestarted(path: path, reason: "the server sent 200"),
+        .fileRetrying(path: path, attempt: 3, delay: 0.25, error: "reset"),
+        .fileWaiting(path: path, error: "refused"),
+        .fileDelayed(path: path, until: time),
+        .delayedDue(path: path, disposition: .replace, reason: "changed"),
+        .fileDone(path: path, size: 10, fetched: 4),
+        .fileFailed(path: path, error: "404"),
+        .metadataFixed(path: path), .fileDeleted(path: path),
+        .warning(message: "line one\nline two"),
+        .manifestBuilt(output: "/m.json", version: 2, files: 3, bytes: 4),
+        .checked(version: 3, listed: 4, hashed: 5, differ: 1, unnoticed: 0),
+        .sessionState(state: "waiting for connectivity: refused", nextPoll: time),
+        .agent(action: "reloaded", message: "2 sessions"),
+        .syncFinished(exitCode: 4, downloaded: 1, failed: 2, deleted: 3, bytes: 4, seconds: 1.25, message: "why", hint: "do", dryRun: false),
+        .syncFinished(exitCode: 0, downloaded: 0, failed: 0, deleted: 0, bytes: 0, seconds: 0, message: nil, hint: nil, dryRun: true),
+    ]
+
+    @Test func everyEventReadsBackAsItself() throws {
+        for body in Self.bodies {
+            let event = Event(time: Self.time, session: "s", body: body)
+            let json = event.json
+            let fields = try #require(Array(json.utf8).withUnsafeBufferPointer { JSONReader.flatObject($0) }, "\(json)")
+            let back = try #require(Event(fields: fields), "\(json) did not read back")
+            #expect(back.json == json)
+        }
+    }
+
+    @Test func linesThatAreNotFerryEventsAreNotEvents() {
+        for text in ["{}", "{\"time\":\"x\",\"session\":\"s\",\"event\":\"file-done\"}",
+                     "{\"time\":\"2026-11-23T10:00:00Z\",\"session\":\"s\",\"event\":\"no-such-event\"}",
+                     "{\"time\":\"2026-11-23T10:00:00Z\",\"session\":\"s\",\"event\":\"file-done\",\"path\":\"a\",\"size\":\"big\",\"fetched\":1}"] {
+            let fields = Array(text.utf8).withUnsafeBufferPointer { JSONReader.flatObject($0) } ?? []
+            #expect(Event(fields: fields) == nil, "\(text)")
+        }
+    }
+}

@@ -193,6 +193,81 @@ struct AgentTests {
         #expect(first.child.wait(timeout: 10) == 0)
     }
 
+    @Test func syncNowHandsOverToTheAgentInsteadOfTransferringBesideIt() throws {
+        let box = Sandbox("agent-handover")
+        let content = randomData(4_000_000, seed: 31)
+        box.publish("slow.bin", content)
+        box.buildManifest()
+        let server = try PythonServer(directory: box.published)
+        defer { server.stop() }
+        server.setFaults(["/slow.bin": ["rate": 1_000_000]])
+        box.configure(remote: server.url, session: ["poll = 1h"])
+        let agent = try RunningAgent(box)
+        server.waitForRequest("/slow.bin")
+        var st = stat()
+        #expect(lstat(box.state + "/agent.sock", &st) == 0 && st.st_mode & S_IFMT == S_IFSOCK && st.st_mode & 0o777 == 0o600)
+
+        // The agent is transferring: a sync now waits for the agent's cycle and its own (no exit 6).
+        let during = box.sync(["--json"], timeout: 60)
+        #expect(during.exitCode == 0, "\(during.output)")
+        #expect((try? Data(contentsOf: URL(fileURLWithPath: box.localPath("slow.bin")))) == content)
+        #expect(during.events(named: "sync-finished").count == 1, "it followed one cycle of the agent: \(during.stdout)")
+        #expect(during.events(named: "manifest-fetched").count == 1)
+
+        // Between polls (poll = 1h), a sync now makes the agent poll at once and shows its events.
+        server.setFaults([:])
+        box.publish("new.txt", "new\n")
+        box.buildManifest()
+        let human = box.sync()
+        #expect(human.exitCode == 0, "\(human.output)")
+        #expect(human.stdout.contains("handing test over to the running agent (pid \(agent.child.pid))"), "\(human.stdout)")
+        #expect(human.stdout.contains("test: in sync — 1 downloaded"), "\(human.stdout)")
+        #expect(fileContents(box.localPath("new.txt")) == "new\n")
+        let logged = ferry(["events", "--config", box.config, "--json"]).events(named: "file-done").compactMap { $0["path"] as? String }
+        #expect(logged == ["slow.bin", "new.txt"], "the agent did the work, once each: \(logged)")
+
+        // Exit codes come through: a manifest the agent refuses is exit 4 here.
+        try box.writeManifest("")
+        #expect(box.sync().exitCode == 4)
+        agent.child.signal(SIGTERM)
+        #expect(agent.child.wait(timeout: 10) == 0)
+    }
+
+    @Test func theControlSocketServesOnlyItsOwnUserAndAStaleOneIsIgnored() throws {
+        let box = Sandbox("agent-socket")
+        box.publish("a.txt", "a\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published, session: ["poll = 1h"])
+        let agent = try RunningAgent(box)
+        #expect(eventually { fileContents(box.localPath("a.txt")) == "a\n" })
+        let socketPath = box.state + "/agent.sock"
+        // Open the file mode to everyone: the peer credentials still turn another user away.
+        chmod(socketPath, 0o666)
+        chmod(box.state, 0o755)
+        let client = """
+            import socket, sys
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.connect(sys.argv[1])
+            s.sendall(b'{"command":"sync","sessions":""}\\n')
+            print(s.makefile().readline().strip())
+            """
+        let other = runProcess("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", "/usr/bin/python3", "-c", client, socketPath])
+        #expect(other.stdout.contains("handover-refused") && other.stdout.contains("only its own user"), "\(other.output)")
+        let same = runProcess("/usr/bin/python3", ["-c", client, socketPath])
+        #expect(same.stdout.contains("\"event\":\"handover\""), "\(same.output)")
+
+        // An agent killed with -9 leaves its socket behind: sync now runs by itself.
+        agent.child.signal(SIGKILL)
+        agent.child.wait(timeout: 10)
+        #expect(FileManager.default.fileExists(atPath: socketPath))
+        box.publish("b.txt", "b\n")
+        box.buildManifest()
+        let run = box.sync()
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(!run.stdout.contains("handing"))
+        #expect(fileContents(box.localPath("b.txt")) == "b\n")
+    }
+
     @Test func speaksSdNotify() throws {
         let box = Sandbox("agent-notify")
         box.publish("a.txt", "a\n")

@@ -49,6 +49,9 @@ struct AgentCommand: Command {
         for w in config.warnings { log.event(Event(time: Timestamp.now(), session: "", body: .warning(message: w))) }
         let hooks = HookRunner(sessions: config.sessions)
         let agent = try Agent(config: config, sinks: [EventLog(state: config.agent.state), log], hooks: hooks)
+        do { try agent.serveControlSocket() } catch {
+            log.event(Event(time: Timestamp.now(), session: "", body: .warning(message: error.message + "; sync now and resume cannot hand their work over to this agent")))
+        }
         let stop = StopToken()
         StopSignals.install(stopTimeout: config.agent.stopTimeout, token: stop, forcedExit: .inSync) { agent.wakeUp() }
         StopSignals.onHangup { agent.requestReload() }

@@ -8,7 +8,8 @@ struct ResumeCommand: Command {
     static let usage = "resume [--config F] (--session ID | TASK...) [--max-duration D] [--json] [--quiet]"
     static let details = """
         Marks the tasks runnable again, then syncs their sessions now, so each continues from its kept
-        offset (Range + If-Range). If another ferry is running the session, that run takes the tasks back
+        offset (Range + If-Range). With a ferry agent running, it hands the sessions to the agent and
+        follows them, as sync now does. If another ferry is running the session, that run takes the tasks back
         within a second and finishes them (or, if it has run out of work, its next run does).
         Like sync now, it stops at --max-duration or the session's max-duration with exit 3, keeping
         resume data. Exit codes as for ferry sync now.
@@ -30,15 +31,24 @@ struct ResumeCommand: Command {
         reporter.busyIsExpected = true
         let maxDuration = try CommonOptions.maxDuration(arguments, command: Self.name)
         let stop = StopSignals.stopCondition(stopTimeout: config.agent.stopTimeout, maxDuration: maxDuration)
-        var jobs: [SessionRunner.Job] = []
+        var sessions: [SessionConfig] = []
         for (session, ids) in selection.targets {
             let tasks = try store.unsuspend(session: session.name, ids: ids)
             if mode == .human {
                 for t in tasks { Console.out("\(session.name): resuming task \(t.id) \(Printable.name(t.path.string)) from \(Units.formatBytes(t.bytesDone))") }
                 if tasks.isEmpty { Console.out("\(session.name): no suspended tasks\(ids == nil ? "" : " among those named")") }
             }
-            jobs.append(SessionRunner.Job(session: session, options: SyncOptions(stop: stop.limited(to: session.maxDuration))))
+            sessions.append(session)
         }
+        // A running agent continues them (its running cycle takes them back within a second, or it
+        // polls the session now).
+        var handedOver: [ExitCode] = []
+        if let outcome = Handover.toAgent(config: config, sessions: sessions, notBefore: nil, reporter: reporter, mode: mode, stop: stop) {
+            handedOver = [outcome.exitCode]
+            sessions = outcome.leftOver
+            if sessions.isEmpty { return outcome.exitCode }
+        }
+        let jobs = sessions.map { SessionRunner.Job(session: $0, options: SyncOptions(stop: stop.limited(to: $0.maxDuration))) }
         // A busy session is not a failure here: the process holding it takes the resumed tasks back.
         let record = RunRecord(config: config, terminal: reporter)
         let results = SessionRunner(agent: config.agent).run(jobs, sinks: [record.hub])
@@ -46,6 +56,6 @@ struct ResumeCommand: Command {
         for result in results where result.error?.category == .busy && mode != .json {
             Console.out("\(result.session): \(result.error!.message); the ferry running it takes the resumed tasks back")
         }
-        return ExitCode.worst(results.filter { $0.error?.category != .busy }.map(\.exitCode))
+        return ExitCode.worst(results.filter { $0.error?.category != .busy }.map(\.exitCode) + handedOver)
     }
 }

@@ -7,6 +7,10 @@ struct SyncNowCommand: Command {
     static let summary = "Bring each session's local directory in line with its remote manifest, once."
     static let usage = "sync now [--config F] [--session ID]... [--max-duration D] [--not-before T] [--dry-run] [--json] [--quiet]"
     static let details = """
+        With a ferry agent running on the same state directory, the work is handed to it (never run
+        beside it): the agent polls the sessions at once, and this command shows their events and exits
+        with their code; a deadline or signal here stops only the following (exit 3).
+
         Fetches the manifest (a conditional GET: an unchanged manifest costs one round trip), scans the
         local directory, downloads new and changed files into .ferry/ under the local root, verifies size
         and SHA-256, then renames each into place. Local edits are repaired. With delete = yes, files the
@@ -36,6 +40,7 @@ struct SyncNowCommand: Command {
     let mode: OutputMode
     let maxDuration: Double?
     let notBefore: EarliestBegin?
+    let notBeforeText: String?
 
     init(arguments: Arguments) throws(FerryError) {
         try arguments.expectPositionals(0...0, command: Self.name, what: "")
@@ -44,6 +49,7 @@ struct SyncNowCommand: Command {
         dryRun = arguments.has("--dry-run")
         mode = OutputMode(arguments: arguments)
         maxDuration = try CommonOptions.maxDuration(arguments, command: Self.name)
+        notBeforeText = arguments.value("--not-before")
         if let text = arguments.value("--not-before") {
             guard let t = EarliestBegin(parsing: text) else {
                 throw .usage("ferry sync now: --not-before wants a duration (30m) or an RFC 3339 time (2026-11-24T02:00:00Z), got '\(text)'")
@@ -57,7 +63,7 @@ struct SyncNowCommand: Command {
     func run() throws(FerryError) -> ExitCode {
         let config = try ConfigLoader.load(path: ConfigLoader.resolvePath(configPath))
         for w in config.warnings where mode != .json { Console.warning(w) }
-        let selected = try selectSessions(config, names: sessions)
+        var selected = try selectSessions(config, names: sessions)
         let reporter = SyncReporter(mode: mode)
         for w in config.warnings where mode == .json {
             reporter.event(Event(time: Timestamp.now(), session: "", body: .warning(message: w)))
@@ -67,6 +73,13 @@ struct SyncNowCommand: Command {
             if mode != .json { for session in selected { Console.err("ferry: \(Printable.name(session.name)): not started, \(reason)") } }
             return .incomplete
         }
+        var handedOver: ExitCode?
+        if !dryRun, let outcome = Handover.toAgent(config: config, sessions: selected, notBefore: notBeforeText, reporter: reporter,
+                                                   mode: mode, stop: stop) {
+            handedOver = outcome.exitCode
+            selected = outcome.leftOver
+            if selected.isEmpty { return outcome.exitCode }
+        }
         let jobs = selected.map { session in
             var options = SyncOptions(dryRun: dryRun, stop: stop.limited(to: session.maxDuration))
             options.notBefore = notBefore
@@ -75,7 +88,7 @@ struct SyncNowCommand: Command {
         let record = dryRun ? nil : RunRecord(config: config, terminal: reporter)
         let results = SessionRunner(agent: config.agent).run(jobs, sinks: [record?.hub ?? reporter])
         record?.finish()
-        return ExitCode.worst(results.map(\.exitCode))
+        return ExitCode.worst(results.map(\.exitCode) + (handedOver.map { [$0] } ?? []))
     }
 }
 

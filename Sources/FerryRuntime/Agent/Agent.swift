@@ -29,12 +29,51 @@ public final class Agent: @unchecked Sendable {
         /// What the agent last said of the session.
         var state = "starting"
         var nextPoll: Timestamp?
+        /// Clients waiting for the session's next cycle (`sync now` handed over), and its options.
+        var waiting: [Handover] = []
+        var waitingNotBefore: EarliestBegin?
+        /// Clients following the running cycle.
+        var following: [Handover] = []
     }
 
-    /// Requests from other threads (signal handlers, ending cycles).
+    /// Requests from other threads (signal handlers, ending cycles, control clients).
     private struct Inbox {
         var ended: [(session: String, result: SyncResult)] = []
         var reload = false
+        var requests: [(ControlRequest, ControlConnection)] = []
+    }
+
+    /// One client's handed-over sync: the sessions it waits for, and the exit codes so far.
+    private final class Handover {
+        let connection: ControlConnection
+        var remaining: Set<String>
+        var codes: [ExitCode] = []
+        init(connection: ControlConnection, sessions: Set<String>) {
+            self.connection = connection
+            remaining = sessions
+        }
+
+        /// One session's cycle ended; the client is told when its last one has.
+        func ended(_ session: String, _ code: ExitCode) {
+            guard remaining.remove(session) != nil else { return }
+            codes.append(code)
+            if remaining.isEmpty {
+                connection.send("{\"event\":\"handover-done\",\"exit_code\":\(ExitCode.worst(codes).rawValue)}")
+                connection.finish()
+            }
+        }
+    }
+
+    /// Sends the events of followed sessions to their clients (a sink of the hub).
+    private final class Followers: EventSink, @unchecked Sendable {
+        let bySession = Mutex<[String: [ControlConnection]]>([:])
+        func event(_ event: Event) {
+            let connections = bySession.withLock { $0[event.session] ?? [] }
+            guard !connections.isEmpty else { return }
+            let line = event.json
+            for c in connections { c.send(line) }
+        }
+        func progress(_ progress: SyncProgress) {}
     }
 
     public private(set) var config: Config
@@ -52,6 +91,8 @@ public final class Agent: @unchecked Sendable {
     private var slots: [String: Slot] = [:]
     private var lastWatchdog = 0.0
     private var lastStatus = ""
+    private let followers = Followers()
+    private var control: ControlServer?
 
     /// `sinks` get every event (the event log, the journal, metrics); `hooks` too, and learn the
     /// sessions of each reload. `reloadConfig` reads the config file again (injected for tests).
@@ -65,7 +106,7 @@ public final class Agent: @unchecked Sendable {
         self.clock = clock
         self.random = random
         self.reloadConfig = reloadConfig
-        hub = EventHub(sinks + (hooks.map { [$0] } ?? []))
+        hub = EventHub(sinks + (hooks.map { [$0] } ?? []) + [followers])
         runner = SessionRunner(agent: config.agent)
         store = try StateStore(directory: config.agent.state)
         let hub = self.hub
@@ -82,6 +123,14 @@ public final class Agent: @unchecked Sendable {
     /// Wake the loop now (a stop was requested).
     public func wakeUp() { wake.signal() }
 
+    /// Listens on `<state>/agent.sock` for `sync now` and `resume` to hand their work over.
+    public func serveControlSocket() throws(FerryError) {
+        control = try ControlServer(state: config.agent.state) { [self] request, connection in
+            inbox.withLock { $0.requests.append((request, connection)) }
+            wake.signal()
+        }
+    }
+
     /// Runs until `stop` is requested and every running cycle has checkpointed; returns the
     /// agent's exit code (0: stopped as asked, state intact).
     public func run(stop: StopToken) -> ExitCode {
@@ -89,11 +138,12 @@ public final class Agent: @unchecked Sendable {
         notifier.ready(status: statusLine())
         var stopping = false
         while true {
-            let (ended, reload) = inbox.withLock { inbox in
-                defer { inbox.ended.removeAll(); inbox.reload = false }
-                return (inbox.ended, inbox.reload)
+            let (ended, reload, requests) = inbox.withLock { inbox in
+                defer { inbox.ended.removeAll(); inbox.reload = false; inbox.requests.removeAll() }
+                return (inbox.ended, inbox.reload, inbox.requests)
             }
             for (name, result) in ended { cycleEnded(name, result) }
+            for (request, connection) in requests { accept(request, connection, stopping: stop.reason != nil) }
             if let reason = stop.reason {
                 if !stopping {
                     stopping = true
@@ -120,9 +170,37 @@ public final class Agent: @unchecked Sendable {
             let sleep = stopping ? 0.1 : min(max(0, nextDue - now), 1)
             _ = wake.wait(timeout: .now() + sleep)
         }
-        for name in slots.keys { try? store.recordAgentState(session: name, pid: nil, state: nil, nextPoll: nil) }
+        control?.remove()
+        for (name, slot) in slots {
+            for handover in slot.waiting { handover.ended(name, .incomplete) }
+            try? store.recordAgentState(session: name, pid: nil, state: nil, nextPoll: nil)
+        }
         hooks?.drain()
         return .inSync
+    }
+
+    // MARK: handed-over syncs
+
+    /// A client's `sync now`: each named session (all, when none are named) runs a cycle as soon
+    /// as it is free, the client following its events.
+    private func accept(_ request: ControlRequest, _ connection: ControlConnection, stopping: Bool) {
+        let names = request.sessions.isEmpty ? slots.keys.sorted() : request.sessions
+        let accepted = stopping ? [] : names.filter { slots[$0] != nil && !slots[$0]!.removed }
+        let unknown = names.filter { !accepted.contains($0) }
+        connection.send("{\"event\":\"handover\",\"pid\":\(pid),\"accepted\":\(JSONText.quote(accepted.joined(separator: ","))),"
+                        + "\"unknown\":\(JSONText.quote(unknown.joined(separator: ",")))}")
+        guard !accepted.isEmpty else {
+            connection.send("{\"event\":\"handover-done\",\"exit_code\":0}")
+            connection.finish()
+            return
+        }
+        let handover = Handover(connection: connection, sessions: Set(accepted))
+        for name in accepted {
+            slots[name]!.waiting.append(handover)
+            if let nb = request.notBefore { slots[name]!.waitingNotBefore = nb }
+            // Free now: the loop starts it this turn. Running: it starts again when this cycle ends.
+            if slots[name]!.running == nil { slots[name]!.due = clock.monotonic() }
+        }
     }
 
     // MARK: the schedule
@@ -137,7 +215,16 @@ public final class Agent: @unchecked Sendable {
         let token = StopToken()
         var options = SyncOptions(stop: StopCondition(token: token, clock: clock, maxDuration: session.maxDuration))
         options.retryManifest = false
+        options.notBefore = slots[name]!.waitingNotBefore
+        slots[name]!.waitingNotBefore = nil
         slots[name]!.running = token
+        // Clients waiting for this session follow this cycle.
+        let following = slots[name]!.waiting
+        slots[name]!.following = following
+        slots[name]!.waiting = []
+        if !following.isEmpty {
+            followers.bySession.withLock { $0[name, default: []] += following.map(\.connection) }
+        }
         runner.start(SessionRunner.Job(session: session, options: options), observer: hub) { [self] result in
             inbox.withLock { $0.ended.append((name, result)) }
             wake.signal()
@@ -147,7 +234,14 @@ public final class Agent: @unchecked Sendable {
     private func cycleEnded(_ name: String, _ result: SyncResult) {
         guard var slot = slots[name] else { return }
         slot.running = nil
+        if !slot.following.isEmpty {
+            let done = Set(slot.following.map { ObjectIdentifier($0.connection) })
+            followers.bySession.withLock { $0[name]?.removeAll { done.contains(ObjectIdentifier($0)) } }
+            for handover in slot.following { handover.ended(name, result.exitCode) }
+            slot.following = []
+        }
         if slot.removed {
+            for handover in slot.waiting { handover.ended(name, .incomplete) }
             slots[name] = nil
             try? store.recordAgentState(session: name, pid: nil, state: nil, nextPoll: nil)
             return
@@ -159,6 +253,8 @@ public final class Agent: @unchecked Sendable {
             // A delayed download comes due before the next poll: poll then.
             delay = min(delay, max(1, begin.timeInterval - now.timeInterval))
         }
+        // A client asked for a cycle while this one ran: it starts now.
+        if !slot.waiting.isEmpty { delay = 0 }
         slot.due = clock.monotonic() + delay
         let next = Timestamp(seconds: now.seconds + Int64(delay.rounded(.up)), nanoseconds: now.nanoseconds)
         let state = Agent.describe(result, outcome: outcome)

@@ -1,0 +1,94 @@
+/// Events read back from their JSON form (`Event.json`): what `ferry sync now` gets from a running
+/// agent over the control socket, to show it exactly as a run of its own would.
+extension Event {
+    /// The event a JSON line holds, or nil when it is not one ferry writes (unknown name, missing
+    /// or malformed fields). Paths come from ferry itself and are taken as they are.
+    public init?(fields: [(key: String, value: String?)]) {
+        var f: [String: String] = [:]
+        for (k, v) in fields { if let v { f[k] = v } }
+        guard let timeText = f["time"], let time = Timestamp(rfc3339: timeText), let session = f["session"], let name = f["event"] else { return nil }
+        func text(_ k: String) -> String? { f[k] }
+        func int(_ k: String) -> Int? { f[k].flatMap { Int($0) } }
+        func int64(_ k: String) -> Int64? { f[k].flatMap { Int64($0) } }
+        func double(_ k: String) -> Double? { f[k].flatMap { Double($0) } }
+        func bool(_ k: String) -> Bool? { f[k].map { $0 == "true" } }
+        func path(_ k: String = "path") -> RelativePath? { f[k].map { RelativePath(trusted: $0) } }
+        let body: Body
+        switch name {
+        case "sync-started":
+            guard let d = text("direction").flatMap(Direction.init(rawValue:)) else { return nil }
+            body = .syncStarted(direction: d, dryRun: bool("dry_run") ?? false)
+        case "manifest-fetched":
+            guard let url = text("url"), let files = int("files") else { return nil }
+            body = .manifestFetched(url: url, version: int64("version"), files: files, unchanged: bool("unchanged") ?? false)
+        case "manifest-retrying":
+            guard let url = text("url"), let attempt = int("attempt"), let delay = double("delay"), let error = text("error") else { return nil }
+            body = .manifestRetrying(url: url, attempt: attempt, delay: delay, error: error)
+        case "planned":
+            guard let downloads = int("downloads"), let bytes = int64("bytes"), let fixes = int("metadata_fixes"), let deletions = int("deletions"),
+                  let upToDate = int("up_to_date"), let hashed = int("hashed"), let extras = int("extras_kept") else { return nil }
+            body = .planned(downloads: downloads, bytes: bytes, metadataFixes: fixes, deletions: deletions, upToDate: upToDate,
+                            hashed: hashed, extrasKept: extras)
+        case "plan-item":
+            guard let action = text("action"), let p = path() else { return nil }
+            body = .planItem(action: action, path: p, reason: text("reason"), size: int64("size"))
+        case "replaced":
+            guard let p = path(), let was = text("was"), let now = text("now") else { return nil }
+            body = .replaced(path: p, was: was, now: now)
+        case "file-started":
+            guard let p = path(), let reason = text("reason").flatMap(Plan.Reason.init(rawValue:)) else { return nil }
+            body = .fileStarted(path: p, size: int64("size"), reason: reason)
+        case "file-resumed", "file-interrupted", "file-suspended":
+            guard let p = path(), let offset = int64("offset") else { return nil }
+            body = name == "file-resumed" ? .fileResumed(path: p, offset: offset)
+                : name == "file-interrupted" ? .fileInterrupted(path: p, offset: offset) : .fileSuspended(path: p, offset: offset)
+        case "file-restarted":
+            guard let p = path(), let reason = text("reason") else { return nil }
+            body = .fileRestarted(path: p, reason: reason)
+        case "file-retrying":
+            guard let p = path(), let attempt = int("attempt"), let delay = double("delay"), let error = text("error") else { return nil }
+            body = .fileRetrying(path: p, attempt: attempt, delay: delay, error: error)
+        case "file-waiting":
+            guard let p = path(), let error = text("error") else { return nil }
+            body = .fileWaiting(path: p, error: error)
+        case "file-delayed":
+            guard let p = path(), let until = text("not_before").flatMap(Timestamp.init(rfc3339:)) else { return nil }
+            body = .fileDelayed(path: p, until: until)
+        case "delayed-due":
+            guard let p = path(), let d = text("disposition").flatMap(DelayedRequest.Disposition.init(rawValue:)), let reason = text("reason") else { return nil }
+            body = .delayedDue(path: p, disposition: d, reason: reason)
+        case "file-done":
+            guard let p = path(), let size = int64("size"), let fetched = int64("fetched") else { return nil }
+            body = .fileDone(path: p, size: size, fetched: fetched)
+        case "file-failed":
+            guard let p = path(), let error = text("error") else { return nil }
+            body = .fileFailed(path: p, error: error)
+        case "metadata-fixed", "file-deleted":
+            guard let p = path() else { return nil }
+            body = name == "metadata-fixed" ? .metadataFixed(path: p) : .fileDeleted(path: p)
+        case "warning":
+            guard let message = text("message") else { return nil }
+            body = .warning(message: message)
+        case "manifest-built":
+            guard let output = text("output"), let version = int64("version"), let files = int("files"), let bytes = int64("bytes") else { return nil }
+            body = .manifestBuilt(output: output, version: version, files: files, bytes: bytes)
+        case "checked":
+            guard let listed = int("listed"), let hashed = int("hashed"), let differ = int("differ"), let unnoticed = int("unnoticed") else { return nil }
+            body = .checked(version: int64("version"), listed: listed, hashed: hashed, differ: differ, unnoticed: unnoticed)
+        case "session-state":
+            guard let state = text("state") else { return nil }
+            body = .sessionState(state: state, nextPoll: text("next_poll").flatMap(Timestamp.init(rfc3339:)))
+        case "agent":
+            guard let action = text("action"), let message = text("message") else { return nil }
+            body = .agent(action: action, message: message)
+        case "sync-finished":
+            guard let code = int("exit_code").map(Int32.init), let downloaded = int("downloaded"), let failed = int("failed"),
+                  let deleted = int("deleted"), let bytes = int64("bytes"), let seconds = double("seconds") else { return nil }
+            body = .syncFinished(exitCode: code, downloaded: downloaded, failed: failed, deleted: deleted, bytes: bytes, seconds: seconds,
+                                 message: text("message"), hint: text("hint"), dryRun: bool("dry_run") ?? false)
+        default:
+            return nil
+        }
+        self.init(time: time, session: session, body: body)
+    }
+}

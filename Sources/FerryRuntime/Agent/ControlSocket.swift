@@ -1,0 +1,280 @@
+import Dispatch
+import Glibc
+import Synchronization
+import FerryCore
+
+/// The agent's control socket, `<state>/agent.sock`: a Unix stream socket of mode 0600 through
+/// which `ferry sync now` (and `ferry resume`) hand their work to a running agent instead of
+/// transferring beside it. A client's peer credentials are checked: only the agent's own user
+/// and root are served.
+///
+/// The protocol is JSON lines. The client sends one request,
+///     {"command":"sync","sessions":"a,b","not_before":"30m"}
+/// (no sessions: all of the agent's), and the agent answers
+///     {"event":"handover","pid":N,"accepted":"a,b","unknown":"c"}
+/// then the events of the one cycle it starts for each accepted session (as soon as the session
+/// is free), in their `--json` form, and last
+///     {"event":"handover-done","exit_code":N}
+/// with the worst exit code of those cycles. Events reach a connection through a queue of its
+/// own, so a slow client never holds up a transfer.
+public final class ControlServer: @unchecked Sendable {
+    public let path: String
+    private let fd: Int32
+    private let handler: @Sendable (ControlRequest, ControlConnection) -> Void
+
+    /// Starts listening; `handler` gets each valid request on the connection's own thread.
+    public init(state: String, handler: @escaping @Sendable (ControlRequest, ControlConnection) -> Void) throws(FerryError) {
+        path = ControlServer.socketPath(state: state)
+        self.handler = handler
+        var address = sockaddr_un()
+        guard ControlServer.fill(&address, path: path) else {
+            throw .localIO("the control socket path \(path) is longer than a Unix socket allows (107 bytes)",
+                           hint: "use a shorter [agent] state path")
+        }
+        fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw .localIO("cannot create the control socket: \(FileSystem.errorText())") }
+        // The agent holds the state directory's agent lock: a socket file left here is stale.
+        unlink(path)
+        let old = umask(0o177)
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        umask(old)
+        guard rc == 0, chmod(path, 0o600) == 0, listen(fd, 16) == 0 else {
+            let text = FileSystem.errorText()
+            close(fd)
+            throw .localIO("cannot listen on the control socket \(path): \(text)")
+        }
+        Threads.start(name: "ferry-control") { [self] in acceptLoop() }
+    }
+
+    /// Removes the socket file (the agent is stopping); connections already open finish.
+    public func remove() { unlink(path) }
+
+    public static func socketPath(state: String) -> String { state + "/agent.sock" }
+
+    static func fill(_ address: inout sockaddr_un, path: String) -> Bool {
+        let bytes = Array(path.utf8)
+        guard bytes.count < MemoryLayout.size(ofValue: address.sun_path) else { return false }
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (i, b) in bytes.enumerated() { raw[i] = b }
+            raw[bytes.count] = 0
+        }
+        return true
+    }
+
+    private func acceptLoop() {
+        while true {
+            let client = accept(fd, nil, nil)
+            if client < 0 {
+                if errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE { usleep(10_000); continue }
+                return
+            }
+            _ = fcntl(client, F_SETFD, FD_CLOEXEC)
+            Threads.start(name: "ferry-control-client") { [self] in serve(client) }
+        }
+    }
+
+    private func serve(_ client: Int32) {
+        let connection = ControlConnection(fd: client)
+        // Only the agent's own user, and root.
+        var credentials = PeerCredentials()
+        var length = socklen_t(MemoryLayout<PeerCredentials>.size)
+        guard getsockopt(client, SOL_SOCKET, SO_PEERCRED, &credentials, &length) == 0,
+              credentials.uid == geteuid() || credentials.uid == 0 else {
+            connection.send("{\"event\":\"handover-refused\",\"message\":\"the agent serves only its own user and root\"}")
+            connection.finish()
+            return
+        }
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        guard let line = ControlConnection.readLine(client, limit: 64 << 10),
+              let request = line.withUnsafeBufferPointer({ JSONReader.flatObject($0) }).flatMap(ControlRequest.init(fields:)) else {
+            connection.send("{\"event\":\"handover-refused\",\"message\":\"not a request ferry understands\"}")
+            connection.finish()
+            return
+        }
+        handler(request, connection)
+    }
+
+    /// `struct ucred` of <sys/socket.h>.
+    private struct PeerCredentials {
+        var pid: pid_t = 0
+        var uid: uid_t = 0
+        var gid: gid_t = 0
+    }
+}
+
+/// What a client asks of the agent.
+public struct ControlRequest: Sendable {
+    public let command: String
+    /// Empty: every session of the agent.
+    public let sessions: [String]
+    /// `--not-before` for the cycles it starts.
+    public let notBefore: EarliestBegin?
+
+    public init(command: String, sessions: [String], notBefore: String?) {
+        self.command = command
+        self.sessions = sessions
+        self.notBefore = notBefore.flatMap(EarliestBegin.init(parsing:))
+        notBeforeText = notBefore
+    }
+
+    private let notBeforeText: String?
+
+    init?(fields: [(key: String, value: String?)]) {
+        var f: [String: String] = [:]
+        for (k, v) in fields { if let v { f[k] = v } }
+        guard f["command"] == "sync" else { return nil }
+        let sessions = (f["sessions"] ?? "").split(separator: ",").map(String.init)
+        if let nb = f["not_before"], EarliestBegin(parsing: nb) == nil { return nil }
+        self.init(command: "sync", sessions: sessions, notBefore: f["not_before"])
+    }
+
+    var json: String {
+        var out = "{\"command\":\(JSONText.quote(command)),\"sessions\":\(JSONText.quote(sessions.joined(separator: ",")))"
+        if let notBeforeText { out += ",\"not_before\":\(JSONText.quote(notBeforeText))" }
+        return out + "}"
+    }
+}
+
+/// One client of the control socket, seen from the agent: lines go out through a queue and a
+/// writer thread, so whoever sends never waits for the client. A client that stops reading is
+/// cut off once `maxQueued` lines wait.
+public final class ControlConnection: @unchecked Sendable {
+    static let maxQueued = 100_000
+    private let fd: Int32
+    private struct Outbox {
+        var lines: [String] = []
+        var finished = false
+        var broken = false
+    }
+    private let outbox = Mutex(Outbox())
+    private let ready = DispatchSemaphore(value: 0)
+
+    init(fd: Int32) {
+        self.fd = fd
+        Threads.start(name: "ferry-control-writer") { [self] in writeLoop() }
+    }
+
+    public func send(_ line: String) {
+        let accepted = outbox.withLock { o -> Bool in
+            guard !o.finished, !o.broken else { return false }
+            if o.lines.count >= ControlConnection.maxQueued { o.broken = true; return true }
+            o.lines.append(line)
+            return true
+        }
+        if accepted { ready.signal() }
+    }
+
+    /// Sends what is queued, then closes.
+    public func finish() {
+        outbox.withLock { $0.finished = true }
+        ready.signal()
+    }
+
+    private func writeLoop() {
+        while true {
+            ready.wait()
+            let (lines, finished, broken) = outbox.withLock { o in
+                defer { o.lines.removeAll() }
+                return (o.lines, o.finished, o.broken)
+            }
+            if broken { break }
+            var text = lines.map { $0 + "\n" }.joined()
+            let ok = text.withUTF8 { buffer -> Bool in
+                var offset = 0
+                while offset < buffer.count {
+                    let n = Glibc.send(fd, buffer.baseAddress! + offset, buffer.count - offset, Int32(MSG_NOSIGNAL))
+                    if n < 0 {
+                        if errno == EINTR { continue }
+                        return false
+                    }
+                    offset += n
+                }
+                return true
+            }
+            if !ok {
+                outbox.withLock { $0.broken = true }
+                break
+            }
+            if finished && outbox.withLock({ $0.lines.isEmpty }) { break }
+        }
+        close(fd)
+    }
+
+    /// Reads up to a newline (not included); nil at end of stream, an error, a timeout or `limit`.
+    static func readLine(_ fd: Int32, limit: Int) -> [UInt8]? {
+        var line: [UInt8] = []
+        var byte: UInt8 = 0
+        while line.count < limit {
+            let n = read(fd, &byte, 1)
+            if n < 0 && errno == EINTR { continue }
+            guard n == 1 else { return nil }
+            if byte == UInt8(ascii: "\n") { return line }
+            line.append(byte)
+        }
+        return nil
+    }
+}
+
+/// A client's link to a running agent: `ferry sync now` and `ferry resume` hand their work over
+/// through it.
+public final class AgentLink {
+    private let fd: Int32
+    private var buffer: [UInt8] = []
+
+    /// Connects to the agent of `state`; nil when none listens (no socket, or a stale one left by
+    /// an agent that died).
+    public init?(state: String) {
+        var address = sockaddr_un()
+        guard ControlServer.fill(&address, path: ControlServer.socketPath(state: state)) else { return nil }
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        let rc = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard rc == 0 else {
+            close(fd)
+            return nil
+        }
+        self.fd = fd
+    }
+
+    deinit { close(fd) }
+
+    public func send(_ request: ControlRequest) -> Bool {
+        var text = request.json + "\n"
+        return text.withUTF8 { buffer in
+            Glibc.send(fd, buffer.baseAddress, buffer.count, Int32(MSG_NOSIGNAL)) == buffer.count
+        }
+    }
+
+    /// The next line from the agent; nil when the agent closed the link. Waits at most `timeout`
+    /// seconds for it (`.timedOut`), so the caller can look at its stop condition.
+    public enum Received {
+        case line([UInt8])
+        case timedOut
+        case closed
+    }
+
+    public func receive(timeout: Double) -> Received {
+        while true {
+            if let newline = buffer.firstIndex(of: UInt8(ascii: "\n")) {
+                let line = Array(buffer[..<newline])
+                buffer.removeSubrange(...newline)
+                return .line(line)
+            }
+            var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let ready = poll(&pfd, 1, Int32(timeout * 1000))
+            if ready < 0 && errno == EINTR { continue }
+            if ready == 0 { return .timedOut }
+            var chunk = [UInt8](repeating: 0, count: 64 << 10)
+            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return .closed }
+            buffer += chunk[0..<n]
+        }
+    }
+}
