@@ -97,6 +97,17 @@ struct HookCommandTests {
         #expect(s.onSessionDone?.arguments == ["systemctl", "reload", "my web"])
         #expect(s.hookTimeout == 120)
     }
+
+    @Test func metricsMustBeATextfileTheCollectorReads() throws {
+        let session = "\n[session s]\nremote = https://example.net/\nlocal = /srv/s\n"
+        let ok = try ConfigParser.parse("[agent]\nmetrics = prom/ferry.prom\n" + session, path: "/etc/ferry/ferry.conf")
+        #expect(ok.agent.metrics == "/etc/ferry/prom/ferry.prom")
+        #expect {
+            _ = try ConfigParser.parse("[agent]\nmetrics = /var/lib/ferry.txt\n" + session, path: "/etc/ferry/ferry.conf")
+        } throws: { error in
+            (error as? FerryError)?.message == "/etc/ferry/ferry.conf:2: [agent] key 'metrics': '/var/lib/ferry.txt' does not end in .prom"
+        }
+    }
 }
 
 /// Events survive their JSON form: what a client of the agent's control socket reads back is the

@@ -268,6 +268,37 @@ struct AgentTests {
         #expect(fileContents(box.localPath("b.txt")) == "b\n")
     }
 
+    @Test func writesPrometheusMetrics() throws {
+        let server = try NginxServer()
+        defer { server.stop() }
+        let box = Sandbox("agent-metrics", published: server.root)
+        box.publish("a.txt", "12345\n")
+        box.publish("b.txt", "abc\n")
+        box.buildManifest(["--version", "7"])
+        let metrics = box.directory + "/ferry.prom"
+        box.configure(remote: server.url, session: ["poll = 2s", "retry-delay = 1s"], agent: ["metrics = \(metrics)"])
+        let agent = try RunningAgent(box)
+        #expect(eventually { (fileContents(metrics) ?? "").contains("ferry_transferred_files_total{session=\"test\"} 2") }, "\(agent.output)")
+        let text = fileContents(metrics) ?? ""
+        for line in ["# TYPE ferry_transferred_bytes_total counter", "ferry_transferred_bytes_total{session=\"test\"} 10",
+                     "ferry_manifest_version{session=\"test\"} 7", "ferry_tasks{session=\"test\",state=\"queued\"} 0",
+                     "ferry_session_waiting{session=\"test\"} 0", "ferry_last_successful_poll_timestamp_seconds{session=\"test\"} "] {
+            #expect(text.contains(line), "missing \(line) in:\n\(text)")
+        }
+        var st = stat()
+        #expect(stat(metrics, &st) == 0 && st.st_mode & 0o777 == 0o644)
+
+        // The remote goes away: the error is counted and the session shows as waiting.
+        server.goAway()
+        #expect(eventually { (fileContents(metrics) ?? "").contains("ferry_session_waiting{session=\"test\"} 1") })
+        #expect((fileContents(metrics) ?? "").contains("ferry_errors_total{session=\"test\",kind=\"remote-or-manifest\"}"))
+        // Written atomically: no temporary file is left beside it.
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: box.directory).filter { $0.hasPrefix("ferry.prom.") }
+        #expect(leftovers.isEmpty, "\(leftovers)")
+        agent.child.signal(SIGTERM)
+        #expect(agent.child.wait(timeout: 10) == 0)
+    }
+
     @Test func speaksSdNotify() throws {
         let box = Sandbox("agent-notify")
         box.publish("a.txt", "a\n")

@@ -19,6 +19,8 @@ public struct AgentConfig: Sendable, Equatable {
     public var transfers: Int = 8
     /// After SIGTERM or SIGINT, the longest a run takes to checkpoint and exit.
     public var stopTimeout: Double = 5
+    /// The agent's Prometheus textfile, if it writes one.
+    public var metrics: String?
 }
 
 public enum Direction: String, Sendable {

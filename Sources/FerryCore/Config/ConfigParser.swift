@@ -5,7 +5,7 @@
 /// line or from ` #` after a value. Relative paths are resolved against the config file's directory.
 public enum ConfigParser {
     /// Every key, per section kind. The one place keys are defined; `config/ferry.conf` documents them.
-    public static let agentKeys = ["state", "transfers", "stop-timeout"]
+    public static let agentKeys = ["state", "transfers", "stop-timeout", "metrics"]
     public static let sessionKeys = [
         "remote", "manifest", "local", "direction", "poll", "delete", "max-delete", "allow-rollback", "allow-empty",
         "max-manifest-size", "mode-mask",
@@ -95,6 +95,11 @@ public enum ConfigParser {
                         agent.transfers = try integer(line, in: 1...256, fail)
                     case "stop-timeout":
                         agent.stopTimeout = try duration(line, minimum: 1, fail)
+                    case "metrics":
+                        guard line.value.hasSuffix(".prom") else {
+                            throw fail(line, "'\(line.value)' does not end in .prom", hint: "node_exporter's textfile collector reads only *.prom files, like /var/lib/node_exporter/textfile_collector/ferry.prom")
+                        }
+                        agent.metrics = resolve(line.value, against: baseDirectory)
                     default: break
                     }
                 }

@@ -89,10 +89,12 @@ public final class Agent: @unchecked Sendable {
     private let wake = DispatchSemaphore(value: 0)
     private let inbox = Mutex(Inbox())
     private var slots: [String: Slot] = [:]
+    private var lastMetricsError: String?
     private var lastWatchdog = 0.0
     private var lastStatus = ""
     private let followers = Followers()
     private var control: ControlServer?
+    private var metrics: Metrics?
 
     /// `sinks` get every event (the event log, the journal, metrics); `hooks` too, and learn the
     /// sessions of each reload. `reloadConfig` reads the config file again (injected for tests).
@@ -106,7 +108,9 @@ public final class Agent: @unchecked Sendable {
         self.clock = clock
         self.random = random
         self.reloadConfig = reloadConfig
-        hub = EventHub(sinks + (hooks.map { [$0] } ?? []) + [followers])
+        let metrics = config.agent.metrics.map(Metrics.init(path:))
+        self.metrics = metrics
+        hub = EventHub(sinks + (hooks.map { [$0] } ?? []) + [followers] + (metrics.map { [$0] } ?? []))
         runner = SessionRunner(agent: config.agent)
         store = try StateStore(directory: config.agent.state)
         let hub = self.hub
@@ -136,6 +140,7 @@ public final class Agent: @unchecked Sendable {
     public func run(stop: StopToken) -> ExitCode {
         emit("", .agent(action: "started", message: "ferry agent (pid \(pid)) runs \(config.sessions.count) sessions from \(config.path)"))
         notifier.ready(status: statusLine())
+        writeMetrics()
         var stopping = false
         while true {
             let (ended, reload, requests) = inbox.withLock { inbox in
@@ -266,6 +271,26 @@ public final class Agent: @unchecked Sendable {
         slot.state = state
         slot.nextPoll = next
         slots[name] = slot
+        writeMetrics()
+    }
+
+    /// Rewrites the metrics file, if the config names one; a failure is said once per cause.
+    private func writeMetrics() {
+        guard let metrics else { return }
+        do throws(FerryError) {
+            var states: [Metrics.SessionState] = []
+            for (name, slot) in slots.sorted(by: { $0.key < $1.key }) {
+                states.append(Metrics.SessionState(name: name, record: try store.session(name), taskCounts: try store.openTaskCounts(session: name),
+                                                   waiting: slot.state.hasPrefix("waiting") || slot.state.hasPrefix("failed")))
+            }
+            try metrics.write(states)
+            lastMetricsError = nil
+        } catch {
+            if error.message != lastMetricsError {
+                lastMetricsError = error.message
+                emit("", .warning(message: "metrics: \(error.message)"))
+            }
+        }
     }
 
     /// What the agent says of a session after a cycle.
@@ -327,6 +352,9 @@ public final class Agent: @unchecked Sendable {
             }
         }
         runner.transfers = fresh.agent.transfers
+        if fresh.agent.metrics != config.agent.metrics {
+            emit("", .warning(message: "[agent] metrics changed; the change takes effect when the agent restarts"))
+        }
         hooks?.update(sessions: fresh.sessions)
         config = fresh
         var parts = ["\(fresh.sessions.count) sessions"]

@@ -1,0 +1,94 @@
+import Glibc
+import Synchronization
+import FerryCore
+
+/// The agent's Prometheus textfile (`[agent] metrics = PATH`, node_exporter's textfile-collector
+/// format): counted from the events as they pass, with the task table's state per session, and
+/// rewritten atomically (temporary name, rename) after every cycle. Counters start at zero when
+/// the agent starts, as Prometheus expects of a process's counters.
+public final class Metrics: EventSink, @unchecked Sendable {
+    private struct Counts {
+        var bytes: [String: Int64] = [:]
+        var files: [String: Int] = [:]
+        var failedFiles: [String: Int] = [:]
+        /// Errors by session and kind: a failed file ("file"), or a run's exit code name.
+        var errors: [String: [String: Int]] = [:]
+        var polls: [String: Int] = [:]
+    }
+
+    public let path: String
+    private let counts = Mutex(Counts())
+
+    public init(path: String) { self.path = path }
+
+    public func progress(_ progress: SyncProgress) {}
+
+    public func event(_ event: Event) {
+        let s = event.session
+        switch event.body {
+        case let .fileDone(_, _, fetched):
+            counts.withLock { $0.bytes[s, default: 0] += fetched; $0.files[s, default: 0] += 1 }
+        case .fileFailed:
+            counts.withLock { $0.failedFiles[s, default: 0] += 1; $0.errors[s, default: [:]]["file", default: 0] += 1 }
+        case let .syncFinished(code, _, _, _, _, _, _, _, dryRun) where !dryRun:
+            counts.withLock { c in
+                c.polls[s, default: 0] += 1
+                if code != ExitCode.inSync.rawValue && code != ExitCode.incomplete.rawValue {
+                    c.errors[s, default: [:]][ExitCode(rawValue: code)?.name ?? "exit-\(code)", default: 0] += 1
+                }
+            }
+        default:
+            break
+        }
+    }
+
+    /// One session's standing, from the store and the agent.
+    public struct SessionState {
+        public var name: String
+        public var record: SessionRecord?
+        public var taskCounts: [TaskState: Int]
+        /// Waiting for connectivity (or failing) between polls.
+        public var waiting: Bool
+    }
+
+    /// The file's text for `sessions`.
+    public func render(_ sessions: [SessionState]) -> String {
+        let c = counts.withLock { $0 }
+        var out = ""
+        func metric(_ name: String, _ type: String, _ help: String, _ rows: [(labels: String, value: String)]) {
+            out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
+            for row in rows { out += "\(name){\(row.labels)} \(row.value)\n" }
+        }
+        func label(_ s: SessionState) -> String { "session=\"\(s.name)\"" }
+        metric("ferry_transferred_bytes_total", "counter", "Bytes downloaded since the agent started.",
+               sessions.map { (label($0), String(c.bytes[$0.name] ?? 0)) })
+        metric("ferry_transferred_files_total", "counter", "Files downloaded and placed since the agent started.",
+               sessions.map { (label($0), String(c.files[$0.name] ?? 0)) })
+        metric("ferry_failed_files_total", "counter", "Files that failed since the agent started.",
+               sessions.map { (label($0), String(c.failedFiles[$0.name] ?? 0)) })
+        metric("ferry_polls_total", "counter", "Cycles run since the agent started.",
+               sessions.map { (label($0), String(c.polls[$0.name] ?? 0)) })
+        var errorRows: [(String, String)] = []
+        for s in sessions {
+            for (kind, n) in (c.errors[s.name] ?? [:]).sorted(by: { $0.key < $1.key }) { errorRows.append((label(s) + ",kind=\"\(kind)\"", String(n))) }
+        }
+        metric("ferry_errors_total", "counter", "Errors since the agent started, by kind: file, or the exit code of a run that failed.", errorRows)
+        var taskRows: [(String, String)] = []
+        for s in sessions {
+            for state in TaskState.allCases where state != .done { taskRows.append((label(s) + ",state=\"\(state.rawValue)\"", String(s.taskCounts[state] ?? 0))) }
+        }
+        metric("ferry_tasks", "gauge", "Tasks not done, by state: the queue depth, and what waiting tasks wait for.", taskRows)
+        metric("ferry_session_waiting", "gauge", "1 while the session waits for connectivity or its last poll failed.",
+               sessions.map { (label($0), $0.waiting ? "1" : "0") })
+        metric("ferry_last_successful_poll_timestamp_seconds", "gauge", "When the last poll that reached the remote ended (Unix time).",
+               sessions.compactMap { s in s.record?.lastPollOK.map { (label(s), String($0.seconds)) } })
+        metric("ferry_manifest_version", "gauge", "The version of the manifest last applied.",
+               sessions.compactMap { s in s.record?.manifestVersion.map { (label(s), String($0)) } })
+        return out
+    }
+
+    /// Writes the file atomically (readable by node_exporter: mode 0644).
+    public func write(_ sessions: [SessionState]) throws(FerryError) {
+        try FileSystem.writeAtomically(path, bytes: Array(render(sessions).utf8), mode: 0o644)
+    }
+}
