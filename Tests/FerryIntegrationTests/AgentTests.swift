@@ -299,6 +299,43 @@ struct AgentTests {
         #expect(agent.child.wait(timeout: 10) == 0)
     }
 
+    @Test func atRestAnUnchangedPollSkipsTheScanAndInotifyNoticesLocalEdits() throws {
+        let server = try NginxServer()
+        defer { server.stop() }
+        let box = Sandbox("agent-rest", published: server.root)
+        box.publish("d/a.txt", "original\n")
+        box.publish("b.txt", "bee\n")
+        box.buildManifest()
+        box.configure(remote: server.url, session: ["poll = 1s"])
+        let agent = try RunningAgent(box)
+        let log = box.state + "/events/test.jsonl"
+        func planned() -> Int { (fileContents(log) ?? "").components(separatedBy: "\"event\":\"planned\"").count - 1 }
+        func finished() -> Int { (fileContents(log) ?? "").components(separatedBy: "\"event\":\"sync-finished\"").count - 1 }
+        #expect(eventually { fileContents(box.localPath("d/a.txt")) == "original\n" && finished() >= 3 }, "\(agent.output)")
+        // Settled: polls go on (304s) without a scan or a plan.
+        let (p0, f0) = (planned(), finished())
+        usleep(3_500_000)
+        #expect(finished() >= f0 + 2, "it kept polling")
+        #expect(planned() == p0, "no scan while nothing changed: \(planned()) vs \(p0)")
+
+        // An edit behind ferry's back, even in a subdirectory, is noticed and repaired by the next poll.
+        try "tampered\n".writeReplacing(box.localPath("d/a.txt"))
+        #expect(eventually(10) { fileContents(box.localPath("d/a.txt")) == "original\n" }, "repaired: \(agent.output)")
+        #expect(planned() > p0)
+        agent.child.signal(SIGTERM)
+        #expect(agent.child.wait(timeout: 10) == 0)
+
+        // verify-interval: with it short, the tree is scanned again although nothing changed.
+        box.configure(remote: server.url, session: ["poll = 1s", "verify-interval = 2s"])
+        let again = try RunningAgent(box)
+        #expect(eventually { finished() >= f0 + 8 })
+        let p1 = planned()
+        usleep(5_000_000)
+        #expect(planned() >= p1 + 1, "scanned at least every 2 s")
+        again.child.signal(SIGTERM)
+        #expect(again.child.wait(timeout: 10) == 0)
+    }
+
     @Test func speaksSdNotify() throws {
         let box = Sandbox("agent-notify")
         box.publish("a.txt", "a\n")

@@ -139,6 +139,8 @@ public struct SessionConfig: Sendable {
     public var onSessionDone: HookCommand?
     /// A hook still running after this long is stopped and reported.
     public var hookTimeout: Double = 60
+    /// The agent scans the local tree at least this often, even when inotify saw nothing.
+    public var verifyInterval: Double = 3600
 
     /// The manifest's URL.
     public var manifestURL: String {

@@ -11,7 +11,7 @@ public enum ConfigParser {
         "max-manifest-size", "mode-mask",
         "ca-file", "basic-auth-file", "bearer-token-file", "connect-timeout", "min-speed", "stall-timeout", "max-duration",
         "retries", "retry-delay", "resource-timeout", "earliest-begin", "session-transfers",
-        "on-file-done", "on-session-done", "hook-timeout",
+        "on-file-done", "on-session-done", "hook-timeout", "verify-interval",
     ]
 
     private struct Line {
@@ -148,6 +148,8 @@ public enum ConfigParser {
                     session.retryDelay = try duration(line, minimum: 0, fail)
                 case "resource-timeout":
                     session.resourceTimeout = try duration(line, minimum: 1, fail)
+                case "verify-interval":
+                    session.verifyInterval = try duration(line, minimum: 1, fail)
                 case "hook-timeout":
                     session.hookTimeout = try duration(line, minimum: 1, fail)
                 case "on-file-done", "on-session-done":

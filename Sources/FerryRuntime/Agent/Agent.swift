@@ -34,6 +34,12 @@ public final class Agent: @unchecked Sendable {
         var waitingNotBefore: EarliestBegin?
         /// Clients following the running cycle.
         var following: [Handover] = []
+        /// The last cycle left the session in sync (nothing open, nothing failed).
+        var inSync = false
+        /// Notices changes under the local root between cycles (nil: scan every poll).
+        var watch: LocalWatch?
+        /// When the tree was last scanned in full (monotonic).
+        var lastScan = -Double.infinity
     }
 
     /// Requests from other threads (signal handlers, ending cycles, control clients).
@@ -221,6 +227,7 @@ public final class Agent: @unchecked Sendable {
         var options = SyncOptions(stop: StopCondition(token: token, clock: clock, maxDuration: session.maxDuration))
         options.retryManifest = false
         options.notBefore = slots[name]!.waitingNotBefore
+        options.localUnchanged = localUnchanged(name)
         slots[name]!.waitingNotBefore = nil
         slots[name]!.running = token
         // Clients waiting for this session follow this cycle.
@@ -236,9 +243,28 @@ public final class Agent: @unchecked Sendable {
         }
     }
 
+    /// Whether this poll may skip the scan: the last cycle left the session in sync, the inotify
+    /// watch begun before that scan saw nothing since, `verify-interval` has not passed, and no
+    /// client asked for this cycle. Otherwise a new watch begins before the cycle scans.
+    private func localUnchanged(_ name: String) -> Bool {
+        var slot = slots[name]!
+        defer { slots[name] = slot }
+        let now = clock.monotonic()
+        if slot.inSync, slot.waiting.isEmpty, let watch = slot.watch, !watch.changed, now - slot.lastScan < slot.session.verifyInterval {
+            return true
+        }
+        slot.lastScan = now
+        if slot.watch == nil || slot.watch!.changed {
+            slot.watch = nil
+            slot.watch = LocalWatch(root: slot.session.local)
+        }
+        return false
+    }
+
     private func cycleEnded(_ name: String, _ result: SyncResult) {
         guard var slot = slots[name] else { return }
         slot.running = nil
+        slot.inSync = result.exitCode == .inSync
         if !slot.following.isEmpty {
             let done = Set(slot.following.map { ObjectIdentifier($0.connection) })
             followers.bySession.withLock { $0[name]?.removeAll { done.contains(ObjectIdentifier($0)) } }
@@ -341,6 +367,7 @@ public final class Agent: @unchecked Sendable {
             if var slot = slots[session.name], !slot.removed {
                 // Changed settings apply from the next cycle; a running one is not restarted.
                 let sooner = session.poll < slot.schedule.interval
+                if session.local != slot.session.local { slot.watch = nil; slot.inSync = false }
                 slot.session = session
                 slot.schedule.interval = session.poll
                 slot.schedule.firstRetry = session.retryDelay

@@ -36,6 +36,9 @@ public struct SyncOptions: Sendable {
     /// Try a failed manifest fetch again within the run (`retries`). The agent says no: its poll
     /// schedule is the retry.
     public var retryManifest = true
+    /// Nothing under the local root changed since a run left the session in sync (the agent's
+    /// inotify watch says so): an unchanged manifest (304) ends the run at once, in sync.
+    public var localUnchanged = false
     public init(dryRun: Bool = false, stop: StopCondition = StopCondition(maxDuration: nil)) {
         self.dryRun = dryRun
         self.stop = stop
@@ -133,12 +136,25 @@ final class PullSync {
         // while the manifest is fetched and parsed: on a large tree each takes seconds, and
         // neither needs the other. The store is that thread's until it is joined.
         let expected = try store.hashCacheCount(session: session.name)
+        // The agent knows nothing under the root changed since a run left it in sync: a 304 then
+        // needs no scan, no parse and no plan (cheap at rest).
+        var early: ManifestFetch?
+        if options.localUnchanged {
+            let answer = try requestManifest(record: record, remote: remote)
+            if case .unchanged = answer {
+                emit(.manifestFetched(url: url, version: record?.manifestVersion, files: expected, unchanged: true))
+                return
+            }
+            early = answer
+        }
         let reading = BackgroundWork(name: "ferry-scan") { () throws(FerryError) -> LocalSide in
             try self.scanLocal(expecting: expected, store: store)
         }
         let fetched: Fetched
-        do {
-            fetched = try fetchManifest(record: record, remote: remote)
+        do throws(FerryError) {
+            let answer: ManifestFetch
+            if let early { answer = early } else { answer = try requestManifest(record: record, remote: remote) }
+            fetched = try readManifest(answer)
         } catch {
             _ = try? reading.wait()
             throw error
@@ -372,9 +388,8 @@ final class PullSync {
         let lastModified: String?
     }
 
-    /// Fetches the manifest (conditionally) and parses it; the caller accepts it before anything
-    /// is recorded.
-    private func fetchManifest(record: SessionRecord?, remote: Remote) throws(FerryError) -> Fetched {
+    /// Asks the remote for the manifest, conditionally when the cache holds the last one.
+    private func requestManifest(record: SessionRecord?, remote: Remote) throws(FerryError) -> ManifestFetch {
         let url = session.manifestURL
         let sameURL = record?.manifestURL == url && FileSystem.exists(cachePath)
         var attempt = 1
@@ -394,6 +409,13 @@ final class PullSync {
                 guard clock.wait(until: clock.monotonic() + delay, interrupted: { options.stop.reason != nil }) else { throw error }
             }
         }
+        return fetched
+    }
+
+    /// The manifest an answer stands for, parsed (the cached one for a 304); the caller accepts it
+    /// before anything is recorded.
+    private func readManifest(_ fetched: ManifestFetch) throws(FerryError) -> Fetched {
+        let url = session.manifestURL
         switch fetched {
         case .unchanged:
             let bytes = try FileSystem.readFile(cachePath, limit: Int(session.maxManifestSize))
