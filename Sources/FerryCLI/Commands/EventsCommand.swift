@@ -43,19 +43,19 @@ struct EventsCommand: Command {
         }
         // Each log is in order; across sessions, by time (a stable sort keeps each log's order).
         for entry in lines.enumerated().sorted(by: { ($0.element.time, $0.offset) < ($1.element.time, $1.offset) }) {
-            print(entry.element.line)
+            show(entry.element.line)
         }
         guard follow else { return .inSync }
         let stop = StopToken()
         StopSignals.install(stopTimeout: config.agent.stopTimeout, token: stop, forcedExit: .inSync)
         while stop.reason == nil {
-            for reader in readers { for line in reader.readNew() { print(line) } }
+            for reader in readers { for line in reader.readNew() { show(line) } }
             usleep(200_000)
         }
         return .inSync
     }
 
-    private func print(_ line: [UInt8]) {
+    private func show(_ line: [UInt8]) {
         if json {
             // The log holds what ferry wrote; a line that is not one JSON object is left out.
             guard let text = String(validating: line, as: UTF8.self), line.first == UInt8(ascii: "{") else { return }

@@ -34,9 +34,7 @@ enum Handover {
                                          hint: "ferry status shows where the sessions stand; the agent, or the next run, resumes them"))
                 return Outcome(exitCode: .incomplete, leftOver: leftOver)
             case .line(let line):
-                guard let fields = line.withUnsafeBufferPointer({ JSONReader.flatObject($0) }) else { continue }
-                var f: [String: String] = [:]
-                for (k, v) in fields { if let v { f[k] = v } }
+                guard let f = JSONReader.flatFields(line) else { continue }
                 switch f["event"] {
                 case "handover":
                     let unknown = Set((f["unknown"] ?? "").split(separator: ",").map(String.init))
@@ -54,7 +52,7 @@ enum Handover {
                 default:
                     if mode == .json {
                         if let text = String(validating: line, as: UTF8.self) { Console.json(text) }
-                    } else if let event = Event(fields: fields) {
+                    } else if let event = Event(fields: f) {
                         reporter.event(event)
                     }
                 }

@@ -3,9 +3,7 @@
 extension Event {
     /// The event a JSON line holds, or nil when it is not one ferry writes (unknown name, missing
     /// or malformed fields). Paths come from ferry itself and are taken as they are.
-    public init?(fields: [(key: String, value: String?)]) {
-        var f: [String: String] = [:]
-        for (k, v) in fields { if let v { f[k] = v } }
+    public init?(fields f: [String: String]) {
         guard let timeText = f["time"], let time = Timestamp(rfc3339: timeText), let session = f["session"], let name = f["event"] else { return nil }
         func text(_ k: String) -> String? { f[k] }
         func int(_ k: String) -> Int? { f[k].flatMap { Int($0) } }

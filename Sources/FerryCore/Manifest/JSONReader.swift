@@ -284,6 +284,15 @@ public struct JSONReader: ~Copyable {
         return members
     }
 
+    /// The scalar members of a one-level object by key (nulls, objects and arrays left out); nil
+    /// when `bytes` is not one JSON object. For lines whose order does not matter.
+    public static func flatFields(_ bytes: [UInt8]) -> [String: String]? {
+        guard let members = bytes.withUnsafeBufferPointer({ flatObject($0) }) else { return nil }
+        var fields: [String: String] = [:]
+        for (key, value) in members { if let value { fields[key] = value } }
+        return fields
+    }
+
     /// After the top-level value: only whitespace may follow.
     public mutating func expectEnd() throws(Failure) {
         skipWhitespace()

@@ -90,7 +90,7 @@ public final class ControlServer: @unchecked Sendable {
         var timeout = timeval(tv_sec: 5, tv_usec: 0)
         setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
         guard let line = ControlConnection.readLine(client, limit: 64 << 10),
-              let request = line.withUnsafeBufferPointer({ JSONReader.flatObject($0) }).flatMap(ControlRequest.init(fields:)) else {
+              let request = JSONReader.flatFields(line).flatMap(ControlRequest.init(fields:)) else {
             connection.send("{\"event\":\"handover-refused\",\"message\":\"not a request ferry understands\"}")
             connection.finish()
             return
@@ -123,9 +123,7 @@ public struct ControlRequest: Sendable {
 
     private let notBeforeText: String?
 
-    init?(fields: [(key: String, value: String?)]) {
-        var f: [String: String] = [:]
-        for (k, v) in fields { if let v { f[k] = v } }
+    init?(fields f: [String: String]) {
         guard f["command"] == "sync" else { return nil }
         let sessions = (f["sessions"] ?? "").split(separator: ",").map(String.init)
         if let nb = f["not_before"], EarliestBegin(parsing: nb) == nil { return nil }

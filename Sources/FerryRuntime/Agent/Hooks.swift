@@ -57,33 +57,33 @@ public final class HookRunner: EventSink, @unchecked Sendable {
     public func progress(_ progress: SyncProgress) {}
 
     public func event(_ event: Event) {
-        guard let session = sessions.withLock({ $0[event.session] }) else { return }
-        var env = ["FERRY_SESSION=" + session.name]
+        // Most events start no hook: the session is looked up only for those that may.
+        let file: (path: RelativePath, bytes: Int64, result: String, error: String?)
         switch event.body {
         case let .fileDone(path, size, _):
-            guard let command = session.onFileDone else { return }
-            env += ["FERRY_PATH=" + path.string, "FERRY_LOCAL=" + session.local + "/" + path.string,
-                    "FERRY_BYTES=\(size)", "FERRY_RESULT=done"]
-            enqueue(Job(kind: "on-file-done", session: session.name, command: command, environment: env,
-                        timeout: session.hookTimeout, subject: path.string))
+            file = (path, size, "done", nil)
         case let .fileFailed(path, error):
-            guard let command = session.onFileDone else { return }
-            env += ["FERRY_PATH=" + path.string, "FERRY_LOCAL=" + session.local + "/" + path.string,
-                    "FERRY_BYTES=0", "FERRY_RESULT=failed", "FERRY_ERROR=" + error]
-            enqueue(Job(kind: "on-file-done", session: session.name, command: command, environment: env,
-                        timeout: session.hookTimeout, subject: path.string))
+            file = (path, 0, "failed", error)
         case let .syncFinished(code, downloaded, failed, deleted, bytes, _, _, _, dryRun):
             // Finished all its work: the run changed or failed something and left nothing for later.
-            guard let command = session.onSessionDone, !dryRun, code != ExitCode.incomplete.rawValue,
-                  downloaded + deleted + failed > 0 else { return }
+            guard !dryRun, code != ExitCode.incomplete.rawValue, downloaded + deleted + failed > 0,
+                  let session = sessions.withLock({ $0[event.session] }), let command = session.onSessionDone else { return }
             let result = ExitCode(rawValue: code)?.name ?? "exit-\(code)"
-            env += ["FERRY_PATH=", "FERRY_LOCAL=" + session.local, "FERRY_BYTES=\(bytes)", "FERRY_RESULT=" + result,
-                    "FERRY_EXIT_CODE=\(code)", "FERRY_FILES=\(downloaded)", "FERRY_DELETED=\(deleted)", "FERRY_FAILED=\(failed)"]
+            let env = ["FERRY_SESSION=" + session.name, "FERRY_PATH=", "FERRY_LOCAL=" + session.local, "FERRY_BYTES=\(bytes)",
+                       "FERRY_RESULT=" + result, "FERRY_EXIT_CODE=\(code)", "FERRY_FILES=\(downloaded)", "FERRY_DELETED=\(deleted)",
+                       "FERRY_FAILED=\(failed)"]
             enqueue(Job(kind: "on-session-done", session: session.name, command: command, environment: env,
                         timeout: session.hookTimeout, subject: ""))
+            return
         default:
             return
         }
+        guard let session = sessions.withLock({ $0[event.session] }), let command = session.onFileDone else { return }
+        var env = ["FERRY_SESSION=" + session.name, "FERRY_PATH=" + file.path.string, "FERRY_LOCAL=" + session.local + "/" + file.path.string,
+                   "FERRY_BYTES=\(file.bytes)", "FERRY_RESULT=" + file.result]
+        if let error = file.error { env.append("FERRY_ERROR=" + error) }
+        enqueue(Job(kind: "on-file-done", session: session.name, command: command, environment: env,
+                    timeout: session.hookTimeout, subject: file.path.string))
     }
 
     /// Waits until every queued hook has run (a one-shot `sync now` before it exits).
