@@ -129,6 +129,7 @@ struct EventDecodingTests {
         .fileRestarted(path: path, reason: "the server sent 200"),
         .fileRetrying(path: path, attempt: 3, delay: 0.25, error: "reset"),
         .fileWaiting(path: path, error: "refused"),
+        .sessionHeld(files: 4, waitsFor: "AC power (the machine runs on battery)"),
         .fileDelayed(path: path, until: time),
         .delayedDue(path: path, disposition: .replace, reason: "changed"),
         .fileDone(path: path, size: 10, fetched: 4),
@@ -160,5 +161,72 @@ struct EventDecodingTests {
             let fields = JSONReader.flatFields(Array(text.utf8)) ?? [:]
             #expect(Event(fields: fields) == nil, "\(text)")
         }
+    }
+}
+
+/// Discretionary conditions and bandwidth schedules: the rules a discretionary session and the
+/// engine's limits follow, given the machine's state by hand.
+struct DiscretionTests {
+    func at(_ time: String) -> Int { TimeOfDay.parse(time)! }
+
+    @Test func aWindowMayPassMidnightAndOpensAtItsStart() throws {
+        let night = try TimeWindow(parsing: "22:00-06:00")
+        #expect(night.contains(at("22:00")) && night.contains(at("23:59:59")) && night.contains(at("00:00")) && night.contains(at("05:59:59")))
+        #expect(!night.contains(at("06:00")) && !night.contains(at("12:00")) && !night.contains(at("21:59:59")))
+        #expect(night.secondsUntilOpen(from: at("21:00")) == 3600)
+        #expect(night.secondsUntilOpen(from: at("06:00")) == 16 * 3600)
+        #expect(night.secondsUntilOpen(from: at("23:00")) == 0)
+        let day = try TimeWindow(parsing: "09:00-24:00")
+        #expect(day.contains(at("23:59:59")) && !day.contains(at("00:00")) && !day.contains(at("08:59:59")))
+        #expect(TimeOfDay.parse("24:00") == nil, "24:00 only ends a window")
+        #expect(TimeOfDay.format(at("07:05:09")) == "07:05:09" && TimeOfDay.format(at("07:05")) == "07:05")
+    }
+
+    @Test func namesEveryConditionThatDoesNotHold() throws {
+        var d = Discretion()
+        d.windows = [try TimeWindow(parsing: "01:00-05:00")]
+        d.maxLoad = 2
+        d.minFree = .percent(10)
+        var host = HostState(secondOfDay: at("00:30"))
+        host.onACPower = false
+        host.metered = true
+        host.meteredSource = "NetworkManager"
+        host.load = 3.5
+        host.freeBytes = 5 << 30
+        host.totalBytes = 100 << 30
+        #expect(d.unmet(host) == [
+            "the time window 01:00-05:00 (opens in 30m00s)",
+            "AC power (the machine runs on battery)",
+            "an unmetered network (NetworkManager says the network is metered)",
+            "a load below 2.00 (the 1-minute load is 3.50)",
+            "10.0 GiB free on the local filesystem (5.00 GiB free)",
+        ])
+        host = HostState(secondOfDay: at("02:00"))
+        host.load = 1.9
+        host.freeBytes = 11 << 30
+        host.totalBytes = 100 << 30
+        #expect(d.unmet(host).isEmpty)
+        host.load = nil
+        host.freeBytes = nil
+        #expect(d.unmet(host).isEmpty, "what cannot be read does not hold work back")
+        d.requireACPower = false
+        d.requireUnmetered = false
+        host.onACPower = false
+        host.metered = true
+        #expect(d.unmet(host).isEmpty, "battery and metered are allowed when the config says so")
+    }
+
+    @Test func aScheduleHoldsEachRateUntilTheNextAndWrapsAtMidnight() throws {
+        let s = try BandwidthSchedule(parsing: "19:00,off 08:00,512K 12:00,2M/s")
+        #expect(s.entries.map(\.start) == [at("08:00"), at("12:00"), at("19:00")], "sorted by time")
+        #expect(s.rate(at: at("07:59:59")) == nil, "before the first entry the last one holds")
+        #expect(s.rate(at: at("08:00")) == 512 << 10)
+        #expect(s.rate(at: at("11:59")) == 512 << 10)
+        #expect(s.rate(at: at("12:00")) == 2 << 20)
+        #expect(s.rate(at: at("19:00")) == nil)
+        #expect(s.lowest == 512 << 10)
+        #expect(try BandwidthSchedule(parsing: "1M").rate(at: at("03:00")) == 1 << 20)
+        #expect(try BandwidthSchedule(parsing: "off").lowest == nil)
+        #expect(s.description == "08:00,512K 12:00,2M 19:00,off")
     }
 }

@@ -67,6 +67,19 @@ struct ConfigParserTests {
         ("[session a]\nremote = http://h/\nlocal = /x\nmax-manifest-size = 12\n", "f.conf:4: [session a] key 'max-manifest-size'", nil),
         ("[session a]\nremote = http://h/\nlocal = /x\nallow-empty = perhaps\n", "f.conf:4: [session a] key 'allow-empty': 'perhaps' is not yes or no", nil),
         ("[session a]\nremote = http://h/\nlocal = /x\nmax-delte = 5\n", "f.conf:4: [session a] unknown key 'max-delte'", "did you mean 'max-delete'?"),
+        ("[session a]\nremote = http://h/\nlocal = /x\nwindow = 22:00-06:00\n", "f.conf:4: [session a] key 'window': applies only to a discretionary session",
+         "add discretionary = yes to [session a], or remove this line"),
+        ("[session a]\nremote = http://h/\nlocal = /x\ndiscretionary = yes\nwindow = 22:00-6\n", "f.conf:5: [session a] key 'window': '22:00-6' is not a window like 22:00-06:00", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\ndiscretionary = yes\nwindow = 25:00-06:00\n", "f.conf:5: [session a] key 'window': '25:00-06:00' is not a window", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\ndiscretionary = yes\nwindow = 06:00-06:00\n", "f.conf:5: [session a] key 'window': the window '06:00-06:00' starts where it ends", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\ndiscretionary = yes\nmax-load = -1\n", "f.conf:5: [session a] key 'max-load'", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\ndiscretionary = yes\nmin-free-space = 100%\n", "f.conf:5: [session a] key 'min-free-space'", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\nbwlimit = fast\n", "f.conf:4: [session a] key 'bwlimit': 'fast' is not a rate", "write a rate like 512K, off, or a daily schedule like: 08:00,512K 19:00,off"),
+        ("[session a]\nremote = http://h/\nlocal = /x\nbwlimit = 08:00,512K 8:00,off\n", "f.conf:4: [session a] key 'bwlimit': '8:00,off' is not an entry", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\nbwlimit = 08:00,512K 08:00,off\n", "f.conf:4: [session a] key 'bwlimit': 08:00 appears twice", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\nbwlimit = 100\n", "f.conf:4: [session a] key 'bwlimit': '100' is not a rate of at least 1K", nil),
+        ("[agent]\nnetwork-metered = sometimes\n[session a]\nremote = http://h/\nlocal = /x\n", "f.conf:2: [agent] key 'network-metered': 'sometimes' is not auto, yes or no", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\npriority = 1000\n", "f.conf:4: [session a] key 'priority': '1000' is not a whole number from -100 to 100", nil),
     ] as [(String, String, String?)])
     func namesFileLineAndKey(text: String, message: String, hint: String?) {
         do {
@@ -77,6 +90,49 @@ struct ConfigParserTests {
             #expect(error.message.hasPrefix(message), "got: \(error.message)")
             if let hint { #expect(error.hint == hint) }
         }
+    }
+
+    @Test func parsesDiscretionBandwidthAndPriority() throws {
+        let config = try ConfigParser.parse("""
+            [agent]
+            bwlimit = 08:00,512K 19:00,off
+            network-metered = yes
+            [session a]
+            remote = http://h/
+            local = /x
+            discretionary = yes
+            window = 22:00-06:00, 12:00-13:00:30
+            require-ac-power = no
+            max-load = 2.5
+            min-free-space = 10G
+            bwlimit = 1M/s
+            priority = -3
+            [session b]
+            remote = http://h/
+            local = /y
+            discretionary = yes
+            """, path: "f.conf")
+        #expect(config.agent.bwlimit?.description == "08:00,512K 19:00,off")
+        #expect(config.agent.networkMetered == .yes)
+        let a = try #require(config.sessions[0].discretion)
+        #expect(a.windows.map(\.description) == ["22:00-06:00", "12:00-13:00:30"])
+        #expect(!a.requireACPower && a.requireUnmetered)
+        #expect(a.maxLoad == 2.5 && a.minFree == .bytes(10 << 30))
+        #expect(config.sessions[0].bwlimit?.rate(at: 0) == 1 << 20)
+        #expect(config.sessions[0].priority == -3)
+        let b = try #require(config.sessions[1].discretion, "discretionary = yes alone holds for AC power and an unmetered network")
+        #expect(b.windows.isEmpty && b.requireACPower && b.requireUnmetered && b.maxLoad == nil && b.minFree == nil)
+        #expect(config.sessions[1].priority == 0 && config.sessions[1].bwlimit == nil)
+        #expect(try ConfigParser.parse(minimal, path: "f.conf").sessions[0].discretion == nil)
+    }
+
+    @Test func warnsWhenABandwidthShareFallsBelowMinSpeed() throws {
+        let low = try ConfigParser.parse("[agent]\ntransfers = 8\nbwlimit = 08:00,4K 19:00,off\n" + minimal, path: "f.conf")
+        #expect(low.warnings.count == 1)
+        #expect(low.warnings.first?.contains("at bwlimit 4.00 KiB/s each of its transfers may get 512 B/s, below min-speed 1.00 KiB/s") == true,
+                "\(low.warnings)")
+        let fine = try ConfigParser.parse("[agent]\nbwlimit = 1M\n" + minimal, path: "f.conf")
+        #expect(fine.warnings.isEmpty)
     }
 
     @Test func parsesTheSafetyKeys() throws {

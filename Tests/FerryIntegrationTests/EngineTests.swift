@@ -14,6 +14,7 @@ struct EngineTests {
         var steps: Int
         let board: Board
         var cancelRequested = false
+        var throttle: Throttle?
         init(_ name: String, steps: Int, board: Board) {
             self.name = name
             self.steps = steps
@@ -54,10 +55,12 @@ struct EngineTests {
         var notYetUntil: Double = 0
         var stopAfterSteps: Int?
         var limit: Int
+        var priority: Int
         let board: Board
-        init(_ prefix: String, count: Int, steps: Int, board: Board, limit: Int = .max) {
+        init(_ prefix: String, count: Int, steps: Int, board: Board, limit: Int = .max, priority: Int = 0) {
             self.board = board
             self.limit = limit
+            self.priority = priority
             pending = (0..<count).map { Stub("\(prefix)\($0)", steps: steps, board: board) }
         }
         func next() -> TransferEngine.Next {
@@ -118,6 +121,32 @@ struct EngineTests {
                 "\(board.started)")
         #expect(board.seenTogether.contains(["a", "b"]), "both sessions ran at once: \(board.seenTogether)")
         #expect(board.peak == 2)
+    }
+
+    /// A free slot goes to the highest priority with work due: a high-priority session that arrives
+    /// while a low one transfers takes every slot that frees up until it is done.
+    @Test func aHigherPriorityTakesFreeSlotsFirst() {
+        let engine = TransferEngine(concurrency: 1)
+        defer { engine.shutdown() }
+        let board = Board()
+        let low = Source("l", count: 4, steps: 60, board: board, priority: 0)
+        let high = Source("h", count: 3, steps: 60, board: board, priority: 5)
+        let group = DispatchGroup()
+        for (source, delay) in [(low, 0), (high, 5_000)] as [(Source, UInt32)] {
+            group.enter()
+            let box = UncheckedBox(source)
+            Thread {
+                usleep(delay)
+                engine.run(box.value)
+                group.leave()
+            }.start()
+        }
+        group.wait()
+        #expect(low.outcomes.count == 4 && high.outcomes.count == 3)
+        let lastHigh = board.started.lastIndex { $0.hasPrefix("h") }!
+        let lowAfterFirst = board.started.firstIndex { $0.hasPrefix("l") && $0 != board.started.first { $0.hasPrefix("l") } }!
+        #expect(lastHigh < lowAfterFirst, "only the low transfer already running may come before the high ones: \(board.started)")
+        #expect(board.peak == 1)
     }
 
     @Test func aSourceLimitHoldsWithinTheGlobalOne() {

@@ -10,8 +10,9 @@ struct StatusCommand: Command {
     static let usage = "status [--config F] [--session ID] [--json]"
     static let details = """
         Lists every session with its last run and the count of tasks per state, then the tasks that are
-        not done (queued, running, failed) with bytes, attempts and last error. --json prints one object
-        with every session and all its tasks.
+        not done (queued, running, failed...) with bytes, attempts, what each waits for (connectivity, a
+        time, ferry resume, or a discretionary session's conditions) and the last error. --json prints
+        one object with every session and all its tasks.
         """
     static let options = [CommonOptions.config, CommonOptions.session, CommonOptions.json, CommonOptions.help]
 
@@ -51,6 +52,9 @@ struct StatusCommand: Command {
             let next = record?.nextPoll.map { ", next poll in " + Units.formatDuration(max(0, $0.timeInterval - Timestamp.now().timeInterval).rounded(.up)) } ?? ""
             return "\(state) (agent pid \(pid)\(next))"
         }
+        if let heldFor = record?.heldFor, tasks.contains(where: { $0.state == .queued || $0.state == .running }) {
+            return "held: waits for \(heldFor)"
+        }
         if tasks.contains(where: { $0.state == .running }) { return "interrupted (resumes next run)" }
         if tasks.contains(where: { $0.state == .waiting }) { return "waiting for connectivity" }
         if tasks.contains(where: { $0.state == .suspended }) { return "suspended tasks (ferry resume)" }
@@ -75,15 +79,28 @@ struct StatusCommand: Command {
         for (s, r, _) in rows {
             if let message = r?.lastMessage, r?.lastExitCode != 0 { Console.out("\(s.name): last run: \(message)") }
         }
-        let open = rows.flatMap { $0.2 }.filter { $0.state != .done }
+        let open = rows.flatMap { row in row.2.filter { $0.state != .done }.map { (row.1, $0) } }
         guard !open.isEmpty else { return }
         Console.out("")
-        var tasks: [[String]] = [["SESSION", "TASK", "STATE", "BYTES", "ATTEMPTS", "PATH", "LAST ERROR"]]
-        for t in open {
+        var tasks: [[String]] = [["SESSION", "TASK", "STATE", "BYTES", "ATTEMPTS", "PATH", "WAITS FOR", "LAST ERROR"]]
+        for (r, t) in open {
             let bytes = Units.formatBytes(t.bytesDone) + (t.size.map { " / " + Units.formatBytes($0) } ?? "")
-            tasks.append([t.session, String(t.id), t.state.rawValue, bytes, String(t.attempts), Printable.name(t.path.string), t.lastError ?? ""])
+            tasks.append([t.session, String(t.id), t.state.rawValue, bytes, String(t.attempts), Printable.name(t.path.string),
+                          waitsFor(t, r) ?? "-", t.lastError ?? ""])
         }
         printColumns(tasks)
+    }
+
+    /// What an open task waits for: connectivity, a time, ferry resume, or its session's
+    /// discretionary conditions; nil for a task that waits for nothing (running, or failed).
+    private func waitsFor(_ t: TransferTask, _ record: SessionRecord?) -> String? {
+        switch t.state {
+        case .waiting: return "connectivity"
+        case .delayed: return t.notBefore.map { "the time \($0.rfc3339)" }
+        case .suspended: return "ferry resume"
+        case .queued, .running: return record?.heldFor
+        case .failed, .done: return nil
+        }
     }
 
     private func printColumns(_ table: [[String]]) {
@@ -114,6 +131,7 @@ struct StatusCommand: Command {
             let agentAlive = r?.agentPID.map { kill($0, 0) == 0 || errno == EPERM } ?? false
             f.append("\"agent_pid\":" + (agentAlive ? r!.agentPID.map { String($0) }! : "null"))
             f.append("\"next_poll\":" + (agentAlive ? r?.nextPoll.map { JSONText.quote($0.rfc3339) } ?? "null" : "null"))
+            f.append("\"held_for\":" + (r?.heldFor.map(JSONText.quote) ?? "null"))
             f.append("\"last_poll_ok\":" + (r?.lastPollOK.map { JSONText.quote($0.rfc3339) } ?? "null"))
             var counts: [String] = []
             for state in TaskState.allCases { counts.append("\"\(state.rawValue)\":\(tasks.filter { $0.state == state }.count)") }
@@ -123,7 +141,8 @@ struct StatusCommand: Command {
                     + "\"size\":\(t.size.map(String.init) ?? "null"),\"bytes_done\":\(t.bytesDone),\"sha256\":\"\(t.sha256)\","
                     + "\"attempts\":\(t.attempts),\"last_error\":\(t.lastError.map(JSONText.quote) ?? "null"),"
                     + "\"created_at\":\"\(t.createdAt.rfc3339)\",\"updated_at\":\"\(t.updatedAt.rfc3339)\","
-                    + "\"not_before\":\(t.notBefore.map { JSONText.quote($0.rfc3339) } ?? "null")}"
+                    + "\"not_before\":\(t.notBefore.map { JSONText.quote($0.rfc3339) } ?? "null"),"
+                    + "\"waits_for\":\(waitsFor(t, r).map(JSONText.quote) ?? "null")}"
             }
             f.append("\"tasks\":[" + list.joined(separator: ",") + "]")
             sessions.append("{" + f.joined(separator: ",") + "}")

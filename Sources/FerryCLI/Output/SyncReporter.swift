@@ -146,6 +146,8 @@ final class SyncReporter: EventSink {
             line("\(s): \(name(path)): delayed until \(until.rfc3339)")
         case let .delayedDue(path, disposition, reason):
             line("\(s): \(name(path)): delayed download due: \(disposition.rawValue) (\(reason))")
+        case let .sessionHeld(files, waitsFor):
+            line("\(s): \(files) files wait for the session's discretionary conditions: \(Printable.text(waitsFor))")
         case let .fileSuspended(path, offset):
             line("\(s): \(name(path)): suspended by ferry cancel at \(Units.formatBytes(offset)); ferry resume continues it")
         case let .fileInterrupted(path, offset):

@@ -26,6 +26,9 @@ public struct Event: Sendable {
         case delayedDue(path: RelativePath, disposition: DelayedRequest.Disposition, reason: String)
         /// Suspended by `ferry cancel`, `offset` bytes kept as resume data.
         case fileSuspended(path: RelativePath, offset: Int64)
+        /// A discretionary session's conditions do not hold: `files` downloads wait (those that were
+        /// running checkpointed first) until they do.
+        case sessionHeld(files: Int, waitsFor: String)
         /// Stopped by a deadline or signal with `offset` bytes kept as resume data.
         case fileInterrupted(path: RelativePath, offset: Int64)
         case fileDone(path: RelativePath, size: Int64, fetched: Int64)
@@ -78,6 +81,7 @@ public struct Event: Sendable {
         case .fileWaiting: return "file-waiting"
         case .fileSuspended: return "file-suspended"
         case .fileDelayed: return "file-delayed"
+        case .sessionHeld: return "session-held"
         case .delayedDue: return "delayed-due"
         case .fileDone: return "file-done"
         case .fileFailed: return "file-failed"
@@ -129,6 +133,8 @@ public struct Event: Sendable {
             s("path", path.string); s("disposition", disposition.rawValue); s("reason", reason)
         case let .fileWaiting(path, error):
             s("path", path.string); s("error", error)
+        case let .sessionHeld(files, waitsFor):
+            n("files", Int64(files)); s("waits_for", waitsFor)
         case let .fileDone(path, size, fetched):
             s("path", path.string); n("size", size); n("fetched", fetched)
         case let .fileFailed(path, error):

@@ -55,6 +55,9 @@ extension Event {
         case "delayed-due":
             guard let p = path(), let d = text("disposition").flatMap(DelayedRequest.Disposition.init(rawValue:)), let reason = text("reason") else { return nil }
             body = .delayedDue(path: p, disposition: d, reason: reason)
+        case "session-held":
+            guard let files = int("files"), let waitsFor = text("waits_for") else { return nil }
+            body = .sessionHeld(files: files, waitsFor: waitsFor)
         case "file-done":
             guard let p = path(), let size = int64("size"), let fetched = int64("fetched") else { return nil }
             body = .fileDone(path: p, size: size, fetched: fetched)

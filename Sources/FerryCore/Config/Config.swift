@@ -21,6 +21,18 @@ public struct AgentConfig: Sendable, Equatable {
     public var stopTimeout: Double = 5
     /// The agent's Prometheus textfile, if it writes one.
     public var metrics: String?
+    /// The rate all transfers together may use (nil: no limit).
+    public var bwlimit: BandwidthSchedule?
+    /// Whether the network counts as metered for discretionary sessions.
+    public var networkMetered: NetworkMetered = .auto
+}
+
+/// `network-metered`: `auto` asks NetworkManager where it runs (and counts the network as
+/// unmetered where it does not); `yes` and `no` say it outright.
+public enum NetworkMetered: String, Sendable, Equatable {
+    case auto
+    case yes
+    case no
 }
 
 public enum Direction: String, Sendable {
@@ -141,6 +153,12 @@ public struct SessionConfig: Sendable {
     public var hookTimeout: Double = 60
     /// The agent scans the local tree at least this often, even when inotify saw nothing.
     public var verifyInterval: Double = 3600
+    /// `discretionary = yes`: transfers begin only while these conditions hold (nil: any time).
+    public var discretion: Discretion?
+    /// The rate this session's transfers together may use, within `[agent] bwlimit` (nil: no limit of its own).
+    public var bwlimit: BandwidthSchedule?
+    /// Sessions with a higher priority are given transfer slots first; equal ones take turns.
+    public var priority: Int = 0
 
     /// The manifest's URL.
     public var manifestURL: String {

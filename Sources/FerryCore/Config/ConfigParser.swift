@@ -5,14 +5,17 @@
 /// line or from ` #` after a value. Relative paths are resolved against the config file's directory.
 public enum ConfigParser {
     /// Every key, per section kind. The one place keys are defined; `config/ferry.conf` documents them.
-    public static let agentKeys = ["state", "transfers", "stop-timeout", "metrics"]
+    public static let agentKeys = ["state", "transfers", "stop-timeout", "metrics", "bwlimit", "network-metered"]
     public static let sessionKeys = [
         "remote", "manifest", "local", "direction", "poll", "delete", "max-delete", "allow-rollback", "allow-empty",
         "max-manifest-size", "mode-mask",
         "ca-file", "basic-auth-file", "bearer-token-file", "connect-timeout", "min-speed", "stall-timeout", "max-duration",
         "retries", "retry-delay", "resource-timeout", "earliest-begin", "session-transfers",
         "on-file-done", "on-session-done", "hook-timeout", "verify-interval",
+        "discretionary", "window", "require-ac-power", "require-unmetered", "max-load", "min-free-space", "bwlimit", "priority",
     ]
+    /// The conditions of a discretionary session: set only with `discretionary = yes`.
+    static let discretionKeys = ["window", "require-ac-power", "require-unmetered", "max-load", "min-free-space"]
 
     private struct Line {
         let number: Int
@@ -100,6 +103,13 @@ public enum ConfigParser {
                             throw fail(line, "'\(line.value)' does not end in .prom", hint: "node_exporter's textfile collector reads only *.prom files, like /var/lib/node_exporter/textfile_collector/ferry.prom")
                         }
                         agent.metrics = resolve(line.value, against: baseDirectory)
+                    case "bwlimit":
+                        agent.bwlimit = try bandwidth(line, fail)
+                    case "network-metered":
+                        guard let m = NetworkMetered(rawValue: line.value.lowercased()) else {
+                            throw fail(line, "'\(line.value)' is not auto, yes or no", hint: "auto asks NetworkManager where it runs; yes or no says it outright")
+                        }
+                        agent.networkMetered = m
                     default: break
                     }
                 }
@@ -185,11 +195,46 @@ public enum ConfigParser {
                         throw fail(line, "'\(line.value)' is not a speed like 1K or 100K/s")
                     }
                     session.minSpeed = s
+                case "discretionary":
+                    if try bool(line, fail) { session.discretion = session.discretion ?? Discretion() }
+                case "window", "require-ac-power", "require-unmetered", "max-load", "min-free-space":
+                    break  // below, once discretionary is known
+                case "bwlimit":
+                    session.bwlimit = try bandwidth(line, fail)
+                case "priority":
+                    session.priority = try integer(line, in: -100...100, fail)
                 case "ca-file": session.caFile = resolve(line.value, against: baseDirectory)
                 case "basic-auth-file": session.basicAuthFile = resolve(line.value, against: baseDirectory)
                 case "bearer-token-file": session.bearerTokenFile = resolve(line.value, against: baseDirectory)
                 default: break
                 }
+            }
+            for line in section.lines where discretionKeys.contains(line.key) {
+                guard var d = session.discretion else {
+                    throw fail(line, "applies only to a discretionary session", hint: "add discretionary = yes to [\(section.header)], or remove this line")
+                }
+                switch line.key {
+                case "window":
+                    var windows: [TimeWindow] = []
+                    for part in line.value.split(separator: ",").map({ String($0).trimmingSpaces() }) {
+                        do { windows.append(try TimeWindow(parsing: part)) } catch { throw fail(line, error.message) }
+                    }
+                    d.windows = windows
+                case "require-ac-power": d.requireACPower = try bool(line, fail)
+                case "require-unmetered": d.requireUnmetered = try bool(line, fail)
+                case "max-load":
+                    guard let load = Double(line.value), load > 0, load <= 10_000 else {
+                        throw fail(line, "'\(line.value)' is not a load average above 0, like 2 or 0.5")
+                    }
+                    d.maxLoad = load
+                case "min-free-space":
+                    guard let limit = FreeSpaceLimit(parsing: line.value) else {
+                        throw fail(line, "'\(line.value)' is neither a size (10G) nor a percentage below 100 (5%)")
+                    }
+                    d.minFree = limit
+                default: break
+                }
+                session.discretion = d
             }
             if session.basicAuthFile != nil && session.bearerTokenFile != nil {
                 throw .usage("\(path):\(section.number): [\(section.header)] sets both basic-auth-file and bearer-token-file; choose one")
@@ -208,7 +253,20 @@ public enum ConfigParser {
                              hint: "give each session its own local directory")
             }
         }
-        return Config(path: path, agent: agent, sessions: sessions, warnings: [])
+        var warnings: [String] = []
+        for session in sessions {
+            // A limit shared by many transfers can leave each below min-speed: they would be
+            // abandoned as stalled. Said once, at the lowest rate the schedules reach.
+            let lowest = [agent.bwlimit?.lowest, session.bwlimit?.lowest].compactMap { $0 }.min()
+            if let lowest {
+                let share = lowest / Int64(min(session.transfers ?? agent.transfers, agent.transfers))
+                if share < session.minSpeed {
+                    warnings.append("session '\(session.name)': at bwlimit \(Units.formatBytes(lowest))/s each of its transfers may get \(Units.formatBytes(share))/s, "
+                        + "below min-speed \(Units.formatBytes(session.minSpeed))/s, and be abandoned as stalled; lower min-speed or session-transfers")
+                }
+            }
+        }
+        return Config(path: path, agent: agent, sessions: sessions, warnings: warnings)
     }
 
     static func isValidSessionName(_ name: String) -> Bool {
@@ -226,6 +284,12 @@ public enum ConfigParser {
         }
         guard d >= minimum else { throw fail(line, "'\(line.value)' is shorter than the minimum of \(Units.formatDuration(minimum))", nil) }
         return d
+    }
+
+    private static func bandwidth(_ line: Line, _ fail: (Line, String, String?) -> FerryError) throws(FerryError) -> BandwidthSchedule {
+        do { return try BandwidthSchedule(parsing: line.value) } catch {
+            throw fail(line, error.message, "write a rate like 512K, off, or a daily schedule like: 08:00,512K 19:00,off")
+        }
     }
 
     private static func integer(_ line: Line, in range: ClosedRange<Int>, _ fail: (Line, String, String?) -> FerryError) throws(FerryError) -> Int {

@@ -18,9 +18,11 @@ public struct RunOutcome: Sendable, Equatable {
     public var suspended = 0
     /// Files delayed to a later run (`earliest-begin`, `--not-before`).
     public var delayed = 0
+    /// Files a discretionary session holds until its conditions hold.
+    public var held = 0
 
     public init(error: FerryError.Category? = nil, localIOFailed: Bool = false, failed: Int = 0, deletionsRefused: Bool = false,
-                waiting: Int = 0, stopped: Bool = false, suspended: Int = 0, delayed: Int = 0) {
+                waiting: Int = 0, stopped: Bool = false, suspended: Int = 0, delayed: Int = 0, held: Int = 0) {
         self.error = error
         self.localIOFailed = localIOFailed
         self.failed = failed
@@ -29,6 +31,7 @@ public struct RunOutcome: Sendable, Equatable {
         self.stopped = stopped
         self.suspended = suspended
         self.delayed = delayed
+        self.held = held
     }
 
     /// The exit code of each condition present; an outcome with none is in sync.
@@ -38,7 +41,7 @@ public struct RunOutcome: Sendable, Equatable {
         if localIOFailed { codes.append(.localIO) }
         if failed > 0 || deletionsRefused { codes.append(.someFilesFailed) }
         if waiting > 0 { codes.append(.remoteOrManifest) }
-        if stopped || suspended > 0 || delayed > 0 { codes.append(.incomplete) }
+        if stopped || suspended > 0 || delayed > 0 || held > 0 { codes.append(.incomplete) }
         return codes
     }
 

@@ -40,6 +40,9 @@ public final class Agent: @unchecked Sendable {
         var watch: LocalWatch?
         /// When the tree was last scanned in full (monotonic).
         var lastScan = -Double.infinity
+        /// A discretionary session whose last cycle held its transfers: the conditions are watched
+        /// between polls, and a cycle starts as soon as they hold.
+        var held: DiscretionGate?
     }
 
     /// Requests from other threads (signal handlers, ending cycles, control clients).
@@ -166,8 +169,12 @@ public final class Agent: @unchecked Sendable {
             } else {
                 if reload { self.reload() }
                 let now = clock.monotonic()
-                for name in slots.keys.sorted() where slots[name]!.running == nil && slots[name]!.due <= now {
-                    startCycle(name)
+                for name in slots.keys.sorted() where slots[name]!.running == nil {
+                    if let gate = slots[name]!.held, gate.waitsFor() == nil {
+                        slots[name]!.held = nil
+                        slots[name]!.due = now
+                    }
+                    if slots[name]!.due <= now { startCycle(name) }
                 }
             }
             keepWatchdog()
@@ -265,6 +272,7 @@ public final class Agent: @unchecked Sendable {
         guard var slot = slots[name] else { return }
         slot.running = nil
         slot.inSync = result.exitCode == .inSync
+        slot.held = result.heldFor == nil ? nil : DiscretionGate(session: slot.session, agent: config.agent)
         if !slot.following.isEmpty {
             let done = Set(slot.following.map { ObjectIdentifier($0.connection) })
             followers.bySession.withLock { $0[name]?.removeAll { done.contains(ObjectIdentifier($0)) } }
@@ -323,6 +331,7 @@ public final class Agent: @unchecked Sendable {
     static func describe(_ result: SyncResult, outcome: PollSchedule.Outcome) -> String {
         switch outcome {
         case .reached:
+            if let heldFor = result.heldFor { return "held: \(result.held) files wait for \(heldFor)" }
             return "idle"
         case .busy:
             return "busy: another ferry process holds the session"
@@ -379,6 +388,7 @@ public final class Agent: @unchecked Sendable {
             }
         }
         runner.transfers = fresh.agent.transfers
+        runner.bandwidth = fresh.agent.bwlimit
         if fresh.agent.metrics != config.agent.metrics {
             emit("", .warning(message: "[agent] metrics changed; the change takes effect when the agent restarts"))
         }
@@ -411,8 +421,10 @@ public final class Agent: @unchecked Sendable {
         let running = slots.values.filter { $0.running != nil }.count
         let waiting = slots.values.filter { $0.running == nil && $0.state.hasPrefix("waiting") }.count
         let failed = slots.values.filter { $0.running == nil && $0.state.hasPrefix("failed") }.count
+        let held = slots.values.filter { $0.running == nil && $0.held != nil }.count
         var parts = ["\(slots.count) sessions"]
         if running > 0 { parts.append("\(running) running") }
+        if held > 0 { parts.append("\(held) held for discretionary conditions") }
         if waiting > 0 { parts.append("\(waiting) waiting for connectivity") }
         if failed > 0 { parts.append("\(failed) failed") }
         return parts.joined(separator: ", ")

@@ -154,8 +154,8 @@ public final class HookRunner: EventSink, @unchecked Sendable {
     }
 }
 
-/// One run of a hook's program: spawned (with the caller's environment plus `environment`),
-/// waited for, stopped at `timeout`.
+/// One run of a hook's program (or of a helper ferry asks, like `busctl`): spawned with the
+/// caller's environment plus `environment`, waited for, stopped at `timeout`.
 enum HookProcess {
     enum Result: Equatable {
         case exited(Int32)
@@ -164,12 +164,34 @@ enum HookProcess {
         case cannotStart(String)
     }
 
+    /// Its output goes to ferry's stderr.
     static func run(_ command: HookCommand, environment: [String], timeout: Double) -> Result {
+        run(command, environment: environment, timeout: timeout, capture: nil)
+    }
+
+    /// Its standard output (the first 64 KiB) is returned; its stderr is ferry's.
+    static func output(of command: HookCommand, timeout: Double) -> (Result, [UInt8]) {
+        var fds: [Int32] = [-1, -1]
+        guard pipe(&fds) == 0 else { return (.cannotStart(FileSystem.errorText()), []) }
+        // pipe2 is not exported to Swift here; the end of the child's output is its exit, not EOF.
+        for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
+        var output: [UInt8] = []
+        let result = run(command, environment: [], timeout: timeout, capture: (fds[0], fds[1], { output += $0 }))
+        close(fds[0])
+        return (result, output)
+    }
+
+    private static func run(_ command: HookCommand, environment: [String], timeout: Double,
+                            capture: (read: Int32, write: Int32, take: ([UInt8]) -> Void)?) -> Result {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        posix_spawn_file_actions_adddup2(&actions, 2, 1)
+        if let capture {
+            posix_spawn_file_actions_adddup2(&actions, capture.write, 1)
+        } else {
+            posix_spawn_file_actions_adddup2(&actions, 2, 1)
+        }
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }
@@ -203,15 +225,33 @@ enum HookProcess {
         }
         var pid: pid_t = 0
         let rc = posix_spawnp(&pid, command.program, &actions, &attributes, argv, envp)
+        if let capture {
+            close(capture.write)
+            _ = fcntl(capture.read, F_SETFL, fcntl(capture.read, F_GETFL) | O_NONBLOCK)
+        }
         guard rc == 0 else { return .cannotStart(String(cString: strerror(rc))) }
+        var taken = 0
+        /// Takes what the child wrote so far (its pipe must not fill up while we wait).
+        func drain() {
+            guard let capture else { return }
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while true {
+                let n = read(capture.read, &buffer, buffer.count)
+                guard n > 0 else { return }
+                if taken < 65_536 { capture.take(Array(buffer[0..<min(n, 65_536 - taken)])) }
+                taken += n
+            }
+        }
 
         let deadline = MonotonicClock.seconds() + timeout
         var killAt: Double?
         var pause: UInt32 = 1_000
         while true {
             var status: Int32 = 0
+            drain()
             let r = waitpid(pid, &status, WNOHANG)
             if r == pid {
+                drain()
                 if killAt != nil { return .timedOut }
                 let signal = status & 0x7F
                 return signal == 0 ? .exited((status >> 8) & 0xFF) : .signalled(signal)

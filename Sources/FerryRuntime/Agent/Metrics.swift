@@ -80,6 +80,8 @@ public final class Metrics: EventSink, @unchecked Sendable {
         metric("ferry_tasks", "gauge", "Tasks not done, by state: the queue depth, and what waiting tasks wait for.", taskRows)
         metric("ferry_session_waiting", "gauge", "1 while the session waits for connectivity or its last poll failed.",
                sessions.map { (label($0), $0.waiting ? "1" : "0") })
+        metric("ferry_session_held", "gauge", "1 while a discretionary session's transfers wait for its conditions (status says which).",
+               sessions.map { (label($0), $0.record?.heldFor == nil ? "0" : "1") })
         metric("ferry_last_successful_poll_timestamp_seconds", "gauge", "When the last poll that reached the remote ended (Unix time).",
                sessions.compactMap { s in s.record?.lastPollOK.map { (label(s), String($0.seconds)) } })
         metric("ferry_manifest_version", "gauge", "The version of the manifest last applied.",

@@ -41,6 +41,7 @@ final class Download: Transfer {
     var checkpointed: Int64
     /// Set when `ferry cancel` suspended the task: the engine stops it as interrupted.
     var cancelRequested = false
+    var throttle: Throttle?
     /// When the last checkpoint was taken (monotonic seconds).
     var checkpointTime = MonotonicClock.seconds()
     /// The validator of the response the partial now holds.
@@ -108,7 +109,8 @@ final class Download: Transfer {
         guard case let .http(url, settings) = origin else { return }
         easy.configure(url: url, settings: settings, extraHeaders: requestHeaders)
         if let range = rangeOption { easy.set(CURLOPT_RANGE, range) }
-        if (entry.size ?? 0) > 1 << 20 { easy.set(CURLOPT_BUFFERSIZE, 512 * 1024) }
+        // Large reads for speed, unless a bandwidth limit is in force (a read is taken whole).
+        if (entry.size ?? 0) > 1 << 20 && throttle?.limiting != true { easy.set(CURLOPT_BUFFERSIZE, 512 * 1024) }
         ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, downloadWriteCallback)
         easy.set(CURLOPT_WRITEDATA, pointer: context)
         ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, downloadHeaderCallback)
@@ -138,6 +140,7 @@ final class Download: Transfer {
         let n = pread(sourceFD, buffer, Download.stepSize, off_t(written))
         if n < 0 { return errno == EINTR ? nil : readFailure() }
         if n == 0 { return verify() }
+        throttle?.take(n)
         guard receive(buffer, count: n) == n else {
             return .failed(TransferFailure(message: failure ?? "cannot take the file in", keepPartial: !discardPartial, cause: failureCause))
         }
@@ -368,6 +371,8 @@ final class Download: Transfer {
 let downloadWriteCallback: ferry_data_callback = { buffer, size, count, userdata in
     let download = Unmanaged<Download>.fromOpaque(userdata!).takeUnretainedValue()
     guard let buffer else { return 0 }
+    // Over a bandwidth limit: libcurl keeps the bytes and offers them again once the engine continues it.
+    if let throttle = download.throttle, !throttle.admit(size * count) { return Int(CURL_WRITEFUNC_PAUSE) }
     return download.receive(UnsafeRawPointer(buffer), count: size * count)
 }
 

@@ -21,6 +21,9 @@ protocol Transfer: AnyObject {
     var cancelRequested: Bool { get }
     /// Called about ten times a second while the request runs (time-based checkpoints).
     func tick(now: Double)
+    /// The bandwidth limits over it, set by the engine before `prepare` when any limit is
+    /// configured; the transfer takes its bytes through it (`Throttle.admit`, `take`).
+    var throttle: Throttle? { get set }
 }
 
 enum TransferMode {
@@ -66,4 +69,13 @@ protocol TransferSource: AnyObject {
     var shouldStop: Bool { get }
     /// At most this many of its transfers run at once (within the engine's global limit).
     var limit: Int { get }
+    /// Sources with a higher priority are given free slots first; equal ones take turns.
+    var priority: Int { get }
+    /// The rate its transfers together may use, within the engine's global limit (nil: none of its own).
+    var bandwidth: BandwidthSchedule? { get }
+}
+
+extension TransferSource {
+    var priority: Int { 0 }
+    var bandwidth: BandwidthSchedule? { nil }
 }

@@ -11,7 +11,13 @@ import FerryCore
 /// (`curl_multi_wakeup`); with nothing to do it sleeps in `curl_multi_poll` until woken.
 ///
 /// Sources take turns (round robin), so two sessions transfer at the same time and one large
-/// session cannot starve another. A source's calls all come on the engine thread.
+/// session cannot starve another — among sources of the same priority: a free slot goes to the
+/// highest priority that has work due. A source's calls all come on the engine thread.
+///
+/// Bandwidth limits (`bwlimit`, global and per source, each on a daily schedule) are token
+/// buckets: a transfer over a limit pauses (libcurl holds the bytes) and is continued when the
+/// buckets refill, so running transfers slow down or speed up when the schedule turns, without
+/// a restart.
 final class TransferEngine: @unchecked Sendable {
     /// What a source has for the engine next.
     enum Next {
@@ -49,6 +55,12 @@ final class TransferEngine: @unchecked Sendable {
         set { limit.store(max(1, newValue), ordering: .relaxed); curl_multi_wakeup(multi) }
     }
     private let stopped = DispatchSemaphore(value: 0)
+    private let globalSchedule = Mutex<BandwidthSchedule?>(nil)
+    /// The global `bwlimit`; a reload may change it (running transfers follow the new rate).
+    var bandwidth: BandwidthSchedule? {
+        get { globalSchedule.withLock { $0 } }
+        set { globalSchedule.withLock { $0 = newValue }; curl_multi_wakeup(multi) }
+    }
 
     // Engine thread only.
     private final class Turn {
@@ -58,7 +70,12 @@ final class TransferEngine: @unchecked Sendable {
         var exhausted = false
         var stopping = false
         var finished: [(Transfer, TransferOutcome)] = []
-        init(_ handoff: Handoff) { self.handoff = handoff }
+        /// The source's own bandwidth limit.
+        let bucket: RateBucket
+        init(_ handoff: Handoff, now: Double) {
+            self.handoff = handoff
+            bucket = RateBucket(now: now)
+        }
         var source: TransferSource { handoff.source }
     }
     private struct Active {
@@ -69,7 +86,11 @@ final class TransferEngine: @unchecked Sendable {
         let turn: Turn
     }
     private var turns: [Turn] = []
-    private var cursor = 0
+    /// The next turn to ask within each priority (round robin among equals).
+    private var cursors: [Int: Int] = [:]
+    private lazy var global = RateBucket(now: MonotonicClock.seconds())
+    /// When the rates in force were last set from the schedules.
+    private var ratesSet = -Double.infinity
     /// Running transfers by easy handle (`.curl`) or by their own address (`.steps`).
     private var active: [UnsafeMutableRawPointer: Active] = [:]
     private var stepping = 0
@@ -108,10 +129,12 @@ final class TransferEngine: @unchecked Sendable {
                 defer { inbox.arrivals.removeAll() }
                 return (inbox.arrivals, inbox.shuttingDown)
             }
-            turns += arrivals.map(Turn.init)
-            if shuttingDown && turns.isEmpty { break }
-
             let now = MonotonicClock.seconds()
+            turns += arrivals.map { Turn($0, now: now) }
+            if shuttingDown && turns.isEmpty { break }
+            if !arrivals.isEmpty { ratesSet = -Double.infinity }
+            let throttled = refillBuckets(now)
+
             for turn in turns where !turn.stopping && turn.source.shouldStop {
                 turn.stopping = true
                 for (handle, a) in active where a.turn === turn { end(handle, a, .interrupted) }
@@ -135,8 +158,10 @@ final class TransferEngine: @unchecked Sendable {
                 guard ferry_msg_is_done(message) != 0, let handle = ferry_msg_easy(message), let a = active[handle] else { continue }
                 end(handle, a, a.transfer.finish(code: ferry_msg_result(message), errorText: a.easy?.errorText))
             }
+            var stepped = false
             if stepping > 0 {
-                for (key, a) in active where a.easy == nil {
+                for (key, a) in active where a.easy == nil && a.transfer.throttle?.open != false {
+                    stepped = true
                     if let outcome = a.transfer.step() { end(key, a, outcome) }
                 }
             }
@@ -144,39 +169,47 @@ final class TransferEngine: @unchecked Sendable {
             let after = MonotonicClock.seconds()
             for a in active.values { a.transfer.tick(now: after) }
             tick(after)
-            if !active.isEmpty && running > 0 {
-                // Local steps keep going between polls: only look for network readiness.
+            if !active.isEmpty && (running > 0 || !stepped) {
+                // Local steps keep going between polls: only look for network readiness. Paused
+                // transfers are looked at again soon, when their buckets have refilled.
                 var numfds: Int32 = 0
-                curl_multi_poll(multi, nil, 0, stepping > 0 ? 0 : 100, &numfds)
+                curl_multi_poll(multi, nil, 0, stepped ? 0 : (throttled ? 10 : 100), &numfds)
             }
         }
         stopped.signal()
     }
 
-    /// Starts transfers, taking turns among the sources, until the global limit is reached or no
-    /// source has anything due.
+    /// Starts transfers until the global limit is reached or no source has anything due: the
+    /// highest priority first, taking turns among the sources of one priority.
     private func fill() {
         let concurrency = self.concurrency
-        var asked = Set<ObjectIdentifier>()
-        while active.count < concurrency && !turns.isEmpty {
-            var started = false
-            for step in 0..<turns.count {
-                guard active.count < concurrency else { break }
-                let turn = turns[(cursor + step) % turns.count]
-                let id = ObjectIdentifier(turn)
-                guard !turn.stopping, !turn.exhausted, !asked.contains(id), turn.running < turn.source.limit else { continue }
-                switch turn.source.next() {
-                case .start(let transfer):
-                    start(transfer, for: turn)
-                    started = true
-                case .notYet:
-                    asked.insert(id)
-                case .none:
-                    turn.exhausted = true
+        let priorities = Set(turns.map { $0.source.priority }).sorted(by: >)
+        for priority in priorities {
+            guard active.count < concurrency else { return }
+            let group = turns.filter { $0.source.priority == priority }
+            var cursor = cursors[priority] ?? 0
+            var asked = Set<ObjectIdentifier>()
+            while active.count < concurrency {
+                var started = false
+                for step in 0..<group.count {
+                    guard active.count < concurrency else { break }
+                    let turn = group[(cursor + step) % group.count]
+                    let id = ObjectIdentifier(turn)
+                    guard !turn.stopping, !turn.exhausted, !asked.contains(id), turn.running < turn.source.limit else { continue }
+                    switch turn.source.next() {
+                    case .start(let transfer):
+                        start(transfer, for: turn)
+                        started = true
+                    case .notYet:
+                        asked.insert(id)
+                    case .none:
+                        turn.exhausted = true
+                    }
                 }
+                cursor = (cursor + 1) % group.count
+                if !started { break }
             }
-            cursor = (cursor + 1) % max(1, turns.count)
-            if !started { break }
+            cursors[priority] = cursor
         }
     }
 
@@ -186,6 +219,9 @@ final class TransferEngine: @unchecked Sendable {
             return
         }
         let retained = Unmanaged<AnyObject>.passRetained(transfer)
+        if bandwidth != nil || turn.source.bandwidth != nil {
+            transfer.throttle = Throttle([global, turn.bucket])
+        }
         switch transfer.mode {
         case .curl:
             let easy = idle.popLast() ?? EasyHandle()
@@ -210,6 +246,31 @@ final class TransferEngine: @unchecked Sendable {
         a.turn.running -= 1
         a.turn.finished.append((a.transfer, outcome))
         a.retained.release()
+    }
+
+    /// Refills the bandwidth buckets (setting the rates in force from the schedules once a second)
+    /// and continues the paused transfers whose buckets are open again. Returns whether a running
+    /// transfer is still held back by a limit.
+    private func refillBuckets(_ now: Double) -> Bool {
+        if now - ratesSet >= 1 {
+            ratesSet = now
+            let secondOfDay = HostProbe.localSecondOfDay()
+            global.set(rate: bandwidth?.rate(at: secondOfDay), now: now)
+            for turn in turns { turn.bucket.set(rate: turn.source.bandwidth?.rate(at: secondOfDay), now: now) }
+        }
+        global.refill(now: now)
+        for turn in turns { turn.bucket.refill(now: now) }
+        var held = false
+        for (handle, a) in active {
+            guard let throttle = a.transfer.throttle else { continue }
+            if throttle.paused && throttle.open {
+                throttle.paused = false
+                // libcurl may offer the held bytes again from inside this call.
+                if a.easy != nil { curl_easy_pause(handle, 0) }
+            }
+            if throttle.paused || !throttle.open { held = true }
+        }
+        return held
     }
 
     /// Hands each source the transfers of its that ended; ends the sources that are done.

@@ -58,6 +58,9 @@ public struct SyncResult: Sendable {
     /// Files delayed by `earliest-begin` / `--not-before`, and the earliest time one begins.
     public var delayed = 0
     public var nextBegin: Timestamp?
+    /// Files a discretionary session holds, and the conditions they wait for.
+    public var held = 0
+    public var heldFor: String?
     public var deleted = 0
     public var bytes: Int64 = 0
     public var hashed = 0
@@ -121,6 +124,7 @@ final class PullSync {
         // A run refused as busy never ran: the status belongs to the process that holds the session.
         if let store, !options.dryRun, result.error?.category != .busy {
             try? store.recordRunFinished(session: session.name, exitCode: result.exitCode.rawValue, message: result.message)
+            try? store.recordHold(session: session.name, waitsFor: result.heldFor)
         }
         emit(.syncFinished(exitCode: result.exitCode.rawValue, downloaded: result.downloaded, failed: result.failed,
                            deleted: result.deleted, bytes: result.bytes, seconds: MonotonicClock.seconds() - started,
@@ -256,7 +260,7 @@ final class PullSync {
         }
 
         // Deletions only after every transfer succeeded (rule 7), and capped.
-        let unfinished = result.failed + result.waiting + result.suspended + result.delayed
+        let unfinished = result.failed + result.waiting + result.suspended + result.delayed + result.held
         if let refused = plan.refusedDeletions {
             result.message = "refused to delete \(refused.count) files: more than max-delete = \(session.maxDelete) allows (\(refused.limit) of the \(refused.managed) files in \(Printable.name(session.local))); nothing was deleted"
             result.hint = "if this is intended, raise max-delete for session '\(session.name)' (a count like \(refused.count), or a percentage like 100%)"
@@ -287,7 +291,8 @@ final class PullSync {
 
         let attempted = plan.downloads.count + plan.metadataFixes.count + plan.blocked.count
         let outcome = RunOutcome(localIOFailed: localIOError != nil, failed: result.failed, deletionsRefused: plan.refusedDeletions != nil,
-                                 waiting: result.waiting, stopped: stopped != nil, suspended: result.suspended, delayed: result.delayed)
+                                 waiting: result.waiting, stopped: stopped != nil, suspended: result.suspended, delayed: result.delayed,
+                                 held: result.held)
         result.exitCode = outcome.exitCode
         // Every condition present is named, the one that decided the exit code first.
         var reasons: [String] = []
@@ -302,6 +307,9 @@ final class PullSync {
         if result.suspended > 0 { reasons.append("\(result.suspended) files are suspended by ferry cancel; ferry resume continues them") }
         if result.delayed > 0 {
             reasons.append("\(result.delayed) files are delayed; the first may begin at \(result.nextBegin?.rfc3339 ?? "?"), in a later run")
+        }
+        if result.held > 0, let heldFor = result.heldFor {
+            reasons.append("\(result.held) files wait for the session's discretionary conditions: \(heldFor); they begin when the conditions hold")
         }
         result.message = reasons.isEmpty ? nil : reasons.joined(separator: "; ")
     }
@@ -443,7 +451,8 @@ final class PullSync {
                           unstorableMtimes: inout [(RelativePath, CachedHash)]) throws(FerryError) -> String? {
         guard !plan.downloads.isEmpty else { return options.stop.reason }
         let transfers = PullTransfers(session: session, root: root, store: store, remote: remote,
-                                      observer: observer, emit: { [unowned self] in self.emit($0) }, plan: plan, stop: options.stop)
+                                      observer: observer, emit: { [unowned self] in self.emit($0) }, plan: plan, stop: options.stop,
+                                      gate: DiscretionGate(session: session, agent: agent))
         transfers.run(plan.downloads, tasks: tasks, engine: engine)
         result.downloaded += transfers.downloaded
         result.failed += transfers.failed
@@ -451,6 +460,8 @@ final class PullSync {
         result.suspended += transfers.suspended
         result.delayed += transfers.delayed
         result.nextBegin = transfers.nextBegin
+        result.held += transfers.onHold
+        result.heldFor = transfers.heldFor
         result.bytes += transfers.bytesFetched
         result.deleted += transfers.deletedInReplacements
         unstorableMtimes += transfers.unstorableMtimes

@@ -23,8 +23,14 @@ final class PullTransfers: TransferSource {
     private let emit: (Event.Body) -> Void
     private let observer: EventSink
     private let stop: StopCondition
+    /// A discretionary session's conditions (nil: transfers go at any time).
+    private let gate: DiscretionGate?
     /// Why the run stopped before all downloads finished, if it did.
     private(set) var stopped: String?
+    /// What a discretionary session's transfers wait for, when its conditions did not hold, and
+    /// how many downloads were left waiting (`onHold`).
+    private(set) var heldFor: String?
+    private(set) var onHold = 0
 
     private(set) var downloaded = 0
     private(set) var failed = 0
@@ -35,8 +41,8 @@ final class PullTransfers: TransferSource {
     /// Tasks delayed to a later time (`earliest-begin`, `--not-before`), and the soonest of them.
     private(set) var delayed = 0
     private(set) var nextBegin: Timestamp?
-    /// Downloads that neither finished, failed, wait nor are suspended or delayed: only a stop leaves any.
-    var unfinished: Int { progress.filesTotal - downloaded - failed - waiting - suspended - delayed }
+    /// Downloads that neither finished, failed, wait nor are suspended, delayed or held: only a stop leaves any.
+    var unfinished: Int { progress.filesTotal - downloaded - failed - waiting - suspended - delayed - onHold }
     private(set) var bytesFetched: Int64 = 0
     /// A disk-level failure (full, read-only, I/O error): the run ends with exit code 5.
     private(set) var localIOError: String?
@@ -54,8 +60,9 @@ final class PullTransfers: TransferSource {
     private var lastFlush = MonotonicClock.seconds()
 
     init(session: SessionConfig, root: LocalRoot, store: StateStore, remote: Remote, observer: EventSink,
-         emit: @escaping (Event.Body) -> Void, plan: Plan, stop: StopCondition) {
+         emit: @escaping (Event.Body) -> Void, plan: Plan, stop: StopCondition, gate: DiscretionGate?) {
         self.stop = stop
+        self.gate = gate
         self.session = session
         self.root = root
         self.store = store
@@ -100,9 +107,20 @@ final class PullTransfers: TransferSource {
             }
         }
         ready = ArraySlice(runnable)
-        engine.run(self)
+        if !runnable.isEmpty, let reason = gate?.waitsFor() {
+            heldFor = reason
+        } else {
+            engine.run(self)
+        }
         flush()
         acknowledgeOpenSuspension()
+        if let heldFor {
+            // What had not begun, waited out a backoff or was stopped when the conditions ended.
+            let left = Array(ready) + backingOff
+            onHold += left.count
+            do throws(FerryError) { try store.requeue(left.map(\.task.id)) } catch { storeError = error }
+            emit(.sessionHeld(files: onHold, waitsFor: heldFor))
+        }
         progress.active = []
         progress.bytesDone = completedBytes
         observer.progress(progress)
@@ -147,11 +165,18 @@ final class PullTransfers: TransferSource {
             stopped = reason
             return true
         }
+        if let reason = gate?.waitsFor() {
+            // A discretionary condition ended: running transfers checkpoint, the rest waits.
+            heldFor = reason
+            return true
+        }
         return false
     }
 
     /// `session-transfers`, within the engine's global `transfers`.
     var limit: Int { session.transfers ?? Int.max }
+    var priority: Int { session.priority }
+    var bandwidth: BandwidthSchedule? { session.bwlimit }
 
     func finished(_ batch: [(Transfer, TransferOutcome)]) {
         finish(batch.map { ($0.0 as! Download, $0.1) })
@@ -371,7 +396,11 @@ final class PullTransfers: TransferSource {
                     root.removePartial(taskID: download.task.id)
                 }
                 try? store.checkpoint(download.task.id, bytesDone: kept, validator: kept > 0 ? download.validator : nil)
-                if download.cancelRequested {
+                if heldFor != nil && !download.cancelRequested {
+                    onHold += 1
+                    do throws(FerryError) { try store.requeue([download.task.id]) } catch { storeError = error }
+                    emit(.fileInterrupted(path: path, offset: kept))
+                } else if download.cancelRequested {
                     suspended += 1
                     if var item {
                         item.task.bytesDone = kept

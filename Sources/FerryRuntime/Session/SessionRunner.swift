@@ -23,6 +23,7 @@ public final class SessionRunner {
     public init(agent: AgentConfig) {
         self.agent = agent
         engine = TransferEngine(concurrency: agent.transfers)
+        engine.bandwidth = agent.bwlimit
     }
 
     deinit { engine.shutdown() }
@@ -47,6 +48,12 @@ public final class SessionRunner {
             finished(result)
             return result
         }
+    }
+
+    /// The global `bwlimit`, changed by a reload; running transfers follow the new rate.
+    public var bandwidth: BandwidthSchedule? {
+        get { engine.bandwidth }
+        set { engine.bandwidth = newValue }
     }
 
     /// The global `transfers` limit, changed by a reload; running transfers are not restarted.

@@ -25,6 +25,8 @@ public struct SessionRecord: Sendable {
     public var nextPoll: Timestamp?
     /// The last poll that reached the remote and applied its manifest.
     public var lastPollOK: Timestamp?
+    /// What a discretionary session's transfers wait for, after a run whose conditions did not hold.
+    public var heldFor: String?
 }
 
 /// The SQLite state of all sessions (WAL mode): sessions, the task table and the hash cache.
@@ -181,6 +183,10 @@ public final class StateStore {
         ALTER TABLE sessions ADD COLUMN last_poll_ok TEXT;
         CREATE INDEX tasks_by_state ON tasks (session, state);
         """,
+        // 7: what a discretionary session's transfers wait for.
+        """
+        ALTER TABLE sessions ADD COLUMN held_for TEXT;
+        """,
     ]
 
     /// `TaskState.after(event)` as SQL: the expression a row's new state is set to, so the table
@@ -227,7 +233,7 @@ public final class StateStore {
         let s = try db.prepare("""
             SELECT manifest_url, manifest_etag, manifest_last_modified, manifest_version, last_run_started,
                    last_run_finished, last_exit_code, last_message, running_pid, deadline,
-                   agent_pid, agent_state, next_poll, last_poll_ok FROM sessions WHERE name = ?
+                   agent_pid, agent_state, next_poll, last_poll_ok, held_for FROM sessions WHERE name = ?
             """).bind(.text(name))
         guard try s.step() else { return nil }
         return SessionRecord(
@@ -236,7 +242,7 @@ public final class StateStore {
             lastRunFinished: s.text(5).flatMap(Timestamp.init(rfc3339:)), lastExitCode: s.isNull(6) ? nil : Int32(s.int(6)),
             lastMessage: s.text(7), runningPID: s.isNull(8) ? nil : Int32(s.int(8)), deadline: s.text(9).flatMap(Timestamp.init(rfc3339:)),
             agentPID: s.isNull(10) ? nil : Int32(s.int(10)), agentState: s.text(11), nextPoll: s.text(12).flatMap(Timestamp.init(rfc3339:)),
-            lastPollOK: s.text(13).flatMap(Timestamp.init(rfc3339:)))
+            lastPollOK: s.text(13).flatMap(Timestamp.init(rfc3339:)), heldFor: s.text(14))
     }
 
     /// What the agent `pid` says of a session between runs; a nil pid says no agent schedules it.
@@ -244,6 +250,12 @@ public final class StateStore {
         try ensureSession(session)
         try db.prepare("UPDATE sessions SET agent_pid = ?, agent_state = ?, next_poll = ? WHERE name = ?")
             .bind(.optional(pid.map(Int64.init)), .optional(state), .optional(nextPoll?.rfc3339), .text(session)).run()
+    }
+
+    /// What the session's transfers wait for (discretionary conditions), or nil when none were held.
+    public func recordHold(session: String, waitsFor: String?) throws(FerryError) {
+        try ensureSession(session)
+        try db.prepare("UPDATE sessions SET held_for = ? WHERE name = ?").bind(.optional(waitsFor), .text(session)).run()
     }
 
     /// A poll reached the remote and its manifest was applied.
@@ -504,6 +516,17 @@ public final class StateStore {
         try db.transaction { () throws(FerryError) in
             let s = try db.cached("UPDATE tasks SET state = \(StateStore.stateAfter(.start)), attempts = ?, updated_at = ? WHERE id = ? AND \(StateStore.applies(.start))")
             for t in tasks { try s.bind(.int(Int64(t.attempts)), .text(now), .int(t.id)).run() }
+        }
+    }
+
+    /// Puts tasks back in line (`queued`) without a failure: a discretionary session's conditions
+    /// ended before or while they ran.
+    public func requeue(_ ids: [Int64]) throws(FerryError) {
+        guard !ids.isEmpty else { return }
+        let now = Timestamp.now().rfc3339
+        try db.transaction { () throws(FerryError) in
+            let s = try db.cached("UPDATE tasks SET state = \(StateStore.stateAfter(.retry)), updated_at = ? WHERE id = ? AND \(StateStore.applies(.retry))")
+            for id in ids { try s.bind(.text(now), .int(id)).run() }
         }
     }
 
