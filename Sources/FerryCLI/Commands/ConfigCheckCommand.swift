@@ -21,9 +21,19 @@ struct ConfigCheckCommand: Command {
         let config = try ConfigLoader.load(path: path)
         for session in config.sessions { _ = try ConfigLoader.httpSettings(for: session) }
         for w in config.warnings { Console.warning(w) }
-        Console.out("\(path): OK — state \(config.agent.state), \(config.agent.transfers) transfers")
+        Console.out("\(path): OK — state \(config.agent.state), \(config.agent.transfers) transfers"
+                    + (config.agent.bwlimit.map { ", bwlimit \($0)" } ?? ""))
         for s in config.sessions {
-            Console.out("  [session \(s.name)] \(s.direction.rawValue) \(s.manifestURL) → \(s.local)\(s.delete ? " (delete, max \(s.maxDelete))" : "")")
+            var notes: [String] = []
+            if s.delete { notes.append("delete, max \(s.maxDelete)") }
+            if let bwlimit = s.bwlimit { notes.append("bwlimit \(bwlimit)") }
+            if s.priority != 0 { notes.append("priority \(s.priority)") }
+            Console.out("  [session \(s.name)] \(s.direction.rawValue) \(s.manifestURL) → \(s.local)" + (notes.isEmpty ? "" : " (\(notes.joined(separator: ", ")))"))
+            if let discretion = s.discretion {
+                // What the conditions say right now, so a window or a threshold can be checked.
+                let unmet = discretion.unmet(HostProbe.shared.state(local: s.local, networkMetered: config.agent.networkMetered))
+                Console.out("    discretionary: " + (unmet.isEmpty ? "its conditions hold now" : "now waits for " + unmet.joined(separator: "; ")))
+            }
         }
         return .inSync
     }

@@ -146,13 +146,12 @@ final class SyncReporter: EventSink {
             line("\(s): \(name(path)): delayed until \(until.rfc3339)")
         case let .delayedDue(path, disposition, reason):
             line("\(s): \(name(path)): delayed download due: \(disposition.rawValue) (\(reason))")
-        case let .sessionHeld(files, waitsFor):
-            line("\(s): \(files) files wait for the session's discretionary conditions: \(Printable.text(waitsFor))")
         case let .fileSuspended(path, offset):
             line("\(s): \(name(path)): suspended by ferry cancel at \(Units.formatBytes(offset)); ferry resume continues it")
         case let .fileInterrupted(path, offset):
             line("\(s): \(name(path)): stopped at \(Units.formatBytes(offset)), kept for the next run")
-        case .syncStarted, .fileStarted, .fileDone, .metadataFixed:
+        case .syncStarted, .fileStarted, .fileDone, .metadataFixed, .sessionHeld:
+            // A hold is said by the run's summary (and the agent's session state).
             break
         }
     }

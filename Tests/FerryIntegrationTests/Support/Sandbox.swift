@@ -71,8 +71,8 @@ final class Sandbox {
         utimensat(AT_FDCWD, published + "/" + name, &times, 0)
     }
 
-    func sync(_ extra: [String] = [], timeout: Double = 120) -> FerryRun {
-        ferry(["sync", "now", "--config", config] + extra, timeout: timeout)
+    func sync(_ extra: [String] = [], environment: [String: String] = [:], timeout: Double = 120) -> FerryRun {
+        ferry(["sync", "now", "--config", config] + extra, environment: environment, timeout: timeout)
     }
 
     func status(_ extra: [String] = []) -> FerryRun { ferry(["status", "--config", config] + extra) }
