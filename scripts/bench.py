@@ -161,16 +161,21 @@ def million_entries(ferry, runs, dirs=1000, per=1000):
         ("find -printf size, mtime, mode (floor)", None, lambda: ["sh", "-c", f"find {local} -printf '%s %T@ %m\\n' >/dev/null"]),
     ]
     table = measure("1,000,000 entries, one changed", tools, runs)
+    # The agent at rest on the same in-sync session: its first poll scans (and sets up the inotify
+    # watches on 1,000 directories); after that each unchanged poll is one conditional GET.
+    with open(cfg, "a") as f:
+        f.write("poll = 2s\n")
+    at_rest = agent_at_rest(ferry, cfg, files="1,000,000")
     nginx.stop()
     shutil.rmtree(www, ignore_errors=True)
     shutil.rmtree(local, ignore_errors=True)
-    return table
+    return table, at_rest
 
 
-def agent_at_rest(ferry, cfg, seconds=20, settle_timeout=900):
+def agent_at_rest(ferry, cfg, seconds=20, settle_timeout=900, files="10,000"):
     """`ferry agent` on an in-sync session (its config at `cfg`, polling every second or so):
     after its first polls, the CPU time (user + system, every thread) it spends per unchanged
-    poll over `seconds`, and its resident memory at rest. Returns (ms per poll, RSS MiB, polls)."""
+    poll over `seconds`, and its resident memory at rest. Returns (ms per poll, RSS MiB, polls, files)."""
     prom = cfg + ".prom"
     text = open(cfg).read().replace("[agent]\n", f"[agent]\nmetrics = {prom}\n", 1)
     open(cfg, "w").write(text)
@@ -204,7 +209,7 @@ def agent_at_rest(ferry, cfg, seconds=20, settle_timeout=900):
     agent.wait(timeout=60)
     n = max(1, n1 - n0)
     print(f"  agent at rest: {n1 - n0} polls, {(c1 - c0) * 1000 / n:.1f} ms CPU per poll, RSS {rss:.1f} MiB", file=sys.stderr)
-    return (c1 - c0) * 1000 / n, rss, n1 - n0
+    return (c1 - c0) * 1000 / n, rss, n1 - n0, files
 
 
 def median_table(results):
@@ -344,8 +349,11 @@ def main():
                      "≤ 50 ms CPU per unchanged poll (304) of a 10,000-file session; RSS ≤ 64 MiB"))
 
     # ---- 1,000,000-entry manifest, one file changed
-    sections.append(("1,000,000-entry manifest, one file changed", million_entries(ferry, min(a.runs, 3)), ("absolute", 5.0, 512),
+    million, million_at_rest = million_entries(ferry, min(a.runs, 3))
+    sections.append(("1,000,000-entry manifest, one file changed", million, ("absolute", 5.0, 512),
                      None, "wall ≤ 5 s and peak RSS ≤ 512 MiB for a run that changes one file (and for a 304 run)"))
+    sections.append(("ferry agent at rest, 1,000,000-file session", million_at_rest, "at-rest", None,
+                     "cheap at rest: an unchanged poll (304) costs one request and no scan"))
 
     # ---- kill -9 at half of 1 GiB, relaunch
     sections.append(("kill -9 at half of 1 GiB, then relaunch", kill_and_resume(ferry, www, out, big_sha, a.runs), None, 8,
@@ -448,13 +456,17 @@ def write_report(path, sections, runs, versions):
              "", f"Machine: {os.cpu_count()} cores, {os.uname().release}. Peers: " + "; ".join(f"{k}: {v}" for k, v in versions.items()), ""]
     for title, table, reference, target, target_text in sections:
         if reference == "at-rest":
-            ms, rss, polls = table
-            verdict = "meets" if ms <= 50 and rss <= 64 else "misses"
+            ms, rss, polls, files = table
+            verdict = ": meets the target" if files != "10,000" or (ms <= 50 and rss <= 64) else ": misses the target"
+            if files != "10,000":
+                verdict = ""
             lines += [f"## {title}", "", f"Target: {target_text}.", "",
-                      f"ferry agent, {polls} unchanged polls (304) of an in-sync 10,000-file session: **{ms:.1f} ms CPU per poll** "
-                      f"(user + system, every thread), **{rss:.1f} MiB RSS** at rest: {verdict} the target. An unchanged poll is one "
+                      f"ferry agent, {polls} unchanged polls (304) of an in-sync {files}-file session: **{ms:.1f} ms CPU per poll** "
+                      f"(user + system, every thread), **{rss:.1f} MiB RSS** at rest{verdict}. An unchanged poll is one "
                       "conditional GET: inotify watches say the tree is untouched, so there is no scan (a full one every "
-                      "verify-interval, 1 h by default). Without the watch (before) a poll cost 80 ms: the scan and the plan.", ""]
+                      "verify-interval, 1 h by default)."
+                      + (" Without the watch (before) a poll cost 80 ms: the scan and the plan." if files == "10,000" else
+                         " The RSS is what the first poll's full scan of the tree left allocated."), ""]
             continue
         if reference is None:
             lines += [f"## {title}", "", f"Target: {target_text}.", "",
