@@ -61,7 +61,9 @@ struct DiscretionAndBandwidthTests {
         box.buildManifest()
         let host = FakeHost(box)
         let opens = utc(8)
-        box.configure(remote: server.url, session: ["poll = 1h", "discretionary = yes", "window = \(opens)-\(utc(3600))"])
+        let prom = box.directory + "/ferry.prom"
+        box.configure(remote: server.url, session: ["poll = 1h", "discretionary = yes", "window = \(opens)-\(utc(3600))"],
+                      agent: ["metrics = \(prom)"])
         let agent = try AgentTests.RunningAgent(box, environment: host.environment)
 
         let held = box.waitForStatus(containing: "held:")
@@ -72,10 +74,13 @@ struct DiscretionAndBandwidthTests {
         #expect(json.contains("\"waits_for\":\"the time window \(opens)-"), "\(json)")
         #expect(!FileManager.default.fileExists(atPath: box.localPath("f0.txt")), "nothing transferred before the window")
         #expect(server.requests().allSatisfy { $0.path == "/manifest.json" }, "only the manifest was fetched")
+        #expect(eventually { fileContents(prom)?.contains("ferry_session_held{session=\"test\"} 1") == true }, "\(fileContents(prom) ?? "")")
+        #expect(fileContents(prom)?.contains("ferry_tasks{session=\"test\",state=\"queued\"} 3") == true, "queue depth: \(fileContents(prom) ?? "")")
 
         // The window opens: the agent starts the held work itself, long before its 1-hour poll.
         #expect(eventually(30) { (0..<3).allSatisfy { fileContents(box.localPath("f\($0).txt")) == "file \($0)\n" } }, "\(agent.output)")
         #expect(box.waitForStatus(containing: "idle (agent pid").contains("idle"))
+        #expect(eventually { fileContents(prom)?.contains("ferry_session_held{session=\"test\"} 0") == true })
         let events = ferry(["events", "--config", box.config, "--json"])
         #expect(events.events(named: "session-held").first?["files"] as? Int == 3)
         agent.child.signal(SIGTERM)

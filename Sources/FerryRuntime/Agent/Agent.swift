@@ -377,6 +377,11 @@ public final class Agent: @unchecked Sendable {
                 // Changed settings apply from the next cycle; a running one is not restarted.
                 let sooner = session.poll < slot.schedule.interval
                 if session.local != slot.session.local { slot.watch = nil; slot.inSync = false }
+                if slot.held != nil {
+                    // Held work waits for the new conditions; with none left, it starts now.
+                    slot.held = DiscretionGate(session: session, agent: fresh.agent)
+                    if slot.held == nil && slot.running == nil { slot.due = clock.monotonic() }
+                }
                 slot.session = session
                 slot.schedule.interval = session.poll
                 slot.schedule.firstRetry = session.retryDelay

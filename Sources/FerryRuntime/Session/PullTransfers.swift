@@ -119,7 +119,8 @@ final class PullTransfers: TransferSource {
             let left = Array(ready) + backingOff
             onHold += left.count
             do throws(FerryError) { try store.requeue(left.map(\.task.id)) } catch { storeError = error }
-            emit(.sessionHeld(files: onHold, waitsFor: heldFor))
+            // Conditions that ended as the last transfer finished held nothing back.
+            if onHold > 0 { emit(.sessionHeld(files: onHold, waitsFor: heldFor)) } else { self.heldFor = nil }
         }
         progress.active = []
         progress.bytesDone = completedBytes
