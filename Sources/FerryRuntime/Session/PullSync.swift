@@ -139,18 +139,21 @@ final class PullSync {
         // The local root is scanned, and the hash cache joined to the scan, on a second thread
         // while the manifest is fetched and parsed: on a large tree each takes seconds, and
         // neither needs the other. The store is that thread's until it is joined.
-        let expected = try store.hashCacheCount(session: session.name)
         // The agent knows nothing under the root changed since a run left it in sync: a 304 then
         // needs no scan, no parse and no plan (cheap at rest).
         var early: ManifestFetch?
         if options.localUnchanged {
             let answer = try requestManifest(record: record, remote: remote)
             if case .unchanged = answer {
-                emit(.manifestFetched(url: url, version: record?.manifestVersion, files: expected, unchanged: true))
+                // A state from before migration 8 has no count yet: the hash cache stands for it.
+                var files = record?.manifestFiles ?? 0
+                if record?.manifestFiles == nil { files = try store.hashCacheCount(session: session.name) }
+                emit(.manifestFetched(url: url, version: record?.manifestVersion, files: files, unchanged: true))
                 return
             }
             early = answer
         }
+        let expected = try store.hashCacheCount(session: session.name)
         let reading = BackgroundWork(name: "ferry-scan") { () throws(FerryError) -> LocalSide in
             try self.scanLocal(expecting: expected, store: store)
         }
@@ -187,7 +190,8 @@ final class PullSync {
         if let accepted = staged {
             try FileSystem.replace(cachePath, with: accepted)
             staged = nil
-            try store.saveManifest(session: session.name, url: url, etag: fetched.etag, lastModified: fetched.lastModified, version: manifest.version)
+            try store.saveManifest(session: session.name, url: url, etag: fetched.etag, lastModified: fetched.lastModified, version: manifest.version,
+                                  files: manifest.entries.count)
         }
         emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: !fetched.changed))
 

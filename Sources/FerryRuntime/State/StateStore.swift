@@ -27,6 +27,8 @@ public struct SessionRecord: Sendable {
     public var lastPollOK: Timestamp?
     /// What a discretionary session's transfers wait for, after a run whose conditions did not hold.
     public var heldFor: String?
+    /// How many files the manifest last applied lists.
+    public var manifestFiles: Int?
 }
 
 /// The SQLite state of all sessions (WAL mode): sessions, the task table and the hash cache.
@@ -187,6 +189,10 @@ public final class StateStore {
         """
         ALTER TABLE sessions ADD COLUMN held_for TEXT;
         """,
+        // 8: the manifest's file count, so an unchanged poll says it without counting the hash cache.
+        """
+        ALTER TABLE sessions ADD COLUMN manifest_files INTEGER;
+        """,
     ]
 
     /// `TaskState.after(event)` as SQL: the expression a row's new state is set to, so the table
@@ -233,7 +239,7 @@ public final class StateStore {
         let s = try db.prepare("""
             SELECT manifest_url, manifest_etag, manifest_last_modified, manifest_version, last_run_started,
                    last_run_finished, last_exit_code, last_message, running_pid, deadline,
-                   agent_pid, agent_state, next_poll, last_poll_ok, held_for FROM sessions WHERE name = ?
+                   agent_pid, agent_state, next_poll, last_poll_ok, held_for, manifest_files FROM sessions WHERE name = ?
             """).bind(.text(name))
         guard try s.step() else { return nil }
         return SessionRecord(
@@ -242,7 +248,7 @@ public final class StateStore {
             lastRunFinished: s.text(5).flatMap(Timestamp.init(rfc3339:)), lastExitCode: s.isNull(6) ? nil : Int32(s.int(6)),
             lastMessage: s.text(7), runningPID: s.isNull(8) ? nil : Int32(s.int(8)), deadline: s.text(9).flatMap(Timestamp.init(rfc3339:)),
             agentPID: s.isNull(10) ? nil : Int32(s.int(10)), agentState: s.text(11), nextPoll: s.text(12).flatMap(Timestamp.init(rfc3339:)),
-            lastPollOK: s.text(13).flatMap(Timestamp.init(rfc3339:)), heldFor: s.text(14))
+            lastPollOK: s.text(13).flatMap(Timestamp.init(rfc3339:)), heldFor: s.text(14), manifestFiles: s.isNull(15) ? nil : Int(s.int(15)))
     }
 
     /// What the agent `pid` says of a session between runs; a nil pid says no agent schedules it.
@@ -268,10 +274,10 @@ public final class StateStore {
         try db.prepare("INSERT OR IGNORE INTO sessions (name) VALUES (?)").bind(.text(name)).run()
     }
 
-    public func saveManifest(session: String, url: String, etag: String?, lastModified: String?, version: Int64?) throws(FerryError) {
+    public func saveManifest(session: String, url: String, etag: String?, lastModified: String?, version: Int64?, files: Int) throws(FerryError) {
         try ensureSession(session)
-        try db.prepare("UPDATE sessions SET manifest_url = ?, manifest_etag = ?, manifest_last_modified = ?, manifest_version = ? WHERE name = ?")
-            .bind(.text(url), .optional(etag), .optional(lastModified), .optional(version), .text(session)).run()
+        try db.prepare("UPDATE sessions SET manifest_url = ?, manifest_etag = ?, manifest_last_modified = ?, manifest_version = ?, manifest_files = ? WHERE name = ?")
+            .bind(.text(url), .optional(etag), .optional(lastModified), .optional(version), .int(Int64(files)), .text(session)).run()
     }
 
     public func recordRunStarted(session: String, pid: Int32, deadline: Timestamp?) throws(FerryError) {

@@ -1,0 +1,96 @@
+/// What one push run must do to make the remote match the local tree, and the manifest to publish
+/// once it is done (issue 9). Built by `PushPlanner`. The local tree is the source: the remote is
+/// known by the manifest ferry last published there.
+public struct PushPlan: Sendable {
+    public enum Reason: String, Sendable {
+        /// The remote manifest does not list the path.
+        case new
+        /// It lists other content (size or hash).
+        case changed
+    }
+
+    public struct Upload: Sendable {
+        public let entry: ManifestEntry
+        public let reason: Reason
+    }
+
+    public var uploads: [Upload] = []
+    /// Remote files the local tree no longer has (only when the session deletes, within `max-delete`).
+    public var deletions: [RelativePath] = []
+    /// Remote files in the way of what the local tree now has: a remote file where a local
+    /// directory is, or remote files under a path that is now a local file. The local tree is the
+    /// authority over the paths it holds, so these go whatever `delete` says (as pull replaces a
+    /// path that changed type), before the uploads that need their place.
+    public var replacements: [RelativePath] = []
+    /// Set when `max-delete` refused this run's deletions (then `deletions` is empty and the
+    /// manifest goes on listing them).
+    public var refusedDeletions: Plan.RefusedDeletions?
+    /// Remote files the local tree does not have, kept (and still listed) because the session does not delete.
+    public var extrasKept = 0
+    public var upToDate = 0
+    /// Same bytes, another mode or mtime: only the manifest changes.
+    public var metadataChanges = 0
+    /// The entries of the manifest to publish after every upload and removal succeeded, in path order.
+    public var manifest: [ManifestEntry] = []
+    /// Its version: one more than the remote's.
+    public var version: Int64 = 1
+
+    public var uploadBytes: Int64 { uploads.reduce(0) { $0 + ($1.entry.size ?? 0) } }
+    /// Nothing to send, remove or say: the remote already matches (no new manifest either).
+    public var isEmpty: Bool { uploads.isEmpty && deletions.isEmpty && replacements.isEmpty && metadataChanges == 0 }
+}
+
+public enum PushPlanner {
+    /// `local`: the entries the local tree would publish (hashed files, any order, each path once).
+    /// `remote`: the manifest ferry last published on the remote (nil: nothing was published yet).
+    public static func plan(local: [ManifestEntry], remote: Manifest?, rules: DeletionRules) -> PushPlan {
+        var plan = PushPlan()
+        let local = local.sorted { $0.path < $1.path }
+        let remoteEntries = remote?.entries ?? []
+        var remoteByPath: [RelativePath: ManifestEntry] = [:]
+        for e in remoteEntries { remoteByPath[e.path] = e }
+        let localFiles = Set(local.map(\.path))
+        var localDirectories = Set<RelativePath>()
+        for e in local { localDirectories.formUnion(e.path.ancestors) }
+
+        for e in local {
+            guard let r = remoteByPath[e.path] else {
+                plan.uploads.append(PushPlan.Upload(entry: e, reason: .new))
+                continue
+            }
+            if r.sha256 != e.sha256 || (r.size != nil && r.size != e.size) {
+                plan.uploads.append(PushPlan.Upload(entry: e, reason: .changed))
+            } else if r.mode != e.mode || r.mtime != e.mtime {
+                plan.metadataChanges += 1
+            } else {
+                plan.upToDate += 1
+            }
+        }
+
+        var extras: [ManifestEntry] = []
+        for r in remoteEntries where !localFiles.contains(r.path) {
+            // A remote file where the local tree has a directory, or under a local file.
+            if localDirectories.contains(r.path) || r.path.ancestors.contains(where: localFiles.contains) {
+                plan.replacements.append(r.path)
+            } else {
+                extras.append(r)
+            }
+        }
+        var kept = extras
+        if rules.delete && !extras.isEmpty {
+            let limit = rules.cap.limit(managed: remoteEntries.count)
+            if extras.count > limit {
+                plan.refusedDeletions = Plan.RefusedDeletions(count: extras.count, managed: remoteEntries.count, limit: limit,
+                                                              paths: extras.map(\.path))
+            } else {
+                plan.deletions = extras.map(\.path)
+                kept = []
+            }
+        } else {
+            plan.extrasKept = extras.count
+        }
+        plan.manifest = (local + kept).sorted { $0.path < $1.path }
+        plan.version = (remote?.version ?? 0) + 1
+        return plan
+    }
+}

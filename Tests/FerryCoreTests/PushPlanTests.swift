@@ -1,0 +1,91 @@
+import Testing
+@testable import FerryCore
+
+/// The push planner: the local tree against the manifest ferry last published on the remote.
+struct PushPlanTests {
+    let h1 = SHA256Digest(hex: String(repeating: "1", count: 64))!
+    let h2 = SHA256Digest(hex: String(repeating: "2", count: 64))!
+
+    func p(_ s: String) -> RelativePath { RelativePath(trusted: s) }
+
+    func entry(_ path: String, _ hash: SHA256Digest, size: Int64 = 5, mtime: Int64 = 100, mode: UInt32 = 0o644) -> ManifestEntry {
+        ManifestEntry(path: p(path), size: size, sha256: hash, mtime: Timestamp(seconds: mtime), mode: mode)
+    }
+
+    func published(_ entries: [ManifestEntry], version: Int64 = 7) -> Manifest {
+        Manifest(format: .ferry, version: version, generated: nil, expires: nil, entries: entries)
+    }
+
+    let deleteAll = DeletionRules(delete: true, cap: .percent(100))
+    let keepAll = DeletionRules(delete: false, cap: .percent(100))
+
+    @Test func aFirstPushUploadsEverythingAsVersionOne() {
+        let plan = PushPlanner.plan(local: [entry("b.txt", h1), entry("a/x.txt", h2)], remote: nil, rules: deleteAll)
+        #expect(plan.uploads.map(\.entry.path) == [p("a/x.txt"), p("b.txt")], "in path order")
+        #expect(plan.uploads.allSatisfy { $0.reason == .new })
+        #expect(plan.version == 1)
+        #expect(plan.manifest.map(\.path) == [p("a/x.txt"), p("b.txt")])
+        #expect(plan.uploadBytes == 10)
+    }
+
+    @Test func decidesEachPathOnce() {
+        let remote = published([
+            entry("same.txt", h1), entry("edited.txt", h1), entry("resized.txt", h1, size: 9), entry("chmod.txt", h1, mode: 0o600),
+            entry("touched.txt", h1, mtime: 50), entry("gone.txt", h1),
+        ])
+        let local = [
+            entry("same.txt", h1), entry("edited.txt", h2), entry("resized.txt", h1), entry("chmod.txt", h1),
+            entry("touched.txt", h1), entry("new.txt", h2),
+        ]
+        let plan = PushPlanner.plan(local: local, remote: remote, rules: deleteAll)
+        #expect(plan.uploads.map { "\($0.entry.path):\($0.reason.rawValue)" } == ["edited.txt:changed", "new.txt:new", "resized.txt:changed"])
+        #expect(plan.upToDate == 1 && plan.metadataChanges == 2)
+        #expect(plan.deletions == [p("gone.txt")])
+        #expect(plan.version == 8, "one more than the remote's")
+        #expect(plan.manifest == local.sorted { $0.path < $1.path }, "the manifest says exactly the local tree")
+        #expect(!plan.isEmpty)
+    }
+
+    @Test func anUnchangedTreeIsEmptyAndPublishesNothing() {
+        let local = [entry("a", h1), entry("d/b", h2)]
+        let plan = PushPlanner.plan(local: local, remote: published(local), rules: deleteAll)
+        #expect(plan.isEmpty)
+        #expect(plan.upToDate == 2)
+    }
+
+    @Test func withoutDeleteExtrasStayOnTheRemoteAndInTheManifest() {
+        let plan = PushPlanner.plan(local: [entry("a", h1)], remote: published([entry("a", h1), entry("old", h2)]), rules: keepAll)
+        #expect(plan.deletions.isEmpty && plan.extrasKept == 1)
+        #expect(plan.manifest.map(\.path) == [p("a"), p("old")], "a pull of the remote still gets what it holds")
+        #expect(plan.isEmpty, "nothing to send and nothing new to say")
+    }
+
+    @Test func maxDeleteRefusesAnEmptiedTreeAndKeepsListingWhatStays() {
+        let remote = published((0..<10).map { entry("f\($0)", h1) })
+        let plan = PushPlanner.plan(local: [entry("f0", h1)], remote: remote, rules: DeletionRules(delete: true, cap: .percent(50)))
+        #expect(plan.deletions.isEmpty)
+        #expect(plan.refusedDeletions == Plan.RefusedDeletions(count: 9, managed: 10, limit: 5, paths: (1..<10).map { p("f\($0)") }))
+        #expect(plan.manifest.count == 10, "refused deletions stay listed: they are still on the remote")
+    }
+
+    /// The local tree is the authority over the paths it holds: a path that changed type replaces
+    /// what the remote has there, whatever delete and max-delete say.
+    @Test func aPathThatChangedTypeReplacesTheRemoteOne() {
+        let remote = published([entry("a", h1), entry("b/x", h1), entry("b/y", h1), entry("c", h1)])
+        let local = [entry("a/inside", h2), entry("b", h2), entry("c", h1)]
+        let plan = PushPlanner.plan(local: local, remote: remote, rules: DeletionRules(delete: false, cap: .count(0)))
+        #expect(plan.replacements == [p("a"), p("b/x"), p("b/y")])
+        #expect(plan.uploads.map(\.entry.path) == [p("a/inside"), p("b")])
+        #expect(plan.deletions.isEmpty && plan.extrasKept == 0 && plan.refusedDeletions == nil)
+        #expect(plan.manifest.map(\.path) == [p("a/inside"), p("b"), p("c")])
+    }
+
+    @Test func aSHA256SUMSRemoteWithoutSizesComparesByHash() {
+        let remote = Manifest(format: .sha256sums, version: nil, generated: nil, expires: nil,
+                              entries: [ManifestEntry(path: p("a"), size: nil, sha256: h1)])
+        let plan = PushPlanner.plan(local: [entry("a", h1, mtime: 0, mode: 0o644)], remote: remote, rules: deleteAll)
+        #expect(plan.uploads.isEmpty)
+        #expect(plan.metadataChanges == 1, "the new manifest adds size, mtime and mode")
+        #expect(plan.version == 1)
+    }
+}
