@@ -107,6 +107,39 @@ struct RemoteConformanceTests {
         var limit: Int { .max }
     }
 
+    /// The write side (push): a put under `.ferry/`, a move to a final name in directories that do
+    /// not exist yet (with a name that needs encoding), a move that replaces, removes that tolerate
+    /// a file already gone. Read back through the remote's own read path.
+    @Test(arguments: Kind.allCases)
+    func writesUnderATemporaryNameAndMovesIntoPlace(kind: Kind) throws {
+        let w = try World(kind)
+        let writer = try #require(w.remote as? RemoteWriting)
+        let temporary = RelativePath(trusted: ".ferry/upload/1")
+        let final = RelativePath(trusted: "new dir/sub/ä b#1.txt")
+        func read(_ path: RelativePath) throws -> [UInt8]? {
+            do {
+                guard case let .fetched(bytes, _, _) = try w.remote.fetchManifest(url: w.session.remote.url(for: path), etag: nil,
+                                                                                 lastModified: nil, maximumSize: 1 << 20) else { return nil }
+                return bytes
+            } catch {
+                return nil
+            }
+        }
+        try writer.put(Array("first\n".utf8), at: temporary)
+        #expect(try read(temporary) == Array("first\n".utf8))
+        try writer.move(from: temporary, to: final)
+        #expect(try read(final) == Array("first\n".utf8))
+        #expect(try read(temporary) == nil, "the temporary name is gone once moved")
+
+        try writer.put(Array("second\n".utf8), at: temporary)
+        try writer.move(from: temporary, to: final)
+        #expect(try read(final) == Array("second\n".utf8), "a move replaces what the final name held")
+
+        try writer.remove(final)
+        #expect(try read(final) == nil)
+        try writer.remove(final)
+    }
+
     @Test(arguments: Kind.allCases)
     func fetchesTheManifestConditionally(kind: Kind) throws {
         let w = try World(kind)

@@ -323,7 +323,7 @@ public enum ConfigParser {
         return value
     }
 
-    static func directoryName(of path: String) -> String {
+    public static func directoryName(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "." }
         if slash == path.startIndex { return "/" }
         return String(path[..<slash])

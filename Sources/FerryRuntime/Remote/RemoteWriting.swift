@@ -1,0 +1,141 @@
+import CCurl
+import Glibc
+import FerryCore
+
+/// The write side of a remote, for push (issue 9): bytes are placed under a temporary name in the
+/// remote's `.ferry/`, then moved to their final name, so a reader of the remote never sees a
+/// partial file under a final name. WebDAV over HTTP(S) (`PUT`, `MOVE` with `Overwrite: T`,
+/// `MKCOL`, `DELETE`) and a local directory for `file://` (write, fsync, rename, fsync the
+/// directory). Paths are relative to the remote; directories are made as needed.
+protocol RemoteWriting {
+    /// Writes `bytes` at `path` (small bodies: the manifest, tests; files go as engine transfers).
+    func put(_ bytes: [UInt8], at path: RelativePath) throws(FerryError)
+    /// Renames `from` to `to`, replacing what `to` held.
+    func move(from: RelativePath, to: RelativePath) throws(FerryError)
+    /// Removes the file at `path`; one already gone is not an error.
+    func remove(_ path: RelativePath) throws(FerryError)
+}
+
+extension HTTPRemote: RemoteWriting {
+    func put(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) {
+        try withCollections(for: path) { () throws(FerryError) -> Int in
+            try request("PUT", path, body: bytes)
+        }
+    }
+
+    func move(from: RelativePath, to: RelativePath) throws(FerryError) {
+        try withCollections(for: to) { () throws(FerryError) -> Int in
+            try request("MOVE", from, headers: ["Destination: \(base.url(for: to))", "Overwrite: T"])
+        }
+    }
+
+    func remove(_ path: RelativePath) throws(FerryError) {
+        let status = try request("DELETE", path)
+        guard (200..<300).contains(status) || status == 404 else { throw failure("DELETE", path, status) }
+    }
+
+    /// Runs a request that needs `path`'s directory; a 409 (Conflict: the collection is missing)
+    /// makes the collections, from the top, and tries once more.
+    private func withCollections(for path: RelativePath, _ send: () throws(FerryError) -> Int) throws(FerryError) {
+        var status = try send()
+        if status == 409 {
+            for directory in path.ancestors.reversed() {
+                let made = try request("MKCOL", directory, collection: true)
+                // 405: it exists already.
+                guard (200..<300).contains(made) || made == 405 else { throw failure("MKCOL", directory, made) }
+            }
+            status = try send()
+        }
+        guard (200..<300).contains(status) else { throw failure(status == 409 ? "MKCOL" : "write", path, status) }
+    }
+
+    private func failure(_ method: String, _ path: RelativePath, _ status: Int) -> FerryError {
+        var hint: String?
+        if status == 405 || status == 501 { hint = "the server does not accept WebDAV writes here; enable WebDAV (nginx: dav_methods PUT DELETE MKCOL MOVE; Apache: Dav On)" }
+        if status == 401 || status == 403 { hint = "check the credentials file named in the config, and that the server lets it write" }
+        if status == 507 { hint = "the remote's storage is full" }
+        return FerryError(.remote, "\(method) \(base.url(for: path)) was refused: HTTP \(status)", hint: hint, cause: .http(status: status))
+    }
+
+    /// One WebDAV request; returns the HTTP status. A transport failure throws.
+    private func request(_ method: String, _ path: RelativePath, headers: [String] = [], body: [UInt8]? = nil,
+                         collection: Bool = false) throws(FerryError) -> Int {
+        let easy = EasyHandle()
+        let url = base.url(for: path) + (collection ? "/" : "")
+        easy.configure(url: url, settings: settings, extraHeaders: headers)
+        let sink = BodyBuffer(limit: 64 << 10)
+        let sinkRef = Unmanaged.passRetained(sink)
+        defer { sinkRef.release() }
+        // The response body is read and dropped (libcurl would print it otherwise).
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, discardCallback)
+        easy.set(CURLOPT_WRITEDATA, pointer: sinkRef.toOpaque())
+        let source = UploadBuffer(body ?? [])
+        let sourceRef = Unmanaged.passRetained(source)
+        defer { sourceRef.release() }
+        if body != nil {
+            easy.set(CURLOPT_UPLOAD, 1)
+            ferry_easy_setopt_offt(easy.handle, CURLOPT_INFILESIZE_LARGE, curl_off_t(source.bytes.count))
+            ferry_easy_setopt_datacb(easy.handle, CURLOPT_READFUNCTION, uploadBufferCallback)
+            easy.set(CURLOPT_READDATA, pointer: sourceRef.toOpaque())
+        } else {
+            easy.set(CURLOPT_CUSTOMREQUEST, method)
+        }
+        // A redirect would replay a write elsewhere: never follow one.
+        easy.set(CURLOPT_FOLLOWLOCATION, 0)
+        let code = curl_easy_perform(easy.handle)
+        guard code == CURLE_OK else {
+            let headers = ResponseHeaders()
+            throw FerryError(.remote, "\(method) \(url): \(Curl.describe(code, errorText: easy.errorText, headers: headers))",
+                             cause: Curl.cause(code, errorText: easy.errorText, headers: headers))
+        }
+        return easy.responseCode
+    }
+}
+
+/// Bytes a request sends, read by libcurl a piece at a time.
+final class UploadBuffer {
+    let bytes: [UInt8]
+    var offset = 0
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+}
+
+let uploadBufferCallback: ferry_data_callback = { buffer, size, count, userdata in
+    let source = Unmanaged<UploadBuffer>.fromOpaque(userdata!).takeUnretainedValue()
+    let n = min(size * count, source.bytes.count - source.offset)
+    guard let buffer, n > 0 else { return 0 }
+    source.bytes.withUnsafeBytes { UnsafeMutableRawPointer(buffer).copyMemory(from: $0.baseAddress! + source.offset, byteCount: n) }
+    source.offset += n
+    return n
+}
+
+let discardCallback: ferry_data_callback = { _, size, count, _ in size * count }
+
+extension FileRemote: RemoteWriting {
+    func put(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) {
+        let target = try local(path)
+        try FileSystem.makeDirectories(ConfigParser.directoryName(of: target))
+        do { try FileSystem.writeAtomically(target, bytes: bytes) } catch { throw .remote(error.message) }
+    }
+
+    func move(from: RelativePath, to: RelativePath) throws(FerryError) {
+        let source = try local(from), target = try local(to)
+        try FileSystem.makeDirectories(ConfigParser.directoryName(of: target))
+        guard rename(source, target) == 0 else {
+            throw .remote("cannot move \(Printable.name(source)) to \(Printable.name(target)): \(FileSystem.errorText())")
+        }
+        FileSystem.syncDirectory(containing: target)
+    }
+
+    func remove(_ path: RelativePath) throws(FerryError) {
+        let target = try local(path)
+        guard unlink(target) == 0 || errno == ENOENT else {
+            throw .remote("cannot remove \(Printable.name(target)): \(FileSystem.errorText())")
+        }
+        FileSystem.syncDirectory(containing: target)
+    }
+
+    private func local(_ path: RelativePath) throws(FerryError) -> String {
+        guard let base = base.filePath else { throw .remote("\(base.url) is not a valid file URL") }
+        return (base.hasSuffix("/") ? base : base + "/") + path.string
+    }
+}
