@@ -140,6 +140,52 @@ struct RemoteConformanceTests {
         try writer.remove(final)
     }
 
+    /// An upload through the engine to a temporary name, moved into place, reads back the same;
+    /// a file that changes after it was hashed is not reported as sent.
+    @Test(arguments: Kind.allCases)
+    func uploadsAFileThroughTheEngineAndNoticesOneThatChanged(kind: Kind) throws {
+        let w = try World(kind)
+        let writer = try #require(w.remote as? RemoteWriting)
+        let localPath = w.scratch + "/up.bin"
+        let content = randomData(2_500_000, seed: 78)
+        try content.write(to: URL(fileURLWithPath: localPath))
+        let hasher = SHA256Hasher()
+        content.withUnsafeBytes { hasher.update($0.baseAddress!, count: $0.count) }
+        let entry = ManifestEntry(path: RelativePath(trusted: "up/up.bin"), size: Int64(content.count), sha256: hasher.finalize())
+        func stat() -> LocalEntry {
+            var st = Glibc.stat()
+            lstat(localPath, &st)
+            return FileSystem.entry(from: st)
+        }
+        func send(_ stat: LocalEntry) throws -> String {
+            let upload = try writer.upload(task: w.task(), entry: entry, stat: stat, localPath: localPath, to: RelativePath(trusted: ".ferry/upload/7"))
+            defer { upload.close() }
+            let engine = TransferEngine(concurrency: 2)
+            defer { engine.shutdown() }
+            let source = OneShot(upload)
+            engine.run(source)
+            return source.outcome
+        }
+        let outcome = try send(stat())
+        #expect(outcome == "succeeded", "\(outcome)")
+        try writer.move(from: RelativePath(trusted: ".ferry/upload/7"), to: entry.path)
+        guard case let .fetched(bytes, _, _) = try w.remote.fetchManifest(url: w.session.remote.url(for: entry.path), etag: nil, lastModified: nil,
+                                                                         maximumSize: 8 << 20) else {
+            Issue.record("the uploaded file must read back")
+            return
+        }
+        #expect(Data(bytes) == content)
+
+        // Hashed, then edited: refused at open, never reported as sent.
+        let hashed = stat()
+        usleep(10_000)
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: localPath))
+        try handle.seek(toOffset: 100)
+        handle.write(Data("edited".utf8))
+        try handle.close()
+        #expect(throws: FerryError.self) { _ = try send(hashed) }
+    }
+
     @Test(arguments: Kind.allCases)
     func fetchesTheManifestConditionally(kind: Kind) throws {
         let w = try World(kind)

@@ -28,6 +28,8 @@ public enum FailureCause: Sendable, Equatable {
     case contentMismatch(afterResume: Bool)
     /// The response could not be used for another reason (a header larger than libcurl accepts).
     case unusable
+    /// Push: the local file changed while (or after) it was hashed; it is sent again.
+    case sourceChanged
 
     /// CURLcode values (stable across libcurl versions) the classification depends on.
     enum CurlCode {
@@ -56,7 +58,7 @@ public enum FailureCause: Sendable, Equatable {
             return FailureCause.transientStatuses.contains(status) ? .later : .never
         case .local, .wrongLength, .unusable:
             return .never
-        case .truncated, .rangeNotHonoured:
+        case .truncated, .rangeNotHonoured, .sourceChanged:
             return .later
         case let .contentMismatch(afterResume):
             return afterResume ? .later : .never

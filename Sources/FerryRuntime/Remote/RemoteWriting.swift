@@ -14,9 +14,24 @@ protocol RemoteWriting {
     func move(from: RelativePath, to: RelativePath) throws(FerryError)
     /// Removes the file at `path`; one already gone is not an error.
     func remove(_ path: RelativePath) throws(FerryError)
+    /// The transfer that sends the local file at `localPath` (hashed as `entry` when it looked like
+    /// `stat`) to the temporary name `temporary`.
+    func upload(task: TransferTask, entry: ManifestEntry, stat: LocalEntry, localPath: String,
+                to temporary: RelativePath) throws(FerryError) -> Upload
 }
 
 extension HTTPRemote: RemoteWriting {
+    func upload(task: TransferTask, entry: ManifestEntry, stat: LocalEntry, localPath: String,
+                to temporary: RelativePath) throws(FerryError) -> Upload {
+        // nginx and Apache answer 409 to a PUT whose collection is missing: make it first (once per run is cheap).
+        for directory in temporary.ancestors.reversed() {
+            let made = try request("MKCOL", directory, collection: true)
+            guard (200..<300).contains(made) || made == 405 else { throw failure("MKCOL", directory, made) }
+        }
+        return try Upload(task: task, entry: entry, stat: stat, localPath: localPath,
+                          destination: .http(url: base.url(for: temporary), settings: settings))
+    }
+
     func put(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) {
         try withCollections(for: path) { () throws(FerryError) -> Int in
             try request("PUT", path, body: bytes)
@@ -111,6 +126,13 @@ let uploadBufferCallback: ferry_data_callback = { buffer, size, count, userdata 
 let discardCallback: ferry_data_callback = { _, size, count, _ in size * count }
 
 extension FileRemote: RemoteWriting {
+    func upload(task: TransferTask, entry: ManifestEntry, stat: LocalEntry, localPath: String,
+                to temporary: RelativePath) throws(FerryError) -> Upload {
+        let target = try local(temporary)
+        try FileSystem.makeDirectories(ConfigParser.directoryName(of: target))
+        return try Upload(task: task, entry: entry, stat: stat, localPath: localPath, destination: .file(path: target))
+    }
+
     func put(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) {
         let target = try local(path)
         try FileSystem.makeDirectories(ConfigParser.directoryName(of: target))

@@ -42,6 +42,7 @@ final class NginxServer {
             http {
                 access_log \(accessLog) combined;
                 client_body_temp_path \(directory)/body;
+                client_max_body_size 0;
                 proxy_temp_path \(directory)/proxy;
                 fastcgi_temp_path \(directory)/fastcgi;
                 uwsgi_temp_path \(directory)/uwsgi;

@@ -1,0 +1,193 @@
+import CCurl
+import Glibc
+import FerryCore
+
+/// One file's upload in flight (push, issue 9): its bytes are read from the local file at the
+/// offset sent so far, hashed as they go, and written to a temporary name on the remote (`PUT` over
+/// WebDAV; a file under the remote's `.ferry/` for `file://`). It ends verified only when exactly
+/// the size and SHA-256 the plan hashed were sent and the local file did not change meanwhile
+/// (size, mtime, ctime, inode): a file edited during its upload is sent again, so a published
+/// manifest never lists a hash other than the bytes on the remote. Moving the temporary name to
+/// the final one is the session's next step, not the transfer's.
+///
+/// The job is a small state machine — send, then the session moves it into place — that the S3
+/// remote fills in with create → send parts → complete.
+final class Upload: Transfer {
+    let task: TransferTask
+    /// What the local file held when it was hashed: the content the upload must send.
+    let entry: ManifestEntry
+    let stat: LocalEntry
+    /// Where the bytes go.
+    enum Destination {
+        case http(url: String, settings: HTTPSettings)
+        /// A temporary file of a `file://` remote, written with write(2) by the engine's steps.
+        case file(path: String)
+    }
+    let destination: Destination
+    let fd: Int32
+    var cancelRequested = false
+    var throttle: Throttle?
+    /// Bytes read from the file and handed on so far.
+    private(set) var sent: Int64 = 0
+    private let hasher = SHA256Hasher()
+    private var headers = HeaderSink()
+    private var failure: (String, FailureCause)?
+    private var targetFD: Int32 = -1
+
+    /// Opens `localPath` (never through a symlink) and checks it is still what was hashed.
+    init(task: TransferTask, entry: ManifestEntry, stat expected: LocalEntry, localPath: String, destination: Destination) throws(FerryError) {
+        self.task = task
+        self.entry = entry
+        self.stat = expected
+        self.destination = destination
+        fd = open(localPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
+        guard fd >= 0 else { throw .localIO("cannot open \(Printable.name(localPath)) to upload it: \(FileSystem.errorText())") }
+        if let changed = Upload.change(fd: fd, from: expected) {
+            Glibc.close(fd)
+            throw FerryError(.localIO, "\(Printable.name(localPath)) changed after it was hashed (\(changed)); it is sent by a later run",
+                             cause: .sourceChanged)
+        }
+    }
+
+    /// What differs between the open file and what was hashed, or nil.
+    static func change(fd: Int32, from expected: LocalEntry) -> String? {
+        var st = Glibc.stat()
+        guard fstat(fd, &st) == 0 else { return "cannot stat it: \(FileSystem.errorText())" }
+        let now = FileSystem.entry(from: st)
+        if now.kind != .file { return "it is no longer a regular file" }
+        if now.size != expected.size { return "size \(expected.size) → \(now.size)" }
+        if now.mtime != expected.mtime || now.ctime != expected.ctime { return "modified" }
+        if now.inode != expected.inode { return "replaced" }
+        return nil
+    }
+
+    var mode: TransferMode { if case .file = destination { return .steps } else { return .curl } }
+
+    func outcomeWithoutRequest() -> TransferOutcome? { nil }
+
+    func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
+        guard case let .http(url, settings) = destination else { return }
+        easy.configure(url: url, settings: settings)
+        easy.set(CURLOPT_UPLOAD, 1)
+        // A redirect would send the bytes elsewhere.
+        easy.set(CURLOPT_FOLLOWLOCATION, 0)
+        ferry_easy_setopt_offt(easy.handle, CURLOPT_INFILESIZE_LARGE, curl_off_t(stat.size))
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_READFUNCTION, uploadReadCallback)
+        easy.set(CURLOPT_READDATA, pointer: context)
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, discardCallback)
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, headerCallback)
+        easy.set(CURLOPT_HEADERDATA, pointer: Unmanaged.passUnretained(headers).toOpaque())
+    }
+
+    /// Fills `buffer` with the next bytes of the file; 0 at its end. Returns nil on a read error.
+    func read(into buffer: UnsafeMutableRawPointer, count: Int) -> Int? {
+        let wanted = min(Int64(count), stat.size - sent)
+        guard wanted > 0 else { return 0 }
+        let n = pread(fd, buffer, Int(wanted), off_t(sent))
+        if n < 0 {
+            if failure == nil { failure = ("cannot read the file: \(FileSystem.errorText())", .local(errno: errno)) }
+            return nil
+        }
+        if n == 0 {
+            if failure == nil { failure = ("the file shrank while it was sent", .sourceChanged) }
+            return nil
+        }
+        hasher.update(buffer, count: n)
+        sent += Int64(n)
+        throttle?.take(n)
+        return n
+    }
+
+    static let stepSize = 1 << 20
+    private var stepBuffer: UnsafeMutableRawPointer?
+
+    /// `file://`: copies the next MiB into the temporary file; at the end syncs and verifies it.
+    func step() -> TransferOutcome? {
+        guard case let .file(path) = destination else { return nil }
+        if targetFD < 0 {
+            targetFD = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
+            guard targetFD >= 0 else { return localFailure("cannot create \(Printable.name(path))") }
+        }
+        let buffer = stepBuffer ?? UnsafeMutableRawPointer.allocate(byteCount: Upload.stepSize, alignment: 16)
+        stepBuffer = buffer
+        guard let n = read(into: buffer, count: Upload.stepSize) else { return verify() }
+        if n == 0 {
+            guard fsync(targetFD) == 0 else { return localFailure("cannot sync \(Printable.name(path))") }
+            return verify()
+        }
+        var offset = 0
+        while offset < n {
+            let w = write(targetFD, buffer + offset, n - offset)
+            if w < 0 {
+                if errno == EINTR { continue }
+                return localFailure("cannot write \(Printable.name(path))")
+            }
+            offset += w
+        }
+        return nil
+    }
+
+    private func localFailure(_ what: String) -> TransferOutcome {
+        let code = errno
+        return .failed(TransferFailure(message: "\(what): \(FileSystem.errorText(code))", keepPartial: false, cause: .local(errno: code)))
+    }
+
+    func tick(now: Double) {}
+
+    func finish(code: CURLcode, errorText: String?) -> TransferOutcome {
+        if let (message, cause) = failure {
+            return .failed(TransferFailure(message: message, keepPartial: false, cause: cause))
+        }
+        guard code == CURLE_OK else {
+            return .failed(TransferFailure(message: Curl.describe(code, errorText: errorText, headers: headers.headers), keepPartial: false,
+                                           cause: Curl.cause(code, errorText: errorText, headers: headers.headers)))
+        }
+        let status = headers.headers.status
+        guard (200..<300).contains(status) else {
+            let after = (status == 429 || status == 503) ? headers.headers.retryAfter.flatMap(ResponseHeaders.parseRetryAfter) : nil
+            var message = "PUT refused: HTTP \(status) \(headers.headers.reason)".trimmingSpaces()
+            if status == 413 { message += " (the server limits request bodies: nginx client_max_body_size, Apache LimitRequestBody)" }
+            return .failed(TransferFailure(message: message, keepPartial: false,
+                                           cause: .http(status: status), retryAfter: after))
+        }
+        return verify()
+    }
+
+    /// Exactly the hashed bytes were sent, and the file is still the one hashed.
+    func verify() -> TransferOutcome {
+        if let (message, cause) = failure {
+            return .failed(TransferFailure(message: message, keepPartial: false, cause: cause))
+        }
+        if let changed = Upload.change(fd: fd, from: stat) {
+            return .failed(TransferFailure(message: "the file changed while it was sent (\(changed)); sending it again", keepPartial: false,
+                                           cause: .sourceChanged))
+        }
+        let sha = hasher.finalize()
+        guard sent == stat.size, sha == entry.sha256 else {
+            return .failed(TransferFailure(message: "the bytes sent (\(sent), SHA-256 \(sha)) are not the ones hashed; sending it again",
+                                           keepPartial: false, cause: .sourceChanged))
+        }
+        return .succeeded
+    }
+
+    /// Closes the files. Call once, when done with the upload.
+    func close() {
+        Glibc.close(fd)
+        if targetFD >= 0 { Glibc.close(targetFD) }
+        targetFD = -1
+        stepBuffer?.deallocate()
+        stepBuffer = nil
+    }
+}
+
+let uploadReadCallback: ferry_data_callback = { buffer, size, count, userdata in
+    let upload = Unmanaged<Upload>.fromOpaque(userdata!).takeUnretainedValue()
+    guard let buffer else { return Int(CURL_READFUNC_ABORT) }
+    // Over a bandwidth limit: libcurl asks again once the engine continues the transfer.
+    if let throttle = upload.throttle, !throttle.open {
+        throttle.paused = true
+        return Int(CURL_READFUNC_PAUSE)
+    }
+    guard let n = upload.read(into: UnsafeMutableRawPointer(buffer), count: size * count) else { return Int(CURL_READFUNC_ABORT) }
+    return n
+}
