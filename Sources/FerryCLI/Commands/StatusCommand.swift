@@ -64,7 +64,7 @@ struct StatusCommand: Command {
     }
 
     private func printTable(_ rows: [(SessionConfig, SessionRecord?, [TransferTask])]) {
-        var table: [[String]] = [["SESSION", "STATE", "LAST RUN", "RESULT", "MANIFEST", "TASKS"]]
+        var table: [[String]] = [["SESSION", "DIRECTION", "STATE", "LAST RUN", "RESULT", "MANIFEST", "TASKS"]]
         for (s, r, tasks) in rows {
             var counts: [String] = []
             for state in TaskState.allCases {
@@ -72,7 +72,7 @@ struct StatusCommand: Command {
                 if n > 0 { counts.append("\(n) \(state.rawValue)") }
             }
             let result = r?.lastExitCode.map { "exit \($0)" } ?? "never run"
-            table.append([s.name, runState(r, tasks), r?.lastRunFinished?.rfc3339 ?? r?.lastRunStarted?.rfc3339 ?? "-", result,
+            table.append([s.name, s.direction.rawValue, runState(r, tasks), r?.lastRunFinished?.rfc3339 ?? r?.lastRunStarted?.rfc3339 ?? "-", result,
                           r?.manifestVersion.map { "v\($0)" } ?? "-", counts.isEmpty ? "none" : counts.joined(separator: ", ")])
         }
         printColumns(table)

@@ -9,6 +9,8 @@ final class SyncReporter: EventSink {
     private let bars: ProgressBars?
     /// A run refused as busy is not an error to report (`ferry resume` leaves its work to the holder).
     var busyIsExpected = false
+    /// Sessions whose run pushes (told by `sync-started`): their counts say "upload".
+    private var pushing = Set<String>()
     /// `ferry agent`'s log: no progress bars, and a poll that found nothing to do says nothing
     /// (a session's state changes are reported instead).
     let agentLog: Bool
@@ -87,7 +89,7 @@ final class SyncReporter: EventSink {
             let v = version.map { "version \($0), " } ?? ""
             line("\(s): manifest \(v)\(files) files\(unchanged ? " (unchanged)" : "") from \(url)")
         case let .planned(downloads, bytes, fixes, deletions, upToDate, hashed, extras):
-            var parts = ["\(downloads) to download (\(Units.formatBytes(bytes)))"]
+            var parts = ["\(downloads) to \(pushing.contains(event.session) ? "upload" : "download") (\(Units.formatBytes(bytes)))"]
             if fixes > 0 { parts.append("\(fixes) to fix mode/mtime") }
             if deletions > 0 { parts.append("\(deletions) to delete") }
             parts.append("\(upToDate) up to date")
@@ -134,7 +136,7 @@ final class SyncReporter: EventSink {
         case let .syncFinished(code, downloaded, failed, deleted, bytes, seconds, message, hint, dryRun):
             bars?.remove(session: event.session)
             bars?.clear()
-            finished(s, ExitCode(rawValue: code), downloaded: downloaded, failed: failed, deleted: deleted, bytes: bytes,
+            finished(s, ExitCode(rawValue: code), verb: pushing.contains(event.session) ? "uploaded" : "downloaded", downloaded: downloaded, failed: failed, deleted: deleted, bytes: bytes,
                      seconds: seconds, message: message, hint: hint, dryRun: dryRun)
         case let .manifestRetrying(_, attempt, delay, error):
             line("\(s): \(error); try \(attempt) in \(Units.formatFixed(delay, digits: 1))s")
@@ -150,7 +152,9 @@ final class SyncReporter: EventSink {
             line("\(s): \(name(path)): suspended by ferry cancel at \(Units.formatBytes(offset)); ferry resume continues it")
         case let .fileInterrupted(path, offset):
             line("\(s): \(name(path)): stopped at \(Units.formatBytes(offset)), kept for the next run")
-        case .syncStarted, .fileStarted, .fileDone, .metadataFixed, .sessionHeld:
+        case let .syncStarted(direction, _):
+            if direction == .push { pushing.insert(event.session) } else { pushing.remove(event.session) }
+        case .fileStarted, .fileDone, .metadataFixed, .sessionHeld:
             // A hold is said by the run's summary (and the agent's session state).
             break
         }
@@ -158,7 +162,7 @@ final class SyncReporter: EventSink {
 
     /// The run's one summary. A run that could not go on says "failed" and why, on stderr, with
     /// what to do next; it never claims there was nothing to transfer.
-    private func finished(_ s: String, _ code: ExitCode?, downloaded: Int, failed: Int, deleted: Int, bytes: Int64, seconds: Double,
+    private func finished(_ s: String, _ code: ExitCode?, verb: String, downloaded: Int, failed: Int, deleted: Int, bytes: Int64, seconds: Double,
                           message: String?, hint: String?, dryRun: Bool) {
         if busyIsExpected && code == .sessionBusy { return }
         let time = Units.formatFixed(seconds, digits: 2) + "s"
@@ -166,7 +170,7 @@ final class SyncReporter: EventSink {
             Console.out("\(s): \(message ?? "dry run: nothing was changed")")
             return
         }
-        let counts = "\(downloaded) downloaded (\(Units.formatBytes(bytes)) in \(time)"
+        let counts = "\(downloaded) \(verb) (\(Units.formatBytes(bytes)) in \(time)"
             + (seconds > 0 && bytes > 0 ? ", \(Units.formatBytes(Int64(Double(bytes) / seconds)))/s" : "") + "), \(deleted) deleted, \(failed) failed"
         switch code {
         case .inSync?:

@@ -102,10 +102,6 @@ final class PullSync {
         emit(.syncStarted(direction: session.direction, dryRun: options.dryRun))
         var store: StateStore?
         do throws(FerryError) {
-            guard session.direction == .pull else {
-                throw FerryError.usage("session '\(session.name)' is a push session; this ferry mirrors pull sessions only so far",
-                                       hint: "set direction = pull, or leave this session out with --session")
-            }
             let state = try StateStore(directory: agent.state)
             store = state
             var lock: SessionLock?
@@ -113,7 +109,12 @@ final class PullSync {
                 lock = try SessionLock(stateDirectory: agent.state, session: session.name)
                 try state.recordRunStarted(session: session.name, pid: getpid(), deadline: options.stop.deadlineTime)
             }
-            try cycle(store: state, result: &result)
+            if session.direction == .push {
+                let push = PushSync(session: session, agent: agent, options: options, engine: engine, emit: { [unowned self] in self.emit($0) })
+                try push.cycle(store: state, result: &result)
+            } else {
+                try cycle(store: state, result: &result)
+            }
             withExtendedLifetime(lock) {}
         } catch {
             result.error = error

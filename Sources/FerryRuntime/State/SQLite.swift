@@ -149,6 +149,9 @@ final class SQLiteStatement {
         sqlite3_reset(statement)
     }
 
+    /// Ends a query before its last row, so the statement holds no read and can run again.
+    func reset() { sqlite3_reset(statement) }
+
     func int(_ column: Int32) -> Int64 { sqlite3_column_int64(statement, column) }
     func real(_ column: Int32) -> Double { sqlite3_column_double(statement, column) }
     func isNull(_ column: Int32) -> Bool { sqlite3_column_type(statement, column) == SQLITE_NULL }

@@ -525,6 +525,48 @@ public final class StateStore {
         }
     }
 
+    /// Records push tasks for `entries` (the uploads a plan made): a new row, or the path's row
+    /// started over for this content. A task suspended by `ferry cancel` for the same content stays so.
+    public func queueUploads(session: String, entries: [ManifestEntry]) throws(FerryError) -> [RelativePath: TransferTask] {
+        guard !entries.isEmpty else { return [:] }
+        let nowTime = Timestamp.now()
+        let now = nowTime.rfc3339
+        return try db.transaction { () throws(FerryError) -> [RelativePath: TransferTask] in
+            var out: [RelativePath: TransferTask] = [:]
+            let find = try db.prepare("SELECT id, state, sha256, size FROM tasks WHERE session = ? AND path = ?")
+            let insert = try db.prepare("""
+                INSERT INTO tasks (session, path, direction, state, size, sha256, bytes_done, validator, attempts, last_error, created_at, updated_at)
+                VALUES (?, ?, 'push', 'queued', ?, ?, 0, NULL, 0, NULL, ?, ?)
+                """)
+            let reset = try db.prepare("""
+                UPDATE tasks SET direction = 'push', state = 'queued', size = ?, sha256 = ?, bytes_done = 0, validator = NULL, attempts = 0,
+                last_error = NULL, created_at = ?, updated_at = ?, not_before = NULL, url = NULL WHERE id = ?
+                """)
+            for e in entries {
+                var id: Int64
+                var state = TaskState.queued
+                find.bind(.text(session), .text(e.path.string))
+                if try find.step() {
+                    id = find.int(0)
+                    let current = TaskState(rawValue: find.text(1) ?? "") ?? .queued
+                    if current == .suspended && find.text(2) == e.sha256.hex {
+                        state = .suspended
+                    } else {
+                        try reset.bind(.optional(e.size), .text(e.sha256.hex), .text(now), .text(now), .int(id)).run()
+                    }
+                    find.reset()
+                } else {
+                    find.reset()
+                    try insert.bind(.text(session), .text(e.path.string), .optional(e.size), .text(e.sha256.hex), .text(now), .text(now)).run()
+                    id = sqlite3_last_insert_rowid(db.handle)
+                }
+                out[e.path] = TransferTask(id: id, session: session, path: e.path, direction: .push, state: state, size: e.size, sha256: e.sha256.hex,
+                                           bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: nowTime, updatedAt: nowTime)
+            }
+            return out
+        }
+    }
+
     /// Puts tasks back in line (`queued`) without a failure: a discretionary session's conditions
     /// ended before or while they ran.
     public func requeue(_ ids: [Int64]) throws(FerryError) {

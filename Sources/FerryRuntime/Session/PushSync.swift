@@ -1,0 +1,319 @@
+import Glibc
+import FerryCore
+
+/// One push cycle for one session (issue 9): the manifest ferry last published on the remote →
+/// local scan (with the hash cache) → `PushPlanner` → tasks recorded → removals of remote paths
+/// that changed type → uploads to temporary names under the remote's `.ferry/upload/` through the
+/// engine → each moved to its final name → deletions → the new manifest, last, under a temporary
+/// name and moved into place. A reader of the remote never sees a partial file under a final
+/// name, and the manifest it reads never lists a file that is not on the remote as listed; until
+/// the manifest moves, a pull may see new bytes under an old manifest's hash, which its hash check
+/// refuses (exit 1, never a mixed tree with exit 0).
+///
+/// Plain WebDAV cannot continue a PUT: an interrupted upload starts again from zero.
+final class PushSync {
+    let session: SessionConfig
+    let agent: AgentConfig
+    let options: SyncOptions
+    let engine: TransferEngine
+    private let emit: (Event.Body) -> Void
+
+    init(session: SessionConfig, agent: AgentConfig, options: SyncOptions, engine: TransferEngine, emit: @escaping (Event.Body) -> Void) {
+        self.session = session
+        self.agent = agent
+        self.options = options
+        self.engine = engine
+        self.emit = emit
+    }
+
+    /// Where uploads wait on the remote until they are moved into place.
+    static func temporaryName(task: Int64) -> RelativePath { RelativePath(trusted: ".ferry/upload/\(task)") }
+    static let temporaryManifest = RelativePath(trusted: ".ferry/manifest.json.new")
+
+    func cycle(store: StateStore, result: inout SyncResult) throws(FerryError) {
+        guard !session.manifest.contains("://") else {
+            throw .usage("session '\(session.name)' pushes, so its manifest must live on its remote: manifest = \(session.manifest) is another URL",
+                         hint: "set manifest to a name relative to the remote, like manifest.json")
+        }
+        let remote = try Remotes.open(session)
+        guard let writer = remote as? RemoteWriting else {
+            throw .usage("the remote of session '\(session.name)' cannot be written to")
+        }
+        let manifestPath = RelativePath(trusted: session.manifest)
+        let published = try publishedManifest(remote)
+        emit(.manifestFetched(url: session.manifestURL, version: published?.version, files: published?.entries.count ?? 0, unchanged: false))
+
+        let (local, stats, hashed) = try scanLocal(store: store)
+        result.hashed = hashed
+        let plan = PushPlanner.plan(local: local, remote: published, rules: DeletionRules(delete: session.delete, cap: session.maxDelete))
+        emit(.planned(downloads: plan.uploads.count, bytes: plan.uploadBytes, metadataFixes: plan.metadataChanges,
+                      deletions: plan.deletions.count + plan.replacements.count, upToDate: plan.upToDate, hashed: hashed, extrasKept: plan.extrasKept))
+        if options.dryRun {
+            for u in plan.uploads { emit(.planItem(action: "upload", path: u.entry.path, reason: u.reason.rawValue, size: u.entry.size)) }
+            for p in plan.replacements { emit(.planItem(action: "replace", path: p, reason: "the local tree has another type here", size: nil)) }
+            for p in plan.deletions { emit(.planItem(action: "delete", path: p, reason: nil, size: nil)) }
+            for p in plan.refusedDeletions?.paths ?? [] { emit(.planItem(action: "refused-delete", path: p, reason: nil, size: nil)) }
+            return
+        }
+        guard !plan.isEmpty else { return }
+
+        // Paths that changed type go first: what the remote has there is in the way of the uploads.
+        for path in plan.replacements {
+            try writer.remove(path)
+            result.deleted += 1
+            emit(.fileDeleted(path: path))
+        }
+        for file in Set(plan.replacements.flatMap(\.ancestors)).intersection(local.map(\.path)).sorted(by: >) {
+            try writer.remove(file)  // the now empty directory where a local file goes
+        }
+
+        let tasks = try store.queueUploads(session: session.name, entries: plan.uploads.map(\.entry))
+        let transfers = PushTransfers(session: session, store: store, writer: writer, emit: emit, stop: options.stop)
+        transfers.run(plan.uploads.compactMap { u in
+            tasks[u.entry.path].flatMap { task in stats[u.entry.path].map { PushTransfers.Item(entry: u.entry, task: task, stat: $0) } }
+        }, localRoot: session.local, engine: engine)
+        result.downloaded = transfers.uploaded
+        result.bytes = transfers.bytesSent
+        result.failed = transfers.failed
+        if let error = transfers.storeError { throw error }
+        let stopped = transfers.stopped ?? options.stop.reason
+
+        var unfinished = transfers.failed + transfers.waiting
+        if stopped == nil && unfinished == 0 && transfers.uploaded < plan.uploads.count {
+            unfinished = plan.uploads.count - transfers.uploaded
+        }
+        if let refused = plan.refusedDeletions {
+            result.message = "refused to delete \(refused.count) files on the remote: more than max-delete = \(session.maxDelete) allows (\(refused.limit) of the \(refused.managed) files published); nothing was deleted"
+            result.hint = "if this is intended, raise max-delete for session '\(session.name)'"
+            emit(.warning(message: result.message!))
+        }
+        guard stopped == nil && unfinished == 0 else {
+            let outcome = RunOutcome(failed: transfers.failed, deletionsRefused: plan.refusedDeletions != nil, waiting: transfers.waiting,
+                                     stopped: stopped != nil)
+            result.exitCode = outcome.exitCode
+            var reasons: [String] = []
+            if transfers.failed > 0 { reasons.append("\(transfers.failed) of \(plan.uploads.count) uploads failed") }
+            if transfers.waiting > 0 { reasons.append("the remote could not be reached for \(transfers.waiting) uploads") }
+            if let stopped { reasons.append("\(stopped); the next run uploads what is left") }
+            reasons.append("the manifest was not published, so readers of the remote still see version \(published?.version.map(String.init) ?? "none")")
+            result.message = reasons.joined(separator: "; ")
+            return
+        }
+
+        for path in plan.deletions {
+            do {
+                try writer.remove(path)
+                result.deleted += 1
+                emit(.fileDeleted(path: path))
+            } catch {
+                result.failed += 1
+                emit(.fileFailed(path: path, error: error.message))
+            }
+        }
+        // The manifest last: it never names a file that is not on the remote as it says.
+        let text = ManifestWriter.render(version: plan.version, generated: Timestamp.now(), entries: plan.manifest)
+        try writer.put(Array(text.utf8), at: PushSync.temporaryManifest)
+        try writer.move(from: PushSync.temporaryManifest, to: manifestPath)
+        try store.saveManifest(session: session.name, url: session.manifestURL, etag: nil, lastModified: nil, version: plan.version,
+                               files: plan.manifest.count)
+        emit(.manifestBuilt(output: session.manifestURL, version: plan.version, files: plan.manifest.count,
+                            bytes: plan.manifest.reduce(0) { $0 + ($1.size ?? 0) }))
+        let outcome = RunOutcome(failed: result.failed, deletionsRefused: plan.refusedDeletions != nil)
+        result.exitCode = outcome.exitCode
+        if result.failed > 0 { result.message = "\(result.failed) deletions on the remote failed" + (result.message.map { "; " + $0 } ?? "") }
+    }
+
+    /// The manifest ferry last published on the remote; nil when there is none yet.
+    private func publishedManifest(_ remote: Remote) throws(FerryError) -> Manifest? {
+        do {
+            guard case let .fetched(bytes, _, _) = try remote.fetchManifest(url: session.manifestURL, etag: nil, lastModified: nil,
+                                                                           maximumSize: session.maxManifestSize) else { return nil }
+            return try Manifest.parse(bytes, source: session.manifestURL)
+        } catch {
+            if case .http(404)? = error.cause { return nil }
+            if case .local(ENOENT)? = error.cause { return nil }
+            throw error
+        }
+    }
+
+    /// The files of the local tree as manifest entries (hashed, through the hash cache), and
+    /// the stat each was hashed at. Names a manifest cannot carry are skipped with a warning.
+    private func scanLocal(store: StateStore) throws(FerryError) -> ([ManifestEntry], [RelativePath: LocalEntry], Int) {
+        let root = try LocalRoot(path: session.local, create: false)
+        var scan = try root.scan(expecting: try store.hashCacheCount(session: session.name))
+        try store.loadHashes(session: session.name, into: &scan.tree)
+        for warning in scan.warnings { emit(.warning(message: warning)) }
+        var entries: [ManifestEntry] = []
+        var stats: [RelativePath: LocalEntry] = [:]
+        var fresh: [(RelativePath, CachedHash)] = []
+        for item in scan.tree.items {
+            switch item.entry.kind {
+            case .directory: continue
+            case .symlink, .other:
+                emit(.warning(message: "not pushed: \(Printable.name(item.path.string)) is a \(item.entry.kind == .symlink ? "symlink" : "special file"); manifests list regular files only"))
+                continue
+            case .file: break
+            }
+            do { _ = try RelativePath(validating: item.path.string) } catch {
+                emit(.warning(message: "not pushed: \(Printable.name(item.path.string)): \(error)"))
+                continue
+            }
+            var entry = item.entry
+            var sha = item.verified
+            if sha == nil {
+                let hashed = try root.hash(item.path)
+                fresh.append((item.path, hashed))
+                sha = hashed.sha256
+                entry = LocalEntry(kind: .file, size: hashed.size, mtime: hashed.mtime, ctime: hashed.ctime, inode: hashed.inode, mode: entry.mode)
+            }
+            entries.append(ManifestEntry(path: item.path, size: entry.size, sha256: sha!, mtime: entry.mtime, mode: entry.mode & 0o777))
+            stats[item.path] = entry
+        }
+        try store.saveHashes(session: session.name, fresh)
+        return (entries, stats, fresh.count)
+    }
+}
+
+/// The upload stage of a push run, the session's `TransferSource`: hands out the uploads, moves
+/// each one that verified into place, and retries what is worth retrying.
+final class PushTransfers: TransferSource {
+    struct Item {
+        let entry: ManifestEntry
+        var task: TransferTask
+        let stat: LocalEntry
+        var notBefore = 0.0
+        var tries = 0
+    }
+
+    private let session: SessionConfig
+    private let store: StateStore
+    private let writer: RemoteWriting
+    private let emit: (Event.Body) -> Void
+    private let stop: StopCondition
+    private var localRoot = ""
+    private var ready: ArraySlice<Item> = []
+    private var backingOff: [Item] = []
+    private var running: [Int64: Item] = [:]
+    private(set) var uploaded = 0
+    private(set) var failed = 0
+    private(set) var waiting = 0
+    private(set) var bytesSent: Int64 = 0
+    private(set) var stopped: String?
+    private(set) var storeError: FerryError?
+
+    init(session: SessionConfig, store: StateStore, writer: RemoteWriting, emit: @escaping (Event.Body) -> Void, stop: StopCondition) {
+        self.session = session
+        self.store = store
+        self.writer = writer
+        self.emit = emit
+        self.stop = stop
+    }
+
+    func run(_ items: [Item], localRoot: String, engine: TransferEngine) {
+        self.localRoot = localRoot
+        ready = ArraySlice(items)
+        guard !items.isEmpty else { return }
+        engine.run(self)
+    }
+
+    var limit: Int { session.transfers ?? Int.max }
+    var priority: Int { session.priority }
+    var bandwidth: BandwidthSchedule? { session.bwlimit }
+
+    var shouldStop: Bool {
+        if storeError != nil { return true }
+        if let reason = stop.reason {
+            stopped = reason
+            return true
+        }
+        return false
+    }
+
+    func next() -> TransferEngine.Next {
+        while let item = nextDue() {
+            if let upload = start(item) { return .start(upload) }
+        }
+        return backingOff.isEmpty ? .none : .notYet
+    }
+
+    private func nextDue() -> Item? {
+        if let first = backingOff.first, first.notBefore <= stop.clock.monotonic() { return backingOff.removeFirst() }
+        return ready.popFirst()
+    }
+
+    private func start(_ item: Item) -> Upload? {
+        var item = item
+        item.tries += 1
+        item.task.attempts += 1
+        do throws(FerryError) {
+            let upload = try writer.upload(task: item.task, entry: item.entry, stat: item.stat, localPath: localRoot + "/" + item.entry.path.string,
+                                           to: PushSync.temporaryName(task: item.task.id))
+            running[item.task.id] = item
+            if item.tries == 1 { emit(.fileStarted(path: item.entry.path, size: item.entry.size, reason: .missing)) }
+            try store.markRunning([(item.task.id, item.task.attempts)])
+            return upload
+        } catch {
+            fail(item, error.message)
+            return nil
+        }
+    }
+
+    func finished(_ batch: [(Transfer, TransferOutcome)]) {
+        for (transfer, outcome) in batch {
+            let upload = transfer as! Upload
+            upload.close()
+            guard let item = running.removeValue(forKey: upload.task.id) else { continue }
+            let temporary = PushSync.temporaryName(task: item.task.id)
+            switch outcome {
+            case .succeeded:
+                do throws(FerryError) {
+                    try writer.move(from: temporary, to: item.entry.path)
+                    try store.markDone(session: session.name, [(item.task, CachedHash(item.stat, sha256: item.entry.sha256, wanted: nil))])
+                    uploaded += 1
+                    bytesSent += upload.sent
+                    emit(.fileDone(path: item.entry.path, size: upload.sent, fetched: upload.sent))
+                } catch {
+                    try? writer.remove(temporary)
+                    fail(item, error.message)
+                }
+            case let .failed(failure):
+                try? writer.remove(temporary)
+                retryOrFail(item, failure)
+            case .interrupted:
+                try? writer.remove(temporary)
+                emit(.fileInterrupted(path: item.entry.path, offset: 0))
+            }
+        }
+    }
+
+    private func retryOrFail(_ item: Item, _ failure: TransferFailure) {
+        var item = item
+        guard failure.retry != .never, item.tries <= session.retries else {
+            if failure.retry == .connectivity {
+                waiting += 1
+                try? store.markRetrying(item.task.id, waiting: true, attempts: item.task.attempts, error: failure.message, bytesDone: 0, validator: nil)
+                emit(.fileWaiting(path: item.entry.path, error: failure.message))
+            } else {
+                fail(item, failure.message)
+            }
+            return
+        }
+        let delay = retryDelay(attempt: item.tries, baseDelay: session.retryDelay, retryAfter: failure.retryAfter, jitter: Double.random(in: 0.5...1.0))
+        item.notBefore = stop.clock.monotonic() + delay
+        emit(.fileRetrying(path: item.entry.path, attempt: item.tries + 1, delay: delay, error: failure.message))
+        let index = backingOff.firstIndex { $0.notBefore > item.notBefore } ?? backingOff.count
+        backingOff.insert(item, at: index)
+    }
+
+    private func fail(_ item: Item, _ message: String) {
+        failed += 1
+        do throws(FerryError) {
+            try store.markFailed(item.task.id, attempts: item.task.attempts, error: message, bytesDone: 0, validator: nil)
+        } catch {
+            storeError = error
+        }
+        emit(.fileFailed(path: item.entry.path, error: message))
+    }
+
+    func tick(_ running: [Transfer]) {}
+}

@@ -1,0 +1,104 @@
+import Foundation
+import Testing
+
+/// Push (issue 9): a local tree published to nginx WebDAV (and to a file:// directory), then pulled
+/// by a second session into another directory, byte for byte; the next run publishes adds,
+/// changes and deletes; the manifest comes last, and nothing is left under .ferry/ on the remote.
+@Suite(.serialized)
+struct PushTests {
+    /// Files with names that need care, an empty file and a larger one.
+    static let files: [(String, Data)] = [
+        ("index.html", Data("<h1>hello</h1>\n".utf8)),
+        ("empty", Data()),
+        ("with space/ümlaut #1.txt", Data("unicode and a hash sign\n".utf8)),
+        ("deep/a/b/c/quote'and\"double.txt", Data("quotes\n".utf8)),
+        ("big.bin", randomData(3_000_000, seed: 31)),
+    ]
+
+    func write(_ root: String, _ path: String, _ data: Data) {
+        let full = root + "/" + path
+        try! FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        try! data.write(to: URL(fileURLWithPath: full))
+    }
+
+    /// Every regular file under `root` (outside .ferry/), by relative path.
+    func tree(_ root: String) -> [String: Data] {
+        var out: [String: Data] = [:]
+        let e = FileManager.default.enumerator(atPath: root)!
+        while let p = e.nextObject() as? String {
+            if p == ".ferry" || p.hasPrefix(".ferry/") { continue }
+            var isDir: ObjCBool = false
+            if FileManager.default.fileExists(atPath: root + "/" + p, isDirectory: &isDir), !isDir.boolValue {
+                out[p] = FileManager.default.contents(atPath: root + "/" + p)
+            }
+        }
+        return out
+    }
+
+    func config(_ box: Sandbox, remote: String) throws {
+        try """
+            [agent]
+            state = \(box.state)
+            [session up]
+            direction = push
+            remote = \(remote)
+            local = \(box.directory)/src
+            delete = yes
+            [session down]
+            remote = \(remote)
+            local = \(box.directory)/dst
+            delete = yes
+            """.writeReplacing(box.config)
+    }
+
+    func pushThenPull(_ box: Sandbox, remoteRoot: String) {
+        let src = box.directory + "/src", dst = box.directory + "/dst"
+        let up = box.sync(["--session", "up"])
+        #expect(up.exitCode == 0, "\(up.output)")
+        #expect(up.output.contains("uploaded"), "\(up.output)")
+        let down = box.sync(["--session", "down"])
+        #expect(down.exitCode == 0, "\(down.output)")
+        #expect(tree(dst) == tree(src), "the pull mirrors what was pushed, byte for byte")
+        #expect(tree(remoteRoot).keys.sorted() == (tree(src).keys + ["manifest.json"]).sorted(), "the remote holds the files and the manifest, nothing else")
+        let leftovers = (try? FileManager.default.contentsOfDirectory(atPath: remoteRoot + "/.ferry/upload")) ?? []
+        #expect(leftovers.isEmpty, "no temporary upload is left: \(leftovers)")
+    }
+
+    func publishesAndFollows(remote: String, remoteRoot: String, label: String) throws {
+        let box = Sandbox(label)
+        let src = box.directory + "/src"
+        for (path, data) in Self.files { write(src, path, data) }
+        try config(box, remote: remote)
+        pushThenPull(box, remoteRoot: remoteRoot)
+        let manifest = try #require(FileManager.default.contents(atPath: remoteRoot + "/manifest.json"))
+        #expect(String(decoding: manifest, as: UTF8.self).contains("\"version\": 1"))
+        let row = box.status().stdout.split(separator: "\n").first { $0.hasPrefix("up ") }.map(String.init) ?? ""
+        #expect(row.contains(" push ") && row.contains("v1") && row.contains("exit 0"), "status shows the direction and the version published: \(row)")
+
+        // Adds, changes and deletes reach the remote with the next run, as version 2.
+        write(src, "index.html", Data("<h1>changed</h1>\n".utf8))
+        write(src, "new/file.txt", Data("new\n".utf8))
+        try FileManager.default.removeItem(atPath: src + "/deep")
+        pushThenPull(box, remoteRoot: remoteRoot)
+        #expect(String(decoding: FileManager.default.contents(atPath: remoteRoot + "/manifest.json")!, as: UTF8.self).contains("\"version\": 2"))
+        #expect(!FileManager.default.fileExists(atPath: box.directory + "/dst/deep/a/b/c/quote'and\"double.txt"))
+
+        // Nothing changed: nothing is sent and no new manifest is published.
+        let again = box.sync(["--session", "up"])
+        #expect(again.exitCode == 0 && again.output.contains("nothing to transfer"), "\(again.output)")
+        #expect(String(decoding: FileManager.default.contents(atPath: remoteRoot + "/manifest.json")!, as: UTF8.self).contains("\"version\": 2"))
+    }
+
+    @Test func publishesALocalTreeToWebDAVThatAPullMirrors() throws {
+        let server = try NginxServer()
+        defer { server.stop() }
+        try FileManager.default.createDirectory(atPath: server.root + "/site", withIntermediateDirectories: true)
+        try publishesAndFollows(remote: server.url + "site/", remoteRoot: server.root + "/site", label: "push-dav")
+    }
+
+    @Test func publishesALocalTreeToAFileRemote() throws {
+        let remoteRoot = Harness.temporaryDirectory("push-file-remote")
+        defer { Harness.remove(remoteRoot) }
+        try publishesAndFollows(remote: "file://" + remoteRoot + "/", remoteRoot: remoteRoot, label: "push-file")
+    }
+}
