@@ -35,10 +35,11 @@ struct PushTests {
         return out
     }
 
-    func config(_ box: Sandbox, remote: String) throws {
+    func config(_ box: Sandbox, remote: String, agent: String = "") throws {
         try """
             [agent]
             state = \(box.state)
+            \(agent)
             [session up]
             direction = push
             remote = \(remote)
@@ -100,5 +101,44 @@ struct PushTests {
         let remoteRoot = Harness.temporaryDirectory("push-file-remote")
         defer { Harness.remove(remoteRoot) }
         try publishesAndFollows(remote: "file://" + remoteRoot + "/", remoteRoot: remoteRoot, label: "push-file")
+    }
+
+    /// kill -9 in the middle of an upload: nothing partial is ever under a final name, the next run
+    /// completes the push, and the temporary upload the killed run left is removed.
+    @Test(arguments: ["dav", "file"])
+    func aPushKilledMidUploadLeavesNoPartialFileAndTheNextRunCompletes(kind: String) throws {
+        let server = kind == "dav" ? try NginxServer() : nil
+        defer { server?.stop() }
+        let remoteRoot = server.map { $0.root + "/site" } ?? Harness.temporaryDirectory("push-kill-remote")
+        try FileManager.default.createDirectory(atPath: remoteRoot, withIntermediateDirectories: true)
+        let remote = server.map { $0.url + "site/" } ?? "file://" + remoteRoot + "/"
+        let box = Sandbox("push-kill-\(kind)")
+        let src = box.directory + "/src"
+        let big = randomData(6_000_000, seed: 41)
+        write(src, "small.txt", Data("small\n".utf8))
+        write(src, "big.bin", big)
+        // Slowed down so the kill lands mid-upload: 6 MB at 1 MiB/s.
+        try config(box, remote: remote, agent: "bwlimit = 1M")
+        var env = ProcessInfo.processInfo.environment
+        env.removeValue(forKey: "FERRY_CONFIG")
+        let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"], environment: env,
+                              stdout: box.directory + "/out", stderr: box.directory + "/err")
+        usleep(2_500_000)
+        #expect(child.isRunning, "still uploading: \(fileContents(box.directory + "/err") ?? "")")
+        child.signal(SIGKILL)
+        _ = child.wait(timeout: 10)
+        #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/big.bin"), "no partial upload under its final name")
+        #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/manifest.json"), "no manifest before every upload is done")
+        #expect(box.status().stdout.contains("running"), "the task table knows the upload was in flight: \(box.status().stdout)")
+        if server == nil {
+            // file:// keeps what was written of the temporary upload; the next run removes it.
+            let partial = (try? FileManager.default.contentsOfDirectory(atPath: remoteRoot + "/.ferry/upload")) ?? []
+            #expect(!partial.isEmpty, "the killed run left its temporary upload")
+        }
+
+        try config(box, remote: remote)
+        pushThenPull(box, remoteRoot: remoteRoot)
+        #expect(FileManager.default.contents(atPath: box.directory + "/dst/big.bin") == big)
+        if server == nil { Harness.remove(remoteRoot) }
     }
 }

@@ -55,6 +55,12 @@ final class PushSync {
             for p in plan.refusedDeletions?.paths ?? [] { emit(.planItem(action: "refused-delete", path: p, reason: nil, size: nil)) }
             return
         }
+        // A run that died mid-upload (kill -9, power) left its tasks running and maybe a partial
+        // temporary upload: the task row names it, and it goes before anything is sent again.
+        for id in try store.taskIDs(session: session.name, state: .running).sorted() {
+            try? writer.remove(PushSync.temporaryName(task: id))
+        }
+        try? writer.remove(PushSync.temporaryManifest)
         guard !plan.isEmpty else { return }
 
         // Paths that changed type go first: what the remote has there is in the way of the uploads.

@@ -501,8 +501,13 @@ public final class StateStore {
 
     /// Ids of the session's suspended tasks (polled by a running transfer to honour `ferry cancel`).
     public func suspendedTaskIDs(session: String) throws(FerryError) -> Set<Int64> {
+        try taskIDs(session: session, state: .suspended)
+    }
+
+    /// Ids of the session's tasks in `state`.
+    public func taskIDs(session: String, state: TaskState) throws(FerryError) -> Set<Int64> {
         var ids = Set<Int64>()
-        let rows = try db.cached("SELECT id FROM tasks WHERE session = ? AND state = '\(TaskState.suspended.rawValue)'").bind(.text(session))
+        let rows = try db.cached("SELECT id FROM tasks WHERE session = ? AND state = ?").bind(.text(session), .text(state.rawValue))
         while try rows.step() { ids.insert(rows.int(0)) }
         return ids
     }
