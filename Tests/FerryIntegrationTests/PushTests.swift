@@ -35,12 +35,13 @@ struct PushTests {
         return out
     }
 
-    func config(_ box: Sandbox, remote: String, agent: String = "") throws {
+    func config(_ box: Sandbox, remote: String, agent: String = "", up: String = "") throws {
         try """
             [agent]
             state = \(box.state)
             \(agent)
             [session up]
+            \(up)
             direction = push
             remote = \(remote)
             local = \(box.directory)/src
@@ -140,5 +141,47 @@ struct PushTests {
         pushThenPull(box, remoteRoot: remoteRoot)
         #expect(FileManager.default.contents(atPath: box.directory + "/dst/big.bin") == big)
         if server == nil { Harness.remove(remoteRoot) }
+    }
+
+    /// A pull that runs while a push is in progress reads the old manifest: a file already moved
+    /// into place with new bytes fails its hash check, so the pull never exits 0 on a mixed tree
+    /// and never places a file that does not match the manifest it read.
+    @Test func aPullDuringAPushNeverExitsZeroOnAMixedTree() throws {
+        let server = try NginxServer()
+        defer { server.stop() }
+        let remoteRoot = server.root + "/site"
+        try FileManager.default.createDirectory(atPath: remoteRoot, withIntermediateDirectories: true)
+        let box = Sandbox("push-during")
+        let src = box.directory + "/src"
+        write(src, "a.txt", Data("a, version 1\n".utf8))
+        write(src, "big.bin", randomData(3_000_000, seed: 51))
+        try config(box, remote: server.url + "site/")
+        pushThenPull(box, remoteRoot: remoteRoot)
+
+        // Version 2: a small change that lands at once, and a large one held back by bwlimit.
+        write(src, "a.txt", Data("a, version 2\n".utf8))
+        let big2 = randomData(5_000_000, seed: 52)
+        write(src, "big.bin", big2)
+        try config(box, remote: server.url + "site/", up: "bwlimit = 1M")
+        var env = ProcessInfo.processInfo.environment
+        env.removeValue(forKey: "FERRY_CONFIG")
+        let push = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"], environment: env,
+                             stdout: box.directory + "/push.out", stderr: box.directory + "/push.err")
+        let deadline = Date().addingTimeInterval(10)
+        while fileContents(remoteRoot + "/a.txt") != "a, version 2\n" && Date() < deadline { usleep(20_000) }
+        #expect(fileContents(remoteRoot + "/a.txt") == "a, version 2\n", "a.txt was moved into place first")
+        #expect(push.isRunning, "big.bin is still on its way")
+
+        // A fresh pull now reads manifest version 1 with a.txt's new bytes on the remote.
+        try (fileContents(box.config)! + "\n[session fresh]\nremote = \(server.url)site/\nlocal = \(box.directory)/fresh\n").writeReplacing(box.config)
+        let during = box.sync(["--session", "fresh"])
+        #expect(during.exitCode != 0, "a mixed tree is never in sync: \(during.output)")
+        #expect(fileContents(box.directory + "/fresh/a.txt") == nil, "a file that does not match the manifest read is never placed")
+
+        #expect(push.wait(timeout: 30) == 0, "\(fileContents(box.directory + "/push.err") ?? "")")
+        let after = box.sync(["--session", "fresh"])
+        #expect(after.exitCode == 0, "\(after.output)")
+        #expect(fileContents(box.directory + "/fresh/a.txt") == "a, version 2\n")
+        #expect(FileManager.default.contents(atPath: box.directory + "/fresh/big.bin") == big2)
     }
 }
