@@ -184,4 +184,28 @@ struct PushTests {
         #expect(fileContents(box.directory + "/fresh/a.txt") == "a, version 2\n")
         #expect(FileManager.default.contents(atPath: box.directory + "/fresh/big.bin") == big2)
     }
+
+    /// A running agent polls a push session like a pull session: a local change is published
+    /// within its poll.
+    @Test func aRunningAgentPublishesLocalChanges() throws {
+        let server = try NginxServer()
+        defer { server.stop() }
+        let remoteRoot = server.root + "/site"
+        try FileManager.default.createDirectory(atPath: remoteRoot, withIntermediateDirectories: true)
+        let box = Sandbox("push-agent")
+        let src = box.directory + "/src"
+        write(src, "a.txt", Data("one\n".utf8))
+        try config(box, remote: server.url + "site/", up: "poll = 1s")
+        let agent = try AgentTests.RunningAgent(box)
+        let deadline = Date().addingTimeInterval(20)
+        while fileContents(remoteRoot + "/a.txt") != "one\n" && Date() < deadline { usleep(50_000) }
+        #expect(fileContents(remoteRoot + "/a.txt") == "one\n", "\(agent.output)")
+        write(src, "b/c.txt", Data("two\n".utf8))
+        let published = Date().addingTimeInterval(20)
+        while !(fileContents(remoteRoot + "/manifest.json")?.contains("b/c.txt") ?? false) && Date() < published { usleep(50_000) }
+        #expect(fileContents(remoteRoot + "/b/c.txt") == "two\n", "\(agent.output)")
+        #expect(fileContents(remoteRoot + "/manifest.json")?.contains("\"version\": 2") == true)
+        agent.child.signal(SIGTERM)
+        #expect(agent.child.wait(timeout: 10) == 0)
+    }
 }
