@@ -91,28 +91,55 @@ struct PushTests {
         #expect(String(decoding: FileManager.default.contents(atPath: remoteRoot + "/manifest.json")!, as: UTF8.self).contains("\"version\": 2"))
     }
 
-    @Test func publishesALocalTreeToWebDAVThatAPullMirrors() throws {
-        let server = try NginxServer()
-        defer { server.stop() }
-        try FileManager.default.createDirectory(atPath: server.root + "/site", withIntermediateDirectories: true)
-        try publishesAndFollows(remote: server.url + "site/", remoteRoot: server.root + "/site", label: "push-dav")
+    /// A remote to push to: nginx's DAV module, Apache mod_dav, or a local directory.
+    final class PushRemote {
+        let url: String
+        let root: String
+        private let nginx: NginxServer?
+        private let apache: ApacheServer?
+
+        init(_ kind: String) throws {
+            switch kind {
+            case "nginx":
+                nginx = try NginxServer()
+                apache = nil
+                root = nginx!.root + "/site"
+                try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+                url = nginx!.url + "site/"
+            case "apache":
+                apache = try ApacheServer()
+                nginx = nil
+                try apache!.makeDirectory("site")
+                root = apache!.root + "/site"
+                url = apache!.url + "site/"
+            default:
+                nginx = nil
+                apache = nil
+                root = Harness.temporaryDirectory("push-file-remote")
+                url = "file://" + root + "/"
+            }
+        }
+
+        deinit {
+            nginx?.stop()
+            apache?.stop()
+            if nginx == nil && apache == nil { Harness.remove(root) }
+        }
     }
 
-    @Test func publishesALocalTreeToAFileRemote() throws {
-        let remoteRoot = Harness.temporaryDirectory("push-file-remote")
-        defer { Harness.remove(remoteRoot) }
-        try publishesAndFollows(remote: "file://" + remoteRoot + "/", remoteRoot: remoteRoot, label: "push-file")
+    @Test(arguments: ["nginx", "apache", "file"])
+    func publishesALocalTreeThatAPullMirrors(kind: String) throws {
+        let remote = try PushRemote(kind)
+        try publishesAndFollows(remote: remote.url, remoteRoot: remote.root, label: "push-\(kind)")
     }
 
     /// kill -9 in the middle of an upload: nothing partial is ever under a final name, the next run
     /// completes the push, and the temporary upload the killed run left is removed.
-    @Test(arguments: ["dav", "file"])
+    @Test(arguments: ["nginx", "apache", "file"])
     func aPushKilledMidUploadLeavesNoPartialFileAndTheNextRunCompletes(kind: String) throws {
-        let server = kind == "dav" ? try NginxServer() : nil
-        defer { server?.stop() }
-        let remoteRoot = server.map { $0.root + "/site" } ?? Harness.temporaryDirectory("push-kill-remote")
-        try FileManager.default.createDirectory(atPath: remoteRoot, withIntermediateDirectories: true)
-        let remote = server.map { $0.url + "site/" } ?? "file://" + remoteRoot + "/"
+        let pushRemote = try PushRemote(kind)
+        let remoteRoot = pushRemote.root
+        let remote = pushRemote.url
         let box = Sandbox("push-kill-\(kind)")
         let src = box.directory + "/src"
         let big = randomData(6_000_000, seed: 41)
@@ -131,7 +158,7 @@ struct PushTests {
         #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/big.bin"), "no partial upload under its final name")
         #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/manifest.json"), "no manifest before every upload is done")
         #expect(box.status().stdout.contains("running"), "the task table knows the upload was in flight: \(box.status().stdout)")
-        if server == nil {
+        if kind == "file" {
             // file:// keeps what was written of the temporary upload; the next run removes it.
             let partial = (try? FileManager.default.contentsOfDirectory(atPath: remoteRoot + "/.ferry/upload")) ?? []
             #expect(!partial.isEmpty, "the killed run left its temporary upload")
@@ -140,7 +167,6 @@ struct PushTests {
         try config(box, remote: remote)
         pushThenPull(box, remoteRoot: remoteRoot)
         #expect(FileManager.default.contents(atPath: box.directory + "/dst/big.bin") == big)
-        if server == nil { Harness.remove(remoteRoot) }
     }
 
     /// A pull that runs while a push is in progress reads the old manifest: a file already moved

@@ -49,11 +49,12 @@ extension HTTPRemote: RemoteWriting {
         guard (200..<300).contains(status) || status == 404 else { throw failure("DELETE", path, status) }
     }
 
-    /// Runs a request that needs `path`'s directory; a 409 (Conflict: the collection is missing)
-    /// makes the collections, from the top, and tries once more.
+    /// Runs a request that needs `path`'s directory. A missing collection gets 409 (Conflict) from
+    /// nginx and RFC 4918, and 500 from Apache's MOVE ("Could not rename resource"): either makes
+    /// the collections, from the top, and tries once more.
     private func withCollections(for path: RelativePath, _ send: () throws(FerryError) -> Int) throws(FerryError) {
         var status = try send()
-        if status == 409 {
+        if status == 409 || (status == 500 && !path.ancestors.isEmpty) {
             for directory in path.ancestors.reversed() {
                 let made = try request("MKCOL", directory, collection: true)
                 // 405: it exists already.

@@ -218,3 +218,71 @@ struct TestFailure: Error, CustomStringConvertible {
     let description: String
     init(_ d: String) { description = d }
 }
+
+/// Apache httpd with mod_dav (Debian's apache2), on a free port of 127.0.0.1, serving and
+/// accepting WebDAV writes under `root`. Apache will not serve as root, so its children run as
+/// www-data, which owns the served tree.
+final class ApacheServer {
+    let directory: String
+    let root: String
+    let port: UInt16
+    private var process: Child?
+
+    init() throws {
+        directory = Harness.temporaryDirectory("apache")
+        root = directory + "/www"
+        port = freePort()
+        for d in [root, directory + "/lock"] { try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true) }
+        let user = getuid() == 0 ? "User www-data\nGroup www-data" : ""
+        if getuid() == 0 {
+            // www-data must reach the tree through every parent, and own what it writes.
+            var path = directory
+            while path != "/" && !path.isEmpty {
+                chmod(path, 0o755)
+                path = (path as NSString).deletingLastPathComponent
+            }
+            for d in [root, directory + "/lock"] { _ = runProcess("/bin/chown", ["-R", "www-data:www-data", d]) }
+        }
+        let modules = "/usr/lib/apache2/modules"
+        let config = """
+            ServerName 127.0.0.1
+            Listen 127.0.0.1:\(port)
+            PidFile \(directory)/httpd.pid
+            ErrorLog \(directory)/error.log
+            \(user)
+            LoadModule mpm_event_module \(modules)/mod_mpm_event.so
+            LoadModule authz_core_module \(modules)/mod_authz_core.so
+            LoadModule dav_module \(modules)/mod_dav.so
+            LoadModule dav_fs_module \(modules)/mod_dav_fs.so
+            DavLockDB \(directory)/lock/DavLock
+            DocumentRoot \(root)
+            LimitRequestBody 0
+            <Directory \(root)>
+                Dav On
+                Require all granted
+            </Directory>
+            """
+        try config.writeReplacing(directory + "/httpd.conf")
+        process = try Child("/usr/sbin/apache2", ["-f", directory + "/httpd.conf", "-DFOREGROUND"],
+                            stdout: directory + "/stdout.log", stderr: directory + "/stderr.log")
+        guard waitForPort(port) else {
+            let log = [directory + "/error.log", directory + "/stderr.log"].compactMap { try? String(contentsOfFile: $0, encoding: .utf8) }.joined()
+            stop()
+            throw TestFailure("apache did not start: \(log)")
+        }
+    }
+
+    var url: String { "http://127.0.0.1:\(port)/" }
+
+    /// Makes a directory under the served tree that Apache may write into.
+    func makeDirectory(_ relative: String) throws {
+        try FileManager.default.createDirectory(atPath: root + "/" + relative, withIntermediateDirectories: true)
+        if getuid() == 0 { _ = runProcess("/bin/chown", ["-R", "www-data:www-data", root]) }
+    }
+
+    func stop() {
+        process?.stop()
+        process = nil
+        Harness.remove(directory)
+    }
+}
