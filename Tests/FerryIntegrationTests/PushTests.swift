@@ -234,4 +234,29 @@ struct PushTests {
         agent.child.signal(SIGTERM)
         #expect(agent.child.wait(timeout: 10) == 0)
     }
+
+    /// A file rewritten while it uploads is hashed again and sent again in the same run; the
+    /// manifest published lists the bytes that are on the remote.
+    @Test(arguments: ["nginx", "file"])
+    func aFileThatChangesWhileItUploadsIsSentAgain(kind: String) throws {
+        let pushRemote = try PushRemote(kind)
+        let box = Sandbox("push-change-\(kind)")
+        let src = box.directory + "/src"
+        write(src, "big.bin", randomData(4_000_000, seed: 61))
+        try config(box, remote: pushRemote.url, up: "bwlimit = 1M\nretry-delay = 1s")
+        var env = ProcessInfo.processInfo.environment
+        env.removeValue(forKey: "FERRY_CONFIG")
+        let push = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up", "--json"], environment: env,
+                             stdout: box.directory + "/push.out", stderr: box.directory + "/push.err")
+        usleep(1_500_000)
+        let changed = randomData(3_000_000, seed: 62)
+        write(src, "big.bin", changed)
+        #expect(push.wait(timeout: 60) == 0, "\(fileContents(box.directory + "/push.err") ?? "")")
+        let events = fileContents(box.directory + "/push.out") ?? ""
+        #expect(events.contains("\"event\":\"file-retrying\"") && events.contains("changed"), "sent again: \(events)")
+        #expect(FileManager.default.contents(atPath: pushRemote.root + "/big.bin") == changed, "the remote holds the new content")
+        let down = box.sync(["--session", "down"])
+        #expect(down.exitCode == 0, "the manifest lists what is on the remote: \(down.output)")
+        #expect(FileManager.default.contents(atPath: box.directory + "/dst/big.bin") == changed)
+    }
 }

@@ -43,9 +43,9 @@ final class PushSync {
         let published = try publishedManifest(remote)
         emit(.manifestFetched(url: session.manifestURL, version: published?.version, files: published?.entries.count ?? 0, unchanged: false))
 
-        let (local, stats, hashed) = try scanLocal(store: store)
+        let (root, local, stats, hashed) = try scanLocal(store: store)
         result.hashed = hashed
-        let plan = PushPlanner.plan(local: local, remote: published, rules: DeletionRules(delete: session.delete, cap: session.maxDelete))
+        var plan = PushPlanner.plan(local: local, remote: published, rules: DeletionRules(delete: session.delete, cap: session.maxDelete))
         emit(.planned(downloads: plan.uploads.count, bytes: plan.uploadBytes, metadataFixes: plan.metadataChanges,
                       deletions: plan.deletions.count + plan.replacements.count, upToDate: plan.upToDate, hashed: hashed, extrasKept: plan.extrasKept))
         if options.dryRun {
@@ -74,7 +74,7 @@ final class PushSync {
         }
 
         let tasks = try store.queueUploads(session: session.name, entries: plan.uploads.map(\.entry))
-        let transfers = PushTransfers(session: session, store: store, writer: writer, emit: emit, stop: options.stop)
+        let transfers = PushTransfers(session: session, store: store, writer: writer, root: root, emit: emit, stop: options.stop)
         transfers.run(plan.uploads.compactMap { u in
             tasks[u.entry.path].flatMap { task in stats[u.entry.path].map { PushTransfers.Item(entry: u.entry, task: task, stat: $0) } }
         }, localRoot: session.local, engine: engine)
@@ -116,7 +116,9 @@ final class PushSync {
                 emit(.fileFailed(path: path, error: error.message))
             }
         }
-        // The manifest last: it never names a file that is not on the remote as it says.
+        // The manifest last: it never names a file that is not on the remote as it says (a file that
+        // changed while it was sent went again, and the manifest lists what went).
+        plan.manifest = plan.manifest.map { transfers.rehashed[$0.path] ?? $0 }
         let text = ManifestWriter.render(version: plan.version, generated: Timestamp.now(), entries: plan.manifest)
         try writer.put(Array(text.utf8), at: PushSync.temporaryManifest)
         try writer.move(from: PushSync.temporaryManifest, to: manifestPath)
@@ -144,7 +146,7 @@ final class PushSync {
 
     /// The files of the local tree as manifest entries (hashed, through the hash cache), and
     /// the stat each was hashed at. Names a manifest cannot carry are skipped with a warning.
-    private func scanLocal(store: StateStore) throws(FerryError) -> ([ManifestEntry], [RelativePath: LocalEntry], Int) {
+    private func scanLocal(store: StateStore) throws(FerryError) -> (LocalRoot, [ManifestEntry], [RelativePath: LocalEntry], Int) {
         let root = try LocalRoot(path: session.local, create: false)
         var scan = try root.scan(expecting: try store.hashCacheCount(session: session.name))
         try store.loadHashes(session: session.name, into: &scan.tree)
@@ -176,7 +178,7 @@ final class PushSync {
             stats[item.path] = entry
         }
         try store.saveHashes(session: session.name, fresh)
-        return (entries, stats, fresh.count)
+        return (root, entries, stats, fresh.count)
     }
 }
 
@@ -184,9 +186,9 @@ final class PushSync {
 /// each one that verified into place, and retries what is worth retrying.
 final class PushTransfers: TransferSource {
     struct Item {
-        let entry: ManifestEntry
+        var entry: ManifestEntry
         var task: TransferTask
-        let stat: LocalEntry
+        var stat: LocalEntry
         var notBefore = 0.0
         var tries = 0
     }
@@ -194,6 +196,7 @@ final class PushTransfers: TransferSource {
     private let session: SessionConfig
     private let store: StateStore
     private let writer: RemoteWriting
+    private let root: LocalRoot
     private let emit: (Event.Body) -> Void
     private let stop: StopCondition
     private var localRoot = ""
@@ -206,11 +209,15 @@ final class PushTransfers: TransferSource {
     private(set) var bytesSent: Int64 = 0
     private(set) var stopped: String?
     private(set) var storeError: FerryError?
+    /// Files that changed after the scan hashed them, as they were hashed again and sent.
+    private(set) var rehashed: [RelativePath: ManifestEntry] = [:]
 
-    init(session: SessionConfig, store: StateStore, writer: RemoteWriting, emit: @escaping (Event.Body) -> Void, stop: StopCondition) {
+    init(session: SessionConfig, store: StateStore, writer: RemoteWriting, root: LocalRoot, emit: @escaping (Event.Body) -> Void,
+         stop: StopCondition) {
         self.session = session
         self.store = store
         self.writer = writer
+        self.root = root
         self.emit = emit
         self.stop = stop
     }
@@ -259,9 +266,24 @@ final class PushTransfers: TransferSource {
             try store.markRunning([(item.task.id, item.task.attempts)])
             return upload
         } catch {
-            fail(item, error.message)
+            if error.cause == .sourceChanged {
+                retryOrFail(item, TransferFailure(message: error.message, keepPartial: false, cause: .sourceChanged))
+            } else {
+                fail(item, error.message)
+            }
             return nil
         }
+    }
+
+    /// The item for a file that changed after it was hashed: hashed again as it is now, so the
+    /// next try sends (and the manifest lists) its current content. nil when it is gone.
+    private func rehash(_ item: Item) -> Item? {
+        guard let now = root.stat(item.entry.path), now.kind == .file, let hashed = try? root.hash(item.entry.path) else { return nil }
+        var item = item
+        item.stat = LocalEntry(kind: .file, size: hashed.size, mtime: hashed.mtime, ctime: hashed.ctime, inode: hashed.inode, mode: now.mode)
+        item.entry = ManifestEntry(path: item.entry.path, size: hashed.size, sha256: hashed.sha256, mtime: hashed.mtime, mode: now.mode & 0o777)
+        rehashed[item.entry.path] = item.entry
+        return item
     }
 
     func finished(_ batch: [(Transfer, TransferOutcome)]) {
@@ -294,6 +316,13 @@ final class PushTransfers: TransferSource {
 
     private func retryOrFail(_ item: Item, _ failure: TransferFailure) {
         var item = item
+        if failure.cause == .sourceChanged {
+            guard let fresh = rehash(item) else {
+                fail(item, "\(failure.message); the file is gone now")
+                return
+            }
+            item = fresh
+        }
         guard failure.retry != .never, item.tries <= session.retries else {
             if failure.retry == .connectivity {
                 waiting += 1
