@@ -9,6 +9,9 @@ import FerryCore
 struct HTTPRemote: Remote, RangeReading {
     let base: RemoteLocation
     let settings: HTTPSettings
+    /// WebDAV requests a push makes one at a time (MKCOL, MOVE, DELETE, the manifest's PUT): one
+    /// kept-alive connection, and the collections known to exist.
+    let dav = DAVConnection()
 
     func download(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, into fd: Int32,
                   resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {

@@ -1,5 +1,6 @@
 import CCurl
 import Glibc
+import Synchronization
 import FerryCore
 
 /// The write side of a remote, for push (issue 9): bytes are placed under a temporary name in the
@@ -18,16 +19,17 @@ protocol RemoteWriting {
     /// `stat`) to the temporary name `temporary`.
     func upload(task: TransferTask, entry: ManifestEntry, stat: LocalEntry, localPath: String,
                 to temporary: RelativePath) throws(FerryError) -> Upload
+    /// The move as an engine transfer, where the remote has one (WebDAV); nil: call `move`.
+    func moveTransfer(task: TransferTask, from: RelativePath, to: RelativePath) -> RemoteMove?
+    /// Makes the directories `path` needs (after a move was refused for want of them).
+    func makeCollections(for path: RelativePath) throws(FerryError)
 }
 
 extension HTTPRemote: RemoteWriting {
     func upload(task: TransferTask, entry: ManifestEntry, stat: LocalEntry, localPath: String,
                 to temporary: RelativePath) throws(FerryError) -> Upload {
-        // nginx and Apache answer 409 to a PUT whose collection is missing: make it first (once per run is cheap).
-        for directory in temporary.ancestors.reversed() {
-            let made = try request("MKCOL", directory, collection: true)
-            guard (200..<300).contains(made) || made == 405 else { throw failure("MKCOL", directory, made) }
-        }
+        // nginx and Apache answer 409 to a PUT whose collection is missing: made first, once per run.
+        try makeCollections(for: temporary)
         return try Upload(task: task, entry: entry, stat: stat, localPath: localPath,
                           destination: .http(url: base.url(for: temporary), settings: settings))
     }
@@ -55,14 +57,25 @@ extension HTTPRemote: RemoteWriting {
     private func withCollections(for path: RelativePath, _ send: () throws(FerryError) -> Int) throws(FerryError) {
         var status = try send()
         if status == 409 || (status == 500 && !path.ancestors.isEmpty) {
-            for directory in path.ancestors.reversed() {
-                let made = try request("MKCOL", directory, collection: true)
-                // 405: it exists already.
-                guard (200..<300).contains(made) || made == 405 else { throw failure("MKCOL", directory, made) }
-            }
+            dav.forget(path.ancestors)
+            try makeCollections(for: path)
             status = try send()
         }
         guard (200..<300).contains(status) else { throw failure(status == 409 ? "MKCOL" : "write", path, status) }
+    }
+
+    func moveTransfer(task: TransferTask, from: RelativePath, to: RelativePath) -> RemoteMove? {
+        RemoteMove(task: task, url: base.url(for: from), destination: base.url(for: to), settings: settings)
+    }
+
+    /// Makes the collections above `path` that are not known to exist, from the top.
+    func makeCollections(for path: RelativePath) throws(FerryError) {
+        for directory in path.ancestors.reversed() where !dav.exists(directory) {
+            let made = try request("MKCOL", directory, collection: true)
+            // 405: it exists already.
+            guard (200..<300).contains(made) || made == 405 else { throw failure("MKCOL", directory, made) }
+            dav.made(directory)
+        }
     }
 
     private func failure(_ method: String, _ path: RelativePath, _ status: Int) -> FerryError {
@@ -76,7 +89,13 @@ extension HTTPRemote: RemoteWriting {
     /// One WebDAV request; returns the HTTP status. A transport failure throws.
     private func request(_ method: String, _ path: RelativePath, headers: [String] = [], body: [UInt8]? = nil,
                          collection: Bool = false) throws(FerryError) -> Int {
-        let easy = EasyHandle()
+        try dav.withHandle { easy throws(FerryError) -> Int in
+            try request(easy, method, path, headers: headers, body: body, collection: collection)
+        }
+    }
+
+    private func request(_ easy: EasyHandle, _ method: String, _ path: RelativePath, headers: [String], body: [UInt8]?,
+                         collection: Bool) throws(FerryError) -> Int {
         let url = base.url(for: path) + (collection ? "/" : "")
         easy.configure(url: url, settings: settings, extraHeaders: headers)
         let sink = BodyBuffer(limit: 64 << 10)
@@ -106,6 +125,32 @@ extension HTTPRemote: RemoteWriting {
         }
         return easy.responseCode
     }
+}
+
+/// The one connection a push's WebDAV requests share (kept alive between them), and the
+/// collections known to exist on the remote. Requests come from the engine and session threads,
+/// one at a time.
+final class DAVConnection: @unchecked Sendable {
+    private struct State {
+        var handle: EasyHandle?
+        var collections = Set<RelativePath>()
+    }
+    private let state = Mutex(State())
+    private let busy = Mutex(())
+
+    func withHandle<T>(_ body: (EasyHandle) throws(FerryError) -> T) throws(FerryError) -> T {
+        try busy.withLock { _ throws(FerryError) -> T in
+            let easy = state.withLock { s in
+                if s.handle == nil { s.handle = EasyHandle() }
+                return s.handle!
+            }
+            return try body(easy)
+        }
+    }
+
+    func exists(_ collection: RelativePath) -> Bool { state.withLock { $0.collections.contains(collection) } }
+    func made(_ collection: RelativePath) { state.withLock { _ = $0.collections.insert(collection) } }
+    func forget(_ collections: [RelativePath]) { state.withLock { s in for c in collections { s.collections.remove(c) } } }
 }
 
 /// Bytes a request sends, read by libcurl a piece at a time.
@@ -149,6 +194,12 @@ extension FileRemote: RemoteWriting {
         FileSystem.syncDirectory(containing: target)
     }
 
+    func moveTransfer(task: TransferTask, from: RelativePath, to: RelativePath) -> RemoteMove? { nil }
+
+    func makeCollections(for path: RelativePath) throws(FerryError) {
+        try FileSystem.makeDirectories(ConfigParser.directoryName(of: try local(path)))
+    }
+
     func remove(_ path: RelativePath) throws(FerryError) {
         let target = try local(path)
         guard unlink(target) == 0 || errno == ENOENT else {
@@ -160,5 +211,50 @@ extension FileRemote: RemoteWriting {
     private func local(_ path: RelativePath) throws(FerryError) -> String {
         guard let base = base.filePath else { throw .remote("\(base.url) is not a valid file URL") }
         return (base.hasSuffix("/") ? base : base + "/") + path.string
+    }
+}
+
+/// A WebDAV `MOVE` run by the engine, so a push's moves go beside its uploads on the multi
+/// handle's kept-alive connections instead of one at a time.
+final class RemoteMove: Transfer {
+    let task: TransferTask
+    private let url: String
+    private let destination: String
+    private let settings: HTTPSettings
+    private let headers = HeaderSink()
+    var cancelRequested = false
+    var throttle: Throttle?
+
+    init(task: TransferTask, url: String, destination: String, settings: HTTPSettings) {
+        self.task = task
+        self.url = url
+        self.destination = destination
+        self.settings = settings
+    }
+
+    var mode: TransferMode { .curl }
+    func outcomeWithoutRequest() -> TransferOutcome? { nil }
+    func step() -> TransferOutcome? { nil }
+    func tick(now: Double) {}
+
+    func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
+        easy.configure(url: url, settings: settings, extraHeaders: ["Destination: \(destination)", "Overwrite: T"])
+        easy.set(CURLOPT_CUSTOMREQUEST, "MOVE")
+        easy.set(CURLOPT_FOLLOWLOCATION, 0)
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, discardCallback)
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, headerCallback)
+        easy.set(CURLOPT_HEADERDATA, pointer: Unmanaged.passUnretained(headers).toOpaque())
+    }
+
+    func finish(code: CURLcode, errorText: String?) -> TransferOutcome {
+        guard code == CURLE_OK else {
+            return .failed(TransferFailure(message: "MOVE to \(destination): " + Curl.describe(code, errorText: errorText, headers: headers.headers),
+                                           keepPartial: false, cause: Curl.cause(code, errorText: errorText, headers: headers.headers)))
+        }
+        let status = headers.headers.status
+        guard (200..<300).contains(status) else {
+            return .failed(TransferFailure(message: "MOVE to \(destination) was refused: HTTP \(status)", keepPartial: false, cause: .http(status: status)))
+        }
+        return .succeeded
     }
 }

@@ -191,6 +191,9 @@ final class PushTransfers: TransferSource {
         var stat: LocalEntry
         var notBefore = 0.0
         var tries = 0
+        /// Bytes the upload sent, once it verified (then it waits for its move).
+        var sent: Int64 = 0
+        var moveTries = 0
     }
 
     private let session: SessionConfig
@@ -203,6 +206,11 @@ final class PushTransfers: TransferSource {
     private var ready: ArraySlice<Item> = []
     private var backingOff: [Item] = []
     private var running: [Int64: Item] = [:]
+    /// Uploads that verified and wait to be moved into place (before any new upload starts).
+    private var toMove: [Item] = []
+    /// Moved into place; recorded done in groups (one transaction per 256, or per 0.2 s).
+    private var moved: [Item] = []
+    private var lastFlush = MonotonicClock.seconds()
     private(set) var uploaded = 0
     private(set) var failed = 0
     private(set) var waiting = 0
@@ -227,6 +235,7 @@ final class PushTransfers: TransferSource {
         ready = ArraySlice(items)
         guard !items.isEmpty else { return }
         engine.run(self)
+        flush()
     }
 
     var limit: Int { session.transfers ?? Int.max }
@@ -243,10 +252,53 @@ final class PushTransfers: TransferSource {
     }
 
     func next() -> TransferEngine.Next {
+        while let item = toMove.popLast() {
+            if let move = startMove(item) { return .start(move) }
+        }
         while let item = nextDue() {
             if let upload = start(item) { return .start(upload) }
         }
         return backingOff.isEmpty ? .none : .notYet
+    }
+
+    /// The move of a verified upload to its final name: an engine transfer over WebDAV, done at
+    /// once for a local directory.
+    private func startMove(_ item: Item) -> RemoteMove? {
+        let temporary = PushSync.temporaryName(task: item.task.id)
+        if let move = writer.moveTransfer(task: item.task, from: temporary, to: item.entry.path) {
+            running[item.task.id] = item
+            return move
+        }
+        do throws(FerryError) {
+            try writer.move(from: temporary, to: item.entry.path)
+            placed(item)
+        } catch {
+            try? writer.remove(temporary)
+            fail(item, error.message)
+        }
+        return nil
+    }
+
+    private func placed(_ item: Item) {
+        moved.append(item)
+        if moved.count >= 256 || MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
+    }
+
+    /// Records the moved files done, and their hashes, in one transaction.
+    private func flush() {
+        lastFlush = MonotonicClock.seconds()
+        guard !moved.isEmpty else { return }
+        do throws(FerryError) {
+            try store.markDone(session: session.name, moved.map { ($0.task, CachedHash($0.stat, sha256: $0.entry.sha256, wanted: nil)) })
+            for item in moved {
+                uploaded += 1
+                bytesSent += item.sent
+                emit(.fileDone(path: item.entry.path, size: item.sent, fetched: item.sent))
+            }
+        } catch {
+            storeError = error
+        }
+        moved.removeAll(keepingCapacity: true)
     }
 
     private func nextDue() -> Item? {
@@ -288,22 +340,19 @@ final class PushTransfers: TransferSource {
 
     func finished(_ batch: [(Transfer, TransferOutcome)]) {
         for (transfer, outcome) in batch {
+            if let move = transfer as? RemoteMove {
+                guard let item = running.removeValue(forKey: move.task.id) else { continue }
+                moveEnded(item, outcome)
+                continue
+            }
             let upload = transfer as! Upload
             upload.close()
-            guard let item = running.removeValue(forKey: upload.task.id) else { continue }
+            guard var item = running.removeValue(forKey: upload.task.id) else { continue }
             let temporary = PushSync.temporaryName(task: item.task.id)
             switch outcome {
             case .succeeded:
-                do throws(FerryError) {
-                    try writer.move(from: temporary, to: item.entry.path)
-                    try store.markDone(session: session.name, [(item.task, CachedHash(item.stat, sha256: item.entry.sha256, wanted: nil))])
-                    uploaded += 1
-                    bytesSent += upload.sent
-                    emit(.fileDone(path: item.entry.path, size: upload.sent, fetched: upload.sent))
-                } catch {
-                    try? writer.remove(temporary)
-                    fail(item, error.message)
-                }
+                item.sent = upload.sent
+                toMove.append(item)
             case let .failed(failure):
                 try? writer.remove(temporary)
                 retryOrFail(item, failure)
@@ -312,6 +361,38 @@ final class PushTransfers: TransferSource {
                 emit(.fileInterrupted(path: item.entry.path, offset: 0))
             }
         }
+    }
+
+    /// A move refused for want of its directories (409; Apache's 500) makes them and tries once more.
+    private func moveEnded(_ item: Item, _ outcome: TransferOutcome) {
+        let temporary = PushSync.temporaryName(task: item.task.id)
+        switch outcome {
+        case .succeeded:
+            placed(item)
+        case let .failed(failure):
+            var item = item
+            item.moveTries += 1
+            if case .http(let status) = failure.cause, status == 409 || status == 500, item.moveTries == 1, !item.entry.path.ancestors.isEmpty {
+                do throws(FerryError) {
+                    try writer.makeCollections(for: item.entry.path)
+                    toMove.append(item)
+                    return
+                } catch {
+                    try? writer.remove(temporary)
+                    fail(item, error.message)
+                    return
+                }
+            }
+            try? writer.remove(temporary)
+            fail(item, failure.message)
+        case .interrupted:
+            try? writer.remove(temporary)
+            emit(.fileInterrupted(path: item.entry.path, offset: 0))
+        }
+    }
+
+    func tick(_ running: [Transfer]) {
+        if !moved.isEmpty && MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
     }
 
     private func retryOrFail(_ item: Item, _ failure: TransferFailure) {
@@ -350,5 +431,4 @@ final class PushTransfers: TransferSource {
         emit(.fileFailed(path: item.entry.path, error: message))
     }
 
-    func tick(_ running: [Transfer]) {}
 }
