@@ -88,4 +88,24 @@ struct PushPlanTests {
         #expect(plan.metadataChanges == 1, "the new manifest adds size, mtime and mode")
         #expect(plan.version == 1)
     }
+
+    @Test func changedOnRemoteNamesWhatSomeoneElseAddedChangedOrRemoved() {
+        let mine = published([entry("same", h1), entry("edited", h1), entry("removed", h1)])
+        let now = published([entry("same", h1, mtime: 999), entry("edited", h2), entry("added", h1)])
+        #expect(ConflictPolicy.changedOnRemote(published: mine, now: now) == [p("added"), p("edited"), p("removed")],
+                "a new mtime alone is no conflict; content is")
+        #expect(ConflictPolicy.changedOnRemote(published: mine, now: nil) == [p("edited"), p("removed"), p("same")], "a manifest gone: all of it")
+        #expect(ConflictPolicy.changedOnRemote(published: mine, now: mine).isEmpty)
+    }
+
+    /// remote-wins: the remote's version of a conflicting path is neither replaced nor deleted,
+    /// and the manifest lists it as the remote does; the rest of the local tree goes as usual.
+    @Test func keepingRemotePathsLeavesThemAsTheRemoteHasThem() {
+        let remote = published([entry("theirs", h2), entry("added-there", h2), entry("mine", h1)])
+        let local = [entry("theirs", h1), entry("mine", h2), entry("new", h1)]
+        let plan = PushPlanner.plan(local: local, remote: remote, rules: deleteAll, keepingRemote: [p("theirs"), p("added-there")])
+        #expect(plan.uploads.map(\.entry.path) == [p("mine"), p("new")])
+        #expect(plan.deletions.isEmpty, "added-there is theirs: kept, not deleted")
+        #expect(plan.manifest.map { "\($0.path):\($0.sha256 == h1 ? 1 : 2)" } == ["added-there:2", "mine:2", "new:1", "theirs:2"])
+    }
 }

@@ -259,4 +259,59 @@ struct PushTests {
         #expect(down.exitCode == 0, "the manifest lists what is on the remote: \(down.output)")
         #expect(FileManager.default.contents(atPath: box.directory + "/dst/big.bin") == changed)
     }
+
+    /// Someone else publishes to the same remote between two pushes of this session: the remote's
+    /// changes are never overwritten blindly. conflict = fail (the default) reports and changes
+    /// nothing; remote-wins keeps theirs and publishes the rest; local-wins replaces theirs.
+    @Test(arguments: ["nginx", "file"])
+    func remoteChangesAreNotOverwrittenBlindly(kind: String) throws {
+        let remote = try PushRemote(kind)
+        let box = Sandbox("push-conflict-\(kind)")
+        let src = box.directory + "/src"
+        write(src, "shared.txt", Data("ours, v1\n".utf8))
+        write(src, "other.txt", Data("other, v1\n".utf8))
+        try config(box, remote: remote.url)
+        pushThenPull(box, remoteRoot: remote.root)
+
+        // Another writer (its own state and tree) changes shared.txt on the remote.
+        let theirs = box.directory + "/theirs"
+        write(theirs, "shared.txt", Data("theirs\n".utf8))
+        write(theirs, "other.txt", Data("other, v1\n".utf8))
+        let theirConfig = box.directory + "/theirs.conf"
+        try "[agent]\nstate = \(box.directory)/their-state\n[session them]\ndirection = push\nremote = \(remote.url)\nlocal = \(theirs)\n"
+            .writeReplacing(theirConfig)
+        #expect(ferry(["sync", "now", "--config", theirConfig]).exitCode == 0)
+        #expect(fileContents(remote.root + "/shared.txt") == "theirs\n")
+
+        // This session changed both files meanwhile.
+        write(src, "shared.txt", Data("ours, v2\n".utf8))
+        write(src, "other.txt", Data("other, v2\n".utf8))
+        let refused = box.sync(["--session", "up"])
+        #expect(refused.exitCode == 1, "\(refused.output)")
+        #expect(refused.output.contains("shared.txt: conflict: changed on the remote since ferry published version 1"), "\(refused.output)")
+        #expect(refused.output.contains("conflict = local-wins"), "the hint says what to do: \(refused.output)")
+        #expect(fileContents(remote.root + "/shared.txt") == "theirs\n" && fileContents(remote.root + "/other.txt") == "other, v1\n",
+                "nothing changed on the remote")
+        #expect(fileContents(src + "/shared.txt") == "ours, v2\n", "nor locally")
+
+        try config(box, remote: remote.url, up: "conflict = remote-wins")
+        let kept = box.sync(["--session", "up"])
+        #expect(kept.exitCode == 0, "\(kept.output)")
+        #expect(fileContents(remote.root + "/shared.txt") == "theirs\n", "remote-wins keeps theirs")
+        #expect(fileContents(remote.root + "/other.txt") == "other, v2\n", "and publishes the rest")
+        let down = box.sync(["--session", "down"])
+        #expect(down.exitCode == 0 && fileContents(box.directory + "/dst/shared.txt") == "theirs\n", "the manifest lists theirs: \(down.output)")
+
+        // They change it again (we changed other.txt since their push: they must say local-wins too);
+        // our local-wins then replaces it with ours.
+        write(theirs, "shared.txt", Data("theirs, again\n".utf8))
+        try (fileContents(theirConfig)! + "conflict = local-wins\n").writeReplacing(theirConfig)
+        let theirAgain = ferry(["sync", "now", "--config", theirConfig])
+        #expect(theirAgain.exitCode == 0, "\(theirAgain.output)")
+        try config(box, remote: remote.url, up: "conflict = local-wins")
+        let replaced = box.sync(["--session", "up"])
+        #expect(replaced.exitCode == 0 && replaced.output.contains("local-wins"), "\(replaced.output)")
+        #expect(fileContents(remote.root + "/shared.txt") == "ours, v2\n")
+        #expect(box.sync(["--session", "down"]).exitCode == 0 && fileContents(box.directory + "/dst/shared.txt") == "ours, v2\n")
+    }
 }

@@ -159,6 +159,8 @@ public struct SessionConfig: Sendable {
     public var bwlimit: BandwidthSchedule?
     /// Sessions with a higher priority are given transfer slots first; equal ones take turns.
     public var priority: Int = 0
+    /// Push: what to do when the remote changed since ferry last published there.
+    public var conflict: ConflictPolicy = .fail
 
     /// The manifest's URL.
     public var manifestURL: String {

@@ -13,6 +13,7 @@ public enum ConfigParser {
         "retries", "retry-delay", "resource-timeout", "earliest-begin", "session-transfers",
         "on-file-done", "on-session-done", "hook-timeout", "verify-interval",
         "discretionary", "window", "require-ac-power", "require-unmetered", "max-load", "min-free-space", "bwlimit", "priority",
+        "conflict",
     ]
     /// The conditions of a discretionary session: set only with `discretionary = yes`.
     static let discretionKeys = ["window", "require-ac-power", "require-unmetered", "max-load", "min-free-space"]
@@ -203,6 +204,11 @@ public enum ConfigParser {
                     session.bwlimit = try bandwidth(line, fail)
                 case "priority":
                     session.priority = try integer(line, in: -100...100, fail)
+                case "conflict":
+                    guard let c = ConflictPolicy(rawValue: line.value.lowercased()) else {
+                        throw fail(line, "'\(line.value)' is not fail, local-wins or remote-wins")
+                    }
+                    session.conflict = c
                 case "ca-file": session.caFile = resolve(line.value, against: baseDirectory)
                 case "basic-auth-file": session.basicAuthFile = resolve(line.value, against: baseDirectory)
                 case "bearer-token-file": session.bearerTokenFile = resolve(line.value, against: baseDirectory)

@@ -43,10 +43,14 @@ public struct PushPlan: Sendable {
 public enum PushPlanner {
     /// `local`: the entries the local tree would publish (hashed files, any order, each path once).
     /// `remote`: the manifest ferry last published on the remote (nil: nothing was published yet).
-    public static func plan(local: [ManifestEntry], remote: Manifest?, rules: DeletionRules) -> PushPlan {
+    /// `keepingRemote`: paths whose remote version stays (`conflict = remote-wins`): neither
+    /// uploaded nor removed, and listed as the remote lists them.
+    public static func plan(local: [ManifestEntry], remote: Manifest?, rules: DeletionRules,
+                            keepingRemote: Set<RelativePath> = []) -> PushPlan {
         var plan = PushPlan()
-        let local = local.sorted { $0.path < $1.path }
         let remoteEntries = remote?.entries ?? []
+        let kept = remoteEntries.filter { keepingRemote.contains($0.path) }
+        let local = local.filter { !keepingRemote.contains($0.path) }.sorted { $0.path < $1.path }
         var remoteByPath: [RelativePath: ManifestEntry] = [:]
         for e in remoteEntries { remoteByPath[e.path] = e }
         let localFiles = Set(local.map(\.path))
@@ -68,7 +72,7 @@ public enum PushPlanner {
         }
 
         var extras: [ManifestEntry] = []
-        for r in remoteEntries where !localFiles.contains(r.path) {
+        for r in remoteEntries where !localFiles.contains(r.path) && !keepingRemote.contains(r.path) {
             // A remote file where the local tree has a directory, or under a local file.
             if localDirectories.contains(r.path) || r.path.ancestors.contains(where: localFiles.contains) {
                 plan.replacements.append(r.path)
@@ -76,7 +80,7 @@ public enum PushPlanner {
                 extras.append(r)
             }
         }
-        var kept = extras
+        var extrasKept = extras
         if rules.delete && !extras.isEmpty {
             let limit = rules.cap.limit(managed: remoteEntries.count)
             if extras.count > limit {
@@ -84,13 +88,39 @@ public enum PushPlanner {
                                                               paths: extras.map(\.path))
             } else {
                 plan.deletions = extras.map(\.path)
-                kept = []
+                extrasKept = []
             }
         } else {
             plan.extrasKept = extras.count
         }
-        plan.manifest = (local + kept).sorted { $0.path < $1.path }
+        plan.manifest = (local + kept + extrasKept).sorted { $0.path < $1.path }
         plan.version = (remote?.version ?? 0) + 1
         return plan
+    }
+}
+
+/// `conflict`: what a push does when the remote changed since ferry last published there.
+public enum ConflictPolicy: String, Sendable {
+    /// Report the conflict (exit 1) and change nothing on either side.
+    case fail
+    /// The local tree replaces what changed on the remote.
+    case localWins = "local-wins"
+    /// What changed on the remote stays; the local tree's other changes are published.
+    case remoteWins = "remote-wins"
+
+    /// The paths the remote's manifest `now` says differently from `published`, the one ferry
+    /// published last: changed, added or removed by someone else.
+    public static func changedOnRemote(published: Manifest, now: Manifest?) -> [RelativePath] {
+        var before: [RelativePath: ManifestEntry] = [:]
+        for e in published.entries { before[e.path] = e }
+        var changed: [RelativePath] = []
+        var seen = Set<RelativePath>()
+        for e in now?.entries ?? [] {
+            seen.insert(e.path)
+            if let b = before[e.path], b.sha256 == e.sha256, b.size == e.size { continue }
+            changed.append(e.path)
+        }
+        changed += published.entries.map(\.path).filter { !seen.contains($0) }
+        return changed.sorted()
     }
 }

@@ -107,6 +107,13 @@ public enum FileSystem {
         }
     }
 
+    /// A file's mtime in seconds since the epoch, or nil when it cannot be read.
+    public static func modificationTime(_ path: String) -> Double? {
+        var st = stat()
+        guard stat(path, &st) == 0 else { return nil }
+        return Timestamp(st.st_mtim).timeInterval
+    }
+
     public static func exists(_ path: String) -> Bool {
         var st = stat()
         return lstat(path, &st) == 0

@@ -40,12 +40,35 @@ final class PushSync {
             throw .usage("the remote of session '\(session.name)' cannot be written to")
         }
         let manifestPath = RelativePath(trusted: session.manifest)
-        let published = try publishedManifest(remote)
-        emit(.manifestFetched(url: session.manifestURL, version: published?.version, files: published?.entries.count ?? 0, unchanged: false))
+        let (published, changedOnRemote, lastVersion) = try remoteState(remote, store: store)
+        let lastChange = max(lastRemoteChange ?? 0, FileSystem.modificationTime(cachePath) ?? 0)
+        emit(.manifestFetched(url: session.manifestURL, version: published?.version, files: published?.entries.count ?? 0,
+                              unchanged: changedOnRemote.isEmpty && lastVersion != nil))
+
+        // Someone else changed the remote since ferry published there: never overwritten blindly.
+        var keepingRemote = Set<RelativePath>()
+        if !changedOnRemote.isEmpty {
+            let since = "changed on the remote since ferry published version \(lastVersion.map(String.init) ?? "?")"
+            switch session.conflict {
+            case .fail:
+                for path in changedOnRemote { emit(.fileFailed(path: path, error: "conflict: \(since)")) }
+                result.failed = changedOnRemote.count
+                result.exitCode = .someFilesFailed
+                result.message = "\(changedOnRemote.count) paths \(since); nothing was uploaded or deleted, on either side"
+                result.hint = "set conflict = local-wins in [session \(session.name)] to replace them with the local tree, or remote-wins to keep the remote's versions"
+                return
+            case .localWins:
+                emit(.warning(message: "\(changedOnRemote.count) paths \(since); conflict = local-wins: the local tree replaces them"))
+            case .remoteWins:
+                emit(.warning(message: "\(changedOnRemote.count) paths \(since); conflict = remote-wins: they keep the remote's versions"))
+                keepingRemote = Set(changedOnRemote)
+            }
+        }
 
         let (root, local, stats, hashed) = try scanLocal(store: store)
         result.hashed = hashed
-        var plan = PushPlanner.plan(local: local, remote: published, rules: DeletionRules(delete: session.delete, cap: session.maxDelete))
+        var plan = PushPlanner.plan(local: local, remote: published, rules: DeletionRules(delete: session.delete, cap: session.maxDelete),
+                                    keepingRemote: keepingRemote)
         emit(.planned(downloads: plan.uploads.count, bytes: plan.uploadBytes, metadataFixes: plan.metadataChanges,
                       deletions: plan.deletions.count + plan.replacements.count, upToDate: plan.upToDate, hashed: hashed, extrasKept: plan.extrasKept))
         if options.dryRun {
@@ -120,10 +143,16 @@ final class PushSync {
         // changed while it was sent went again, and the manifest lists what went).
         plan.manifest = plan.manifest.map { transfers.rehashed[$0.path] ?? $0 }
         let text = ManifestWriter.render(version: plan.version, generated: Timestamp.now(), entries: plan.manifest)
+        // Servers that derive the manifest's ETag from its mtime in whole seconds and its size
+        // (nginx) would give two same-size manifests published within one second the same
+        // validator, and a pull's conditional GET would miss the second: wait for the next second.
+        if session.remote.scheme != .file {
+            let now = Timestamp.now().timeInterval
+            if now.rounded(.down) <= lastChange.rounded(.down) { usleep(UInt32((lastChange.rounded(.down) + 1.02 - now) * 1_000_000)) }
+        }
         try writer.put(Array(text.utf8), at: PushSync.temporaryManifest)
         try writer.move(from: PushSync.temporaryManifest, to: manifestPath)
-        try store.saveManifest(session: session.name, url: session.manifestURL, etag: nil, lastModified: nil, version: plan.version,
-                               files: plan.manifest.count)
+        try remember(published: Array(text.utf8), version: plan.version, files: plan.manifest.count, remote: remote, store: store)
         emit(.manifestBuilt(output: session.manifestURL, version: plan.version, files: plan.manifest.count,
                             bytes: plan.manifest.reduce(0) { $0 + ($1.size ?? 0) }))
         let outcome = RunOutcome(failed: result.failed, deletionsRefused: plan.refusedDeletions != nil)
@@ -131,17 +160,59 @@ final class PushSync {
         if result.failed > 0 { result.message = "\(result.failed) deletions on the remote failed" + (result.message.map { "; " + $0 } ?? "") }
     }
 
-    /// The manifest ferry last published on the remote; nil when there is none yet.
-    private func publishedManifest(_ remote: Remote) throws(FerryError) -> Manifest? {
-        do {
-            guard case let .fetched(bytes, _, _) = try remote.fetchManifest(url: session.manifestURL, etag: nil, lastModified: nil,
-                                                                           maximumSize: session.maxManifestSize) else { return nil }
-            return try Manifest.parse(bytes, source: session.manifestURL)
-        } catch {
-            if case .http(404)? = error.cause { return nil }
-            if case .local(ENOENT)? = error.cause { return nil }
-            throw error
+    private var cachePath: String { PullSync.cachedManifestPath(state: agent.state, session: session.name) }
+    /// When the remote says its manifest last changed (Last-Modified), from this run's fetch.
+    private var lastRemoteChange: Double?
+
+    /// The remote's manifest now; the paths it says differently from the manifest this session
+    /// last published there (someone else changed them); and that version. With nothing
+    /// published by this session yet (or its state lost), the remote's manifest is taken as it is.
+    private func remoteState(_ remote: Remote, store: StateStore) throws(FerryError) -> (Manifest?, [RelativePath], Int64?) {
+        let url = session.manifestURL
+        let record = try store.session(session.name)
+        var last: (bytes: [UInt8], manifest: Manifest)?
+        if record?.manifestURL == url, let bytes = try? FileSystem.readFile(cachePath, limit: Int(session.maxManifestSize)),
+           let manifest = try? Manifest.parse(bytes, source: cachePath) {
+            last = (bytes, manifest)
         }
+        var now: Manifest?
+        do {
+            switch try remote.fetchManifest(url: url, etag: last == nil ? nil : record?.manifestETag,
+                                            lastModified: last == nil ? nil : record?.manifestLastModified, maximumSize: session.maxManifestSize) {
+            case .unchanged:
+                return (last?.manifest, [], last?.manifest.version)
+            case let .fetched(bytes, _, lastModified):
+                lastRemoteChange = lastModified.flatMap(HTTPDate.parse)?.timeInterval
+                if let last, bytes == last.bytes { return (last.manifest, [], last.manifest.version) }
+                now = try Manifest.parse(bytes, source: url)
+            }
+        } catch {
+            let missing: Bool
+            switch error.cause {
+            case .http(404)?, .local(ENOENT)?: missing = true
+            default: missing = false
+            }
+            guard missing else { throw error }
+        }
+        guard let last else { return (now, [], nil) }
+        return (now, ConflictPolicy.changedOnRemote(published: last.manifest, now: now), last.manifest.version)
+    }
+
+    /// Keeps what was just published, and the remote's validators for it, so the next run can
+    /// tell whether someone else changed the remote meanwhile.
+    private func remember(published bytes: [UInt8], version: Int64, files: Int, remote: Remote, store: StateStore) throws(FerryError) {
+        try FileSystem.makeDirectories(agent.state + "/manifests", mode: 0o700)
+        try FileSystem.writeAtomically(cachePath, bytes: bytes, mode: 0o600)
+        var etag: String?, lastModified: String?
+        if case let .fetched(now, e, l)? = try? remote.fetchManifest(url: session.manifestURL, etag: nil, lastModified: nil,
+                                                                     maximumSize: session.maxManifestSize) {
+            if now == bytes {
+                (etag, lastModified) = (e, l)
+            } else {
+                emit(.warning(message: "the remote's manifest changed again right after this run published version \(version): another writer? The next run compares"))
+            }
+        }
+        try store.saveManifest(session: session.name, url: session.manifestURL, etag: etag, lastModified: lastModified, version: version, files: files)
     }
 
     /// The files of the local tree as manifest entries (hashed, through the hash cache), and
