@@ -66,14 +66,20 @@ def fresh(path):
 
 
 class Nginx:
-    def __init__(self, root, log=False, tls=None):
-        """tls: (certificate, key) to serve HTTPS with HTTP/2."""
-        self.dir = fresh(BASE + ("/nginx-tls" if tls else "/nginx"))
+    def __init__(self, root, log=False, tls=None, dav=False):
+        """tls: (certificate, key) to serve HTTPS with HTTP/2. dav: accept WebDAV writes, with
+        PROPFIND (Debian's dav-ext module) for rclone."""
+        self.dir = fresh(BASE + ("/nginx-tls" if tls else "/nginx-dav" if dav else "/nginx"))
         self.port = free_port()
         user = "user root;" if os.getuid() == 0 else ""
         access = f"access_log {self.dir}/access.log bench;" if log else "access_log off;"
+        dav_ext = "/usr/lib/nginx/modules/ngx_http_dav_ext_module.so"
+        load = f"load_module {dav_ext};" if dav else ""
+        methods = ("dav_methods PUT DELETE MKCOL COPY MOVE; dav_ext_methods PROPFIND OPTIONS; create_full_put_path on; "
+                   "client_max_body_size 0;") if dav else ""
         conf = f"""
 {user}
+{load}
 daemon off; worker_processes 2; pid {self.dir}/nginx.pid; error_log {self.dir}/error.log;
 events {{ worker_connections 1024; }}
 http {{
@@ -82,7 +88,7 @@ http {{
   client_body_temp_path {self.dir}/b; proxy_temp_path {self.dir}/p; fastcgi_temp_path {self.dir}/f;
   uwsgi_temp_path {self.dir}/u; scgi_temp_path {self.dir}/s;
   default_type application/octet-stream; sendfile on; tcp_nopush on; keepalive_requests 1000000;
-  server {{ listen 127.0.0.1:{self.port}{" ssl http2" if tls else ""}; root {root}; autoindex on;
+  server {{ listen 127.0.0.1:{self.port}{" ssl http2" if tls else ""}; root {root}; autoindex on; {methods}
            {f"ssl_certificate {tls[0]}; ssl_certificate_key {tls[1]};" if tls else ""} }}
 }}"""
         open(self.dir + "/nginx.conf", "w").write(conf)
@@ -172,6 +178,69 @@ def million_entries(ferry, runs, dirs=1000, per=1000):
     return table, at_rest
 
 
+def push_sections(ferry, runs):
+    """Push to nginx WebDAV: 1 GiB against curl -T, 10,000 × 4 KiB against rclone copy, and an
+    unchanged 10,000-file push. Returns the report's sections."""
+    src = fresh(BASE + "/push-src")
+    big = fresh(src + "/big")
+    with open(big + "/1GiB.bin", "wb") as f:
+        for _ in range(1024):
+            f.write(os.urandom(1 << 20))
+    small = fresh(src + "/small")
+    for d in range(100):
+        os.makedirs(f"{small}/d{d:02}")
+        for i in range(100):
+            with open(f"{small}/d{d:02}/f{i:03}.bin", "wb") as f:
+                f.write(os.urandom(4096))
+    www = fresh(BASE + "/push-www")
+    dav = Nginx(www, dav=True)
+    state = BASE + "/push-state"
+    cfg = BASE + "/ferry-push.conf"
+    sections = []
+
+    def push_config(local):
+        open(cfg, "w").write(f"[agent]\nstate = {state}\ntransfers = 16\n\n[session bench]\ndirection = push\n"
+                             f"remote = {dav.url}ferry/\nlocal = {local}\nconflict = local-wins\n")
+
+    def clean(local):
+        fresh(www + "/ferry"), fresh(www + "/rclone"), fresh(www + "/curl")
+        shutil.rmtree(state, ignore_errors=True)
+        push_config(local)
+
+    rclone = lambda local: ["rclone", "--config", "/dev/null", "copy", local, ":webdav:", "--webdav-url", dav.url + "rclone/",
+                            "--transfers", "16"]
+    tools = [
+        ("ferry sync now (push)", lambda: clean(big), lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"]),
+        ("curl -T", lambda: clean(big), lambda: ["curl", "-sf", "-T", big + "/1GiB.bin", dav.url + "curl/1GiB.bin"]),
+        ("rclone copy (webdav)", lambda: clean(big), lambda: rclone(big)),
+    ]
+    sections.append(("push: 1 GiB file to nginx WebDAV", measure("push 1 GiB", tools, runs), "curl -T", 1.1,
+                     "wall ≤ 1.1 × curl -T; peak RSS ≤ 64 MiB"))
+    table = measure("push 10,000 × 4 KiB", [("ferry sync now (push, 16)", lambda: clean(small),
+                                               lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"])], runs)
+    # rclone takes about 33 ms a file against nginx's DAV (a PROPFIND after each PUT, paced):
+    # five minutes a run, so it runs once, and its copy is then the no-op row's starting point.
+    fresh(www + "/rclone")
+    table.update(measure("push 10,000 × 4 KiB (rclone, once)", [("rclone copy --transfers 16 (webdav, 1 run)", None,
+                                                                 lambda: rclone(small))], 1, warmup=False))
+    sections.append(("push: 10,000 × 4 KiB files to nginx WebDAV", table,
+                     "rclone copy --transfers 16 (webdav, 1 run)", 0.6, "wall ≤ 0.6 × rclone copy --transfers 16 to the same server"))
+    fresh(www + "/ferry")
+    shutil.rmtree(state, ignore_errors=True)
+    subprocess.run([ferry, "sync", "now", "--config", cfg, "--quiet"], check=True)
+    tools = [
+        ("ferry sync now (push, unchanged)", None, lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"]),
+        ("rclone copy (webdav, no-op)", None, lambda: rclone(small)),
+        ("find + stat of every file (floor)", None, lambda: ["sh", "-c", f"find {small} -type f -print0 | xargs -0 stat >/dev/null"]),
+    ]
+    sections.append(("push: unchanged 10,000-file tree", measure("push unchanged", tools, runs), "rclone copy (webdav, no-op)", 0.3,
+                     "one manifest check, nothing uploaded; wall ≤ 0.3 × rclone's no-op copy"))
+    dav.stop()
+    shutil.rmtree(src, ignore_errors=True)
+    shutil.rmtree(www, ignore_errors=True)
+    return sections
+
+
 def agent_at_rest(ferry, cfg, seconds=20, settle_timeout=900, files="10,000"):
     """`ferry agent` on an in-sync session (its config at `cfg`, polling every second or so):
     after its first polls, the CPU time (user + system, every thread) it spends per unchanged
@@ -216,13 +285,13 @@ def median_table(results):
     return {tool: (statistics.median(w for w, _ in runs), max(r for _, r in runs)) for tool, runs in results.items()}
 
 
-def measure(name, tools, runs):
+def measure(name, tools, runs, warmup=True):
     """tools: list of (label, prepare(), command()) — prepare runs untimed before each run."""
     print(f"== {name}", file=sys.stderr)
     results = {label: [] for label, _, _ in tools}
     # Round 0 warms caches and the page allocator and is not counted: on a shared 2-core machine the
     # first round is often the slowest for whichever tool runs first.
-    for r in range(runs + 1):
+    for r in range(0 if warmup else 1, runs + 1):
         for label, prepare, command in tools:
             if prepare:
                 prepare()
@@ -238,9 +307,15 @@ def main():
     ap.add_argument("--ferry", required=True)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--output", required=True)
+    ap.add_argument("--only", choices=["push"], help="measure these sections alone and replace them in the existing report")
     a = ap.parse_args()
     ferry = a.ferry
     shutil.rmtree(BASE, ignore_errors=True)
+    if a.only == "push":
+        os.makedirs(BASE, exist_ok=True)
+        merge_report(a.output, push_sections(ferry, a.runs), a.runs)
+        shutil.rmtree(BASE, ignore_errors=True)
+        return
     www = fresh(BASE + "/www")
     out = BASE + "/out"
     sections = []
@@ -360,6 +435,8 @@ def main():
     sections.append(("kill -9 at half of 1 GiB, then relaunch", kill_and_resume(ferry, www, out, big_sha, a.runs), None, 8,
                      "≤ 8 MiB fetched again, result verified"))
 
+    sections += push_sections(ferry, a.runs)
+
     versions = {}
     for tool, cmd in [("curl", ["curl", "--version"]), ("aria2c", ["aria2c", "--version"]), ("rclone", ["rclone", "--version"]),
                       ("wget", ["wget", "--version"]), ("nginx", ["nginx", "-v"])]:
@@ -446,6 +523,26 @@ def sha256_of(path):
     except OSError:
         return None
     return h.hexdigest()
+
+
+def merge_report(path, sections, runs):
+    """Renders `sections` and puts each in place of the section of the same title in the report at
+    `path` (appended when new); the rest of the report stays as it was."""
+    scratch = path + ".part"
+    write_report(scratch, sections, runs, {})
+    fresh_parts = open(scratch).read().split("\n## ")[1:]
+    os.unlink(scratch)
+    old = open(path).read().split("\n## ")
+    head, parts = old[0], old[1:]
+    for part in fresh_parts:
+        title = part.split("\n", 1)[0]
+        index = next((i for i, p in enumerate(parts) if p.split("\n", 1)[0] == title), None)
+        if index is None:
+            parts.append(part)
+        else:
+            parts[index] = part
+    open(path, "w").write("\n## ".join([head] + [p.rstrip("\n") + "\n" for p in parts]))
+    print(f"merged {len(fresh_parts)} sections into {path}", file=sys.stderr)
 
 
 def write_report(path, sections, runs, versions):

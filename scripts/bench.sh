@@ -3,9 +3,10 @@
 # (/dev/shm), and writes docs/benchmarks.md. Not a test: it asserts nothing, it measures.
 #   scripts/bench.sh            medians of 7 alternated runs per workload (after a warm-up round)
 #   BENCH_RUNS=9 scripts/bench.sh
+#   scripts/bench.sh --only push   the push rows alone, replaced in docs/benchmarks.md
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --bench
 export PATH="/opt/swift/usr/bin:/usr/sbin:$PATH"
 swift build -c release --product ferry 2>&1 | tail -1
-exec python3 scripts/bench.py --ferry "$PWD/.build/release/ferry" --runs "${BENCH_RUNS:-7}" --output docs/benchmarks.md
+exec python3 scripts/bench.py --ferry "$PWD/.build/release/ferry" --runs "${BENCH_RUNS:-7}" --output docs/benchmarks.md "$@"

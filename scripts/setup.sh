@@ -8,7 +8,7 @@ set -euo pipefail
 
 packages=(libcurl4-openssl-dev libsqlite3-dev libssl-dev pkg-config nginx apache2 openssl curl ca-certificates python3 util-linux systemd)
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(aria2 rclone wget time)
+  packages+=(aria2 rclone wget time libnginx-mod-http-dav-ext)
 fi
 
 missing=()
