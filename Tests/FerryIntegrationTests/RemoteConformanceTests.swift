@@ -158,7 +158,8 @@ struct RemoteConformanceTests {
             return FileSystem.entry(from: st)
         }
         func send(_ stat: LocalEntry) throws -> String {
-            let upload = try writer.upload(task: w.task(), entry: entry, stat: stat, localPath: localPath, to: RelativePath(trusted: ".ferry/upload/7"))
+            let upload = try writer.upload(task: w.task(), entry: entry, stat: stat, hashKnown: true, localPath: localPath,
+                                           to: RelativePath(trusted: ".ferry/upload/7"))
             defer { upload.close() }
             let engine = TransferEngine(concurrency: 2)
             defer { engine.shutdown() }

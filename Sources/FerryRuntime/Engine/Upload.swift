@@ -17,6 +17,11 @@ final class Upload: Transfer {
     /// What the local file held when it was hashed: the content the upload must send.
     let entry: ManifestEntry
     let stat: LocalEntry
+    /// false: the file was not hashed before (a new path, or another size than the remote's),
+    /// so its hash is what is sent (`digest`), the stat vouching that the file held still.
+    let hashKnown: Bool
+    /// The SHA-256 of what was sent, once the upload verified.
+    private(set) var digest: SHA256Digest?
     /// Where the bytes go.
     enum Destination {
         case http(url: String, settings: HTTPSettings)
@@ -35,10 +40,12 @@ final class Upload: Transfer {
     private var targetFD: Int32 = -1
 
     /// Opens `localPath` (never through a symlink) and checks it is still what was hashed.
-    init(task: TransferTask, entry: ManifestEntry, stat expected: LocalEntry, localPath: String, destination: Destination) throws(FerryError) {
+    init(task: TransferTask, entry: ManifestEntry, stat expected: LocalEntry, hashKnown: Bool = true, localPath: String,
+         destination: Destination) throws(FerryError) {
         self.task = task
         self.entry = entry
         self.stat = expected
+        self.hashKnown = hashKnown
         self.destination = destination
         fd = open(localPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
         guard fd >= 0 else { throw .localIO("cannot open \(Printable.name(localPath)) to upload it: \(FileSystem.errorText())") }
@@ -163,10 +170,11 @@ final class Upload: Transfer {
                                            cause: .sourceChanged))
         }
         let sha = hasher.finalize()
-        guard sent == stat.size, sha == entry.sha256 else {
+        guard sent == stat.size, !hashKnown || sha == entry.sha256 else {
             return .failed(TransferFailure(message: "the bytes sent (\(sent), SHA-256 \(sha)) are not the ones hashed; sending it again",
                                            keepPartial: false, cause: .sourceChanged))
         }
+        digest = sha
         return .succeeded
     }
 

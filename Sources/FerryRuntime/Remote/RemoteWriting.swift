@@ -15,9 +15,10 @@ protocol RemoteWriting {
     func move(from: RelativePath, to: RelativePath) throws(FerryError)
     /// Removes the file at `path`; one already gone is not an error.
     func remove(_ path: RelativePath) throws(FerryError)
-    /// The transfer that sends the local file at `localPath` (hashed as `entry` when it looked like
-    /// `stat`) to the temporary name `temporary`.
-    func upload(task: TransferTask, entry: ManifestEntry, stat: LocalEntry, localPath: String,
+    /// The transfer that sends the local file at `localPath` (as `entry` when it looked like
+    /// `stat`; its hash is known unless `hashKnown` is false, and then taken as it is sent) to the
+    /// temporary name `temporary`.
+    func upload(task: TransferTask, entry: ManifestEntry, stat: LocalEntry, hashKnown: Bool, localPath: String,
                 to temporary: RelativePath) throws(FerryError) -> Upload
     /// The move as an engine transfer, where the remote has one (WebDAV); nil: call `move`.
     func moveTransfer(task: TransferTask, from: RelativePath, to: RelativePath) -> RemoteMove?
@@ -26,11 +27,11 @@ protocol RemoteWriting {
 }
 
 extension HTTPRemote: RemoteWriting {
-    func upload(task: TransferTask, entry: ManifestEntry, stat: LocalEntry, localPath: String,
+    func upload(task: TransferTask, entry: ManifestEntry, stat: LocalEntry, hashKnown: Bool, localPath: String,
                 to temporary: RelativePath) throws(FerryError) -> Upload {
         // nginx and Apache answer 409 to a PUT whose collection is missing: made first, once per run.
         try makeCollections(for: temporary)
-        return try Upload(task: task, entry: entry, stat: stat, localPath: localPath,
+        return try Upload(task: task, entry: entry, stat: stat, hashKnown: hashKnown, localPath: localPath,
                           destination: .http(url: base.url(for: temporary), settings: settings))
     }
 
@@ -172,11 +173,11 @@ let uploadBufferCallback: ferry_data_callback = { buffer, size, count, userdata 
 let discardCallback: ferry_data_callback = { _, size, count, _ in size * count }
 
 extension FileRemote: RemoteWriting {
-    func upload(task: TransferTask, entry: ManifestEntry, stat: LocalEntry, localPath: String,
+    func upload(task: TransferTask, entry: ManifestEntry, stat: LocalEntry, hashKnown: Bool, localPath: String,
                 to temporary: RelativePath) throws(FerryError) -> Upload {
         let target = try local(temporary)
         try FileSystem.makeDirectories(ConfigParser.directoryName(of: target))
-        return try Upload(task: task, entry: entry, stat: stat, localPath: localPath, destination: .file(path: target))
+        return try Upload(task: task, entry: entry, stat: stat, hashKnown: hashKnown, localPath: localPath, destination: .file(path: target))
     }
 
     func put(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) {

@@ -29,6 +29,8 @@ final class PushSync {
     /// Where uploads wait on the remote until they are moved into place.
     static func temporaryName(task: Int64) -> RelativePath { RelativePath(trusted: ".ferry/upload/\(task)") }
     static let temporaryManifest = RelativePath(trusted: ".ferry/manifest.json.new")
+    /// Stands for the hash of a file hashed while it is sent; never published (the upload's digest replaces it).
+    static let unknownHash = SHA256Digest(hex: String(repeating: "0", count: 64))!
 
     func cycle(store: StateStore, result: inout SyncResult) throws(FerryError) {
         guard !session.manifest.contains("://") else {
@@ -65,7 +67,7 @@ final class PushSync {
             }
         }
 
-        let (root, local, stats, hashed) = try scanLocal(store: store)
+        let (root, local, stats, hashed, unhashed) = try scanLocal(store: store, published: published)
         result.hashed = hashed
         var plan = PushPlanner.plan(local: local, remote: published, rules: DeletionRules(delete: session.delete, cap: session.maxDelete),
                                     keepingRemote: keepingRemote)
@@ -99,7 +101,9 @@ final class PushSync {
         let tasks = try store.queueUploads(session: session.name, entries: plan.uploads.map(\.entry))
         let transfers = PushTransfers(session: session, store: store, writer: writer, root: root, emit: emit, stop: options.stop)
         transfers.run(plan.uploads.compactMap { u in
-            tasks[u.entry.path].flatMap { task in stats[u.entry.path].map { PushTransfers.Item(entry: u.entry, task: task, stat: $0) } }
+            tasks[u.entry.path].flatMap { task in
+                stats[u.entry.path].map { PushTransfers.Item(entry: u.entry, task: task, stat: $0, hashKnown: !unhashed.contains(u.entry.path)) }
+            }
         }, localRoot: session.local, engine: engine)
         result.downloaded = transfers.uploaded
         result.bytes = transfers.bytesSent
@@ -215,9 +219,13 @@ final class PushSync {
         try store.saveManifest(session: session.name, url: session.manifestURL, etag: etag, lastModified: lastModified, version: version, files: files)
     }
 
-    /// The files of the local tree as manifest entries (hashed, through the hash cache), and
-    /// the stat each was hashed at. Names a manifest cannot carry are skipped with a warning.
-    private func scanLocal(store: StateStore) throws(FerryError) -> (LocalRoot, [ManifestEntry], [RelativePath: LocalEntry], Int) {
+    /// The files of the local tree as manifest entries, and the stat each was taken at. A file the
+    /// hash cache does not vouch for is hashed now when the remote lists its path at its size (the
+    /// hash decides whether it changed); otherwise it is an upload whatever its hash, and its hash
+    /// is taken as it is sent (`unhashed`), so its bytes are read once. Names a manifest cannot
+    /// carry are skipped with a warning.
+    private func scanLocal(store: StateStore, published: Manifest?) throws(FerryError)
+        -> (LocalRoot, [ManifestEntry], [RelativePath: LocalEntry], Int, Set<RelativePath>) {
         let root = try LocalRoot(path: session.local, create: false)
         var scan = try root.scan(expecting: try store.hashCacheCount(session: session.name))
         try store.loadHashes(session: session.name, into: &scan.tree)
@@ -225,6 +233,7 @@ final class PushSync {
         var entries: [ManifestEntry] = []
         var stats: [RelativePath: LocalEntry] = [:]
         var fresh: [(RelativePath, CachedHash)] = []
+        var unhashed = Set<RelativePath>()
         for item in scan.tree.items {
             switch item.entry.kind {
             case .directory: continue
@@ -239,6 +248,10 @@ final class PushSync {
             }
             var entry = item.entry
             var sha = item.verified
+            if sha == nil, published.flatMap({ m in m.index(of: item.path).map { m.entries[$0].size } }).map({ $0 == nil || $0 == entry.size }) != true {
+                sha = PushSync.unknownHash
+                unhashed.insert(item.path)
+            }
             if sha == nil {
                 let hashed = try root.hash(item.path)
                 fresh.append((item.path, hashed))
@@ -249,7 +262,7 @@ final class PushSync {
             stats[item.path] = entry
         }
         try store.saveHashes(session: session.name, fresh)
-        return (root, entries, stats, fresh.count)
+        return (root, entries, stats, fresh.count, unhashed)
     }
 }
 
@@ -262,6 +275,8 @@ final class PushTransfers: TransferSource {
         var stat: LocalEntry
         var notBefore = 0.0
         var tries = 0
+        /// false: hashed while sent (see `Upload.hashKnown`).
+        var hashKnown = true
         /// Bytes the upload sent, once it verified (then it waits for its move).
         var sent: Int64 = 0
         var moveTries = 0
@@ -288,7 +303,7 @@ final class PushTransfers: TransferSource {
     private(set) var bytesSent: Int64 = 0
     private(set) var stopped: String?
     private(set) var storeError: FerryError?
-    /// Files that changed after the scan hashed them, as they were hashed again and sent.
+    /// Entries whose hash is known only now: hashed while sent, or hashed again after a change.
     private(set) var rehashed: [RelativePath: ManifestEntry] = [:]
 
     init(session: SessionConfig, store: StateStore, writer: RemoteWriting, root: LocalRoot, emit: @escaping (Event.Body) -> Void,
@@ -382,7 +397,8 @@ final class PushTransfers: TransferSource {
         item.tries += 1
         item.task.attempts += 1
         do throws(FerryError) {
-            let upload = try writer.upload(task: item.task, entry: item.entry, stat: item.stat, localPath: localRoot + "/" + item.entry.path.string,
+            let upload = try writer.upload(task: item.task, entry: item.entry, stat: item.stat, hashKnown: item.hashKnown,
+                                           localPath: localRoot + "/" + item.entry.path.string,
                                            to: PushSync.temporaryName(task: item.task.id))
             running[item.task.id] = item
             if item.tries == 1 { emit(.fileStarted(path: item.entry.path, size: item.entry.size, reason: .missing)) }
@@ -405,6 +421,7 @@ final class PushTransfers: TransferSource {
         var item = item
         item.stat = LocalEntry(kind: .file, size: hashed.size, mtime: hashed.mtime, ctime: hashed.ctime, inode: hashed.inode, mode: now.mode)
         item.entry = ManifestEntry(path: item.entry.path, size: hashed.size, sha256: hashed.sha256, mtime: hashed.mtime, mode: now.mode & 0o777)
+        item.hashKnown = true
         rehashed[item.entry.path] = item.entry
         return item
     }
@@ -423,6 +440,12 @@ final class PushTransfers: TransferSource {
             switch outcome {
             case .succeeded:
                 item.sent = upload.sent
+                if !item.hashKnown, let digest = upload.digest {
+                    // Hashed as it went: the manifest and the hash cache get what was sent.
+                    item.entry = ManifestEntry(path: item.entry.path, size: item.entry.size, sha256: digest, mtime: item.entry.mtime, mode: item.entry.mode)
+                    item.hashKnown = true
+                    rehashed[item.entry.path] = item.entry
+                }
                 toMove.append(item)
             case let .failed(failure):
                 try? writer.remove(temporary)
