@@ -78,6 +78,11 @@ public final class ControlServer: @unchecked Sendable {
 
     private func serve(_ client: Int32) {
         let connection = ControlConnection(fd: client)
+        // The request is read first, even from a client about to be refused: closing a socket
+        // with unread data resets it, and the client would lose the refusal.
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        let line = ControlConnection.readLine(client, limit: 64 << 10)
         // Only the agent's own user, and root.
         var credentials = PeerCredentials()
         var length = socklen_t(MemoryLayout<PeerCredentials>.size)
@@ -87,9 +92,7 @@ public final class ControlServer: @unchecked Sendable {
             connection.finish()
             return
         }
-        var timeout = timeval(tv_sec: 5, tv_usec: 0)
-        setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        guard let line = ControlConnection.readLine(client, limit: 64 << 10),
+        guard let line,
               let request = JSONReader.flatFields(line).flatMap(ControlRequest.init(fields:)) else {
             connection.send("{\"event\":\"handover-refused\",\"message\":\"not a request ferry understands\"}")
             connection.finish()
