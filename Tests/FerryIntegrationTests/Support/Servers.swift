@@ -21,7 +21,11 @@ final class NginxServer {
         root = directory + "/www"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
         port = freePort()
-        tlsPort = freePort()
+        // The kernel may hand the same free port out twice in a row: nginx would then serve both
+        // servers on one socket and refuse the plain one for want of a certificate.
+        var second = freePort()
+        while second == port { second = freePort() }
+        tlsPort = second
         accessLog = directory + "/access.log"
         let tls = try TestCertificates.shared()
         try "\(Self.basicUser):{PLAIN}\(Self.basicPassword)\n".writeReplacing(directory + "/htpasswd")
