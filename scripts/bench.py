@@ -178,20 +178,27 @@ def million_entries(ferry, runs, dirs=1000, per=1000):
     return table, at_rest
 
 
-def push_sections(ferry, runs):
-    """Push to nginx WebDAV: 1 GiB against curl -T, 10,000 × 4 KiB against rclone copy, and an
-    unchanged 10,000-file push. Returns the report's sections."""
-    src = fresh(BASE + "/push-src")
-    big = fresh(src + "/big")
+def make_workloads(root):
+    """Under `root`: big/1GiB.bin, and small/ with 10,000 files of 4 KiB in 100 directories, all
+    random. Returns (big, small)."""
+    big = fresh(root + "/big")
     with open(big + "/1GiB.bin", "wb") as f:
         for _ in range(1024):
             f.write(os.urandom(1 << 20))
-    small = fresh(src + "/small")
+    small = fresh(root + "/small")
     for d in range(100):
         os.makedirs(f"{small}/d{d:02}")
         for i in range(100):
             with open(f"{small}/d{d:02}/f{i:03}.bin", "wb") as f:
                 f.write(os.urandom(4096))
+    return big, small
+
+
+def push_sections(ferry, runs):
+    """Push to nginx WebDAV: 1 GiB against curl -T, 10,000 × 4 KiB against rclone copy, and an
+    unchanged 10,000-file push. Returns the report's sections."""
+    src = fresh(BASE + "/push-src")
+    big, small = make_workloads(src)
     www = fresh(BASE + "/push-www")
     dav = Nginx(www, dav=True)
     state = BASE + "/push-state"
@@ -322,16 +329,7 @@ def main():
 
     # ---- data
     print("preparing data on tmpfs...", file=sys.stderr)
-    big = fresh(www + "/big")
-    with open(big + "/1GiB.bin", "wb") as f:
-        for _ in range(1024):
-            f.write(os.urandom(1 << 20))
-    small = fresh(www + "/small")
-    for d in range(100):
-        os.makedirs(f"{small}/d{d:02}")
-        for i in range(100):
-            with open(f"{small}/d{d:02}/f{i:03}.bin", "wb") as f:
-                f.write(os.urandom(4096))
+    big, small = make_workloads(www)
     subprocess.run([ferry, "manifest", "build", big, "--quiet"], check=True)
     subprocess.run([ferry, "manifest", "build", small, "--quiet"], check=True)
     h = hashlib.sha256()

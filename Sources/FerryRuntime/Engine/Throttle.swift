@@ -50,12 +50,17 @@ final class Throttle {
 
     func take(_ bytes: Int) { for b in buckets { b.take(bytes) } }
 
+    /// For a read or write callback: true when a limit is spent, and the transfer must pause
+    /// until the engine continues it.
+    func shut() -> Bool {
+        guard !open else { return false }
+        paused = true
+        return true
+    }
+
     /// For a write callback: true to take `bytes` now (and count them), false to pause.
     func admit(_ bytes: Int) -> Bool {
-        guard open else {
-            paused = true
-            return false
-        }
+        if shut() { return false }
         take(bytes)
         return true
     }

@@ -79,3 +79,21 @@ extension TransferSource {
     var priority: Int { 0 }
     var bandwidth: BandwidthSchedule? { nil }
 }
+
+/// A transfer's item waiting out a retry backoff until `notBefore` (monotonic seconds).
+protocol BackingOff {
+    var notBefore: Double { get }
+}
+
+extension Array where Element: BackingOff {
+    /// Inserts `item` in order of `notBefore` (soonest first; equal ones keep their arrival order).
+    mutating func insertByDue(_ item: Element) {
+        insert(item, at: firstIndex { $0.notBefore > item.notBefore } ?? count)
+    }
+
+    /// Removes and returns the soonest item if it is due at `now`.
+    mutating func popDue(now: Double) -> Element? {
+        guard let first, first.notBefore <= now else { return nil }
+        return removeFirst()
+    }
+}

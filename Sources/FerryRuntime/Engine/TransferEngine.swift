@@ -94,6 +94,9 @@ final class TransferEngine: @unchecked Sendable {
     /// Running transfers by easy handle (`.curl`) or by their own address (`.steps`).
     private var active: [UnsafeMutableRawPointer: Active] = [:]
     private var stepping = 0
+    /// Running transfers that have a `Throttle` (any bandwidth limit was configured when they
+    /// started): without any, the loop does no bucket work.
+    private var throttled = 0
     private var idle: [EasyHandle] = []
     private var lastTick = 0.0
 
@@ -221,6 +224,7 @@ final class TransferEngine: @unchecked Sendable {
         let retained = Unmanaged<AnyObject>.passRetained(transfer)
         if bandwidth != nil || turn.source.bandwidth != nil {
             transfer.throttle = Throttle([global, turn.bucket])
+            throttled += 1
         }
         switch transfer.mode {
         case .curl:
@@ -243,6 +247,7 @@ final class TransferEngine: @unchecked Sendable {
             stepping -= 1
         }
         active.removeValue(forKey: handle)
+        if a.transfer.throttle != nil { throttled -= 1 }
         a.turn.running -= 1
         a.turn.finished.append((a.transfer, outcome))
         a.retained.release()
@@ -258,6 +263,8 @@ final class TransferEngine: @unchecked Sendable {
             global.set(rate: bandwidth?.rate(at: secondOfDay), now: now)
             for turn in turns { turn.bucket.set(rate: turn.source.bandwidth?.rate(at: secondOfDay), now: now) }
         }
+        // A bucket refilled late holds what it would have held (refills are capped).
+        guard throttled > 0 else { return false }
         global.refill(now: now)
         for turn in turns { turn.bucket.refill(now: now) }
         var held = false

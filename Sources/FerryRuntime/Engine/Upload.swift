@@ -192,10 +192,7 @@ let uploadReadCallback: ferry_data_callback = { buffer, size, count, userdata in
     let upload = Unmanaged<Upload>.fromOpaque(userdata!).takeUnretainedValue()
     guard let buffer else { return Int(CURL_READFUNC_ABORT) }
     // Over a bandwidth limit: libcurl asks again once the engine continues the transfer.
-    if let throttle = upload.throttle, !throttle.open {
-        throttle.paused = true
-        return Int(CURL_READFUNC_PAUSE)
-    }
+    if upload.throttle?.shut() == true { return Int(CURL_READFUNC_PAUSE) }
     guard let n = upload.read(into: UnsafeMutableRawPointer(buffer), count: size * count) else { return Int(CURL_READFUNC_ABORT) }
     return n
 }

@@ -124,14 +124,10 @@ public final class HostProbe: Sendable {
         return names
     }
 
+    /// A sysfs or procfs attribute (a page at most), trimmed; nil when it cannot be read or is empty.
     private func readSmallFile(_ path: String) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { close(fd) }
-        var buffer = [UInt8](repeating: 0, count: 256)
-        let n = read(fd, &buffer, buffer.count)
-        guard n > 0 else { return nil }
-        return String(decoding: buffer[0..<n], as: UTF8.self).trimmingSpaces()
+        guard let bytes = try? FileSystem.readFile(path, limit: 4096), !bytes.isEmpty else { return nil }
+        return String(decoding: bytes, as: UTF8.self).trimmingSpaces()
     }
 }
 

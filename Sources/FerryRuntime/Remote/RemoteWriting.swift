@@ -52,12 +52,17 @@ extension HTTPRemote: RemoteWriting {
         guard (200..<300).contains(status) || status == 404 else { throw failure("DELETE", path, status) }
     }
 
-    /// Runs a request that needs `path`'s directory. A missing collection gets 409 (Conflict) from
-    /// nginx and RFC 4918, and 500 from Apache's MOVE ("Could not rename resource"): either makes
-    /// the collections, from the top, and tries once more.
+    /// Whether a write to `path` refused with `status` may have wanted its collections: 409
+    /// (Conflict) from nginx and RFC 4918, 500 from Apache's MOVE ("Could not rename resource").
+    static func mayLackCollections(_ path: RelativePath, status: Int) -> Bool {
+        status == 409 || (status == 500 && !path.ancestors.isEmpty)
+    }
+
+    /// Runs a request that needs `path`'s directory; when it may have lacked them
+    /// (`mayLackCollections`), makes the collections, from the top, and tries once more.
     private func withCollections(for path: RelativePath, _ send: () throws(FerryError) -> Int) throws(FerryError) {
         var status = try send()
-        if status == 409 || (status == 500 && !path.ancestors.isEmpty) {
+        if HTTPRemote.mayLackCollections(path, status: status) {
             dav.forget(path.ancestors)
             try makeCollections(for: path)
             status = try send()

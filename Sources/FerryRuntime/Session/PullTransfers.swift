@@ -75,7 +75,7 @@ final class PullTransfers: TransferSource {
     }
 
     /// A download still to do: its task (resume data, attempts) and when it may start.
-    private struct Item {
+    private struct Item: BackingOff {
         let download: Plan.Download
         var task: TransferTask
         var notBefore: Double = 0
@@ -188,8 +188,7 @@ final class PullTransfers: TransferSource {
     }
 
     private func nextDue() -> Item? {
-        if let first = backingOff.first, first.notBefore <= stop.clock.monotonic() { return backingOff.removeFirst() }
-        return ready.popFirst()
+        backingOff.popDue(now: stop.clock.monotonic()) ?? ready.popFirst()
     }
 
     private var items: [Int64: Item] = [:]
@@ -254,8 +253,7 @@ final class PullTransfers: TransferSource {
         item.notBefore = stop.clock.monotonic() + delay
         record(item.task, waiting: failure.retry == .connectivity, error: failure.message)
         emit(.fileRetrying(path: path, attempt: item.triesThisRun + 1, delay: delay, error: failure.message))
-        let index = backingOff.firstIndex { $0.notBefore > item.notBefore } ?? backingOff.count
-        backingOff.insert(item, at: index)
+        backingOff.insertByDue(item)
     }
 
     private func record(_ task: TransferTask, waiting: Bool, error: String) {

@@ -269,7 +269,7 @@ final class PushSync {
 /// The upload stage of a push run, the session's `TransferSource`: hands out the uploads, moves
 /// each one that verified into place, and retries what is worth retrying.
 final class PushTransfers: TransferSource {
-    struct Item {
+    struct Item: BackingOff {
         var entry: ManifestEntry
         var task: TransferTask
         var stat: LocalEntry
@@ -388,8 +388,7 @@ final class PushTransfers: TransferSource {
     }
 
     private func nextDue() -> Item? {
-        if let first = backingOff.first, first.notBefore <= stop.clock.monotonic() { return backingOff.removeFirst() }
-        return ready.popFirst()
+        backingOff.popDue(now: stop.clock.monotonic()) ?? ready.popFirst()
     }
 
     private func start(_ item: Item) -> Upload? {
@@ -457,7 +456,7 @@ final class PushTransfers: TransferSource {
         }
     }
 
-    /// A move refused for want of its directories (409; Apache's 500) makes them and tries once more.
+    /// A move refused for want of its directories (`HTTPRemote.mayLackCollections`) makes them and tries once more.
     private func moveEnded(_ item: Item, _ outcome: TransferOutcome) {
         let temporary = PushSync.temporaryName(task: item.task.id)
         switch outcome {
@@ -466,7 +465,7 @@ final class PushTransfers: TransferSource {
         case let .failed(failure):
             var item = item
             item.moveTries += 1
-            if case .http(let status) = failure.cause, status == 409 || status == 500, item.moveTries == 1, !item.entry.path.ancestors.isEmpty {
+            if case .http(let status) = failure.cause, HTTPRemote.mayLackCollections(item.entry.path, status: status), item.moveTries == 1 {
                 do throws(FerryError) {
                     try writer.makeCollections(for: item.entry.path)
                     toMove.append(item)
@@ -511,8 +510,7 @@ final class PushTransfers: TransferSource {
         let delay = retryDelay(attempt: item.tries, baseDelay: session.retryDelay, retryAfter: failure.retryAfter, jitter: Double.random(in: 0.5...1.0))
         item.notBefore = stop.clock.monotonic() + delay
         emit(.fileRetrying(path: item.entry.path, attempt: item.tries + 1, delay: delay, error: failure.message))
-        let index = backingOff.firstIndex { $0.notBefore > item.notBefore } ?? backingOff.count
-        backingOff.insert(item, at: index)
+        backingOff.insertByDue(item)
     }
 
     private func fail(_ item: Item, _ message: String) {
