@@ -147,9 +147,7 @@ struct PushTests {
         write(src, "big.bin", big)
         // Slowed down so the kill lands mid-upload: 6 MB at 1 MiB/s.
         try config(box, remote: remote, agent: "bwlimit = 1M")
-        var env = ProcessInfo.processInfo.environment
-        env.removeValue(forKey: "FERRY_CONFIG")
-        let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"], environment: env,
+        let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"],
                               stdout: box.directory + "/out", stderr: box.directory + "/err")
         usleep(2_500_000)
         #expect(child.isRunning, "still uploading: \(fileContents(box.directory + "/err") ?? "")")
@@ -189,9 +187,7 @@ struct PushTests {
         let big2 = randomData(5_000_000, seed: 52)
         write(src, "big.bin", big2)
         try config(box, remote: server.url + "site/", up: "bwlimit = 1M")
-        var env = ProcessInfo.processInfo.environment
-        env.removeValue(forKey: "FERRY_CONFIG")
-        let push = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"], environment: env,
+        let push = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"],
                              stdout: box.directory + "/push.out", stderr: box.directory + "/push.err")
         let deadline = Date().addingTimeInterval(10)
         while fileContents(remoteRoot + "/a.txt") != "a, version 2\n" && Date() < deadline { usleep(20_000) }
@@ -244,9 +240,7 @@ struct PushTests {
         let src = box.directory + "/src"
         write(src, "big.bin", randomData(4_000_000, seed: 61))
         try config(box, remote: pushRemote.url, up: "bwlimit = 1M\nretry-delay = 1s")
-        var env = ProcessInfo.processInfo.environment
-        env.removeValue(forKey: "FERRY_CONFIG")
-        let push = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up", "--json"], environment: env,
+        let push = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up", "--json"],
                              stdout: box.directory + "/push.out", stderr: box.directory + "/push.err")
         usleep(1_500_000)
         let changed = randomData(3_000_000, seed: 62)
