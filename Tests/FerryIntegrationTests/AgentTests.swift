@@ -26,16 +26,6 @@ struct AgentTests {
         deinit { child.stop() }
     }
 
-    /// Waits until `condition` holds (polling), or `timeout` passes; returns whether it held.
-    func eventually(_ timeout: Double = 20, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if condition() { return true }
-            usleep(50_000)
-        }
-        return condition()
-    }
-
     @Test func mirrorsFollowsChangesAndStopsOnSigterm() throws {
         let server = try NginxServer()
         defer { server.stop() }

@@ -38,15 +38,6 @@ struct DiscretionAndBandwidthTests {
         }
     }
 
-    func eventually(_ timeout: Double = 20, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if condition() { return true }
-            usleep(50_000)
-        }
-        return condition()
-    }
-
     /// `HH:MM:SS` in UTC, `offset` seconds from now.
     func utc(_ offset: Int) -> String {
         let t = (Int(time(nil)) + offset) % 86_400

@@ -189,9 +189,7 @@ struct PushTests {
         try config(box, remote: server.url + "site/", up: "bwlimit = 1M")
         let push = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"],
                              stdout: box.directory + "/push.out", stderr: box.directory + "/push.err")
-        let deadline = Date().addingTimeInterval(10)
-        while fileContents(remoteRoot + "/a.txt") != "a, version 2\n" && Date() < deadline { usleep(20_000) }
-        #expect(fileContents(remoteRoot + "/a.txt") == "a, version 2\n", "a.txt was moved into place first")
+        #expect(eventually(10) { fileContents(remoteRoot + "/a.txt") == "a, version 2\n" }, "a.txt was moved into place first")
         #expect(push.isRunning, "big.bin is still on its way")
 
         // A fresh pull now reads manifest version 1 with a.txt's new bytes on the remote.
@@ -219,12 +217,9 @@ struct PushTests {
         write(src, "a.txt", Data("one\n".utf8))
         try config(box, remote: server.url + "site/", up: "poll = 1s")
         let agent = try AgentTests.RunningAgent(box)
-        let deadline = Date().addingTimeInterval(20)
-        while fileContents(remoteRoot + "/a.txt") != "one\n" && Date() < deadline { usleep(50_000) }
-        #expect(fileContents(remoteRoot + "/a.txt") == "one\n", "\(agent.output)")
+        #expect(eventually { fileContents(remoteRoot + "/a.txt") == "one\n" }, "\(agent.output)")
         write(src, "b/c.txt", Data("two\n".utf8))
-        let published = Date().addingTimeInterval(20)
-        while !(fileContents(remoteRoot + "/manifest.json")?.contains("b/c.txt") ?? false) && Date() < published { usleep(50_000) }
+        _ = eventually { fileContents(remoteRoot + "/manifest.json")?.contains("b/c.txt") == true }
         #expect(fileContents(remoteRoot + "/b/c.txt") == "two\n", "\(agent.output)")
         #expect(fileContents(remoteRoot + "/manifest.json")?.contains("\"version\": 2") == true)
         agent.child.signal(SIGTERM)

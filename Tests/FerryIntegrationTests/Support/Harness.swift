@@ -142,3 +142,13 @@ extension String {
         }
     }
 }
+
+/// Waits until `condition` holds (polling every 50 ms), or `timeout` passes; returns whether it held.
+func eventually(_ timeout: Double = 20, _ condition: () -> Bool) -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+        if condition() { return true }
+        usleep(50_000)
+    }
+    return condition()
+}
