@@ -6,13 +6,15 @@ import Testing
 /// changes and deletes; the manifest comes last, and nothing is left under .ferry/ on the remote.
 @Suite(.serialized)
 struct PushTests {
-    /// Files with names that need care, an empty file and a larger one.
+    /// Files with names that need care, an empty file, and two larger ones: hashed as they are
+    /// sent in 1 MiB pieces, on the engine's thread (below 8 MiB) and on a hashing thread.
     static let files: [(String, Data)] = [
         ("index.html", Data("<h1>hello</h1>\n".utf8)),
         ("empty", Data()),
         ("with space/ümlaut #1.txt", Data("unicode and a hash sign\n".utf8)),
         ("deep/a/b/c/quote'and\"double.txt", Data("quotes\n".utf8)),
-        ("big.bin", randomData(3_000_000, seed: 31)),
+        ("mid.bin", randomData(3_000_000, seed: 31)),
+        ("big.bin", randomData(9_000_000, seed: 32)),
     ]
 
     func write(_ root: String, _ path: String, _ data: Data) {

@@ -5,10 +5,15 @@ import FerryCore
 /// overlap instead of taking turns. The writer fills 1 MiB buffers from a small pool, writes each
 /// to the partial file, and hands it over with `submit`; this thread hashes it from memory and
 /// returns it to the pool. A resumed download's prefix is first hashed from the file.
+/// Uploads use it the same way: a file is read ahead into its buffers, and each is hashed once sent.
+/// A file below `threshold` is not worth a thread: it gets one buffer, hashed as it is submitted.
 /// All shared state is guarded by one pthread mutex (hence `@unchecked Sendable`).
 final class BackgroundHasher: @unchecked Sendable {
+    static let threshold: Int64 = 8 << 20
     static let bufferSize = 1 << 20
     private static let bufferCount = 8
+    /// The size of each buffer (`bufferSize`, or less for a small file).
+    let pieceSize: Int
 
     private let fd: Int32
     private let prefix: Int64
@@ -26,16 +31,27 @@ final class BackgroundHasher: @unchecked Sendable {
     private var joined = false
 
     /// Starts a hasher whose first `prefix` bytes are read from `fd` (a resumed partial file).
-    init(fd: Int32, prefix: Int64) {
+    /// `size`: how large the whole file is, when known; below `threshold` no thread is started.
+    init(fd: Int32, prefix: Int64, size: Int64? = nil) {
         self.fd = fd
         self.prefix = prefix
-        buffers = (0..<BackgroundHasher.bufferCount).map { _ in
-            UnsafeMutableRawPointer.allocate(byteCount: BackgroundHasher.bufferSize, alignment: 4096)
+        let small = size.map { $0 < BackgroundHasher.threshold } ?? false
+        pieceSize = small ? Int(max(1, min(size!, Int64(BackgroundHasher.bufferSize)))) : BackgroundHasher.bufferSize
+        buffers = (0..<(small ? 1 : BackgroundHasher.bufferCount)).map { [pieceSize] _ in
+            UnsafeMutableRawPointer.allocate(byteCount: pieceSize, alignment: 4096)
         }
         free = buffers
         pthread_mutex_init(mutex, nil)
         pthread_cond_init(work, nil)
         pthread_cond_init(returned, nil)
+        if small {
+            threadless = true
+            joined = true
+            if prefix > 0 {
+                do { try hasher.update(fileDescriptor: fd, length: prefix) } catch { failed = true }
+            }
+            return
+        }
         let context = Unmanaged.passRetained(self).toOpaque()
         let rc = pthread_create(&thread, nil, { context in
             let hasher = Unmanaged<BackgroundHasher>.fromOpaque(context!).takeRetainedValue()
@@ -66,7 +82,7 @@ final class BackgroundHasher: @unchecked Sendable {
         buffers.forEach { $0.deallocate() }
     }
 
-    /// An empty buffer of `bufferSize` bytes (waits while all are being hashed).
+    /// An empty buffer of `pieceSize` bytes (waits while all are being hashed).
     func acquire() -> UnsafeMutableRawPointer {
         pthread_mutex_lock(mutex)
         while free.isEmpty { pthread_cond_wait(returned, mutex) }

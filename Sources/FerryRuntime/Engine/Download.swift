@@ -29,7 +29,6 @@ final class Download: Transfer {
     /// Small files are hashed inline as bytes arrive; large ones on a second thread (`BackgroundHasher`).
     private let inlineHasher: SHA256Hasher?
     private var backgroundHasher: BackgroundHasher?
-    static let backgroundHashThreshold: Int64 = 8 << 20
     var headers = ResponseHeaders()
     private var decided = false
     private var accepting = false
@@ -79,7 +78,7 @@ final class Download: Transfer {
         if lseek(fd, off_t(offset), SEEK_SET) < 0 {
             throw .localIO("cannot seek in the partial file for \(Printable.name(entry.path.string)): \(FileSystem.errorText())")
         }
-        if (entry.size ?? Int64.max) >= Download.backgroundHashThreshold {
+        if (entry.size ?? Int64.max) >= BackgroundHasher.threshold {
             inlineHasher = nil
             backgroundHasher = BackgroundHasher(fd: fd, prefix: offset)
         } else {

@@ -34,7 +34,6 @@ final class Upload: Transfer {
     var throttle: Throttle?
     /// Bytes read from the file and handed on so far.
     private(set) var sent: Int64 = 0
-    private let hasher = SHA256Hasher()
     private var headers = HeaderSink()
     private var failure: (String, FailureCause)?
     private var targetFD: Int32 = -1
@@ -79,6 +78,8 @@ final class Upload: Transfer {
         // A redirect would send the bytes elsewhere.
         easy.set(CURLOPT_FOLLOWLOCATION, 0)
         ferry_easy_setopt_offt(easy.handle, CURLOPT_INFILESIZE_LARGE, curl_off_t(stat.size))
+        // Fewer, larger reads and sends for a large file, as for downloads (unless a limit paces it).
+        if stat.size > 1 << 20 && throttle?.limiting != true { easy.set(CURLOPT_UPLOAD_BUFFERSIZE, 512 * 1024) }
         ferry_easy_setopt_datacb(easy.handle, CURLOPT_READFUNCTION, uploadReadCallback)
         easy.set(CURLOPT_READDATA, pointer: context)
         ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, discardCallback)
@@ -88,43 +89,68 @@ final class Upload: Transfer {
 
     /// Fills `buffer` with the next bytes of the file; 0 at its end. Returns nil on a read error.
     func read(into buffer: UnsafeMutableRawPointer, count: Int) -> Int? {
-        let wanted = min(Int64(count), stat.size - sent)
-        guard wanted > 0 else { return 0 }
-        let n = pread(fd, buffer, Int(wanted), off_t(sent))
-        if n < 0 {
-            if failure == nil { failure = ("cannot read the file: \(FileSystem.errorText())", .local(errno: errno)) }
-            return nil
-        }
-        if n == 0 {
-            if failure == nil { failure = ("the file shrank while it was sent", .sourceChanged) }
-            return nil
-        }
-        hasher.update(buffer, count: n)
-        sent += Int64(n)
-        throttle?.take(n)
+        guard let (chunk, n) = nextChunk(max: count) else { return nil }
+        if n > 0 { buffer.copyMemory(from: chunk, byteCount: n) }
         return n
     }
 
-    static let stepSize = 1 << 20
-    private var stepBuffer: UnsafeMutableRawPointer?
+    /// The file is read ahead in pieces into the hasher's buffers; a piece is hashed once all of
+    /// it was sent — for a large file on a second thread, so that sending and hashing overlap.
+    private var hashing: BackgroundHasher?
+    private var piece: UnsafeMutableRawPointer?
+    private var pieceCount = 0
+    private var pieceSent = 0
 
-    /// `file://`: copies the next MiB into the temporary file; at the end syncs and verifies it.
+    /// Up to `max` of the next bytes of the file, from the piece read ahead; (_, 0) at its end;
+    /// nil on a read error or a file that shrank. The bytes count as sent.
+    private func nextChunk(max: Int) -> (UnsafeRawPointer, Int)? {
+        if failure != nil { return nil }
+        let hashing = self.hashing ?? BackgroundHasher(fd: fd, prefix: 0, size: stat.size)
+        self.hashing = hashing
+        if let piece, pieceSent == pieceCount {
+            hashing.submit(piece, count: pieceCount)
+            self.piece = nil
+        }
+        if piece == nil {
+            let wanted = min(Int64(hashing.pieceSize), stat.size - sent)
+            guard wanted > 0 else { return (UnsafeRawPointer(bitPattern: 1)!, 0) }
+            let buffer = hashing.acquire()
+            let n = pread(fd, buffer, Int(wanted), off_t(sent))
+            if n <= 0 {
+                hashing.release(buffer)
+                failure = n < 0 ? ("cannot read the file: \(FileSystem.errorText())", .local(errno: errno))
+                                : ("the file shrank while it was sent", .sourceChanged)
+                return nil
+            }
+            (piece, pieceCount, pieceSent) = (buffer, n, 0)
+        }
+        let n = min(max, pieceCount - pieceSent)
+        let chunk = UnsafeRawPointer(piece! + pieceSent)
+        pieceSent += n
+        sent += Int64(n)
+        throttle?.take(n)
+        if sent == stat.size, let piece {
+            hashing.submit(piece, count: pieceCount)
+            self.piece = nil
+        }
+        return (chunk, n)
+    }
+
+    /// `file://`: copies the next piece into the temporary file; at the end syncs and verifies it.
     func step() -> TransferOutcome? {
         guard case let .file(path) = destination else { return nil }
         if targetFD < 0 {
             targetFD = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
             guard targetFD >= 0 else { return localFailure("cannot create \(Printable.name(path))") }
         }
-        let buffer = stepBuffer ?? UnsafeMutableRawPointer.allocate(byteCount: Upload.stepSize, alignment: 16)
-        stepBuffer = buffer
-        guard let n = read(into: buffer, count: Upload.stepSize) else { return verify() }
+        guard let (chunk, n) = nextChunk(max: BackgroundHasher.bufferSize) else { return verify() }
         if n == 0 {
             guard fsync(targetFD) == 0 else { return localFailure("cannot sync \(Printable.name(path))") }
             return verify()
         }
         var offset = 0
         while offset < n {
-            let w = write(targetFD, buffer + offset, n - offset)
+            let w = write(targetFD, chunk + offset, n - offset)
             if w < 0 {
                 if errno == EINTR { continue }
                 return localFailure("cannot write \(Printable.name(path))")
@@ -169,9 +195,12 @@ final class Upload: Transfer {
             return .failed(TransferFailure(message: "the file changed while it was sent (\(changed)); sending it again", keepPartial: false,
                                            cause: .sourceChanged))
         }
-        let sha = hasher.finalize()
-        guard sent == stat.size, !hashKnown || sha == entry.sha256 else {
-            return .failed(TransferFailure(message: "the bytes sent (\(sent), SHA-256 \(sha)) are not the ones hashed; sending it again",
+        let hashing = self.hashing
+        self.hashing = nil
+        guard sent == stat.size, let sha = stat.size == 0 ? SHA256Hasher().finalize() : hashing?.finish(),
+              !hashKnown || sha == entry.sha256 else {
+            hashing?.cancel()
+            return .failed(TransferFailure(message: "the bytes sent (\(sent) of \(stat.size)) are not the ones hashed; sending it again",
                                            keepPartial: false, cause: .sourceChanged))
         }
         digest = sha
@@ -180,11 +209,12 @@ final class Upload: Transfer {
 
     /// Closes the files. Call once, when done with the upload.
     func close() {
+        hashing?.cancel()
+        hashing = nil
+        piece = nil
         Glibc.close(fd)
         if targetFD >= 0 { Glibc.close(targetFD) }
         targetFD = -1
-        stepBuffer?.deallocate()
-        stepBuffer = nil
     }
 }
 
