@@ -220,6 +220,15 @@ struct PushTests {
         try config(box, remote: server.url + "site/", up: "poll = 1s")
         let agent = try AgentTests.RunningAgent(box)
         #expect(eventually { fileContents(remoteRoot + "/a.txt") == "one\n" }, "\(agent.output)")
+        // Settled: the agent polls the remote's manifest, but neither scans nor plans.
+        let log = box.state + "/events/up.jsonl"
+        func count(_ event: String) -> Int { (fileContents(log) ?? "").components(separatedBy: "\"event\":\"\(event)\"").count - 1 }
+        #expect(eventually { count("sync-finished") >= 2 }, "\(agent.output)")
+        let (planned, finished) = (count("planned"), count("sync-finished"))
+        usleep(3_500_000)
+        #expect(count("sync-finished") >= finished + 2, "it kept polling")
+        #expect(count("planned") == planned, "no scan while nothing changed: \(count("planned")) vs \(planned)")
+
         write(src, "b/c.txt", Data("two\n".utf8))
         _ = eventually { fileContents(remoteRoot + "/manifest.json")?.contains("b/c.txt") == true }
         #expect(fileContents(remoteRoot + "/b/c.txt") == "two\n", "\(agent.output)")

@@ -44,8 +44,12 @@ final class PushSync {
         let manifestPath = RelativePath(trusted: session.manifest)
         let (published, changedOnRemote, lastVersion) = try remoteState(remote, store: store)
         let lastChange = max(lastRemoteChange ?? 0, FileSystem.modificationTime(cachePath) ?? 0)
+        let remoteUnchanged = changedOnRemote.isEmpty && lastVersion != nil
         emit(.manifestFetched(url: session.manifestURL, version: published?.version, files: published?.entries.count ?? 0,
-                              unchanged: changedOnRemote.isEmpty && lastVersion != nil))
+                              unchanged: remoteUnchanged))
+        // The agent knows nothing under the root changed since a run published it all, and the
+        // remote still holds what was published: nothing to scan, nothing to send (cheap at rest).
+        if options.localUnchanged && remoteUnchanged { return }
 
         // Someone else changed the remote since ferry published there: never overwritten blindly.
         var keepingRemote = Set<RelativePath>()
