@@ -263,6 +263,38 @@ struct PushTests {
     /// Someone else publishes to the same remote between two pushes of this session: the remote's
     /// changes are never overwritten blindly. conflict = fail (the default) reports and changes
     /// nothing; remote-wins keeps theirs and publishes the rest; local-wins replaces theirs.
+    /// Another writer publishes a manifest while a push uploads: the push does not publish over
+    /// it (exit 1, theirs stays), and the next run, which compares, publishes on top of theirs.
+    @Test(arguments: ["nginx", "file"])
+    func aManifestPublishedByAnotherWriterDuringAPushIsNotOverwritten(kind: String) throws {
+        let pushRemote = try PushRemote(kind)
+        let box = Sandbox("push-race-\(kind)")
+        let src = box.directory + "/src"
+        write(src, "a.txt", Data("a\n".utf8))
+        try config(box, remote: pushRemote.url)
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        let manifestPath = pushRemote.root + "/manifest.json"
+        let theirs = try #require(fileContents(manifestPath)).replacingOccurrences(of: "\"version\": 1", with: "\"version\": 9")
+
+        write(src, "big.bin", randomData(3_000_000, seed: 71))
+        try config(box, remote: pushRemote.url, up: "bwlimit = 1M")
+        let push = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"],
+                             stdout: box.directory + "/push.out", stderr: box.directory + "/push.err")
+        usleep(1_000_000)
+        #expect(push.isRunning, "still uploading")
+        try theirs.writeReplacing(manifestPath)
+        #expect(push.wait(timeout: 30) == 1, "\(fileContents(box.directory + "/push.err") ?? "")")
+        #expect(fileContents(box.directory + "/push.err")?.contains("changed while this run uploaded") == true,
+                "\(fileContents(box.directory + "/push.err") ?? "")")
+        #expect(fileContents(manifestPath) == theirs, "the other writer's manifest stays")
+
+        try config(box, remote: pushRemote.url)
+        let next = box.sync(["--session", "up"])
+        #expect(next.exitCode == 0, "\(next.output)")
+        let published = fileContents(manifestPath) ?? ""
+        #expect(published.contains("\"version\": 10") && published.contains("big.bin"), "published on top of theirs: \(published)")
+    }
+
     @Test(arguments: ["nginx", "file"])
     func remoteChangesAreNotOverwrittenBlindly(kind: String) throws {
         let remote = try PushRemote(kind)

@@ -158,6 +158,18 @@ final class PushSync {
             let now = Timestamp.now().timeInterval
             if now.rounded(.down) <= lastChange.rounded(.down) { usleep(UInt32((lastChange.rounded(.down) + 1.02 - now) * 1_000_000)) }
         }
+        // Another writer that published while this run uploaded is not overwritten: the files this
+        // run placed are on the remote, but readers go on seeing the other writer's manifest (a file
+        // of both, if any, fails their hash check, never a mixed tree with exit 0), and the next run
+        // compares and applies `conflict`.
+        if try changedSinceRead(remote) {
+            result.failed += 1
+            result.exitCode = .someFilesFailed
+            result.message = "the remote's manifest changed while this run uploaded (another writer?): version \(plan.version) was not published"
+            result.hint = "the next run compares the remote with what this session last published and applies conflict = \(session.conflict.rawValue)"
+            emit(.warning(message: result.message!))
+            return
+        }
         try writer.put(Array(text.utf8), at: PushSync.temporaryManifest)
         try writer.move(from: PushSync.temporaryManifest, to: manifestPath)
         try remember(published: Array(text.utf8), version: plan.version, files: plan.manifest.count, remote: remote, store: store)
@@ -169,6 +181,33 @@ final class PushSync {
     }
 
     private var cachePath: String { PullSync.cachedManifestPath(state: agent.state, session: session.name) }
+
+    /// The remote's manifest as this run read it: its validators and bytes (nil: there was none).
+    private struct Seen {
+        var etag: String?
+        var lastModified: String?
+        var bytes: [UInt8]?
+    }
+    private var seen: Seen?
+
+    /// Whether the remote's manifest is another than this run read at its start: another writer
+    /// published meanwhile. Asked with the validators read then, just before this run publishes.
+    private func changedSinceRead(_ remote: Remote) throws(FerryError) -> Bool {
+        guard let seen else { return false }
+        do {
+            let known = seen.bytes != nil
+            switch try remote.fetchManifest(url: session.manifestURL, etag: known ? seen.etag : nil, lastModified: known ? seen.lastModified : nil,
+                                            maximumSize: session.maxManifestSize) {
+            case .unchanged: return false
+            case let .fetched(bytes, _, _): return bytes != seen.bytes
+            }
+        } catch {
+            switch error.cause {
+            case .http(404)?, .local(ENOENT)?: return seen.bytes != nil
+            default: throw error
+            }
+        }
+    }
     /// When the remote says its manifest last changed (Last-Modified), from this run's fetch.
     private var lastRemoteChange: Double?
 
@@ -188,8 +227,10 @@ final class PushSync {
             switch try remote.fetchManifest(url: url, etag: last == nil ? nil : record?.manifestETag,
                                             lastModified: last == nil ? nil : record?.manifestLastModified, maximumSize: session.maxManifestSize) {
             case .unchanged:
+                seen = Seen(etag: record?.manifestETag, lastModified: record?.manifestLastModified, bytes: last?.bytes)
                 return (last?.manifest, [], last?.manifest.version)
-            case let .fetched(bytes, _, lastModified):
+            case let .fetched(bytes, etag, lastModified):
+                seen = Seen(etag: etag, lastModified: lastModified, bytes: bytes)
                 lastRemoteChange = lastModified.flatMap(HTTPDate.parse)?.timeInterval
                 if let last, bytes == last.bytes { return (last.manifest, [], last.manifest.version) }
                 now = try Manifest.parse(bytes, source: url)
@@ -201,6 +242,7 @@ final class PushSync {
             default: missing = false
             }
             guard missing else { throw error }
+            seen = Seen(etag: nil, lastModified: nil, bytes: nil)
         }
         guard let last else { return (now, [], nil) }
         return (now, ConflictPolicy.changedOnRemote(published: last.manifest, now: now), last.manifest.version)
