@@ -99,6 +99,26 @@ struct RetryRulesTests {
         #expect(retryDelay(attempt: 1, baseDelay: 1, retryAfter: 30, jitter: 1) == 30)
         #expect(retryDelay(attempt: 1, baseDelay: 1, retryAfter: 1e9, jitter: 1) == 3600)
     }
+
+    @Test func oneRetryRuleDecidesForDownloadsAndUploads() {
+        let rule = RetryRule(retries: 2, baseDelay: 1, resourceTimeout: 3600)
+        func decide(_ retry: RetryClass, tries: Int, queuedFor: Double = 10) -> RetryDecision {
+            rule.decide(message: "boom", retry: retry, retryAfter: nil, triesThisRun: tries, queuedFor: queuedFor, jitter: 1)
+        }
+        #expect(decide(.later, tries: 1) == .retry(after: 1))
+        #expect(decide(.later, tries: 2) == .retry(after: 2))
+        #expect(decide(.later, tries: 3) == .giveUp(message: "boom (after 3 tries)"))
+        #expect(decide(.connectivity, tries: 2) == .retry(after: 2))
+        #expect(decide(.connectivity, tries: 3) == .waitForConnectivity, "out of tries, the task waits for the remote")
+        #expect(decide(.never, tries: 1) == .giveUp(message: "boom"))
+        // resource-timeout counts from when the task was queued, across runs, whatever the class.
+        guard case let .giveUp(message) = decide(.connectivity, tries: 1, queuedFor: 3601) else {
+            Issue.record("a task past its resource-timeout is given up")
+            return
+        }
+        #expect(message.contains("resource-timeout") && message.hasPrefix("boom"))
+        #expect(decide(.never, tries: 1, queuedFor: 3601) == .giveUp(message: "boom"), "a failure that will not change says only what it is")
+    }
 }
 
 struct ResponsePolicyTests {

@@ -59,6 +59,23 @@ struct StateStoreTests {
         #expect(try state(store, b) == .queued)
     }
 
+    /// An upload still owed since an earlier run keeps its task (when it was queued, its attempts),
+    /// so resource-timeout counts from then; new content is a new task.
+    @Test func anUploadStillOwedKeepsWhenItWasQueued() throws {
+        defer { Harness.remove(dir) }
+        let store = try StateStore(directory: dir)
+        let first = try #require(try store.queueUploads(session: "s", entries: [entry("a"), entry("b")])[RelativePath(trusted: "a")])
+        try store.markRunning([(first.id, 1)])
+        try store.markRetrying(first.id, waiting: true, attempts: 1, error: "down", bytesDone: 0, validator: nil)
+        usleep(1_100_000)
+        let again = try store.queueUploads(session: "s", entries: [entry("a"), entry("b", "c")])
+        let a = try #require(again[RelativePath(trusted: "a")])
+        #expect(a.id == first.id && a.createdAt == first.createdAt && a.attempts == 1, "the same upload: \(a)")
+        #expect(try state(store, a.id) == .queued)
+        let b = try #require(again[RelativePath(trusted: "b")])
+        #expect(b.createdAt > first.createdAt && b.attempts == 0, "new content is queued anew")
+    }
+
     @Test func delayedTasksComeDue() throws {
         defer { Harness.remove(dir) }
         let store = try StateStore(directory: dir)

@@ -78,3 +78,45 @@ public func retryDelay(attempt: Int, baseDelay: Double, retryAfter: Double?, jit
     if let retryAfter { delay = max(delay, min(retryAfter, 3600)) }
     return delay
 }
+
+/// What a transfer does after a failed attempt: one rule for downloads and uploads.
+public enum RetryDecision: Equatable, Sendable {
+    /// Try again in this run, after this many seconds.
+    case retry(after: Double)
+    /// The remote cannot be reached and this run's tries are spent: the task waits for
+    /// connectivity (a later run, or the agent, tries it again).
+    case waitForConnectivity
+    /// The task fails, with this message.
+    case giveUp(message: String)
+}
+
+/// A session's retry settings (`retries`, `retry-delay`, `resource-timeout`) as a rule.
+public struct RetryRule: Sendable {
+    public var retries: Int
+    public var baseDelay: Double
+    public var resourceTimeout: Double
+
+    public init(retries: Int, baseDelay: Double, resourceTimeout: Double) {
+        self.retries = retries
+        self.baseDelay = baseDelay
+        self.resourceTimeout = resourceTimeout
+    }
+
+    /// After try number `triesThisRun` of this run failed with `message` (of class `retry`), for a
+    /// task queued `queuedFor` seconds ago. `jitter` is in 0.5...1 (see `retryDelay`).
+    public func decide(message: String, retry: RetryClass, retryAfter: Double?, triesThisRun: Int, queuedFor: Double,
+                       jitter: Double) -> RetryDecision {
+        if retry == .never { return .giveUp(message: message) }
+        if queuedFor > resourceTimeout {
+            return .giveUp(message: "\(message) (gave up: unfinished \(Units.formatDuration(resourceTimeout)) after it was queued; resource-timeout)")
+        }
+        if triesThisRun > retries {
+            return retry == .connectivity ? .waitForConnectivity : .giveUp(message: "\(message) (after \(triesThisRun) tries)")
+        }
+        return .retry(after: retryDelay(attempt: triesThisRun, baseDelay: baseDelay, retryAfter: retryAfter, jitter: jitter))
+    }
+}
+
+extension SessionConfig {
+    public var retryRule: RetryRule { RetryRule(retries: retries, baseDelay: retryDelay, resourceTimeout: resourceTimeout) }
+}

@@ -230,30 +230,23 @@ final class PullTransfers: TransferSource {
         let path = download.entry.path
         item.task.bytesDone = kept
         item.task.validator = failure.keepPartial ? download.validator : nil
-        let expired = Timestamp.now().timeInterval - item.task.createdAt.timeInterval > session.resourceTimeout
-        if failure.retry == .never || expired {
-            let message = expired && failure.retry != .never
-                ? "\(failure.message) (gave up: unfinished \(Units.formatDuration(session.resourceTimeout)) after it was queued; resource-timeout)"
-                : failure.message
+        let decision = session.retryRule.decide(message: failure.message, retry: failure.retry, retryAfter: failure.retryAfter,
+                                                triesThisRun: item.triesThisRun,
+                                                queuedFor: Timestamp.now().timeInterval - item.task.createdAt.timeInterval,
+                                                jitter: Double.random(in: 0.5...1.0))
+        switch decision {
+        case let .giveUp(message):
             fail(path, item.task, message, bytesDone: kept, validator: item.task.validator)
-            return
+        case .waitForConnectivity:
+            waiting += 1
+            record(item.task, waiting: true, error: failure.message)
+            emit(.fileWaiting(path: path, error: failure.message))
+        case let .retry(delay):
+            item.notBefore = stop.clock.monotonic() + delay
+            record(item.task, waiting: failure.retry == .connectivity, error: failure.message)
+            emit(.fileRetrying(path: path, attempt: item.triesThisRun + 1, delay: delay, error: failure.message))
+            backingOff.insertByDue(item)
         }
-        if item.triesThisRun > session.retries {
-            if failure.retry == .connectivity {
-                waiting += 1
-                record(item.task, waiting: true, error: failure.message)
-                emit(.fileWaiting(path: path, error: failure.message))
-            } else {
-                fail(path, item.task, failure.message + " (after \(item.triesThisRun) tries)", bytesDone: kept, validator: item.task.validator)
-            }
-            return
-        }
-        let delay = retryDelay(attempt: item.triesThisRun, baseDelay: session.retryDelay, retryAfter: failure.retryAfter,
-                               jitter: Double.random(in: 0.5...1.0))
-        item.notBefore = stop.clock.monotonic() + delay
-        record(item.task, waiting: failure.retry == .connectivity, error: failure.message)
-        emit(.fileRetrying(path: path, attempt: item.triesThisRun + 1, delay: delay, error: failure.message))
-        backingOff.insertByDue(item)
     }
 
     private func record(_ task: TransferTask, waiting: Bool, error: String) {

@@ -543,20 +543,22 @@ final class PushTransfers: TransferSource {
             }
             item = fresh
         }
-        guard failure.retry != .never, item.tries <= session.retries else {
-            if failure.retry == .connectivity {
-                waiting += 1
-                try? store.markRetrying(item.task.id, waiting: true, attempts: item.task.attempts, error: failure.message, bytesDone: 0, validator: nil)
-                emit(.fileWaiting(path: item.entry.path, error: failure.message))
-            } else {
-                fail(item, failure.message)
-            }
-            return
+        let decision = session.retryRule.decide(message: failure.message, retry: failure.retry, retryAfter: failure.retryAfter,
+                                                triesThisRun: item.tries,
+                                                queuedFor: Timestamp.now().timeInterval - item.task.createdAt.timeInterval,
+                                                jitter: Double.random(in: 0.5...1.0))
+        switch decision {
+        case let .giveUp(message):
+            fail(item, message)
+        case .waitForConnectivity:
+            waiting += 1
+            try? store.markRetrying(item.task.id, waiting: true, attempts: item.task.attempts, error: failure.message, bytesDone: 0, validator: nil)
+            emit(.fileWaiting(path: item.entry.path, error: failure.message))
+        case let .retry(delay):
+            item.notBefore = stop.clock.monotonic() + delay
+            emit(.fileRetrying(path: item.entry.path, attempt: item.tries + 1, delay: delay, error: failure.message))
+            backingOff.insertByDue(item)
         }
-        let delay = retryDelay(attempt: item.tries, baseDelay: session.retryDelay, retryAfter: failure.retryAfter, jitter: Double.random(in: 0.5...1.0))
-        item.notBefore = stop.clock.monotonic() + delay
-        emit(.fileRetrying(path: item.entry.path, attempt: item.tries + 1, delay: delay, error: failure.message))
-        backingOff.insertByDue(item)
     }
 
     private func fail(_ item: Item, _ message: String) {

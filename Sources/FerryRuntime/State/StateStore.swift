@@ -538,7 +538,7 @@ public final class StateStore {
         let now = nowTime.rfc3339
         return try db.transaction { () throws(FerryError) -> [RelativePath: TransferTask] in
             var out: [RelativePath: TransferTask] = [:]
-            let find = try db.prepare("SELECT id, state, sha256, size FROM tasks WHERE session = ? AND path = ?")
+            let find = try db.prepare("SELECT id, state, sha256, size, created_at, attempts FROM tasks WHERE session = ? AND path = ?")
             let insert = try db.prepare("""
                 INSERT INTO tasks (session, path, direction, state, size, sha256, bytes_done, validator, attempts, last_error, created_at, updated_at)
                 VALUES (?, ?, 'push', 'queued', ?, ?, 0, NULL, 0, NULL, ?, ?)
@@ -547,15 +547,23 @@ public final class StateStore {
                 UPDATE tasks SET direction = 'push', state = 'queued', size = ?, sha256 = ?, bytes_done = 0, validator = NULL, attempts = 0,
                 last_error = NULL, created_at = ?, updated_at = ?, not_before = NULL, url = NULL WHERE id = ?
                 """)
+            let requeue = try db.prepare("UPDATE tasks SET state = 'queued', updated_at = ? WHERE id = ?")
             for e in entries {
                 var id: Int64
                 var state = TaskState.queued
+                var (created, attempts) = (nowTime, 0)
                 find.bind(.text(session), .text(e.path.string))
                 if try find.step() {
                     id = find.int(0)
                     let current = TaskState(rawValue: find.text(1) ?? "") ?? .queued
-                    if current == .suspended && find.text(2) == e.sha256.hex {
+                    let sameContent = find.text(2) == e.sha256.hex && (find.isNull(3) ? nil : find.int(3)) == e.size
+                    if current == .suspended && sameContent {
                         state = .suspended
+                    } else if sameContent && current != .done {
+                        // The same upload, still owed since an earlier run: resource-timeout counts from then.
+                        created = find.text(4).flatMap(Timestamp.init(rfc3339:)) ?? nowTime
+                        attempts = Int(find.int(5))
+                        try requeue.bind(.text(now), .int(id)).run()
                     } else {
                         try reset.bind(.optional(e.size), .text(e.sha256.hex), .text(now), .text(now), .int(id)).run()
                     }
@@ -566,7 +574,7 @@ public final class StateStore {
                     id = sqlite3_last_insert_rowid(db.handle)
                 }
                 out[e.path] = TransferTask(id: id, session: session, path: e.path, direction: .push, state: state, size: e.size, sha256: e.sha256.hex,
-                                           bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: nowTime, updatedAt: nowTime)
+                                           bytesDone: 0, validator: nil, attempts: attempts, lastError: nil, createdAt: created, updatedAt: nowTime)
             }
             return out
         }
