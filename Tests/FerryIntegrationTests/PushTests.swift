@@ -91,6 +91,14 @@ struct PushTests {
         let again = box.sync(["--session", "up"])
         #expect(again.exitCode == 0 && again.output.contains("nothing to transfer"), "\(again.output)")
         #expect(String(decoding: FileManager.default.contents(atPath: remoteRoot + "/manifest.json")!, as: UTF8.self).contains("\"version\": 2"))
+
+        // What a manifest cannot list is skipped with a warning (names escaped), never published.
+        try FileManager.default.createSymbolicLink(atPath: src + "/link", withDestinationPath: "index.html")
+        write(src, "bad\nname", Data("x".utf8))
+        let skipping = box.sync(["--session", "up"])
+        #expect(skipping.exitCode == 0, "\(skipping.output)")
+        #expect(skipping.output.contains("skipped symlink link") && skipping.output.contains("skipped bad\\nname"), "\(skipping.output)")
+        #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/link") && !FileManager.default.fileExists(atPath: remoteRoot + "/bad\nname"))
     }
 
     /// A remote to push to: nginx's DAV module, Apache mod_dav, or a local directory.

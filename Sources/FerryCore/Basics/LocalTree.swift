@@ -77,3 +77,28 @@ public struct LocalTree: Sendable {
         }
     }
 }
+
+extension LocalTree {
+    /// The items a manifest can list — regular files whose names a manifest can carry — and a
+    /// warning for each other entry but directories. One rule for `ferry manifest build` and push.
+    public func publishable() -> (files: [Item], skipped: [String]) {
+        var files: [Item] = []
+        var skipped: [String] = []
+        for item in items {
+            let name = Printable.name(item.path.string)
+            switch item.entry.kind {
+            case .directory: continue
+            case .symlink: skipped.append("skipped symlink \(name): manifests list regular files only")
+            case .other: skipped.append("skipped \(name): not a regular file")
+            case .file:
+                do {
+                    _ = try RelativePath(validating: item.path.string)
+                    files.append(item)
+                } catch {
+                    skipped.append("skipped \(name): \(error)")
+                }
+            }
+        }
+        return (files, skipped)
+    }
+}

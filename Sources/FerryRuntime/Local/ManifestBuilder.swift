@@ -22,24 +22,11 @@ public struct ManifestBuilder {
         let scan = try root.scan()
         var warnings = scan.warnings
         let excluded = relativePath(of: outputPath, under: directory)
-        var files: [(RelativePath, LocalEntry)] = []
-        for item in scan.tree.items {
-            let path = item.path, entry = item.entry
-            if path == excluded { continue }
-            if let excluded, path.string.hasPrefix(excluded.string + ".tmp-") { continue }
-            switch entry.kind {
-            case .file:
-                do {
-                    _ = try RelativePath(validating: path.string)
-                    files.append((path, entry))
-                } catch {
-                    warnings.append("skipped \(Printable.name(path.string)): \(error)")
-                }
-            case .symlink: warnings.append("skipped symlink \(Printable.name(path.string)): manifests list regular files only")
-            case .other: warnings.append("skipped \(Printable.name(path.string)): not a regular file")
-            case .directory: break
-            }
-        }
+        let (publishable, skipped) = scan.tree.publishable()
+        warnings += skipped
+        let files = publishable.filter { item in
+            item.path != excluded && !(excluded.map { item.path.string.hasPrefix($0.string + ".tmp-") } ?? false)
+        }.map { ($0.path, $0.entry) }
 
         var version: Int64 = 1
         if let explicitVersion {

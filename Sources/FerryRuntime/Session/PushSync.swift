@@ -280,18 +280,9 @@ final class PushSync {
         var stats: [RelativePath: LocalEntry] = [:]
         var fresh: [(RelativePath, CachedHash)] = []
         var unhashed = Set<RelativePath>()
-        for item in scan.tree.items {
-            switch item.entry.kind {
-            case .directory: continue
-            case .symlink, .other:
-                emit(.warning(message: "not pushed: \(Printable.name(item.path.string)) is a \(item.entry.kind == .symlink ? "symlink" : "special file"); manifests list regular files only"))
-                continue
-            case .file: break
-            }
-            do { _ = try RelativePath(validating: item.path.string) } catch {
-                emit(.warning(message: "not pushed: \(Printable.name(item.path.string)): \(error)"))
-                continue
-            }
+        let (files, skipped) = scan.tree.publishable()
+        for warning in skipped { emit(.warning(message: warning)) }
+        for item in files {
             var entry = item.entry
             var sha = item.verified
             if sha == nil, published.flatMap({ m in m.index(of: item.path).map { m.entries[$0].size } }).map({ $0 == nil || $0 == entry.size }) != true {
