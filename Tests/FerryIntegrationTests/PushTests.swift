@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import FerryCore
 
 /// Push (issue 9): a local tree published to nginx WebDAV (and to a file:// directory), then pulled
 /// by a second session into another directory, byte for byte; the next run publishes adds,
@@ -78,6 +79,15 @@ struct PushTests {
         #expect(String(decoding: manifest, as: UTF8.self).contains("\"version\": 1"))
         let row = box.status().stdout.split(separator: "\n").first { $0.hasPrefix("up ") }.map(String.init) ?? ""
         #expect(row.contains(" push ") && row.contains("v1") && row.contains("exit 0"), "status shows the direction and the version published: \(row)")
+        // Every done upload's task row holds the hash of what was sent (hashed as it went, not before).
+        let status = try JSONSerialization.jsonObject(with: Data(box.status(["--json"]).stdout.utf8)) as? [String: Any]
+        let up = (status?["sessions"] as? [[String: Any]])?.first { $0["name"] as? String == "up" }
+        let rows = up?["tasks"] as? [[String: Any]] ?? []
+        #expect(rows.count == Self.files.count)
+        for (path, data) in Self.files {
+            let row = rows.first { $0["path"] as? String == path }
+            #expect(row?["state"] as? String == "done" && row?["sha256"] as? String == sha256(of: data).hex, "\(path): \(row ?? [:])")
+        }
 
         // Adds, changes and deletes reach the remote with the next run, as version 2.
         write(src, "index.html", Data("<h1>changed</h1>\n".utf8))

@@ -30,9 +30,7 @@ struct RemoteConformanceTests {
                 root = nginx!.root
             }
             try content.write(to: URL(fileURLWithPath: root + "/data.bin"))
-            let hasher = SHA256Hasher()
-            content.withUnsafeBytes { hasher.update($0.baseAddress!, count: $0.count) }
-            entry = ManifestEntry(path: RelativePath(trusted: "data.bin"), size: Int64(content.count), sha256: hasher.finalize())
+            entry = ManifestEntry(path: RelativePath(trusted: "data.bin"), size: Int64(content.count), sha256: sha256(of: content))
             manifest = Array(ManifestWriter.render(version: 1, generated: Timestamp.now(), entries: [entry]).utf8)
             try Data(manifest).write(to: URL(fileURLWithPath: root + "/manifest.json"))
             let url: String
@@ -149,9 +147,7 @@ struct RemoteConformanceTests {
         let localPath = w.scratch + "/up.bin"
         let content = randomData(2_500_000, seed: 78)
         try content.write(to: URL(fileURLWithPath: localPath))
-        let hasher = SHA256Hasher()
-        content.withUnsafeBytes { hasher.update($0.baseAddress!, count: $0.count) }
-        let entry = ManifestEntry(path: RelativePath(trusted: "up/up.bin"), size: Int64(content.count), sha256: hasher.finalize())
+        let entry = ManifestEntry(path: RelativePath(trusted: "up/up.bin"), size: Int64(content.count), sha256: sha256(of: content))
         func stat() -> LocalEntry {
             var st = Glibc.stat()
             lstat(localPath, &st)

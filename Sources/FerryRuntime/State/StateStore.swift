@@ -615,9 +615,15 @@ public final class StateStore {
         guard !done.isEmpty else { return }
         let now = Timestamp.now().rfc3339
         try db.transaction { () throws(FerryError) in
-            let update = try db.cached("UPDATE tasks SET state = \(StateStore.stateAfter(.complete)), attempts = ?, bytes_done = ?, last_error = NULL, updated_at = ? WHERE id = ?")
+            // The row takes the hash verified: an upload hashed as it was sent (or hashed again
+            // after a change) was queued under a placeholder or an older hash.
+            let update = try db.cached("""
+                UPDATE tasks SET state = \(StateStore.stateAfter(.complete)), attempts = ?, bytes_done = ?, size = ?, sha256 = ?, last_error = NULL,
+                updated_at = ? WHERE id = ?
+                """)
             for d in done {
-                try update.bind(.int(Int64(d.task.attempts)), .int(d.cache.size), .text(now), .int(d.task.id)).run()
+                try update.bind(.int(Int64(d.task.attempts)), .int(d.cache.size), .int(d.cache.size), .text(d.cache.sha256.hex), .text(now),
+                                .int(d.task.id)).run()
             }
             try saveHashesInTransaction(session: session, done.map { ($0.task.path, $0.cache) })
         }

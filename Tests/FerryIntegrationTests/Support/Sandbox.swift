@@ -1,5 +1,7 @@
 import Foundation
 import Testing
+@testable import FerryRuntime
+import FerryCore
 
 /// One test's world: a published tree (the remote), a local mirror, ferry's state and a config
 /// file, all under a fresh temporary directory.
@@ -93,6 +95,13 @@ final class Sandbox {
 }
 
 /// Random bytes (deterministic per seed) for test files.
+/// The SHA-256 of `data`, through ferry's own hasher.
+func sha256(of data: Data) -> SHA256Digest {
+    let hasher = SHA256Hasher()
+    data.withUnsafeBytes { if let base = $0.baseAddress { hasher.update(base, count: $0.count) } }
+    return hasher.finalize()
+}
+
 func randomData(_ count: Int, seed: UInt64 = 1) -> Data {
     var state = seed &* 0x9E3779B97F4A7C15 | 1
     var out = Data(count: count)
