@@ -255,6 +255,24 @@ struct PushTests {
         #expect(agent.child.wait(timeout: 10) == 0)
     }
 
+    /// Uploads draw the same progress bars as downloads on a terminal, and hooks and the event
+    /// log see the same events (file-started, file-done, sync-finished) for the push session. The
+    /// remote's directory (site/) does not exist yet: the push makes it, as a file:// push does.
+    @Test func uploadsShowProgressAndReachHooks() throws {
+        let server = try NginxServer()
+        defer { server.stop() }
+        let box = Sandbox("push-tty")
+        write(box.directory + "/src", "big.bin", randomData(3_000_000, seed: 81))
+        let hookLog = box.directory + "/hook.log"
+        try config(box, remote: server.url + "site/", up: "on-file-done = /bin/sh -c 'echo \"$FERRY_PATH\" >> \(hookLog)'")
+        let command = "\(Harness.ferryBinary) sync now --config \(box.config) --session up"
+        let run = runProcess("/usr/bin/script", ["-qec", command, "/dev/null"], environment: ["TERM": "xterm"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(run.stdout.contains("[#") && run.stdout.contains("100%") && run.stdout.contains("ETA"), "a progress bar was drawn: \(run.stdout)")
+        #expect(run.stdout.contains("1 uploaded"), "\(run.stdout)")
+        #expect(fileContents(hookLog) == "big.bin\n", "the file hook ran for the upload: \(fileContents(hookLog) ?? "nothing")")
+    }
+
     /// A file rewritten while it uploads is hashed again and sent again in the same run; the
     /// manifest published lists the bytes that are on the remote.
     @Test(arguments: ["nginx", "file"])

@@ -74,13 +74,34 @@ extension HTTPRemote: RemoteWriting {
         RemoteMove(task: task, url: base.url(for: from), destination: base.url(for: to), settings: settings)
     }
 
-    /// Makes the collections above `path` that are not known to exist, from the top.
+    /// Makes the collections above `path` that are not known to exist, from the top. When even
+    /// the first one has no parent (409), the remote's own directory is missing: it is made too,
+    /// as a `file://` push makes its directory.
     func makeCollections(for path: RelativePath) throws(FerryError) {
         for directory in path.ancestors.reversed() where !dav.exists(directory) {
-            let made = try request("MKCOL", directory, collection: true)
+            var made = try request("MKCOL", directory, collection: true)
+            if made == 409 && directory.ancestors.isEmpty {
+                try makeRemoteDirectory()
+                made = try request("MKCOL", directory, collection: true)
+            }
             // 405: it exists already.
             guard (200..<300).contains(made) || made == 405 else { throw failure("MKCOL", directory, made) }
             dav.made(directory)
+        }
+    }
+
+    /// Makes the collections of the remote URL's path, from the top (405: one exists already).
+    private func makeRemoteDirectory() throws(FerryError) {
+        guard let scheme = base.url.firstRange(of: "://"), let slash = base.url[scheme.upperBound...].firstIndex(of: "/") else { return }
+        let origin = String(base.url[..<slash])
+        var url = origin
+        for segment in base.url[slash...].split(separator: "/") {
+            url += "/" + segment
+            let made = try dav.withHandle { easy throws(FerryError) -> Int in try request(easy, "MKCOL", url: url + "/", headers: [], body: nil) }
+            guard (200..<300).contains(made) || made == 405 else {
+                throw FerryError(.remote, "the remote directory \(base.url) does not exist, and MKCOL \(url)/ was refused: HTTP \(made)",
+                                 hint: "check 'remote =' in the config, or make the directory on the server", cause: .http(status: made))
+            }
         }
     }
 
@@ -102,7 +123,10 @@ extension HTTPRemote: RemoteWriting {
 
     private func request(_ easy: EasyHandle, _ method: String, _ path: RelativePath, headers: [String], body: [UInt8]?,
                          collection: Bool) throws(FerryError) -> Int {
-        let url = base.url(for: path) + (collection ? "/" : "")
+        try request(easy, method, url: base.url(for: path) + (collection ? "/" : ""), headers: headers, body: body)
+    }
+
+    private func request(_ easy: EasyHandle, _ method: String, url: String, headers: [String], body: [UInt8]?) throws(FerryError) -> Int {
         easy.configure(url: url, settings: settings, extraHeaders: headers)
         let sink = BodyBuffer(limit: 64 << 10)
         let sinkRef = Unmanaged.passRetained(sink)

@@ -16,14 +16,18 @@ final class PushSync {
     let agent: AgentConfig
     let options: SyncOptions
     let engine: TransferEngine
-    private let emit: (Event.Body) -> Void
+    let observer: EventSink
 
-    init(session: SessionConfig, agent: AgentConfig, options: SyncOptions, engine: TransferEngine, emit: @escaping (Event.Body) -> Void) {
+    init(session: SessionConfig, agent: AgentConfig, observer: EventSink, options: SyncOptions, engine: TransferEngine) {
         self.session = session
         self.agent = agent
+        self.observer = observer
         self.options = options
         self.engine = engine
-        self.emit = emit
+    }
+
+    private func emit(_ body: Event.Body) {
+        observer.event(Event(time: Timestamp.now(), session: session.name, body: body))
     }
 
     /// Where uploads wait on the remote until they are moved into place.
@@ -103,7 +107,8 @@ final class PushSync {
         }
 
         let tasks = try store.queueUploads(session: session.name, entries: plan.uploads.map(\.entry))
-        let transfers = PushTransfers(session: session, store: store, writer: writer, root: root, emit: emit, stop: options.stop)
+        let transfers = PushTransfers(session: session, store: store, writer: writer, root: root, observer: observer,
+                                      emit: { [unowned self] in self.emit($0) }, stop: options.stop)
         transfers.run(plan.uploads.compactMap { u in
             tasks[u.entry.path].flatMap { task in
                 stats[u.entry.path].map { PushTransfers.Item(entry: u.entry, task: task, stat: $0, hashKnown: !unhashed.contains(u.entry.path)) }
@@ -180,7 +185,7 @@ final class PushSync {
         if result.failed > 0 { result.message = "\(result.failed) deletions on the remote failed" + (result.message.map { "; " + $0 } ?? "") }
     }
 
-    private var cachePath: String { PullSync.cachedManifestPath(state: agent.state, session: session.name) }
+    private var cachePath: String { StateStore.cachedManifestPath(state: agent.state, session: session.name) }
 
     /// The remote's manifest as this run read it: its validators and bytes (nil: there was none).
     private struct Seen {
@@ -343,22 +348,34 @@ final class PushTransfers: TransferSource {
     /// Entries whose hash is known only now: hashed while sent, or hashed again after a change.
     private(set) var rehashed: [RelativePath: ManifestEntry] = [:]
 
-    init(session: SessionConfig, store: StateStore, writer: RemoteWriting, root: LocalRoot, emit: @escaping (Event.Body) -> Void,
-         stop: StopCondition) {
+    private let observer: EventSink
+    private var progress: SyncProgress
+    /// Bytes of the uploads moved into place (for progress).
+    private var completedBytes: Int64 = 0
+
+    init(session: SessionConfig, store: StateStore, writer: RemoteWriting, root: LocalRoot, observer: EventSink,
+         emit: @escaping (Event.Body) -> Void, stop: StopCondition) {
         self.session = session
         self.store = store
         self.writer = writer
         self.root = root
+        self.observer = observer
         self.emit = emit
         self.stop = stop
+        progress = SyncProgress(session: session.name)
     }
 
     func run(_ items: [Item], localRoot: String, engine: TransferEngine) {
         self.localRoot = localRoot
         ready = ArraySlice(items)
         guard !items.isEmpty else { return }
+        progress.filesTotal = items.count
+        progress.bytesTotal = items.reduce(0) { $0 + $1.stat.size }
         engine.run(self)
         flush()
+        progress.active = []
+        progress.bytesDone = completedBytes
+        observer.progress(progress)
     }
 
     var limit: Int { session.transfers ?? Int.max }
@@ -416,6 +433,8 @@ final class PushTransfers: TransferSource {
             for item in moved {
                 uploaded += 1
                 bytesSent += item.sent
+                completedBytes += item.sent
+                progress.filesDone += 1
                 emit(.fileDone(path: item.entry.path, size: item.sent, fetched: item.sent))
             }
         } catch {
@@ -522,6 +541,10 @@ final class PushTransfers: TransferSource {
     }
 
     func tick(_ running: [Transfer]) {
+        let uploads = running.compactMap { $0 as? Upload }
+        progress.active = uploads.map { SyncProgress.Active(path: $0.entry.path, done: $0.sent, size: $0.stat.size) }
+        progress.bytesDone = completedBytes + uploads.reduce(0) { $0 + $1.sent }
+        observer.progress(progress)
         if !moved.isEmpty && MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
     }
 
@@ -554,6 +577,7 @@ final class PushTransfers: TransferSource {
 
     private func fail(_ item: Item, _ message: String) {
         failed += 1
+        progress.filesFailed += 1
         do throws(FerryError) {
             try store.markFailed(item.task.id, attempts: item.task.attempts, error: message, bytesDone: 0, validator: nil)
         } catch {

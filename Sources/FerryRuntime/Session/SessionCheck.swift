@@ -35,7 +35,7 @@ public enum SessionCheck {
         let store = try StateStore(directory: agent.state)
         let lock = try SessionLock(stateDirectory: agent.state, session: session.name)
         defer { withExtendedLifetime(lock) {} }
-        let path = PullSync.cachedManifestPath(state: agent.state, session: session.name)
+        let path = StateStore.cachedManifestPath(state: agent.state, session: session.name)
         guard FileSystem.exists(path), let applied = try store.session(session.name), applied.manifestURL == session.manifestURL else {
             throw .usage("session '\(session.name)' has not applied a manifest from \(session.manifestURL) yet: there is nothing to check against",
                          hint: "run ferry sync now --session \(session.name) first")

@@ -33,7 +33,7 @@ public final class SessionRunner {
     public func run(_ jobs: [Job], sinks: [EventSink]) -> [SyncResult] {
         let hub = EventHub(sinks)
         let running = jobs.map { job in
-            let sync = PullSync(session: job.session, agent: agent, observer: hub, options: job.options, engine: engine)
+            let sync = SessionRun(session: job.session, agent: agent, observer: hub, options: job.options, engine: engine)
             return BackgroundWork(name: "ferry-session") { () throws(Never) -> SyncResult in sync.run() }
         }
         return running.map { $0.wait() }
@@ -42,7 +42,7 @@ public final class SessionRunner {
     /// Starts one job on a thread of its own and returns at once; `finished` gets its result on
     /// that thread (the agent's way: a cycle per session as its poll comes due).
     public func start(_ job: Job, observer: EventSink, finished: @escaping @Sendable (SyncResult) -> Void) {
-        let sync = PullSync(session: job.session, agent: agent, observer: observer, options: job.options, engine: engine)
+        let sync = SessionRun(session: job.session, agent: agent, observer: observer, options: job.options, engine: engine)
         _ = BackgroundWork(name: "ferry-session") { () throws(Never) -> SyncResult in
             let result = sync.run()
             finished(result)

@@ -705,4 +705,8 @@ extension Timestamp {
     var timespecValue: timespec { timespec(tv_sec: Int(seconds), tv_nsec: Int(nanoseconds)) }
 }
 
-
+extension StateStore {
+    /// Where a session keeps the manifest it last accepted (the one a 304 stands for); for a push
+    /// session, the one it last published.
+    static func cachedManifestPath(state: String, session: String) -> String { state + "/manifests/" + session + ".manifest" }
+}

@@ -1,0 +1,134 @@
+import Glibc
+import FerryCore
+
+/// Progress of one run, for progress bars.
+public struct SyncProgress: Sendable {
+    public struct Active: Sendable {
+        public let path: RelativePath
+        public let done: Int64
+        public let size: Int64?
+    }
+    public var session: String
+    public var filesTotal = 0
+    public var filesDone = 0
+    public var filesFailed = 0
+    public var bytesTotal: Int64 = 0
+    /// Bytes of finished files plus bytes written so far to files in flight.
+    public var bytesDone: Int64 = 0
+    public var active: [Active] = []
+
+    public init(session: String) { self.session = session }
+}
+
+/// Where events and progress go: the terminal or `--json` lines today; the journal, hooks, metrics
+/// and sd_notify with the agent. A sink is called one event at a time (`EventHub`).
+public protocol EventSink: AnyObject {
+    func event(_ event: Event)
+    func progress(_ progress: SyncProgress)
+}
+
+public struct SyncOptions: Sendable {
+    public var dryRun = false
+    /// New downloads begin no earlier than this (`--not-before`); overrides `earliest-begin`.
+    public var notBefore: EarliestBegin?
+    /// When to stop early (deadline, signal); a stopped run exits 3 and the next one resumes.
+    public var stop = StopCondition(maxDuration: nil)
+    /// Try a failed manifest fetch again within the run (`retries`). The agent says no: its poll
+    /// schedule is the retry.
+    public var retryManifest = true
+    /// Nothing under the local root changed since a run left the session in sync (the agent's
+    /// inotify watch says so): an unchanged manifest (304) ends the run at once, in sync.
+    public var localUnchanged = false
+    public init(dryRun: Bool = false, stop: StopCondition = StopCondition(maxDuration: nil)) {
+        self.dryRun = dryRun
+        self.stop = stop
+    }
+}
+
+/// The outcome of one run for one session.
+public struct SyncResult: Sendable {
+    public var session: String
+    public var exitCode: ExitCode = .inSync
+    public var downloaded = 0
+    public var failed = 0
+    /// Files waiting for connectivity at the end of the run.
+    public var waiting = 0
+    /// Files suspended by `ferry cancel`.
+    public var suspended = 0
+    /// Files delayed by `earliest-begin` / `--not-before`, and the earliest time one begins.
+    public var delayed = 0
+    public var nextBegin: Timestamp?
+    /// Files a discretionary session holds, and the conditions they wait for.
+    public var held = 0
+    public var heldFor: String?
+    public var deleted = 0
+    public var bytes: Int64 = 0
+    public var hashed = 0
+    public var plan: Plan?
+    /// The run-level error, if the run could not go on.
+    public var error: FerryError?
+    /// Why the run did not end in sync (failed files, refused deletions), or what a dry run would do.
+    public var message: String?
+    /// What the user can do about it.
+    public var hint: String?
+}
+
+/// One run of one session, either direction: the session's lock, the run recorded in the state
+/// store (started, finished, exit code, held), the direction's cycle (`PullSync`, `PushSync`),
+/// and the events that open and close it. The cycle fills in the result; a run-level error ends it.
+final class SessionRun {
+    let session: SessionConfig
+    let agent: AgentConfig
+    let observer: EventSink
+    let options: SyncOptions
+    let engine: TransferEngine
+
+    init(session: SessionConfig, agent: AgentConfig, observer: EventSink, options: SyncOptions, engine: TransferEngine) {
+        self.session = session
+        self.agent = agent
+        self.observer = observer
+        self.options = options
+        self.engine = engine
+    }
+
+    private func emit(_ body: Event.Body) {
+        observer.event(Event(time: Timestamp.now(), session: session.name, body: body))
+    }
+
+    func run() -> SyncResult {
+        let started = MonotonicClock.seconds()
+        var result = SyncResult(session: session.name)
+        emit(.syncStarted(direction: session.direction, dryRun: options.dryRun))
+        var store: StateStore?
+        do throws(FerryError) {
+            let state = try StateStore(directory: agent.state)
+            store = state
+            var lock: SessionLock?
+            if !options.dryRun {
+                lock = try SessionLock(stateDirectory: agent.state, session: session.name)
+                try state.recordRunStarted(session: session.name, pid: getpid(), deadline: options.stop.deadlineTime)
+            }
+            switch session.direction {
+            case .pull:
+                try PullSync(session: session, agent: agent, observer: observer, options: options, engine: engine).cycle(store: state, result: &result)
+            case .push:
+                try PushSync(session: session, agent: agent, observer: observer, options: options, engine: engine).cycle(store: state, result: &result)
+            }
+            withExtendedLifetime(lock) {}
+        } catch {
+            result.error = error
+            result.exitCode = RunOutcome(error: error.category).exitCode
+            result.message = error.message
+            result.hint = error.hint
+        }
+        // A run refused as busy never ran: the status belongs to the process that holds the session.
+        if let store, !options.dryRun, result.error?.category != .busy {
+            try? store.recordRunFinished(session: session.name, exitCode: result.exitCode.rawValue, message: result.message)
+            try? store.recordHold(session: session.name, waitsFor: result.heldFor)
+        }
+        emit(.syncFinished(exitCode: result.exitCode.rawValue, downloaded: result.downloaded, failed: result.failed,
+                           deleted: result.deleted, bytes: result.bytes, seconds: MonotonicClock.seconds() - started,
+                           message: result.message, hint: result.hint, dryRun: options.dryRun))
+        return result
+    }
+}
