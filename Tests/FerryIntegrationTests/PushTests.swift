@@ -273,6 +273,71 @@ struct PushTests {
         #expect(fileContents(hookLog) == "big.bin\n", "the file hook ran for the upload: \(fileContents(hookLog) ?? "nothing")")
     }
 
+    /// A push session follows the same scheduling rules as a pull session: discretionary
+    /// conditions hold its uploads (exit 3, nothing published), and `--not-before` /
+    /// `earliest-begin` delay new uploads to their time.
+    @Test func discretionaryAndDelayedUploadsWaitForTheirTime() throws {
+        let remoteRoot = Harness.temporaryDirectory("push-held-remote")
+        defer { Harness.remove(remoteRoot) }
+        let box = Sandbox("push-held")
+        let src = box.directory + "/src"
+        write(src, "a.txt", Data("a\n".utf8))
+        let t = (Int(time(nil)) + 7200) % 86_400
+        let window = String(format: "%02d:%02d-%02d:%02d", t / 3600, t / 60 % 60, (t / 3600 + 1) % 24, t / 60 % 60)
+        try config(box, remote: "file://" + remoteRoot, up: "discretionary = yes\nrequire-ac-power = no\nrequire-unmetered = no\nwindow = \(window)")
+        let host = ["TZ": "UTC", "FERRY_HOST_ROOT": box.directory + "/host"]
+        let held = box.sync(["--session", "up"], environment: host)
+        #expect(held.exitCode == 3, "\(held.output)")
+        #expect(held.output.contains("wait for the session's discretionary conditions: the time window \(window)"), "\(held.output)")
+        #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/manifest.json") && !FileManager.default.fileExists(atPath: remoteRoot + "/a.txt"))
+        #expect(box.status().stdout.contains("held"), "\(box.status().stdout)")
+
+        try config(box, remote: "file://" + remoteRoot)
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        #expect(fileContents(remoteRoot + "/a.txt") == "a\n")
+
+        write(src, "b.txt", Data("b\n".utf8))
+        let delayed = box.sync(["--session", "up", "--not-before", "2s"])
+        #expect(delayed.exitCode == 3 && delayed.output.contains("1 uploads are delayed"), "\(delayed.output)")
+        #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/b.txt"))
+        #expect(fileContents(remoteRoot + "/manifest.json")?.contains("\"version\": 1") == true, "nothing published before its time")
+        let early = box.sync(["--session", "up"])
+        #expect(early.exitCode == 3, "the task keeps its time in the next run: \(early.output)")
+        usleep(2_200_000)
+        let due = box.sync(["--session", "up"])
+        #expect(due.exitCode == 0, "\(due.output)")
+        #expect(fileContents(remoteRoot + "/b.txt") == "b\n" && fileContents(remoteRoot + "/manifest.json")?.contains("\"version\": 2") == true)
+    }
+
+    /// `ferry cancel` stops an upload in flight (nothing reaches a final name, no manifest is
+    /// published) and later runs skip it; `ferry resume` sends it and publishes.
+    @Test func cancelSuspendsAnUploadAndResumeFinishesIt() throws {
+        let server = try NginxServer()
+        defer { server.stop() }
+        let remoteRoot = server.root + "/site"
+        let box = Sandbox("push-cancel")
+        let big = randomData(4_000_000, seed: 91)
+        write(box.directory + "/src", "big.bin", big)
+        try config(box, remote: server.url + "site/", up: "bwlimit = 1M")
+        let push = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"],
+                             stdout: box.directory + "/push.out", stderr: box.directory + "/push.err")
+        usleep(1_500_000)
+        let cancel = ferry(["cancel", "--config", box.config, "--session", "up"])
+        #expect(cancel.stdout.contains("suspended task") && cancel.stdout.contains("big.bin"), "\(cancel.output)")
+        #expect(push.wait(timeout: 20) == 3, "\(fileContents(box.directory + "/push.err") ?? "")")
+        let said = (fileContents(box.directory + "/push.out") ?? "") + (fileContents(box.directory + "/push.err") ?? "")
+        #expect(said.contains("1 uploads are suspended by ferry cancel"), "\(said)")
+        #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/big.bin") && !FileManager.default.fileExists(atPath: remoteRoot + "/manifest.json"))
+        let skipped = box.sync(["--session", "up"])
+        #expect(skipped.exitCode == 3 && !FileManager.default.fileExists(atPath: remoteRoot + "/big.bin"), "a later run skips it: \(skipped.output)")
+
+        try config(box, remote: server.url + "site/")
+        let resumed = ferry(["resume", "--config", box.config, "--session", "up"])
+        #expect(resumed.exitCode == 0, "\(resumed.output)")
+        #expect(FileManager.default.contents(atPath: remoteRoot + "/big.bin") == big)
+        #expect(fileContents(remoteRoot + "/manifest.json")?.contains("big.bin") == true)
+    }
+
     /// A file rewritten while it uploads is hashed again and sent again in the same run; the
     /// manifest published lists the bytes that are on the remote.
     @Test(arguments: ["nginx", "file"])

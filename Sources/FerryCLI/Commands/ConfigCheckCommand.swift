@@ -28,7 +28,8 @@ struct ConfigCheckCommand: Command {
             if s.delete { notes.append("delete, max \(s.maxDelete)") }
             if let bwlimit = s.bwlimit { notes.append("bwlimit \(bwlimit)") }
             if s.priority != 0 { notes.append("priority \(s.priority)") }
-            Console.out("  [session \(s.name)] \(s.direction.rawValue) \(s.manifestURL) → \(s.local)" + (notes.isEmpty ? "" : " (\(notes.joined(separator: ", ")))"))
+            let flow = s.direction == .push ? "\(s.local) → \(s.manifestURL)" : "\(s.manifestURL) → \(s.local)"
+            Console.out("  [session \(s.name)] \(s.direction.rawValue) \(flow)" + (notes.isEmpty ? "" : " (\(notes.joined(separator: ", ")))"))
             if let discretion = s.discretion {
                 // What the conditions say right now, so a window or a threshold can be checked.
                 let unmet = discretion.unmet(HostProbe.shared.state(local: s.local, networkMetered: config.agent.networkMetered))

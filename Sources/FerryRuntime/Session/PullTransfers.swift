@@ -113,7 +113,7 @@ final class PullTransfers: TransferSource {
             engine.run(self)
         }
         flush()
-        acknowledgeOpenSuspension()
+        suspensions.acknowledgeOpen()
         if let heldFor {
             // What had not begun, waited out a backoff or was stopped when the conditions ended.
             let left = Array(ready) + backingOff
@@ -266,33 +266,14 @@ final class PullTransfers: TransferSource {
         }
     }
 
-    private var lastSuspendCheck = MonotonicClock.seconds()
-    /// A `ferry cancel` request being carried out: its number, and the transfers asked to stop for it.
-    private var suspension: (request: Int64, stopping: Set<Int64>)?
+    private lazy var suspensions = Suspensions(session: session.name, store: store)
 
-    /// Honours `ferry cancel` from another process: polled once a second. The request is answered
-    /// (`acknowledgeSuspensions`) once every transfer it stopped has left the engine and every file
-    /// committed before it took effect is recorded done, so cancel can say what really happened.
+    /// Honours `ferry cancel` from another process (`Suspensions`); suspended items are held
+    /// here, and `ferry resume` can put them back in line while this run goes on.
     private func applySuspensions(_ active: [Download]) {
         do throws(FerryError) {
-            if let (request, stopping) = suspension {
-                guard !active.contains(where: { stopping.contains($0.task.id) }) else { return }
-                flush()
-                try store.acknowledgeSuspensions(session: session.name, upTo: request)
-                suspension = nil
-            }
-            let now = MonotonicClock.seconds()
-            guard now - lastSuspendCheck >= 1 else { return }
-            lastSuspendCheck = now
-            try takeResumed()
-            let (requested, handled) = try store.suspendRequests(session: session.name)
-            guard requested > handled else { return }
-            let ids = try store.suspendedTaskIDs(session: session.name)
-            var stopping = Set<Int64>()
-            for d in active where ids.contains(d.task.id) {
-                d.cancelRequested = true
-                stopping.insert(d.task.id)
-            }
+            guard let ids = try suspensions.check(running: active.map(\.task.id), recordFinished: flush, everySecond: takeResumed) else { return }
+            for d in active where ids.contains(d.task.id) { d.cancelRequested = true }
             func drop(_ item: Item) -> Bool {
                 guard ids.contains(item.task.id) else { return false }
                 suspended += 1
@@ -302,7 +283,6 @@ final class PullTransfers: TransferSource {
             }
             ready = ArraySlice(ready.filter { !drop($0) })
             backingOff.removeAll { drop($0) }
-            suspension = (requested, stopping)
         } catch {
             storeError = error
         }
@@ -319,13 +299,6 @@ final class PullTransfers: TransferSource {
             suspended -= 1
             ready.append(Item(download: item.download, task: task))
         }
-    }
-
-    /// Answers a cancel request still open when the transfers end (nothing runs any more).
-    private func acknowledgeOpenSuspension() {
-        guard let (request, _) = suspension else { return }
-        try? store.acknowledgeSuspensions(session: session.name, upTo: request)
-        suspension = nil
     }
 
     private func tick(downloads active: [Download]) {

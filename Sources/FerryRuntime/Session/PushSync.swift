@@ -106,9 +106,11 @@ final class PushSync {
             try writer.remove(file)  // the now empty directory where a local file goes
         }
 
-        let tasks = try store.queueUploads(session: session.name, entries: plan.uploads.map(\.entry))
+        let notBefore = (options.notBefore ?? session.earliestBegin)?.time(from: Timestamp.now())
+        let tasks = try store.queueUploads(session: session.name, entries: plan.uploads.map(\.entry), notBefore: notBefore)
         let transfers = PushTransfers(session: session, store: store, writer: writer, root: root, observer: observer,
-                                      emit: { [unowned self] in self.emit($0) }, stop: options.stop)
+                                      emit: { [unowned self] in self.emit($0) }, stop: options.stop,
+                                      gate: DiscretionGate(session: session, agent: agent))
         transfers.run(plan.uploads.compactMap { u in
             tasks[u.entry.path].flatMap { task in
                 stats[u.entry.path].map { PushTransfers.Item(entry: u.entry, task: task, stat: $0, hashKnown: !unhashed.contains(u.entry.path)) }
@@ -117,10 +119,17 @@ final class PushSync {
         result.downloaded = transfers.uploaded
         result.bytes = transfers.bytesSent
         result.failed = transfers.failed
+        result.waiting = transfers.waiting
+        result.suspended = transfers.suspended
+        result.delayed = transfers.delayed
+        result.nextBegin = transfers.nextBegin
+        result.held = transfers.onHold
+        result.heldFor = transfers.heldFor
         if let error = transfers.storeError { throw error }
         let stopped = transfers.stopped ?? options.stop.reason
 
-        var unfinished = transfers.failed + transfers.waiting
+        let notDone = transfers.failed + transfers.waiting + transfers.suspended + transfers.delayed + transfers.onHold
+        var unfinished = notDone
         if stopped == nil && unfinished == 0 && transfers.uploaded < plan.uploads.count {
             unfinished = plan.uploads.count - transfers.uploaded
         }
@@ -131,11 +140,19 @@ final class PushSync {
         }
         guard stopped == nil && unfinished == 0 else {
             let outcome = RunOutcome(failed: transfers.failed, deletionsRefused: plan.refusedDeletions != nil, waiting: transfers.waiting,
-                                     stopped: stopped != nil)
+                                     stopped: stopped != nil || notDone < unfinished, suspended: transfers.suspended, delayed: transfers.delayed,
+                                     held: transfers.onHold)
             result.exitCode = outcome.exitCode
             var reasons: [String] = []
             if transfers.failed > 0 { reasons.append("\(transfers.failed) of \(plan.uploads.count) uploads failed") }
             if transfers.waiting > 0 { reasons.append("the remote could not be reached for \(transfers.waiting) uploads") }
+            if transfers.suspended > 0 { reasons.append("\(transfers.suspended) uploads are suspended by ferry cancel; ferry resume continues them") }
+            if transfers.delayed > 0 {
+                reasons.append("\(transfers.delayed) uploads are delayed; the first may begin at \(transfers.nextBegin?.rfc3339 ?? "?"), in a later run")
+            }
+            if transfers.onHold > 0, let heldFor = transfers.heldFor {
+                reasons.append("\(transfers.onHold) uploads wait for the session's discretionary conditions: \(heldFor); they begin when the conditions hold")
+            }
             if let stopped { reasons.append("\(stopped); the next run uploads what is left") }
             reasons.append("the manifest was not published, so readers of the remote still see version \(published?.version.map(String.init) ?? "none")")
             result.message = reasons.joined(separator: "; ")
@@ -349,12 +366,22 @@ final class PushTransfers: TransferSource {
     private(set) var rehashed: [RelativePath: ManifestEntry] = [:]
 
     private let observer: EventSink
+    /// A discretionary session's conditions (nil: uploads go at any time).
+    private let gate: DiscretionGate?
+    /// What the uploads wait for, when the session's conditions did not hold, and how many wait (`onHold`).
+    private(set) var heldFor: String?
+    private(set) var onHold = 0
+    /// Uploads suspended by `ferry cancel`; delayed to a later time (`earliest-begin`), and the soonest.
+    private(set) var suspended = 0
+    private(set) var delayed = 0
+    private(set) var nextBegin: Timestamp?
     private var progress: SyncProgress
     /// Bytes of the uploads moved into place (for progress).
     private var completedBytes: Int64 = 0
 
     init(session: SessionConfig, store: StateStore, writer: RemoteWriting, root: LocalRoot, observer: EventSink,
-         emit: @escaping (Event.Body) -> Void, stop: StopCondition) {
+         emit: @escaping (Event.Body) -> Void, stop: StopCondition, gate: DiscretionGate?) {
+        self.gate = gate
         self.session = session
         self.store = store
         self.writer = writer
@@ -367,12 +394,39 @@ final class PushTransfers: TransferSource {
 
     func run(_ items: [Item], localRoot: String, engine: TransferEngine) {
         self.localRoot = localRoot
-        ready = ArraySlice(items)
-        guard !items.isEmpty else { return }
-        progress.filesTotal = items.count
-        progress.bytesTotal = items.reduce(0) { $0 + $1.stat.size }
-        engine.run(self)
+        let now = Timestamp.now()
+        var runnable: [Item] = []
+        for item in items {
+            if item.task.state == .suspended {
+                suspended += 1
+                emit(.fileSuspended(path: item.entry.path, offset: 0))
+            } else if item.task.state == .delayed, let until = item.task.notBefore, until > now {
+                delayed += 1
+                nextBegin = min(nextBegin ?? until, until)
+                emit(.fileDelayed(path: item.entry.path, until: until))
+            } else {
+                runnable.append(item)
+            }
+        }
+        ready = ArraySlice(runnable)
+        guard !runnable.isEmpty else { return }
+        progress.filesTotal = runnable.count
+        progress.bytesTotal = runnable.reduce(0) { $0 + $1.stat.size }
+        if let reason = gate?.waitsFor() {
+            heldFor = reason
+        } else {
+            engine.run(self)
+        }
         flush()
+        suspensions.acknowledgeOpen()
+        if let heldFor {
+            // What had not begun, or waited out a backoff, when the conditions ended; what was
+            // being sent was counted as it was interrupted.
+            let left = Array(ready) + backingOff + toMove
+            onHold += left.count
+            do throws(FerryError) { try store.requeue(left.map(\.task.id)) } catch { storeError = error }
+            if onHold > 0 { emit(.sessionHeld(files: onHold, waitsFor: heldFor)) } else { self.heldFor = nil }
+        }
         progress.active = []
         progress.bytesDone = completedBytes
         observer.progress(progress)
@@ -386,6 +440,11 @@ final class PushTransfers: TransferSource {
         if storeError != nil { return true }
         if let reason = stop.reason {
             stopped = reason
+            return true
+        }
+        if let reason = gate?.waitsFor() {
+            // A discretionary condition ended: what is being sent stops, and everything waits.
+            heldFor = reason
             return true
         }
         return false
@@ -506,8 +565,7 @@ final class PushTransfers: TransferSource {
                 try? writer.remove(temporary)
                 retryOrFail(item, failure)
             case .interrupted:
-                try? writer.remove(temporary)
-                emit(.fileInterrupted(path: item.entry.path, offset: 0))
+                interrupted(item, cancelled: upload.cancelRequested)
             }
         }
     }
@@ -535,12 +593,47 @@ final class PushTransfers: TransferSource {
             try? writer.remove(temporary)
             fail(item, failure.message)
         case .interrupted:
-            try? writer.remove(temporary)
-            emit(.fileInterrupted(path: item.entry.path, offset: 0))
+            interrupted(item)
+        }
+    }
+
+    /// An upload or move stopped before it ended: its temporary upload goes (a WebDAV PUT starts
+    /// again from zero). Stopped because the session's conditions ended, it waits for them, queued.
+    private func interrupted(_ item: Item, cancelled: Bool = false) {
+        try? writer.remove(PushSync.temporaryName(task: item.task.id))
+        emit(.fileInterrupted(path: item.entry.path, offset: 0))
+        if cancelled {
+            suspended += 1
+        } else if heldFor != nil {
+            onHold += 1
+            do throws(FerryError) { try store.requeue([item.task.id]) } catch { storeError = error }
+        }
+    }
+
+    private lazy var suspensions = Suspensions(session: session.name, store: store)
+
+    /// Honours `ferry cancel` from another process (`Suspensions`): an upload it suspends stops
+    /// (its temporary upload goes) and waits for `ferry resume`; the manifest is not published.
+    private func applySuspensions(_ running: [Transfer]) {
+        do throws(FerryError) {
+            guard let ids = try suspensions.check(running: running.compactMap { ($0 as? Upload)?.task.id }, recordFinished: flush,
+                                                  everySecond: {}) else { return }
+            for case let upload as Upload in running where ids.contains(upload.task.id) { upload.cancelRequested = true }
+            func drop(_ item: Item) -> Bool {
+                guard ids.contains(item.task.id) else { return false }
+                suspended += 1
+                emit(.fileSuspended(path: item.entry.path, offset: 0))
+                return true
+            }
+            ready = ArraySlice(ready.filter { !drop($0) })
+            backingOff.removeAll { drop($0) }
+        } catch {
+            storeError = error
         }
     }
 
     func tick(_ running: [Transfer]) {
+        applySuspensions(running)
         let uploads = running.compactMap { $0 as? Upload }
         progress.active = uploads.map { SyncProgress.Active(path: $0.entry.path, done: $0.sent, size: $0.stat.size) }
         progress.bytesDone = completedBytes + uploads.reduce(0) { $0 + $1.sent }

@@ -531,50 +531,63 @@ public final class StateStore {
     }
 
     /// Records push tasks for `entries` (the uploads a plan made): a new row, or the path's row
-    /// started over for this content. A task suspended by `ferry cancel` for the same content stays so.
-    public func queueUploads(session: String, entries: [ManifestEntry]) throws(FerryError) -> [RelativePath: TransferTask] {
+    /// started over for this content, delayed to `notBefore` when that is still to come
+    /// (`earliest-begin`, `--not-before`); a task suspended by `ferry cancel` stays suspended. A
+    /// task for the same content still owed since an earlier run keeps its row as it is: delayed to
+    /// its time, or back in line with when it was first queued (resource-timeout counts from then)
+    /// and its attempts.
+    public func queueUploads(session: String, entries: [ManifestEntry], notBefore: Timestamp? = nil) throws(FerryError) -> [RelativePath: TransferTask] {
         guard !entries.isEmpty else { return [:] }
         let nowTime = Timestamp.now()
         let now = nowTime.rfc3339
+        let delayUntil = notBefore.flatMap { $0 > nowTime ? $0 : nil }
+        let fresh: TaskState = delayUntil == nil ? .queued : .delayed
         return try db.transaction { () throws(FerryError) -> [RelativePath: TransferTask] in
             var out: [RelativePath: TransferTask] = [:]
-            let find = try db.prepare("SELECT id, state, sha256, size, created_at, attempts FROM tasks WHERE session = ? AND path = ?")
+            let find = try db.prepare("SELECT id, state, sha256, size, created_at, attempts, not_before FROM tasks WHERE session = ? AND path = ?")
             let insert = try db.prepare("""
-                INSERT INTO tasks (session, path, direction, state, size, sha256, bytes_done, validator, attempts, last_error, created_at, updated_at)
-                VALUES (?, ?, 'push', 'queued', ?, ?, 0, NULL, 0, NULL, ?, ?)
+                INSERT INTO tasks (session, path, direction, state, size, sha256, bytes_done, validator, attempts, last_error, created_at, updated_at, not_before)
+                VALUES (?, ?, 'push', ?, ?, ?, 0, NULL, 0, NULL, ?, ?, ?)
                 """)
             let reset = try db.prepare("""
-                UPDATE tasks SET direction = 'push', state = 'queued', size = ?, sha256 = ?, bytes_done = 0, validator = NULL, attempts = 0,
-                last_error = NULL, created_at = ?, updated_at = ?, not_before = NULL, url = NULL WHERE id = ?
+                UPDATE tasks SET direction = 'push', state = ?, size = ?, sha256 = ?, bytes_done = 0, validator = NULL, attempts = 0,
+                last_error = NULL, created_at = ?, updated_at = ?, not_before = ?, url = NULL WHERE id = ?
                 """)
             let requeue = try db.prepare("UPDATE tasks SET state = 'queued', updated_at = ? WHERE id = ?")
             for e in entries {
                 var id: Int64
-                var state = TaskState.queued
-                var (created, attempts) = (nowTime, 0)
+                var state = fresh
+                var (created, attempts, until) = (nowTime, 0, delayUntil)
                 find.bind(.text(session), .text(e.path.string))
                 if try find.step() {
                     id = find.int(0)
                     let current = TaskState(rawValue: find.text(1) ?? "") ?? .queued
                     let sameContent = find.text(2) == e.sha256.hex && (find.isNull(3) ? nil : find.int(3)) == e.size
-                    if current == .suspended && sameContent {
-                        state = .suspended
-                    } else if sameContent && current != .done {
-                        // The same upload, still owed since an earlier run: resource-timeout counts from then.
+                    if sameContent && current != .done {
                         created = find.text(4).flatMap(Timestamp.init(rfc3339:)) ?? nowTime
                         attempts = Int(find.int(5))
-                        try requeue.bind(.text(now), .int(id)).run()
+                        until = find.text(6).flatMap(Timestamp.init(rfc3339:))
+                        state = current
+                        if current != .suspended && current != .delayed {
+                            state = .queued
+                            try requeue.bind(.text(now), .int(id)).run()
+                        }
                     } else {
-                        try reset.bind(.optional(e.size), .text(e.sha256.hex), .text(now), .text(now), .int(id)).run()
+                        // New content: a task suspended by `ferry cancel` stays suspended until `ferry resume`.
+                        state = current == .suspended ? .suspended : fresh
+                        try reset.bind(.text(state.rawValue), .optional(e.size), .text(e.sha256.hex), .text(now), .text(now),
+                                       .optional(state == .delayed ? delayUntil?.rfc3339 : nil), .int(id)).run()
                     }
                     find.reset()
                 } else {
                     find.reset()
-                    try insert.bind(.text(session), .text(e.path.string), .optional(e.size), .text(e.sha256.hex), .text(now), .text(now)).run()
+                    try insert.bind(.text(session), .text(e.path.string), .text(fresh.rawValue), .optional(e.size), .text(e.sha256.hex),
+                                    .text(now), .text(now), .optional(delayUntil?.rfc3339)).run()
                     id = sqlite3_last_insert_rowid(db.handle)
                 }
                 out[e.path] = TransferTask(id: id, session: session, path: e.path, direction: .push, state: state, size: e.size, sha256: e.sha256.hex,
-                                           bytesDone: 0, validator: nil, attempts: attempts, lastError: nil, createdAt: created, updatedAt: nowTime)
+                                           bytesDone: 0, validator: nil, attempts: attempts, lastError: nil, createdAt: created, updatedAt: nowTime,
+                                           notBefore: state == .delayed ? until : nil)
             }
             return out
         }
