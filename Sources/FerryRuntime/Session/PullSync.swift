@@ -292,26 +292,10 @@ final class PullSync {
 
     /// Asks the remote for the manifest, conditionally when the cache holds the last one.
     private func requestManifest(record: SessionRecord?, remote: Remote) throws(FerryError) -> ManifestFetch {
-        let url = session.manifestURL
-        let sameURL = record?.manifestURL == url && FileSystem.exists(cachePath)
-        var attempt = 1
-        var fetched: ManifestFetch
-        while true {
-            do throws(FerryError) {
-                fetched = try remote.fetchManifest(url: url, etag: sameURL ? record?.manifestETag : nil,
-                                                   lastModified: sameURL ? record?.manifestLastModified : nil, maximumSize: session.maxManifestSize)
-                break
-            } catch {
-                // The same retry rules as transfers: what may pass is tried `retries` more times.
-                guard options.retryManifest, error.retryClass != .never, attempt <= session.retries else { throw error }
-                let delay = retryDelay(attempt: attempt, baseDelay: session.retryDelay, retryAfter: nil, jitter: Double.random(in: 0.5...1.0))
-                attempt += 1
-                emit(.manifestRetrying(url: url, attempt: attempt, delay: delay, error: error.message))
-                let clock = options.stop.clock
-                guard clock.wait(until: clock.monotonic() + delay, interrupted: { options.stop.reason != nil }) else { throw error }
-            }
-        }
-        return fetched
+        let sameURL = record?.manifestURL == session.manifestURL && FileSystem.exists(cachePath)
+        return try remote.fetchManifest(of: session, etag: sameURL ? record?.manifestETag : nil,
+                                        lastModified: sameURL ? record?.manifestLastModified : nil, options: options,
+                                        emit: { [unowned self] in self.emit($0) })
     }
 
     /// The manifest an answer stands for, parsed (the cached one for a 304); the caller accepts it

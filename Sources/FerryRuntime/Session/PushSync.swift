@@ -246,8 +246,9 @@ final class PushSync {
         }
         var now: Manifest?
         do {
-            switch try remote.fetchManifest(url: url, etag: last == nil ? nil : record?.manifestETag,
-                                            lastModified: last == nil ? nil : record?.manifestLastModified, maximumSize: session.maxManifestSize) {
+            switch try remote.fetchManifest(of: session, etag: last == nil ? nil : record?.manifestETag,
+                                            lastModified: last == nil ? nil : record?.manifestLastModified, options: options,
+                                            emit: { [unowned self] in self.emit($0) }) {
             case .unchanged:
                 seen = Seen(etag: record?.manifestETag, lastModified: record?.manifestLastModified, bytes: last?.bytes)
                 return (last?.manifest, [], last?.manifest.version)
