@@ -246,6 +246,11 @@ def push_sections(ferry, runs):
     ]
     sections.append(("push: unchanged 10,000-file tree", measure("push unchanged", tools, runs), "rclone copy (webdav, no-op)", 0.3,
                      "one manifest check, nothing uploaded; wall ≤ 0.3 × rclone's no-op copy"))
+    # The agent on the same published session: each poll is one conditional GET of the manifest,
+    # and with inotify watching the tree, no scan.
+    open(cfg, "a").write("poll = 1s\n")
+    sections.append(("ferry agent at rest, push 10,000-file session", agent_at_rest(ferry, cfg), "at-rest", None,
+                     "cheap at rest: an unchanged push poll (304, tree untouched) costs one request and no scan"))
     dav.stop()
     shutil.rmtree(src, ignore_errors=True)
     shutil.rmtree(www, ignore_errors=True)
