@@ -96,7 +96,8 @@ struct DiscretionAndBandwidthTests {
         usleep(1_000_000)
 
         host.power(mains: false)
-        let held = box.waitForStatus(containing: "AC power", timeout: 15)
+        // The agent says how many files wait once the held cycle has ended (the run records the hold a moment before).
+        let held = box.waitForStatus(containing: "held: 1 files wait for AC power", timeout: 15)
         #expect(held.contains("held: 1 files wait for AC power (the machine runs on battery)"), "\(held)\n\(agent.output)")
         let kept = try #require(box.status(["--json"]).stdout.firstMatch(of: /"bytes_done":(\d+)/).map { Int($0.1)! })
         #expect(kept > 0 && kept < content.count, "the running transfer checkpointed: \(kept)")
