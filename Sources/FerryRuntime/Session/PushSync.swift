@@ -46,13 +46,17 @@ final class PushSync {
             throw .usage("the remote of session '\(session.name)' cannot be written to")
         }
         let manifestPath = RelativePath(trusted: session.manifest)
-        let (published, changedOnRemote, lastVersion) = try remoteState(remote, store: store)
+        // The agent knows nothing under the root changed since a run published it all: when the
+        // remote still holds what was published (304), there is nothing to parse, scan or send.
+        guard let (published, changedOnRemote, lastVersion) = try remoteState(remote, store: store, unchangedEnds: options.localUnchanged) else {
+            let record = try store.session(session.name)
+            emit(.manifestFetched(url: session.manifestURL, version: record?.manifestVersion, files: record?.manifestFiles ?? 0, unchanged: true))
+            return
+        }
         let lastChange = max(lastRemoteChange ?? 0, FileSystem.modificationTime(cachePath) ?? 0)
         let remoteUnchanged = changedOnRemote.isEmpty && lastVersion != nil
         emit(.manifestFetched(url: session.manifestURL, version: published?.version, files: published?.entries.count ?? 0,
                               unchanged: remoteUnchanged))
-        // The agent knows nothing under the root changed since a run published it all, and the
-        // remote still holds what was published: nothing to scan, nothing to send (cheap at rest).
         if options.localUnchanged && remoteUnchanged { return }
 
         // Someone else changed the remote since ferry published there: never overwritten blindly.
@@ -236,26 +240,32 @@ final class PushSync {
     /// The remote's manifest now; the paths it says differently from the manifest this session
     /// last published there (someone else changed them); and that version. With nothing
     /// published by this session yet (or its state lost), the remote's manifest is taken as it is.
-    private func remoteState(_ remote: Remote, store: StateStore) throws(FerryError) -> (Manifest?, [RelativePath], Int64?) {
+    /// nil when the remote says its manifest is still the one published and `unchangedEnds` (the
+    /// agent's poll of an untouched tree): then nothing is parsed.
+    private func remoteState(_ remote: Remote, store: StateStore, unchangedEnds: Bool, useCache: Bool = true) throws(FerryError)
+        -> (Manifest?, [RelativePath], Int64?)? {
         let url = session.manifestURL
         let record = try store.session(session.name)
-        var last: (bytes: [UInt8], manifest: Manifest)?
-        if record?.manifestURL == url, let bytes = try? FileSystem.readFile(cachePath, limit: Int(session.maxManifestSize)),
-           let manifest = try? Manifest.parse(bytes, source: cachePath) {
-            last = (bytes, manifest)
-        }
+        let cached = useCache && record?.manifestURL == url ? try? FileSystem.readFile(cachePath, limit: Int(session.maxManifestSize)) : nil
+        /// The manifest last published, parsed only when it is needed.
+        func published() -> Manifest? { cached.flatMap { try? Manifest.parse($0, source: cachePath) } }
         var now: Manifest?
+        var last: Manifest?
         do {
-            switch try remote.fetchManifest(of: session, etag: last == nil ? nil : record?.manifestETag,
-                                            lastModified: last == nil ? nil : record?.manifestLastModified, options: options,
+            switch try remote.fetchManifest(of: session, etag: cached == nil ? nil : record?.manifestETag,
+                                            lastModified: cached == nil ? nil : record?.manifestLastModified, options: options,
                                             emit: { [unowned self] in self.emit($0) }) {
             case .unchanged:
-                seen = Seen(etag: record?.manifestETag, lastModified: record?.manifestLastModified, bytes: last?.bytes)
-                return (last?.manifest, [], last?.manifest.version)
+                if unchangedEnds { return nil }
+                // A cache that no longer parses cannot stand for the remote: ask again without it.
+                guard let manifest = published() else { return try remoteState(remote, store: store, unchangedEnds: false, useCache: false) }
+                seen = Seen(etag: record?.manifestETag, lastModified: record?.manifestLastModified, bytes: cached)
+                return (manifest, [], manifest.version)
             case let .fetched(bytes, etag, lastModified):
                 seen = Seen(etag: etag, lastModified: lastModified, bytes: bytes)
                 lastRemoteChange = lastModified.flatMap(HTTPDate.parse)?.timeInterval
-                if let last, bytes == last.bytes { return (last.manifest, [], last.manifest.version) }
+                last = published()
+                if let last, bytes == cached { return (last, [], last.version) }
                 now = try Manifest.parse(bytes, source: url)
             }
         } catch {
@@ -266,9 +276,10 @@ final class PushSync {
             }
             guard missing else { throw error }
             seen = Seen(etag: nil, lastModified: nil, bytes: nil)
+            last = published()
         }
         guard let last else { return (now, [], nil) }
-        return (now, ConflictPolicy.changedOnRemote(published: last.manifest, now: now), last.manifest.version)
+        return (now, ConflictPolicy.changedOnRemote(published: last, now: now), last.version)
     }
 
     /// Keeps what was just published, and the remote's validators for it, so the next run can
