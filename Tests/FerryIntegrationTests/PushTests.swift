@@ -307,6 +307,18 @@ struct PushTests {
         let due = box.sync(["--session", "up"])
         #expect(due.exitCode == 0, "\(due.output)")
         #expect(fileContents(remoteRoot + "/b.txt") == "b\n" && fileContents(remoteRoot + "/manifest.json")?.contains("\"version\": 2") == true)
+
+        // A path that changed type stays on the remote while the uploads that replace it are held.
+        try FileManager.default.removeItem(atPath: src + "/a.txt")
+        write(src, "a.txt/inner", Data("now a directory\n".utf8))
+        try config(box, remote: "file://" + remoteRoot, up: "discretionary = yes\nrequire-ac-power = no\nrequire-unmetered = no\nwindow = \(window)")
+        let heldAgain = box.sync(["--session", "up"], environment: host)
+        #expect(heldAgain.exitCode == 3, "\(heldAgain.output)")
+        #expect(fileContents(remoteRoot + "/a.txt") == "a\n", "the remote keeps a.txt while the uploads wait")
+        try config(box, remote: "file://" + remoteRoot)
+        let replaced = box.sync(["--session", "up"])
+        #expect(replaced.exitCode == 0, "\(replaced.output)")
+        #expect(fileContents(remoteRoot + "/a.txt/inner") == "now a directory\n")
     }
 
     /// `ferry cancel` stops an upload in flight (nothing reaches a final name, no manifest is

@@ -101,12 +101,15 @@ final class PushSync {
         guard !plan.isEmpty else { return }
 
         // Paths that changed type go first: what the remote has there is in the way of the uploads.
-        for path in plan.replacements {
+        // Not while the session's conditions hold its uploads back: the remote keeps them meanwhile.
+        let gate = DiscretionGate(session: session, agent: agent)
+        let heldNow = !plan.uploads.isEmpty && gate?.waitsFor() != nil
+        for path in plan.replacements where !heldNow {
             try writer.remove(path)
             result.deleted += 1
             emit(.fileDeleted(path: path))
         }
-        for file in Set(plan.replacements.flatMap(\.ancestors)).intersection(local.map(\.path)).sorted(by: >) {
+        for file in Set(plan.replacements.flatMap(\.ancestors)).intersection(local.map(\.path)).sorted(by: >) where !heldNow {
             try writer.remove(file)  // the now empty directory where a local file goes
         }
 
@@ -114,7 +117,7 @@ final class PushSync {
         let tasks = try store.queueUploads(session: session.name, entries: plan.uploads.map(\.entry), notBefore: notBefore)
         let transfers = PushTransfers(session: session, store: store, writer: writer, root: root, observer: observer,
                                       emit: { [unowned self] in self.emit($0) }, stop: options.stop,
-                                      gate: DiscretionGate(session: session, agent: agent))
+                                      gate: gate)
         transfers.run(plan.uploads.compactMap { u in
             tasks[u.entry.path].flatMap { task in
                 stats[u.entry.path].map { PushTransfers.Item(entry: u.entry, task: task, stat: $0, hashKnown: !unhashed.contains(u.entry.path)) }
