@@ -100,4 +100,93 @@ struct CrashTests {
         #expect(resumed > 0, "at least one kill left resume data that a relaunch used (seed \(seed))")
         print("kill -9 test: \(kills) kills, \(completed) runs finished before their kill, \(resumed) resumes")
     }
+
+    /// The same for push: `kill -9` at random moments of a push to nginx WebDAV (uploads, moves,
+    /// deletions, the manifest's publication), then relaunch. After every kill each file at a final
+    /// name on the remote holds a version the local tree had, never a partial upload; the manifest
+    /// there, if any, parses; at the end one run completes, the remote is the local tree, nothing
+    /// is left under .ferry/upload, and a pull of it is byte-identical.
+    ///
+    /// 8 kills by default; FERRY_SOAK=1 makes it 40, FERRY_KILLS=N sets N. FERRY_SEED=S replays a run.
+    @Test func killNineDuringAPushNeverLeavesAPartialFileAndTheNextRunCompletes() throws {
+        let env = ProcessInfo.processInfo.environment
+        let kills = Int(env["FERRY_KILLS"] ?? "") ?? (env["FERRY_SOAK"] != nil ? 40 : 8)
+        let seed = UInt64(env["FERRY_SEED"] ?? "") ?? UInt64(Date().timeIntervalSince1970 * 1000)
+        var random = SeededRandom(state: seed)
+        print("push kill -9 test: \(kills) kills, FERRY_SEED=\(seed)")
+
+        let server = try NginxServer()
+        defer { server.stop() }
+        let remoteRoot = server.root + "/site"
+        let box = Sandbox("push-kill9")
+        let src = box.directory + "/src"
+        var versions: [String: Set<UInt64>] = [:]
+        func write(_ path: String, _ data: Data) {
+            let full = src + "/" + path
+            try! FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try! data.write(to: URL(fileURLWithPath: full))
+            versions[path, default: []].insert(fnv1a(data))
+        }
+        write("big/one.bin", randomData(9_000_000, seed: seed &+ 1))
+        for i in 0..<4 { write("medium/m\(i).bin", randomData(700_000 + i * 1000, seed: seed &+ 10 &+ UInt64(i))) }
+        for i in 0..<200 { write("small/d\(i % 10)/s\(i).txt", randomData(1500 + i * 7, seed: seed &+ 100 &+ UInt64(i))) }
+        try """
+            [agent]
+            state = \(box.state)
+            [session up]
+            direction = push
+            remote = \(server.url)site/
+            local = \(src)
+            delete = yes
+            bwlimit = 6M
+            [session down]
+            remote = \(server.url)site/
+            local = \(box.directory)/dst
+            delete = yes
+            """.writeReplacing(box.config)
+
+        func checkRemote(_ moment: String) {
+            guard let walker = FileManager.default.enumerator(atPath: remoteRoot) else { return }
+            while let rel = walker.nextObject() as? String {
+                if rel == ".ferry" { walker.skipDescendants(); continue }
+                var st = stat()
+                guard lstat(remoteRoot + "/" + rel, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { continue }
+                let data = FileManager.default.contents(atPath: remoteRoot + "/" + rel) ?? Data()
+                if rel == "manifest.json" {
+                    #expect(String(data: data, encoding: .utf8)?.contains("\"version\"") == true, "after \(moment): the manifest is whole")
+                    continue
+                }
+                #expect(versions[rel]?.contains(fnv1a(data)) == true, "after \(moment): \(rel) on the remote holds bytes the local tree never had")
+            }
+        }
+
+        var completed = 0
+        for i in 0..<kills {
+            let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"],
+                                  stdout: box.directory + "/out\(i)", stderr: box.directory + "/err\(i)")
+            // Up to about the length of a whole push (2 s at bwlimit), so some finish and publish.
+            let delay = Double.random(in: 0.05...2.8, using: &random)
+            usleep(UInt32(delay * 1_000_000))
+            child.signal(SIGKILL)
+            let status = child.wait(timeout: 30)
+            checkRemote("kill \(i + 1) at \(Int(delay * 1000)) ms (exit \(status ?? -1))")
+            if status == 0 {
+                // The push finished before the kill: change, add and delete files for the next runs.
+                completed += 1
+                write("big/one.bin", randomData(9_000_000, seed: seed &+ 1000 &+ UInt64(i)))
+                for k in 0..<15 { write("small/d\(k % 10)/s\(k).txt", randomData(2500 + i, seed: seed &+ 2000 &+ UInt64(i * 100 + k))) }
+                write("new/n\(i).txt", randomData(1000, seed: seed &+ 3000 &+ UInt64(i)))
+                try? FileManager.default.removeItem(atPath: src + "/small/d\(i % 10)/s\(150 + i).txt")
+            }
+        }
+
+        let final = box.sync(["--session", "up"])
+        #expect(final.exitCode == 0, "\(final.output)")
+        let leftovers = (try? FileManager.default.contentsOfDirectory(atPath: remoteRoot + "/.ferry/upload")) ?? []
+        #expect(leftovers.isEmpty, "no temporary upload is left: \(leftovers)")
+        let down = box.sync(["--session", "down"])
+        #expect(down.exitCode == 0, "the published manifest matches the remote: \(down.output)")
+        expectIdentical(src, box.directory + "/dst")
+        print("push kill -9 test: \(kills) kills, \(completed) pushes finished before their kill")
+    }
 }
