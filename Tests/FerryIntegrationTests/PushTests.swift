@@ -350,6 +350,38 @@ struct PushTests {
         #expect(fileContents(remoteRoot + "/manifest.json")?.contains("big.bin") == true)
     }
 
+    /// The remote goes away mid-push: the run ends without publishing (the uploads wait for
+    /// connectivity), the remote keeps the version it had, and once it is back the next run
+    /// completes the push.
+    @Test func aRemoteThatGoesAwayMidPushKeepsItsVersionAndTheNextRunCompletes() throws {
+        let server = try NginxServer()
+        defer { server.stop() }
+        let remoteRoot = server.root + "/site"
+        let box = Sandbox("push-away")
+        let src = box.directory + "/src"
+        write(src, "a.txt", Data("a\n".utf8))
+        try config(box, remote: server.url + "site/")
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+
+        write(src, "big.bin", randomData(4_000_000, seed: 95))
+        try config(box, remote: server.url + "site/", up: "bwlimit = 1M\nretries = 1\nretry-delay = 1s")
+        let push = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"],
+                             stdout: box.directory + "/push.out", stderr: box.directory + "/push.err")
+        usleep(1_200_000)
+        server.goAway()
+        let code = push.wait(timeout: 30)
+        let said = (fileContents(box.directory + "/push.out") ?? "") + (fileContents(box.directory + "/push.err") ?? "")
+        #expect(code == 4, "the remote could not be reached: \(said)")
+        #expect(said.contains("the manifest was not published"), "\(said)")
+        #expect(fileContents(remoteRoot + "/manifest.json")?.contains("\"version\": 1") == true, "readers still see version 1")
+        #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/big.bin"))
+
+        try server.comeBack()
+        try config(box, remote: server.url + "site/")
+        pushThenPull(box, remoteRoot: remoteRoot)
+        #expect(fileContents(remoteRoot + "/manifest.json")?.contains("\"version\": 2") == true)
+    }
+
     /// A file rewritten while it uploads is hashed again and sent again in the same run; the
     /// manifest published lists the bytes that are on the remote.
     @Test(arguments: ["nginx", "file"])
