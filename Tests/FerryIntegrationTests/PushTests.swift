@@ -382,6 +382,34 @@ struct PushTests {
         #expect(fileContents(remoteRoot + "/manifest.json")?.contains("\"version\": 2") == true)
     }
 
+    /// Something that is not a manifest where the push's manifest goes (another writer, a broken
+    /// tool): nothing is uploaded over it unless conflict = local-wins says so; then the whole tree
+    /// is published and the version goes on from the last one.
+    @Test(arguments: ["nginx", "file"])
+    func aRemoteManifestThatDoesNotParseIsNotPublishedOverBlindly(kind: String) throws {
+        let pushRemote = try PushRemote(kind)
+        let box = Sandbox("push-garbage-\(kind)")
+        let src = box.directory + "/src"
+        write(src, "a.txt", Data("a\n".utf8))
+        try config(box, remote: pushRemote.url)
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        try "not a manifest {\n".writeReplacing(pushRemote.root + "/manifest.json")
+        write(src, "b.txt", Data("b\n".utf8))
+
+        let refused = box.sync(["--session", "up"])
+        #expect(refused.exitCode == 4, "\(refused.output)")
+        #expect(refused.stderr.contains("the remote's manifest does not parse") && refused.stderr.contains("conflict = local-wins"), "\(refused.stderr)")
+        #expect(fileContents(pushRemote.root + "/manifest.json") == "not a manifest {\n" && !FileManager.default.fileExists(atPath: pushRemote.root + "/b.txt"))
+
+        try config(box, remote: pushRemote.url, up: "conflict = local-wins")
+        let over = box.sync(["--session", "up"])
+        #expect(over.exitCode == 0, "\(over.output)")
+        #expect(fileContents(pushRemote.root + "/manifest.json")?.contains("\"version\": 2") == true, "the version goes on")
+        let down = box.sync(["--session", "down"])
+        #expect(down.exitCode == 0, "\(down.output)")
+        #expect(tree(box.directory + "/dst") == tree(src))
+    }
+
     /// A file rewritten while it uploads is hashed again and sent again in the same run; the
     /// manifest published lists the bytes that are on the remote.
     @Test(arguments: ["nginx", "file"])

@@ -254,7 +254,7 @@ final class PushSync {
         func published() -> Manifest? { cached.flatMap { try? Manifest.parse($0, source: cachePath) } }
         var now: Manifest?
         var last: Manifest?
-        do {
+        do throws(FerryError) {
             switch try remote.fetchManifest(of: session, etag: cached == nil ? nil : record?.manifestETag,
                                             lastModified: cached == nil ? nil : record?.manifestLastModified, options: options,
                                             emit: { [unowned self] in self.emit($0) }) {
@@ -269,7 +269,21 @@ final class PushSync {
                 lastRemoteChange = lastModified.flatMap(HTTPDate.parse)?.timeInterval
                 last = published()
                 if let last, bytes == cached { return (last, [], last.version) }
-                now = try Manifest.parse(bytes, source: url)
+                do throws(FerryError) {
+                    now = try Manifest.parse(bytes, source: url)
+                } catch {
+                    // Someone else wrote something there that is not a manifest: it says nothing
+                    // of what the remote holds.
+                    guard session.conflict == .localWins else {
+                        throw FerryError(.manifest, "the remote's manifest does not parse (\(error.message)): something other than this session wrote it; nothing was uploaded or deleted",
+                                         hint: "fix or remove \(url) on the remote, or set conflict = local-wins in [session \(session.name)] to publish the whole local tree over it")
+                    }
+                    emit(.warning(message: "the remote's manifest does not parse (\(error.message)); conflict = local-wins: the whole local tree is published over it"))
+                    // As a remote that lists nothing, every path changed (the manifest too): the
+                    // version goes on from the last one published.
+                    let empty = Manifest(format: .ferry, version: last?.version, generated: nil, expires: nil, entries: [])
+                    return (empty, (last?.entries.map(\.path) ?? []) + [RelativePath(trusted: session.manifest)], last?.version)
+                }
             }
         } catch {
             let missing: Bool
