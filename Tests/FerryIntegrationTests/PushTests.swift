@@ -96,6 +96,8 @@ struct PushTests {
         pushThenPull(box, remoteRoot: remoteRoot)
         #expect(String(decoding: FileManager.default.contents(atPath: remoteRoot + "/manifest.json")!, as: UTF8.self).contains("\"version\": 2"))
         #expect(!FileManager.default.fileExists(atPath: box.directory + "/dst/deep/a/b/c/quote'and\"double.txt"))
+        let taskPaths = (box.status(["--json"]).stdout.matches(of: /"path":"([^"]*)"/)).map { String($0.1) }
+        #expect(!taskPaths.contains { $0.hasPrefix("deep/") } && taskPaths.contains("new/file.txt"), "tasks of deleted files go: \(taskPaths)")
 
         // Nothing changed: nothing is sent and no new manifest is published.
         let again = box.sync(["--session", "up"])

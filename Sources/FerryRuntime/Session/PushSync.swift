@@ -98,6 +98,9 @@ final class PushSync {
             try? writer.remove(PushSync.temporaryName(task: id))
         }
         try? writer.remove(PushSync.temporaryManifest)
+        // Tasks of files the local tree no longer has go (their leftovers were just removed).
+        let present = Set(local.map(\.path))
+        _ = try store.pruneTasks(session: session.name, keeping: { present.contains($0) })
         guard !plan.isEmpty else { return }
 
         // Paths that changed type go first: what the remote has there is in the way of the uploads.
