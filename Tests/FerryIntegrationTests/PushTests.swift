@@ -237,9 +237,12 @@ struct PushTests {
         let box = Sandbox("push-agent")
         let src = box.directory + "/src"
         write(src, "a.txt", Data("one\n".utf8))
-        try config(box, remote: server.url + "site/", up: "poll = 1s")
+        let prom = box.directory + "/ferry.prom"
+        try config(box, remote: server.url + "site/", agent: "metrics = \(prom)", up: "poll = 1s")
         let agent = try AgentTests.RunningAgent(box)
         #expect(eventually { fileContents(remoteRoot + "/a.txt") == "one\n" }, "\(agent.output)")
+        #expect(eventually { fileContents(prom)?.contains("ferry_transferred_files_total{session=\"up\",direction=\"push\"} 1") == true },
+                "uploads are counted as such: \(fileContents(prom) ?? "")")
         // Settled: the agent polls the remote's manifest, but neither scans nor plans.
         let log = box.state + "/events/up.jsonl"
         func count(_ event: String) -> Int { (fileContents(log) ?? "").components(separatedBy: "\"event\":\"\(event)\"").count - 1 }

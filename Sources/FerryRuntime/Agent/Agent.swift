@@ -314,7 +314,8 @@ public final class Agent: @unchecked Sendable {
         do throws(FerryError) {
             var states: [Metrics.SessionState] = []
             for (name, slot) in slots.sorted(by: { $0.key < $1.key }) {
-                states.append(Metrics.SessionState(name: name, record: try store.session(name), taskCounts: try store.openTaskCounts(session: name),
+                states.append(Metrics.SessionState(name: name, direction: slot.session.direction, record: try store.session(name),
+                                                   taskCounts: try store.openTaskCounts(session: name),
                                                    waiting: slot.state.hasPrefix("waiting") || slot.state.hasPrefix("failed")))
             }
             try metrics.write(states)

@@ -45,6 +45,8 @@ public final class Metrics: EventSink, @unchecked Sendable {
     /// One session's standing, from the store and the agent.
     public struct SessionState {
         public var name: String
+        /// pull or push: what the transfer counters count (downloads or uploads).
+        public var direction: Direction = .pull
         public var record: SessionRecord?
         public var taskCounts: [TaskState: Int]
         /// Waiting for connectivity (or failing) between polls.
@@ -60,10 +62,11 @@ public final class Metrics: EventSink, @unchecked Sendable {
             for row in rows { out += "\(name){\(row.labels)} \(row.value)\n" }
         }
         func label(_ s: SessionState) -> String { "session=\"\(s.name)\"" }
-        metric("ferry_transferred_bytes_total", "counter", "Bytes downloaded since the agent started.",
-               sessions.map { (label($0), String(c.bytes[$0.name] ?? 0)) })
-        metric("ferry_transferred_files_total", "counter", "Files downloaded and placed since the agent started.",
-               sessions.map { (label($0), String(c.files[$0.name] ?? 0)) })
+        func moved(_ s: SessionState) -> String { label(s) + ",direction=\"\(s.direction.rawValue)\"" }
+        metric("ferry_transferred_bytes_total", "counter", "Bytes downloaded (pull) or uploaded (push) since the agent started.",
+               sessions.map { (moved($0), String(c.bytes[$0.name] ?? 0)) })
+        metric("ferry_transferred_files_total", "counter", "Files downloaded and placed (pull) or uploaded and moved into place (push) since the agent started.",
+               sessions.map { (moved($0), String(c.files[$0.name] ?? 0)) })
         metric("ferry_failed_files_total", "counter", "Files that failed since the agent started.",
                sessions.map { (label($0), String(c.failedFiles[$0.name] ?? 0)) })
         metric("ferry_polls_total", "counter", "Cycles run since the agent started.",
@@ -84,7 +87,7 @@ public final class Metrics: EventSink, @unchecked Sendable {
                sessions.map { (label($0), $0.record?.heldFor == nil ? "0" : "1") })
         metric("ferry_last_successful_poll_timestamp_seconds", "gauge", "When the last poll that reached the remote ended (Unix time).",
                sessions.compactMap { s in s.record?.lastPollOK.map { (label(s), String($0.seconds)) } })
-        metric("ferry_manifest_version", "gauge", "The version of the manifest last applied.",
+        metric("ferry_manifest_version", "gauge", "The version of the manifest last applied (pull) or published (push).",
                sessions.compactMap { s in s.record?.manifestVersion.map { (label(s), String($0)) } })
         return out
     }
