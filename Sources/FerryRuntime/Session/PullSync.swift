@@ -5,25 +5,7 @@ import FerryCore
 /// accepted (or refused) → hash what is unknown → plan → tasks recorded → transfers (partial file,
 /// checkpoints) → verify → rename → state → deletions → events. A straight line: each stage hands
 /// the next a value; only the store and the transfer engine hold state.
-final class PullSync {
-    let session: SessionConfig
-    let agent: AgentConfig
-    let observer: EventSink
-    let options: SyncOptions
-    let engine: TransferEngine
-
-    init(session: SessionConfig, agent: AgentConfig, observer: EventSink, options: SyncOptions, engine: TransferEngine) {
-        self.session = session
-        self.agent = agent
-        self.observer = observer
-        self.options = options
-        self.engine = engine
-    }
-
-    private func emit(_ body: Event.Body) {
-        observer.event(Event(time: Timestamp.now(), session: session.name, body: body))
-    }
-
+final class PullSync: SessionWork {
     func cycle(store: StateStore, result: inout SyncResult) throws(FerryError) {
         let remote = try Remotes.open(session)
         let url = session.manifestURL
@@ -276,7 +258,6 @@ final class PullSync {
         return LocalSide(root: root, scan: scan)
     }
 
-    private var cachePath: String { StateStore.cachedManifestPath(state: agent.state, session: session.name) }
 
 
     /// A manifest read from the remote, or from the cache when the remote says it is unchanged.

@@ -11,25 +11,7 @@ import FerryCore
 /// refuses (exit 1, never a mixed tree with exit 0).
 ///
 /// Plain WebDAV cannot continue a PUT: an interrupted upload starts again from zero.
-final class PushSync {
-    let session: SessionConfig
-    let agent: AgentConfig
-    let options: SyncOptions
-    let engine: TransferEngine
-    let observer: EventSink
-
-    init(session: SessionConfig, agent: AgentConfig, observer: EventSink, options: SyncOptions, engine: TransferEngine) {
-        self.session = session
-        self.agent = agent
-        self.observer = observer
-        self.options = options
-        self.engine = engine
-    }
-
-    private func emit(_ body: Event.Body) {
-        observer.event(Event(time: Timestamp.now(), session: session.name, body: body))
-    }
-
+final class PushSync: SessionWork {
     /// Where uploads wait on the remote until they are moved into place.
     static func temporaryName(task: Int64) -> RelativePath { RelativePath(trusted: ".ferry/upload/\(task)") }
     static let temporaryManifest = RelativePath(trusted: ".ferry/manifest.json.new")
@@ -212,7 +194,6 @@ final class PushSync {
         if result.failed > 0 { result.message = "\(result.failed) deletions on the remote failed" + (result.message.map { "; " + $0 } ?? "") }
     }
 
-    private var cachePath: String { StateStore.cachedManifestPath(state: agent.state, session: session.name) }
 
     /// The remote's manifest as this run read it: its validators and bytes (nil: there was none).
     private struct Seen {

@@ -73,10 +73,9 @@ public struct SyncResult: Sendable {
     public var hint: String?
 }
 
-/// One run of one session, either direction: the session's lock, the run recorded in the state
-/// store (started, finished, exit code, held), the direction's cycle (`PullSync`, `PushSync`),
-/// and the events that open and close it. The cycle fills in the result; a run-level error ends it.
-final class SessionRun {
+/// What a session's run and the direction's cycle share: the session, the agent's settings, where
+/// events go, the run's options and the one transfer engine.
+class SessionWork {
     let session: SessionConfig
     let agent: AgentConfig
     let observer: EventSink
@@ -91,10 +90,18 @@ final class SessionRun {
         self.engine = engine
     }
 
-    private func emit(_ body: Event.Body) {
+    func emit(_ body: Event.Body) {
         observer.event(Event(time: Timestamp.now(), session: session.name, body: body))
     }
 
+    /// Where the session keeps the manifest it last accepted (pull) or published (push).
+    var cachePath: String { StateStore.cachedManifestPath(state: agent.state, session: session.name) }
+}
+
+/// One run of one session, either direction: the session's lock, the run recorded in the state
+/// store (started, finished, exit code, held), the direction's cycle (`PullSync`, `PushSync`),
+/// and the events that open and close it. The cycle fills in the result; a run-level error ends it.
+final class SessionRun: SessionWork {
     func run() -> SyncResult {
         let started = MonotonicClock.seconds()
         var result = SyncResult(session: session.name)
