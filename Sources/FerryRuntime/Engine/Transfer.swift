@@ -54,6 +54,15 @@ struct TransferFailure {
     var retry: RetryClass { cause.retryClass }
 }
 
+extension RetryRule {
+    /// What `task` does after this run's try number `triesThisRun` failed with `failure`:
+    /// `resource-timeout` counts from when the task was queued, and the backoff gets its jitter here.
+    func decide(after failure: TransferFailure, task: TransferTask, triesThisRun: Int) -> RetryDecision {
+        decide(message: failure.message, retry: failure.retry, retryAfter: failure.retryAfter, triesThisRun: triesThisRun,
+               queuedFor: Timestamp.now().timeInterval - task.createdAt.timeInterval, jitter: Double.random(in: 0.5...1.0))
+    }
+}
+
 /// A session's work, as the engine sees it: it hands out transfers and takes their outcomes.
 /// Every call comes on the engine's thread, from the moment the source is submitted until `ended`.
 protocol TransferSource: AnyObject {

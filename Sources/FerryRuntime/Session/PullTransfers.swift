@@ -230,11 +230,7 @@ final class PullTransfers: TransferSource {
         let path = download.entry.path
         item.task.bytesDone = kept
         item.task.validator = failure.keepPartial ? download.validator : nil
-        let decision = session.retryRule.decide(message: failure.message, retry: failure.retry, retryAfter: failure.retryAfter,
-                                                triesThisRun: item.triesThisRun,
-                                                queuedFor: Timestamp.now().timeInterval - item.task.createdAt.timeInterval,
-                                                jitter: Double.random(in: 0.5...1.0))
-        switch decision {
+        switch session.retryRule.decide(after: failure, task: item.task, triesThisRun: item.triesThisRun) {
         case let .giveUp(message):
             fail(path, item.task, message, bytesDone: kept, validator: item.task.validator)
         case .waitForConnectivity:

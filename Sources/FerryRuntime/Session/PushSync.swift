@@ -663,11 +663,7 @@ final class PushTransfers: TransferSource {
             }
             item = fresh
         }
-        let decision = session.retryRule.decide(message: failure.message, retry: failure.retry, retryAfter: failure.retryAfter,
-                                                triesThisRun: item.tries,
-                                                queuedFor: Timestamp.now().timeInterval - item.task.createdAt.timeInterval,
-                                                jitter: Double.random(in: 0.5...1.0))
-        switch decision {
+        switch session.retryRule.decide(after: failure, task: item.task, triesThisRun: item.tries) {
         case let .giveUp(message):
             fail(item, message)
         case .waitForConnectivity:
