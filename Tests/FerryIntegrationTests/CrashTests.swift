@@ -19,6 +19,19 @@ struct CrashTests {
         }
     }
 
+    /// Every regular file under `root` (outside .ferry/, but for `except`) holds one of the
+    /// versions recorded for its path; `message` names the path at `%@`.
+    static func expectVersions(under root: String, _ versions: [String: Set<UInt64>], _ message: String, except: String? = nil) {
+        guard let walker = FileManager.default.enumerator(atPath: root) else { return }
+        while let rel = walker.nextObject() as? String {
+            if rel == ".ferry" { walker.skipDescendants(); continue }
+            var st = stat()
+            guard rel != except, lstat(root + "/" + rel, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { continue }
+            let data = FileManager.default.contents(atPath: root + "/" + rel) ?? Data()
+            #expect(versions[rel]?.contains(fnv1a(data)) == true, "\(message.replacingOccurrences(of: "%@", with: rel))")
+        }
+    }
+
     @Test func killNineAtRandomMomentsNeverLeavesABadFileAndResumes() throws {
         let env = ProcessInfo.processInfo.environment
         let kills = Int(env["FERRY_KILLS"] ?? "") ?? (env["FERRY_SOAK"] != nil ? 60 : 12)
@@ -44,14 +57,7 @@ struct CrashTests {
 
         /// Every file at a final path is a version the remote published for that path.
         func checkTree(_ moment: String) {
-            guard let walker = FileManager.default.enumerator(atPath: box.local) else { return }
-            while let rel = walker.nextObject() as? String {
-                if rel == ".ferry" { walker.skipDescendants(); continue }
-                var st = stat()
-                guard lstat(box.local + "/" + rel, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { continue }
-                let data = FileManager.default.contents(atPath: box.local + "/" + rel) ?? Data()
-                #expect(versions[rel]?.contains(fnv1a(data)) == true, "after \(moment): \(rel) holds bytes the remote never published")
-            }
+            CrashTests.expectVersions(under: box.local, versions, "after \(moment): %@ holds bytes the remote never published")
         }
 
         var outputs: [String] = []
@@ -146,17 +152,10 @@ struct CrashTests {
             """.writeReplacing(box.config)
 
         func checkRemote(_ moment: String) {
-            guard let walker = FileManager.default.enumerator(atPath: remoteRoot) else { return }
-            while let rel = walker.nextObject() as? String {
-                if rel == ".ferry" { walker.skipDescendants(); continue }
-                var st = stat()
-                guard lstat(remoteRoot + "/" + rel, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else { continue }
-                let data = FileManager.default.contents(atPath: remoteRoot + "/" + rel) ?? Data()
-                if rel == "manifest.json" {
-                    #expect(String(data: data, encoding: .utf8)?.contains("\"version\"") == true, "after \(moment): the manifest is whole")
-                    continue
-                }
-                #expect(versions[rel]?.contains(fnv1a(data)) == true, "after \(moment): \(rel) on the remote holds bytes the local tree never had")
+            CrashTests.expectVersions(under: remoteRoot, versions, "after \(moment): %@ on the remote holds bytes the local tree never had",
+                                      except: "manifest.json")
+            if let manifest = FileManager.default.contents(atPath: remoteRoot + "/manifest.json") {
+                #expect(String(data: manifest, encoding: .utf8)?.contains("\"version\"") == true, "after \(moment): the manifest is whole")
             }
         }
 

@@ -56,6 +56,17 @@ struct PushTests {
             """.writeReplacing(box.config)
     }
 
+    /// `ferry sync now --session up` in the background, its stdout in push.out and stderr in push.err.
+    func startPush(_ box: Sandbox, _ extra: [String] = []) throws -> Child {
+        try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"] + extra,
+                  stdout: box.directory + "/push.out", stderr: box.directory + "/push.err")
+    }
+
+    /// What the background push printed: stdout, then stderr.
+    func pushOutput(_ box: Sandbox) -> String {
+        (fileContents(box.directory + "/push.out") ?? "") + (fileContents(box.directory + "/push.err") ?? "")
+    }
+
     func pushThenPull(_ box: Sandbox, remoteRoot: String) {
         let src = box.directory + "/src", dst = box.directory + "/dst"
         let up = box.sync(["--session", "up"])
@@ -209,8 +220,7 @@ struct PushTests {
         let big2 = randomData(5_000_000, seed: 52)
         write(src, "big.bin", big2)
         try config(box, remote: server.url + "site/", up: "bwlimit = 1M")
-        let push = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"],
-                             stdout: box.directory + "/push.out", stderr: box.directory + "/push.err")
+        let push = try startPush(box)
         #expect(eventually(10) { fileContents(remoteRoot + "/a.txt") == "a, version 2\n" }, "a.txt was moved into place first")
         #expect(push.isRunning, "big.bin is still on its way")
 
@@ -336,13 +346,12 @@ struct PushTests {
         let big = randomData(4_000_000, seed: 91)
         write(box.directory + "/src", "big.bin", big)
         try config(box, remote: server.url + "site/", up: "bwlimit = 1M")
-        let push = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"],
-                             stdout: box.directory + "/push.out", stderr: box.directory + "/push.err")
+        let push = try startPush(box)
         usleep(1_500_000)
         let cancel = ferry(["cancel", "--config", box.config, "--session", "up"])
         #expect(cancel.stdout.contains("suspended task") && cancel.stdout.contains("big.bin"), "\(cancel.output)")
         #expect(push.wait(timeout: 20) == 3, "\(fileContents(box.directory + "/push.err") ?? "")")
-        let said = (fileContents(box.directory + "/push.out") ?? "") + (fileContents(box.directory + "/push.err") ?? "")
+        let said = pushOutput(box)
         #expect(said.contains("1 uploads are suspended by ferry cancel"), "\(said)")
         #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/big.bin") && !FileManager.default.fileExists(atPath: remoteRoot + "/manifest.json"))
         let skipped = box.sync(["--session", "up"])
@@ -370,12 +379,11 @@ struct PushTests {
 
         write(src, "big.bin", randomData(4_000_000, seed: 95))
         try config(box, remote: server.url + "site/", up: "bwlimit = 1M\nretries = 1\nretry-delay = 1s")
-        let push = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"],
-                             stdout: box.directory + "/push.out", stderr: box.directory + "/push.err")
+        let push = try startPush(box)
         usleep(1_200_000)
         server.goAway()
         let code = push.wait(timeout: 30)
-        let said = (fileContents(box.directory + "/push.out") ?? "") + (fileContents(box.directory + "/push.err") ?? "")
+        let said = pushOutput(box)
         #expect(code == 4, "the remote could not be reached: \(said)")
         #expect(said.contains("the manifest was not published"), "\(said)")
         #expect(fileContents(remoteRoot + "/manifest.json")?.contains("\"version\": 1") == true, "readers still see version 1")
@@ -424,8 +432,7 @@ struct PushTests {
         let src = box.directory + "/src"
         write(src, "big.bin", randomData(4_000_000, seed: 61))
         try config(box, remote: pushRemote.url, up: "bwlimit = 1M\nretry-delay = 1s")
-        let push = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up", "--json"],
-                             stdout: box.directory + "/push.out", stderr: box.directory + "/push.err")
+        let push = try startPush(box, ["--json"])
         usleep(1_500_000)
         let changed = randomData(3_000_000, seed: 62)
         write(src, "big.bin", changed)
@@ -456,8 +463,7 @@ struct PushTests {
 
         write(src, "big.bin", randomData(3_000_000, seed: 71))
         try config(box, remote: pushRemote.url, up: "bwlimit = 1M")
-        let push = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"],
-                             stdout: box.directory + "/push.out", stderr: box.directory + "/push.err")
+        let push = try startPush(box)
         usleep(1_000_000)
         #expect(push.isRunning, "still uploading")
         try theirs.writeReplacing(manifestPath)
