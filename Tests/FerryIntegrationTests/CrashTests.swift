@@ -19,6 +19,16 @@ struct CrashTests {
         }
     }
 
+    /// `kill -9` of `child` after a random delay in `seconds`; its exit status (0: it finished
+    /// first), and the moment, said for messages.
+    static func kill(_ child: Child, within seconds: ClosedRange<Double>, using random: inout SeededRandom) -> (Int32?, String) {
+        let delay = Double.random(in: seconds, using: &random)
+        usleep(UInt32(delay * 1_000_000))
+        child.signal(SIGKILL)
+        let status = child.wait(timeout: 30)
+        return (status, "at \(Int(delay * 1000)) ms (exit \(status ?? -1))")
+    }
+
     /// Every regular file under `root` (outside .ferry/, but for `except`) holds one of the
     /// versions recorded for its path; `message` names the path at `%@`.
     static func expectVersions(under root: String, _ versions: [String: Set<UInt64>], _ message: String, except: String? = nil) {
@@ -66,11 +76,8 @@ struct CrashTests {
             let out = box.directory + "/run\(i).jsonl"
             outputs.append(out)
             let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--json"], stdout: out, stderr: box.directory + "/err\(i)")
-            let delay = Double.random(in: 0.05...1.5, using: &random)
-            usleep(UInt32(delay * 1_000_000))
-            child.signal(SIGKILL)
-            let status = child.wait(timeout: 30)
-            checkTree("kill \(i + 1) at \(Int(delay * 1000)) ms (exit \(status ?? -1))")
+            let (status, moment) = CrashTests.kill(child, within: 0.05...1.5, using: &random)
+            checkTree("kill \(i + 1) \(moment)")
             if status == 0 {
                 // The run finished before the kill: give the next runs new work.
                 completed += 1
@@ -164,11 +171,8 @@ struct CrashTests {
             let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"],
                                   stdout: box.directory + "/out\(i)", stderr: box.directory + "/err\(i)")
             // Up to about the length of a whole push (2 s at bwlimit), so some finish and publish.
-            let delay = Double.random(in: 0.05...2.8, using: &random)
-            usleep(UInt32(delay * 1_000_000))
-            child.signal(SIGKILL)
-            let status = child.wait(timeout: 30)
-            checkRemote("kill \(i + 1) at \(Int(delay * 1000)) ms (exit \(status ?? -1))")
+            let (status, moment) = CrashTests.kill(child, within: 0.05...2.8, using: &random)
+            checkRemote("kill \(i + 1) \(moment)")
             if status == 0 {
                 // The push finished before the kill: change, add and delete files for the next runs.
                 completed += 1
