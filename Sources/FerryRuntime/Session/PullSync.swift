@@ -182,13 +182,7 @@ final class PullSync: SessionWork {
             if outcome.exitCode == .remoteOrManifest { reasons.insert(text, at: 0) } else { reasons.append(text) }
         }
         if let stopped { reasons.append("\(stopped); the next run resumes where this one stopped") }
-        if result.suspended > 0 { reasons.append("\(result.suspended) files are suspended by ferry cancel; ferry resume continues them") }
-        if result.delayed > 0 {
-            reasons.append("\(result.delayed) files are delayed; the first may begin at \(result.nextBegin?.rfc3339 ?? "?"), in a later run")
-        }
-        if result.held > 0, let heldFor = result.heldFor {
-            reasons.append("\(result.held) files wait for the session's discretionary conditions: \(heldFor); they begin when the conditions hold")
-        }
+        reasons += result.leftForLater("files")
         result.message = reasons.isEmpty ? nil : reasons.joined(separator: "; ")
     }
 

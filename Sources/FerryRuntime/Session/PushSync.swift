@@ -138,13 +138,7 @@ final class PushSync: SessionWork {
             var reasons: [String] = []
             if transfers.failed > 0 { reasons.append("\(transfers.failed) of \(plan.uploads.count) uploads failed") }
             if transfers.waiting > 0 { reasons.append("the remote could not be reached for \(transfers.waiting) uploads") }
-            if transfers.suspended > 0 { reasons.append("\(transfers.suspended) uploads are suspended by ferry cancel; ferry resume continues them") }
-            if transfers.delayed > 0 {
-                reasons.append("\(transfers.delayed) uploads are delayed; the first may begin at \(transfers.nextBegin?.rfc3339 ?? "?"), in a later run")
-            }
-            if transfers.onHold > 0, let heldFor = transfers.heldFor {
-                reasons.append("\(transfers.onHold) uploads wait for the session's discretionary conditions: \(heldFor); they begin when the conditions hold")
-            }
+            reasons += result.leftForLater("uploads")
             if let stopped { reasons.append("\(stopped); the next run uploads what is left") }
             reasons.append("the manifest was not published, so readers of the remote still see version \(published?.version.map(String.init) ?? "none")")
             result.message = reasons.joined(separator: "; ")

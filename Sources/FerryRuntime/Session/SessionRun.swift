@@ -73,6 +73,20 @@ public struct SyncResult: Sendable {
     public var hint: String?
 }
 
+extension SyncResult {
+    /// Why work was left for a later run, a sentence each: suspended by `ferry cancel`, delayed to a
+    /// time, held by the session's conditions. `noun` names the work: files, uploads.
+    func leftForLater(_ noun: String) -> [String] {
+        var reasons: [String] = []
+        if suspended > 0 { reasons.append("\(suspended) \(noun) are suspended by ferry cancel; ferry resume continues them") }
+        if delayed > 0 { reasons.append("\(delayed) \(noun) are delayed; the first may begin at \(nextBegin?.rfc3339 ?? "?"), in a later run") }
+        if held > 0, let heldFor {
+            reasons.append("\(held) \(noun) wait for the session's discretionary conditions: \(heldFor); they begin when the conditions hold")
+        }
+        return reasons
+    }
+}
+
 /// What a session's run and the direction's cycle share: the session, the agent's settings, where
 /// events go, the run's options and the one transfer engine.
 class SessionWork {
