@@ -129,6 +129,8 @@ final class Upload: Transfer {
         pieceSent += n
         sent += Int64(n)
         throttle?.take(n)
+        // The last piece goes to the hasher now: libcurl may not ask again once the size is sent.
+        // Its bytes stay valid for the caller's copy: a buffer is only reused by the next acquire.
         if sent == stat.size, let piece {
             hashing.submit(piece, count: pieceCount)
             self.piece = nil
