@@ -430,6 +430,8 @@ final class PushTransfers: TransferSource {
             // What had not begun, or waited out a backoff, when the conditions ended; what was
             // being sent was counted as it was interrupted.
             let left = Array(ready) + backingOff + toMove
+            // A verified upload that waited for its move leaves no temporary upload behind.
+            for item in toMove { try? writer.remove(PushSync.temporaryName(task: item.task.id)) }
             onHold += left.count
             do throws(FerryError) { try store.requeue(left.map(\.task.id)) } catch { storeError = error }
             if onHold > 0 { emit(.sessionHeld(files: onHold, waitsFor: heldFor)) } else { self.heldFor = nil }
