@@ -24,17 +24,16 @@ struct DiscretionAndBandwidthTests {
         /// NetworkManager "runs" and `busctl` answers its Metered property with `value`.
         func networkManager(metered value: Int) -> [String: String] {
             try! FileManager.default.createDirectory(atPath: root + "/run/NetworkManager", withIntermediateDirectories: true)
-            write("bin/busctl", "#!/bin/sh\necho \"u \(value)\"\n")
-            chmod(root + "/bin/busctl", 0o755)
+            write("bin/busctl", "#!/bin/sh\necho \"u \(value)\"\n", mode: 0o755)
             return ["FERRY_HOST_ROOT": root, "PATH": root + "/bin:" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")]
         }
 
         var environment: [String: String] { ["FERRY_HOST_ROOT": root, "TZ": "UTC"] }
 
-        private func write(_ path: String, _ text: String) {
+        private func write(_ path: String, _ text: String, mode: mode_t = 0o644) {
             let full = root + "/" + path
             try! FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-            try! text.writeReplacing(full)
+            try! text.writeReplacing(full, mode: mode)
         }
     }
 

@@ -12,8 +12,7 @@ struct HookAndEventLogTests {
         try """
             #!/bin/sh
             printf 'args=%s|%s session=%s path=%s local=%s bytes=%s result=%s\\n' "$1" "$2" "$FERRY_SESSION" "$FERRY_PATH" "$FERRY_LOCAL" "$FERRY_BYTES" "$FERRY_RESULT" >> '\(record)'
-            """.writeReplacing(script)
-        chmod(script, 0o755)
+            """.writeReplacing(script, mode: 0o755)
         return (script, record)
     }
 
@@ -29,7 +28,7 @@ struct HookAndEventLogTests {
         let run = box.sync()
         #expect(run.exitCode == 0, "\(run.output)")
         let lines = (fileContents(record) ?? "").split(separator: "\n").map(String.init)
-        #expect(lines.count == 3, "two files and the session: \(lines)")
+        #expect(lines.count == 3, "two files and the session: \(lines)\n\(run.output)")
         #expect(lines.contains("args=two words|$HOME session=test path=\(hostile) local=\(box.local)/\(hostile) bytes=10 result=done"), "\(lines)")
         #expect(lines.contains("args=two words|$HOME session=test path=plain.txt local=\(box.local)/plain.txt bytes=6 result=done"))
         #expect(lines.last == "args=session-done| session=test path= local=\(box.local) bytes=16 result=in-sync", "\(lines)")

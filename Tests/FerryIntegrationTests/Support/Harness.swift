@@ -132,9 +132,27 @@ func ferryWithPeakRSS(_ arguments: [String], timeout: Double = 120) -> (run: Fer
 extension String {
     /// Writes the text to a temporary name beside `path` and renames it into place: atomic, like
     /// Foundation's `atomically: true`, without the `/tmp/TemporaryDirectory.*` that leaves behind.
-    func writeReplacing(_ path: String) throws {
+    /// The file is opened close-on-exec (Foundation's writer is not): a server or ferry that another
+    /// test starts meanwhile must not inherit it open for writing, or running it as a script (a hook,
+    /// a fake `busctl`) fails with ETXTBSY for as long as that process lives.
+    func writeReplacing(_ path: String, mode: mode_t = 0o644) throws {
         let temporary = path + ".tmp-\(getpid())"
-        try write(toFile: temporary, atomically: false, encoding: .utf8)
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
+        guard fd >= 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        let bytes = Array(utf8)
+        var written = 0
+        while written < bytes.count {
+            let n = bytes[written...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else {
+                let code = errno
+                close(fd)
+                unlink(temporary)
+                throw POSIXError(POSIXErrorCode(rawValue: code) ?? .EIO)
+            }
+            written += n
+        }
+        close(fd)
         guard rename(temporary, path) == 0 else {
             let code = errno
             unlink(temporary)
