@@ -108,4 +108,20 @@ struct PushPlanTests {
         #expect(plan.deletions.isEmpty, "added-there is theirs: kept, not deleted")
         #expect(plan.manifest.map { "\($0.path):\($0.sha256 == h1 ? 1 : 2)" } == ["added-there:2", "mine:2", "new:1", "theirs:2"])
     }
+
+    /// An empty local tree may not empty the remote: refused only when the run would delete what
+    /// the remote lists, and allow-empty = yes lets it.
+    @Test(arguments: [(0, 3, "delete = yes", true), (0, 3, "delete = yes\nallow-empty = yes", false), (0, 3, "delete = no", false),
+                      (0, 0, "delete = yes", false), (1, 3, "delete = yes", false)])
+    func anEmptyLocalTreeIsRefusedWhenItWouldEmptyTheRemote(local: Int, remote: Int, keys: String, refused: Bool) throws {
+        let config = try ConfigParser.parse("[session up]\ndirection = push\nremote = file:///srv/site\nlocal = /data/site\n\(keys)\n",
+                                            path: "test.conf")
+        do throws(FerryError) {
+            try PushPlanner.refuseEmptying(localFiles: local, remoteFiles: remote, session: config.sessions[0])
+            #expect(!refused)
+        } catch {
+            #expect(refused)
+            #expect(error.exitCode == .localIO && error.message.contains("/data/site holds no files to publish, and the remote lists 3"))
+        }
+    }
 }

@@ -423,6 +423,36 @@ struct PushTests {
         #expect(tree(box.directory + "/dst") == tree(src))
     }
 
+    /// An empty local directory (an unmounted disk, a mistyped path) never empties the remote, even
+    /// with max-delete at 100%: exit 5, nothing changed, until the session says allow-empty = yes.
+    @Test(arguments: ["nginx", "file"])
+    func anEmptyLocalTreeNeverEmptiesTheRemote(kind: String) throws {
+        let pushRemote = try PushRemote(kind)
+        let box = Sandbox("push-empty-\(kind)")
+        let src = box.directory + "/src"
+        for i in 0..<3 { write(src, "dir/f\(i).txt", Data("file \(i)\n".utf8)) }
+        try config(box, remote: pushRemote.url, up: "max-delete = 100%")
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        let published = tree(pushRemote.root)
+        #expect(published.count == 4, "three files and the manifest: \(published.keys.sorted())")
+        try FileManager.default.removeItem(atPath: src + "/dir")
+
+        for arguments in [["--session", "up", "--dry-run"], ["--session", "up"]] {
+            let refused = box.sync(arguments)
+            #expect(refused.exitCode == 5, "\(arguments): \(refused.output)")
+            #expect(refused.stderr.contains("holds no files to publish, and the remote lists 3") && refused.stderr.contains("allow-empty = yes"),
+                    "\(refused.stderr)")
+            #expect(tree(pushRemote.root) == published, "nothing on the remote changed")
+        }
+        let down = box.sync(["--session", "down"])
+        #expect(down.exitCode == 0 && tree(box.directory + "/dst").count == 3, "\(down.output)")
+
+        try config(box, remote: pushRemote.url, up: "max-delete = 100%\nallow-empty = yes")
+        let emptied = box.sync(["--session", "up"])
+        #expect(emptied.exitCode == 0, "\(emptied.output)")
+        #expect(tree(pushRemote.root).keys.sorted() == ["manifest.json"], "\(tree(pushRemote.root).keys.sorted())")
+    }
+
     /// A file rewritten while it uploads is hashed again and sent again in the same run; the
     /// manifest published lists the bytes that are on the remote.
     @Test(arguments: ["nginx", "file"])

@@ -41,6 +41,17 @@ public struct PushPlan: Sendable {
 }
 
 public enum PushPlanner {
+    /// The rule that keeps an empty local tree from emptying the remote, as `allow-empty` keeps an
+    /// empty manifest from emptying a pull's mirror: a directory that holds nothing to publish is
+    /// more often an unmounted disk or a mistyped path than an intent. Refused (exit 5, nothing
+    /// changed) when the run would delete the files the remote lists, unless the session says
+    /// `allow-empty = yes`.
+    public static func refuseEmptying(localFiles: Int, remoteFiles: Int, session: SessionConfig) throws(FerryError) {
+        guard localFiles == 0, remoteFiles > 0, session.delete, !session.allowEmpty else { return }
+        throw .localIO("the local directory \(Printable.name(session.local)) holds no files to publish, and the remote lists \(remoteFiles): refused, so that an empty or unmounted directory cannot empty the remote; nothing was changed",
+                       hint: "check that the directory is mounted and 'local =' is right; if the remote is meant to be emptied, set allow-empty = yes for session '\(session.name)' (deletions stay capped by max-delete)")
+    }
+
     /// `local`: the entries the local tree would publish (hashed files, any order, each path once).
     /// `remote`: the manifest ferry last published on the remote (nil: nothing was published yet).
     /// `keepingRemote`: paths whose remote version stays (`conflict = remote-wins`): neither

@@ -63,6 +63,9 @@ final class PushSync: SessionWork {
 
         let (root, local, stats, hashed, unhashed) = try scanLocal(store: store, published: published)
         result.hashed = hashed
+        try PushPlanner.refuseEmptying(localFiles: local.count,
+                                       remoteFiles: (published?.entries ?? []).filter { !keepingRemote.contains($0.path) }.count,
+                                       session: session)
         var plan = PushPlanner.plan(local: local, remote: published, rules: DeletionRules(delete: session.delete, cap: session.maxDelete),
                                     keepingRemote: keepingRemote)
         emit(.planned(downloads: plan.uploads.count, bytes: plan.uploadBytes, metadataFixes: plan.metadataChanges,
