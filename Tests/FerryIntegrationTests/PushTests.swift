@@ -336,6 +336,41 @@ struct PushTests {
         #expect(fileContents(remoteRoot + "/a.txt/inner") == "now a directory\n")
     }
 
+    /// `ferry resume` while the push that suspended the upload still runs: that push takes it back,
+    /// sends it and publishes both files (as a running pull does).
+    @Test func aRunningPushTakesBackWhatResumeMakesRunnable() throws {
+        let server = try NginxServer()
+        defer { server.stop() }
+        let remoteRoot = server.root + "/site"
+        let box = Sandbox("push-resume-busy")
+        let long = randomData(2_400_000, seed: 93), short = randomData(1_200_000, seed: 94)
+        write(box.directory + "/src", "long.bin", long)
+        write(box.directory + "/src", "short.bin", short)
+        try config(box, remote: server.url + "site/", up: "bwlimit = 600K")
+        let push = try startPush(box, ["--json"])
+        defer { push.stop() }
+        var taskID: String?
+        #expect(eventually(10) {
+            taskID = box.status().stdout.split(separator: "\n").first { $0.contains("short.bin") && $0.contains("running") }?
+                .split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.map(String.init)
+            return taskID != nil
+        }, "short.bin never ran: \(box.status().output)")
+        let id = try #require(taskID)
+
+        let cancel = ferry(["cancel", "--config", box.config, id])
+        #expect(cancel.exitCode == 0 && cancel.stdout.contains("suspended task"), "\(cancel.output)")
+        let resumed = ferry(["resume", "--config", box.config, id])
+        #expect(resumed.exitCode == 0 && resumed.stdout.contains("the ferry running it takes the resumed tasks back"), "\(resumed.output)")
+
+        #expect(push.wait(timeout: 30) == 0, "the running push finished the resumed upload: \(pushOutput(box))")
+        #expect(pushOutput(box).contains("\"event\":\"file-suspended\""), "\(pushOutput(box))")
+        #expect(FileManager.default.contents(atPath: remoteRoot + "/short.bin") == short)
+        #expect(FileManager.default.contents(atPath: remoteRoot + "/long.bin") == long)
+        let manifest = fileContents(remoteRoot + "/manifest.json") ?? ""
+        #expect(manifest.contains("short.bin") && manifest.contains("long.bin"), "\(manifest)")
+        #expect(!box.status().stdout.contains("suspended"))
+    }
+
     /// `ferry cancel` stops an upload in flight (nothing reaches a final name, no manifest is
     /// published) and later runs skip it; `ferry resume` sends it and publishes.
     @Test func cancelSuspendsAnUploadAndResumeFinishesIt() throws {

@@ -337,29 +337,24 @@ final class PushSync: SessionWork {
 
 /// The upload stage of a push run, the session's `TransferSource`: hands out the uploads, moves
 /// each one that verified into place, and retries what is worth retrying.
-final class PushTransfers: TransferSource {
-    struct Item: BackingOff {
+final class PushTransfers: SessionTransfers<PushTransfers.Item> {
+    struct Item: SessionTransferItem {
         var entry: ManifestEntry
         var task: TransferTask
         var stat: LocalEntry
         var notBefore = 0.0
-        var tries = 0
+        var triesThisRun = 0
         /// false: hashed while sent (see `Upload.hashKnown`).
         var hashKnown = true
         /// Bytes the upload sent, once it verified (then it waits for its move).
         var sent: Int64 = 0
         var moveTries = 0
+        var path: RelativePath { entry.path }
     }
 
-    private let session: SessionConfig
-    private let store: StateStore
     private let writer: RemoteWriting
     private let root: LocalRoot
-    private let emit: (Event.Body) -> Void
-    private let stop: StopCondition
     private var localRoot = ""
-    private var ready: ArraySlice<Item> = []
-    private var backingOff: [Item] = []
     private var running: [Int64: Item] = [:]
     /// Uploads that verified and wait to be moved into place (before any new upload starts).
     private var toMove: [Item] = []
@@ -367,102 +362,34 @@ final class PushTransfers: TransferSource {
     private var moved: [Item] = []
     private var lastFlush = MonotonicClock.seconds()
     private(set) var uploaded = 0
-    private(set) var failed = 0
-    private(set) var waiting = 0
     private(set) var bytesSent: Int64 = 0
-    private(set) var stopped: String?
-    private(set) var storeError: FerryError?
     /// Entries whose hash is known only now: hashed while sent, or hashed again after a change.
     private(set) var rehashed: [RelativePath: ManifestEntry] = [:]
 
-    private let observer: EventSink
-    /// A discretionary session's conditions (nil: uploads go at any time).
-    private let gate: DiscretionGate?
-    /// What the uploads wait for, when the session's conditions did not hold, and how many wait (`onHold`).
-    private(set) var heldFor: String?
-    private(set) var onHold = 0
-    /// Uploads suspended by `ferry cancel`; delayed to a later time (`earliest-begin`), and the soonest.
-    private(set) var suspended = 0
-    private(set) var delayed = 0
-    private(set) var nextBegin: Timestamp?
-    private var progress: SyncProgress
-    /// Bytes of the uploads moved into place (for progress).
-    private var completedBytes: Int64 = 0
-
     init(session: SessionConfig, store: StateStore, writer: RemoteWriting, root: LocalRoot, observer: EventSink,
          emit: @escaping (Event.Body) -> Void, stop: StopCondition, gate: DiscretionGate?) {
-        self.gate = gate
-        self.session = session
-        self.store = store
         self.writer = writer
         self.root = root
-        self.observer = observer
-        self.emit = emit
-        self.stop = stop
-        progress = SyncProgress(session: session.name)
+        super.init(session: session, store: store, observer: observer, emit: emit, stop: stop, gate: gate)
     }
 
     func run(_ items: [Item], localRoot: String, engine: TransferEngine) {
         self.localRoot = localRoot
-        let now = Timestamp.now()
-        var runnable: [Item] = []
-        for item in items {
-            if item.task.state == .suspended {
-                suspended += 1
-                emit(.fileSuspended(path: item.entry.path, offset: 0))
-            } else if item.task.state == .delayed, let until = item.task.notBefore, until > now {
-                delayed += 1
-                nextBegin = min(nextBegin ?? until, until)
-                emit(.fileDelayed(path: item.entry.path, until: until))
-            } else {
-                runnable.append(item)
-            }
-        }
+        let runnable = runnable(items)
         ready = ArraySlice(runnable)
         guard !runnable.isEmpty else { return }
         progress.filesTotal = runnable.count
         progress.bytesTotal = runnable.reduce(0) { $0 + $1.stat.size }
-        if let reason = gate?.waitsFor() {
-            heldFor = reason
-        } else {
-            engine.run(self)
-        }
-        flush()
-        suspensions.acknowledgeOpen()
-        if let heldFor {
-            // What had not begun, or waited out a backoff, when the conditions ended; what was
-            // being sent was counted as it was interrupted.
-            let left = Array(ready) + backingOff + toMove
-            // A verified upload that waited for its move leaves no temporary upload behind.
-            for item in toMove { try? writer.remove(PushSync.temporaryName(task: item.task.id)) }
-            onHold += left.count
-            do throws(FerryError) { try store.requeue(left.map(\.task.id)) } catch { storeError = error }
-            if onHold > 0 { emit(.sessionHeld(files: onHold, waitsFor: heldFor)) } else { self.heldFor = nil }
-        }
-        progress.active = []
-        progress.bytesDone = completedBytes
-        observer.progress(progress)
+        run(engine: engine)
     }
 
-    var limit: Int { session.transfers ?? Int.max }
-    var priority: Int { session.priority }
-    var bandwidth: BandwidthSchedule? { session.bwlimit }
-
-    var shouldStop: Bool {
-        if storeError != nil { return true }
-        if let reason = stop.reason {
-            stopped = reason
-            return true
-        }
-        if let reason = gate?.waitsFor() {
-            // A discretionary condition ended: what is being sent stops, and everything waits.
-            heldFor = reason
-            return true
-        }
-        return false
+    /// Also the verified uploads still waiting for their move: their temporary uploads go.
+    override func leftWhenHeld() -> [Item] {
+        for item in toMove { try? writer.remove(PushSync.temporaryName(task: item.task.id)) }
+        return super.leftWhenHeld() + toMove
     }
 
-    func next() -> TransferEngine.Next {
+    override func next() -> TransferEngine.Next {
         while let item = toMove.popLast() {
             if let move = startMove(item) { return .start(move) }
         }
@@ -496,7 +423,7 @@ final class PushTransfers: TransferSource {
     }
 
     /// Records the moved files done, and their hashes, in one transaction.
-    private func flush() {
+    override func flush() {
         lastFlush = MonotonicClock.seconds()
         guard !moved.isEmpty else { return }
         do throws(FerryError) {
@@ -514,25 +441,21 @@ final class PushTransfers: TransferSource {
         moved.removeAll(keepingCapacity: true)
     }
 
-    private func nextDue() -> Item? {
-        backingOff.popDue(now: stop.clock.monotonic()) ?? ready.popFirst()
-    }
-
     private func start(_ item: Item) -> Upload? {
         var item = item
-        item.tries += 1
+        item.triesThisRun += 1
         item.task.attempts += 1
         do throws(FerryError) {
             let upload = try writer.upload(task: item.task, entry: item.entry, stat: item.stat, hashKnown: item.hashKnown,
                                            localPath: localRoot + "/" + item.entry.path.string,
                                            to: PushSync.temporaryName(task: item.task.id))
             running[item.task.id] = item
-            if item.tries == 1 { emit(.fileStarted(path: item.entry.path, size: item.entry.size, reason: .missing)) }
+            if item.triesThisRun == 1 { emit(.fileStarted(path: item.entry.path, size: item.entry.size, reason: .missing)) }
             try store.markRunning([(item.task.id, item.task.attempts)])
             return upload
         } catch {
             if error.cause == .sourceChanged {
-                retryOrFail(item, TransferFailure(message: error.message, keepPartial: false, cause: .sourceChanged))
+                afterFailure(item, TransferFailure(message: error.message, keepPartial: false, cause: .sourceChanged))
             } else {
                 fail(item, error.message)
             }
@@ -552,7 +475,7 @@ final class PushTransfers: TransferSource {
         return item
     }
 
-    func finished(_ batch: [(Transfer, TransferOutcome)]) {
+    override func finished(_ batch: [(Transfer, TransferOutcome)]) {
         for (transfer, outcome) in batch {
             if let move = transfer as? RemoteMove {
                 guard let item = running.removeValue(forKey: move.task.id) else { continue }
@@ -575,7 +498,7 @@ final class PushTransfers: TransferSource {
                 toMove.append(item)
             case let .failed(failure):
                 try? writer.remove(temporary)
-                retryOrFail(item, failure)
+                afterFailure(item, failure)
             case .interrupted:
                 interrupted(item, cancelled: upload.cancelRequested)
             }
@@ -610,42 +533,18 @@ final class PushTransfers: TransferSource {
     }
 
     /// An upload or move stopped before it ended: its temporary upload goes (a WebDAV PUT starts
-    /// again from zero). Stopped because the session's conditions ended, it waits for them, queued.
+    /// again from zero).
     private func interrupted(_ item: Item, cancelled: Bool = false) {
         try? writer.remove(PushSync.temporaryName(task: item.task.id))
-        emit(.fileInterrupted(path: item.entry.path, offset: 0))
-        if cancelled {
-            suspended += 1
-        } else if heldFor != nil {
-            onHold += 1
-            do throws(FerryError) { try store.requeue([item.task.id]) } catch { storeError = error }
-        }
+        interrupted(item, offset: 0, cancelled: cancelled)
     }
 
-    private lazy var suspensions = Suspensions(session: session.name, store: store)
-
-    /// Honours `ferry cancel` from another process (`Suspensions`): an upload it suspends stops
-    /// (its temporary upload goes) and waits for `ferry resume`; the manifest is not published.
-    private func applySuspensions(_ running: [Transfer]) {
-        do throws(FerryError) {
-            guard let ids = try suspensions.check(running: running.compactMap { ($0 as? Upload)?.task.id }, recordFinished: flush,
-                                                  everySecond: {}) else { return }
+    override func tick(_ running: [Transfer]) {
+        // `ferry cancel`: an upload it suspends stops (its temporary upload goes) and waits for
+        // `ferry resume`; the manifest is not published.
+        applySuspensions(running: running.compactMap { ($0 as? Upload)?.task.id }, recordFinished: flush) { ids in
             for case let upload as Upload in running where ids.contains(upload.task.id) { upload.cancelRequested = true }
-            func drop(_ item: Item) -> Bool {
-                guard ids.contains(item.task.id) else { return false }
-                suspended += 1
-                emit(.fileSuspended(path: item.entry.path, offset: 0))
-                return true
-            }
-            ready = ArraySlice(ready.filter { !drop($0) })
-            backingOff.removeAll { drop($0) }
-        } catch {
-            storeError = error
         }
-    }
-
-    func tick(_ running: [Transfer]) {
-        applySuspensions(running)
         let uploads = running.compactMap { $0 as? Upload }
         progress.active = uploads.map { SyncProgress.Active(path: $0.entry.path, done: $0.sent, size: $0.stat.size) }
         progress.bytesDone = completedBytes + uploads.reduce(0) { $0 + $1.sent }
@@ -653,7 +552,8 @@ final class PushTransfers: TransferSource {
         if !moved.isEmpty && MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
     }
 
-    private func retryOrFail(_ item: Item, _ failure: TransferFailure) {
+    /// A file that changed after it was hashed is hashed again before its next try.
+    private func afterFailure(_ item: Item, _ failure: TransferFailure) {
         var item = item
         if failure.cause == .sourceChanged {
             guard let fresh = rehash(item) else {
@@ -662,29 +562,11 @@ final class PushTransfers: TransferSource {
             }
             item = fresh
         }
-        switch session.retryRule.decide(after: failure, task: item.task, triesThisRun: item.tries) {
-        case let .giveUp(message):
-            fail(item, message)
-        case .waitForConnectivity:
-            waiting += 1
-            try? store.markRetrying(item.task.id, waiting: true, attempts: item.task.attempts, error: failure.message, bytesDone: 0, validator: nil)
-            emit(.fileWaiting(path: item.entry.path, error: failure.message))
-        case let .retry(delay):
-            item.notBefore = stop.clock.monotonic() + delay
-            emit(.fileRetrying(path: item.entry.path, attempt: item.tries + 1, delay: delay, error: failure.message))
-            backingOff.insertByDue(item)
-        }
+        retryOrFail(item, failure)
     }
 
     private func fail(_ item: Item, _ message: String) {
-        failed += 1
-        progress.filesFailed += 1
-        do throws(FerryError) {
-            try store.markFailed(item.task.id, attempts: item.task.attempts, error: message, bytesDone: 0, validator: nil)
-        } catch {
-            storeError = error
-        }
-        emit(.fileFailed(path: item.entry.path, error: message))
+        fail(item.entry.path, item.task, message)
     }
 
 }
