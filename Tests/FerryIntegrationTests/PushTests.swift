@@ -488,6 +488,52 @@ struct PushTests {
         #expect(tree(pushRemote.root).keys.sorted() == ["manifest.json"], "\(tree(pushRemote.root).keys.sorted())")
     }
 
+    /// Files deleted from the local tree after the scan, before their turn to upload, leave the run
+    /// without failing it: the manifest goes on listing what the remote holds at their paths (the
+    /// old version of a changed file, nothing for a new one), and the next run publishes the removal.
+    @Test func filesDeletedBeforeTheirUploadLeaveTheRunAndTheNextRunRemovesThem() throws {
+        let server = try NginxServer()
+        defer { server.stop() }
+        let remoteRoot = server.root + "/site"
+        let box = Sandbox("push-vanished")
+        let src = box.directory + "/src"
+        write(src, "b.txt", Data("b, version 1\n".utf8))
+        write(src, "keep.txt", Data("kept\n".utf8))
+        try config(box, remote: server.url + "site/")
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+
+        // One upload at a time, the first one slow: the other two are deleted while it goes.
+        let big = randomData(2_500_000, seed: 95)
+        write(src, "a-big.bin", big)
+        write(src, "b.txt", Data("b, version 2\n".utf8))
+        write(src, "new.txt", Data("new\n".utf8))
+        try config(box, remote: server.url + "site/", up: "bwlimit = 1M\nsession-transfers = 1")
+        let push = try startPush(box, ["--json"])
+        defer { push.stop() }
+        #expect(eventually(10) { box.status().stdout.split(separator: "\n").contains { $0.contains("a-big.bin") && $0.contains("running") } },
+                "\(box.status().output)")
+        try FileManager.default.removeItem(atPath: src + "/b.txt")
+        try FileManager.default.removeItem(atPath: src + "/new.txt")
+        #expect(push.wait(timeout: 30) == 0, "\(pushOutput(box))")
+        for name in ["b.txt", "new.txt"] {
+            #expect(pushOutput(box).contains("\(name) is gone from the local tree since the scan"), "\(pushOutput(box))")
+        }
+        #expect(FileManager.default.contents(atPath: remoteRoot + "/a-big.bin") == big)
+        #expect(fileContents(remoteRoot + "/b.txt") == "b, version 1\n", "the remote keeps the version it had")
+        #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/new.txt"))
+        let down = box.sync(["--session", "down"])
+        #expect(down.exitCode == 0, "the manifest lists what the remote holds: \(down.output)")
+        #expect(fileContents(box.directory + "/dst/b.txt") == "b, version 1\n")
+        #expect(FileManager.default.contents(atPath: box.directory + "/dst/a-big.bin") == big)
+
+        let next = box.sync(["--session", "up"])
+        #expect(next.exitCode == 0, "\(next.output)")
+        #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/b.txt"), "the next run publishes the removal")
+        #expect(box.sync(["--session", "down"]).exitCode == 0)
+        #expect(tree(box.directory + "/dst") == tree(src))
+        #expect(!box.status().stdout.contains("new.txt"), "no task is left for a file that is gone")
+    }
+
     /// A file rewritten while it uploads is hashed again and sent again in the same run; the
     /// manifest published lists the bytes that are on the remote.
     @Test(arguments: ["nginx", "file"])

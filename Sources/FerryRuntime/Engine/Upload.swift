@@ -47,7 +47,13 @@ final class Upload: Transfer {
         self.hashKnown = hashKnown
         self.destination = destination
         fd = open(localPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { throw .localIO("cannot open \(Printable.name(localPath)) to upload it: \(FileSystem.errorText())") }
+        guard fd >= 0 else {
+            // Gone since the scan (deleted, renamed, or its name is now a symlink or under a file):
+            // a change like any other, which the session takes up.
+            let gone = errno == ENOENT || errno == ENOTDIR || errno == ELOOP
+            throw FerryError(.localIO, "cannot open \(Printable.name(localPath)) to upload it: \(FileSystem.errorText())",
+                             cause: gone ? .sourceChanged : nil)
+        }
         if let changed = Upload.change(fd: fd, from: expected) {
             Glibc.close(fd)
             throw FerryError(.localIO, "\(Printable.name(localPath)) changed after it was hashed (\(changed)); it is sent by a later run",

@@ -125,8 +125,9 @@ final class PushSync: SessionWork {
 
         let notDone = transfers.failed + transfers.waiting + transfers.suspended + transfers.delayed + transfers.onHold
         var unfinished = notDone
-        if stopped == nil && unfinished == 0 && transfers.uploaded < plan.uploads.count {
-            unfinished = plan.uploads.count - transfers.uploaded
+        let ended = transfers.uploaded + transfers.vanished.count
+        if stopped == nil && unfinished == 0 && ended < plan.uploads.count {
+            unfinished = plan.uploads.count - ended
         }
         if let refused = plan.refusedDeletions {
             result.message = "refused to delete \(refused.count) files on the remote: more than max-delete = \(session.maxDelete) allows (\(refused.limit) of the \(refused.managed) files published); nothing was deleted"
@@ -160,7 +161,12 @@ final class PushSync: SessionWork {
         }
         // The manifest last: it never names a file that is not on the remote as it says (a file that
         // changed while it was sent went again, and the manifest lists what went).
-        plan.manifest = plan.manifest.map { transfers.rehashed[$0.path] ?? $0 }
+        // A file gone before it was sent: the remote still holds its last published version (or nothing).
+        let before = Dictionary((published?.entries ?? []).map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
+        plan.manifest = plan.manifest.compactMap { transfers.vanished.contains($0.path) ? before[$0.path] : transfers.rehashed[$0.path] ?? $0 }
+        if !transfers.vanished.isEmpty {
+            _ = try store.pruneTasks(session: session.name, keeping: { !transfers.vanished.contains($0) })
+        }
         let text = ManifestWriter.render(version: plan.version, generated: Timestamp.now(), entries: plan.manifest)
         // Servers that derive the manifest's ETag from its mtime in whole seconds and its size
         // (nginx) would give two same-size manifests published within one second the same
@@ -365,6 +371,9 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     private(set) var bytesSent: Int64 = 0
     /// Entries whose hash is known only now: hashed while sent, or hashed again after a change.
     private(set) var rehashed: [RelativePath: ManifestEntry] = [:]
+    /// Files gone from the local tree between the scan and their upload: not sent. The manifest
+    /// goes on listing what the remote holds at their paths; the next run sees them gone.
+    private(set) var vanished: Set<RelativePath> = []
 
     init(session: SessionConfig, store: StateStore, writer: RemoteWriting, root: LocalRoot, observer: EventSink,
          emit: @escaping (Event.Body) -> Void, stop: StopCondition, gate: DiscretionGate?) {
@@ -552,12 +561,14 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         if !moved.isEmpty && MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
     }
 
-    /// A file that changed after it was hashed is hashed again before its next try.
+    /// A file that changed after it was hashed is hashed again before its next try; one that is
+    /// gone (deleted, or no longer a regular file) leaves this run (`vanished`).
     private func afterFailure(_ item: Item, _ failure: TransferFailure) {
         var item = item
         if failure.cause == .sourceChanged {
             guard let fresh = rehash(item) else {
-                fail(item, "\(failure.message); the file is gone now")
+                vanished.insert(item.entry.path)
+                emit(.warning(message: "\(Printable.name(item.entry.path.string)) is gone from the local tree since the scan; not sent, and the remote keeps what it had there until the next run"))
                 return
             }
             item = fresh

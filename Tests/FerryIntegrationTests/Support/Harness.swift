@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 /// Runs the real `ferry` binary and inspects what it did.
@@ -75,18 +76,36 @@ func ferry(_ arguments: [String], environment: [String: String] = [:], timeout: 
     runProcess(Harness.ferryBinary, arguments, environment: environment, timeout: timeout)
 }
 
-/// A free TCP port on 127.0.0.1 (the kernel picks; closed again before use).
+/// A TCP port on 127.0.0.1 that nothing is bound to, for a server a test starts. It is taken
+/// below the kernel's ephemeral range (`ip_local_port_range`): a port the kernel handed out would be
+/// free again once checked, and an outgoing connection of another test's ferry could take it as
+/// its source port before the server binds it (seen: "python server did not start"). Never the
+/// same port twice in one test process.
 func freePort() -> UInt16 {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    addr.sin_port = 0
-    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-    _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-    return UInt16(bigEndian: addr.sin_port)
+    let ephemeralLow = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))
+        .flatMap { $0.split(whereSeparator: \.isWhitespace).first.flatMap { UInt16($0) } } ?? 32768
+    let low: UInt16 = 10_000
+    let high = max(ephemeralLow, low + 1_000)
+    while true {
+        let port = PortPool.next.withLock { next -> UInt16 in
+            if next < low || next >= high { next = low + UInt16((UInt32(getpid()) &* 7919) % UInt32(high - low)) }
+            defer { next = next + 1 >= high ? low : next + 1 }
+            return next
+        }
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = port.bigEndian
+        let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        close(fd)
+        if rc == 0 { return port }
+    }
+}
+
+/// The next port `freePort` tries (0 until the first call picks a start).
+private enum PortPool {
+    static let next = Mutex<UInt16>(0)
 }
 
 /// Waits until something accepts connections on the port.
