@@ -340,8 +340,29 @@ struct AgentTests {
         agent.child.signal(SIGHUP)
         #expect(eventually { listener.received().contains { $0.hasPrefix("RELOADING=1\nMONOTONIC_USEC=") } })
         agent.child.signal(SIGTERM)
-        #expect(agent.child.wait(timeout: 10) == 0)
+        #expect(agent.child.wait(timeout: 10) == 0, "\(listener.received()) \(agent.output)")
         #expect(listener.received().contains { $0.hasPrefix("STOPPING=1") })
+    }
+
+    /// A notify socket whose reader stopped reading (its queue full of WATCHDOG=1) never stalls the
+    /// agent: it goes on and stops at once on SIGTERM, in order, not at the stop-timeout.
+    @Test func aNotifySocketNobodyReadsNeverStallsTheAgent() throws {
+        let box = Sandbox("agent-notify-full")
+        box.publish("a.txt", "a\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published, session: ["poll = 1h"], agent: ["stop-timeout = 60s"])
+        let socketPath = box.directory + "/notify.sock"
+        let listener = try DatagramListener(path: socketPath)
+        // Every 0.05 s a WATCHDOG=1: the queue (10 datagrams) is full within a second.
+        let agent = try RunningAgent(box, environment: ["NOTIFY_SOCKET": socketPath, "WATCHDOG_USEC": "100000"])
+        #expect(eventually { fileContents(box.localPath("a.txt")) == "a\n" }, "\(agent.output)")
+        usleep(2_000_000)
+        let stopped = Date()
+        agent.child.signal(SIGTERM)
+        #expect(agent.child.wait(timeout: 10) == 0, "\(agent.output)")
+        #expect(Date().timeIntervalSince(stopped) < 10, "stopped in order, not at the 60 s stop-timeout")
+        #expect(agent.output.contains("starting nothing new"), "\(agent.output)")
+        _ = listener
     }
 }
 

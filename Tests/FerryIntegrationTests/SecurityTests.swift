@@ -57,6 +57,62 @@ struct SecurityTests {
         }
     }
 
+    /// A push over HTTPS (HTTP/2) with a private CA and basic auth: the same settings reach every
+    /// request of a push (the manifest, PUT, MKCOL, MOVE), a pull with them mirrors what was
+    /// published, and the password appears nowhere.
+    @Test func aPushOverHTTPSWithAPrivateCAAndBasicAuth() throws {
+        let nginx = try NginxServer()
+        defer { nginx.stop() }
+        let tls = try TestCertificates.shared()
+        let box = Sandbox("tls-push")
+        let src = box.directory + "/src"
+        for (path, data) in [("index.html", Data("<p>over TLS</p>\n".utf8)), ("deep/dir/big.bin", randomData(1_500_000, seed: 71))] {
+            let full = src + "/" + path
+            try FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try data.write(to: URL(fileURLWithPath: full))
+        }
+        let credentials = secretFile(box, "basic", "\(NginxServer.basicUser):\(NginxServer.basicPassword)\n")
+        let wrong = secretFile(box, "wrong", "\(NginxServer.basicUser):nope\n")
+        func configure(_ settings: String) throws {
+            try """
+                [agent]
+                state = \(box.state)
+                [session up]
+                direction = push
+                remote = \(nginx.tlsURL)basic/site/
+                local = \(src)
+                \(settings)
+                [session down]
+                remote = \(nginx.tlsURL)basic/site/
+                local = \(box.directory)/dst
+                \(settings)
+                """.writeReplacing(box.config)
+        }
+
+        try configure("basic-auth-file = \(credentials)")
+        let untrusted = box.sync(["--session", "up"])
+        #expect(untrusted.exitCode == 4 && untrusted.stderr.contains("ca-file"), "\(untrusted.output)")
+        try configure("basic-auth-file = \(wrong)\nca-file = \(tls.caCertificate)")
+        let denied = box.sync(["--session", "up"])
+        #expect(denied.exitCode == 4 && denied.stderr.contains("HTTP 401") && denied.stderr.contains("basic-auth-file"), "\(denied.output)")
+        #expect(!FileManager.default.fileExists(atPath: nginx.root + "/basic/site"), "nothing was written")
+
+        try configure("basic-auth-file = \(credentials)\nca-file = \(tls.caCertificate)")
+        nginx.clearLog()
+        let pushed = box.sync(["--session", "up", "--json"])
+        #expect(pushed.exitCode == 0, "\(pushed.output)")
+        let lines = nginx.requestLines()
+        for method in ["PUT", "MOVE", "MKCOL"] {
+            #expect(lines.contains { $0.hasPrefix(method + " /basic/site/") && $0.hasSuffix("HTTP/2.0") }, "\(method) over HTTP/2: \(lines)")
+        }
+        let pulled = box.sync(["--session", "down"])
+        #expect(pulled.exitCode == 0, "\(pulled.output)")
+        expectIdentical(src, box.directory + "/dst")
+        for text in [untrusted.output, denied.output, pushed.output, pulled.output, box.status().output, box.status(["--json"]).output] {
+            #expect(!text.contains(NginxServer.basicPassword))
+        }
+    }
+
     @Test func bearerTokenFromAFile() throws {
         let nginx = try NginxServer()
         defer { nginx.stop() }

@@ -185,7 +185,11 @@ public final class Agent: @unchecked Sendable {
             }
             let now = clock.monotonic()
             let nextDue = slots.values.filter { $0.running == nil }.map(\.due).min() ?? .infinity
-            let sleep = stopping ? 0.1 : min(max(0, nextDue - now), 1)
+            var sleep = stopping ? 0.1 : min(max(0, nextDue - now), 1)
+            if let interval = notifier.watchdogInterval {
+                // Awake for the next WATCHDOG=1: with WatchdogSec=1s it is due every 0.5 s.
+                sleep = min(sleep, max(0, lastWatchdog + interval - MonotonicClock.seconds()))
+            }
             _ = wake.wait(timeout: .now() + sleep)
         }
         control?.remove()

@@ -38,7 +38,10 @@ public final class SystemdNotifier: @unchecked Sendable {
 
     public var isActive: Bool { fd >= 0 }
 
-    /// Sends `KEY=value` lines in one datagram; failures are ignored (systemd may be gone).
+    /// Sends `KEY=value` lines in one datagram; failures are ignored (systemd may be gone). Never
+    /// waits: a reader that stopped reading (its queue holds `net.unix.max_dgram_qlen` datagrams,
+    /// 10 by default) must not stall the agent's loop, which would then miss SIGTERM until the
+    /// stop-timeout; a notification it does not take is dropped.
     public func send(_ lines: [String]) {
         guard fd >= 0 else { return }
         let text = lines.joined(separator: "\n")
@@ -46,7 +49,7 @@ public final class SystemdNotifier: @unchecked Sendable {
         _ = text.utf8CString.withUnsafeBufferPointer { buffer in
             withUnsafePointer(to: &copy) { pointer in
                 pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
-                    sendto(fd, buffer.baseAddress, buffer.count - 1, Int32(MSG_NOSIGNAL), sa, addressLength)
+                    sendto(fd, buffer.baseAddress, buffer.count - 1, Int32(MSG_NOSIGNAL | MSG_DONTWAIT), sa, addressLength)
                 }
             }
         }

@@ -33,8 +33,10 @@ final class NginxServer {
         let locations = """
                 root \(root);
                 location / { dav_methods PUT DELETE MKCOL COPY MOVE; create_full_put_path on; }
-                location /basic/ { auth_basic "ferry"; auth_basic_user_file \(directory)/htpasswd; }
-                location /bearer/ { if ($http_authorization != "Bearer \(Self.bearerToken)") { return 401; } }
+                location /basic/ { auth_basic "ferry"; auth_basic_user_file \(directory)/htpasswd;
+                                   dav_methods PUT DELETE MKCOL COPY MOVE; create_full_put_path on; }
+                location /bearer/ { if ($http_authorization != "Bearer \(Self.bearerToken)") { return 401; }
+                                    dav_methods PUT DELETE MKCOL COPY MOVE; create_full_put_path on; }
             """
         let config = """
             \(user)
