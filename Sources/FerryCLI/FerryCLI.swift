@@ -43,13 +43,14 @@ public enum FerryCLI {
     }
 
     public static func main() -> Never {
-        Curl.initialize()
-        FileSystem.raiseOpenFileLimit()
         // A parent may have spawned us with signals blocked (dispatch threads do): take SIGTERM
-        // and SIGINT as a user means them.
+        // and SIGINT as a user means them, through the signal thread, before any other thread starts.
         var none = sigset_t()
         sigemptyset(&none)
         sigprocmask(SIG_SETMASK, &none, nil)
+        StopSignals.start()
+        Curl.initialize()
+        FileSystem.raiseOpenFileLimit()
         signal(SIGPIPE, SIG_IGN)
         let argv = Array(CommandLine.arguments.dropFirst())
         exit(run(argv).rawValue)

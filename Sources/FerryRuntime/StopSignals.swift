@@ -6,44 +6,81 @@ import FerryCore
 /// SIGTERM and SIGINT ask a run to stop through its `StopToken`: start nothing new, checkpoint
 /// running transfers, exit 3. If the orderly stop has not finished within `stop-timeout`, the
 /// process ends with exit code 3 anyway; that is safe because a final path never holds partial
-/// data and every SQLite commit is atomic. A second signal ends it at once.
+/// data and every SQLite commit is atomic. A second signal ends it at once. SIGHUP is the agent's
+/// reload.
+///
+/// The three signals are blocked in every thread from the start of `main` (`start`), and one
+/// thread takes them with `sigwait`, so none is ever lost: one that comes before its handler is
+/// registered waits, pending, and one that comes while a handler runs is taken next. (A dispatch
+/// signal source arms its handler asynchronously, after the caller goes on: a SIGHUP sent as soon
+/// as the agent said READY=1 could meet SIG_IGN and vanish.) A signal no command handles ends the
+/// process as its default action would.
 public enum StopSignals {
+    private static let handled: [Int32] = [SIGTERM, SIGINT, SIGHUP]
+    private static let handlers = Mutex<[Int32: @Sendable () -> Void]>([:])
     private static let received = Atomic<Int>(0)
-    nonisolated(unsafe) private static var sources: [DispatchSourceSignal] = []
 
-    /// What stops a command's runs: SIGTERM and SIGINT (installed here) and `maxDuration`.
+    /// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread, and in every thread it starts
+    /// later, and starts the thread that takes them. Call first thing in `main`, before any other
+    /// thread exists.
+    public static func start() {
+        var set = signalSet(handled)
+        pthread_sigmask(SIG_BLOCK, &set, nil)
+        Threads.start(name: "ferry-signals") {
+            var set = signalSet(handled)
+            while true {
+                var number: Int32 = 0
+                guard sigwait(&set, &number) == 0 else { continue }
+                if let handler = handlers.withLock({ $0[number] }) {
+                    handler()
+                } else {
+                    endByDefault(number)
+                }
+            }
+        }
+    }
+
+    /// What stops a command's runs: SIGTERM and SIGINT (handled from here on) and `maxDuration`.
     public static func stopCondition(stopTimeout: Double, maxDuration: Double?) -> StopCondition {
         let token = StopToken()
         install(stopTimeout: stopTimeout, token: token)
         return StopCondition(token: token, maxDuration: maxDuration)
     }
 
-    /// Feeds `token` from SIGTERM and SIGINT. Call once, from the main thread, before any run.
-    /// A stop not done within `stopTimeout` ends the process with `forcedExit`; `then` runs after
-    /// each signal (to wake a loop that waits).
+    /// Feeds `token` from SIGTERM and SIGINT. A stop not done within `stopTimeout` ends the
+    /// process with `forcedExit`; `then` runs after each signal (to wake a loop that waits).
     public static func install(stopTimeout: Double, token: StopToken, forcedExit: ExitCode = .incomplete,
                                then: @escaping @Sendable () -> Void = {}) {
-        let queue = DispatchQueue(label: "ferry.signals")
         for (number, name) in [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")] {
-            signal(number, SIG_IGN)  // delivered to the dispatch source instead
-            let source = DispatchSource.makeSignalSource(signal: number, queue: queue)
-            source.setEventHandler {
-                if received.add(1, ordering: .relaxed).newValue > 1 { _exit(forcedExit.rawValue) }
-                token.request("stopped by \(name)")
-                then()
-                queue.asyncAfter(deadline: .now() + max(1, stopTimeout)) { _exit(forcedExit.rawValue) }
+            handlers.withLock {
+                $0[number] = {
+                    if received.add(1, ordering: .relaxed).newValue > 1 { _exit(forcedExit.rawValue) }
+                    token.request("stopped by \(name)")
+                    then()
+                    DispatchQueue.global().asyncAfter(deadline: .now() + max(1, stopTimeout)) { _exit(forcedExit.rawValue) }
+                }
             }
-            source.resume()
-            sources.append(source)
         }
     }
 
-    /// Calls `handler` (on a queue of its own) for every SIGHUP: the agent's reload.
+    /// Calls `handler` (on the signal thread) for every SIGHUP: the agent's reload.
     public static func onHangup(_ handler: @escaping @Sendable () -> Void) {
-        signal(SIGHUP, SIG_IGN)
-        let source = DispatchSource.makeSignalSource(signal: SIGHUP, queue: DispatchQueue(label: "ferry.hangup"))
-        source.setEventHandler(handler: handler)
-        source.resume()
-        sources.append(source)
+        handlers.withLock { $0[SIGHUP] = handler }
+    }
+
+    /// Ends the process by `number`'s default action (terminate), as if it had never been blocked.
+    private static func endByDefault(_ number: Int32) -> Never {
+        signal(number, SIG_DFL)
+        var one = signalSet([number])
+        pthread_sigmask(SIG_UNBLOCK, &one, nil)
+        raise(number)
+        _exit(128 + number)
+    }
+
+    private static func signalSet(_ numbers: [Int32]) -> sigset_t {
+        var set = sigset_t()
+        sigemptyset(&set)
+        for n in numbers { sigaddset(&set, n) }
+        return set
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 /// `ferry agent` as a long-running process against real servers: it mirrors, follows manifest
@@ -311,7 +312,8 @@ struct AgentTests {
         // An edit behind ferry's back, even in a subdirectory, is noticed and repaired by the next poll.
         try "tampered\n".writeReplacing(box.localPath("d/a.txt"))
         #expect(eventually(10) { fileContents(box.localPath("d/a.txt")) == "original\n" }, "repaired: \(agent.output)")
-        #expect(planned() > p0)
+        // The event log may land a moment after the file did.
+        #expect(eventually { planned() > p0 })
         agent.child.signal(SIGTERM)
         #expect(agent.child.wait(timeout: 10) == 0)
 
@@ -344,6 +346,25 @@ struct AgentTests {
         #expect(listener.received().contains { $0.hasPrefix("STOPPING=1") })
     }
 
+    /// A reload (SIGHUP) or stop (SIGTERM) sent the moment the agent says READY=1, as systemd may,
+    /// is never lost: the signals are blocked from the start and taken by one thread.
+    @Test func signalsSentRightAfterReadyAreNeverLost() throws {
+        let box = Sandbox("agent-early-signals")
+        box.publish("a.txt", "a\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published, session: ["poll = 1h"], agent: ["stop-timeout = 60s"])
+        for round in 0..<10 {
+            let socketPath = box.directory + "/notify-\(round).sock"
+            let listener = try DatagramListener(path: socketPath)
+            let agent = try RunningAgent(box, environment: ["NOTIFY_SOCKET": socketPath])
+            #expect(eventually { listener.received().contains { $0.hasPrefix("READY=1") } }, "\(agent.output)")
+            agent.child.signal(SIGHUP)
+            #expect(eventually(10) { listener.received().contains { $0.hasPrefix("RELOADING=1") } }, "round \(round): \(agent.output)")
+            agent.child.signal(SIGTERM)
+            #expect(agent.child.wait(timeout: 10) == 0, "round \(round): \(agent.output)")
+        }
+    }
+
     /// A notify socket whose reader stopped reading (its queue full of WATCHDOG=1) never stalls the
     /// agent: it goes on and stops at once on SIGTERM, in order, not at the stop-timeout.
     @Test func aNotifySocketNobodyReadsNeverStallsTheAgent() throws {
@@ -352,7 +373,7 @@ struct AgentTests {
         box.buildManifest()
         box.configure(remote: "file://" + box.published, session: ["poll = 1h"], agent: ["stop-timeout = 60s"])
         let socketPath = box.directory + "/notify.sock"
-        let listener = try DatagramListener(path: socketPath)
+        let listener = try DatagramListener(path: socketPath, reading: false)
         // Every 0.05 s a WATCHDOG=1: the queue (10 datagrams) is full within a second.
         let agent = try RunningAgent(box, environment: ["NOTIFY_SOCKET": socketPath, "WATCHDOG_USEC": "100000"])
         #expect(eventually { fileContents(box.localPath("a.txt")) == "a\n" }, "\(agent.output)")
@@ -367,11 +388,22 @@ struct AgentTests {
 }
 
 /// A Unix datagram socket that collects what is sent to it (standing in for systemd's notify socket).
-final class DatagramListener {
+final class DatagramListener: Sendable {
+    /// What the reading thread collected, and whether the listener is gone.
+    private final class Inbox: Sendable {
+        let messages = Mutex<[String]>([])
+        let closed = Atomic<Bool>(false)
+    }
     private let fd: Int32
+    private let inbox = Inbox()
+    private let reading: Bool
 
-    init(path: String) throws {
+    /// `reading`: a thread of its own takes every datagram as it comes, so that the socket's small
+    /// queue (`net.unix.max_dgram_qlen`) never fills while a test waits on something else; false:
+    /// nothing reads, as a stalled supervisor would.
+    init(path: String, reading: Bool = true) throws {
         fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        self.reading = reading
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
@@ -382,20 +414,28 @@ final class DatagramListener {
         }
         guard rc == 0 else { throw TestFailure("cannot bind \(path)") }
         _ = fcntl(fd, F_SETFL, O_NONBLOCK)
+        guard reading else { return }
+        let socketFD = fd, box = inbox
+        Thread.detachNewThread {
+            var buffer = [UInt8](repeating: 0, count: 4096)
+            while !box.closed.load(ordering: .relaxed) {
+                var ready = pollfd(fd: socketFD, events: Int16(POLLIN), revents: 0)
+                _ = poll(&ready, 1, 100)
+                while true {
+                    let n = recv(socketFD, &buffer, buffer.count, 0)
+                    guard n > 0 else { break }
+                    let text = String(decoding: buffer[0..<n], as: UTF8.self)
+                    box.messages.withLock { $0.append(text) }
+                }
+            }
+            close(socketFD)
+        }
     }
 
-    deinit { close(fd) }
-
-    private var messages: [String] = []
+    deinit {
+        if reading { inbox.closed.store(true, ordering: .relaxed) } else { close(fd) }
+    }
 
     /// Every datagram received so far.
-    func received() -> [String] {
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = recv(fd, &buffer, buffer.count, 0)
-            guard n > 0 else { break }
-            messages.append(String(decoding: buffer[0..<n], as: UTF8.self))
-        }
-        return messages
-    }
+    func received() -> [String] { inbox.messages.withLock { $0 } }
 }
