@@ -158,16 +158,22 @@ class Handler(BaseHTTPRequestHandler):
             for other in State.sending.values():
                 other[0] = True
             State.sending[id(me)] = overlapped
-        try:
-            self.send_bytes(full, start, size, faults)
-        finally:
+
+        def done():
             with State.lock:
-                del State.sending[id(me)]
+                State.sending.pop(id(me), None)
+        try:
+            self.send_bytes(full, start, size, faults, done)
+        finally:
+            done()
             if faults.get("log_overlap") and State.options.log:
                 with State.lock, open(State.options.log, "a") as f:
                     f.write(json.dumps({"method": "BODY", "path": self.path, "overlapped": overlapped[0]}) + "\n")
 
-    def send_bytes(self, full, start, size, faults):
+    def send_bytes(self, full, start, size, faults, done=lambda: None):
+        """done() is called before the last piece is written: the client can start its next
+        request only after it has that piece, so a busy host that runs this thread late never
+        makes the next body look overlapped."""
         rate = faults.get("rate")
         reset_after = faults.get("reset_after")
         truncate_after = faults.get("truncate_after")
@@ -193,6 +199,8 @@ class Handler(BaseHTTPRequestHandler):
                 data = f.read(limit)
                 if not data:
                     break
+                if start + sent + len(data) >= size:
+                    done()
                 try:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):
