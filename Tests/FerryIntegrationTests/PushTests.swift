@@ -556,9 +556,6 @@ struct PushTests {
         #expect(FileManager.default.contents(atPath: box.directory + "/dst/big.bin") == changed)
     }
 
-    /// Someone else publishes to the same remote between two pushes of this session: the remote's
-    /// changes are never overwritten blindly. conflict = fail (the default) reports and changes
-    /// nothing; remote-wins keeps theirs and publishes the rest; local-wins replaces theirs.
     /// Another writer publishes a manifest while a push uploads: the push does not publish over
     /// it (exit 1, theirs stays), and the next run, which compares, publishes on top of theirs.
     @Test(arguments: ["nginx", "file"])
@@ -590,6 +587,9 @@ struct PushTests {
         #expect(published.contains("\"version\": 10") && published.contains("big.bin"), "published on top of theirs: \(published)")
     }
 
+    /// Someone else publishes to the same remote between two pushes of this session: the remote's
+    /// changes are never overwritten blindly. conflict = fail (the default) reports and changes
+    /// nothing; remote-wins keeps theirs and publishes the rest; local-wins replaces theirs.
     @Test(arguments: ["nginx", "file"])
     func remoteChangesAreNotOverwrittenBlindly(kind: String) throws {
         let remote = try PushRemote(kind)
