@@ -6,9 +6,9 @@
 #                             and GNU time for the peak RSS of each run
 set -euo pipefail
 
-packages=(libcurl4-openssl-dev libsqlite3-dev libssl-dev pkg-config nginx apache2 openssl curl ca-certificates python3 util-linux systemd)
+packages=(libcurl4-openssl-dev libsqlite3-dev libssl-dev pkg-config nginx libnginx-mod-http-dav-ext apache2 openssl curl ca-certificates python3 util-linux systemd)
 if [ "${1:-}" = "--bench" ]; then
-  packages+=(aria2 rclone wget time libnginx-mod-http-dav-ext)
+  packages+=(aria2 rclone wget time)
 fi
 
 missing=()

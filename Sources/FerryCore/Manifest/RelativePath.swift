@@ -131,6 +131,12 @@ public struct RelativePath: Hashable, Comparable, Sendable, CustomStringConverti
         return RelativePath(trusted: String(string.utf8[..<slash])!)
     }
 
+    /// The last segment.
+    public var name: String {
+        guard let slash = string.utf8.lastIndex(of: UInt8(ascii: "/")) else { return string }
+        return String(string.utf8[string.utf8.index(after: slash)...])!
+    }
+
     /// Every ancestor directory, nearest first: `a/b/c` → `a/b`, `a`.
     public var ancestors: [RelativePath] {
         var out: [RelativePath] = []

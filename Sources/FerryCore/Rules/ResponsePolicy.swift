@@ -73,6 +73,18 @@ public enum ResponsePolicy {
         }
     }
 
+    /// Whether a response's validators (ETag, Last-Modified) may stand for its body later, in a
+    /// conditional GET (`If-None-Match`, `If-Modified-Since`) or an `If-Range`. Not when its
+    /// Last-Modified is less than a second older than its Date (RFC 9110 §8.8.2.2), or there is no
+    /// Date to tell: the file may change again within that second and keep its mtime in seconds,
+    /// and a server that derives its ETag from mtime and size (nginx) then answers the same ETag
+    /// for other bytes. Without a Last-Modified, an ETag stands on its own.
+    public static func validatorsHold(lastModified: Timestamp?, hasLastModified: Bool, date: Timestamp?) -> Bool {
+        guard hasLastModified else { return true }
+        guard let lastModified, let date else { return false }
+        return date.timeInterval - lastModified.timeInterval >= 1
+    }
+
     /// `bytes 100-199/1000` → (100, 199, 1000); the total may be `*` (nil).
     public static func parseContentRange(_ value: String) -> (first: Int64, last: Int64, total: Int64?)? {
         guard value.hasPrefix("bytes ") else { return nil }

@@ -12,8 +12,9 @@ final class Download: Transfer {
     /// Where the bytes come from.
     enum Origin {
         case http(url: String, settings: HTTPSettings)
-        /// A file of a `file://` remote, read with pread (no libcurl).
-        case file(path: String)
+        /// A file of a `file://` remote, opened through its tree (never through a symlink) and
+        /// read with pread (no libcurl).
+        case file(tree: RemoteTree, path: RelativePath)
 
         var isLocal: Bool { if case .file = self { return true } else { return false } }
     }
@@ -124,15 +125,18 @@ final class Download: Transfer {
     /// A local origin: reads the next MiB of the source file at the partial's length and takes it
     /// in exactly as bytes from the network (size check, hash, checkpoints).
     func step() -> TransferOutcome? {
-        guard case let .file(path) = origin else { return nil }
+        guard case let .file(tree, path) = origin else { return nil }
         func readFailure() -> TransferOutcome {
             let code = errno
-            return .failed(TransferFailure(message: "cannot read \(Printable.name(path)): \(FileSystem.errorText(code))",
+            return .failed(TransferFailure(message: "cannot read \(Printable.name(tree.path + "/" + path.string)): \(FileSystem.errorText(code))",
                                            keepPartial: true, cause: .local(errno: code)))
         }
         if sourceFD < 0 {
-            sourceFD = open(path, O_RDONLY | O_CLOEXEC)
-            guard sourceFD >= 0 else { return readFailure() }
+            let (fd, error) = tree.openForReading(path)
+            guard fd >= 0 else {
+                return .failed(TransferFailure(message: error?.message ?? "cannot open it", keepPartial: true, cause: error?.cause ?? .local(errno: EIO)))
+            }
+            sourceFD = fd
         }
         let buffer = stepBuffer ?? UnsafeMutableRawPointer.allocate(byteCount: Download.stepSize, alignment: 16)
         stepBuffer = buffer

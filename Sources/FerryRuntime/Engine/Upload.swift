@@ -4,7 +4,7 @@ import FerryCore
 
 /// One file's upload in flight (push, issue 9): its bytes are read from the local file at the
 /// offset sent so far, hashed as they go, and written to a temporary name on the remote (`PUT` over
-/// WebDAV; a file under the remote's `.ferry/` for `file://`). It ends verified only when exactly
+/// WebDAV; a file created in the remote's `.ferry/upload/` for `file://`). It ends verified only when exactly
 /// the size and SHA-256 the plan hashed were sent and the local file did not change meanwhile
 /// (size, mtime, ctime, inode): a file edited during its upload is sent again, so a published
 /// manifest never lists a hash other than the bytes on the remote. Moving the temporary name to
@@ -25,8 +25,9 @@ final class Upload: Transfer {
     /// Where the bytes go.
     enum Destination {
         case http(url: String, settings: HTTPSettings)
-        /// A temporary file of a `file://` remote, written with write(2) by the engine's steps.
-        case file(path: String)
+        /// A temporary file of a `file://` remote (`LocalRoot.createUpload`: its descriptor, and
+        /// its name in the remote's `.ferry/upload/`), written with write(2) by the engine's steps.
+        case file(fd: Int32, staged: String)
     }
     let destination: Destination
     let fd: Int32
@@ -36,29 +37,18 @@ final class Upload: Transfer {
     private(set) var sent: Int64 = 0
     private var headers = HeaderSink()
     private var failure: (String, FailureCause)?
-    private var targetFD: Int32 = -1
 
-    /// Opens `localPath` (never through a symlink) and checks it is still what was hashed.
-    init(task: TransferTask, entry: ManifestEntry, stat expected: LocalEntry, hashKnown: Bool = true, localPath: String,
-         destination: Destination) throws(FerryError) {
+    /// Sends the local file `file`, opened by the session (`LocalRoot.open`), which the upload owns
+    /// from now on (`close`). Whether it is still what was hashed is checked as it is sent and at
+    /// the end (`verify`).
+    init(task: TransferTask, entry: ManifestEntry, stat expected: LocalEntry, hashKnown: Bool = true, file: Int32,
+         destination: Destination) {
         self.task = task
         self.entry = entry
         self.stat = expected
         self.hashKnown = hashKnown
         self.destination = destination
-        fd = open(localPath, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else {
-            // Gone since the scan (deleted, renamed, or its name is now a symlink or under a file):
-            // a change like any other, which the session takes up.
-            let gone = errno == ENOENT || errno == ENOTDIR || errno == ELOOP
-            throw FerryError(.localIO, "cannot open \(Printable.name(localPath)) to upload it: \(FileSystem.errorText())",
-                             cause: gone ? .sourceChanged : nil)
-        }
-        if let changed = Upload.change(fd: fd, from: expected) {
-            Glibc.close(fd)
-            throw FerryError(.localIO, "\(Printable.name(localPath)) changed after it was hashed (\(changed)); it is sent by a later run",
-                             cause: .sourceChanged)
-        }
+        fd = file
     }
 
     /// What differs between the open file and what was hashed, or nil.
@@ -144,33 +134,25 @@ final class Upload: Transfer {
         return (chunk, n)
     }
 
-    /// `file://`: copies the next piece into the temporary file; at the end syncs and verifies it.
+    /// `file://`: copies the next piece into the temporary file; at the end verifies what was
+    /// read (the session syncs the file as it moves it into place).
     func step() -> TransferOutcome? {
-        guard case let .file(path) = destination else { return nil }
-        if targetFD < 0 {
-            targetFD = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0o600)
-            guard targetFD >= 0 else { return localFailure("cannot create \(Printable.name(path))") }
-        }
+        guard case let .file(target, staged) = destination else { return nil }
         guard let (chunk, n) = nextChunk(max: BackgroundHasher.bufferSize) else { return verify() }
-        if n == 0 {
-            guard fsync(targetFD) == 0 else { return localFailure("cannot sync \(Printable.name(path))") }
-            return verify()
-        }
+        if n == 0 { return verify() }
         var offset = 0
         while offset < n {
-            let w = write(targetFD, chunk + offset, n - offset)
+            let w = write(target, chunk + offset, n - offset)
             if w < 0 {
                 if errno == EINTR { continue }
-                return localFailure("cannot write \(Printable.name(path))")
+                let code = errno
+                // The remote's disk, not the local one: a remote failure, retried like any other.
+                return .failed(TransferFailure(message: "cannot write the temporary upload \(LocalRoot.uploadPath)/\(staged) on the remote: \(FileSystem.errorText(code))",
+                                               keepPartial: false, cause: .local(errno: code)))
             }
             offset += w
         }
         return nil
-    }
-
-    private func localFailure(_ what: String) -> TransferOutcome {
-        let code = errno
-        return .failed(TransferFailure(message: "\(what): \(FileSystem.errorText(code))", keepPartial: false, cause: .local(errno: code)))
     }
 
     func tick(now: Double) {}
@@ -215,14 +197,13 @@ final class Upload: Transfer {
         return .succeeded
     }
 
-    /// Closes the files. Call once, when done with the upload.
+    /// Closes the files. Call once, when done with the upload (after it was placed).
     func close() {
         hashing?.cancel()
         hashing = nil
         piece = nil
         Glibc.close(fd)
-        if targetFD >= 0 { Glibc.close(targetFD) }
-        targetFD = -1
+        if case let .file(target, _) = destination { Glibc.close(target) }
     }
 }
 

@@ -8,7 +8,7 @@ public enum FileSystem {
     /// Writes `text` to stderr as it is (for warnings from below the command line's output).
     public static func writeStderr(_ text: String) {
         var copy = text
-        copy.withUTF8 { _ = write(2, $0.baseAddress, $0.count) }
+        copy.withUTF8 { _ = Glibc.write(2, $0.baseAddress, $0.count) }
     }
 
     /// `mkdir -p`.
@@ -28,57 +28,104 @@ public enum FileSystem {
         }
     }
 
-    /// The whole file, refusing anything larger than `limit` bytes.
+    /// The whole file, refusing anything larger than `limit` bytes (and anything but a regular file).
     public static func readFile(_ path: String, limit: Int = 64 << 20) throws(FerryError) -> [UInt8] {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw .localIO("cannot read \(path): \(errorText())") }
+        let fd = try openRegularFile(path)
         defer { close(fd) }
+        return try read(fd: fd, limit: limit, shown: path)
+    }
+
+    /// Opens `path` for reading without blocking, and only if it is a regular file: a FIFO or a
+    /// device where a file was expected is refused at once instead of holding the thread in
+    /// `open` or `read`. The errno is the error's cause.
+    public static func openRegularFile(_ path: String) throws(FerryError) -> Int32 {
+        let fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code = errno
+            throw FerryError(.localIO, "cannot read \(Printable.name(path)): \(errorText(code))", cause: .local(errno: code))
+        }
+        var st = stat()
+        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
+            close(fd)
+            let what = (st.st_mode & S_IFMT) == S_IFDIR ? "a directory" : "not a regular file (a FIFO, socket or device)"
+            throw FerryError(.localIO, "cannot read \(Printable.name(path)): it is \(what)", cause: .local(errno: EINVAL))
+        }
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        return fd
+    }
+
+    /// The rest of an open file, refusing anything larger than `limit` bytes.
+    public static func read(fd: Int32, limit: Int, shown path: String) throws(FerryError) -> [UInt8] {
         var out: [UInt8] = []
         var st = stat()
         if fstat(fd, &st) == 0 && st.st_size > 0 && Int(st.st_size) <= limit { out.reserveCapacity(Int(st.st_size)) }
         var buffer = [UInt8](repeating: 0, count: 1 << 16)
         while true {
-            let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
             if n < 0 {
                 if errno == EINTR { continue }
-                throw .localIO("cannot read \(path): \(errorText())")
+                throw .localIO("cannot read \(Printable.name(path)): \(errorText())")
             }
             if n == 0 { break }
             out.append(contentsOf: buffer[0..<n])
-            if out.count > limit { throw .localIO("\(path) is larger than \(Units.formatBytes(Int64(limit)))") }
+            if out.count > limit { throw .localIO("\(Printable.name(path)) is larger than \(Units.formatBytes(Int64(limit)))") }
         }
         return out
     }
 
-    /// Writes a file so that readers see the old content or the new, never a mix: temp file,
-    /// fsync, rename, fsync of the directory.
-    public static func writeAtomically(_ path: String, bytes: [UInt8], mode: mode_t = 0o644) throws(FerryError) {
-        let temp = path + ".tmp-\(getpid())"
-        let fd = open(temp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
-        guard fd >= 0 else { throw .localIO("cannot write \(temp): \(errorText())") }
+    /// Writes all of `bytes` to an open file.
+    public static func write(fd: Int32, bytes: [UInt8], shown path: String) throws(FerryError) {
         var offset = 0
         while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
+            let n = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress! + offset, $0.count - offset) }
             if n < 0 {
                 if errno == EINTR { continue }
                 let code = errno
-                close(fd)
-                unlink(temp)
-                throw .localIO("cannot write \(temp): \(errorText(code))")
+                throw FerryError(.localIO, "cannot write \(Printable.name(path)): \(errorText(code))", cause: .local(errno: code))
             }
             offset += n
         }
-        if fsync(fd) != 0 {
-            let code = errno
+    }
+
+    /// Creates a file for writing beside `path` (in the same directory, so a rename moves it into
+    /// place atomically): exclusively, never through a symlink, under a name no one can guess, so
+    /// a symlink or a hard link planted in a directory others can write is never written through
+    /// (product.md §6 rule 11). Its mode is `mode` whatever the umask.
+    public static func createTemporary(beside path: String, mode: mode_t) throws(FerryError) -> (fd: Int32, path: String) {
+        let directory = path.lastIndex(of: "/").map { String(path[...$0]) } ?? ""
+        let name = path.lastIndex(of: "/").map { String(path[path.index(after: $0)...]) } ?? path
+        for _ in 0..<8 {
+            let temporary = directory + "." + name + ".tmp-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+            let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)
+            if fd >= 0 {
+                fchmod(fd, mode)
+                return (fd, temporary)
+            }
+            if errno != EEXIST { break }
+        }
+        let code = errno
+        throw FerryError(.localIO, "cannot create a temporary file beside \(Printable.name(path)): \(errorText(code))",
+                         hint: code == EACCES || code == EROFS ? "check that ferry may write to that directory" : nil, cause: .local(errno: code))
+    }
+
+    /// Writes a file so that readers see the old content or the new, never a mix: a temporary file
+    /// (`createTemporary`), fsync, rename over `path` (a symlink there is replaced, not followed),
+    /// fsync of the directory.
+    public static func writeAtomically(_ path: String, bytes: [UInt8], mode: mode_t = 0o644) throws(FerryError) {
+        let (fd, temp) = try createTemporary(beside: path, mode: mode)
+        do throws(FerryError) {
+            try write(fd: fd, bytes: bytes, shown: temp)
+            if fsync(fd) != 0 { throw FerryError(.localIO, "cannot sync \(Printable.name(temp)): \(errorText())") }
+        } catch {
             close(fd)
             unlink(temp)
-            throw .localIO("cannot sync \(temp): \(errorText(code))")
+            throw error
         }
         close(fd)
         guard rename(temp, path) == 0 else {
             let code = errno
             unlink(temp)
-            throw .localIO("cannot rename \(temp) to \(path): \(errorText(code))")
+            throw .localIO("cannot rename \(Printable.name(temp)) to \(Printable.name(path)): \(errorText(code))")
         }
         syncDirectory(containing: path)
     }

@@ -1,13 +1,29 @@
 import Glibc
 import FerryCore
 
-/// A session's local directory, opened once. All writes go through here, and they never follow a
-/// symlink: every directory on the way to a file is opened with `O_NOFOLLOW` relative to its parent,
-/// so a symlink planted in the tree cannot redirect a write outside the root (product.md §6 rule 6).
-/// Partial files live in `<root>/.ferry/partial/`, on the same filesystem, so the final `rename`
-/// is atomic (rule 1).
+/// A directory ferry reads and writes, opened once: a session's local directory, or a `file://`
+/// remote (`Role`). All reads and writes go through here, and they never follow a symlink: every
+/// directory on the way to a file is opened with `O_NOFOLLOW` relative to its parent, so a symlink
+/// planted in the tree cannot redirect a read or a write outside the root (product.md §6 rules 6
+/// and 10), and a path longer than PATH_MAX is reached one name at a time. Files are opened
+/// without blocking, and anything but a regular file is refused (a FIFO never holds a thread).
+/// Partial files live in `<root>/.ferry/`, on the same filesystem, so the final `rename` is atomic
+/// (rule 1).
 public final class LocalRoot {
+    /// What the directory is to ferry.
+    public enum Role: Sendable {
+        /// The session's own directory: partial files in `.ferry/partial/` are kept across runs as
+        /// resume data, and a file, symlink or special file where a listed file needs a directory
+        /// is replaced (the manifest is the authority over the paths it lists).
+        case local
+        /// A `file://` remote, which others may write too: uploads wait in `.ferry/upload/` under
+        /// names created exclusively and never reused, and anything but a directory where one is
+        /// needed is refused, never replaced or followed.
+        case remote
+    }
+
     public let path: String
+    public let role: Role
     let rootFD: Int32
     private var stagingFD: Int32 = -1
     private var directories: [RelativePath: Int32] = [:]
@@ -42,15 +58,24 @@ public final class LocalRoot {
     }
 
     public static let stagingPath = ".ferry/partial"
+    /// Where a `file://` remote's uploads wait until they are moved into place.
+    public static let uploadPath = ".ferry/upload"
+    /// This root's staging directory: `stagingPath` or `uploadPath`.
+    var ownStaging: String { role == .local ? LocalRoot.stagingPath : LocalRoot.uploadPath }
     /// `UTIME_OMIT` from <sys/stat.h> (a macro Swift does not import): leave that time alone.
     static let utimeOmit = (1 << 30) - 2
 
-    public init(path: String, create: Bool) throws(FerryError) {
+    public init(path: String, create: Bool, role: Role = .local) throws(FerryError) {
         self.path = path
+        self.role = role
         if create { try FileSystem.makeDirectories(path) }
-        let fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        let fd = Glibc.open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard fd >= 0 else {
             let code = errno
+            if role == .remote {
+                throw FerryError(.remote, "cannot open the remote directory \(Printable.name(path)): \(FileSystem.errorText(code))",
+                                 hint: code == ENOENT ? "check 'remote =' in the config" : nil, cause: .local(errno: code))
+            }
             throw .localIO("cannot open the local directory \(path): \(FileSystem.errorText(code))",
                            hint: code == ENOENT ? "create it, or fix 'local =' in the config" : nil)
         }
@@ -157,18 +182,47 @@ public final class LocalRoot {
         return FileSystem.entry(from: st)
     }
 
-    /// SHA-256 of a local file, opened without following symlinks, with the stat it was taken at.
+    /// SHA-256 of a file, opened as `open` opens it, with the stat it was taken at.
     public func hash(_ relative: RelativePath) throws(FerryError) -> CachedHash {
-        boundDirectoryCache()
-        let dir = try directoryFD(relative.parent, create: false)
-        let fd = openat(dir, baseName(relative), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
-        guard fd >= 0 else { throw .localIO("cannot open \(display(relative)) to hash it: \(FileSystem.errorText())") }
+        let fd = try open(relative, for: "to hash it")
         defer { close(fd) }
         var before = Glibc.stat()
         fstat(fd, &before)
         let hasher = SHA256Hasher()
-        try hasher.update(fileDescriptor: fd)
+        do { try hasher.update(fileDescriptor: fd) } catch {
+            throw FerryError(.localIO, "cannot read \(display(relative)) to hash it: \(error.message)", cause: .local(errno: EIO))
+        }
         return CachedHash(FileSystem.entry(from: before), sha256: hasher.finalize(), wanted: nil)
+    }
+
+    /// Opens a regular file for reading, never through a symlink (neither the file nor a directory
+    /// on the way) and without blocking: a FIFO or device put in a file's place is refused, never
+    /// waited on. Errors carry the errno as their cause (`ENOENT`, `ENOTDIR` and `ELOOP`: the path
+    /// no longer leads to a file; `EINVAL`: it is not a regular file).
+    public func open(_ relative: RelativePath, for purpose: String) throws(FerryError) -> Int32 {
+        boundDirectoryCache()
+        let dir: Int32
+        do { dir = try directoryFD(relative.parent, create: false) } catch {
+            // A directory on the way is gone, or is a symlink or a file now.
+            throw FerryError(error.category == .transfer ? .transfer : .localIO, "cannot open \(display(relative)) \(purpose): \(error.message)",
+                             hint: error.hint, cause: error.cause ?? .local(errno: ENOTDIR))
+        }
+        let fd = openat(dir, baseName(relative), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else {
+            let code = errno
+            let why = code == ELOOP ? "it is a symlink, and ferry never reads through symlinks" : FileSystem.errorText(code)
+            throw FerryError(.localIO, "cannot open \(display(relative)) \(purpose): \(why)", cause: .local(errno: code))
+        }
+        var st = Glibc.stat()
+        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
+            close(fd)
+            let kind = FileSystem.entry(from: st).kind
+            throw FerryError(.localIO, "cannot open \(display(relative)) \(purpose): it is a \(kind == .other ? "special file (a FIFO, socket or device)" : kind.rawValue), not a regular file",
+                             cause: .local(errno: EINVAL))
+        }
+        // Reads of a regular file never block; the flag only kept the open from waiting.
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK)
+        return fd
     }
 
     // MARK: directories, never through symlinks
@@ -184,7 +238,7 @@ public final class LocalRoot {
         let name = baseName(relative)
         let fd: Int32
         if create {
-            let made = try openOrMakeDirectory(in: parentFD, name, mode: 0o755, shown: display(relative))
+            let made = try openOrMakeDirectory(in: parentFD, name, mode: 0o755, shown: display(relative), replacing: role == .local)
             if let was = made.replaced { changes.append(.replacedByDirectory(relative, was: was)) }
             if made.changed { unsyncedDirectories.insert(relative.parent) }
             fd = made.fd
@@ -195,24 +249,25 @@ public final class LocalRoot {
             let code = errno
             var st = Glibc.stat()
             if fstatat(parentFD, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (st.st_mode & S_IFMT) == S_IFLNK {
-                throw FerryError(.transfer, "\(display(relative)) is a symlink; ferry never writes through symlinks",
-                               hint: "replace the symlink with a real directory")
+                throw FerryError(.transfer, "\(display(relative)) is a symlink; ferry never reads or writes through symlinks",
+                               hint: "replace the symlink with a real directory", cause: .local(errno: ELOOP))
             }
             if code == ENOTDIR {
                 throw FerryError(.transfer, "\(display(relative)) is a file where the manifest needs a directory",
-                               hint: "remove it, or set delete = yes so ferry mirrors the remote exactly")
+                               hint: "remove it, or set delete = yes so ferry mirrors the remote exactly", cause: .local(errno: ENOTDIR))
             }
-            throw .localIO("cannot open directory \(display(relative)): \(FileSystem.errorText(code))")
+            throw FerryError(.localIO, "cannot open directory \(display(relative)): \(FileSystem.errorText(code))", cause: .local(errno: code))
         }
         directories[relative] = fd
         return fd
     }
 
     /// Opens directory `name` in `parent`, never through a symlink, making it with `mode` when it
-    /// is missing. A file, symlink or special file in its place is removed first (a symlink as a
-    /// link, never what it points to) and returned as `replaced`. `fd` is -1, with errno set, when
-    /// the directory cannot be opened; `changed` says whether `parent` gained or lost an entry.
-    private func openOrMakeDirectory(in parent: Int32, _ name: String, mode: mode_t, shown: String) throws(FerryError)
+    /// is missing. With `replacing`, a file, symlink or special file in its place is removed first
+    /// (a symlink as a link, never what it points to) and returned as `replaced`; without, it is
+    /// refused. `fd` is -1, with errno set, when the directory cannot be opened; `changed` says
+    /// whether `parent` gained or lost an entry.
+    private func openOrMakeDirectory(in parent: Int32, _ name: String, mode: mode_t, shown: String, replacing: Bool) throws(FerryError)
         -> (fd: Int32, replaced: LocalEntry.Kind?, changed: Bool) {
         let fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd < 0 else { return (fd, nil, false) }
@@ -220,6 +275,11 @@ public final class LocalRoot {
         var replaced: LocalEntry.Kind?
         var st = Glibc.stat()
         if (code == ENOTDIR || code == ELOOP) && fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (st.st_mode & S_IFMT) != S_IFDIR {
+            guard replacing else {
+                let kind = FileSystem.entry(from: st).kind
+                throw FerryError(.transfer, "\(shown) is a \(kind == .other ? "special file" : kind.rawValue) on the remote where a directory is needed; ferry neither writes through it nor replaces it",
+                                 hint: "remove it from the remote, or make it a real directory; the next run places the files under it")
+            }
             guard unlinkat(parent, name, 0) == 0 || errno == ENOENT else {
                 throw .localIO("cannot remove \(shown) to make the directory needed there: \(FileSystem.errorText())")
             }
@@ -351,7 +411,7 @@ public final class LocalRoot {
         // symlinked `.ferry` could redirect.
         let ferry = try ownDirectory(in: rootFD, ".ferry", shown: path + "/.ferry")
         defer { close(ferry) }
-        stagingFD = try ownDirectory(in: ferry, "partial", shown: path + "/" + LocalRoot.stagingPath)
+        stagingFD = try ownDirectory(in: ferry, role == .local ? "partial" : "upload", shown: path + "/" + ownStaging)
         return stagingFD
     }
 
@@ -359,7 +419,7 @@ public final class LocalRoot {
     /// file or anything else found there is removed (a symlink as a link, never followed).
     private func ownDirectory(in parent: Int32, _ name: String, shown: String) throws(FerryError) -> Int32 {
         let shown = Printable.name(shown)
-        let made = try openOrMakeDirectory(in: parent, name, mode: 0o700, shown: shown)
+        let made = try openOrMakeDirectory(in: parent, name, mode: 0o700, shown: shown, replacing: true)
         if let was = made.replaced {
             changes.append(.repaired("\(shown) was a \(was.rawValue), not ferry's directory; removed it (not followed)"))
         }
@@ -373,6 +433,7 @@ public final class LocalRoot {
     /// file under its name (a symlink, a FIFO, a directory) is removed without being followed, and
     /// `stray` says what it was: that file then starts again from zero.
     public func openPartial(taskID: Int64) throws(FerryError) -> (fd: Int32, stray: LocalEntry.Kind?) {
+        precondition(role == .local, "a remote's uploads are created with createUpload")
         let staging = try staging()
         let name = LocalRoot.partialName(taskID)
         var stray: LocalEntry.Kind?
@@ -380,18 +441,18 @@ public final class LocalRoot {
         if fstatat(staging, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (st.st_mode & S_IFMT) != S_IFREG {
             stray = FileSystem.entry(from: st).kind
             if stray == .directory {
-                try removeTree(in: staging, Array(name.utf8CString), RelativePath(trusted: LocalRoot.stagingPath + "/" + name), record: false)
+                try removeTree(in: staging, Array(name.utf8CString), RelativePath(trusted: ownStaging + "/" + name), record: false)
             } else if unlinkat(staging, name, 0) != 0 && errno != ENOENT {
-                throw .localIO("cannot remove the stray \(stray!.rawValue) \(Printable.name(path))/\(LocalRoot.stagingPath)/\(name): \(FileSystem.errorText())")
+                throw .localIO("cannot remove the stray \(stray!.rawValue) \(Printable.name(path))/\(ownStaging)/\(name): \(FileSystem.errorText())")
             }
         }
         let fd = openat(staging, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
         guard fd >= 0 else {
-            throw .localIO("cannot create a partial file in \(Printable.name(path))/\(LocalRoot.stagingPath): \(FileSystem.errorText())")
+            throw .localIO("cannot create a partial file in \(Printable.name(path))/\(ownStaging): \(FileSystem.errorText())")
         }
         guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
             close(fd)
-            throw .localIO("\(Printable.name(path))/\(LocalRoot.stagingPath)/\(name) is not a regular file (something replaced it while ferry worked)")
+            throw .localIO("\(Printable.name(path))/\(ownStaging)/\(name) is not a regular file (something replaced it while ferry worked)")
         }
         return (fd, stray)
     }
@@ -415,10 +476,50 @@ public final class LocalRoot {
         for name in stale { unlinkat(fd, name, 0) }
     }
 
+    // MARK: a remote's uploads
+
+    /// `.remote`: a new, empty file for an upload of `owner` (a task id, or a name like `manifest`),
+    /// created exclusively under a name no one can guess (`<owner>-<random>`), so nothing planted
+    /// in the remote's `.ferry/` (a symlink, a hard link to another file) is ever written through.
+    /// Returns the descriptor and the name, which `commit` takes.
+    public func createUpload(owner: String) throws(FerryError) -> (fd: Int32, name: String) {
+        let staging = try staging()
+        for _ in 0..<8 {
+            let name = "\(owner)-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
+            let fd = openat(staging, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
+            if fd >= 0 { return (fd, name) }
+            if errno != EEXIST { break }
+        }
+        let code = errno
+        throw FerryError(.remote, "cannot create a temporary upload in \(Printable.name(path))/\(ownStaging): \(FileSystem.errorText(code))",
+                         cause: .local(errno: code))
+    }
+
+    /// `.remote`: removes the temporary uploads of `owner` (a crash, a failure or a stop left them).
+    public func removeUploads(owner: String) {
+        guard let fd = try? staging(), let dir = fdopendir(dup(fd)) else { return }
+        defer { closedir(dir) }
+        let prefix = owner + "-"
+        var stale: [[CChar]] = []
+        for raw in LocalRoot.names(dir) {
+            let name = String(decoding: raw.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            if name == owner || name.hasPrefix(prefix) { stale.append(raw) }
+        }
+        for name in stale { unlinkat(fd, name, 0) }
+    }
+
     /// Puts a verified partial file in place: mode and mtime set, file fsynced, renamed over the
     /// final path. The directory fsync is deferred to `syncDirectories()` so a batch of files shares
     /// it; callers mark tasks done only after that. Returns the stat of the file now in place.
     public func commit(partialFD fd: Int32, taskID: Int64, to relative: RelativePath, mode: UInt32?, mtime: Timestamp?) throws(FerryError) -> LocalEntry {
+        try commit(partialFD: fd, staged: LocalRoot.partialName(taskID), to: relative, mode: mode, mtime: mtime,
+                   lost: { self.removePartial(taskID: taskID) })
+    }
+
+    /// `commit` of the file staged under `staged` in this root's staging directory; `lost` is
+    /// called when its data could not be made durable.
+    public func commit(partialFD fd: Int32, staged: String, to relative: RelativePath, mode: UInt32?, mtime: Timestamp?,
+                       lost: () -> Void) throws(FerryError) -> LocalEntry {
         boundDirectoryCache()
         if fchmod(fd, mode_t(mode ?? defaultMode)) != 0 {
             throw .localIO("cannot set the mode of \(display(relative)): \(FileSystem.errorText())")
@@ -431,17 +532,17 @@ public final class LocalRoot {
         }
         if fsync(fd) != 0 {
             let code = errno
-            removePartial(taskID: taskID)
+            lost()
             throw .localIO("fsync of the partial file for \(display(relative)) failed (\(FileSystem.errorText(code))); it will be fetched again")
         }
         let dir = try directoryFD(relative.parent, create: true)
         let name = baseName(relative)
-        var renamed = renameat(try staging(), LocalRoot.partialName(taskID), dir, name) == 0
+        var renamed = renameat(try staging(), staged, dir, name) == 0
         if !renamed && (errno == EISDIR || errno == ENOTEMPTY || errno == EEXIST), let expected = replaceableDirectories[relative] {
             // The directory in the way goes only now, when its replacement is verified and synced.
             forgetDirectories(under: relative)
             try clearDirectory(in: dir, name, relative, expected: expected)
-            renamed = renameat(try staging(), LocalRoot.partialName(taskID), dir, name) == 0
+            renamed = renameat(try staging(), staged, dir, name) == 0
             if renamed { changes.append(.replacedDirectory(relative)) }
         }
         if !renamed {
@@ -493,10 +594,15 @@ public final class LocalRoot {
         return FileSystem.entry(from: st)
     }
 
-    /// Removes a file or symlink (never what a symlink points to).
+    /// Removes a file or symlink (never what a symlink points to). A path whose directory is gone
+    /// holds nothing to remove.
     public func delete(_ relative: RelativePath) throws(FerryError) {
         boundDirectoryCache()
-        let dir = try directoryFD(relative.parent, create: false)
+        let dir: Int32
+        do { dir = try directoryFD(relative.parent, create: false) } catch {
+            if error.cause == .local(errno: ENOENT) { return }
+            throw error
+        }
         if unlinkat(dir, baseName(relative), 0) != 0 && errno != ENOENT {
             throw .localIO("cannot delete \(display(relative)): \(FileSystem.errorText())")
         }

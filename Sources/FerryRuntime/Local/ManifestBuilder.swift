@@ -24,8 +24,10 @@ public struct ManifestBuilder {
         let excluded = relativePath(of: outputPath, under: directory)
         let (publishable, skipped) = scan.tree.publishable()
         warnings += skipped
+        // Its own output, and the temporary file another build is writing beside it, are not content.
+        let temporaryPrefix = excluded.map { e in (e.parent.map { $0.string + "/" } ?? "") + "." + e.name + ".tmp-" }
         let files = publishable.filter { item in
-            item.path != excluded && !(excluded.map { item.path.string.hasPrefix($0.string + ".tmp-") } ?? false)
+            item.path != excluded && !(temporaryPrefix.map { item.path.string.hasPrefix($0) } ?? false)
         }.map { ($0.path, $0.entry) }
 
         var version: Int64 = 1

@@ -74,6 +74,7 @@ struct ResponseHeaders {
     var contentRange: String?
     var contentLength: Int64?
     var retryAfter: String?
+    var date: String?
     /// True once the blank line after the final response's headers arrived.
     private(set) var complete = false
     /// True before the first line and after each blank line: only then does `HTTP/` start a status line.
@@ -123,6 +124,8 @@ struct ResponseHeaders {
             contentLength = Int64(value(after: 15))
         } else if ResponseHeaders.hasPrefix(bytes, "retry-after:") {
             retryAfter = value(after: 12)
+        } else if ResponseHeaders.hasPrefix(bytes, "date:") {
+            date = value(after: 5)
         }
     }
 
@@ -137,10 +140,20 @@ struct ResponseHeaders {
     }
 
     /// The validator to send in `If-Range` when resuming: a strong ETag, else Last-Modified. Weak
-    /// ETags (`W/"…"`) never validate a range (RFC 9110 §13.1.5).
+    /// ETags (`W/"…"`) never validate a range (RFC 9110 §13.1.5), and neither does anything from a
+    /// response whose validators do not hold (`validatorsHold`): resuming under them could splice
+    /// two versions of a file changed within one second (the hash check would catch it, at the cost
+    /// of fetching the file again).
     var rangeValidator: String? {
+        guard validatorsHold else { return nil }
         if let etag, !etag.hasPrefix("W/"), etag.hasPrefix("\"") { return etag }
         return lastModified
+    }
+
+    /// Whether this response's ETag and Last-Modified may stand for its body later (`ResponsePolicy.validatorsHold`).
+    var validatorsHold: Bool {
+        ResponsePolicy.validatorsHold(lastModified: lastModified.flatMap(HTTPDate.parse), hasLastModified: lastModified != nil,
+                                      date: date.flatMap(HTTPDate.parse))
     }
 
     /// `Retry-After` as seconds: a number of seconds or an HTTP-date (RFC 9110 §10.2.3).

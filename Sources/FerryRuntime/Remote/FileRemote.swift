@@ -1,25 +1,53 @@
 import Glibc
+import Synchronization
 import FerryCore
 
-/// A `file://` remote: a local directory (a mount, a staging tree). The manifest is read with its
-/// size, mtime and inode as the validator; files are read with pread, a piece at a time, by the
-/// engine (no libcurl), and verified like any download.
+/// A `file://` remote: a local directory (a mount, a staging tree). Others may write it too, so it
+/// is walked as ferry walks a session's local directory (`LocalRoot`, in its `.remote` role):
+/// every path is opened one name at a time from the remote's directory, never through a symlink,
+/// files without blocking, and anything but a regular file is refused (product.md §6 rule 10).
+/// A symlink planted in the remote can neither redirect a write nor serve a read from outside it.
+///
+/// The manifest is read with its size, mtime and inode as the validator; files are read with
+/// pread, a piece at a time, by the engine (no libcurl), and verified like any download. A push
+/// writes each upload to a temporary file in the remote's `.ferry/upload/` (created exclusively,
+/// under a name no one can guess), gives it the mode and mtime the manifest lists, syncs it and
+/// renames it into place.
 struct FileRemote: Remote, RangeReading {
     let base: RemoteLocation
+    let tree: RemoteTree
+
+    init(base: RemoteLocation) {
+        self.base = base
+        tree = RemoteTree(path: base.filePath ?? "/nonexistent")
+    }
 
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {
-        guard let path = RemoteLocation.decodeFileURL(url) else { throw .remote("cannot read the manifest \(url): not a valid file URL") }
-        var st = stat()
-        guard stat(path, &st) == 0 else {
-            let code = errno
-            throw FerryError(.remote, "cannot read the manifest \(url): \(FileSystem.errorText(code))",
-                             hint: "check 'remote =' and 'manifest =' in the config, and that the manifest was published", cause: .local(errno: code))
+        let fd: Int32
+        if let relative = relativePath(of: url) {
+            do {
+                fd = try tree.withRoot(create: false) { root throws(FerryError) in try root.open(relative, for: "as the manifest") }
+            } catch {
+                throw FerryError(.remote, "cannot read the manifest \(url): \(error.message)",
+                                 hint: "check 'remote =' and 'manifest =' in the config, and that the manifest was published",
+                                 cause: error.cause ?? .local(errno: ENOENT))
+            }
+        } else {
+            // A manifest named by an absolute URL outside the remote: the config's own path.
+            guard let path = RemoteLocation.decodeFileURL(url) else { throw .remote("cannot read the manifest \(url): not a valid file URL") }
+            do { fd = try FileSystem.openRegularFile(path) } catch {
+                throw FerryError(.remote, "cannot read the manifest \(url): \(error.message)",
+                                 hint: "check 'remote =' and 'manifest =' in the config, and that the manifest was published", cause: error.cause)
+            }
         }
+        defer { close(fd) }
+        var st = stat()
+        fstat(fd, &st)
         let validator = "file:\(st.st_size):\(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec):\(st.st_ino)"
         if validator == etag { return .unchanged }
         if Int64(st.st_size) > maximumSize { throw Remotes.tooLarge(url, maximumSize: maximumSize, announced: Int64(st.st_size)) }
         let bytes: [UInt8]
-        do { bytes = try FileSystem.readFile(path, limit: Int(maximumSize)) } catch {
+        do { bytes = try FileSystem.read(fd: fd, limit: Int(maximumSize), shown: url) } catch {
             throw .remote("cannot read the manifest \(url): \(error.message)")
         }
         return .fetched(bytes: bytes, etag: validator, lastModified: nil)
@@ -27,10 +55,109 @@ struct FileRemote: Remote, RangeReading {
 
     func download(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, into fd: Int32,
                   resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
-        guard let path = RemoteLocation.decodeFileURL(base.url(for: entry.path)) else {
-            throw .remote("cannot read \(Printable.name(entry.path.string)) from \(base.url): not a valid file URL")
-        }
-        return try Download(task: task, entry: entry, reason: reason, origin: .file(path: path), fd: fd,
-                            resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator)
+        try Download(task: task, entry: entry, reason: reason, origin: .file(tree: tree, path: entry.path), fd: fd,
+                     resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator)
     }
+
+    /// The path under the remote that `url` names, or nil when it names a file elsewhere.
+    private func relativePath(of url: String) -> RelativePath? {
+        guard url.hasPrefix(base.url), let decoded = String(url.dropFirst(base.url.count)).removingPercentEncoding() else { return nil }
+        return try? RelativePath(validating: decoded)
+    }
+}
+
+/// The directory of a `file://` remote, opened on first use and shared by the session's thread and
+/// the engine's, one call at a time.
+final class RemoteTree: @unchecked Sendable {
+    let path: String
+    /// Touched only under `lock`.
+    private var root: LocalRoot?
+    private let lock = Mutex(())
+
+    init(path: String) { self.path = path }
+
+    /// Runs `body` with the remote's directory; `create` makes it first when it is missing (a push
+    /// makes its remote directory, a pull never does).
+    func withRoot<T>(create: Bool, _ body: (LocalRoot) throws(FerryError) -> T) throws(FerryError) -> T {
+        try lock.withLock { _ throws(FerryError) -> T in
+            if root == nil { root = try LocalRoot(path: path, create: create, role: .remote) }
+            return try body(root!)
+        }
+    }
+
+    /// Opens a file of the remote for reading (`LocalRoot.open`); -1 with errno set when it cannot.
+    func openForReading(_ relative: RelativePath) -> (fd: Int32, error: FerryError?) {
+        do {
+            return (try withRoot(create: false) { root throws(FerryError) in try root.open(relative, for: "to read it") }, nil)
+        } catch {
+            return (-1, error)
+        }
+    }
+}
+
+extension FileRemote: RemoteWriting {
+    func upload(task: TransferTask, entry: ManifestEntry, stat: LocalEntry, hashKnown: Bool, file: Int32) throws(FerryError) -> Upload {
+        let (fd, name) = try tree.withRoot(create: true) { root throws(FerryError) in try root.createUpload(owner: String(task.id)) }
+        return Upload(task: task, entry: entry, stat: stat, hashKnown: hashKnown, file: file, destination: .file(fd: fd, staged: name))
+    }
+
+    func place(_ upload: Upload) throws(FerryError) -> RemoteMove? {
+        guard case let .file(fd, staged) = upload.destination else { return nil }
+        let entry = upload.entry
+        _ = try tree.withRoot(create: true) { root throws(FerryError) -> LocalEntry in
+            let placed = try root.commit(partialFD: fd, staged: staged, to: entry.path, mode: entry.mode, mtime: entry.mtime, lost: {})
+            try root.syncDirectories()
+            return placed
+        }
+        return nil
+    }
+
+    func removeUpload(task: Int64) {
+        try? tree.withRoot(create: false) { root throws(FerryError) in root.removeUploads(owner: String(task)) }
+    }
+
+    func removeLeftovers(of tasks: [Int64]) {
+        try? tree.withRoot(create: false) { root throws(FerryError) in
+            for task in tasks { root.removeUploads(owner: String(task)) }
+            root.removeUploads(owner: "manifest")
+        }
+    }
+
+    func publish(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) {
+        try tree.withRoot(create: true) { root throws(FerryError) in
+            let (fd, name) = try root.createUpload(owner: "manifest")
+            defer { close(fd) }
+            do throws(FerryError) {
+                try FileSystem.write(fd: fd, bytes: bytes, shown: root.path + "/" + LocalRoot.uploadPath + "/" + name)
+                _ = try root.commit(partialFD: fd, staged: name, to: path, mode: 0o644, mtime: nil, lost: {})
+                try root.syncDirectories()
+            } catch {
+                root.removeUploads(owner: "manifest")
+                throw FerryError(.remote, "cannot publish \(Printable.name(root.path + "/" + path.string)): \(error.message)", hint: error.hint, cause: error.cause)
+            }
+        }
+    }
+
+    func remove(_ path: RelativePath) throws(FerryError) {
+        try tree.withRoot(create: false) { root throws(FerryError) in
+            do throws(FerryError) {
+                try root.delete(path)
+                try root.syncDirectories()
+            } catch {
+                // A symlink or a file where a directory of the path should be: nothing of ferry's
+                // is at this path any more, and nothing is followed to look.
+                guard error.category == .transfer else { throw FerryError(.remote, error.message, hint: error.hint, cause: error.cause) }
+            }
+        }
+    }
+
+    func removeDirectoryIfEmpty(_ path: RelativePath) throws(FerryError) -> Bool {
+        try tree.withRoot(create: false) { root throws(FerryError) -> Bool in
+            let gone = root.removeDirectoryIfEmpty(path)
+            try root.syncDirectories()
+            return gone || root.stat(path) == nil
+        }
+    }
+
+    func makeCollections(for path: RelativePath) throws(FerryError) {}
 }

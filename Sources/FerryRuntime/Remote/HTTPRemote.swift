@@ -63,7 +63,10 @@ struct HTTPRemote: Remote, RangeReading {
             throw FerryError(.remote, "cannot fetch the manifest \(url): HTTP \(status) \(headers.headers.reason)".trimmingSpaces(), hint: hint,
                              cause: .http(status: status))
         }
-        return .fetched(bytes: body.bytes, etag: headers.headers.etag, lastModified: headers.headers.lastModified)
+        // Validators that do not hold (a manifest changed within the second before the answer) are
+        // not kept: the next fetch asks for the whole manifest instead of trusting a 304.
+        let hold = headers.headers.validatorsHold
+        return .fetched(bytes: body.bytes, etag: hold ? headers.headers.etag : nil, lastModified: hold ? headers.headers.lastModified : nil)
     }
 }
 

@@ -3,47 +3,70 @@ import Glibc
 import Synchronization
 import FerryCore
 
-/// The write side of a remote, for push (issue 9): bytes are placed under a temporary name in the
-/// remote's `.ferry/`, then moved to their final name, so a reader of the remote never sees a
+/// The write side of a remote, for push: bytes are placed under a temporary name in the remote's
+/// `.ferry/upload/`, then moved to their final name, so a reader of the remote never sees a
 /// partial file under a final name. WebDAV over HTTP(S) (`PUT`, `MOVE` with `Overwrite: T`,
-/// `MKCOL`, `DELETE`) and a local directory for `file://` (write, fsync, rename, fsync the
-/// directory). Paths are relative to the remote; directories are made as needed.
+/// `MKCOL`, `DELETE`, `PROPFIND`) and a local directory for `file://` (`FileRemote`: write, fsync,
+/// rename, fsync the directory, never through a symlink). Paths are relative to the remote;
+/// directories are made as needed.
 protocol RemoteWriting {
-    /// Writes `bytes` at `path` (small bodies: the manifest, tests; files go as engine transfers).
-    func put(_ bytes: [UInt8], at path: RelativePath) throws(FerryError)
-    /// Renames `from` to `to`, replacing what `to` held.
-    func move(from: RelativePath, to: RelativePath) throws(FerryError)
+    /// The transfer that sends the open local file `file` (as `entry` when it looked like `stat`;
+    /// its hash is known unless `hashKnown` is false, and then taken as it is sent) to a temporary
+    /// upload of `task` on the remote.
+    func upload(task: TransferTask, entry: ManifestEntry, stat: LocalEntry, hashKnown: Bool, file: Int32) throws(FerryError) -> Upload
+    /// Moves an upload that verified to its final name (`upload.entry.path`), with the entry's
+    /// mode and mtime where the remote keeps them: the WebDAV `MOVE` as an engine transfer to run,
+    /// or nil when it was done at once (a local directory).
+    func place(_ upload: Upload) throws(FerryError) -> RemoteMove?
+    /// Removes what an upload of `task` left in the remote's `.ferry/upload/` (stopped or failed).
+    func removeUpload(task: Int64)
+    /// Removes what a run that died left on the remote: the uploads of `tasks` and a manifest
+    /// that was being published.
+    func removeLeftovers(of tasks: [Int64])
+    /// Puts `bytes` at `path` so that a reader sees the old file or the new one, never part of
+    /// one (the manifest): a temporary name, then a move.
+    func publish(_ bytes: [UInt8], at path: RelativePath) throws(FerryError)
     /// Removes the file at `path`; one already gone is not an error.
     func remove(_ path: RelativePath) throws(FerryError)
-    /// The transfer that sends the local file at `localPath` (as `entry` when it looked like
-    /// `stat`; its hash is known unless `hashKnown` is false, and then taken as it is sent) to the
-    /// temporary name `temporary`.
-    func upload(task: TransferTask, entry: ManifestEntry, stat: LocalEntry, hashKnown: Bool, localPath: String,
-                to temporary: RelativePath) throws(FerryError) -> Upload
-    /// The move as an engine transfer, where the remote has one (WebDAV); nil: call `move`.
-    func moveTransfer(task: TransferTask, from: RelativePath, to: RelativePath) -> RemoteMove?
+    /// Removes the directory at `path` if it holds nothing; returns whether it is gone (false: it
+    /// holds something, or the remote cannot say what it holds).
+    func removeDirectoryIfEmpty(_ path: RelativePath) throws(FerryError) -> Bool
     /// Makes the directories `path` needs (after a move was refused for want of them).
     func makeCollections(for path: RelativePath) throws(FerryError)
 }
 
 extension HTTPRemote: RemoteWriting {
-    func upload(task: TransferTask, entry: ManifestEntry, stat: LocalEntry, hashKnown: Bool, localPath: String,
-                to temporary: RelativePath) throws(FerryError) -> Upload {
+    /// Where the upload of a task waits on the remote until it is moved into place.
+    static func temporaryName(task: Int64) -> RelativePath { RelativePath(trusted: LocalRoot.uploadPath + "/\(task)") }
+    static let temporaryManifest = RelativePath(trusted: ".ferry/manifest.json.new")
+
+    func upload(task: TransferTask, entry: ManifestEntry, stat: LocalEntry, hashKnown: Bool, file: Int32) throws(FerryError) -> Upload {
+        let temporary = HTTPRemote.temporaryName(task: task.id)
         // nginx and Apache answer 409 to a PUT whose collection is missing: made first, once per run.
         try makeCollections(for: temporary)
-        return try Upload(task: task, entry: entry, stat: stat, hashKnown: hashKnown, localPath: localPath,
-                          destination: .http(url: base.url(for: temporary), settings: settings))
+        return Upload(task: task, entry: entry, stat: stat, hashKnown: hashKnown, file: file,
+                      destination: .http(url: base.url(for: temporary), settings: settings))
     }
 
-    func put(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) {
-        try withCollections(for: path) { () throws(FerryError) -> Int in
-            try request("PUT", path, body: bytes)
+    func place(_ upload: Upload) throws(FerryError) -> RemoteMove? {
+        RemoteMove(task: upload.task, url: base.url(for: HTTPRemote.temporaryName(task: upload.task.id)),
+                   destination: base.url(for: upload.entry.path), settings: settings)
+    }
+
+    func removeUpload(task: Int64) { try? remove(HTTPRemote.temporaryName(task: task)) }
+
+    func removeLeftovers(of tasks: [Int64]) {
+        for task in tasks { removeUpload(task: task) }
+        try? remove(HTTPRemote.temporaryManifest)
+    }
+
+    func publish(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) {
+        let temporary = HTTPRemote.temporaryManifest
+        try withCollections(for: temporary) { () throws(FerryError) -> Int in
+            try request("PUT", temporary, body: bytes)
         }
-    }
-
-    func move(from: RelativePath, to: RelativePath) throws(FerryError) {
-        try withCollections(for: to) { () throws(FerryError) -> Int in
-            try request("MOVE", from, headers: ["Destination: \(base.url(for: to))", "Overwrite: T"])
+        try withCollections(for: path) { () throws(FerryError) -> Int in
+            try request("MOVE", temporary, headers: ["Destination: \(base.url(for: path))", "Overwrite: T"])
         }
     }
 
@@ -68,10 +91,6 @@ extension HTTPRemote: RemoteWriting {
             status = try send()
         }
         guard (200..<300).contains(status) else { throw failure(status == 409 ? "MKCOL" : "write", path, status) }
-    }
-
-    func moveTransfer(task: TransferTask, from: RelativePath, to: RelativePath) -> RemoteMove? {
-        RemoteMove(task: task, url: base.url(for: from), destination: base.url(for: to), settings: settings)
     }
 
     /// Makes the collections above `path` that are not known to exist, from the top. When even
@@ -127,12 +146,18 @@ extension HTTPRemote: RemoteWriting {
     }
 
     private func request(_ easy: EasyHandle, _ method: String, url: String, headers: [String], body: [UInt8]?) throws(FerryError) -> Int {
+        try exchange(easy, method, url: url, headers: headers, body: body, keep: 0).status
+    }
+
+    /// One request on `easy`: its status and the first `keep` bytes of the response body (the
+    /// rest is read and dropped; libcurl would print it otherwise). A transport failure throws.
+    private func exchange(_ easy: EasyHandle, _ method: String, url: String, headers: [String], body: [UInt8]?,
+                          keep: Int) throws(FerryError) -> (status: Int, body: [UInt8]) {
         easy.configure(url: url, settings: settings, extraHeaders: headers)
-        let sink = BodyBuffer(limit: 64 << 10)
+        let sink = BodyBuffer(limit: keep)
         let sinkRef = Unmanaged.passRetained(sink)
         defer { sinkRef.release() }
-        // The response body is read and dropped (libcurl would print it otherwise).
-        ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, discardCallback)
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, keep > 0 ? keptBodyCallback : discardCallback)
         easy.set(CURLOPT_WRITEDATA, pointer: sinkRef.toOpaque())
         let source = UploadBuffer(body ?? [])
         let sourceRef = Unmanaged.passRetained(source)
@@ -142,9 +167,8 @@ extension HTTPRemote: RemoteWriting {
             ferry_easy_setopt_offt(easy.handle, CURLOPT_INFILESIZE_LARGE, curl_off_t(source.bytes.count))
             ferry_easy_setopt_datacb(easy.handle, CURLOPT_READFUNCTION, uploadBufferCallback)
             easy.set(CURLOPT_READDATA, pointer: sourceRef.toOpaque())
-        } else {
-            easy.set(CURLOPT_CUSTOMREQUEST, method)
         }
+        if method != "PUT" || body == nil { easy.set(CURLOPT_CUSTOMREQUEST, method) }
         // A redirect would replay a write elsewhere: never follow one.
         easy.set(CURLOPT_FOLLOWLOCATION, 0)
         let code = curl_easy_perform(easy.handle)
@@ -153,8 +177,58 @@ extension HTTPRemote: RemoteWriting {
             throw FerryError(.remote, "\(method) \(url): \(Curl.describe(code, errorText: easy.errorText, headers: headers))",
                              cause: Curl.cause(code, errorText: easy.errorText, headers: headers))
         }
-        return easy.responseCode
+        return (easy.responseCode, sink.bytes)
     }
+
+    /// Removes a collection only when a `PROPFIND` (Depth: 1) shows it holds nothing: a WebDAV
+    /// `DELETE` of a collection removes everything in it, and what someone else put there is not
+    /// ferry's to remove. A server that cannot list (no `PROPFIND`: nginx without its dav-ext
+    /// module) keeps the collection. A file at `path` (not a collection) is left alone too.
+    func removeDirectoryIfEmpty(_ path: RelativePath) throws(FerryError) -> Bool {
+        let url = base.url(for: path) + "/"
+        let listing = try dav.withHandle { easy throws(FerryError) in
+            try exchange(easy, "PROPFIND", url: url, headers: ["Depth: 1"], body: nil, keep: 1 << 20)
+        }
+        if listing.status == 404 { return true }
+        guard listing.status == 207, WebDAV.responses(in: listing.body) == 1 else { return false }
+        let status = try dav.withHandle { easy throws(FerryError) -> Int in try request(easy, "DELETE", url: url, headers: [], body: nil) }
+        guard (200..<300).contains(status) || status == 404 else { throw failure("DELETE", path, status) }
+        dav.forget(under: path)
+        return true
+    }
+}
+
+/// What ferry reads of a WebDAV multistatus answer.
+enum WebDAV {
+    /// How many `response` elements a `207 Multi-Status` body holds (whatever the namespace
+    /// prefix): for a `PROPFIND` with `Depth: 1` on a collection, the collection and its members.
+    static func responses(in body: [UInt8]) -> Int {
+        let closing = Array("response>".utf8)
+        var count = 0
+        var i = 0
+        while i + closing.count <= body.count {
+            guard body[i] == UInt8(ascii: "<"), i + 1 < body.count, body[i + 1] == UInt8(ascii: "/") else { i += 1; continue }
+            // `</` then an optional `prefix:`, then `response>`.
+            var j = i + 2
+            var k = j
+            while k < body.count, body[k] != UInt8(ascii: ">"), body[k] != UInt8(ascii: "<"), k - j < 64 {
+                if body[k] == UInt8(ascii: ":") { j = k + 1 }
+                k += 1
+            }
+            if j + closing.count <= body.count && Array(body[j..<j + closing.count]) == closing { count += 1 }
+            i = k
+        }
+        return count
+    }
+}
+
+/// Keeps the first bytes of a body (up to the buffer's limit) and drops the rest.
+let keptBodyCallback: ferry_data_callback = { buffer, size, count, userdata in
+    let body = Unmanaged<BodyBuffer>.fromOpaque(userdata!).takeUnretainedValue()
+    let n = size * count
+    let room = min(n, body.limit - body.bytes.count)
+    if let buffer, room > 0 { body.bytes.append(contentsOf: UnsafeRawBufferPointer(start: buffer, count: room)) }
+    return n
 }
 
 /// The one connection a push's WebDAV requests share (kept alive between them), and the
@@ -181,6 +255,10 @@ final class DAVConnection: @unchecked Sendable {
     func exists(_ collection: RelativePath) -> Bool { state.withLock { $0.collections.contains(collection) } }
     func made(_ collection: RelativePath) { state.withLock { _ = $0.collections.insert(collection) } }
     func forget(_ collections: [RelativePath]) { state.withLock { s in for c in collections { s.collections.remove(c) } } }
+    /// A collection removed, with everything known under it.
+    func forget(under collection: RelativePath) {
+        state.withLock { s in s.collections = s.collections.filter { $0 != collection && !$0.string.hasPrefix(collection.string + "/") } }
+    }
 }
 
 /// Bytes a request sends, read by libcurl a piece at a time.
@@ -200,49 +278,6 @@ let uploadBufferCallback: ferry_data_callback = { buffer, size, count, userdata 
 }
 
 let discardCallback: ferry_data_callback = { _, size, count, _ in size * count }
-
-extension FileRemote: RemoteWriting {
-    func upload(task: TransferTask, entry: ManifestEntry, stat: LocalEntry, hashKnown: Bool, localPath: String,
-                to temporary: RelativePath) throws(FerryError) -> Upload {
-        let target = try local(temporary)
-        try FileSystem.makeDirectories(ConfigParser.directoryName(of: target))
-        return try Upload(task: task, entry: entry, stat: stat, hashKnown: hashKnown, localPath: localPath, destination: .file(path: target))
-    }
-
-    func put(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) {
-        let target = try local(path)
-        try FileSystem.makeDirectories(ConfigParser.directoryName(of: target))
-        do { try FileSystem.writeAtomically(target, bytes: bytes) } catch { throw .remote(error.message) }
-    }
-
-    func move(from: RelativePath, to: RelativePath) throws(FerryError) {
-        let source = try local(from), target = try local(to)
-        try FileSystem.makeDirectories(ConfigParser.directoryName(of: target))
-        guard rename(source, target) == 0 else {
-            throw .remote("cannot move \(Printable.name(source)) to \(Printable.name(target)): \(FileSystem.errorText())")
-        }
-        FileSystem.syncDirectory(containing: target)
-    }
-
-    func moveTransfer(task: TransferTask, from: RelativePath, to: RelativePath) -> RemoteMove? { nil }
-
-    func makeCollections(for path: RelativePath) throws(FerryError) {
-        try FileSystem.makeDirectories(ConfigParser.directoryName(of: try local(path)))
-    }
-
-    func remove(_ path: RelativePath) throws(FerryError) {
-        let target = try local(path)
-        guard unlink(target) == 0 || errno == ENOENT else {
-            throw .remote("cannot remove \(Printable.name(target)): \(FileSystem.errorText())")
-        }
-        FileSystem.syncDirectory(containing: target)
-    }
-
-    private func local(_ path: RelativePath) throws(FerryError) -> String {
-        guard let base = base.filePath else { throw .remote("\(base.url) is not a valid file URL") }
-        return (base.hasSuffix("/") ? base : base + "/") + path.string
-    }
-}
 
 /// A WebDAV `MOVE` run by the engine, so a push's moves go beside its uploads on the multi
 /// handle's kept-alive connections instead of one at a time.

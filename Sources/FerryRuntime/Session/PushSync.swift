@@ -12,9 +12,6 @@ import FerryCore
 ///
 /// Plain WebDAV cannot continue a PUT: an interrupted upload starts again from zero.
 final class PushSync: SessionWork {
-    /// Where uploads wait on the remote until they are moved into place.
-    static func temporaryName(task: Int64) -> RelativePath { RelativePath(trusted: ".ferry/upload/\(task)") }
-    static let temporaryManifest = RelativePath(trusted: ".ferry/manifest.json.new")
     /// Stands for the hash of a file hashed while it is sent; never published (the upload's digest replaces it).
     static let unknownHash = SHA256Digest(hex: String(repeating: "0", count: 64))!
 
@@ -35,7 +32,6 @@ final class PushSync: SessionWork {
             emit(.manifestFetched(url: session.manifestURL, version: record?.manifestVersion, files: record?.manifestFiles ?? 0, unchanged: true))
             return
         }
-        let lastChange = max(lastRemoteChange ?? 0, FileSystem.modificationTime(cachePath) ?? 0)
         let remoteUnchanged = changedOnRemote.isEmpty && lastVersion != nil
         emit(.manifestFetched(url: session.manifestURL, version: published?.version, files: published?.entries.count ?? 0,
                               unchanged: remoteUnchanged))
@@ -79,10 +75,7 @@ final class PushSync: SessionWork {
         }
         // A run that died mid-upload (kill -9, power) left its tasks running and maybe a partial
         // temporary upload: the task row names it, and it goes before anything is sent again.
-        for id in try store.taskIDs(session: session.name, state: .running).sorted() {
-            try? writer.remove(PushSync.temporaryName(task: id))
-        }
-        try? writer.remove(PushSync.temporaryManifest)
+        writer.removeLeftovers(of: try store.taskIDs(session: session.name, state: .running).sorted())
         // Tasks of files the local tree no longer has go (their leftovers were just removed).
         let present = Set(local.map(\.path))
         _ = try store.pruneTasks(session: session.name, keeping: { present.contains($0) })
@@ -123,9 +116,11 @@ final class PushSync: SessionWork {
         if let error = transfers.storeError { throw error }
         let stopped = transfers.stopped ?? options.stop.reason
 
-        let notDone = transfers.failed + transfers.waiting + transfers.suspended + transfers.delayed + transfers.onHold
+        // A file that failed for good fails alone: the manifest goes on listing what the remote
+        // holds at its path, and the rest is published. Work left for later holds the manifest back.
+        let notDone = transfers.waiting + transfers.suspended + transfers.delayed + transfers.onHold
         var unfinished = notDone
-        let ended = transfers.uploaded + transfers.vanished.count
+        let ended = transfers.uploaded + transfers.vanished.count + transfers.failed
         if stopped == nil && unfinished == 0 && ended < plan.uploads.count {
             unfinished = plan.uploads.count - ended
         }
@@ -149,32 +144,29 @@ final class PushSync: SessionWork {
             return
         }
 
+        var deletionsFailed = 0
         for path in plan.deletions {
             do {
                 try writer.remove(path)
                 result.deleted += 1
                 emit(.fileDeleted(path: path))
             } catch {
-                result.failed += 1
+                deletionsFailed += 1
                 emit(.fileFailed(path: path, error: error.message))
             }
         }
+        result.failed += deletionsFailed
         // The manifest last: it never names a file that is not on the remote as it says (a file that
         // changed while it was sent went again, and the manifest lists what went).
         // A file gone before it was sent: the remote still holds its last published version (or nothing).
+        // A file that failed: the same (its final name was never touched).
         let before = Dictionary((published?.entries ?? []).map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
-        plan.manifest = plan.manifest.compactMap { transfers.vanished.contains($0.path) ? before[$0.path] : transfers.rehashed[$0.path] ?? $0 }
+        let asPublished = transfers.vanished.union(transfers.failedPaths)
+        plan.manifest = plan.manifest.compactMap { asPublished.contains($0.path) ? before[$0.path] : transfers.rehashed[$0.path] ?? $0 }
         if !transfers.vanished.isEmpty {
             _ = try store.pruneTasks(session: session.name, keeping: { !transfers.vanished.contains($0) })
         }
         let text = ManifestWriter.render(version: plan.version, generated: Timestamp.now(), entries: plan.manifest)
-        // Servers that derive the manifest's ETag from its mtime in whole seconds and its size
-        // (nginx) would give two same-size manifests published within one second the same
-        // validator, and a pull's conditional GET would miss the second: wait for the next second.
-        if session.remote.scheme != .file {
-            let now = Timestamp.now().timeInterval
-            if now.rounded(.down) <= lastChange.rounded(.down) { usleep(UInt32((lastChange.rounded(.down) + 1.02 - now) * 1_000_000)) }
-        }
         // Another writer that published while this run uploaded is not overwritten: the files this
         // run placed are on the remote, but readers go on seeing the other writer's manifest (a file
         // of both, if any, fails their hash check, never a mixed tree with exit 0), and the next run
@@ -187,14 +179,19 @@ final class PushSync: SessionWork {
             emit(.warning(message: result.message!))
             return
         }
-        try writer.put(Array(text.utf8), at: PushSync.temporaryManifest)
-        try writer.move(from: PushSync.temporaryManifest, to: manifestPath)
+        try writer.publish(Array(text.utf8), at: manifestPath)
         try remember(published: Array(text.utf8), version: plan.version, files: plan.manifest.count, remote: remote, store: store)
         emit(.manifestBuilt(output: session.manifestURL, version: plan.version, files: plan.manifest.count,
                             bytes: plan.manifest.reduce(0) { $0 + ($1.size ?? 0) }))
         let outcome = RunOutcome(failed: result.failed, deletionsRefused: plan.refusedDeletions != nil)
         result.exitCode = outcome.exitCode
-        if result.failed > 0 { result.message = "\(result.failed) deletions on the remote failed" + (result.message.map { "; " + $0 } ?? "") }
+        var reasons: [String] = []
+        if transfers.failed > 0 {
+            reasons.append("\(transfers.failed) of \(plan.uploads.count) uploads failed; version \(plan.version) lists what the remote holds at their paths, and the next run sends them again")
+        }
+        if deletionsFailed > 0 { reasons.append("\(deletionsFailed) deletions on the remote failed") }
+        if let refusal = result.message { reasons.append(refusal) }
+        result.message = reasons.isEmpty ? nil : reasons.joined(separator: "; ")
     }
 
 
@@ -224,8 +221,6 @@ final class PushSync: SessionWork {
             }
         }
     }
-    /// When the remote says its manifest last changed (Last-Modified), from this run's fetch.
-    private var lastRemoteChange: Double?
 
     /// The remote's manifest now; the paths it says differently from the manifest this session
     /// last published there (someone else changed them); and that version. With nothing
@@ -253,9 +248,15 @@ final class PushSync: SessionWork {
                 return (manifest, [], manifest.version)
             case let .fetched(bytes, etag, lastModified):
                 seen = Seen(etag: etag, lastModified: lastModified, bytes: bytes)
-                lastRemoteChange = lastModified.flatMap(HTTPDate.parse)?.timeInterval
                 last = published()
-                if let last, bytes == cached { return (last, [], last.version) }
+                if let last, bytes == cached {
+                    // What was published, asked for in full (its validators did not hold then):
+                    // the validators of this answer serve the next poll.
+                    if etag != record?.manifestETag || lastModified != record?.manifestLastModified {
+                        try store.saveManifestValidators(session: session.name, etag: etag, lastModified: lastModified)
+                    }
+                    return (last, [], last.version)
+                }
                 do throws(FerryError) {
                     now = try Manifest.parse(bytes, source: url)
                 } catch {
@@ -354,6 +355,8 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         var hashKnown = true
         /// Bytes the upload sent, once it verified (then it waits for its move).
         var sent: Int64 = 0
+        /// The upload that verified, until it is in place (its files stay open until then).
+        var upload: Upload?
         var moveTries = 0
         var path: RelativePath { entry.path }
     }
@@ -390,12 +393,21 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         progress.filesTotal = runnable.count
         progress.bytesTotal = runnable.reduce(0) { $0 + $1.stat.size }
         run(engine: engine)
+        // Stopped (a deadline, a signal) between an upload and its move: the next run sends it again.
+        for item in toMove { discard(item) }
+        toMove.removeAll()
     }
 
     /// Also the verified uploads still waiting for their move: their temporary uploads go.
     override func leftWhenHeld() -> [Item] {
-        for item in toMove { try? writer.remove(PushSync.temporaryName(task: item.task.id)) }
+        for item in toMove { discard(item) }
         return super.leftWhenHeld() + toMove
+    }
+
+    /// An upload that will not be placed: its files are closed and its temporary upload goes.
+    private func discard(_ item: Item) {
+        item.upload?.close()
+        writer.removeUpload(task: item.task.id)
     }
 
     override func next() -> TransferEngine.Next {
@@ -411,22 +423,24 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     /// The move of a verified upload to its final name: an engine transfer over WebDAV, done at
     /// once for a local directory.
     private func startMove(_ item: Item) -> RemoteMove? {
-        let temporary = PushSync.temporaryName(task: item.task.id)
-        if let move = writer.moveTransfer(task: item.task, from: temporary, to: item.entry.path) {
-            running[item.task.id] = item
-            return move
-        }
+        guard let upload = item.upload else { return nil }
         do throws(FerryError) {
-            try writer.move(from: temporary, to: item.entry.path)
+            if let move = try writer.place(upload) {
+                running[item.task.id] = item
+                return move
+            }
             placed(item)
         } catch {
-            try? writer.remove(temporary)
+            discard(item)
             fail(item, error.message)
         }
         return nil
     }
 
     private func placed(_ item: Item) {
+        var item = item
+        item.upload?.close()
+        item.upload = nil
         moved.append(item)
         if moved.count >= 256 || MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
     }
@@ -455,20 +469,39 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         item.triesThisRun += 1
         item.task.attempts += 1
         do throws(FerryError) {
-            let upload = try writer.upload(task: item.task, entry: item.entry, stat: item.stat, hashKnown: item.hashKnown,
-                                           localPath: localRoot + "/" + item.entry.path.string,
-                                           to: PushSync.temporaryName(task: item.task.id))
+            let file = try root.open(item.entry.path, for: "to upload it")
+            if let changed = Upload.change(fd: file, from: item.stat) {
+                close(file)
+                throw FerryError(.localIO, "\(Printable.name(localRoot + "/" + item.entry.path.string)) changed after it was hashed (\(changed)); it is hashed and sent again",
+                                 cause: .sourceChanged)
+            }
+            let upload: Upload
+            do { upload = try writer.upload(task: item.task, entry: item.entry, stat: item.stat, hashKnown: item.hashKnown, file: file) } catch {
+                close(file)
+                throw error
+            }
             running[item.task.id] = item
             if item.triesThisRun == 1 { emit(.fileStarted(path: item.entry.path, size: item.entry.size, reason: .missing)) }
             try store.markRunning([(item.task.id, item.task.attempts)])
             return upload
         } catch {
-            if error.cause == .sourceChanged {
+            if PushTransfers.isGone(error.cause) {
+                // Gone since the scan (deleted, renamed, a symlink or a FIFO now, or under a file):
+                // a change like any other, which the session takes up.
                 afterFailure(item, TransferFailure(message: error.message, keepPartial: false, cause: .sourceChanged))
             } else {
                 fail(item, error.message)
             }
             return nil
+        }
+    }
+
+    /// Whether a failure to open a local file says it is no longer a file at that path.
+    static func isGone(_ cause: FailureCause?) -> Bool {
+        switch cause {
+        case .sourceChanged?: return true
+        case let .local(code)?: return code == ENOENT || code == ENOTDIR || code == ELOOP || code == EINVAL
+        default: return false
         }
     }
 
@@ -492,11 +525,13 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
                 continue
             }
             let upload = transfer as! Upload
-            upload.close()
-            guard var item = running.removeValue(forKey: upload.task.id) else { continue }
-            let temporary = PushSync.temporaryName(task: item.task.id)
+            guard var item = running.removeValue(forKey: upload.task.id) else {
+                upload.close()
+                continue
+            }
             switch outcome {
             case .succeeded:
+                item.upload = upload
                 item.sent = upload.sent
                 if !item.hashKnown, let digest = upload.digest {
                     // Hashed as it went: the manifest and the hash cache get what was sent.
@@ -506,9 +541,11 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
                 }
                 toMove.append(item)
             case let .failed(failure):
-                try? writer.remove(temporary)
+                upload.close()
+                writer.removeUpload(task: item.task.id)
                 afterFailure(item, failure)
             case .interrupted:
+                upload.close()
                 interrupted(item, cancelled: upload.cancelRequested)
             }
         }
@@ -516,7 +553,6 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
 
     /// A move refused for want of its directories (`HTTPRemote.mayLackCollections`) makes them and tries once more.
     private func moveEnded(_ item: Item, _ outcome: TransferOutcome) {
-        let temporary = PushSync.temporaryName(task: item.task.id)
         switch outcome {
         case .succeeded:
             placed(item)
@@ -529,14 +565,15 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
                     toMove.append(item)
                     return
                 } catch {
-                    try? writer.remove(temporary)
+                    discard(item)
                     fail(item, error.message)
                     return
                 }
             }
-            try? writer.remove(temporary)
+            discard(item)
             fail(item, failure.message)
         case .interrupted:
+            item.upload?.close()
             interrupted(item)
         }
     }
@@ -544,7 +581,7 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     /// An upload or move stopped before it ended: its temporary upload goes (a WebDAV PUT starts
     /// again from zero).
     private func interrupted(_ item: Item, cancelled: Bool = false) {
-        try? writer.remove(PushSync.temporaryName(task: item.task.id))
+        writer.removeUpload(task: item.task.id)
         interrupted(item, offset: 0, cancelled: cancelled)
     }
 

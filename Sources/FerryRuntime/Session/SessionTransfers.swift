@@ -39,6 +39,8 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
     private(set) var heldFor: String?
     var onHold = 0
     var failed = 0
+    /// The paths of the files that failed for good this run.
+    private(set) var failedPaths = Set<RelativePath>()
     /// Tasks left waiting for connectivity.
     var waiting = 0
     /// Tasks suspended by `ferry cancel` (before or during the run).
@@ -237,6 +239,7 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
     /// A file that failed for good this run: counted, recorded with what it kept, and reported.
     func fail(_ path: RelativePath, _ task: TransferTask, _ message: String, bytesDone: Int64 = 0, validator: String? = nil) {
         failed += 1
+        failedPaths.insert(path)
         progress.filesFailed += 1
         do throws(FerryError) {
             try store.markFailed(task.id, attempts: task.attempts, error: message, bytesDone: bytesDone, validator: validator)

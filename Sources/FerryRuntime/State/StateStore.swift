@@ -280,6 +280,13 @@ public final class StateStore {
             .bind(.text(url), .optional(etag), .optional(lastModified), .optional(version), .int(Int64(files)), .text(session)).run()
     }
 
+    /// New validators for the manifest the session already has (the remote sent the same bytes
+    /// again, with validators that now hold).
+    public func saveManifestValidators(session: String, etag: String?, lastModified: String?) throws(FerryError) {
+        try db.prepare("UPDATE sessions SET manifest_etag = ?, manifest_last_modified = ? WHERE name = ?")
+            .bind(.optional(etag), .optional(lastModified), .text(session)).run()
+    }
+
     public func recordRunStarted(session: String, pid: Int32, deadline: Timestamp?) throws(FerryError) {
         try ensureSession(session)
         try db.prepare("UPDATE sessions SET last_run_started = ?, running_pid = ?, deadline = ? WHERE name = ?")

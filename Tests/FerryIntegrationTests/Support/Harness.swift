@@ -11,8 +11,10 @@ enum Harness {
         return url.path
     }()
 
-    /// `ferry`, built next to the test bundle by `swift build --build-tests`.
+    /// `ferry`, built next to the test bundle by `swift build --build-tests`; `FERRY_TEST_BINARY`
+    /// names another one (an earlier build, to see a test fail without the fix it tests).
     static let ferryBinary: String = {
+        if let other = ProcessInfo.processInfo.environment["FERRY_TEST_BINARY"], !other.isEmpty { return other }
         let beside = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent().appendingPathComponent("ferry").path
         if FileManager.default.isExecutableFile(atPath: beside) { return beside }
         return packageRoot + "/.build/debug/ferry"

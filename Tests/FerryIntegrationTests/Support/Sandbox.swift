@@ -42,16 +42,17 @@ final class Sandbox {
         try! FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         try! data.write(to: URL(fileURLWithPath: full))
         if let mode { chmod(full, mode_t(mode)) }
+        markRepublished(path)
         return full
     }
 
     func unpublish(_ path: String) { try! FileManager.default.removeItem(atPath: published + "/" + path) }
 
-    private var manifestBuilds = 0
+    /// The publication clock: a day ago, one second later at each publication.
+    private var publications = 0
+    private let clockStart = time(nil) - 86_400
 
-    /// Publishes a manifest. Each build gets an mtime one minute later than the last: nginx derives
-    /// ETag and Last-Modified from mtime and size, so two same-size manifests written in one second
-    /// would look unchanged to a conditional GET (a real limit of such servers, not of ferry).
+    /// Publishes a manifest (the mtime of each publication comes from `markRepublished`).
     @discardableResult
     func buildManifest(_ extra: [String] = []) -> FerryRun {
         let run = ferry(["manifest", "build", published] + extra)
@@ -66,10 +67,15 @@ final class Sandbox {
         markRepublished(name)
     }
 
-    /// Moves a published file's mtime a minute past the last one, so a conditional GET sees it as new.
+    /// Gives a published file the next mtime of the publication clock, which starts a day ago and
+    /// moves one second per publication: as on a real origin, files were published a while before a
+    /// mirror asks for them (validators of a file changed within the last second do not hold, and a
+    /// test of that says so itself), and each publication gets validators of its own (nginx derives
+    /// ETag and Last-Modified from the mtime in seconds and the size).
     func markRepublished(_ name: String = "manifest.json") {
-        manifestBuilds += 1
-        var times = [timespec(tv_sec: time(nil) + 60 * manifestBuilds, tv_nsec: 0), timespec(tv_sec: time(nil) + 60 * manifestBuilds, tv_nsec: 0)]
+        publications += 1
+        let when = clockStart + publications
+        var times = [timespec(tv_sec: when, tv_nsec: 0), timespec(tv_sec: when, tv_nsec: 0)]
         utimensat(AT_FDCWD, published + "/" + name, &times, 0)
     }
 

@@ -1,7 +1,8 @@
 import Foundation
 import Testing
 
-/// A real nginx on 127.0.0.1 serving `root` over HTTP (ranges, ETags, WebDAV PUT/DELETE/MOVE), and
+/// A real nginx on 127.0.0.1 serving `root` over HTTP (ranges, ETags, WebDAV PUT/DELETE/MOVE, and
+/// PROPFIND through Debian's dav-ext module), and
 /// over HTTPS with HTTP/2 using a certificate from the test CA. `/basic/` needs basic auth
 /// (`ferry:s3cret`), `/bearer/` a bearer token (`tok3n`). Every request lands in `accessLog`.
 final class NginxServer {
@@ -30,15 +31,15 @@ final class NginxServer {
         let tls = try TestCertificates.shared()
         try "\(Self.basicUser):{PLAIN}\(Self.basicPassword)\n".writeReplacing(directory + "/htpasswd")
         let user = getuid() == 0 ? "user root;" : ""
+        let dav = "dav_methods PUT DELETE MKCOL COPY MOVE; dav_ext_methods PROPFIND OPTIONS; create_full_put_path on;"
         let locations = """
                 root \(root);
-                location / { dav_methods PUT DELETE MKCOL COPY MOVE; create_full_put_path on; }
-                location /basic/ { auth_basic "ferry"; auth_basic_user_file \(directory)/htpasswd;
-                                   dav_methods PUT DELETE MKCOL COPY MOVE; create_full_put_path on; }
-                location /bearer/ { if ($http_authorization != "Bearer \(Self.bearerToken)") { return 401; }
-                                    dav_methods PUT DELETE MKCOL COPY MOVE; create_full_put_path on; }
+                location / { \(dav) }
+                location /basic/ { auth_basic "ferry"; auth_basic_user_file \(directory)/htpasswd; \(dav) }
+                location /bearer/ { if ($http_authorization != "Bearer \(Self.bearerToken)") { return 401; } \(dav) }
             """
         let config = """
+            load_module \(Self.davExtModule);
             \(user)
             daemon off;
             worker_processes 1;
@@ -91,6 +92,9 @@ final class NginxServer {
 
     /// Serves again on the same ports, as a remote that returns after an outage.
     func comeBack() throws { try start() }
+
+    /// Debian's `libnginx-mod-http-dav-ext` (PROPFIND), which scripts/setup.sh installs.
+    static let davExtModule = "/usr/lib/nginx/modules/ngx_http_dav_ext_module.so"
 
     static var binary: String {
         for candidate in ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"] where FileManager.default.isExecutableFile(atPath: candidate) {
