@@ -25,7 +25,9 @@ Faults (per path, "*" for all):
   "only_first": N        apply reset_after, truncate_after and stall_after to the first N
                          requests for the path only
   "log_overlap": true    when a body has been sent, log {"method": "BODY", "path", "overlapped"}:
-                         whether another body was being sent at any moment meanwhile
+                         whether another body was being sent at any moment meanwhile; a string
+                         (".bin") counts only bodies whose path ends with it, so a manifest fetched
+                         beside a file transfer is not an overlap
 
 Started and stopped by the integration tests and by the quickstart, on 127.0.0.1 only.
 """
@@ -152,12 +154,16 @@ class Handler(BaseHTTPRequestHandler):
         self.send_body(full, start, size, faults)
 
     def send_body(self, full, start, size, faults):
+        track = faults.get("log_overlap")
+        counted = track is True or (isinstance(track, str) and self.path.endswith(track))
         me = object()
-        with State.lock:
-            overlapped = [bool(State.sending)]
-            for other in State.sending.values():
-                other[0] = True
-            State.sending[id(me)] = overlapped
+        overlapped = [False]
+        if counted:
+            with State.lock:
+                overlapped[0] = bool(State.sending)
+                for other in State.sending.values():
+                    other[0] = True
+                State.sending[id(me)] = overlapped
 
         def done():
             with State.lock:
@@ -166,7 +172,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_bytes(full, start, size, faults, done)
         finally:
             done()
-            if faults.get("log_overlap") and State.options.log:
+            if counted and State.options.log:
                 with State.lock, open(State.options.log, "a") as f:
                     f.write(json.dumps({"method": "BODY", "path": self.path, "overlapped": overlapped[0]}) + "\n")
 

@@ -1,3 +1,4 @@
+import CSystem
 import Glibc
 import FerryCore
 
@@ -50,7 +51,11 @@ public enum ConfigLoader {
         return HTTPSettings(session: session, basicAuth: basic, bearerToken: bearer)
     }
 
+    /// Reads a credential's first line. From the first secret on, the process cannot dump core (a
+    /// core would hold the secret) and its memory cannot be read through /proc or ptrace by its
+    /// user, for the rest of its life.
     private static func firstLine(of file: String, session: SessionConfig, key: String) throws(FerryError) -> String {
+        _ = ferry_set_dumpable(0)
         let bytes: [UInt8]
         do { bytes = try FileSystem.readFile(file, limit: 64 << 10) } catch {
             throw .usage("\(key) of session '\(session.name)': \(error.message)", hint: "create the file, or fix '\(key) =' in the config")

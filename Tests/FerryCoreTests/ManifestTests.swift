@@ -46,6 +46,12 @@ struct ManifestTests {
         ("{\"format\": \"ferry-manifest/1\", \"files\": []}", "has no \"version\""),
         ("{\"format\": \"ferry-manifest/1\", \"version\": -1, \"files\": []}", "\"version\" must be 0 or more"),
         ("{\"format\": \"ferry-manifest/1\", \"version\": 1.5, \"files\": []}", "expected a whole number"),
+        // The largest Int64: one more (the next push's version) would overflow.
+        ("{\"format\": \"ferry-manifest/1\", \"version\": 9223372036854775807, \"files\": []}", "\"version\" 9223372036854775807 is larger than 9007199254740991"),
+        ("{\"format\": \"ferry-manifest/1\", \"version\": 9223372036854775808, \"files\": []}", "number is too large"),
+        // Sizes within the per-file limit whose sum would overflow a byte count.
+        ("{\"format\": \"ferry-manifest/1\", \"version\": 1, \"files\": [" + (0..<600).map { "{\"path\": \"f\($0)\", \"size\": 9007199254740992, \"sha256\": \"\(String(repeating: "a", count: 64))\"}" }.joined(separator: ",") + "]}",
+         "add up to more than 4 EiB"),
         ("[1, 2]", "the top level must be a JSON object"),
         ("{\"format\": \"ferry-manifest/1\", \"version\": 1, \"files\": []} trailing", "unexpected data after the end"),
     ])
@@ -314,5 +320,28 @@ struct SHA256DigestTests {
                       String(repeating: "g", count: 64), String(repeating: " ", count: 64)])
     func refusesWhatIsNot64HexDigits(_ text: String) {
         #expect(SHA256Digest(hex: text) == nil)
+    }
+
+    /// `manifest build`'s version: one more than the existing manifest and never below the Unix
+    /// time, so a fresh checkout never builds a version mirrors refuse as a rollback; an explicit
+    /// lower version needs --allow-rollback and is said.
+    @Test func theBuiltVersionKeepsRisingAndALowerOneIsRefusedUnlessAllowed() throws {
+        let now = Timestamp(seconds: 1_800_000_000)
+        func next(_ previous: Int64?, _ explicit: Int64? = nil, allow: Bool = false) throws(FerryError) -> (Int64, String?) {
+            let r = try ManifestVersion.next(previous: previous, explicit: explicit, now: now, allowRollback: allow, output: "m.json")
+            return (r.version, r.warning)
+        }
+        #expect(try next(nil).0 == 1_800_000_000, "a fresh checkout: the time")
+        #expect(try next(41).0 == 1_800_000_000, "a small sequence gives way to the time")
+        #expect(try next(1_800_000_000).0 == 1_800_000_001, "two builds in one second still rise")
+        #expect(try next(5_000_000_000).0 == 5_000_000_001, "a version ahead of the clock goes on from itself")
+        #expect(try next(Manifest.maximumVersion).0 == Manifest.maximumVersion, "never past the largest version")
+        #expect(try next(7, 9) == (9, nil))
+        #expect(try next(7, 7) == (7, nil), "the same version again is not a rollback")
+        let refused = #expect(throws: FerryError.self) { try next(7, 0) }
+        #expect(refused?.category == .usage && refused?.message.contains("lower than version 7") == true && refused?.hint?.contains("--allow-rollback") == true)
+        let allowed = try next(7, 0, allow: true)
+        #expect(allowed.0 == 0 && allowed.1?.contains("rollback") == true, "allowed, and said")
+        #expect(throws: FerryError.self) { try next(nil, Manifest.maximumVersion + 1) }
     }
 }

@@ -48,7 +48,7 @@ struct AgentTests {
         #expect(Date().timeIntervalSince(published) < 8, "applied within the poll (plus the run itself)")
         box.unpublish("b.txt")
         box.buildManifest()
-        #expect(eventually { !FileManager.default.fileExists(atPath: box.localPath("b.txt")) }, "deletion followed")
+        #expect(eventually { !FileManager.default.fileExists(atPath: box.localPath("b.txt")) }, "deletion followed: \(agent.output) \(fileContents(box.state + "/events/test.jsonl") ?? "")")
 
         // At rest the agent polls with conditional GETs: 304s, and no file is fetched again.
         server.clearLog()

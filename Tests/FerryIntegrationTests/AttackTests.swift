@@ -179,4 +179,148 @@ struct AttackTests {
         #expect(stat(remote + "/bin/tool", &st) == 0 && st.st_mode & 0o777 == 0o755, "mode \(String(st.st_mode & 0o777, radix: 8))")
         #expect(stat(remote + "/manifest.json", &st) == 0 && st.st_mode & 0o777 == 0o644)
     }
+
+    /// A user who can write the metrics directory plants symlinks at every temporary name an
+    /// earlier ferry would have used (`<metrics>.tmp-<pid>`, for the next pids) and at the metrics
+    /// file itself: the agent writes its metrics without following any of them, and the files they
+    /// point to are untouched.
+    @Test func theMetricsFileNeverFollowsASymlinkPlantedBesideIt() throws {
+        let box = Sandbox("attack-metrics")
+        box.publish("a.txt", "a\n")
+        box.buildManifest()
+        let directory = box.directory + "/textfile", metrics = directory + "/ferry.prom"
+        let victim = box.directory + "/victim", finalVictim = box.directory + "/final-victim"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try "precious\n".writeReplacing(victim)
+        try "precious too\n".writeReplacing(finalVictim)
+        let next = Int((fileContents("/proc/sys/kernel/ns_last_pid") ?? "").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 1000
+        for pid in next...(next + 300) {
+            try? FileManager.default.createSymbolicLink(atPath: metrics + ".tmp-\(pid)", withDestinationPath: victim)
+        }
+        try FileManager.default.createSymbolicLink(atPath: metrics, withDestinationPath: finalVictim)
+        box.configure(remote: "file://" + box.published, session: ["poll = 1h"], agent: ["metrics = \(metrics)"])
+        let agent = try Child(Harness.ferryBinary, ["agent", "--config", box.config],
+                              stdout: box.directory + "/agent.out", stderr: box.directory + "/agent.err")
+        defer { agent.stop() }
+        var st = stat()
+        #expect(eventually { lstat(metrics, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG && (fileContents(metrics) ?? "").contains("ferry_polls_total") },
+                "the metrics file is a file of its own: \(fileContents(box.directory + "/agent.err") ?? "")")
+        #expect(fileContents(victim) == "precious\n", "a planted temporary name was not written through")
+        #expect(fileContents(finalVictim) == "precious too\n", "the symlink at the metrics path was replaced, not followed")
+        #expect(st.st_mode & 0o777 == 0o644, "readable by node_exporter")
+    }
+
+    /// ferry's state is private to its owner whatever the umask: the state directory and every
+    /// directory in it 0700, every file 0600 (the database and its WAL, cached manifests, locks,
+    /// event logs, the control socket), and a state an earlier ferry left readable is made private.
+    @Test func stateIsPrivateWhateverTheUmask() throws {
+        let box = Sandbox("state-private")
+        box.publish("a.txt", "a\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published, session: ["poll = 1h"])
+        // An earlier ferry's state, readable by everyone.
+        try FileManager.default.createDirectory(atPath: box.state, withIntermediateDirectories: true)
+        chmod(box.state, 0o755)
+        try "".writeReplacing(box.state + "/ferry.db")
+        chmod(box.state + "/ferry.db", 0o644)
+        let wide = ["umask": "000"]
+        let run = runProcess("/bin/sh", ["-c", "umask 000; exec \"$0\" sync now --config \"$1\"", Harness.ferryBinary, box.config], environment: wide)
+        #expect(run.exitCode == 0, "\(run.output)")
+        let agent = try Child("/bin/sh", ["-c", "umask 000; exec \"$0\" agent --config \"$1\"", Harness.ferryBinary, box.config],
+                              stdout: box.directory + "/agent.out", stderr: box.directory + "/agent.err")
+        #expect(eventually { FileManager.default.fileExists(atPath: box.state + "/agent.sock") && FileManager.default.fileExists(atPath: box.state + "/events") })
+        defer { agent.stop() }
+        var wrong: [String] = []
+        var seen = 0
+        func check(_ path: String) {
+            var st = stat()
+            guard lstat(path, &st) == 0 else { return }
+            seen += 1
+            let mode = st.st_mode & 0o777
+            let kind = st.st_mode & S_IFMT
+            let expected: mode_t = kind == S_IFDIR ? 0o700 : 0o600
+            if mode != expected { wrong.append("\(path): \(String(mode, radix: 8))") }
+            if kind == S_IFDIR {
+                for name in (try? FileManager.default.contentsOfDirectory(atPath: path)) ?? [] { check(path + "/" + name) }
+            }
+        }
+        check(box.state)
+        #expect(seen >= 8, "the state holds the database, its WAL, a manifest, locks, events and the socket")
+        #expect(wrong.isEmpty, "\(wrong)")
+    }
+
+    /// A hook holds nothing of ferry's but stdin, stdout and stderr: not the connections to the
+    /// remote (alive while files transfer), not libcurl's socketpair, not the state database.
+    @Test func hooksInheritNoDescriptorButTheStandardThree() throws {
+        let server = try NginxServer()
+        defer { server.stop() }
+        let box = Sandbox("hook-fds", published: server.root)
+        for i in 0..<4 { box.publish("f\(i).bin", randomData(400_000, seed: UInt64(i))) }
+        box.buildManifest()
+        let out = box.directory + "/fds"
+        let script = box.directory + "/hook.py"
+        // Lists what it holds beyond 0, 1 and 2 (but the directory it reads to list them).
+        try """
+            #!/usr/bin/env python3
+            import os
+            held = []
+            for name in os.listdir("/proc/self/fd"):
+                try:
+                    target = os.readlink("/proc/self/fd/" + name)
+                except OSError:
+                    continue
+                if int(name) > 2 and not target.startswith("/proc/"):
+                    held.append(name + " " + target)
+            with open("\(out)", "a") as f:
+                f.write("\\n".join(held + ["--"]) + "\\n")
+            """.writeReplacing(script, mode: 0o755)
+        box.configure(remote: server.url, session: ["on-file-done = \(script)"])
+        let run = box.sync()
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(eventually { (fileContents(out) ?? "").components(separatedBy: "--").count > 4 }, "the hook ran for every file")
+        let inherited = (fileContents(out) ?? "").split(separator: "\n").filter { line in
+            line.contains("socket:") || line.contains("pipe:") || line.contains("anon_inode") || line.contains("ferry.db") || line.contains(box.state)
+        }
+        #expect(inherited.isEmpty, "descriptors a hook must not hold: \(inherited)")
+    }
+
+    /// From the moment ferry holds a secret it is not dumpable: a crash leaves no core with the
+    /// password in it, and its memory cannot be read through /proc by its user. The kernel shows
+    /// it by giving the files in a non-dumpable process's /proc directory to root: ferry runs here as `nobody`,
+    /// and its /proc/PID/status belongs to root once it read a credentials file (and to nobody in
+    /// the same run without one, which shows the test can tell the two apart).
+    @Test func aProcessHoldingASecretIsNotDumpable() throws {
+        let box = Sandbox("not-dumpable")
+        box.publish("slow.bin", randomData(2_000_000))
+        box.buildManifest()
+        try "alice:hunter2\n".writeReplacing(box.directory + "/basic", mode: 0o600)
+        let nobody: uid_t = 65534
+        /// Runs a pull as `nobody` from `server` and returns the owner of its /proc directory
+        /// while its transfer runs.
+        func procOwner(_ server: PythonServer, settings: [String]) throws -> uid_t? {
+            server.setFaults(["*": ["rate": 100_000]])
+            Harness.remove(box.state)
+            Harness.remove(box.local)
+            box.configure(remote: server.url, session: settings)
+            _ = runProcess("/bin/chown", ["-R", "\(nobody):\(nobody)", box.directory])
+            chmod(box.directory, 0o755)
+            let child = try Child("/usr/bin/setpriv", ["--reuid=\(nobody)", "--regid=\(nobody)", "--clear-groups",
+                                                       Harness.ferryBinary, "sync", "now", "--config", box.config],
+                                  stdout: box.directory + "/out", stderr: box.directory + "/err")
+            defer { child.stop() }
+            guard eventually(20, { server.requests().contains { $0["path"] as? String == "/slow.bin" && $0["status"] as? Int == 200 } }) else {
+                Issue.record("the transfer did not begin: \(fileContents(box.directory + "/err") ?? "")")
+                return nil
+            }
+            var st = Glibc.stat()
+            guard lstat("/proc/\(child.pid)/status", &st) == 0 else { return nil }
+            return st.st_uid
+        }
+        let guarded = try PythonServer(directory: box.published, extra: ["--require-basic", "alice:hunter2"])
+        defer { guarded.stop() }
+        #expect(try procOwner(guarded, settings: ["basic-auth-file = \(box.directory)/basic"]) == 0, "holding a secret: not dumpable")
+        let open = try PythonServer(directory: box.published)
+        defer { open.stop() }
+        #expect(try procOwner(open, settings: []) == nobody, "without a secret: dumpable, as any process")
+    }
 }

@@ -146,7 +146,7 @@ struct BadInputTests {
         box.configure(remote: nginx.url + "site/")
         #expect(box.sync().exitCode == 0)
         box.publish("v.txt", "three\n")
-        box.buildManifest(["--version", "3"])
+        box.buildManifest(["--version", "3", "--allow-rollback"])
         let refused = box.sync()
         #expect(refused.exitCode == 4)
         #expect(refused.stderr.contains("version 3, lower than version 5 already applied: refused as a rollback"))

@@ -64,9 +64,12 @@ struct CommandTests {
         box.publish("d/b.txt", "bb", mode: 0o600)
         box.publish(".ferry/partial/9.part", "partial junk")
         try FileManager.default.createSymbolicLink(atPath: box.published + "/link", withDestinationPath: "a.txt")
+        let before = Int(time(nil))
         let first = ferry(["manifest", "build", box.published, "--json"])
         #expect(first.exitCode == 0, "\(first.output)")
-        #expect(first.events(named: "manifest-built").first?["version"] as? Int == 1)
+        // A first build (a fresh checkout) gets the Unix time, so it rises above any earlier build.
+        let v1 = first.events(named: "manifest-built").first?["version"] as? Int ?? 0
+        #expect(v1 >= before && v1 <= Int(time(nil)), "\(v1)")
         #expect(first.events(named: "warning").contains { ($0["message"] as? String)?.contains("symlink link") == true })
         let data = try Data(contentsOf: URL(fileURLWithPath: box.published + "/manifest.json"))
         let json = try #require(try JSONSerialization.jsonObject(with: data) as? [String: Any])
@@ -77,8 +80,15 @@ struct CommandTests {
         #expect(files[1]["mode"] as? String == "0600")
         #expect(files[1]["size"] as? Int == 2)
 
-        #expect(ferry(["manifest", "build", box.published, "--json"]).events(named: "manifest-built").first?["version"] as? Int == 2)
-        #expect(ferry(["manifest", "build", box.published, "--version", "40", "--json"]).events(named: "manifest-built").first?["version"] as? Int == 40)
+        let v2 = ferry(["manifest", "build", box.published, "--json"]).events(named: "manifest-built").first?["version"] as? Int ?? 0
+        #expect(v2 > v1, "the next build rises: \(v1) → \(v2)")
+        // A lower version is refused (mirrors would refuse it as a rollback) unless allowed, and then said.
+        let lower = ferry(["manifest", "build", box.published, "--version", "40"])
+        #expect(lower.exitCode == 2 && lower.stderr.contains("lower than version \(v2)") && lower.stderr.contains("--allow-rollback"), "\(lower.output)")
+        let allowed = ferry(["manifest", "build", box.published, "--version", "40", "--allow-rollback", "--json"])
+        #expect(allowed.events(named: "manifest-built").first?["version"] as? Int == 40)
+        #expect(allowed.events(named: "warning").contains { ($0["message"] as? String)?.contains("rollback") == true }, "\(allowed.output)")
+        #expect(ferry(["manifest", "build", box.published, "--version", "41", "--json"]).events(named: "manifest-built").first?["version"] as? Int == 41)
         let elsewhere = box.directory + "/out.json"
         let out = ferry(["manifest", "build", box.published, "--output", elsewhere, "--json"])
         #expect(out.events(named: "manifest-built").first?["files"] as? Int == 3, "manifest.json in DIR is listed when the output is elsewhere")

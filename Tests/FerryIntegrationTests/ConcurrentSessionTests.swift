@@ -14,7 +14,7 @@ struct ConcurrentSessionTests {
             #expect(ferry(["manifest", "build", box.published + "/" + name]).exitCode == 0)
         }
         let server = try PythonServer(directory: box.published)
-        server.setFaults(["*": ["rate": 400_000, "log_overlap": true]])
+        server.setFaults(["*": ["rate": 400_000, "log_overlap": ".bin"]])
         let config = ["[agent]", "state = \(box.state)", "transfers = \(transfers)", "",
                       "[session one]", "remote = \(server.url)one/", "local = \(box.directory)/one", "",
                       "[session two]", "remote = \(server.url)two/", "local = \(box.directory)/two"]
@@ -55,7 +55,7 @@ struct ConcurrentSessionTests {
         box.buildManifest()
         let server = try PythonServer(directory: box.published)
         defer { server.stop() }
-        server.setFaults(["*": ["rate": 400_000, "log_overlap": true]])
+        server.setFaults(["*": ["rate": 400_000, "log_overlap": ".bin"]])
         box.configure(remote: server.url, session: ["session-transfers = 1"])
         #expect(box.sync().exitCode == 0)
         let sent = bodies(server)

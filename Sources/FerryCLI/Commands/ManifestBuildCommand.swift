@@ -5,20 +5,25 @@ import FerryRuntime
 struct ManifestBuildCommand: Command {
     static let words = ["manifest", "build"]
     static let summary = "Write a ferry-manifest/1 manifest (path, size, SHA-256, mtime, mode) for a directory."
-    static let usage = "manifest build DIR [--output F] [--version N] [--json] [--quiet]"
+    static let usage = "manifest build DIR [--output F] [--version N [--allow-rollback]] [--json] [--quiet]"
     static let details = """
         The manifest goes to DIR/manifest.json unless --output says otherwise; it never lists itself,
         .ferry/ or anything but regular files. Without --version, the version is one more than the
-        manifest already at the output path, or 1. Serve DIR (with the manifest) over HTTP(S), or
-        point a session at it with a file:// remote.
+        manifest already at the output path, and never less than the current Unix time in seconds,
+        so a build in a fresh checkout (CI) still rises above every earlier one. A --version lower
+        than the existing manifest's is refused (mirrors would refuse it as a rollback) unless
+        --allow-rollback says it is intended. Serve DIR (with the manifest) over HTTP(S), or point a
+        session at it with a file:// remote.
         """
     static let options = [OptionSpec("--output", value: "F", "where to write the manifest (default: DIR/manifest.json)"),
-                          OptionSpec("--version", value: "N", "the manifest's version (default: previous + 1)"),
+                          OptionSpec("--version", value: "N", "the manifest's version (default: previous + 1, at least the Unix time)"),
+                          OptionSpec("--allow-rollback", "write a --version lower than the existing manifest's"),
                           CommonOptions.json, CommonOptions.quiet, CommonOptions.help]
 
     let directory: String
     let output: String?
     let version: Int64?
+    let allowRollback: Bool
     let mode: OutputMode
 
     init(arguments: Arguments) throws(FerryError) {
@@ -31,12 +36,17 @@ struct ManifestBuildCommand: Command {
         } else {
             version = nil
         }
+        allowRollback = arguments.has("--allow-rollback")
+        if allowRollback && version == nil {
+            throw .usage("ferry manifest build: --allow-rollback goes with --version N", hint: "see: ferry help manifest build")
+        }
         mode = OutputMode(arguments: arguments)
     }
 
     func run() throws(FerryError) -> ExitCode {
         let bars = mode == .human && Console.stderrIsTerminal ? ProgressBars() : nil
-        let result = try ManifestBuilder().build(directory: directory, output: output, version: version) { done, total in
+        let result = try ManifestBuilder().build(directory: directory, output: output, version: version,
+                                                 allowRollback: allowRollback) { done, total in
             var p = SyncProgress(session: "hashing")
             p.filesDone = done
             p.filesTotal = total

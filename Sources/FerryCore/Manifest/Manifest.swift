@@ -89,8 +89,14 @@ public struct Manifest: Sendable {
     }
 
     public static let formatName = Format.ferry.rawValue
-    /// 2^53 bytes (8 PiB): larger sizes are refused, so sums of sizes cannot overflow.
+    /// 2^53 bytes (8 PiB): larger sizes are refused.
     public static let maximumFileSize: Int64 = 1 << 53
+    /// 2^62 bytes (4 EiB): a manifest whose sizes add up to more is refused, so no sum of sizes
+    /// (a plan's bytes, progress) can overflow.
+    public static let maximumTotalSize: Int64 = 1 << 62
+    /// 2^53 − 1, the largest integer every JSON reader keeps exact: larger versions are refused,
+    /// so one more than a version (the next push) never overflows.
+    public static let maximumVersion: Int64 = (1 << 53) - 1
 
     /// Parses a ferry JSON manifest, or a SHA256SUMS file when the text does not start with `{`.
     /// `source` names the manifest in errors (its URL). Reading stops at the first fatal error, so
@@ -132,6 +138,7 @@ public struct Manifest: Sendable {
         // No entry takes fewer than 96 bytes of JSON (the hash alone is 66): reserved, not touched.
         var collector = EntryCollector(capacity: bytes.count / 96)
         var sawFiles = false
+        var totalSize: Int64 = 0
         do {
             try reader.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
                 switch key {
@@ -140,6 +147,7 @@ public struct Manifest: Sendable {
                 case "version":
                     let v = try r.readInteger()
                     if v < 0 { throw r.problem("\"version\" must be 0 or more") }
+                    if v > Manifest.maximumVersion { throw r.problem("\"version\" \(v) is larger than \(Manifest.maximumVersion) (2^53 − 1), the largest a manifest may carry") }
                     version = v
                 case "generated", "expires":
                     let text = try r.readString()
@@ -156,6 +164,8 @@ public struct Manifest: Sendable {
                                 let s = try r.readInteger()
                                 if s < 0 { throw r.problem("files[\(i)].size is negative") }
                                 if s > Manifest.maximumFileSize { throw r.problem("files[\(i)].size is larger than 8 PiB") }
+                                totalSize += s
+                                if totalSize > Manifest.maximumTotalSize { throw r.problem("the sizes of files[0...\(i)] add up to more than 4 EiB") }
                                 size = s
                             case "sha256": sha = try r.readString()
                             case "mtime":

@@ -58,14 +58,15 @@ public final class EventLog: EventSink {
 
     private func append(_ bytes: [UInt8], to path: String) {
         do throws(FerryError) {
-            try FileSystem.makeDirectories(directory, mode: 0o700)
-            var fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+            try FileSystem.makePrivateDirectory(directory)
+            var fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
             guard fd >= 0 else { throw .localIO("cannot open the event log \(path): \(FileSystem.errorText())") }
             var st = stat()
+            if fstat(fd, &st) == 0 && st.st_mode & 0o077 != 0 { fchmod(fd, 0o600) }
             if fstat(fd, &st) == 0 && Int(st.st_size) > 0 && Int(st.st_size) + bytes.count > EventLog.maxFileSize {
                 close(fd)
                 rename(path, path + ".1")
-                fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0o600)
+                fd = open(path, O_WRONLY | O_APPEND | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
                 guard fd >= 0 else { throw .localIO("cannot open the event log \(path): \(FileSystem.errorText())") }
             }
             defer { close(fd) }

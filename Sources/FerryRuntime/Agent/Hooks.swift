@@ -1,3 +1,4 @@
+import CSystem
 import Dispatch
 import Glibc
 import Synchronization
@@ -5,8 +6,8 @@ import FerryCore
 
 /// Runs the sessions' hooks: `on-file-done` for every file a run finished, `on-session-done` when a
 /// run finished all of a session's work. A hook is its configured argv (`HookCommand`), started
-/// with `posix_spawnp`, never through a shell; what the event was about reaches it only through
-/// the environment:
+/// with `posix_spawnp`, never through a shell, holding no descriptor of ferry's but 0, 1 and 2;
+/// what the event was about reaches it only through the environment:
 ///
 ///     FERRY_SESSION  the session          FERRY_RESULT  done | failed (file); in-sync, files-failed, ... (session)
 ///     FERRY_PATH     the file, relative   FERRY_LOCAL   the file's local path (file); the local root (session)
@@ -192,6 +193,9 @@ enum HookProcess {
         } else {
             posix_spawn_file_actions_adddup2(&actions, 2, 1)
         }
+        // Nothing of ferry's but stdin, stdout and stderr: not its connections to the remote, not
+        // libcurl's socketpair, not the state database (a daemonizing hook would keep them open).
+        ferry_spawn_close_from(&actions, 3)
         var attributes = posix_spawnattr_t()
         posix_spawnattr_init(&attributes)
         defer { posix_spawnattr_destroy(&attributes) }

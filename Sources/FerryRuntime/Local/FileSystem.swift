@@ -28,6 +28,23 @@ public enum FileSystem {
         }
     }
 
+    /// A directory only its owner may enter (ferry's state, and the directories in it): made with
+    /// mode 0700, and brought back to 0700 when an earlier ferry or another umask left it wider.
+    public static func makePrivateDirectory(_ path: String) throws(FerryError) {
+        try makeDirectories(path, mode: 0o700)
+        var st = stat()
+        if stat(path, &st) == 0 && st.st_mode & 0o077 != 0 && chmod(path, 0o700) != 0 {
+            throw .localIO("cannot make \(Printable.name(path)) private (mode 0700): \(errorText())",
+                           hint: "run ferry as the directory's owner, or choose another [agent] state")
+        }
+    }
+
+    /// Makes an existing file private to its owner (mode 0600); a missing one is left missing.
+    public static func makePrivate(_ path: String) {
+        var st = stat()
+        if lstat(path, &st) == 0 && (st.st_mode & S_IFMT) == S_IFREG && st.st_mode & 0o077 != 0 { chmod(path, 0o600) }
+    }
+
     /// The whole file, refusing anything larger than `limit` bytes (and anything but a regular file).
     public static func readFile(_ path: String, limit: Int = 64 << 20) throws(FerryError) -> [UInt8] {
         let fd = try openRegularFile(path)

@@ -496,14 +496,17 @@ public final class LocalRoot {
     }
 
     /// `.remote`: removes the temporary uploads of `owner` (a crash, a failure or a stop left them).
-    public func removeUploads(owner: String) {
+    public func removeUploads(owner: String) { removeUploads(owners: [owner]) }
+
+    /// `.remote`: removes the temporary uploads of each of `owners`.
+    public func removeUploads(owners: Set<String>) {
         guard let fd = try? staging(), let dir = fdopendir(dup(fd)) else { return }
         defer { closedir(dir) }
-        let prefix = owner + "-"
         var stale: [[CChar]] = []
         for raw in LocalRoot.names(dir) {
             let name = String(decoding: raw.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            if name == owner || name.hasPrefix(prefix) { stale.append(raw) }
+            let owner = name.firstIndex(of: "-").map { String(name[..<$0]) } ?? name
+            if owners.contains(owner) { stale.append(raw) }
         }
         for name in stale { unlinkat(fd, name, 0) }
     }

@@ -15,7 +15,7 @@ public struct ManifestBuilder {
 
     public init() {}
 
-    public func build(directory: String, output: String?, version explicitVersion: Int64?,
+    public func build(directory: String, output: String?, version explicitVersion: Int64?, allowRollback: Bool = false,
                       progress: (Int, Int) -> Void = { _, _ in }) throws(FerryError) -> Result {
         let outputPath = output ?? directory + "/manifest.json"
         let root = try LocalRoot(path: directory, create: false)
@@ -30,19 +30,21 @@ public struct ManifestBuilder {
             item.path != excluded && !(temporaryPrefix.map { item.path.string.hasPrefix($0) } ?? false)
         }.map { ($0.path, $0.entry) }
 
-        var version: Int64 = 1
-        if let explicitVersion {
-            version = explicitVersion
-        } else if FileSystem.exists(outputPath) {
-            let previous = try FileSystem.readFile(outputPath, limit: 1 << 30)
+        var previous: Int64?
+        if FileSystem.exists(outputPath) {
+            let bytes = try FileSystem.readFile(outputPath, limit: 1 << 30)
             do {
-                let manifest = try Manifest.parse(previous, source: outputPath)
-                version = (manifest.version ?? 0) + 1
+                previous = try Manifest.parse(bytes, source: outputPath).version
             } catch {
-                throw .usage("cannot read the version of the existing manifest \(outputPath): \(error.message)",
-                             hint: "pass --version N, or remove the old manifest")
+                guard explicitVersion != nil else {
+                    throw .usage("cannot read the version of the existing manifest \(outputPath): \(error.message)",
+                                 hint: "pass --version N, or remove the old manifest")
+                }
             }
         }
+        let (version, versionWarning) = try ManifestVersion.next(previous: previous, explicit: explicitVersion, now: Timestamp.now(),
+                                                                 allowRollback: allowRollback, output: outputPath)
+        if let versionWarning { warnings.append(versionWarning) }
 
         var entries: [ManifestEntry] = []
         entries.reserveCapacity(files.count)

@@ -116,10 +116,11 @@ extension FileRemote: RemoteWriting {
         try? tree.withRoot(create: false) { root throws(FerryError) in root.removeUploads(owner: String(task)) }
     }
 
-    func removeLeftovers(of tasks: [Int64]) {
+    func removeLeftovers(running: [Int64], all: Set<Int64>) {
+        // Every upload has a name of its own: one a run made just before it died, whatever its
+        // task's state, would stay for good.
         try? tree.withRoot(create: false) { root throws(FerryError) in
-            for task in tasks { root.removeUploads(owner: String(task)) }
-            root.removeUploads(owner: "manifest")
+            root.removeUploads(owners: Set(all.map { String($0) }).union(["manifest"]))
         }
     }
 

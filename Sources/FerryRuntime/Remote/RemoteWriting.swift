@@ -20,9 +20,10 @@ protocol RemoteWriting {
     func place(_ upload: Upload) throws(FerryError) -> RemoteMove?
     /// Removes what an upload of `task` left in the remote's `.ferry/upload/` (stopped or failed).
     func removeUpload(task: Int64)
-    /// Removes what a run that died left on the remote: the uploads of `tasks` and a manifest
+    /// Removes what a run that died left on the remote: uploads of the session's tasks (those it
+    /// had `running` at least; any of `all` where the remote can list its uploads) and a manifest
     /// that was being published.
-    func removeLeftovers(of tasks: [Int64])
+    func removeLeftovers(running: [Int64], all: Set<Int64>)
     /// Puts `bytes` at `path` so that a reader sees the old file or the new one, never part of
     /// one (the manifest): a temporary name, then a move.
     func publish(_ bytes: [UInt8], at path: RelativePath) throws(FerryError)
@@ -55,8 +56,9 @@ extension HTTPRemote: RemoteWriting {
 
     func removeUpload(task: Int64) { try? remove(HTTPRemote.temporaryName(task: task)) }
 
-    func removeLeftovers(of tasks: [Int64]) {
-        for task in tasks { removeUpload(task: task) }
+    func removeLeftovers(running: [Int64], all: Set<Int64>) {
+        // An upload's name is its task's: a PUT of a task that was not running replaces it.
+        for task in running { removeUpload(task: task) }
         try? remove(HTTPRemote.temporaryManifest)
     }
 

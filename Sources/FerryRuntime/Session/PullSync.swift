@@ -285,7 +285,7 @@ final class PullSync: SessionWork {
             // Staged on disk before parsing, so the bytes are freed as soon as they are parsed.
             var staged: String?
             if !options.dryRun {
-                try FileSystem.makeDirectories(agent.state + "/manifests", mode: 0o700)
+                try FileSystem.makePrivateDirectory(agent.state + "/manifests")
                 try FileSystem.writeAtomically(cachePath + ".new", bytes: bytes, mode: 0o600)
                 staged = cachePath + ".new"
             }

@@ -75,7 +75,8 @@ final class PushSync: SessionWork {
         }
         // A run that died mid-upload (kill -9, power) left its tasks running and maybe a partial
         // temporary upload: the task row names it, and it goes before anything is sent again.
-        writer.removeLeftovers(of: try store.taskIDs(session: session.name, state: .running).sorted())
+        writer.removeLeftovers(running: try store.taskIDs(session: session.name, state: .running).sorted(),
+                               all: try store.taskIDs(session: session.name))
         // Tasks of files the local tree no longer has go (their leftovers were just removed).
         let present = Set(local.map(\.path))
         _ = try store.pruneTasks(session: session.name, keeping: { present.contains($0) })
@@ -290,7 +291,7 @@ final class PushSync: SessionWork {
     /// Keeps what was just published, and the remote's validators for it, so the next run can
     /// tell whether someone else changed the remote meanwhile.
     private func remember(published bytes: [UInt8], version: Int64, files: Int, remote: Remote, store: StateStore) throws(FerryError) {
-        try FileSystem.makeDirectories(agent.state + "/manifests", mode: 0o700)
+        try FileSystem.makePrivateDirectory(agent.state + "/manifests")
         try FileSystem.writeAtomically(cachePath, bytes: bytes, mode: 0o600)
         var etag: String?, lastModified: String?
         if case let .fetched(now, e, l)? = try? remote.fetchManifest(url: session.manifestURL, etag: nil, lastModified: nil,

@@ -23,10 +23,11 @@ public final class SessionLock {
 
     private init(stateDirectory: String, name: String, busy: (String) -> FerryError) throws(FerryError) {
         let dir = stateDirectory + "/locks"
-        try FileSystem.makeDirectories(dir, mode: 0o700)
+        try FileSystem.makePrivateDirectory(dir)
         let path = dir + "/" + name + ".lock"
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        let fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw .localIO("cannot open the session lock \(path): \(FileSystem.errorText())") }
+        fchmod(fd, 0o600)
         if flock(fd, LOCK_EX | LOCK_NB) != 0 {
             let code = errno
             var buffer = [UInt8](repeating: 0, count: 32)

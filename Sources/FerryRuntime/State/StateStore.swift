@@ -212,9 +212,16 @@ public final class StateStore {
     /// Opens (creating if needed) `<directory>/ferry.db` and brings its schema up to date.
     public init(directory: String) throws(FerryError) {
         self.directory = directory
-        try FileSystem.makeDirectories(directory, mode: 0o700)
-        db = try SQLiteDatabase(path: directory + "/ferry.db")
+        // State is private to its owner whatever the umask (product.md §6 rule 11): the directory
+        // 0700, the database 0600 before its WAL exists (SQLite gives the -wal and -shm files the
+        // database's mode). By name only: closing any descriptor of the database would drop the
+        // locks SQLite holds on it for the process's other connections.
+        try FileSystem.makePrivateDirectory(directory)
+        let path = directory + "/ferry.db"
+        db = try SQLiteDatabase(path: path)
+        for file in [path, path + "-wal", path + "-shm"] { FileSystem.makePrivate(file) }
         try db.executeRetryingWhileBusy("PRAGMA journal_mode=WAL")
+        for file in [path, path + "-wal", path + "-shm"] { FileSystem.makePrivate(file) }
         try db.execute("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
         if try db.userVersion < StateStore.migrations.count {
             // Another ferry may be migrating at this moment: read the version again under the write lock.
@@ -515,6 +522,14 @@ public final class StateStore {
     public func taskIDs(session: String, state: TaskState) throws(FerryError) -> Set<Int64> {
         var ids = Set<Int64>()
         let rows = try db.cached("SELECT id FROM tasks WHERE session = ? AND state = ?").bind(.text(session), .text(state.rawValue))
+        while try rows.step() { ids.insert(rows.int(0)) }
+        return ids
+    }
+
+    /// Ids of all the session's tasks.
+    public func taskIDs(session: String) throws(FerryError) -> Set<Int64> {
+        var ids = Set<Int64>()
+        let rows = try db.prepare("SELECT id FROM tasks WHERE session = ?").bind(.text(session))
         while try rows.step() { ids.insert(rows.int(0)) }
         return ids
     }

@@ -1,0 +1,25 @@
+// The few glibc calls Swift's Glibc module does not export, as small typed wrappers.
+#ifndef FERRY_CSYSTEM_SHIM_H
+#define FERRY_CSYSTEM_SHIM_H
+#include <spawn.h>
+#include <sys/prctl.h>
+
+// glibc 2.34+ declares it only under _GNU_SOURCE, which would change other headers' structs for
+// this module alone: declared here as glibc does.
+extern int posix_spawn_file_actions_addclosefrom_np(posix_spawn_file_actions_t *actions, int from);
+
+/// A spawned child closes every descriptor from `lowest` up before it runs, so it holds nothing of
+/// its parent's but what the other file actions give it.
+static inline int ferry_spawn_close_from(posix_spawn_file_actions_t *actions, int lowest) {
+    return posix_spawn_file_actions_addclosefrom_np(actions, lowest);
+}
+
+/// Whether the process may dump core, or be traced or read through /proc by its user (prctl).
+static inline int ferry_set_dumpable(int dumpable) {
+    return prctl(PR_SET_DUMPABLE, (unsigned long)dumpable, 0, 0, 0);
+}
+
+static inline int ferry_get_dumpable(void) {
+    return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
+}
+#endif

@@ -1,0 +1,26 @@
+/// The version `ferry manifest build` gives a manifest (product.md §4): versions never go backwards
+/// for a mirror, so a build must never produce one lower than what mirrors already applied.
+/// Without `--version` it is one more than the manifest already at the output path, and never less
+/// than the current Unix time in seconds: a fresh checkout (as in CI), which has no earlier
+/// manifest, still builds a version above every one built before it. An explicit version lower
+/// than the existing one is refused unless the caller allows the rollback, and then it is said.
+public enum ManifestVersion {
+    /// The version to write, and a warning to show with it.
+    public static func next(previous: Int64?, explicit: Int64?, now: Timestamp, allowRollback: Bool,
+                            output: String) throws(FerryError) -> (version: Int64, warning: String?) {
+        guard let explicit else {
+            let following = previous.map { $0 < Manifest.maximumVersion ? $0 + 1 : $0 } ?? 1
+            return (min(Manifest.maximumVersion, max(following, now.seconds)), nil)
+        }
+        guard explicit >= 0, explicit <= Manifest.maximumVersion else {
+            throw .usage("ferry manifest build: --version \(explicit) is out of range (0 to \(Manifest.maximumVersion))")
+        }
+        guard let previous, explicit < previous else { return (explicit, nil) }
+        let effect = "mirrors that applied version \(previous) refuse version \(explicit) as a rollback unless their session sets allow-rollback = yes"
+        guard allowRollback else {
+            throw .usage("ferry manifest build: --version \(explicit) is lower than version \(previous) of the manifest already at \(Printable.name(output)); \(effect)",
+                         hint: "give a version above \(previous) (or leave --version out: the default keeps rising), or pass --allow-rollback if the rollback is intended")
+        }
+        return (explicit, "version \(explicit) is lower than version \(previous), which it replaces: \(effect)")
+    }
+}
