@@ -48,7 +48,11 @@ public enum FerryCLI {
         var none = sigset_t()
         sigemptyset(&none)
         sigprocmask(SIG_SETMASK, &none, nil)
-        StopSignals.start()
+        do throws(FerryError) { try StopSignals.start() } catch {
+            // Without the thread that takes them, a stop or a reload would never be honoured.
+            Console.error(error)
+            exit(error.exitCode.rawValue)
+        }
         Curl.initialize()
         FileSystem.raiseOpenFileLimit()
         signal(SIGPIPE, SIG_IGN)

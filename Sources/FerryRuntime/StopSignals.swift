@@ -1,4 +1,3 @@
-import Dispatch
 import Glibc
 import Synchronization
 import FerryCore
@@ -19,18 +18,32 @@ public enum StopSignals {
     private static let handled: [Int32] = [SIGTERM, SIGINT, SIGHUP]
     private static let handlers = Mutex<[Int32: @Sendable () -> Void]>([:])
     private static let received = Atomic<Int>(0)
+    /// After a stop signal: when the process ends if it has not stopped by then (monotonic
+    /// seconds), and with which code. The signal thread keeps the time, so no other thread is
+    /// needed for it (none may be to be had).
+    private static let forcedExit = Mutex<(at: Double, code: ExitCode)?>(nil)
 
     /// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread, and in every thread it starts
     /// later, and starts the thread that takes them. Call first thing in `main`, before any other
     /// thread exists.
-    public static func start() {
+    public static func start() throws(FerryError) {
         var set = signalSet(handled)
         pthread_sigmask(SIG_BLOCK, &set, nil)
-        Threads.start(name: "ferry-signals") {
+        try Threads.start(name: "ferry-signals") {
             var set = signalSet(handled)
             while true {
                 var number: Int32 = 0
-                guard sigwait(&set, &number) == 0 else { continue }
+                if let (at, code) = forcedExit.withLock({ $0 }) {
+                    let left = max(0, at - MonotonicClock.seconds())
+                    var timeout = timespec(tv_sec: Int(left), tv_nsec: Int((left - left.rounded(.down)) * 1e9))
+                    number = sigtimedwait(&set, nil, &timeout)
+                    if number < 0 {
+                        if errno == EAGAIN { _exit(code.rawValue) }
+                        continue
+                    }
+                } else {
+                    guard sigwait(&set, &number) == 0 else { continue }
+                }
                 if let handler = handlers.withLock({ $0[number] }) {
                     handler()
                 } else {
@@ -57,7 +70,8 @@ public enum StopSignals {
                     if received.add(1, ordering: .relaxed).newValue > 1 { _exit(forcedExit.rawValue) }
                     token.request("stopped by \(name)")
                     then()
-                    DispatchQueue.global().asyncAfter(deadline: .now() + max(1, stopTimeout)) { _exit(forcedExit.rawValue) }
+                    // Runs on the signal thread, which ends the process at this time.
+                    StopSignals.forcedExit.withLock { $0 = (MonotonicClock.seconds() + max(1, stopTimeout), forcedExit) }
                 }
             }
         }

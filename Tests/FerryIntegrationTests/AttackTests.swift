@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+@testable import FerryRuntime
 
 /// Attacks from whoever can write a `file://` remote or a directory ferry writes into, and from a
 /// local user who swaps a file for a FIFO: each case is the attack itself, and each checks that
@@ -322,5 +323,142 @@ struct AttackTests {
         let open = try PythonServer(directory: box.published)
         defer { open.stop() }
         #expect(try procOwner(open, settings: []) == nobody, "without a secret: dumpable, as any process")
+    }
+
+    /// Starts `ferry ARGS` as `nobody`, allowed at most `threads` threads and processes for that
+    /// user (RLIMIT_NPROC): the machine running out of threads, in a form a test can make.
+    func asNobody(_ box: Sandbox, threads: Int, _ arguments: [String], name: String) throws -> Child {
+        _ = runProcess("/bin/chown", ["-R", "65534:65534", box.directory])
+        chmod(box.directory, 0o755)
+        return try Child("/usr/bin/prlimit", ["--nproc=\(threads):\(threads)", "/usr/bin/setpriv", "--reuid=65534", "--regid=65534",
+                                              "--clear-groups", Harness.ferryBinary] + arguments,
+                         stdout: box.directory + "/\(name).out", stderr: box.directory + "/\(name).err")
+    }
+
+    /// Thousands of connections to the control socket never use up the agent's threads: at most
+    /// `ControlServer.maxConnections` are served at once, the rest wait, and the agent (allowed
+    /// 64 threads here) keeps running and takes a handed-over sync once they are gone.
+    @Test func aFloodOfControlConnectionsNeverEndsTheAgent() throws {
+        let box = Sandbox("attack-control-flood")
+        box.publish("a.txt", "a\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published, session: ["poll = 1h"])
+        let agent = try asNobody(box, threads: 64, ["agent", "--config", box.config], name: "agent")
+        defer { agent.stop() }
+        let socket = box.state + "/agent.sock"
+        #expect(eventually { FileManager.default.fileExists(atPath: socket) && fileContents(box.localPath("a.txt")) == "a\n" })
+        var clients: [Int32] = []
+        defer { for fd in clients { close(fd) } }
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { raw in
+            for (i, b) in socket.utf8.enumerated() { raw[i] = b }
+        }
+        // As many as the agent takes in (it serves some, the listen queue holds more), for up to 5 s.
+        let deadline = Date().addingTimeInterval(5)
+        while clients.count < 400 && Date() < deadline {
+            let fd = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+            _ = fcntl(fd, F_SETFL, O_NONBLOCK)
+            let rc = withUnsafePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            }
+            if rc == 0 {
+                clients.append(fd)
+            } else {
+                close(fd)
+                if clients.count >= ControlServer.maxConnections + 16 { break }
+                usleep(10_000)
+            }
+        }
+        #expect(clients.count >= 40, "connections were made: \(clients.count)")
+        // The agent's threads would run out here if each connection took its own (two, before).
+        usleep(300_000)
+        #expect(agent.isRunning, "the agent is alive: \(fileContents(box.directory + "/agent.err") ?? "")")
+        for fd in clients { close(fd) }
+        clients = []
+        let handed = try asNobody(box, threads: 64, ["sync", "now", "--config", box.config], name: "sync")
+        #expect(handed.wait(timeout: 30) == 0, "\(fileContents(box.directory + "/sync.err") ?? "")")
+        #expect((fileContents(box.directory + "/sync.out") ?? "").contains("agent"), "handed over to the agent: \(fileContents(box.directory + "/sync.out") ?? "")")
+        #expect(agent.isRunning)
+    }
+
+    /// Another process using up the user's threads never ends a healthy agent: a cycle that gets
+    /// no thread is reported and tried again, and once threads are free the agent syncs.
+    @Test func runningOutOfThreadsIsReportedAndRetried() throws {
+        let box = Sandbox("attack-threads")
+        box.publish("a.txt", "a\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published, session: ["poll = 1s", "retry-delay = 1s"])
+        let agent = try asNobody(box, threads: 64, ["agent", "--config", box.config], name: "agent")
+        defer { agent.stop() }
+        #expect(eventually { fileContents(box.localPath("a.txt")) == "a\n" }, "\(fileContents(box.directory + "/agent.err") ?? "")")
+        // A process of the same user forks until no more can be had, and holds them.
+        let full = box.directory + "/full"
+        let hog = try Child("/usr/bin/prlimit", ["--nproc=64:64", "/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                                                 "/usr/bin/python3", "-c", """
+            import os, signal, sys
+            while True:
+                try:
+                    pid = os.fork()
+                except OSError:
+                    break
+                if pid == 0:
+                    signal.pause()
+                    os._exit(0)
+            open(sys.argv[1], "w").write("full")
+            signal.pause()
+            """, full])
+        defer {
+            kill(-hog.pid, SIGKILL)
+            hog.wait(timeout: 10)
+        }
+        #expect(eventually { FileManager.default.fileExists(atPath: full) }, "the user's threads are used up")
+        box.publish("b.txt", "b\n")
+        box.buildManifest()
+        #expect(eventually { (fileContents(box.directory + "/agent.err") ?? "").contains("cannot start a thread") },
+                "the failure is reported: \(fileContents(box.directory + "/agent.err") ?? "")")
+        #expect(agent.isRunning, "the agent is alive")
+        kill(-hog.pid, SIGKILL)
+        hog.wait(timeout: 10)
+        #expect(eventually(30) { fileContents(box.localPath("b.txt")) == "b\n" }, "once threads are free the agent syncs: \(fileContents(box.directory + "/agent.err") ?? "")")
+        #expect(agent.isRunning)
+    }
+
+    /// A remote's numbers never crash ferry: a manifest whose version is the largest 64-bit number
+    /// (one more would overflow when a push plans the next version) is refused naming it, by a
+    /// push and by a pull, and an agent running both keeps running its other sessions.
+    @Test func aManifestVersionAtTheLimitIsRefusedNotACrash() throws {
+        let box = Sandbox("attack-version")
+        let remote = box.directory + "/remote", src = box.directory + "/src"
+        write(src + "/a.txt", "a\n")
+        try FileManager.default.createDirectory(atPath: remote, withIntermediateDirectories: true)
+        try "{\"format\": \"ferry-manifest/1\", \"version\": 9223372036854775807, \"files\": []}".writeReplacing(remote + "/manifest.json")
+        box.publish("b.txt", "b\n")
+        box.buildManifest()
+        try """
+            [agent]
+            state = \(box.state)
+            [session up]
+            direction = push
+            remote = file://\(remote)
+            local = \(src)
+            conflict = local-wins
+            poll = 1h
+            [session down]
+            remote = file://\(box.published)
+            local = \(box.local)
+            poll = 1h
+            [session hostile]
+            remote = file://\(remote)
+            local = \(box.directory)/hostile
+            poll = 1h
+            """.writeReplacing(box.config)
+        let pull = box.sync(["--session", "hostile"])
+        #expect(pull.exitCode == 4 && pull.stderr.contains("9223372036854775807"), "\(pull.output)")
+        let agent = try Child(Harness.ferryBinary, ["agent", "--config", box.config], stdout: box.directory + "/agent.out", stderr: box.directory + "/agent.err")
+        defer { agent.stop() }
+        #expect(eventually { fileContents(box.localPath("b.txt")) == "b\n" }, "the other sessions run: \(fileContents(box.directory + "/agent.err") ?? "")")
+        #expect(eventually { (fileContents(box.directory + "/agent.err") ?? "").contains("9223372036854775807") }, "the refusal names the number")
+        #expect(agent.isRunning, "no crash")
     }
 }

@@ -99,7 +99,7 @@ struct EngineTests {
     }
 
     @Test func runsNoMoreThanTheGlobalLimit() {
-        let engine = TransferEngine(concurrency: 3)
+        let engine = try! TransferEngine(concurrency: 3)
         defer { engine.shutdown() }
         let board = Board()
         let source = Source("a", count: 10, steps: 20, board: board)
@@ -109,7 +109,7 @@ struct EngineTests {
     }
 
     @Test func sourcesTakeTurns() {
-        let engine = TransferEngine(concurrency: 2)
+        let engine = try! TransferEngine(concurrency: 2)
         defer { engine.shutdown() }
         let board = Board()
         let a = Source("a", count: 6, steps: 60, board: board)
@@ -126,7 +126,7 @@ struct EngineTests {
     /// A free slot goes to the highest priority with work due: a high-priority session that arrives
     /// while a low one transfers takes every slot that frees up until it is done.
     @Test func aHigherPriorityTakesFreeSlotsFirst() {
-        let engine = TransferEngine(concurrency: 1)
+        let engine = try! TransferEngine(concurrency: 1)
         defer { engine.shutdown() }
         let board = Board()
         let low = Source("l", count: 4, steps: 60, board: board, priority: 0)
@@ -150,7 +150,7 @@ struct EngineTests {
     }
 
     @Test func aSourceLimitHoldsWithinTheGlobalOne() {
-        let engine = TransferEngine(concurrency: 4)
+        let engine = try! TransferEngine(concurrency: 4)
         defer { engine.shutdown() }
         let board = Board()
         let source = Source("a", count: 6, steps: 20, board: board, limit: 1)
@@ -160,7 +160,7 @@ struct EngineTests {
     }
 
     @Test func aStoppingSourceEndsItsTransfersAsInterruptedAndLeavesOthersRunning() {
-        let engine = TransferEngine(concurrency: 4)
+        let engine = try! TransferEngine(concurrency: 4)
         defer { engine.shutdown() }
         let board = Board()
         let stopping = Source("s", count: 2, steps: 1_000_000, board: board)
@@ -172,7 +172,7 @@ struct EngineTests {
     }
 
     @Test func aCancelledTransferEndsInterrupted() {
-        let engine = TransferEngine(concurrency: 2)
+        let engine = try! TransferEngine(concurrency: 2)
         defer { engine.shutdown() }
         let board = Board()
         let source = Source("c", count: 1, steps: 1_000_000, board: board)
@@ -197,7 +197,7 @@ struct EngineTests {
     /// A source whose work all waits out a backoff keeps getting ticks (so a cancel is heard), and
     /// its work starts once due; no sleeping loop in the source.
     @Test func aSourceWaitingOutABackoffIsTickedAndResumes() {
-        let engine = TransferEngine(concurrency: 2)
+        let engine = try! TransferEngine(concurrency: 2)
         defer { engine.shutdown() }
         let board = Board()
         let source = Source("w", count: 1, steps: 5, board: board)

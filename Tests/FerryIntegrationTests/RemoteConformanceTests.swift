@@ -80,7 +80,7 @@ struct RemoteConformanceTests {
             let fd = partial(prefix)
             let download = try remote.download(task: task(), entry: entry, reason: .missing, into: fd,
                                                resumeFrom: Int64(prefix.count), validator: validator)
-            let engine = TransferEngine(concurrency: 2)
+            let engine = try! TransferEngine(concurrency: 2)
             defer { engine.shutdown() }
             let source = OneShot(download)
             engine.run(source)
@@ -178,7 +178,7 @@ struct RemoteConformanceTests {
             return FileSystem.entry(from: st)
         }
         func run(_ transfer: Transfer) -> String {
-            let engine = TransferEngine(concurrency: 2)
+            let engine = try! TransferEngine(concurrency: 2)
             defer { engine.shutdown() }
             let source = OneShot(transfer)
             engine.run(source)

@@ -47,7 +47,7 @@ struct AgentCommand: Command {
         let lock = try SessionLock.agent(stateDirectory: config.agent.state)
         let log = SyncReporter(mode: json ? .json : .human, agentLog: true)
         for w in config.warnings { log.event(Event(time: Timestamp.now(), session: "", body: .warning(message: w))) }
-        let hooks = HookRunner(sessions: config.sessions)
+        let hooks = try HookRunner(sessions: config.sessions)
         let agent = try Agent(config: config, sinks: [EventLog(state: config.agent.state), log], hooks: hooks)
         do { try agent.serveControlSocket() } catch {
             log.event(Event(time: Timestamp.now(), session: "", body: .warning(message: error.message + "; sync now and resume cannot hand their work over to this agent")))

@@ -78,8 +78,8 @@ struct CheckCommand: Command {
         if !toRepair.isEmpty {
             let stop = StopSignals.stopCondition(stopTimeout: config.agent.stopTimeout, maxDuration: nil)
             let jobs = toRepair.map { SessionRunner.Job(session: $0, options: SyncOptions(stop: stop.limited(to: $0.maxDuration))) }
-            let record = RunRecord(config: config, terminal: reporter)
-            codes += SessionRunner(agent: config.agent).run(jobs, sinks: [record.hub]).map(\.exitCode)
+            let record = try RunRecord(config: config, terminal: reporter)
+            codes += try SessionRunner(agent: config.agent).run(jobs, sinks: [record.hub]).map(\.exitCode)
             record.finish()
         }
         return ExitCode.worst(codes)

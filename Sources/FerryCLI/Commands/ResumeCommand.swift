@@ -50,8 +50,8 @@ struct ResumeCommand: Command {
         }
         let jobs = sessions.map { SessionRunner.Job(session: $0, options: SyncOptions(stop: stop.limited(to: $0.maxDuration))) }
         // A busy session is not a failure here: the process holding it takes the resumed tasks back.
-        let record = RunRecord(config: config, terminal: reporter)
-        let results = SessionRunner(agent: config.agent).run(jobs, sinks: [record.hub])
+        let record = try RunRecord(config: config, terminal: reporter)
+        let results = try SessionRunner(agent: config.agent).run(jobs, sinks: [record.hub])
         record.finish()
         for result in results where result.error?.category == .busy && mode != .json {
             Console.out("\(result.session): \(result.error!.message); the ferry running it takes the resumed tasks back")

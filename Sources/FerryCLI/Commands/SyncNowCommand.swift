@@ -85,8 +85,8 @@ struct SyncNowCommand: Command {
             options.notBefore = notBefore
             return SessionRunner.Job(session: session, options: options)
         }
-        let record = dryRun ? nil : RunRecord(config: config, terminal: reporter)
-        let results = SessionRunner(agent: config.agent).run(jobs, sinks: [record?.hub ?? reporter])
+        let record = dryRun ? nil : try RunRecord(config: config, terminal: reporter)
+        let results = try SessionRunner(agent: config.agent).run(jobs, sinks: [record?.hub ?? reporter])
         record?.finish()
         return ExitCode.worst(results.map(\.exitCode) + (handedOver.map { [$0] } ?? []))
     }
@@ -99,10 +99,10 @@ struct RunRecord {
     private let log: EventLog
     private let hooks: HookRunner?
 
-    init(config: Config, terminal: EventSink) {
+    init(config: Config, terminal: EventSink) throws(FerryError) {
         log = EventLog(state: config.agent.state)
         let hasHooks = config.sessions.contains { $0.onFileDone != nil || $0.onSessionDone != nil }
-        hooks = hasHooks ? HookRunner(sessions: config.sessions) : nil
+        hooks = hasHooks ? try HookRunner(sessions: config.sessions) : nil
         hub = EventHub([terminal, log] + (hooks.map { [$0] } ?? []))
         let hub = self.hub
         hooks?.report = { hub.event($0) }

@@ -120,7 +120,7 @@ public final class Agent: @unchecked Sendable {
         let metrics = config.agent.metrics.map(Metrics.init(path:))
         self.metrics = metrics
         hub = EventHub(sinks + (hooks.map { [$0] } ?? []) + [followers] + (metrics.map { [$0] } ?? []))
-        runner = SessionRunner(agent: config.agent)
+        runner = try SessionRunner(agent: config.agent)
         store = try StateStore(directory: config.agent.state)
         let hub = self.hub
         hooks?.report = { hub.event($0) }
@@ -248,9 +248,23 @@ public final class Agent: @unchecked Sendable {
         if !following.isEmpty {
             followers.bySession.withLock { $0[name, default: []] += following.map(\.connection) }
         }
-        runner.start(SessionRunner.Job(session: session, options: options), observer: hub) { [self] result in
-            inbox.withLock { $0.ended.append((name, result)) }
-            wake.signal()
+        do throws(FerryError) {
+            try runner.start(SessionRunner.Job(session: session, options: options), observer: hub) { [self] result in
+                inbox.withLock { $0.ended.append((name, result)) }
+                wake.signal()
+            }
+        } catch {
+            // No thread to run the cycle on: said, and tried again after the failure backoff like
+            // any failed poll (never at once, even for a waiting client); clients following this
+            // cycle are told it failed.
+            var result = SyncResult(session: name)
+            result.error = error
+            result.exitCode = RunOutcome(error: error.category).exitCode
+            result.message = error.message
+            result.hint = error.hint
+            emit(name, .warning(message: "\(error.message); the next try comes after the failure backoff"))
+            cycleEnded(name, result)
+            if slots[name] != nil { slots[name]!.due = max(slots[name]!.due, clock.monotonic() + max(1, session.retryDelay)) }
         }
     }
 

@@ -17,10 +17,17 @@ import FerryCore
 ///     {"event":"handover-done","exit_code":N}
 /// with the worst exit code of those cycles. Events reach a connection through a queue of its
 /// own, so a slow client never holds up a transfer.
+///
+/// Each connection is served by one thread, and at most `maxConnections` at once: the next
+/// clients wait in the listen queue until one ends (a flood of connections cannot use up the
+/// machine's threads), and a thread that cannot be had refuses that client, never the agent.
 public final class ControlServer: @unchecked Sendable {
+    public static let maxConnections = 32
     public let path: String
     private let fd: Int32
     private let handler: @Sendable (ControlRequest, ControlConnection) -> Void
+    /// One permit per connection that may be served at once.
+    private let permits = DispatchSemaphore(value: ControlServer.maxConnections)
 
     /// Starts listening; `handler` gets each valid request on the connection's own thread.
     public init(state: String, handler: @escaping @Sendable (ControlRequest, ControlConnection) -> Void) throws(FerryError) {
@@ -45,7 +52,11 @@ public final class ControlServer: @unchecked Sendable {
             close(fd)
             throw .localIO("cannot listen on the control socket \(path): \(text)")
         }
-        Threads.start(name: "ferry-control") { [self] in acceptLoop() }
+        do throws(FerryError) { try Threads.start(name: "ferry-control") { [self] in acceptLoop() } } catch {
+            close(fd)
+            unlink(path)
+            throw error
+        }
     }
 
     /// Removes the socket file (the agent is stopping); connections already open finish.
@@ -66,18 +77,41 @@ public final class ControlServer: @unchecked Sendable {
 
     private func acceptLoop() {
         while true {
+            permits.wait()
             let client = accept(fd, nil, nil)
             if client < 0 {
-                if errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE { usleep(10_000); continue }
+                permits.signal()
+                if errno == EINTR || errno == ECONNABORTED || errno == EMFILE || errno == ENFILE || errno == ENOMEM || errno == ENOBUFS {
+                    usleep(10_000)
+                    continue
+                }
                 return
             }
             _ = fcntl(client, F_SETFD, FD_CLOEXEC)
-            Threads.start(name: "ferry-control-client") { [self] in serve(client) }
+            do throws(FerryError) {
+                try Threads.start(name: "ferry-control-client") { [self] in
+                    serve(client)
+                    permits.signal()
+                }
+            } catch {
+                // No thread for this client: it is refused (it sees the connection close, and its
+                // `sync now` says the agent did not answer); the agent goes on. Its request is
+                // read first, or the close would reset the connection before it was sent.
+                var timeout = timeval(tv_sec: 0, tv_usec: 100_000)
+                setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+                _ = ControlConnection.readLine(client, limit: 64 << 10)
+                close(client)
+                permits.signal()
+                usleep(10_000)
+            }
         }
     }
 
+    /// Reads the client's request and hands it on, then sends the client what is queued for it
+    /// until the exchange ends; all on the connection's one thread.
     private func serve(_ client: Int32) {
         let connection = ControlConnection(fd: client)
+        defer { connection.writeUntilFinished() }
         // The request is read first, even from a client about to be refused: closing a socket
         // with unread data resets it, and the client would lose the refusal.
         var timeout = timeval(tv_sec: 5, tv_usec: 0)
@@ -140,9 +174,9 @@ public struct ControlRequest: Sendable {
     }
 }
 
-/// One client of the control socket, seen from the agent: lines go out through a queue and a
-/// writer thread, so whoever sends never waits for the client. A client that stops reading is
-/// cut off once `maxQueued` lines wait.
+/// One client of the control socket, seen from the agent: lines go out through a queue that the
+/// connection's thread empties (`writeUntilFinished`), so whoever sends never waits for the
+/// client. A client that stops reading is cut off once `maxQueued` lines wait.
 public final class ControlConnection: @unchecked Sendable {
     static let maxQueued = 100_000
     private let fd: Int32
@@ -154,10 +188,7 @@ public final class ControlConnection: @unchecked Sendable {
     private let outbox = Mutex(Outbox())
     private let ready = DispatchSemaphore(value: 0)
 
-    init(fd: Int32) {
-        self.fd = fd
-        Threads.start(name: "ferry-control-writer") { [self] in writeLoop() }
-    }
+    init(fd: Int32) { self.fd = fd }
 
     public func send(_ line: String) {
         let accepted = outbox.withLock { o -> Bool in
@@ -175,7 +206,9 @@ public final class ControlConnection: @unchecked Sendable {
         ready.signal()
     }
 
-    private func writeLoop() {
+    /// Sends queued lines as they come, until `finish` and all is sent (or the client is gone);
+    /// then closes the connection.
+    func writeUntilFinished() {
         while true {
             ready.wait()
             let (lines, finished, broken) = outbox.withLock { o in

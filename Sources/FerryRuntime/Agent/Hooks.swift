@@ -45,9 +45,9 @@ public final class HookRunner: EventSink, @unchecked Sendable {
     /// Where the runner's own reports go (warning events); set before the first event.
     public var report: @Sendable (Event) -> Void = { _ in }
 
-    public init(sessions: [SessionConfig]) {
+    public init(sessions: [SessionConfig]) throws(FerryError) {
         self.sessions = Mutex(Dictionary(uniqueKeysWithValues: sessions.map { ($0.name, $0) }))
-        Threads.start(name: "ferry-hooks") { [self] in work() }
+        try Threads.start(name: "ferry-hooks") { [self] in work() }
     }
 
     /// The sessions after a reload: their hooks apply to the events that follow.

@@ -4,35 +4,49 @@ import FerryCore
 
 /// Starts a detached thread with pthreads directly: Foundation's `Thread` would load Foundation
 /// and ICU into every ferry process (measured: +9 MiB RSS and ~0.2 s on a 10,000-file sync).
+/// A thread that cannot be had (the machine, the user or the cgroup is out of threads or
+/// processes) is an error the caller reports and retries or works around, never a crash
+/// (product.md §6 rule 12).
 enum Threads {
     private final class Body {
         let run: @Sendable () -> Void
         init(_ run: @escaping @Sendable () -> Void) { self.run = run }
     }
 
-    /// `name` says what the thread is for (in crash reports and this source).
-    static func start(name: String, _ body: @escaping @Sendable () -> Void) {
+    /// `name` says what the thread is for (in errors and this source).
+    static func start(name: String, _ body: @escaping @Sendable () -> Void) throws(FerryError) {
         let context = Unmanaged.passRetained(Body(body)).toOpaque()
         var thread = pthread_t()
         let rc = pthread_create(&thread, nil, { context in
             Unmanaged<Body>.fromOpaque(context!).takeRetainedValue().run()
             return nil
         }, context)
-        guard rc == 0 else { fatalError("cannot start a thread (\(name)): \(String(cString: strerror(rc)))") }
+        guard rc == 0 else {
+            Unmanaged<Body>.fromOpaque(context).release()
+            throw unavailable(name, rc)
+        }
         pthread_detach(thread)
+    }
+
+    /// The error for a thread that could not be started.
+    static func unavailable(_ name: String, _ code: Int32) -> FerryError {
+        FerryError(.localIO, "cannot start a thread (\(name)): \(String(cString: strerror(code)))",
+                   hint: "the machine or this user is out of threads or processes (ulimit -u, TasksMax, kernel.pid_max, kernel.threads-max); ferry tries again",
+                   cause: .local(errno: code))
     }
 }
 
 /// Work handed to a thread of its own while the starting thread does something else; `wait()`
 /// returns its result (once). What `body` touches belongs to that thread until `wait()` returns,
 /// which is why it need not be Sendable. With a body that cannot fail, `wait()` cannot either.
+/// When no thread can be had, `init` throws and the caller does the work itself.
 final class BackgroundWork<Value, Failure: Error>: @unchecked Sendable {
     private var result: Result<Value, Failure>?
     private let done = DispatchSemaphore(value: 0)
 
-    init(name: String, _ body: @escaping () throws(Failure) -> Value) {
+    init(name: String, _ body: @escaping () throws(Failure) -> Value) throws(FerryError) {
         let handoff = UncheckedHandoff(body)
-        Threads.start(name: name) { [self] in
+        try Threads.start(name: name) { [self] in
             result = Result { () throws(Failure) -> Value in try handoff.body() }
             done.signal()
         }

@@ -100,12 +100,12 @@ final class TransferEngine: @unchecked Sendable {
     private var idle: [EasyHandle] = []
     private var lastTick = 0.0
 
-    init(concurrency: Int) {
+    init(concurrency: Int) throws(FerryError) {
         limit = Atomic(max(1, concurrency))
         multi = curl_multi_init()
         ferry_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
         ferry_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, max(1, concurrency) * 2)
-        Threads.start(name: "ferry-engine") { [self] in loop() }
+        try Threads.start(name: "ferry-engine") { [self] in loop() }
     }
 
     /// Runs `source` until it has nothing more to do or must stop; blocks the calling thread

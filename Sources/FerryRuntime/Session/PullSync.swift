@@ -28,7 +28,8 @@ final class PullSync: SessionWork {
             early = answer
         }
         let expected = try store.hashCacheCount(session: session.name)
-        let reading = BackgroundWork(name: "ferry-scan") { () throws(FerryError) -> LocalSide in
+        // Without a thread to be had, the scan runs after the fetch, on this one.
+        let reading = try? BackgroundWork(name: "ferry-scan") { () throws(FerryError) -> LocalSide in
             try self.scanLocal(expecting: expected, store: store)
         }
         let fetched: Fetched
@@ -37,10 +38,11 @@ final class PullSync: SessionWork {
             if let early { answer = early } else { answer = try requestManifest(record: record, remote: remote) }
             fetched = try readManifest(answer)
         } catch {
-            _ = try? reading.wait()
+            _ = try? reading?.wait()
             throw error
         }
-        var local = try reading.wait()
+        var local: LocalSide
+        if let reading { local = try reading.wait() } else { local = try scanLocal(expecting: expected, store: store) }
         let manifest = fetched.manifest
         // A new manifest waits in its staging file until it is accepted; one refused leaves no copy.
         var staged = fetched.staged

@@ -20,9 +20,9 @@ public final class SessionRunner {
     private var agent: AgentConfig
     private let engine: TransferEngine
 
-    public init(agent: AgentConfig) {
+    public init(agent: AgentConfig) throws(FerryError) {
         self.agent = agent
-        engine = TransferEngine(concurrency: agent.transfers)
+        engine = try TransferEngine(concurrency: agent.transfers)
         engine.bandwidth = agent.bwlimit
     }
 
@@ -30,20 +30,21 @@ public final class SessionRunner {
 
     /// Runs the jobs at the same time, their events going to every sink; returns their results in
     /// the jobs' order.
+    /// A job that gets no thread of its own (none can be had) runs on the caller's, after the
+    /// others have started.
     public func run(_ jobs: [Job], sinks: [EventSink]) -> [SyncResult] {
         let hub = EventHub(sinks)
-        let running = jobs.map { job in
-            let sync = SessionRun(session: job.session, agent: agent, observer: hub, options: job.options, engine: engine)
-            return BackgroundWork(name: "ferry-session") { () throws(Never) -> SyncResult in sync.run() }
-        }
-        return running.map { $0.wait() }
+        let runs = jobs.map { SessionRun(session: $0.session, agent: agent, observer: hub, options: $0.options, engine: engine) }
+        let running = runs.map { sync in try? BackgroundWork(name: "ferry-session") { () throws(Never) -> SyncResult in sync.run() } }
+        return zip(runs, running).map { sync, work in work?.wait() ?? sync.run() }
     }
 
     /// Starts one job on a thread of its own and returns at once; `finished` gets its result on
-    /// that thread (the agent's way: a cycle per session as its poll comes due).
-    public func start(_ job: Job, observer: EventSink, finished: @escaping @Sendable (SyncResult) -> Void) {
+    /// that thread (the agent's way: a cycle per session as its poll comes due). Throws when no
+    /// thread can be had: the job did not start.
+    public func start(_ job: Job, observer: EventSink, finished: @escaping @Sendable (SyncResult) -> Void) throws(FerryError) {
         let sync = SessionRun(session: job.session, agent: agent, observer: observer, options: job.options, engine: engine)
-        _ = BackgroundWork(name: "ferry-session") { () throws(Never) -> SyncResult in
+        _ = try BackgroundWork(name: "ferry-session") { () throws(Never) -> SyncResult in
             let result = sync.run()
             finished(result)
             return result
