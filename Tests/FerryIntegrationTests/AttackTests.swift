@@ -461,4 +461,26 @@ struct AttackTests {
         #expect(eventually { (fileContents(box.directory + "/agent.err") ?? "").contains("9223372036854775807") }, "the refusal names the number")
         #expect(agent.isRunning, "no crash")
     }
+
+    /// No wait depends on a remote's clock: a remote whose manifest's Last-Modified lies 5,000 s
+    /// ahead (a server clock ahead; before, a push slept until then, and past about 72 minutes
+    /// crashed converting the wait) is published to at once.
+    @Test func aRemoteClockAheadNeverStallsAPush() throws {
+        let nginx = try NginxServer()
+        defer { nginx.stop() }
+        let box = Sandbox("attack-clock")
+        let remote = nginx.root + "/site", src = box.directory + "/src"
+        try FileManager.default.createDirectory(atPath: remote, withIntermediateDirectories: true)
+        write(src + "/a.txt", "one\n")
+        try pushConfig(box, remote: nginx.url + "site/")
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        var times = [timespec(tv_sec: time(nil) + 5000, tv_nsec: 0), timespec(tv_sec: time(nil) + 5000, tv_nsec: 0)]
+        utimensat(AT_FDCWD, remote + "/manifest.json", &times, 0)
+        write(src + "/a.txt", "two\n")
+        let started = Date()
+        let run = box.sync(["--session", "up"], timeout: 60)
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(Date().timeIntervalSince(started) < 30, "no wait on the remote's clock")
+        #expect(fileContents(remote + "/a.txt") == "two\n")
+    }
 }
