@@ -8,6 +8,8 @@ and misbehaves on request. Options:
   --redirect PREFIX=URL      answer GETs under PREFIX with 302 to URL + the rest of the path
   --require-basic USER:PASS  answer 401 unless the request carries these basic credentials
   --faults FILE              JSON read on every request: {"<path>": {fault: value, ...}, "*": {...}}
+  --dav                      accept WebDAV writes (PUT, MKCOL, MOVE, DELETE, PROPFIND) under --directory
+  --digests                  answer Want-Repr-Digest with Repr-Digest (RFC 9530) of the stored bytes
 
 Faults (per path, "*" for all):
   "rate": N              send the body at about N bytes per second (slow drip)
@@ -24,6 +26,14 @@ Faults (per path, "*" for all):
   "stall_after": N       after N body bytes, send nothing more (until the client gives up)
   "only_first": N        apply reset_after, truncate_after and stall_after to the first N
                          requests for the path only
+  "store_truncate": N    WebDAV: a file PUT or MOVEd to the path keeps only its first N bytes
+                         (and the answer says nothing of it)
+  "store_flip": true     WebDAV: a file PUT or MOVEd to the path has its first byte flipped
+  "move_noop": true      WebDAV: a MOVE to the path answers 201 and moves nothing
+  "move_elsewhere": "S"  WebDAV: a MOVE to the path moves the file to the path + S instead
+  "move_then_reset": true  WebDAV: a MOVE to the path moves it, then resets the connection instead of
+                         answering (the client never learns that the move happened)
+  "gets_fail_after_move": N  after a MOVE to the path, the next N GETs of it answer 503
   "log_overlap": true    when a body has been sent, log {"method": "BODY", "path", "overlapped"}:
                          whether another body was being sent at any moment meanwhile; a string
                          (".bin") counts only bodies whose path ends with it, so a manifest fetched
@@ -34,6 +44,8 @@ Started and stopped by the integration tests and by the quickstart, on 127.0.0.1
 import argparse
 import base64
 import email.utils
+import hashlib
+import shutil
 import json
 import os
 import socket
@@ -49,6 +61,7 @@ class State:
     lock = threading.Lock()
     counts = {}
     sending = {}  # bodies being sent: id -> [overlapped]
+    failing_gets = {}  # path -> GETs still to answer 503 (gets_fail_after_move)
 
 
 def load_faults(path):
@@ -92,6 +105,125 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self):
         self.do_GET()
 
+    # WebDAV, enough for a push: a fault per destination path can make the server lie about what
+    # it stored or moved.
+    def local(self, url_path):
+        path = urllib.parse.unquote(urllib.parse.urlsplit(url_path).path)
+        full = os.path.realpath(os.path.join(State.options.directory, path.lstrip("/")))
+        root = os.path.realpath(State.options.directory)
+        if full != root and not full.startswith(root + os.sep):
+            return None, path
+        return full, path
+
+    def dav_allowed(self):
+        if not State.options.dav:
+            self.simple(405, {}, b"no WebDAV here\n")
+            return False
+        return True
+
+    def do_PUT(self):
+        if not self.dav_allowed():
+            return
+        full, path = self.local(self.path)
+        length = int(self.headers.get("Content-Length", "0"))
+        body = self.rfile.read(length) if length > 0 else b""
+        if full is None:
+            return self.simple(403)
+        if not os.path.isdir(os.path.dirname(full)):
+            return self.simple(409, {}, b"no parent collection\n")
+        existed = os.path.exists(full)
+        with open(full, "wb") as f:
+            f.write(body)
+        self.damage(full, load_faults(path))
+        self.simple(204 if existed else 201)
+
+    def damage(self, full, faults):
+        """Stores other bytes than were sent, as a broken or lying server would."""
+        if "store_truncate" in faults:
+            os.truncate(full, int(faults["store_truncate"]))
+        if faults.get("store_flip") and os.path.getsize(full) > 0:
+            with open(full, "r+b") as f:
+                first = f.read(1)
+                f.seek(0)
+                f.write(bytes([first[0] ^ 0xFF]))
+
+    def do_MKCOL(self):
+        if not self.dav_allowed():
+            return
+        full, _ = self.local(self.path.rstrip("/"))
+        if full is None:
+            return self.simple(403)
+        if os.path.exists(full):
+            return self.simple(405)
+        if not os.path.isdir(os.path.dirname(full)):
+            return self.simple(409)
+        os.mkdir(full)
+        self.simple(201)
+
+    def do_DELETE(self):
+        if not self.dav_allowed():
+            return
+        full, _ = self.local(self.path.rstrip("/"))
+        if full is None or full == os.path.realpath(State.options.directory):
+            return self.simple(403)
+        if os.path.isdir(full) and not os.path.islink(full):
+            shutil.rmtree(full)
+        elif os.path.lexists(full):
+            os.unlink(full)
+        else:
+            return self.simple(404)
+        self.simple(204)
+
+    def do_MOVE(self):
+        if not self.dav_allowed():
+            return
+        source, _ = self.local(self.path)
+        target, target_path = self.local(self.headers.get("Destination", ""))
+        if source is None or target is None:
+            return self.simple(403)
+        if not os.path.exists(source):
+            return self.simple(404)
+        if not os.path.isdir(os.path.dirname(target)):
+            return self.simple(409)
+        faults = load_faults(target_path)
+        existed = os.path.exists(target)
+        if faults.get("move_noop"):
+            return self.simple(201)
+        if "move_elsewhere" in faults:
+            target = target + faults["move_elsewhere"]
+        if os.path.isdir(target) and not os.path.isdir(source):
+            return self.simple(409)
+        os.replace(source, target)
+        self.damage(target, faults)
+        if faults.get("gets_fail_after_move"):
+            with State.lock:
+                State.failing_gets[target_path] = int(faults["gets_fail_after_move"])
+        if faults.get("move_then_reset"):
+            self.record(0)
+            self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            self.close_connection = True
+            self.connection.close()
+            return
+        self.simple(204 if existed else 201)
+
+    def do_PROPFIND(self):
+        if not self.dav_allowed():
+            return
+        length = int(self.headers.get("Content-Length", "0"))
+        if length > 0:
+            self.rfile.read(length)
+        full, path = self.local(self.path)
+        if full is None or not os.path.exists(full):
+            return self.simple(404)
+        names = [""]
+        if os.path.isdir(full) and self.headers.get("Depth", "infinity") != "0":
+            names += sorted(os.listdir(full))
+        base = self.path if self.path.endswith("/") or not os.path.isdir(full) else self.path + "/"
+        responses = "".join("<D:response><D:href>%s</D:href><D:propstat><D:prop/><D:status>HTTP/1.1 200 OK</D:status></D:propstat></D:response>"
+                            % (base + urllib.parse.quote(n)) for n in names)
+        body = ('<?xml version="1.0" encoding="utf-8"?><D:multistatus xmlns:D="DAV:">%s</D:multistatus>' % responses).encode()
+        self.simple(207, {"Content-Type": "application/xml; charset=utf-8"}, body)
+
     def do_GET(self):
         path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
         for rule in State.options.redirect:
@@ -106,6 +238,11 @@ class Handler(BaseHTTPRequestHandler):
         with State.lock:
             n = State.counts.get(path, 0)
             State.counts[path] = n + 1
+            failing = State.failing_gets.get(path, 0)
+            if failing:
+                State.failing_gets[path] = failing - 1
+        if failing:
+            return self.simple(503, {}, b"injected failure after a move\n")
         statuses = faults.get("statuses", [])
         if n < len(statuses):
             headers = {"Retry-After": str(faults["retry_after"])} if "retry_after" in faults else {}
@@ -136,6 +273,10 @@ class Handler(BaseHTTPRequestHandler):
                     status = 206
         headers = dict(validators)
         headers["Accept-Ranges"] = "bytes"
+        if State.options.digests and self.headers.get("Want-Repr-Digest"):
+            with open(full, "rb") as f:
+                digest = base64.b64encode(hashlib.sha256(f.read()).digest()).decode()
+            headers["Repr-Digest"] = "sha-256=:%s:" % digest
         if status == 206:
             shown = start + int(faults.get("wrong_range", 0))
             headers["Content-Range"] = "bytes %d-%d/%d" % (shown, size - 1, size)
@@ -228,6 +369,8 @@ def main():
     parser.add_argument("--redirect", action="append", default=[])
     parser.add_argument("--require-basic")
     parser.add_argument("--faults")
+    parser.add_argument("--dav", action="store_true")
+    parser.add_argument("--digests", action="store_true")
     State.options = parser.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", State.options.port), Handler)
     server.daemon_threads = True

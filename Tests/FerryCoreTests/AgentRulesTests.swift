@@ -120,7 +120,7 @@ struct EventDecodingTests {
         .manifestFetched(url: "http://h/m.json", version: 7, files: 3, unchanged: true),
         .manifestFetched(url: "http://h/m.json", version: nil, files: 0, unchanged: false),
         .manifestRetrying(url: "http://h/m.json", attempt: 2, delay: 1.5, error: "timeout"),
-        .planned(downloads: 1, bytes: 2, metadataFixes: 3, deletions: 4, upToDate: 5, hashed: 6, extrasKept: 7),
+        .planned(PlanSummary(transfers: 1, bytes: 2, unknownSizes: 8, metadataFixes: 3, deletions: 4, upToDate: 5, hashed: 6, extrasKept: 7, skipped: 9)),
         .planItem(action: "download", path: path, reason: "missing", size: 10),
         .planItem(action: "delete", path: path, reason: nil, size: nil),
         .replaced(path: path, was: "directory", now: "file"),

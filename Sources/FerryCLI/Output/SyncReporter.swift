@@ -72,7 +72,7 @@ final class SyncReporter: EventSink {
         switch event.body {
         case let .manifestFetched(_, _, _, unchanged) where unchanged && agentLog:
             break
-        case let .planned(downloads, _, fixes, deletions, _, hashed, _) where agentLog && downloads + fixes + deletions + hashed == 0:
+        case let .planned(p) where agentLog && p.isIdle:
             break
         case let .syncFinished(code, downloaded, failed, deleted, _, _, _, _, _)
             where agentLog && code == ExitCode.inSync.rawValue && downloaded + failed + deleted == 0:
@@ -88,13 +88,17 @@ final class SyncReporter: EventSink {
         case let .manifestFetched(url, version, files, unchanged):
             let v = version.map { "version \($0), " } ?? ""
             line("\(s): manifest \(v)\(files) files\(unchanged ? " (unchanged)" : "") from \(url)")
-        case let .planned(downloads, bytes, fixes, deletions, upToDate, hashed, extras):
-            var parts = ["\(downloads) to \(pushing.contains(event.session) ? "upload" : "download") (\(Units.formatBytes(bytes)))"]
-            if fixes > 0 { parts.append("\(fixes) to fix mode/mtime") }
-            if deletions > 0 { parts.append("\(deletions) to delete") }
-            parts.append("\(upToDate) up to date")
-            if hashed > 0 { parts.append("\(hashed) hashed") }
-            if extras > 0 { parts.append("\(extras) extra local files kept (delete = no)") }
+        case let .planned(p):
+            var size = Units.formatBytes(p.bytes)
+            if p.unknownSizes == p.transfers && p.transfers > 0 { size = "size unknown: the manifest gives none" }
+            else if p.unknownSizes > 0 { size += " and \(Plural.count(p.unknownSizes, "file")) of unknown size" }
+            var parts = ["\(p.transfers) to \(pushing.contains(event.session) ? "upload" : "download") (\(size))"]
+            if p.metadataFixes > 0 { parts.append("\(p.metadataFixes) to fix mode/mtime") }
+            if p.deletions > 0 { parts.append("\(p.deletions) to delete") }
+            parts.append("\(p.upToDate) up to date")
+            if p.hashed > 0 { parts.append("\(p.hashed) hashed") }
+            if p.extrasKept > 0 { parts.append("\(Plural.count(p.extrasKept, "extra local file")) kept (delete = no)") }
+            if p.skipped > 0 { parts.append("\(p.skipped) not publishable (symlinks, special files or names a manifest cannot carry)") }
             line("\(s): " + parts.joined(separator: ", "))
         case let .planItem(action, path, reason, size):
             let verb: String

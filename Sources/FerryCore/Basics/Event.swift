@@ -1,3 +1,38 @@
+/// What a run is about to do (the `planned` event): its transfers (downloads, or uploads for a
+/// push) and their bytes, and what else it found.
+public struct PlanSummary: Sendable, Equatable {
+    public var transfers = 0
+    /// The bytes of the transfers whose size is known.
+    public var bytes: Int64 = 0
+    /// Transfers whose size the manifest does not give (a SHA256SUMS manifest): `bytes` leaves them out.
+    public var unknownSizes = 0
+    public var metadataFixes = 0
+    public var deletions = 0
+    public var upToDate = 0
+    public var hashed = 0
+    /// Extra files kept (delete = no).
+    public var extrasKept = 0
+    /// Push: entries of the local tree no manifest can list (symlinks, special files, names a
+    /// manifest cannot carry), said once per path.
+    public var skipped = 0
+
+    public init(transfers: Int = 0, bytes: Int64 = 0, unknownSizes: Int = 0, metadataFixes: Int = 0, deletions: Int = 0, upToDate: Int = 0,
+                hashed: Int = 0, extrasKept: Int = 0, skipped: Int = 0) {
+        self.transfers = transfers
+        self.bytes = bytes
+        self.unknownSizes = unknownSizes
+        self.metadataFixes = metadataFixes
+        self.deletions = deletions
+        self.upToDate = upToDate
+        self.hashed = hashed
+        self.extrasKept = extrasKept
+        self.skipped = skipped
+    }
+
+    /// Nothing to transfer, fix, delete or hash.
+    public var isIdle: Bool { transfers + metadataFixes + deletions + hashed == 0 }
+}
+
 /// Something that happened in a session, for `--json` output, progress and (later) the event log.
 /// Each event renders as one JSON object on one line.
 public struct Event: Sendable {
@@ -6,7 +41,7 @@ public struct Event: Sendable {
         case manifestFetched(url: String, version: Int64?, files: Int, unchanged: Bool)
         /// A manifest fetch failed in a way that may pass (`RetryClass`); try `attempt` follows after `delay` seconds.
         case manifestRetrying(url: String, attempt: Int, delay: Double, error: String)
-        case planned(downloads: Int, bytes: Int64, metadataFixes: Int, deletions: Int, upToDate: Int, hashed: Int, extrasKept: Int)
+        case planned(PlanSummary)
         /// One line of a dry run's plan: `action` is download, replace, delete, refused-delete,
         /// fix-metadata or blocked; `reason` says why.
         case planItem(action: String, path: RelativePath, reason: String?, size: Int64?)
@@ -106,9 +141,10 @@ public struct Event: Sendable {
             s("url", url)
             if let version { n("version", version) }
             n("files", Int64(files)); b("unchanged", unchanged)
-        case let .planned(downloads, bytes, fixes, deletions, upToDate, hashed, extras):
-            n("downloads", Int64(downloads)); n("bytes", bytes); n("metadata_fixes", Int64(fixes))
-            n("deletions", Int64(deletions)); n("up_to_date", Int64(upToDate)); n("hashed", Int64(hashed)); n("extras_kept", Int64(extras))
+        case let .planned(p):
+            n("downloads", Int64(p.transfers)); n("bytes", p.bytes); n("unknown_sizes", Int64(p.unknownSizes)); n("metadata_fixes", Int64(p.metadataFixes))
+            n("deletions", Int64(p.deletions)); n("up_to_date", Int64(p.upToDate)); n("hashed", Int64(p.hashed)); n("extras_kept", Int64(p.extrasKept))
+            n("skipped", Int64(p.skipped))
         case let .planItem(action, path, reason, size):
             s("action", action); s("path", path.string)
             if let reason { s("reason", reason) }

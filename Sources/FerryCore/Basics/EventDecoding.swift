@@ -25,8 +25,8 @@ extension Event {
         case "planned":
             guard let downloads = int("downloads"), let bytes = int64("bytes"), let fixes = int("metadata_fixes"), let deletions = int("deletions"),
                   let upToDate = int("up_to_date"), let hashed = int("hashed"), let extras = int("extras_kept") else { return nil }
-            body = .planned(downloads: downloads, bytes: bytes, metadataFixes: fixes, deletions: deletions, upToDate: upToDate,
-                            hashed: hashed, extrasKept: extras)
+            body = .planned(PlanSummary(transfers: downloads, bytes: bytes, unknownSizes: int("unknown_sizes") ?? 0, metadataFixes: fixes,
+                                        deletions: deletions, upToDate: upToDate, hashed: hashed, extrasKept: extras, skipped: int("skipped") ?? 0))
         case "plan-item":
             guard let action = text("action"), let p = path() else { return nil }
             body = .planItem(action: action, path: p, reason: text("reason"), size: int64("size"))

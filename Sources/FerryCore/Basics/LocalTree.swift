@@ -79,23 +79,29 @@ public struct LocalTree: Sendable {
 }
 
 extension LocalTree {
+    /// An entry no manifest can list, and why.
+    public struct Skipped: Sendable {
+        public let item: Item
+        public let message: String
+    }
+
     /// The items a manifest can list — regular files whose names a manifest can carry — and a
     /// warning for each other entry but directories. One rule for `ferry manifest build` and push.
-    public func publishable() -> (files: [Item], skipped: [String]) {
+    public func publishable() -> (files: [Item], skipped: [Skipped]) {
         var files: [Item] = []
-        var skipped: [String] = []
+        var skipped: [Skipped] = []
         for item in items {
             let name = Printable.name(item.path.string)
             switch item.entry.kind {
             case .directory: continue
-            case .symlink: skipped.append("skipped symlink \(name): manifests list regular files only")
-            case .other: skipped.append("skipped \(name): not a regular file")
+            case .symlink: skipped.append(Skipped(item: item, message: "skipped symlink \(name): manifests list regular files only"))
+            case .other: skipped.append(Skipped(item: item, message: "skipped \(name): not a regular file"))
             case .file:
                 do {
                     _ = try RelativePath(validating: item.path.string)
                     files.append(item)
                 } catch {
-                    skipped.append("skipped \(name): \(error)")
+                    skipped.append(Skipped(item: item, message: "skipped \(name): \(error)"))
                 }
             }
         }

@@ -68,4 +68,56 @@ public struct SHA256Digest: Hashable, Sendable, CustomStringConvertible {
     }
 
     public var description: String { hex }
+
+    /// The SHA-256 a server vouches for in a response: RFC 9530 `Repr-Digest: sha-256=:BASE64:`,
+    /// or RFC 3230 `Digest: SHA-256=BASE64` (a list may name other algorithms too). nil when
+    /// neither names SHA-256, or the value is not 32 bytes of base64.
+    public static func fromServer(reprDigest: String?, digest: String?) -> SHA256Digest? {
+        func pick(_ header: String?, quoted: Bool) -> SHA256Digest? {
+            guard let header else { return nil }
+            for member in header.split(separator: ",") {
+                let parts = member.split(separator: "=", maxSplits: 1)
+                guard parts.count == 2, String(parts[0]).trimmingSpaces().lowercased() == "sha-256" else { continue }
+                var value = Substring(String(parts[1]).trimmingSpaces())
+                if quoted {
+                    guard value.hasPrefix(":"), value.hasSuffix(":"), value.count >= 2 else { continue }
+                    value = value.dropFirst().dropLast()
+                }
+                guard let bytes = Base64.decode(String(value)), bytes.count == 32 else { continue }
+                return bytes.withUnsafeBytes { SHA256Digest(bytes: $0) }
+            }
+            return nil
+        }
+        return pick(reprDigest, quoted: true) ?? pick(digest, quoted: false)
+    }
+}
+
+/// Standard base64 (RFC 4648 §4), with or without padding.
+public enum Base64 {
+    public static func decode(_ text: String) -> [UInt8]? {
+        var out: [UInt8] = []
+        var buffer: UInt32 = 0
+        var bits = 0
+        var padding = 0
+        for c in text.utf8 {
+            let v: UInt32
+            switch c {
+            case UInt8(ascii: "A")...UInt8(ascii: "Z"): v = UInt32(c - UInt8(ascii: "A"))
+            case UInt8(ascii: "a")...UInt8(ascii: "z"): v = UInt32(c - UInt8(ascii: "a") + 26)
+            case UInt8(ascii: "0")...UInt8(ascii: "9"): v = UInt32(c - UInt8(ascii: "0") + 52)
+            case UInt8(ascii: "+"): v = 62
+            case UInt8(ascii: "/"): v = 63
+            case UInt8(ascii: "="): padding += 1; continue
+            default: return nil
+            }
+            guard padding == 0 else { return nil }
+            buffer = buffer << 6 | v
+            bits += 6
+            if bits >= 8 {
+                bits -= 8
+                out.append(UInt8((buffer >> UInt32(bits)) & 0xFF))
+            }
+        }
+        return padding <= 2 ? out : nil
+    }
 }

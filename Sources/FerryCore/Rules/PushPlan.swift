@@ -34,10 +34,12 @@ public struct PushPlan: Sendable {
     public var manifest: [ManifestEntry] = []
     /// Its version: one more than the remote's.
     public var version: Int64 = 1
+    /// Files the remote keeps that the manifest no longer lists (`unlisting`): a manifest must go.
+    public var unlisted = 0
 
     public var uploadBytes: Int64 { uploads.reduce(0) { $0 + ($1.entry.size ?? 0) } }
     /// Nothing to send, remove or say: the remote already matches (no new manifest either).
-    public var isEmpty: Bool { uploads.isEmpty && deletions.isEmpty && replacements.isEmpty && metadataChanges == 0 }
+    public var isEmpty: Bool { uploads.isEmpty && deletions.isEmpty && replacements.isEmpty && metadataChanges == 0 && unlisted == 0 }
 }
 
 public enum PushPlanner {
@@ -54,14 +56,19 @@ public enum PushPlanner {
 
     /// `local`: the entries the local tree would publish (hashed files, any order, each path once).
     /// `remote`: the manifest ferry last published on the remote (nil: nothing was published yet).
-    /// `keepingRemote`: paths whose remote version stays (`conflict = remote-wins`): neither
-    /// uploaded nor removed, and listed as the remote lists them.
+    /// `keepingRemote`: paths whose remote version stays (`conflict = remote-wins`, a file that
+    /// could not be read): neither uploaded nor removed, and listed as the remote lists them.
+    /// `repairing`: paths the remote does not hold as published (changed there, `conflict =
+    /// local-wins`): uploaded whatever the manifest says. `unlisting`: paths the remote keeps and
+    /// the manifest no longer lists (a file edited on the remote, `conflict = remote-wins`).
     public static func plan(local: [ManifestEntry], remote: Manifest?, rules: DeletionRules,
-                            keepingRemote: Set<RelativePath> = []) -> PushPlan {
+                            keepingRemote: Set<RelativePath> = [], repairing: Set<RelativePath> = [],
+                            unlisting: Set<RelativePath> = []) -> PushPlan {
         var plan = PushPlan()
+        let untouched = keepingRemote.union(unlisting)
         let remoteEntries = remote?.entries ?? []
-        let kept = remoteEntries.filter { keepingRemote.contains($0.path) }
-        let local = local.filter { !keepingRemote.contains($0.path) }.sorted { $0.path < $1.path }
+        let kept = remoteEntries.filter { keepingRemote.contains($0.path) && !unlisting.contains($0.path) }
+        let local = local.filter { !untouched.contains($0.path) }.sorted { $0.path < $1.path }
         var remoteByPath: [RelativePath: ManifestEntry] = [:]
         for e in remoteEntries { remoteByPath[e.path] = e }
         let localFiles = Set(local.map(\.path))
@@ -73,7 +80,7 @@ public enum PushPlanner {
                 plan.uploads.append(PushPlan.Upload(entry: e, reason: .new))
                 continue
             }
-            if r.sha256 != e.sha256 || (r.size != nil && r.size != e.size) {
+            if r.sha256 != e.sha256 || (r.size != nil && r.size != e.size) || repairing.contains(e.path) {
                 plan.uploads.append(PushPlan.Upload(entry: e, reason: .changed))
             } else if r.mode != e.mode || r.mtime != e.mtime {
                 plan.metadataChanges += 1
@@ -83,7 +90,7 @@ public enum PushPlanner {
         }
 
         var extras: [ManifestEntry] = []
-        for r in remoteEntries where !localFiles.contains(r.path) && !keepingRemote.contains(r.path) {
+        for r in remoteEntries where !localFiles.contains(r.path) && !untouched.contains(r.path) {
             // A remote file where the local tree has a directory, or under a local file.
             if localDirectories.contains(r.path) || r.path.ancestors.contains(where: localFiles.contains) {
                 plan.replacements.append(r.path)
@@ -106,6 +113,7 @@ public enum PushPlanner {
         }
         plan.manifest = (local + kept + extrasKept).sorted { $0.path < $1.path }
         plan.version = (remote?.version ?? 0) + 1
+        if !unlisting.isEmpty { plan.unlisted = unlisting.count }
         return plan
     }
 }

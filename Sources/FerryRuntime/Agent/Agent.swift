@@ -355,7 +355,9 @@ public final class Agent: @unchecked Sendable {
         case .busy:
             return "busy: another ferry process holds the session"
         case .failed:
-            if result.error?.category == .remote || result.waiting > 0 {
+            // Only what connectivity can cure is "waiting": a refusal (HTTP 409, 403, a manifest
+            // that does not parse) is a failure that says what failed.
+            if result.error?.cause?.isConnectivity == true || result.waiting > 0 {
                 return "waiting for connectivity: " + (result.message ?? "the remote could not be reached")
             }
             return "failed: " + (result.message ?? "exit code \(result.exitCode.rawValue)")

@@ -23,7 +23,7 @@ public struct ManifestBuilder {
         var warnings = scan.warnings
         let excluded = relativePath(of: outputPath, under: directory)
         let (publishable, skipped) = scan.tree.publishable()
-        warnings += skipped
+        warnings += skipped.map(\.message)
         // Its own output, and the temporary file another build is writing beside it, are not content.
         let temporaryPrefix = excluded.map { e in (e.parent.map { $0.string + "/" } ?? "") + "." + e.name + ".tmp-" }
         let files = publishable.filter { item in

@@ -75,6 +75,9 @@ struct ResponseHeaders {
     var contentLength: Int64?
     var retryAfter: String?
     var date: String?
+    /// RFC 9530 and RFC 3230 digests of the representation (asked for with `Want-Repr-Digest`).
+    var reprDigest: String?
+    var digest: String?
     /// True once the blank line after the final response's headers arrived.
     private(set) var complete = false
     /// True before the first line and after each blank line: only then does `HTTP/` start a status line.
@@ -126,6 +129,10 @@ struct ResponseHeaders {
             retryAfter = value(after: 12)
         } else if ResponseHeaders.hasPrefix(bytes, "date:") {
             date = value(after: 5)
+        } else if ResponseHeaders.hasPrefix(bytes, "repr-digest:") {
+            reprDigest = value(after: 12)
+        } else if ResponseHeaders.hasPrefix(bytes, "digest:") {
+            digest = value(after: 7)
         }
     }
 

@@ -161,4 +161,15 @@ extension FileRemote: RemoteWriting {
     }
 
     func makeCollections(for path: RelativePath) throws(FerryError) {}
+
+    func inspect(_ path: RelativePath) -> RemoteInspection {
+        let entry = try? tree.withRoot(create: false) { root throws(FerryError) -> LocalEntry? in root.stat(path) }
+        guard let entry = entry ?? nil, entry.kind == .file else { return .now(.absent) }
+        return .now(RemoteFileState(exists: true, size: entry.size, validator: FileRemote.validator(entry), sha256: nil))
+    }
+
+    /// A local directory's validator for a file: size, mtime to the nanosecond, inode.
+    static func validator(_ entry: LocalEntry) -> String {
+        "file:\(entry.size):\(entry.mtime.seconds).\(entry.mtime.nanoseconds):\(entry.inode)"
+    }
 }

@@ -34,6 +34,8 @@ protocol RemoteWriting {
     func removeDirectoryIfEmpty(_ path: RelativePath) throws(FerryError) -> Bool
     /// Makes the directories `path` needs (after a move was refused for want of them).
     func makeCollections(for path: RelativePath) throws(FerryError)
+    /// What the remote says of the file at `path` (a `HEAD`, or a look at the directory).
+    func inspect(_ path: RelativePath) -> RemoteInspection
 }
 
 extension HTTPRemote: RemoteWriting {
@@ -55,6 +57,10 @@ extension HTTPRemote: RemoteWriting {
     }
 
     func removeUpload(task: Int64) { try? remove(HTTPRemote.temporaryName(task: task)) }
+
+    func inspect(_ path: RelativePath) -> RemoteInspection {
+        .probe(RemoteProbe(path: path, url: base.url(for: path), settings: settings))
+    }
 
     func removeLeftovers(running: [Int64], all: Set<Int64>) {
         // An upload's name is its task's: a PUT of a task that was not running replaces it.

@@ -89,8 +89,9 @@ final class PullSync: SessionWork {
             plan = Reconciler.plan(manifest: manifest, local: tree, rules: rules, modeMask: session.modeMask)
         }
         result.plan = plan
-        emit(.planned(downloads: plan.downloads.count, bytes: plan.downloadBytes, metadataFixes: plan.metadataFixes.count,
-                      deletions: plan.deletions.count, upToDate: plan.upToDate, hashed: result.hashed, extrasKept: plan.extrasKept))
+        emit(.planned(PlanSummary(transfers: plan.downloads.count, bytes: plan.downloadBytes,
+                                  unknownSizes: plan.downloads.filter { $0.entry.size == nil }.count, metadataFixes: plan.metadataFixes.count,
+                                  deletions: plan.deletions.count, upToDate: plan.upToDate, hashed: result.hashed, extrasKept: plan.extrasKept)))
         guard !options.dryRun, let root else {
             reportDryRun(plan, scan: tree, result: &result)
             return

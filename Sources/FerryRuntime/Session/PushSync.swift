@@ -1,14 +1,18 @@
 import Glibc
 import FerryCore
 
-/// One push cycle for one session (issue 9): the manifest ferry last published on the remote →
-/// local scan (with the hash cache) → `PushPlanner` → tasks recorded → removals of remote paths
-/// that changed type → uploads to temporary names under the remote's `.ferry/upload/` through the
-/// engine → each moved to its final name → deletions → the new manifest, last, under a temporary
-/// name and moved into place. A reader of the remote never sees a partial file under a final
-/// name, and the manifest it reads never lists a file that is not on the remote as listed; until
-/// the manifest moves, a pull may see new bytes under an old manifest's hash, which its hash check
-/// refuses (exit 1, never a mixed tree with exit 0).
+/// One push cycle for one session: the manifest ferry last published on the remote → local scan
+/// (with the hash cache) → `PushPlanner` → the files the plan changes checked on the remote
+/// (someone else's edits are conflicts) → tasks recorded → removals of remote paths that changed
+/// type → uploads to temporary names under the remote's `.ferry/upload/` through the engine, each
+/// moved to its final name and checked there (`PushTransfers`) → deletions, and the directories
+/// they emptied → the new manifest, last, under a temporary name and moved into place.
+///
+/// A reader never sees a partial file under a final name. With the tree layout the manifest does
+/// not move with the files, though: during a push (or after an interrupted one) a reader may find
+/// new bytes under the last manifest's hash, which its hash check refuses (exit 1, never a mixed
+/// tree with exit 0) until the push completes. A file that fails fails alone: the manifest goes on
+/// listing what the remote holds at its path.
 ///
 /// Plain WebDAV cannot continue a PUT: an interrupted upload starts again from zero.
 final class PushSync: SessionWork {
@@ -24,7 +28,6 @@ final class PushSync: SessionWork {
         guard let writer = remote as? RemoteWriting else {
             throw .usage("the remote of session '\(session.name)' cannot be written to")
         }
-        let manifestPath = RelativePath(trusted: session.manifest)
         // The agent knows nothing under the root changed since a run published it all: when the
         // remote still holds what was published (304), there is nothing to parse, scan or send.
         guard let (published, changedOnRemote, lastVersion) = try remoteState(remote, store: store, unchangedEnds: options.localUnchanged) else {
@@ -37,35 +40,53 @@ final class PushSync: SessionWork {
                               unchanged: remoteUnchanged))
         if options.localUnchanged && remoteUnchanged { return }
 
-        // Someone else changed the remote since ferry published there: never overwritten blindly.
-        var keepingRemote = Set<RelativePath>()
-        if !changedOnRemote.isEmpty {
-            let since = "changed on the remote since ferry published version \(lastVersion.map(String.init) ?? "?")"
+        let scan = try scanLocal(store: store, published: published)
+        result.hashed = scan.hashed
+        // A file that cannot be read fails alone: the remote keeps (and the manifest lists) what it has.
+        for (path, error) in scan.unreadable { emit(.fileFailed(path: path, error: error)) }
+        result.failed += scan.unreadable.count
+
+        // What the remote says differently from what this session placed there, whether another
+        // writer published a manifest or someone changed a file: never overwritten blindly.
+        let placed = try store.placedFiles(session: session.name)
+        var plan = planned(scan, published: published, keeping: Set(scan.unreadable.map(\.path)), repairing: [], unlisting: [])
+        let edited = try editedOnRemote(plan: plan, placed: placed, writer: writer, store: store)
+        let conflicts = Set(changedOnRemote).union(edited.keys)
+        var repairing = Set<RelativePath>(), unlisting = Set<RelativePath>(), keeping = Set(scan.unreadable.map(\.path))
+        if !conflicts.isEmpty {
+            let since = lastVersion.map { "since ferry published version \($0)" } ?? "since ferry placed them"
+            let byAnotherWriter = Set(changedOnRemote)
+            func describe(_ path: RelativePath) -> String {
+                byAnotherWriter.contains(path) ? "changed on the remote \(since)" : edited[path] ?? "changed on the remote \(since)"
+            }
             switch session.conflict {
             case .fail:
-                for path in changedOnRemote { emit(.fileFailed(path: path, error: "conflict: \(since)")) }
-                result.failed = changedOnRemote.count
+                for path in conflicts.sorted() { emit(.fileFailed(path: path, error: "conflict: " + describe(path))) }
+                result.failed += conflicts.count
                 result.exitCode = .someFilesFailed
-                result.message = "\(changedOnRemote.count) paths \(since); nothing was uploaded or deleted, on either side"
+                result.message = "\(Plural.count(conflicts.count, "path")) changed on the remote \(since) (another writer, or an edit there); nothing was uploaded or deleted, on either side"
                 result.hint = "set conflict = local-wins in [session \(session.name)] to replace them with the local tree, or remote-wins to keep the remote's versions"
                 return
             case .localWins:
-                emit(.warning(message: "\(changedOnRemote.count) paths \(since); conflict = local-wins: the local tree replaces them"))
+                emit(.warning(message: "\(Plural.count(conflicts.count, "path")) changed on the remote \(since); conflict = local-wins: the local tree replaces them"))
+                repairing = Set(edited.keys)
             case .remoteWins:
-                emit(.warning(message: "\(changedOnRemote.count) paths \(since); conflict = remote-wins: they keep the remote's versions"))
-                keepingRemote = Set(changedOnRemote)
+                emit(.warning(message: "\(Plural.count(conflicts.count, "path")) changed on the remote \(since); conflict = remote-wins: they keep the remote's versions"))
+                keeping.formUnion(changedOnRemote)
+                // A file edited in place has no entry that vouches for its bytes: it stays on the
+                // remote and leaves the manifest.
+                unlisting = Set(edited.keys).subtracting(changedOnRemote)
+                if !unlisting.isEmpty {
+                    emit(.warning(message: "\(Plural.count(unlisting.count, "file")) edited on the remote stay there unlisted (ferry cannot vouch for their bytes), for example \(Printable.name(unlisting.sorted()[0].string))"))
+                }
             }
+            plan = planned(scan, published: published, keeping: keeping, repairing: repairing, unlisting: unlisting)
         }
-
-        let (root, local, stats, hashed, unhashed) = try scanLocal(store: store, published: published)
-        result.hashed = hashed
-        try PushPlanner.refuseEmptying(localFiles: local.count,
-                                       remoteFiles: (published?.entries ?? []).filter { !keepingRemote.contains($0.path) }.count,
-                                       session: session)
-        var plan = PushPlanner.plan(local: local, remote: published, rules: DeletionRules(delete: session.delete, cap: session.maxDelete),
-                                    keepingRemote: keepingRemote)
-        emit(.planned(downloads: plan.uploads.count, bytes: plan.uploadBytes, metadataFixes: plan.metadataChanges,
-                      deletions: plan.deletions.count + plan.replacements.count, upToDate: plan.upToDate, hashed: hashed, extrasKept: plan.extrasKept))
+        try PushPlanner.refuseEmptying(localFiles: scan.entries.count,
+                                       remoteFiles: (published?.entries ?? []).filter { !keeping.contains($0.path) }.count, session: session)
+        emit(.planned(PlanSummary(transfers: plan.uploads.count, bytes: plan.uploadBytes, metadataFixes: plan.metadataChanges,
+                                  deletions: plan.deletions.count + plan.replacements.count, upToDate: plan.upToDate, hashed: scan.hashed,
+                                  extrasKept: plan.extrasKept, skipped: scan.skipped)))
         if options.dryRun {
             for u in plan.uploads { emit(.planItem(action: "upload", path: u.entry.path, reason: u.reason.rawValue, size: u.entry.size)) }
             for p in plan.replacements { emit(.planItem(action: "replace", path: p, reason: "the local tree has another type here", size: nil)) }
@@ -78,36 +99,29 @@ final class PushSync: SessionWork {
         writer.removeLeftovers(running: try store.taskIDs(session: session.name, state: .running).sorted(),
                                all: try store.taskIDs(session: session.name))
         // Tasks of files the local tree no longer has go (their leftovers were just removed).
-        let present = Set(local.map(\.path))
+        let present = Set(scan.entries.map(\.path))
         _ = try store.pruneTasks(session: session.name, keeping: { present.contains($0) })
-        guard !plan.isEmpty else { return }
+        if plan.isEmpty && unlisting.isEmpty { return }
 
-        // Paths that changed type go first: what the remote has there is in the way of the uploads.
-        // Not while the session's conditions hold its uploads back: the remote keeps them meanwhile.
         let gate = DiscretionGate(session: session, agent: agent)
-        let heldNow = !plan.uploads.isEmpty && gate?.waitsFor() != nil
-        for path in plan.replacements where !heldNow {
-            try writer.remove(path)
-            result.deleted += 1
-            emit(.fileDeleted(path: path))
-        }
-        for file in Set(plan.replacements.flatMap(\.ancestors)).intersection(local.map(\.path)).sorted(by: >) where !heldNow {
-            try writer.remove(file)  // the now empty directory where a local file goes
-        }
+        let blocked = try clearTheWay(plan, local: present, writer: writer, store: store, held: !plan.uploads.isEmpty && gate?.waitsFor() != nil,
+                                      result: &result)
+        let uploads = plan.uploads.filter { blocked[$0.entry.path] == nil }
+        for (path, error) in blocked { emit(.fileFailed(path: path, error: error)) }
+        result.failed += blocked.count
 
         let notBefore = (options.notBefore ?? session.earliestBegin)?.time(from: Timestamp.now())
-        let tasks = try store.queueUploads(session: session.name, entries: plan.uploads.map(\.entry), notBefore: notBefore)
-        let transfers = PushTransfers(session: session, store: store, writer: writer, root: root, observer: observer,
-                                      emit: { [unowned self] in self.emit($0) }, stop: options.stop,
-                                      gate: gate)
-        transfers.run(plan.uploads.compactMap { u in
+        let tasks = try store.queueUploads(session: session.name, entries: uploads.map(\.entry), notBefore: notBefore)
+        let transfers = PushTransfers(session: session, store: store, writer: writer, root: scan.root, observer: observer,
+                                      emit: { [unowned self] in self.emit($0) }, stop: options.stop, gate: gate)
+        transfers.run(uploads.compactMap { u in
             tasks[u.entry.path].flatMap { task in
-                stats[u.entry.path].map { PushTransfers.Item(entry: u.entry, task: task, stat: $0, hashKnown: !unhashed.contains(u.entry.path)) }
+                scan.stats[u.entry.path].map { PushTransfers.Item(entry: u.entry, task: task, stat: $0, hashKnown: !scan.unhashed.contains(u.entry.path)) }
             }
         }, localRoot: session.local, engine: engine)
         result.downloaded = transfers.uploaded
         result.bytes = transfers.bytesSent
-        result.failed = transfers.failed
+        result.failed += transfers.failed
         result.waiting = transfers.waiting
         result.suspended = transfers.suspended
         result.delayed = transfers.delayed
@@ -117,27 +131,24 @@ final class PushSync: SessionWork {
         if let error = transfers.storeError { throw error }
         let stopped = transfers.stopped ?? options.stop.reason
 
-        // A file that failed for good fails alone: the manifest goes on listing what the remote
-        // holds at its path, and the rest is published. Work left for later holds the manifest back.
+        // Work left for later holds the manifest back; a file that failed for good does not.
         let notDone = transfers.waiting + transfers.suspended + transfers.delayed + transfers.onHold
         var unfinished = notDone
         let ended = transfers.uploaded + transfers.vanished.count + transfers.failed
-        if stopped == nil && unfinished == 0 && ended < plan.uploads.count {
-            unfinished = plan.uploads.count - ended
-        }
+        if stopped == nil && unfinished == 0 && ended < uploads.count { unfinished = uploads.count - ended }
         if let refused = plan.refusedDeletions {
             result.message = "refused to delete \(refused.count) files on the remote: more than max-delete = \(session.maxDelete) allows (\(refused.limit) of the \(refused.managed) files published); nothing was deleted"
             result.hint = "if this is intended, raise max-delete for session '\(session.name)'"
             emit(.warning(message: result.message!))
         }
         guard stopped == nil && unfinished == 0 else {
-            let outcome = RunOutcome(failed: transfers.failed, deletionsRefused: plan.refusedDeletions != nil, waiting: transfers.waiting,
+            let outcome = RunOutcome(failed: result.failed, deletionsRefused: plan.refusedDeletions != nil, waiting: transfers.waiting,
                                      stopped: stopped != nil || notDone < unfinished, suspended: transfers.suspended, delayed: transfers.delayed,
                                      held: transfers.onHold)
             result.exitCode = outcome.exitCode
             var reasons: [String] = []
-            if transfers.failed > 0 { reasons.append("\(transfers.failed) of \(plan.uploads.count) uploads failed") }
-            if transfers.waiting > 0 { reasons.append("the remote could not be reached for \(transfers.waiting) uploads") }
+            if transfers.failed > 0 { reasons.append("\(transfers.failed) of \(Plural.count(uploads.count, "upload")) failed") }
+            if transfers.waiting > 0 { reasons.append("the remote could not be reached for \(Plural.count(transfers.waiting, "upload"))") }
             reasons += result.leftForLater("uploads")
             if let stopped { reasons.append("\(stopped); the next run uploads what is left") }
             reasons.append("the manifest was not published, so readers of the remote still see version \(published?.version.map(String.init) ?? "none")")
@@ -145,29 +156,19 @@ final class PushSync: SessionWork {
             return
         }
 
-        var deletionsFailed = 0
-        for path in plan.deletions {
-            do {
-                try writer.remove(path)
-                result.deleted += 1
-                emit(.fileDeleted(path: path))
-            } catch {
-                deletionsFailed += 1
-                emit(.fileFailed(path: path, error: error.message))
-            }
-        }
-        result.failed += deletionsFailed
-        // The manifest last: it never names a file that is not on the remote as it says (a file that
-        // changed while it was sent went again, and the manifest lists what went).
-        // A file gone before it was sent: the remote still holds its last published version (or nothing).
-        // A file that failed: the same (its final name was never touched).
+        let deletionsFailed = try delete(plan.deletions, writer: writer, store: store, result: &result)
+        try removeEmptiedDirectories(plan: plan, writer: writer)
+        // The manifest last: it never names a file the remote does not hold as it says (a file that
+        // changed while it was sent went again, and the manifest lists what went). A file gone
+        // before it was sent, or that failed (its final name untouched, or not holding what was
+        // sent), keeps its last published entry (or none).
         let before = Dictionary((published?.entries ?? []).map { ($0.path, $0) }, uniquingKeysWith: { a, _ in a })
-        let asPublished = transfers.vanished.union(transfers.failedPaths)
+        let asPublished = transfers.vanished.union(transfers.failedPaths).union(blocked.keys)
         plan.manifest = plan.manifest.compactMap { asPublished.contains($0.path) ? before[$0.path] : transfers.rehashed[$0.path] ?? $0 }
         if !transfers.vanished.isEmpty {
             _ = try store.pruneTasks(session: session.name, keeping: { !transfers.vanished.contains($0) })
         }
-        let text = ManifestWriter.render(version: plan.version, generated: Timestamp.now(), entries: plan.manifest)
+        let text = Array(ManifestWriter.render(version: plan.version, generated: Timestamp.now(), entries: plan.manifest).utf8)
         // Another writer that published while this run uploaded is not overwritten: the files this
         // run placed are on the remote, but readers go on seeing the other writer's manifest (a file
         // of both, if any, fails their hash check, never a mixed tree with exit 0), and the next run
@@ -180,21 +181,145 @@ final class PushSync: SessionWork {
             emit(.warning(message: result.message!))
             return
         }
-        try writer.publish(Array(text.utf8), at: manifestPath)
-        try remember(published: Array(text.utf8), version: plan.version, files: plan.manifest.count, remote: remote, store: store)
+        try publish(text, version: plan.version, files: plan.manifest.count, writer: writer, remote: remote, store: store)
         emit(.manifestBuilt(output: session.manifestURL, version: plan.version, files: plan.manifest.count,
                             bytes: plan.manifest.reduce(0) { $0 + ($1.size ?? 0) }))
         let outcome = RunOutcome(failed: result.failed, deletionsRefused: plan.refusedDeletions != nil)
         result.exitCode = outcome.exitCode
         var reasons: [String] = []
-        if transfers.failed > 0 {
-            reasons.append("\(transfers.failed) of \(plan.uploads.count) uploads failed; version \(plan.version) lists what the remote holds at their paths, and the next run sends them again")
+        let failedFiles = transfers.failed + blocked.count + scan.unreadable.count
+        if failedFiles > 0 {
+            reasons.append("\(Plural.count(failedFiles, "file")) failed; version \(plan.version) lists what the remote holds at their paths, and the next run tries them again")
         }
-        if deletionsFailed > 0 { reasons.append("\(deletionsFailed) deletions on the remote failed") }
+        if deletionsFailed > 0 { reasons.append("\(Plural.count(deletionsFailed, "deletion")) on the remote failed") }
         if let refusal = result.message { reasons.append(refusal) }
         result.message = reasons.isEmpty ? nil : reasons.joined(separator: "; ")
     }
 
+    /// The plan for the local tree against what was published: `keeping` paths keep their
+    /// published entry, `repairing` ones are sent again whatever the manifest says, `unlisting`
+    /// ones leave the manifest and the remote keeps them.
+    private func planned(_ scan: LocalScan, published: Manifest?, keeping: Set<RelativePath>, repairing: Set<RelativePath>,
+                         unlisting: Set<RelativePath>) -> PushPlan {
+        PushPlanner.plan(local: scan.entries, remote: published, rules: DeletionRules(delete: session.delete, cap: session.maxDelete),
+                         keepingRemote: keeping, repairing: repairing, unlisting: unlisting)
+    }
+
+    // MARK: what the remote holds
+
+    /// The files this run would replace or delete that are not what ferry placed there (someone
+    /// edited, replaced or removed them on the remote), with what is wrong with each. Every placed
+    /// file is checked when the remote is a local directory (cheap), and over HTTP once
+    /// `verify-interval` has passed since the last such check (a file left alone by the local tree
+    /// but changed on the remote is found too).
+    private func editedOnRemote(plan: PushPlan, placed: [RelativePath: PlacedFile], writer: RemoteWriting,
+                                store: StateStore) throws(FerryError) -> [RelativePath: String] {
+        guard !placed.isEmpty else { return [:] }
+        let now = Timestamp.now()
+        let lastCheck = try store.remoteChecked(session: session.name)
+        let everything = session.remote.scheme == .file || lastCheck.map { now.timeInterval - $0.timeInterval >= session.verifyInterval } ?? true
+        var paths: [RelativePath]
+        if everything {
+            paths = Array(placed.keys)
+        } else {
+            let changing = plan.uploads.filter { $0.reason == .changed }.map(\.entry.path) + plan.deletions + plan.replacements
+            paths = changing.filter { placed[$0] != nil }
+        }
+        guard !paths.isEmpty else { return [:] }
+        paths.sort()
+        let states = try RemoteProbes.run(paths, writer: writer, session: session, engine: engine)
+        if everything && !options.dryRun { try store.recordRemoteChecked(session: session.name, at: now) }
+        var edited: [RelativePath: String] = [:]
+        for path in paths {
+            guard let record = placed[path], let state = states[path], !state.matches(record) else { continue }
+            edited[path] = state.exists
+                ? "changed on the remote since ferry placed it (\(state.size.map { "\($0) bytes" } ?? "size unknown") now, \(record.size) placed)"
+                : "gone from the remote since ferry placed it"
+        }
+        return edited
+    }
+
+    /// Removes what is in the way of the uploads (paths that changed type): remote files where the
+    /// local tree now has a directory, and directories (holding only files ferry published, which
+    /// go first) where it now has a file. A directory that holds anything else, or a removal the
+    /// remote refuses, blocks the one upload that needs the place; the rest goes on. Not while the
+    /// session's conditions hold its uploads back: the remote keeps them meanwhile. Returns the
+    /// blocked paths and why.
+    private func clearTheWay(_ plan: PushPlan, local: Set<RelativePath>, writer: RemoteWriting, store: StateStore, held: Bool,
+                             result: inout SyncResult) throws(FerryError) -> [RelativePath: String] {
+        guard !held, !plan.replacements.isEmpty else { return [:] }
+        var blocked: [RelativePath: String] = [:]
+        var removed: [RelativePath] = []
+        for path in plan.replacements {
+            do throws(FerryError) {
+                try writer.remove(path)
+                removed.append(path)
+                result.deleted += 1
+                emit(.fileDeleted(path: path))
+            } catch {
+                if error.retryClass == .connectivity { throw error }
+                for upload in [path] + path.ancestors where local.contains(upload) { blocked[upload] = "cannot remove \(Printable.name(path.string)) from the remote, which is in its way: \(error.message)" }
+            }
+        }
+        try store.forgetPlaced(session: session.name, removed)
+        // The directories that now have to be files, and the ones in them the removals emptied,
+        // deepest first.
+        let directories = Set(plan.replacements.flatMap(\.ancestors)).filter { d in
+            local.contains(d) || d.ancestors.contains(where: local.contains)
+        }
+        for directory in directories.sorted(by: >) {
+            let needed = [directory] + directory.ancestors
+            guard let file = needed.first(where: local.contains), blocked[file] == nil else { continue }
+            do throws(FerryError) {
+                if try !writer.removeDirectoryIfEmpty(directory) {
+                    blocked[file] = "\(Printable.name(directory.string)) is a directory on the remote that still holds files ferry did not publish (or the server cannot list it); nothing in it was removed"
+                }
+            } catch {
+                if error.retryClass == .connectivity { throw error }
+                blocked[file] = "cannot remove the directory \(Printable.name(directory.string)) from the remote, which is in its way: \(error.message)"
+            }
+        }
+        return blocked
+    }
+
+    /// Deletes remote files the local tree no longer has; returns how many failed.
+    private func delete(_ paths: [RelativePath], writer: RemoteWriting, store: StateStore, result: inout SyncResult) throws(FerryError) -> Int {
+        var failed = 0
+        var removed: [RelativePath] = []
+        for path in paths {
+            do throws(FerryError) {
+                try writer.remove(path)
+                removed.append(path)
+                result.deleted += 1
+                emit(.fileDeleted(path: path))
+            } catch {
+                failed += 1
+                emit(.fileFailed(path: path, error: error.message))
+            }
+        }
+        result.failed += failed
+        try store.forgetPlaced(session: session.name, removed)
+        return failed
+    }
+
+    /// Removes the directories that held files the old manifest listed and hold none the new one
+    /// lists, deepest first, each only if it is empty now (a directory someone else keeps files in
+    /// stays).
+    private func removeEmptiedDirectories(plan: PushPlan, writer: RemoteWriting) throws(FerryError) {
+        let gone = plan.deletions + plan.replacements
+        guard !gone.isEmpty else { return }
+        var listed = Set<RelativePath>()
+        for entry in plan.manifest { listed.formUnion(entry.path.ancestors) }
+        let candidates = Set(gone.flatMap(\.ancestors)).subtracting(listed).filter { $0.string != RelativePath.reservedTopLevel }
+        for directory in candidates.sorted(by: >) {
+            do throws(FerryError) { _ = try writer.removeDirectoryIfEmpty(directory) } catch {
+                if error.retryClass == .connectivity { throw error }
+                emit(.warning(message: "the emptied directory \(Printable.name(directory.string)) stays on the remote: \(error.message)"))
+            }
+        }
+    }
+
+    // MARK: the manifest
 
     /// The remote's manifest as this run read it: its validators and bytes (nil: there was none).
     private struct Seen {
@@ -223,9 +348,48 @@ final class PushSync: SessionWork {
         }
     }
 
+    /// Where the manifest being published waits until the remote is known to hold it: an answer
+    /// lost after the server moved it into place (a reset, `kill -9`) must not leave this session
+    /// taking its own manifest for another writer's.
+    private var publishingPath: String { cachePath + ".publishing" }
+
+    /// Publishes `bytes` as the remote's manifest and remembers it. When the publish fails, the
+    /// remote is asked once: holding these very bytes, it was published (the answer was lost).
+    private func publish(_ bytes: [UInt8], version: Int64, files: Int, writer: RemoteWriting, remote: Remote, store: StateStore) throws(FerryError) {
+        try FileSystem.makePrivateDirectory(agent.state + "/manifests")
+        try FileSystem.writeAtomically(publishingPath, bytes: bytes, mode: 0o600)
+        do throws(FerryError) {
+            try writer.publish(bytes, at: RelativePath(trusted: session.manifest))
+        } catch {
+            guard case let .fetched(now, _, _)? = try? remote.fetchManifest(url: session.manifestURL, etag: nil, lastModified: nil,
+                                                                           maximumSize: session.maxManifestSize), now == bytes else { throw error }
+            emit(.warning(message: "publishing version \(version) got no answer (\(error.message)), but the remote holds it: published"))
+        }
+        try remember(published: bytes, version: version, files: files, remote: remote, store: store)
+    }
+
+    /// Keeps what was just published, and the remote's validators for it, so the next run can
+    /// tell whether someone else changed the remote meanwhile.
+    private func remember(published bytes: [UInt8], version: Int64?, files: Int, remote: Remote, store: StateStore) throws(FerryError) {
+        try FileSystem.makePrivateDirectory(agent.state + "/manifests")
+        try FileSystem.writeAtomically(cachePath, bytes: bytes, mode: 0o600)
+        unlink(publishingPath)
+        var etag: String?, lastModified: String?
+        if case let .fetched(now, e, l)? = try? remote.fetchManifest(url: session.manifestURL, etag: nil, lastModified: nil,
+                                                                     maximumSize: session.maxManifestSize) {
+            if now == bytes {
+                (etag, lastModified) = (e, l)
+            } else {
+                emit(.warning(message: "the remote's manifest changed again right after this run published version \(version.map(String.init) ?? "?"): another writer? The next run compares"))
+            }
+        }
+        try store.saveManifest(session: session.name, url: session.manifestURL, etag: etag, lastModified: lastModified, version: version, files: files)
+    }
+
     /// The remote's manifest now; the paths it says differently from the manifest this session
     /// last published there (someone else changed them); and that version. With nothing
-    /// published by this session yet (or its state lost), the remote's manifest is taken as it is.
+    /// published by this session yet (or its state lost), the remote's manifest is taken as it is;
+    /// one this session was publishing when it lost the answer is recognized as its own.
     /// nil when the remote says its manifest is still the one published and `unchangedEnds` (the
     /// agent's poll of an untouched tree): then nothing is parsed.
     private func remoteState(_ remote: Remote, store: StateStore, unchangedEnds: Bool, useCache: Bool = true) throws(FerryError)
@@ -249,6 +413,15 @@ final class PushSync: SessionWork {
                 return (manifest, [], manifest.version)
             case let .fetched(bytes, etag, lastModified):
                 seen = Seen(etag: etag, lastModified: lastModified, bytes: bytes)
+                if let pending = try? FileSystem.readFile(publishingPath, limit: Int(session.maxManifestSize)) {
+                    if pending == bytes, let mine = try? Manifest.parse(bytes, source: url) {
+                        // This session published it; the answer was lost (a reset, kill -9).
+                        emit(.warning(message: "the remote holds version \(mine.version.map(String.init) ?? "?") that an earlier run published without learning it had: taken as published"))
+                        try remember(published: bytes, version: mine.version, files: mine.entries.count, remote: remote, store: store)
+                        return (mine, [], mine.version)
+                    }
+                    unlink(publishingPath)
+                }
                 last = published()
                 if let last, bytes == cached {
                     // What was published, asked for in full (its validators did not hold then):
@@ -288,334 +461,77 @@ final class PushSync: SessionWork {
         return (now, ConflictPolicy.changedOnRemote(published: last, now: now), last.version)
     }
 
-    /// Keeps what was just published, and the remote's validators for it, so the next run can
-    /// tell whether someone else changed the remote meanwhile.
-    private func remember(published bytes: [UInt8], version: Int64, files: Int, remote: Remote, store: StateStore) throws(FerryError) {
-        try FileSystem.makePrivateDirectory(agent.state + "/manifests")
-        try FileSystem.writeAtomically(cachePath, bytes: bytes, mode: 0o600)
-        var etag: String?, lastModified: String?
-        if case let .fetched(now, e, l)? = try? remote.fetchManifest(url: session.manifestURL, etag: nil, lastModified: nil,
-                                                                     maximumSize: session.maxManifestSize) {
-            if now == bytes {
-                (etag, lastModified) = (e, l)
-            } else {
-                emit(.warning(message: "the remote's manifest changed again right after this run published version \(version): another writer? The next run compares"))
-            }
-        }
-        try store.saveManifest(session: session.name, url: session.manifestURL, etag: etag, lastModified: lastModified, version: version, files: files)
+    // MARK: the local tree
+
+    /// What a push scan found: the local tree as manifest entries, the stat each was taken at,
+    /// and what it could not use.
+    private struct LocalScan {
+        let root: LocalRoot
+        var entries: [ManifestEntry] = []
+        var stats: [RelativePath: LocalEntry] = [:]
+        var hashed = 0
+        /// Hashed as they are sent (see `Upload.hashKnown`).
+        var unhashed = Set<RelativePath>()
+        /// Files that could not be read, and why: each fails alone.
+        var unreadable: [(path: RelativePath, error: String)] = []
+        /// Entries no manifest can list (symlinks, special files, names a manifest cannot carry).
+        var skipped = 0
     }
 
-    /// The files of the local tree as manifest entries, and the stat each was taken at. A file the
-    /// hash cache does not vouch for is hashed now when the remote lists its path at its size (the
-    /// hash decides whether it changed); otherwise it is an upload whatever its hash, and its hash
-    /// is taken as it is sent (`unhashed`), so its bytes are read once. Names a manifest cannot
-    /// carry are skipped with a warning.
-    private func scanLocal(store: StateStore, published: Manifest?) throws(FerryError)
-        -> (LocalRoot, [ManifestEntry], [RelativePath: LocalEntry], Int, Set<RelativePath>) {
+    /// The files of the local tree as manifest entries. A file the hash cache does not vouch for is
+    /// hashed now when the remote lists its path at its size (the hash decides whether it
+    /// changed); otherwise it is an upload whatever its hash, and its hash is taken as it is sent,
+    /// so its bytes are read once. What cannot be published (symlinks, special files, names a
+    /// manifest cannot carry, and the session's own manifest name and `.ferry/`) is skipped with a
+    /// warning said once per path, again only when the entry changes.
+    private func scanLocal(store: StateStore, published: Manifest?) throws(FerryError) -> LocalScan {
         let root = try LocalRoot(path: session.local, create: false)
         var scan = try root.scan(expecting: try store.hashCacheCount(session: session.name))
         try store.loadHashes(session: session.name, into: &scan.tree)
-        for warning in scan.warnings { emit(.warning(message: warning)) }
-        var entries: [ManifestEntry] = []
-        var stats: [RelativePath: LocalEntry] = [:]
-        var fresh: [(RelativePath, CachedHash)] = []
-        var unhashed = Set<RelativePath>()
+        var out = LocalScan(root: root)
+        var notices: [(key: String, signature: String, message: String)] = scan.warnings.map { ($0, "", $0) }
         let (files, skipped) = scan.tree.publishable()
-        for warning in skipped { emit(.warning(message: warning)) }
+        for s in skipped {
+            notices.append((s.item.path.string, "\(s.item.entry.kind.rawValue):\(s.item.entry.inode):\(s.item.entry.mtime.rfc3339)", s.message))
+        }
+        // The session's manifest is the remote's: a file of that name in the source is not content,
+        // and neither is a `.ferry/` there (a pull mirror's partial files).
+        let manifestPath = RelativePath(trusted: session.manifest)
+        if root.stat(RelativePath(trusted: RelativePath.reservedTopLevel)) != nil {
+            notices.append((RelativePath.reservedTopLevel, "", "skipped \(RelativePath.reservedTopLevel)/: it is ferry's own directory, never published"))
+        }
+        var fresh: [(RelativePath, CachedHash)] = []
         for item in files {
+            if item.path == manifestPath {
+                notices.append((item.path.string, "manifest", "skipped \(Printable.name(item.path.string)): it is this session's manifest name, which ferry publishes itself"))
+                continue
+            }
             var entry = item.entry
             var sha = item.verified
             if sha == nil, published.flatMap({ m in m.index(of: item.path).map { m.entries[$0].size } }).map({ $0 == nil || $0 == entry.size }) != true {
                 sha = PushSync.unknownHash
-                unhashed.insert(item.path)
+                out.unhashed.insert(item.path)
             }
             if sha == nil {
-                let hashed = try root.hash(item.path)
+                let hashed: CachedHash
+                do { hashed = try root.hash(item.path) } catch {
+                    out.unreadable.append((item.path, error.message))
+                    continue
+                }
                 fresh.append((item.path, hashed))
                 sha = hashed.sha256
                 entry = LocalEntry(kind: .file, size: hashed.size, mtime: hashed.mtime, ctime: hashed.ctime, inode: hashed.inode, mode: entry.mode)
             }
-            entries.append(ManifestEntry(path: item.path, size: entry.size, sha256: sha!, mtime: entry.mtime, mode: entry.mode & 0o777))
-            stats[item.path] = entry
+            out.entries.append(ManifestEntry(path: item.path, size: entry.size, sha256: sha!, mtime: entry.mtime, mode: entry.mode & 0o777))
+            out.stats[item.path] = entry
         }
         try store.saveHashes(session: session.name, fresh)
-        return (root, entries, stats, fresh.count, unhashed)
+        out.hashed = fresh.count
+        out.skipped = notices.count
+        let unsaid = try store.unsaidNotices(session: session.name, kind: "push-skipped", notices.map { ($0.key, $0.signature) })
+        let shown = notices.filter { unsaid.contains($0.key) }
+        for notice in shown.prefix(20) { emit(.warning(message: notice.message)) }
+        if shown.count > 20 { emit(.warning(message: "and \(shown.count - 20) more entries skipped; each is said once, again only when it changes")) }
+        return out
     }
-}
-
-/// The upload stage of a push run, the session's `TransferSource`: hands out the uploads, moves
-/// each one that verified into place, and retries what is worth retrying.
-final class PushTransfers: SessionTransfers<PushTransfers.Item> {
-    struct Item: SessionTransferItem {
-        var entry: ManifestEntry
-        var task: TransferTask
-        var stat: LocalEntry
-        var notBefore = 0.0
-        var triesThisRun = 0
-        /// false: hashed while sent (see `Upload.hashKnown`).
-        var hashKnown = true
-        /// Bytes the upload sent, once it verified (then it waits for its move).
-        var sent: Int64 = 0
-        /// The upload that verified, until it is in place (its files stay open until then).
-        var upload: Upload?
-        var moveTries = 0
-        var path: RelativePath { entry.path }
-    }
-
-    private let writer: RemoteWriting
-    private let root: LocalRoot
-    private var localRoot = ""
-    private var running: [Int64: Item] = [:]
-    /// Uploads that verified and wait to be moved into place (before any new upload starts).
-    private var toMove: [Item] = []
-    /// Moved into place; recorded done in groups (one transaction per 256, or per 0.2 s).
-    private var moved: [Item] = []
-    private var lastFlush = MonotonicClock.seconds()
-    private(set) var uploaded = 0
-    private(set) var bytesSent: Int64 = 0
-    /// Entries whose hash is known only now: hashed while sent, or hashed again after a change.
-    private(set) var rehashed: [RelativePath: ManifestEntry] = [:]
-    /// Files gone from the local tree between the scan and their upload: not sent. The manifest
-    /// goes on listing what the remote holds at their paths; the next run sees them gone.
-    private(set) var vanished: Set<RelativePath> = []
-
-    init(session: SessionConfig, store: StateStore, writer: RemoteWriting, root: LocalRoot, observer: EventSink,
-         emit: @escaping (Event.Body) -> Void, stop: StopCondition, gate: DiscretionGate?) {
-        self.writer = writer
-        self.root = root
-        super.init(session: session, store: store, observer: observer, emit: emit, stop: stop, gate: gate)
-    }
-
-    func run(_ items: [Item], localRoot: String, engine: TransferEngine) {
-        self.localRoot = localRoot
-        let runnable = runnable(items)
-        ready = ArraySlice(runnable)
-        guard !runnable.isEmpty else { return }
-        progress.filesTotal = runnable.count
-        progress.bytesTotal = runnable.reduce(0) { $0 + $1.stat.size }
-        run(engine: engine)
-        // Stopped (a deadline, a signal) between an upload and its move: the next run sends it again.
-        for item in toMove { discard(item) }
-        toMove.removeAll()
-    }
-
-    /// Also the verified uploads still waiting for their move: their temporary uploads go.
-    override func leftWhenHeld() -> [Item] {
-        for item in toMove { discard(item) }
-        return super.leftWhenHeld() + toMove
-    }
-
-    /// An upload that will not be placed: its files are closed and its temporary upload goes.
-    private func discard(_ item: Item) {
-        item.upload?.close()
-        writer.removeUpload(task: item.task.id)
-    }
-
-    override func next() -> TransferEngine.Next {
-        while let item = toMove.popLast() {
-            if let move = startMove(item) { return .start(move) }
-        }
-        while let item = nextDue() {
-            if let upload = start(item) { return .start(upload) }
-        }
-        return backingOff.isEmpty ? .none : .notYet
-    }
-
-    /// The move of a verified upload to its final name: an engine transfer over WebDAV, done at
-    /// once for a local directory.
-    private func startMove(_ item: Item) -> RemoteMove? {
-        guard let upload = item.upload else { return nil }
-        do throws(FerryError) {
-            if let move = try writer.place(upload) {
-                running[item.task.id] = item
-                return move
-            }
-            placed(item)
-        } catch {
-            discard(item)
-            fail(item, error.message)
-        }
-        return nil
-    }
-
-    private func placed(_ item: Item) {
-        var item = item
-        item.upload?.close()
-        item.upload = nil
-        moved.append(item)
-        if moved.count >= 256 || MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
-    }
-
-    /// Records the moved files done, and their hashes, in one transaction.
-    override func flush() {
-        lastFlush = MonotonicClock.seconds()
-        guard !moved.isEmpty else { return }
-        do throws(FerryError) {
-            try store.markDone(session: session.name, moved.map { ($0.task, CachedHash($0.stat, sha256: $0.entry.sha256, wanted: nil)) })
-            for item in moved {
-                uploaded += 1
-                bytesSent += item.sent
-                completedBytes += item.sent
-                progress.filesDone += 1
-                emit(.fileDone(path: item.entry.path, size: item.sent, fetched: item.sent))
-            }
-        } catch {
-            storeError = error
-        }
-        moved.removeAll(keepingCapacity: true)
-    }
-
-    private func start(_ item: Item) -> Upload? {
-        var item = item
-        item.triesThisRun += 1
-        item.task.attempts += 1
-        do throws(FerryError) {
-            let file = try root.open(item.entry.path, for: "to upload it")
-            if let changed = Upload.change(fd: file, from: item.stat) {
-                close(file)
-                throw FerryError(.localIO, "\(Printable.name(localRoot + "/" + item.entry.path.string)) changed after it was hashed (\(changed)); it is hashed and sent again",
-                                 cause: .sourceChanged)
-            }
-            let upload: Upload
-            do { upload = try writer.upload(task: item.task, entry: item.entry, stat: item.stat, hashKnown: item.hashKnown, file: file) } catch {
-                close(file)
-                throw error
-            }
-            running[item.task.id] = item
-            if item.triesThisRun == 1 { emit(.fileStarted(path: item.entry.path, size: item.entry.size, reason: .missing)) }
-            try store.markRunning([(item.task.id, item.task.attempts)])
-            return upload
-        } catch {
-            if PushTransfers.isGone(error.cause) {
-                // Gone since the scan (deleted, renamed, a symlink or a FIFO now, or under a file):
-                // a change like any other, which the session takes up.
-                afterFailure(item, TransferFailure(message: error.message, keepPartial: false, cause: .sourceChanged))
-            } else {
-                fail(item, error.message)
-            }
-            return nil
-        }
-    }
-
-    /// Whether a failure to open a local file says it is no longer a file at that path.
-    static func isGone(_ cause: FailureCause?) -> Bool {
-        switch cause {
-        case .sourceChanged?: return true
-        case let .local(code)?: return code == ENOENT || code == ENOTDIR || code == ELOOP || code == EINVAL
-        default: return false
-        }
-    }
-
-    /// The item for a file that changed after it was hashed: hashed again as it is now, so the
-    /// next try sends (and the manifest lists) its current content. nil when it is gone.
-    private func rehash(_ item: Item) -> Item? {
-        guard let now = root.stat(item.entry.path), now.kind == .file, let hashed = try? root.hash(item.entry.path) else { return nil }
-        var item = item
-        item.stat = LocalEntry(kind: .file, size: hashed.size, mtime: hashed.mtime, ctime: hashed.ctime, inode: hashed.inode, mode: now.mode)
-        item.entry = ManifestEntry(path: item.entry.path, size: hashed.size, sha256: hashed.sha256, mtime: hashed.mtime, mode: now.mode & 0o777)
-        item.hashKnown = true
-        rehashed[item.entry.path] = item.entry
-        return item
-    }
-
-    override func finished(_ batch: [(Transfer, TransferOutcome)]) {
-        for (transfer, outcome) in batch {
-            if let move = transfer as? RemoteMove {
-                guard let item = running.removeValue(forKey: move.task.id) else { continue }
-                moveEnded(item, outcome)
-                continue
-            }
-            let upload = transfer as! Upload
-            guard var item = running.removeValue(forKey: upload.task.id) else {
-                upload.close()
-                continue
-            }
-            switch outcome {
-            case .succeeded:
-                item.upload = upload
-                item.sent = upload.sent
-                if !item.hashKnown, let digest = upload.digest {
-                    // Hashed as it went: the manifest and the hash cache get what was sent.
-                    item.entry = ManifestEntry(path: item.entry.path, size: item.entry.size, sha256: digest, mtime: item.entry.mtime, mode: item.entry.mode)
-                    item.hashKnown = true
-                    rehashed[item.entry.path] = item.entry
-                }
-                toMove.append(item)
-            case let .failed(failure):
-                upload.close()
-                writer.removeUpload(task: item.task.id)
-                afterFailure(item, failure)
-            case .interrupted:
-                upload.close()
-                interrupted(item, cancelled: upload.cancelRequested)
-            }
-        }
-    }
-
-    /// A move refused for want of its directories (`HTTPRemote.mayLackCollections`) makes them and tries once more.
-    private func moveEnded(_ item: Item, _ outcome: TransferOutcome) {
-        switch outcome {
-        case .succeeded:
-            placed(item)
-        case let .failed(failure):
-            var item = item
-            item.moveTries += 1
-            if case .http(let status) = failure.cause, HTTPRemote.mayLackCollections(item.entry.path, status: status), item.moveTries == 1 {
-                do throws(FerryError) {
-                    try writer.makeCollections(for: item.entry.path)
-                    toMove.append(item)
-                    return
-                } catch {
-                    discard(item)
-                    fail(item, error.message)
-                    return
-                }
-            }
-            discard(item)
-            fail(item, failure.message)
-        case .interrupted:
-            item.upload?.close()
-            interrupted(item)
-        }
-    }
-
-    /// An upload or move stopped before it ended: its temporary upload goes (a WebDAV PUT starts
-    /// again from zero).
-    private func interrupted(_ item: Item, cancelled: Bool = false) {
-        writer.removeUpload(task: item.task.id)
-        interrupted(item, offset: 0, cancelled: cancelled)
-    }
-
-    override func tick(_ running: [Transfer]) {
-        // `ferry cancel`: an upload it suspends stops (its temporary upload goes) and waits for
-        // `ferry resume`; the manifest is not published.
-        applySuspensions(running: running.compactMap { ($0 as? Upload)?.task.id }, recordFinished: flush) { ids in
-            for case let upload as Upload in running where ids.contains(upload.task.id) { upload.cancelRequested = true }
-        }
-        let uploads = running.compactMap { $0 as? Upload }
-        progress.active = uploads.map { SyncProgress.Active(path: $0.entry.path, done: $0.sent, size: $0.stat.size) }
-        progress.bytesDone = completedBytes + uploads.reduce(0) { $0 + $1.sent }
-        observer.progress(progress)
-        if !moved.isEmpty && MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
-    }
-
-    /// A file that changed after it was hashed is hashed again before its next try; one that is
-    /// gone (deleted, or no longer a regular file) leaves this run (`vanished`).
-    private func afterFailure(_ item: Item, _ failure: TransferFailure) {
-        var item = item
-        if failure.cause == .sourceChanged {
-            guard let fresh = rehash(item) else {
-                vanished.insert(item.entry.path)
-                emit(.warning(message: "\(Printable.name(item.entry.path.string)) is gone from the local tree since the scan; not sent, and the remote keeps what it had there until the next run"))
-                return
-            }
-            item = fresh
-        }
-        retryOrFail(item, failure)
-    }
-
-    private func fail(_ item: Item, _ message: String) {
-        fail(item.entry.path, item.task, message)
-    }
-
 }

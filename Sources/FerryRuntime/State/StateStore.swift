@@ -31,6 +31,18 @@ public struct SessionRecord: Sendable {
     public var manifestFiles: Int?
 }
 
+/// What a remote said of a file right after ferry placed it there (push): a later run that finds
+/// anything else there knows someone else changed it.
+public struct PlacedFile: Sendable, Equatable {
+    public var size: Int64
+    /// ETag, else Last-Modified (or a local directory's size, mtime and inode); nil when the remote gives none.
+    public var validator: String?
+    public init(size: Int64, validator: String?) {
+        self.size = size
+        self.validator = validator
+    }
+}
+
 /// The SQLite state of all sessions (WAL mode): sessions, the task table and the hash cache.
 /// The only code that knows the schema. Used from one thread at a time.
 public final class StateStore {
@@ -192,6 +204,27 @@ public final class StateStore {
         // 8: the manifest's file count, so an unchanged poll says it without counting the hash cache.
         """
         ALTER TABLE sessions ADD COLUMN manifest_files INTEGER;
+        """,
+        // 9: push: what the remote said of each file right after ferry placed it there (its size
+        // and validator), so a later run tells a file someone else changed from one ferry placed;
+        // when the session last checked every published file on the remote; and the warnings said
+        // once per path (a symlink in a push source), with what each was about when it was said.
+        """
+        CREATE TABLE placed (
+            session TEXT NOT NULL,
+            path TEXT NOT NULL,
+            size INTEGER NOT NULL,
+            validator TEXT,
+            PRIMARY KEY (session, path)
+        ) WITHOUT ROWID;
+        ALTER TABLE sessions ADD COLUMN remote_checked TEXT;
+        CREATE TABLE notices (
+            session TEXT NOT NULL,
+            kind TEXT NOT NULL,
+            key TEXT NOT NULL,
+            signature TEXT NOT NULL,
+            PRIMARY KEY (session, kind, key)
+        ) WITHOUT ROWID;
         """,
     ]
 
@@ -645,9 +678,11 @@ public final class StateStore {
             .bind(.int(Int64(attempts)), .text(error), .int(bytesDone), .optional(validator), .text(Timestamp.now().rfc3339), .int(id)).run()
     }
 
-    /// Marks files done and remembers their verified hashes, in one transaction.
-    public func markDone(session: String, _ done: [(task: TransferTask, cache: CachedHash)]) throws(FerryError) {
-        guard !done.isEmpty else { return }
+    /// Marks files done and remembers their verified hashes, and (push) what the remote said of
+    /// each file placed, in one transaction.
+    public func markDone(session: String, _ done: [(task: TransferTask, cache: CachedHash)],
+                         placed: [(RelativePath, PlacedFile)] = []) throws(FerryError) {
+        guard !done.isEmpty || !placed.isEmpty else { return }
         let now = Timestamp.now().rfc3339
         try db.transaction { () throws(FerryError) in
             // The row takes the hash verified: an upload hashed as it was sent (or hashed again
@@ -661,7 +696,68 @@ public final class StateStore {
                                 .int(d.task.id)).run()
             }
             try saveHashesInTransaction(session: session, done.map { ($0.task.path, $0.cache) })
+            try recordPlacedInTransaction(session: session, placed)
         }
+    }
+
+    // MARK: files placed on a remote (push)
+
+    /// What the remote said of each file this session placed there, by path.
+    public func placedFiles(session: String) throws(FerryError) -> [RelativePath: PlacedFile] {
+        let s = try db.prepare("SELECT path, size, validator FROM placed WHERE session = ?").bind(.text(session))
+        var out: [RelativePath: PlacedFile] = [:]
+        while try s.step() { out[RelativePath(trusted: s.text(0) ?? "")] = PlacedFile(size: s.int(1), validator: s.text(2)) }
+        return out
+    }
+
+    public func recordPlaced(session: String, _ files: [(RelativePath, PlacedFile)]) throws(FerryError) {
+        guard !files.isEmpty else { return }
+        try db.transaction { () throws(FerryError) in try recordPlacedInTransaction(session: session, files) }
+    }
+
+    private func recordPlacedInTransaction(session: String, _ files: [(RelativePath, PlacedFile)]) throws(FerryError) {
+        let s = try db.cached("INSERT OR REPLACE INTO placed (session, path, size, validator) VALUES (?, ?, ?, ?)")
+        for (path, file) in files { try s.bind(.text(session), .text(path.string), .int(file.size), .optional(file.validator)).run() }
+    }
+
+    /// Paths ferry removed from the remote (or no longer vouches for).
+    public func forgetPlaced(session: String, _ paths: [RelativePath]) throws(FerryError) {
+        guard !paths.isEmpty else { return }
+        try db.transaction { () throws(FerryError) in
+            let s = try db.cached("DELETE FROM placed WHERE session = ? AND path = ?")
+            for p in paths { try s.bind(.text(session), .text(p.string)).run() }
+        }
+    }
+
+    /// When the session last checked every published file on its remote.
+    public func remoteChecked(session: String) throws(FerryError) -> Timestamp? {
+        let s = try db.prepare("SELECT remote_checked FROM sessions WHERE name = ?").bind(.text(session))
+        return try s.step() ? s.text(0).flatMap(Timestamp.init(rfc3339:)) : nil
+    }
+
+    public func recordRemoteChecked(session: String, at time: Timestamp) throws(FerryError) {
+        try ensureSession(session)
+        try db.prepare("UPDATE sessions SET remote_checked = ? WHERE name = ?").bind(.text(time.rfc3339), .text(session)).run()
+    }
+
+    // MARK: notices said once
+
+    /// Of `notices` (a key, like a path, and a signature of what it is about now), those not said
+    /// before with the same signature; the session's notices of `kind` become `notices`, so one
+    /// that no longer applies is said again if it comes back.
+    public func unsaidNotices(session: String, kind: String, _ notices: [(key: String, signature: String)]) throws(FerryError) -> Set<String> {
+        var said: [String: String] = [:]
+        let rows = try db.prepare("SELECT key, signature FROM notices WHERE session = ? AND kind = ?").bind(.text(session), .text(kind))
+        while try rows.step() { said[rows.text(0) ?? ""] = rows.text(1) ?? "" }
+        let unsaid = Set(notices.filter { said[$0.key] != $0.signature }.map(\.key))
+        let current = Dictionary(notices.map { ($0.key, $0.signature) }, uniquingKeysWith: { a, _ in a })
+        guard !unsaid.isEmpty || current.count != said.count else { return [] }
+        try db.transaction { () throws(FerryError) in
+            try db.prepare("DELETE FROM notices WHERE session = ? AND kind = ?").bind(.text(session), .text(kind)).run()
+            let insert = try db.prepare("INSERT INTO notices (session, kind, key, signature) VALUES (?, ?, ?, ?)")
+            for (key, signature) in current { try insert.bind(.text(session), .text(kind), .text(key), .text(signature)).run() }
+        }
+        return unsaid
     }
 
     // MARK: hash cache

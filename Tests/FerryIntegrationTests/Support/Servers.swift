@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 
 /// A real nginx on 127.0.0.1 serving `root` over HTTP (ranges, ETags, WebDAV PUT/DELETE/MOVE, and
@@ -207,6 +208,9 @@ struct TestCertificates: Sendable {
 
     private static let made: Result<TestCertificates, TestFailure> = {
         let dir = Harness.temporaryDirectory("tls")
+        // Made once for the test process, and removed when it exits.
+        CertificateDirectory.path.withLock { $0 = dir }
+        atexit { CertificateDirectory.path.withLock { $0.map { Harness.remove($0) } } }
         let script = """
             set -e
             cd '\(dir)'
@@ -222,6 +226,11 @@ struct TestCertificates: Sendable {
     }()
 
     static func shared() throws -> TestCertificates { try made.get() }
+}
+
+/// Where the test process's certificates are, for their removal at exit.
+private enum CertificateDirectory {
+    static let path = Mutex<String?>(nil)
 }
 
 struct TestFailure: Error, CustomStringConvertible {

@@ -1,0 +1,159 @@
+import CCurl
+import Glibc
+import FerryCore
+
+/// What a remote says of one of its files now: a push checks what it placed with it (a server's
+/// answer is checked, not trusted: product.md §6 rule 10), and a later run compares it with what
+/// was recorded then to see whether someone else changed the file.
+struct RemoteFileState: Equatable {
+    /// A regular file is at the path.
+    var exists: Bool
+    var size: Int64?
+    /// The remote's validator for it: the ETag, else Last-Modified (a local directory: its size,
+    /// mtime and inode). It changes when the file does.
+    var validator: String?
+    /// The SHA-256 the remote vouches for, when it gives one (RFC 9530 `Repr-Digest`).
+    var sha256: SHA256Digest?
+
+    static let absent = RemoteFileState(exists: false)
+
+    /// An ETag without its weakness mark (`W/"x"` → `"x"`).
+    static func opaque(_ etag: String) -> String { etag.hasPrefix("W/") ? String(etag.dropFirst(2)) : etag }
+
+    /// The record of what ferry placed as `entry`, from this state (the entry's size where the
+    /// server gave none).
+    func placed(as entry: ManifestEntry) -> PlacedFile? {
+        exists ? PlacedFile(size: size ?? entry.size ?? -1, validator: validator) : nil
+    }
+
+    /// Whether the file is still what ferry recorded when it placed it (a size the server leaves
+    /// out is not held against it; the validator still is).
+    func matches(_ placed: PlacedFile) -> Bool {
+        exists && (size == nil || size == placed.size) && (placed.validator == nil || validator == nil || validator == placed.validator)
+    }
+
+    /// Why the file at `path` is not what ferry sent (`entry`), or nil when it is.
+    func mismatch(with entry: ManifestEntry) -> String? {
+        let name = Printable.name(entry.path.string)
+        guard exists else { return "the server answered, but \(name) is not at its final name" }
+        if let size, let wanted = entry.size, size != wanted {
+            return "the server holds \(size) bytes at \(name), not the \(wanted) sent"
+        }
+        // A server may leave the length out of a HEAD of an empty file (Apache does): nothing else
+        // goes without one.
+        if size == nil && entry.size != 0 { return "the server does not say how large \(name) is" }
+        if let sha256, sha256 != entry.sha256 { return "the server says \(name) has SHA-256 \(sha256), not the \(entry.sha256) sent" }
+        return nil
+    }
+}
+
+/// How a remote answers for a file: with a request the engine runs (HTTP), or at once (a local
+/// directory).
+enum RemoteInspection {
+    case probe(RemoteProbe)
+    case now(RemoteFileState)
+}
+
+/// A `HEAD` of one file, run by the engine: its status, length, validators and, when the server
+/// offers one, its digest (`Want-Repr-Digest: sha-256=10`).
+final class RemoteProbe: Transfer {
+    let path: RelativePath
+    private let url: String
+    private let settings: HTTPSettings
+    private let headers = HeaderSink()
+    var cancelRequested = false
+    var throttle: Throttle?
+    /// The answer, once the probe succeeded.
+    private(set) var state: RemoteFileState?
+
+    init(path: RelativePath, url: String, settings: HTTPSettings) {
+        self.path = path
+        self.url = url
+        self.settings = settings
+    }
+
+    var mode: TransferMode { .curl }
+    func outcomeWithoutRequest() -> TransferOutcome? { nil }
+    func step() -> TransferOutcome? { nil }
+    func tick(now: Double) {}
+
+    func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
+        easy.configure(url: url, settings: settings, extraHeaders: ["Want-Repr-Digest: sha-256=10"])
+        easy.set(CURLOPT_NOBODY, 1)
+        easy.set(CURLOPT_FOLLOWLOCATION, 0)
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, discardCallback)
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, headerCallback)
+        easy.set(CURLOPT_HEADERDATA, pointer: Unmanaged.passUnretained(headers).toOpaque())
+    }
+
+    func finish(code: CURLcode, errorText: String?) -> TransferOutcome {
+        let h = headers.headers
+        guard code == CURLE_OK else {
+            return .failed(TransferFailure(message: "HEAD \(url): " + Curl.describe(code, errorText: errorText, headers: h), keepPartial: false,
+                                           cause: Curl.cause(code, errorText: errorText, headers: h)))
+        }
+        switch h.status {
+        case 200..<300:
+            // Compared weakly (W/ dropped): Apache makes the ETag of a file changed within the last
+            // second weak, and strong a second later, for the same file. (A change within the
+            // same second at the same size may keep its validator on such servers: only the size
+            // and the digest, when given, see it then.)
+            let validator = h.etag.map(RemoteFileState.opaque) ?? h.lastModified.map { "lm:" + $0 }
+            state = RemoteFileState(exists: true, size: h.contentLength, validator: validator,
+                                    sha256: SHA256Digest.fromServer(reprDigest: h.reprDigest, digest: h.digest))
+        case 404, 410:
+            state = .absent
+        default:
+            return .failed(TransferFailure(message: "HEAD \(url) was refused: HTTP \(h.status)", keepPartial: false, cause: .http(status: h.status)))
+        }
+        return .succeeded
+    }
+}
+
+/// Asks the remote about many files at once, through the engine under the session's limits;
+/// returns what it says of each. A probe that fails (the remote cannot be reached) fails them all.
+final class RemoteProbes: TransferSource {
+    private var pending: [RelativePath]
+    private let writer: RemoteWriting
+    private let session: SessionConfig
+    private(set) var states: [RelativePath: RemoteFileState] = [:]
+    private(set) var failure: FerryError?
+
+    init(_ paths: [RelativePath], writer: RemoteWriting, session: SessionConfig) {
+        pending = paths.reversed()
+        self.writer = writer
+        self.session = session
+    }
+
+    static func run(_ paths: [RelativePath], writer: RemoteWriting, session: SessionConfig, engine: TransferEngine) throws(FerryError)
+        -> [RelativePath: RemoteFileState] {
+        let probes = RemoteProbes(paths, writer: writer, session: session)
+        if !probes.pending.isEmpty { engine.run(probes) }
+        if let failure = probes.failure { throw failure }
+        return probes.states
+    }
+
+    func next() -> TransferEngine.Next {
+        while failure == nil, let path = pending.popLast() {
+            switch writer.inspect(path) {
+            case let .probe(probe): return .start(probe)
+            case let .now(state): states[path] = state
+            }
+        }
+        return .none
+    }
+
+    func finished(_ batch: [(Transfer, TransferOutcome)]) {
+        for case let (probe as RemoteProbe, outcome) in batch {
+            switch outcome {
+            case .succeeded: states[probe.path] = probe.state
+            case let .failed(f): failure = failure ?? FerryError(.remote, f.message, cause: f.cause)
+            case .interrupted: failure = failure ?? FerryError(.stopped, "stopped while checking the remote's files")
+            }
+        }
+    }
+
+    func tick(_ running: [Transfer]) {}
+    var shouldStop: Bool { failure != nil }
+    var limit: Int { session.transfers ?? Int.max }
+}

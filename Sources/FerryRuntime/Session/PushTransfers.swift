@@ -1,0 +1,347 @@
+import Glibc
+import FerryCore
+
+/// The upload stage of a push run, the session's `TransferSource`: hands out the uploads, moves
+/// each one that verified into place, checks that the remote holds what was sent at its final name
+/// (size, and the SHA-256 where the server gives one), and retries what is worth retrying. Each
+/// file goes upload → move → check; a file the remote does not hold as sent fails alone.
+final class PushTransfers: SessionTransfers<PushTransfers.Item> {
+    struct Item: SessionTransferItem {
+        var entry: ManifestEntry
+        var task: TransferTask
+        var stat: LocalEntry
+        var notBefore = 0.0
+        var triesThisRun = 0
+        /// false: hashed while sent (see `Upload.hashKnown`).
+        var hashKnown = true
+        /// Bytes the upload sent, once it verified (then it waits for its move).
+        var sent: Int64 = 0
+        /// The upload that verified, until it is in place (its files stay open until then).
+        var upload: Upload?
+        var moveTries = 0
+        var checkTries = 0
+        /// What the remote said of the file once it was placed.
+        var placed: PlacedFile?
+        var path: RelativePath { entry.path }
+    }
+
+    private let writer: RemoteWriting
+    private let root: LocalRoot
+    private var localRoot = ""
+    private var running: [Int64: Item] = [:]
+    /// Uploads that verified and wait to be moved into place (before any new upload starts).
+    private var toMove: [Item] = []
+    /// Moved into place, to be checked on the remote.
+    private var toCheck: [Item] = []
+    /// Checks running, by path.
+    private var checking: [RelativePath: Item] = [:]
+    /// Moved into place; recorded done in groups (one transaction per 256, or per 0.2 s).
+    private var moved: [Item] = []
+    private var lastFlush = MonotonicClock.seconds()
+    private(set) var uploaded = 0
+    private(set) var bytesSent: Int64 = 0
+    /// Entries whose hash is known only now: hashed while sent, or hashed again after a change.
+    private(set) var rehashed: [RelativePath: ManifestEntry] = [:]
+    /// Files gone from the local tree between the scan and their upload: not sent. The manifest
+    /// goes on listing what the remote holds at their paths; the next run sees them gone.
+    private(set) var vanished: Set<RelativePath> = []
+
+    init(session: SessionConfig, store: StateStore, writer: RemoteWriting, root: LocalRoot, observer: EventSink,
+         emit: @escaping (Event.Body) -> Void, stop: StopCondition, gate: DiscretionGate?) {
+        self.writer = writer
+        self.root = root
+        super.init(session: session, store: store, observer: observer, emit: emit, stop: stop, gate: gate)
+    }
+
+    func run(_ items: [Item], localRoot: String, engine: TransferEngine) {
+        self.localRoot = localRoot
+        let runnable = runnable(items)
+        ready = ArraySlice(runnable)
+        guard !runnable.isEmpty else { return }
+        progress.filesTotal = runnable.count
+        progress.bytesTotal = runnable.reduce(0) { $0 + $1.stat.size }
+        run(engine: engine)
+        // Stopped (a deadline, a signal) between an upload and its move: the next run sends it
+        // again. One moved but not yet checked: the manifest goes on listing what was there, and
+        // the next run checks and sends it again.
+        for item in toMove { discard(item) }
+        toMove.removeAll()
+        toCheck.removeAll()
+    }
+
+    /// Also the verified uploads still waiting for their move: their temporary uploads go.
+    override func leftWhenHeld() -> [Item] {
+        for item in toMove { discard(item) }
+        return super.leftWhenHeld() + toMove
+    }
+
+    /// An upload that will not be placed: its files are closed and its temporary upload goes.
+    private func discard(_ item: Item) {
+        item.upload?.close()
+        writer.removeUpload(task: item.task.id)
+    }
+
+    override func next() -> TransferEngine.Next {
+        while let item = toMove.popLast() {
+            if let move = startMove(item) { return .start(move) }
+        }
+        while let item = toCheck.popLast() {
+            if let probe = startCheck(item) { return .start(probe) }
+        }
+        while let item = nextDue() {
+            if let upload = start(item) { return .start(upload) }
+        }
+        return backingOff.isEmpty ? .none : .notYet
+    }
+
+    /// The move of a verified upload to its final name: an engine transfer over WebDAV, done at
+    /// once for a local directory.
+    private func startMove(_ item: Item) -> RemoteMove? {
+        guard let upload = item.upload else { return nil }
+        do throws(FerryError) {
+            if let move = try writer.place(upload) {
+                running[item.task.id] = item
+                return move
+            }
+            moveDone(item)
+        } catch {
+            discard(item)
+            fail(item, error.message)
+        }
+        return nil
+    }
+
+    /// The move answered: the upload's files close, and the final name is checked.
+    private func moveDone(_ item: Item) {
+        var item = item
+        item.upload?.close()
+        item.upload = nil
+        toCheck.append(item)
+    }
+
+    /// Asks the remote what it holds at the item's final name: a `HEAD` run by the engine, or at once.
+    private func startCheck(_ item: Item) -> RemoteProbe? {
+        switch writer.inspect(item.entry.path) {
+        case let .probe(probe):
+            checking[item.entry.path] = item
+            return probe
+        case let .now(state):
+            checked(item, state)
+            return nil
+        }
+    }
+
+    /// A file placed and checked: done if the remote holds what was sent, else it fails alone (its
+    /// temporary upload is gone; the manifest goes on listing what was there before, and the next
+    /// run sends it again). Either way what the remote says of it now is recorded, so the next run
+    /// does not take the file for someone else's change.
+    private func checked(_ item: Item, _ state: RemoteFileState) {
+        var item = item
+        item.placed = state.placed(as: item.entry)
+        if let why = state.mismatch(with: item.entry) {
+            do throws(FerryError) {
+                if let placed = item.placed { try store.recordPlaced(session: session.name, [(item.entry.path, placed)]) }
+            } catch {
+                storeError = error
+            }
+            writer.removeUpload(task: item.task.id)
+            fail(item, why + "; the remote does not hold what was sent, so the manifest does not list it")
+            return
+        }
+        moved.append(item)
+        if moved.count >= 256 || MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
+    }
+
+    /// Records the moved files done, and their hashes, in one transaction.
+    override func flush() {
+        lastFlush = MonotonicClock.seconds()
+        guard !moved.isEmpty else { return }
+        do throws(FerryError) {
+            try store.markDone(session: session.name, moved.map { ($0.task, CachedHash($0.stat, sha256: $0.entry.sha256, wanted: nil)) },
+                               placed: moved.compactMap { item in item.placed.map { (item.entry.path, $0) } })
+            for item in moved {
+                uploaded += 1
+                bytesSent += item.sent
+                completedBytes += item.sent
+                progress.filesDone += 1
+                emit(.fileDone(path: item.entry.path, size: item.sent, fetched: item.sent))
+            }
+        } catch {
+            storeError = error
+        }
+        moved.removeAll(keepingCapacity: true)
+    }
+
+    private func start(_ item: Item) -> Upload? {
+        var item = item
+        item.triesThisRun += 1
+        item.task.attempts += 1
+        do throws(FerryError) {
+            let file = try root.open(item.entry.path, for: "to upload it")
+            if let changed = Upload.change(fd: file, from: item.stat) {
+                close(file)
+                throw FerryError(.localIO, "\(Printable.name(localRoot + "/" + item.entry.path.string)) changed after it was hashed (\(changed)); it is hashed and sent again",
+                                 cause: .sourceChanged)
+            }
+            let upload: Upload
+            do { upload = try writer.upload(task: item.task, entry: item.entry, stat: item.stat, hashKnown: item.hashKnown, file: file) } catch {
+                close(file)
+                throw error
+            }
+            running[item.task.id] = item
+            if item.triesThisRun == 1 { emit(.fileStarted(path: item.entry.path, size: item.entry.size, reason: .missing)) }
+            try store.markRunning([(item.task.id, item.task.attempts)])
+            return upload
+        } catch {
+            if PushTransfers.isGone(error.cause) {
+                // Gone since the scan (deleted, renamed, a symlink or a FIFO now, or under a file):
+                // a change like any other, which the session takes up.
+                afterFailure(item, TransferFailure(message: error.message, keepPartial: false, cause: .sourceChanged))
+            } else {
+                fail(item, error.message)
+            }
+            return nil
+        }
+    }
+
+    /// Whether a failure to open a local file says it is no longer a file at that path.
+    static func isGone(_ cause: FailureCause?) -> Bool {
+        switch cause {
+        case .sourceChanged?: return true
+        case let .local(code)?: return code == ENOENT || code == ENOTDIR || code == ELOOP || code == EINVAL
+        default: return false
+        }
+    }
+
+    /// The item for a file that changed after it was hashed: hashed again as it is now, so the
+    /// next try sends (and the manifest lists) its current content. nil when it is gone.
+    private func rehash(_ item: Item) -> Item? {
+        guard let now = root.stat(item.entry.path), now.kind == .file, let hashed = try? root.hash(item.entry.path) else { return nil }
+        var item = item
+        item.stat = LocalEntry(kind: .file, size: hashed.size, mtime: hashed.mtime, ctime: hashed.ctime, inode: hashed.inode, mode: now.mode)
+        item.entry = ManifestEntry(path: item.entry.path, size: hashed.size, sha256: hashed.sha256, mtime: hashed.mtime, mode: now.mode & 0o777)
+        item.hashKnown = true
+        rehashed[item.entry.path] = item.entry
+        return item
+    }
+
+    override func finished(_ batch: [(Transfer, TransferOutcome)]) {
+        for (transfer, outcome) in batch {
+            if let probe = transfer as? RemoteProbe {
+                guard var item = checking.removeValue(forKey: probe.path) else { continue }
+                switch outcome {
+                case .succeeded:
+                    checked(item, probe.state ?? .absent)
+                case let .failed(failure):
+                    // The answer did not come: asked again, twice, then the file fails (the next
+                    // run checks it and sends it again).
+                    item.checkTries += 1
+                    if item.checkTries < 3 && failure.retry != .never {
+                        toCheck.insert(item, at: 0)
+                    } else {
+                        fail(item, "cannot check what the remote holds: \(failure.message)")
+                    }
+                case .interrupted:
+                    interrupted(item)
+                }
+                continue
+            }
+            if let move = transfer as? RemoteMove {
+                guard let item = running.removeValue(forKey: move.task.id) else { continue }
+                moveEnded(item, outcome)
+                continue
+            }
+            let upload = transfer as! Upload
+            guard var item = running.removeValue(forKey: upload.task.id) else {
+                upload.close()
+                continue
+            }
+            switch outcome {
+            case .succeeded:
+                item.upload = upload
+                item.sent = upload.sent
+                if !item.hashKnown, let digest = upload.digest {
+                    // Hashed as it went: the manifest and the hash cache get what was sent.
+                    item.entry = ManifestEntry(path: item.entry.path, size: item.entry.size, sha256: digest, mtime: item.entry.mtime, mode: item.entry.mode)
+                    item.hashKnown = true
+                    rehashed[item.entry.path] = item.entry
+                }
+                toMove.append(item)
+            case let .failed(failure):
+                upload.close()
+                writer.removeUpload(task: item.task.id)
+                afterFailure(item, failure)
+            case .interrupted:
+                upload.close()
+                interrupted(item, cancelled: upload.cancelRequested)
+            }
+        }
+    }
+
+    /// A move refused for want of its directories (`HTTPRemote.mayLackCollections`) makes them and tries once more.
+    private func moveEnded(_ item: Item, _ outcome: TransferOutcome) {
+        switch outcome {
+        case .succeeded:
+            moveDone(item)
+        case let .failed(failure):
+            var item = item
+            item.moveTries += 1
+            if case .http(let status) = failure.cause, HTTPRemote.mayLackCollections(item.entry.path, status: status), item.moveTries == 1 {
+                do throws(FerryError) {
+                    try writer.makeCollections(for: item.entry.path)
+                    toMove.append(item)
+                    return
+                } catch {
+                    discard(item)
+                    fail(item, error.message)
+                    return
+                }
+            }
+            discard(item)
+            fail(item, failure.message)
+        case .interrupted:
+            item.upload?.close()
+            interrupted(item)
+        }
+    }
+
+    /// An upload or move stopped before it ended: its temporary upload goes (a WebDAV PUT starts
+    /// again from zero).
+    private func interrupted(_ item: Item, cancelled: Bool = false) {
+        writer.removeUpload(task: item.task.id)
+        interrupted(item, offset: 0, cancelled: cancelled)
+    }
+
+    override func tick(_ running: [Transfer]) {
+        // `ferry cancel`: an upload it suspends stops (its temporary upload goes) and waits for
+        // `ferry resume`; the manifest is not published.
+        applySuspensions(running: running.compactMap { ($0 as? Upload)?.task.id }, recordFinished: flush) { ids in
+            for case let upload as Upload in running where ids.contains(upload.task.id) { upload.cancelRequested = true }
+        }
+        let uploads = running.compactMap { $0 as? Upload }
+        progress.active = uploads.map { SyncProgress.Active(path: $0.entry.path, done: $0.sent, size: $0.stat.size) }
+        progress.bytesDone = completedBytes + uploads.reduce(0) { $0 + $1.sent }
+        observer.progress(progress)
+        if !moved.isEmpty && MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
+    }
+
+    /// A file that changed after it was hashed is hashed again before its next try; one that is
+    /// gone (deleted, or no longer a regular file) leaves this run (`vanished`).
+    private func afterFailure(_ item: Item, _ failure: TransferFailure) {
+        var item = item
+        if failure.cause == .sourceChanged {
+            guard let fresh = rehash(item) else {
+                vanished.insert(item.entry.path)
+                emit(.warning(message: "\(Printable.name(item.entry.path.string)) is gone from the local tree since the scan; not sent, and the remote keeps what it had there until the next run"))
+                return
+            }
+            item = fresh
+        }
+        retryOrFail(item, failure)
+    }
+
+    private func fail(_ item: Item, _ message: String) {
+        fail(item.entry.path, item.task, message)
+    }
+
+}
