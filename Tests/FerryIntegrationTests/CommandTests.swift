@@ -170,4 +170,15 @@ struct CommandTests {
             #expect(sync.wait(timeout: 30) == 0, "round \(round): \(fileContents(box.directory + "/sync\(round).err") ?? "")")
         }
     }
+
+    /// A session named twice runs once (it never locks itself out).
+    @Test func aSessionNamedTwiceRunsOnce() throws {
+        let box = Sandbox("twice")
+        box.publish("a.txt", "a\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published)
+        let run = box.sync(["--session", "test", "--session", "test", "--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(run.events(named: "sync-finished").count == 1)
+    }
 }

@@ -72,6 +72,13 @@ struct StopAndResumeTests {
         let events = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
         #expect(events.contains("\"event\":\"file-interrupted\""))
         #expect(!FileManager.default.fileExists(atPath: box.localPath("slow.bin")))
+        // The summary counts what came over the network, kept for the next run; the task is back in
+        // line, not "running" with no process alive.
+        let finished = events.split(separator: "\n").first { $0.contains("\"event\":\"sync-finished\"") }.map(String.init) ?? ""
+        let bytes = Int(finished.firstMatch(of: /"bytes":(\d+)/)?.1 ?? "") ?? 0
+        #expect(bytes >= 500_000, "\(finished)")
+        let tasks = box.status(["--json"]).stdout
+        #expect(tasks.contains("\"state\":\"queued\"") && !tasks.contains("\"state\":\"running\""), "\(tasks)")
 
         server.setFaults([:])
         let resumed = box.sync(["--json"])
@@ -199,5 +206,31 @@ struct StopAndResumeTests {
         let none = ferry(["cancel", "--config", box.config, "--session", "test"])
         #expect(none.exitCode == 0)
         #expect(none.stdout.contains("nothing to suspend"))
+    }
+
+    /// A run killed between placing files and recording them (kill -9) leaves their rows running or
+    /// queued: the next run finds the files in place and settles the rows, so status says the
+    /// session is in sync and nothing stays "running" through restarts.
+    @Test func rowsAKilledRunLeftAreSettledByTheNextRun() throws {
+        let box = Sandbox("settle-rows")
+        for name in ["a", "b", "c"] { box.publish("\(name).txt", "\(name)\n") }
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published)
+        #expect(box.sync().exitCode == 0)
+        let script = """
+            import sqlite3, sys
+            db = sqlite3.connect(sys.argv[1])
+            db.execute("UPDATE tasks SET state = 'running' WHERE path IN ('a.txt', 'b.txt')")
+            db.execute("UPDATE tasks SET state = 'queued' WHERE path = 'c.txt'")
+            db.commit()
+            """
+        #expect(runProcess("python3", ["-c", script, box.state + "/ferry.db"]).exitCode == 0)
+        #expect(box.status(["--json"]).stdout.contains("\"running\":2"), "the killed run's rows: \(box.status(["--json"]).stdout)")
+        let run = box.sync()
+        #expect(run.exitCode == 0, "\(run.output)")
+        let status = box.status(["--json"]).stdout
+        #expect(status.contains("\"running\":0") && status.contains("\"queued\":0"), "settled: \(status)")
+        let cancel = ferry(["cancel", "--config", box.config, "--session", "test"])
+        #expect(!cancel.stdout.contains("not started"), "\(cancel.output)")
     }
 }

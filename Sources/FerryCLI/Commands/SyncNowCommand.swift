@@ -115,11 +115,12 @@ struct RunRecord {
     }
 }
 
-/// The sessions a command works on: all of them, or those named with --session.
+/// The sessions a command works on: all of them, or those named with --session (each once,
+/// however often it is named: a session run twice at once would only meet its own lock).
 func selectSessions(_ config: Config, names: [String]) throws(FerryError) -> [SessionConfig] {
     if names.isEmpty { return config.sessions }
     var out: [SessionConfig] = []
-    for name in names {
+    for name in names where !out.contains(where: { $0.name == name }) {
         guard let s = config.session(named: name) else {
             throw .usage("no session '\(name)' in \(config.path)",
                          hint: "sessions there: " + config.sessions.map(\.name).joined(separator: ", "))

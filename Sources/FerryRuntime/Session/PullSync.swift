@@ -97,10 +97,12 @@ final class PullSync: SessionWork {
             return
         }
 
-        // Record the tasks before any byte moves, and drop state of paths no longer listed.
+        // Record the tasks before any byte moves, and drop state of paths no longer listed; the rows
+        // of files already in place are done, whatever a killed run left them as.
         for gone in try store.pruneTasks(session: session.name, keeping: manifest.lists) where gone.delayed {
             emit(.delayedDue(path: gone.path, disposition: .cancel, reason: "the file is no longer in the manifest"))
         }
+        try store.settleTasks(session: session.name, transferring: Set(plan.downloads.map(\.entry.path) + plan.blocked.map(\.path)))
         let notBefore = (options.notBefore ?? session.earliestBegin)?.time(from: Timestamp.now())
         let queued = try store.queueDownloads(session: session.name, entries: plan.downloads.map(\.entry),
                                               urlFor: { self.session.remote.url(for: $0) }, notBefore: notBefore)

@@ -22,6 +22,8 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     private(set) var downloaded = 0
     /// Downloads that neither finished, failed, wait nor are suspended, delayed or held: only a stop leaves any.
     var unfinished: Int { progress.filesTotal - downloaded - failed - waiting - suspended - delayed - onHold }
+    /// Bytes that came over the network this run: of files done, and of those that failed or
+    /// stopped (what a stop keeps is resume data, and counts).
     private(set) var bytesFetched: Int64 = 0
     /// A disk-level failure (full, read-only, I/O error): the run ends with exit code 5.
     private(set) var localIOError: String?
@@ -185,6 +187,8 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                     fail(path, download.task, error.message, bytesDone: kept, validator: download.validator)
                 }
             case let .failed(failure):
+                // What came over the network counts, kept or not.
+                bytesFetched += download.received
                 if let code = download.localIOFailure, code == ENOSPC || code == EDQUOT || code == EROFS || code == EIO {
                     localIOError = localIOError ?? "\(session.local): \(failure.message)"
                 }
@@ -200,6 +204,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                     retryOrFail(item, failure)
                 }
             case .interrupted:
+                bytesFetched += download.received
                 var kept: Int64 = 0
                 if download.syncData() {
                     kept = min(download.written, download.bytesOnDisk)

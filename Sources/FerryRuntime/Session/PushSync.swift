@@ -101,6 +101,7 @@ final class PushSync: SessionWork {
         // Tasks of files the local tree no longer has go (their leftovers were just removed).
         let present = Set(scan.entries.map(\.path))
         _ = try store.pruneTasks(session: session.name, keeping: { present.contains($0) })
+        try store.settleTasks(session: session.name, transferring: Set(plan.uploads.map(\.entry.path)))
         if plan.isEmpty && unlisting.isEmpty { return }
 
         let gate = DiscretionGate(session: session, agent: agent)

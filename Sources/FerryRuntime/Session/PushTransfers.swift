@@ -39,6 +39,7 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     private var moved: [Item] = []
     private var lastFlush = MonotonicClock.seconds()
     private(set) var uploaded = 0
+    /// Bytes sent this run, of files placed and of those that failed or stopped.
     private(set) var bytesSent: Int64 = 0
     /// Entries whose hash is known only now: hashed while sent, or hashed again after a change.
     private(set) var rehashed: [RelativePath: ManifestEntry] = [:]
@@ -268,10 +269,12 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
                 }
                 toMove.append(item)
             case let .failed(failure):
+                bytesSent += upload.sent
                 upload.close()
                 writer.removeUpload(task: item.task.id)
                 afterFailure(item, failure)
             case .interrupted:
+                bytesSent += upload.sent
                 upload.close()
                 interrupted(item, cancelled: upload.cancelRequested)
             }

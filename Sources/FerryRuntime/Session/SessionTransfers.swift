@@ -202,10 +202,9 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
             emit(.fileSuspended(path: item.path, offset: offset))
             return
         }
-        if heldFor != nil {
-            onHold += 1
-            do throws(FerryError) { try store.requeue([item.task.id]) } catch { storeError = error }
-        }
+        if heldFor != nil { onHold += 1 }
+        // Back in line with its resume data: no process transfers it now.
+        do throws(FerryError) { try store.requeue([item.task.id]) } catch { storeError = error }
         emit(.fileInterrupted(path: item.path, offset: offset))
     }
 

@@ -482,6 +482,26 @@ public final class StateStore {
         return gone
     }
 
+    /// Marks done every unfinished task whose path the run does not transfer (`transferring`): its
+    /// file is in place as the plan wants it (a run killed between placing a file and recording it
+    /// left the row running or queued, and no later run would touch it). Delayed tasks are left
+    /// to come due. Returns how many were settled.
+    @discardableResult
+    public func settleTasks(session: String, transferring: Set<RelativePath>) throws(FerryError) -> Int {
+        var settled: [Int64] = []
+        let rows = try db.prepare("SELECT id, path, state FROM tasks WHERE session = ? AND state != 'done' AND state != 'delayed'").bind(.text(session))
+        while try rows.step() {
+            if !transferring.contains(RelativePath(trusted: rows.text(1) ?? "")) { settled.append(rows.int(0)) }
+        }
+        guard !settled.isEmpty else { return 0 }
+        let now = Timestamp.now().rfc3339
+        try db.transaction { () throws(FerryError) in
+            let update = try db.cached("UPDATE tasks SET state = 'done', last_error = NULL, updated_at = ? WHERE id = ?")
+            for id in settled { try update.bind(.text(now), .int(id)).run() }
+        }
+        return settled.count
+    }
+
     /// Suspends tasks (all unfinished ones of the session when `ids` is nil), keeping their resume
     /// data. Returns the tasks now suspended, and the number of this request: the process running
     /// the session answers it with `acknowledgeSuspensions` once it has stopped (or committed) them.
