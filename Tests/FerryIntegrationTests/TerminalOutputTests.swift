@@ -102,4 +102,42 @@ struct TerminalOutputTests {
         #expect(!run.stdout.unicodeScalars.contains { $0.value == 0x202E }, "no raw bidi override")
         #expect(run.stdout.contains("in sync"))
     }
+
+    /// What a terminal of `columns` shows for a run: every line ferry drew (control sequences
+    /// removed, split where the cursor went back).
+    func drawnLines(_ box: Sandbox, columns: Int) -> (FerryRun, [String]) {
+        let command = "stty cols \(columns) rows 30; TERM=xterm '\(Harness.ferryBinary)' sync now --config '\(box.config)'"
+        let run = runProcess("/usr/bin/script", ["-q", "-e", "-c", command, "/dev/null"])
+        let plain = run.stdout.replacing(/\x1B\[[0-9;]*[A-Za-z]/, with: "")
+        return (run, plain.components(separatedBy: CharacterSet.newlines).filter { !$0.isEmpty })
+    }
+
+    /// Progress bars fit the terminal (80 columns, 60, 40) whatever the names: a line that wrapped
+    /// would make each redraw leave stale bars behind. Per-file lines carry a rate and an ETA, and a
+    /// long name is shortened in its middle.
+    @Test(arguments: [80, 60, 40])
+    func progressBarsFitTheTerminal(columns: Int) throws {
+        let box = Sandbox("tty-width-\(columns)")
+        let long = "a-rather-long-directory-name/with-a-subdirectory/and-a-very-long-file-name-that-goes-on-\(columns).bin"
+        box.publish(long, randomData(900_000, seed: 4))
+        box.publish("short.bin", randomData(900_000, seed: 5))
+        box.buildManifest()
+        let server = try PythonServer(directory: box.published)
+        defer { server.stop() }
+        server.setFaults(["*": ["rate": 600_000]])
+        box.configure(remote: server.url)
+        let (run, lines) = drawnLines(box, columns: columns)
+        #expect(run.exitCode == 0, "\(run.output)")
+        // The bars (the log lines around them are printed once, and may wrap).
+        let bars = lines.filter { $0.contains("[#") || $0.contains("[-") }
+        #expect(!bars.isEmpty, "bars were drawn: \(lines)")
+        let tooWide = bars.filter { $0.count > columns - 1 }
+        #expect(tooWide.isEmpty, "lines wider than \(columns): \(tooWide)")
+        let fileLines = lines.filter { $0.hasPrefix("  [") }
+        #expect(!fileLines.isEmpty, "per-file bars were drawn: \(lines)")
+        if columns >= 80 {
+            #expect(fileLines.contains { $0.contains("/s") && $0.contains("ETA") }, "a file line has its rate and ETA: \(fileLines)")
+            #expect(fileLines.contains { $0.contains("…") && $0.hasSuffix(".bin") }, "the long name keeps its end: \(fileLines)")
+        }
+    }
 }
