@@ -34,10 +34,16 @@ public enum ConfigLoader {
         return config
     }
 
-    /// The session's HTTP settings with its credentials read from their files.
+    /// The session's HTTP settings with its credentials read from their files, and its `ca-file`
+    /// checked (a missing one is named as such, not taken for an untrusted server).
     public static func httpSettings(for session: SessionConfig) throws(FerryError) -> HTTPSettings {
         var basic: String?
         var bearer: String?
+        if let ca = session.caFile {
+            do { _ = try FileSystem.readFile(ca, limit: 16 << 20) } catch {
+                throw .usage("ca-file of session '\(session.name)': \(error.message)", hint: "fix 'ca-file =' in [session \(session.name)], or put the CA's certificate (PEM) there")
+            }
+        }
         if let file = session.basicAuthFile {
             let line = try firstLine(of: file, session: session, key: "basic-auth-file")
             guard line.contains(":") else {
@@ -64,6 +70,79 @@ public enum ConfigLoader {
         let line = String(text.split(separator: "\n", omittingEmptySubsequences: false).first ?? "").trimmingSpaces()
         guard !line.isEmpty else { throw .usage("\(key) \(file) of session '\(session.name)' is empty") }
         return line
+    }
+
+    /// Everything about a config that can be checked without the network (`ferry config check`):
+    /// the state directory, each session's local directory, the files and programs it names, the
+    /// metrics directory. One problem per entry, each naming the key and what to do.
+    public static func problems(in config: Config) -> [FerryError] {
+        var out: [FerryError] = []
+        let agent = "[agent]"
+        if let why = writableDirectory(config.agent.state) {
+            out.append(.usage("\(agent) state = \(config.agent.state): \(why)", hint: "choose a directory ferry may create and write (it keeps its database, locks and event logs there)"))
+        }
+        if let metrics = config.agent.metrics {
+            let directory = ConfigParser.directoryName(of: metrics)
+            var st = stat()
+            if stat(directory, &st) != 0 || (st.st_mode & S_IFMT) != S_IFDIR {
+                out.append(.usage("\(agent) metrics = \(metrics): the directory \(directory) does not exist", hint: "create it (node_exporter's textfile collector directory), or fix 'metrics ='"))
+            } else if access(directory, W_OK | X_OK) != 0 {
+                out.append(.usage("\(agent) metrics = \(metrics): cannot write to \(directory): \(FileSystem.errorText())", hint: "let ferry's user write there, or choose another directory"))
+            }
+        }
+        for session in config.sessions {
+            let where_ = "[session \(session.name)]"
+            if session.direction == .push {
+                var st = stat()
+                if stat(session.local, &st) != 0 {
+                    out.append(.usage("\(where_) local = \(session.local): \(FileSystem.errorText())", hint: "a push publishes this directory: it must exist"))
+                } else if (st.st_mode & S_IFMT) != S_IFDIR || access(session.local, R_OK | X_OK) != 0 {
+                    out.append(.usage("\(where_) local = \(session.local): not a directory ferry can read", hint: "fix 'local =', or let ferry's user read it"))
+                }
+            } else if let why = writableDirectory(session.local) {
+                out.append(.usage("\(where_) local = \(session.local): \(why)", hint: "a pull writes this directory: choose one ferry may create and write"))
+            }
+            for (key, file) in [("ca-file", session.caFile), ("basic-auth-file", session.basicAuthFile), ("bearer-token-file", session.bearerTokenFile)] {
+                guard let file else { continue }
+                do { _ = try FileSystem.readFile(file, limit: 16 << 20) } catch {
+                    out.append(.usage("\(where_) \(key) = \(file): \(error.message)", hint: "create the file, or fix '\(key) ='"))
+                }
+            }
+            for (key, hook) in [("on-file-done", session.onFileDone), ("on-session-done", session.onSessionDone)] {
+                guard let hook, let why = unrunnable(hook.program) else { continue }
+                out.append(.usage("\(where_) \(key): \(why)", hint: "install it, or give its full path"))
+            }
+        }
+        return out
+    }
+
+    /// Why `path` cannot be (or become) a directory ferry writes, or nil when it can: it is a
+    /// directory ferry may write, or it does not exist and its nearest existing parent is one.
+    static func writableDirectory(_ path: String) -> String? {
+        var st = stat()
+        if lstat(path, &st) == 0 || stat(path, &st) == 0 {
+            if stat(path, &st) != 0 { return "it is a symlink to nothing" }
+            guard (st.st_mode & S_IFMT) == S_IFDIR else { return "it is a file, not a directory" }
+            return access(path, W_OK | X_OK) == 0 ? nil : "cannot write there: \(FileSystem.errorText())"
+        }
+        var parent = ConfigParser.directoryName(of: path)
+        while stat(parent, &st) != 0 {
+            let up = ConfigParser.directoryName(of: parent)
+            if up == parent { return "none of its parent directories exists" }
+            parent = up
+        }
+        guard (st.st_mode & S_IFMT) == S_IFDIR else { return "\(parent) is a file, so the directory cannot be made" }
+        return access(parent, W_OK | X_OK) == 0 ? nil : "cannot create it: \(parent) is not writable (\(FileSystem.errorText()))"
+    }
+
+    /// Why a hook's program cannot be run, or nil: found (on PATH when it has no slash) and executable.
+    static func unrunnable(_ program: String) -> String? {
+        if program.contains("/") {
+            return access(program, X_OK) == 0 ? nil : "the program \(program) cannot be run: \(FileSystem.errorText())"
+        }
+        let path = getenv("PATH").map { String(cString: $0) } ?? "/usr/bin:/bin"
+        for directory in path.split(separator: ":") where access(directory + "/" + program, X_OK) == 0 { return nil }
+        return "the program \(program) is not on PATH (\(path))"
     }
 
     static func currentDirectory() -> String {

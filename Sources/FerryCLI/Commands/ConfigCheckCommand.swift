@@ -4,9 +4,15 @@ import FerryRuntime
 /// `ferry config check`: parse and validate the config, and read the credential files it names.
 struct ConfigCheckCommand: Command {
     static let words = ["config", "check"]
-    static let summary = "Check the config file: syntax, keys, values, and that credential files are readable."
+    static let summary = "Check the config: syntax, keys, values, and everything it names that can be checked here."
     static let usage = "config check [--config F]"
-    static let details = "Errors name the file, the line and the key. Exit 0 when the config is usable, 2 when not."
+    static let details = """
+        Errors name the file, the line and the key. Beyond the syntax it checks, without the network:
+        that the state directory and each pull's local directory can be written (or created), that
+        each push's local directory can be read, that the ca-file and credential files are readable,
+        that hook programs can be run, and that the metrics directory exists. Every problem is
+        listed. Exit 0 when the config is usable, 2 when not.
+        """
     static let options = [CommonOptions.config, CommonOptions.help]
 
     let configPath: String?
@@ -19,8 +25,14 @@ struct ConfigCheckCommand: Command {
     func run() throws(FerryError) -> ExitCode {
         let path = ConfigLoader.resolvePath(configPath)
         let config = try ConfigLoader.load(path: path)
-        for session in config.sessions { _ = try ConfigLoader.httpSettings(for: session) }
         for w in config.warnings { Console.warning(w) }
+        let problems = ConfigLoader.problems(in: config)
+        for problem in problems { Console.error(FerryError(.usage, "\(path): " + problem.message, hint: problem.hint)) }
+        if !problems.isEmpty {
+            Console.err("ferry: \(path): \(Plural.count(problems.count, "problem")); the config is not usable as it is")
+            return .usage
+        }
+        for session in config.sessions { _ = try ConfigLoader.httpSettings(for: session) }
         Console.out("\(path): OK — state \(config.agent.state), \(config.agent.transfers) transfers"
                     + (config.agent.bwlimit.map { ", bwlimit \($0)" } ?? ""))
         for s in config.sessions {

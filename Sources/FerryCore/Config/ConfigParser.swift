@@ -15,6 +15,10 @@ public enum ConfigParser {
         "discretionary", "window", "require-ac-power", "require-unmetered", "max-load", "min-free-space", "bwlimit", "priority",
         "conflict",
     ]
+    /// Keys whose value is a command line, split into words by `HookCommand` (quotes and all).
+    static let hookKeys: Set<String> = ["on-file-done", "on-session-done"]
+    /// Keys whose value is a path on this machine.
+    static let pathKeys: Set<String> = ["state", "metrics", "local", "ca-file", "basic-auth-file", "bearer-token-file"]
     /// The conditions of a discretionary session: set only with `discretionary = yes`.
     static let discretionKeys = ["window", "require-ac-power", "require-unmetered", "max-load", "min-free-space"]
 
@@ -68,7 +72,12 @@ public enum ConfigParser {
                 throw fail("expected 'key = value', a [section] or a comment, got '\(line)'")
             }
             let key = String(line[..<eq]).trimmingSpaces().lowercased()
-            let value = stripInlineComment(String(line[line.index(after: eq)...])).trimmingSpaces()
+            var value = stripInlineComment(String(line[line.index(after: eq)...])).trimmingSpaces()
+            // A value in quotes, as a shell or systemd would write it, means what is inside (a
+            // hook's command line keeps its quotes: they split its words).
+            if !hookKeys.contains(key), value.count >= 2, let q = value.first, q == "\"" || q == "'", value.last == q {
+                value = String(value.dropFirst().dropLast())
+            }
             guard !key.isEmpty else { throw fail("a line starts with '=' and has no key") }
             guard !sections.isEmpty else { throw fail("key '\(key)' is outside any section", hint: "put it under [agent] or [session NAME]") }
             let known = sections[sections.count - 1].sessionName == nil ? agentKeys : sessionKeys
@@ -81,6 +90,10 @@ public enum ConfigParser {
                 throw fail("[\(sections[sections.count - 1].header)] key '\(key)' is set twice")
             }
             guard !value.isEmpty else { throw fail("[\(sections[sections.count - 1].header)] key '\(key)' has no value") }
+            if pathKeys.contains(key) && (value == "~" || value.hasPrefix("~/") || value.hasPrefix("~")) {
+                throw fail("[\(sections[sections.count - 1].header)] key '\(key)': '\(value)' starts with ~, which ferry does not expand (as a service it may run with another HOME)",
+                           hint: "write the absolute path, like /home/you/\(value.drop { $0 == "~" || $0 == "/" })")
+            }
             sections[sections.count - 1].lines.append(Line(number: lineNumber, key: key, value: value))
         }
 

@@ -21,7 +21,32 @@ public enum Curl {
         if isHeaderTooLarge(code, errorText: errorText, headers: headers) {
             return "the server sent a response header larger than libcurl accepts (100 KiB); refused"
         }
+        if isPlainHTTPPort(code, errorText: errorText) {
+            return "the TLS handshake got a plain HTTP answer (\(errorText ?? "wrong version number")): this port speaks http://, not https://"
+        }
         return errorText ?? String(cString: curl_easy_strerror(code))
+    }
+
+    /// An `https://` URL to a port that speaks plain HTTP: OpenSSL reads the server's HTTP answer
+    /// as a TLS record ("wrong version number"). Trying again cannot help.
+    static func isPlainHTTPPort(_ code: CURLcode, errorText: String?) -> Bool {
+        guard code == CURLE_SSL_CONNECT_ERROR, let text = errorText?.lowercased() else { return false }
+        return text.contains("wrong version number") || text.contains("packet length too long") || text.contains("http request")
+    }
+
+    /// A hint for a failure a mistaken scheme explains, or nil.
+    static func schemeHint(_ code: CURLcode, errorText: String?, status: Int?, body: [UInt8], url: String) -> String? {
+        if isPlainHTTPPort(code, errorText: errorText) {
+            return "the server speaks plain HTTP on this port: use http:// in 'remote =', or the port where it speaks TLS"
+        }
+        if status == 400 && url.hasPrefix("http://") {
+            let text = String(decoding: body.prefix(2048), as: UTF8.self).lowercased()
+            if text.contains("plain http") || text.contains("https port") || text.contains("ssl-enabled") || text.contains("tls") {
+                return "the server expects TLS on this port (it says so): use https:// in 'remote ='"
+            }
+            return "if the server expects TLS on this port, use https:// in 'remote ='"
+        }
+        return nil
     }
 
     /// libcurl before 8.6 answers an oversized header with CURLE_OUT_OF_MEMORY (8.6 and later with
@@ -33,7 +58,8 @@ public enum Curl {
 
     /// Why a transfer that ended with `code` failed, for the retry rules (`FailureCause.retryClass`).
     static func cause(_ code: CURLcode, errorText: String?, headers: ResponseHeaders) -> FailureCause {
-        isHeaderTooLarge(code, errorText: errorText, headers: headers) ? .unusable : .network(curlCode: Int32(code.rawValue))
+        if isHeaderTooLarge(code, errorText: errorText, headers: headers) || isPlainHTTPPort(code, errorText: errorText) { return .unusable }
+        return .network(curlCode: Int32(code.rawValue))
     }
 }
 

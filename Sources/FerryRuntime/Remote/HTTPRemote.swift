@@ -48,11 +48,16 @@ struct HTTPRemote: Remote, RangeReading {
         guard code == CURLE_OK else {
             let why = Curl.describe(code, errorText: easy.errorText, headers: headers.headers)
             let cause = Curl.cause(code, errorText: easy.errorText, headers: headers.headers)
-            throw FerryError(.remote, "cannot fetch the manifest \(url): \(why)",
-                             hint: cause.isConnectivity ? "check that the remote is up and reachable from this machine" :
-                                (code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE
-                                 ? "if the server uses a private CA, name its certificate with ca-file =" : nil),
-                             cause: cause)
+            var hint: String?
+            if cause.isConnectivity {
+                hint = "check that the remote is up and reachable from this machine"
+            } else if let scheme = Curl.schemeHint(code, errorText: easy.errorText, status: nil, body: [], url: url) {
+                hint = scheme
+            } else if code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE {
+                hint = settings.caFile.map { "the server's certificate is not signed by the CA in ca-file = \($0)" }
+                    ?? "if the server uses a private CA, name its certificate with ca-file ="
+            }
+            throw FerryError(.remote, "cannot fetch the manifest \(url): \(why)", hint: hint, cause: cause)
         }
         let status = easy.responseCode
         if status == 304 { return .unchanged }
@@ -60,6 +65,7 @@ struct HTTPRemote: Remote, RangeReading {
             var hint: String?
             if status == 401 || status == 403 { hint = "check the credentials file named in the config (basic-auth-file or bearer-token-file)" }
             if status == 404 { hint = "check 'remote =' and 'manifest =' in the config, and that the manifest was published" }
+            if let scheme = Curl.schemeHint(CURLE_OK, errorText: nil, status: status, body: body.bytes, url: url) { hint = scheme }
             throw FerryError(.remote, "cannot fetch the manifest \(url): HTTP \(status) \(headers.headers.reason)".trimmingSpaces(), hint: hint,
                              cause: .http(status: status))
         }

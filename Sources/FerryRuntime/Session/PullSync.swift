@@ -226,7 +226,11 @@ final class PullSync: SessionWork {
         var parts: [String] = []
         let replaced = plan.directoriesToReplace.count + plan.replacedByDirectory.count
         let downloads = plan.downloads.count - plan.directoriesToReplace.count
-        if downloads > 0 { parts.append("download \(downloads) files (\(Units.formatBytes(plan.downloadBytes)))") }
+        if downloads > 0 {
+            let unknown = plan.downloads.filter { $0.entry.size == nil }.count
+            let size = unknown == plan.downloads.count ? "size unknown" : Units.formatBytes(plan.downloadBytes) + (unknown > 0 ? " and \(unknown) of unknown size" : "")
+            parts.append("download \(Plural.count(downloads, "file")) (\(size))")
+        }
         if replaced > 0 { parts.append("replace \(replaced)") }
         if !plan.metadataFixes.isEmpty { parts.append("fix the mode or mtime of \(plan.metadataFixes.count)") }
         if plan.filesRemoved > 0 { parts.append("delete \(plan.filesRemoved)") }
@@ -325,6 +329,7 @@ final class PullSync: SessionWork {
         unstorableMtimes += transfers.unstorableMtimes
         if let error = transfers.localIOError { localIOError = localIOError ?? error }
         if let error = transfers.storeError { throw error }
+        if let error = transfers.abort { throw error }
         if transfers.stopped == nil && transfers.unfinished > 0 {
             // Never report "in sync" with work left undone, whatever the reason.
             return "\(transfers.unfinished) downloads did not finish"

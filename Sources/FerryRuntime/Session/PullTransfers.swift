@@ -109,8 +109,16 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         item.task.attempts += 1
         item.triesThisRun += 1
         let entry = item.download.entry
+        let opened: (fd: Int32, stray: LocalEntry.Kind?)
+        do { opened = try root.openPartial(taskID: item.task.id) } catch {
+            // The directory for partial files cannot be written: every file would fail the same way.
+            abort(FerryError(.localIO, error.message,
+                             hint: "ferry writes partial files in \(Printable.name(session.local))/.ferry/partial: let its user write \(Printable.name(session.local)) (a read-only or full filesystem, or another owner?), or fix 'local ='"),
+                  item)
+            return nil
+        }
         do throws(FerryError) {
-            let (fd, stray) = try root.openPartial(taskID: item.task.id)
+            let (fd, stray) = opened
             if let stray {
                 emit(.warning(message: "\(Printable.name(entry.path.string)): its partial file in .ferry/partial was a \(stray.rawValue), not a file; removed it (not followed) and starting this file again"))
                 item.task.bytesDone = 0

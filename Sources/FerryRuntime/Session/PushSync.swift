@@ -130,6 +130,7 @@ final class PushSync: SessionWork {
         result.held = transfers.onHold
         result.heldFor = transfers.heldFor
         if let error = transfers.storeError { throw error }
+        if let error = transfers.abort { throw error }
         let stopped = transfers.stopped ?? options.stop.reason
 
         // Work left for later holds the manifest back; a file that failed for good does not.

@@ -194,7 +194,9 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
             try store.markRunning([(item.task.id, item.task.attempts)])
             return upload
         } catch {
-            if PushTransfers.isGone(error.cause) {
+            if let refusal = PushTransfers.refusesEveryWrite(error.cause, error.message) {
+                abort(refusal, item)
+            } else if PushTransfers.isGone(error.cause) {
                 // Gone since the scan (deleted, renamed, a symlink or a FIFO now, or under a file):
                 // a change like any other, which the session takes up.
                 afterFailure(item, TransferFailure(message: error.message, keepPartial: false, cause: .sourceChanged))
@@ -203,6 +205,20 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
             }
             return nil
         }
+    }
+
+    /// The run's error when the server refused a write in a way every file would meet: no WebDAV
+    /// writes (405, 501), no permission (401, 403), no room (507).
+    static func refusesEveryWrite(_ cause: FailureCause?, _ message: String) -> FerryError? {
+        guard case let .http(status)? = cause else { return nil }
+        let hint: String
+        switch status {
+        case 405, 501: hint = "the server does not accept WebDAV writes here; enable WebDAV (nginx: dav_methods PUT DELETE MKCOL MOVE, and dav_ext_methods PROPFIND from libnginx-mod-http-dav-ext; Apache: Dav On), or check 'remote ='"
+        case 401, 403: hint = "check the credentials file named in the config, and that the server lets it write here"
+        case 507: hint = "the remote's storage is full"
+        default: return nil
+        }
+        return FerryError(.remote, message + "; nothing more was sent", hint: hint, cause: cause)
     }
 
     /// Whether a failure to open a local file says it is no longer a file at that path.
@@ -272,7 +288,11 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
                 bytesSent += upload.sent
                 upload.close()
                 writer.removeUpload(task: item.task.id)
-                afterFailure(item, failure)
+                if let refusal = PushTransfers.refusesEveryWrite(failure.cause, "PUT \(Printable.name(item.entry.path.string)): " + failure.message) {
+                    abort(refusal, item)
+                } else {
+                    afterFailure(item, failure)
+                }
             case .interrupted:
                 bytesSent += upload.sent
                 upload.close()
@@ -301,7 +321,11 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
                 }
             }
             discard(item)
-            fail(item, failure.message)
+            if let refusal = PushTransfers.refusesEveryWrite(failure.cause, failure.message) {
+                abort(refusal, item)
+            } else {
+                fail(item, failure.message)
+            }
         case .interrupted:
             item.upload?.close()
             interrupted(item)

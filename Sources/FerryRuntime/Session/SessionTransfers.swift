@@ -49,6 +49,9 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
     private(set) var delayed = 0
     private(set) var nextBegin: Timestamp?
     var storeError: FerryError?
+    /// A failure that is the run's, not one file's (the local directory cannot be written, the
+    /// server refuses every write): the run stops, it is said once, and the files stay queued.
+    private(set) var abort: FerryError?
     var progress: SyncProgress
     /// Bytes of the files done (for progress).
     var completedBytes: Int64 = 0
@@ -131,7 +134,7 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
     func tick(_ running: [Transfer]) {}
 
     var shouldStop: Bool {
-        if storeError != nil { return true }
+        if storeError != nil || abort != nil { return true }
         if let reason = stop.reason {
             stopped = reason
             return true
@@ -233,6 +236,12 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
         } catch {
             storeError = error
         }
+    }
+
+    /// Stops the run for a cause every file shares; `item` goes back in line.
+    func abort(_ error: FerryError, _ item: Item) {
+        if abort == nil { abort = error }
+        do throws(FerryError) { try store.requeue([item.task.id]) } catch { storeError = error }
     }
 
     /// A file that failed for good this run: counted, recorded with what it kept, and reported.
