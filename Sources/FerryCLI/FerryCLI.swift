@@ -7,7 +7,7 @@ import FerryRuntime
 public enum FerryCLI {
     static let commands: [any Command.Type] = [
         SyncNowCommand.self, AgentCommand.self, StatusCommand.self, EventsCommand.self, CancelCommand.self, ResumeCommand.self, CheckCommand.self, ManifestBuildCommand.self,
-        ConfigCheckCommand.self, HelpCommand.self,
+        ConfigCheckCommand.self, VersionCommand.self, HelpCommand.self,
     ]
 
     static var overview: String {
@@ -16,7 +16,8 @@ public enum FerryCLI {
             out += "  " + c.name.padding(to: 16) + c.summary + "\n"
         }
         out += "\nferry help COMMAND shows a command's options. ferry --version prints the version.\n"
-        out += "Config: --config FILE, else $FERRY_CONFIG, else /etc/ferry/ferry.conf.\n"
+        out += "Config: --config FILE, else $FERRY_CONFIG, else /etc/ferry/ferry.conf. --config, --json and --quiet\n"
+        out += "may also come before the command (ferry --config F status).\n"
         return out
     }
 
@@ -56,16 +57,37 @@ public enum FerryCLI {
         Curl.initialize()
         FileSystem.raiseOpenFileLimit()
         signal(SIGPIPE, SIG_IGN)
+        if Console.stderrIsTheJournal { Console.priorityPrefixes = true }
         let argv = Array(CommandLine.arguments.dropFirst())
         exit(run(argv).rawValue)
     }
 
+    /// Options every command that takes them takes anywhere, so they may also come before the
+    /// command's words (`ferry --config F status`, as git and rclone allow).
+    static func globalOptions(_ argv: [String]) -> (global: [String], rest: [String]) {
+        var argv = argv[...]
+        var global: [String] = []
+        while let first = argv.first {
+            if first == "--config", argv.count >= 2 {
+                global += argv.prefix(2)
+                argv = argv.dropFirst(2)
+            } else if first.hasPrefix("--config=") || first == "--json" || first == "--quiet" {
+                global.append(first)
+                argv = argv.dropFirst()
+            } else {
+                break
+            }
+        }
+        return (global, Array(argv))
+    }
+
     static func run(_ argv: [String]) -> ExitCode {
+        let (global, argv) = globalOptions(argv)
         if argv.isEmpty || argv == ["--help"] || argv == ["-h"] {
             Console.out(overview)
             return argv.isEmpty ? .usage : .inSync
         }
-        if argv == ["--version"] || argv == ["version"] {
+        if argv == ["--version"] {
             Console.out("ferry \(FerryVersion.string)")
             return .inSync
         }
@@ -90,7 +112,7 @@ public enum FerryCLI {
             Console.out(match.command.helpText)
             return .inSync
         }
-        switch match.command.execute(match.rest) {
+        switch match.command.execute(match.rest + global) {
         case .success(let code):
             return code
         case .failure(let error):

@@ -97,8 +97,8 @@ struct DiscretionAndBandwidthTests {
 
         host.power(mains: false)
         // The agent says how many files wait once the held cycle has ended (the run records the hold a moment before).
-        let held = box.waitForStatus(containing: "held: 1 files wait for AC power", timeout: 15)
-        #expect(held.contains("held: 1 files wait for AC power (the machine runs on battery)"), "\(held)\n\(agent.output)")
+        let held = box.waitForStatus(containing: "held: 1 file waits for AC power", timeout: 15)
+        #expect(held.contains("held: 1 file waits for AC power (the machine runs on battery)"), "\(held)\n\(agent.output)")
         let kept = try #require(box.status(["--json"]).stdout.firstMatch(of: /"bytes_done":(\d+)/).map { Int($0.1)! })
         #expect(kept > 0 && kept < content.count, "the running transfer checkpointed: \(kept)")
         #expect(box.status(["--json"]).stdout.contains("\"state\":\"queued\""), "its task is back in line")
@@ -129,7 +129,7 @@ struct DiscretionAndBandwidthTests {
 
         var run = box.sync(environment: nm)
         #expect(run.exitCode == 3, "\(run.output)")
-        #expect(run.output.contains("1 files wait for the session's discretionary conditions: an unmetered network (NetworkManager says the network is metered)"),
+        #expect(run.output.contains("1 file waits for the session's discretionary conditions: an unmetered network (NetworkManager says the network is metered)"),
                 "\(run.output)")
         #expect(!FileManager.default.fileExists(atPath: box.localPath("a.txt")))
         #expect(box.status().stdout.contains("held: waits for an unmetered network"), "\(box.status().stdout)")

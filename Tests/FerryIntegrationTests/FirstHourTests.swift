@@ -145,4 +145,76 @@ struct FirstHourTests {
         #expect(run.stdout.contains("2 to download (size unknown"), "\(run.stdout)")
         #expect(!run.stdout.contains("(0 B)"), "\(run.stdout)")
     }
+
+    /// Global options come before the command too, `ferry help version` and `version --json`
+    /// work, and counted nouns are singular for one.
+    @Test func commandLineConventions() throws {
+        let box = Sandbox("cli")
+        box.publish("a.txt", "a\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published)
+        let before = ferry(["--config", box.config, "status"])
+        #expect(before.exitCode == 0 && before.stdout.contains("SESSION"), "\(before.output)")
+        let json = ferry(["--json", "--config", box.config, "sync", "now"])
+        #expect(json.exitCode == 0 && !json.events(named: "sync-finished").isEmpty, "\(json.output)")
+        #expect(ferry(["help", "version"]).stdout.contains("usage: ferry version"))
+        let version = ferry(["version", "--json"])
+        #expect(version.exitCode == 0 && (try? JSONSerialization.jsonObject(with: Data(version.stdout.utf8)) as? [String: Any])?["version"] != nil,
+                "\(version.output)")
+        box.publish("b.txt", "b\n")
+        box.buildManifest()
+        let one = box.sync()
+        #expect(one.stdout.contains("1 to download") && one.stdout.contains("2 files from"), "\(one.stdout)")
+        #expect(!one.output.contains("1 files"), "\(one.output)")
+    }
+
+    /// `status` keeps its table narrow (a failing session's whole error goes below it, not into
+    /// STATE) and its times to the second; `status --json` gives the state as fields.
+    @Test func statusIsNarrowAndStructured() throws {
+        let box = Sandbox("status-narrow")
+        box.configure(remote: "http://127.0.0.1:1/" + String(repeating: "very-long-path-segment/", count: 10), session: ["retries = 0"])
+        let failed = box.sync()
+        #expect(failed.exitCode == 4)
+        let status = box.status()
+        let table = status.stdout.split(separator: "\n").prefix(2)
+        #expect(table.allSatisfy { $0.count <= 110 }, "narrow: \(status.stdout)")
+        #expect(status.stdout.contains("last run: cannot fetch the manifest"), "the why, below the table: \(status.stdout)")
+        #expect(status.stdout.firstMatch(of: /\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ/) != nil && status.stdout.firstMatch(of: /:\d\d\.\d+Z/) == nil,
+                "times to the second: \(status.stdout)")
+        let json = try JSONSerialization.jsonObject(with: Data(box.status(["--json"]).stdout.utf8)) as? [String: Any]
+        let session = (json?["sessions"] as? [[String: Any]])?.first ?? [:]
+        #expect(session["state"] as? String == "idle" && session.keys.contains("running_pid") && session.keys.contains("state_detail"), "\(session)")
+    }
+
+    /// `check --json` ends each session with a `check-finished` event of its own (never a
+    /// sync's), also when the session cannot be checked.
+    @Test func checkHasItsOwnEvents() throws {
+        let box = Sandbox("check-events")
+        box.publish("a.txt", "a\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published)
+        let never = ferry(["check", "--config", box.config, "--json"])
+        #expect(never.exitCode == 2, "\(never.output)")
+        #expect(never.events(named: "sync-finished").isEmpty && never.events(named: "check-finished").first?["exit_code"] as? Int == 2, "\(never.stdout)")
+        #expect(box.sync().exitCode == 0)
+        let fine = ferry(["check", "--config", box.config, "--json"])
+        #expect(fine.events(named: "check-finished").first?["exit_code"] as? Int == 0, "\(fine.stdout)")
+    }
+
+    /// Under systemd, stderr is the journal (`JOURNAL_STREAM` names it): `sync now` prefixes its
+    /// lines with priorities, so `journalctl -p err` finds its errors.
+    @Test func syncNowSpeaksToTheJournalWithPriorities() throws {
+        let box = Sandbox("journal")
+        box.configure(remote: "file://" + box.published + "/missing", session: ["retries = 0"])
+        let err = box.directory + "/journal"
+        try "".writeReplacing(err)
+        var st = stat()
+        #expect(stat(err, &st) == 0)
+        let script = "exec \"$0\" sync now --config \"$1\" 2>> \"$2\""
+        let run = runProcess("/bin/sh", ["-c", script, Harness.ferryBinary, box.config, err],
+                             environment: ["JOURNAL_STREAM": "\(st.st_dev):\(st.st_ino)"])
+        #expect(run.exitCode == 4)
+        let journal = fileContents(err) ?? ""
+        #expect(journal.split(separator: "\n").contains { $0.hasPrefix("<3>ferry: error") }, "\(journal)")
+    }
 }

@@ -74,7 +74,7 @@ struct HostileStateTests {
         let first = box.sync()
         #expect(first.exitCode == 0, "\(first.output)")
         #expect(count("this filesystem cannot store the mtime", in: first.stderr) == 1, "said once: \(first.stderr)")
-        #expect(first.stderr.contains("(and 1 more files)"))
+        #expect(first.stderr.contains("(and 1 more file)"))
         for _ in 0..<2 {
             let again = box.sync(["--json"])
             #expect(again.exitCode == 0, "\(again.output)")

@@ -303,7 +303,7 @@ struct PushTests {
         let host = ["TZ": "UTC", "FERRY_HOST_ROOT": box.directory + "/host"]
         let held = box.sync(["--session", "up"], environment: host)
         #expect(held.exitCode == 3, "\(held.output)")
-        #expect(held.output.contains("wait for the session's discretionary conditions: the time window \(window)"), "\(held.output)")
+        #expect(held.output.contains("1 upload waits for the session's discretionary conditions: the time window \(window)"), "\(held.output)")
         #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/manifest.json") && !FileManager.default.fileExists(atPath: remoteRoot + "/a.txt"))
         #expect(box.status().stdout.contains("held"), "\(box.status().stdout)")
 
@@ -313,7 +313,7 @@ struct PushTests {
 
         write(src, "b.txt", Data("b\n".utf8))
         let delayed = box.sync(["--session", "up", "--not-before", "2s"])
-        #expect(delayed.exitCode == 3 && delayed.output.contains("1 uploads are delayed"), "\(delayed.output)")
+        #expect(delayed.exitCode == 3 && delayed.output.contains("1 upload is delayed"), "\(delayed.output)")
         #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/b.txt"))
         #expect(fileContents(remoteRoot + "/manifest.json")?.contains("\"version\": 1") == true, "nothing published before its time")
         let early = box.sync(["--session", "up"])
@@ -387,7 +387,7 @@ struct PushTests {
         #expect(cancel.stdout.contains("suspended task") && cancel.stdout.contains("big.bin"), "\(cancel.output)")
         #expect(push.wait(timeout: 20) == 3, "\(fileContents(box.directory + "/push.err") ?? "")")
         let said = pushOutput(box)
-        #expect(said.contains("1 uploads are suspended by ferry cancel"), "\(said)")
+        #expect(said.contains("1 upload is suspended by ferry cancel"), "\(said)")
         #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/big.bin") && !FileManager.default.fileExists(atPath: remoteRoot + "/manifest.json"))
         let skipped = box.sync(["--session", "up"])
         #expect(skipped.exitCode == 3 && !FileManager.default.fileExists(atPath: remoteRoot + "/big.bin"), "a later run skips it: \(skipped.output)")

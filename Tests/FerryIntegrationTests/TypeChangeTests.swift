@@ -48,7 +48,7 @@ struct TypeChangeTests {
         w.box.buildManifest()
         let run = w.box.sync()
         #expect(run.exitCode == 1, "\(run.output)")
-        #expect(run.stderr.contains("b/y is a directory holding 1 files where the manifest has a file; delete = no keeps them: move them away, or set delete = yes"),
+        #expect(run.stderr.contains("b/y is a directory holding 1 file where the manifest has a file; delete = no keeps them: move them away, or set delete = yes"),
                 "\(run.stderr)")
         #expect(fileContents(w.box.localPath("b/y/1.txt")) == "one\n", "nothing removed")
         #expect(fileContents(w.box.localPath("new.txt")) == "new\n", "the other files arrive")
@@ -135,7 +135,7 @@ struct TypeChangeTests {
         w.box.buildManifest()
         let run = w.box.sync()
         #expect(run.exitCode == 1, "\(run.output)")
-        #expect(run.stderr.contains("b/y is a directory where the manifest has a file, and it holds 1 names that are not UTF-8; nothing in it was removed"),
+        #expect(run.stderr.contains("b/y is a directory where the manifest has a file, and it holds 1 name that is not UTF-8; nothing in it was removed"),
                 "\(run.stderr)")
         #expect(fileContents(w.box.localPath("b/y/1.txt")) == "1\n")
         #expect(access(odd.map { CChar(bitPattern: $0) }, F_OK) == 0, "the unlistable file is still there")
@@ -153,7 +153,7 @@ struct TypeChangeTests {
         try "arrived late\n".writeReplacing(w.box.localPath("b/y/late.txt"))
         #expect(child.wait(timeout: 30) == 1)
         let stderr = (try? String(contentsOfFile: err, encoding: .utf8)) ?? ""
-        #expect(stderr.contains("b/y is a directory where the manifest has a file, and it holds 1 files the plan did not count (b/y/late.txt)"), "\(stderr)")
+        #expect(stderr.contains("b/y is a directory where the manifest has a file, and it holds 1 file the plan did not count (b/y/late.txt)"), "\(stderr)")
         #expect(fileContents(w.box.localPath("b/y/late.txt")) == "arrived late\n")
         #expect(fileContents(w.box.localPath("b/y/1.txt")) == "1\n")
 

@@ -55,24 +55,20 @@ struct CheckCommand: Command {
                 bars?.clear()
             } catch {
                 bars?.clear()
-                if mode == .json {
-                    emit(.syncFinished(exitCode: RunOutcome(error: error.category).exitCode.rawValue, downloaded: 0, failed: 0, deleted: 0,
-                                       bytes: 0, seconds: 0, message: error.message, hint: error.hint, dryRun: false))
-                } else {
-                    Console.error(error)
-                }
-                codes.append(RunOutcome(error: error.category).exitCode)
+                let code = RunOutcome(error: error.category).exitCode
+                emit(.checkFinished(exitCode: code.rawValue, message: error.message, hint: error.hint))
+                codes.append(code)
                 continue
             }
             for item in report.items { emit(.planItem(action: item.action, path: item.path, reason: item.reason, size: nil)) }
             emit(.checked(version: report.manifestVersion, listed: report.listed, hashed: report.hashed,
                           differ: report.items.count, unnoticed: report.unnoticed))
-            if report.items.isEmpty {
-                codes.append(.inSync)
-            } else if repair {
+            let code: ExitCode = report.items.isEmpty ? .inSync : .someFilesFailed
+            emit(.checkFinished(exitCode: code.rawValue, message: nil, hint: nil))
+            if !report.items.isEmpty && repair {
                 toRepair.append(session)
             } else {
-                codes.append(.someFilesFailed)
+                codes.append(code)
             }
         }
         if !toRepair.isEmpty {

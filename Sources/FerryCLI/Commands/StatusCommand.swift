@@ -39,28 +39,58 @@ struct StatusCommand: Command {
         return .inSync
     }
 
-    private func runState(_ record: SessionRecord?, _ tasks: [TransferTask]) -> String {
-        if let pid = record?.runningPID, kill(pid, 0) == 0 || errno == EPERM {
-            if let deadline = record?.deadline {
-                let left = max(0, deadline.timeInterval - Timestamp.now().timeInterval)
-                return "running (pid \(pid), \(Units.formatDuration(left)) left)"
-            }
-            return "running (pid \(pid))"
+    /// Where a session stands, as fields: `state` is one word (running, idle, held, waiting,
+    /// failed, busy, interrupted, suspended, delayed, pending); `detail` says it in full where
+    /// there is more to say.
+    struct Standing {
+        var state: String
+        /// The state in full, with why ("failed: cannot fetch the manifest ...").
+        var detail: String?
+        /// The process running the session now, and when it stops by itself.
+        var runningPID: Int32?
+        var secondsLeft: Int64?
+        /// The agent scheduling the session, and when it polls next.
+        var agentPID: Int32?
+        var nextPoll: Timestamp?
+    }
+
+    private func standing(_ record: SessionRecord?, _ tasks: [TransferTask]) -> Standing {
+        func alive(_ pid: Int32?) -> Bool { pid.map { kill($0, 0) == 0 || errno == EPERM } ?? false }
+        if alive(record?.runningPID) {
+            let left = record?.deadline.map { Int64(max(0, $0.timeInterval - Timestamp.now().timeInterval).rounded()) }
+            return Standing(state: "running", runningPID: record?.runningPID, secondsLeft: left,
+                            agentPID: alive(record?.agentPID) ? record?.agentPID : nil)
         }
-        if let pid = record?.agentPID, let state = record?.agentState, kill(pid, 0) == 0 || errno == EPERM {
-            // Between the agent's polls: what it said of the session, and when it polls next.
-            let next = record?.nextPoll.map { ", next poll in " + Units.formatDuration(max(0, $0.timeInterval - Timestamp.now().timeInterval).rounded(.up)) } ?? ""
-            return "\(state) (agent pid \(pid)\(next))"
+        if alive(record?.agentPID), let said = record?.agentState {
+            // Between the agent's polls: what it said of the session ("failed: why"): its first
+            // word, and all of it when there is more than the word.
+            let word = String(said.prefix { $0 != ":" && $0 != " " })
+            return Standing(state: word, detail: said == word ? nil : said, agentPID: record?.agentPID, nextPoll: record?.nextPoll)
         }
         if let heldFor = record?.heldFor, tasks.contains(where: { $0.state == .queued || $0.state == .running }) {
-            return "held: waits for \(heldFor)"
+            return Standing(state: "held", detail: "held: waits for \(heldFor)")
         }
-        if tasks.contains(where: { $0.state == .running }) { return "interrupted (resumes next run)" }
-        if tasks.contains(where: { $0.state == .waiting }) { return "waiting for connectivity" }
-        if tasks.contains(where: { $0.state == .suspended }) { return "suspended tasks (ferry resume)" }
-        if let next = tasks.compactMap({ $0.state == .delayed ? $0.notBefore : nil }).min() { return "delayed until \(next.rfc3339)" }
-        if tasks.contains(where: { $0.state == .queued }) { return "pending" }
-        return "idle"
+        if tasks.contains(where: { $0.state == .running }) { return Standing(state: "interrupted", detail: "interrupted: resumes next run") }
+        if tasks.contains(where: { $0.state == .waiting }) { return Standing(state: "waiting", detail: "waiting for connectivity") }
+        if tasks.contains(where: { $0.state == .suspended }) { return Standing(state: "suspended", detail: "suspended tasks: ferry resume continues them") }
+        if let next = tasks.compactMap({ $0.state == .delayed ? $0.notBefore : nil }).min() {
+            return Standing(state: "delayed", detail: "delayed until \(Timestamp(seconds: next.seconds).rfc3339)")
+        }
+        if tasks.contains(where: { $0.state == .queued }) { return Standing(state: "pending") }
+        return Standing(state: "idle")
+    }
+
+    /// The STATE column: the word, and the process's pid and time left, or the agent's and its
+    /// next poll; never the why (that is in `status --session` and `--json`).
+    private func shortState(_ s: Standing) -> String {
+        if let pid = s.runningPID {
+            return "running (pid \(pid)" + (s.secondsLeft.map { ", \(Units.formatDuration(Double($0))) left" } ?? "") + ")"
+        }
+        if let pid = s.agentPID {
+            let next = s.nextPoll.map { ", next poll in " + Units.formatDuration(max(0, $0.timeInterval - Timestamp.now().timeInterval).rounded(.up)) } ?? ""
+            return "\(s.state) (agent pid \(pid)\(next))"
+        }
+        return s.state
     }
 
     private func printTable(_ rows: [(SessionConfig, SessionRecord?, [TransferTask])]) {
@@ -72,17 +102,27 @@ struct StatusCommand: Command {
                 if n > 0 { counts.append("\(n) \(state.rawValue)") }
             }
             let result = r?.lastExitCode.map { "exit \($0)" } ?? "never run"
-            table.append([s.name, s.direction.rawValue, runState(r, tasks), r?.lastRunFinished?.rfc3339 ?? r?.lastRunStarted?.rfc3339 ?? "-", result,
+            let lastRun = (r?.lastRunFinished ?? r?.lastRunStarted).map { Timestamp(seconds: $0.seconds).rfc3339 } ?? "-"
+            table.append([Printable.name(s.name), s.direction.rawValue, shortState(standing(r, tasks)), lastRun, result,
                           r?.manifestVersion.map { "v\($0)" } ?? "-", counts.isEmpty ? "none" : counts.joined(separator: ", ")])
         }
         printColumns(table)
-        for (s, r, _) in rows {
-            if let message = r?.lastMessage, r?.lastExitCode != 0 { Console.out("\(s.name): last run: \(message)") }
+        // Why, below the table: in full for one session (--session), else the first line of each.
+        var more = false
+        for (s, r, tasks) in rows {
+            let why = [standing(r, tasks).detail, r?.lastExitCode != 0 ? r?.lastMessage.map { "last run: \($0)" } : nil].compactMap { $0 }
+            for line in why {
+                if session != nil || line.count <= 120 { Console.out("\(s.name): \(line)") } else {
+                    Console.out("\(s.name): \(line.prefix(117))...")
+                    more = true
+                }
+            }
         }
+        if more { Console.out("(ferry status --session NAME says all of it; --json too)") }
         let open = rows.flatMap { row in row.2.filter { $0.state != .done }.map { (row.1, $0) } }
         guard !open.isEmpty else { return }
         Console.out("")
-        var tasks: [[String]] = [["SESSION", "TASK", "STATE", "BYTES", "ATTEMPTS", "PATH", "WAITS FOR", "LAST ERROR"]]
+        var tasks: [[String]] = [["SESSION", "TASK", "STATE", "BYTES", "TRIES", "PATH", "WAITS FOR", "LAST ERROR"]]
         for (r, t) in open {
             let bytes = Units.formatBytes(t.bytesDone) + (t.size.map { " / " + Units.formatBytes($0) } ?? "")
             tasks.append([t.session, String(t.id), t.state.rawValue, bytes, String(t.attempts), Printable.name(t.path.string),
@@ -121,7 +161,11 @@ struct StatusCommand: Command {
             f.append("\"direction\":\"\(s.direction.rawValue)\"")
             f.append("\"remote\":\(JSONText.quote(s.remote.url))")
             f.append("\"local\":\(JSONText.quote(s.local))")
-            f.append("\"state\":\(JSONText.quote(runState(r, tasks)))")
+            let st = standing(r, tasks)
+            f.append("\"state\":\(JSONText.quote(st.state))")
+            f.append("\"state_detail\":" + (st.detail.map(JSONText.quote) ?? "null"))
+            f.append("\"running_pid\":" + (st.runningPID.map { String($0) } ?? "null"))
+            f.append("\"seconds_left\":" + (st.secondsLeft.map { String($0) } ?? "null"))
             f.append("\"deadline\":" + (r?.deadline.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"manifest_version\":" + (r?.manifestVersion.map(String.init) ?? "null"))
             f.append("\"last_run_started\":" + (r?.lastRunStarted.map { JSONText.quote($0.rfc3339) } ?? "null"))

@@ -7,8 +7,9 @@ import FerryCore
 /// were already escaped where the message was composed (`Printable.name`).
 enum Console {
     /// Prefix each human line with its syslog priority (`<6>` info, `<4>` warning, `<3>` error),
-    /// which journald reads from a service's output. Set by `ferry agent` when stderr is not a
-    /// terminal; JSON lines are left as they are.
+    /// which journald reads from a service's output. Set for any command whose stderr is the
+    /// journal (`stderrIsTheJournal`), and by `ferry agent` when stderr is not a terminal; JSON
+    /// lines are left as they are.
     nonisolated(unsafe) static var priorityPrefixes = false
 
     static func out(_ text: String) { writeAll(1, prefixed(Printable.text(text), "<6>")) }
@@ -19,6 +20,16 @@ enum Console {
     static func rawErr(_ text: String) { writeAll(2, text) }
 
     static var stderrIsTerminal: Bool { isatty(2) == 1 && (getenv("TERM").map { String(cString: $0) } ?? "") != "dumb" }
+
+    /// Whether stderr is the journal's stream (systemd sets `JOURNAL_STREAM` to its device and
+    /// inode for a service, as the timer's unit runs `sync now`): then lines carry priorities.
+    static var stderrIsTheJournal: Bool {
+        guard let value = getenv("JOURNAL_STREAM").map({ String(cString: $0) }) else { return false }
+        let parts = value.split(separator: ":")
+        var st = stat()
+        guard parts.count == 2, let device = UInt64(parts[0]), let inode = UInt64(parts[1]), fstat(2, &st) == 0 else { return false }
+        return UInt64(st.st_dev) == device && UInt64(st.st_ino) == inode
+    }
 
     static func error(_ error: FerryError) {
         err("ferry: error: \(error.message)")

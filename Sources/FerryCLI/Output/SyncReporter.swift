@@ -55,7 +55,10 @@ final class SyncReporter: EventSink {
         case let .agent(action, message) where action == "reload-refused":
             Console.err("ferry: error: \(message)")
         case let .checked(_, _, _, differ, _) where differ > 0:
-            Console.err("ferry: \(s): \(differ) paths differ from the manifest last applied")
+            Console.err("ferry: \(s): \(Plural.count(differ, "path")) \(differ == 1 ? "differs" : "differ") from the manifest last applied")
+        case let .checkFinished(_, message?, hint):
+            Console.err("ferry: error: \(s): \(message)")
+            if let hint { Console.err("  hint: \(hint)") }
         case let .syncFinished(code, _, _, _, _, _, message, hint, _):
             guard code != ExitCode.inSync.rawValue && code != ExitCode.incomplete.rawValue, let message else { return }
             if busyIsExpected && code == ExitCode.sessionBusy.rawValue { return }
@@ -87,7 +90,7 @@ final class SyncReporter: EventSink {
             if action == "reload-refused" { Console.err("ferry: error: \(message)") } else { line("ferry agent: \(message)") }
         case let .manifestFetched(url, version, files, unchanged):
             let v = version.map { "version \($0), " } ?? ""
-            line("\(s): manifest \(v)\(files) files\(unchanged ? " (unchanged)" : "") from \(url)")
+            line("\(s): manifest \(v)\(Plural.count(files, "file"))\(unchanged ? " (unchanged)" : "") from \(url)")
         case let .planned(p):
             var size = Units.formatBytes(p.bytes)
             if p.unknownSizes == p.transfers && p.transfers > 0 { size = "size unknown: the manifest gives none" }
@@ -128,15 +131,15 @@ final class SyncReporter: EventSink {
         case let .checked(version, listed, hashed, differ, unnoticed):
             let against = "the manifest last applied" + (version.map { " (version \($0))" } ?? "")
             guard differ > 0 else {
-                line("\(s): all \(listed) listed files match \(against); \(hashed) hashed")
+                line("\(s): all \(Plural.count(listed, "listed file")) match \(against); \(hashed) hashed")
                 return
             }
-            var text = "\(s): \(differ) paths differ from \(against); \(hashed) files hashed"
+            var text = "\(s): \(Plural.count(differ, "path")) \(differ == 1 ? "differs" : "differ") from \(against); \(Plural.count(hashed, "file")) hashed"
             if unnoticed > 0 { text += "; \(unnoticed) changed while their size and times did not, which a sync alone does not notice" }
             line(text)
             line("  hint: ferry check --repair records what was found and syncs the session now")
         case let .manifestBuilt(output, version, files, bytes):
-            line("wrote \(Printable.name(output)): version \(version), \(files) files, \(Units.formatBytes(bytes))")
+            line("wrote \(Printable.name(output)): version \(version), \(Plural.count(files, "file")), \(Units.formatBytes(bytes))")
         case let .syncFinished(code, downloaded, failed, deleted, bytes, seconds, message, hint, dryRun):
             bars?.remove(session: event.session)
             bars?.clear()
@@ -158,7 +161,10 @@ final class SyncReporter: EventSink {
             line("\(s): \(name(path)): stopped at \(Units.formatBytes(offset)), kept for the next run")
         case let .syncStarted(direction, _):
             if direction == .push { pushing.insert(event.session) } else { pushing.remove(event.session) }
-        case .fileStarted, .fileDone, .metadataFixed, .sessionHeld:
+        case let .checkFinished(_, message?, hint):
+            Console.err("ferry: error: \(s): \(message)")
+            if let hint { Console.err("  hint: \(hint)") }
+        case .fileStarted, .fileDone, .metadataFixed, .sessionHeld, .checkFinished:
             // A hold is said by the run's summary (and the agent's session state).
             break
         }

@@ -76,6 +76,8 @@ public struct Event: Sendable {
         /// `ferry check` compared the tree with the manifest last applied: `differ` paths the next
         /// sync would change (each was a `plan-item`), `unnoticed` of them changed behind the hash cache.
         case checked(version: Int64?, listed: Int, hashed: Int, differ: Int, unnoticed: Int)
+        /// The end of `ferry check` for a session: its exit code, and why when it could not check.
+        case checkFinished(exitCode: Int32, message: String?, hint: String?)
         /// `ferry agent` changed what it says of a session between runs: `state` is idle, waiting
         /// for connectivity (with why), failed (with why) or busy; `nextPoll` is when it polls next.
         case sessionState(state: String, nextPoll: Timestamp?)
@@ -107,6 +109,7 @@ public struct Event: Sendable {
         case .planItem: return "plan-item"
         case .manifestBuilt: return "manifest-built"
         case .checked: return "checked"
+        case .checkFinished: return "check-finished"
         case .replaced: return "replaced"
         case .fileStarted: return "file-started"
         case .fileResumed: return "file-resumed"
@@ -184,6 +187,10 @@ public struct Event: Sendable {
         case let .checked(version, listed, hashed, differ, unnoticed):
             if let version { n("version", version) }
             n("listed", Int64(listed)); n("hashed", Int64(hashed)); n("differ", Int64(differ)); n("unnoticed", Int64(unnoticed))
+        case let .checkFinished(exitCode, message, hint):
+            n("exit_code", Int64(exitCode))
+            if let message { s("message", message) }
+            if let hint { s("hint", hint) }
         case let .sessionState(state, nextPoll):
             s("state", state)
             if let nextPoll { s("next_poll", nextPoll.rfc3339) }

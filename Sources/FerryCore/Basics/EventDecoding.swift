@@ -76,6 +76,9 @@ extension Event {
         case "checked":
             guard let listed = int("listed"), let hashed = int("hashed"), let differ = int("differ"), let unnoticed = int("unnoticed") else { return nil }
             body = .checked(version: int64("version"), listed: listed, hashed: hashed, differ: differ, unnoticed: unnoticed)
+        case "check-finished":
+            guard let code = int("exit_code") else { return nil }
+            body = .checkFinished(exitCode: Int32(code), message: text("message"), hint: text("hint"))
         case "session-state":
             guard let state = text("state") else { return nil }
             body = .sessionState(state: state, nextPoll: text("next_poll").flatMap(Timestamp.init(rfc3339:)))

@@ -147,7 +147,7 @@ public final class Agent: @unchecked Sendable {
     /// Runs until `stop` is requested and every running cycle has checkpointed; returns the
     /// agent's exit code (0: stopped as asked, state intact).
     public func run(stop: StopToken) -> ExitCode {
-        emit("", .agent(action: "started", message: "ferry agent (pid \(pid)) runs \(config.sessions.count) sessions from \(config.path)"))
+        emit("", .agent(action: "started", message: "ferry agent (pid \(pid)) runs \(Plural.count(config.sessions.count, "session")) from \(config.path)"))
         notifier.ready(status: statusLine())
         writeMetrics()
         var stopping = false
@@ -350,7 +350,7 @@ public final class Agent: @unchecked Sendable {
     static func describe(_ result: SyncResult, outcome: PollSchedule.Outcome) -> String {
         switch outcome {
         case .reached:
-            if let heldFor = result.heldFor { return "held: \(result.held) files wait for \(heldFor)" }
+            if let heldFor = result.heldFor { return "held: \(Plural.count(result.held, "file")) \(result.held == 1 ? "waits" : "wait") for \(heldFor)" }
             return "idle"
         case .busy:
             return "busy: another ferry process holds the session"
@@ -420,7 +420,7 @@ public final class Agent: @unchecked Sendable {
         }
         hooks?.update(sessions: fresh.sessions)
         config = fresh
-        var parts = ["\(fresh.sessions.count) sessions"]
+        var parts = [Plural.count(fresh.sessions.count, "session")]
         if !added.isEmpty { parts.append("started " + added.joined(separator: ", ")) }
         if !removed.isEmpty { parts.append("stopped " + removed.joined(separator: ", ") + " (their tasks are kept)") }
         emit("", .agent(action: "reloaded", message: "reloaded \(config.path): " + parts.joined(separator: "; ")))
@@ -448,7 +448,7 @@ public final class Agent: @unchecked Sendable {
         let waiting = slots.values.filter { $0.running == nil && $0.state.hasPrefix("waiting") }.count
         let failed = slots.values.filter { $0.running == nil && $0.state.hasPrefix("failed") }.count
         let held = slots.values.filter { $0.running == nil && $0.held != nil }.count
-        var parts = ["\(slots.count) sessions"]
+        var parts = [Plural.count(slots.count, "session")]
         if running > 0 { parts.append("\(running) running") }
         if held > 0 { parts.append("\(held) held for discretionary conditions") }
         if waiting > 0 { parts.append("\(waiting) waiting for connectivity") }

@@ -306,7 +306,7 @@ public final class LocalRoot {
         let uncounted = files.filter { !expected.contains($0) }
         guard uncounted.isEmpty && unlistable == 0 else {
             let example = uncounted.first.map { " (\(Printable.name($0.string)))" } ?? ""
-            let what = unlistable > 0 ? "\(unlistable) names that are not UTF-8" : "\(uncounted.count) files the plan did not count\(example)"
+            let what = unlistable > 0 ? "\(Plural.count(unlistable, "name")) that \(unlistable == 1 ? "is" : "are") not UTF-8" : "\(Plural.count(uncounted.count, "file")) the plan did not count\(example)"
             throw FerryError(.transfer, "\(display(relative)) is a directory where the manifest has a file, and it holds \(what); nothing in it was removed",
                              hint: "move them away; the next run places the file")
         }

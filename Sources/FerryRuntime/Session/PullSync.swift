@@ -137,7 +137,7 @@ final class PullSync: SessionWork {
         let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, remote: remote, result: &result,
                                    localIOError: &localIOError, unstorableMtimes: &unstorableMtimes)
         if let (path, cache) = unstorableMtimes.first, let wanted = cache.wantedMtime {
-            let others = unstorableMtimes.count > 1 ? " (and \(unstorableMtimes.count - 1) more files)" : ""
+            let others = unstorableMtimes.count > 1 ? " (and \(Plural.count(unstorableMtimes.count - 1, "more file")))" : ""
             emit(.warning(message: "this filesystem cannot store the mtime the manifest gives \(Printable.name(path.string))\(others): "
                 + "it asked for \(wanted.rfc3339) and the filesystem stored \(cache.mtime.rfc3339); ferry keeps what was stored and does not set it again"))
         }
@@ -145,15 +145,15 @@ final class PullSync: SessionWork {
         // Deletions only after every transfer succeeded (rule 7), and capped.
         let unfinished = result.failed + result.waiting + result.suspended + result.delayed + result.held
         if let refused = plan.refusedDeletions {
-            result.message = "refused to delete \(refused.count) files: more than max-delete = \(session.maxDelete) allows (\(refused.limit) of the \(refused.managed) files in \(Printable.name(session.local))); nothing was deleted"
+            result.message = "refused to delete \(Plural.count(refused.count, "file")): more than max-delete = \(session.maxDelete) allows (\(refused.limit) of the \(Plural.count(refused.managed, "file")) in \(Printable.name(session.local))); nothing was deleted"
             result.hint = "if this is intended, raise max-delete for session '\(session.name)' (a count like \(refused.count), or a percentage like 100%)"
             emit(.warning(message: result.message!))
         } else if !plan.deletions.isEmpty || !plan.directoryRemovals.isEmpty {
             if let stopped {
-                if !plan.deletions.isEmpty { emit(.warning(message: "\(plan.deletions.count) deletions postponed: \(stopped)")) }
+                if !plan.deletions.isEmpty { emit(.warning(message: "\(Plural.count(plan.deletions.count, "deletion")) postponed: \(stopped)")) }
             } else if unfinished > 0 {
                 if !plan.deletions.isEmpty {
-                    emit(.warning(message: "\(plan.deletions.count) deletions postponed because \(unfinished) files did not arrive"))
+                    emit(.warning(message: "\(Plural.count(plan.deletions.count, "deletion")) postponed because \(Plural.count(unfinished, "file")) did not arrive"))
                 }
             } else {
                 for path in plan.deletions {
@@ -180,14 +180,14 @@ final class PullSync: SessionWork {
         // Every condition present is named, the one that decided the exit code first.
         var reasons: [String] = []
         if let localIOError { reasons.append(localIOError) }
-        if result.failed > 0 { reasons.append("\(result.failed) of \(attempted) files failed") }
+        if result.failed > 0 { reasons.append("\(result.failed) of \(Plural.count(attempted, "file")) failed") }
         if let refusal = result.message { reasons.append(refusal) }
         if result.waiting > 0 {
-            let text = "the remote could not be reached for \(result.waiting) files; they wait for connectivity and the next run tries again"
+            let text = "the remote could not be reached for \(Plural.count(result.waiting, "file")); \(result.waiting == 1 ? "it waits" : "they wait") for connectivity and the next run tries again"
             if outcome.exitCode == .remoteOrManifest { reasons.insert(text, at: 0) } else { reasons.append(text) }
         }
         if let stopped { reasons.append("\(stopped); the next run resumes where this one stopped") }
-        reasons += result.leftForLater("files")
+        reasons += result.leftForLater("file")
         result.message = reasons.isEmpty ? nil : reasons.joined(separator: "; ")
     }
 
@@ -196,10 +196,10 @@ final class PullSync: SessionWork {
         let shown = Printable.name(session.local + "/" + path.string)
         switch why {
         case let .directoryKept(files):
-            return "\(shown) is a directory holding \(files) files where the manifest has a file; delete = no keeps them: move them away, or set delete = yes"
+            return "\(shown) is a directory holding \(Plural.count(files, "file")) where the manifest has a file; delete = no keeps them: move them away, or set delete = yes"
         case let .directoryOverCap(files):
-            let cap = plan.refusedDeletions.map { " (\($0.count) deletions in all, \($0.limit) allowed)" } ?? ""
-            return "\(shown) is a directory holding \(files) files where the manifest has a file; removing them would pass max-delete = \(session.maxDelete)\(cap): raise max-delete, or move the directory away"
+            let cap = plan.refusedDeletions.map { " (\(Plural.count($0.count, "deletion")) in all, \($0.limit) allowed)" } ?? ""
+            return "\(shown) is a directory holding \(Plural.count(files, "file")) where the manifest has a file; removing them would pass max-delete = \(session.maxDelete)\(cap): raise max-delete, or move the directory away"
         }
     }
 
@@ -208,7 +208,7 @@ final class PullSync: SessionWork {
         for d in plan.downloads {
             if d.reason == .directoryInTheWay {
                 let files = plan.directoriesToReplace[d.entry.path]?.count ?? 0
-                emit(.planItem(action: "replace", path: d.entry.path, reason: "a directory holding \(files) files is where the manifest has a file", size: d.entry.size))
+                emit(.planItem(action: "replace", path: d.entry.path, reason: "a directory holding \(Plural.count(files, "file")) is where the manifest has a file", size: d.entry.size))
             } else {
                 emit(.planItem(action: "download", path: d.entry.path, reason: d.reason.rawValue, size: d.entry.size))
             }
@@ -237,7 +237,7 @@ final class PullSync: SessionWork {
         if !plan.blocked.isEmpty { parts.append("fail \(plan.blocked.count) (blocked)") }
         var text = parts.isEmpty ? "dry run: already in sync" : "dry run: would " + parts.joined(separator: ", ")
         if let refused = plan.refusedDeletions {
-            text += "; max-delete = \(session.maxDelete) would refuse \(refused.count) deletions (\(refused.limit) of \(refused.managed) files allowed)"
+            text += "; max-delete = \(session.maxDelete) would refuse \(Plural.count(refused.count, "deletion")) (\(refused.limit) of \(Plural.count(refused.managed, "file")) allowed)"
         }
         result.message = text + "; nothing was changed"
     }
@@ -332,7 +332,7 @@ final class PullSync: SessionWork {
         if let error = transfers.abort { throw error }
         if transfers.stopped == nil && transfers.unfinished > 0 {
             // Never report "in sync" with work left undone, whatever the reason.
-            return "\(transfers.unfinished) downloads did not finish"
+            return "\(Plural.count(transfers.unfinished, "download")) did not finish"
         }
         return transfers.stopped
     }

@@ -139,7 +139,7 @@ final class PushSync: SessionWork {
         let ended = transfers.uploaded + transfers.vanished.count + transfers.failed
         if stopped == nil && unfinished == 0 && ended < uploads.count { unfinished = uploads.count - ended }
         if let refused = plan.refusedDeletions {
-            result.message = "refused to delete \(refused.count) files on the remote: more than max-delete = \(session.maxDelete) allows (\(refused.limit) of the \(refused.managed) files published); nothing was deleted"
+            result.message = "refused to delete \(Plural.count(refused.count, "file")) on the remote: more than max-delete = \(session.maxDelete) allows (\(refused.limit) of the \(Plural.count(refused.managed, "file")) published); nothing was deleted"
             result.hint = "if this is intended, raise max-delete for session '\(session.name)'"
             emit(.warning(message: result.message!))
         }
@@ -151,7 +151,7 @@ final class PushSync: SessionWork {
             var reasons: [String] = []
             if transfers.failed > 0 { reasons.append("\(transfers.failed) of \(Plural.count(uploads.count, "upload")) failed") }
             if transfers.waiting > 0 { reasons.append("the remote could not be reached for \(Plural.count(transfers.waiting, "upload"))") }
-            reasons += result.leftForLater("uploads")
+            reasons += result.leftForLater("upload")
             if let stopped { reasons.append("\(stopped); the next run uploads what is left") }
             reasons.append("the manifest was not published, so readers of the remote still see version \(published?.version.map(String.init) ?? "none")")
             result.message = reasons.joined(separator: "; ")

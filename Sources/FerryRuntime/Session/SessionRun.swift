@@ -76,12 +76,14 @@ public struct SyncResult: Sendable {
 extension SyncResult {
     /// Why work was left for a later run, a sentence each: suspended by `ferry cancel`, delayed to a
     /// time, held by the session's conditions. `noun` names the work: files, uploads.
+    /// `noun` is singular (file, upload).
     func leftForLater(_ noun: String) -> [String] {
         var reasons: [String] = []
-        if suspended > 0 { reasons.append("\(suspended) \(noun) are suspended by ferry cancel; ferry resume continues them") }
-        if delayed > 0 { reasons.append("\(delayed) \(noun) are delayed; the first may begin at \(nextBegin?.rfc3339 ?? "?"), in a later run") }
+        func are(_ n: Int) -> String { n == 1 ? "is" : "are" }
+        if suspended > 0 { reasons.append("\(Plural.count(suspended, noun)) \(are(suspended)) suspended by ferry cancel; ferry resume continues \(suspended == 1 ? "it" : "them")") }
+        if delayed > 0 { reasons.append("\(Plural.count(delayed, noun)) \(are(delayed)) delayed; the first may begin at \(nextBegin?.rfc3339 ?? "?"), in a later run") }
         if held > 0, let heldFor {
-            reasons.append("\(held) \(noun) wait for the session's discretionary conditions: \(heldFor); they begin when the conditions hold")
+            reasons.append("\(Plural.count(held, noun)) \(held == 1 ? "waits" : "wait") for the session's discretionary conditions: \(heldFor); \(held == 1 ? "it begins" : "they begin") when the conditions hold")
         }
         return reasons
     }
