@@ -23,6 +23,7 @@ Faults (per path, "*" for all):
   "wrong_range": N       answer range requests with a Content-Range starting N bytes off
   "etag": "\"x\""        use this ETag (change it to simulate a changed file)
   "no_validators": true  send neither ETag nor Last-Modified
+  "no_etag": true        send Last-Modified only (as Python's http.server does)
   "stall_after": N       after N body bytes, send nothing more (until the client gives up)
   "only_first": N        apply reset_after, truncate_after and stall_after to the first N
                          requests for the path only
@@ -256,6 +257,8 @@ class Handler(BaseHTTPRequestHandler):
         etag = faults.get("etag", '"%x-%x-%x"' % (st.st_mtime_ns, size, st.st_ino))
         last_modified = email.utils.formatdate(st.st_mtime, usegmt=True)
         validators = {} if faults.get("no_validators") else {"ETag": etag, "Last-Modified": last_modified}
+        if faults.get("no_etag"):
+            validators.pop("ETag", None)
 
         if not faults.get("no_validators") and self.headers.get("If-None-Match") == etag:
             return self.simple(304, validators)
