@@ -52,7 +52,7 @@ struct AgentTests {
 
         // At rest the agent polls with conditional GETs: 304s, and no file is fetched again.
         server.clearLog()
-        usleep(4_500_000)
+        #expect(eventually { server.requests().count >= 2 }, "it went on polling")
         let requests = server.requests()
         #expect(requests.count >= 1 && requests.allSatisfy { $0.path == "/manifest.json" && $0.status == 304 }, "\(requests)")
 
@@ -131,8 +131,11 @@ struct AgentTests {
         #expect(eventually { agent.output.contains("stopped two") }, "\(agent.output)")
         box.publish("two/d.txt", "d\n")
         _ = ferry(["manifest", "build", server.root + "/two"])
-        usleep(4_000_000)
-        #expect(!FileManager.default.fileExists(atPath: box.directory + "/two/d.txt"), "a removed session is no longer polled")
+        // Session one (the same 2 s poll) polls twice more meanwhile: two would have too.
+        func polls(_ name: String) -> Int { (fileContents(box.state + "/events/\(name).jsonl") ?? "").components(separatedBy: "\"event\":\"sync-finished\"").count - 1 }
+        let (one, two) = (polls("one"), polls("two"))
+        #expect(eventually(15) { polls("one") >= one + 2 }, "session one goes on: \(agent.output)")
+        #expect(polls("two") == two && !FileManager.default.fileExists(atPath: box.directory + "/two/d.txt"), "a removed session is no longer polled")
         agent.child.signal(SIGTERM)
         #expect(agent.child.wait(timeout: 10) == 0)
     }
@@ -148,7 +151,7 @@ struct AgentTests {
         box.configure(remote: server.url, session: ["poll = 1h"], agent: ["stop-timeout = 3s"])
         let first = try RunningAgent(box)
         server.waitForRequest("/slow.bin")
-        usleep(1_500_000)
+        #expect(eventually { box.partialBytes() >= 500_000 }, "the transfer got going")
         let stopped = Date()
         first.child.signal(SIGTERM)
         #expect(first.child.wait(timeout: 10) == 0, "\(first.output)")
@@ -305,8 +308,7 @@ struct AgentTests {
         #expect(eventually { fileContents(box.localPath("d/a.txt")) == "original\n" && finished() >= 3 }, "\(agent.output)")
         // Settled: polls go on (304s) without a scan or a plan.
         let (p0, f0) = (planned(), finished())
-        usleep(3_500_000)
-        #expect(finished() >= f0 + 2, "it kept polling")
+        #expect(eventually { finished() >= f0 + 2 }, "it kept polling")
         #expect(planned() == p0, "no scan while nothing changed: \(planned()) vs \(p0)")
 
         // An edit behind ferry's back, even in a subdirectory, is noticed and repaired by the next poll.
@@ -322,8 +324,7 @@ struct AgentTests {
         let again = try RunningAgent(box)
         #expect(eventually { finished() >= f0 + 8 })
         let p1 = planned()
-        usleep(5_000_000)
-        #expect(planned() >= p1 + 1, "scanned at least every 2 s")
+        #expect(eventually(10) { planned() >= p1 + 1 }, "scanned again although nothing changed")
         again.child.signal(SIGTERM)
         #expect(again.child.wait(timeout: 10) == 0)
     }
@@ -377,7 +378,7 @@ struct AgentTests {
         // Every 0.05 s a WATCHDOG=1: the queue (10 datagrams) is full within a second.
         let agent = try RunningAgent(box, environment: ["NOTIFY_SOCKET": socketPath, "WATCHDOG_USEC": "100000"])
         #expect(eventually { fileContents(box.localPath("a.txt")) == "a\n" }, "\(agent.output)")
-        usleep(2_000_000)
+        #expect(eventually { listener.isFull() }, "the notify socket's queue filled up")
         let stopped = Date()
         agent.child.signal(SIGTERM)
         #expect(agent.child.wait(timeout: 10) == 0, "\(agent.output)")
@@ -438,4 +439,22 @@ final class DatagramListener: Sendable {
 
     /// Every datagram received so far.
     func received() -> [String] { inbox.messages.withLock { $0 } }
+
+    /// Whether the socket's queue is full (a listener that does not read): a datagram of the
+    /// test's own cannot be queued without waiting. Each one that can be queued fills it further.
+    func isFull() -> Bool {
+        var address = sockaddr_un()
+        var length = socklen_t(MemoryLayout<sockaddr_un>.size)
+        let name = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &length) }
+        }
+        guard name == 0 else { return false }
+        let probe = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(probe) }
+        let sent = withUnsafePointer(to: &address) { a in
+            a.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(probe, "probe", 5, Int32(MSG_DONTWAIT), $0, length) }
+        }
+        return sent < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)
+    }
 }
+

@@ -371,8 +371,13 @@ struct AttackTests {
             }
         }
         #expect(clients.count >= 40, "connections were made: \(clients.count)")
-        // The agent's threads would run out here if each connection took its own (two, before).
-        usleep(300_000)
+        // The agent takes them in: its threads would run out here if each took its own (two,
+        // before). Its thread count shows it serving as many as it will (or the process is gone).
+        func threads() -> Int {
+            let status = fileContents("/proc/\(agent.pid)/status") ?? ""
+            return Int(status.firstMatch(of: /Threads:\s+(\d+)/)?.1 ?? "") ?? 0
+        }
+        #expect(eventually(10) { !agent.isRunning || threads() >= ControlServer.maxConnections }, "the agent serves the connections")
         #expect(agent.isRunning, "the agent is alive: \(fileContents(box.directory + "/agent.err") ?? "")")
         for fd in clients { close(fd) }
         clients = []

@@ -15,7 +15,8 @@ struct DelayedTaskTests {
         return box
     }
 
-    func waitUntilDue() { usleep(1_600_000) }
+    /// Waits for the time the tasks were delayed to, as the task table records it.
+    func waitUntilDue(_ box: Sandbox) { box.waitUntilDelayedTasksAreDue() }
 
     @Test func notBeforeDelaysThenEachDueTaskIsRevalidated() throws {
         let box = delayedWorld("delayed")
@@ -34,7 +35,7 @@ struct DelayedTaskTests {
         box.publish("change.txt", "new content, other size\n")
         box.unpublish("vanish.txt")
         box.buildManifest()
-        waitUntilDue()
+        waitUntilDue(box)
         let due = box.sync(["--json"])
         #expect(due.exitCode == 0, "\(due.output)")
         let dispositions = Dictionary(uniqueKeysWithValues: due.events(named: "delayed-due").compactMap { e -> (String, String)? in
@@ -60,7 +61,7 @@ struct DelayedTaskTests {
         let run = box.sync(["--json"])
         #expect(run.exitCode == 3)
         #expect(run.events(named: "file-delayed").compactMap { $0["path"] as? String } == ["b.txt"])
-        waitUntilDue()
+        waitUntilDue(box)
         let later = box.sync(["--json"])
         #expect(later.exitCode == 0, "\(later.output)")
         #expect(later.events(named: "delayed-due").first?["disposition"] as? String == "continue")

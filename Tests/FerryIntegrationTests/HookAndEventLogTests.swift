@@ -88,7 +88,7 @@ struct HookAndEventLogTests {
         // --follow prints what comes next, until interrupted.
         let out = box.directory + "/follow.out"
         let follow = try Child(Harness.ferryBinary, ["events", "--config", box.config, "--follow", "--json"], stdout: out)
-        usleep(500_000)
+        #expect(eventually { (fileContents(out) ?? "").contains("\"path\":\"a.txt\"") }, "the log so far was read; new events follow")
         box.publish("b.txt", "b\n")
         box.buildManifest()
         #expect(box.sync().exitCode == 0)

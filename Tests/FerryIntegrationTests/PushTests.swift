@@ -182,7 +182,13 @@ struct PushTests {
         try config(box, remote: remote, agent: "bwlimit = 1M")
         let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"],
                               stdout: box.directory + "/out", stderr: box.directory + "/err")
-        usleep(2_500_000)
+        #expect(box.waitForRunningTask(session: "up"), "the upload began: \(fileContents(box.directory + "/err") ?? "")")
+        if kind == "file" {
+            #expect(eventually { ((try? FileManager.default.contentsOfDirectory(atPath: remoteRoot + "/.ferry/upload")) ?? []).contains { name in
+                var st = stat()
+                return lstat(remoteRoot + "/.ferry/upload/" + name, &st) == 0 && st.st_size > 0
+            } }, "bytes reached the temporary upload")
+        }
         #expect(child.isRunning, "still uploading: \(fileContents(box.directory + "/err") ?? "")")
         child.signal(SIGKILL)
         _ = child.wait(timeout: 10)
@@ -258,8 +264,7 @@ struct PushTests {
         func count(_ event: String) -> Int { (fileContents(log) ?? "").components(separatedBy: "\"event\":\"\(event)\"").count - 1 }
         #expect(eventually { count("sync-finished") >= 2 }, "\(agent.output)")
         let (planned, finished) = (count("planned"), count("sync-finished"))
-        usleep(3_500_000)
-        #expect(count("sync-finished") >= finished + 2, "it kept polling")
+        #expect(eventually { count("sync-finished") >= finished + 2 }, "it kept polling")
         #expect(count("planned") == planned, "no scan while nothing changed: \(count("planned")) vs \(planned)")
 
         write(src, "b/c.txt", Data("two\n".utf8))
@@ -318,7 +323,7 @@ struct PushTests {
         #expect(fileContents(remoteRoot + "/manifest.json")?.contains("\"version\": 1") == true, "nothing published before its time")
         let early = box.sync(["--session", "up"])
         #expect(early.exitCode == 3, "the task keeps its time in the next run: \(early.output)")
-        usleep(2_200_000)
+        box.waitUntilDelayedTasksAreDue()
         let due = box.sync(["--session", "up"])
         #expect(due.exitCode == 0, "\(due.output)")
         #expect(fileContents(remoteRoot + "/b.txt") == "b\n" && fileContents(remoteRoot + "/manifest.json")?.contains("\"version\": 2") == true)
@@ -382,7 +387,7 @@ struct PushTests {
         write(box.directory + "/src", "big.bin", big)
         try config(box, remote: server.url + "site/", up: "bwlimit = 1M")
         let push = try startPush(box)
-        usleep(1_500_000)
+        #expect(box.waitForRunningTask(session: "up"), "the upload began")
         let cancel = ferry(["cancel", "--config", box.config, "--session", "up"])
         #expect(cancel.stdout.contains("suspended task") && cancel.stdout.contains("big.bin"), "\(cancel.output)")
         #expect(push.wait(timeout: 20) == 3, "\(fileContents(box.directory + "/push.err") ?? "")")
@@ -415,7 +420,7 @@ struct PushTests {
         write(src, "big.bin", randomData(4_000_000, seed: 95))
         try config(box, remote: server.url + "site/", up: "bwlimit = 1M\nretries = 1\nretry-delay = 1s")
         let push = try startPush(box)
-        usleep(1_200_000)
+        #expect(box.waitForRunningTask(session: "up"), "the upload began")
         server.goAway()
         let code = push.wait(timeout: 30)
         let said = pushOutput(box)
@@ -544,7 +549,7 @@ struct PushTests {
         write(src, "big.bin", randomData(4_000_000, seed: 61))
         try config(box, remote: pushRemote.url, up: "bwlimit = 1M\nretry-delay = 1s")
         let push = try startPush(box, ["--json"])
-        usleep(1_500_000)
+        #expect(box.waitForRunningTask(session: "up"), "the upload began")
         let changed = randomData(3_000_000, seed: 62)
         write(src, "big.bin", changed)
         #expect(push.wait(timeout: 60) == 0, "\(fileContents(box.directory + "/push.err") ?? "")")
@@ -572,7 +577,7 @@ struct PushTests {
         write(src, "big.bin", randomData(3_000_000, seed: 71))
         try config(box, remote: pushRemote.url, up: "bwlimit = 1M")
         let push = try startPush(box)
-        usleep(1_000_000)
+        #expect(box.waitForRunningTask(session: "up"), "the upload began")
         #expect(push.isRunning, "still uploading")
         try theirs.writeReplacing(manifestPath)
         #expect(push.wait(timeout: 30) == 1, "\(fileContents(box.directory + "/push.err") ?? "")")

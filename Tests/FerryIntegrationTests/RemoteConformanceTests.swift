@@ -202,11 +202,13 @@ struct RemoteConformanceTests {
 
         // Hashed, then edited: never reported as sent.
         let hashed = statNow()
-        usleep(10_000)
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: localPath))
         try handle.seek(toOffset: 100)
         handle.write(Data("edited".utf8))
         try handle.close()
+        // Edited "in the same instant": a later mtime all the same, as any edit gets.
+        var times = [timespec(tv_sec: 0, tv_nsec: LocalRoot.utimeOmit), timespec(tv_sec: Int(hashed.mtime.seconds) + 1, tv_nsec: 0)]
+        utimensat(AT_FDCWD, localPath, &times, 0)
         let (changed, second) = try send(hashed)
         second.close()
         writer.removeUpload(task: 1)

@@ -240,7 +240,7 @@ struct ServerFaultTests {
 
         // Past the resource timeout, waiting turns into failing.
         box.configure(remote: server.url, session: ["retry-delay = 0.05s", "retries = 1", "resource-timeout = 1s"])
-        sleep(2)
+        box.waitUntilTasksAreOlderThan(1)
         let expired = box.sync()
         #expect(expired.exitCode == 1, "\(expired.output)")
         #expect(expired.stderr.contains("resource-timeout"))

@@ -67,7 +67,6 @@ struct StateStoreTests {
         let first = try #require(try store.queueUploads(session: "s", entries: [entry("a"), entry("b")])[RelativePath(trusted: "a")])
         try store.markRunning([(first.id, 1)])
         try store.markRetrying(first.id, waiting: true, attempts: 1, error: "down", bytesDone: 0, validator: nil)
-        usleep(1_100_000)
         let again = try store.queueUploads(session: "s", entries: [entry("a"), entry("b", "c")])
         let a = try #require(again[RelativePath(trusted: "a")])
         #expect(a.id == first.id && a.createdAt == first.createdAt && a.attempts == 1, "the same upload: \(a)")

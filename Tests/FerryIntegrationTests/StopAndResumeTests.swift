@@ -18,14 +18,6 @@ struct StopAndResumeTests {
         return (box, server, content)
     }
 
-    func partialBytes(_ box: Sandbox) -> Int {
-        let dir = box.localPath(".ferry/partial")
-        return ((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []).reduce(0) { total, name in
-            var st = stat()
-            return total + (lstat(dir + "/" + name, &st) == 0 ? Int(st.st_size) : 0)
-        }
-    }
-
     @Test func deadlineStopsWithExitThreeAndTheNextRunResumes() throws {
         let (box, server, content) = try slowSetup("deadline")
         defer { server.stop() }
@@ -62,8 +54,8 @@ struct StopAndResumeTests {
         let out = box.directory + "/out.jsonl"
         let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--json"], stdout: out, stderr: box.directory + "/err")
         let deadline = Date().addingTimeInterval(20)
-        while partialBytes(box) < 500_000 && Date() < deadline { usleep(20_000) }
-        #expect(partialBytes(box) >= 500_000, "the transfer got going")
+        while box.partialBytes() < 500_000 && Date() < deadline { usleep(20_000) }
+        #expect(box.partialBytes() >= 500_000, "the transfer got going")
         let sent = Date()
         child.signal(signal)
         let status = child.wait(timeout: 15)
@@ -106,7 +98,7 @@ struct StopAndResumeTests {
         let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--json"], stdout: out, stderr: box.directory + "/err")
         defer { child.stop() }
         let deadline = Date().addingTimeInterval(20)
-        while partialBytes(box) < 500_000 && Date() < deadline { usleep(20_000) }
+        while box.partialBytes() < 500_000 && Date() < deadline { usleep(20_000) }
         let cancel = ferry(["cancel", "--config", box.config, "--session", "test"])
         #expect(cancel.exitCode == 0, "\(cancel.output)")
         #expect(cancel.stdout.contains("suspended task"))

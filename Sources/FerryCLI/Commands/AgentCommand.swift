@@ -48,7 +48,8 @@ struct AgentCommand: Command {
         let log = SyncReporter(mode: json ? .json : .human, agentLog: true)
         for w in config.warnings { log.event(Event(time: Timestamp.now(), session: "", body: .warning(message: w))) }
         let hooks = try HookRunner(sessions: config.sessions)
-        let agent = try Agent(config: config, sinks: [EventLog(state: config.agent.state), log], hooks: hooks)
+        let eventLog = EventLog(state: config.agent.state)
+        let agent = try Agent(config: config, sinks: [eventLog, log], hooks: hooks)
         do { try agent.serveControlSocket() } catch {
             log.event(Event(time: Timestamp.now(), session: "", body: .warning(message: error.message + "; sync now and resume cannot hand their work over to this agent")))
         }
@@ -56,6 +57,8 @@ struct AgentCommand: Command {
         StopSignals.install(stopTimeout: config.agent.stopTimeout, token: stop, forcedExit: .inSync) { agent.wakeUp() }
         StopSignals.onHangup { agent.requestReload() }
         let code = agent.run(stop: stop)
+        // The last events (the stop itself) may still be buffered: written before the process ends.
+        eventLog.flush()
         withExtendedLifetime(lock) {}
         return code
     }

@@ -98,6 +98,55 @@ final class Sandbox {
     }
 
     func localPath(_ p: String) -> String { local + "/" + p }
+
+    /// Bytes in the mirror's partial files: how far the transfers in flight have got.
+    func partialBytes() -> Int {
+        let dir = localPath(".ferry/partial")
+        return ((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []).reduce(0) { total, name in
+            var st = stat()
+            return total + (lstat(dir + "/" + name, &st) == 0 ? Int(st.st_size) : 0)
+        }
+    }
+
+    /// The sessions of `ferry status --json`, as dictionaries.
+    func statusSessions() -> [[String: Any]] {
+        let json = try? JSONSerialization.jsonObject(with: Data(status(["--json"]).stdout.utf8)) as? [String: Any]
+        return json?["sessions"] as? [[String: Any]] ?? []
+    }
+
+    /// Waits until some task of `session` is `running` (a transfer is under way), or `timeout`.
+    @discardableResult
+    func waitForRunningTask(session: String? = nil, timeout: Double = 20) -> Bool {
+        eventually(timeout) {
+            statusSessions().contains { s in
+                (session == nil || s["name"] as? String == session) && ((s["task_counts"] as? [String: Any])?["running"] as? Int ?? 0) > 0
+            }
+        }
+    }
+
+    /// Waits until the latest `not_before` of the session's delayed tasks has passed (the time
+    /// they were delayed to, read from the task table, not guessed).
+    func waitUntilDelayedTasksAreDue() {
+        let times = statusSessions().flatMap { ($0["tasks"] as? [[String: Any]]) ?? [] }
+            .compactMap { ($0["not_before"] as? String).flatMap(Timestamp.init(rfc3339:)) }
+        guard let latest = times.max() else { return }
+        waitUntil(latest.timeInterval)
+    }
+
+    /// Waits until the tasks of the session were created at least `seconds` ago (for
+    /// resource-timeout, which counts from then).
+    func waitUntilTasksAreOlderThan(_ seconds: Double) {
+        let times = statusSessions().flatMap { ($0["tasks"] as? [[String: Any]]) ?? [] }
+            .compactMap { ($0["created_at"] as? String).flatMap(Timestamp.init(rfc3339:)) }
+        guard let newest = times.max() else { return }
+        waitUntil(newest.timeInterval + seconds)
+    }
+}
+
+/// Polls the clock until it passes `unixTime` (a time a test's subject recorded): a wait for that
+/// moment, not a guess of how long things take.
+func waitUntil(_ unixTime: Double) {
+    while Date().timeIntervalSince1970 < unixTime + 0.05 { usleep(20_000) }
 }
 
 /// Random bytes (deterministic per seed) for test files.
