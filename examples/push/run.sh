@@ -19,10 +19,13 @@ rm -f "$work/tree/images and media/.keep"
 head -c $((32 << 20)) /dev/urandom > "$work/tree/images and media/video.bin"
 mkdir -p "$work/dav" "$work/nginx"
 
-# A WebDAV server: nginx's DAV module (PUT, DELETE, MKCOL, MOVE), as a publishing host would run it.
+# A WebDAV server: nginx's DAV module (PUT, DELETE, MKCOL, MOVE) and its dav-ext module
+# (PROPFIND, so a push can tell that a directory it emptied holds nothing else), as a publishing
+# host would run it.
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 user=""; [ "$(id -u)" -eq 0 ] && user="user root;"
 cat > "$work/nginx/nginx.conf" <<CONF
+load_module /usr/lib/nginx/modules/ngx_http_dav_ext_module.so;
 $user
 daemon off; worker_processes 1; pid $work/nginx/nginx.pid; error_log $work/nginx/error.log;
 events { worker_connections 64; }
@@ -30,7 +33,7 @@ http {
   access_log off; client_max_body_size 0; client_body_temp_path $work/nginx/body;
   proxy_temp_path $work/nginx/p; fastcgi_temp_path $work/nginx/f; uwsgi_temp_path $work/nginx/u; scgi_temp_path $work/nginx/s;
   server { listen 127.0.0.1:$port; root $work/dav;
-           location / { dav_methods PUT DELETE MKCOL COPY MOVE; create_full_put_path on; } }
+           location / { dav_methods PUT DELETE MKCOL COPY MOVE; dav_ext_methods PROPFIND OPTIONS; create_full_put_path on; } }
 }
 CONF
 nginx -c "$work/nginx/nginx.conf" -p "$work/nginx/" &

@@ -56,42 +56,21 @@ enum RemoteInspection {
 
 /// A `HEAD` of one file, run by the engine: its status, length, validators and, when the server
 /// offers one, its digest (`Want-Repr-Digest: sha-256=10`).
-final class RemoteProbe: Transfer {
+final class RemoteProbe: RemoteRequest {
     let path: RelativePath
-    private let url: String
-    private let settings: HTTPSettings
-    private let headers = HeaderSink()
-    var cancelRequested = false
-    var throttle: Throttle?
     /// The answer, once the probe succeeded.
     private(set) var state: RemoteFileState?
 
     init(path: RelativePath, url: String, settings: HTTPSettings) {
         self.path = path
-        self.url = url
-        self.settings = settings
+        super.init(url: url, settings: settings)
     }
 
-    var mode: TransferMode { .curl }
-    func outcomeWithoutRequest() -> TransferOutcome? { nil }
-    func step() -> TransferOutcome? { nil }
-    func tick(now: Double) {}
+    override var requestHeaders: [String] { ["Want-Repr-Digest: sha-256=10"] }
 
-    func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
-        easy.configure(url: url, settings: settings, extraHeaders: ["Want-Repr-Digest: sha-256=10"])
-        easy.set(CURLOPT_NOBODY, 1)
-        easy.set(CURLOPT_FOLLOWLOCATION, 0)
-        ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, discardCallback)
-        ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, headerCallback)
-        easy.set(CURLOPT_HEADERDATA, pointer: Unmanaged.passUnretained(headers).toOpaque())
-    }
-
-    func finish(code: CURLcode, errorText: String?) -> TransferOutcome {
+    override func finish(code: CURLcode, errorText: String?) -> TransferOutcome {
+        guard code == CURLE_OK else { return transportFailure(code, errorText) }
         let h = headers.headers
-        guard code == CURLE_OK else {
-            return .failed(TransferFailure(message: "HEAD \(url): " + Curl.describe(code, errorText: errorText, headers: h), keepPartial: false,
-                                           cause: Curl.cause(code, errorText: errorText, headers: h)))
-        }
         switch h.status {
         case 200..<300:
             // Compared weakly (W/ dropped): Apache makes the ETag of a file changed within the last

@@ -287,23 +287,24 @@ let uploadBufferCallback: ferry_data_callback = { buffer, size, count, userdata 
 
 let discardCallback: ferry_data_callback = { _, size, count, _ in size * count }
 
-/// A WebDAV `MOVE` run by the engine, so a push's moves go beside its uploads on the multi
-/// handle's kept-alive connections instead of one at a time.
-final class RemoteMove: Transfer {
-    let task: TransferTask
-    private let url: String
-    private let destination: String
-    private let settings: HTTPSettings
-    private let headers = HeaderSink()
+/// A request without a body that the engine runs for a push (a WebDAV `MOVE`, a `HEAD`): the
+/// subclass says what it asks (`method`, `requestHeaders`) and what the answer means (`finish`);
+/// the answer's headers are kept, its body dropped, and a redirect is never followed (it would
+/// replay the request elsewhere).
+class RemoteRequest: Transfer {
+    let url: String
+    let settings: HTTPSettings
+    let headers = HeaderSink()
     var cancelRequested = false
     var throttle: Throttle?
 
-    init(task: TransferTask, url: String, destination: String, settings: HTTPSettings) {
-        self.task = task
+    init(url: String, settings: HTTPSettings) {
         self.url = url
-        self.destination = destination
         self.settings = settings
     }
+
+    var method: String { "HEAD" }
+    var requestHeaders: [String] { [] }
 
     var mode: TransferMode { .curl }
     func outcomeWithoutRequest() -> TransferOutcome? { nil }
@@ -311,19 +312,43 @@ final class RemoteMove: Transfer {
     func tick(now: Double) {}
 
     func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
-        easy.configure(url: url, settings: settings, extraHeaders: ["Destination: \(destination)", "Overwrite: T"])
-        easy.set(CURLOPT_CUSTOMREQUEST, "MOVE")
+        easy.configure(url: url, settings: settings, extraHeaders: requestHeaders)
+        if method == "HEAD" { easy.set(CURLOPT_NOBODY, 1) } else { easy.set(CURLOPT_CUSTOMREQUEST, method) }
         easy.set(CURLOPT_FOLLOWLOCATION, 0)
         ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, discardCallback)
         ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, headerCallback)
         easy.set(CURLOPT_HEADERDATA, pointer: Unmanaged.passUnretained(headers).toOpaque())
     }
 
+    /// The failure of a request that did not get an answer.
+    func transportFailure(_ code: CURLcode, _ errorText: String?) -> TransferOutcome {
+        .failed(TransferFailure(message: "\(method) \(url): " + Curl.describe(code, errorText: errorText, headers: headers.headers),
+                                keepPartial: false, cause: Curl.cause(code, errorText: errorText, headers: headers.headers)))
+    }
+
     func finish(code: CURLcode, errorText: String?) -> TransferOutcome {
-        guard code == CURLE_OK else {
-            return .failed(TransferFailure(message: "MOVE to \(destination): " + Curl.describe(code, errorText: errorText, headers: headers.headers),
-                                           keepPartial: false, cause: Curl.cause(code, errorText: errorText, headers: headers.headers)))
-        }
+        guard code == CURLE_OK else { return transportFailure(code, errorText) }
+        return .succeeded
+    }
+}
+
+/// A WebDAV `MOVE` run by the engine, so a push's moves go beside its uploads on the multi
+/// handle's kept-alive connections instead of one at a time.
+final class RemoteMove: RemoteRequest {
+    let task: TransferTask
+    private let destination: String
+
+    init(task: TransferTask, url: String, destination: String, settings: HTTPSettings) {
+        self.task = task
+        self.destination = destination
+        super.init(url: url, settings: settings)
+    }
+
+    override var method: String { "MOVE" }
+    override var requestHeaders: [String] { ["Destination: \(destination)", "Overwrite: T"] }
+
+    override func finish(code: CURLcode, errorText: String?) -> TransferOutcome {
+        guard code == CURLE_OK else { return transportFailure(code, errorText) }
         let status = headers.headers.status
         guard (200..<300).contains(status) else {
             return .failed(TransferFailure(message: "MOVE to \(destination) was refused: HTTP \(status)", keepPartial: false, cause: .http(status: status)))

@@ -231,9 +231,17 @@ final class PushSync: SessionWork {
         paths.sort()
         let states = try RemoteProbes.run(paths, writer: writer, session: session, engine: engine)
         if everything && !options.dryRun { try store.recordRemoteChecked(session: session.name, at: now) }
+        // A run killed between moving a file into place and recording it left the remote holding
+        // that upload: the file is this session's, not someone else's change.
+        var interrupted: [RelativePath: TransferTask] = [:]
+        for task in try store.tasks(session: session.name) where task.state != .done { interrupted[task.path] = task }
+        func mine(_ state: RemoteFileState, _ path: RelativePath) -> Bool {
+            guard let task = interrupted[path], state.exists, state.size == task.size else { return false }
+            return state.sha256.map { $0.hex == task.sha256 } ?? true
+        }
         var edited: [RelativePath: String] = [:]
         for path in paths {
-            guard let record = placed[path], let state = states[path], !state.matches(record) else { continue }
+            guard let record = placed[path], let state = states[path], !state.matches(record), !mine(state, path) else { continue }
             edited[path] = state.exists
                 ? "changed on the remote since ferry placed it (\(state.size.map { "\($0) bytes" } ?? "size unknown") now, \(record.size) placed)"
                 : "gone from the remote since ferry placed it"
@@ -251,19 +259,12 @@ final class PushSync: SessionWork {
                              result: inout SyncResult) throws(FerryError) -> [RelativePath: String] {
         guard !held, !plan.replacements.isEmpty else { return [:] }
         var blocked: [RelativePath: String] = [:]
-        var removed: [RelativePath] = []
-        for path in plan.replacements {
-            do throws(FerryError) {
-                try writer.remove(path)
-                removed.append(path)
-                result.deleted += 1
-                emit(.fileDeleted(path: path))
-            } catch {
-                if error.retryClass == .connectivity { throw error }
-                for upload in [path] + path.ancestors where local.contains(upload) { blocked[upload] = "cannot remove \(Printable.name(path.string)) from the remote, which is in its way: \(error.message)" }
+        try removeFiles(plan.replacements, writer: writer, store: store, result: &result) { path, error throws(FerryError) in
+            if error.retryClass == .connectivity { throw error }
+            for upload in [path] + path.ancestors where local.contains(upload) {
+                blocked[upload] = "cannot remove \(Printable.name(path.string)) from the remote, which is in its way: \(error.message)"
             }
         }
-        try store.forgetPlaced(session: session.name, removed)
         // The directories that now have to be files, and the ones in them the removals emptied,
         // deepest first.
         let directories = Set(plan.replacements.flatMap(\.ancestors)).filter { d in
@@ -287,21 +288,30 @@ final class PushSync: SessionWork {
     /// Deletes remote files the local tree no longer has; returns how many failed.
     private func delete(_ paths: [RelativePath], writer: RemoteWriting, store: StateStore, result: inout SyncResult) throws(FerryError) -> Int {
         var failed = 0
-        var removed: [RelativePath] = []
+        try removeFiles(paths, writer: writer, store: store, result: &result) { path, error in
+            failed += 1
+            emit(.fileFailed(path: path, error: error.message))
+        }
+        result.failed += failed
+        return failed
+    }
+
+    /// Removes files from the remote, each said and no longer recorded as placed; `failure`
+    /// decides about one the remote would not remove.
+    private func removeFiles(_ paths: [RelativePath], writer: RemoteWriting, store: StateStore, result: inout SyncResult,
+                             failure: (RelativePath, FerryError) throws(FerryError) -> Void) throws(FerryError) {
+        // Forgotten first: a run killed after a removal must not find the record of a file that is
+        // gone and take it for someone else's removal.
+        try store.forgetPlaced(session: session.name, paths)
         for path in paths {
             do throws(FerryError) {
                 try writer.remove(path)
-                removed.append(path)
                 result.deleted += 1
                 emit(.fileDeleted(path: path))
             } catch {
-                failed += 1
-                emit(.fileFailed(path: path, error: error.message))
+                try failure(path, error)
             }
         }
-        result.failed += failed
-        try store.forgetPlaced(session: session.name, removed)
-        return failed
     }
 
     /// Removes the directories that held files the old manifest listed and hold none the new one

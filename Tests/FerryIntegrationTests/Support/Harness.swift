@@ -20,9 +20,15 @@ enum Harness {
         return packageRoot + "/.build/debug/ferry"
     }()
 
+    /// Where the tests' directories go; removed when the test process exits, if nothing is left in it.
+    static let base: String = {
+        let base = (ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp") + "/ferry-tests"
+        atexit { rmdir(Harness.base) }
+        return base
+    }()
+
     /// A fresh directory for one test, removed by the caller's `defer`.
     static func temporaryDirectory(_ label: String) -> String {
-        let base = (ProcessInfo.processInfo.environment["TMPDIR"] ?? "/tmp") + "/ferry-tests"
         try? FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
         let path = base + "/\(label)-\(UUID().uuidString.prefix(8))"
         try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
