@@ -111,6 +111,9 @@ struct CrashTests {
             }
         }
         #expect(resumed > 0, "at least one kill left resume data that a relaunch used (seed \(seed))")
+        // Whatever the kills left in the task table, the run that completed settled it.
+        let counts = box.statusSessions().first?["task_counts"] as? [String: Int] ?? [:]
+        #expect(counts.filter { $0.key != "done" }.allSatisfy { $0.value == 0 }, "no task left open: \(counts) (seed \(seed))")
         print("kill -9 test: \(kills) kills, \(completed) runs finished before their kill, \(resumed) resumes")
     }
 
