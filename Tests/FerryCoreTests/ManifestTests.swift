@@ -290,6 +290,9 @@ struct PrintableTests {
     @Test func jsonCarriesTheExactNameWithHiddenCharactersEscaped() {
         #expect(JSONText.quote("a\u{202E}b\u{E0041}\u{1B}") == "\"a\\u202eb\\udb40\\udc41\\u001b\"")
         #expect(JSONText.quote("déjà 😀") == "\"déjà 😀\"")
+        #expect(JSONText.quote("plain/path name.txt") == "\"plain/path name.txt\"")
+        #expect(JSONText.quote("say \"hi\" \\ bye") == "\"say \\\"hi\\\" \\\\ bye\"")
+        #expect(JSONText.quote("tab\there\u{7F}") == "\"tab\\there\\u007f\"")
     }
 
     @Test func textKeepsNewlinesAndBackslashesButNotControls() {

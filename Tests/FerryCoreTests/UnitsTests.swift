@@ -46,6 +46,34 @@ struct TimestampTests {
         #expect(Timestamp(rfc3339: "2024-02-29T00:00:00Z") != nil)
     }
 
+    @Test func formatsEveryRange() {
+        #expect(Timestamp(seconds: -1).rfc3339 == "1969-12-31T23:59:59Z")
+        #expect(Timestamp(seconds: 0, nanoseconds: 500_000_000).rfc3339 == "1970-01-01T00:00:00.5Z")
+        #expect(Timestamp(seconds: 4_102_444_800, nanoseconds: 1).rfc3339 == "2100-01-01T00:00:00.000000001Z")
+        #expect(Timestamp(seconds: 253_402_300_800).rfc3339 == "10000-01-01T00:00:00Z")
+        for seconds: Int64 in [-62_135_596_800, -1, 0, 951_782_400, 1_795_161_599, 253_402_300_799] {
+            let t = Timestamp(seconds: seconds, nanoseconds: 120_000)
+            #expect(Timestamp(rfc3339: t.rfc3339) == t, "\(t.rfc3339)")
+        }
+    }
+
+    @Test func parsesHTTPDates() throws {
+        let t = try #require(Timestamp(httpDate: "Fri, 20 Nov 2026 08:00:00 GMT"))
+        #expect(t == Timestamp(rfc3339: "2026-11-20T08:00:00Z"))
+        #expect(Timestamp(httpDate: "Sun, 6 Nov 1994 08:49:37 GMT") == Timestamp(rfc3339: "1994-11-06T08:49:37Z"))
+        #expect(Timestamp(httpDate: "Thu, 29 Feb 2024 23:59:59 GMT") == Timestamp(rfc3339: "2024-02-29T23:59:59Z"))
+        #expect(Timestamp(httpDate: "Sun,  06 Nov 1994 08:49:37 GMT") == Timestamp(rfc3339: "1994-11-06T08:49:37Z"))
+    }
+
+    @Test(arguments: ["", "Sun, 06 Nov 1994 08:49:37", "Sun, 06 Nov 1994 08:49:37 UTC", "Sun, 06 Nox 1994 08:49:37 GMT",
+                      "Sun, 31 Feb 1994 08:49:37 GMT", "Sun, 06 Nov 1994 24:00:00 GMT", "Sun, 06 Nov 94 08:49:37 GMT",
+                      "Sun, 006 Nov 1994 08:49:37 GMT", "Sun, 06 Nov 1994 8:49:37 GMT", "Sun, 06 Nov 1994 08:49:37 GMT extra",
+                      "Sunday, 06-Nov-94 08:49:37 GMT", "Sun Nov  6 08:49:37 1994", "Sun, -6 Nov 1994 08:49:37 GMT",
+                      "Sun, 06 Nov 99999 08:49:37 GMT", "Sun, 06 Nov 1994 08:49:3x GMT"])
+    func refusesMalformedHTTPDates(text: String) {
+        #expect(Timestamp(httpDate: text) == nil)
+    }
+
     @Test(arguments: ["", "2026-11-20", "2026-13-01T00:00:00Z", "2026-02-30T00:00:00Z", "2026-11-20T25:00:00Z",
                       "2026-11-20T08:00:00", "2026-11-20T08:00:00Zjunk", "2026-11-20T08:00:00.Z"])
     func refusesMalformedTimes(text: String) {

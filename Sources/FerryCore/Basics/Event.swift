@@ -133,10 +133,20 @@ public struct Event: Sendable {
     }
 
     public var json: String {
-        var fields: [(String, String)] = [("time", JSONText.quote(time.rfc3339)), ("session", JSONText.quote(session)), ("event", JSONText.quote(name))]
-        func s(_ k: String, _ v: String) { fields.append((k, JSONText.quote(v))) }
-        func n(_ k: String, _ v: Int64) { fields.append((k, String(v))) }
-        func b(_ k: String, _ v: Bool) { fields.append((k, v ? "true" : "false")) }
+        var out = "{\"time\":\""
+        out.reserveCapacity(192)
+        out += time.rfc3339
+        out += "\""
+        func raw(_ k: String, _ v: String) {
+            out += ",\""
+            out += k
+            out += "\":"
+            out += v
+        }
+        func s(_ k: String, _ v: String) { raw(k, JSONText.quote(v)) }
+        func n(_ k: String, _ v: Int64) { raw(k, String(v)) }
+        func b(_ k: String, _ v: Bool) { raw(k, v ? "true" : "false") }
+        s("session", session); s("event", name)
         switch body {
         case let .syncStarted(direction, dryRun):
             s("direction", direction.rawValue); b("dry_run", dryRun)
@@ -163,9 +173,9 @@ public struct Event: Sendable {
         case let .fileRestarted(path, reason):
             s("path", path.string); s("reason", reason)
         case let .manifestRetrying(url, attempt, delay, error):
-            s("url", url); n("attempt", Int64(attempt)); fields.append(("delay", Units.formatFixed(delay, digits: 3))); s("error", error)
+            s("url", url); n("attempt", Int64(attempt)); raw("delay", Units.formatFixed(delay, digits: 3)); s("error", error)
         case let .fileRetrying(path, attempt, delay, error):
-            s("path", path.string); n("attempt", Int64(attempt)); fields.append(("delay", Units.formatFixed(delay, digits: 3))); s("error", error)
+            s("path", path.string); n("attempt", Int64(attempt)); raw("delay", Units.formatFixed(delay, digits: 3)); s("error", error)
         case let .fileDelayed(path, until):
             s("path", path.string); s("not_before", until.rfc3339)
         case let .delayedDue(path, disposition, reason):
@@ -198,11 +208,12 @@ public struct Event: Sendable {
             s("action", action); s("message", message)
         case let .syncFinished(exitCode, downloaded, failed, deleted, bytes, seconds, message, hint, dryRun):
             n("exit_code", Int64(exitCode)); n("downloaded", Int64(downloaded)); n("failed", Int64(failed))
-            n("deleted", Int64(deleted)); n("bytes", bytes); fields.append(("seconds", Units.formatFixed(seconds, digits: 3)))
+            n("deleted", Int64(deleted)); n("bytes", bytes); raw("seconds", Units.formatFixed(seconds, digits: 3))
             if let message { s("message", message) }
             if let hint { s("hint", hint) }
             if dryRun { b("dry_run", true) }
         }
-        return "{" + fields.map { "\"\($0.0)\":\($0.1)" }.joined(separator: ",") + "}"
+        out += "}"
+        return out
     }
 }

@@ -72,23 +72,78 @@ public struct Timestamp: Hashable, Comparable, Sendable {
         self.nanoseconds = Int32(nanos)
     }
 
+    /// Parses an HTTP date in the IMF-fixdate form every sender must generate (RFC 9110 §5.6.7),
+    /// `Sun, 06 Nov 1994 08:49:37 GMT`; the weekday is not checked. Returns nil for anything else.
+    public init?(httpDate text: String) {
+        var copy = text
+        guard let parsed = copy.withUTF8({ Timestamp(httpDateBytes: $0) }) else { return nil }
+        self = parsed
+    }
+
+    init?(httpDateBytes b: UnsafeBufferPointer<UInt8>) {
+        // Six fields split on spaces: weekday, day, month, year, hh:mm:ss, GMT.
+        var fields: [Range<Int>] = []
+        fields.reserveCapacity(6)
+        var i = 0
+        while i < b.count {
+            if b[i] == UInt8(ascii: " ") { i += 1; continue }
+            let start = i
+            while i < b.count, b[i] != UInt8(ascii: " ") { i += 1 }
+            guard fields.count < 6 else { return nil }
+            fields.append(start..<i)
+        }
+        func field(_ n: Int) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: b[fields[n]]) }
+        guard fields.count == 6, field(5).elementsEqual("GMT".utf8), (1...2).contains(field(1).count),
+              field(2).count == 3, field(3).count == 4, field(4).count == 8 else { return nil }
+        let months = "JanFebMarAprMayJunJulAugSepOctNovDec".utf8
+        guard let month = (0..<12).first(where: { months.dropFirst($0 * 3).prefix(3).elementsEqual(field(2)) }) else { return nil }
+        // Rewritten as RFC 3339 so that one parser checks every range.
+        var text: [UInt8] = []
+        text.reserveCapacity(20)
+        text += field(3)
+        text += [UInt8(ascii: "-"), UInt8(ascii: "0") + UInt8((month + 1) / 10), UInt8(ascii: "0") + UInt8((month + 1) % 10), UInt8(ascii: "-")]
+        if field(1).count == 1 { text.append(UInt8(ascii: "0")) }
+        text += field(1)
+        text.append(UInt8(ascii: "T"))
+        text += field(4)
+        text.append(UInt8(ascii: "Z"))
+        guard let parsed = text.withUnsafeBufferPointer({ Timestamp(rfc3339Bytes: $0) }) else { return nil }
+        self = parsed
+    }
+
     /// `2026-11-20T08:00:00Z`, with fractional seconds only when there are some.
     public var rfc3339: String {
         let days = seconds >= 0 ? seconds / 86400 : (seconds - 86399) / 86400
         let rem = seconds - days * 86400
         let (y, m, d) = Timestamp.civilFromDays(days)
-        func p(_ v: Int64, _ w: Int) -> String {
-            var s = String(v)
-            while s.count < w { s = "0" + s }
-            return s
+        return String(unsafeUninitializedCapacity: 48) { buf in
+            var n = 0
+            func put(_ v: Int64, _ width: Int) {
+                var v = v
+                for k in stride(from: width - 1, through: 0, by: -1) {
+                    buf[n + k] = UInt8(ascii: "0") + UInt8(v % 10)
+                    v /= 10
+                }
+                n += width
+            }
+            func put(_ c: Unicode.Scalar) { buf[n] = UInt8(ascii: c); n += 1 }
+            if (0...9999).contains(y) {
+                put(y, 4)
+            } else {
+                // A year RFC 3339 cannot hold (a file's mtime can be anything): written in full, with its sign.
+                for c in String(y).utf8 { buf[n] = c; n += 1 }
+            }
+            put("-"); put(m, 2); put("-"); put(d, 2); put("T")
+            put(rem / 3600, 2); put(":"); put((rem % 3600) / 60, 2); put(":"); put(rem % 60, 2)
+            if nanoseconds > 0 {
+                put(".")
+                var frac = Int64(nanoseconds), width = 9
+                while frac % 10 == 0 { frac /= 10; width -= 1 }
+                put(frac, width)
+            }
+            put("Z")
+            return n
         }
-        var out = "\(p(y, 4))-\(p(m, 2))-\(p(d, 2))T\(p(rem / 3600, 2)):\(p((rem % 3600) / 60, 2)):\(p(rem % 60, 2))"
-        if nanoseconds != 0 {
-            var frac = p(Int64(nanoseconds), 9)
-            while frac.hasSuffix("0") { frac.removeLast() }
-            out += "." + frac
-        }
-        return out + "Z"
     }
 
     public var timeInterval: Double { Double(seconds) + Double(nanoseconds) / 1e9 }

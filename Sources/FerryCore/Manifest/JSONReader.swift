@@ -309,6 +309,14 @@ public struct JSONReader: ~Copyable {
 /// exact name, and JSON shown on a terminal cannot reorder or hide what follows.
 public enum JSONText {
     public static func quote(_ s: String) -> String {
+        // Most text (paths, messages) is printable ASCII with nothing to escape: copied whole.
+        if s.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
+            var out = "\""
+            out.reserveCapacity(s.utf8.count + 2)
+            out += s
+            out += "\""
+            return out
+        }
         var out = "\""
         out.reserveCapacity(s.utf8.count + 2)
         for scalar in s.unicodeScalars {

@@ -185,14 +185,14 @@ struct ResponseHeaders {
 
     /// Whether this response's ETag and Last-Modified may stand for its body later (`ResponsePolicy.validatorsHold`).
     var validatorsHold: Bool {
-        ResponsePolicy.validatorsHold(lastModified: lastModified.flatMap(HTTPDate.parse), hasLastModified: lastModified != nil,
-                                      date: date.flatMap(HTTPDate.parse))
+        ResponsePolicy.validatorsHold(lastModified: lastModified.flatMap(Timestamp.init(httpDate:)), hasLastModified: lastModified != nil,
+                                      date: date.flatMap(Timestamp.init(httpDate:)))
     }
 
     /// `Retry-After` as seconds: a number of seconds or an HTTP-date (RFC 9110 §10.2.3).
     static func parseRetryAfter(_ value: String) -> Double? {
         if let seconds = Double(value.trimmingSpaces()), seconds >= 0 { return seconds }
-        guard let date = HTTPDate.parse(value) else { return nil }
+        guard let date = Timestamp(httpDate: value) else { return nil }
         return max(0, date.timeInterval - Timestamp.now().timeInterval)
     }
 }
@@ -278,15 +278,3 @@ let headerCallback: ferry_data_callback = { buffer, size, count, userdata in
     return n
 }
 
-/// IMF-fixdate (`Sun, 06 Nov 1994 08:49:37 GMT`), the HTTP-date form servers send.
-enum HTTPDate {
-    static func parse(_ text: String) -> Timestamp? {
-        let parts = text.split(separator: " ")
-        guard parts.count == 6, parts[5] == "GMT", let day = Int64(parts[1]), let year = Int64(parts[3]) else { return nil }
-        let months = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"]
-        guard let month = months.firstIndex(of: String(parts[2])) else { return nil }
-        let pad = day < 10 ? "0" : ""
-        let m = month + 1 < 10 ? "0\(month + 1)" : "\(month + 1)"
-        return Timestamp(rfc3339: "\(year)-\(m)-\(pad)\(day)T\(parts[4])Z")
-    }
-}
