@@ -16,11 +16,12 @@ struct PushPlanTests {
         Manifest(format: .ferry, version: version, generated: nil, expires: nil, entries: entries)
     }
 
+    let epoch = Timestamp(seconds: 0)
     let deleteAll = DeletionRules(delete: true, cap: .percent(100))
     let keepAll = DeletionRules(delete: false, cap: .percent(100))
 
     @Test func aFirstPushUploadsEverythingAsVersionOne() {
-        let plan = PushPlanner.plan(local: [entry("b.txt", h1), entry("a/x.txt", h2)], remote: nil, rules: deleteAll)
+        let plan = PushPlanner.plan(local: [entry("b.txt", h1), entry("a/x.txt", h2)], remote: nil, rules: deleteAll, now: epoch)
         #expect(plan.uploads.map(\.entry.path) == [p("a/x.txt"), p("b.txt")], "in path order")
         #expect(plan.uploads.allSatisfy { $0.reason == .new })
         #expect(plan.version == 1)
@@ -37,7 +38,7 @@ struct PushPlanTests {
             entry("same.txt", h1), entry("edited.txt", h2), entry("resized.txt", h1), entry("chmod.txt", h1),
             entry("touched.txt", h1), entry("new.txt", h2),
         ]
-        let plan = PushPlanner.plan(local: local, remote: remote, rules: deleteAll)
+        let plan = PushPlanner.plan(local: local, remote: remote, rules: deleteAll, now: epoch)
         #expect(plan.uploads.map { "\($0.entry.path):\($0.reason.rawValue)" } == ["edited.txt:changed", "new.txt:new", "resized.txt:changed"])
         #expect(plan.upToDate == 1 && plan.metadataChanges == 2)
         #expect(plan.deletions == [p("gone.txt")])
@@ -46,15 +47,26 @@ struct PushPlanTests {
         #expect(!plan.isEmpty)
     }
 
+    @Test func theVersionNeverFallsBelowTheClockNorRisesPastTheLargest() {
+        let now = Timestamp(seconds: 1_800_000_000)
+        let local = [entry("a", h1)]
+        #expect(PushPlanner.plan(local: local, remote: nil, rules: deleteAll, now: now).version == 1_800_000_000,
+                "a first push (or one to a wiped remote) goes above whatever mirrors applied before")
+        #expect(PushPlanner.plan(local: local, remote: published([], version: 7), rules: deleteAll, now: now).version == 1_800_000_000)
+        #expect(PushPlanner.plan(local: local, remote: published([], version: 1_900_000_000), rules: deleteAll, now: now).version == 1_900_000_001)
+        #expect(PushPlanner.plan(local: local, remote: published([], version: Manifest.maximumVersion), rules: deleteAll, now: now).version
+                == Manifest.maximumVersion, "never a version its own readers refuse")
+    }
+
     @Test func anUnchangedTreeIsEmptyAndPublishesNothing() {
         let local = [entry("a", h1), entry("d/b", h2)]
-        let plan = PushPlanner.plan(local: local, remote: published(local), rules: deleteAll)
+        let plan = PushPlanner.plan(local: local, remote: published(local), rules: deleteAll, now: epoch)
         #expect(plan.isEmpty)
         #expect(plan.upToDate == 2)
     }
 
     @Test func withoutDeleteExtrasStayOnTheRemoteAndInTheManifest() {
-        let plan = PushPlanner.plan(local: [entry("a", h1)], remote: published([entry("a", h1), entry("old", h2)]), rules: keepAll)
+        let plan = PushPlanner.plan(local: [entry("a", h1)], remote: published([entry("a", h1), entry("old", h2)]), rules: keepAll, now: epoch)
         #expect(plan.deletions.isEmpty && plan.extrasKept == 1)
         #expect(plan.manifest.map(\.path) == [p("a"), p("old")], "a pull of the remote still gets what it holds")
         #expect(plan.isEmpty, "nothing to send and nothing new to say")
@@ -62,7 +74,7 @@ struct PushPlanTests {
 
     @Test func maxDeleteRefusesAnEmptiedTreeAndKeepsListingWhatStays() {
         let remote = published((0..<10).map { entry("f\($0)", h1) })
-        let plan = PushPlanner.plan(local: [entry("f0", h1)], remote: remote, rules: DeletionRules(delete: true, cap: .percent(50)))
+        let plan = PushPlanner.plan(local: [entry("f0", h1)], remote: remote, rules: DeletionRules(delete: true, cap: .percent(50)), now: epoch)
         #expect(plan.deletions.isEmpty)
         #expect(plan.refusedDeletions == Plan.RefusedDeletions(count: 9, managed: 10, limit: 5, paths: (1..<10).map { p("f\($0)") }))
         #expect(plan.manifest.count == 10, "refused deletions stay listed: they are still on the remote")
@@ -73,7 +85,7 @@ struct PushPlanTests {
     @Test func aPathThatChangedTypeReplacesTheRemoteOne() {
         let remote = published([entry("a", h1), entry("b/x", h1), entry("b/y", h1), entry("c", h1)])
         let local = [entry("a/inside", h2), entry("b", h2), entry("c", h1)]
-        let plan = PushPlanner.plan(local: local, remote: remote, rules: DeletionRules(delete: false, cap: .count(0)))
+        let plan = PushPlanner.plan(local: local, remote: remote, rules: DeletionRules(delete: false, cap: .count(0)), now: epoch)
         #expect(plan.replacements == [p("a"), p("b/x"), p("b/y")])
         #expect(plan.uploads.map(\.entry.path) == [p("a/inside"), p("b")])
         #expect(plan.deletions.isEmpty && plan.extrasKept == 0 && plan.refusedDeletions == nil)
@@ -83,7 +95,7 @@ struct PushPlanTests {
     @Test func aSHA256SUMSRemoteWithoutSizesComparesByHash() {
         let remote = Manifest(format: .sha256sums, version: nil, generated: nil, expires: nil,
                               entries: [ManifestEntry(path: p("a"), size: nil, sha256: h1)])
-        let plan = PushPlanner.plan(local: [entry("a", h1, mtime: 0, mode: 0o644)], remote: remote, rules: deleteAll)
+        let plan = PushPlanner.plan(local: [entry("a", h1, mtime: 0, mode: 0o644)], remote: remote, rules: deleteAll, now: epoch)
         #expect(plan.uploads.isEmpty)
         #expect(plan.metadataChanges == 1, "the new manifest adds size, mtime and mode")
         #expect(plan.version == 1)
@@ -103,7 +115,7 @@ struct PushPlanTests {
     @Test func keepingRemotePathsLeavesThemAsTheRemoteHasThem() {
         let remote = published([entry("theirs", h2), entry("added-there", h2), entry("mine", h1)])
         let local = [entry("theirs", h1), entry("mine", h2), entry("new", h1)]
-        let plan = PushPlanner.plan(local: local, remote: remote, rules: deleteAll, keepingRemote: [p("theirs"), p("added-there")])
+        let plan = PushPlanner.plan(local: local, remote: remote, rules: deleteAll, now: epoch, keepingRemote: [p("theirs"), p("added-there")])
         #expect(plan.uploads.map(\.entry.path) == [p("mine"), p("new")])
         #expect(plan.deletions.isEmpty, "added-there is theirs: kept, not deleted")
         #expect(plan.manifest.map { "\($0.path):\($0.sha256 == h1 ? 1 : 2)" } == ["added-there:2", "mine:2", "new:1", "theirs:2"])

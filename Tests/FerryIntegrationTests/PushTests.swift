@@ -85,11 +85,12 @@ struct PushTests {
         let src = box.directory + "/src"
         for (path, data) in Self.files { write(src, path, data) }
         try config(box, remote: remote)
+        let started = unixSeconds()
         pushThenPull(box, remoteRoot: remoteRoot)
-        let manifest = try #require(FileManager.default.contents(atPath: remoteRoot + "/manifest.json"))
-        #expect(String(decoding: manifest, as: UTF8.self).contains("\"version\": 1"))
+        let v1 = try #require(manifestVersion(remoteRoot + "/manifest.json"))
+        #expect(v1 >= started, "a first push's version is not below the clock (a wiped remote must not restart at 1)")
         let row = box.status().stdout.split(separator: "\n").first { $0.hasPrefix("up ") }.map(String.init) ?? ""
-        #expect(row.contains(" push ") && row.contains("v1") && row.contains("exit 0"), "status shows the direction and the version published: \(row)")
+        #expect(row.contains(" push ") && row.contains("v\(v1)") && row.contains("exit 0"), "status shows the direction and the version published: \(row)")
         // Every done upload's task row holds the hash of what was sent (hashed as it went, not before).
         let status = try JSONSerialization.jsonObject(with: Data(box.status(["--json"]).stdout.utf8)) as? [String: Any]
         let up = (status?["sessions"] as? [[String: Any]])?.first { $0["name"] as? String == "up" }
@@ -100,12 +101,13 @@ struct PushTests {
             #expect(row?["state"] as? String == "done" && row?["sha256"] as? String == sha256(of: data).hex, "\(path): \(row ?? [:])")
         }
 
-        // Adds, changes and deletes reach the remote with the next run, as version 2.
+        // Adds, changes and deletes reach the remote with the next run, as a higher version.
         write(src, "index.html", Data("<h1>changed</h1>\n".utf8))
         write(src, "new/file.txt", Data("new\n".utf8))
         try FileManager.default.removeItem(atPath: src + "/deep")
         pushThenPull(box, remoteRoot: remoteRoot)
-        #expect(String(decoding: FileManager.default.contents(atPath: remoteRoot + "/manifest.json")!, as: UTF8.self).contains("\"version\": 2"))
+        let v2 = try #require(manifestVersion(remoteRoot + "/manifest.json"))
+        #expect(v2 > v1)
         #expect(!FileManager.default.fileExists(atPath: box.directory + "/dst/deep/a/b/c/quote'and\"double.txt"))
         let taskPaths = (box.status(["--json"]).stdout.matches(of: /"path":"([^"]*)"/)).map { String($0.1) }
         #expect(!taskPaths.contains { $0.hasPrefix("deep/") } && taskPaths.contains("new/file.txt"), "tasks of deleted files go: \(taskPaths)")
@@ -113,7 +115,7 @@ struct PushTests {
         // Nothing changed: nothing is sent and no new manifest is published.
         let again = box.sync(["--session", "up"])
         #expect(again.exitCode == 0 && again.output.contains("nothing to transfer"), "\(again.output)")
-        #expect(String(decoding: FileManager.default.contents(atPath: remoteRoot + "/manifest.json")!, as: UTF8.self).contains("\"version\": 2"))
+        #expect(manifestVersion(remoteRoot + "/manifest.json") == v2)
 
         // What a manifest cannot list is skipped with a warning (names escaped), never published.
         try FileManager.default.createSymbolicLink(atPath: src + "/link", withDestinationPath: "index.html")
@@ -267,10 +269,11 @@ struct PushTests {
         #expect(eventually { count("sync-finished") >= finished + 2 }, "it kept polling")
         #expect(count("planned") == planned, "no scan while nothing changed: \(count("planned")) vs \(planned)")
 
+        let first = try #require(manifestVersion(remoteRoot + "/manifest.json"))
         write(src, "b/c.txt", Data("two\n".utf8))
         _ = eventually { fileContents(remoteRoot + "/manifest.json")?.contains("b/c.txt") == true }
         #expect(fileContents(remoteRoot + "/b/c.txt") == "two\n", "\(agent.output)")
-        #expect(fileContents(remoteRoot + "/manifest.json")?.contains("\"version\": 2") == true)
+        #expect((manifestVersion(remoteRoot + "/manifest.json") ?? 0) > first)
         agent.child.signal(SIGTERM)
         #expect(agent.child.wait(timeout: 10) == 0)
     }
@@ -315,18 +318,19 @@ struct PushTests {
         try config(box, remote: "file://" + remoteRoot)
         #expect(box.sync(["--session", "up"]).exitCode == 0)
         #expect(fileContents(remoteRoot + "/a.txt") == "a\n")
+        let v1 = try #require(manifestVersion(remoteRoot + "/manifest.json"))
 
         write(src, "b.txt", Data("b\n".utf8))
         let delayed = box.sync(["--session", "up", "--not-before", "2s"])
         #expect(delayed.exitCode == 3 && delayed.output.contains("1 upload is delayed"), "\(delayed.output)")
         #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/b.txt"))
-        #expect(fileContents(remoteRoot + "/manifest.json")?.contains("\"version\": 1") == true, "nothing published before its time")
+        #expect(manifestVersion(remoteRoot + "/manifest.json") == v1, "nothing published before its time")
         let early = box.sync(["--session", "up"])
         #expect(early.exitCode == 3, "the task keeps its time in the next run: \(early.output)")
         box.waitUntilDelayedTasksAreDue()
         let due = box.sync(["--session", "up"])
         #expect(due.exitCode == 0, "\(due.output)")
-        #expect(fileContents(remoteRoot + "/b.txt") == "b\n" && fileContents(remoteRoot + "/manifest.json")?.contains("\"version\": 2") == true)
+        #expect(fileContents(remoteRoot + "/b.txt") == "b\n" && (manifestVersion(remoteRoot + "/manifest.json") ?? 0) > v1)
 
         // A path that changed type stays on the remote while the uploads that replace it are held.
         try FileManager.default.removeItem(atPath: src + "/a.txt")
@@ -416,6 +420,7 @@ struct PushTests {
         write(src, "a.txt", Data("a\n".utf8))
         try config(box, remote: server.url + "site/")
         #expect(box.sync(["--session", "up"]).exitCode == 0)
+        let v1 = try #require(manifestVersion(remoteRoot + "/manifest.json"))
 
         write(src, "big.bin", randomData(4_000_000, seed: 95))
         try config(box, remote: server.url + "site/", up: "bwlimit = 1M\nretries = 1\nretry-delay = 1s")
@@ -426,13 +431,13 @@ struct PushTests {
         let said = pushOutput(box)
         #expect(code == 4, "the remote could not be reached: \(said)")
         #expect(said.contains("the manifest was not published"), "\(said)")
-        #expect(fileContents(remoteRoot + "/manifest.json")?.contains("\"version\": 1") == true, "readers still see version 1")
+        #expect(manifestVersion(remoteRoot + "/manifest.json") == v1, "readers still see the version they had")
         #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/big.bin"))
 
         try server.comeBack()
         try config(box, remote: server.url + "site/")
         pushThenPull(box, remoteRoot: remoteRoot)
-        #expect(fileContents(remoteRoot + "/manifest.json")?.contains("\"version\": 2") == true)
+        #expect((manifestVersion(remoteRoot + "/manifest.json") ?? 0) > v1)
     }
 
     /// Something that is not a manifest where the push's manifest goes (another writer, a broken
@@ -446,6 +451,7 @@ struct PushTests {
         write(src, "a.txt", Data("a\n".utf8))
         try config(box, remote: pushRemote.url)
         #expect(box.sync(["--session", "up"]).exitCode == 0)
+        let v1 = try #require(manifestVersion(pushRemote.root + "/manifest.json"))
         try "not a manifest {\n".writeReplacing(pushRemote.root + "/manifest.json")
         write(src, "b.txt", Data("b\n".utf8))
 
@@ -457,7 +463,7 @@ struct PushTests {
         try config(box, remote: pushRemote.url, up: "conflict = local-wins")
         let over = box.sync(["--session", "up"])
         #expect(over.exitCode == 0, "\(over.output)")
-        #expect(fileContents(pushRemote.root + "/manifest.json")?.contains("\"version\": 2") == true, "the version goes on")
+        #expect((manifestVersion(pushRemote.root + "/manifest.json") ?? 0) > v1, "the version goes on")
         let down = box.sync(["--session", "down"])
         #expect(down.exitCode == 0, "\(down.output)")
         #expect(tree(box.directory + "/dst") == tree(src))
@@ -572,7 +578,8 @@ struct PushTests {
         try config(box, remote: pushRemote.url)
         #expect(box.sync(["--session", "up"]).exitCode == 0)
         let manifestPath = pushRemote.root + "/manifest.json"
-        let theirs = try #require(fileContents(manifestPath)).replacingOccurrences(of: "\"version\": 1", with: "\"version\": 9")
+        let v1 = try #require(manifestVersion(manifestPath))
+        let theirs = try #require(fileContents(manifestPath)).replacingOccurrences(of: "\"version\": \(v1)", with: "\"version\": \(v1 + 1000)")
 
         write(src, "big.bin", randomData(3_000_000, seed: 71))
         try config(box, remote: pushRemote.url, up: "bwlimit = 1M")
@@ -589,7 +596,7 @@ struct PushTests {
         let next = box.sync(["--session", "up"])
         #expect(next.exitCode == 0, "\(next.output)")
         let published = fileContents(manifestPath) ?? ""
-        #expect(published.contains("\"version\": 10") && published.contains("big.bin"), "published on top of theirs: \(published)")
+        #expect(manifestVersion(manifestPath) == v1 + 1001 && published.contains("big.bin"), "published on top of theirs: \(published)")
     }
 
     /// Someone else publishes to the same remote between two pushes of this session: the remote's
@@ -604,6 +611,7 @@ struct PushTests {
         write(src, "other.txt", Data("other, v1\n".utf8))
         try config(box, remote: remote.url)
         pushThenPull(box, remoteRoot: remote.root)
+        let ours = try #require(manifestVersion(remote.root + "/manifest.json"))
 
         // Another writer (its own state and tree) changes shared.txt on the remote.
         let theirs = box.directory + "/theirs"
@@ -620,7 +628,7 @@ struct PushTests {
         write(src, "other.txt", Data("other, v2\n".utf8))
         let refused = box.sync(["--session", "up"])
         #expect(refused.exitCode == 1, "\(refused.output)")
-        #expect(refused.output.contains("shared.txt: conflict: changed on the remote since ferry published version 1"), "\(refused.output)")
+        #expect(refused.output.contains("shared.txt: conflict: changed on the remote since ferry published version \(ours)"), "\(refused.output)")
         #expect(refused.output.contains("conflict = local-wins"), "the hint says what to do: \(refused.output)")
         #expect(fileContents(remote.root + "/shared.txt") == "theirs\n" && fileContents(remote.root + "/other.txt") == "other, v1\n",
                 "nothing changed on the remote")

@@ -5,13 +5,18 @@
 /// manifest, still builds a version above every one built before it. An explicit version lower
 /// than the existing one is refused unless the caller allows the rollback, and then it is said.
 public enum ManifestVersion {
+    /// The version after `previous` (nil: none yet) when none is asked for, for `manifest build` and
+    /// push alike: one more, never less than the Unix time in seconds (so a wiped remote or a fresh
+    /// checkout still goes above what mirrors applied), never above the largest a manifest may carry.
+    public static func following(_ previous: Int64?, now: Timestamp) -> Int64 {
+        let next = previous.map { $0 < Manifest.maximumVersion ? $0 + 1 : $0 } ?? 1
+        return min(Manifest.maximumVersion, max(next, now.seconds))
+    }
+
     /// The version to write, and a warning to show with it.
     public static func next(previous: Int64?, explicit: Int64?, now: Timestamp, allowRollback: Bool,
                             output: String) throws(FerryError) -> (version: Int64, warning: String?) {
-        guard let explicit else {
-            let following = previous.map { $0 < Manifest.maximumVersion ? $0 + 1 : $0 } ?? 1
-            return (min(Manifest.maximumVersion, max(following, now.seconds)), nil)
-        }
+        guard let explicit else { return (following(previous, now: now), nil) }
         guard explicit >= 0, explicit <= Manifest.maximumVersion else {
             throw .usage("ferry manifest build: --version \(explicit) is out of range (0 to \(Manifest.maximumVersion))")
         }

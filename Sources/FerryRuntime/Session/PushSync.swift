@@ -204,7 +204,7 @@ final class PushSync: SessionWork {
     private func planned(_ scan: LocalScan, published: Manifest?, keeping: Set<RelativePath>, repairing: Set<RelativePath>,
                          unlisting: Set<RelativePath>) -> PushPlan {
         PushPlanner.plan(local: scan.entries, remote: published, rules: DeletionRules(delete: session.delete, cap: session.maxDelete),
-                         keepingRemote: keeping, repairing: repairing, unlisting: unlisting)
+                         now: Timestamp.now(), keepingRemote: keeping, repairing: repairing, unlisting: unlisting)
     }
 
     // MARK: what the remote holds

@@ -213,6 +213,14 @@ func expectIdentical(_ a: String, _ b: String, sourceLocation: SourceLocation = 
 
 func fileContents(_ path: String) -> String? { try? String(contentsOfFile: path, encoding: .utf8) }
 
+/// The `version` of the manifest at `path`; nil when there is none.
+func manifestVersion(_ path: String) -> Int64? {
+    (fileContents(path)?.firstMatch(of: /"version": ([0-9]+)/)).flatMap { Int64($0.1) }
+}
+
+/// The Unix time in seconds: a push or a build without `--version` publishes no version below it.
+func unixSeconds() -> Int64 { Int64(Date().timeIntervalSince1970) }
+
 /// FNV-1a over every byte (Data's own hashValue looks at a prefix only).
 func fnv1a(_ data: Data) -> UInt64 {
     var h: UInt64 = 0xcbf29ce484222325
