@@ -4,7 +4,19 @@
 #   FERRY_SOAK=1 scripts/test.sh   also runs the long kill/soak loops
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# SwiftPM leaves TemporaryDirectory.* in $TMPDIR on every build and test run: the run gets a
+# temporary directory of its own (the tests' directories go there too), removed when it ends.
+TMPDIR=$(mktemp -d /tmp/ferry-run.XXXXXX)
+chmod 755 "$TMPDIR"  # tests that run ferry as nobody pass through it
+export TMPDIR
+trap 'rm -rf "$TMPDIR"' EXIT
 scripts/setup.sh
 export PATH="/opt/swift/usr/bin:/usr/sbin:$PATH"
 swift build --build-tests
 swift test --skip-build
+# The tests remove what they make: anything left in their directory is a defect.
+if [ -e "$TMPDIR/ferry-tests" ]; then
+    echo "the tests left files behind:" >&2
+    ls -la "$TMPDIR/ferry-tests" >&2
+    exit 1
+fi
