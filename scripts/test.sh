@@ -9,7 +9,8 @@ cd "$(dirname "$0")/.."
 TMPDIR=$(mktemp -d /tmp/ferry-run.XXXXXX)
 chmod 755 "$TMPDIR"  # tests that run ferry as nobody pass through it
 export TMPDIR
-trap 'rm -rf "$TMPDIR"' EXIT
+# A server a killed test process could not stop (SeaweedFS runs from the run's directory) goes too.
+trap 'pkill -KILL -f -- "$TMPDIR/" 2>/dev/null || true; rm -rf "$TMPDIR"' EXIT
 scripts/setup.sh
 export PATH="/opt/swift/usr/bin:/usr/sbin:$PATH"
 swift build --build-tests

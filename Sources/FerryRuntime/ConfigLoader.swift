@@ -24,7 +24,7 @@ public enum ConfigLoader {
         var config = try ConfigParser.parse(text, path: absolute)
         config.path = path
         for session in config.sessions {
-            for file in [session.basicAuthFile, session.bearerTokenFile].compactMap({ $0 }) {
+            for file in [session.basicAuthFile, session.bearerTokenFile, session.s3.credentials].compactMap({ $0 }) {
                 var fs = stat()
                 if stat(file, &fs) == 0 && (fs.st_mode & 0o004) != 0 {
                     config.warnings.append("credentials file \(file) of session '\(session.name)' is readable by every user; run: chmod 600 \(file)")
@@ -102,7 +102,8 @@ public enum ConfigLoader {
             } else if let why = writableDirectory(session.local) {
                 out.append(.usage("\(where_) local = \(session.local): \(why)", hint: "a pull writes this directory: choose one ferry may create and write"))
             }
-            for (key, file) in [("ca-file", session.caFile), ("basic-auth-file", session.basicAuthFile), ("bearer-token-file", session.bearerTokenFile)] {
+            for (key, file) in [("ca-file", session.caFile), ("basic-auth-file", session.basicAuthFile), ("bearer-token-file", session.bearerTokenFile),
+                                ("s3-credentials", session.s3.credentials)] {
                 guard let file else { continue }
                 do { _ = try FileSystem.readFile(file, limit: 16 << 20) } catch {
                     out.append(.usage("\(where_) \(key) = \(file): \(error.message)", hint: "create the file, or fix '\(key) ='"))

@@ -3,12 +3,14 @@ import Testing
 @testable import FerryRuntime
 import FerryCore
 
-/// The same cases against every remote: nginx over HTTP and over HTTPS (HTTP/2, private CA), and a
-/// local directory (`file://`). In-process, through `Remotes.open` and a real `TransferEngine`.
-/// WebDAV and S3 join this suite when they come.
+/// The same cases against every remote: nginx over HTTP and over HTTPS (HTTP/2, private CA), a
+/// local directory (`file://`) and S3 (SeaweedFS). In-process, through `Remotes.open` and a real
+/// `TransferEngine`. The write side runs against the remotes that can be pushed to so far.
 @Suite(.serialized)
 struct RemoteConformanceTests {
-    enum Kind: String, CaseIterable { case http, https, file }
+    enum Kind: String, CaseIterable { case http, https, file, s3 }
+    /// The remotes a push can publish to (S3's write side comes next).
+    static let writers: [Kind] = [.http, .https, .file]
 
     /// A published tree (a manifest and a 3 MB file) and the session that reaches it.
     final class World {
@@ -23,7 +25,7 @@ struct RemoteConformanceTests {
         var entry: ManifestEntry
 
         init(_ kind: Kind) throws {
-            if kind == .file {
+            if kind == .file || kind == .s3 {
                 nginx = nil
                 root = Harness.temporaryDirectory("conformance-remote")
             } else {
@@ -42,8 +44,18 @@ struct RemoteConformanceTests {
             case .http: url = nginx!.url
             case .https: url = nginx!.tlsURL
             case .file: url = "file://" + root + "/"
+            case .s3: url = ""
             }
-            var lines = ["[agent]", "state = \(scratch)/state", "", "[session c]", "remote = \(url)", "local = \(scratch)/local"]
+            var lines = ["[agent]", "state = \(scratch)/state", "", "[session c]", "local = \(scratch)/local"]
+            if kind == .s3 {
+                // The same objects, in a bucket of the test's own under a prefix.
+                let store = try SeaweedFS.shared()
+                let bucket = try store.newBucket("conformance")
+                try store.putTree(root, bucket: bucket, prefix: "pre+fix~/")
+                lines += ["remote = s3://\(bucket)/pre+fix~/", "s3-endpoint = \(store.endpoint)", "s3-credentials = \(try store.credentialsFile(in: scratch))"]
+            } else {
+                lines.append("remote = \(url)")
+            }
             if kind == .https { lines.append("ca-file = \(try TestCertificates.shared().caCertificate)") }
             session = try ConfigParser.parse(lines.joined(separator: "\n") + "\n", path: scratch + "/ferry.conf").sessions[0]
             remote = try Remotes.open(session)
@@ -138,7 +150,7 @@ struct RemoteConformanceTests {
     /// a name that needs encoding) through a temporary name, one that replaces, removes that
     /// tolerate a file already gone, and a directory removed only once it holds nothing. Read back
     /// through the remote's own read path.
-    @Test(arguments: Kind.allCases)
+    @Test(arguments: writers)
     func publishesThroughATemporaryNameAndRemoves(kind: Kind) throws {
         let w = try World(kind)
         let writer = try #require(w.remote as? RemoteWriting)
@@ -164,7 +176,7 @@ struct RemoteConformanceTests {
     /// An upload through the engine to a temporary name, moved into place, reads back the same
     /// (with the manifest's mode, where the remote keeps modes); a file that changes after it was
     /// hashed is not reported as sent.
-    @Test(arguments: Kind.allCases)
+    @Test(arguments: writers)
     func uploadsAFileThroughTheEngineAndNoticesOneThatChanged(kind: Kind) throws {
         let w = try World(kind)
         let writer = try #require(w.remote as? RemoteWriting)
@@ -301,5 +313,27 @@ struct RemoteConformanceTests {
         let run = try w.download(missing)
         #expect(run.outcome.hasPrefix("failed(never)"), "\(run.outcome)")
         #expect(run.outcome.contains("404") || run.outcome.contains("No such file"), "\(run.outcome)")
+        if kind == .s3 { #expect(run.outcome.contains("NoSuchKey"), "S3's own error code is said: \(run.outcome)") }
+    }
+
+    /// A partial kept under a validator the remote no longer holds (the file was replaced since)
+    /// is never continued with the new file's bytes: nginx answers the `If-Range` with the whole
+    /// new file; S3 refuses the `If-Match` (412) and the file starts again from zero.
+    @Test(arguments: [Kind.http, .https, .s3])
+    func aResumeUnderAStaleValidatorNeverMixesVersions(kind: Kind) throws {
+        let w = try World(kind)
+        let kept = w.content.prefix(1_000_000)
+        let stale = "\"0123456789abcdef0123456789abcdef\""
+        let run = try w.download(w.entry, resumeFrom: kept, validator: stale)
+        if kind == .s3 {
+            #expect(run.outcome.hasPrefix("failed(later)") && run.outcome.contains("412"), "\(run.outcome)")
+            #expect(run.download.received == 0)
+            let again = try w.download(w.entry)
+            #expect(again.outcome == "succeeded" && again.bytes == w.content)
+        } else {
+            #expect(run.outcome == "succeeded", "\(run.outcome)")
+            #expect(run.download.received == Int64(w.content.count), "the whole file came again")
+            #expect(run.bytes == w.content)
+        }
     }
 }

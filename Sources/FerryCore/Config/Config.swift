@@ -42,18 +42,18 @@ public enum Direction: String, Sendable {
 
 /// Where a session's remote lives. The URL always ends in `/`.
 public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
-    public enum Scheme: String, Sendable { case http, https, file }
+    public enum Scheme: String, Sendable { case http, https, file, s3 }
     public let scheme: Scheme
     public let url: String
 
-    /// Parses `http://`, `https://` and `file://` URLs. Userinfo (`user:pass@`) is refused so secrets
-    /// live only in credential files.
+    /// Parses `http://`, `https://`, `file://` and `s3://BUCKET/PREFIX/` URLs. Userinfo
+    /// (`user:pass@`) is refused so secrets live only in credential files.
     public init(parsing text: String) throws(ConfigProblem) {
         guard let sep = text.firstRange(of: "://") else {
-            throw ConfigProblem("'\(text)' is not a URL; expected http://, https:// or file://")
+            throw ConfigProblem("'\(text)' is not a URL; expected http://, https://, file:// or s3://")
         }
         guard let scheme = Scheme(rawValue: text[..<sep.lowerBound].lowercased()) else {
-            throw ConfigProblem("unsupported scheme '\(text[..<sep.lowerBound])'; expected http, https or file")
+            throw ConfigProblem("unsupported scheme '\(text[..<sep.lowerBound])'; expected http, https, file or s3")
         }
         let rest = text[sep.upperBound...]
         if rest.contains(where: { $0.isWhitespace || $0.asciiValue.map { $0 < 0x20 } == true }) {
@@ -70,6 +70,12 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
             if authority.contains("@") {
                 throw ConfigProblem("URL carries credentials; put them in a file named by basic-auth-file instead")
             }
+        case .s3:
+            let bucket = String(rest.prefix { $0 != "/" })
+            guard RemoteLocation.isValidBucket(bucket) else {
+                throw ConfigProblem("'\(bucket)' is not an S3 bucket name (3-63 letters, digits, '.', '-' or '_'); expected s3://BUCKET/PREFIX/")
+            }
+            if rest.contains("//") { throw ConfigProblem("an s3:// URL may not hold an empty path segment ('//')") }
         }
         if rest.contains("?") || rest.contains("#") {
             throw ConfigProblem("URL may not have a query or fragment")
@@ -81,6 +87,26 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
     }
 
     public var description: String { url }
+
+    /// An `s3://` remote's bucket.
+    public var bucket: String? {
+        guard scheme == .s3 else { return nil }
+        return String(url.dropFirst("s3://".count).prefix { $0 != "/" })
+    }
+
+    /// An `s3://` remote's key prefix: empty, or ending in `/` (not percent-decoded: the URL holds
+    /// it as written).
+    public var keyPrefix: String? {
+        guard let bucket else { return nil }
+        return String(url.dropFirst("s3://".count + bucket.utf8.count + 1))
+    }
+
+    /// S3 bucket names: 3-63 of letters, digits, `.`, `-`, `_` (AWS allows fewer; other stores more).
+    static func isValidBucket(_ name: String) -> Bool {
+        (3...63).contains(name.utf8.count) && name.utf8.allSatisfy { b in
+            (b >= 48 && b <= 57) || (b >= 65 && b <= 90) || (b >= 97 && b <= 122) || b == UInt8(ascii: ".") || b == UInt8(ascii: "-") || b == UInt8(ascii: "_")
+        }
+    }
 
     /// The URL of a file in the remote: the remote plus the path, each segment percent-encoded.
     public func url(for path: RelativePath) -> String { url + path.percentEncoded }
@@ -161,11 +187,60 @@ public struct SessionConfig: Sendable {
     public var priority: Int = 0
     /// Push: what to do when the remote changed since ferry last published there.
     public var conflict: ConflictPolicy = .fail
+    /// An `s3://` remote's endpoint, region, addressing and credentials.
+    public var s3 = S3Options()
+    /// Push: a file larger than this goes in parts of this size (an S3 multipart upload).
+    public var uploadPartSize: Int64 = 16 << 20
 
     /// The manifest's URL.
     public var manifestURL: String {
         if manifest.contains("://") { return manifest }
         return remote.url + manifest
+    }
+}
+
+/// The `s3-*` keys of a session with an `s3://` remote.
+public struct S3Options: Sendable, Equatable {
+    /// `scheme://host[:port]` of an S3-compatible store; nil: AWS (`https://s3.REGION.amazonaws.com`).
+    public var endpoint: String?
+    public var region = "us-east-1"
+    /// Path-style addressing (`endpoint/BUCKET/KEY`) rather than virtual-hosted (`BUCKET.host/KEY`);
+    /// nil: path-style when an endpoint is set.
+    public var pathStyle: Bool?
+    /// An AWS shared-credentials file; nil: the `AWS_*` environment.
+    public var credentials: String?
+    public var profile = "default"
+    public init() {}
+
+    /// Whether requests name the bucket in the path.
+    public var usesPathStyle: Bool { pathStyle ?? (endpoint != nil) }
+
+    /// The endpoint requests go to.
+    public var effectiveEndpoint: String { endpoint ?? "https://s3.\(region).amazonaws.com" }
+}
+
+/// `s3-endpoint` and `s3-region` values.
+public enum S3Endpoint {
+    /// `http(s)://host[:port]`, without a path, query or credentials; returned without a trailing slash.
+    public static func parse(_ text: String) throws(ConfigProblem) -> String {
+        let lower = text.lowercased()
+        guard lower.hasPrefix("http://") || lower.hasPrefix("https://") else {
+            throw ConfigProblem("expected the store's http:// or https:// address, like http://10.0.0.5:8333")
+        }
+        let location = try RemoteLocation(parsing: text)
+        let afterScheme = location.url.dropFirst(location.scheme.rawValue.count + 3)
+        let authority = afterScheme.prefix { $0 != "/" }
+        guard afterScheme.dropFirst(authority.count) == "/" else {
+            throw ConfigProblem("an endpoint is a scheme, host and port, without a path (the bucket goes in remote = s3://BUCKET/)")
+        }
+        return location.scheme.rawValue + "://" + authority
+    }
+
+    /// Lowercase letters, digits and `-`, like `us-east-1` (some stores take any word: `garage`).
+    public static func isValidRegion(_ text: String) -> Bool {
+        (1...64).contains(text.utf8.count) && text.utf8.allSatisfy { b in
+            (b >= 48 && b <= 57) || (b >= 97 && b <= 122) || (b >= 65 && b <= 90) || b == UInt8(ascii: "-") || b == UInt8(ascii: "_")
+        }
     }
 }
 

@@ -14,11 +14,14 @@ public enum ConfigParser {
         "on-file-done", "on-session-done", "hook-timeout", "verify-interval",
         "discretionary", "window", "require-ac-power", "require-unmetered", "max-load", "min-free-space", "bwlimit", "priority",
         "conflict",
+        "s3-endpoint", "s3-region", "s3-path-style", "s3-credentials", "s3-profile", "upload-part-size",
     ]
     /// Keys whose value is a command line, split into words by `HookCommand` (quotes and all).
     static let hookKeys: Set<String> = ["on-file-done", "on-session-done"]
     /// Keys whose value is a path on this machine.
-    static let pathKeys: Set<String> = ["state", "metrics", "local", "ca-file", "basic-auth-file", "bearer-token-file"]
+    static let pathKeys: Set<String> = ["state", "metrics", "local", "ca-file", "basic-auth-file", "bearer-token-file", "s3-credentials"]
+    /// Keys that only an `s3://` remote takes.
+    static let s3Keys: Set<String> = ["s3-endpoint", "s3-region", "s3-path-style", "s3-credentials", "s3-profile"]
     /// The conditions of a discretionary session: set only with `discretionary = yes`.
     static let discretionKeys = ["window", "require-ac-power", "require-unmetered", "max-load", "min-free-space"]
 
@@ -225,6 +228,21 @@ public enum ConfigParser {
                 case "ca-file": session.caFile = resolve(line.value, against: baseDirectory)
                 case "basic-auth-file": session.basicAuthFile = resolve(line.value, against: baseDirectory)
                 case "bearer-token-file": session.bearerTokenFile = resolve(line.value, against: baseDirectory)
+                case "s3-endpoint":
+                    do { session.s3.endpoint = try S3Endpoint.parse(line.value) } catch { throw fail(line, error.message) }
+                case "s3-region":
+                    guard S3Endpoint.isValidRegion(line.value) else { throw fail(line, "'\(line.value)' is not a region name like us-east-1") }
+                    session.s3.region = line.value
+                case "s3-path-style": session.s3.pathStyle = try bool(line, fail)
+                case "s3-credentials": session.s3.credentials = resolve(line.value, against: baseDirectory)
+                case "s3-profile":
+                    guard !line.value.isEmpty, !line.value.contains("]"), !line.value.contains("[") else { throw fail(line, "'\(line.value)' is not a profile name") }
+                    session.s3.profile = line.value
+                case "upload-part-size":
+                    guard let size = Units.parseSize(line.value), size >= 5 << 20, size <= 5 << 30 else {
+                        throw fail(line, "'\(line.value)' is not a part size from 5M to 5G (S3's limits), like 16M")
+                    }
+                    session.uploadPartSize = size
                 default: break
                 }
             }
@@ -260,6 +278,24 @@ public enum ConfigParser {
             }
             if session.remote.scheme == .file && (session.basicAuthFile != nil || session.bearerTokenFile != nil || session.caFile != nil) {
                 throw .usage("\(path):\(section.number): [\(section.header)] a file:// remote takes no ca-file or credentials")
+            }
+            if session.remote.scheme == .s3 && session.direction == .push {
+                throw fail(find("direction")!, "ferry pulls from s3:// remotes; pushing to one is not built yet",
+                           hint: "pull from the bucket, or push to an http(s):// WebDAV or file:// remote for now")
+            }
+            if session.remote.scheme == .s3 && session.manifest.contains("://") {
+                throw fail(find("manifest")!, "an s3:// remote's manifest is an object under its prefix, named relative to it (like manifest.json)")
+            }
+            if session.remote.scheme == .s3 && (session.basicAuthFile != nil || session.bearerTokenFile != nil) {
+                throw .usage("\(path):\(section.number): [\(section.header)] an s3:// remote takes its credentials from s3-credentials (or the AWS_* environment), not basic-auth-file or bearer-token-file")
+            }
+            if session.remote.scheme != .s3, let line = section.lines.first(where: { s3Keys.contains($0.key) }) {
+                throw fail(line, "applies only to an s3:// remote", hint: "remove this line, or set remote = s3://BUCKET/PREFIX/")
+            }
+            if session.remote.scheme == .s3, session.s3.endpoint == nil, session.s3.pathStyle == nil,
+               let bucket = session.remote.bucket, bucket.contains(".") {
+                // Virtual-hosted addressing of a dotted bucket breaks AWS's TLS certificate (*.s3...).
+                session.s3.pathStyle = true
             }
             sessions.append(session)
         }

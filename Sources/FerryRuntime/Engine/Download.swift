@@ -11,7 +11,9 @@ final class Download: Transfer {
     let reason: Plan.Reason
     /// Where the bytes come from.
     enum Origin {
-        case http(url: String, settings: HTTPSettings)
+        /// A request the remote builds (URL, headers, signing) for the bytes from an offset under
+        /// a validator, made when the transfer starts.
+        case request(ReadRequest)
         /// A file of a `file://` remote, opened through its tree (never through a symlink) and
         /// read with pread (no libcurl).
         case file(tree: RemoteTree, path: RelativePath)
@@ -24,7 +26,7 @@ final class Download: Transfer {
     var isLocal: Bool { origin.isLocal }
     /// The offset asked for with `Range` (0 = the whole file).
     let requestedOffset: Int64
-    /// The validator sent in `If-Range` with the range request.
+    /// The validator the range request is made under (the remote sends it as `If-Range` or `If-Match`).
     let ifRange: String?
 
     /// Small files are hashed inline as bytes arrive; large ones on a second thread (`BackgroundHasher`).
@@ -106,8 +108,9 @@ final class Download: Transfer {
     func outcomeWithoutRequest() -> TransferOutcome? { isAlreadyComplete ? verify() : nil }
 
     func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
-        guard case let .http(url, settings) = origin else { return }
-        easy.configure(url: url, settings: settings, extraHeaders: requestHeaders)
+        guard case let .request(read) = origin else { return }
+        let request = read.build(requestedOffset, ifRange)
+        easy.configure(url: request.url, settings: request.settings, extraHeaders: request.headers)
         if let range = rangeOption { easy.set(CURLOPT_RANGE, range) }
         // Large reads for speed, unless a bandwidth limit is in force (a read is taken whole).
         if (entry.size ?? 0) > 1 << 20 && throttle?.limiting != true { easy.set(CURLOPT_BUFFERSIZE, 512 * 1024) }
@@ -155,12 +158,6 @@ final class Download: Transfer {
         if written > checkpointed && now - checkpointTime >= TransferEngine.checkpointSeconds { takeCheckpoint() }
     }
 
-    /// Headers for the request: a range from the resume offset, guarded by `If-Range`.
-    var requestHeaders: [String] {
-        guard requestedOffset > 0 else { return [] }
-        return ifRange.map { ["If-Range: \($0)"] } ?? []
-    }
-
     var rangeOption: String? { requestedOffset > 0 ? "\(requestedOffset)-" : nil }
 
     /// Called by libcurl with body bytes. Returns `count` to go on, 0 to abort the transfer.
@@ -168,7 +165,7 @@ final class Download: Transfer {
         if !decided { decide() }
         if failure != nil { return 0 }
         guard accepting else {
-            if errorBody.count < 512 { errorBody.append(contentsOf: UnsafeRawBufferPointer(start: bytes, count: min(count, 512 - errorBody.count))) }
+            if errorBody.count < 4096 { errorBody.append(contentsOf: UnsafeRawBufferPointer(start: bytes, count: min(count, 4096 - errorBody.count))) }
             return count
         }
         if let size = entry.size, written + Int64(count) > size {
@@ -272,7 +269,7 @@ final class Download: Transfer {
         decided = true
         let asked = ResponsePolicy.Asked(offset: requestedOffset, ifRange: ifRange, size: entry.size)
         let answer = ResponsePolicy.Answer(status: headers.status, contentRange: headers.contentRange,
-                                           contentLength: headers.contentLength, validator: headers.rangeValidator)
+                                           contentLength: headers.contentLength, validator: responseValidator)
         switch ResponsePolicy.decide(asked, answer) {
         case let .append(validator):
             accepting = true
@@ -307,6 +304,13 @@ final class Download: Transfer {
         }
     }
 
+    /// The validator of the response (a strong ETag, else Last-Modified; none within the second
+    /// of a change, unless the remote's ETags come from the content).
+    private var responseValidator: String? {
+        if case let .request(read) = origin, read.contentETags, let etag = headers.etag, etag.hasPrefix("\"") { return etag }
+        return headers.rangeValidator
+    }
+
     /// The verdict once libcurl reports the transfer done.
     func finish(code: CURLcode, errorText: String?) -> TransferOutcome {
         if !decided && code == CURLE_OK { decide() }
@@ -318,8 +322,14 @@ final class Download: Transfer {
         }
         if headers.status != 200 && headers.status != 206 {
             let status = headers.status
+            if status == 412 && requestedOffset > 0 {
+                // A range asked under If-Match, for a file that changed since its partial was fetched.
+                return .failed(TransferFailure(message: "the file changed on the remote since its partial was fetched (HTTP 412); starting again from zero",
+                                               keepPartial: false, cause: .rangeNotHonoured))
+            }
             var message = "HTTP \(status) \(headers.reason)".trimmingSpaces()
             if status == 416 { message += " (range not satisfiable); starting again from zero" }
+            if case let .request(read) = origin, let why = read.explain?(status, errorBody) { message += ": " + why }
             let after = (status == 429 || status == 503) ? headers.retryAfter.flatMap(ResponseHeaders.parseRetryAfter) : nil
             return .failed(TransferFailure(message: message, keepPartial: status != 416, cause: .http(status: status), retryAfter: after))
         }

@@ -15,8 +15,13 @@ struct HTTPRemote: Remote, RangeReading {
 
     func download(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, into fd: Int32,
                   resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
-        try Download(task: task, entry: entry, reason: reason, origin: .http(url: base.url(for: entry.path), settings: settings), fd: fd,
-                     resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator)
+        let url = base.url(for: entry.path)
+        let read = ReadRequest { [settings] offset, validator in
+            // A range is resumed under If-Range: a server whose file changed answers 200 with all of it.
+            HTTPRequest(url: url, headers: offset > 0 ? validator.map { ["If-Range: \($0)"] } ?? [] : [], settings: settings)
+        }
+        return try Download(task: task, entry: entry, reason: reason, origin: .request(read), fd: fd,
+                            resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator)
     }
 
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {

@@ -1,0 +1,134 @@
+import CCurl
+import Glibc
+import FerryCore
+
+/// An `s3://BUCKET/PREFIX/` remote: S3-compatible object storage (AWS, SeaweedFS, MinIO, Ceph
+/// RGW). Every request is signed here (`SigV4`); the manifest and the files are objects under the
+/// prefix, their keys the prefix plus the manifest's paths. The manifest comes with a conditional
+/// GET (`If-None-Match` on its ETag); a download resumes with `Range` under `If-Match` (S3 servers
+/// do not all honour `If-Range`), and a 412 starts the file again from zero. What S3 answers in
+/// its XML errors is said in words, with the key to fix (`S3Errors`).
+struct S3Remote: Remote, RangeReading {
+    let base: RemoteLocation
+    let bucket: String
+    /// The key prefix: empty, or ending in `/`.
+    let prefix: String
+    let options: S3Options
+    let settings: HTTPSettings
+    let signer: SigV4
+    /// `http` or `https`, and the host (with its port) requests go to.
+    let scheme: String
+    let host: String
+
+    init(session: SessionConfig) throws(FerryError) {
+        base = session.remote
+        bucket = session.remote.bucket ?? ""
+        prefix = session.remote.keyPrefix ?? ""
+        options = session.s3
+        settings = try ConfigLoader.httpSettings(for: session)
+        signer = SigV4(credentials: try S3Credentials.load(for: session), region: options.region)
+        let endpoint = options.effectiveEndpoint
+        let sep = endpoint.firstRange(of: "://")!
+        scheme = String(endpoint[..<sep.lowerBound])
+        let authority = String(endpoint[sep.upperBound...])
+        host = options.usesPathStyle ? authority : bucket + "." + authority
+    }
+
+    /// The object key of a path under the remote.
+    func key(_ path: String) -> String { prefix + path }
+
+    /// A signed request for `key` (nil: the bucket itself). `payloadHash` is the body's SHA-256
+    /// in hex (`SigV4.emptyPayload` for none).
+    func request(_ method: String, key: String?, query: [(String, String)] = [], headers: [(String, String)] = [],
+                 payloadHash: String = SigV4.emptyPayload) -> HTTPRequest {
+        var path = options.usesPathStyle ? "/" + S3Key.encode(bucket, keepSlash: false) : ""
+        path += "/" + (key.map { S3Key.encode($0, keepSlash: true) } ?? "")
+        let signing = SigV4.Request(method: method, host: host, path: path, query: query, headers: headers, payloadHash: payloadHash)
+        let signed = signer.headers(for: signing, at: Timestamp.now())
+        var url = "\(scheme)://\(host)\(path)"
+        if !query.isEmpty {
+            url += "?" + query.map { S3Key.encode($0.0, keepSlash: false) + "=" + S3Key.encode($0.1, keepSlash: false) }.joined(separator: "&")
+        }
+        return HTTPRequest(url: url, method: method, headers: signed, settings: settings)
+    }
+
+    func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {
+        guard url.hasPrefix(base.url) else { throw .remote("the manifest \(url) is not under the remote \(base.url)") }
+        let key = self.key(String(url.dropFirst(base.url.count)))
+        var conditions: [(String, String)] = []
+        if let etag { conditions.append(("If-None-Match", etag)) }
+        let answer = try S3Exchange.perform(request("GET", key: key, headers: conditions), bodyLimit: Int(maximumSize), what: "fetch the manifest \(url)")
+        if answer.overflowed { throw Remotes.tooLarge(url, maximumSize: maximumSize, announced: answer.headers.contentLength) }
+        switch answer.headers.status {
+        case 304:
+            return .unchanged
+        case 200:
+            // S3's ETag comes from the content: it holds even for a manifest written this second.
+            return .fetched(bytes: answer.body, etag: answer.headers.etag, lastModified: nil)
+        default:
+            throw S3Errors.failure(answer, doing: "fetch the manifest \(url)", bucket: bucket, key: key, region: options.region)
+        }
+    }
+
+    func download(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, into fd: Int32,
+                  resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
+        let key = self.key(entry.path.string)
+        let read = ReadRequest(build: { offset, validator in
+            request("GET", key: key, headers: offset > 0 ? validator.map { [("If-Match", $0)] } ?? [] : [])
+        }, explain: { [bucket, region = options.region] status, body in
+            S3Errors.explain(status: status, body: body, bucket: bucket, key: key, region: region)?.text
+        }, contentETags: true)
+        return try Download(task: task, entry: entry, reason: reason, origin: .request(read), fd: fd,
+                            resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator)
+    }
+}
+
+/// One S3 request made on the calling thread (the manifest, a listing, a multipart step): its
+/// status, headers and body up to a limit.
+enum S3Exchange {
+    struct Answer {
+        var headers: ResponseHeaders
+        var body: [UInt8]
+        var overflowed: Bool
+    }
+
+    static func perform(_ request: HTTPRequest, body: [UInt8]? = nil, bodyLimit: Int = 1 << 20, what: String) throws(FerryError) -> Answer {
+        let easy = EasyHandle()
+        easy.configure(url: request.url, settings: request.settings, extraHeaders: request.headers)
+        // A redirect would replay a signed request elsewhere: never followed.
+        easy.set(CURLOPT_FOLLOWLOCATION, 0)
+        if request.method == "HEAD" { easy.set(CURLOPT_NOBODY, 1) } else if request.method != "GET" && !(request.method == "PUT" && body != nil) {
+            easy.set(CURLOPT_CUSTOMREQUEST, request.method)
+        }
+        let sink = BodyBuffer(limit: bodyLimit)
+        let headers = HeaderSink()
+        let sinkRef = Unmanaged.passRetained(sink)
+        let headerRef = Unmanaged.passRetained(headers)
+        let source = UploadBuffer(body ?? [])
+        let sourceRef = Unmanaged.passRetained(source)
+        defer {
+            sinkRef.release()
+            headerRef.release()
+            sourceRef.release()
+        }
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, bodyCallback)
+        easy.set(CURLOPT_WRITEDATA, pointer: sinkRef.toOpaque())
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, headerCallback)
+        easy.set(CURLOPT_HEADERDATA, pointer: headerRef.toOpaque())
+        if body != nil {
+            easy.set(CURLOPT_UPLOAD, 1)
+            ferry_easy_setopt_offt(easy.handle, CURLOPT_INFILESIZE_LARGE, curl_off_t(source.bytes.count))
+            ferry_easy_setopt_datacb(easy.handle, CURLOPT_READFUNCTION, uploadBufferCallback)
+            easy.set(CURLOPT_READDATA, pointer: sourceRef.toOpaque())
+        }
+        sink.announced = { headers.headers.contentLength }
+        let code = curl_easy_perform(easy.handle)
+        if sink.overflowed { return Answer(headers: headers.headers, body: [], overflowed: true) }
+        guard code == CURLE_OK else {
+            let cause = Curl.cause(code, errorText: easy.errorText, headers: headers.headers)
+            throw FerryError(.remote, "cannot \(what): \(Curl.describe(code, errorText: easy.errorText, headers: headers.headers))",
+                             hint: cause.isConnectivity ? "check that the store (s3-endpoint) is up and reachable from this machine" : nil, cause: cause)
+        }
+        return Answer(headers: headers.headers, body: sink.bytes, overflowed: false)
+    }
+}

@@ -1,0 +1,144 @@
+import Foundation
+import Synchronization
+
+/// SeaweedFS (`weed mini`: master, volume, filer and S3 gateway in one process) on 127.0.0.1, one
+/// per test process, with SigV4 credentials of its own (`-s3.config`). Tests take a bucket each.
+/// Objects are put and read with curl's own SigV4 (`--aws-sigv4`), not ferry's, so a test sees
+/// what the store holds through a second client. `weed` comes from scripts/setup.sh (`.venv/`).
+final class SeaweedFS: Sendable {
+    static let accessKey = "FERRYTESTKEY"
+    static let secretKey = "ferry-test-secret/+K7"
+    let directory: String
+    let port: UInt16
+    private let pid: pid_t
+
+    var endpoint: String { "http://127.0.0.1:\(port)" }
+
+    static var binary: String {
+        ProcessInfo.processInfo.environment["FERRY_WEED"] ?? Harness.packageRoot + "/.venv/bin/weed"
+    }
+
+    private static let started: Result<SeaweedFS, TestFailure> = {
+        do { return .success(try SeaweedFS()) } catch let error as TestFailure { return .failure(error) } catch {
+            return .failure(TestFailure("\(error)"))
+        }
+    }()
+
+    /// The test process's store, started on first use and stopped when the process exits.
+    static func shared() throws -> SeaweedFS { try started.get() }
+
+    private init() throws {
+        directory = Harness.temporaryDirectory("seaweedfs")
+        let identities = """
+            {"identities":[{"name":"ferry","credentials":[{"accessKey":"\(Self.accessKey)","secretKey":"\(Self.secretKey)"}],
+            "actions":["Admin","Read","Write","List","Tagging"]}]}
+            """
+        try identities.writeReplacing(directory + "/s3.json")
+        try FileManager.default.createDirectory(atPath: directory + "/data", withIntermediateDirectories: true)
+        port = freePort()
+        // Every port it listens on is named: two test processes (or a bench) must not meet on a default one.
+        var arguments = ["mini", "-dir=\(directory)/data", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
+                         "-s3.config=\(directory)/s3.json", "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
+                         "-s3.port=\(port)"]
+        for name in ["s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
+                     "admin.port", "admin.port.grpc"] {
+            arguments.append("-\(name)=\(freePort())")
+        }
+        let child = try Child(Self.binary, arguments, stdout: directory + "/weed.log", stderr: directory + "/weed.log")
+        pid = child.pid
+        SeaweedFS.running.withLock { $0 = (child.pid, directory) }
+        atexit { SeaweedFS.stopAtExit() }
+        // Ready when the S3 gateway answers (403 to an unsigned request) and a bucket can be made.
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline {
+            if waitForPort(port, timeout: 1), (try? makeBucket("ready-check")) != nil { return }
+            guard child.isRunning else { break }
+        }
+        let log = (try? String(contentsOfFile: directory + "/weed.log", encoding: .utf8)) ?? ""
+        throw TestFailure("SeaweedFS did not start (\(Self.binary); run scripts/setup.sh): \(log.suffix(2000))")
+    }
+
+    /// The process to stop at exit, and its directory.
+    private static let running = Mutex<(pid_t, String)?>(nil)
+
+    /// SIGTERM, then SIGKILL when it has not ended within a second (weed can ignore SIGTERM).
+    private static func stopAtExit() {
+        guard let (pid, directory) = running.withLock({ $0 }) else { return }
+        kill(pid, SIGTERM)
+        var status: Int32 = 0
+        for _ in 0..<100 {
+            if waitpid(pid, &status, WNOHANG) == pid { break }
+            usleep(10_000)
+        }
+        if waitpid(pid, &status, WNOHANG) == 0 {
+            kill(pid, SIGKILL)
+            waitpid(pid, &status, 0)
+        }
+        Harness.remove(directory)
+    }
+
+    /// A new bucket with a name no other test uses.
+    func newBucket(_ label: String) throws -> String {
+        let name = "\(label.lowercased())-\(UUID().uuidString.prefix(8).lowercased())"
+        try makeBucket(name)
+        return name
+    }
+
+    func makeBucket(_ name: String) throws {
+        let run = curl(["-X", "PUT", endpoint + "/" + name])
+        guard run.status == 200 || run.status == 409 else { throw TestFailure("cannot make bucket \(name): \(run.status) \(run.body)") }
+    }
+
+    /// The URL of `key` in `bucket` (each segment percent-encoded).
+    func url(_ bucket: String, _ key: String) -> String {
+        var allowed = CharacterSet.alphanumerics.intersection(CharacterSet(charactersIn: "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789"))
+        allowed.insert(charactersIn: "-_.~/")
+        return endpoint + "/" + bucket + "/" + key.addingPercentEncoding(withAllowedCharacters: allowed)!
+    }
+
+    func put(_ bucket: String, _ key: String, file: String) throws {
+        let run = curl(["-T", file, url(bucket, key)])
+        guard run.status == 200 else { throw TestFailure("cannot put \(key): \(run.status) \(run.body)") }
+    }
+
+    func put(_ bucket: String, _ key: String, data: Data) throws {
+        let file = Harness.temporaryDirectory("put") + "/body"
+        defer { Harness.remove(String(file.dropLast(5))) }
+        try data.write(to: URL(fileURLWithPath: file))
+        try put(bucket, key, file: file)
+    }
+
+    /// Puts every regular file under `directory` at `prefix` + its relative path.
+    func putTree(_ directory: String, bucket: String, prefix: String) throws {
+        let walker = FileManager.default.enumerator(atPath: directory)!
+        while let relative = walker.nextObject() as? String {
+            var isDirectory: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: directory + "/" + relative, isDirectory: &isDirectory), !isDirectory.boolValue else { continue }
+            try put(bucket, prefix + relative, file: directory + "/" + relative)
+        }
+    }
+
+    /// The object's bytes, or nil when the store has none at `key`.
+    func get(_ bucket: String, _ key: String) -> Data? {
+        let file = Harness.temporaryDirectory("get") + "/body"
+        defer { Harness.remove(String(file.dropLast(5))) }
+        let run = curl(["-o", file, url(bucket, key)])
+        return run.status == 200 ? try? Data(contentsOf: URL(fileURLWithPath: file)) : nil
+    }
+
+    /// A shared-credentials file holding the store's keys under `profile`, mode 0600.
+    func credentialsFile(in directory: String, profile: String = "default") throws -> String {
+        let path = directory + "/aws-credentials"
+        try "[\(profile)]\naws_access_key_id = \(Self.accessKey)\naws_secret_access_key = \(Self.secretKey)\n".writeReplacing(path)
+        chmod(path, 0o600)
+        return path
+    }
+
+    /// One signed request through curl: the status and the body (or what curl said).
+    private func curl(_ arguments: [String]) -> (status: Int, body: String) {
+        let run = runProcess("/usr/bin/curl", ["-s", "-S", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user", "\(Self.accessKey):\(Self.secretKey)",
+                                                 "-w", "\n%{http_code}"] + arguments, timeout: 60)
+        let lines = run.stdout.split(separator: "\n", omittingEmptySubsequences: false)
+        return (Int(lines.last ?? "") ?? 0, lines.dropLast().joined(separator: "\n") + run.stderr)
+    }
+}
