@@ -150,17 +150,24 @@ public struct RelativePath: Hashable, Comparable, Sendable, CustomStringConverti
 
     public func appending(_ name: String) -> RelativePath { RelativePath(trusted: string + "/" + name) }
 
-    /// The path with each segment percent-encoded, for appending to a remote URL. Only RFC 3986
-    /// unreserved characters stay as they are.
-    public var percentEncoded: String {
+    /// The path with each segment percent-encoded, for appending to a remote URL.
+    public var percentEncoded: String { string.percentEncoded(keepingSlashes: true) }
+}
+
+extension String {
+    /// Every byte but RFC 3986's unreserved ones (`A-Z a-z 0-9 - . _ ~`) as `%XX` (uppercase hex),
+    /// and `/` kept where asked: a path in a URL, and the form SigV4 signs.
+    public func percentEncoded(keepingSlashes: Bool) -> String {
         var out: [UInt8] = []
-        out.reserveCapacity(string.utf8.count + 8)
+        out.reserveCapacity(utf8.count + 8)
         let hex = Array("0123456789ABCDEF".utf8)
-        for b in string.utf8 {
+        for b in utf8 {
             switch b {
             case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
                  UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."),
-                 UInt8(ascii: "_"), UInt8(ascii: "~"), UInt8(ascii: "/"):
+                 UInt8(ascii: "_"), UInt8(ascii: "~"):
+                out.append(b)
+            case UInt8(ascii: "/") where keepingSlashes:
                 out.append(b)
             default:
                 out.append(UInt8(ascii: "%"))

@@ -29,34 +29,24 @@ struct HTTPRemote: Remote, RangeReading {
         var conditions: [String] = []
         if let etag { conditions.append("If-None-Match: \(etag)") }
         if let lastModified { conditions.append("If-Modified-Since: \(lastModified)") }
-        easy.configure(url: url, settings: settings, extraHeaders: conditions)
-        easy.set(CURLOPT_ACCEPT_ENCODING, "")  // manifests compress well; libcurl decodes
-        easy.set(CURLOPT_MAXFILESIZE_LARGE, Int(maximumSize))
-        let body = BodyBuffer(limit: Int(maximumSize))
-        let headers = HeaderSink()
-        let bodyRef = Unmanaged.passRetained(body)
-        let headerRef = Unmanaged.passRetained(headers)
-        defer {
-            bodyRef.release()
-            headerRef.release()
+        let answer = Exchange.perform(easy, HTTPRequest(url: url, headers: conditions, settings: settings), limit: Int(maximumSize),
+                                      followRedirects: true) { easy in
+            easy.set(CURLOPT_ACCEPT_ENCODING, "")  // manifests compress well; libcurl decodes
+            easy.set(CURLOPT_MAXFILESIZE_LARGE, Int(maximumSize))
         }
-        ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, bodyCallback)
-        easy.set(CURLOPT_WRITEDATA, pointer: bodyRef.toOpaque())
-        ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, headerCallback)
-        easy.set(CURLOPT_HEADERDATA, pointer: headerRef.toOpaque())
-        body.announced = { headers.headers.contentLength }
-        let code = curl_easy_perform(easy.handle)
-        if body.overflowed || code == CURLE_FILESIZE_EXCEEDED {
-            let announced = headers.headers.contentLength.flatMap { $0 > maximumSize ? $0 : nil }
+        let code = answer.code
+        let headers = answer.headers
+        if answer.overflowed {
+            let announced = headers.contentLength.flatMap { $0 > maximumSize ? $0 : nil }
             throw Remotes.tooLarge(url, maximumSize: maximumSize, announced: announced)
         }
         guard code == CURLE_OK else {
-            let why = Curl.describe(code, errorText: easy.errorText, headers: headers.headers)
-            let cause = Curl.cause(code, errorText: easy.errorText, headers: headers.headers)
+            let why = Curl.describe(code, errorText: answer.errorText, headers: headers)
+            let cause = Curl.cause(code, errorText: answer.errorText, headers: headers)
             var hint: String?
             if cause.isConnectivity {
                 hint = "check that the remote is up and reachable from this machine"
-            } else if let scheme = Curl.schemeHint(code, errorText: easy.errorText, status: nil, body: [], url: url) {
+            } else if let scheme = Curl.schemeHint(code, errorText: answer.errorText, status: nil, body: [], url: url) {
                 hint = scheme
             } else if code == CURLE_PEER_FAILED_VERIFICATION || code == CURLE_SSL_CACERT_BADFILE {
                 hint = settings.caFile.map { "the server's certificate is not signed by the CA in ca-file = \($0)" }
@@ -64,20 +54,20 @@ struct HTTPRemote: Remote, RangeReading {
             }
             throw FerryError(.remote, "cannot fetch the manifest \(url): \(why)", hint: hint, cause: cause)
         }
-        let status = easy.responseCode
+        let status = headers.status
         if status == 304 { return .unchanged }
         guard status == 200 else {
             var hint: String?
             if status == 401 || status == 403 { hint = "check the credentials file named in the config (basic-auth-file or bearer-token-file)" }
             if status == 404 { hint = "check 'remote =' and 'manifest =' in the config, and that the manifest was published" }
-            if let scheme = Curl.schemeHint(CURLE_OK, errorText: nil, status: status, body: body.bytes, url: url) { hint = scheme }
-            throw FerryError(.remote, "cannot fetch the manifest \(url): HTTP \(status) \(headers.headers.reason)".trimmingSpaces(), hint: hint,
+            if let scheme = Curl.schemeHint(CURLE_OK, errorText: nil, status: status, body: answer.body, url: url) { hint = scheme }
+            throw FerryError(.remote, "cannot fetch the manifest \(url): HTTP \(status) \(headers.reason)".trimmingSpaces(), hint: hint,
                              cause: .http(status: status))
         }
         // Validators that do not hold (a manifest changed within the second before the answer) are
         // not kept: the next fetch asks for the whole manifest instead of trusting a 304.
-        let hold = headers.headers.validatorsHold
-        return .fetched(bytes: body.bytes, etag: hold ? headers.headers.etag : nil, lastModified: hold ? headers.headers.lastModified : nil)
+        let hold = headers.validatorsHold
+        return .fetched(bytes: answer.body, etag: hold ? headers.etag : nil, lastModified: hold ? headers.lastModified : nil)
     }
 }
 

@@ -161,31 +161,13 @@ extension HTTPRemote: RemoteWriting {
     /// rest is read and dropped; libcurl would print it otherwise). A transport failure throws.
     private func exchange(_ easy: EasyHandle, _ method: String, url: String, headers: [String], body: [UInt8]?,
                           keep: Int) throws(FerryError) -> (status: Int, body: [UInt8]) {
-        easy.configure(url: url, settings: settings, extraHeaders: headers)
-        let sink = BodyBuffer(limit: keep)
-        let sinkRef = Unmanaged.passRetained(sink)
-        defer { sinkRef.release() }
-        ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, keep > 0 ? keptBodyCallback : discardCallback)
-        easy.set(CURLOPT_WRITEDATA, pointer: sinkRef.toOpaque())
-        let source = UploadBuffer(body ?? [])
-        let sourceRef = Unmanaged.passRetained(source)
-        defer { sourceRef.release() }
-        if body != nil {
-            easy.set(CURLOPT_UPLOAD, 1)
-            ferry_easy_setopt_offt(easy.handle, CURLOPT_INFILESIZE_LARGE, curl_off_t(source.bytes.count))
-            ferry_easy_setopt_datacb(easy.handle, CURLOPT_READFUNCTION, uploadBufferCallback)
-            easy.set(CURLOPT_READDATA, pointer: sourceRef.toOpaque())
+        let answer = Exchange.perform(easy, HTTPRequest(url: url, method: method, headers: headers, settings: settings), body: body,
+                                      limit: keep, dropExcess: true)
+        guard answer.code == CURLE_OK else {
+            throw FerryError(.remote, "\(method) \(url): \(Curl.describe(answer.code, errorText: answer.errorText, headers: answer.headers))",
+                             cause: Curl.cause(answer.code, errorText: answer.errorText, headers: answer.headers))
         }
-        if method != "PUT" || body == nil { easy.set(CURLOPT_CUSTOMREQUEST, method) }
-        // A redirect would replay a write elsewhere: never follow one.
-        easy.set(CURLOPT_FOLLOWLOCATION, 0)
-        let code = curl_easy_perform(easy.handle)
-        guard code == CURLE_OK else {
-            let headers = ResponseHeaders()
-            throw FerryError(.remote, "\(method) \(url): \(Curl.describe(code, errorText: easy.errorText, headers: headers))",
-                             cause: Curl.cause(code, errorText: easy.errorText, headers: headers))
-        }
-        return (easy.responseCode, sink.bytes)
+        return (answer.headers.status, answer.body)
     }
 
     /// Removes a collection only when a `PROPFIND` (Depth: 1) shows it holds nothing: a WebDAV

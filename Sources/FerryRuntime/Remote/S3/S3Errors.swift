@@ -49,7 +49,7 @@ enum S3Errors {
     }
 
     /// The error of a request made on a session's thread that got `answer`.
-    static func failure(_ answer: S3Exchange.Answer, doing what: String, bucket: String, key: String, region: String) -> FerryError {
+    static func failure(_ answer: Exchange.Answer, doing what: String, bucket: String, key: String, region: String) -> FerryError {
         let status = answer.headers.status
         var text = "cannot \(what): HTTP \(status) \(answer.headers.reason)".trimmingSpaces()
         var hint: String?

@@ -83,52 +83,15 @@ struct S3Remote: Remote, RangeReading {
     }
 }
 
-/// One S3 request made on the calling thread (the manifest, a listing, a multipart step): its
-/// status, headers and body up to a limit.
+/// One S3 request made on the calling thread (the manifest, a listing, a multipart step).
 enum S3Exchange {
-    struct Answer {
-        var headers: ResponseHeaders
-        var body: [UInt8]
-        var overflowed: Bool
-    }
-
-    static func perform(_ request: HTTPRequest, body: [UInt8]? = nil, bodyLimit: Int = 1 << 20, what: String) throws(FerryError) -> Answer {
-        let easy = EasyHandle()
-        easy.configure(url: request.url, settings: request.settings, extraHeaders: request.headers)
-        // A redirect would replay a signed request elsewhere: never followed.
-        easy.set(CURLOPT_FOLLOWLOCATION, 0)
-        if request.method == "HEAD" { easy.set(CURLOPT_NOBODY, 1) } else if request.method != "GET" && !(request.method == "PUT" && body != nil) {
-            easy.set(CURLOPT_CUSTOMREQUEST, request.method)
-        }
-        let sink = BodyBuffer(limit: bodyLimit)
-        let headers = HeaderSink()
-        let sinkRef = Unmanaged.passRetained(sink)
-        let headerRef = Unmanaged.passRetained(headers)
-        let source = UploadBuffer(body ?? [])
-        let sourceRef = Unmanaged.passRetained(source)
-        defer {
-            sinkRef.release()
-            headerRef.release()
-            sourceRef.release()
-        }
-        ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, bodyCallback)
-        easy.set(CURLOPT_WRITEDATA, pointer: sinkRef.toOpaque())
-        ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, headerCallback)
-        easy.set(CURLOPT_HEADERDATA, pointer: headerRef.toOpaque())
-        if body != nil {
-            easy.set(CURLOPT_UPLOAD, 1)
-            ferry_easy_setopt_offt(easy.handle, CURLOPT_INFILESIZE_LARGE, curl_off_t(source.bytes.count))
-            ferry_easy_setopt_datacb(easy.handle, CURLOPT_READFUNCTION, uploadBufferCallback)
-            easy.set(CURLOPT_READDATA, pointer: sourceRef.toOpaque())
-        }
-        sink.announced = { headers.headers.contentLength }
-        let code = curl_easy_perform(easy.handle)
-        if sink.overflowed { return Answer(headers: headers.headers, body: [], overflowed: true) }
-        guard code == CURLE_OK else {
-            let cause = Curl.cause(code, errorText: easy.errorText, headers: headers.headers)
-            throw FerryError(.remote, "cannot \(what): \(Curl.describe(code, errorText: easy.errorText, headers: headers.headers))",
+    static func perform(_ request: HTTPRequest, body: [UInt8]? = nil, bodyLimit: Int = 1 << 20, what: String) throws(FerryError) -> Exchange.Answer {
+        let answer = Exchange.perform(EasyHandle(), request, body: body, limit: bodyLimit)
+        guard answer.code == CURLE_OK || answer.overflowed else {
+            let cause = Curl.cause(answer.code, errorText: answer.errorText, headers: answer.headers)
+            throw FerryError(.remote, "cannot \(what): \(Curl.describe(answer.code, errorText: answer.errorText, headers: answer.headers))",
                              hint: cause.isConnectivity ? "check that the store (s3-endpoint) is up and reachable from this machine" : nil, cause: cause)
         }
-        return Answer(headers: headers.headers, body: sink.bytes, overflowed: false)
+        return answer
     }
 }

@@ -117,28 +117,9 @@ struct SigV4: Sendable {
     }
 }
 
-/// S3 keys in URLs and canonical requests: every byte but the unreserved ones (`A-Z a-z 0-9 - _ . ~`)
-/// percent-encoded with uppercase hex, `/` kept between path segments. The URL ferry sends and
-/// the path it signs are the same string, so a key with spaces, `+`, `%`, `#`, `?` or non-ASCII
-/// letters signs as it is sent.
+/// S3 keys in URLs and canonical requests: every byte but the unreserved ones percent-encoded,
+/// `/` kept between path segments. The URL ferry sends and the path it signs are the same
+/// string, so a key with spaces, `+`, `%`, `#`, `?` or non-ASCII letters signs as it is sent.
 enum S3Key {
-    static func encode(_ text: String, keepSlash: Bool) -> String {
-        let hex = Array("0123456789ABCDEF".utf8)
-        var out = [UInt8]()
-        out.reserveCapacity(text.utf8.count)
-        for b in text.utf8 {
-            switch b {
-            case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "0")...UInt8(ascii: "9"),
-                 UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "~"):
-                out.append(b)
-            case UInt8(ascii: "/") where keepSlash:
-                out.append(b)
-            default:
-                out.append(UInt8(ascii: "%"))
-                out.append(hex[Int(b >> 4)])
-                out.append(hex[Int(b & 15)])
-            }
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
+    static func encode(_ text: String, keepSlash: Bool) -> String { text.percentEncoded(keepingSlashes: keepSlash) }
 }

@@ -1,0 +1,56 @@
+import CCurl
+import FerryCore
+
+/// One request made on the calling thread, outside the engine (a manifest, a WebDAV request, an
+/// S3 step): it sends `body` if given and keeps the answer's headers and body up to `limit`
+/// bytes. What lies beyond the limit either fails the exchange (`overflowed`: a manifest over its
+/// cap) or is read and dropped (`dropExcess`: an answer only partly of interest).
+enum Exchange {
+    struct Answer {
+        var code: CURLcode
+        var errorText: String?
+        var headers: ResponseHeaders
+        var body: [UInt8]
+        var overflowed: Bool
+        var ok: Bool { code == CURLE_OK && !overflowed }
+    }
+
+    /// `prepare` sets what this request needs beyond `request` (decoding, size limits).
+    static func perform(_ easy: EasyHandle, _ request: HTTPRequest, body: [UInt8]? = nil, limit: Int, dropExcess: Bool = false,
+                        followRedirects: Bool = false, prepare: (EasyHandle) -> Void = { _ in }) -> Answer {
+        easy.configure(url: request.url, settings: request.settings, extraHeaders: request.headers)
+        // A write or a signed request would be replayed elsewhere by a redirect.
+        if !followRedirects { easy.set(CURLOPT_FOLLOWLOCATION, 0) }
+        if request.method == "HEAD" {
+            easy.set(CURLOPT_NOBODY, 1)
+        } else if request.method != "GET" && !(request.method == "PUT" && body != nil) {
+            easy.set(CURLOPT_CUSTOMREQUEST, request.method)
+        }
+        let sink = BodyBuffer(limit: limit)
+        let headers = HeaderSink()
+        let source = UploadBuffer(body ?? [])
+        let sinkRef = Unmanaged.passRetained(sink)
+        let headerRef = Unmanaged.passRetained(headers)
+        let sourceRef = Unmanaged.passRetained(source)
+        defer {
+            sinkRef.release()
+            headerRef.release()
+            sourceRef.release()
+        }
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, dropExcess ? keptBodyCallback : bodyCallback)
+        easy.set(CURLOPT_WRITEDATA, pointer: sinkRef.toOpaque())
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, headerCallback)
+        easy.set(CURLOPT_HEADERDATA, pointer: headerRef.toOpaque())
+        if body != nil {
+            easy.set(CURLOPT_UPLOAD, 1)
+            ferry_easy_setopt_offt(easy.handle, CURLOPT_INFILESIZE_LARGE, curl_off_t(source.bytes.count))
+            ferry_easy_setopt_datacb(easy.handle, CURLOPT_READFUNCTION, uploadBufferCallback)
+            easy.set(CURLOPT_READDATA, pointer: sourceRef.toOpaque())
+        }
+        sink.announced = { headers.headers.contentLength }
+        prepare(easy)
+        let code = curl_easy_perform(easy.handle)
+        return Answer(code: code, errorText: easy.errorText, headers: headers.headers, body: sink.bytes,
+                      overflowed: sink.overflowed || code == CURLE_FILESIZE_EXCEEDED)
+    }
+}
