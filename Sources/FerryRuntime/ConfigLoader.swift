@@ -57,20 +57,27 @@ public enum ConfigLoader {
         return HTTPSettings(session: session, basicAuth: basic, bearerToken: bearer)
     }
 
-    /// Reads a credential's first line. From the first secret on, the process cannot dump core (a
-    /// core would hold the secret) and its memory cannot be read through /proc or ptrace by its
-    /// user, for the rest of its life.
+    /// Reads a credential's first line.
     private static func firstLine(of file: String, session: SessionConfig, key: String) throws(FerryError) -> String {
-        _ = ferry_set_dumpable(0)
-        let bytes: [UInt8]
-        do { bytes = try FileSystem.readFile(file, limit: 64 << 10) } catch {
-            throw .usage("\(key) of session '\(session.name)': \(error.message)", hint: "create the file, or fix '\(key) =' in the config")
-        }
+        let bytes = try readSecret(file, session: session, key: key, limit: 64 << 10)
         let text = String(decoding: bytes, as: UTF8.self)
         let line = String(text.split(separator: "\n", omittingEmptySubsequences: false).first ?? "").trimmingSpaces()
         guard !line.isEmpty else { throw .usage("\(key) \(file) of session '\(session.name)' is empty") }
         return line
     }
+
+    /// Reads a file of secrets named by `key` (up to `limit` bytes), after `holdingSecrets`.
+    static func readSecret(_ file: String, session: SessionConfig, key: String, limit: Int) throws(FerryError) -> [UInt8] {
+        holdingSecrets()
+        do { return try FileSystem.readFile(file, limit: limit) } catch {
+            throw .usage("\(key) of session '\(session.name)': \(error.message)", hint: "create the file, or fix '\(key) =' in the config")
+        }
+    }
+
+    /// Called before the process takes in its first secret (from a file or the environment): from
+    /// then on it cannot dump core (a core would hold the secret) and its memory cannot be read
+    /// through /proc or ptrace by its user, for the rest of its life.
+    static func holdingSecrets() { _ = ferry_set_dumpable(0) }
 
     /// Everything about a config that can be checked without the network (`ferry config check`):
     /// the state directory, each session's local directory, the files and programs it names, the

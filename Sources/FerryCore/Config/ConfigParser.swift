@@ -93,7 +93,7 @@ public enum ConfigParser {
                 throw fail("[\(sections[sections.count - 1].header)] key '\(key)' is set twice")
             }
             guard !value.isEmpty else { throw fail("[\(sections[sections.count - 1].header)] key '\(key)' has no value") }
-            if pathKeys.contains(key) && (value == "~" || value.hasPrefix("~/") || value.hasPrefix("~")) {
+            if pathKeys.contains(key) && value.hasPrefix("~") {
                 throw fail("[\(sections[sections.count - 1].header)] key '\(key)': '\(value)' starts with ~, which ferry does not expand (as a service it may run with another HOME)",
                            hint: "write the absolute path, like /home/you/\(value.drop { $0 == "~" || $0 == "/" })")
             }

@@ -304,11 +304,10 @@ final class Download: Transfer {
         }
     }
 
-    /// The validator of the response (a strong ETag, else Last-Modified; none within the second
-    /// of a change, unless the remote's ETags come from the content).
+    /// The validator of the response (`ResponseHeaders.rangeValidator`).
     private var responseValidator: String? {
-        if case let .request(read) = origin, read.contentETags, let etag = headers.etag, etag.hasPrefix("\"") { return etag }
-        return headers.rangeValidator
+        if case let .request(read) = origin { return headers.rangeValidator(contentETags: read.contentETags) }
+        return headers.rangeValidator(contentETags: false)
     }
 
     /// The verdict once libcurl reports the transfer done.

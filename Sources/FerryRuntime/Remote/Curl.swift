@@ -172,15 +172,17 @@ struct ResponseHeaders {
         return true
     }
 
-    /// The validator to send in `If-Range` when resuming: a strong ETag, else Last-Modified. Weak
-    /// ETags (`W/"…"`) never validate a range (RFC 9110 §13.1.5), and neither does anything from a
-    /// response whose validators do not hold (`validatorsHold`): resuming under them could splice
-    /// two versions of a file changed within one second (the hash check would catch it, at the cost
-    /// of fetching the file again).
-    var rangeValidator: String? {
+    /// The validator to resume under (`If-Range`, `If-Match`): a strong ETag, else Last-Modified.
+    /// Weak ETags (`W/"…"`) never validate a range (RFC 9110 §13.1.5), and neither does anything
+    /// from a response whose validators do not hold (`validatorsHold`): resuming under them could
+    /// splice two versions of a file changed within one second (the hash check would catch it, at
+    /// the cost of fetching the file again) — unless the remote derives its ETags from the content
+    /// (`contentETags`, S3), which then hold whenever the object was written.
+    func rangeValidator(contentETags: Bool) -> String? {
+        let strong = etag.flatMap { $0.hasPrefix("\"") ? $0 : nil }
+        if contentETags, let strong { return strong }
         guard validatorsHold else { return nil }
-        if let etag, !etag.hasPrefix("W/"), etag.hasPrefix("\"") { return etag }
-        return lastModified
+        return strong ?? lastModified
     }
 
     /// Whether this response's ETag and Last-Modified may stand for its body later (`ResponsePolicy.validatorsHold`).

@@ -36,8 +36,8 @@ struct ReadRequest {
 }
 
 /// An optional ability: reading a file from an offset, so a download resumes (over HTTP only
-/// under a validator, `If-Range`, which `Download` applies; the whole is verified by hash either
-/// way). A remote without it starts every download from zero.
+/// under a validator, which the remote's `ReadRequest` sends as `If-Range` or `If-Match`; the
+/// whole is verified by hash either way). A remote without it starts every download from zero.
 protocol RangeReading {}
 
 /// The outcome of a conditional manifest fetch.

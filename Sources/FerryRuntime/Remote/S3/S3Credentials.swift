@@ -1,4 +1,3 @@
-import CSystem
 import Glibc
 import FerryCore
 
@@ -15,9 +14,9 @@ struct S3Credentials: Sendable, CustomStringConvertible {
 
     /// The session's credentials. From here on the process cannot dump core (it holds a secret).
     static func load(for session: SessionConfig, environment: (String) -> String? = S3Credentials.environment) throws(FerryError) -> S3Credentials {
-        _ = ferry_set_dumpable(0)
         let options = session.s3
         guard let file = options.credentials else {
+            ConfigLoader.holdingSecrets()
             guard let key = environment("AWS_ACCESS_KEY_ID"), !key.isEmpty, let secret = environment("AWS_SECRET_ACCESS_KEY"), !secret.isEmpty else {
                 throw .usage("session '\(session.name)' has an s3:// remote but no credentials: no s3-credentials, and AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY are not set",
                              hint: "name an AWS shared-credentials file with s3-credentials = (and s3-profile =), or set the AWS_* variables")
@@ -25,10 +24,7 @@ struct S3Credentials: Sendable, CustomStringConvertible {
             let token = environment("AWS_SESSION_TOKEN").flatMap { $0.isEmpty ? nil : $0 }
             return S3Credentials(accessKey: key, secretKey: secret, sessionToken: token)
         }
-        let bytes: [UInt8]
-        do { bytes = try FileSystem.readFile(file, limit: 1 << 20) } catch {
-            throw .usage("s3-credentials of session '\(session.name)': \(error.message)", hint: "create the file, or fix 's3-credentials =' in the config")
-        }
+        let bytes = try ConfigLoader.readSecret(file, session: session, key: "s3-credentials", limit: 1 << 20)
         do {
             return try parse(String(decoding: bytes, as: UTF8.self), profile: options.profile)
         } catch {

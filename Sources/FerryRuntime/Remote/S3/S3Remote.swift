@@ -41,14 +41,12 @@ struct S3Remote: Remote, RangeReading {
     /// in hex (`SigV4.emptyPayload` for none).
     func request(_ method: String, key: String?, query: [(String, String)] = [], headers: [(String, String)] = [],
                  payloadHash: String = SigV4.emptyPayload) -> HTTPRequest {
-        var path = options.usesPathStyle ? "/" + S3Key.encode(bucket, keepSlash: false) : ""
-        path += "/" + (key.map { S3Key.encode($0, keepSlash: true) } ?? "")
+        var path = options.usesPathStyle ? "/" + bucket.percentEncoded(keepingSlashes: false) : ""
+        path += "/" + (key?.percentEncoded(keepingSlashes: true) ?? "")
         let signing = SigV4.Request(method: method, host: host, path: path, query: query, headers: headers, payloadHash: payloadHash)
         let signed = signer.headers(for: signing, at: Timestamp.now())
-        var url = "\(scheme)://\(host)\(path)"
-        if !query.isEmpty {
-            url += "?" + query.map { S3Key.encode($0.0, keepSlash: false) + "=" + S3Key.encode($0.1, keepSlash: false) }.joined(separator: "&")
-        }
+        // The query is sent in the form it is signed in.
+        let url = "\(scheme)://\(host)\(path)" + (query.isEmpty ? "" : "?" + SigV4.canonicalQuery(query))
         return HTTPRequest(url: url, method: method, headers: signed, settings: settings)
     }
 
