@@ -5,17 +5,21 @@ import FerryCore
 
 /// The same cases against every remote: nginx over HTTP and over HTTPS (HTTP/2, private CA), a
 /// local directory (`file://`) and S3 (SeaweedFS). In-process, through `Remotes.open` and a real
-/// `TransferEngine`. The write side runs against the remotes that can be pushed to so far.
+/// `TransferEngine`. The write side runs against every remote a push can write (all four).
 @Suite(.serialized)
 struct RemoteConformanceTests {
     enum Kind: String, CaseIterable { case http, https, file, s3 }
-    /// The remotes a push can publish to (S3's write side comes next).
-    static let writers: [Kind] = [.http, .https, .file]
+    /// The remotes a push can publish to.
+    static let writers: [Kind] = [.http, .https, .file, .s3]
 
     /// A published tree (a manifest and a 3 MB file) and the session that reaches it.
     final class World {
+        let kind: Kind
         let nginx: NginxServer?
-        /// The remote's directory.
+        /// S3: the bucket, and the key prefix under it.
+        var bucket = ""
+        let prefix = "pre+fix~/"
+        /// The remote's directory (S3: the tree put into the bucket at the start).
         let root: String
         let session: SessionConfig
         let remote: Remote
@@ -24,7 +28,8 @@ struct RemoteConformanceTests {
         let scratch = Harness.temporaryDirectory("conformance")
         var entry: ManifestEntry
 
-        init(_ kind: Kind) throws {
+        init(_ kind: Kind, partSize: String? = nil) throws {
+            self.kind = kind
             if kind == .file || kind == .s3 {
                 nginx = nil
                 root = Harness.temporaryDirectory("conformance-remote")
@@ -50,13 +55,14 @@ struct RemoteConformanceTests {
             if kind == .s3 {
                 // The same objects, in a bucket of the test's own under a prefix.
                 let store = try SeaweedFS.shared()
-                let bucket = try store.newBucket("conformance")
-                try store.putTree(root, bucket: bucket, prefix: "pre+fix~/")
-                lines += ["remote = s3://\(bucket)/pre+fix~/", "s3-endpoint = \(store.endpoint)", "s3-credentials = \(try store.credentialsFile(in: scratch))"]
+                bucket = try store.newBucket("conformance")
+                try store.putTree(root, bucket: bucket, prefix: prefix)
+                lines += ["remote = s3://\(bucket)/\(prefix)", "s3-endpoint = \(store.endpoint)", "s3-credentials = \(try store.credentialsFile(in: scratch))"]
             } else {
                 lines.append("remote = \(url)")
             }
             if kind == .https { lines.append("ca-file = \(try TestCertificates.shared().caCertificate)") }
+            if let partSize { lines.append("upload-part-size = \(partSize)") }
             session = try ConfigParser.parse(lines.joined(separator: "\n") + "\n", path: scratch + "/ferry.conf").sessions[0]
             remote = try Remotes.open(session)
         }
@@ -131,12 +137,18 @@ struct RemoteConformanceTests {
     /// Reads a file of the remote through its own read path; nil when it is not there.
     func read(_ w: World, _ path: RelativePath) -> [UInt8]? {
         guard case let .fetched(bytes, _, _)? = try? w.remote.fetchManifest(url: w.session.remote.url(for: path), etag: nil,
-                                                                           lastModified: nil, maximumSize: 8 << 20) else { return nil }
+                                                                           lastModified: nil, maximumSize: 64 << 20) else { return nil }
         return bytes
     }
 
-    /// What a push left in the remote's `.ferry/` besides its directories.
+    /// What a push left on the remote: files in the remote's `.ferry/` besides its directories;
+    /// on S3, multipart uploads still pending in the bucket.
     func leftovers(_ w: World) -> [String] {
+        if w.kind == .s3 {
+            guard let s3 = w.remote as? S3Remote,
+                  let answer = try? S3Exchange.perform(s3.request("GET", key: nil, query: [("uploads", "")]), what: "list uploads") else { return ["?"] }
+            return S3XML.blocks("Upload", in: answer.body).map { S3XML.element("Key", in: $0) ?? "?" }
+        }
         guard let walker = FileManager.default.enumerator(atPath: w.root + "/.ferry") else { return [] }
         var out: [String] = []
         while let p = walker.nextObject() as? String {
@@ -146,24 +158,24 @@ struct RemoteConformanceTests {
         return out
     }
 
-    /// The write side (push): a publish to a final name in directories that do not exist yet (with
-    /// a name that needs encoding) through a temporary name, one that replaces, removes that
-    /// tolerate a file already gone, and a directory removed only once it holds nothing. Read back
-    /// through the remote's own read path.
+    /// The write side (push): an atomic write to a final name in directories that do not exist yet
+    /// (with a name that needs encoding), one that replaces, removes that tolerate a file already
+    /// gone, and a directory removed only once it holds nothing (S3 has none). Read back through
+    /// the remote's own read path.
     @Test(arguments: writers)
-    func publishesThroughATemporaryNameAndRemoves(kind: Kind) throws {
+    func writesAtomicallyAndRemoves(kind: Kind) throws {
         let w = try World(kind)
         let writer = try #require(w.remote as? RemoteWriting)
         let final = RelativePath(trusted: "new dir/sub/ä b#1.txt")
-        try writer.publish(Array("first\n".utf8), at: final)
+        #expect(try writer.write(Array("first\n".utf8), at: final, condition: .none) == .written)
         #expect(read(w, final) == Array("first\n".utf8))
-        #expect(leftovers(w).isEmpty, "the temporary name is gone once moved: \(leftovers(w))")
+        #expect(leftovers(w).isEmpty, "nothing left beside it: \(leftovers(w))")
 
-        try writer.publish(Array("second\n".utf8), at: final)
-        #expect(read(w, final) == Array("second\n".utf8), "a publish replaces what the final name held")
+        #expect(try writer.write(Array("second\n".utf8), at: final, condition: .none) == .written)
+        #expect(read(w, final) == Array("second\n".utf8), "a write replaces what the final name held")
 
         let directory = RelativePath(trusted: "new dir/sub")
-        #expect(try writer.removeDirectoryIfEmpty(directory) == false, "a directory holding a file stays")
+        #expect(try writer.removeDirectoryIfEmpty(directory) == (kind == .s3), "a directory holding a file stays")
         #expect(read(w, final) == Array("second\n".utf8))
         try writer.remove(final)
         #expect(read(w, final) == nil)
@@ -173,47 +185,99 @@ struct RemoteConformanceTests {
         #expect(try writer.removeDirectoryIfEmpty(directory) == true, "one already gone is gone")
     }
 
-    /// An upload through the engine to a temporary name, moved into place, reads back the same
-    /// (with the manifest's mode, where the remote keeps modes); a file that changes after it was
-    /// hashed is not reported as sent.
-    @Test(arguments: writers)
-    func uploadsAFileThroughTheEngineAndNoticesOneThatChanged(kind: Kind) throws {
+    /// Where the remote writes conditionally (S3), a write for "nothing there" fails once something
+    /// is, and one for the ETag read fails once another writer replaced it: as a value, not an error.
+    @Test(arguments: writers.filter { $0 == .s3 })
+    func writesConditionallyWhereTheRemoteCan(kind: Kind) throws {
         let w = try World(kind)
         let writer = try #require(w.remote as? RemoteWriting)
+        #expect(writer.writesConditionally)
+        let path = RelativePath(trusted: "cond/manifest.json")
+        #expect(try writer.write(Array("mine\n".utf8), at: path, condition: .absent) == .written)
+        #expect(try writer.write(Array("theirs\n".utf8), at: path, condition: .absent) == .preconditionFailed)
+        #expect(read(w, path) == Array("mine\n".utf8), "the first write stays")
+        guard case let .fetched(_, etag?, _) = try w.remote.fetchManifest(url: w.session.remote.url(for: path), etag: nil, lastModified: nil,
+                                                                        maximumSize: 1 << 20) else {
+            Issue.record("an S3 object has an ETag")
+            return
+        }
+        #expect(try writer.write(Array("other writer\n".utf8), at: path, condition: .none) == .written)
+        #expect(try writer.write(Array("stale\n".utf8), at: path, condition: .matches(etag)) == .preconditionFailed)
+        #expect(read(w, path) == Array("other writer\n".utf8), "another writer's object is never overwritten")
+        guard case let .fetched(_, now?, _) = try w.remote.fetchManifest(url: w.session.remote.url(for: path), etag: nil, lastModified: nil,
+                                                                       maximumSize: 1 << 20) else { return }
+        #expect(try writer.write(Array("next\n".utf8), at: path, condition: .matches(now)) == .written)
+        #expect(read(w, path) == Array("next\n".utf8))
+    }
+
+    /// Runs a placement's steps through an engine, one at a time, until it is placed, a step does
+    /// not succeed, or `stopAfter` steps ran (a crash: the placement is dropped without ending).
+    /// Returns how it ended and the bytes it sent.
+    func place(_ w: World, _ file: LocalUpload, store: StateStore, stopAfter: Int = .max) throws -> (String, Int64) {
+        let writer = try #require(w.remote as? RemoteWriting)
+        let placement = try writer.placement(for: file, journal: UploadJournal(store: store, task: file.task))
+        let engine = try TransferEngine(concurrency: 2)
+        defer { engine.shutdown() }
+        var step = try placement.next(after: nil)
+        var steps = 0
+        while let current = step {
+            if steps == stopAfter { return ("stopped", placement.sent) }
+            steps += 1
+            let source = OneShot(current)
+            engine.run(source)
+            guard source.outcome == "succeeded" else {
+                placement.end(placed: false, keep: false)
+                return (source.outcome, placement.sent)
+            }
+            step = try placement.next(after: current)
+        }
+        placement.end(placed: true, keep: false)
+        return ("placed", placement.sent)
+    }
+
+    /// A task row for an upload of `entry` (the journal of a placement in parts lives in it).
+    func uploadTask(_ store: StateStore, _ entry: ManifestEntry) throws -> TransferTask {
+        try #require(try store.queueUploads(session: "c", entries: [entry])[entry.path])
+    }
+
+    func statOf(_ path: String) -> LocalEntry {
+        var st = Glibc.stat()
+        lstat(path, &st)
+        return FileSystem.entry(from: st)
+    }
+
+    /// A placement through the engine (to a temporary name and moved, or straight to its key)
+    /// reads back the same (with the manifest's mode, where the remote keeps modes), leaves nothing
+    /// behind and is what the remote then says it holds; a file that changes after it was hashed
+    /// is not reported as placed.
+    @Test(arguments: writers)
+    func placesAFileThroughTheEngineAndNoticesOneThatChanged(kind: Kind) throws {
+        let w = try World(kind)
+        let store = try StateStore(directory: w.scratch + "/state")
         let localPath = w.scratch + "/up.bin"
         let content = randomData(2_500_000, seed: 78)
         try content.write(to: URL(fileURLWithPath: localPath))
         let entry = ManifestEntry(path: RelativePath(trusted: "up/up.bin"), size: Int64(content.count), sha256: sha256(of: content), mode: 0o640)
-        func statNow() -> LocalEntry {
-            var st = Glibc.stat()
-            lstat(localPath, &st)
-            return FileSystem.entry(from: st)
+        let task = try uploadTask(store, entry)
+        func send(_ stat: LocalEntry) throws -> String {
+            try place(w, LocalUpload(task: task, entry: entry, stat: stat, hashKnown: true, file: open(localPath, O_RDONLY | O_CLOEXEC)), store: store).0
         }
-        func run(_ transfer: Transfer) -> String {
-            let engine = try! TransferEngine(concurrency: 2)
-            defer { engine.shutdown() }
-            let source = OneShot(transfer)
-            engine.run(source)
-            return source.outcome
-        }
-        func send(_ stat: LocalEntry) throws -> (String, Upload) {
-            let file = open(localPath, O_RDONLY | O_CLOEXEC)
-            let upload = try writer.upload(task: w.task(), entry: entry, stat: stat, hashKnown: true, file: file)
-            return (run(upload), upload)
-        }
-        let (outcome, upload) = try send(statNow())
-        #expect(outcome == "succeeded", "\(outcome)")
-        if let move = try writer.place(upload) { #expect(run(move) == "succeeded") }
-        upload.close()
+        #expect(try send(statOf(localPath)) == "placed")
         #expect(read(w, entry.path).map { Data($0) } == content)
         #expect(leftovers(w).isEmpty, "\(leftovers(w))")
         if kind == .file {
             var st = Glibc.stat()
             #expect(lstat(w.root + "/up/up.bin", &st) == 0 && st.st_mode & 0o777 == 0o640)
         }
+        // What the remote says it holds now matches what was sent.
+        let writer = try #require(w.remote as? RemoteWriting)
+        let states = try RemoteProbes.run([entry.path], writer: writer, session: w.session, engine: TransferEngine(concurrency: 2))
+        let state = try #require(states[entry.path])
+        #expect(state.mismatch(with: entry) == nil, "\(state)")
+        if kind == .s3 { #expect(state.sha256 == entry.sha256, "S3 gives back the SHA-256 it checked") }
 
-        // Hashed, then edited: never reported as sent.
-        let hashed = statNow()
+        // Hashed, then edited: never reported as placed.
+        let hashed = statOf(localPath)
         let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: localPath))
         try handle.seek(toOffset: 100)
         handle.write(Data("edited".utf8))
@@ -221,11 +285,52 @@ struct RemoteConformanceTests {
         // Edited "in the same instant": a later mtime all the same, as any edit gets.
         var times = [timespec(tv_sec: 0, tv_nsec: LocalRoot.utimeOmit), timespec(tv_sec: Int(hashed.mtime.seconds) + 1, tv_nsec: 0)]
         utimensat(AT_FDCWD, localPath, &times, 0)
-        let (changed, second) = try send(hashed)
-        second.close()
-        writer.removeUpload(task: 1)
+        let changed = try send(hashed)
         #expect(changed.hasPrefix("failed"), "\(changed)")
         #expect(leftovers(w).isEmpty, "\(leftovers(w))")
+        #expect(read(w, entry.path).map { Data($0) } == content, "the file placed before stays whole")
+    }
+
+    /// S3, above `upload-part-size`: a multipart upload whose parts are journaled as the store
+    /// acknowledges them. Dropped after its second part (a `kill -9`), the next placement asks the
+    /// store what it holds and sends only the last part; one for other content (the file changed)
+    /// aborts the recorded upload, so nothing is left pending.
+    @Test(arguments: writers.filter { $0 == .s3 })
+    func resumesAnUploadInPartsAndAbortsOneForOtherContent(kind: Kind) throws {
+        let w = try World(kind, partSize: "5M")
+        let store = try StateStore(directory: w.scratch + "/state")
+        let localPath = w.scratch + "/big.bin"
+        var content = randomData(12 << 20, seed: 79)
+        try content.write(to: URL(fileURLWithPath: localPath))
+        var entry = ManifestEntry(path: RelativePath(trusted: "big/big.bin"), size: Int64(content.count), sha256: sha256(of: content))
+        var task = try uploadTask(store, entry)
+        func upload(stopAfter: Int = .max) throws -> (String, Int64) {
+            try place(w, LocalUpload(task: task, entry: entry, stat: statOf(localPath), hashKnown: true, file: open(localPath, O_RDONLY | O_CLOEXEC)),
+                      store: store, stopAfter: stopAfter)
+        }
+        // create, hash 1, part 1, hash 2, part 2: then the process dies.
+        #expect(try upload(stopAfter: 5).0 == "stopped")
+        let journaled = try #require(try store.journaledUpload(task: task.id))
+        #expect(journaled.parts.map(\.number) == [1, 2])
+        #expect(leftovers(w) == ["pre+fix~/big/big.bin"], "the upload waits on the store")
+        #expect(read(w, entry.path) == nil, "nothing at the final key before it completes")
+
+        let (resumed, sent) = try upload()
+        #expect(resumed == "placed")
+        #expect(sent == Int64(content.count) - 2 * (5 << 20), "only the part the store did not hold went again: \(sent)")
+        #expect(read(w, entry.path).map { Data($0) } == content)
+        #expect(leftovers(w).isEmpty, "\(leftovers(w))")
+        #expect(try store.journaledUpload(task: task.id) == nil, "the journal is cleared once complete")
+
+        // Started, then the file changes: the next placement gives the recorded upload up.
+        content = randomData(11 << 20, seed: 80)
+        #expect(try upload(stopAfter: 3).0 == "stopped")
+        try content.write(to: URL(fileURLWithPath: localPath))
+        entry = ManifestEntry(path: entry.path, size: Int64(content.count), sha256: sha256(of: content))
+        task = try uploadTask(store, entry)
+        #expect(try upload().0 == "placed")
+        #expect(read(w, entry.path).map { Data($0) } == content)
+        #expect(leftovers(w).isEmpty, "the upload for the old content was aborted: \(leftovers(w))")
     }
 
     /// Validators of a manifest that changed within the second before the answer do not hold: the

@@ -113,7 +113,6 @@ struct S3Tests {
         #expect(refusal("s3://bucket/", ["s3-endpoint = ftp://h"]).contains("http://"))
         #expect(refusal("s3://bucket/", ["basic-auth-file = /x"]).contains("s3-credentials"))
         #expect(refusal("s3://bucket/", ["manifest = https://elsewhere/m.json"]).contains("under its prefix"))
-        #expect(refusal("s3://bucket/", ["direction = push"]).contains("not built yet"), "said at once, not at the first push")
     }
 
     // MARK: Pull from SeaweedFS

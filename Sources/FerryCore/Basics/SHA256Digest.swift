@@ -69,6 +69,14 @@ public struct SHA256Digest: Hashable, Sendable, CustomStringConvertible {
 
     public var description: String { hex }
 
+    /// The digest's 32 bytes.
+    public var bytes: [UInt8] {
+        [w0, w1, w2, w3].flatMap { word in (0..<8).map { UInt8(truncatingIfNeeded: word >> UInt64(56 - 8 * $0)) } }
+    }
+
+    /// Standard base64 of the 32 bytes (S3's `x-amz-checksum-sha256`, RFC 9530's `Repr-Digest`).
+    public var base64: String { Base64.encode(bytes) }
+
     /// The SHA-256 a server vouches for in a response: RFC 9530 `Repr-Digest: sha-256=:BASE64:`,
     /// or RFC 3230 `Digest: SHA-256=BASE64` (a list may name other algorithms too). nil when
     /// neither names SHA-256, or the value is not 32 bytes of base64.
@@ -94,6 +102,22 @@ public struct SHA256Digest: Hashable, Sendable, CustomStringConvertible {
 
 /// Standard base64 (RFC 4648 §4), with or without padding.
 public enum Base64 {
+    public static func encode(_ bytes: [UInt8]) -> String {
+        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity((bytes.count + 2) / 3 * 4)
+        var i = 0
+        while i < bytes.count {
+            let n = min(3, bytes.count - i)
+            var chunk = UInt32(bytes[i]) << 16
+            if n > 1 { chunk |= UInt32(bytes[i + 1]) << 8 }
+            if n > 2 { chunk |= UInt32(bytes[i + 2]) }
+            for j in 0..<4 { out.append(j <= n ? alphabet[Int((chunk >> UInt32(18 - 6 * j)) & 63)] : UInt8(ascii: "=")) }
+            i += 3
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
     public static func decode(_ text: String) -> [UInt8]? {
         var out: [UInt8] = []
         var buffer: UInt32 = 0

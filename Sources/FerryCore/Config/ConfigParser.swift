@@ -279,10 +279,6 @@ public enum ConfigParser {
             if session.remote.scheme == .file && (session.basicAuthFile != nil || session.bearerTokenFile != nil || session.caFile != nil) {
                 throw .usage("\(path):\(section.number): [\(section.header)] a file:// remote takes no ca-file or credentials")
             }
-            if session.remote.scheme == .s3 && session.direction == .push {
-                throw fail(find("direction")!, "ferry pulls from s3:// remotes; pushing to one is not built yet",
-                           hint: "pull from the bucket, or push to an http(s):// WebDAV or file:// remote for now")
-            }
             if session.remote.scheme == .s3 && session.manifest.contains("://") {
                 throw fail(find("manifest")!, "an s3:// remote's manifest is an object under its prefix, named relative to it (like manifest.json)")
             }

@@ -2,29 +2,31 @@ import CCurl
 import Glibc
 import FerryCore
 
-/// One file's upload in flight (push, issue 9): its bytes are read from the local file at the
-/// offset sent so far, hashed as they go, and written to a temporary name on the remote (`PUT` over
-/// WebDAV; a file created in the remote's `.ferry/upload/` for `file://`). It ends verified only when exactly
-/// the size and SHA-256 the plan hashed were sent and the local file did not change meanwhile
-/// (size, mtime, ctime, inode): a file edited during its upload is sent again, so a published
-/// manifest never lists a hash other than the bytes on the remote. Moving the temporary name to
-/// the final one is the session's next step, not the transfer's.
-///
-/// The job is a small state machine — send, then the session moves it into place — that the S3
-/// remote fills in with create → send parts → complete.
+/// One file's upload in flight (push): its bytes — all of the file, or one part of it — are read
+/// from the local file, hashed as they go, and sent where the remote said (a request it built: a
+/// `PUT` to a temporary name over WebDAV, to the final key or a part on S3; or a temporary file in a
+/// `file://` remote's `.ferry/upload/`). It ends verified only when exactly the bytes whose SHA-256
+/// was expected were sent and the local file did not change meanwhile (size, mtime, ctime, inode):
+/// a file edited during its upload is sent again, so a published manifest never lists a hash
+/// other than the bytes on the remote. What comes after (a move, the next part) is the remote's
+/// `Placement`; the local file belongs to it.
 final class Upload: Transfer {
     let task: TransferTask
-    /// What the local file held when it was hashed: the content the upload must send.
+    /// What the local file held when it was hashed.
     let entry: ManifestEntry
     let stat: LocalEntry
-    /// false: the file was not hashed before (a new path, or another size than the remote's),
-    /// so its hash is what is sent (`digest`), the stat vouching that the file held still.
-    let hashKnown: Bool
+    /// The bytes of the file this upload sends (all of it, or a part).
+    let range: Range<Int64>
+    /// The SHA-256 the bytes sent must have; nil: the file was not hashed before (a new path, or
+    /// another size than the remote's), so its hash is what is sent (`digest`), the stat vouching
+    /// that the file held still.
+    let expected: SHA256Digest?
     /// The SHA-256 of what was sent, once the upload verified.
     private(set) var digest: SHA256Digest?
     /// Where the bytes go.
     enum Destination {
-        case http(url: String, settings: HTTPSettings)
+        /// A request the remote built (URL, method, headers, signature).
+        case request(HTTPRequest)
         /// A temporary file of a `file://` remote (`LocalRoot.createUpload`: its descriptor, and
         /// its name in the remote's `.ferry/upload/`), written with write(2) by the engine's steps.
         case file(fd: Int32, staged: String)
@@ -33,23 +35,33 @@ final class Upload: Transfer {
     let fd: Int32
     var cancelRequested = false
     var throttle: Throttle?
+    /// Words for an error answer, where the remote's say more than their status (S3's XML).
+    var explain: ((_ status: Int, _ body: [UInt8]) -> String?)?
     /// Bytes read from the file and handed on so far.
     private(set) var sent: Int64 = 0
     private var headers = HeaderSink()
+    /// The start of an error answer's body (for `explain`).
+    private let answer = BodyBuffer(limit: 4096)
     private var failure: (String, FailureCause)?
+    private var destinationOpen = true
 
-    /// Sends the local file `file`, opened by the session (`LocalRoot.open`), which the upload owns
-    /// from now on (`close`). Whether it is still what was hashed is checked as it is sent and at
-    /// the end (`verify`).
-    init(task: TransferTask, entry: ManifestEntry, stat expected: LocalEntry, hashKnown: Bool = true, file: Int32,
-         destination: Destination) {
+    /// Sends `range` (nil: all) of the local file `file`, opened by the session (`LocalRoot.open`)
+    /// and closed by the placement. Whether it is still what was hashed is checked as it is sent
+    /// and at the end (`verify`).
+    init(task: TransferTask, entry: ManifestEntry, stat expected: LocalEntry, expecting sha256: SHA256Digest?, file: Int32,
+         range: Range<Int64>? = nil, destination: Destination) {
         self.task = task
         self.entry = entry
         self.stat = expected
-        self.hashKnown = hashKnown
+        self.expected = sha256
+        self.range = range ?? 0..<expected.size
         self.destination = destination
         fd = file
     }
+
+    /// The answer's headers (a part's ETag).
+    var responseHeaders: ResponseHeaders { headers.headers }
+    private var size: Int64 { range.upperBound - range.lowerBound }
 
     /// What differs between the open file and what was hashed, or nil.
     static func change(fd: Int32, from expected: LocalEntry) -> String? {
@@ -68,17 +80,19 @@ final class Upload: Transfer {
     func outcomeWithoutRequest() -> TransferOutcome? { nil }
 
     func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
-        guard case let .http(url, settings) = destination else { return }
-        easy.configure(url: url, settings: settings)
+        guard case let .request(request) = destination else { return }
+        easy.configure(url: request.url, settings: request.settings, extraHeaders: request.headers)
         easy.set(CURLOPT_UPLOAD, 1)
+        if request.method != "PUT" { easy.set(CURLOPT_CUSTOMREQUEST, request.method) }
         // A redirect would send the bytes elsewhere.
         easy.set(CURLOPT_FOLLOWLOCATION, 0)
-        ferry_easy_setopt_offt(easy.handle, CURLOPT_INFILESIZE_LARGE, curl_off_t(stat.size))
+        ferry_easy_setopt_offt(easy.handle, CURLOPT_INFILESIZE_LARGE, curl_off_t(size))
         // Fewer, larger reads and sends for a large file, as for downloads (unless a limit paces it).
-        if stat.size > 1 << 20 && throttle?.limiting != true { easy.set(CURLOPT_UPLOAD_BUFFERSIZE, 512 * 1024) }
+        if size > 1 << 20 && throttle?.limiting != true { easy.set(CURLOPT_UPLOAD_BUFFERSIZE, 512 * 1024) }
         ferry_easy_setopt_datacb(easy.handle, CURLOPT_READFUNCTION, uploadReadCallback)
         easy.set(CURLOPT_READDATA, pointer: context)
-        ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, discardCallback)
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, keptBodyCallback)
+        easy.set(CURLOPT_WRITEDATA, pointer: Unmanaged.passUnretained(answer).toOpaque())
         ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, headerCallback)
         easy.set(CURLOPT_HEADERDATA, pointer: Unmanaged.passUnretained(headers).toOpaque())
     }
@@ -101,17 +115,17 @@ final class Upload: Transfer {
     /// nil on a read error or a file that shrank. The bytes count as sent.
     private func nextChunk(max: Int) -> (UnsafeRawPointer, Int)? {
         if failure != nil { return nil }
-        let hashing = self.hashing ?? BackgroundHasher(fd: fd, prefix: 0, size: stat.size)
+        let hashing = self.hashing ?? BackgroundHasher(fd: fd, prefix: 0, size: size)
         self.hashing = hashing
         if let piece, pieceSent == pieceCount {
             hashing.submit(piece, count: pieceCount)
             self.piece = nil
         }
         if piece == nil {
-            let wanted = min(Int64(hashing.pieceSize), stat.size - sent)
+            let wanted = min(Int64(hashing.pieceSize), size - sent)
             guard wanted > 0 else { return (UnsafeRawPointer(bitPattern: 1)!, 0) }
             let buffer = hashing.acquire()
-            let n = pread(fd, buffer, Int(wanted), off_t(sent))
+            let n = pread(fd, buffer, Int(wanted), off_t(range.lowerBound + sent))
             if n <= 0 {
                 hashing.release(buffer)
                 failure = n < 0 ? ("cannot read the file: \(FileSystem.errorText())", .local(errno: errno))
@@ -127,7 +141,7 @@ final class Upload: Transfer {
         throttle?.take(n)
         // The last piece goes to the hasher now: libcurl may not ask again once the size is sent.
         // Its bytes stay valid for the caller's copy: a buffer is only reused by the next acquire.
-        if sent == stat.size, let piece {
+        if sent == size, let piece {
             hashing.submit(piece, count: pieceCount)
             self.piece = nil
         }
@@ -168,7 +182,7 @@ final class Upload: Transfer {
         let status = headers.headers.status
         guard (200..<300).contains(status) else {
             let after = (status == 429 || status == 503) ? headers.headers.retryAfter.flatMap(ResponseHeaders.parseRetryAfter) : nil
-            var message = "PUT refused: HTTP \(status) \(headers.headers.reason)".trimmingSpaces()
+            var message = "PUT refused: " + (explain?(status, answer.bytes) ?? "HTTP \(status) \(headers.headers.reason)".trimmingSpaces())
             if status == 413 { message += " (the server limits request bodies: nginx client_max_body_size, Apache LimitRequestBody)" }
             return .failed(TransferFailure(message: message, keepPartial: false,
                                            cause: .http(status: status), retryAfter: after))
@@ -187,22 +201,29 @@ final class Upload: Transfer {
         }
         let hashing = self.hashing
         self.hashing = nil
-        guard sent == stat.size, let sha = stat.size == 0 ? SHA256Hasher().finalize() : hashing?.finish(),
-              !hashKnown || sha == entry.sha256 else {
+        guard sent == size, let sha = size == 0 ? SHA256Hasher().finalize() : hashing?.finish(),
+              expected == nil || sha == expected else {
             hashing?.cancel()
-            return .failed(TransferFailure(message: "the bytes sent (\(sent) of \(stat.size)) are not the ones hashed; sending it again",
+            return .failed(TransferFailure(message: "the bytes sent (\(sent) of \(size)) are not the ones hashed; sending it again",
                                            keepPartial: false, cause: .sourceChanged))
         }
         digest = sha
         return .succeeded
     }
 
-    /// Closes the files. Call once, when done with the upload (after it was placed).
-    func close() {
+    /// Lets go of the hashing and of the destination (a `file://` temporary file). Call once the
+    /// upload is over; the local file is the placement's.
+    func release() {
         hashing?.cancel()
         hashing = nil
         piece = nil
-        Glibc.close(fd)
+        closeDestination()
+    }
+
+    /// Closes a `file://` temporary file, once it was moved into place or given up.
+    func closeDestination() {
+        guard destinationOpen else { return }
+        destinationOpen = false
         if case let .file(target, _) = destination { Glibc.close(target) }
     }
 }

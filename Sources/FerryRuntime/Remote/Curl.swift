@@ -104,6 +104,9 @@ struct ResponseHeaders {
     /// RFC 9530 and RFC 3230 digests of the representation (asked for with `Want-Repr-Digest`).
     var reprDigest: String?
     var digest: String?
+    /// Headers whose names start with `x-` (lowercased names): a store's own (S3's checksums and
+    /// metadata). Few servers send any.
+    var extensions: [String: String] = [:]
     /// True once the blank line after the final response's headers arrived.
     private(set) var complete = false
     /// True before the first line and after each blank line: only then does `HTTP/` start a status line.
@@ -159,6 +162,8 @@ struct ResponseHeaders {
             reprDigest = value(after: 12)
         } else if ResponseHeaders.hasPrefix(bytes, "digest:") {
             digest = value(after: 7)
+        } else if ResponseHeaders.hasPrefix(bytes, "x-"), let colon = bytes.firstIndex(of: UInt8(ascii: ":")) {
+            extensions[String(decoding: UnsafeBufferPointer(rebasing: bytes[..<colon]), as: UTF8.self).lowercased()] = value(after: colon + 1)
         }
     }
 

@@ -54,3 +54,28 @@ enum Exchange {
                       overflowed: sink.overflowed || code == CURLE_FILESIZE_EXCEEDED)
     }
 }
+
+/// Keeps the first bytes of a body (up to the buffer's limit) and drops the rest.
+let keptBodyCallback: ferry_data_callback = { buffer, size, count, userdata in
+    let body = Unmanaged<BodyBuffer>.fromOpaque(userdata!).takeUnretainedValue()
+    let n = size * count
+    let room = min(n, body.limit - body.bytes.count)
+    if let buffer, room > 0 { body.bytes.append(contentsOf: UnsafeRawBufferPointer(start: buffer, count: room)) }
+    return n
+}
+
+/// Bytes a request sends, read by libcurl a piece at a time.
+final class UploadBuffer {
+    let bytes: [UInt8]
+    var offset = 0
+    init(_ bytes: [UInt8]) { self.bytes = bytes }
+}
+
+let uploadBufferCallback: ferry_data_callback = { buffer, size, count, userdata in
+    let source = Unmanaged<UploadBuffer>.fromOpaque(userdata!).takeUnretainedValue()
+    let n = min(size * count, source.bytes.count - source.offset)
+    guard let buffer, n > 0 else { return 0 }
+    source.bytes.withUnsafeBytes { UnsafeMutableRawPointer(buffer).copyMemory(from: $0.baseAddress! + source.offset, byteCount: n) }
+    source.offset += n
+    return n
+}

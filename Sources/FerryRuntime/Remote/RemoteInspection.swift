@@ -54,19 +54,21 @@ enum RemoteInspection {
     case now(RemoteFileState)
 }
 
-/// A `HEAD` of one file, run by the engine: its status, length, validators and, when the server
-/// offers one, its digest (`Want-Repr-Digest: sha-256=10`).
+/// A `HEAD` of one file, run by the engine (built by the remote): its status, length, validators
+/// and, when the server offers one, its SHA-256 (`sha256`: by default RFC 9530's `Repr-Digest`,
+/// asked for with `Want-Repr-Digest`; S3 has its own header).
 final class RemoteProbe: RemoteRequest {
     let path: RelativePath
     /// The answer, once the probe succeeded.
     private(set) var state: RemoteFileState?
+    private let sha256: (ResponseHeaders) -> SHA256Digest?
 
-    init(path: RelativePath, url: String, settings: HTTPSettings) {
+    init(path: RelativePath, request: HTTPRequest,
+         sha256: @escaping (ResponseHeaders) -> SHA256Digest? = { SHA256Digest.fromServer(reprDigest: $0.reprDigest, digest: $0.digest) }) {
         self.path = path
-        super.init(url: url, settings: settings)
+        self.sha256 = sha256
+        super.init(request)
     }
-
-    override var requestHeaders: [String] { ["Want-Repr-Digest: sha-256=10"] }
 
     override func finish(code: CURLcode, errorText: String?) -> TransferOutcome {
         guard code == CURLE_OK else { return transportFailure(code, errorText) }
@@ -78,12 +80,11 @@ final class RemoteProbe: RemoteRequest {
             // same second at the same size may keep its validator on such servers: only the size
             // and the digest, when given, see it then.)
             let validator = h.etag.map(RemoteFileState.opaque) ?? h.lastModified.map { "lm:" + $0 }
-            state = RemoteFileState(exists: true, size: h.contentLength, validator: validator,
-                                    sha256: SHA256Digest.fromServer(reprDigest: h.reprDigest, digest: h.digest))
+            state = RemoteFileState(exists: true, size: h.contentLength, validator: validator, sha256: sha256(h))
         case 404, 410:
             state = .absent
         default:
-            return .failed(TransferFailure(message: "HEAD \(url) was refused: HTTP \(h.status)", keepPartial: false, cause: .http(status: h.status)))
+            return refusal()
         }
         return .succeeded
     }

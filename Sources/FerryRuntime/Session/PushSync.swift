@@ -40,7 +40,7 @@ final class PushSync: SessionWork {
                               unchanged: remoteUnchanged))
         if options.localUnchanged && remoteUnchanged { return }
 
-        let scan = try scanLocal(store: store, published: published)
+        let scan = try scanLocal(store: store, published: published, hashingEverything: writer.hashesBeforeSending)
         result.hashed = scan.hashed
         // A file that cannot be read fails alone: the remote keeps (and the manifest lists) what it has.
         for (path, error) in scan.unreadable { emit(.fileFailed(path: path, error: error)) }
@@ -96,8 +96,16 @@ final class PushSync: SessionWork {
         }
         // A run that died mid-upload (kill -9, power) left its tasks running and maybe a partial
         // temporary upload: the task row names it, and it goes before anything is sent again.
-        writer.removeLeftovers(running: try store.taskIDs(session: session.name, state: .running).sorted(),
-                               all: try store.taskIDs(session: session.name))
+        // Uploads in parts the task table records resume, unless their file is no longer to be
+        // sent as it was then (gone, changed, or now as the remote has it): those are given up.
+        let journaled = try store.journaledUploads(session: session.name)
+        writer.removeLeftovers(running: try store.tasks(session: session.name).filter { $0.state == .running },
+                               all: try store.taskIDs(session: session.name), journaled: journaled)
+        let sending = Dictionary(plan.uploads.map { ($0.entry.path, $0.entry.sha256.hex) }, uniquingKeysWith: { a, _ in a })
+        for upload in journaled where !(sending[upload.path].map { upload.content.hasPrefix($0 + ":") } ?? false) {
+            writer.abandon(upload)
+            try store.clearJournaledUpload(task: upload.task)
+        }
         // Tasks of files the local tree no longer has go (their leftovers were just removed).
         let present = Set(scan.entries.map(\.path))
         _ = try store.pruneTasks(session: session.name, keeping: { present.contains($0) })
@@ -174,8 +182,14 @@ final class PushSync: SessionWork {
         // Another writer that published while this run uploaded is not overwritten: the files this
         // run placed are on the remote, but readers go on seeing the other writer's manifest (a file
         // of both, if any, fails their hash check, never a mixed tree with exit 0), and the next run
-        // compares and applies `conflict`.
-        if try changedSinceRead(remote) {
+        // compares and applies `conflict`. A remote that writes conditionally refuses the write
+        // itself; on the others the manifest is compared just before.
+        var written = false
+        let changed = writer.writesConditionally ? false : try changedSinceRead(remote)
+        if !changed {
+            written = try publish(text, version: plan.version, files: plan.manifest.count, writer: writer, remote: remote, store: store)
+        }
+        if !written {
             result.failed += 1
             result.exitCode = .someFilesFailed
             result.message = "the remote's manifest changed while this run uploaded (another writer?): version \(plan.version) was not published"
@@ -183,7 +197,6 @@ final class PushSync: SessionWork {
             emit(.warning(message: result.message!))
             return
         }
-        try publish(text, version: plan.version, files: plan.manifest.count, writer: writer, remote: remote, store: store)
         emit(.manifestBuilt(output: session.manifestURL, version: plan.version, files: plan.manifest.count,
                             bytes: plan.manifest.reduce(0) { $0 + ($1.size ?? 0) }))
         let outcome = RunOutcome(failed: result.failed, deletionsRefused: plan.refusedDeletions != nil)
@@ -365,19 +378,32 @@ final class PushSync: SessionWork {
     /// taking its own manifest for another writer's.
     private var publishingPath: String { cachePath + ".publishing" }
 
-    /// Publishes `bytes` as the remote's manifest and remembers it. When the publish fails, the
-    /// remote is asked once: holding these very bytes, it was published (the answer was lost).
-    private func publish(_ bytes: [UInt8], version: Int64, files: Int, writer: RemoteWriting, remote: Remote, store: StateStore) throws(FerryError) {
+    /// What the remote must still hold for this run to publish over it: the manifest it read (by
+    /// its ETag), or nothing when there was none.
+    private var publishCondition: WriteCondition {
+        guard let seen else { return .none }
+        guard seen.bytes != nil else { return .absent }
+        return seen.etag.map { .matches($0) } ?? .none
+    }
+
+    /// Publishes `bytes` as the remote's manifest and remembers it; false when the remote no longer
+    /// holds the manifest this run read (`publishCondition`). When the write fails, the remote is
+    /// asked once: holding these very bytes, it was published (the answer was lost).
+    private func publish(_ bytes: [UInt8], version: Int64, files: Int, writer: RemoteWriting, remote: Remote, store: StateStore) throws(FerryError) -> Bool {
         try FileSystem.makePrivateDirectory(agent.state + "/manifests")
         try FileSystem.writeAtomically(publishingPath, bytes: bytes, mode: 0o600)
         do throws(FerryError) {
-            try writer.publish(bytes, at: RelativePath(trusted: session.manifest))
+            if try writer.write(bytes, at: RelativePath(trusted: session.manifest), condition: publishCondition) == .preconditionFailed {
+                unlink(publishingPath)
+                return false
+            }
         } catch {
             guard case let .fetched(now, _, _)? = try? remote.fetchManifest(url: session.manifestURL, etag: nil, lastModified: nil,
                                                                            maximumSize: session.maxManifestSize), now == bytes else { throw error }
             emit(.warning(message: "publishing version \(version) got no answer (\(error.message)), but the remote holds it: published"))
         }
         try remember(published: bytes, version: version, files: files, remote: remote, store: store)
+        return true
     }
 
     /// Keeps what was just published, and the remote's validators for it, so the next run can
@@ -496,7 +522,7 @@ final class PushSync: SessionWork {
     /// so its bytes are read once. What cannot be published (symlinks, special files, names a
     /// manifest cannot carry, and the session's own manifest name and `.ferry/`) is skipped with a
     /// warning said once per path, again only when the entry changes.
-    private func scanLocal(store: StateStore, published: Manifest?) throws(FerryError) -> LocalScan {
+    private func scanLocal(store: StateStore, published: Manifest?, hashingEverything: Bool) throws(FerryError) -> LocalScan {
         let root = try LocalRoot(path: session.local, create: false)
         var scan = try root.scan(expecting: try store.hashCacheCount(session: session.name))
         try store.loadHashes(session: session.name, into: &scan.tree)
@@ -520,7 +546,8 @@ final class PushSync: SessionWork {
             }
             var entry = item.entry
             var sha = item.verified
-            if sha == nil, published.flatMap({ m in m.index(of: item.path).map { m.entries[$0].size } }).map({ $0 == nil || $0 == entry.size }) != true {
+            if sha == nil, !hashingEverything,
+               published.flatMap({ m in m.index(of: item.path).map { m.entries[$0].size } }).map({ $0 == nil || $0 == entry.size }) != true {
                 sha = PushSync.unknownHash
                 out.unhashed.insert(item.path)
             }

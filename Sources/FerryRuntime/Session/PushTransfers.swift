@@ -1,10 +1,10 @@
 import Glibc
 import FerryCore
 
-/// The upload stage of a push run, the session's `TransferSource`: hands out the uploads, moves
-/// each one that verified into place, checks that the remote holds what was sent at its final name
-/// (size, and the SHA-256 where the server gives one), and retries what is worth retrying. Each
-/// file goes upload → move → check; a file the remote does not hold as sent fails alone.
+/// The upload stage of a push run, the session's `TransferSource`: hands out each file's placement
+/// (the steps its remote plans: an upload, then a move, or parts and a completion), checks that the
+/// remote holds what was sent at its final name (size, and the SHA-256 where the remote gives one),
+/// and retries what is worth retrying. A file the remote does not hold as sent fails alone.
 final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     struct Item: SessionTransferItem {
         var entry: ManifestEntry
@@ -12,13 +12,12 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         var stat: LocalEntry
         var notBefore = 0.0
         var triesThisRun = 0
-        /// false: hashed while sent (see `Upload.hashKnown`).
+        /// false: hashed while sent (see `Upload.expected`).
         var hashKnown = true
-        /// Bytes the upload sent, once it verified (then it waits for its move).
+        /// Bytes the placement sent, once it placed the file.
         var sent: Int64 = 0
-        /// The upload that verified, until it is in place (its files stay open until then).
-        var upload: Upload?
-        var moveTries = 0
+        /// The steps placing the file, while they run (its local file stays open until they end).
+        var placement: Placement?
         var checkTries = 0
         /// What the remote said of the file once it was placed.
         var placed: PlacedFile?
@@ -28,14 +27,15 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     private let writer: RemoteWriting
     private let root: LocalRoot
     private var localRoot = ""
-    private var running: [Int64: Item] = [:]
-    /// Uploads that verified and wait to be moved into place (before any new upload starts).
-    private var toMove: [Item] = []
-    /// Moved into place, to be checked on the remote.
+    /// Items whose placement has a step running, by that step.
+    private var running: [ObjectIdentifier: Item] = [:]
+    /// The next steps of placements under way, started before any new file (their files are open).
+    private var continuing: [(Transfer, Item)] = []
+    /// Placed, to be checked on the remote.
     private var toCheck: [Item] = []
     /// Checks running, by path.
     private var checking: [RelativePath: Item] = [:]
-    /// Moved into place; recorded done in groups (one transaction per 256, or per 0.2 s).
+    /// Placed and checked; recorded done in groups (one transaction per 256, or per 0.2 s).
     private var moved: [Item] = []
     private var lastFlush = MonotonicClock.seconds()
     private(set) var uploaded = 0
@@ -62,61 +62,61 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         progress.filesTotal = runnable.count
         progress.bytesTotal = runnable.reduce(0) { $0 + $1.stat.size }
         run(engine: engine)
-        // Stopped (a deadline, a signal) between an upload and its move: the next run sends it
-        // again. One moved but not yet checked: the manifest goes on listing what was there, and
-        // the next run checks and sends it again.
-        for item in toMove { discard(item) }
-        toMove.removeAll()
+        // Stopped (a deadline, a signal) between two steps of a placement: what a later run can
+        // resume stays (S3's parts), the rest goes. One placed but not yet checked: the manifest
+        // goes on listing what was there, and the next run checks and sends it again.
+        for (_, item) in continuing { item.placement?.end(placed: false, keep: true) }
+        continuing.removeAll()
         toCheck.removeAll()
     }
 
-    /// Also the verified uploads still waiting for their move: their temporary uploads go.
+    /// Also the placements between two steps: they stop where they are.
     override func leftWhenHeld() -> [Item] {
-        for item in toMove { discard(item) }
-        return super.leftWhenHeld() + toMove
-    }
-
-    /// An upload that will not be placed: its files are closed and its temporary upload goes.
-    private func discard(_ item: Item) {
-        item.upload?.close()
-        writer.removeUpload(task: item.task.id)
+        for (_, item) in continuing { item.placement?.end(placed: false, keep: true) }
+        let left = continuing.map { $0.1 }
+        continuing.removeAll()
+        return super.leftWhenHeld() + left
     }
 
     override func next() -> TransferEngine.Next {
-        while let item = toMove.popLast() {
-            if let move = startMove(item) { return .start(move) }
+        if let (step, item) = continuing.popLast() {
+            running[ObjectIdentifier(step)] = item
+            return .start(step)
         }
         while let item = toCheck.popLast() {
             if let probe = startCheck(item) { return .start(probe) }
         }
         while let item = nextDue() {
-            if let upload = start(item) { return .start(upload) }
+            if let step = start(item) { return .start(step) }
         }
         return backingOff.isEmpty ? .none : .notYet
     }
 
-    /// The move of a verified upload to its final name: an engine transfer over WebDAV, done at
-    /// once for a local directory.
-    private func startMove(_ item: Item) -> RemoteMove? {
-        guard let upload = item.upload else { return nil }
-        do throws(FerryError) {
-            if let move = try writer.place(upload) {
-                running[item.task.id] = item
-                return move
-            }
-            moveDone(item)
-        } catch {
-            discard(item)
-            fail(item, error.message)
-        }
-        return nil
-    }
-
-    /// The move answered: the upload's files close, and the final name is checked.
-    private func moveDone(_ item: Item) {
+    /// A step of the item's placement succeeded: the next one goes first in line, or the file is
+    /// placed and is checked on the remote.
+    private func stepDone(_ item: Item, _ step: Transfer) {
         var item = item
-        item.upload?.close()
-        item.upload = nil
+        guard let placement = item.placement else { return }
+        do throws(FerryError) {
+            if let next = try placement.next(after: step) {
+                continuing.append((next, item))
+                return
+            }
+        } catch {
+            bytesSent += placement.sent
+            placement.end(placed: false, keep: error.retryClass != .never)
+            failed(item, TransferFailure(message: error.message, keepPartial: false, cause: error.cause ?? .http(status: 500)))
+            return
+        }
+        placement.end(placed: true, keep: false)
+        item.sent = placement.sent
+        if !item.hashKnown, let digest = placement.digest {
+            // Hashed as it went: the manifest and the hash cache get what was sent.
+            item.entry = ManifestEntry(path: item.entry.path, size: item.entry.size, sha256: digest, mtime: item.entry.mtime, mode: item.entry.mode)
+            item.hashKnown = true
+            rehashed[item.entry.path] = item.entry
+        }
+        item.placement = nil
         toCheck.append(item)
     }
 
@@ -132,10 +132,10 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         }
     }
 
-    /// A file placed and checked: done if the remote holds what was sent, else it fails alone (its
-    /// temporary upload is gone; the manifest goes on listing what was there before, and the next
-    /// run sends it again). Either way what the remote says of it now is recorded, so the next run
-    /// does not take the file for someone else's change.
+    /// A file placed and checked: done if the remote holds what was sent, else it fails alone (the
+    /// manifest goes on listing what was there before, and the next run sends it again). Either way
+    /// what the remote says of it now is recorded, so the next run does not take the file for
+    /// someone else's change.
     private func checked(_ item: Item, _ state: RemoteFileState) {
         var item = item
         item.placed = state.placed(as: item.entry)
@@ -145,7 +145,6 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
             } catch {
                 storeError = error
             }
-            writer.removeUpload(task: item.task.id)
             fail(item, why + "; the remote does not hold what was sent, so the manifest does not list it")
             return
         }
@@ -173,7 +172,8 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         moved.removeAll(keepingCapacity: true)
     }
 
-    private func start(_ item: Item) -> Upload? {
+    /// The first step of the item's placement, once its file is open and still what was hashed.
+    private func start(_ item: Item) -> Transfer? {
         var item = item
         item.triesThisRun += 1
         item.task.attempts += 1
@@ -184,25 +184,30 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
                 throw FerryError(.localIO, "\(Printable.name(localRoot + "/" + item.entry.path.string)) changed after it was hashed (\(changed)); it is hashed and sent again",
                                  cause: .sourceChanged)
             }
-            let upload: Upload
-            do { upload = try writer.upload(task: item.task, entry: item.entry, stat: item.stat, hashKnown: item.hashKnown, file: file) } catch {
+            let placement: Placement
+            do {
+                placement = try writer.placement(for: LocalUpload(task: item.task, entry: item.entry, stat: item.stat, hashKnown: item.hashKnown, file: file),
+                                                 journal: UploadJournal(store: store, task: item.task))
+            } catch {
                 close(file)
                 throw error
             }
-            running[item.task.id] = item
+            item.placement = placement
+            let first: Transfer?
+            do { first = try placement.next(after: nil) } catch {
+                placement.end(placed: false, keep: error.retryClass != .never)
+                throw error
+            }
+            guard let first else {
+                placement.end(placed: false, keep: false)
+                return nil
+            }
+            running[ObjectIdentifier(first)] = item
             if item.triesThisRun == 1 { emit(.fileStarted(path: item.entry.path, size: item.entry.size, reason: .missing)) }
             try store.markRunning([(item.task.id, item.task.attempts)])
-            return upload
+            return first
         } catch {
-            if let refusal = PushTransfers.refusesEveryWrite(error.cause, error.message) {
-                abort(refusal, item)
-            } else if PushTransfers.isGone(error.cause) {
-                // Gone since the scan (deleted, renamed, a symlink or a FIFO now, or under a file):
-                // a change like any other, which the session takes up.
-                afterFailure(item, TransferFailure(message: error.message, keepPartial: false, cause: .sourceChanged))
-            } else {
-                fail(item, error.message)
-            }
+            failed(item, TransferFailure(message: error.message, keepPartial: false, cause: error.cause ?? .http(status: 500)), opening: true)
             return nil
         }
     }
@@ -244,8 +249,7 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
 
     override func finished(_ batch: [(Transfer, TransferOutcome)]) {
         for (transfer, outcome) in batch {
-            if let probe = transfer as? RemoteProbe {
-                guard var item = checking.removeValue(forKey: probe.path) else { continue }
+            if let probe = transfer as? RemoteProbe, var item = checking.removeValue(forKey: probe.path) {
                 switch outcome {
                 case .succeeded:
                     checked(item, probe.state ?? .absent)
@@ -259,95 +263,60 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
                         fail(item, "cannot check what the remote holds: \(failure.message)")
                     }
                 case .interrupted:
-                    interrupted(item)
+                    interrupted(item, offset: 0, cancelled: false)
                 }
                 continue
             }
-            if let move = transfer as? RemoteMove {
-                guard let item = running.removeValue(forKey: move.task.id) else { continue }
-                moveEnded(item, outcome)
-                continue
-            }
-            let upload = transfer as! Upload
-            guard var item = running.removeValue(forKey: upload.task.id) else {
-                upload.close()
-                continue
-            }
+            guard let item = running.removeValue(forKey: ObjectIdentifier(transfer)), let placement = item.placement else { continue }
             switch outcome {
             case .succeeded:
-                item.upload = upload
-                item.sent = upload.sent
-                if !item.hashKnown, let digest = upload.digest {
-                    // Hashed as it went: the manifest and the hash cache get what was sent.
-                    item.entry = ManifestEntry(path: item.entry.path, size: item.entry.size, sha256: digest, mtime: item.entry.mtime, mode: item.entry.mode)
-                    item.hashKnown = true
-                    rehashed[item.entry.path] = item.entry
-                }
-                toMove.append(item)
+                stepDone(item, transfer)
             case let .failed(failure):
-                bytesSent += upload.sent
-                upload.close()
-                writer.removeUpload(task: item.task.id)
-                if let refusal = PushTransfers.refusesEveryWrite(failure.cause, "PUT \(Printable.name(item.entry.path.string)): " + failure.message) {
-                    abort(refusal, item)
-                } else {
-                    afterFailure(item, failure)
+                if let mended = placement.mend(transfer, failure) {
+                    continuing.append((mended, item))
+                    continue
                 }
+                bytesSent += placement.sent + ((transfer as? Upload)?.sent ?? 0)
+                // A failure the next try may get past keeps what it can resume (S3's parts).
+                placement.end(placed: false, keep: failure.retry != .never && failure.cause != .sourceChanged)
+                failed(item, failure)
             case .interrupted:
-                bytesSent += upload.sent
-                upload.close()
-                interrupted(item, cancelled: upload.cancelRequested)
+                bytesSent += placement.sent + ((transfer as? Upload)?.sent ?? 0)
+                placement.end(placed: false, keep: true)
+                interrupted(item, offset: 0, cancelled: (transfer as? Upload)?.cancelRequested ?? transfer.cancelRequested)
             }
         }
     }
 
-    /// A move refused for want of its directories (`HTTPRemote.mayLackCollections`) makes them and tries once more.
-    private func moveEnded(_ item: Item, _ outcome: TransferOutcome) {
-        switch outcome {
-        case .succeeded:
-            moveDone(item)
-        case let .failed(failure):
-            var item = item
-            item.moveTries += 1
-            if case .http(let status) = failure.cause, HTTPRemote.mayLackCollections(item.entry.path, status: status), item.moveTries == 1 {
-                do throws(FerryError) {
-                    try writer.makeCollections(for: item.entry.path)
-                    toMove.append(item)
-                    return
-                } catch {
-                    discard(item)
-                    fail(item, error.message)
-                    return
-                }
-            }
-            discard(item)
-            if let refusal = PushTransfers.refusesEveryWrite(failure.cause, failure.message) {
-                abort(refusal, item)
-            } else {
-                fail(item, failure.message)
-            }
-        case .interrupted:
-            item.upload?.close()
-            interrupted(item)
+    /// A step (or the file's opening) failed: the run stops when every write would be refused the
+    /// same way; a file gone or changed since the scan is taken up as such; anything else follows
+    /// the retry rule.
+    private func failed(_ item: Item, _ failure: TransferFailure, opening: Bool = false) {
+        var item = item
+        item.placement = nil
+        if let refusal = PushTransfers.refusesEveryWrite(failure.cause, (opening ? "" : "\(Printable.name(item.entry.path.string)): ") + failure.message) {
+            abort(refusal, item)
+        } else if opening && PushTransfers.isGone(failure.cause) {
+            // Gone since the scan (deleted, renamed, a symlink or a FIFO now, or under a file):
+            // a change like any other, which the session takes up.
+            afterFailure(item, TransferFailure(message: failure.message, keepPartial: false, cause: .sourceChanged))
+        } else if opening && failure.cause != .sourceChanged && failure.retry == .never {
+            fail(item, failure.message)
+        } else {
+            afterFailure(item, failure)
         }
-    }
-
-    /// An upload or move stopped before it ended: its temporary upload goes (a WebDAV PUT starts
-    /// again from zero).
-    private func interrupted(_ item: Item, cancelled: Bool = false) {
-        writer.removeUpload(task: item.task.id)
-        interrupted(item, offset: 0, cancelled: cancelled)
     }
 
     override func tick(_ running: [Transfer]) {
-        // `ferry cancel`: an upload it suspends stops (its temporary upload goes) and waits for
+        // `ferry cancel`: an upload it suspends stops (what cannot resume goes) and waits for
         // `ferry resume`; the manifest is not published.
         applySuspensions(running: running.compactMap { ($0 as? Upload)?.task.id }, recordFinished: flush) { ids in
             for case let upload as Upload in running where ids.contains(upload.task.id) { upload.cancelRequested = true }
         }
         let uploads = running.compactMap { $0 as? Upload }
-        progress.active = uploads.map { SyncProgress.Active(path: $0.entry.path, done: $0.sent, size: $0.stat.size) }
-        progress.bytesDone = completedBytes + uploads.reduce(0) { $0 + $1.sent }
+        // A part's place in its file stands for what is done of it (the parts before it are on the remote).
+        progress.active = uploads.map { SyncProgress.Active(path: $0.entry.path, done: $0.range.lowerBound + $0.sent, size: $0.stat.size) }
+        progress.bytesDone = completedBytes + uploads.reduce(0) { $0 + $1.range.lowerBound + $1.sent }
         observer.progress(progress)
         if !moved.isEmpty && MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
     }

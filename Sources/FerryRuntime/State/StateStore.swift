@@ -226,6 +226,20 @@ public final class StateStore {
             PRIMARY KEY (session, kind, key)
         ) WITHOUT ROWID;
         """,
+        // 10: push to S3: a multipart upload in flight, with what it is for, and each part the
+        // store acknowledged, so a run after a crash resumes it (`UploadJournal`).
+        """
+        ALTER TABLE tasks ADD COLUMN upload_id TEXT;
+        ALTER TABLE tasks ADD COLUMN upload_content TEXT;
+        CREATE TABLE upload_parts (
+            task INTEGER NOT NULL,
+            number INTEGER NOT NULL,
+            size INTEGER NOT NULL,
+            etag TEXT NOT NULL,
+            sha256 TEXT NOT NULL,
+            PRIMARY KEY (task, number)
+        ) WITHOUT ROWID;
+        """,
     ]
 
     /// `TaskState.after(event)` as SQL: the expression a row's new state is set to, so the table
@@ -477,9 +491,62 @@ public final class StateStore {
         guard !gone.isEmpty else { return [] }
         try db.transaction { () throws(FerryError) in
             let delete = try db.prepare("DELETE FROM tasks WHERE id = ?")
-            for g in gone { try delete.bind(.int(g.id)).run() }
+            let parts = try db.prepare("DELETE FROM upload_parts WHERE task = ?")
+            for g in gone {
+                try delete.bind(.int(g.id)).run()
+                try parts.bind(.int(g.id)).run()
+            }
         }
         return gone
+    }
+
+    // MARK: uploads in parts (`UploadJournal`)
+
+    /// The multipart upload recorded for a task, with its acknowledged parts.
+    func journaledUpload(task: Int64) throws(FerryError) -> JournaledUpload? {
+        let row = try db.prepare("SELECT id, path, upload_id, upload_content FROM tasks WHERE id = ? AND upload_id IS NOT NULL").bind(.int(task))
+        guard try row.step() else { return nil }
+        return try journaled(row)
+    }
+
+    /// Every multipart upload the session's tasks record.
+    func journaledUploads(session: String) throws(FerryError) -> [JournaledUpload] {
+        let rows = try db.prepare("SELECT id, path, upload_id, upload_content FROM tasks WHERE session = ? AND upload_id IS NOT NULL")
+            .bind(.text(session))
+        var out: [JournaledUpload] = []
+        while try rows.step() { out.append(try journaled(rows)) }
+        return out
+    }
+
+    private func journaled(_ row: SQLiteStatement) throws(FerryError) -> JournaledUpload {
+        let task = row.int(0)
+        var upload = JournaledUpload(task: task, path: RelativePath(trusted: row.text(1) ?? ""), uploadID: row.text(2) ?? "",
+                                     content: row.text(3) ?? "", parts: [])
+        let parts = try db.prepare("SELECT number, size, etag, sha256 FROM upload_parts WHERE task = ? ORDER BY number").bind(.int(task))
+        while try parts.step() {
+            guard let sha = parts.text(3).flatMap(SHA256Digest.init(hex:)) else { continue }
+            upload.parts.append(UploadedPart(number: Int(parts.int(0)), size: parts.int(1), etag: parts.text(2) ?? "", sha256: sha))
+        }
+        return upload
+    }
+
+    func beginJournaledUpload(task: Int64, uploadID: String, content: String) throws(FerryError) {
+        try db.transaction { () throws(FerryError) in
+            try db.prepare("DELETE FROM upload_parts WHERE task = ?").bind(.int(task)).run()
+            try db.prepare("UPDATE tasks SET upload_id = ?, upload_content = ? WHERE id = ?").bind(.text(uploadID), .text(content), .int(task)).run()
+        }
+    }
+
+    func recordUploadedPart(task: Int64, _ part: UploadedPart) throws(FerryError) {
+        try db.cached("INSERT OR REPLACE INTO upload_parts (task, number, size, etag, sha256) VALUES (?, ?, ?, ?, ?)")
+            .bind(.int(task), .int(Int64(part.number)), .int(part.size), .text(part.etag), .text(part.sha256.hex)).run()
+    }
+
+    func clearJournaledUpload(task: Int64) throws(FerryError) {
+        try db.transaction { () throws(FerryError) in
+            try db.prepare("DELETE FROM upload_parts WHERE task = ?").bind(.int(task)).run()
+            try db.prepare("UPDATE tasks SET upload_id = NULL, upload_content = NULL WHERE id = ?").bind(.int(task)).run()
+        }
     }
 
     /// Marks done every unfinished task whose path the run does not transfer (`transferring`): its

@@ -1,4 +1,6 @@
 import Foundation
+@testable import FerryRuntime
+import FerryCore
 import Synchronization
 
 /// SeaweedFS (`weed mini`: master, volume, filer and S3 gateway in one process) on 127.0.0.1, one
@@ -39,14 +41,16 @@ final class SeaweedFS: Sendable {
         // Every port it listens on is named: two test processes (or a bench) must not meet on a default one.
         var arguments = ["mini", "-dir=\(directory)/data", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
                          "-s3.config=\(directory)/s3.json", "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
-                         "-s3.port=\(port)"]
+                         "-s3.port=\(port)", "-s3.localSocket=\(directory)/s3.sock", "-filer.localSocket=\(directory)/filer.sock"]
+        var ports = [port]
         for name in ["s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
                      "admin.port", "admin.port.grpc"] {
-            arguments.append("-\(name)=\(freePort())")
+            ports.append(freePort())
+            arguments.append("-\(name)=\(ports.last!)")
         }
         let child = try Child(Self.binary, arguments, stdout: directory + "/weed.log", stderr: directory + "/weed.log")
         pid = child.pid
-        SeaweedFS.running.withLock { $0 = (child.pid, directory) }
+        SeaweedFS.running.withLock { $0 = (child.pid, directory, ports) }
         atexit { SeaweedFS.stopAtExit() }
         // Ready when the S3 gateway answers (403 to an unsigned request) and a bucket can be made.
         let deadline = Date().addingTimeInterval(60)
@@ -59,11 +63,11 @@ final class SeaweedFS: Sendable {
     }
 
     /// The process to stop at exit, and its directory.
-    private static let running = Mutex<(pid_t, String)?>(nil)
+    private static let running = Mutex<(pid_t, String, [UInt16])?>(nil)
 
     /// SIGTERM, then SIGKILL when it has not ended within a second (weed can ignore SIGTERM).
     private static func stopAtExit() {
-        guard let (pid, directory) = running.withLock({ $0 }) else { return }
+        guard let (pid, directory, ports) = running.withLock({ $0 }) else { return }
         kill(pid, SIGTERM)
         var status: Int32 = 0
         for _ in 0..<100 {
@@ -75,6 +79,10 @@ final class SeaweedFS: Sendable {
             waitpid(pid, &status, 0)
         }
         Harness.remove(directory)
+        // weed names its gRPC sockets after their ports, always in /tmp (no flag moves them).
+        for port in ports {
+            for name in ["master-grpc", "volume-grpc", "filer-grpc", "s3-grpc", "s3", "filer"] { unlink("/tmp/seaweedfs-\(name)-\(port).sock") }
+        }
     }
 
     /// A new bucket with a name no other test uses.
@@ -124,6 +132,39 @@ final class SeaweedFS: Sendable {
         defer { Harness.remove(String(file.dropLast(5))) }
         let run = curl(["-o", file, url(bucket, key)])
         return run.status == 200 ? try? Data(contentsOf: URL(fileURLWithPath: file)) : nil
+    }
+
+    /// The keys under `prefix` in `bucket` (up to 1,000: the tests' trees are smaller).
+    func keys(_ bucket: String, prefix: String = "") -> [String] {
+        let run = curl([endpoint + "/" + bucket + "?list-type=2&max-keys=1000&prefix=" + (prefix.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")])
+        var out: [String] = []
+        var rest = run.body[...]
+        while let open = rest.range(of: "<Key>"), let close = rest[open.upperBound...].range(of: "</Key>") {
+            out.append(String(rest[open.upperBound..<close.lowerBound]))
+            rest = rest[close.upperBound...]
+        }
+        return out
+    }
+
+    /// The keys of the multipart uploads pending in `bucket` (asked through ferry's own signer:
+    /// curl's cannot sign the empty `uploads` parameter).
+    func pendingUploads(_ bucket: String) throws -> [String] {
+        let directory = Harness.temporaryDirectory("uploads")
+        defer { Harness.remove(directory) }
+        let text = """
+            [agent]
+            state = \(directory)/state
+            [session s]
+            remote = s3://\(bucket)/
+            local = \(directory)/local
+            s3-endpoint = \(endpoint)
+            s3-credentials = \(try credentialsFile(in: directory))
+
+            """
+        let remote = try S3Remote(session: ConfigParser.parse(text, path: directory + "/ferry.conf").sessions[0])
+        let answer = try S3Exchange.perform(remote.request("GET", key: nil, query: [("uploads", "")]), what: "list uploads")
+        guard answer.headers.status == 200 else { throw TestFailure("cannot list uploads: \(answer.headers.status)") }
+        return S3XML.blocks("Upload", in: answer.body).map { S3XML.element("Key", in: $0) ?? "?" }
     }
 
     /// A shared-credentials file holding the store's keys under `profile`, mode 0600.

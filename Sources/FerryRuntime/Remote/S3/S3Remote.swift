@@ -19,12 +19,15 @@ struct S3Remote: Remote, RangeReading {
     /// `http` or `https`, and the host (with its port) requests go to.
     let scheme: String
     let host: String
+    /// Files larger than this go as multipart uploads, in parts of this size (`upload-part-size`).
+    let partSize: Int64
 
     init(session: SessionConfig) throws(FerryError) {
         base = session.remote
         bucket = session.remote.bucket ?? ""
         prefix = session.remote.keyPrefix ?? ""
         options = session.s3
+        partSize = session.uploadPartSize
         settings = try ConfigLoader.httpSettings(for: session)
         signer = SigV4(credentials: try S3Credentials.load(for: session), region: options.region)
         let endpoint = options.effectiveEndpoint
@@ -52,7 +55,11 @@ struct S3Remote: Remote, RangeReading {
 
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {
         guard url.hasPrefix(base.url) else { throw .remote("the manifest \(url) is not under the remote \(base.url)") }
-        let key = self.key(String(url.dropFirst(base.url.count)))
+        // The manifest's URL names its path percent-encoded (`RemoteLocation.url(for:)`); its key is the path itself.
+        guard let path = String(url.dropFirst(base.url.count)).removingPercentEncoding() else {
+            throw .remote("the manifest \(url) is not a valid name under the remote")
+        }
+        let key = self.key(path)
         var conditions: [(String, String)] = []
         if let etag { conditions.append(("If-None-Match", etag)) }
         let answer = try S3Exchange.perform(request("GET", key: key, headers: conditions), bodyLimit: Int(maximumSize), what: "fetch the manifest \(url)")

@@ -96,27 +96,28 @@ final class RemoteTree: @unchecked Sendable {
 }
 
 extension FileRemote: RemoteWriting {
-    func upload(task: TransferTask, entry: ManifestEntry, stat: LocalEntry, hashKnown: Bool, file: Int32) throws(FerryError) -> Upload {
-        let (fd, name) = try tree.withRoot(create: true) { root throws(FerryError) in try root.createUpload(owner: String(task.id)) }
-        return Upload(task: task, entry: entry, stat: stat, hashKnown: hashKnown, file: file, destination: .file(fd: fd, staged: name))
+    var hashesBeforeSending: Bool { false }
+    /// A rename cannot be made conditional on what it replaces: the session compares just before.
+    var writesConditionally: Bool { false }
+
+    func placement(for file: LocalUpload, journal: UploadJournal) throws(FerryError) -> Placement {
+        let (fd, name) = try tree.withRoot(create: true) { root throws(FerryError) in try root.createUpload(owner: String(file.task.id)) }
+        let upload = Upload(task: file.task, entry: file.entry, stat: file.stat, expecting: file.hashKnown ? file.entry.sha256 : nil,
+                            file: file.file, destination: .file(fd: fd, staged: name))
+        let entry = file.entry
+        return SinglePlacement(upload: upload, file: file.file, finish: { [tree] _ throws(FerryError) -> Transfer? in
+            _ = try tree.withRoot(create: true) { root throws(FerryError) -> LocalEntry in
+                let placed = try root.commit(partialFD: fd, staged: name, to: entry.path, mode: entry.mode, mtime: entry.mtime, lost: {})
+                try root.syncDirectories()
+                return placed
+            }
+            return nil
+        }, cleanup: { [tree] in
+            try? tree.withRoot(create: false) { root throws(FerryError) in root.removeUploads(owner: String(file.task.id)) }
+        })
     }
 
-    func place(_ upload: Upload) throws(FerryError) -> RemoteMove? {
-        guard case let .file(fd, staged) = upload.destination else { return nil }
-        let entry = upload.entry
-        _ = try tree.withRoot(create: true) { root throws(FerryError) -> LocalEntry in
-            let placed = try root.commit(partialFD: fd, staged: staged, to: entry.path, mode: entry.mode, mtime: entry.mtime, lost: {})
-            try root.syncDirectories()
-            return placed
-        }
-        return nil
-    }
-
-    func removeUpload(task: Int64) {
-        try? tree.withRoot(create: false) { root throws(FerryError) in root.removeUploads(owner: String(task)) }
-    }
-
-    func removeLeftovers(running: [Int64], all: Set<Int64>) {
+    func removeLeftovers(running: [TransferTask], all: Set<Int64>, journaled: [JournaledUpload]) {
         // Every upload has a name of its own: one a run made just before it died, whatever its
         // task's state, would stay for good.
         try? tree.withRoot(create: false) { root throws(FerryError) in
@@ -124,7 +125,9 @@ extension FileRemote: RemoteWriting {
         }
     }
 
-    func publish(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) {
+    func abandon(_ upload: JournaledUpload) {}
+
+    func write(_ bytes: [UInt8], at path: RelativePath, condition: WriteCondition) throws(FerryError) -> WriteOutcome {
         try tree.withRoot(create: true) { root throws(FerryError) in
             let (fd, name) = try root.createUpload(owner: "manifest")
             defer { close(fd) }
@@ -137,6 +140,7 @@ extension FileRemote: RemoteWriting {
                 throw FerryError(.remote, "cannot publish \(Printable.name(root.path + "/" + path.string)): \(error.message)", hint: error.hint, cause: error.cause)
             }
         }
+        return .written
     }
 
     func remove(_ path: RelativePath) throws(FerryError) {
@@ -159,8 +163,6 @@ extension FileRemote: RemoteWriting {
             return gone || root.stat(path) == nil
         }
     }
-
-    func makeCollections(for path: RelativePath) throws(FerryError) {}
 
     func inspect(_ path: RelativePath) -> RemoteInspection {
         let entry = try? tree.withRoot(create: false) { root throws(FerryError) -> LocalEntry? in root.stat(path) }

@@ -1,0 +1,234 @@
+import CCurl
+import Glibc
+import Synchronization
+import FerryCore
+
+/// WebDAV, the write side of an `http(s)://` remote: a file is sent with `PUT` to a temporary name
+/// in the remote's `.ferry/upload/`, then moved to its final name (`MOVE` with `Overwrite: T`), so
+/// a reader never sees a partial file under a final name; collections are made as needed
+/// (`MKCOL`), files and empty collections removed (`DELETE`, after a `PROPFIND` for collections).
+/// WebDAV has no write condition ferry can rely on across nginx and Apache: the session compares
+/// the manifest just before it publishes (`writesConditionally` is false).
+extension HTTPRemote: RemoteWriting {
+    /// Where the upload of a task waits on the remote until it is moved into place.
+    static func temporaryName(task: Int64) -> RelativePath { RelativePath(trusted: LocalRoot.uploadPath + "/\(task)") }
+    static let temporaryManifest = RelativePath(trusted: ".ferry/manifest.json.new")
+
+    var hashesBeforeSending: Bool { false }
+    var writesConditionally: Bool { false }
+
+    func placement(for file: LocalUpload, journal: UploadJournal) throws(FerryError) -> Placement {
+        let temporary = HTTPRemote.temporaryName(task: file.task.id)
+        // nginx and Apache answer 409 to a PUT whose collection is missing: made first, once per run.
+        try makeCollections(for: temporary)
+        let upload = Upload(task: file.task, entry: file.entry, stat: file.stat, expecting: file.hashKnown ? file.entry.sha256 : nil,
+                            file: file.file, destination: .request(HTTPRequest(url: base.url(for: temporary), method: "PUT", settings: settings)))
+        let path = file.entry.path
+        var mended = false
+        return SinglePlacement(upload: upload, file: file.file, finish: { _ in move(temporary, to: path) }, mend: { step, failure in
+            // A MOVE refused for want of its collections (`mayLackCollections`) makes them and goes once more.
+            guard step is RemoteMove, !mended, case let .http(status) = failure.cause,
+                  HTTPRemote.mayLackCollections(path, status: status) else { return nil }
+            mended = true
+            dav.forget(path.ancestors)
+            guard (try? makeCollections(for: path)) != nil else { return nil }
+            return move(temporary, to: path)
+        }, cleanup: { try? remove(temporary) })
+    }
+
+    private func move(_ temporary: RelativePath, to path: RelativePath) -> RemoteMove {
+        RemoteMove(HTTPRequest(url: base.url(for: temporary), method: "MOVE",
+                               headers: ["Destination: \(base.url(for: path))", "Overwrite: T"], settings: settings))
+    }
+
+    func inspect(_ path: RelativePath) -> RemoteInspection {
+        .probe(RemoteProbe(path: path, request: HTTPRequest(url: base.url(for: path), method: "HEAD",
+                                                            headers: ["Want-Repr-Digest: sha-256=10"], settings: settings)))
+    }
+
+    func removeLeftovers(running: [TransferTask], all: Set<Int64>, journaled: [JournaledUpload]) {
+        // An upload's name is its task's: a PUT of a task that was not running replaces it.
+        for task in running { try? remove(HTTPRemote.temporaryName(task: task.id)) }
+        try? remove(HTTPRemote.temporaryManifest)
+    }
+
+    func abandon(_ upload: JournaledUpload) {}
+
+    func write(_ bytes: [UInt8], at path: RelativePath, condition: WriteCondition) throws(FerryError) -> WriteOutcome {
+        let temporary = HTTPRemote.temporaryManifest
+        try withCollections(for: temporary) { () throws(FerryError) -> Int in
+            try request("PUT", temporary, body: bytes)
+        }
+        try withCollections(for: path) { () throws(FerryError) -> Int in
+            try request("MOVE", temporary, headers: ["Destination: \(base.url(for: path))", "Overwrite: T"])
+        }
+        return .written
+    }
+
+    func remove(_ path: RelativePath) throws(FerryError) {
+        let status = try request("DELETE", path)
+        guard (200..<300).contains(status) || status == 404 else { throw failure("DELETE", path, status) }
+    }
+
+    /// Whether a write to `path` refused with `status` may have wanted its collections: 409
+    /// (Conflict) from nginx and RFC 4918, 500 from Apache's MOVE ("Could not rename resource").
+    static func mayLackCollections(_ path: RelativePath, status: Int) -> Bool {
+        status == 409 || (status == 500 && !path.ancestors.isEmpty)
+    }
+
+    /// Runs a request that needs `path`'s directory; when it may have lacked them
+    /// (`mayLackCollections`), makes the collections, from the top, and tries once more.
+    private func withCollections(for path: RelativePath, _ send: () throws(FerryError) -> Int) throws(FerryError) {
+        var status = try send()
+        if HTTPRemote.mayLackCollections(path, status: status) {
+            dav.forget(path.ancestors)
+            try makeCollections(for: path)
+            status = try send()
+        }
+        guard (200..<300).contains(status) else { throw failure(status == 409 ? "MKCOL" : "write", path, status) }
+    }
+
+    /// Makes the collections above `path` that are not known to exist, from the top. When even
+    /// the first one has no parent (409), the remote's own directory is missing: it is made too,
+    /// as a `file://` push makes its directory.
+    func makeCollections(for path: RelativePath) throws(FerryError) {
+        for directory in path.ancestors.reversed() where !dav.exists(directory) {
+            var made = try request("MKCOL", directory, collection: true)
+            if made == 409 && directory.ancestors.isEmpty {
+                try makeRemoteDirectory()
+                made = try request("MKCOL", directory, collection: true)
+            }
+            // 405: it exists already.
+            guard (200..<300).contains(made) || made == 405 else { throw failure("MKCOL", directory, made) }
+            dav.made(directory)
+        }
+    }
+
+    /// Makes the collections of the remote URL's path, from the top (405: one exists already).
+    private func makeRemoteDirectory() throws(FerryError) {
+        guard let scheme = base.url.firstRange(of: "://"), let slash = base.url[scheme.upperBound...].firstIndex(of: "/") else { return }
+        let origin = String(base.url[..<slash])
+        var url = origin
+        for segment in base.url[slash...].split(separator: "/") {
+            url += "/" + segment
+            let made = try dav.withHandle { easy throws(FerryError) -> Int in try request(easy, "MKCOL", url: url + "/", headers: [], body: nil) }
+            guard (200..<300).contains(made) || made == 405 else {
+                throw FerryError(.remote, "the remote directory \(base.url) does not exist, and MKCOL \(url)/ was refused: HTTP \(made)",
+                                 hint: "check 'remote =' in the config, or make the directory on the server", cause: .http(status: made))
+            }
+        }
+    }
+
+    private func failure(_ method: String, _ path: RelativePath, _ status: Int) -> FerryError {
+        var hint: String?
+        if status == 405 || status == 501 { hint = "the server does not accept WebDAV writes here; enable WebDAV (nginx: dav_methods PUT DELETE MKCOL MOVE; Apache: Dav On)" }
+        if status == 401 || status == 403 { hint = "check the credentials file named in the config, and that the server lets it write" }
+        if status == 507 { hint = "the remote's storage is full" }
+        return FerryError(.remote, "\(method) \(base.url(for: path)) was refused: HTTP \(status)", hint: hint, cause: .http(status: status))
+    }
+
+    /// One WebDAV request; returns the HTTP status. A transport failure throws.
+    private func request(_ method: String, _ path: RelativePath, headers: [String] = [], body: [UInt8]? = nil,
+                         collection: Bool = false) throws(FerryError) -> Int {
+        try dav.withHandle { easy throws(FerryError) -> Int in
+            try request(easy, method, path, headers: headers, body: body, collection: collection)
+        }
+    }
+
+    private func request(_ easy: EasyHandle, _ method: String, _ path: RelativePath, headers: [String], body: [UInt8]?,
+                         collection: Bool) throws(FerryError) -> Int {
+        try request(easy, method, url: base.url(for: path) + (collection ? "/" : ""), headers: headers, body: body)
+    }
+
+    private func request(_ easy: EasyHandle, _ method: String, url: String, headers: [String], body: [UInt8]?) throws(FerryError) -> Int {
+        try exchange(easy, method, url: url, headers: headers, body: body, keep: 0).status
+    }
+
+    /// One request on `easy`: its status and the first `keep` bytes of the response body (the
+    /// rest is read and dropped; libcurl would print it otherwise). A transport failure throws.
+    private func exchange(_ easy: EasyHandle, _ method: String, url: String, headers: [String], body: [UInt8]?,
+                          keep: Int) throws(FerryError) -> (status: Int, body: [UInt8]) {
+        let answer = Exchange.perform(easy, HTTPRequest(url: url, method: method, headers: headers, settings: settings), body: body,
+                                      limit: keep, dropExcess: true)
+        guard answer.code == CURLE_OK else {
+            throw FerryError(.remote, "\(method) \(url): \(Curl.describe(answer.code, errorText: answer.errorText, headers: answer.headers))",
+                             cause: Curl.cause(answer.code, errorText: answer.errorText, headers: answer.headers))
+        }
+        return (answer.headers.status, answer.body)
+    }
+
+    /// Removes a collection only when a `PROPFIND` (Depth: 1) shows it holds nothing: a WebDAV
+    /// `DELETE` of a collection removes everything in it, and what someone else put there is not
+    /// ferry's to remove. A server that cannot list (no `PROPFIND`: nginx without its dav-ext
+    /// module) keeps the collection. A file at `path` (not a collection) is left alone too.
+    func removeDirectoryIfEmpty(_ path: RelativePath) throws(FerryError) -> Bool {
+        let url = base.url(for: path) + "/"
+        let listing = try dav.withHandle { easy throws(FerryError) in
+            try exchange(easy, "PROPFIND", url: url, headers: ["Depth: 1"], body: nil, keep: 1 << 20)
+        }
+        if listing.status == 404 { return true }
+        guard listing.status == 207, WebDAV.responses(in: listing.body) == 1 else { return false }
+        let status = try dav.withHandle { easy throws(FerryError) -> Int in try request(easy, "DELETE", url: url, headers: [], body: nil) }
+        guard (200..<300).contains(status) || status == 404 else { throw failure("DELETE", path, status) }
+        dav.forget(under: path)
+        return true
+    }
+}
+
+/// What ferry reads of a WebDAV multistatus answer.
+enum WebDAV {
+    /// How many `response` elements a `207 Multi-Status` body holds (whatever the namespace
+    /// prefix): for a `PROPFIND` with `Depth: 1` on a collection, the collection and its members.
+    static func responses(in body: [UInt8]) -> Int {
+        let closing = Array("response>".utf8)
+        var count = 0
+        var i = 0
+        while i + closing.count <= body.count {
+            guard body[i] == UInt8(ascii: "<"), i + 1 < body.count, body[i + 1] == UInt8(ascii: "/") else { i += 1; continue }
+            // `</` then an optional `prefix:`, then `response>`.
+            var j = i + 2
+            var k = j
+            while k < body.count, body[k] != UInt8(ascii: ">"), body[k] != UInt8(ascii: "<"), k - j < 64 {
+                if body[k] == UInt8(ascii: ":") { j = k + 1 }
+                k += 1
+            }
+            if j + closing.count <= body.count && Array(body[j..<j + closing.count]) == closing { count += 1 }
+            i = k
+        }
+        return count
+    }
+}
+
+/// The one connection a push's WebDAV requests share (kept alive between them), and the
+/// collections known to exist on the remote. Requests come from the engine and session threads,
+/// one at a time.
+final class DAVConnection: @unchecked Sendable {
+    private struct State {
+        var handle: EasyHandle?
+        var collections = Set<RelativePath>()
+    }
+    private let state = Mutex(State())
+    private let busy = Mutex(())
+
+    func withHandle<T>(_ body: (EasyHandle) throws(FerryError) -> T) throws(FerryError) -> T {
+        try busy.withLock { _ throws(FerryError) -> T in
+            let easy = state.withLock { s in
+                if s.handle == nil { s.handle = EasyHandle() }
+                return s.handle!
+            }
+            return try body(easy)
+        }
+    }
+
+    func exists(_ collection: RelativePath) -> Bool { state.withLock { $0.collections.contains(collection) } }
+    func made(_ collection: RelativePath) { state.withLock { _ = $0.collections.insert(collection) } }
+    func forget(_ collections: [RelativePath]) { state.withLock { s in for c in collections { s.collections.remove(c) } } }
+    /// A collection removed, with everything known under it.
+    func forget(under collection: RelativePath) {
+        state.withLock { s in s.collections = s.collections.filter { $0 != collection && !$0.string.hasPrefix(collection.string + "/") } }
+    }
+}
+
+/// A WebDAV `MOVE` run by the engine, so a push's moves go beside its uploads on the multi
+/// handle's kept-alive connections instead of one at a time.
+final class RemoteMove: RemoteRequest {}

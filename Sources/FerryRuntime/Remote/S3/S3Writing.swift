@@ -1,0 +1,373 @@
+import CCurl
+import Glibc
+import FerryCore
+
+/// The write side of an S3 remote. An object appears whole or not at all, so a file goes straight
+/// to its final key: one `PUT` up to `upload-part-size`, a multipart upload above it
+/// (`S3Multipart`). Every body is signed with its real SHA-256 and carries it as
+/// `x-amz-checksum-sha256`, which the store checks (a file that changed while it was sent is
+/// refused there, and again by the upload's own hash); the object keeps the file's SHA-256 as
+/// metadata (`x-amz-meta-sha256`), which the check after placing reads back. The manifest is
+/// written conditionally: `If-Match` on the ETag ferry last read, `If-None-Match: *` for the first.
+extension S3Remote: RemoteWriting {
+    var hashesBeforeSending: Bool { true }
+    var writesConditionally: Bool { true }
+
+    /// The headers that name an object's content: checked by the store, kept as its metadata.
+    static func contentHeaders(_ sha256: SHA256Digest) -> [(String, String)] {
+        [("x-amz-checksum-sha256", sha256.base64), ("x-amz-meta-sha256", sha256.hex)]
+    }
+
+    /// Words for an S3 error answer about `key`.
+    func explainer(_ key: String) -> (Int, [UInt8]) -> String? {
+        { [bucket, region = options.region] status, body in
+            S3Errors.explain(status: status, body: body, bucket: bucket, key: key, region: region)?.text
+        }
+    }
+
+    func placement(for file: LocalUpload, journal: UploadJournal) throws(FerryError) -> Placement {
+        guard file.hashKnown else {
+            throw FerryError(.remote, "\(Printable.name(file.entry.path.string)) would go to S3 without its hash known first", cause: .sourceChanged)
+        }
+        let key = self.key(file.entry.path.string)
+        if file.stat.size > partSize {
+            return S3Multipart(remote: self, file: file, key: key, journal: journal)
+        }
+        let sha = file.entry.sha256
+        let upload = Upload(task: file.task, entry: file.entry, stat: file.stat, expecting: sha, file: file.file,
+                            destination: .request(request("PUT", key: key, headers: S3Remote.contentHeaders(sha), payloadHash: sha.hex)))
+        upload.explain = explainer(key)
+        return SinglePlacement(upload: upload, file: file.file)
+    }
+
+    func write(_ bytes: [UInt8], at path: RelativePath, condition: WriteCondition) throws(FerryError) -> WriteOutcome {
+        let key = self.key(path.string)
+        let sha = bytes.withUnsafeBytes { b in
+            let hasher = SHA256Hasher()
+            hasher.update(b.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, count: b.count)
+            return hasher.finalize()
+        }
+        var headers = S3Remote.contentHeaders(sha)
+        switch condition {
+        case .none: break
+        case .absent: headers.append(("If-None-Match", "*"))
+        case let .matches(etag): headers.append(("If-Match", etag))
+        }
+        let answer = try S3Exchange.perform(request("PUT", key: key, headers: headers, payloadHash: sha.hex), body: bytes,
+                                            what: "write \(Printable.name(key))")
+        switch answer.headers.status {
+        case 200..<300: return .written
+        // 409: a conditional write that met another one in flight (AWS's ConditionalRequestConflict).
+        case 412, 409: return .preconditionFailed
+        default: throw S3Errors.failure(answer, doing: "write \(Printable.name(key))", bucket: bucket, key: key, region: options.region)
+        }
+    }
+
+    func remove(_ path: RelativePath) throws(FerryError) {
+        let key = self.key(path.string)
+        let answer = try S3Exchange.perform(request("DELETE", key: key), what: "delete \(Printable.name(key))")
+        guard (200..<300).contains(answer.headers.status) || answer.headers.status == 404 else {
+            throw S3Errors.failure(answer, doing: "delete \(Printable.name(key))", bucket: bucket, key: key, region: options.region)
+        }
+    }
+
+    /// S3 has no directories: nothing to remove.
+    func removeDirectoryIfEmpty(_ path: RelativePath) throws(FerryError) -> Bool { true }
+
+    func inspect(_ path: RelativePath) -> RemoteInspection {
+        let key = self.key(path.string)
+        let probe = RemoteProbe(path: path, request: request("HEAD", key: key, headers: [("x-amz-checksum-mode", "ENABLED")])) { headers in
+            // A whole-object checksum the store computed (a multipart one ends in `-N`: not the
+            // file's hash), else the SHA-256 ferry stored with it.
+            if let value = headers.extensions["x-amz-checksum-sha256"], let bytes = Base64.decode(value), bytes.count == 32 {
+                return bytes.withUnsafeBytes { SHA256Digest(bytes: $0) }
+            }
+            return headers.extensions["x-amz-meta-sha256"].flatMap { SHA256Digest(hex: $0) }
+        }
+        probe.explain = explainer(key)
+        return .probe(probe)
+    }
+
+    /// Multipart uploads a run started and died before it recorded (between the store's answer
+    /// and the task table) are found by listing the uploads at the keys its running tasks were
+    /// placing, and aborted; those the journal records resume.
+    func removeLeftovers(running: [TransferTask], all: Set<Int64>, journaled: [JournaledUpload]) {
+        let kept = Set(journaled.map(\.uploadID))
+        for task in running where (task.size ?? 0) > partSize {
+            let key = self.key(task.path.string)
+            guard let answer = try? S3Exchange.perform(request("GET", key: nil, query: [("prefix", key), ("uploads", "")]), what: "list uploads"),
+                  answer.headers.status == 200 else { continue }
+            for upload in S3XML.blocks("Upload", in: answer.body) where S3XML.element("Key", in: upload) == key {
+                if let id = S3XML.element("UploadId", in: upload), !kept.contains(id) { abort(key: key, uploadID: id) }
+            }
+        }
+    }
+
+    func abandon(_ upload: JournaledUpload) { abort(key: key(upload.path.string), uploadID: upload.uploadID) }
+
+    /// Aborts a multipart upload (best effort: an upload the store no longer has is gone already).
+    func abort(key: String, uploadID: String) {
+        _ = try? S3Exchange.perform(request("DELETE", key: key, query: [("uploadId", uploadID)]), what: "abort an upload")
+    }
+}
+
+/// A file above `upload-part-size`, sent as an S3 multipart upload: create → for each part, its
+/// SHA-256 (`RangeHash`), then its `PUT` signed and checked by it → complete. The upload's id and
+/// each part the store acknowledged (number, size, ETag, hash) go into the task's row as they
+/// happen (`UploadJournal`), so a run after `kill -9` asks the store which parts it holds
+/// (`ListParts`), sends only the others and completes. An upload recorded for other content (the
+/// file changed) is aborted and a new one made.
+final class S3Multipart: Placement {
+    private let remote: S3Remote
+    private let file: LocalUpload
+    private let key: String
+    private let journal: UploadJournal
+    private let partSize: Int64
+    private var uploadID: String?
+    /// Parts the store holds as recorded, by number.
+    private var held: [Int: UploadedPart] = [:]
+    /// Parts the journal recorded (from an earlier run), until the store confirmed them.
+    private var recorded: [Int: UploadedPart] = [:]
+    private var ended = false
+    private(set) var sent: Int64 = 0
+    var digest: SHA256Digest? { nil }
+
+    init(remote: S3Remote, file: LocalUpload, key: String, journal: UploadJournal) {
+        self.remote = remote
+        self.file = file
+        self.key = key
+        self.journal = journal
+        // S3 allows 10,000 parts: a larger file gets larger parts (whole MiB).
+        let size = file.stat.size
+        let least = (size + 9_999) / 10_000
+        partSize = max(remote.partSize, ((least + (1 << 20) - 1) >> 20) << 20)
+    }
+
+    private var size: Int64 { file.stat.size }
+    private var partCount: Int { Int((size + partSize - 1) / partSize) }
+    /// What the upload is for: another content or part size is another upload.
+    private var content: String { "\(file.entry.sha256.hex):\(partSize)" }
+    private func range(_ number: Int) -> Range<Int64> {
+        let start = Int64(number - 1) * partSize
+        return start..<min(size, start + partSize)
+    }
+
+    /// One multipart request; `accepting` are statuses besides 2xx that the step reads itself.
+    private final class Step: RemoteRequest {
+        enum Kind { case create, list, complete }
+        let kind: Kind
+        let accepting: Set<Int>
+        init(_ kind: Kind, _ request: HTTPRequest, body: [UInt8]? = nil, accepting: Set<Int> = []) {
+            self.kind = kind
+            self.accepting = accepting
+            super.init(request, body: body, keep: 4 << 20)
+        }
+        override func finish(code: CURLcode, errorText: String?) -> TransferOutcome {
+            guard code == CURLE_OK else { return transportFailure(code, errorText) }
+            return (200..<300).contains(status) || accepting.contains(status) ? .succeeded : refusal()
+        }
+    }
+
+    /// A part's hash, then its upload.
+    private final class PartHash {
+        let number: Int
+        let hash: RangeHash
+        init(_ number: Int, _ hash: RangeHash) { self.number = number; self.hash = hash }
+    }
+    private var hashing: PartHash?
+    private var sending: (number: Int, sha256: SHA256Digest)?
+
+    private func step(_ kind: Step.Kind, method: String, query: [(String, String)], headers: [(String, String)] = [],
+                      body: [UInt8]? = nil, accepting: Set<Int> = []) -> Step {
+        let payload = body.map { SigV4.sha256Hex($0) } ?? SigV4.emptyPayload
+        let s = Step(kind, remote.request(method, key: key, query: query, headers: headers, payloadHash: payload), body: body, accepting: accepting)
+        s.explain = remote.explainer(key)
+        return s
+    }
+
+    private func create() -> Step {
+        step(.create, method: "POST", query: [("uploads", "")], headers: [("x-amz-meta-sha256", file.entry.sha256.hex)])
+    }
+
+    private func listParts(after marker: Int) -> Step {
+        var query = [("uploadId", uploadID!), ("max-parts", "1000")]
+        if marker > 0 { query.append(("part-number-marker", String(marker))) }
+        return step(.list, method: "GET", query: query, accepting: [404])
+    }
+
+    /// The next part to send (its hash first), or the completion once the store holds them all.
+    private func nextPart() -> Transfer {
+        guard let number = (1...partCount).first(where: { held[$0] == nil }) else {
+            var xml = "<CompleteMultipartUpload>"
+            for number in 1...partCount {
+                let part = held[number]!
+                xml += "<Part><PartNumber>\(number)</PartNumber><ETag>\(S3XML.escaped(part.etag))</ETag></Part>"
+            }
+            xml += "</CompleteMultipartUpload>"
+            return step(.complete, method: "POST", query: [("uploadId", uploadID!)], body: Array(xml.utf8))
+        }
+        let hash = RangeHash(fd: file.file, range: range(number))
+        hashing = PartHash(number, hash)
+        return hash
+    }
+
+    func next(after previous: Transfer?) throws(FerryError) -> Transfer? {
+        guard let previous else {
+            if let journaled = try journal.load() {
+                if journaled.content == content {
+                    uploadID = journaled.uploadID
+                    recorded = Dictionary(journaled.parts.map { ($0.number, $0) }, uniquingKeysWith: { _, b in b })
+                    return listParts(after: 0)
+                }
+                remote.abandon(journaled)
+                try journal.clear()
+            }
+            return create()
+        }
+        switch previous {
+        case let s as Step:
+            switch s.kind {
+            case .create:
+                guard let id = S3XML.element("UploadId", in: s.body) else {
+                    throw FerryError(.remote, "the store started a multipart upload of \(Printable.name(key)) without saying its id", cause: .http(status: 502))
+                }
+                uploadID = id
+                try journal.begin(uploadID: id, content: content)
+                return nextPart()
+            case .list:
+                if s.status == 404 {
+                    // The store no longer has it (aborted, expired, or completed by a run whose
+                    // answer was lost): a new upload.
+                    try journal.clear()
+                    (uploadID, recorded) = (nil, [:])
+                    return create()
+                }
+                var last = 0
+                for block in S3XML.blocks("Part", in: s.body) {
+                    guard let number = S3XML.element("PartNumber", in: block).flatMap({ Int($0) }) else { continue }
+                    last = max(last, number)
+                    let etag = S3XML.element("ETag", in: block)
+                    let size = S3XML.element("Size", in: block).flatMap { Int64($0) }
+                    // Only a part recorded as acknowledged, with the same ETag and size, counts:
+                    // one the store took as the run died is sent again.
+                    if let mine = recorded[number], mine.etag == etag, mine.size == size, mine.size == range(number).count64 {
+                        held[number] = mine
+                    }
+                }
+                if S3XML.element("IsTruncated", in: s.body) == "true", last > 0 { return listParts(after: last) }
+                return nextPart()
+            case .complete:
+                // The store answers 200 before it knows, and puts a failure in the body.
+                if S3XML.element("Code", in: s.body) != nil, S3XML.blocks("Error", in: s.body).count > 0 {
+                    let why = S3Errors.explain(status: 500, body: s.body, bucket: remote.bucket, key: key, region: remote.options.region)?.text ?? "an error"
+                    throw FerryError(.remote, "completing the upload of \(Printable.name(key)) failed: \(why)", cause: .http(status: 500))
+                }
+                try journal.clear()
+                uploadID = nil
+                return nil
+            }
+        case let hash as RangeHash:
+            guard let part = hashing, part.hash === hash, let sha = hash.digest else { return nil }
+            hashing = nil
+            sending = (part.number, sha)
+            let upload = Upload(task: file.task, entry: file.entry, stat: file.stat, expecting: sha, file: file.file, range: range(part.number),
+                                destination: .request(remote.request("PUT", key: key,
+                                                                     query: [("partNumber", String(part.number)), ("uploadId", uploadID!)],
+                                                                     headers: [("x-amz-checksum-sha256", sha.base64)], payloadHash: sha.hex)))
+            upload.explain = remote.explainer(key)
+            return upload
+        case let upload as Upload:
+            defer { upload.release() }
+            guard let (number, sha) = sending, let etag = upload.responseHeaders.etag else {
+                throw FerryError(.remote, "the store took a part of \(Printable.name(key)) without giving its ETag", cause: .http(status: 502))
+            }
+            sending = nil
+            sent += upload.sent
+            let part = UploadedPart(number: number, size: upload.range.count64, etag: etag, sha256: sha)
+            try journal.record(part)
+            held[number] = part
+            return nextPart()
+        default:
+            return nil
+        }
+    }
+
+    func mend(_ step: Transfer, _ failure: TransferFailure) -> Transfer? {
+        (step as? Upload)?.release()
+        return nil
+    }
+
+    func end(placed: Bool, keep: Bool) {
+        guard !ended else { return }
+        ended = true
+        close(file.file)
+        // Failed for good: the upload goes, so nothing is left pending on the store. Stopped, or
+        // failed in a way the next try resumes: it stays, recorded, for that try.
+        if !placed && !keep, let uploadID {
+            remote.abort(key: key, uploadID: uploadID)
+            try? journal.clear()
+        }
+    }
+}
+
+extension Range where Bound == Int64 {
+    var count64: Int64 { upperBound - lowerBound }
+}
+
+/// The few things ferry reads of S3's XML answers: the text of an element, the blocks of a
+/// repeated one. Names are matched exactly, without namespace prefixes (S3 uses none).
+enum S3XML {
+    /// The text of the first `<name>…</name>`, entities decoded.
+    static func element(_ name: String, in body: [UInt8]) -> String? {
+        element(name, in: String(decoding: body, as: UTF8.self)[...])
+    }
+
+    static func element(_ name: String, in text: Substring) -> String? {
+        guard let open = text.firstRange(of: "<\(name)>"), let close = text[open.upperBound...].firstRange(of: "</\(name)>") else { return nil }
+        return unescaped(text[open.upperBound..<close.lowerBound])
+    }
+
+    /// Each `<name>…</name>` block's inside.
+    static func blocks(_ name: String, in body: [UInt8]) -> [Substring] {
+        let text = String(decoding: body, as: UTF8.self)
+        var out: [Substring] = []
+        var rest = text[...]
+        while let open = rest.firstRange(of: "<\(name)>"), let close = rest[open.upperBound...].firstRange(of: "</\(name)>") {
+            out.append(rest[open.upperBound..<close.lowerBound])
+            rest = rest[close.upperBound...]
+        }
+        return out
+    }
+
+    /// XML's five named entities and numeric references (`&#34;`, `&#x22;`: SeaweedFS quotes ETags so).
+    static func unescaped(_ text: Substring) -> String {
+        guard text.contains("&") else { return String(text) }
+        let named: [Substring: Character] = ["quot": "\"", "apos": "'", "lt": "<", "gt": ">", "amp": "&"]
+        var out = ""
+        var rest = text
+        while let amp = rest.firstIndex(of: "&") {
+            out += rest[..<amp]
+            guard let semi = rest[amp...].firstIndex(of: ";"), rest.distance(from: amp, to: semi) <= 10 else {
+                out += rest[amp...]
+                return out
+            }
+            let name = rest[rest.index(after: amp)..<semi]
+            var decoded: Character?
+            if let c = named[name] {
+                decoded = c
+            } else if name.hasPrefix("#") {
+                let digits = name.dropFirst()
+                let value = digits.hasPrefix("x") || digits.hasPrefix("X") ? UInt32(digits.dropFirst(), radix: 16) : UInt32(digits)
+                decoded = value.flatMap(Unicode.Scalar.init).map(Character.init)
+            }
+            if let decoded { out.append(decoded) } else { out += rest[amp...semi] }
+            rest = rest[rest.index(after: semi)...]
+        }
+        return out + rest
+    }
+
+    static func escaped(_ text: String) -> String {
+        text.replacing("&", with: "&amp;").replacing("<", with: "&lt;").replacing(">", with: "&gt;")
+            .replacing("\"", with: "&quot;")
+    }
+}
