@@ -137,13 +137,7 @@ final class SeaweedFS: Sendable {
     /// The keys under `prefix` in `bucket` (up to 1,000: the tests' trees are smaller).
     func keys(_ bucket: String, prefix: String = "") -> [String] {
         let run = curl([endpoint + "/" + bucket + "?list-type=2&max-keys=1000&prefix=" + (prefix.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? "")])
-        var out: [String] = []
-        var rest = run.body[...]
-        while let open = rest.range(of: "<Key>"), let close = rest[open.upperBound...].range(of: "</Key>") {
-            out.append(String(rest[open.upperBound..<close.lowerBound]))
-            rest = rest[close.upperBound...]
-        }
-        return out
+        return S3XML.blocks("Contents", in: Array(run.body.utf8)).compactMap { S3XML.element("Key", in: $0) }
     }
 
     /// The keys of the multipart uploads pending in `bucket` (asked through ferry's own signer:
