@@ -18,6 +18,7 @@ Faults (per path, "*" for all):
   "statuses": [503, ...] answer the first requests for the path with these statuses, in order
   "retry_after": S       with "statuses": add Retry-After: S
   "reason": "text"       with "statuses": use this reason phrase (control bytes and all)
+  "body": "text"         with "statuses": answer with this body (an S3 <Error> document, say)
   "header_bytes": N      add a response header N bytes long (X-Padding)
   "ignore_range": true   answer range requests with 200 and the whole body
   "wrong_range": N       answer range requests with a Content-Range starting N bytes off
@@ -247,7 +248,8 @@ class Handler(BaseHTTPRequestHandler):
         statuses = faults.get("statuses", [])
         if n < len(statuses):
             headers = {"Retry-After": str(faults["retry_after"])} if "retry_after" in faults else {}
-            return self.simple(statuses[n], headers, b"injected failure\n", faults.get("reason"))
+            body = faults["body"].encode() if "body" in faults else b"injected failure\n"
+            return self.simple(statuses[n], headers, body, faults.get("reason"))
 
         full = os.path.realpath(os.path.join(State.options.directory, path.lstrip("/")))
         if not full.startswith(os.path.realpath(State.options.directory)) or not os.path.isfile(full):

@@ -19,13 +19,13 @@ struct S3PushTests {
         /// Every version each path of the source had, by FNV-1a of its bytes.
         var versions: [String: Set<UInt64>] = [:]
 
-        init(_ label: String, up: [String] = [], prefix: String = "tree/") throws {
+        init(_ label: String, up: [String] = [], prefix: String = "tree/", endpoint: String? = nil) throws {
             store = try SeaweedFS.shared()
             bucket = try store.newBucket(label)
             box = Sandbox("s3-" + label)
             src = box.directory + "/src"
             dst = box.directory + "/dst"
-            let s3 = ["s3-endpoint = \(store.endpoint)", "s3-credentials = \(try store.credentialsFile(in: box.directory))"]
+            let s3 = ["s3-endpoint = \(endpoint ?? store.endpoint)", "s3-credentials = \(try store.credentialsFile(in: box.directory))"]
             try (["[agent]", "state = \(box.state)", "transfers = 4", "", "[session up]", "direction = push", "remote = s3://\(bucket)/\(prefix)",
                   "local = \(src)", "delete = yes"] + s3 + up
                  + ["", "[session down]", "remote = s3://\(bucket)/\(prefix)", "local = \(dst)", "delete = yes"] + s3)
@@ -88,6 +88,30 @@ struct S3PushTests {
         #expect(!w.store.keys(w.bucket, prefix: "tree/").contains("tree/hash#1.txt"), "a deletion goes up")
         #expect(w.pull().exitCode == 0)
         expectIdentical(w.src, w.dst)
+    }
+
+    /// What a fleet costs the store at rest: through a logging proxy, an unchanged pull poll is one
+    /// conditional GET of the manifest (304), and so is an unchanged push poll (once the push has
+    /// checked the files it placed: it does so again every `verify-interval`).
+    @Test func anUnchangedPollIsOneRequest() throws {
+        let store = try SeaweedFS.shared()
+        let proxy = try NginxServer(proxyTo: store.port)
+        defer { proxy.stop() }
+        let w = try World("at-rest", up: ["verify-interval = 1h"], endpoint: "http://127.0.0.1:\(proxy.port)")
+        for i in 0..<50 { w.write("d\(i % 5)/f\(i).txt", Data("file \(i)\n".utf8)) }
+        #expect(w.push().exitCode == 0)
+        #expect(w.pull().exitCode == 0)
+        #expect(w.push().exitCode == 0, "the first poll after a publish checks the placed files")
+        func requests(during run: () -> FerryRun) -> [(method: String, path: String, status: Int)] {
+            let before = proxy.requests().count
+            let result = run()
+            #expect(result.exitCode == 0, "\(result.output)")
+            return Array(proxy.requests().dropFirst(before))
+        }
+        let pull = requests { w.pull() }
+        #expect(pull.count == 1 && pull.first?.method == "GET" && pull.first?.status == 304, "\(pull)")
+        let push = requests { w.push() }
+        #expect(push.count == 1 && push.first?.method == "GET" && push.first?.status == 304, "\(push)")
     }
 
     /// Another writer publishes while a push uploads: the push's manifest write is conditional

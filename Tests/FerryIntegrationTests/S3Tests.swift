@@ -169,4 +169,54 @@ struct S3Tests {
             for secret in ["not-the-secret", "whatever-secret", SeaweedFS.secretKey] { #expect(!result.output.contains(secret)) }
         }
     }
+
+    /// Errors a store gives that SeaweedFS cannot be made to give on cue, from our fault-injecting
+    /// server standing in for the store (it answers path-style requests from a directory and checks
+    /// no signature): a clock skew and a wrong region refuse the run with the setting to fix (exit
+    /// 4); `SlowDown` (503) is waited out and retried; an `AccessDenied` on one key fails that file
+    /// alone, named, while the rest mirror.
+    @Test func storeErrorsAreExplainedRetriedOrFailAlone() throws {
+        let box = Sandbox("s3-faults")
+        let root = box.directory + "/store"
+        let tree = box.directory + "/tree"
+        try FileManager.default.createDirectory(atPath: tree, withIntermediateDirectories: true)
+        try "a\n".writeReplacing(tree + "/a.txt")
+        try "b\n".writeReplacing(tree + "/b.txt")
+        #expect(ferry(["manifest", "build", tree]).exitCode == 0)
+        try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
+        try FileManager.default.copyItem(atPath: tree, toPath: root + "/bkt")
+        let server = try PythonServer(directory: root)
+        defer { server.stop() }
+        let credentials = box.directory + "/aws"
+        try "[default]\naws_access_key_id = AK\naws_secret_access_key = sk\n".writeReplacing(credentials, mode: 0o600)
+        box.configure(remote: "s3://bkt/", session: ["s3-endpoint = http://127.0.0.1:\(server.port)", "s3-credentials = \(credentials)",
+                                                      "retry-delay = 0.2", "retries = 3"])
+        func error(_ code: String, _ extra: String = "") -> String {
+            "<?xml version=\"1.0\"?><Error><Code>\(code)</Code><Message>from the store</Message>\(extra)</Error>"
+        }
+        let refusals: [(Int, String, [String])] = [
+            (403, error("RequestTimeTooSkewed"), ["clock", "timedatectl"]),
+            (400, error("AuthorizationHeaderMalformed", "<Region>eu-west-1</Region>"), ["not in region us-east-1", "s3-region = eu-west-1"]),
+        ]
+        for (status, body, words) in refusals {
+            server.setFaults(["/bkt/manifest.json": ["statuses": [status, status, status, status, status], "body": body]])
+            let run = box.sync()
+            #expect(run.exitCode == 4, "\(run.output)")
+            for word in words { #expect(run.stderr.contains(word), "\(word) in: \(run.stderr)") }
+            #expect(run.stderr.components(separatedBy: "error:").count == 2, "one error: \(run.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: box.local + "/a.txt"))
+        }
+
+        server.setFaults(["/bkt/manifest.json": ["statuses": [503, 503], "retry_after": 0, "body": error("SlowDown")],
+                          "/bkt/a.txt": ["statuses": [503], "retry_after": 0, "body": error("SlowDown")],
+                          "/bkt/b.txt": ["statuses": [403, 403, 403, 403, 403], "body": error("AccessDenied")]])
+        server.clearLog()
+        let run = box.sync()
+        #expect(run.exitCode == 1, "one file failed: \(run.output)")
+        #expect(try String(contentsOfFile: box.local + "/a.txt", encoding: .utf8) == "a\n", "SlowDown is waited out: \(run.output)")
+        #expect(!FileManager.default.fileExists(atPath: box.local + "/b.txt"))
+        #expect(run.output.contains("b.txt") && run.output.contains("AccessDenied"), "\(run.output)")
+        let gets = server.requests().filter { $0["path"] as? String == "/bkt/b.txt" }.count
+        #expect(gets == 1, "a refusal is not retried: \(gets) requests")
+    }
 }

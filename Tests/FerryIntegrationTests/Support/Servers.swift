@@ -18,7 +18,10 @@ final class NginxServer {
     static let basicPassword = "s3cret"
     static let bearerToken = "tok3n"
 
-    init() throws {
+    /// `proxyTo`: instead of serving files, pass every request on to that port on 127.0.0.1 (with
+    /// its Host header, so a signature over it holds), logging each: a count of what a client asks
+    /// of a store that keeps no access log of its own.
+    init(proxyTo upstream: UInt16? = nil) throws {
         directory = Harness.temporaryDirectory("nginx")
         root = directory + "/www"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
@@ -33,7 +36,10 @@ final class NginxServer {
         try "\(Self.basicUser):{PLAIN}\(Self.basicPassword)\n".writeReplacing(directory + "/htpasswd")
         let user = getuid() == 0 ? "user root;" : ""
         let dav = "dav_methods PUT DELETE MKCOL COPY MOVE; dav_ext_methods PROPFIND OPTIONS; create_full_put_path on;"
-        let locations = """
+        let locations = upstream.map { """
+                location / { proxy_pass http://127.0.0.1:\($0); proxy_set_header Host $http_host; proxy_http_version 1.1;
+                             proxy_set_header Connection ""; proxy_request_buffering off; proxy_buffering off; }
+            """ } ?? """
                 root \(root);
                 location / { \(dav) }
                 location /basic/ { auth_basic "ferry"; auth_basic_user_file \(directory)/htpasswd; \(dav) }
