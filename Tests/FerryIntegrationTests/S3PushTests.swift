@@ -11,7 +11,7 @@ struct S3PushTests {
     /// A source tree, a bucket, and a config with a push session `up` and a pull session `down`
     /// on the same prefix.
     final class World {
-        let store: SeaweedFS
+        let store: any S3TestStore
         let bucket: String
         let box: Sandbox
         let src: String
@@ -19,8 +19,10 @@ struct S3PushTests {
         /// Every version each path of the source had, by FNV-1a of its bytes.
         var versions: [String: Set<UInt64>] = [:]
 
-        init(_ label: String, up: [String] = [], prefix: String = "tree/", endpoint: String? = nil) throws {
-            store = try SeaweedFS.shared()
+        init(_ label: String, up: [String] = [], down: [String] = [], prefix: String = "tree/", endpoint: String? = nil,
+             store: (any S3TestStore)? = nil) throws {
+            self.store = try store ?? SeaweedFS.shared()
+            let store = self.store
             bucket = try store.newBucket(label)
             box = Sandbox("s3-" + label)
             src = box.directory + "/src"
@@ -28,7 +30,7 @@ struct S3PushTests {
             let s3 = ["s3-endpoint = \(endpoint ?? store.endpoint)", "s3-credentials = \(try store.credentialsFile(in: box.directory))"]
             try (["[agent]", "state = \(box.state)", "transfers = 4", "", "[session up]", "direction = push", "remote = s3://\(bucket)/\(prefix)",
                   "local = \(src)", "delete = yes"] + s3 + up
-                 + ["", "[session down]", "remote = s3://\(bucket)/\(prefix)", "local = \(dst)", "delete = yes"] + s3)
+                 + ["", "[session down]", "remote = s3://\(bucket)/\(prefix)", "local = \(dst)", "delete = yes"] + s3 + down)
                 .joined(separator: "\n").appending("\n").writeReplacing(box.config)
         }
 
@@ -214,5 +216,51 @@ struct S3PushTests {
         #expect(w.store.get(w.bucket, "tree/large.bin").map(fnv1a) == w.versions["large.bin"]?.first)
         #expect(try w.store.pendingUploads(w.bucket).isEmpty)
         print("S3 multipart resume: killed at \(recorded) of \(parts) parts recorded, \(sent) of \(size) bytes sent again")
+    }
+
+    /// On a real cluster (master, two volume servers with replication 001, filer, S3 gateway), one
+    /// volume server stops in the middle of a push and comes back: the push completes (at once, or
+    /// with the next run once the server is back) and every object is a version the source had.
+    /// It stops again in the middle of a pull, and the pull completes through the replica.
+    @Test func aVolumeServerThatStopsMidPushAndMidPullCostsNothingButTime() throws {
+        let cluster = try SeaweedCluster()
+        defer { cluster.stop() }
+        let w = try World("cluster", up: ["upload-part-size = 5M", "bwlimit = 8M", "retry-delay = 0.5", "retries = 20"],
+                          down: ["bwlimit = 8M", "retry-delay = 0.5", "retries = 20"], store: cluster)
+        w.write("big.bin", randomData(16 << 20, seed: 61))
+        for i in 0..<30 { w.write("small/s\(i).txt", randomData(2000 + i, seed: 62 &+ UInt64(i))) }
+
+        let out = w.box.directory + "/push.out"
+        let push = try Child(Harness.ferryBinary, ["sync", "now", "--config", w.box.config, "--session", "up", "--json"],
+                             stdout: out, stderr: w.box.directory + "/push.err")
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline, !((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").contains("\"file-started\"") { usleep(20_000) }
+        cluster.stopVolume(1)
+        // Away for two seconds of a push that takes about two at its bandwidth limit.
+        usleep(2_000_000)
+        try cluster.startVolume(1)
+        var status = push.wait(timeout: 120)
+        let said = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
+        print("cluster push through an outage: exit \(status ?? -1), \(said.components(separatedBy: "\"file-retrying\"").count - 1) retries")
+        if status != 0 {
+            // Failed while the server was away: the next run completes.
+            status = w.push().exitCode
+        }
+        #expect(status == 0, "\((try? String(contentsOfFile: out, encoding: .utf8)) ?? "")")
+        w.checkObjects("the push through an outage")
+        #expect(try w.store.pendingUploads(w.bucket).isEmpty)
+
+        let pullOut = w.box.directory + "/pull.out"
+        let pull = try Child(Harness.ferryBinary, ["sync", "now", "--config", w.box.config, "--session", "down", "--json"],
+                             stdout: pullOut, stderr: w.box.directory + "/pull.err")
+        while Date() < deadline.addingTimeInterval(60), !((try? String(contentsOfFile: pullOut, encoding: .utf8)) ?? "").contains("\"file-started\"") {
+            usleep(20_000)
+        }
+        cluster.stopVolume(0)
+        let pulled = pull.wait(timeout: 120)
+        let pullSaid = (try? String(contentsOfFile: pullOut, encoding: .utf8)) ?? ""
+        print("cluster pull with a volume server down: exit \(pulled ?? -1), \(pullSaid.components(separatedBy: "\"file-retrying\"").count - 1) retries")
+        #expect(pulled == 0, "the replica serves the pull: \((try? String(contentsOfFile: pullOut, encoding: .utf8)) ?? "")")
+        expectIdentical(w.src, w.dst)
     }
 }

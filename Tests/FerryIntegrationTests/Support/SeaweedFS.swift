@@ -7,7 +7,7 @@ import Synchronization
 /// per test process, with SigV4 credentials of its own (`-s3.config`). Tests take a bucket each.
 /// Objects are put and read with curl's own SigV4 (`--aws-sigv4`), not ferry's, so a test sees
 /// what the store holds through a second client. `weed` comes from scripts/setup.sh (`.venv/`).
-final class SeaweedFS: Sendable {
+final class SeaweedFS: S3TestStore, Sendable {
     static let accessKey = "FERRYTESTKEY"
     static let secretKey = "ferry-test-secret/+K7"
     let directory: String
@@ -84,7 +84,14 @@ final class SeaweedFS: Sendable {
             for name in ["master-grpc", "volume-grpc", "filer-grpc", "s3-grpc", "s3", "filer"] { unlink("/tmp/seaweedfs-\(name)-\(port).sock") }
         }
     }
+}
 
+/// An S3 store the tests put objects into and read them from, with curl's own SigV4.
+protocol S3TestStore {
+    var endpoint: String { get }
+}
+
+extension S3TestStore {
     /// A new bucket with a name no other test uses.
     func newBucket(_ label: String) throws -> String {
         let name = "\(label.lowercased())-\(UUID().uuidString.prefix(8).lowercased())"
@@ -164,16 +171,118 @@ final class SeaweedFS: Sendable {
     /// A shared-credentials file holding the store's keys under `profile`, mode 0600.
     func credentialsFile(in directory: String, profile: String = "default") throws -> String {
         let path = directory + "/aws-credentials"
-        try "[\(profile)]\naws_access_key_id = \(Self.accessKey)\naws_secret_access_key = \(Self.secretKey)\n".writeReplacing(path)
+        try "[\(profile)]\naws_access_key_id = \(SeaweedFS.accessKey)\naws_secret_access_key = \(SeaweedFS.secretKey)\n".writeReplacing(path)
         chmod(path, 0o600)
         return path
     }
 
     /// One signed request through curl: the status and the body (or what curl said).
-    private func curl(_ arguments: [String]) -> (status: Int, body: String) {
-        let run = runProcess("/usr/bin/curl", ["-s", "-S", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user", "\(Self.accessKey):\(Self.secretKey)",
+    func curl(_ arguments: [String]) -> (status: Int, body: String) {
+        let run = runProcess("/usr/bin/curl", ["-s", "-S", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user", "\(SeaweedFS.accessKey):\(SeaweedFS.secretKey)",
                                                  "-w", "\n%{http_code}"] + arguments, timeout: 60)
         let lines = run.stdout.split(separator: "\n", omittingEmptySubsequences: false)
         return (Int(lines.last ?? "") ?? 0, lines.dropLast().joined(separator: "\n") + run.stderr)
     }
+}
+
+/// SeaweedFS as a real distributed store, each part its own process: a master, two volume servers
+/// (replication 001: every object on both), a filer and an S3 gateway, all on 127.0.0.1 with ports
+/// of their own and everything under one directory. A volume server can be stopped and started
+/// again while ferry runs. Stopped at the end of its test (SIGTERM, SIGKILL after a second).
+final class SeaweedCluster: S3TestStore {
+    let directory: String
+    let s3Port: UInt16
+    private let master: (port: UInt16, grpc: UInt16)
+    private var processes: [String: Child] = [:]
+    private var volumeArguments: [[String]] = []
+    /// Every port it was given: weed names sockets in /tmp after them.
+    private var ports: [UInt16] = []
+
+    var endpoint: String { "http://127.0.0.1:\(s3Port)" }
+
+    private func port() -> UInt16 {
+        ports.append(freePort())
+        return ports.last!
+    }
+    private var masterAddress: String { "127.0.0.1:\(master.port).\(master.grpc)" }
+
+    init() throws {
+        directory = Harness.temporaryDirectory("weed-cluster")
+        var given = [freePort(), freePort(), freePort()]
+        master = (given[0], given[1])
+        s3Port = given[2]
+        ports = given
+        given.removeAll()
+        for part in ["master", "volume0", "volume1", "filer"] {
+            try FileManager.default.createDirectory(atPath: directory + "/" + part, withIntermediateDirectories: true)
+        }
+        try """
+            {"identities":[{"name":"ferry","credentials":[{"accessKey":"\(SeaweedFS.accessKey)","secretKey":"\(SeaweedFS.secretKey)"}],
+            "actions":["Admin","Read","Write","List","Tagging"]}]}
+            """.writeReplacing(directory + "/s3.json")
+        do {
+            try start("master", ["master", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-port=\(master.port)", "-port.grpc=\(master.grpc)",
+                                 "-mdir=\(directory)/master", "-defaultReplication=001", "-telemetry=false", "-volumeSizeLimitMB=64", "-peers=none"])
+            guard waitForPort(master.port, timeout: 30) else { throw failure("the master did not start") }
+            for i in 0..<2 {
+                let (port, grpc) = (port(), port())
+                volumeArguments.append(["volume", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-port=\(port)", "-port.grpc=\(grpc)",
+                                        "-dir=\(directory)/volume\(i)", "-master=\(masterAddress)", "-max=30", "-rack=r1", "-dataCenter=dc1"])
+                try startVolume(i)
+                guard waitForPort(port, timeout: 30) else { throw failure("volume server \(i) did not start") }
+            }
+            let (filer, filerGRPC) = (port(), port())
+            try start("filer", ["filer", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-port=\(filer)", "-port.grpc=\(filerGRPC)", "-master=\(masterAddress)",
+                                "-defaultStoreDir=\(directory)/filer", "-localSocket=\(directory)/filer.sock", "-defaultReplicaPlacement=001"])
+            guard waitForPort(filer, timeout: 30) else { throw failure("the filer did not start") }
+            try start("s3", ["s3", "-ip.bind=127.0.0.1", "-port=\(s3Port)", "-port.grpc=\(port())", "-port.iceberg=0", "-port.lance=0",
+                             "-filer=127.0.0.1:\(filer).\(filerGRPC)", "-config=\(directory)/s3.json", "-localSocket=\(directory)/s3.sock"])
+            // Ready when a bucket can be made and an object put: the master then knows both volume
+            // servers (a write with replication 001 needs two).
+            let deadline = Date().addingTimeInterval(60)
+            while Date() < deadline {
+                if waitForPort(s3Port, timeout: 1), (try? makeBucket("ready-check")) != nil,
+                   (try? put("ready-check", "probe", data: Data("probe".utf8))) != nil { return }
+            }
+            throw failure("the cluster did not take a write")
+        } catch {
+            stop()
+            throw error
+        }
+    }
+
+    private func failure(_ what: String) -> TestFailure {
+        let logs = ["master", "volume0", "volume1", "filer", "s3"].map { name in
+            "\(name): " + String(((try? String(contentsOfFile: directory + "/\(name).log", encoding: .utf8)) ?? "").suffix(600))
+        }
+        return TestFailure("SeaweedFS cluster: \(what) (\(SeaweedFS.binary); run scripts/setup.sh)\n" + logs.joined(separator: "\n"))
+    }
+
+    private func start(_ name: String, _ arguments: [String]) throws {
+        processes[name] = try Child(SeaweedFS.binary, arguments, stdout: directory + "/\(name).log", stderr: directory + "/\(name).log")
+    }
+
+    func startVolume(_ i: Int) throws { try start("volume\(i)", volumeArguments[i]) }
+
+    /// Stops a volume server as an outage would: SIGTERM, then SIGKILL after a second.
+    func stopVolume(_ i: Int) { Self.end(processes.removeValue(forKey: "volume\(i)")) }
+
+    private static func end(_ child: Child?) {
+        guard let child else { return }
+        child.signal(SIGTERM)
+        if child.wait(timeout: 1) == nil {
+            child.signal(SIGKILL)
+            child.wait(timeout: 10)
+        }
+    }
+
+    func stop() {
+        for name in ["s3", "filer", "volume0", "volume1", "master"] { Self.end(processes.removeValue(forKey: name)) }
+        Harness.remove(directory)
+        for port in ports {
+            for name in ["master-grpc", "volume-grpc", "filer-grpc", "s3-grpc", "s3", "filer"] { unlink("/tmp/seaweedfs-\(name)-\(port).sock") }
+        }
+    }
+
+    deinit { stop() }
 }
