@@ -5,8 +5,8 @@ import FerryCore
 /// adds making upload jobs and publishing a manifest. `Remotes.open` is the one place that picks
 /// an implementation by scheme; nothing else in the runtime branches on it.
 protocol Remote: Sendable {
-    /// The manifest at `url`, or `.unchanged` when the validators still hold. A manifest larger
-    /// than `maximumSize` is refused as soon as that is known.
+    /// The manifest at `url`, `.unchanged` when the validators still hold, or `.missing`. A
+    /// manifest larger than `maximumSize` is refused as soon as that is known.
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch
     /// The transfer that brings `entry` into the partial file `fd`, whose first `resumeFrom` bytes
     /// were recorded under `validator`.
@@ -45,6 +45,15 @@ public enum ManifestFetch {
     /// The remote says nothing changed since the validators we sent (HTTP 304, or the same file).
     case unchanged
     case fetched(bytes: [UInt8], etag: String?, lastModified: String?)
+    /// Nothing at that name (HTTP 404 or 410, S3's NoSuchKey, no such file): a value, since a push
+    /// takes it as "nothing published yet"; `error` is what a reader that needs it says.
+    case missing(FerryError)
+
+    /// The answer, or the error of a manifest that is not there, for a reader that needs one.
+    func required() throws(FerryError) -> ManifestFetch {
+        if case let .missing(error) = self { throw error }
+        return self
+    }
 }
 
 enum Remotes {

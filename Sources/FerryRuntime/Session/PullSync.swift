@@ -279,7 +279,7 @@ final class PullSync: SessionWork {
         let sameURL = record?.manifestURL == session.manifestURL && FileSystem.exists(cachePath)
         return try remote.fetchManifest(of: session, etag: sameURL ? record?.manifestETag : nil,
                                         lastModified: sameURL ? record?.manifestLastModified : nil, options: options,
-                                        emit: { [unowned self] in self.emit($0) })
+                                        emit: { [unowned self] in self.emit($0) }).required()
     }
 
     /// The manifest an answer stands for, parsed (the cached one for a 304); the caller accepts it
@@ -290,6 +290,8 @@ final class PullSync: SessionWork {
         case .unchanged:
             let bytes = try FileSystem.readFile(cachePath, limit: Int(session.maxManifestSize))
             return Fetched(manifest: try Manifest.parse(bytes, source: url), changed: false, staged: nil, etag: nil, lastModified: nil)
+        case let .missing(error):
+            throw error
         case let .fetched(bytes, etag, lastModified):
             // Staged on disk before parsing, so the bytes are freed as soon as they are parsed.
             var staged: String?

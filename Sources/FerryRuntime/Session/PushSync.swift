@@ -358,18 +358,12 @@ final class PushSync: SessionWork {
     /// published meanwhile. Asked with the validators read then, just before this run publishes.
     private func changedSinceRead(_ remote: Remote) throws(FerryError) -> Bool {
         guard let seen else { return false }
-        do {
-            let known = seen.bytes != nil
-            switch try remote.fetchManifest(url: session.manifestURL, etag: known ? seen.etag : nil, lastModified: known ? seen.lastModified : nil,
-                                            maximumSize: session.maxManifestSize) {
-            case .unchanged: return false
-            case let .fetched(bytes, _, _): return bytes != seen.bytes
-            }
-        } catch {
-            switch error.cause {
-            case .http(404)?, .local(ENOENT)?: return seen.bytes != nil
-            default: throw error
-            }
+        let known = seen.bytes != nil
+        switch try remote.fetchManifest(url: session.manifestURL, etag: known ? seen.etag : nil, lastModified: known ? seen.lastModified : nil,
+                                        maximumSize: session.maxManifestSize) {
+        case .unchanged: return false
+        case let .fetched(bytes, _, _): return bytes != seen.bytes
+        case .missing: return seen.bytes != nil
         }
     }
 
@@ -439,61 +433,54 @@ final class PushSync: SessionWork {
         func published() -> Manifest? { cached.flatMap { try? Manifest.parse($0, source: cachePath) } }
         var now: Manifest?
         var last: Manifest?
-        do throws(FerryError) {
-            switch try remote.fetchManifest(of: session, etag: cached == nil ? nil : record?.manifestETag,
-                                            lastModified: cached == nil ? nil : record?.manifestLastModified, options: options,
-                                            emit: { [unowned self] in self.emit($0) }) {
-            case .unchanged:
-                if unchangedEnds { return nil }
-                // A cache that no longer parses cannot stand for the remote: ask again without it.
-                guard let manifest = published() else { return try remoteState(remote, store: store, unchangedEnds: false, useCache: false) }
-                seen = Seen(etag: record?.manifestETag, lastModified: record?.manifestLastModified, bytes: cached)
-                return (manifest, [], manifest.version)
-            case let .fetched(bytes, etag, lastModified):
-                seen = Seen(etag: etag, lastModified: lastModified, bytes: bytes)
-                if let pending = try? FileSystem.readFile(publishingPath, limit: Int(session.maxManifestSize)) {
-                    if pending == bytes, let mine = try? Manifest.parse(bytes, source: url) {
-                        // This session published it; the answer was lost (a reset, kill -9).
-                        emit(.warning(message: "the remote holds version \(mine.version.map(String.init) ?? "?") that an earlier run published without learning it had: taken as published"))
-                        try remember(published: bytes, version: mine.version, files: mine.entries.count, remote: remote, store: store)
-                        return (mine, [], mine.version)
-                    }
-                    unlink(publishingPath)
-                }
-                last = published()
-                if let last, bytes == cached {
-                    // What was published, asked for in full (its validators did not hold then):
-                    // the validators of this answer serve the next poll.
-                    if etag != record?.manifestETag || lastModified != record?.manifestLastModified {
-                        try store.saveManifestValidators(session: session.name, etag: etag, lastModified: lastModified)
-                    }
-                    return (last, [], last.version)
-                }
-                do throws(FerryError) {
-                    now = try Manifest.parse(bytes, source: url)
-                } catch {
-                    // Someone else wrote something there that is not a manifest: it says nothing
-                    // of what the remote holds.
-                    guard session.conflict == .localWins else {
-                        throw FerryError(.manifest, "the remote's manifest does not parse (\(error.message)): something other than this session wrote it; nothing was uploaded or deleted",
-                                         hint: "fix or remove \(url) on the remote, or set conflict = local-wins in [session \(session.name)] to publish the whole local tree over it")
-                    }
-                    emit(.warning(message: "the remote's manifest does not parse (\(error.message)); conflict = local-wins: the whole local tree is published over it"))
-                    // As a remote that lists nothing, every path changed (the manifest too): the
-                    // version goes on from the last one published.
-                    let empty = Manifest(format: .ferry, version: last?.version, generated: nil, expires: nil, entries: [])
-                    return (empty, (last?.entries.map(\.path) ?? []) + [RelativePath(trusted: session.manifest)], last?.version)
-                }
-            }
-        } catch {
-            let missing: Bool
-            switch error.cause {
-            case .http(404)?, .local(ENOENT)?: missing = true
-            default: missing = false
-            }
-            guard missing else { throw error }
+        switch try remote.fetchManifest(of: session, etag: cached == nil ? nil : record?.manifestETag,
+                                        lastModified: cached == nil ? nil : record?.manifestLastModified, options: options,
+                                        emit: { [unowned self] in self.emit($0) }) {
+        case .missing:
+            // Nothing published there (yet, or any more).
             seen = Seen(etag: nil, lastModified: nil, bytes: nil)
             last = published()
+        case .unchanged:
+            if unchangedEnds { return nil }
+            // A cache that no longer parses cannot stand for the remote: ask again without it.
+            guard let manifest = published() else { return try remoteState(remote, store: store, unchangedEnds: false, useCache: false) }
+            seen = Seen(etag: record?.manifestETag, lastModified: record?.manifestLastModified, bytes: cached)
+            return (manifest, [], manifest.version)
+        case let .fetched(bytes, etag, lastModified):
+            seen = Seen(etag: etag, lastModified: lastModified, bytes: bytes)
+            if let pending = try? FileSystem.readFile(publishingPath, limit: Int(session.maxManifestSize)) {
+                if pending == bytes, let mine = try? Manifest.parse(bytes, source: url) {
+                    // This session published it; the answer was lost (a reset, kill -9).
+                    emit(.warning(message: "the remote holds version \(mine.version.map(String.init) ?? "?") that an earlier run published without learning it had: taken as published"))
+                    try remember(published: bytes, version: mine.version, files: mine.entries.count, remote: remote, store: store)
+                    return (mine, [], mine.version)
+                }
+                unlink(publishingPath)
+            }
+            last = published()
+            if let last, bytes == cached {
+                // What was published, asked for in full (its validators did not hold then):
+                // the validators of this answer serve the next poll.
+                if etag != record?.manifestETag || lastModified != record?.manifestLastModified {
+                    try store.saveManifestValidators(session: session.name, etag: etag, lastModified: lastModified)
+                }
+                return (last, [], last.version)
+            }
+            do throws(FerryError) {
+                now = try Manifest.parse(bytes, source: url)
+            } catch {
+                // Someone else wrote something there that is not a manifest: it says nothing
+                // of what the remote holds.
+                guard session.conflict == .localWins else {
+                    throw FerryError(.manifest, "the remote's manifest does not parse (\(error.message)): something other than this session wrote it; nothing was uploaded or deleted",
+                                     hint: "fix or remove \(url) on the remote, or set conflict = local-wins in [session \(session.name)] to publish the whole local tree over it")
+                }
+                emit(.warning(message: "the remote's manifest does not parse (\(error.message)); conflict = local-wins: the whole local tree is published over it"))
+                // As a remote that lists nothing, every path changed (the manifest too): the
+                // version goes on from the last one published.
+                let empty = Manifest(format: .ferry, version: last?.version, generated: nil, expires: nil, entries: [])
+                return (empty, (last?.entries.map(\.path) ?? []) + [RelativePath(trusted: session.manifest)], last?.version)
+            }
         }
         guard let last else { return (now, [], nil) }
         return (now, ConflictPolicy.changedOnRemote(published: last, now: now), last.version)

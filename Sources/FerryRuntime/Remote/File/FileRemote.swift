@@ -28,16 +28,20 @@ struct FileRemote: Remote, RangeReading {
             do {
                 fd = try tree.withRoot(create: false) { root throws(FerryError) in try root.open(relative, for: "as the manifest") }
             } catch {
-                throw FerryError(.remote, "cannot read the manifest \(url): \(error.message)",
-                                 hint: "check 'remote =' and 'manifest =' in the config, and that the manifest was published",
-                                 cause: error.cause ?? .local(errno: ENOENT))
+                let failure = FerryError(.remote, "cannot read the manifest \(url): \(error.message)",
+                                         hint: "check 'remote =' and 'manifest =' in the config, and that the manifest was published",
+                                         cause: error.cause ?? .local(errno: ENOENT))
+                if failure.cause == .local(errno: ENOENT) { return .missing(failure) }
+                throw failure
             }
         } else {
             // A manifest named by an absolute URL outside the remote: the config's own path.
             guard let path = RemoteLocation.decodeFileURL(url) else { throw .remote("cannot read the manifest \(url): not a valid file URL") }
             do { fd = try FileSystem.openRegularFile(path) } catch {
-                throw FerryError(.remote, "cannot read the manifest \(url): \(error.message)",
-                                 hint: "check 'remote =' and 'manifest =' in the config, and that the manifest was published", cause: error.cause)
+                let failure = FerryError(.remote, "cannot read the manifest \(url): \(error.message)",
+                                         hint: "check 'remote =' and 'manifest =' in the config, and that the manifest was published", cause: error.cause)
+                if failure.cause == .local(errno: ENOENT) { return .missing(failure) }
+                throw failure
             }
         }
         defer { close(fd) }

@@ -61,8 +61,10 @@ struct HTTPRemote: Remote, RangeReading {
             if status == 401 || status == 403 { hint = "check the credentials file named in the config (basic-auth-file or bearer-token-file)" }
             if status == 404 { hint = "check 'remote =' and 'manifest =' in the config, and that the manifest was published" }
             if let scheme = Curl.schemeHint(CURLE_OK, errorText: nil, status: status, body: answer.body, url: url) { hint = scheme }
-            throw FerryError(.remote, "cannot fetch the manifest \(url): HTTP \(status) \(headers.reason)".trimmingSpaces(), hint: hint,
-                             cause: .http(status: status))
+            let error = FerryError(.remote, "cannot fetch the manifest \(url): HTTP \(status) \(headers.reason)".trimmingSpaces(), hint: hint,
+                                   cause: .http(status: status))
+            if status == 404 || status == 410 { return .missing(error) }
+            throw error
         }
         // Validators that do not hold (a manifest changed within the second before the answer) are
         // not kept: the next fetch asks for the whole manifest instead of trusting a 304.

@@ -70,6 +70,8 @@ struct S3Remote: Remote, RangeReading {
         case 200:
             // S3's ETag comes from the content: it holds even for a manifest written this second.
             return .fetched(bytes: answer.body, etag: answer.headers.etag, lastModified: nil)
+        case 404 where S3Errors.fields(answer.body).code != "NoSuchBucket":
+            return .missing(S3Errors.failure(answer, doing: "fetch the manifest \(url)", bucket: bucket, key: key, region: options.region))
         default:
             throw S3Errors.failure(answer, doing: "fetch the manifest \(url)", bucket: bucket, key: key, region: options.region)
         }
