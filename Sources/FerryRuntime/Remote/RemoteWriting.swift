@@ -82,6 +82,9 @@ protocol Placement: AnyObject {
     var sent: Int64 { get }
     /// The SHA-256 of the file as sent, when it was hashed as it went.
     var digest: SHA256Digest? { get }
+    /// What the remote said of the file as it placed it, when that answer vouches for what it holds
+    /// (S3 echoes the SHA-256 it checked): then the check after placing needs no request of its own.
+    var placedState: RemoteFileState? { get }
     /// The placement is over: the local file closes and, unless it was placed or `keep` (stopped:
     /// a later run resumes it), what it left on the remote goes.
     func end(placed: Bool, keep: Bool)
@@ -97,23 +100,30 @@ final class SinglePlacement: Placement {
     private let mender: ((Transfer, TransferFailure) -> Transfer?)?
     /// Removes what the upload left on the remote (a temporary name).
     private let cleanup: () -> Void
+    /// What the upload's answer vouches for, if anything (`placedState`).
+    private let vouch: (Upload) -> RemoteFileState?
     private var finished = false
+    private(set) var placedState: RemoteFileState?
 
     init(upload: Upload, file: Int32, finish: @escaping (Upload) throws(FerryError) -> Transfer? = { _ in nil },
-         mend: ((Transfer, TransferFailure) -> Transfer?)? = nil, cleanup: @escaping () -> Void = {}) {
+         mend: ((Transfer, TransferFailure) -> Transfer?)? = nil, cleanup: @escaping () -> Void = {},
+         vouch: @escaping (Upload) -> RemoteFileState? = { _ in nil }) {
         self.upload = upload
         self.file = file
         self.finish = finish
         mender = mend
         self.cleanup = cleanup
+        self.vouch = vouch
     }
 
     func next(after step: Transfer?) throws(FerryError) -> Transfer? {
         guard let step else { return upload }
         if step === upload {
             defer { upload.closeDestination() }
+            placedState = vouch(upload)
             return try finish(upload)
         }
+        placedState = nil
         return nil
     }
 

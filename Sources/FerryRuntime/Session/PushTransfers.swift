@@ -117,7 +117,11 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
             rehashed[item.entry.path] = item.entry
         }
         item.placement = nil
-        toCheck.append(item)
+        if let state = placement.placedState {
+            checked(item, state)
+        } else {
+            toCheck.append(item)
+        }
     }
 
     /// Asks the remote what it holds at the item's final name: a `HEAD` run by the engine, or at once.

@@ -37,7 +37,13 @@ extension S3Remote: RemoteWriting {
         let upload = Upload(task: file.task, entry: file.entry, stat: file.stat, expecting: sha, file: file.file,
                             destination: .request(request("PUT", key: key, headers: S3Remote.contentHeaders(sha), payloadHash: sha.hex)))
         upload.explain = explainer(key)
-        return SinglePlacement(upload: upload, file: file.file)
+        // The store answers with the SHA-256 it checked the body against: that answer stands for
+        // what is at the key (no HEAD after it).
+        return SinglePlacement(upload: upload, file: file.file, vouch: { upload in
+            let answer = upload.responseHeaders
+            guard answer.extensions["x-amz-checksum-sha256"] == sha.base64, let etag = answer.etag else { return nil }
+            return RemoteFileState(exists: true, size: upload.sent, validator: RemoteFileState.opaque(etag), sha256: sha)
+        })
     }
 
     func write(_ bytes: [UInt8], at path: RelativePath, condition: WriteCondition) throws(FerryError) -> WriteOutcome {
@@ -131,6 +137,7 @@ final class S3Multipart: Placement {
     private var ended = false
     private(set) var sent: Int64 = 0
     var digest: SHA256Digest? { nil }
+    var placedState: RemoteFileState? { nil }
 
     init(remote: S3Remote, file: LocalUpload, key: String, journal: UploadJournal) {
         self.remote = remote
