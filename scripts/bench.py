@@ -462,9 +462,10 @@ def s3_kill_and_resume(ferry, weed, config, bucket, state, cfg, runs):
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         again = subprocess.run(rclone_args(b), capture_output=True, text=True)
-        line = next((l for l in reversed(again.stderr.splitlines()) if "/" in l and "B" in l), "")
-        sent_r = line.split("/")[0].split()[-2:] if line else ["?"]
-        value = " ".join(sent_r)
+        # rclone's last stats line: "... INFO  :   48 MiB / 48 MiB, 100%, ..." (what this run sent).
+        import re
+        found = [m.group(1) for l in again.stderr.splitlines() for m in [re.search(r"INFO\s+:\s+([\d.]+ [KMGT]?i?B) / ", l)] if m]
+        value = found[-1] if found else "?"
         mib = parse_size(value)
         results["rclone copy"].append(mib)
         print(f"  run {r + 1} rclone: killed at {whole * 0.75:.2f} s of {whole:.2f} s; relaunch sent {value}", file=sys.stderr)
