@@ -3,19 +3,20 @@ import Testing
 @testable import FerryRuntime
 import FerryCore
 
-/// The same cases against every remote: nginx over HTTP and over HTTPS (HTTP/2, private CA), a
-/// local directory (`file://`) and S3 (SeaweedFS). In-process, through `Remotes.open` and a real
+/// The same cases against every remote: nginx over HTTP and over HTTPS (HTTP/2, private CA),
+/// Apache (its WebDAV, `mod_dav_fs`), a local directory (`file://`) and S3 (SeaweedFS). In-process, through `Remotes.open` and a real
 /// `TransferEngine`. The write side runs against every remote a push can write (all four).
 @Suite(.serialized)
 struct RemoteConformanceTests {
-    enum Kind: String, CaseIterable { case http, https, file, s3 }
+    enum Kind: String, CaseIterable { case http, https, apache, file, s3 }
     /// The remotes a push can publish to.
-    static let writers: [Kind] = [.http, .https, .file, .s3]
+    static let writers: [Kind] = [.http, .https, .apache, .file, .s3]
 
     /// A published tree (a manifest and a 3 MB file) and the session that reaches it.
     final class World {
         let kind: Kind
         let nginx: NginxServer?
+        let apache: ApacheServer?
         /// S3: the bucket, and the key prefix under it.
         var bucket = ""
         let prefix = "pre+fix~/"
@@ -30,11 +31,15 @@ struct RemoteConformanceTests {
 
         init(_ kind: Kind, partSize: String? = nil) throws {
             self.kind = kind
-            if kind == .file || kind == .s3 {
-                nginx = nil
+            switch kind {
+            case .file, .s3:
+                (nginx, apache) = (nil, nil)
                 root = Harness.temporaryDirectory("conformance-remote")
-            } else {
-                nginx = try NginxServer()
+            case .apache:
+                (nginx, apache) = (nil, try ApacheServer())
+                root = apache!.root
+            case .http, .https:
+                (nginx, apache) = (try NginxServer(), nil)
                 root = nginx!.root
             }
             try content.write(to: URL(fileURLWithPath: root + "/data.bin"))
@@ -48,6 +53,7 @@ struct RemoteConformanceTests {
             switch kind {
             case .http: url = nginx!.url
             case .https: url = nginx!.tlsURL
+            case .apache: url = apache!.url
             case .file: url = "file://" + root + "/"
             case .s3: url = ""
             }
@@ -69,6 +75,7 @@ struct RemoteConformanceTests {
 
         deinit {
             nginx?.stop()
+            apache?.stop()
             Harness.remove(scratch)
             Harness.remove(root)
         }
@@ -114,6 +121,7 @@ struct RemoteConformanceTests {
     final class OneShot: TransferSource, @unchecked Sendable {
         var transfer: Transfer?
         var outcome = "none"
+        var failure: TransferFailure?
         init(_ transfer: Transfer) { self.transfer = transfer }
         func next() -> TransferEngine.Next {
             guard let t = transfer else { return .none }
@@ -125,7 +133,9 @@ struct RemoteConformanceTests {
                 switch o {
                 case .succeeded: outcome = "succeeded"
                 case .interrupted: outcome = "interrupted"
-                case let .failed(f): outcome = "failed(\(f.retry.rawValue)): \(f.message)"
+                case let .failed(f):
+                    outcome = "failed(\(f.retry.rawValue)): \(f.message)"
+                    failure = f
                 }
             }
         }
@@ -210,8 +220,9 @@ struct RemoteConformanceTests {
         #expect(read(w, path) == Array("next\n".utf8))
     }
 
-    /// Runs a placement's steps through an engine, one at a time, until it is placed, a step does
-    /// not succeed, or `stopAfter` steps ran (a crash: the placement is dropped without ending).
+    /// Runs a placement's steps through an engine, one at a time, as a push does (a failed step the
+    /// placement can mend is mended), until it is placed, a step fails, or `stopAfter` steps ran (a
+    /// crash: the placement is dropped without ending).
     /// Returns how it ended and the bytes it sent.
     func place(_ w: World, _ file: LocalUpload, store: StateStore, stopAfter: Int = .max) throws -> (String, Int64) {
         let writer = try #require(w.remote as? RemoteWriting)
@@ -225,6 +236,10 @@ struct RemoteConformanceTests {
             steps += 1
             let source = OneShot(current)
             engine.run(source)
+            if let failure = source.failure, let mended = placement.mend(current, failure) {
+                step = mended
+                continue
+            }
             guard source.outcome == "succeeded" else {
                 placement.end(placed: false, keep: false)
                 return (source.outcome, placement.sent)
