@@ -1,17 +1,51 @@
+import Glibc
 import FerryCore
 
-extension Remote {
-    /// A session's manifest, asked conditionally when `etag` or `lastModified` is given; for a pull
-    /// the manifest to mirror, for a push the one last published. A failure that may pass is tried
-    /// again `retries` times after the transfers' backoff, unless the caller's schedule is the
-    /// retry (`SyncOptions.retryManifest`, the agent) or the run must stop.
-    func fetchManifest(of session: SessionConfig, etag: String?, lastModified: String?, options: SyncOptions,
-                       emit: (Event.Body) -> Void) throws(FerryError) -> ManifestFetch {
+/// A session's manifest, from one place for pull, push and check: fetched from the remote
+/// conditionally on the validators the state recorded with the cached copy (and retried as
+/// transfers are), parsed, and kept under `<state>/manifests/<session>.manifest` — the one last
+/// accepted (pull) or published (push). A new one waits in `.new` until it is accepted; one a
+/// push is writing waits in `.publishing` until the remote is known to hold it. The cache stands
+/// for the remote's manifest only when the state recorded it from the session's manifest URL.
+struct ManifestSource {
+    let session: SessionConfig
+    /// The cached manifest's path.
+    let path: String
+    private let directory: String
+
+    init(session: SessionConfig, state: String) {
+        self.session = session
+        path = StateStore.cachedManifestPath(state: state, session: session.name)
+        directory = state + "/manifests"
+    }
+
+    private var limit: Int { Int(session.maxManifestSize) }
+
+    /// The cached manifest's bytes, when the state recorded them from the session's manifest URL.
+    func cachedBytes(record: SessionRecord?) -> [UInt8]? {
+        guard record?.manifestURL == session.manifestURL else { return nil }
+        return try? FileSystem.readFile(path, limit: limit)
+    }
+
+    /// The cached manifest, parsed (nil: none for this URL); one that no longer parses throws.
+    func cached(record: SessionRecord?) throws(FerryError) -> Manifest? {
+        guard record?.manifestURL == session.manifestURL, FileSystem.exists(path) else { return nil }
+        return try Manifest.parse(FileSystem.readFile(path, limit: limit), source: path)
+    }
+
+    /// The remote's manifest, asked conditionally when the cache holds the last one (`cached`
+    /// says whether it does). A failure that may pass is tried again `retries` times after the
+    /// transfers' backoff, unless the caller's schedule is the retry (`SyncOptions.retryManifest`,
+    /// the agent) or the run must stop. Not there is an answer (`.missing`), not an error.
+    func fetch(from remote: Remote, record: SessionRecord?, cached: Bool, options: SyncOptions,
+               emit: (Event.Body) -> Void) throws(FerryError) -> ManifestFetch {
         let url = session.manifestURL
+        let etag = cached ? record?.manifestETag : nil
+        let lastModified = cached ? record?.manifestLastModified : nil
         var attempt = 1
         while true {
             do throws(FerryError) {
-                return try fetchManifest(url: url, etag: etag, lastModified: lastModified, maximumSize: session.maxManifestSize)
+                return try remote.fetchManifest(url: url, etag: etag, lastModified: lastModified, maximumSize: session.maxManifestSize)
             } catch {
                 guard options.retryManifest, error.retryClass != .never, attempt <= session.retries else { throw error }
                 let delay = retryDelay(attempt: attempt, baseDelay: session.retryDelay, retryAfter: nil, jitter: Double.random(in: 0.5...1.0))
@@ -22,4 +56,45 @@ extension Remote {
             }
         }
     }
+
+    /// The remote's manifest asked once, conditionally on `etag` and `lastModified` when given
+    /// (what this run read, just before it publishes).
+    func fetchOnce(from remote: Remote, etag: String?, lastModified: String?) throws(FerryError) -> ManifestFetch {
+        try remote.fetchManifest(url: session.manifestURL, etag: etag, lastModified: lastModified, maximumSize: session.maxManifestSize)
+    }
+
+    /// What the remote holds now, asked once without validators (after a write: its validators,
+    /// or whether an answer lost on the way still left it in place).
+    func now(from remote: Remote) -> ManifestFetch? { try? fetchOnce(from: remote, etag: nil, lastModified: nil) }
+
+    /// Puts new bytes aside until they are accepted (`commit`); returns where.
+    func stage(_ bytes: [UInt8]) throws(FerryError) -> String {
+        try FileSystem.makePrivateDirectory(directory)
+        try FileSystem.writeAtomically(path + ".new", bytes: bytes, mode: 0o600)
+        return path + ".new"
+    }
+
+    /// Staged bytes, accepted: they become the cached manifest.
+    func commit(staged: String) throws(FerryError) { try FileSystem.replace(path, with: staged) }
+
+    /// Keeps `bytes` as the cached manifest (what a push published).
+    func keep(_ bytes: [UInt8]) throws(FerryError) {
+        try FileSystem.makePrivateDirectory(directory)
+        try FileSystem.writeAtomically(path, bytes: bytes, mode: 0o600)
+    }
+
+    /// Where a manifest being published waits until the remote is known to hold it: an answer
+    /// lost after the server put it in place (a reset, `kill -9`) must not leave the session
+    /// taking its own manifest for another writer's.
+    var publishingPath: String { path + ".publishing" }
+
+    func beginPublishing(_ bytes: [UInt8]) throws(FerryError) {
+        try FileSystem.makePrivateDirectory(directory)
+        try FileSystem.writeAtomically(publishingPath, bytes: bytes, mode: 0o600)
+    }
+
+    /// The bytes of a publish whose answer was lost, if any.
+    var pendingPublish: [UInt8]? { try? FileSystem.readFile(publishingPath, limit: limit) }
+
+    func endPublishing() { unlink(publishingPath) }
 }

@@ -64,7 +64,7 @@ final class PullSync: SessionWork {
             allowRollback: session.allowRollback, allowEmpty: session.allowEmpty)
         try acceptance.check(manifest, source: url)
         if let accepted = staged {
-            try FileSystem.replace(cachePath, with: accepted)
+            try manifests.commit(staged: accepted)
             staged = nil
             try store.saveManifest(session: session.name, url: url, etag: fetched.etag, lastModified: fetched.lastModified, version: manifest.version,
                                   files: manifest.entries.count)
@@ -276,10 +276,9 @@ final class PullSync: SessionWork {
 
     /// Asks the remote for the manifest, conditionally when the cache holds the last one.
     private func requestManifest(record: SessionRecord?, remote: Remote) throws(FerryError) -> ManifestFetch {
-        let sameURL = record?.manifestURL == session.manifestURL && FileSystem.exists(cachePath)
-        return try remote.fetchManifest(of: session, etag: sameURL ? record?.manifestETag : nil,
-                                        lastModified: sameURL ? record?.manifestLastModified : nil, options: options,
-                                        emit: { [unowned self] in self.emit($0) }).required()
+        let manifests = self.manifests
+        return try manifests.fetch(from: remote, record: record, cached: record?.manifestURL == session.manifestURL && FileSystem.exists(manifests.path),
+                                   options: options, emit: { [unowned self] in self.emit($0) }).required()
     }
 
     /// The manifest an answer stands for, parsed (the cached one for a 304); the caller accepts it
@@ -288,18 +287,13 @@ final class PullSync: SessionWork {
         let url = session.manifestURL
         switch fetched {
         case .unchanged:
-            let bytes = try FileSystem.readFile(cachePath, limit: Int(session.maxManifestSize))
+            let bytes = try FileSystem.readFile(manifests.path, limit: Int(session.maxManifestSize))
             return Fetched(manifest: try Manifest.parse(bytes, source: url), changed: false, staged: nil, etag: nil, lastModified: nil)
         case let .missing(error):
             throw error
         case let .fetched(bytes, etag, lastModified):
             // Staged on disk before parsing, so the bytes are freed as soon as they are parsed.
-            var staged: String?
-            if !options.dryRun {
-                try FileSystem.makePrivateDirectory(agent.state + "/manifests")
-                try FileSystem.writeAtomically(cachePath + ".new", bytes: bytes, mode: 0o600)
-                staged = cachePath + ".new"
-            }
+            let staged = options.dryRun ? nil : try manifests.stage(bytes)
             do {
                 return Fetched(manifest: try Manifest.parse(bytes, source: url), changed: true, staged: staged, etag: etag, lastModified: lastModified)
             } catch {

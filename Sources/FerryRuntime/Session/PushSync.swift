@@ -359,18 +359,12 @@ final class PushSync: SessionWork {
     private func changedSinceRead(_ remote: Remote) throws(FerryError) -> Bool {
         guard let seen else { return false }
         let known = seen.bytes != nil
-        switch try remote.fetchManifest(url: session.manifestURL, etag: known ? seen.etag : nil, lastModified: known ? seen.lastModified : nil,
-                                        maximumSize: session.maxManifestSize) {
+        switch try manifests.fetchOnce(from: remote, etag: known ? seen.etag : nil, lastModified: known ? seen.lastModified : nil) {
         case .unchanged: return false
         case let .fetched(bytes, _, _): return bytes != seen.bytes
         case .missing: return seen.bytes != nil
         }
     }
-
-    /// Where the manifest being published waits until the remote is known to hold it: an answer
-    /// lost after the server moved it into place (a reset, `kill -9`) must not leave this session
-    /// taking its own manifest for another writer's.
-    private var publishingPath: String { cachePath + ".publishing" }
 
     /// What the remote must still hold for this run to publish over it: the manifest it read (by
     /// its ETag), or nothing when there was none.
@@ -384,16 +378,15 @@ final class PushSync: SessionWork {
     /// holds the manifest this run read (`publishCondition`). When the write fails, the remote is
     /// asked once: holding these very bytes, it was published (the answer was lost).
     private func publish(_ bytes: [UInt8], version: Int64, files: Int, writer: RemoteWriting, remote: Remote, store: StateStore) throws(FerryError) -> Bool {
-        try FileSystem.makePrivateDirectory(agent.state + "/manifests")
-        try FileSystem.writeAtomically(publishingPath, bytes: bytes, mode: 0o600)
+        let manifests = self.manifests
+        try manifests.beginPublishing(bytes)
         do throws(FerryError) {
             if try writer.write(bytes, at: RelativePath(trusted: session.manifest), condition: publishCondition) == .preconditionFailed {
-                unlink(publishingPath)
+                manifests.endPublishing()
                 return false
             }
         } catch {
-            guard case let .fetched(now, _, _)? = try? remote.fetchManifest(url: session.manifestURL, etag: nil, lastModified: nil,
-                                                                           maximumSize: session.maxManifestSize), now == bytes else { throw error }
+            guard case let .fetched(now, _, _)? = manifests.now(from: remote), now == bytes else { throw error }
             emit(.warning(message: "publishing version \(version) got no answer (\(error.message)), but the remote holds it: published"))
         }
         try remember(published: bytes, version: version, files: files, remote: remote, store: store)
@@ -403,12 +396,11 @@ final class PushSync: SessionWork {
     /// Keeps what was just published, and the remote's validators for it, so the next run can
     /// tell whether someone else changed the remote meanwhile.
     private func remember(published bytes: [UInt8], version: Int64?, files: Int, remote: Remote, store: StateStore) throws(FerryError) {
-        try FileSystem.makePrivateDirectory(agent.state + "/manifests")
-        try FileSystem.writeAtomically(cachePath, bytes: bytes, mode: 0o600)
-        unlink(publishingPath)
+        let manifests = self.manifests
+        try manifests.keep(bytes)
+        manifests.endPublishing()
         var etag: String?, lastModified: String?
-        if case let .fetched(now, e, l)? = try? remote.fetchManifest(url: session.manifestURL, etag: nil, lastModified: nil,
-                                                                     maximumSize: session.maxManifestSize) {
+        if case let .fetched(now, e, l)? = manifests.now(from: remote) {
             if now == bytes {
                 (etag, lastModified) = (e, l)
             } else {
@@ -428,14 +420,13 @@ final class PushSync: SessionWork {
         -> (Manifest?, [RelativePath], Int64?)? {
         let url = session.manifestURL
         let record = try store.session(session.name)
-        let cached = useCache && record?.manifestURL == url ? try? FileSystem.readFile(cachePath, limit: Int(session.maxManifestSize)) : nil
+        let manifests = self.manifests
+        let cached = useCache ? manifests.cachedBytes(record: record) : nil
         /// The manifest last published, parsed only when it is needed.
-        func published() -> Manifest? { cached.flatMap { try? Manifest.parse($0, source: cachePath) } }
+        func published() -> Manifest? { cached.flatMap { try? Manifest.parse($0, source: manifests.path) } }
         var now: Manifest?
         var last: Manifest?
-        switch try remote.fetchManifest(of: session, etag: cached == nil ? nil : record?.manifestETag,
-                                        lastModified: cached == nil ? nil : record?.manifestLastModified, options: options,
-                                        emit: { [unowned self] in self.emit($0) }) {
+        switch try manifests.fetch(from: remote, record: record, cached: cached != nil, options: options, emit: { [unowned self] in self.emit($0) }) {
         case .missing:
             // Nothing published there (yet, or any more).
             seen = Seen(etag: nil, lastModified: nil, bytes: nil)
@@ -448,14 +439,14 @@ final class PushSync: SessionWork {
             return (manifest, [], manifest.version)
         case let .fetched(bytes, etag, lastModified):
             seen = Seen(etag: etag, lastModified: lastModified, bytes: bytes)
-            if let pending = try? FileSystem.readFile(publishingPath, limit: Int(session.maxManifestSize)) {
+            if let pending = manifests.pendingPublish {
                 if pending == bytes, let mine = try? Manifest.parse(bytes, source: url) {
                     // This session published it; the answer was lost (a reset, kill -9).
                     emit(.warning(message: "the remote holds version \(mine.version.map(String.init) ?? "?") that an earlier run published without learning it had: taken as published"))
                     try remember(published: bytes, version: mine.version, files: mine.entries.count, remote: remote, store: store)
                     return (mine, [], mine.version)
                 }
-                unlink(publishingPath)
+                manifests.endPublishing()
             }
             last = published()
             if let last, bytes == cached {

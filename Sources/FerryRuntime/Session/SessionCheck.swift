@@ -35,12 +35,10 @@ public enum SessionCheck {
         let store = try StateStore(directory: agent.state)
         let lock = try SessionLock(stateDirectory: agent.state, session: session.name)
         defer { withExtendedLifetime(lock) {} }
-        let path = StateStore.cachedManifestPath(state: agent.state, session: session.name)
-        guard FileSystem.exists(path), let applied = try store.session(session.name), applied.manifestURL == session.manifestURL else {
+        guard let manifest = try ManifestSource(session: session, state: agent.state).cached(record: store.session(session.name)) else {
             throw .usage("session '\(session.name)' has not applied a manifest from \(session.manifestURL) yet: there is nothing to check against",
                          hint: "run ferry sync now --session \(session.name) first")
         }
-        let manifest = try Manifest.parse(FileSystem.readFile(path, limit: Int(session.maxManifestSize)), source: path)
 
         var tree = LocalTree.empty
         var cached = LocalTree.empty

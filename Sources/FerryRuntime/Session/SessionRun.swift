@@ -110,8 +110,8 @@ class SessionWork {
         observer.event(Event(time: Timestamp.now(), session: session.name, body: body))
     }
 
-    /// Where the session keeps the manifest it last accepted (pull) or published (push).
-    var cachePath: String { StateStore.cachedManifestPath(state: agent.state, session: session.name) }
+    /// The session's manifest: fetched, parsed and kept (the one last accepted or published).
+    var manifests: ManifestSource { ManifestSource(session: session, state: agent.state) }
 }
 
 /// One run of one session, either direction: the session's lock, the run recorded in the state
