@@ -268,4 +268,38 @@ struct S3PushTests {
         #expect(pulled == 0, "the replica serves the pull: \((try? String(contentsOfFile: pullOut, encoding: .utf8)) ?? "")")
         expectIdentical(w.src, w.dst)
     }
+
+    /// `ferry cancel` during a multipart upload stops it where it is (between parts or in one),
+    /// keeps what the store acknowledged, publishes nothing; `ferry resume` sends only the parts
+    /// the store lacks and publishes.
+    @Test func cancelDuringAnUploadInPartsKeepsItsPartsAndResumeFinishesIt() throws {
+        let w = try World("cancel", up: ["upload-part-size = 5M", "bwlimit = 6M"])
+        let size = 30 << 20
+        w.write("large.bin", randomData(size, seed: 71))
+        let out = w.box.directory + "/push.out"
+        let push = try Child(Harness.ferryBinary, ["sync", "now", "--config", w.box.config, "--session", "up"],
+                             stdout: out, stderr: w.box.directory + "/push.err")
+        let deadline = Date().addingTimeInterval(60)
+        var recorded = 0
+        while Date() < deadline && push.isRunning && recorded < 2 {
+            recorded = (try? StateStore(directory: w.box.state).journaledUploads(session: "up").first?.parts.count) ?? 0
+            usleep(20_000)
+        }
+        let cancel = ferry(["cancel", "--config", w.box.config, "--session", "up"])
+        #expect(cancel.stdout.contains("suspended task") && cancel.stdout.contains("large.bin"), "\(cancel.output)")
+        #expect(push.wait(timeout: 30) == 3, "\((try? String(contentsOfFile: w.box.directory + "/push.err", encoding: .utf8)) ?? "")")
+        let kept = (try StateStore(directory: w.box.state).journaledUploads(session: "up").first?.parts.count) ?? 0
+        #expect(kept >= 2, "the parts the store acknowledged stay recorded: \(kept)")
+        #expect(w.store.keys(w.bucket, prefix: "tree/").isEmpty, "nothing at a final key, no manifest")
+        #expect(try w.store.pendingUploads(w.bucket) == ["tree/large.bin"], "the upload waits on the store for resume")
+
+        try (try String(contentsOfFile: w.box.config, encoding: .utf8)).replacingOccurrences(of: "bwlimit = 6M", with: "")
+            .writeReplacing(w.box.config)
+        let resumed = ferry(["resume", "--config", w.box.config, "--session", "up", "--json"])
+        #expect(resumed.exitCode == 0, "\(resumed.output)")
+        let sent = resumed.events(named: "file-done").first?["fetched"] as? Int ?? -1
+        #expect(sent >= 0 && sent <= size - kept * (5 << 20), "only the parts the store lacked: \(sent) of \(size)")
+        #expect(w.store.get(w.bucket, "tree/large.bin").map(fnv1a) == w.versions["large.bin"]?.first)
+        #expect(try w.store.pendingUploads(w.bucket).isEmpty)
+    }
 }

@@ -18,7 +18,7 @@ protocol Transfer: AnyObject {
     /// whole file is verified from disk); nil to run the transfer.
     func outcomeWithoutRequest() -> TransferOutcome?
     /// Set when the transfer was asked to stop (`ferry cancel`): the engine ends it as interrupted.
-    var cancelRequested: Bool { get }
+    var cancelRequested: Bool { get set }
     /// Called about ten times a second while the request runs (time-based checkpoints).
     func tick(now: Double)
     /// The bandwidth limits over it, set by the engine before `prepare` when any limit is

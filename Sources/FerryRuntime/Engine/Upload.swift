@@ -181,6 +181,12 @@ final class Upload: Transfer {
         }
         let status = headers.headers.status
         guard (200..<300).contains(status) else {
+            // A store that checks the body's hash refuses a file edited while it was sent (S3's
+            // BadDigest): that is the file's change, sent again once hashed again.
+            if let changed = Upload.change(fd: fd, from: stat) {
+                return .failed(TransferFailure(message: "the file changed while it was sent (\(changed)); sending it again", keepPartial: false,
+                                               cause: .sourceChanged))
+            }
             let after = (status == 429 || status == 503) ? headers.headers.retryAfter.flatMap(ResponseHeaders.parseRetryAfter) : nil
             var message = "PUT refused: " + (explain?(status, answer.bytes) ?? "HTTP \(status) \(headers.headers.reason)".trimmingSpaces())
             if status == 413 { message += " (the server limits request bodies: nginx client_max_body_size, Apache LimitRequestBody)" }

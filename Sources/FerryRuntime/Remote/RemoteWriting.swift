@@ -31,9 +31,9 @@ protocol RemoteWriting {
     /// What the remote says of the file at `path` (a `HEAD`, or a look at the directory).
     func inspect(_ path: RelativePath) -> RemoteInspection
     /// Removes what a run that died left on the remote: temporary uploads of the session's tasks
-    /// (`running` were in flight; `all` may have left something) and a manifest being written.
-    /// Multipart uploads a journal records are not touched: they resume.
-    func removeLeftovers(running: [TransferTask], all: Set<Int64>, journaled: [JournaledUpload])
+    /// (those `running` were in flight; others may have left something) and a manifest being
+    /// written. Multipart uploads a journal records are not touched: they resume.
+    func removeLeftovers(tasks: [TransferTask], journaled: [JournaledUpload])
     /// Gives up an upload in parts the journal recorded (its file changed or is gone), so nothing
     /// is left pending on the remote.
     func abandon(_ upload: JournaledUpload)

@@ -99,8 +99,7 @@ final class PushSync: SessionWork {
         // Uploads in parts the task table records resume, unless their file is no longer to be
         // sent as it was then (gone, changed, or now as the remote has it): those are given up.
         let journaled = try store.journaledUploads(session: session.name)
-        writer.removeLeftovers(running: try store.tasks(session: session.name).filter { $0.state == .running },
-                               all: try store.taskIDs(session: session.name), journaled: journaled)
+        writer.removeLeftovers(tasks: try store.tasks(session: session.name), journaled: journaled)
         let sending = Dictionary(plan.uploads.map { ($0.entry.path, $0.entry.sha256.hex) }, uniquingKeysWith: { a, _ in a })
         for upload in journaled where !(sending[upload.path].map { upload.content.hasPrefix($0 + ":") } ?? false) {
             writer.abandon(upload)
@@ -176,6 +175,10 @@ final class PushSync: SessionWork {
         let asPublished = transfers.vanished.union(transfers.failedPaths).union(blocked.keys)
         plan.manifest = plan.manifest.compactMap { asPublished.contains($0.path) ? before[$0.path] : transfers.rehashed[$0.path] ?? $0 }
         if !transfers.vanished.isEmpty {
+            // Their uploads in parts, if any, go with them.
+            for upload in try store.journaledUploads(session: session.name) where transfers.vanished.contains(upload.path) {
+                writer.abandon(upload)
+            }
             _ = try store.pruneTasks(session: session.name, keeping: { !transfers.vanished.contains($0) })
         }
         let text = Array(ManifestWriter.render(version: plan.version, generated: Timestamp.now(), entries: plan.manifest).utf8)

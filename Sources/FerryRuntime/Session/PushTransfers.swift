@@ -99,6 +99,13 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         guard let placement = item.placement else { return }
         do throws(FerryError) {
             if let next = try placement.next(after: step) {
+                if step.cancelRequested {
+                    // `ferry cancel` came as the step ended: the placement stops here.
+                    bytesSent += placement.sent
+                    placement.end(placed: false, keep: true)
+                    interrupted(item, offset: 0, cancelled: true)
+                    return
+                }
                 continuing.append((next, item))
                 return
             }
@@ -166,9 +173,10 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
             for item in moved {
                 uploaded += 1
                 bytesSent += item.sent
-                completedBytes += item.sent
+                completedBytes += item.stat.size
                 progress.filesDone += 1
-                emit(.fileDone(path: item.entry.path, size: item.sent, fetched: item.sent))
+                // `fetched`: what this run sent (a resumed upload in parts sends less than the size).
+                emit(.fileDone(path: item.entry.path, size: item.stat.size, fetched: item.sent))
             }
         } catch {
             storeError = error
@@ -187,6 +195,10 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
                 close(file)
                 throw FerryError(.localIO, "\(Printable.name(localRoot + "/" + item.entry.path.string)) changed after it was hashed (\(changed)); it is hashed and sent again",
                                  cause: .sourceChanged)
+            }
+            do { try store.markRunning([(item.task.id, item.task.attempts)]) } catch {
+                close(file)
+                throw error
             }
             let placement: Placement
             do {
@@ -208,7 +220,6 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
             }
             running[ObjectIdentifier(first)] = item
             if item.triesThisRun == 1 { emit(.fileStarted(path: item.entry.path, size: item.entry.size, reason: .missing)) }
-            try store.markRunning([(item.task.id, item.task.attempts)])
             return first
         } catch {
             failed(item, TransferFailure(message: error.message, keepPartial: false, cause: error.cause ?? .http(status: 500)), opening: true)
@@ -280,14 +291,14 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
                     continuing.append((mended, item))
                     continue
                 }
-                bytesSent += placement.sent + ((transfer as? Upload)?.sent ?? 0)
+                bytesSent += placement.sent
                 // A failure the next try may get past keeps what it can resume (S3's parts).
                 placement.end(placed: false, keep: failure.retry != .never && failure.cause != .sourceChanged)
                 failed(item, failure)
             case .interrupted:
-                bytesSent += placement.sent + ((transfer as? Upload)?.sent ?? 0)
+                bytesSent += placement.sent
                 placement.end(placed: false, keep: true)
-                interrupted(item, offset: 0, cancelled: (transfer as? Upload)?.cancelRequested ?? transfer.cancelRequested)
+                interrupted(item, offset: 0, cancelled: transfer.cancelRequested)
             }
         }
     }
@@ -314,8 +325,16 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     override func tick(_ running: [Transfer]) {
         // `ferry cancel`: an upload it suspends stops (what cannot resume goes) and waits for
         // `ferry resume`; the manifest is not published.
-        applySuspensions(running: running.compactMap { ($0 as? Upload)?.task.id }, recordFinished: flush) { ids in
-            for case let upload as Upload in running where ids.contains(upload.task.id) { upload.cancelRequested = true }
+        let steps = running.compactMap { step in self.running[ObjectIdentifier(step)].map { (step, $0.task.id) } }
+        applySuspensions(running: steps.map(\.1) + continuing.map(\.1.task.id), recordFinished: flush) { ids in
+            for (step, id) in steps where ids.contains(id) { step.cancelRequested = true }
+            // Between two steps: stopped where they are, kept for `ferry resume`.
+            for (_, item) in continuing where ids.contains(item.task.id) {
+                bytesSent += item.placement?.sent ?? 0
+                item.placement?.end(placed: false, keep: true)
+                interrupted(item, offset: 0, cancelled: true)
+            }
+            continuing.removeAll { ids.contains($0.1.task.id) }
         }
         let uploads = running.compactMap { $0 as? Upload }
         // A part's place in its file stands for what is done of it (the parts before it are on the remote).

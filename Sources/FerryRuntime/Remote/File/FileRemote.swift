@@ -121,11 +121,11 @@ extension FileRemote: RemoteWriting {
         })
     }
 
-    func removeLeftovers(running: [TransferTask], all: Set<Int64>, journaled: [JournaledUpload]) {
+    func removeLeftovers(tasks: [TransferTask], journaled: [JournaledUpload]) {
         // Every upload has a name of its own: one a run made just before it died, whatever its
         // task's state, would stay for good.
         try? tree.withRoot(create: false) { root throws(FerryError) in
-            root.removeUploads(owners: Set(all.map { String($0) }).union(["manifest"]))
+            root.removeUploads(owners: Set(tasks.map { String($0.id) }).union(["manifest"]))
         }
     }
 

@@ -46,9 +46,9 @@ extension HTTPRemote: RemoteWriting {
                                                             headers: ["Want-Repr-Digest: sha-256=10"], settings: settings)))
     }
 
-    func removeLeftovers(running: [TransferTask], all: Set<Int64>, journaled: [JournaledUpload]) {
+    func removeLeftovers(tasks: [TransferTask], journaled: [JournaledUpload]) {
         // An upload's name is its task's: a PUT of a task that was not running replaces it.
-        for task in running { try? remove(HTTPRemote.temporaryName(task: task.id)) }
+        for task in tasks where task.state == .running { try? remove(HTTPRemote.temporaryName(task: task.id)) }
         try? remove(HTTPRemote.temporaryManifest)
     }
 

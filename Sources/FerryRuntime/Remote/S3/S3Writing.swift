@@ -94,12 +94,14 @@ extension S3Remote: RemoteWriting {
         return .probe(probe)
     }
 
-    /// Multipart uploads a run started and died before it recorded (between the store's answer
-    /// and the task table) are found by listing the uploads at the keys its running tasks were
-    /// placing, and aborted; those the journal records resume.
-    func removeLeftovers(running: [TransferTask], all: Set<Int64>, journaled: [JournaledUpload]) {
+    /// Multipart uploads started without being recorded (the store's answer lost, or the run died
+    /// before the task table had it) are found by listing the uploads at the keys of the tasks not
+    /// done, and aborted; those the journal records resume.
+    func removeLeftovers(tasks: [TransferTask], journaled: [JournaledUpload]) {
         let kept = Set(journaled.map(\.uploadID))
-        for task in running where (task.size ?? 0) > partSize {
+        // Any task not done may have had an upload made whose answer was lost (the run died, or
+        // the connection did and the file was tried again).
+        for task in tasks where task.state != .done && (task.size ?? 0) > partSize {
             let key = self.key(task.path.string)
             guard let answer = try? S3Exchange.perform(request("GET", key: nil, query: [("prefix", key), ("uploads", "")]), what: "list uploads"),
                   answer.headers.status == 200 else { continue }
@@ -135,7 +137,10 @@ final class S3Multipart: Placement {
     /// Parts the journal recorded (from an earlier run), until the store confirmed them.
     private var recorded: [Int: UploadedPart] = [:]
     private var ended = false
-    private(set) var sent: Int64 = 0
+    /// Bytes of the parts sent this run, and the part being sent.
+    private var partsSent: Int64 = 0
+    private var inFlight: Upload?
+    var sent: Int64 { partsSent + (inFlight?.sent ?? 0) }
     var digest: SHA256Digest? { nil }
     var placedState: RemoteFileState? { nil }
 
@@ -192,8 +197,11 @@ final class S3Multipart: Placement {
         return s
     }
 
+    /// The parts carry their SHA-256 (`x-amz-checksum-sha256`), which S3 accepts only when the
+    /// upload says so from the start, and wants again in the completion.
     private func create() -> Step {
-        step(.create, method: "POST", query: [("uploads", "")], headers: [("x-amz-meta-sha256", file.entry.sha256.hex)])
+        step(.create, method: "POST", query: [("uploads", "")],
+             headers: [("x-amz-checksum-algorithm", "SHA256"), ("x-amz-meta-sha256", file.entry.sha256.hex)])
     }
 
     private func listParts(after marker: Int) -> Step {
@@ -208,7 +216,8 @@ final class S3Multipart: Placement {
             var xml = "<CompleteMultipartUpload>"
             for number in 1...partCount {
                 let part = held[number]!
-                xml += "<Part><PartNumber>\(number)</PartNumber><ETag>\(S3XML.escaped(part.etag))</ETag></Part>"
+                xml += "<Part><PartNumber>\(number)</PartNumber><ETag>\(S3XML.escaped(part.etag))</ETag>"
+                    + "<ChecksumSHA256>\(part.sha256.base64)</ChecksumSHA256></Part>"
             }
             xml += "</CompleteMultipartUpload>"
             return step(.complete, method: "POST", query: [("uploadId", uploadID!)], body: Array(xml.utf8))
@@ -282,14 +291,16 @@ final class S3Multipart: Placement {
                                                                      query: [("partNumber", String(part.number)), ("uploadId", uploadID!)],
                                                                      headers: [("x-amz-checksum-sha256", sha.base64)], payloadHash: sha.hex)))
             upload.explain = remote.explainer(key)
+            inFlight = upload
             return upload
         case let upload as Upload:
             defer { upload.release() }
+            inFlight = nil
             guard let (number, sha) = sending, let etag = upload.responseHeaders.etag else {
                 throw FerryError(.remote, "the store took a part of \(Printable.name(key)) without giving its ETag", cause: .http(status: 502))
             }
             sending = nil
-            sent += upload.sent
+            partsSent += upload.sent
             let part = UploadedPart(number: number, size: upload.range.count64, etag: etag, sha256: sha)
             try journal.record(part)
             held[number] = part
@@ -299,14 +310,13 @@ final class S3Multipart: Placement {
         }
     }
 
-    func mend(_ step: Transfer, _ failure: TransferFailure) -> Transfer? {
-        (step as? Upload)?.release()
-        return nil
-    }
+    func mend(_ step: Transfer, _ failure: TransferFailure) -> Transfer? { nil }
 
     func end(placed: Bool, keep: Bool) {
         guard !ended else { return }
         ended = true
+        // A part that failed or stopped: its hashing and buffers go.
+        inFlight?.release()
         close(file.file)
         // Failed for good: the upload goes, so nothing is left pending on the store. Stopped, or
         // failed in a way the next try resumes: it stays, recorded, for that try.
