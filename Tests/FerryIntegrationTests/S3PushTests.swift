@@ -302,4 +302,19 @@ struct S3PushTests {
         #expect(w.store.get(w.bucket, "tree/large.bin").map(fnv1a) == w.versions["large.bin"]?.first)
         #expect(try w.store.pendingUploads(w.bucket).isEmpty)
     }
+
+    /// Virtual-hosted addressing (`BUCKET.host/KEY`, the AWS default) against a real store: the
+    /// same push and pull, with `s3-path-style = no` and the store reached as `localhost`.
+    @Test func pushesAndPullsWithVirtualHostedAddressing() throws {
+        let store = try SeaweedFS.shared()
+        let w = try World("vhost", up: ["s3-path-style = no"], down: ["s3-path-style = no"], endpoint: "http://localhost:\(store.port)")
+        w.write("a b/ü+1.txt", Data("virtual\n".utf8))
+        w.write("big.bin", randomData(6 << 20, seed: 81))
+        let up = w.push(["--json"])
+        #expect(up.exitCode == 0, "\(up.output)")
+        #expect(store.get(w.bucket, "tree/a b/ü+1.txt") == Data("virtual\n".utf8), "the object is where path style finds it too")
+        let down = w.pull()
+        #expect(down.exitCode == 0, "\(down.output)")
+        expectIdentical(w.src, w.dst)
+    }
 }

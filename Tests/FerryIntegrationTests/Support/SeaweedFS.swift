@@ -5,6 +5,8 @@ import Synchronization
 
 /// SeaweedFS (`weed mini`: master, volume, filer and S3 gateway in one process) on 127.0.0.1, one
 /// per test process, with SigV4 credentials of its own (`-s3.config`). Tests take a bucket each.
+/// It answers path-style requests at 127.0.0.1 and virtual-hosted ones at `BUCKET.localhost`
+/// (`-s3.domainName`; libcurl resolves `*.localhost` to the loopback itself).
 /// Objects are put and read with curl's own SigV4 (`--aws-sigv4`), not ferry's, so a test sees
 /// what the store holds through a second client. `weed` comes from scripts/setup.sh (`.venv/`).
 final class SeaweedFS: S3TestStore, Sendable {
@@ -41,7 +43,7 @@ final class SeaweedFS: S3TestStore, Sendable {
         // Every port it listens on is named: two test processes (or a bench) must not meet on a default one.
         var arguments = ["mini", "-dir=\(directory)/data", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
                          "-s3.config=\(directory)/s3.json", "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
-                         "-s3.port=\(port)", "-s3.localSocket=\(directory)/s3.sock", "-filer.localSocket=\(directory)/filer.sock"]
+                         "-s3.port=\(port)", "-s3.domainName=localhost", "-s3.localSocket=\(directory)/s3.sock", "-filer.localSocket=\(directory)/filer.sock"]
         var ports = [port]
         for name in ["s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
                      "admin.port", "admin.port.grpc"] {
