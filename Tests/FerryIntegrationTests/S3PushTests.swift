@@ -240,9 +240,15 @@ struct S3PushTests {
                              stdout: out, stderr: w.box.directory + "/push.err")
         let deadline = Date().addingTimeInterval(30)
         while Date() < deadline, !((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").contains("\"file-started\"") { usleep(20_000) }
+        // Away until the push has gone on without it: a file placed or a retry since, or the end.
+        func progress() -> Int {
+            let said = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
+            return said.components(separatedBy: "\"file-done\"").count + said.components(separatedBy: "\"file-retrying\"").count
+        }
+        let before = progress()
         cluster.stopVolume(1)
-        // Away for two seconds of a push that takes about two at its bandwidth limit.
-        usleep(2_000_000)
+        let awayUntil = Date().addingTimeInterval(30)
+        while Date() < awayUntil, push.isRunning, progress() == before { usleep(20_000) }
         try cluster.startVolume(1)
         var status = push.wait(timeout: 120)
         let said = (try? String(contentsOfFile: out, encoding: .utf8)) ?? ""
