@@ -23,8 +23,6 @@ struct EngineTests {
         var mode: TransferMode { .steps }
         func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {}
         func finish(code: CURLcode, errorText: String?) -> TransferOutcome { .succeeded }
-        func outcomeWithoutRequest() -> TransferOutcome? { nil }
-        func tick(now: Double) {}
         func step() -> TransferOutcome? {
             if !board.started.contains(name) { board.started.append(name) }
             board.running.insert(name)

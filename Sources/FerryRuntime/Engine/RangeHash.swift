@@ -27,8 +27,6 @@ final class RangeHash: Transfer {
     var mode: TransferMode { .steps }
     func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {}
     func finish(code: CURLcode, errorText: String?) -> TransferOutcome { .succeeded }
-    func outcomeWithoutRequest() -> TransferOutcome? { nil }
-    func tick(now: Double) {}
 
     func step() -> TransferOutcome? {
         let buffer = self.buffer ?? UnsafeMutableRawPointer.allocate(byteCount: RangeHash.stepSize, alignment: 64)

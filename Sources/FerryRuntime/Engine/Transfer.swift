@@ -26,6 +26,14 @@ protocol Transfer: AnyObject {
     var throttle: Throttle? { get set }
 }
 
+extension Transfer {
+    /// Most transfers always run, take no steps of their own (`.curl`) and keep no time-based
+    /// checkpoints: these say so once.
+    func outcomeWithoutRequest() -> TransferOutcome? { nil }
+    func step() -> TransferOutcome? { nil }
+    func tick(now: Double) {}
+}
+
 enum TransferMode {
     /// A request through the engine's libcurl multi handle.
     case curl

@@ -77,8 +77,6 @@ final class Upload: Transfer {
 
     var mode: TransferMode { if case .file = destination { return .steps } else { return .curl } }
 
-    func outcomeWithoutRequest() -> TransferOutcome? { nil }
-
     func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
         guard case let .request(request) = destination else { return }
         easy.configure(url: request.url, settings: request.settings, extraHeaders: request.headers)
@@ -168,8 +166,6 @@ final class Upload: Transfer {
         }
         return nil
     }
-
-    func tick(now: Double) {}
 
     func finish(code: CURLcode, errorText: String?) -> TransferOutcome {
         if let (message, cause) = failure {

@@ -147,9 +147,16 @@ struct JournaledUpload: Equatable {
     var task: Int64
     var path: RelativePath
     var uploadID: String
-    /// The content and part size it was started for (`sha256:partSize`): another means another upload.
+    /// The content and part size it was started for (`content(sha256:partSize:)`): another means
+    /// another upload.
     var content: String
     var parts: [UploadedPart]
+
+    /// What an upload of a file with `sha256` in parts of `partSize` is recorded as being for.
+    static func content(sha256: SHA256Digest, partSize: Int64) -> String { "\(sha256.hex):\(partSize)" }
+
+    /// Whether it sends a file with this content (whatever its part size).
+    func sends(_ sha256: SHA256Digest) -> Bool { content.hasPrefix(sha256.hex + ":") }
 }
 
 struct UploadedPart: Equatable {
@@ -200,9 +207,6 @@ class RemoteRequest: Transfer {
     var status: Int { headers.headers.status }
 
     var mode: TransferMode { .curl }
-    func outcomeWithoutRequest() -> TransferOutcome? { nil }
-    func step() -> TransferOutcome? { nil }
-    func tick(now: Double) {}
 
     func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
         easy.configure(url: request.url, settings: request.settings, extraHeaders: request.headers)

@@ -100,8 +100,8 @@ final class PushSync: SessionWork {
         // sent as it was then (gone, changed, or now as the remote has it): those are given up.
         let journaled = try store.journaledUploads(session: session.name)
         writer.removeLeftovers(tasks: try store.tasks(session: session.name), journaled: journaled)
-        let sending = Dictionary(plan.uploads.map { ($0.entry.path, $0.entry.sha256.hex) }, uniquingKeysWith: { a, _ in a })
-        for upload in journaled where !(sending[upload.path].map { upload.content.hasPrefix($0 + ":") } ?? false) {
+        let sending = Dictionary(plan.uploads.map { ($0.entry.path, $0.entry.sha256) }, uniquingKeysWith: { a, _ in a })
+        for upload in journaled where !(sending[upload.path].map(upload.sends) ?? false) {
             writer.abandon(upload)
             try store.clearJournaledUpload(task: upload.task)
         }

@@ -158,7 +158,7 @@ final class S3Multipart: Placement {
     private var size: Int64 { file.stat.size }
     private var partCount: Int { Int((size + partSize - 1) / partSize) }
     /// What the upload is for: another content or part size is another upload.
-    private var content: String { "\(file.entry.sha256.hex):\(partSize)" }
+    private var content: String { JournaledUpload.content(sha256: file.entry.sha256, partSize: partSize) }
     private func range(_ number: Int) -> Range<Int64> {
         let start = Int64(number - 1) * partSize
         return start..<min(size, start + partSize)
