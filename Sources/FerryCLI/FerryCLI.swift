@@ -6,7 +6,7 @@ import FerryRuntime
 /// runs it, prints any error with its hint, and exits with the contract's exit code.
 public enum FerryCLI {
     static let commands: [any Command.Type] = [
-        SyncNowCommand.self, AgentCommand.self, StatusCommand.self, EventsCommand.self, CancelCommand.self, ResumeCommand.self, CheckCommand.self, ManifestBuildCommand.self,
+        SyncNowCommand.self, AgentCommand.self, StatusCommand.self, EventsCommand.self, CancelCommand.self, ResumeCommand.self, CheckCommand.self, ManifestBuildCommand.self, KeyGenerateCommand.self, KeyPublicCommand.self,
         ConfigCheckCommand.self, VersionCommand.self, HelpCommand.self,
     ]
 

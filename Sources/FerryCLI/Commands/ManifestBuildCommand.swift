@@ -5,7 +5,7 @@ import FerryRuntime
 struct ManifestBuildCommand: Command {
     static let words = ["manifest", "build"]
     static let summary = "Write a ferry-manifest/1 manifest (path, size, SHA-256, mtime, mode) for a directory."
-    static let usage = "manifest build DIR [--output F] [--version N [--allow-rollback]] [--json] [--quiet]"
+    static let usage = "manifest build DIR [--output F] [--version N [--allow-rollback]] [--sign KEY] [--expires D] [--json] [--quiet]"
     static let details = """
         The manifest goes to DIR/manifest.json unless --output says otherwise; it never lists itself,
         .ferry/ or anything but regular files. Without --version, the version is one more than the
@@ -13,17 +13,24 @@ struct ManifestBuildCommand: Command {
         so a build in a fresh checkout (CI) still rises above every earlier one. A --version lower
         than the existing manifest's is refused (mirrors would refuse it as a rollback) unless
         --allow-rollback says it is intended. Serve DIR (with the manifest) over HTTP(S), or point a
-        session at it with a file:// remote.
+        session at it with a file:// remote. --sign KEY signs it with an Ed25519 key (ferry key
+        generate makes one); mirrors whose session lists the key's public half in trusted-keys then
+        take only manifests that key signed. --expires D (like 7d) makes it expire D from now: a
+        mirror refuses it after that, so an old manifest cannot be replayed forever.
         """
     static let options = [OptionSpec("--output", value: "F", "where to write the manifest (default: DIR/manifest.json)"),
                           OptionSpec("--version", value: "N", "the manifest's version (default: previous + 1, at least the Unix time)"),
                           OptionSpec("--allow-rollback", "write a --version lower than the existing manifest's"),
+                          OptionSpec("--sign", value: "KEY", "sign it with this Ed25519 private key (PEM)"),
+                          OptionSpec("--expires", value: "D", "make it expire D from now (90m, 12h, 7d)"),
                           CommonOptions.json, CommonOptions.quiet, CommonOptions.help]
 
     let directory: String
     let output: String?
     let version: Int64?
     let allowRollback: Bool
+    let sign: String?
+    let expires: Double?
     let mode: OutputMode
 
     init(arguments: Arguments) throws(FerryError) {
@@ -40,13 +47,24 @@ struct ManifestBuildCommand: Command {
         if allowRollback && version == nil {
             throw .usage("ferry manifest build: --allow-rollback goes with --version N", hint: "see: ferry help manifest build")
         }
+        sign = arguments.value("--sign")
+        if let text = arguments.value("--expires") {
+            guard let d = Units.parseDuration(text), d >= 60 else {
+                throw .usage("ferry manifest build: --expires wants a duration of at least a minute, like 12h or 7d; got '\(text)'")
+            }
+            expires = d
+        } else {
+            expires = nil
+        }
         mode = OutputMode(arguments: arguments)
     }
 
     func run() throws(FerryError) -> ExitCode {
         let bars = mode == .human && Console.stderrIsTerminal ? ProgressBars() : nil
+        // The key is read before anything is hashed: a wrong path fails at once.
+        let key = try sign.map { (file) throws(FerryError) -> SigningKey in try SigningKey(file: file, use: "--sign") }
         let result = try ManifestBuilder().build(directory: directory, output: output, version: version,
-                                                 allowRollback: allowRollback) { done, total in
+                                                 allowRollback: allowRollback, signingKey: key, expires: expires) { done, total in
             var p = SyncProgress(session: "hashing")
             p.filesDone = done
             p.filesTotal = total
@@ -55,9 +73,13 @@ struct ManifestBuildCommand: Command {
         bars?.clear()
         // Through the same event type and sink as a sync: one renderer for human and --json output.
         let reporter = SyncReporter(mode: mode)
+        if let sign, let warning = SigningKey.exposure(of: sign, use: "--sign") {
+            reporter.event(Event(time: Timestamp.now(), session: "", body: .warning(message: warning)))
+        }
         for w in result.warnings { reporter.event(Event(time: Timestamp.now(), session: "", body: .warning(message: w))) }
         reporter.event(Event(time: Timestamp.now(), session: "", body: .manifestBuilt(output: result.output, version: result.version,
-                                                                                    files: result.files, bytes: result.bytes)))
+                                                                                    files: result.files, bytes: result.bytes,
+                                                                                    signedBy: key?.publicKey.description)))
         return .inSync
     }
 }

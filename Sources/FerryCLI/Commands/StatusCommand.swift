@@ -109,6 +109,12 @@ struct StatusCommand: Command {
         printColumns(table)
         // Why, below the table: in full for one session (--session), else the first line of each.
         var more = false
+        for (s, r, _) in rows {
+            if let signer = r?.manifestSigner {
+                let expires = r?.manifestExpires.map { ", expires \($0.rfc3339)" } ?? ""
+                Console.out("\(s.name): manifest \(r?.manifestVersion.map { "v\($0) " } ?? "")signed by \(signer)\(expires)")
+            }
+        }
         for (s, r, tasks) in rows {
             let why = [standing(r, tasks).detail, r?.lastExitCode != 0 ? r?.lastMessage.map { "last run: \($0)" } : nil].compactMap { $0 }
             for line in why {
@@ -168,6 +174,8 @@ struct StatusCommand: Command {
             f.append("\"seconds_left\":" + (st.secondsLeft.map { String($0) } ?? "null"))
             f.append("\"deadline\":" + (r?.deadline.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"manifest_version\":" + (r?.manifestVersion.map(String.init) ?? "null"))
+            f.append("\"manifest_signer\":" + (r?.manifestSigner.map { JSONText.quote($0.description) } ?? "null"))
+            f.append("\"manifest_expires\":" + (r?.manifestExpires.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"last_run_started\":" + (r?.lastRunStarted.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"last_run_finished\":" + (r?.lastRunFinished.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"last_exit_code\":" + (r?.lastExitCode.map { String($0) } ?? "null"))

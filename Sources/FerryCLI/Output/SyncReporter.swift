@@ -73,7 +73,7 @@ final class SyncReporter: EventSink {
         let s = Printable.name(event.session)
         func name(_ p: RelativePath) -> String { Printable.name(p.string) }
         switch event.body {
-        case let .manifestFetched(_, _, _, unchanged) where unchanged && agentLog:
+        case let .manifestFetched(_, _, _, unchanged, _) where unchanged && agentLog:
             break
         case let .planned(p) where agentLog && p.isIdle:
             break
@@ -88,9 +88,10 @@ final class SyncReporter: EventSink {
             if state.hasPrefix("failed") || state.hasPrefix("waiting") { warn("\(s): \(state)\(next)") } else { line("\(s): \(state)\(next)") }
         case let .agent(action, message):
             if action == "reload-refused" { Console.err("ferry: error: \(message)") } else { line("ferry agent: \(message)") }
-        case let .manifestFetched(url, version, files, unchanged):
+        case let .manifestFetched(url, version, files, unchanged, signedBy):
             let v = version.map { "version \($0), " } ?? ""
-            line("\(s): manifest \(v)\(Plural.count(files, "file"))\(unchanged ? " (unchanged)" : "") from \(url)")
+            let signed = signedBy.map { ", signed by \($0)" } ?? ""
+            line("\(s): manifest \(v)\(Plural.count(files, "file"))\(signed)\(unchanged ? " (unchanged)" : "") from \(url)")
         case let .planned(p):
             var size = Units.formatBytes(p.bytes)
             if p.unknownSizes == p.transfers && p.transfers > 0 { size = "size unknown: the manifest gives none" }
@@ -138,8 +139,9 @@ final class SyncReporter: EventSink {
             if unnoticed > 0 { text += "; \(unnoticed) changed while their size and times did not, which a sync alone does not notice" }
             line(text)
             line("  hint: ferry check --repair records what was found and syncs the session now")
-        case let .manifestBuilt(output, version, files, bytes):
-            line("wrote \(Printable.name(output)): version \(version), \(Plural.count(files, "file")), \(Units.formatBytes(bytes))")
+        case let .manifestBuilt(output, version, files, bytes, signedBy):
+            let signed = signedBy.map { ", signed by \($0)" } ?? ""
+            line("wrote \(Printable.name(output)): version \(version), \(Plural.count(files, "file")), \(Units.formatBytes(bytes))\(signed)")
         case let .syncFinished(code, downloaded, failed, deleted, bytes, seconds, message, hint, dryRun):
             bars?.remove(session: event.session)
             bars?.clear()

@@ -38,7 +38,8 @@ public struct PlanSummary: Sendable, Equatable {
 public struct Event: Sendable {
     public enum Body: Sendable {
         case syncStarted(direction: Direction, dryRun: Bool)
-        case manifestFetched(url: String, version: Int64?, files: Int, unchanged: Bool)
+        /// `signedBy`: the key whose signature verified (`ed25519:BASE64`), nil when unsigned.
+        case manifestFetched(url: String, version: Int64?, files: Int, unchanged: Bool, signedBy: String? = nil)
         /// A manifest fetch failed in a way that may pass (`RetryClass`); try `attempt` follows after `delay` seconds.
         case manifestRetrying(url: String, attempt: Int, delay: Double, error: String)
         case planned(PlanSummary)
@@ -72,7 +73,7 @@ public struct Event: Sendable {
         case fileDeleted(path: RelativePath)
         case warning(message: String)
         /// `ferry manifest build` wrote a manifest.
-        case manifestBuilt(output: String, version: Int64, files: Int, bytes: Int64)
+        case manifestBuilt(output: String, version: Int64, files: Int, bytes: Int64, signedBy: String? = nil)
         /// `ferry check` compared the tree with the manifest last applied: `differ` paths the next
         /// sync would change (each was a `plan-item`), `unnoticed` of them changed behind the hash cache.
         case checked(version: Int64?, listed: Int, hashed: Int, differ: Int, unnoticed: Int)
@@ -150,10 +151,11 @@ public struct Event: Sendable {
         switch body {
         case let .syncStarted(direction, dryRun):
             s("direction", direction.rawValue); b("dry_run", dryRun)
-        case let .manifestFetched(url, version, files, unchanged):
+        case let .manifestFetched(url, version, files, unchanged, signedBy):
             s("url", url)
             if let version { n("version", version) }
             n("files", Int64(files)); b("unchanged", unchanged)
+            if let signedBy { s("signed_by", signedBy) }
         case let .planned(p):
             n("downloads", Int64(p.transfers)); n("bytes", p.bytes); n("unknown_sizes", Int64(p.unknownSizes)); n("metadata_fixes", Int64(p.metadataFixes))
             n("deletions", Int64(p.deletions)); n("up_to_date", Int64(p.upToDate)); n("hashed", Int64(p.hashed)); n("extras_kept", Int64(p.extrasKept))
@@ -192,8 +194,9 @@ public struct Event: Sendable {
             s("path", path.string)
         case let .warning(message):
             s("message", message)
-        case let .manifestBuilt(output, version, files, bytes):
+        case let .manifestBuilt(output, version, files, bytes, signedBy):
             s("output", output); n("version", version); n("files", Int64(files)); n("bytes", bytes)
+            if let signedBy { s("signed_by", signedBy) }
         case let .checked(version, listed, hashed, differ, unnoticed):
             if let version { n("version", version) }
             n("listed", Int64(listed)); n("hashed", Int64(hashed)); n("differ", Int64(differ)); n("unnoticed", Int64(unnoticed))

@@ -18,7 +18,8 @@ extension Event {
             body = .syncStarted(direction: d, dryRun: bool("dry_run") ?? false)
         case "manifest-fetched":
             guard let url = text("url"), let files = int("files") else { return nil }
-            body = .manifestFetched(url: url, version: int64("version"), files: files, unchanged: bool("unchanged") ?? false)
+            body = .manifestFetched(url: url, version: int64("version"), files: files, unchanged: bool("unchanged") ?? false,
+                                   signedBy: text("signed_by"))
         case "manifest-retrying":
             guard let url = text("url"), let attempt = int("attempt"), let delay = double("delay"), let error = text("error") else { return nil }
             body = .manifestRetrying(url: url, attempt: attempt, delay: delay, error: error)
@@ -72,7 +73,7 @@ extension Event {
             body = .warning(message: message)
         case "manifest-built":
             guard let output = text("output"), let version = int64("version"), let files = int("files"), let bytes = int64("bytes") else { return nil }
-            body = .manifestBuilt(output: output, version: version, files: files, bytes: bytes)
+            body = .manifestBuilt(output: output, version: version, files: files, bytes: bytes, signedBy: text("signed_by"))
         case "checked":
             guard let listed = int("listed"), let hashed = int("hashed"), let differ = int("differ"), let unnoticed = int("unnoticed") else { return nil }
             body = .checked(version: int64("version"), listed: listed, hashed: hashed, differ: differ, unnoticed: unnoticed)

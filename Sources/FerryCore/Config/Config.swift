@@ -191,6 +191,12 @@ public struct SessionConfig: Sendable {
     public var s3 = S3Options()
     /// Push: a file larger than this goes in parts of this size (an S3 multipart upload).
     public var uploadPartSize: Int64 = 16 << 20
+    /// Pull: accept only manifests signed by one of these keys (empty: signatures are informational).
+    public var trustedKeys: [PublicKey] = []
+    /// Push: the Ed25519 private key (PEM file) that signs what is published.
+    public var signKey: String?
+    /// Push: how long a published manifest stays valid (its `expires`), in seconds.
+    public var expires: Double?
 
     /// The manifest's URL.
     public var manifestURL: String {

@@ -15,11 +15,12 @@ public enum ConfigParser {
         "discretionary", "window", "require-ac-power", "require-unmetered", "max-load", "min-free-space", "bwlimit", "priority",
         "conflict",
         "s3-endpoint", "s3-region", "s3-path-style", "s3-credentials", "s3-profile", "upload-part-size",
+        "trusted-keys", "sign-key", "expires",
     ]
     /// Keys whose value is a command line, split into words by `HookCommand` (quotes and all).
     static let hookKeys: Set<String> = ["on-file-done", "on-session-done"]
     /// Keys whose value is a path on this machine.
-    static let pathKeys: Set<String> = ["state", "metrics", "local", "ca-file", "basic-auth-file", "bearer-token-file", "s3-credentials"]
+    static let pathKeys: Set<String> = ["state", "metrics", "local", "ca-file", "basic-auth-file", "bearer-token-file", "s3-credentials", "sign-key"]
     /// Keys that only an `s3://` remote takes.
     static let s3Keys: Set<String> = ["s3-endpoint", "s3-region", "s3-path-style", "s3-credentials", "s3-profile"]
     /// The conditions of a discretionary session: set only with `discretionary = yes`.
@@ -238,6 +239,18 @@ public enum ConfigParser {
                 case "s3-profile":
                     guard !line.value.isEmpty, !line.value.contains("]"), !line.value.contains("[") else { throw fail(line, "'\(line.value)' is not a profile name") }
                     session.s3.profile = line.value
+                case "trusted-keys":
+                    let words = line.value.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "," }).map(String.init)
+                    guard !words.isEmpty else { throw fail(line, "lists no key", hint: "write the keys `ferry key public` prints: ed25519:BASE64, separated by spaces") }
+                    for word in words {
+                        guard let key = PublicKey(text: word) else {
+                            throw fail(line, "'\(word)' is not a public key like ed25519:BASE64 (the 32 bytes of an Ed25519 key in base64)",
+                                       hint: "ferry key public KEYFILE prints the line to paste here")
+                        }
+                        if !session.trustedKeys.contains(key) { session.trustedKeys.append(key) }
+                    }
+                case "sign-key": session.signKey = resolve(line.value, against: baseDirectory)
+                case "expires": session.expires = try duration(line, minimum: 60, fail)
                 case "upload-part-size":
                     guard let size = Units.parseSize(line.value), size >= 5 << 20, size <= 5 << 30 else {
                         throw fail(line, "'\(line.value)' is not a part size from 5M to 5G (S3's limits), like 16M")
@@ -272,6 +285,14 @@ public enum ConfigParser {
                 default: break
                 }
                 session.discretion = d
+            }
+            if session.direction == .push, let line = find("trusted-keys") {
+                throw fail(line, "applies to a pull session: it says whose manifests a mirror takes",
+                           hint: "a push session signs what it publishes with sign-key; mirrors list its public key in trusted-keys")
+            }
+            if session.direction == .pull, let line = section.lines.first(where: { $0.key == "sign-key" || $0.key == "expires" }) {
+                throw fail(line, "applies to a push session: it is about the manifests it publishes",
+                           hint: "remove this line, or set direction = push")
             }
             if session.basicAuthFile != nil && session.bearerTokenFile != nil {
                 throw .usage("\(path):\(section.number): [\(section.header)] sets both basic-auth-file and bearer-token-file; choose one")

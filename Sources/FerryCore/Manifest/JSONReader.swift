@@ -293,6 +293,16 @@ public struct JSONReader: ~Copyable {
         return fields
     }
 
+    /// Where the next value starts (after whitespace): with `offset` after reading it, the exact
+    /// bytes it spans.
+    public mutating func valueStart() throws(Failure) -> Int {
+        _ = try peekKind()
+        return index
+    }
+
+    /// The byte offset reading has reached.
+    public var offset: Int { index }
+
     /// After the top-level value: only whitespace may follow.
     public mutating func expectEnd() throws(Failure) {
         skipWhitespace()

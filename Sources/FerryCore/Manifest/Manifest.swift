@@ -30,9 +30,16 @@ public struct Manifest: Sendable {
     /// In byte order of their paths (`RelativePath.<`), each path once, whatever order the remote
     /// listed them in: the Reconciler merges them with the local tree.
     public let entries: [ManifestEntry]
+    /// The signatures a signed manifest carries (empty: unsigned), each checked over the signed
+    /// bytes when it was parsed with a verifier.
+    public let signatures: [ManifestSignature]
+
+    /// The key of the first signature that verified, if any.
+    public var signer: PublicKey? { signatures.first { $0.check == .valid }?.key }
 
     /// Sorts `entries` when they are not in path order; they must not list a path twice.
-    public init(format: Format, version: Int64?, generated: Timestamp?, expires: Timestamp?, entries: [ManifestEntry]) {
+    public init(format: Format, version: Int64?, generated: Timestamp?, expires: Timestamp?, entries: [ManifestEntry],
+                signatures: [ManifestSignature] = []) {
         var collector = EntryCollector(capacity: entries.count)
         for e in entries {
             let added = collector.add(e)
@@ -40,11 +47,13 @@ public struct Manifest: Sendable {
         }
         let sorted = collector.finish()
         precondition(sorted.duplicate == nil, "Manifest lists a path twice")
-        self.init(format: format, version: version, generated: generated, expires: expires, sorted: sorted.entries)
+        self.init(format: format, version: version, generated: generated, expires: expires, sorted: sorted.entries, signatures: signatures)
     }
 
-    private init(format: Format, version: Int64?, generated: Timestamp?, expires: Timestamp?, sorted entries: [ManifestEntry]) {
+    private init(format: Format, version: Int64?, generated: Timestamp?, expires: Timestamp?, sorted entries: [ManifestEntry],
+                 signatures: [ManifestSignature] = []) {
         self.format = format
+        self.signatures = signatures
         self.version = version
         self.generated = generated
         self.expires = expires
@@ -101,8 +110,11 @@ public struct Manifest: Sendable {
     /// Parses a ferry JSON manifest, or a SHA256SUMS file when the text does not start with `{`.
     /// `source` names the manifest in errors (its URL). Reading stops at the first fatal error, so
     /// a hostile manifest costs little however long it is. An empty or whitespace-only body is
-    /// invalid: it is what a failed publish leaves behind, never a real manifest.
-    public static func parse(_ bytes: UnsafeBufferPointer<UInt8>, source: String) throws(FerryError) -> Manifest {
+    /// invalid: it is what a failed publish leaves behind, never a real manifest. A signed
+    /// manifest's signatures are checked with `verifier` (without one they stay `.unchecked`);
+    /// whether a session takes them is `ManifestAcceptance`'s to say.
+    public static func parse(_ bytes: UnsafeBufferPointer<UInt8>, source: String,
+                             verifier: (any SignatureVerifier)? = nil) throws(FerryError) -> Manifest {
         var i = 0
         if bytes.count >= 3 && bytes[0] == 0xEF && bytes[1] == 0xBB && bytes[2] == 0xBF { i = 3 }
         while i < bytes.count && (bytes[i] == 0x20 || bytes[i] == 0x0A || bytes[i] == 0x0D || bytes[i] == 0x09) { i += 1 }
@@ -113,7 +125,7 @@ public struct Manifest: Sendable {
         let manifest: Manifest
         switch bytes[i] {
         case UInt8(ascii: "{"):
-            manifest = try parseJSON(bytes, source: source)
+            manifest = try parseJSON(bytes, source: source, verifier: verifier)
         case UInt8(ascii: "["), UInt8(ascii: "\""):
             throw .manifest("manifest \(source): the top level must be a JSON object with \"format\": \"\(formatName)\"")
         default:
@@ -123,78 +135,130 @@ public struct Manifest: Sendable {
         return manifest
     }
 
-    public static func parse(_ bytes: [UInt8], source: String) throws(FerryError) -> Manifest {
+    public static func parse(_ bytes: [UInt8], source: String, verifier: (any SignatureVerifier)? = nil) throws(FerryError) -> Manifest {
         do {
-            return try bytes.withUnsafeBufferPointer { (p) throws(FerryError) -> Manifest in try parse(p, source: source) }
+            return try bytes.withUnsafeBufferPointer { (p) throws(FerryError) -> Manifest in try parse(p, source: source, verifier: verifier) }
         }
     }
 
-    private static func parseJSON(_ bytes: UnsafeBufferPointer<UInt8>, source: String) throws(FerryError) -> Manifest {
-        var reader = JSONReader(bytes)
+    /// The members of a ferry manifest object, as a walk reads them (at the top level of an
+    /// unsigned manifest, inside `signed` of a signed one).
+    private struct Fields {
         var format: String?
         var version: Int64?
         var generated: Timestamp?
         var expires: Timestamp?
-        // No entry takes fewer than 96 bytes of JSON (the hash alone is 66): reserved, not touched.
-        var collector = EntryCollector(capacity: bytes.count / 96)
+        var collector: EntryCollector
         var sawFiles = false
+        var sawAny = false
         var totalSize: Int64 = 0
+
+        init(capacity: Int) { collector = EntryCollector(capacity: capacity) }
+
+        mutating func read(_ r: inout JSONReader, key: String) throws(JSONReader.Failure) {
+            sawAny = true
+            switch key {
+            case "format":
+                format = try r.readString()
+            case "version":
+                let v = try r.readInteger()
+                if v < 0 { throw r.problem("\"version\" must be 0 or more") }
+                if v > Manifest.maximumVersion { throw r.problem("\"version\" \(v) is larger than \(Manifest.maximumVersion) (2^53 − 1), the largest a manifest may carry") }
+                version = v
+            case "generated", "expires":
+                let text = try r.readString()
+                guard let t = Timestamp(rfc3339: text) else { throw r.problem("\"\(key)\" is not an RFC 3339 time: \(Printable.quoted(text))") }
+                if key == "generated" { generated = t } else { expires = t }
+            case "files":
+                sawFiles = true
+                try r.readArray { (r: inout JSONReader, i: Int) throws(JSONReader.Failure) in try readEntry(&r, i) }
+            default:
+                try r.skipValue()
+            }
+        }
+
+        private mutating func readEntry(_ r: inout JSONReader, _ i: Int) throws(JSONReader.Failure) {
+            var path: String?, size: Int64?, sha: String?, mtime: Timestamp?, mode: UInt32?
+            try r.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
+                switch key {
+                case "path": path = try r.readString()
+                case "size":
+                    let s = try r.readInteger()
+                    if s < 0 { throw r.problem("files[\(i)].size is negative") }
+                    if s > Manifest.maximumFileSize { throw r.problem("files[\(i)].size is larger than 8 PiB") }
+                    totalSize += s
+                    if totalSize > Manifest.maximumTotalSize { throw r.problem("the sizes of files[0...\(i)] add up to more than 4 EiB") }
+                    size = s
+                case "sha256": sha = try r.readString()
+                case "mtime":
+                    let text = try r.readString()
+                    guard let t = Timestamp(rfc3339: text) else { throw r.problem("files[\(i)].mtime is not an RFC 3339 time: \(Printable.quoted(text))") }
+                    mtime = t
+                case "mode":
+                    let text = try r.readString()
+                    guard let m = parseMode(text) else { throw r.problem("files[\(i)].mode is not an octal mode like \"0644\": \(Printable.quoted(text))") }
+                    mode = m
+                default: try r.skipValue()
+                }
+            }
+            guard let path else { throw r.problem("files[\(i)] has no \"path\"") }
+            let checked: RelativePath
+            do { checked = try RelativePath(validating: path) } catch {
+                throw r.problem("files[\(i)].path \(Printable.quoted(path)) is refused: \(error)")
+            }
+            guard let size else { throw r.problem("files[\(i)] (\(Printable.name(path))) has no \"size\"") }
+            guard let sha else { throw r.problem("files[\(i)] (\(Printable.name(path))) has no \"sha256\"") }
+            guard let digest = SHA256Digest(hex: sha) else {
+                throw r.problem("files[\(i)] (\(Printable.name(path))) sha256 must be 64 hex digits, got \(sha.utf8.count) characters")
+            }
+            guard collector.add(ManifestEntry(path: checked, size: size, sha256: digest, mtime: mtime, mode: mode)) else {
+                throw r.problem("lists \(Printable.quoted(path)) twice")
+            }
+        }
+    }
+
+    private static func parseJSON(_ bytes: UnsafeBufferPointer<UInt8>, source: String, verifier: (any SignatureVerifier)?) throws(FerryError) -> Manifest {
+        var reader = JSONReader(bytes)
+        // No entry takes fewer than 96 bytes of JSON (the hash alone is 66): reserved, not touched.
+        var fields = Fields(capacity: bytes.count / 96)
+        // A signed manifest: the bytes of its `signed` member, and its signatures (ManifestEnvelope).
+        var signed: Range<Int>?
+        var signatures: [(key: PublicKey, signature: [UInt8])] = []
+        var sawSignatures = false
         do {
             try reader.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
                 switch key {
-                case "format":
-                    format = try r.readString()
-                case "version":
-                    let v = try r.readInteger()
-                    if v < 0 { throw r.problem("\"version\" must be 0 or more") }
-                    if v > Manifest.maximumVersion { throw r.problem("\"version\" \(v) is larger than \(Manifest.maximumVersion) (2^53 − 1), the largest a manifest may carry") }
-                    version = v
-                case "generated", "expires":
-                    let text = try r.readString()
-                    guard let t = Timestamp(rfc3339: text) else { throw r.problem("\"\(key)\" is not an RFC 3339 time: \(Printable.quoted(text))") }
-                    if key == "generated" { generated = t } else { expires = t }
-                case "files":
-                    sawFiles = true
+                case "signed":
+                    if signed != nil || fields.sawAny { throw r.problem("a signed manifest has one \"signed\" member and no other manifest fields") }
+                    let start = try r.valueStart()
+                    guard try r.peekKind() == .object else { throw r.problem("\"signed\" must be the manifest object") }
+                    try r.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in try fields.read(&r, key: key) }
+                    signed = start..<r.offset
+                case "signatures":
+                    sawSignatures = true
                     try r.readArray { (r: inout JSONReader, i: Int) throws(JSONReader.Failure) in
-                        var path: String?, size: Int64?, sha: String?, mtime: Timestamp?, mode: UInt32?
+                        if i >= ManifestEnvelope.maximumSignatures { throw r.problem("carries more than \(ManifestEnvelope.maximumSignatures) signatures") }
+                        var keyText: String?, sigText: String?
                         try r.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
                             switch key {
-                            case "path": path = try r.readString()
-                            case "size":
-                                let s = try r.readInteger()
-                                if s < 0 { throw r.problem("files[\(i)].size is negative") }
-                                if s > Manifest.maximumFileSize { throw r.problem("files[\(i)].size is larger than 8 PiB") }
-                                totalSize += s
-                                if totalSize > Manifest.maximumTotalSize { throw r.problem("the sizes of files[0...\(i)] add up to more than 4 EiB") }
-                                size = s
-                            case "sha256": sha = try r.readString()
-                            case "mtime":
-                                let text = try r.readString()
-                                guard let t = Timestamp(rfc3339: text) else { throw r.problem("files[\(i)].mtime is not an RFC 3339 time: \(Printable.quoted(text))") }
-                                mtime = t
-                            case "mode":
-                                let text = try r.readString()
-                                guard let m = parseMode(text) else { throw r.problem("files[\(i)].mode is not an octal mode like \"0644\": \(Printable.quoted(text))") }
-                                mode = m
+                            case "key": keyText = try r.readString()
+                            case "sig": sigText = try r.readString()
                             default: try r.skipValue()
                             }
                         }
-                        guard let path else { throw r.problem("files[\(i)] has no \"path\"") }
-                        let checked: RelativePath
-                        do { checked = try RelativePath(validating: path) } catch {
-                            throw r.problem("files[\(i)].path \(Printable.quoted(path)) is refused: \(error)")
+                        guard let keyText, let key = PublicKey(text: keyText) else {
+                            throw r.problem("signatures[\(i)].key must be \"ed25519:\" and the base64 of 32 bytes")
                         }
-                        guard let size else { throw r.problem("files[\(i)] (\(Printable.name(path))) has no \"size\"") }
-                        guard let sha else { throw r.problem("files[\(i)] (\(Printable.name(path))) has no \"sha256\"") }
-                        guard let digest = SHA256Digest(hex: sha) else {
-                            throw r.problem("files[\(i)] (\(Printable.name(path))) sha256 must be 64 hex digits, got \(sha.utf8.count) characters")
+                        guard let sigText, let sig = Base64.decode(sigText), sig.count == 64 else {
+                            throw r.problem("signatures[\(i)].sig must be the base64 of a 64-byte Ed25519 signature")
                         }
-                        guard collector.add(ManifestEntry(path: checked, size: size, sha256: digest, mtime: mtime, mode: mode)) else {
-                            throw r.problem("lists \(Printable.quoted(path)) twice")
-                        }
+                        signatures.append((key, sig))
                     }
                 default:
-                    try r.skipValue()
+                    if signed != nil && ["format", "version", "generated", "expires", "files"].contains(key) {
+                        throw r.problem("a signed manifest has one \"signed\" member and no other manifest fields")
+                    }
+                    try fields.read(&r, key: key)
                 }
             }
             try reader.expectEnd()
@@ -204,13 +268,24 @@ public struct Manifest: Sendable {
             }
             throw .manifest("manifest \(source): \(error.message) (line \(error.line), column \(error.column))")
         }
-        guard let format else { throw .manifest("manifest \(source) has no \"format\"; expected \"\(formatName)\"") }
+        if sawSignatures && signed == nil {
+            throw .manifest("manifest \(source) carries \"signatures\" but no \"signed\" member: nothing says what they sign")
+        }
+        guard let format = fields.format else { throw .manifest("manifest \(source) has no \"format\"; expected \"\(formatName)\"") }
         guard format == formatName else { throw .manifest("manifest \(source) has format \(Printable.quoted(format)); this ferry reads \"\(formatName)\"") }
-        guard let version else { throw .manifest("manifest \(source) has no \"version\"") }
-        guard sawFiles else { throw .manifest("manifest \(source) has no \"files\" list") }
-        let (entries, duplicate) = collector.finish()
+        guard let version = fields.version else { throw .manifest("manifest \(source) has no \"version\"") }
+        guard fields.sawFiles else { throw .manifest("manifest \(source) has no \"files\" list") }
+        let (entries, duplicate) = fields.collector.finish()
         if let duplicate { throw .manifest("manifest \(source) lists \(Printable.quoted(duplicate.string)) twice") }
-        return Manifest(format: .ferry, version: version, generated: generated, expires: expires, sorted: entries)
+        var checks: [ManifestSignature] = []
+        if let signed {
+            let message = UnsafeBufferPointer(rebasing: bytes[signed])
+            for s in signatures {
+                let check: ManifestSignature.Check = verifier.map { $0.verify(signature: s.signature, by: s.key, of: message) ? .valid : .invalid } ?? .unchecked
+                checks.append(ManifestSignature(key: s.key, check: check))
+            }
+        }
+        return Manifest(format: .ferry, version: version, generated: fields.generated, expires: fields.expires, sorted: entries, signatures: checks)
     }
 
     /// SHA256SUMS as `sha256sum` writes it, one file per line:
@@ -340,8 +415,10 @@ public struct Manifest: Sendable {
 /// Renders a manifest as `ferry-manifest/1` JSON: sorted by path, one file per line, so two builds
 /// of the same tree are byte-identical and diffs stay readable.
 public enum ManifestWriter {
-    public static func render(version: Int64, generated: Timestamp, entries: [ManifestEntry]) -> String {
-        var out = "{\n  \"format\": \"\(Manifest.formatName)\",\n  \"version\": \(version),\n  \"generated\": \"\(generated.rfc3339)\",\n  \"files\": ["
+    public static func render(version: Int64, generated: Timestamp, expires: Timestamp? = nil, entries: [ManifestEntry]) -> String {
+        var out = "{\n  \"format\": \"\(Manifest.formatName)\",\n  \"version\": \(version),\n  \"generated\": \"\(generated.rfc3339)\","
+        if let expires { out += "\n  \"expires\": \"\(expires.rfc3339)\"," }
+        out += "\n  \"files\": ["
         let sorted = entries.sorted { $0.path < $1.path }
         for (i, e) in sorted.enumerated() {
             out += i == 0 ? "\n    " : ",\n    "

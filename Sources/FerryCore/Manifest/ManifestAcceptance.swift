@@ -11,8 +11,12 @@ public struct ManifestAcceptance: Sendable {
     public var localFiles: Int
     public var allowRollback: Bool
     public var allowEmpty: Bool
+    /// `trusted-keys`: when any, only a manifest with a valid signature by one of them is taken.
+    public var trustedKeys: [PublicKey]
 
-    public init(session: String, now: Timestamp, appliedVersion: Int64?, localFiles: Int, allowRollback: Bool, allowEmpty: Bool) {
+    public init(session: String, now: Timestamp, appliedVersion: Int64?, localFiles: Int, allowRollback: Bool, allowEmpty: Bool,
+                trustedKeys: [PublicKey] = []) {
+        self.trustedKeys = trustedKeys
         self.session = session
         self.now = now
         self.appliedVersion = appliedVersion
@@ -22,8 +26,11 @@ public struct ManifestAcceptance: Sendable {
     }
 
     public func check(_ manifest: Manifest, source: String) throws(FerryError) {
+        // Trust first: what an untrusted manifest says (its version, its expiry) means nothing.
+        try checkSignature(manifest, source: source)
         if let expires = manifest.expires, expires < now {
-            throw .manifest("manifest \(source) expired at \(expires.rfc3339)", hint: "publish a fresh manifest on the remote")
+            throw .manifest("manifest \(source) expired at \(expires.rfc3339): refused, nothing was changed",
+                            hint: "the publisher must publish a fresh one (a push session re-issues it before it expires; ferry manifest build --expires D sets a new expiry)")
         }
         if let old = appliedVersion, let new = manifest.version, new < old, !allowRollback {
             throw .manifest("manifest \(source) has version \(new), lower than version \(old) already applied: refused as a rollback",
@@ -33,5 +40,25 @@ public struct ManifestAcceptance: Sendable {
             throw .manifest("manifest \(source) lists no files, and the mirror holds \(localFiles): refused, so that a publishing mistake cannot empty it; nothing was changed",
                             hint: "if the remote is meant to be empty, set allow-empty = yes for session '\(session)' (deletions stay capped by max-delete)")
         }
+    }
+
+    /// With `trusted-keys`, a manifest is taken only with a signature by one of them that verifies
+    /// over the signed bytes (design.md, "Signed manifests"); without, signatures are informational.
+    public func checkSignature(_ manifest: Manifest, source: String) throws(FerryError) {
+        guard !trustedKeys.isEmpty else { return }
+        let trusted = Set(trustedKeys)
+        let keys = "'\(session)' trusts \(trustedKeys.map(\.description).joined(separator: ", "))"
+        if manifest.signatures.contains(where: { trusted.contains($0.key) && $0.check == .valid }) { return }
+        if manifest.signatures.isEmpty {
+            throw .manifest("manifest \(source) is not signed, and session \(keys): refused, nothing was changed",
+                            hint: "sign it where it is published (ferry manifest build --sign KEY, or sign-key in the push session), or remove trusted-keys from session '\(session)'")
+        }
+        if let broken = manifest.signatures.first(where: { trusted.contains($0.key) }) {
+            throw .manifest("manifest \(source) carries a signature by the trusted key \(broken.key) that does not match its content: it was changed after it was signed (or damaged on the way); refused, nothing was changed",
+                            hint: "publish it again from the publisher that holds the key; if it keeps failing, someone between the publisher and this machine is altering it")
+        }
+        let signers = manifest.signatures.map(\.key.description).joined(separator: ", ")
+        throw .manifest("manifest \(source) is signed by \(signers), which session \(keys) does not trust: refused, nothing was changed",
+                        hint: "if the publisher moved to a new key, add it to trusted-keys of session '\(session)' (keep the old one until every publisher signs with the new); if not, the manifest is not your publisher's")
     }
 }

@@ -127,8 +127,9 @@ public enum FileSystem {
 
     /// Writes a file so that readers see the old content or the new, never a mix: a temporary file
     /// (`createTemporary`), fsync, rename over `path` (a symlink there is replaced, not followed),
-    /// fsync of the directory.
-    public static func writeAtomically(_ path: String, bytes: [UInt8], mode: mode_t = 0o644) throws(FerryError) {
+    /// fsync of the directory. With `replacing: false` an existing `path` is left alone and refused
+    /// (the new file is linked into place, which fails when the name is taken).
+    public static func writeAtomically(_ path: String, bytes: [UInt8], mode: mode_t = 0o644, replacing: Bool = true) throws(FerryError) {
         let (fd, temp) = try createTemporary(beside: path, mode: mode)
         do throws(FerryError) {
             try write(fd: fd, bytes: bytes, shown: temp)
@@ -139,6 +140,16 @@ public enum FileSystem {
             throw error
         }
         close(fd)
+        if !replacing {
+            defer { unlink(temp) }
+            guard link(temp, path) == 0 else {
+                let code = errno
+                throw FerryError(.localIO, "cannot write \(Printable.name(path)): \(code == EEXIST ? "it already exists" : errorText(code))",
+                                 cause: .local(errno: code))
+            }
+            syncDirectory(containing: path)
+            return
+        }
         guard rename(temp, path) == 0 else {
             let code = errno
             unlink(temp)

@@ -15,7 +15,9 @@ public struct ManifestBuilder {
 
     public init() {}
 
+    /// `signingKey`: sign the manifest (`ManifestEnvelope`); `expires`: seconds from now it stays valid.
     public func build(directory: String, output: String?, version explicitVersion: Int64?, allowRollback: Bool = false,
+                      signingKey: SigningKey? = nil, expires: Double? = nil,
                       progress: (Int, Int) -> Void = { _, _ in }) throws(FerryError) -> Result {
         let outputPath = output ?? directory + "/manifest.json"
         let root = try LocalRoot(path: directory, create: false)
@@ -34,7 +36,7 @@ public struct ManifestBuilder {
         if FileSystem.exists(outputPath) {
             let bytes = try FileSystem.readFile(outputPath, limit: 1 << 30)
             do {
-                previous = try Manifest.parse(bytes, source: outputPath).version
+                previous = try Manifests.parse(bytes, source: outputPath).version
             } catch {
                 guard explicitVersion != nil else {
                     throw .usage("cannot read the version of the existing manifest \(outputPath): \(error.message)",
@@ -55,8 +57,10 @@ public struct ManifestBuilder {
             total += hashed.size
             progress(i + 1, files.count)
         }
-        let text = ManifestWriter.render(version: version, generated: Timestamp.now(), entries: entries)
-        try FileSystem.writeAtomically(outputPath, bytes: Array(text.utf8))
+        let now = Timestamp.now()
+        let text = Array(ManifestWriter.render(version: version, generated: now, expires: expires.map { Timestamp(seconds: now.seconds + Int64($0)) },
+                                               entries: entries).utf8)
+        try FileSystem.writeAtomically(outputPath, bytes: try signingKey.map { (key) throws(FerryError) in try key.signManifest(text) } ?? text)
         return Result(output: outputPath, version: version, files: entries.count, bytes: total, warnings: warnings)
     }
 

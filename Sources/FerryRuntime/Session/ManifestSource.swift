@@ -30,7 +30,7 @@ struct ManifestSource {
     /// The cached manifest, parsed (nil: none for this URL); one that no longer parses throws.
     func cached(record: SessionRecord?) throws(FerryError) -> Manifest? {
         guard record?.manifestURL == session.manifestURL, FileSystem.exists(path) else { return nil }
-        return try Manifest.parse(FileSystem.readFile(path, limit: limit), source: path)
+        return try Manifests.parse(FileSystem.readFile(path, limit: limit), source: path)
     }
 
     /// The remote's manifest, asked conditionally when the cache holds the last one (`cached`

@@ -16,13 +16,16 @@ final class PullSync: SessionWork {
         // The agent knows nothing under the root changed since a run left it in sync: a 304 then
         // needs no scan, no parse and no plan (cheap at rest).
         var early: ManifestFetch?
-        if options.localUnchanged {
+        // Unless the manifest last taken is no longer one this session would take (trusted-keys
+        // changed, or it expired): then it is read and checked again.
+        if options.localUnchanged && stillTrusted(record) {
             let answer = try requestManifest(record: record, remote: remote)
             if case .unchanged = answer {
                 // A state from before migration 8 has no count yet: the hash cache stands for it.
                 var files = record?.manifestFiles ?? 0
                 if record?.manifestFiles == nil { files = try store.hashCacheCount(session: session.name) }
-                emit(.manifestFetched(url: url, version: record?.manifestVersion, files: files, unchanged: true))
+                emit(.manifestFetched(url: url, version: record?.manifestVersion, files: files, unchanged: true,
+                                      signedBy: record?.manifestSigner?.description))
                 return
             }
             early = answer
@@ -61,15 +64,16 @@ final class PullSync: SessionWork {
         let acceptance = ManifestAcceptance(
             session: session.name, now: Timestamp.now(), appliedVersion: record?.manifestURL == url ? record?.manifestVersion : nil,
             localFiles: tree.fileCount,
-            allowRollback: session.allowRollback, allowEmpty: session.allowEmpty)
+            allowRollback: session.allowRollback, allowEmpty: session.allowEmpty, trustedKeys: session.trustedKeys)
         try acceptance.check(manifest, source: url)
         if let accepted = staged {
             try manifests.commit(staged: accepted)
             staged = nil
             try store.saveManifest(session: session.name, url: url, etag: fetched.etag, lastModified: fetched.lastModified, version: manifest.version,
-                                  files: manifest.entries.count)
+                                  files: manifest.entries.count, signer: manifest.signer, expires: manifest.expires)
         }
-        emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: !fetched.changed))
+        emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: !fetched.changed,
+                              signedBy: manifest.signer?.description))
 
         // Plan with the hashes the cache vouches for; files it cannot vouch for are hashed, join
         // the cache, and the plan is made again (a hash counts only while it is valid for the
@@ -274,6 +278,14 @@ final class PullSync: SessionWork {
         let lastModified: String?
     }
 
+    /// Whether the manifest last taken (as the state records it) would still be taken as it is:
+    /// signed by a key `trusted-keys` still lists (when it lists any), and not expired.
+    private func stillTrusted(_ record: SessionRecord?) -> Bool {
+        if let expires = record?.manifestExpires, expires < Timestamp.now() { return false }
+        guard !session.trustedKeys.isEmpty else { return true }
+        return record?.manifestSigner.map(session.trustedKeys.contains) ?? false
+    }
+
     /// Asks the remote for the manifest, conditionally when the cache holds the last one.
     private func requestManifest(record: SessionRecord?, remote: Remote) throws(FerryError) -> ManifestFetch {
         let manifests = self.manifests
@@ -288,14 +300,14 @@ final class PullSync: SessionWork {
         switch fetched {
         case .unchanged:
             let bytes = try FileSystem.readFile(manifests.path, limit: Int(session.maxManifestSize))
-            return Fetched(manifest: try Manifest.parse(bytes, source: url), changed: false, staged: nil, etag: nil, lastModified: nil)
+            return Fetched(manifest: try Manifests.parse(bytes, source: url), changed: false, staged: nil, etag: nil, lastModified: nil)
         case let .missing(error):
             throw error
         case let .fetched(bytes, etag, lastModified):
             // Staged on disk before parsing, so the bytes are freed as soon as they are parsed.
             let staged = options.dryRun ? nil : try manifests.stage(bytes)
             do {
-                return Fetched(manifest: try Manifest.parse(bytes, source: url), changed: true, staged: staged, etag: etag, lastModified: lastModified)
+                return Fetched(manifest: try Manifests.parse(bytes, source: url), changed: true, staged: staged, etag: etag, lastModified: lastModified)
             } catch {
                 if let staged { unlink(staged) }
                 throw error

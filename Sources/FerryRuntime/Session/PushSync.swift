@@ -18,6 +18,23 @@ import FerryCore
 final class PushSync: SessionWork {
     /// Stands for the hash of a file hashed while it is sent; never published (the upload's digest replaces it).
     static let unknownHash = SHA256Digest(hex: String(repeating: "0", count: 64))!
+    /// `sign-key`, read at the start of each cycle.
+    private var signingKey: SigningKey?
+
+    /// Why the manifest this session last published must be published again though nothing
+    /// changed (nil: it need not): it is signed by another key than `sign-key` (a rotation), or it
+    /// expires within half of `expires` (or says no expiry when the session wants one).
+    private func reissueReason(_ record: SessionRecord?) -> String? {
+        guard let record, record.manifestVersion != nil else { return nil }
+        if record.manifestSigner != signingKey?.publicKey {
+            return signingKey.map { "is not signed by sign-key (\($0.publicKey))" } ?? "is signed, and the session no longer signs"
+        }
+        if let lifetime = session.expires {
+            guard let at = record.manifestExpires else { return "carries no expiry" }
+            if Double(at.seconds - Timestamp.now().seconds) < lifetime / 2 { return "expires at \(at.rfc3339)" }
+        }
+        return nil
+    }
 
     func cycle(store: StateStore, result: inout SyncResult) throws(FerryError) {
         guard !session.manifest.contains("://") else {
@@ -28,9 +45,16 @@ final class PushSync: SessionWork {
         guard let writer = remote as? RemoteWriting else {
             throw .usage("the remote of session '\(session.name)' cannot be written to")
         }
+        // The key that signs what this run publishes: read before anything is sent, so a key that
+        // cannot be read stops the run at once.
+        let use = "sign-key of session '\(session.name)'"
+        signingKey = try session.signKey.map { (file) throws(FerryError) -> SigningKey in try SigningKey(file: file, use: use) }
+        if let file = session.signKey, let warning = SigningKey.exposure(of: file, use: use) { emit(.warning(message: warning)) }
+        let reissue = reissueReason(try store.session(session.name))
         // The agent knows nothing under the root changed since a run published it all: when the
         // remote still holds what was published (304), there is nothing to parse, scan or send.
-        guard let (published, changedOnRemote, lastVersion) = try remoteState(remote, store: store, unchangedEnds: options.localUnchanged) else {
+        guard let (published, changedOnRemote, lastVersion) = try remoteState(remote, store: store,
+                                                                             unchangedEnds: options.localUnchanged && reissue == nil) else {
             let record = try store.session(session.name)
             emit(.manifestFetched(url: session.manifestURL, version: record?.manifestVersion, files: record?.manifestFiles ?? 0, unchanged: true))
             return
@@ -38,7 +62,7 @@ final class PushSync: SessionWork {
         let remoteUnchanged = changedOnRemote.isEmpty && lastVersion != nil
         emit(.manifestFetched(url: session.manifestURL, version: published?.version, files: published?.entries.count ?? 0,
                               unchanged: remoteUnchanged))
-        if options.localUnchanged && remoteUnchanged { return }
+        if options.localUnchanged && remoteUnchanged && reissue == nil { return }
 
         let scan = try scanLocal(store: store, published: published, hashingEverything: writer.hashesBeforeSending)
         result.hashed = scan.hashed
@@ -109,7 +133,10 @@ final class PushSync: SessionWork {
         let present = Set(scan.entries.map(\.path))
         _ = try store.pruneTasks(session: session.name, keeping: { present.contains($0) })
         try store.settleTasks(session: session.name, transferring: Set(plan.uploads.map(\.entry.path)))
-        if plan.isEmpty && unlisting.isEmpty { return }
+        if plan.isEmpty && unlisting.isEmpty {
+            guard let reissue else { return }
+            emit(.warning(message: "nothing changed, but the published manifest \(reissue): publishing version \(plan.version)"))
+        }
 
         let gate = DiscretionGate(session: session, agent: agent)
         let blocked = try clearTheWay(plan, local: present, writer: writer, store: store, held: !plan.uploads.isEmpty && gate?.waitsFor() != nil,
@@ -181,7 +208,10 @@ final class PushSync: SessionWork {
             }
             _ = try store.pruneTasks(session: session.name, keeping: { !transfers.vanished.contains($0) })
         }
-        let text = Array(ManifestWriter.render(version: plan.version, generated: Timestamp.now(), entries: plan.manifest).utf8)
+        let now = Timestamp.now()
+        let expires = session.expires.map { Timestamp(seconds: now.seconds + Int64($0)) }
+        var text = Array(ManifestWriter.render(version: plan.version, generated: now, expires: expires, entries: plan.manifest).utf8)
+        if let signingKey { text = try signingKey.signManifest(text) }
         // Another writer that published while this run uploaded is not overwritten: the files this
         // run placed are on the remote, but readers go on seeing the other writer's manifest (a file
         // of both, if any, fails their hash check, never a mixed tree with exit 0), and the next run
@@ -190,7 +220,8 @@ final class PushSync: SessionWork {
         var written = false
         let changed = writer.writesConditionally ? false : try changedSinceRead(remote)
         if !changed {
-            written = try publish(text, version: plan.version, files: plan.manifest.count, writer: writer, remote: remote, store: store)
+            written = try publish(text, version: plan.version, files: plan.manifest.count, signer: signingKey?.publicKey, expires: expires,
+                                  writer: writer, remote: remote, store: store)
         }
         if !written {
             result.failed += 1
@@ -201,7 +232,7 @@ final class PushSync: SessionWork {
             return
         }
         emit(.manifestBuilt(output: session.manifestURL, version: plan.version, files: plan.manifest.count,
-                            bytes: plan.manifest.reduce(0) { $0 + ($1.size ?? 0) }))
+                            bytes: plan.manifest.reduce(0) { $0 + ($1.size ?? 0) }, signedBy: signingKey?.publicKey.description))
         let outcome = RunOutcome(failed: result.failed, deletionsRefused: plan.refusedDeletions != nil)
         result.exitCode = outcome.exitCode
         var reasons: [String] = []
@@ -380,7 +411,8 @@ final class PushSync: SessionWork {
     /// Publishes `bytes` as the remote's manifest and remembers it; false when the remote no longer
     /// holds the manifest this run read (`publishCondition`). When the write fails, the remote is
     /// asked once: holding these very bytes, it was published (the answer was lost).
-    private func publish(_ bytes: [UInt8], version: Int64, files: Int, writer: RemoteWriting, remote: Remote, store: StateStore) throws(FerryError) -> Bool {
+    private func publish(_ bytes: [UInt8], version: Int64, files: Int, signer: PublicKey?, expires: Timestamp?, writer: RemoteWriting,
+                         remote: Remote, store: StateStore) throws(FerryError) -> Bool {
         let manifests = self.manifests
         try manifests.beginPublishing(bytes)
         do throws(FerryError) {
@@ -392,13 +424,14 @@ final class PushSync: SessionWork {
             guard case let .fetched(now, _, _)? = manifests.now(from: remote), now == bytes else { throw error }
             emit(.warning(message: "publishing version \(version) got no answer (\(error.message)), but the remote holds it: published"))
         }
-        try remember(published: bytes, version: version, files: files, remote: remote, store: store)
+        try remember(published: bytes, version: version, files: files, signer: signer, expires: expires, remote: remote, store: store)
         return true
     }
 
     /// Keeps what was just published, and the remote's validators for it, so the next run can
     /// tell whether someone else changed the remote meanwhile.
-    private func remember(published bytes: [UInt8], version: Int64?, files: Int, remote: Remote, store: StateStore) throws(FerryError) {
+    private func remember(published bytes: [UInt8], version: Int64?, files: Int, signer: PublicKey?, expires: Timestamp?, remote: Remote,
+                          store: StateStore) throws(FerryError) {
         let manifests = self.manifests
         try manifests.keep(bytes)
         manifests.endPublishing()
@@ -410,7 +443,8 @@ final class PushSync: SessionWork {
                 emit(.warning(message: "the remote's manifest changed again right after this run published version \(version.map(String.init) ?? "?"): another writer? The next run compares"))
             }
         }
-        try store.saveManifest(session: session.name, url: session.manifestURL, etag: etag, lastModified: lastModified, version: version, files: files)
+        try store.saveManifest(session: session.name, url: session.manifestURL, etag: etag, lastModified: lastModified, version: version, files: files,
+                               signer: signer, expires: expires)
     }
 
     /// The remote's manifest now; the paths it says differently from the manifest this session
@@ -426,7 +460,7 @@ final class PushSync: SessionWork {
         let manifests = self.manifests
         let cached = useCache ? manifests.cachedBytes(record: record) : nil
         /// The manifest last published, parsed only when it is needed.
-        func published() -> Manifest? { cached.flatMap { try? Manifest.parse($0, source: manifests.path) } }
+        func published() -> Manifest? { cached.flatMap { try? Manifests.parse($0, source: manifests.path) } }
         var now: Manifest?
         var last: Manifest?
         switch try manifests.fetch(from: remote, record: record, cached: cached != nil, options: options, emit: { [unowned self] in self.emit($0) }) {
@@ -443,10 +477,11 @@ final class PushSync: SessionWork {
         case let .fetched(bytes, etag, lastModified):
             seen = Seen(etag: etag, lastModified: lastModified, bytes: bytes)
             if let pending = manifests.pendingPublish {
-                if pending == bytes, let mine = try? Manifest.parse(bytes, source: url) {
+                if pending == bytes, let mine = try? Manifests.parse(bytes, source: url) {
                     // This session published it; the answer was lost (a reset, kill -9).
                     emit(.warning(message: "the remote holds version \(mine.version.map(String.init) ?? "?") that an earlier run published without learning it had: taken as published"))
-                    try remember(published: bytes, version: mine.version, files: mine.entries.count, remote: remote, store: store)
+                    try remember(published: bytes, version: mine.version, files: mine.entries.count, signer: mine.signer, expires: mine.expires,
+                                 remote: remote, store: store)
                     return (mine, [], mine.version)
                 }
                 manifests.endPublishing()
@@ -461,7 +496,7 @@ final class PushSync: SessionWork {
                 return (last, [], last.version)
             }
             do throws(FerryError) {
-                now = try Manifest.parse(bytes, source: url)
+                now = try Manifests.parse(bytes, source: url)
             } catch {
                 // Someone else wrote something there that is not a manifest: it says nothing
                 // of what the remote holds.

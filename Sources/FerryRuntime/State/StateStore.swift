@@ -29,6 +29,10 @@ public struct SessionRecord: Sendable {
     public var heldFor: String?
     /// How many files the manifest last applied lists.
     public var manifestFiles: Int?
+    /// The key that signed the manifest last applied or published (nil: unsigned).
+    public var manifestSigner: PublicKey?
+    /// When that manifest expires, if it says.
+    public var manifestExpires: Timestamp?
 }
 
 /// What a remote said of a file right after ferry placed it there (push): a later run that finds
@@ -240,6 +244,14 @@ public final class StateStore {
             PRIMARY KEY (task, number)
         ) WITHOUT ROWID;
         """,
+        // 11: the key whose signature vouched for the manifest last applied or published
+        // (`ed25519:BASE64`; NULL: unsigned), for status, and so that an unchanged poll after
+        // trusted-keys dropped that key does not stand for an accepted manifest; and when that
+        // manifest expires, so a push re-issues it in time without parsing it.
+        """
+        ALTER TABLE sessions ADD COLUMN manifest_signer TEXT;
+        ALTER TABLE sessions ADD COLUMN manifest_expires TEXT;
+        """,
     ]
 
     /// `TaskState.after(event)` as SQL: the expression a row's new state is set to, so the table
@@ -293,7 +305,7 @@ public final class StateStore {
         let s = try db.prepare("""
             SELECT manifest_url, manifest_etag, manifest_last_modified, manifest_version, last_run_started,
                    last_run_finished, last_exit_code, last_message, running_pid, deadline,
-                   agent_pid, agent_state, next_poll, last_poll_ok, held_for, manifest_files FROM sessions WHERE name = ?
+                   agent_pid, agent_state, next_poll, last_poll_ok, held_for, manifest_files, manifest_signer, manifest_expires FROM sessions WHERE name = ?
             """).bind(.text(name))
         guard try s.step() else { return nil }
         return SessionRecord(
@@ -302,7 +314,8 @@ public final class StateStore {
             lastRunFinished: s.text(5).flatMap(Timestamp.init(rfc3339:)), lastExitCode: s.isNull(6) ? nil : Int32(s.int(6)),
             lastMessage: s.text(7), runningPID: s.isNull(8) ? nil : Int32(s.int(8)), deadline: s.text(9).flatMap(Timestamp.init(rfc3339:)),
             agentPID: s.isNull(10) ? nil : Int32(s.int(10)), agentState: s.text(11), nextPoll: s.text(12).flatMap(Timestamp.init(rfc3339:)),
-            lastPollOK: s.text(13).flatMap(Timestamp.init(rfc3339:)), heldFor: s.text(14), manifestFiles: s.isNull(15) ? nil : Int(s.int(15)))
+            lastPollOK: s.text(13).flatMap(Timestamp.init(rfc3339:)), heldFor: s.text(14), manifestFiles: s.isNull(15) ? nil : Int(s.int(15)),
+            manifestSigner: s.text(16).flatMap(PublicKey.init(text:)), manifestExpires: s.text(17).flatMap(Timestamp.init(rfc3339:)))
     }
 
     /// What the agent `pid` says of a session between runs; a nil pid says no agent schedules it.
@@ -328,10 +341,15 @@ public final class StateStore {
         try db.prepare("INSERT OR IGNORE INTO sessions (name) VALUES (?)").bind(.text(name)).run()
     }
 
-    public func saveManifest(session: String, url: String, etag: String?, lastModified: String?, version: Int64?, files: Int) throws(FerryError) {
+    public func saveManifest(session: String, url: String, etag: String?, lastModified: String?, version: Int64?, files: Int,
+                             signer: PublicKey?, expires: Timestamp?) throws(FerryError) {
         try ensureSession(session)
-        try db.prepare("UPDATE sessions SET manifest_url = ?, manifest_etag = ?, manifest_last_modified = ?, manifest_version = ?, manifest_files = ? WHERE name = ?")
-            .bind(.text(url), .optional(etag), .optional(lastModified), .optional(version), .int(Int64(files)), .text(session)).run()
+        try db.prepare("""
+            UPDATE sessions SET manifest_url = ?, manifest_etag = ?, manifest_last_modified = ?, manifest_version = ?, manifest_files = ?,
+                                manifest_signer = ?, manifest_expires = ? WHERE name = ?
+            """)
+            .bind(.text(url), .optional(etag), .optional(lastModified), .optional(version), .int(Int64(files)), .optional(signer?.description),
+                  .optional(expires?.rfc3339), .text(session)).run()
     }
 
     /// New validators for the manifest the session already has (the remote sent the same bytes

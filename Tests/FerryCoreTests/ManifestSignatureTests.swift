@@ -1,0 +1,91 @@
+import Testing
+@testable import FerryCore
+
+/// The signed-manifest envelope as the core reads it: what bytes a verifier is given, how the
+/// envelope may and may not be shaped, and what `trusted-keys` makes of each signature.
+struct ManifestSignatureTests {
+    /// Records the message it is asked about and answers "valid" for signatures of 64 × `good`.
+    final class Recorder: SignatureVerifier, @unchecked Sendable {
+        var messages: [String] = []
+        func verify(signature: [UInt8], by key: PublicKey, of message: UnsafeBufferPointer<UInt8>) -> Bool {
+            messages.append(String(decoding: message, as: UTF8.self))
+            return signature == [UInt8](repeating: 7, count: 64)
+        }
+    }
+
+    static let keyA = PublicKey(raw: [UInt8](repeating: 1, count: 32))!
+    static let keyB = PublicKey(raw: [UInt8](repeating: 2, count: 32))!
+    static let good = [UInt8](repeating: 7, count: 64)
+    static let bad = [UInt8](repeating: 9, count: 64)
+    static let body = "{\"format\": \"ferry-manifest/1\", \"version\": 5, \"files\": [{\"path\": \"a\", \"size\": 1, \"sha256\": \"\(String(repeating: "a", count: 64))\"}]}"
+
+    func parse(_ text: String, _ recorder: Recorder = Recorder()) throws(FerryError) -> Manifest {
+        try Manifest.parse(Array(text.utf8), source: "m", verifier: recorder)
+    }
+
+    @Test func publicKeysAreEd25519AndBase64Of32Bytes() {
+        #expect(Self.keyA.description == "ed25519:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=")
+        #expect(PublicKey(text: Self.keyA.description) == Self.keyA)
+        for bad in ["AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=", "ed25519:AQEB", "rsa:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=",
+                    "ed25519:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE", "ed25519:AQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQEBAQE=x"] {
+            #expect(PublicKey(text: bad) == nil, "\(bad)")
+        }
+    }
+
+    /// The verifier gets the `signed` value's bytes exactly as written, whitespace inside included.
+    @Test func theSignedBytesAreTheSignedValueAsWritten() throws {
+        let recorder = Recorder()
+        let text = String(decoding: ManifestEnvelope.wrap(Array((Self.body + "\n\n").utf8), signatures: [(Self.keyA, Self.good), (Self.keyB, Self.bad)]),
+                          as: UTF8.self)
+        let m = try parse(text, recorder)
+        #expect(recorder.messages == [Self.body, Self.body])
+        #expect(m.signatures == [ManifestSignature(key: Self.keyA, check: .valid), ManifestSignature(key: Self.keyB, check: .invalid)])
+        #expect(m.signer == Self.keyA && m.version == 5 && m.entries.count == 1)
+        // The members in another order, with other spacing: the same bytes are checked.
+        let reordered = "{ \"signatures\": [{\"sig\": \"\(Base64.encode(Self.good))\", \"key\": \"\(Self.keyA)\"}],\n \"signed\":   \(Self.body) }"
+        let r2 = Recorder()
+        #expect(try parse(reordered, r2).signer == Self.keyA)
+        #expect(r2.messages == [Self.body])
+        // Without a verifier nothing is claimed.
+        #expect(try Manifest.parse(Array(text.utf8), source: "m").signatures.map(\.check) == [.unchecked, .unchecked])
+    }
+
+    @Test(arguments: [
+        ("{\"signatures\": [], \"format\": \"ferry-manifest/1\", \"version\": 1, \"files\": []}", "no \"signed\" member"),
+        ("{\"signed\": \(body), \"version\": 9}", "one \"signed\" member and no other manifest fields"),
+        ("{\"version\": 9, \"signed\": \(body)}", "one \"signed\" member and no other manifest fields"),
+        ("{\"signed\": [1], \"signatures\": []}", "\"signed\" must be the manifest object"),
+        ("{\"signed\": \(body), \"signatures\": [{\"key\": \"ed25519:AQEB\", \"sig\": \"\"}]}", "signatures[0].key must be"),
+        ("{\"signed\": \(body), \"signatures\": [{\"key\": \"\(keyA)\", \"sig\": \"AAAA\"}]}", "signatures[0].sig must be"),
+        ("{\"signed\": \(body), \"signatures\": [" + Array(repeating: "{\"key\": \"\(keyA)\", \"sig\": \"\(Base64.encode(good))\"}", count: 9).joined(separator: ",") + "]}",
+         "more than 8 signatures"),
+    ])
+    func malformedEnvelopesAreRefused(text: String, message: String) {
+        #expect(throws: FerryError.self) { try parse(text) }
+        do { _ = try parse(text) } catch { #expect(error.message.contains(message), "\(error.message)") }
+    }
+
+    @Test func trustedKeysDecide() throws {
+        func acceptance(_ keys: [PublicKey]) -> ManifestAcceptance {
+            ManifestAcceptance(session: "s", now: Timestamp(seconds: 1000), appliedVersion: nil, localFiles: 0, allowRollback: false,
+                               allowEmpty: false, trustedKeys: keys)
+        }
+        let unsigned = try parse(Self.body)
+        let byA = try parse(String(decoding: ManifestEnvelope.wrap(Array(Self.body.utf8), signatures: [(Self.keyA, Self.good)]), as: UTF8.self))
+        let brokenA = try parse(String(decoding: ManifestEnvelope.wrap(Array(Self.body.utf8), signatures: [(Self.keyA, Self.bad)]), as: UTF8.self))
+        let both = try parse(String(decoding: ManifestEnvelope.wrap(Array(Self.body.utf8), signatures: [(Self.keyB, Self.bad), (Self.keyA, Self.good)]),
+                                    as: UTF8.self))
+        // Without trusted keys, anything goes (signatures are informational).
+        for m in [unsigned, byA, brokenA] { try acceptance([]).check(m, source: "m") }
+        try acceptance([Self.keyA]).check(byA, source: "m")
+        try acceptance([Self.keyA]).check(both, source: "m")
+        try acceptance([Self.keyB, Self.keyA]).check(byA, source: "m")
+        func refusal(_ keys: [PublicKey], _ m: Manifest) -> String {
+            do { try acceptance(keys).check(m, source: "m") } catch { return error.message }
+            return "accepted"
+        }
+        #expect(refusal([Self.keyA], unsigned).contains("is not signed"))
+        #expect(refusal([Self.keyA], brokenA).contains("does not match its content"))
+        #expect(refusal([Self.keyB], byA).contains("is signed by \(Self.keyA), which session 's' trusts \(Self.keyB) does not trust"))
+    }
+}

@@ -1,0 +1,261 @@
+import Foundation
+import Testing
+@testable import FerryRuntime
+import FerryCore
+
+/// Signed manifests (issue 20 §1): Ed25519 keys that work with openssl both ways, `manifest build
+/// --sign` and a push session's `sign-key`, and pull sessions with `trusted-keys` that take only
+/// what their keys signed: unsigned, foreign-signed, altered, expired and rolled-back manifests
+/// are refused with exit 4, and nothing changes (no file, no task row, no cached manifest).
+@Suite
+struct SignedManifestTests {
+    /// A published tree of three files served as a file:// remote.
+    static func world(_ label: String) -> Sandbox {
+        let box = Sandbox(label)
+        box.publish("a.txt", "alpha\n")
+        box.publish("dir/b.txt", "bravo\n")
+        box.publish("dir/sub/c.txt", "charlie\n")
+        return box
+    }
+
+    /// `ferry key generate`: the key file, and the public key it printed.
+    static func generateKey(_ path: String) -> String {
+        let run = ferry(["key", "generate", "--output", path])
+        #expect(run.exitCode == 0, "\(run.output)")
+        return run.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// The public key openssl derives from a private key file, in ferry's notation (the last 32
+    /// bytes of the DER SubjectPublicKeyInfo are the raw key).
+    static func opensslPublicKey(_ key: String, in dir: String) -> String {
+        let der = dir + "/pub-\(UUID().uuidString.prefix(6)).der"
+        let run = runProcess("/usr/bin/openssl", ["pkey", "-in", key, "-pubout", "-outform", "DER", "-out", der])
+        #expect(run.exitCode == 0, "\(run.output)")
+        let bytes = FileManager.default.contents(atPath: der) ?? Data()
+        return "ed25519:" + bytes.suffix(32).base64EncodedString()
+    }
+
+    /// A manifest of the published tree signed by `key` (through ferry's own signing code), with
+    /// `edit` applied to the rendered manifest before it is signed.
+    static func signed(_ box: Sandbox, key: String, version: Int64, expires: Timestamp? = nil) throws -> String {
+        let entries = ["a.txt": "alpha\n", "dir/b.txt": "bravo\n", "dir/sub/c.txt": "charlie\n"].map { path, text in
+            ManifestEntry(path: RelativePath(trusted: path), size: Int64(text.utf8.count), sha256: digest(text), mode: 0o644)
+        }
+        let text = ManifestWriter.render(version: version, generated: Timestamp.now(), expires: expires, entries: entries)
+        let bytes = try SigningKey(file: key, use: "test").signManifest(Array(text.utf8))
+        return String(decoding: bytes, as: UTF8.self)
+    }
+
+    static func digest(_ text: String) -> SHA256Digest {
+        let hasher = SHA256Hasher()
+        Array(text.utf8).withUnsafeBytes { hasher.update($0.baseAddress!, count: $0.count) }
+        return hasher.finalize()
+    }
+
+    /// Nothing of a refused manifest stays: no mirrored file, no task row, no cached manifest, no version.
+    static func expectNothingChanged(_ box: Sandbox, _ run: FerryRun, saying text: String, sourceLocation: SourceLocation = #_sourceLocation) throws {
+        #expect(run.exitCode == 4, "\(run.output)", sourceLocation: sourceLocation)
+        #expect(run.stderr.contains(text), "\(run.stderr)", sourceLocation: sourceLocation)
+        #expect(run.stderr.contains("nothing was changed"), "\(run.stderr)", sourceLocation: sourceLocation)
+        #expect(treeSnapshot(box.local).isEmpty, "no file was mirrored", sourceLocation: sourceLocation)
+        let store = try StateStore(directory: box.state)
+        #expect(try store.tasks(session: "test").isEmpty, "no task row", sourceLocation: sourceLocation)
+        #expect(try store.session("test")?.manifestVersion == nil, "no version recorded", sourceLocation: sourceLocation)
+        let cached = (try? FileManager.default.contentsOfDirectory(atPath: box.state + "/manifests")) ?? []
+        #expect(cached.isEmpty, "no cached manifest a later run would trust: \(cached)", sourceLocation: sourceLocation)
+    }
+
+    /// The bytes a signature covers and the signature, cut out of a signed manifest as design.md says.
+    static func signedBytesAndSignature(_ manifest: Data) throws -> (Data, Data) {
+        let json = try JSONSerialization.jsonObject(with: manifest) as! [String: Any]
+        let signature = Data(base64Encoded: ((json["signatures"] as! [[String: Any]])[0]["sig"] as! String))!
+        let start = manifest.range(of: Data("{\"signed\": ".utf8))!.upperBound
+        let end = manifest.range(of: Data(",\n\"signatures\"".utf8))!.lowerBound
+        return (manifest.subdata(in: start..<end), signature)
+    }
+
+    @Test func keysWorkWithOpenSSLBothWays() throws {
+        let box = Self.world("keys-openssl")
+        let mine = box.directory + "/ferry.key"
+        let printed = Self.generateKey(mine)
+        var st = stat()
+        #expect(stat(mine, &st) == 0 && st.st_mode & 0o777 == 0o600, "the key is its owner's alone")
+        #expect(fileContents(mine)?.hasPrefix("-----BEGIN PRIVATE KEY-----\n") == true, "PKCS#8 PEM")
+        #expect(printed.hasPrefix("ed25519:") && printed == Self.opensslPublicKey(mine, in: box.directory), "openssl reads ferry's key: \(printed)")
+        #expect(ferry(["key", "public", mine]).stdout == printed + "\n")
+        let again = ferry(["key", "generate", "--output", mine])
+        #expect(again.exitCode == 2 && again.stderr.contains("already exists"), "a key is never overwritten: \(again.output)")
+        #expect(ferry(["key", "public", mine]).stdout == printed + "\n")
+
+        // openssl checks what ferry signed, and refuses it changed by one byte.
+        box.buildManifest(["--sign", mine])
+        let (message, signature) = try Self.signedBytesAndSignature(FileManager.default.contents(atPath: box.published + "/manifest.json")!)
+        try message.write(to: URL(fileURLWithPath: box.directory + "/signed.bin"))
+        try signature.write(to: URL(fileURLWithPath: box.directory + "/sig.bin"))
+        #expect(runProcess("/usr/bin/openssl", ["pkey", "-in", mine, "-pubout", "-out", box.directory + "/pub.pem"]).exitCode == 0)
+        let verify = ["pkeyutl", "-verify", "-pubin", "-inkey", box.directory + "/pub.pem", "-rawin", "-in", box.directory + "/signed.bin",
+                      "-sigfile", box.directory + "/sig.bin"]
+        let verified = runProcess("/usr/bin/openssl", verify)
+        #expect(verified.exitCode == 0 && verified.stdout.contains("Signature Verified Successfully"), "\(verified.output)")
+        var altered = message
+        altered[altered.count / 2] ^= 0x01
+        try altered.write(to: URL(fileURLWithPath: box.directory + "/signed.bin"))
+        #expect(runProcess("/usr/bin/openssl", verify).exitCode != 0, "openssl refuses the altered bytes")
+
+        // ferry checks what openssl signed, with a key openssl made.
+        let theirs = box.directory + "/openssl.key"
+        #expect(runProcess("/usr/bin/openssl", ["genpkey", "-algorithm", "ed25519", "-out", theirs]).exitCode == 0)
+        let theirPublic = ferry(["key", "public", theirs]).stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(theirPublic == Self.opensslPublicKey(theirs, in: box.directory))
+        box.buildManifest()
+        let unsigned = FileManager.default.contents(atPath: box.published + "/manifest.json")!
+        var body = unsigned
+        while let last = body.last, last == 0x0A || last == 0x20 { body.removeLast() }
+        try body.write(to: URL(fileURLWithPath: box.directory + "/body.bin"))
+        let signing = runProcess("/usr/bin/openssl", ["pkeyutl", "-sign", "-inkey", theirs, "-rawin", "-in", box.directory + "/body.bin",
+                                                      "-out", box.directory + "/their.sig"])
+        #expect(signing.exitCode == 0, "\(signing.output)")
+        let theirSignature = FileManager.default.contents(atPath: box.directory + "/their.sig")!.base64EncodedString()
+        try box.writeManifest("{\"signed\": " + String(decoding: body, as: UTF8.self)
+                              + ",\n\"signatures\": [{\"key\": \"\(theirPublic)\", \"sig\": \"\(theirSignature)\"}]}\n")
+        box.configure(remote: "file://" + box.published, session: ["trusted-keys = \(theirPublic)"])
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(fileContents(box.localPath("dir/sub/c.txt")) == "charlie\n")
+        #expect(run.events(named: "manifest-fetched").first?["signed_by"] as? String == theirPublic, "\(run.stdout)")
+    }
+
+    @Test func aTrustingSessionTakesOnlyWhatItsKeySigned() throws {
+        let box = Self.world("trust")
+        let key = box.directory + "/publisher.key", foreign = box.directory + "/foreign.key"
+        let trusted = Self.generateKey(key)
+        let other = Self.generateKey(foreign)
+        box.configure(remote: "file://" + box.published, session: ["trusted-keys = \(trusted)", "delete = yes"])
+
+        box.buildManifest()
+        try Self.expectNothingChanged(box, box.sync(), saying: "is not signed, and session 'test' trusts \(trusted)")
+
+        try box.writeManifest(Self.signed(box, key: foreign, version: 10))
+        try Self.expectNothingChanged(box, box.sync(), saying: "is signed by \(other), which session 'test' trusts \(trusted) does not trust")
+
+        // Altered after signing: a file's hash swapped for another's, and the version raised.
+        let good = try Self.signed(box, key: key, version: 10)
+        let alphaHash = Self.digest("alpha\n").description, bravoHash = Self.digest("bravo\n").description
+        for tampered in [good.replacingOccurrences(of: alphaHash, with: bravoHash), good.replacingOccurrences(of: "\"version\": 10", with: "\"version\": 11")] {
+            #expect(tampered != good)
+            try box.writeManifest(tampered)
+            try Self.expectNothingChanged(box, box.sync(), saying: "signature by the trusted key \(trusted) that does not match its content")
+        }
+        // A signature moved under another key's name.
+        try box.writeManifest(good.replacingOccurrences(of: trusted, with: other))
+        try Self.expectNothingChanged(box, box.sync(), saying: "is signed by \(other)")
+
+        try box.writeManifest(Self.signed(box, key: key, version: 10, expires: Timestamp(seconds: Int64(time(nil)) - 60)))
+        try Self.expectNothingChanged(box, box.sync(), saying: "expired at")
+
+        try box.writeManifest(good)
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        for (path, text) in ["a.txt": "alpha\n", "dir/b.txt": "bravo\n", "dir/sub/c.txt": "charlie\n"] { #expect(fileContents(box.localPath(path)) == text) }
+        #expect(run.events(named: "manifest-fetched").first?["signed_by"] as? String == trusted)
+        #expect(box.status().stdout.contains("signed by \(trusted)"), "\(box.status().stdout)")
+        let status = try JSONSerialization.jsonObject(with: Data(box.status(["--json"]).stdout.utf8)) as? [String: Any]
+        let sessions = status?["sessions"] as? [[String: Any]]
+        #expect(sessions?.first?["manifest_signer"] as? String == trusted, "\(String(describing: status))")
+
+        // A replayed older version, properly signed, is a rollback.
+        try box.writeManifest(Self.signed(box, key: key, version: 9))
+        let replay = box.sync()
+        #expect(replay.exitCode == 4 && replay.stderr.contains("refused as a rollback"), "\(replay.output)")
+        #expect(treeSnapshot(box.local).count == 3)
+    }
+
+    /// Rotation: trust the new key beside the old, sign with the new, then drop the old one; a
+    /// manifest only the old key signed is then refused, even the one already taken.
+    @Test func keysRotate() throws {
+        let box = Self.world("rotate")
+        let old = box.directory + "/old.key", new = box.directory + "/new.key"
+        let oldPublic = Self.generateKey(old), newPublic = Self.generateKey(new)
+        box.configure(remote: "file://" + box.published, session: ["trusted-keys = \(oldPublic)"])
+        try box.writeManifest(Self.signed(box, key: old, version: 20))
+        #expect(box.sync().exitCode == 0)
+
+        try box.writeManifest(Self.signed(box, key: new, version: 21))
+        #expect(box.sync().exitCode == 4, "not trusted yet")
+        box.configure(remote: "file://" + box.published, session: ["trusted-keys = \(oldPublic) \(newPublic)"])
+        #expect(box.sync().exitCode == 0, "both trusted during the rotation")
+        box.configure(remote: "file://" + box.published, session: ["trusted-keys = \(newPublic)"])
+        #expect(box.sync().exitCode == 0, "the new key alone")
+
+        try box.writeManifest(Self.signed(box, key: old, version: 22))
+        let refused = box.sync()
+        #expect(refused.exitCode == 4 && refused.stderr.contains("is signed by \(oldPublic)"), "\(refused.output)")
+        #expect(try StateStore(directory: box.state).session("test")?.manifestVersion == 21)
+    }
+
+    /// A push session signs what it publishes (with an expiry), and a trusting pull takes it; a new
+    /// sign-key re-issues the manifest though no file changed.
+    @Test func aSignedPushIsPulledByATrustingSession() throws {
+        let box = Sandbox("signed-push")
+        let remote = box.directory + "/remote", src = box.directory + "/src", dst = box.directory + "/dst"
+        for dir in [remote, src + "/d"] { try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true) }
+        try "one\n".writeReplacing(src + "/one.txt")
+        try "two\n".writeReplacing(src + "/d/two.txt")
+        let first = box.directory + "/first.key", second = box.directory + "/second.key"
+        let firstPublic = Self.generateKey(first), secondPublic = Self.generateKey(second)
+        func configure(signKey: String, trusting: String, expires: String = "1h") throws {
+            try """
+                [agent]
+                state = \(box.state)
+                [session up]
+                direction = push
+                remote = file://\(remote)
+                local = \(src)
+                sign-key = \(signKey)
+                expires = \(expires)
+                [session down]
+                remote = file://\(remote)
+                local = \(dst)
+                trusted-keys = \(trusting)
+                """.writeReplacing(box.config)
+        }
+        try configure(signKey: first, trusting: firstPublic)
+        let push = ferry(["sync", "now", "--config", box.config, "--session", "up"])
+        #expect(push.exitCode == 0, "\(push.output)")
+        let published = try String(contentsOfFile: remote + "/manifest.json", encoding: .utf8)
+        #expect(published.hasPrefix("{\"signed\": {") && published.contains(firstPublic) && published.contains("\"expires\": "), "\(published)")
+        let pull = ferry(["sync", "now", "--config", box.config, "--session", "down"])
+        #expect(pull.exitCode == 0, "\(pull.output)")
+        #expect(treeSnapshot(dst).keys.sorted() == ["d/two.txt", "one.txt"])
+        #expect(fileContents(dst + "/one.txt") == "one\n" && fileContents(dst + "/d/two.txt") == "two\n")
+
+        try configure(signKey: second, trusting: secondPublic)
+        let reissue = ferry(["sync", "now", "--config", box.config, "--session", "up"])
+        #expect(reissue.exitCode == 0 && reissue.output.contains("is not signed by sign-key (\(secondPublic))"), "\(reissue.output)")
+        let again = try Manifests.parse(Array(FileManager.default.contents(atPath: remote + "/manifest.json")!), source: "test")
+        #expect(again.signer == PublicKey(text: secondPublic) && again.entries.count == 2)
+        #expect(ferry(["sync", "now", "--config", box.config, "--session", "down"]).exitCode == 0, "the mirror takes the new key's manifest")
+        let quiet = ferry(["sync", "now", "--config", box.config, "--session", "up", "--json"])
+        #expect(quiet.exitCode == 0 && quiet.events(named: "manifest-built").isEmpty, "nothing to re-issue now: \(quiet.stdout)")
+
+        // The published manifest expires in an hour; with expires = 3h it is past half its time.
+        try configure(signKey: second, trusting: secondPublic, expires: "3h")
+        let renewed = ferry(["sync", "now", "--config", box.config, "--session", "up", "--json"])
+        #expect(renewed.exitCode == 0 && renewed.stdout.contains("expires at"), "\(renewed.stdout)")
+        let fresh = try Manifests.parse(Array(FileManager.default.contents(atPath: remote + "/manifest.json")!), source: "test")
+        #expect((fresh.expires?.seconds ?? 0) > Int64(time(nil)) + 2 * 3600 && fresh.version! > again.version!)
+    }
+
+    @Test func keysInTheConfigAreChecked() throws {
+        let box = Self.world("config-keys")
+        box.configure(remote: "file://" + box.published, session: ["trusted-keys = ed25519:notbase64!"])
+        let bad = box.sync()
+        #expect(bad.exitCode == 2 && bad.stderr.contains("key 'trusted-keys': 'ed25519:notbase64!' is not a public key"), "\(bad.output)")
+        box.configure(remote: "file://" + box.published, session: ["sign-key = /nonexistent.key"])
+        let pullSigns = box.sync()
+        #expect(pullSigns.exitCode == 2 && pullSigns.stderr.contains("key 'sign-key': applies to a push session"), "\(pullSigns.output)")
+        let missing = ferry(["manifest", "build", box.published, "--sign", box.directory + "/none.key"])
+        #expect(missing.exitCode == 2 && missing.stderr.contains("--sign: cannot read the signing key"), "\(missing.output)")
+        #expect(!FileManager.default.fileExists(atPath: box.published + "/manifest.json"), "nothing was written")
+    }
+}
