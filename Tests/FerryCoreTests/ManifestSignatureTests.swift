@@ -46,6 +46,10 @@ struct ManifestSignatureTests {
         let r2 = Recorder()
         #expect(try parse(reordered, r2).signer == Self.keyA)
         #expect(r2.messages == [Self.body])
+        // Members ferry does not know may stand beside the envelope's, before or after `signed`.
+        for extra in ["{\"comment\": [1], \"signed\": \(Self.body), \"signatures\": []}", "{\"signed\": \(Self.body), \"comment\": {\"version\": 1}}"] {
+            #expect(try parse(extra).version == 5, "\(extra)")
+        }
         // Without a verifier nothing is claimed.
         #expect(try Manifest.parse(Array(text.utf8), source: "m").signatures.map(\.check) == [.unchecked, .unchecked])
     }

@@ -254,6 +254,22 @@ struct SignedManifestTests {
         box.configure(remote: "file://" + box.published, session: ["sign-key = /nonexistent.key"])
         let pullSigns = box.sync()
         #expect(pullSigns.exitCode == 2 && pullSigns.stderr.contains("key 'sign-key': applies to a push session"), "\(pullSigns.output)")
+        // A signing key others can read is said once, when the config is read.
+        let key = box.directory + "/open.key"
+        _ = Self.generateKey(key)
+        chmod(key, 0o640)
+        try """
+            [agent]
+            state = \(box.state)
+            [session up]
+            direction = push
+            remote = file://\(box.directory)/remote
+            local = \(box.published)
+            sign-key = \(key)
+            """.writeReplacing(box.config)
+        let check = ferry(["config", "check", "--config", box.config])
+        #expect(check.stderr.contains("sign-key of session 'up': the signing key \(key) can be read by users other than its owner; run: chmod 600 \(key)"),
+                "\(check.output)")
         let missing = ferry(["manifest", "build", box.published, "--sign", box.directory + "/none.key"])
         #expect(missing.exitCode == 2 && missing.stderr.contains("--sign: cannot read the signing key"), "\(missing.output)")
         #expect(!FileManager.default.fileExists(atPath: box.published + "/manifest.json"), "nothing was written")

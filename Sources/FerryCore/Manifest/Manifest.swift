@@ -150,13 +150,13 @@ public struct Manifest: Sendable {
         var expires: Timestamp?
         var collector: EntryCollector
         var sawFiles = false
-        var sawAny = false
+        /// Whether any member of a manifest (not an unknown one) was read.
+        var sawField = false
         var totalSize: Int64 = 0
 
         init(capacity: Int) { collector = EntryCollector(capacity: capacity) }
 
         mutating func read(_ r: inout JSONReader, key: String) throws(JSONReader.Failure) {
-            sawAny = true
             switch key {
             case "format":
                 format = try r.readString()
@@ -174,7 +174,9 @@ public struct Manifest: Sendable {
                 try r.readArray { (r: inout JSONReader, i: Int) throws(JSONReader.Failure) in try readEntry(&r, i) }
             default:
                 try r.skipValue()
+                return
             }
+            sawField = true
         }
 
         private mutating func readEntry(_ r: inout JSONReader, _ i: Int) throws(JSONReader.Failure) {
@@ -229,7 +231,7 @@ public struct Manifest: Sendable {
             try reader.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
                 switch key {
                 case "signed":
-                    if signed != nil || fields.sawAny { throw r.problem("a signed manifest has one \"signed\" member and no other manifest fields") }
+                    if signed != nil || fields.sawField { throw r.problem("a signed manifest has one \"signed\" member and no other manifest fields") }
                     let start = try r.valueStart()
                     guard try r.peekKind() == .object else { throw r.problem("\"signed\" must be the manifest object") }
                     try r.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in try fields.read(&r, key: key) }
@@ -255,10 +257,11 @@ public struct Manifest: Sendable {
                         signatures.append((key, sig))
                     }
                 default:
-                    if signed != nil && ["format", "version", "generated", "expires", "files"].contains(key) {
-                        throw r.problem("a signed manifest has one \"signed\" member and no other manifest fields")
-                    }
-                    try fields.read(&r, key: key)
+                    guard signed != nil else { return try fields.read(&r, key: key) }
+                    // After `signed`, a member must not be a manifest field: read apart, and refused if it is one.
+                    var outside = Fields(capacity: 0)
+                    try outside.read(&r, key: key)
+                    if outside.sawField { throw r.problem("a signed manifest has one \"signed\" member and no other manifest fields") }
                 }
             }
             try reader.expectEnd()

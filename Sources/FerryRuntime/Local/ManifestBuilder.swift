@@ -57,10 +57,8 @@ public struct ManifestBuilder {
             total += hashed.size
             progress(i + 1, files.count)
         }
-        let now = Timestamp.now()
-        let text = Array(ManifestWriter.render(version: version, generated: now, expires: expires.map { Timestamp(seconds: now.seconds + Int64($0)) },
-                                               entries: entries).utf8)
-        try FileSystem.writeAtomically(outputPath, bytes: try signingKey.map { (key) throws(FerryError) in try key.signManifest(text) } ?? text)
+        let manifest = try Manifests.publishable(version: version, entries: entries, lifetime: expires, key: signingKey)
+        try FileSystem.writeAtomically(outputPath, bytes: manifest.bytes)
         return Result(output: outputPath, version: version, files: entries.count, bytes: total, warnings: warnings)
     }
 

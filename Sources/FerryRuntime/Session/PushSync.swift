@@ -47,15 +47,16 @@ final class PushSync: SessionWork {
         }
         // The key that signs what this run publishes: read before anything is sent, so a key that
         // cannot be read stops the run at once.
-        let use = "sign-key of session '\(session.name)'"
-        signingKey = try session.signKey.map { (file) throws(FerryError) -> SigningKey in try SigningKey(file: file, use: use) }
-        if let file = session.signKey, let warning = SigningKey.exposure(of: file, use: use) { emit(.warning(message: warning)) }
-        let reissue = reissueReason(try store.session(session.name))
+        signingKey = try session.signKey.map { (file) throws(FerryError) -> SigningKey in
+            try SigningKey(file: file, use: SigningKey.use(in: session))
+        }
+        let record = try store.session(session.name)
+        let reissue = reissueReason(record)
         // The agent knows nothing under the root changed since a run published it all: when the
         // remote still holds what was published (304), there is nothing to parse, scan or send.
-        guard let (published, changedOnRemote, lastVersion) = try remoteState(remote, store: store,
+        guard let (published, changedOnRemote, lastVersion) = try remoteState(remote, record: record, store: store,
                                                                              unchangedEnds: options.localUnchanged && reissue == nil) else {
-            let record = try store.session(session.name)
+            // Unchanged (304): what the state recorded of the manifest still holds.
             emit(.manifestFetched(url: session.manifestURL, version: record?.manifestVersion, files: record?.manifestFiles ?? 0, unchanged: true))
             return
         }
@@ -208,10 +209,7 @@ final class PushSync: SessionWork {
             }
             _ = try store.pruneTasks(session: session.name, keeping: { !transfers.vanished.contains($0) })
         }
-        let now = Timestamp.now()
-        let expires = session.expires.map { Timestamp(seconds: now.seconds + Int64($0)) }
-        var text = Array(ManifestWriter.render(version: plan.version, generated: now, expires: expires, entries: plan.manifest).utf8)
-        if let signingKey { text = try signingKey.signManifest(text) }
+        let (text, expires) = try Manifests.publishable(version: plan.version, entries: plan.manifest, lifetime: session.expires, key: signingKey)
         // Another writer that published while this run uploaded is not overwritten: the files this
         // run placed are on the remote, but readers go on seeing the other writer's manifest (a file
         // of both, if any, fails their hash check, never a mixed tree with exit 0), and the next run
@@ -453,10 +451,9 @@ final class PushSync: SessionWork {
     /// one this session was publishing when it lost the answer is recognized as its own.
     /// nil when the remote says its manifest is still the one published and `unchangedEnds` (the
     /// agent's poll of an untouched tree): then nothing is parsed.
-    private func remoteState(_ remote: Remote, store: StateStore, unchangedEnds: Bool, useCache: Bool = true) throws(FerryError)
+    private func remoteState(_ remote: Remote, record: SessionRecord?, store: StateStore, unchangedEnds: Bool, useCache: Bool = true) throws(FerryError)
         -> (Manifest?, [RelativePath], Int64?)? {
         let url = session.manifestURL
-        let record = try store.session(session.name)
         let manifests = self.manifests
         let cached = useCache ? manifests.cachedBytes(record: record) : nil
         /// The manifest last published, parsed only when it is needed.
@@ -471,7 +468,7 @@ final class PushSync: SessionWork {
         case .unchanged:
             if unchangedEnds { return nil }
             // A cache that no longer parses cannot stand for the remote: ask again without it.
-            guard let manifest = published() else { return try remoteState(remote, store: store, unchangedEnds: false, useCache: false) }
+            guard let manifest = published() else { return try remoteState(remote, record: record, store: store, unchangedEnds: false, useCache: false) }
             seen = Seen(etag: record?.manifestETag, lastModified: record?.manifestLastModified, bytes: cached)
             return (manifest, [], manifest.version)
         case let .fetched(bytes, etag, lastModified):

@@ -80,6 +80,9 @@ public final class SigningKey: @unchecked Sendable {
         try self.init(pkey: pkey)
     }
 
+    /// How a session's key is named in errors and warnings.
+    public static func use(in session: SessionConfig) -> String { "sign-key of session '\(session.name)'" }
+
     /// A warning when others may read the key file (nil when only its owner can).
     public static func exposure(of file: String, use: String) -> String? {
         var st = stat()
@@ -133,5 +136,16 @@ public final class SigningKey: @unchecked Sendable {
 public enum Manifests {
     public static func parse(_ bytes: [UInt8], source: String) throws(FerryError) -> Manifest {
         try Manifest.parse(bytes, source: source, verifier: Ed25519Verifier())
+    }
+
+    /// A manifest as `manifest build` and a push publish it: generated now, expiring `lifetime`
+    /// seconds from now when one is given, signed by `key` when one is given. Returns its bytes
+    /// and its expiry.
+    static func publishable(version: Int64, entries: [ManifestEntry], lifetime: Double?,
+                            key: SigningKey?) throws(FerryError) -> (bytes: [UInt8], expires: Timestamp?) {
+        let now = Timestamp.now()
+        let expires = lifetime.map { Timestamp(seconds: now.seconds + Int64($0)) }
+        let text = Array(ManifestWriter.render(version: version, generated: now, expires: expires, entries: entries).utf8)
+        return (try key.map { (key) throws(FerryError) in try key.signManifest(text) } ?? text, expires)
     }
 }
