@@ -4,8 +4,8 @@ import FerryRuntime
 /// `ferry manifest build DIR`: the publishing side. Hashes a directory and writes its manifest.
 struct ManifestBuildCommand: Command {
     static let words = ["manifest", "build"]
-    static let summary = "Write a ferry-manifest/1 manifest (path, size, SHA-256, mtime, mode) for a directory."
-    static let usage = "manifest build DIR [--output F] [--version N [--allow-rollback]] [--sign KEY] [--expires D] [--json] [--quiet]"
+    static let summary = "Write the manifest (path, size, SHA-256, mtime, mode of every file) for a directory."
+    static let usage = "manifest build DIR [--output F] [--version N [--allow-rollback]] [--sign KEY] [--expires D] [--format 1|2] [--grace D] [--json] [--quiet]"
     static let details = """
         The manifest goes to DIR/manifest.json unless --output says otherwise; it never lists itself,
         .ferry/ or anything but regular files. Without --version, the version is one more than the
@@ -17,12 +17,22 @@ struct ManifestBuildCommand: Command {
         generate makes one); mirrors whose session lists the key's public half in trusted-keys then
         take only manifests that key signed. --expires D (like 7d) makes it expire D from now: a
         mirror refuses it after that, so an old manifest cannot be replayed forever.
+
+        Format 2 (the default) writes a small root to the output path and the file list as
+        immutable objects named by their SHA-256 under .ferry/meta/ beside it: a mirror fetches
+        only the objects that changed, so one changed file costs it a few KB however large the
+        tree. Serve .ferry/ with the manifest (objects may be cached forever; the root must not
+        be). Objects no root names any more are removed once they have been unnamed for --grace
+        (default 1d), so readers that took the previous root a moment ago still find theirs.
+        --format 1 writes the whole list into one ferry-manifest/1 file, which every ferry reads.
         """
     static let options = [OptionSpec("--output", value: "F", "where to write the manifest (default: DIR/manifest.json)"),
                           OptionSpec("--version", value: "N", "the manifest's version (default: previous + 1, at least the Unix time)"),
                           OptionSpec("--allow-rollback", "write a --version lower than the existing manifest's"),
                           OptionSpec("--sign", value: "KEY", "sign it with this Ed25519 private key (PEM)"),
                           OptionSpec("--expires", value: "D", "make it expire D from now (90m, 12h, 7d)"),
+                          OptionSpec("--format", value: "1|2", "2: a root and metadata objects under .ferry/meta/ (default); 1: one flat file"),
+                          OptionSpec("--grace", value: "D", "format 2: keep objects no root names for D before removing them (default 1d)"),
                           CommonOptions.json, CommonOptions.quiet, CommonOptions.help]
 
     let directory: String
@@ -31,6 +41,8 @@ struct ManifestBuildCommand: Command {
     let allowRollback: Bool
     let sign: String?
     let expires: Double?
+    let format: Int
+    let grace: Double
     let mode: OutputMode
 
     init(arguments: Arguments) throws(FerryError) {
@@ -56,6 +68,19 @@ struct ManifestBuildCommand: Command {
         } else {
             expires = nil
         }
+        switch arguments.value("--format") {
+        case nil, "2": format = 2
+        case "1": format = 1
+        case let other?: throw .usage("ferry manifest build: --format is 1 or 2, got '\(other)'")
+        }
+        if let text = arguments.value("--grace") {
+            guard let d = Units.parseDuration(text) else {
+                throw .usage("ferry manifest build: --grace wants a duration, like 1h or 1d; got '\(text)'")
+            }
+            grace = d
+        } else {
+            grace = ManifestBuilder.defaultGrace
+        }
         mode = OutputMode(arguments: arguments)
     }
 
@@ -64,7 +89,8 @@ struct ManifestBuildCommand: Command {
         // The key is read before anything is hashed: a wrong path fails at once.
         let key = try sign.map { (file) throws(FerryError) -> SigningKey in try SigningKey(file: file, use: "--sign") }
         let result = try ManifestBuilder().build(directory: directory, output: output, version: version,
-                                                 allowRollback: allowRollback, signingKey: key, expires: expires) { done, total in
+                                                 allowRollback: allowRollback, signingKey: key, expires: expires, format: format,
+                                                 grace: grace) { done, total in
             var p = SyncProgress(session: "hashing")
             p.filesDone = done
             p.filesTotal = total

@@ -73,7 +73,7 @@ final class SyncReporter: EventSink {
         let s = Printable.name(event.session)
         func name(_ p: RelativePath) -> String { Printable.name(p.string) }
         switch event.body {
-        case let .manifestFetched(_, _, _, unchanged, _) where unchanged && agentLog:
+        case let .manifestFetched(_, _, _, unchanged, _, _) where unchanged && agentLog:
             break
         case let .planned(p) where agentLog && p.isIdle:
             break
@@ -88,7 +88,7 @@ final class SyncReporter: EventSink {
             if state.hasPrefix("failed") || state.hasPrefix("waiting") { warn("\(s): \(state)\(next)") } else { line("\(s): \(state)\(next)") }
         case let .agent(action, message):
             if action == "reload-refused" { Console.err("ferry: error: \(message)") } else { line("ferry agent: \(message)") }
-        case let .manifestFetched(url, version, files, unchanged, signedBy):
+        case let .manifestFetched(url, version, files, unchanged, signedBy, _):
             let v = version.map { "version \($0), " } ?? ""
             let signed = signedBy.map { ", signed by \($0)" } ?? ""
             line("\(s): manifest \(v)\(Plural.count(files, "file"))\(signed)\(unchanged ? " (unchanged)" : "") from \(url)")

@@ -39,7 +39,9 @@ public struct Event: Sendable {
     public enum Body: Sendable {
         case syncStarted(direction: Direction, dryRun: Bool)
         /// `signedBy`: the key whose signature verified (`ed25519:BASE64`), nil when unsigned.
-        case manifestFetched(url: String, version: Int64?, files: Int, unchanged: Bool, signedBy: String? = nil)
+        /// `metadataBytes`: what this fetch brought over the network (the manifest, and the
+        /// metadata objects of a format-2 tree that were not cached); 0 for an unchanged one.
+        case manifestFetched(url: String, version: Int64?, files: Int, unchanged: Bool, signedBy: String? = nil, metadataBytes: Int64 = 0)
         /// A manifest fetch failed in a way that may pass (`RetryClass`); try `attempt` follows after `delay` seconds.
         case manifestRetrying(url: String, attempt: Int, delay: Double, error: String)
         case planned(PlanSummary)
@@ -151,11 +153,12 @@ public struct Event: Sendable {
         switch body {
         case let .syncStarted(direction, dryRun):
             s("direction", direction.rawValue); b("dry_run", dryRun)
-        case let .manifestFetched(url, version, files, unchanged, signedBy):
+        case let .manifestFetched(url, version, files, unchanged, signedBy, metadataBytes):
             s("url", url)
             if let version { n("version", version) }
             n("files", Int64(files)); b("unchanged", unchanged)
             if let signedBy { s("signed_by", signedBy) }
+            n("metadata_bytes", metadataBytes)
         case let .planned(p):
             n("downloads", Int64(p.transfers)); n("bytes", p.bytes); n("unknown_sizes", Int64(p.unknownSizes)); n("metadata_fixes", Int64(p.metadataFixes))
             n("deletions", Int64(p.deletions)); n("up_to_date", Int64(p.upToDate)); n("hashed", Int64(p.hashed)); n("extras_kept", Int64(p.extrasKept))

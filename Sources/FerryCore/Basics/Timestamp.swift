@@ -146,6 +146,9 @@ public struct Timestamp: Hashable, Comparable, Sendable {
         }
     }
 
+    /// Whether RFC 3339 can write a time of `seconds` (the years 0000–9999), as a manifest carries it.
+    public static func representable(seconds: Int64) -> Bool { (-62_167_219_200...253_402_300_799).contains(seconds) }
+
     public var timeInterval: Double { Double(seconds) + Double(nanoseconds) / 1e9 }
 
     static func daysIn(month: Int64, year: Int64) -> Int64 {

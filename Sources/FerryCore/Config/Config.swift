@@ -197,6 +197,8 @@ public struct SessionConfig: Sendable {
     public var signKey: String?
     /// Push: how long a published manifest stays valid (its `expires`), in seconds.
     public var expires: Double?
+    /// Push: how long metadata objects no published root names any more stay on the remote.
+    public var metadataGrace: Double = 86_400
 
     /// The manifest's URL.
     public var manifestURL: String {

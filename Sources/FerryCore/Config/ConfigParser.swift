@@ -15,7 +15,7 @@ public enum ConfigParser {
         "discretionary", "window", "require-ac-power", "require-unmetered", "max-load", "min-free-space", "bwlimit", "priority",
         "conflict",
         "s3-endpoint", "s3-region", "s3-path-style", "s3-credentials", "s3-profile", "upload-part-size",
-        "trusted-keys", "sign-key", "expires",
+        "trusted-keys", "sign-key", "expires", "metadata-grace",
     ]
     /// Keys whose value is a command line, split into words by `HookCommand` (quotes and all).
     static let hookKeys: Set<String> = ["on-file-done", "on-session-done"]
@@ -251,6 +251,7 @@ public enum ConfigParser {
                     }
                 case "sign-key": session.signKey = resolve(line.value, against: baseDirectory)
                 case "expires": session.expires = try duration(line, minimum: 60, fail)
+                case "metadata-grace": session.metadataGrace = try duration(line, minimum: 0, fail)
                 case "upload-part-size":
                     guard let size = Units.parseSize(line.value), size >= 5 << 20, size <= 5 << 30 else {
                         throw fail(line, "'\(line.value)' is not a part size from 5M to 5G (S3's limits), like 16M")
@@ -290,7 +291,7 @@ public enum ConfigParser {
                 throw fail(line, "applies to a pull session: it says whose manifests a mirror takes",
                            hint: "a push session signs what it publishes with sign-key; mirrors list its public key in trusted-keys")
             }
-            if session.direction == .pull, let line = section.lines.first(where: { $0.key == "sign-key" || $0.key == "expires" }) {
+            if session.direction == .pull, let line = section.lines.first(where: { ["sign-key", "expires", "metadata-grace"].contains($0.key) }) {
                 throw fail(line, "applies to a push session: it is about the manifests it publishes",
                            hint: "remove this line, or set direction = push")
             }

@@ -20,7 +20,7 @@ public struct ManifestEntry: Sendable, Equatable {
 /// What the remote says the tree should be (product.md §4). Built only by `Manifest.parse`, which
 /// refuses anything hostile, so the runtime can trust every path and hash in it.
 public struct Manifest: Sendable {
-    public enum Format: String, Sendable { case ferry = "ferry-manifest/1", sha256sums = "SHA256SUMS" }
+    public enum Format: String, Sendable { case ferry = "ferry-manifest/1", tree = "ferry-manifest/2", sha256sums = "SHA256SUMS" }
 
     public let format: Format
     /// nil for SHA256SUMS.
@@ -30,9 +30,24 @@ public struct Manifest: Sendable {
     /// In byte order of their paths (`RelativePath.<`), each path once, whatever order the remote
     /// listed them in: the Reconciler merges them with the local tree.
     public let entries: [ManifestEntry]
+    /// Format 2: the tree of metadata objects the root names (`ManifestTree`). Until the tree is
+    /// read (`resolving`), `entries` is empty.
+    public let tree: ManifestTree.Reference?
     /// The signatures a signed manifest carries (empty: unsigned), each checked over the signed
     /// bytes when it was parsed with a verifier.
     public let signatures: [ManifestSignature]
+
+    /// The files the manifest lists, whether or not its tree was read yet.
+    public var fileCount: Int { tree?.files ?? entries.count }
+
+    /// A format-2 root with the entries its tree holds (`ManifestTree.resolve`: in path order,
+    /// each once), checked as a parsed manifest is.
+    public func resolving(_ entries: [ManifestEntry], source: String) throws(FerryError) -> Manifest {
+        precondition(tree != nil && entries.count == tree!.files)
+        let whole = Manifest(format: format, version: version, generated: generated, expires: expires, sorted: entries, signatures: signatures, tree: tree)
+        try Manifest.checkTree(whole, source: source)
+        return whole
+    }
 
     /// The key of the first signature that verified, if any.
     public var signer: PublicKey? { signatures.first { $0.check == .valid }?.key }
@@ -51,8 +66,9 @@ public struct Manifest: Sendable {
     }
 
     private init(format: Format, version: Int64?, generated: Timestamp?, expires: Timestamp?, sorted entries: [ManifestEntry],
-                 signatures: [ManifestSignature] = []) {
+                 signatures: [ManifestSignature] = [], tree: ManifestTree.Reference? = nil) {
         self.format = format
+        self.tree = tree
         self.signatures = signatures
         self.version = version
         self.generated = generated
@@ -150,6 +166,7 @@ public struct Manifest: Sendable {
         var expires: Timestamp?
         var collector: EntryCollector
         var sawFiles = false
+        var tree: ManifestTree.Reference?
         /// Whether any member of a manifest (not an unknown one) was read.
         var sawField = false
         var totalSize: Int64 = 0
@@ -169,6 +186,22 @@ public struct Manifest: Sendable {
                 let text = try r.readString()
                 guard let t = Timestamp(rfc3339: text) else { throw r.problem("\"\(key)\" is not an RFC 3339 time: \(Printable.quoted(text))") }
                 if key == "generated" { generated = t } else { expires = t }
+            case "tree":
+                var sha: String?, level: Int64?, files: Int64?
+                try r.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
+                    switch key {
+                    case "sha256": sha = try r.readString()
+                    case "level": level = try r.readInteger()
+                    case "files": files = try r.readInteger()
+                    default: try r.skipValue()
+                    }
+                }
+                guard let sha, let digest = SHA256Digest(hex: sha) else { throw r.problem("\"tree\".sha256 must be 64 hex digits") }
+                guard let level, (0...Int64(ManifestTree.maximumLevel)).contains(level) else {
+                    throw r.problem("\"tree\".level must be 0 to \(ManifestTree.maximumLevel)")
+                }
+                guard let files, files >= 0, files <= Int64(Int32.max) else { throw r.problem("\"tree\".files must be a count of files") }
+                tree = ManifestTree.Reference(sha256: digest, level: Int(level), files: Int(files))
             case "files":
                 sawFiles = true
                 try r.readArray { (r: inout JSONReader, i: Int) throws(JSONReader.Failure) in try readEntry(&r, i) }
@@ -275,9 +308,15 @@ public struct Manifest: Sendable {
             throw .manifest("manifest \(source) carries \"signatures\" but no \"signed\" member: nothing says what they sign")
         }
         guard let format = fields.format else { throw .manifest("manifest \(source) has no \"format\"; expected \"\(formatName)\"") }
-        guard format == formatName else { throw .manifest("manifest \(source) has format \(Printable.quoted(format)); this ferry reads \"\(formatName)\"") }
+        guard format == formatName || format == ManifestTree.formatName else {
+            throw .manifest("manifest \(source) has format \(Printable.quoted(format)); this ferry reads \"\(formatName)\" and \"\(ManifestTree.formatName)\"")
+        }
         guard let version = fields.version else { throw .manifest("manifest \(source) has no \"version\"") }
-        guard fields.sawFiles else { throw .manifest("manifest \(source) has no \"files\" list") }
+        if format == ManifestTree.formatName {
+            guard fields.tree != nil, !fields.sawFiles else { throw .manifest("manifest \(source) is \(ManifestTree.formatName) but does not name one \"tree\" (and no \"files\")") }
+        } else {
+            guard fields.sawFiles else { throw .manifest("manifest \(source) has no \"files\" list") }
+        }
         let (entries, duplicate) = fields.collector.finish()
         if let duplicate { throw .manifest("manifest \(source) lists \(Printable.quoted(duplicate.string)) twice") }
         var checks: [ManifestSignature] = []
@@ -288,7 +327,8 @@ public struct Manifest: Sendable {
                 checks.append(ManifestSignature(key: s.key, check: check))
             }
         }
-        return Manifest(format: .ferry, version: version, generated: fields.generated, expires: fields.expires, sorted: entries, signatures: checks)
+        return Manifest(format: fields.tree == nil ? .ferry : .tree, version: version, generated: fields.generated, expires: fields.expires, sorted: entries,
+                        signatures: checks, tree: fields.tree)
     }
 
     /// SHA256SUMS as `sha256sum` writes it, one file per line:
@@ -397,7 +437,7 @@ public struct Manifest: Sendable {
 
     /// No path that is both a file and a directory of another file (duplicates were refused while
     /// reading). Siblings sit together in path order, so each parent is looked up once.
-    private static func checkTree(_ manifest: Manifest, source: String) throws(FerryError) {
+    static func checkTree(_ manifest: Manifest, source: String) throws(FerryError) {
         var lastParent: RelativePath?
         for e in manifest.entries {
             let parent = e.path.parent
@@ -435,6 +475,14 @@ public enum ManifestWriter {
             out += "}"
         }
         out += sorted.isEmpty ? "]\n}\n" : "\n  ]\n}\n"
+        return out
+    }
+
+    /// Renders a `ferry-manifest/2` root naming `tree`.
+    public static func renderRoot(version: Int64, generated: Timestamp, expires: Timestamp? = nil, tree: ManifestTree.Reference) -> String {
+        var out = "{\n  \"format\": \"\(ManifestTree.formatName)\",\n  \"version\": \(version),\n  \"generated\": \"\(generated.rfc3339)\","
+        if let expires { out += "\n  \"expires\": \"\(expires.rfc3339)\"," }
+        out += "\n  \"tree\": {\"sha256\": \"\(tree.sha256)\", \"level\": \(tree.level), \"files\": \(tree.files)}\n}\n"
         return out
     }
 }

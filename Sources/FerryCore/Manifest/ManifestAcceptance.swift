@@ -36,7 +36,7 @@ public struct ManifestAcceptance: Sendable {
             throw .manifest("manifest \(source) has version \(new), lower than version \(old) already applied: refused as a rollback",
                             hint: "if the rollback is intended, set allow-rollback = yes for session '\(session)'; if not, the publisher must publish a version above \(old) (ferry manifest build gives one by default; an older ferry or --version gave this one)")
         }
-        if manifest.entries.isEmpty && localFiles > 0 && !allowEmpty {
+        if manifest.fileCount == 0 && localFiles > 0 && !allowEmpty {
             throw .manifest("manifest \(source) lists no files, and the mirror holds \(localFiles): refused, so that a publishing mistake cannot empty it; nothing was changed",
                             hint: "if the remote is meant to be empty, set allow-empty = yes for session '\(session)' (deletions stay capped by max-delete)")
         }

@@ -14,6 +14,7 @@ public final class Metrics: EventSink, @unchecked Sendable {
         /// Errors by session and kind: a failed file ("file"), or a run's exit code name.
         var errors: [String: [String: Int]] = [:]
         var polls: [String: Int] = [:]
+        var metadataBytes: [String: Int64] = [:]
     }
 
     public let path: String
@@ -28,6 +29,8 @@ public final class Metrics: EventSink, @unchecked Sendable {
         switch event.body {
         case let .fileDone(_, _, fetched):
             counts.withLock { $0.bytes[s, default: 0] += fetched; $0.files[s, default: 0] += 1 }
+        case let .manifestFetched(_, _, _, _, _, metadataBytes):
+            counts.withLock { $0.metadataBytes[s, default: 0] += metadataBytes }
         case .fileFailed:
             counts.withLock { $0.failedFiles[s, default: 0] += 1; $0.errors[s, default: [:]]["file", default: 0] += 1 }
         case let .syncFinished(code, _, _, _, _, _, _, _, dryRun) where !dryRun:
@@ -69,6 +72,8 @@ public final class Metrics: EventSink, @unchecked Sendable {
                sessions.map { (moved($0), String(c.files[$0.name] ?? 0)) })
         metric("ferry_failed_files_total", "counter", "Files that failed since the agent started.",
                sessions.map { (label($0), String(c.failedFiles[$0.name] ?? 0)) })
+        metric("ferry_metadata_bytes_total", "counter", "Bytes of manifests and metadata objects fetched since the agent started: what the remote's changes cost this mirror.",
+               sessions.map { (label($0), String(c.metadataBytes[$0.name] ?? 0)) })
         metric("ferry_polls_total", "counter", "Cycles run since the agent started.",
                sessions.map { (label($0), String(c.polls[$0.name] ?? 0)) })
         var errorRows: [(String, String)] = []

@@ -173,6 +173,25 @@ public enum FileSystem {
         }
     }
 
+    /// Flushes everything written so far to disk (many files, one call: Glibc does not export
+    /// `syncfs` to Swift, so `sync`), then the directory `path`.
+    public static func syncEverything(then path: String) {
+        sync()
+        syncDirectory(containing: path + "/.")
+    }
+
+    /// The names in a directory (not `.` and `..`); none when it cannot be read.
+    public static func names(in directory: String) -> [String] {
+        guard let dir = opendir(directory) else { return [] }
+        defer { closedir(dir) }
+        var out: [String] = []
+        while let entry = readdir(dir) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if name != "." && name != ".." { out.append(name) }
+        }
+        return out
+    }
+
     /// Lets a process keep many files and directories open at once.
     public static func raiseOpenFileLimit() {
         var limit = rlimit()

@@ -1,9 +1,11 @@
 import Glibc
 import FerryCore
 
-/// `ferry manifest build`: hashes every regular file under a directory and writes a
-/// `ferry-manifest/1` manifest. It never lists its own output, `.ferry/`, or anything that is not
-/// a regular file (symlinks are reported and skipped).
+/// `ferry manifest build`: hashes every regular file under a directory and writes its manifest:
+/// format 2 (a root naming a tree of objects written to `.ferry/meta/` beside it) unless format 1
+/// (one flat file) is asked for. It never lists its own output, `.ferry/`, or anything that is
+/// not a regular file (symlinks are reported and skipped). Objects no root names any more are
+/// removed once they have been unnamed for `grace` seconds (`RetiredObjects`).
 public struct ManifestBuilder {
     public struct Result {
         public let output: String
@@ -11,13 +13,20 @@ public struct ManifestBuilder {
         public let files: Int
         public let bytes: Int64
         public let warnings: [String]
+        /// Format 2: metadata objects written, and removed as no longer named.
+        public let objectsWritten: Int
+        public let objectsRemoved: Int
     }
+
+    /// How long an object no root names stays, by default: readers that took the last root a
+    /// moment ago (or a CDN that still serves it) still find what it names.
+    public static let defaultGrace: Double = 86_400
 
     public init() {}
 
     /// `signingKey`: sign the manifest (`ManifestEnvelope`); `expires`: seconds from now it stays valid.
     public func build(directory: String, output: String?, version explicitVersion: Int64?, allowRollback: Bool = false,
-                      signingKey: SigningKey? = nil, expires: Double? = nil,
+                      signingKey: SigningKey? = nil, expires: Double? = nil, format: Int = 2, grace: Double = ManifestBuilder.defaultGrace,
                       progress: (Int, Int) -> Void = { _, _ in }) throws(FerryError) -> Result {
         let outputPath = output ?? directory + "/manifest.json"
         let root = try LocalRoot(path: directory, create: false)
@@ -27,9 +36,12 @@ public struct ManifestBuilder {
         let (publishable, skipped) = scan.tree.publishable()
         warnings += skipped.map(\.message)
         // Its own output, and the temporary file another build is writing beside it, are not content.
+        // So are the objects and the list of retired ones beside it (`.ferry/` in a subdirectory).
         let temporaryPrefix = excluded.map { e in (e.parent.map { $0.string + "/" } ?? "") + "." + e.name + ".tmp-" }
+        let ownPrefix = excluded.flatMap(\.parent).map { $0.string + "/" + RelativePath.reservedTopLevel + "/" }
         let files = publishable.filter { item in
             item.path != excluded && !(temporaryPrefix.map { item.path.string.hasPrefix($0) } ?? false)
+                && !(ownPrefix.map { item.path.string.hasPrefix($0) } ?? false)
         }.map { ($0.path, $0.entry) }
 
         var previous: Int64?
@@ -57,9 +69,66 @@ public struct ManifestBuilder {
             total += hashed.size
             progress(i + 1, files.count)
         }
-        let manifest = try Manifests.publishable(version: version, entries: entries, lifetime: expires, key: signingKey)
+        let manifest = try Manifests.publishable(version: version, entries: entries, lifetime: expires, key: signingKey, format: format)
+        let beside = outputPath.lastIndex(of: "/").map { String(outputPath[...$0]) } ?? "./"
+        var written = 0
+        if let tree = manifest.tree {
+            // Every object is in place, and on disk, before the root that names them.
+            written = try writeObjects(tree, into: beside + ManifestTree.objectDirectory)
+        }
         try FileSystem.writeAtomically(outputPath, bytes: manifest.bytes)
-        return Result(output: outputPath, version: version, files: entries.count, bytes: total, warnings: warnings)
+        let removed = collect(tree: manifest.tree, beside: beside, grace: grace, warnings: &warnings)
+        return Result(output: outputPath, version: version, files: entries.count, bytes: total, warnings: warnings,
+                      objectsWritten: written, objectsRemoved: removed)
+    }
+
+    /// Writes the objects the directory lacks (or holds damaged), then syncs the filesystem once.
+    private func writeObjects(_ tree: ManifestTree.Built, into directory: String) throws(FerryError) -> Int {
+        try FileSystem.makeDirectories(directory)
+        var written = 0
+        for (digest, bytes) in tree.objects {
+            let path = directory + "/" + digest.hex
+            if let existing = try? FileSystem.readFile(path, limit: ManifestTree.maximumObjectSize), existing == bytes { continue }
+            let (fd, temporary) = try FileSystem.createTemporary(beside: path, mode: 0o644)
+            do throws(FerryError) { try FileSystem.write(fd: fd, bytes: bytes, shown: temporary) } catch {
+                close(fd)
+                unlink(temporary)
+                throw error
+            }
+            close(fd)
+            guard rename(temporary, path) == 0 else {
+                unlink(temporary)
+                throw .localIO("cannot rename \(Printable.name(temporary)) to \(Printable.name(path)): \(FileSystem.errorText())")
+            }
+            written += 1
+        }
+        if written > 0 { FileSystem.syncEverything(then: directory) }
+        return written
+    }
+
+    /// Retires every object the new root does not name (the previous root's, what a failed build left),
+    /// and removes what has been retired for `grace`. Returns how many went. A failure here leaves
+    /// objects behind, never takes one the new root names: it is a warning.
+    private func collect(tree: ManifestTree.Built?, beside: String, grace: Double,
+                         warnings: inout [String]) -> Int {
+        let directory = beside + ManifestTree.objectDirectory
+        guard FileSystem.exists(directory) else { return 0 }
+        let now = Timestamp.now()
+        var retired = RetiredObjects(path: beside + RelativePath.reservedTopLevel + "/retired")
+        let current = Set(tree?.objects.map(\.sha256.hex) ?? [])
+        var present = FileSystem.names(in: directory)
+        present.removeAll { $0.utf8.count != 64 || current.contains($0) }
+        retired.retire(present, now: now)
+        retired.named(current)
+        var removed = 0
+        for name in retired.expired(now: now, grace: grace) {
+            if unlink(directory + "/" + name) == 0 || errno == ENOENT {
+                retired.removed(name)
+                removed += 1
+            }
+        }
+        do { try retired.save() } catch { warnings.append("cannot keep the list of retired metadata objects: \(error.message)") }
+        return removed
     }
 
     private func relativePath(of file: String, under directory: String) -> RelativePath? {

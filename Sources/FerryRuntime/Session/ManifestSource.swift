@@ -12,9 +12,11 @@ struct ManifestSource {
     /// The cached manifest's path.
     let path: String
     private let directory: String
+    private let state: String
 
     init(session: SessionConfig, state: String) {
         self.session = session
+        self.state = state
         path = StateStore.cachedManifestPath(state: state, session: session.name)
         directory = state + "/manifests"
     }
@@ -27,10 +29,23 @@ struct ManifestSource {
         return try? FileSystem.readFile(path, limit: limit)
     }
 
-    /// The cached manifest, parsed (nil: none for this URL); one that no longer parses throws.
+    /// The cached manifest, parsed, with its tree read from the cached objects (nil: none for
+    /// this URL); one that no longer parses throws.
     func cached(record: SessionRecord?) throws(FerryError) -> Manifest? {
         guard record?.manifestURL == session.manifestURL, FileSystem.exists(path) else { return nil }
-        return try Manifests.parse(FileSystem.readFile(path, limit: limit), source: path)
+        return try read(FileSystem.readFile(path, limit: limit), source: path, objects: objects(remote: nil)).manifest
+    }
+
+    /// The session's metadata objects (format 2): cached, or fetched from `remote`; a dry run
+    /// (`keeps: false`) keeps what it fetches in memory only.
+    func objects(remote: Remote?, keeps: Bool = true) -> ManifestObjects {
+        ManifestObjects(session: session, state: state, remote: remote, keeps: keeps)
+    }
+
+    /// A manifest's bytes, parsed, and its tree read through `objects` (format 2); with the hashes
+    /// of the tree's objects.
+    func read(_ bytes: [UInt8], source: String, objects: ManifestObjects) throws(FerryError) -> (manifest: Manifest, objects: [SHA256Digest]) {
+        try objects.resolve(Manifests.parse(bytes, source: source), source: source, maximumSize: session.maxManifestSize)
     }
 
     /// The remote's manifest, asked conditionally when the cache holds the last one (`cached`

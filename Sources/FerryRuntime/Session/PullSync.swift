@@ -39,7 +39,7 @@ final class PullSync: SessionWork {
         do throws(FerryError) {
             let answer: ManifestFetch
             if let early { answer = early } else { answer = try requestManifest(record: record, remote: remote) }
-            fetched = try readManifest(answer)
+            fetched = try readManifest(answer, record: record, remote: remote)
         } catch {
             _ = try? reading?.wait()
             throw error
@@ -61,19 +61,17 @@ final class PullSync: SessionWork {
 
         // Accepted only now, against what the mirror holds; only then remembered. A refused
         // manifest changes nothing.
-        let acceptance = ManifestAcceptance(
-            session: session.name, now: Timestamp.now(), appliedVersion: record?.manifestURL == url ? record?.manifestVersion : nil,
-            localFiles: tree.fileCount,
-            allowRollback: session.allowRollback, allowEmpty: session.allowEmpty, trustedKeys: session.trustedKeys)
-        try acceptance.check(manifest, source: url)
+        try acceptance(record, localFiles: tree.fileCount).check(manifest, source: url)
         if let accepted = staged {
             try manifests.commit(staged: accepted)
             staged = nil
             try store.saveManifest(session: session.name, url: url, etag: fetched.etag, lastModified: fetched.lastModified, version: manifest.version,
                                   files: manifest.entries.count, signer: manifest.signer, expires: manifest.expires)
         }
+        // The objects of the tree taken stay cached; those of trees before it go.
+        if !options.dryRun { fetched.objects.sweep(keeping: fetched.names) }
         emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: !fetched.changed,
-                              signedBy: manifest.signer?.description))
+                              signedBy: manifest.signer?.description, metadataBytes: fetched.metadataBytes))
 
         // Plan with the hashes the cache vouches for; files it cannot vouch for are hashed, join
         // the cache, and the plan is made again (a hash counts only while it is valid for the
@@ -276,6 +274,19 @@ final class PullSync: SessionWork {
         let staged: String?
         let etag: String?
         let lastModified: String?
+        /// The session's metadata objects, and the hashes of those of this manifest's tree (format 2).
+        let objects: ManifestObjects
+        let names: [SHA256Digest]
+        /// What came over the network for it: the manifest (not for a 304) and the objects not cached.
+        let metadataBytes: Int64
+    }
+
+    /// The rules a manifest must pass for this session (`localFiles`: what the mirror holds).
+    private func acceptance(_ record: SessionRecord?, localFiles: Int) -> ManifestAcceptance {
+        ManifestAcceptance(session: session.name, now: Timestamp.now(),
+                           appliedVersion: record?.manifestURL == session.manifestURL ? record?.manifestVersion : nil,
+                           localFiles: localFiles, allowRollback: session.allowRollback, allowEmpty: session.allowEmpty,
+                           trustedKeys: session.trustedKeys)
     }
 
     /// Whether the manifest last taken (as the state records it) would still be taken as it is:
@@ -293,21 +304,37 @@ final class PullSync: SessionWork {
                                    options: options, emit: { [unowned self] in self.emit($0) }).required()
     }
 
-    /// The manifest an answer stands for, parsed (the cached one for a 304); the caller accepts it
-    /// before anything is recorded.
-    private func readManifest(_ fetched: ManifestFetch) throws(FerryError) -> Fetched {
+    /// The manifest an answer stands for, parsed (the cached one for a 304), with the tree of a
+    /// format-2 root read: its objects from the cache, or fetched. A root this session would
+    /// refuse (unsigned, rolled back, expired) is refused before any object is fetched; the
+    /// caller checks the whole manifest against the mirror before anything is recorded.
+    private func readManifest(_ fetched: ManifestFetch, record: SessionRecord?, remote: Remote) throws(FerryError) -> Fetched {
         let url = session.manifestURL
+        let objects = manifests.objects(remote: remote, keeps: !options.dryRun)
+        func resolved(_ root: Manifest) throws(FerryError) -> (Manifest, [SHA256Digest]) {
+            guard root.tree != nil else { return (root, []) }
+            try acceptance(record, localFiles: 0).check(root, source: url)
+            let read = try objects.resolve(root, source: url, maximumSize: session.maxManifestSize)
+            if objects.damaged > 0 {
+                emit(.warning(message: "\(Plural.count(objects.damaged, "cached metadata object")) of session '\(session.name)' did not match \(objects.damaged == 1 ? "its" : "their") hash (damaged on this machine's disk): fetched again"))
+            }
+            return read
+        }
         switch fetched {
         case .unchanged:
             let bytes = try FileSystem.readFile(manifests.path, limit: Int(session.maxManifestSize))
-            return Fetched(manifest: try Manifests.parse(bytes, source: url), changed: false, staged: nil, etag: nil, lastModified: nil)
+            let (manifest, names) = try resolved(try Manifests.parse(bytes, source: url))
+            return Fetched(manifest: manifest, changed: false, staged: nil, etag: nil, lastModified: nil, objects: objects, names: names,
+                           metadataBytes: objects.fetchedBytes)
         case let .missing(error):
             throw error
         case let .fetched(bytes, etag, lastModified):
             // Staged on disk before parsing, so the bytes are freed as soon as they are parsed.
             let staged = options.dryRun ? nil : try manifests.stage(bytes)
             do {
-                return Fetched(manifest: try Manifests.parse(bytes, source: url), changed: true, staged: staged, etag: etag, lastModified: lastModified)
+                let (manifest, names) = try resolved(try Manifests.parse(bytes, source: url))
+                return Fetched(manifest: manifest, changed: true, staged: staged, etag: etag, lastModified: lastModified, objects: objects,
+                               names: names, metadataBytes: Int64(bytes.count) + objects.fetchedBytes)
             } catch {
                 if let staged { unlink(staged) }
                 throw error

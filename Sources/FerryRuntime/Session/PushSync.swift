@@ -209,7 +209,11 @@ final class PushSync: SessionWork {
             }
             _ = try store.pruneTasks(session: session.name, keeping: { !transfers.vanished.contains($0) })
         }
-        let (text, expires) = try Manifests.publishable(version: plan.version, entries: plan.manifest, lifetime: session.expires, key: signingKey)
+        let (text, expires, tree) = try Manifests.publishable(version: plan.version, entries: plan.manifest, lifetime: session.expires, key: signingKey)
+        // Format 2: the objects of the tree go first, those the remote does not hold yet (the
+        // cache holds what this session placed there); the root that names them goes last.
+        let objects = manifests.objects(remote: remote)
+        if let tree { try sendObjects(tree, objects: objects, writer: writer) }
         // Another writer that published while this run uploaded is not overwritten: the files this
         // run placed are on the remote, but readers go on seeing the other writer's manifest (a file
         // of both, if any, fails their hash check, never a mixed tree with exit 0), and the next run
@@ -229,6 +233,7 @@ final class PushSync: SessionWork {
             emit(.warning(message: result.message!))
             return
         }
+        if let tree { collectObjects(tree, objects: objects, writer: writer) }
         emit(.manifestBuilt(output: session.manifestURL, version: plan.version, files: plan.manifest.count,
                             bytes: plan.manifest.reduce(0) { $0 + ($1.size ?? 0) }, signedBy: signingKey?.publicKey.description))
         let outcome = RunOutcome(failed: result.failed, deletionsRefused: plan.refusedDeletions != nil)
@@ -241,6 +246,46 @@ final class PushSync: SessionWork {
         if deletionsFailed > 0 { reasons.append("\(Plural.count(deletionsFailed, "deletion")) on the remote failed") }
         if let refusal = result.message { reasons.append(refusal) }
         result.message = reasons.isEmpty ? nil : reasons.joined(separator: "; ")
+    }
+
+    /// Where metadata object `digest` goes on the remote: `.ferry/meta/` beside the manifest.
+    private func objectPath(_ digest: String) -> RelativePath {
+        let beside = session.manifest.lastIndex(of: "/").map { String(session.manifest[...$0]) } ?? ""
+        return RelativePath(trusted: beside + ManifestTree.objectDirectory + "/" + digest)
+    }
+
+    /// Sends the objects of `tree` the remote does not hold. Each is listed as retired before it
+    /// goes (`RetiredObjects`): if the root that names it is never published, it is collected
+    /// after the grace period like any other object no root names.
+    private func sendObjects(_ tree: ManifestTree.Built, objects: ManifestObjects, writer: RemoteWriting) throws(FerryError) {
+        let missing = tree.objects.filter { !objects.has($0.sha256) }
+        guard !missing.isEmpty else { return }
+        var retired = RetiredObjects(path: manifests.path + ".retired")
+        retired.retire(missing.map(\.sha256.hex), now: Timestamp.now())
+        try retired.save()
+        for (digest, bytes) in missing {
+            if let reason = options.stop.reason { throw FerryError(.stopped, "\(reason) while sending metadata objects; the manifest was not published") }
+            _ = try writer.write(bytes, at: objectPath(digest.hex), condition: .none)
+            objects.keep(digest, bytes)
+        }
+    }
+
+    /// After `tree` was published: every object this session placed that it does not name is
+    /// retired now (unless it was already), and those retired for `metadata-grace` are removed
+    /// from the remote. A failure leaves objects behind for the next run, never removes one the
+    /// published root names.
+    private func collectObjects(_ tree: ManifestTree.Built, objects: ManifestObjects, writer: RemoteWriting) {
+        let now = Timestamp.now()
+        let current = Set(tree.objects.map(\.sha256.hex))
+        var retired = RetiredObjects(path: manifests.path + ".retired")
+        retired.retire(FileSystem.names(in: objects.directory).filter { $0.utf8.count == 64 && !current.contains($0) }, now: now)
+        retired.named(current)
+        for name in retired.expired(now: now, grace: session.metadataGrace) {
+            guard (try? writer.remove(objectPath(name))) != nil else { break }
+            retired.removed(name)
+        }
+        do { try retired.save() } catch { emit(.warning(message: "cannot keep the list of retired metadata objects: \(error.message)")) }
+        objects.sweep(keeping: tree.objects.map(\.sha256))
     }
 
     /// The plan for the local tree against what was published: `keeping` paths keep their
@@ -456,8 +501,9 @@ final class PushSync: SessionWork {
         let url = session.manifestURL
         let manifests = self.manifests
         let cached = useCache ? manifests.cachedBytes(record: record) : nil
-        /// The manifest last published, parsed only when it is needed.
-        func published() -> Manifest? { cached.flatMap { try? Manifests.parse($0, source: manifests.path) } }
+        let objects = manifests.objects(remote: remote)
+        /// The manifest last published, parsed (and its tree read) only when it is needed.
+        func published() -> Manifest? { cached.flatMap { try? manifests.read($0, source: manifests.path, objects: objects).manifest } }
         var now: Manifest?
         var last: Manifest?
         switch try manifests.fetch(from: remote, record: record, cached: cached != nil, options: options, emit: { [unowned self] in self.emit($0) }) {
@@ -474,7 +520,7 @@ final class PushSync: SessionWork {
         case let .fetched(bytes, etag, lastModified):
             seen = Seen(etag: etag, lastModified: lastModified, bytes: bytes)
             if let pending = manifests.pendingPublish {
-                if pending == bytes, let mine = try? Manifests.parse(bytes, source: url) {
+                if pending == bytes, let mine = try? manifests.read(bytes, source: url, objects: objects).manifest {
                     // This session published it; the answer was lost (a reset, kill -9).
                     emit(.warning(message: "the remote holds version \(mine.version.map(String.init) ?? "?") that an earlier run published without learning it had: taken as published"))
                     try remember(published: bytes, version: mine.version, files: mine.entries.count, signer: mine.signer, expires: mine.expires,
@@ -493,7 +539,7 @@ final class PushSync: SessionWork {
                 return (last, [], last.version)
             }
             do throws(FerryError) {
-                now = try Manifests.parse(bytes, source: url)
+                now = try manifests.read(bytes, source: url, objects: objects).manifest
             } catch {
                 // Someone else wrote something there that is not a manifest: it says nothing
                 // of what the remote holds.

@@ -1,0 +1,194 @@
+import Glibc
+import FerryCore
+
+/// The metadata objects of a session's format-2 manifests (`ManifestTree`): read from the
+/// session's cache (`<state>/manifests/<session>.objects/`, one file per object, named by its
+/// SHA-256) and otherwise fetched from the remote (`.ferry/meta/<sha256>` beside the manifest),
+/// several at once. Every object is checked against its name as it is read: a cached one that
+/// does not match is thrown away and fetched again; a fetched one that does not match refuses the
+/// manifest. A cached object is trusted only because a root that was taken names its hash.
+final class ManifestObjects {
+    let directory: String
+    /// Where the objects are on the remote (the manifest's URL up to its last `/`, then
+    /// `.ferry/meta/`); nil: the cache only (`ferry check`).
+    private let remote: (remote: Remote, prefix: String)?
+    /// false (a dry run): what is fetched is kept in memory only.
+    private let keeps: Bool
+    private var fetchedInMemory: [SHA256Digest: [UInt8]] = [:]
+    /// Bytes and objects fetched from the remote, and cached objects found damaged.
+    private(set) var fetchedBytes: Int64 = 0
+    private(set) var fetchedObjects = 0
+    private(set) var damaged = 0
+
+    init(session: SessionConfig, state: String, remote: Remote?, keeps: Bool = true) {
+        directory = StateStore.cachedManifestPath(state: state, session: session.name) + ".objects"
+        let url = session.manifestURL
+        let base = url.lastIndex(of: "/").map { String(url[...$0]) } ?? ""
+        self.remote = remote.map { ($0, base + ManifestTree.objectDirectory + "/") }
+        self.keeps = keeps
+    }
+
+    /// `manifest` with the entries of the tree it names (as it is, for format 1); the hashes of
+    /// the tree's objects come back too, for `sweep`.
+    func resolve(_ manifest: Manifest, source: String, maximumSize: Int64) throws(FerryError) -> (manifest: Manifest, objects: [SHA256Digest]) {
+        guard let tree = manifest.tree else { return (manifest, []) }
+        let (entries, objects) = try ManifestTree.resolve(tree, source: source, maximumBytes: maximumSize) { (batch) throws(FerryError) in
+            try self.load(batch, source: source)
+        }
+        return (try manifest.resolving(entries, source: source), objects)
+    }
+
+    /// The bytes of each object, from the cache or the remote.
+    private func load(_ batch: [SHA256Digest], source: String) throws(FerryError) -> [[UInt8]] {
+        var out = [[UInt8]](repeating: [], count: batch.count)
+        var missing: [Int] = []
+        for (i, digest) in batch.enumerated() {
+            if let bytes = cached(digest) { out[i] = bytes } else { missing.append(i) }
+        }
+        guard !missing.isEmpty else { return out }
+        guard let (remote, prefix) = self.remote else {
+            throw .manifest("the metadata object \(batch[missing[0]].hex) of manifest \(source) is not in the cache \(Printable.name(directory))",
+                            hint: "run ferry sync now for the session first: it fetches what the manifest names")
+        }
+        let fetched = try ManifestObjects.fetch(missing.map { batch[$0] }, from: remote, prefix: prefix, source: source)
+        for (i, bytes) in zip(missing, fetched) {
+            out[i] = bytes
+            fetchedBytes += Int64(bytes.count)
+            fetchedObjects += 1
+            keep(batch[i], bytes)
+        }
+        return out
+    }
+
+    /// A cached object whose bytes match its name; one that does not is removed.
+    private func cached(_ digest: SHA256Digest) -> [UInt8]? {
+        if let bytes = fetchedInMemory[digest] { return bytes }
+        let path = directory + "/" + digest.hex
+        guard let bytes = try? FileSystem.readFile(path, limit: ManifestTree.maximumObjectSize) else { return nil }
+        guard ManifestObjects.digest(bytes) == digest else {
+            damaged += 1
+            unlink(path)
+            return nil
+        }
+        return bytes
+    }
+
+    /// Keeps an object whose bytes match its name. Not synced: one lost or torn by a crash does not
+    /// match its name the next time, and is fetched again.
+    func keep(_ digest: SHA256Digest, _ bytes: [UInt8]) {
+        guard keeps else { fetchedInMemory[digest] = bytes; return }
+        let path = directory + "/" + digest.hex
+        if access(path, F_OK) == 0 { return }
+        if (try? FileSystem.makePrivateDirectory(directory)) == nil { return }
+        guard let (fd, temporary) = try? FileSystem.createTemporary(beside: path, mode: 0o600) else { return }
+        let written = (try? FileSystem.write(fd: fd, bytes: bytes, shown: temporary)) != nil
+        close(fd)
+        if !written || rename(temporary, path) != 0 { unlink(temporary) }
+    }
+
+    /// Whether the cache holds `digest` (by name; `resolve` checks the bytes when it reads them).
+    func has(_ digest: SHA256Digest) -> Bool { access(directory + "/" + digest.hex, F_OK) == 0 }
+
+    /// Removes every cached object `keeping` does not name (and what a killed write left).
+    func sweep(keeping: [SHA256Digest]) {
+        guard keeps else { return }
+        let kept = Set(keeping.map(\.hex))
+        for name in FileSystem.names(in: directory) where !kept.contains(name) { unlink(directory + "/" + name) }
+    }
+
+    static func digest(_ bytes: [UInt8]) -> SHA256Digest {
+        let hasher = SHA256Hasher()
+        bytes.withUnsafeBytes { hasher.update($0.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, count: $0.count) }
+        return hasher.finalize()
+    }
+
+    /// Fetches objects, up to 8 at once, each checked against its name.
+    private static func fetch(_ digests: [SHA256Digest], from remote: Remote, prefix: String, source: String) throws(FerryError) -> [[UInt8]] {
+        let lanes = min(8, digests.count)
+        func run(_ lane: Int) throws(FerryError) -> [(Int, [UInt8])] {
+            var out: [(Int, [UInt8])] = []
+            for i in stride(from: lane, to: digests.count, by: lanes) {
+                out.append((i, try fetchOne(digests[i], from: remote, prefix: prefix, source: source)))
+            }
+            return out
+        }
+        var workers: [BackgroundWork<[(Int, [UInt8])], FerryError>] = []
+        var results = [[UInt8]](repeating: [], count: digests.count)
+        var firstError: FerryError?
+        var inline: [Int] = []
+        for lane in 1..<max(lanes, 1) {
+            if let w = try? BackgroundWork(name: "ferry-meta", { () throws(FerryError) in try run(lane) }) { workers.append(w) } else { inline.append(lane) }
+        }
+        for lane in [0] + inline {
+            do throws(FerryError) { for (i, b) in try run(lane) { results[i] = b } } catch { firstError = firstError ?? error }
+        }
+        for w in workers {
+            do throws(FerryError) { for (i, b) in try w.wait() { results[i] = b } } catch { firstError = firstError ?? error }
+        }
+        if let firstError { throw firstError }
+        return results
+    }
+
+    private static func fetchOne(_ digest: SHA256Digest, from remote: Remote, prefix: String, source: String) throws(FerryError) -> [UInt8] {
+        let url = prefix + digest.hex
+        switch try remote.fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: Int64(ManifestTree.maximumObjectSize)) {
+        case let .fetched(bytes, _, _):
+            guard ManifestObjects.digest(bytes) == digest else {
+                throw .manifest("the metadata object \(url) that manifest \(source) names does not match its hash (it holds \(Units.formatBytes(Int64(bytes.count))) of something else): refused, nothing was changed",
+                                hint: "the remote's copy was altered or damaged: publish again from the publisher (ferry manifest build, or a push), which writes it anew")
+            }
+            return bytes
+        case let .missing(error):
+            throw .manifest("the metadata object \(url) that manifest \(source) names is not on the remote (\(error.message)): refused, nothing was changed",
+                            hint: "the publisher removed it too early or never wrote it: publish again (ferry manifest build, or a push)")
+        case .unchanged:
+            throw .manifest("the remote answered 'not modified' to an unconditional request for \(url)")
+        }
+    }
+}
+
+/// The metadata objects a publisher wrote that no root it published names any more (or none ever
+/// did: a publish that failed after its objects went), and since when: `<sha256> <Unix seconds>`
+/// lines in a file of the publisher's own (`<state>/manifests/<session>.retired` for a push,
+/// `.ferry/retired` beside the objects for `manifest build`). An object goes once it has been
+/// unnamed for the grace period (`ManifestTree.expired`); one named again is taken off.
+struct RetiredObjects {
+    let path: String
+    private(set) var since: [String: Int64] = [:]
+
+    init(path: String) {
+        self.path = path
+        guard let bytes = try? FileSystem.readFile(path, limit: 256 << 20) else { return }
+        for line in bytes.split(separator: 0x0A) {
+            let parts = line.split(separator: 0x20)
+            guard parts.count == 2, let digest = SHA256Digest(hex: String(decoding: parts[0], as: UTF8.self)),
+                  let seconds = Int64(String(decoding: parts[1], as: UTF8.self)) else { continue }
+            since[digest.hex] = seconds
+        }
+    }
+
+    /// These are no longer (or not yet) named by the published root, from `now` unless already listed.
+    mutating func retire(_ names: some Sequence<String>, now: Timestamp) {
+        for n in names where since[n] == nil { since[n] = now.seconds }
+    }
+
+    /// The published root names these: they stay.
+    mutating func named(_ names: Set<String>) {
+        since = since.filter { !names.contains($0.key) }
+    }
+
+    func expired(now: Timestamp, grace: Double) -> [String] {
+        since.filter { ManifestTree.expired(since: Timestamp(seconds: $0.value), now: now, grace: grace) }.map(\.key).sorted()
+    }
+
+    mutating func removed(_ name: String) { since[name] = nil }
+
+    func save() throws(FerryError) {
+        if since.isEmpty && !FileSystem.exists(path) { return }
+        if let slash = path.lastIndex(of: "/"), !FileSystem.exists(String(path[..<slash])) {
+            try FileSystem.makePrivateDirectory(String(path[..<slash]))
+        }
+        let text = since.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)\n" }.joined()
+        try FileSystem.writeAtomically(path, bytes: Array(text.utf8), mode: 0o600)
+    }
+}
