@@ -41,7 +41,8 @@ struct ManifestTests {
     @Test(arguments: [
         ("not json at all {", "line 1: expected '<64 hex digits>  <path>'"),
         ("{\"format\": \"ferry-manifest/1\", \"version\": 1, \"files\": [", "is not valid JSON at line 1"),
-        ("{\"format\": \"ferry-manifest/2\", \"version\": 1, \"files\": []}", "has format \"ferry-manifest/2\""),
+        ("{\"format\": \"ferry-manifest/3\", \"version\": 1, \"files\": []}", "has format \"ferry-manifest/3\""),
+        ("{\"format\": \"ferry-manifest/2\", \"version\": 1, \"files\": []}", "does not name one \"tree\""),
         ("{\"version\": 1, \"files\": []}", "has no \"format\""),
         ("{\"format\": \"ferry-manifest/1\", \"files\": []}", "has no \"version\""),
         ("{\"format\": \"ferry-manifest/1\", \"version\": -1, \"files\": []}", "\"version\" must be 0 or more"),

@@ -65,7 +65,7 @@ struct CommandTests {
         box.publish(".ferry/partial/9.part", "partial junk")
         try FileManager.default.createSymbolicLink(atPath: box.published + "/link", withDestinationPath: "a.txt")
         let before = Int(time(nil))
-        let first = ferry(["manifest", "build", box.published, "--json"])
+        let first = ferry(["manifest", "build", box.published, "--format", "1", "--json"])
         #expect(first.exitCode == 0, "\(first.output)")
         // A first build (a fresh checkout) gets the Unix time, so it rises above any earlier build.
         let v1 = first.events(named: "manifest-built").first?["version"] as? Int ?? 0

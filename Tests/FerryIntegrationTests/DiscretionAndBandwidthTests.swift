@@ -64,7 +64,7 @@ struct DiscretionAndBandwidthTests {
         let json = box.status(["--json"]).stdout
         #expect(json.contains("\"waits_for\":\"the time window \(opens)-"), "\(json)")
         #expect(!FileManager.default.fileExists(atPath: box.localPath("f0.txt")), "nothing transferred before the window")
-        #expect(server.requests().allSatisfy { $0.path == "/manifest.json" }, "only the manifest was fetched")
+        #expect(server.requests().allSatisfy { $0.path == "/manifest.json" || $0.path.hasPrefix("/.ferry/meta/") }, "only the manifest (and its metadata objects) was fetched")
         #expect(eventually { fileContents(prom)?.contains("ferry_session_held{session=\"test\"} 1") == true }, "\(fileContents(prom) ?? "")")
         #expect(fileContents(prom)?.contains("ferry_tasks{session=\"test\",state=\"queued\"} 3") == true, "queue depth: \(fileContents(prom) ?? "")")
 

@@ -66,7 +66,7 @@ struct HostileStateTests {
         defer { if mounted { runProcess("/bin/umount", ["-l", box.local]) } }
         box.publish("old.txt", "old\n")
         box.publish("future.txt", "future\n")
-        box.buildManifest()
+        box.buildManifest(["--format", "1"])  // editManifest edits the flat file
         try editManifest(box) { file in
             file["mtime"] = file["path"] as? String == "old.txt" ? "0001-01-01T00:00:00Z" : "9999-12-31T23:59:59Z"
         }
@@ -112,7 +112,7 @@ struct HostileStateTests {
         let box = Sandbox("mode-mask", published: nginx.root + "/site")
         box.publish("tool.sh", "#!/bin/sh\n")
         box.publish("data.txt", "d\n")
-        box.buildManifest()
+        box.buildManifest(["--format", "1"])  // editManifest edits the flat file
         try editManifest(box) { file in file["mode"] = file["path"] as? String == "tool.sh" ? "7777" : "0666" }
         box.configure(remote: nginx.url + "site/")
         #expect(box.sync().exitCode == 0)

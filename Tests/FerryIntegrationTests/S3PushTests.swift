@@ -51,6 +51,8 @@ struct S3PushTests {
                 let data = store.get(bucket, key) ?? Data()
                 if path == "manifest.json" {
                     #expect((try? Manifest.parse(Array(data), source: key)) != nil, "after \(moment): the manifest is whole")
+                } else if path.hasPrefix(".ferry/meta/") {
+                    #expect(ManifestObjects.digest(Array(data)).hex == String(path.dropFirst(".ferry/meta/".count)), "after \(moment): \(key) holds its hash's bytes")
                 } else {
                     #expect(versions[path]?.contains(fnv1a(data)) == true, "after \(moment): \(key) holds bytes the source never had")
                 }
@@ -105,7 +107,9 @@ struct S3PushTests {
         // Each file is one PUT, whose answer (the SHA-256 the store checked) stands for what it
         // holds: no HEAD after it. Then the manifest: a GET before, a PUT last.
         let placing = proxy.requests()
-        #expect(placing.filter { $0.method == "PUT" }.count == 51 && !placing.contains { $0.method == "HEAD" },
+        let objects = placing.filter { $0.method == "PUT" && $0.path.contains("/.ferry/meta/") }
+        #expect(!objects.isEmpty && Set(objects.map(\.path)).count == objects.count, "each metadata object is sent once")
+        #expect(placing.filter { $0.method == "PUT" }.count == 51 + objects.count && !placing.contains { $0.method == "HEAD" },
                 "\(placing.map { "\($0.method) \($0.path)" })")
         #expect(w.pull().exitCode == 0)
         #expect(w.push().exitCode == 0, "the first poll after a publish checks the placed files")

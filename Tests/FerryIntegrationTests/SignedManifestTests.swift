@@ -232,7 +232,7 @@ struct SignedManifestTests {
         try configure(signKey: second, trusting: secondPublic)
         let reissue = ferry(["sync", "now", "--config", box.config, "--session", "up"])
         #expect(reissue.exitCode == 0 && reissue.output.contains("is not signed by sign-key (\(secondPublic))"), "\(reissue.output)")
-        let again = try Manifests.parse(Array(FileManager.default.contents(atPath: remote + "/manifest.json")!), source: "test")
+        let again = try readPublished(remote)
         #expect(again.signer == PublicKey(text: secondPublic) && again.entries.count == 2)
         #expect(ferry(["sync", "now", "--config", box.config, "--session", "down"]).exitCode == 0, "the mirror takes the new key's manifest")
         let quiet = ferry(["sync", "now", "--config", box.config, "--session", "up", "--json"])

@@ -1,0 +1,124 @@
+import Testing
+@testable import FerryCore
+
+/// The format-2 tree on its own: built and read back, what a change rewrites, and objects a
+/// hostile publisher could write, each refused with the reason.
+struct ManifestTreeTests {
+    /// Not SHA-256 (FerryCore has none): a stand-in that is just as deterministic, and distinct for these inputs.
+    static func digest(_ bytes: UnsafeRawBufferPointer) -> SHA256Digest {
+        var out = [UInt8](repeating: 0, count: 32)
+        for lane in 0..<4 {
+            var h: UInt64 = 0xcbf2_9ce4_8422_2325 &+ UInt64(lane) &* 0x9e37_79b9_7f4a_7c15
+            for b in bytes { h = (h ^ UInt64(b)) &* 0x100_0000_01b3 }
+            for k in 0..<8 { out[lane * 8 + k] = UInt8(truncatingIfNeeded: h >> (8 * UInt64(k))) }
+        }
+        return out.withUnsafeBytes { SHA256Digest(bytes: $0) }
+    }
+
+    static func entries(_ count: Int, changed: Set<Int> = []) -> [ManifestEntry] {
+        (0..<count).map { i in
+            let path = RelativePath(trusted: "dir\(i % 37)/sub/file-\(String(i, radix: 16)).bin")
+            let content = changed.contains(i) ? "changed \(i)" : "file \(i)"
+            return ManifestEntry(path: path, size: Int64(i * 10), sha256: Array(content.utf8).withUnsafeBytes { digest($0) },
+                                 mtime: Timestamp(seconds: 1_700_000_000 + Int64(i), nanoseconds: Int32(i % 1000)), mode: i % 5 == 0 ? nil : 0o644)
+        }.sorted { $0.path < $1.path }
+    }
+
+    static func resolve(_ built: ManifestTree.Built) throws(FerryError) -> [ManifestEntry] {
+        let store = Dictionary(built.objects.map { ($0.sha256, $0.bytes) }, uniquingKeysWith: { a, _ in a })
+        return try ManifestTree.resolve(built.root, source: "test", maximumBytes: 1 << 30) { batch in batch.map { store[$0] ?? [] } }.entries
+    }
+
+    @Test(arguments: [0, 1, 7, 300, 20_000])
+    func aTreeReadsBackAsTheEntriesItWasBuiltFrom(count: Int) throws {
+        let entries = Self.entries(count)
+        let built = ManifestTree.build(entries, hash: Self.digest)
+        #expect(built.root.files == count)
+        #expect(try Self.resolve(built) == entries)
+        #expect(Set(built.objects.map(\.sha256)).count == built.objects.count, "each object once")
+        #expect(built.objects.allSatisfy { $0.bytes.count < 4096 }, "small objects")
+        #expect(ManifestTree.build(entries, hash: Self.digest).objects.map(\.sha256) == built.objects.map(\.sha256), "the same tree every time")
+    }
+
+    @Test func aChangeRewritesOneObjectPerLevelAndAnInsertOnlyItsNeighbourhood() throws {
+        let old = ManifestTree.build(Self.entries(20_000), hash: Self.digest)
+        let names = Set(old.objects.map(\.sha256))
+        let changed = ManifestTree.build(Self.entries(20_000, changed: [12_345]), hash: Self.digest)
+        #expect(changed.objects.filter { !names.contains($0.sha256) }.count == changed.root.level + 1)
+        var grown = Self.entries(20_000)
+        grown.append(ManifestEntry(path: RelativePath(trusted: "dir3/sub/zz-new.bin"), size: 1, sha256: grown[0].sha256))
+        grown.sort { $0.path < $1.path }
+        let inserted = ManifestTree.build(grown, hash: Self.digest)
+        #expect(inserted.objects.filter { !names.contains($0.sha256) }.count <= 3 * (inserted.root.level + 1))
+    }
+
+    /// Builds a one-leaf tree from `leaf` bytes the test writes, and reads it.
+    static func readLeaf(_ bytes: [UInt8], files: Int) -> String? {
+        let d = bytes.withUnsafeBytes { digest($0) }
+        do {
+            _ = try ManifestTree.resolve(ManifestTree.Reference(sha256: d, level: 0, files: files), source: "t", maximumBytes: 1 << 20) { _ in [bytes] }
+            return nil
+        } catch { return error.message }
+    }
+
+    static func leaf(_ records: [[UInt8]]) -> [UInt8] { Array("fm2L".utf8) + [UInt8(records.count)] + records.flatMap { $0 } }
+    static func record(shared: UInt8 = 0, _ path: String, flags: UInt8 = 0) -> [UInt8] {
+        [shared, UInt8(path.utf8.count)] + Array(path.utf8) + [UInt8](repeating: 7, count: 32) + [5, flags]
+    }
+
+    @Test func hostileObjectsAreRefusedWithTheirReason() {
+        #expect(Self.readLeaf(Self.leaf([Self.record("a.txt")]), files: 1) == nil, "the well-formed one is read")
+        let cases: [([UInt8], Int, String)] = [
+            (Self.leaf([Self.record("a.txt")]), 2, "holds 1 entries, not the 2"),
+            (Self.leaf([Self.record("../etc/passwd")]), 1, "is refused"),
+            (Self.leaf([Self.record(".ferry/x")]), 1, "is refused"),
+            (Self.leaf([Self.record("b.txt"), Self.record("a.txt")]), 2, "does not come after"),
+            (Self.leaf([Self.record("a.txt"), Self.record("a.txt")]), 2, "does not come after"),
+            (Self.leaf([Self.record(shared: 3, "a.txt")]), 1, "shared length"),
+            (Self.leaf([Self.record("a.txt", flags: 4)]), 1, "unknown flags"),
+            (Array(Self.leaf([Self.record("a.txt")]).dropLast()), 1, "ends early"),
+            (Self.leaf([Self.record("a.txt")]) + [0], 1, "bytes after"),
+            (Array("fm2N".utf8) + [0, 1] + [UInt8](repeating: 1, count: 32) + [1], 1, "is not a leaf"),
+            (Array("fm2L".utf8) + [0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0x7F], 1, "64 bits"),
+        ]
+        for (bytes, files, needle) in cases {
+            let message = Self.readLeaf(bytes, files: files)
+            #expect(message?.contains(needle) == true && message?.contains("nothing was changed") == true, "\(needle): \(message ?? "read")")
+        }
+        // A node whose children hold other counts than it says, or at the wrong level.
+        let child = [UInt8](repeating: 9, count: 32)
+        for (node, needle) in [(Array("fm2N".utf8) + [1, 1] + child + [3], "is 3, more than 2"),
+                               (Array("fm2N".utf8) + [2, 1] + child + [2], "at level 2 where level 1"),
+                               (Array("fm2N".utf8) + [1, 0], "without children")] {
+            let d = node.withUnsafeBytes { Self.digest($0) }
+            let message: String? = {
+                do {
+                    _ = try ManifestTree.resolve(ManifestTree.Reference(sha256: d, level: 1, files: 2), source: "t", maximumBytes: 1 << 20) { batch in
+                        batch.map { $0 == d ? node : Self.leaf([Self.record("a"), Self.record("b")]) }
+                    }
+                    return nil
+                } catch { return (error as? FerryError)?.message }
+            }()
+            #expect(message?.contains(needle) == true, "\(needle): \(message ?? "read")")
+        }
+        // A root that claims more files than the byte bound allows is refused before anything is read.
+        do {
+            _ = try ManifestTree.resolve(ManifestTree.Reference(sha256: child.withUnsafeBytes { Self.digest($0) }, level: 3, files: 1 << 30),
+                                         source: "t", maximumBytes: 1 << 20) { _ in Issue.record("nothing is loaded"); return [] }
+            Issue.record("refused")
+        } catch {
+            #expect(error.message.contains("more than ferry reads"))
+        }
+    }
+
+    @Test func theRootNamesTheTreeAndFormatOneStaysFlat() throws {
+        let built = ManifestTree.build(Self.entries(50), hash: Self.digest)
+        let text = ManifestWriter.renderRoot(version: 3, generated: Timestamp(seconds: 0), tree: built.root)
+        let root = try Manifest.parse(Array(text.utf8), source: "t")
+        #expect(root.format == .tree && root.tree == built.root && root.entries.isEmpty && root.fileCount == 50 && root.version == 3)
+        let whole = try root.resolving(try Self.resolve(built), source: "t")
+        #expect(whole.entries == Self.entries(50) && whole.lists(Self.entries(50)[7].path))
+        let flat = try Manifest.parse(Array(ManifestWriter.render(version: 1, generated: Timestamp(seconds: 0), entries: Self.entries(5)).utf8), source: "t")
+        #expect(flat.format == .ferry && flat.tree == nil && flat.fileCount == 5)
+    }
+}

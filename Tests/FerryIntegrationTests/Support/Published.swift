@@ -1,0 +1,26 @@
+import Foundation
+@testable import FerryRuntime
+import FerryCore
+
+/// The manifest published at `directory/name` as a reader sees it: a format-2 root with its tree
+/// read from `.ferry/meta/` beside it, each object checked against its name.
+func readPublished(_ directory: String, name: String = "manifest.json") throws -> Manifest {
+    let bytes = Array(FileManager.default.contents(atPath: directory + "/" + name) ?? Data())
+    let root = try Manifests.parse(bytes, source: name)
+    guard let tree = root.tree else { return root }
+    let (entries, _) = try ManifestTree.resolve(tree, source: name, maximumBytes: 1 << 30) { (batch) throws(FerryError) -> [[UInt8]] in
+        var out: [[UInt8]] = []
+        for digest in batch {
+            let object = Array(FileManager.default.contents(atPath: directory + "/.ferry/meta/" + digest.hex) ?? Data())
+            guard ManifestObjects.digest(object) == digest else { throw .manifest("object \(digest.hex) does not match its name") }
+            out.append(object)
+        }
+        return out
+    }
+    return try root.resolving(entries, source: name)
+}
+
+/// The metadata objects under `directory/.ferry/meta/`.
+func publishedObjects(_ directory: String) -> Set<String> {
+    Set((try? FileManager.default.contentsOfDirectory(atPath: directory + "/.ferry/meta")) ?? [])
+}
