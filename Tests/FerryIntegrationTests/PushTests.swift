@@ -375,7 +375,7 @@ struct PushTests {
         #expect(pushOutput(box).contains("\"event\":\"file-suspended\""), "\(pushOutput(box))")
         #expect(FileManager.default.contents(atPath: remoteRoot + "/short.bin") == short)
         #expect(FileManager.default.contents(atPath: remoteRoot + "/long.bin") == long)
-        let manifest = fileContents(remoteRoot + "/manifest.json") ?? ""
+        let manifest = publishedListing(remoteRoot)
         #expect(manifest.contains("short.bin") && manifest.contains("long.bin"), "\(manifest)")
         #expect(!box.status().stdout.contains("suspended"))
     }
@@ -405,7 +405,7 @@ struct PushTests {
         let resumed = ferry(["resume", "--config", box.config, "--session", "up"])
         #expect(resumed.exitCode == 0, "\(resumed.output)")
         #expect(FileManager.default.contents(atPath: remoteRoot + "/big.bin") == big)
-        #expect(fileContents(remoteRoot + "/manifest.json")?.contains("big.bin") == true)
+        #expect(publishedListing(remoteRoot).contains("big.bin"))
     }
 
     /// The remote goes away mid-push: the run ends without publishing (the uploads wait for
@@ -595,7 +595,7 @@ struct PushTests {
         try config(box, remote: pushRemote.url)
         let next = box.sync(["--session", "up"])
         #expect(next.exitCode == 0, "\(next.output)")
-        let published = fileContents(manifestPath) ?? ""
+        let published = publishedListing((manifestPath as NSString).deletingLastPathComponent, name: (manifestPath as NSString).lastPathComponent)
         #expect(manifestVersion(manifestPath) == v1 + 1001 && published.contains("big.bin"), "published on top of theirs: \(published)")
     }
 

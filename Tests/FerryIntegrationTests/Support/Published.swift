@@ -24,3 +24,8 @@ func readPublished(_ directory: String, name: String = "manifest.json") throws -
 func publishedObjects(_ directory: String) -> Set<String> {
     Set((try? FileManager.default.contentsOfDirectory(atPath: directory + "/.ferry/meta")) ?? [])
 }
+
+/// The paths the manifest published in `directory` lists, one per line ("" when it cannot be read).
+func publishedListing(_ directory: String, name: String = "manifest.json") -> String {
+    ((try? readPublished(directory, name: name))?.entries.map(\.path.string) ?? []).joined(separator: "\n")
+}
