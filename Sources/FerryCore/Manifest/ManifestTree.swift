@@ -9,6 +9,12 @@ public enum ManifestTree {
     public static let formatName = "ferry-manifest/2"
     /// Where the objects live, relative to the directory that holds the manifest.
     public static let objectDirectory = ".ferry/meta"
+
+    /// The objects' directory for the manifest at `manifest` (a URL, a path relative to a
+    /// remote, or a local path): `.ferry/meta` in the directory that holds it.
+    public static func objectDirectory(beside manifest: String) -> String {
+        (manifest.lastIndex(of: "/").map { String(manifest[...$0]) } ?? "") + objectDirectory
+    }
     /// No object ferry writes comes near this (a leaf stops growing at 16 KiB of paths).
     public static let maximumObjectSize = 1 << 20
     public static let maximumLevel = 24

@@ -128,12 +128,15 @@ public enum FileSystem {
     /// Writes a file so that readers see the old content or the new, never a mix: a temporary file
     /// (`createTemporary`), fsync, rename over `path` (a symlink there is replaced, not followed),
     /// fsync of the directory. With `replacing: false` an existing `path` is left alone and refused
-    /// (the new file is linked into place, which fails when the name is taken).
-    public static func writeAtomically(_ path: String, bytes: [UInt8], mode: mode_t = 0o644, replacing: Bool = true) throws(FerryError) {
+    /// (the new file is linked into place, which fails when the name is taken). With `synced: false`
+    /// nothing is synced: for files whose name checks their content (a crash that tears one is
+    /// found, not trusted), written many at a time and synced once by the caller if at all.
+    public static func writeAtomically(_ path: String, bytes: [UInt8], mode: mode_t = 0o644, replacing: Bool = true,
+                                       synced: Bool = true) throws(FerryError) {
         let (fd, temp) = try createTemporary(beside: path, mode: mode)
         do throws(FerryError) {
             try write(fd: fd, bytes: bytes, shown: temp)
-            if fsync(fd) != 0 { throw FerryError(.localIO, "cannot sync \(Printable.name(temp)): \(errorText())") }
+            if synced && fsync(fd) != 0 { throw FerryError(.localIO, "cannot sync \(Printable.name(temp)): \(errorText())") }
         } catch {
             close(fd)
             unlink(temp)
@@ -147,7 +150,7 @@ public enum FileSystem {
                 throw FerryError(.localIO, "cannot write \(Printable.name(path)): \(code == EEXIST ? "it already exists" : errorText(code))",
                                  cause: .local(errno: code))
             }
-            syncDirectory(containing: path)
+            if synced { syncDirectory(containing: path) }
             return
         }
         guard rename(temp, path) == 0 else {
@@ -155,7 +158,7 @@ public enum FileSystem {
             unlink(temp)
             throw .localIO("cannot rename \(Printable.name(temp)) to \(Printable.name(path)): \(errorText(code))")
         }
-        syncDirectory(containing: path)
+        if synced { syncDirectory(containing: path) }
     }
 
     /// Moves `source` over `path` (same directory) and syncs the directory, so the change survives a crash.

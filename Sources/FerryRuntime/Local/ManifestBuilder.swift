@@ -70,14 +70,14 @@ public struct ManifestBuilder {
             progress(i + 1, files.count)
         }
         let manifest = try Manifests.publishable(version: version, entries: entries, lifetime: expires, key: signingKey, format: format)
-        let beside = outputPath.lastIndex(of: "/").map { String(outputPath[...$0]) } ?? "./"
+        let objects = ManifestTree.objectDirectory(beside: outputPath)
         var written = 0
         if let tree = manifest.tree {
             // Every object is in place, and on disk, before the root that names them.
-            written = try writeObjects(tree, into: beside + ManifestTree.objectDirectory)
+            written = try writeObjects(tree, into: objects)
         }
         try FileSystem.writeAtomically(outputPath, bytes: manifest.bytes)
-        let removed = collect(tree: manifest.tree, beside: beside, grace: grace, warnings: &warnings)
+        let removed = collect(tree: manifest.tree, in: objects, grace: grace, warnings: &warnings)
         return Result(output: outputPath, version: version, files: entries.count, bytes: total, warnings: warnings,
                       objectsWritten: written, objectsRemoved: removed)
     }
@@ -89,17 +89,7 @@ public struct ManifestBuilder {
         for (digest, bytes) in tree.objects {
             let path = directory + "/" + digest.hex
             if let existing = try? FileSystem.readFile(path, limit: ManifestTree.maximumObjectSize), existing == bytes { continue }
-            let (fd, temporary) = try FileSystem.createTemporary(beside: path, mode: 0o644)
-            do throws(FerryError) { try FileSystem.write(fd: fd, bytes: bytes, shown: temporary) } catch {
-                close(fd)
-                unlink(temporary)
-                throw error
-            }
-            close(fd)
-            guard rename(temporary, path) == 0 else {
-                unlink(temporary)
-                throw .localIO("cannot rename \(Printable.name(temporary)) to \(Printable.name(path)): \(FileSystem.errorText())")
-            }
+            try FileSystem.writeAtomically(path, bytes: bytes, mode: 0o644, synced: false)
             written += 1
         }
         if written > 0 { FileSystem.syncEverything(then: directory) }
@@ -109,17 +99,13 @@ public struct ManifestBuilder {
     /// Retires every object the new root does not name (the previous root's, what a failed build left),
     /// and removes what has been retired for `grace`. Returns how many went. A failure here leaves
     /// objects behind, never takes one the new root names: it is a warning.
-    private func collect(tree: ManifestTree.Built?, beside: String, grace: Double,
+    private func collect(tree: ManifestTree.Built?, in directory: String, grace: Double,
                          warnings: inout [String]) -> Int {
-        let directory = beside + ManifestTree.objectDirectory
         guard FileSystem.exists(directory) else { return 0 }
         let now = Timestamp.now()
-        var retired = RetiredObjects(path: beside + RelativePath.reservedTopLevel + "/retired")
-        let current = Set(tree?.objects.map(\.sha256.hex) ?? [])
-        var present = FileSystem.names(in: directory)
-        present.removeAll { $0.utf8.count != 64 || current.contains($0) }
-        retired.retire(present, now: now)
-        retired.named(current)
+        // `.ferry/retired`, beside `.ferry/meta` (`directory` always ends in `/meta`).
+        var retired = RetiredObjects(path: String(directory[..<directory.lastIndex(of: "/")!]) + "/retired")
+        retired.update(present: FileSystem.names(in: directory), current: Set(tree?.objects.map(\.sha256.hex) ?? []), now: now)
         var removed = 0
         for name in retired.expired(now: now, grace: grace) {
             if unlink(directory + "/" + name) == 0 || errno == ENOENT {

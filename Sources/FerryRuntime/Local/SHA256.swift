@@ -32,6 +32,19 @@ public final class SHA256Hasher {
         }
     }
 
+    /// The digest of `bytes` alone (the hasher is reset before and after): one hasher hashes many
+    /// small objects without a new context each.
+    public func digest(of bytes: UnsafeRawBufferPointer) -> SHA256Digest {
+        reset()
+        update(bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, count: bytes.count)
+        return finalize()
+    }
+
+    /// The digest of bytes in memory.
+    public static func digest(of bytes: [UInt8]) -> SHA256Digest {
+        bytes.withUnsafeBytes { SHA256Hasher().digest(of: $0) }
+    }
+
     /// Hashes `length` bytes of an open file from offset 0 (or all of it when nil) into this hasher.
     /// Returns the number of bytes read.
     @discardableResult

@@ -2,7 +2,7 @@ import Glibc
 import FerryCore
 
 /// The metadata objects of a session's format-2 manifests (`ManifestTree`): read from the
-/// session's cache (`<state>/manifests/<session>.objects/`, one file per object, named by its
+/// session's cache (`<state>/manifests/<session>.manifest.objects/`, one file per object, named by its
 /// SHA-256) and otherwise fetched from the remote (`.ferry/meta/<sha256>` beside the manifest),
 /// several at once. Every object is checked against its name as it is read: a cached one that
 /// does not match is thrown away and fetched again; a fetched one that does not match refuses the
@@ -22,9 +22,8 @@ final class ManifestObjects {
 
     init(session: SessionConfig, state: String, remote: Remote?, keeps: Bool = true) {
         directory = StateStore.cachedManifestPath(state: state, session: session.name) + ".objects"
-        let url = session.manifestURL
-        let base = url.lastIndex(of: "/").map { String(url[...$0]) } ?? ""
-        self.remote = remote.map { ($0, base + ManifestTree.objectDirectory + "/") }
+        let prefix = ManifestTree.objectDirectory(beside: session.manifestURL) + "/"
+        self.remote = remote.map { ($0, prefix) }
         self.keeps = keeps
     }
 
@@ -65,7 +64,7 @@ final class ManifestObjects {
         if let bytes = fetchedInMemory[digest] { return bytes }
         let path = directory + "/" + digest.hex
         guard let bytes = try? FileSystem.readFile(path, limit: ManifestTree.maximumObjectSize) else { return nil }
-        guard ManifestObjects.digest(bytes) == digest else {
+        guard SHA256Hasher.digest(of: bytes) == digest else {
             damaged += 1
             unlink(path)
             return nil
@@ -80,10 +79,7 @@ final class ManifestObjects {
         let path = directory + "/" + digest.hex
         if access(path, F_OK) == 0 { return }
         if (try? FileSystem.makePrivateDirectory(directory)) == nil { return }
-        guard let (fd, temporary) = try? FileSystem.createTemporary(beside: path, mode: 0o600) else { return }
-        let written = (try? FileSystem.write(fd: fd, bytes: bytes, shown: temporary)) != nil
-        close(fd)
-        if !written || rename(temporary, path) != 0 { unlink(temporary) }
+        try? FileSystem.writeAtomically(path, bytes: bytes, mode: 0o600, synced: false)
     }
 
     /// Whether the cache holds `digest` (by name; `resolve` checks the bytes when it reads them).
@@ -94,12 +90,6 @@ final class ManifestObjects {
         guard keeps else { return }
         let kept = Set(keeping.map(\.hex))
         for name in FileSystem.names(in: directory) where !kept.contains(name) { unlink(directory + "/" + name) }
-    }
-
-    static func digest(_ bytes: [UInt8]) -> SHA256Digest {
-        let hasher = SHA256Hasher()
-        bytes.withUnsafeBytes { hasher.update($0.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, count: $0.count) }
-        return hasher.finalize()
     }
 
     /// Fetches objects, up to 8 at once, each checked against its name.
@@ -133,7 +123,7 @@ final class ManifestObjects {
         let url = prefix + digest.hex
         switch try remote.fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: Int64(ManifestTree.maximumObjectSize)) {
         case let .fetched(bytes, _, _):
-            guard ManifestObjects.digest(bytes) == digest else {
+            guard SHA256Hasher.digest(of: bytes) == digest else {
                 throw .manifest("the metadata object \(url) that manifest \(source) names does not match its hash (it holds \(Units.formatBytes(Int64(bytes.count))) of something else): refused, nothing was changed",
                                 hint: "the remote's copy was altered or damaged: publish again from the publisher (ferry manifest build, or a push), which writes it anew")
             }
@@ -149,7 +139,7 @@ final class ManifestObjects {
 
 /// The metadata objects a publisher wrote that no root it published names any more (or none ever
 /// did: a publish that failed after its objects went), and since when: `<sha256> <Unix seconds>`
-/// lines in a file of the publisher's own (`<state>/manifests/<session>.retired` for a push,
+/// lines in a file of the publisher's own (`<state>/manifests/<session>.manifest.retired` for a push,
 /// `.ferry/retired` beside the objects for `manifest build`). An object goes once it has been
 /// unnamed for the grace period (`ManifestTree.expired`); one named again is taken off.
 struct RetiredObjects {
@@ -172,9 +162,12 @@ struct RetiredObjects {
         for n in names where since[n] == nil { since[n] = now.seconds }
     }
 
-    /// The published root names these: they stay.
-    mutating func named(_ names: Set<String>) {
-        since = since.filter { !names.contains($0.key) }
+    /// After a root naming `current` was published: the objects `present` (where the publisher
+    /// keeps them) that it does not name are retired from `now` unless already listed; those it
+    /// names leave the list.
+    mutating func update(present: [String], current: Set<String>, now: Timestamp) {
+        retire(present.filter { $0.utf8.count == 64 && !current.contains($0) }, now: now)
+        since = since.filter { !current.contains($0.key) }
     }
 
     func expired(now: Timestamp, grace: Double) -> [String] {

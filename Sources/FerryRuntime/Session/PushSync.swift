@@ -250,8 +250,7 @@ final class PushSync: SessionWork {
 
     /// Where metadata object `digest` goes on the remote: `.ferry/meta/` beside the manifest.
     private func objectPath(_ digest: String) -> RelativePath {
-        let beside = session.manifest.lastIndex(of: "/").map { String(session.manifest[...$0]) } ?? ""
-        return RelativePath(trusted: beside + ManifestTree.objectDirectory + "/" + digest)
+        RelativePath(trusted: ManifestTree.objectDirectory(beside: session.manifest) + "/" + digest)
     }
 
     /// Sends the objects of `tree` the remote does not hold. Each is listed as retired before it
@@ -276,10 +275,8 @@ final class PushSync: SessionWork {
     /// published root names.
     private func collectObjects(_ tree: ManifestTree.Built, objects: ManifestObjects, writer: RemoteWriting) {
         let now = Timestamp.now()
-        let current = Set(tree.objects.map(\.sha256.hex))
         var retired = RetiredObjects(path: manifests.path + ".retired")
-        retired.retire(FileSystem.names(in: objects.directory).filter { $0.utf8.count == 64 && !current.contains($0) }, now: now)
-        retired.named(current)
+        retired.update(present: FileSystem.names(in: objects.directory), current: Set(tree.objects.map(\.sha256.hex)), now: now)
         for name in retired.expired(now: now, grace: session.metadataGrace) {
             guard (try? writer.remove(objectPath(name))) != nil else { break }
             retired.removed(name)

@@ -151,10 +151,7 @@ public enum Manifests {
             text = Array(ManifestWriter.render(version: version, generated: now, expires: expires, entries: entries).utf8)
         } else {
             let hasher = SHA256Hasher()
-            let built = ManifestTree.build(entries) { bytes in
-                hasher.update(bytes.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, count: bytes.count)
-                return hasher.finalize()
-            }
+            let built = ManifestTree.build(entries) { hasher.digest(of: $0) }
             tree = built
             text = Array(ManifestWriter.renderRoot(version: version, generated: now, expires: expires, tree: built.root).utf8)
         }

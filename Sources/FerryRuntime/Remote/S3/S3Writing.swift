@@ -48,11 +48,7 @@ extension S3Remote: RemoteWriting {
 
     func write(_ bytes: [UInt8], at path: RelativePath, condition: WriteCondition) throws(FerryError) -> WriteOutcome {
         let key = self.key(path.string)
-        let sha = bytes.withUnsafeBytes { b in
-            let hasher = SHA256Hasher()
-            hasher.update(b.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, count: b.count)
-            return hasher.finalize()
-        }
+        let sha = SHA256Hasher.digest(of: bytes)
         var headers = S3Remote.contentHeaders(sha)
         switch condition {
         case .none: break

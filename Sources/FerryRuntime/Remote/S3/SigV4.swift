@@ -104,9 +104,5 @@ struct SigV4: Sendable {
         return out
     }
 
-    static func sha256Hex(_ bytes: [UInt8]) -> String {
-        let hasher = SHA256Hasher()
-        bytes.withUnsafeBytes { hasher.update($0.baseAddress ?? UnsafeRawPointer(bitPattern: 1)!, count: $0.count) }
-        return hasher.finalize().hex
-    }
+    static func sha256Hex(_ bytes: [UInt8]) -> String { SHA256Hasher.digest(of: bytes).hex }
 }
