@@ -76,13 +76,7 @@ struct ManifestTreeTests {
     }
 
     /// The hashes of every object the published tree names.
-    func treeObjects(_ directory: String) throws -> Set<String> {
-        let root = try Manifests.parse(Array(FileManager.default.contents(atPath: directory + "/manifest.json")!), source: "test")
-        let (_, names) = try ManifestTree.resolve(root.tree!, source: "test", maximumBytes: 1 << 30) { (batch) throws(FerryError) -> [[UInt8]] in
-            batch.map { Array(FileManager.default.contents(atPath: directory + "/.ferry/meta/" + $0.hex) ?? Data()) }
-        }
-        return Set(names.map(\.hex))
-    }
+    func treeObjects(_ directory: String) throws -> Set<String> { try publishedTree(directory).objects }
 
     @Test func tamperingWithTheRootOrAnyKindOfObjectIsRefusedAndChangesNothing() throws {
         let (box, server) = try Self.world("tree-tamper", files: 300)
@@ -158,7 +152,7 @@ struct ManifestTreeTests {
         #expect(run.events(named: "warning").contains { ($0["message"] as? String)?.contains("did not match") == true }, "\(run.stdout)")
         expectIdentical(box.published, box.local)
         for name in try FileManager.default.contentsOfDirectory(atPath: cache) {
-            #expect(ManifestObjects.digest(Array(FileManager.default.contents(atPath: cache + name)!)).hex == name, "\(name) was fetched again")
+            #expect(SHA256Hasher.digest(of: Array(FileManager.default.contents(atPath: cache + name)!)).hex == name, "\(name) was fetched again")
         }
     }
 

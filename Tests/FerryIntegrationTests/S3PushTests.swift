@@ -52,7 +52,7 @@ struct S3PushTests {
                 if path == "manifest.json" {
                     #expect((try? Manifest.parse(Array(data), source: key)) != nil, "after \(moment): the manifest is whole")
                 } else if path.hasPrefix(".ferry/meta/") {
-                    #expect(ManifestObjects.digest(Array(data)).hex == String(path.dropFirst(".ferry/meta/".count)), "after \(moment): \(key) holds its hash's bytes")
+                    #expect(SHA256Hasher.digest(of: Array(data)).hex == String(path.dropFirst(".ferry/meta/".count)), "after \(moment): \(key) holds its hash's bytes")
                 } else {
                     #expect(versions[path]?.contains(fnv1a(data)) == true, "after \(moment): \(key) holds bytes the source never had")
                 }

@@ -5,19 +5,24 @@ import FerryCore
 /// The manifest published at `directory/name` as a reader sees it: a format-2 root with its tree
 /// read from `.ferry/meta/` beside it, each object checked against its name.
 func readPublished(_ directory: String, name: String = "manifest.json") throws -> Manifest {
+    try publishedTree(directory, name: name).manifest
+}
+
+/// The published manifest as `readPublished` reads it, and the hashes of every object its tree names.
+func publishedTree(_ directory: String, name: String = "manifest.json") throws -> (manifest: Manifest, objects: Set<String>) {
     let bytes = Array(FileManager.default.contents(atPath: directory + "/" + name) ?? Data())
     let root = try Manifests.parse(bytes, source: name)
-    guard let tree = root.tree else { return root }
-    let (entries, _) = try ManifestTree.resolve(tree, source: name, maximumBytes: 1 << 30) { (batch) throws(FerryError) -> [[UInt8]] in
+    guard let tree = root.tree else { return (root, []) }
+    let (entries, names) = try ManifestTree.resolve(tree, source: name, maximumBytes: 1 << 30) { (batch) throws(FerryError) -> [[UInt8]] in
         var out: [[UInt8]] = []
         for digest in batch {
             let object = Array(FileManager.default.contents(atPath: directory + "/.ferry/meta/" + digest.hex) ?? Data())
-            guard ManifestObjects.digest(object) == digest else { throw .manifest("object \(digest.hex) does not match its name") }
+            guard SHA256Hasher.digest(of: object) == digest else { throw .manifest("object \(digest.hex) does not match its name") }
             out.append(object)
         }
         return out
     }
-    return try root.resolving(entries, source: name)
+    return (try root.resolving(entries, source: name), Set(names.map(\.hex)))
 }
 
 /// The metadata objects under `directory/.ferry/meta/`.

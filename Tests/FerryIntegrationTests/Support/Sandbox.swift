@@ -149,14 +149,10 @@ func waitUntil(_ unixTime: Double) {
     while Date().timeIntervalSince1970 < unixTime + 0.05 { usleep(20_000) }
 }
 
-/// Random bytes (deterministic per seed) for test files.
 /// The SHA-256 of `data`, through ferry's own hasher.
-func sha256(of data: Data) -> SHA256Digest {
-    let hasher = SHA256Hasher()
-    data.withUnsafeBytes { if let base = $0.baseAddress { hasher.update(base, count: $0.count) } }
-    return hasher.finalize()
-}
+func sha256(of data: Data) -> SHA256Digest { SHA256Hasher.digest(of: Array(data)) }
 
+/// Random bytes (deterministic per seed) for test files.
 func randomData(_ count: Int, seed: UInt64 = 1) -> Data {
     var state = seed &* 0x9E3779B97F4A7C15 | 1
     var out = Data(count: count)
