@@ -80,6 +80,10 @@ struct ConfigParserTests {
         ("[session a]\nremote = http://h/\nlocal = /x\nbwlimit = 100\n", "f.conf:4: [session a] key 'bwlimit': '100' is not a rate of at least 1K", nil),
         ("[agent]\nnetwork-metered = sometimes\n[session a]\nremote = http://h/\nlocal = /x\n", "f.conf:2: [agent] key 'network-metered': 'sometimes' is not auto, yes or no", nil),
         ("[session a]\nremote = http://h/\nlocal = /x\npriority = 1000\n", "f.conf:4: [session a] key 'priority': '1000' is not a whole number from -100 to 100", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\nremote-layout = objects\n", "f.conf:4: [session a] key 'remote-layout': applies to a push session",
+         "a pull reads the layout from the manifest; remove this line"),
+        ("[session a]\ndirection = push\nremote = http://h/\nlocal = /x\nremote-layout = blobs\n", "f.conf:5: [session a] key 'remote-layout': 'blobs' is not tree or objects", nil),
+        ("[session a]\ndirection = push\nremote = http://h/\nlocal = /x\nkeep-versions = 0\n", "f.conf:5: [session a] key 'keep-versions'", nil),
     ] as [(String, String, String?)])
     func namesFileLineAndKey(text: String, message: String, hint: String?) {
         do {
@@ -159,6 +163,16 @@ struct ConfigParserTests {
         #expect(try ConfigParser.parse(base + "earliest-begin = 2026-11-24T02:00:00Z\n", path: "f").sessions[0].earliestBegin == .at(at))
         #expect(throws: FerryError.self) { try ConfigParser.parse(base + "earliest-begin = soonish\n", path: "f") }
         #expect(EarliestBegin.after(90).time(from: Timestamp(seconds: 1000)) == Timestamp(seconds: 1090))
+    }
+
+    /// The keys of a push's remote layout, and the older name of `object-grace`.
+    @Test func parsesTheRemoteLayoutKeys() throws {
+        let base = "[session a]\ndirection = push\nremote = http://h/\nlocal = /x\n"
+        let defaults = try ConfigParser.parse(base, path: "f").sessions[0]
+        #expect(defaults.remoteLayout == .tree && defaults.keepVersions == 3 && defaults.objectGrace == 86_400)
+        let set = try ConfigParser.parse(base + "remote-layout = objects\nkeep-versions = 5\nobject-grace = 2h\n", path: "f").sessions[0]
+        #expect(set.remoteLayout == .objects && set.keepVersions == 5 && set.objectGrace == 7_200)
+        #expect(try ConfigParser.parse(base + "metadata-grace = 30m\n", path: "f").sessions[0].objectGrace == 1_800)
     }
 
     @Test func keepsHashInsideAValue() {

@@ -348,4 +348,26 @@ struct SHA256DigestTests {
         #expect(allowed.0 == 0 && allowed.1?.contains("rollback") == true, "allowed, and said")
         #expect(throws: FerryError.self) { try next(nil, Manifest.maximumVersion + 1) }
     }
+
+    /// `"layout"` is read from both formats and written only when it is not the default; a
+    /// layout this ferry does not know refuses the manifest (a pull must not fetch the wrong URLs).
+    @Test func readsAndWritesTheRemoteLayout() throws {
+        let e = ManifestEntry(path: RelativePath(trusted: "a"), size: 1, sha256: SHA256Digest(hex: String(repeating: "a", count: 64))!)
+        let flat = ManifestWriter.render(version: 3, generated: Timestamp(seconds: 0), layout: .objects, entries: [e])
+        #expect(try Manifest.parse(Array(flat.utf8), source: "m").layout == .objects)
+        let plain = ManifestWriter.render(version: 3, generated: Timestamp(seconds: 0), entries: [e])
+        #expect(!plain.contains("layout"))
+        #expect(try Manifest.parse(Array(plain.utf8), source: "m").layout == .tree)
+        let root = ManifestWriter.renderRoot(version: 3, generated: Timestamp(seconds: 0), layout: .objects,
+                                             tree: ManifestTree.Reference(sha256: e.sha256, level: 0, files: 1))
+        #expect(try Manifest.parse(Array(root.utf8), source: "m").layout == .objects)
+        let unknown = plain.replacing("\"version\"", with: "\"layout\": \"zip\", \"version\"")
+        #expect(throws: FerryError.self) { try Manifest.parse(Array(unknown.utf8), source: "m") }
+        do { _ = try Manifest.parse(Array(unknown.utf8), source: "m") } catch {
+            #expect(error.message.contains("\"layout\" \"zip\" is not one this ferry reads"), "\(error.message)")
+        }
+        #expect(RemoteLayout.contentPath(e.sha256, beside: "sub/manifest.json").string == "sub/.ferry/data/aa/" + e.sha256.hex)
+        #expect(RemoteLayout.contentHash(at: RemoteLayout.contentPath(e.sha256, beside: "m.json"), beside: "m.json") == e.sha256)
+        #expect(RemoteLayout.contentHash(at: RelativePath(trusted: ".ferry/data/ab/" + e.sha256.hex), beside: "m.json") == nil)
+    }
 }

@@ -136,4 +136,37 @@ struct PushPlanTests {
             #expect(error.exitCode == .localIO && error.message.contains("/data/site holds no files to publish, and the remote lists 3"))
         }
     }
+
+    // MARK: remote-layout = objects
+
+    let h3 = SHA256Digest(hex: String(repeating: "3", count: 64))!
+
+    /// A content the remote stores is not sent again, wherever it moved; two files of one content
+    /// send it once; a deletion removes nothing at a path; only the manifest changes for a move.
+    @Test func theObjectsLayoutSendsEachContentItDoesNotStoreOnce() {
+        let remote = published([entry("a", h1), entry("b", h2)])
+        let local = [entry("moved/b", h2), entry("c", h3), entry("d", h3)]
+        let tree = PushPlanner.plan(local: local, remote: remote, rules: deleteAll, now: epoch)
+        let plan = PushPlanner.storing(tree, local: Set(local.map(\.path)), stored: [h1, h2], changesLayout: false)
+        #expect(plan.uploads.map(\.entry.path) == [p("c")], "h3 once, h2 is stored: \(plan.uploads.map(\.entry.path))")
+        #expect(plan.alreadyStored == 2, "moved/b and d only change the manifest")
+        #expect(plan.deletions == [p("a"), p("b")] && plan.replacements.isEmpty)
+        #expect(plan.manifest.map(\.path) == [p("c"), p("d"), p("moved/b")])
+
+        // Nothing changed but the layout: every content not stored goes, and a manifest must.
+        let same = PushPlanner.plan(local: [entry("a", h1)], remote: published([entry("a", h1)]), rules: deleteAll, now: epoch)
+        #expect(same.isEmpty)
+        let switching = PushPlanner.storing(same, local: [p("a")], stored: [], changesLayout: true)
+        #expect(switching.uploads.map(\.entry.path) == [p("a")] && !switching.isEmpty)
+        #expect(PushPlanner.storing(same, local: [p("a")], stored: [h1], changesLayout: false).isEmpty)
+    }
+
+    /// After the uploads: an entry whose content is not stored keeps its last published entry
+    /// (if that one's is), a new one is left out, and a published path that can list neither is lost.
+    @Test func theObjectsLayoutListsOnlyStoredContent() {
+        let before = published([entry("a", h1), entry("b", h2)])
+        let (entries, lost) = PushPlanner.listable([entry("a", h3), entry("b", h3), entry("new", h3)], published: before) { $0 == h1 }
+        #expect(entries == [entry("a", h1)])
+        #expect(lost == [p("b")])
+    }
 }

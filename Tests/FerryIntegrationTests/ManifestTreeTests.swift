@@ -197,7 +197,7 @@ struct ManifestTreeTests {
         let remote = box.directory + "/remote"
         try FileManager.default.createDirectory(atPath: remote, withIntermediateDirectories: true)
         let text = ["[agent]", "state = \(box.state)", "", "[session up]", "remote = file://\(remote)/", "local = \(box.published)",
-                    "direction = push", "metadata-grace = 0s"].joined(separator: "\n") + "\n"
+                    "direction = push", "object-grace = 0s", "keep-versions = 1"].joined(separator: "\n") + "\n"
         try text.writeReplacing(box.config)
         #expect(ferry(["sync", "now", "--config", box.config]).exitCode == 0)
         let pushed = try treeObjects(remote)

@@ -103,7 +103,7 @@ struct RemoteConformanceTests {
         func download(_ entry: ManifestEntry, resumeFrom prefix: Data = Data(), validator: String? = nil) throws
             -> (outcome: String, download: Download, bytes: Data) {
             let fd = partial(prefix)
-            let download = try remote.download(task: task(), entry: entry, reason: .missing, into: fd,
+            let download = try remote.download(task: task(), entry: entry, from: entry.path, reason: .missing, into: fd,
                                                resumeFrom: Int64(prefix.count), validator: validator)
             let engine = try! TransferEngine(concurrency: 2)
             defer { engine.shutdown() }
@@ -275,7 +275,7 @@ struct RemoteConformanceTests {
         let entry = ManifestEntry(path: RelativePath(trusted: "up/up.bin"), size: Int64(content.count), sha256: sha256(of: content), mode: 0o640)
         let task = try uploadTask(store, entry)
         func send(_ stat: LocalEntry) throws -> String {
-            try place(w, LocalUpload(task: task, entry: entry, stat: stat, hashKnown: true, file: open(localPath, O_RDONLY | O_CLOEXEC)), store: store).0
+            try place(w, LocalUpload(task: task, entry: entry, destination: entry.path, stat: stat, hashKnown: true, file: open(localPath, O_RDONLY | O_CLOEXEC)), store: store).0
         }
         #expect(try send(statOf(localPath)) == "placed")
         #expect(read(w, entry.path).map { Data($0) } == content)
@@ -322,7 +322,7 @@ struct RemoteConformanceTests {
         var entry = ManifestEntry(path: RelativePath(trusted: "big/big.bin"), size: Int64(content.count), sha256: sha256(of: content))
         var task = try uploadTask(store, entry)
         func upload(stopAfter: Int = .max) throws -> (String, Int64) {
-            try place(w, LocalUpload(task: task, entry: entry, stat: statOf(localPath), hashKnown: true, file: open(localPath, O_RDONLY | O_CLOEXEC)),
+            try place(w, LocalUpload(task: task, entry: entry, destination: entry.path, stat: statOf(localPath), hashKnown: true, file: open(localPath, O_RDONLY | O_CLOEXEC)),
                       store: store, stopAfter: stopAfter)
         }
         // create, hash 1, part 1, hash 2, part 2: then the process dies.

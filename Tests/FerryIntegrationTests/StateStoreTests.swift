@@ -16,7 +16,7 @@ struct StateStoreTests {
     @Test func rowsMoveAsTheStateMachineSays() throws {
         defer { Harness.remove(dir) }
         let store = try StateStore(directory: dir)
-        let queued = try store.queueDownloads(session: "s", entries: [entry("a"), entry("b")], urlFor: { "http://x/" + $0.string }, notBefore: nil)
+        let queued = try store.queueDownloads(session: "s", entries: [entry("a"), entry("b")], urlFor: { "http://x/" + $0.path.string }, notBefore: nil)
         let a = try #require(queued.tasks[RelativePath(trusted: "a")]).id
         let b = try #require(queued.tasks[RelativePath(trusted: "b")]).id
         #expect(try state(store, a) == .queued)
@@ -38,7 +38,7 @@ struct StateStoreTests {
         #expect(try state(store, b) == .suspended)
 
         // Queuing the same content again leaves a suspended task alone.
-        _ = try store.queueDownloads(session: "s", entries: [entry("a"), entry("b")], urlFor: { "http://x/" + $0.string }, notBefore: nil)
+        _ = try store.queueDownloads(session: "s", entries: [entry("a"), entry("b")], urlFor: { "http://x/" + $0.path.string }, notBefore: nil)
         #expect(try state(store, a) == .suspended)
 
         // ferry resume makes it runnable; a file committed before a cancel reached it is done.
@@ -54,7 +54,7 @@ struct StateStoreTests {
         try store.markFailed(b, attempts: 4, error: "late", bytesDone: 0, validator: nil)
         #expect(try state(store, b) == .done)
         // New content queues it again, without resume data.
-        let requeued = try store.queueDownloads(session: "s", entries: [entry("b", "c")], urlFor: { "http://x/" + $0.string }, notBefore: nil)
+        let requeued = try store.queueDownloads(session: "s", entries: [entry("b", "c")], urlFor: { "http://x/" + $0.path.string }, notBefore: nil)
         #expect(requeued.tasks[RelativePath(trusted: "b")]?.state == .queued)
         #expect(try state(store, b) == .queued)
     }
@@ -79,11 +79,11 @@ struct StateStoreTests {
         defer { Harness.remove(dir) }
         let store = try StateStore(directory: dir)
         let later = Timestamp(seconds: Timestamp.now().seconds + 3600)
-        let queued = try store.queueDownloads(session: "s", entries: [entry("a")], urlFor: { "http://x/" + $0.string }, notBefore: later)
+        let queued = try store.queueDownloads(session: "s", entries: [entry("a")], urlFor: { "http://x/" + $0.path.string }, notBefore: later)
         let a = try #require(queued.tasks[RelativePath(trusted: "a")])
         #expect(a.state == .delayed && a.notBefore == later)
         // Not due yet: queuing again leaves it delayed.
-        let again = try store.queueDownloads(session: "s", entries: [entry("a")], urlFor: { "http://x/" + $0.string }, notBefore: nil)
+        let again = try store.queueDownloads(session: "s", entries: [entry("a")], urlFor: { "http://x/" + $0.path.string }, notBefore: nil)
         #expect(again.tasks[RelativePath(trusted: "a")]?.state == .delayed && again.due.isEmpty)
     }
 

@@ -197,8 +197,21 @@ public struct SessionConfig: Sendable {
     public var signKey: String?
     /// Push: how long a published manifest stays valid (its `expires`), in seconds.
     public var expires: Double?
-    /// Push: how long metadata objects no published root names any more stay on the remote.
-    public var metadataGrace: Double = 86_400
+    /// Push: how long objects (metadata, and content with `remote-layout = objects`) that no
+    /// published manifest names any more stay on the remote, at least.
+    public var objectGrace: Double = 86_400
+    /// Push: where the remote keeps the files' bytes (`remote-layout`).
+    public var remoteLayout: RemoteLayout = .tree
+    /// Push: objects stay while one of the last this many published manifests names them.
+    public var keepVersions = 3
+
+    /// The manifest's path relative to the remote, when it is under it (a relative `manifest`, or
+    /// a URL inside the remote's); nil for a manifest elsewhere.
+    public var manifestPath: String? {
+        if !manifest.contains("://") { return manifest }
+        guard manifest.hasPrefix(remote.url) else { return nil }
+        return String(manifest.dropFirst(remote.url.count)).removingPercentEncoding()
+    }
 
     /// The manifest's URL.
     public var manifestURL: String {

@@ -15,8 +15,10 @@ public enum ConfigParser {
         "discretionary", "window", "require-ac-power", "require-unmetered", "max-load", "min-free-space", "bwlimit", "priority",
         "conflict",
         "s3-endpoint", "s3-region", "s3-path-style", "s3-credentials", "s3-profile", "upload-part-size",
-        "trusted-keys", "sign-key", "expires", "metadata-grace",
+        "trusted-keys", "sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions",
     ]
+    /// Keys about what a push publishes.
+    static let pushKeys = ["sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions"]
     /// Keys whose value is a command line, split into words by `HookCommand` (quotes and all).
     static let hookKeys: Set<String> = ["on-file-done", "on-session-done"]
     /// Keys whose value is a path on this machine.
@@ -251,7 +253,14 @@ public enum ConfigParser {
                     }
                 case "sign-key": session.signKey = resolve(line.value, against: baseDirectory)
                 case "expires": session.expires = try duration(line, minimum: 60, fail)
-                case "metadata-grace": session.metadataGrace = try duration(line, minimum: 0, fail)
+                // `metadata-grace`: its name before content objects (remote-layout = objects) shared it.
+                case "object-grace", "metadata-grace": session.objectGrace = try duration(line, minimum: 0, fail)
+                case "remote-layout":
+                    guard let layout = RemoteLayout(rawValue: line.value.lowercased()) else {
+                        throw fail(line, "'\(line.value)' is not tree or objects")
+                    }
+                    session.remoteLayout = layout
+                case "keep-versions": session.keepVersions = try integer(line, in: 1...1000, fail)
                 case "upload-part-size":
                     guard let size = Units.parseSize(line.value), size >= 5 << 20, size <= 5 << 30 else {
                         throw fail(line, "'\(line.value)' is not a part size from 5M to 5G (S3's limits), like 16M")
@@ -291,9 +300,10 @@ public enum ConfigParser {
                 throw fail(line, "applies to a pull session: it says whose manifests a mirror takes",
                            hint: "a push session signs what it publishes with sign-key; mirrors list its public key in trusted-keys")
             }
-            if session.direction == .pull, let line = section.lines.first(where: { ["sign-key", "expires", "metadata-grace"].contains($0.key) }) {
+            if session.direction == .pull, let line = section.lines.first(where: { pushKeys.contains($0.key) }) {
                 throw fail(line, "applies to a push session: it is about the manifests it publishes",
-                           hint: "remove this line, or set direction = push")
+                           hint: line.key == "remote-layout" ? "a pull reads the layout from the manifest; remove this line"
+                                                              : "remove this line, or set direction = push")
             }
             if session.basicAuthFile != nil && session.bearerTokenFile != nil {
                 throw .usage("\(path):\(section.number): [\(section.header)] sets both basic-auth-file and bearer-token-file; choose one")

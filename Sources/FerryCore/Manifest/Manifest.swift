@@ -36,6 +36,8 @@ public struct Manifest: Sendable {
     /// The signatures a signed manifest carries (empty: unsigned), each checked over the signed
     /// bytes when it was parsed with a verifier.
     public let signatures: [ManifestSignature]
+    /// Where the remote keeps the files' bytes (`"layout"`; SHA256SUMS: at their paths).
+    public let layout: RemoteLayout
 
     /// The files the manifest lists, whether or not its tree was read yet.
     public var fileCount: Int { tree?.files ?? entries.count }
@@ -44,7 +46,8 @@ public struct Manifest: Sendable {
     /// each once), checked as a parsed manifest is.
     public func resolving(_ entries: [ManifestEntry], source: String) throws(FerryError) -> Manifest {
         precondition(tree != nil && entries.count == tree!.files)
-        let whole = Manifest(format: format, version: version, generated: generated, expires: expires, sorted: entries, signatures: signatures, tree: tree)
+        let whole = Manifest(format: format, version: version, generated: generated, expires: expires, sorted: entries, signatures: signatures, tree: tree,
+                             layout: layout)
         try Manifest.checkTree(whole, source: source)
         return whole
     }
@@ -54,7 +57,7 @@ public struct Manifest: Sendable {
 
     /// Sorts `entries` when they are not in path order; they must not list a path twice.
     public init(format: Format, version: Int64?, generated: Timestamp?, expires: Timestamp?, entries: [ManifestEntry],
-                signatures: [ManifestSignature] = []) {
+                signatures: [ManifestSignature] = [], layout: RemoteLayout = .tree) {
         var collector = EntryCollector(capacity: entries.count)
         for e in entries {
             let added = collector.add(e)
@@ -62,12 +65,14 @@ public struct Manifest: Sendable {
         }
         let sorted = collector.finish()
         precondition(sorted.duplicate == nil, "Manifest lists a path twice")
-        self.init(format: format, version: version, generated: generated, expires: expires, sorted: sorted.entries, signatures: signatures)
+        self.init(format: format, version: version, generated: generated, expires: expires, sorted: sorted.entries, signatures: signatures,
+                  layout: layout)
     }
 
     private init(format: Format, version: Int64?, generated: Timestamp?, expires: Timestamp?, sorted entries: [ManifestEntry],
-                 signatures: [ManifestSignature] = [], tree: ManifestTree.Reference? = nil) {
+                 signatures: [ManifestSignature] = [], tree: ManifestTree.Reference? = nil, layout: RemoteLayout = .tree) {
         self.format = format
+        self.layout = layout
         self.tree = tree
         self.signatures = signatures
         self.version = version
@@ -167,6 +172,7 @@ public struct Manifest: Sendable {
         var collector: EntryCollector
         var sawFiles = false
         var tree: ManifestTree.Reference?
+        var layout = RemoteLayout.tree
         /// Whether any member of a manifest (not an unknown one) was read.
         var sawField = false
         var totalSize: Int64 = 0
@@ -186,6 +192,12 @@ public struct Manifest: Sendable {
                 let text = try r.readString()
                 guard let t = Timestamp(rfc3339: text) else { throw r.problem("\"\(key)\" is not an RFC 3339 time: \(Printable.quoted(text))") }
                 if key == "generated" { generated = t } else { expires = t }
+            case "layout":
+                let text = try r.readString()
+                guard let l = RemoteLayout(rawValue: text) else {
+                    throw r.problem("\"layout\" \(Printable.quoted(text)) is not one this ferry reads (tree, objects); a newer ferry may have written it")
+                }
+                layout = l
             case "tree":
                 var sha: String?, level: Int64?, files: Int64?
                 try r.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
@@ -328,7 +340,7 @@ public struct Manifest: Sendable {
             }
         }
         return Manifest(format: fields.tree == nil ? .ferry : .tree, version: version, generated: fields.generated, expires: fields.expires, sorted: entries,
-                        signatures: checks, tree: fields.tree)
+                        signatures: checks, tree: fields.tree, layout: fields.layout)
     }
 
     /// SHA256SUMS as `sha256sum` writes it, one file per line:
@@ -458,9 +470,9 @@ public struct Manifest: Sendable {
 /// Renders a manifest as `ferry-manifest/1` JSON: sorted by path, one file per line, so two builds
 /// of the same tree are byte-identical and diffs stay readable.
 public enum ManifestWriter {
-    public static func render(version: Int64, generated: Timestamp, expires: Timestamp? = nil, entries: [ManifestEntry]) -> String {
-        var out = "{\n  \"format\": \"\(Manifest.formatName)\",\n  \"version\": \(version),\n  \"generated\": \"\(generated.rfc3339)\","
-        if let expires { out += "\n  \"expires\": \"\(expires.rfc3339)\"," }
+    public static func render(version: Int64, generated: Timestamp, expires: Timestamp? = nil, layout: RemoteLayout = .tree,
+                              entries: [ManifestEntry]) -> String {
+        var out = header(Manifest.formatName, version: version, generated: generated, expires: expires, layout: layout)
         out += "\n  \"files\": ["
         let sorted = entries.sorted { $0.path < $1.path }
         for (i, e) in sorted.enumerated() {
@@ -479,10 +491,19 @@ public enum ManifestWriter {
     }
 
     /// Renders a `ferry-manifest/2` root naming `tree`.
-    public static func renderRoot(version: Int64, generated: Timestamp, expires: Timestamp? = nil, tree: ManifestTree.Reference) -> String {
-        var out = "{\n  \"format\": \"\(ManifestTree.formatName)\",\n  \"version\": \(version),\n  \"generated\": \"\(generated.rfc3339)\","
-        if let expires { out += "\n  \"expires\": \"\(expires.rfc3339)\"," }
+    public static func renderRoot(version: Int64, generated: Timestamp, expires: Timestamp? = nil, layout: RemoteLayout = .tree,
+                                  tree: ManifestTree.Reference) -> String {
+        var out = header(ManifestTree.formatName, version: version, generated: generated, expires: expires, layout: layout)
         out += "\n  \"tree\": {\"sha256\": \"\(tree.sha256)\", \"level\": \(tree.level), \"files\": \(tree.files)}\n}\n"
+        return out
+    }
+
+    /// The members both formats open with; `layout` only when it is not the default (a tree-layout
+    /// manifest reads as it always did, for every ferry).
+    private static func header(_ format: String, version: Int64, generated: Timestamp, expires: Timestamp?, layout: RemoteLayout) -> String {
+        var out = "{\n  \"format\": \"\(format)\",\n  \"version\": \(version),\n  \"generated\": \"\(generated.rfc3339)\","
+        if let expires { out += "\n  \"expires\": \"\(expires.rfc3339)\"," }
+        if layout != .tree { out += "\n  \"layout\": \"\(layout.rawValue)\"," }
         return out
     }
 }

@@ -36,10 +36,17 @@ public struct PushPlan: Sendable {
     public var version: Int64 = 1
     /// Files the remote keeps that the manifest no longer lists (`unlisting`): a manifest must go.
     public var unlisted = 0
+    /// `remote-layout = objects`: files whose content the remote already stores (under another
+    /// path, in an earlier version, or as another file of this one): only the manifest changes.
+    public var alreadyStored = 0
+    /// The published manifest is of another layout: the whole manifest is published anew.
+    public var changesLayout = false
 
     public var uploadBytes: Int64 { uploads.reduce(0) { $0 + ($1.entry.size ?? 0) } }
     /// Nothing to send, remove or say: the remote already matches (no new manifest either).
-    public var isEmpty: Bool { uploads.isEmpty && deletions.isEmpty && replacements.isEmpty && metadataChanges == 0 && unlisted == 0 }
+    public var isEmpty: Bool {
+        uploads.isEmpty && deletions.isEmpty && replacements.isEmpty && metadataChanges == 0 && unlisted == 0 && alreadyStored == 0 && !changesLayout
+    }
 }
 
 public enum PushPlanner {
@@ -115,6 +122,53 @@ public enum PushPlanner {
         plan.version = ManifestVersion.following(remote?.version, now: now)
         if !unlisting.isEmpty { plan.unlisted = unlisting.count }
         return plan
+    }
+}
+
+extension PushPlanner {
+    /// The plan for `remote-layout = objects`, from the plan for the tree (`plan`): a file is sent
+    /// when the remote does not store its content yet (`stored`: by SHA-256), once per content
+    /// however many files hold it; nothing on the remote is removed or replaced at a path (files
+    /// the manifest no longer lists simply leave it; their objects are collected later). `local`:
+    /// the paths the local tree publishes; `changesLayout`: the manifest last published is of the
+    /// tree layout.
+    public static func storing(_ plan: PushPlan, local: Set<RelativePath>, stored: Set<SHA256Digest>, changesLayout: Bool) -> PushPlan {
+        var out = plan
+        var reasons: [RelativePath: PushPlan.Reason] = [:]
+        for u in plan.uploads { reasons[u.entry.path] = u.reason }
+        var sending = Set<SHA256Digest>()
+        out.uploads = []
+        out.alreadyStored = 0
+        for e in plan.manifest where local.contains(e.path) {
+            if stored.contains(e.sha256) || sending.contains(e.sha256) {
+                if reasons[e.path] != nil { out.alreadyStored += 1 }
+                continue
+            }
+            sending.insert(e.sha256)
+            out.uploads.append(PushPlan.Upload(entry: e, reason: reasons[e.path] ?? .changed))
+        }
+        out.replacements = []
+        out.changesLayout = changesLayout
+        return out
+    }
+
+    /// The entries of a manifest in the objects layout once the uploads ended: each file's entry
+    /// when the remote stores its content (`stored`), else the entry last published for its path
+    /// if that content is stored (the file failed, and keeps its last version), else none. Returns
+    /// the entries, and the paths `published` lists that can no longer be listed (their content
+    /// is not stored: a switch from the tree layout whose upload failed).
+    public static func listable(_ entries: [ManifestEntry], published: Manifest?, stored: (SHA256Digest) -> Bool)
+        -> (entries: [ManifestEntry], lost: [RelativePath]) {
+        var out: [ManifestEntry] = []
+        var lost: [RelativePath] = []
+        for e in entries {
+            if stored(e.sha256) {
+                out.append(e)
+            } else if let i = published?.index(of: e.path), let before = published?.entries[i] {
+                if stored(before.sha256) { out.append(before) } else { lost.append(e.path) }
+            }
+        }
+        return (out, lost)
     }
 }
 

@@ -107,7 +107,7 @@ public struct ManifestBuilder {
         var retired = RetiredObjects(path: String(directory[..<directory.lastIndex(of: "/")!]) + "/retired")
         retired.update(present: FileSystem.names(in: directory), current: Set(tree?.objects.map(\.sha256.hex) ?? []), now: now)
         var removed = 0
-        for name in retired.expired(now: now, grace: grace) {
+        for name in retired.expired(now: now, grace: grace, versions: 1) {
             if unlink(directory + "/" + name) == 0 || errno == ENOENT {
                 retired.removed(name)
                 removed += 1

@@ -10,7 +10,7 @@ import FerryCore
 /// PUT or a multipart upload that survives a restart (`S3/`). "Not found" and "precondition
 /// failed" come back as values. Paths are relative to the remote.
 protocol RemoteWriting {
-    /// The steps that place `file` (open, owned by the placement from now on) at `file.entry.path`.
+    /// The steps that place `file` (open, owned by the placement from now on) at `file.destination`.
     func placement(for file: LocalUpload, journal: UploadJournal) throws(FerryError) -> Placement
     /// Whether an upload must know its file's SHA-256 before its first byte goes (S3 signs and
     /// checks it); otherwise a new file is hashed as it is sent.
@@ -60,6 +60,8 @@ struct LocalUpload {
     let task: TransferTask
     /// What the file held when it was hashed: the content to place.
     let entry: ManifestEntry
+    /// Where it goes under the remote (`RemoteLayout.location`): its path, or its content object.
+    let destination: RelativePath
     let stat: LocalEntry
     /// false: the file is hashed as it is sent (`Upload.expected` is nil).
     let hashKnown: Bool

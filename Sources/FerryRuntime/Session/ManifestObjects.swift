@@ -137,41 +137,54 @@ final class ManifestObjects {
     }
 }
 
-/// The metadata objects a publisher wrote that no root it published names any more (or none ever
-/// did: a publish that failed after its objects went), and since when: `<sha256> <Unix seconds>`
-/// lines in a file of the publisher's own (`<state>/manifests/<session>.manifest.retired` for a push,
-/// `.ferry/retired` beside the objects for `manifest build`). An object goes once it has been
-/// unnamed for the grace period (`ManifestTree.expired`); one named again is taken off.
+/// The objects a publisher placed that no manifest it published names any more (or none ever did:
+/// a publish that failed after its objects went), since when, and by how many published
+/// manifests in a row: `<sha256> <Unix seconds> <count>` lines in a file of the publisher's own
+/// (`<state>/manifests/<session>.manifest.retired` for a push's metadata objects, `.retired-content`
+/// for its content objects, `.ferry/retired` beside the objects for `manifest build`). An object
+/// goes once none of the last `keep-versions` manifests names it and it has been unnamed for the
+/// grace period (`ManifestTree.expired`); one named again is taken off.
 struct RetiredObjects {
     let path: String
-    private(set) var since: [String: Int64] = [:]
+    /// Since when each object is unnamed, and by how many published manifests in a row.
+    struct Retirement: Equatable {
+        var seconds: Int64
+        var unnamedBy: Int
+    }
+    private(set) var since: [String: Retirement] = [:]
 
+    /// Lines `<sha256> <since> <unnamed by>`; a line without the count (written before counts
+    /// were kept) stands for one manifest.
     init(path: String) {
         self.path = path
         guard let bytes = try? FileSystem.readFile(path, limit: 256 << 20) else { return }
         for line in bytes.split(separator: 0x0A) {
-            let parts = line.split(separator: 0x20)
-            guard parts.count == 2, let digest = SHA256Digest(hex: String(decoding: parts[0], as: UTF8.self)),
-                  let seconds = Int64(String(decoding: parts[1], as: UTF8.self)) else { continue }
-            since[digest.hex] = seconds
+            let parts = line.split(separator: 0x20).map { String(decoding: $0, as: UTF8.self) }
+            guard parts.count == 2 || parts.count == 3, let digest = SHA256Digest(hex: parts[0]), let seconds = Int64(parts[1]) else { continue }
+            let count = parts.count == 3 ? Int(parts[2]) ?? 1 : 1
+            since[digest.hex] = Retirement(seconds: seconds, unnamedBy: max(0, count))
         }
     }
 
-    /// These are no longer (or not yet) named by the published root, from `now` unless already listed.
+    /// These are not named by the published manifest (yet: an object listed just before it is
+    /// sent), from `now` unless already listed.
     mutating func retire(_ names: some Sequence<String>, now: Timestamp) {
-        for n in names where since[n] == nil { since[n] = now.seconds }
+        for n in names where since[n] == nil { since[n] = Retirement(seconds: now.seconds, unnamedBy: 0) }
     }
 
-    /// After a root naming `current` was published: the objects `present` (where the publisher
-    /// keeps them) that it does not name are retired from `now` unless already listed; those it
-    /// names leave the list.
-    mutating func update(present: [String], current: Set<String>, now: Timestamp) {
+    /// After a manifest naming `current` was published: the objects `present` (what the publisher
+    /// knows it placed) that it does not name are retired from `now` unless already listed; those
+    /// it names leave the list; every one still listed is unnamed by one more manifest.
+    mutating func update(present: some Sequence<String>, current: Set<String>, now: Timestamp) {
         retire(present.filter { $0.utf8.count == 64 && !current.contains($0) }, now: now)
         since = since.filter { !current.contains($0.key) }
+        for name in since.keys { since[name]!.unnamedBy += 1 }
     }
 
-    func expired(now: Timestamp, grace: Double) -> [String] {
-        since.filter { ManifestTree.expired(since: Timestamp(seconds: $0.value), now: now, grace: grace) }.map(\.key).sorted()
+    /// The objects no manifest of the last `versions` published names, unnamed for `grace` seconds.
+    func expired(now: Timestamp, grace: Double, versions: Int) -> [String] {
+        since.filter { $0.value.unnamedBy >= versions && ManifestTree.expired(since: Timestamp(seconds: $0.value.seconds), now: now, grace: grace) }
+            .map(\.key).sorted()
     }
 
     mutating func removed(_ name: String) { since[name] = nil }
@@ -181,7 +194,7 @@ struct RetiredObjects {
         if let slash = path.lastIndex(of: "/"), !FileSystem.exists(String(path[..<slash])) {
             try FileSystem.makePrivateDirectory(String(path[..<slash]))
         }
-        let text = since.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)\n" }.joined()
+        let text = since.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value.seconds) \($0.value.unnamedBy)\n" }.joined()
         try FileSystem.writeAtomically(path, bytes: Array(text.utf8), mode: 0o600)
     }
 }

@@ -61,6 +61,7 @@ final class PullSync: SessionWork {
 
         // Accepted only now, against what the mirror holds; only then remembered. A refused
         // manifest changes nothing.
+        let locate = try contentLocator(manifest)
         try acceptance(record, localFiles: tree.fileCount).check(manifest, source: url)
         if let accepted = staged {
             try manifests.commit(staged: accepted)
@@ -107,7 +108,7 @@ final class PullSync: SessionWork {
         try store.settleTasks(session: session.name, transferring: Set(plan.downloads.map(\.entry.path) + plan.blocked.map(\.path)))
         let notBefore = (options.notBefore ?? session.earliestBegin)?.time(from: Timestamp.now())
         let queued = try store.queueDownloads(session: session.name, entries: plan.downloads.map(\.entry),
-                                              urlFor: { self.session.remote.url(for: $0) }, notBefore: notBefore)
+                                              urlFor: { self.session.remote.url(for: locate($0)) }, notBefore: notBefore)
         for due in queued.due { emit(.delayedDue(path: due.path, disposition: due.disposition, reason: due.reason)) }
         for t in try store.dropDueDelayedTasks(session: session.name, keeping: Set(plan.downloads.map(\.entry.path))) {
             emit(.delayedDue(path: t.path, disposition: .cancel, reason: "the file is already in place"))
@@ -136,7 +137,7 @@ final class PullSync: SessionWork {
         }
         result.deleted += try PullTransfers.report(root.takeChanges(), session: session.name, store: store, emit: emit)
 
-        let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, remote: remote, result: &result,
+        let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, remote: remote, locate: locate, result: &result,
                                    localIOError: &localIOError, unstorableMtimes: &unstorableMtimes)
         if let (path, cache) = unstorableMtimes.first, let wanted = cache.wantedMtime {
             let others = unstorableMtimes.count > 1 ? " (and \(Plural.count(unstorableMtimes.count - 1, "more file")))" : ""
@@ -342,12 +343,25 @@ final class PullSync: SessionWork {
         }
     }
 
+    /// Where the bytes of each file `manifest` lists are under the remote (`RemoteLayout`): at its
+    /// path, or (`"layout": "objects"`) in the content objects beside the manifest, which must
+    /// then be under the remote.
+    private func contentLocator(_ manifest: Manifest) throws(FerryError) -> (ManifestEntry) -> RelativePath {
+        let layout = manifest.layout
+        guard layout != .tree else { return { $0.path } }
+        guard let beside = session.manifestPath else {
+            throw .manifest("manifest \(session.manifestURL) says its files are stored as objects beside it (layout \(layout.rawValue)), but it is not under the remote \(session.remote.url): refused, nothing was changed",
+                            hint: "name the manifest relative to the remote (manifest = PATH), or set remote to the directory that holds it")
+        }
+        return { layout.location(of: $0, manifest: beside) }
+    }
+
     /// Runs the downloads; returns why it stopped early, if it did.
     private func transfer(plan: Plan, tasks: [RelativePath: TransferTask], root: LocalRoot, store: StateStore, remote: Remote,
-                          result: inout SyncResult, localIOError: inout String?,
+                          locate: @escaping (ManifestEntry) -> RelativePath, result: inout SyncResult, localIOError: inout String?,
                           unstorableMtimes: inout [(RelativePath, CachedHash)]) throws(FerryError) -> String? {
         guard !plan.downloads.isEmpty else { return options.stop.reason }
-        let transfers = PullTransfers(session: session, root: root, store: store, remote: remote,
+        let transfers = PullTransfers(session: session, root: root, store: store, remote: remote, locate: locate,
                                       observer: observer, emit: { [unowned self] in self.emit($0) }, plan: plan, stop: options.stop,
                                       gate: DiscretionGate(session: session, agent: agent))
         transfers.run(plan.downloads, tasks: tasks, engine: engine)

@@ -18,6 +18,8 @@ import FerryCore
 final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     private let root: LocalRoot
     private let remote: Remote
+    /// Where a file's bytes are under the remote (`RemoteLayout.location`).
+    private let locate: (ManifestEntry) -> RelativePath
 
     private(set) var downloaded = 0
     /// Downloads that neither finished, failed, wait nor are suspended, delayed or held: only a stop leaves any.
@@ -37,10 +39,11 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     private var committed: [(download: Download, cache: CachedHash)] = []
     private var lastFlush = MonotonicClock.seconds()
 
-    init(session: SessionConfig, root: LocalRoot, store: StateStore, remote: Remote, observer: EventSink,
+    init(session: SessionConfig, root: LocalRoot, store: StateStore, remote: Remote, locate: @escaping (ManifestEntry) -> RelativePath, observer: EventSink,
          emit: @escaping (Event.Body) -> Void, plan: Plan, stop: StopCondition, gate: DiscretionGate?) {
         self.root = root
         self.remote = remote
+        self.locate = locate
         super.init(session: session, store: store, observer: observer, emit: emit, stop: stop, gate: gate)
         progress.filesTotal = plan.downloads.count
         progress.bytesTotal = plan.downloadBytes
@@ -125,7 +128,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                 item.task.validator = nil
             }
             do throws(FerryError) {
-                let download = try remote.download(task: item.task, entry: entry, reason: item.download.reason, into: fd,
+                let download = try remote.download(task: item.task, entry: entry, from: locate(entry), reason: item.download.reason, into: fd,
                                                    resumeFrom: item.task.bytesDone, validator: item.task.validator)
                 download.onCheckpoint = { [unowned self] in self.checkpoint($0) }
                 items[item.task.id] = item

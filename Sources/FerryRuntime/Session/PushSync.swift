@@ -65,7 +65,9 @@ final class PushSync: SessionWork {
                               unchanged: remoteUnchanged))
         if options.localUnchanged && remoteUnchanged && reissue == nil { return }
 
-        let scan = try scanLocal(store: store, published: published, hashingEverything: writer.hashesBeforeSending)
+        // Content objects are named by their hash: every file's is known before it is sent.
+        let layout = session.remoteLayout
+        let scan = try scanLocal(store: store, published: published, hashingEverything: writer.hashesBeforeSending || layout == .objects)
         result.hashed = scan.hashed
         // A file that cannot be read fails alone: the remote keeps (and the manifest lists) what it has.
         for (path, error) in scan.unreadable { emit(.fileFailed(path: path, error: error)) }
@@ -73,9 +75,22 @@ final class PushSync: SessionWork {
 
         // What the remote says differently from what this session placed there, whether another
         // writer published a manifest or someone changed a file: never overwritten blindly.
-        let placed = try store.placedFiles(session: session.name)
-        var plan = planned(scan, published: published, keeping: Set(scan.unreadable.map(\.path)), repairing: [], unlisting: [])
-        let edited = try editedOnRemote(plan: plan, placed: placed, writer: writer, store: store)
+        // What this session placed: files at their paths (the tree layout) and content objects.
+        var placed = try store.placedFiles(session: session.name)
+        let placedObjects = placed.filter { RemoteLayout.contentHash(at: $0.key, beside: session.manifest) != nil }
+        placed = placed.filter { placedObjects[$0.key] == nil }
+        // Everything placed is checked on a local directory (cheap), and over HTTP once
+        // `verify-interval` passed since the last such check.
+        let checkedAt = Timestamp.now()
+        let lastCheck = try store.remoteChecked(session: session.name)
+        let checkAll = session.remote.scheme == .file || lastCheck.map { checkedAt.timeInterval - $0.timeInterval >= session.verifyInterval } ?? true
+        let stored = layout == .objects ? try storedContent(published: published, placed: placedObjects, checking: checkAll, writer: writer, store: store) : []
+        func planned(keeping: Set<RelativePath>, repairing: Set<RelativePath>, unlisting: Set<RelativePath>) -> PushPlan {
+            self.planned(scan, published: published, keeping: keeping, repairing: repairing, unlisting: unlisting, stored: stored)
+        }
+        var plan = planned(keeping: Set(scan.unreadable.map(\.path)), repairing: [], unlisting: [])
+        let edited = try editedOnRemote(plan: plan, placed: placed, everything: checkAll, writer: writer, store: store)
+        if checkAll && !options.dryRun && !(placed.isEmpty && placedObjects.isEmpty) { try store.recordRemoteChecked(session: session.name, at: checkedAt) }
         let conflicts = Set(changedOnRemote).union(edited.keys)
         var repairing = Set<RelativePath>(), unlisting = Set<RelativePath>(), keeping = Set(scan.unreadable.map(\.path))
         if !conflicts.isEmpty {
@@ -105,7 +120,7 @@ final class PushSync: SessionWork {
                     emit(.warning(message: "\(Plural.count(unlisting.count, "file")) edited on the remote stay there unlisted (ferry cannot vouch for their bytes), for example \(Printable.name(unlisting.sorted()[0].string))"))
                 }
             }
-            plan = planned(scan, published: published, keeping: keeping, repairing: repairing, unlisting: unlisting)
+            plan = planned(keeping: keeping, repairing: repairing, unlisting: unlisting)
         }
         try PushPlanner.refuseEmptying(localFiles: scan.entries.count,
                                        remoteFiles: (published?.entries ?? []).filter { !keeping.contains($0.path) }.count, session: session)
@@ -124,10 +139,10 @@ final class PushSync: SessionWork {
         // Uploads in parts the task table records resume, unless their file is no longer to be
         // sent as it was then (gone, changed, or now as the remote has it): those are given up.
         let journaled = try store.journaledUploads(session: session.name)
-        writer.removeLeftovers(tasks: try store.tasks(session: session.name), journaled: journaled)
+        writer.removeLeftovers(tasks: try store.tasks(session: session.name).map(placing), journaled: journaled.map(placing))
         let sending = Dictionary(plan.uploads.map { ($0.entry.path, $0.entry.sha256) }, uniquingKeysWith: { a, _ in a })
         for upload in journaled where !(sending[upload.path].map(upload.sends) ?? false) {
-            writer.abandon(upload)
+            writer.abandon(placing(upload))
             try store.clearJournaledUpload(task: upload.task)
         }
         // Tasks of files the local tree no longer has go (their leftovers were just removed).
@@ -135,7 +150,11 @@ final class PushSync: SessionWork {
         _ = try store.pruneTasks(session: session.name, keeping: { present.contains($0) })
         try store.settleTasks(session: session.name, transferring: Set(plan.uploads.map(\.entry.path)))
         if plan.isEmpty && unlisting.isEmpty {
-            guard let reissue else { return }
+            guard let reissue else {
+                // Nothing to publish; objects whose time is up still go.
+                collectContent(publishing: nil, previous: published, writer: writer, store: store)
+                return
+            }
             emit(.warning(message: "nothing changed, but the published manifest \(reissue): publishing version \(plan.version)"))
         }
 
@@ -148,7 +167,15 @@ final class PushSync: SessionWork {
 
         let notBefore = (options.notBefore ?? session.earliestBegin)?.time(from: Timestamp.now())
         let tasks = try store.queueUploads(session: session.name, entries: uploads.map(\.entry), notBefore: notBefore)
-        let transfers = PushTransfers(session: session, store: store, writer: writer, root: scan.root, observer: observer,
+        if layout == .objects && !uploads.isEmpty {
+            // Listed as retired before they go: objects of a version never published are
+            // collected like any other no manifest names.
+            var retired = RetiredObjects(path: retiredContentPath)
+            retired.retire(uploads.map(\.entry.sha256.hex), now: Timestamp.now())
+            try retired.save()
+        }
+        let transfers = PushTransfers(session: session, store: store, writer: writer, root: scan.root,
+                                      destination: { [session] in layout.location(of: $0, manifest: session.manifest) }, observer: observer,
                                       emit: { [unowned self] in self.emit($0) }, stop: options.stop, gate: gate)
         transfers.run(uploads.compactMap { u in
             tasks[u.entry.path].flatMap { task in
@@ -193,8 +220,16 @@ final class PushSync: SessionWork {
             return
         }
 
-        let deletionsFailed = try delete(plan.deletions, writer: writer, store: store, result: &result)
-        try removeEmptiedDirectories(plan: plan, writer: writer)
+        var deletionsFailed = 0
+        if layout == .objects {
+            // Nothing is at a path on the remote: a file the local tree no longer has leaves the
+            // manifest, and its content is collected once no recent manifest names it.
+            for path in plan.deletions { emit(.fileDeleted(path: path)) }
+            result.deleted += plan.deletions.count
+        } else {
+            deletionsFailed = try delete(plan.deletions, writer: writer, store: store, result: &result)
+            try removeEmptiedDirectories(plan.deletions + plan.replacements, listed: plan.manifest, writer: writer)
+        }
         // The manifest last: it never names a file the remote does not hold as it says (a file that
         // changed while it was sent went again, and the manifest lists what went). A file gone
         // before it was sent, or that failed (its final name untouched, or not holding what was
@@ -209,7 +244,20 @@ final class PushSync: SessionWork {
             }
             _ = try store.pruneTasks(session: session.name, keeping: { !transfers.vanished.contains($0) })
         }
-        let (text, expires, tree) = try Manifests.publishable(version: plan.version, entries: plan.manifest, lifetime: session.expires, key: signingKey)
+        if layout == .objects {
+            // Each entry names content the remote stores, or the file keeps its last published entry.
+            let placedNow = transfers.placedContent
+            let (entries, lost) = PushPlanner.listable(plan.manifest, published: published) { stored.contains($0) || placedNow.contains($0) }
+            plan.manifest = entries
+            if !lost.isEmpty {
+                result.exitCode = .someFilesFailed
+                result.message = "\(Plural.count(lost.count, "file")) the remote lists could not be stored as objects (\(Printable.name(lost[0].string)) and others): version \(plan.version) was not published, so readers keep version \(published?.version.map(String.init) ?? "none")"
+                result.hint = "the next run sends them again; see the errors above for why they failed"
+                return
+            }
+        }
+        let (text, expires, tree) = try Manifests.publishable(version: plan.version, entries: plan.manifest, lifetime: session.expires, key: signingKey,
+                                                              layout: layout)
         // Format 2: the objects of the tree go first, those the remote does not hold yet (the
         // cache holds what this session placed there); the root that names them goes last.
         let objects = manifests.objects(remote: remote)
@@ -234,6 +282,10 @@ final class PushSync: SessionWork {
             return
         }
         if let tree { collectObjects(tree, objects: objects, writer: writer) }
+        collectContent(publishing: layout == .objects ? Set(plan.manifest.map(\.sha256.hex)) : [], previous: published, writer: writer, store: store)
+        if layout == .objects, let published, published.layout == .tree, !published.entries.isEmpty {
+            removeTreeFiles(of: published, writer: writer, store: store)
+        }
         emit(.manifestBuilt(output: session.manifestURL, version: plan.version, files: plan.manifest.count,
                             bytes: plan.manifest.reduce(0) { $0 + ($1.size ?? 0) }, signedBy: signingKey?.publicKey.description))
         let outcome = RunOutcome(failed: result.failed, deletionsRefused: plan.refusedDeletions != nil)
@@ -270,14 +322,15 @@ final class PushSync: SessionWork {
     }
 
     /// After `tree` was published: every object this session placed that it does not name is
-    /// retired now (unless it was already), and those retired for `metadata-grace` are removed
+    /// retired now (unless it was already), and those no manifest of the last `keep-versions`
+    /// names, retired for `object-grace`, are removed
     /// from the remote. A failure leaves objects behind for the next run, never removes one the
     /// published root names.
     private func collectObjects(_ tree: ManifestTree.Built, objects: ManifestObjects, writer: RemoteWriting) {
         let now = Timestamp.now()
         var retired = RetiredObjects(path: manifests.path + ".retired")
         retired.update(present: FileSystem.names(in: objects.directory), current: Set(tree.objects.map(\.sha256.hex)), now: now)
-        for name in retired.expired(now: now, grace: session.metadataGrace) {
+        for name in retired.expired(now: now, grace: session.objectGrace, versions: session.keepVersions) {
             guard (try? writer.remove(objectPath(name))) != nil else { break }
             retired.removed(name)
         }
@@ -288,10 +341,108 @@ final class PushSync: SessionWork {
     /// The plan for the local tree against what was published: `keeping` paths keep their
     /// published entry, `repairing` ones are sent again whatever the manifest says, `unlisting`
     /// ones leave the manifest and the remote keeps them.
+    /// With `remote-layout = objects` a file is sent when the remote does not store its content
+    /// (`stored`); with the tree layout over a manifest of the objects layout, every file is sent
+    /// (nothing is at its path yet).
     private func planned(_ scan: LocalScan, published: Manifest?, keeping: Set<RelativePath>, repairing: Set<RelativePath>,
-                         unlisting: Set<RelativePath>) -> PushPlan {
-        PushPlanner.plan(local: scan.entries, remote: published, rules: DeletionRules(delete: session.delete, cap: session.maxDelete),
-                         now: Timestamp.now(), keepingRemote: keeping, repairing: repairing, unlisting: unlisting)
+                         unlisting: Set<RelativePath>, stored: Set<SHA256Digest>) -> PushPlan {
+        let layout = session.remoteLayout
+        let changesLayout = published.map { $0.layout != layout } ?? false
+        let repairing = layout == .tree && changesLayout ? repairing.union(scan.entries.map(\.path)) : repairing
+        var plan = PushPlanner.plan(local: scan.entries, remote: published, rules: DeletionRules(delete: session.delete, cap: session.maxDelete),
+                                    now: Timestamp.now(), keepingRemote: keeping, repairing: repairing, unlisting: unlisting)
+        if layout == .objects {
+            plan = PushPlanner.storing(plan, local: Set(scan.entries.map(\.path)), stored: stored, changesLayout: changesLayout)
+        } else {
+            plan.changesLayout = changesLayout
+        }
+        return plan
+    }
+
+    // MARK: content objects (remote-layout = objects)
+
+    /// The list of content objects no published manifest names (`RetiredObjects`).
+    private var retiredContentPath: String { manifests.path + ".retired-content" }
+
+    /// A task as the remote knows it: at its destination (with `remote-layout = objects`, its
+    /// content object), so what a killed run left there is found by that name.
+    private func placing(_ task: TransferTask) -> TransferTask {
+        guard session.remoteLayout == .objects, let digest = SHA256Digest(hex: task.sha256) else { return task }
+        var task = task
+        task.path = RemoteLayout.contentPath(digest, beside: session.manifest)
+        return task
+    }
+
+    private func placing(_ upload: JournaledUpload) -> JournaledUpload {
+        guard session.remoteLayout == .objects, let digest = SHA256Digest(hex: String(upload.content.prefix(64))) else { return upload }
+        var upload = upload
+        upload.path = RemoteLayout.contentPath(digest, beside: session.manifest)
+        return upload
+    }
+
+    /// The content the remote stores, by SHA-256: what the manifest last published names (when it
+    /// is of the objects layout) and the objects this session placed. With `checking`, the placed
+    /// objects are asked after, as placed files are: one changed or gone on the remote is no
+    /// longer counted (and no longer recorded as placed), so it is sent again.
+    private func storedContent(published: Manifest?, placed: [RelativePath: PlacedFile], checking: Bool, writer: RemoteWriting,
+                               store: StateStore) throws(FerryError) -> Set<SHA256Digest> {
+        var stored = Set<SHA256Digest>()
+        if let published, published.layout == .objects { for e in published.entries { stored.insert(e.sha256) } }
+        for path in placed.keys { if let d = RemoteLayout.contentHash(at: path, beside: session.manifest) { stored.insert(d) } }
+        guard checking, !placed.isEmpty else { return stored }
+        let states = try RemoteProbes.run(placed.keys.sorted(), writer: writer, session: session, engine: engine)
+        let damaged = placed.filter { path, record in states[path].map { !$0.matches(record) } ?? false }.keys.sorted()
+        guard !damaged.isEmpty else { return stored }
+        emit(.warning(message: "\(Plural.count(damaged.count, "stored object")) changed or vanished on the remote since ferry placed \(damaged.count == 1 ? "it" : "them") (\(Printable.name(damaged[0].string))\(damaged.count > 1 ? " and others" : "")): sent again"))
+        for path in damaged { if let d = RemoteLayout.contentHash(at: path, beside: session.manifest) { stored.remove(d) } }
+        if !options.dryRun { try store.forgetPlaced(session: session.name, damaged) }
+        return stored
+    }
+
+    /// Collects content objects. After a manifest naming `publishing` was published (nil: none was
+    /// this run), the objects this session placed, and those `previous` named, that it does not
+    /// name are retired (`RetiredObjects`); those no manifest of the last `keep-versions` names,
+    /// retired for `object-grace`, are removed. Never one the new manifest names: it left the list
+    /// just now. A failure leaves objects for a later run: a warning at most.
+    private func collectContent(publishing: Set<String>?, previous: Manifest?, writer: RemoteWriting, store: StateStore) {
+        let now = Timestamp.now()
+        var retired = RetiredObjects(path: retiredContentPath)
+        let placed = ((try? store.placedFiles(session: session.name)) ?? [:]).keys.compactMap {
+            RemoteLayout.contentHash(at: $0, beside: session.manifest)?.hex
+        }
+        if let publishing {
+            var present = Set(placed)
+            if let previous, previous.layout == .objects { present.formUnion(previous.entries.map(\.sha256.hex)) }
+            retired.update(present: present, current: publishing, now: now)
+        }
+        for name in retired.expired(now: now, grace: session.objectGrace, versions: session.keepVersions) {
+            guard let digest = SHA256Digest(hex: name) else { continue }
+            let path = RemoteLayout.contentPath(digest, beside: session.manifest)
+            // Forgotten first, as a removed file is (`removeFiles`).
+            guard (try? store.forgetPlaced(session: session.name, [path])) != nil, (try? writer.remove(path)) != nil else { break }
+            retired.removed(name)
+        }
+        do { try retired.save() } catch { emit(.warning(message: "cannot keep the list of retired content objects: \(error.message)")) }
+    }
+
+    /// After the first manifest of the objects layout was published over one of the tree layout:
+    /// the files the tree layout kept at their paths go (with `delete = yes`; otherwise they stay,
+    /// said once), and the directories they leave empty.
+    private func removeTreeFiles(of previous: Manifest, writer: RemoteWriting, store: StateStore) {
+        let paths = previous.entries.map(\.path)
+        guard session.delete else {
+            emit(.warning(message: "remote-layout = objects: the \(Plural.count(paths.count, "file")) the tree layout kept at their paths stay on the remote (delete = no); readers no longer use them"))
+            return
+        }
+        var failed: [(RelativePath, String)] = []
+        _ = try? store.forgetPlaced(session: session.name, paths)
+        for path in paths {
+            do throws(FerryError) { try writer.remove(path) } catch { failed.append((path, error.message)) }
+        }
+        try? removeEmptiedDirectories(paths, listed: [], writer: writer)
+        if let (path, error) = failed.first {
+            emit(.warning(message: "remote-layout = objects: \(Plural.count(failed.count, "file")) of the tree layout could not be removed from the remote (\(Printable.name(path.string)): \(error)); readers no longer use them"))
+        }
     }
 
     // MARK: what the remote holds
@@ -301,12 +452,9 @@ final class PushSync: SessionWork {
     /// file is checked when the remote is a local directory (cheap), and over HTTP once
     /// `verify-interval` has passed since the last such check (a file left alone by the local tree
     /// but changed on the remote is found too).
-    private func editedOnRemote(plan: PushPlan, placed: [RelativePath: PlacedFile], writer: RemoteWriting,
+    private func editedOnRemote(plan: PushPlan, placed: [RelativePath: PlacedFile], everything: Bool, writer: RemoteWriting,
                                 store: StateStore) throws(FerryError) -> [RelativePath: String] {
         guard !placed.isEmpty else { return [:] }
-        let now = Timestamp.now()
-        let lastCheck = try store.remoteChecked(session: session.name)
-        let everything = session.remote.scheme == .file || lastCheck.map { now.timeInterval - $0.timeInterval >= session.verifyInterval } ?? true
         var paths: [RelativePath]
         if everything {
             paths = Array(placed.keys)
@@ -317,7 +465,6 @@ final class PushSync: SessionWork {
         guard !paths.isEmpty else { return [:] }
         paths.sort()
         let states = try RemoteProbes.run(paths, writer: writer, session: session, engine: engine)
-        if everything && !options.dryRun { try store.recordRemoteChecked(session: session.name, at: now) }
         // A run killed between moving a file into place and recording it left the remote holding
         // that upload: the file is this session's, not someone else's change.
         var interrupted: [RelativePath: TransferTask] = [:]
@@ -404,11 +551,10 @@ final class PushSync: SessionWork {
     /// Removes the directories that held files the old manifest listed and hold none the new one
     /// lists, deepest first, each only if it is empty now (a directory someone else keeps files in
     /// stays).
-    private func removeEmptiedDirectories(plan: PushPlan, writer: RemoteWriting) throws(FerryError) {
-        let gone = plan.deletions + plan.replacements
+    private func removeEmptiedDirectories(_ gone: [RelativePath], listed entries: [ManifestEntry], writer: RemoteWriting) throws(FerryError) {
         guard !gone.isEmpty else { return }
         var listed = Set<RelativePath>()
-        for entry in plan.manifest { listed.formUnion(entry.path.ancestors) }
+        for entry in entries { listed.formUnion(entry.path.ancestors) }
         let candidates = Set(gone.flatMap(\.ancestors)).subtracting(listed).filter { $0.string != RelativePath.reservedTopLevel }
         for directory in candidates.sorted(by: >) {
             do throws(FerryError) { _ = try writer.removeDirectoryIfEmpty(directory) } catch {

@@ -26,6 +26,8 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
 
     private let writer: RemoteWriting
     private let root: LocalRoot
+    /// Where a file's content goes under the remote (`RemoteLayout.location`).
+    private let destination: (ManifestEntry) -> RelativePath
     private var localRoot = ""
     /// Items whose placement has a step running, by that step.
     private var running: [ObjectIdentifier: Item] = [:]
@@ -33,12 +35,14 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     private var continuing: [(Transfer, Item)] = []
     /// Placed, to be checked on the remote.
     private var toCheck: [Item] = []
-    /// Checks running, by path.
+    /// Checks running, by where they look (the file's destination).
     private var checking: [RelativePath: Item] = [:]
     /// Placed and checked; recorded done in groups (one transaction per 256, or per 0.2 s).
     private var moved: [Item] = []
     private var lastFlush = MonotonicClock.seconds()
     private(set) var uploaded = 0
+    /// The content of the files placed and checked this run, by SHA-256.
+    private(set) var placedContent = Set<SHA256Digest>()
     /// Bytes sent this run, of files placed and of those that failed or stopped.
     private(set) var bytesSent: Int64 = 0
     /// Entries whose hash is known only now: hashed while sent, or hashed again after a change.
@@ -47,10 +51,11 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     /// goes on listing what the remote holds at their paths; the next run sees them gone.
     private(set) var vanished: Set<RelativePath> = []
 
-    init(session: SessionConfig, store: StateStore, writer: RemoteWriting, root: LocalRoot, observer: EventSink,
-         emit: @escaping (Event.Body) -> Void, stop: StopCondition, gate: DiscretionGate?) {
+    init(session: SessionConfig, store: StateStore, writer: RemoteWriting, root: LocalRoot, destination: @escaping (ManifestEntry) -> RelativePath,
+         observer: EventSink, emit: @escaping (Event.Body) -> Void, stop: StopCondition, gate: DiscretionGate?) {
         self.writer = writer
         self.root = root
+        self.destination = destination
         super.init(session: session, store: store, observer: observer, emit: emit, stop: stop, gate: gate)
     }
 
@@ -133,9 +138,10 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
 
     /// Asks the remote what it holds at the item's final name: a `HEAD` run by the engine, or at once.
     private func startCheck(_ item: Item) -> RemoteProbe? {
-        switch writer.inspect(item.entry.path) {
+        let at = destination(item.entry)
+        switch writer.inspect(at) {
         case let .probe(probe):
-            checking[item.entry.path] = item
+            checking[at] = item
             return probe
         case let .now(state):
             checked(item, state)
@@ -152,7 +158,7 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         item.placed = state.placed(as: item.entry)
         if let why = state.mismatch(with: item.entry) {
             do throws(FerryError) {
-                if let placed = item.placed { try store.recordPlaced(session: session.name, [(item.entry.path, placed)]) }
+                if let placed = item.placed { try store.recordPlaced(session: session.name, [(destination(item.entry), placed)]) }
             } catch {
                 storeError = error
             }
@@ -169,9 +175,10 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         guard !moved.isEmpty else { return }
         do throws(FerryError) {
             try store.markDone(session: session.name, moved.map { ($0.task, CachedHash($0.stat, sha256: $0.entry.sha256, wanted: nil)) },
-                               placed: moved.compactMap { item in item.placed.map { (item.entry.path, $0) } })
+                               placed: moved.compactMap { item in item.placed.map { (destination(item.entry), $0) } })
             for item in moved {
                 uploaded += 1
+                placedContent.insert(item.entry.sha256)
                 bytesSent += item.sent
                 completedBytes += item.stat.size
                 progress.filesDone += 1
@@ -202,7 +209,8 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
             }
             let placement: Placement
             do {
-                placement = try writer.placement(for: LocalUpload(task: item.task, entry: item.entry, stat: item.stat, hashKnown: item.hashKnown, file: file),
+                placement = try writer.placement(for: LocalUpload(task: item.task, entry: item.entry, destination: destination(item.entry), stat: item.stat,
+                                                                             hashKnown: item.hashKnown, file: file),
                                                  journal: UploadJournal(store: store, task: item.task))
             } catch {
                 close(file)

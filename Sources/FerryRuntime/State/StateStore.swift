@@ -403,7 +403,7 @@ public final class StateStore {
     /// keeps its resume data; a suspended one stays suspended; a delayed one stays delayed until
     /// due, and is then revalidated (continue, or replace when the file changed). New tasks begin
     /// no earlier than `notBefore`.
-    public func queueDownloads(session: String, entries: [ManifestEntry], urlFor: (RelativePath) -> String,
+    public func queueDownloads(session: String, entries: [ManifestEntry], urlFor: (ManifestEntry) -> String,
                                notBefore: Timestamp?) throws(FerryError) -> Queued {
         guard !entries.isEmpty else { return Queued() }
         let nowTime = Timestamp.now()
@@ -434,7 +434,7 @@ public final class StateStore {
             let requeue = try db.prepare("UPDATE tasks SET state = \(StateStore.stateAfter(.queue)), not_before = NULL, url = ?, updated_at = ? WHERE id = ?")
             var out = Queued()
             for e in entries {
-                let url = urlFor(e.path)
+                let url = urlFor(e)
                 guard var t = existing[e.path] else {
                     let state: TaskState = delayUntil == nil ? .queued : .delayed
                     try insert.bind(.text(session), .text(e.path.string), .text(state.rawValue), .optional(e.size), .text(e.sha256.hex),

@@ -142,18 +142,18 @@ public enum Manifests {
     /// seconds from now when one is given, signed by `key` when one is given; format 2 (a root
     /// and the tree of objects it names) unless `format` is 1. `entries` are in path order.
     static func publishable(version: Int64, entries: [ManifestEntry], lifetime: Double?, key: SigningKey?,
-                            format: Int = 2) throws(FerryError) -> (bytes: [UInt8], expires: Timestamp?, tree: ManifestTree.Built?) {
+                            format: Int = 2, layout: RemoteLayout = .tree) throws(FerryError) -> (bytes: [UInt8], expires: Timestamp?, tree: ManifestTree.Built?) {
         let now = Timestamp.now()
         let expires = lifetime.map { Timestamp(seconds: now.seconds + Int64($0)) }
         var tree: ManifestTree.Built?
         let text: [UInt8]
         if format == 1 {
-            text = Array(ManifestWriter.render(version: version, generated: now, expires: expires, entries: entries).utf8)
+            text = Array(ManifestWriter.render(version: version, generated: now, expires: expires, layout: layout, entries: entries).utf8)
         } else {
             let hasher = SHA256Hasher()
             let built = ManifestTree.build(entries) { hasher.digest(of: $0) }
             tree = built
-            text = Array(ManifestWriter.renderRoot(version: version, generated: now, expires: expires, tree: built.root).utf8)
+            text = Array(ManifestWriter.renderRoot(version: version, generated: now, expires: expires, layout: layout, tree: built.root).utf8)
         }
         return (try key.map { (key) throws(FerryError) in try key.signManifest(text) } ?? text, expires, tree)
     }

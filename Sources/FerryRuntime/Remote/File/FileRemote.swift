@@ -57,9 +57,9 @@ struct FileRemote: Remote, RangeReading {
         return .fetched(bytes: bytes, etag: validator, lastModified: nil)
     }
 
-    func download(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, into fd: Int32,
+    func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into fd: Int32,
                   resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
-        try Download(task: task, entry: entry, reason: reason, origin: .file(tree: tree, path: entry.path), fd: fd,
+        try Download(task: task, entry: entry, reason: reason, origin: .file(tree: tree, path: source), fd: fd,
                      resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator)
     }
 
@@ -108,10 +108,10 @@ extension FileRemote: RemoteWriting {
         let (fd, name) = try tree.withRoot(create: true) { root throws(FerryError) in try root.createUpload(owner: String(file.task.id)) }
         let upload = Upload(task: file.task, entry: file.entry, stat: file.stat, expecting: file.hashKnown ? file.entry.sha256 : nil,
                             file: file.file, destination: .file(fd: fd, staged: name))
-        let entry = file.entry
+        let (entry, destination) = (file.entry, file.destination)
         return SinglePlacement(upload: upload, file: file.file, finish: { [tree] _ throws(FerryError) -> Transfer? in
             _ = try tree.withRoot(create: true) { root throws(FerryError) -> LocalEntry in
-                let placed = try root.commit(partialFD: fd, staged: name, to: entry.path, mode: entry.mode, mtime: entry.mtime, lost: {})
+                let placed = try root.commit(partialFD: fd, staged: name, to: destination, mode: entry.mode, mtime: entry.mtime, lost: {})
                 try root.syncDirectories()
                 return placed
             }

@@ -23,7 +23,7 @@ extension HTTPRemote: RemoteWriting {
         try makeCollections(for: temporary)
         let upload = Upload(task: file.task, entry: file.entry, stat: file.stat, expecting: file.hashKnown ? file.entry.sha256 : nil,
                             file: file.file, destination: .request(HTTPRequest(url: base.url(for: temporary), method: "PUT", settings: settings)))
-        let path = file.entry.path
+        let path = file.destination
         var mended = false
         return SinglePlacement(upload: upload, file: file.file, finish: { _ in move(temporary, to: path) }, mend: { step, failure in
             // A MOVE refused for want of its collections (`mayLackCollections`) makes them and goes once more.

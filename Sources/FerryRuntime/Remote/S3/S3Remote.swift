@@ -77,9 +77,9 @@ struct S3Remote: Remote, RangeReading {
         }
     }
 
-    func download(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, into fd: Int32,
+    func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into fd: Int32,
                   resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
-        let key = self.key(entry.path.string)
+        let key = self.key(source.string)
         let read = ReadRequest(build: { offset, validator in
             request("GET", key: key, headers: offset > 0 ? validator.map { [("If-Match", $0)] } ?? [] : [])
         }, explain: { [bucket, region = options.region] status, body in

@@ -29,7 +29,7 @@ extension S3Remote: RemoteWriting {
         guard file.hashKnown else {
             throw FerryError(.remote, "\(Printable.name(file.entry.path.string)) would go to S3 without its hash known first", cause: .sourceChanged)
         }
-        let key = self.key(file.entry.path.string)
+        let key = self.key(file.destination.string)
         if file.stat.size > partSize {
             return S3Multipart(remote: self, file: file, key: key, journal: journal)
         }
