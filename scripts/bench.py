@@ -301,14 +301,14 @@ def push_sections(ferry, runs):
     cfg = BASE + "/ferry-push.conf"
     sections = []
 
-    def push_config(local):
+    def push_config(local, layout="tree"):
         open(cfg, "w").write(f"[agent]\nstate = {state}\ntransfers = 16\n\n[session bench]\ndirection = push\n"
-                             f"remote = {dav.url}ferry/\nlocal = {local}\nconflict = local-wins\n")
+                             f"remote = {dav.url}ferry/\nlocal = {local}\nconflict = local-wins\nremote-layout = {layout}\n")
 
-    def clean(local):
+    def clean(local, layout="tree"):
         fresh(www + "/ferry"), fresh(www + "/rclone"), fresh(www + "/curl")
         shutil.rmtree(state, ignore_errors=True)
-        push_config(local)
+        push_config(local, layout)
 
     rclone = lambda local: ["rclone", "--config", "/dev/null", "copy", local, ":webdav:", "--webdav-url", dav.url + "rclone/",
                             "--transfers", "16"]
@@ -323,8 +323,13 @@ def push_sections(ferry, runs):
     ]
     sections.append(("push: 1 GiB file to nginx WebDAV", measure("push 1 GiB", tools, runs), "curl -T", 1.1,
                      "wall ≤ 1.1 × curl -T; peak RSS ≤ 64 MiB"))
+    # remote-layout = objects: every file hashed before it goes, one object per content under
+    # .ferry/data/xx/ (256 more collections), the same PUT + MOVE each.
     table = measure("push 10,000 × 4 KiB", [("ferry sync now (push, 16)", lambda: clean(small),
+                                               lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"]),
+                                              ("ferry sync now (push, 16, remote-layout = objects)", lambda: clean(small, "objects"),
                                                lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"])], runs)
+    push_config(small)
     # rclone takes about 33 ms a file against nginx's DAV (a PROPFIND after each PUT, paced):
     # five minutes a run, so it runs once, and its copy is then the no-op row's starting point.
     fresh(www + "/rclone")
