@@ -77,7 +77,10 @@ final class PushSync: SessionWork {
         // writer published a manifest or someone changed a file: never overwritten blindly.
         // What this session placed: files at their paths (the tree layout) and content objects.
         var placed = try store.placedFiles(session: session.name)
-        let placedObjects = placed.filter { RemoteLayout.contentHash(at: $0.key, beside: session.manifest) != nil }
+        var placedObjects: [RelativePath: (digest: SHA256Digest, record: PlacedFile)] = [:]
+        for (path, record) in placed {
+            if let digest = RemoteLayout.contentHash(at: path, beside: session.manifest) { placedObjects[path] = (digest, record) }
+        }
         placed = placed.filter { placedObjects[$0.key] == nil }
         // Everything placed is checked on a local directory (cheap), and over HTTP once
         // `verify-interval` passed since the last such check.
@@ -152,7 +155,7 @@ final class PushSync: SessionWork {
         if plan.isEmpty && unlisting.isEmpty {
             guard let reissue else {
                 // Nothing to publish; objects whose time is up still go.
-                collectContent(publishing: nil, previous: published, writer: writer, store: store)
+                collectContent(publishing: nil, placed: [], previous: published, writer: writer, store: store)
                 return
             }
             emit(.warning(message: "nothing changed, but the published manifest \(reissue): publishing version \(plan.version)"))
@@ -240,7 +243,7 @@ final class PushSync: SessionWork {
         if !transfers.vanished.isEmpty {
             // Their uploads in parts, if any, go with them.
             for upload in try store.journaledUploads(session: session.name) where transfers.vanished.contains(upload.path) {
-                writer.abandon(upload)
+                writer.abandon(placing(upload))
             }
             _ = try store.pruneTasks(session: session.name, keeping: { !transfers.vanished.contains($0) })
         }
@@ -282,7 +285,12 @@ final class PushSync: SessionWork {
             return
         }
         if let tree { collectObjects(tree, objects: objects, writer: writer) }
-        collectContent(publishing: layout == .objects ? Set(plan.manifest.map(\.sha256.hex)) : [], previous: published, writer: writer, store: store)
+        // What this session placed: the objects recorded before this run, and this run's uploads
+        // (content objects only in this layout).
+        var placedContent = Set(placedObjects.values.map(\.digest))
+        if layout == .objects { placedContent.formUnion(transfers.placedContent) }
+        collectContent(publishing: layout == .objects ? Set(plan.manifest.map(\.sha256.hex)) : [], placed: placedContent, previous: published,
+                       writer: writer, store: store)
         if layout == .objects, let published, published.layout == .tree, !published.entries.isEmpty {
             removeTreeFiles(of: published, writer: writer, store: store)
         }
@@ -384,34 +392,30 @@ final class PushSync: SessionWork {
     /// is of the objects layout) and the objects this session placed. With `checking`, the placed
     /// objects are asked after, as placed files are: one changed or gone on the remote is no
     /// longer counted (and no longer recorded as placed), so it is sent again.
-    private func storedContent(published: Manifest?, placed: [RelativePath: PlacedFile], checking: Bool, writer: RemoteWriting,
-                               store: StateStore) throws(FerryError) -> Set<SHA256Digest> {
-        var stored = Set<SHA256Digest>()
+    private func storedContent(published: Manifest?, placed: [RelativePath: (digest: SHA256Digest, record: PlacedFile)], checking: Bool,
+                               writer: RemoteWriting, store: StateStore) throws(FerryError) -> Set<SHA256Digest> {
+        var stored = Set(placed.values.map(\.digest))
         if let published, published.layout == .objects { for e in published.entries { stored.insert(e.sha256) } }
-        for path in placed.keys { if let d = RemoteLayout.contentHash(at: path, beside: session.manifest) { stored.insert(d) } }
         guard checking, !placed.isEmpty else { return stored }
         let states = try RemoteProbes.run(placed.keys.sorted(), writer: writer, session: session, engine: engine)
-        let damaged = placed.filter { path, record in states[path].map { !$0.matches(record) } ?? false }.keys.sorted()
+        let damaged = placed.filter { path, object in states[path].map { !$0.matches(object.record) } ?? false }.keys.sorted()
         guard !damaged.isEmpty else { return stored }
         emit(.warning(message: "\(Plural.count(damaged.count, "stored object")) changed or vanished on the remote since ferry placed \(damaged.count == 1 ? "it" : "them") (\(Printable.name(damaged[0].string))\(damaged.count > 1 ? " and others" : "")): sent again"))
-        for path in damaged { if let d = RemoteLayout.contentHash(at: path, beside: session.manifest) { stored.remove(d) } }
+        for path in damaged { stored.remove(placed[path]!.digest) }
         if !options.dryRun { try store.forgetPlaced(session: session.name, damaged) }
         return stored
     }
 
     /// Collects content objects. After a manifest naming `publishing` was published (nil: none was
-    /// this run), the objects this session placed, and those `previous` named, that it does not
-    /// name are retired (`RetiredObjects`); those no manifest of the last `keep-versions` names,
-    /// retired for `object-grace`, are removed. Never one the new manifest names: it left the list
-    /// just now. A failure leaves objects for a later run: a warning at most.
-    private func collectContent(publishing: Set<String>?, previous: Manifest?, writer: RemoteWriting, store: StateStore) {
+    /// this run), the objects this session placed (`placed`), and those `previous` named, that it
+    /// does not name are retired (`RetiredObjects`); those no manifest of the last `keep-versions`
+    /// names, retired for `object-grace`, are removed. Never one the new manifest names: it left the
+    /// list just now. A failure leaves objects for a later run: a warning at most.
+    private func collectContent(publishing: Set<String>?, placed: Set<SHA256Digest>, previous: Manifest?, writer: RemoteWriting, store: StateStore) {
         let now = Timestamp.now()
         var retired = RetiredObjects(path: retiredContentPath)
-        let placed = ((try? store.placedFiles(session: session.name)) ?? [:]).keys.compactMap {
-            RemoteLayout.contentHash(at: $0, beside: session.manifest)?.hex
-        }
         if let publishing {
-            var present = Set(placed)
+            var present = Set(placed.map(\.hex))
             if let previous, previous.layout == .objects { present.formUnion(previous.entries.map(\.sha256.hex)) }
             retired.update(present: present, current: publishing, now: now)
         }
