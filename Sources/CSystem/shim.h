@@ -14,6 +14,19 @@ static inline int ferry_spawn_close_from(posix_spawn_file_actions_t *actions, in
     return posix_spawn_file_actions_addclosefrom_np(actions, lowest);
 }
 
+// Declared by glibc only under _GNU_SOURCE (see above): declared here as glibc does.
+extern int syncfs(int fd);
+extern int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
+
+/// Flushes the filesystem holding `fd` to disk: many files, one call.
+static inline int ferry_syncfs(int fd) { return syncfs(fd); }
+
+/// Swaps two names atomically (`RENAME_EXCHANGE`): both exist before and after; -1 with errno
+/// EINVAL where the filesystem cannot.
+static inline int ferry_rename_exchange(int olddirfd, const char *oldpath, int newdirfd, const char *newpath) {
+    return renameat2(olddirfd, oldpath, newdirfd, newpath, 1u << 1);
+}
+
 /// Whether the process may dump core, or be traced or read through /proc by its user (prctl).
 static inline int ferry_set_dumpable(int dumpable) {
     return prctl(PR_SET_DUMPABLE, (unsigned long)dumpable, 0, 0, 0);

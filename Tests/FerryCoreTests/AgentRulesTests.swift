@@ -135,6 +135,8 @@ struct EventDecodingTests {
         .fileDone(path: path, size: 10, fetched: 4),
         .fileFailed(path: path, error: "404"),
         .metadataFixed(path: path), .fileDeleted(path: path),
+        .generationSwitched(generation: "g4", directory: "/srv/m.generations/g4", previous: "g3", changed: 2),
+        .generationSwitched(generation: "g1", directory: "/srv/m.generations/g1", previous: nil, changed: 0),
         .warning(message: "line one\nline two"),
         .manifestBuilt(output: "/m.json", version: 2, files: 3, bytes: 4),
         .checked(version: 3, listed: 4, hashed: 5, differ: 1, unnoticed: 0),

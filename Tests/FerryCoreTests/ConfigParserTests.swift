@@ -84,6 +84,11 @@ struct ConfigParserTests {
          "a pull reads the layout from the manifest; remove this line"),
         ("[session a]\ndirection = push\nremote = http://h/\nlocal = /x\nremote-layout = blobs\n", "f.conf:5: [session a] key 'remote-layout': 'blobs' is not tree or objects", nil),
         ("[session a]\ndirection = push\nremote = http://h/\nlocal = /x\nkeep-versions = 0\n", "f.conf:5: [session a] key 'keep-versions'", nil),
+        ("[session a]\nremote = http://h/\nlocal = /x\nlayout = snapshots\n", "f.conf:4: [session a] key 'layout': 'snapshots' is not in-place or generations", nil),
+        ("[session a]\ndirection = push\nremote = http://h/\nlocal = /x\nlayout = generations\n", "f.conf:5: [session a] key 'layout': applies to a pull session",
+         "a push chooses how the remote stores files with remote-layout = tree|objects"),
+        ("[session a]\nremote = http://h/\nlocal = /x\nkeep-generations = 101\n", "f.conf:4: [session a] key 'keep-generations'", nil),
+        ("[session a]\nremote = http://h/\nlocal = /\nlayout = generations\n", "f.conf:4: [session a] key 'layout': needs local to be a directory with a parent", nil),
     ] as [(String, String, String?)])
     func namesFileLineAndKey(text: String, message: String, hint: String?) {
         do {
@@ -173,6 +178,15 @@ struct ConfigParserTests {
         let set = try ConfigParser.parse(base + "remote-layout = objects\nkeep-versions = 5\nobject-grace = 2h\n", path: "f").sessions[0]
         #expect(set.remoteLayout == .objects && set.keepVersions == 5 && set.objectGrace == 7_200)
         #expect(try ConfigParser.parse(base + "metadata-grace = 30m\n", path: "f").sessions[0].objectGrace == 1_800)
+    }
+
+    @Test func pullLayoutKeys() throws {
+        let base = "[session a]\nremote = http://h/\nlocal = /x\n"
+        let defaults = try ConfigParser.parse(base, path: "f").sessions[0]
+        #expect(defaults.layout == .inPlace && defaults.keepGenerations == 2)
+        let set = try ConfigParser.parse(base + "layout = generations\nkeep-generations = 0\n", path: "f").sessions[0]
+        #expect(set.layout == .generations && set.keepGenerations == 0)
+        #expect(try ConfigParser.parse(base + "layout = In-Place\n", path: "f").sessions[0].layout == .inPlace)
     }
 
     @Test func keepsHashInsideAValue() {

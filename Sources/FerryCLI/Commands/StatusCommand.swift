@@ -115,6 +115,13 @@ struct StatusCommand: Command {
                 Console.out("\(s.name): manifest \(r?.manifestVersion.map { "v\($0) " } ?? "")signed by \(signer)\(expires)")
             }
         }
+        for (s, _, _) in rows where s.direction == .pull && s.layout == .generations {
+            let g = GenerationStatus(local: s.local)
+            var text = "\(s.name): " + (g.current.map { "generation \($0) is current" } ?? "no generation is current yet")
+            if !g.kept.isEmpty { text += "; kept: " + g.kept.joined(separator: ", ") }
+            if let b = g.building { text += "; \(b) is being built (the next run goes on with it)" }
+            Console.out(text)
+        }
         for (s, r, tasks) in rows {
             let why = [standing(r, tasks).detail, r?.lastExitCode != 0 ? r?.lastMessage.map { "last run: \($0)" } : nil].compactMap { $0 }
             for line in why {
@@ -167,6 +174,12 @@ struct StatusCommand: Command {
             f.append("\"direction\":\"\(s.direction.rawValue)\"")
             f.append("\"remote\":\(JSONText.quote(s.remote.url))")
             f.append("\"local\":\(JSONText.quote(s.local))")
+            if s.direction == .pull && s.layout == .generations {
+                let g = GenerationStatus(local: s.local)
+                f.append("\"generation\":" + (g.current.map(JSONText.quote) ?? "null"))
+                f.append("\"generations_kept\":[" + g.kept.map(JSONText.quote).joined(separator: ",") + "]")
+                f.append("\"generation_building\":" + (g.building.map(JSONText.quote) ?? "null"))
+            }
             let st = standing(r, tasks)
             f.append("\"state\":\(JSONText.quote(st.state))")
             f.append("\"state_detail\":" + (st.detail.map(JSONText.quote) ?? "null"))

@@ -127,6 +127,9 @@ final class SyncReporter: EventSink {
             Console.err("ferry: \(s): \(name(path)): \(error)")
         case let .fileDeleted(path):
             line("\(s): deleted \(name(path))")
+        case let .generationSwitched(generation, directory, previous, changed, _):
+            let from = previous.map { " (was \($0))" } ?? ""
+            line("\(s): switched to generation \(generation)\(from): \(Plural.count(changed, "file")) new or changed, in \(Printable.name(directory))")
         case let .warning(message):
             warn(s.isEmpty ? message : "\(s): \(message)")
         case let .checked(version, listed, hashed, differ, unnoticed):

@@ -33,6 +33,17 @@ public struct PlanSummary: Sendable, Equatable {
     public var isIdle: Bool { transfers + metadataFixes + deletions + hashed == 0 }
 }
 
+/// A file a generation switch made current that is new or differs from the generation before.
+public struct GenerationFile: Sendable, Equatable {
+    public let path: RelativePath
+    public let size: Int64
+
+    public init(path: RelativePath, size: Int64) {
+        self.path = path
+        self.size = size
+    }
+}
+
 /// Something that happened in a session, for `--json` output, progress and (later) the event log.
 /// Each event renders as one JSON object on one line.
 public struct Event: Sendable {
@@ -73,6 +84,10 @@ public struct Event: Sendable {
         case fileFailed(path: RelativePath, error: String)
         case metadataFixed(path: RelativePath)
         case fileDeleted(path: RelativePath)
+        /// `layout = generations`: `local` now names generation `generation`, the directory
+        /// `directory`; `changed` files of it are new or differ from the generation before
+        /// (`previous`). `files` lists them for hooks; only their count is written out.
+        case generationSwitched(generation: String, directory: String, previous: String?, changed: Int, files: [GenerationFile] = [])
         case warning(message: String)
         /// `ferry manifest build` wrote a manifest.
         case manifestBuilt(output: String, version: Int64, files: Int, bytes: Int64, signedBy: String? = nil)
@@ -128,6 +143,7 @@ public struct Event: Sendable {
         case .fileFailed: return "file-failed"
         case .metadataFixed: return "metadata-fixed"
         case .fileDeleted: return "file-deleted"
+        case .generationSwitched: return "generation-switched"
         case .warning: return "warning"
         case .syncFinished: return "sync-finished"
         case .sessionState: return "session-state"
@@ -195,6 +211,10 @@ public struct Event: Sendable {
             s("path", path.string); s("error", error)
         case let .metadataFixed(path), let .fileDeleted(path):
             s("path", path.string)
+        case let .generationSwitched(generation, directory, previous, changed, _):
+            s("generation", generation); s("directory", directory)
+            if let previous { s("previous", previous) }
+            n("changed", Int64(changed))
         case let .warning(message):
             s("message", message)
         case let .manifestBuilt(output, version, files, bytes, signedBy):

@@ -68,6 +68,9 @@ extension Event {
         case "metadata-fixed", "file-deleted":
             guard let p = path() else { return nil }
             body = name == "metadata-fixed" ? .metadataFixed(path: p) : .fileDeleted(path: p)
+        case "generation-switched":
+            guard let generation = text("generation"), let directory = text("directory"), let changed = int("changed") else { return nil }
+            body = .generationSwitched(generation: generation, directory: directory, previous: text("previous"), changed: changed)
         case "warning":
             guard let message = text("message") else { return nil }
             body = .warning(message: message)

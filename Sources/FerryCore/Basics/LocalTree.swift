@@ -14,6 +14,9 @@ public struct LocalTree: Sendable {
         public fileprivate(set) var verified: SHA256Digest?
         /// See `CachedHash.wantedMtime`.
         public fileprivate(set) var wantedMtime: Timestamp?
+        /// The hash cache knew this file, at another stat: it changed since ferry verified it
+        /// (an edit, `touch`, `chmod`), where `verified` nil alone may just mean never hashed.
+        public fileprivate(set) var changedSinceVerified = false
 
         public init(path: RelativePath, entry: LocalEntry) {
             self.path = path
@@ -51,9 +54,13 @@ public struct LocalTree: Sendable {
 
     /// Keeps `hash` for the file at `index` if it is valid for what the scan saw there.
     public mutating func remember(_ hash: CachedHash, at index: Int) {
-        guard hash.isValid(for: items[index].entry) else { return }
+        guard hash.isValid(for: items[index].entry) else {
+            items[index].changedSinceVerified = true
+            return
+        }
         items[index].verified = hash.sha256
         items[index].wantedMtime = hash.wantedMtime
+        items[index].changedSinceVerified = false
     }
 
     /// Joins hash-cache rows that arrive in byte order (`compare(row, item path)`): one pass, no
@@ -79,6 +86,26 @@ public struct LocalTree: Sendable {
 }
 
 extension LocalTree {
+    /// This tree as another directory holds it once `place` has put each item there (a hard link,
+    /// a new directory): `place` returns what stat shows there now, or nil for an item left out.
+    /// A verified hash carries over to an item whose inode, size and mtime are those it was
+    /// verified at (a hard link moves only the ctime); any other loses it.
+    public func carried<Failure: Error>(by place: (Item) throws(Failure) -> LocalEntry?) throws(Failure) -> LocalTree {
+        var out: [Item] = []
+        out.reserveCapacity(items.count)
+        for item in items {
+            guard let now = try place(item) else { continue }
+            var moved = Item(path: item.path, entry: now)
+            let same = now.inode == item.entry.inode && now.size == item.entry.size && now.mtime == item.entry.mtime
+            if same, now.kind == .file {
+                moved.verified = item.verified
+                moved.wantedMtime = item.wantedMtime
+            }
+            out.append(moved)
+        }
+        return LocalTree(sorted: out)
+    }
+
     /// An entry no manifest can list, and why.
     public struct Skipped: Sendable {
         public let item: Item

@@ -41,6 +41,15 @@ public enum Direction: String, Sendable {
 }
 
 /// Where a session's remote lives. The URL always ends in `/`.
+/// How a pull keeps its mirror (`layout`).
+public enum LocalLayout: String, Sendable {
+    /// Files are renamed into `local` one by one.
+    case inPlace = "in-place"
+    /// `local` is a symlink to a directory holding one whole version; a sync builds the next one
+    /// beside it and switches the symlink with one rename.
+    case generations
+}
+
 public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
     public enum Scheme: String, Sendable { case http, https, file, s3 }
     public let scheme: Scheme
@@ -204,6 +213,10 @@ public struct SessionConfig: Sendable {
     public var remoteLayout: RemoteLayout = .tree
     /// Push: objects stay while one of the last this many published manifests names them.
     public var keepVersions = 3
+    /// Pull: how the mirror is kept (`layout`): written in place, or as generations behind a symlink.
+    public var layout: LocalLayout = .inPlace
+    /// Pull, `layout = generations`: how many generations before the current one stay.
+    public var keepGenerations = 2
 
     /// The manifest's path relative to the remote, when it is under it (a relative `manifest`, or
     /// a URL inside the remote's); nil for a manifest elsewhere.

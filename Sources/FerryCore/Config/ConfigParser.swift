@@ -16,9 +16,12 @@ public enum ConfigParser {
         "conflict",
         "s3-endpoint", "s3-region", "s3-path-style", "s3-credentials", "s3-profile", "upload-part-size",
         "trusted-keys", "sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions",
+        "layout", "keep-generations",
     ]
     /// Keys about what a push publishes.
     static let pushKeys = ["sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions"]
+    /// Keys about how a pull keeps its mirror.
+    static let pullKeys = ["layout", "keep-generations"]
     /// Keys whose value is a command line, split into words by `HookCommand` (quotes and all).
     static let hookKeys: Set<String> = ["on-file-done", "on-session-done"]
     /// Keys whose value is a path on this machine.
@@ -261,6 +264,12 @@ public enum ConfigParser {
                     }
                     session.remoteLayout = layout
                 case "keep-versions": session.keepVersions = try integer(line, in: 1...1000, fail)
+                case "layout":
+                    guard let layout = LocalLayout(rawValue: line.value.lowercased()) else {
+                        throw fail(line, "'\(line.value)' is not in-place or generations")
+                    }
+                    session.layout = layout
+                case "keep-generations": session.keepGenerations = try integer(line, in: 0...100, fail)
                 case "upload-part-size":
                     guard let size = Units.parseSize(line.value), size >= 5 << 20, size <= 5 << 30 else {
                         throw fail(line, "'\(line.value)' is not a part size from 5M to 5G (S3's limits), like 16M")
@@ -304,6 +313,14 @@ public enum ConfigParser {
                 throw fail(line, "applies to a push session: it is about the manifests it publishes",
                            hint: line.key == "remote-layout" ? "a pull reads the layout from the manifest; remove this line"
                                                               : "remove this line, or set direction = push")
+            }
+            if session.layout == .generations && session.local == "/", let line = find("layout") {
+                throw fail(line, "needs local to be a directory with a parent, where its generations are kept beside it (local = /)")
+            }
+            if session.direction == .push, let line = section.lines.first(where: { pullKeys.contains($0.key) }) {
+                throw fail(line, "applies to a pull session: it is about how the mirror keeps its versions",
+                           hint: line.key == "layout" ? "a push chooses how the remote stores files with remote-layout = tree|objects"
+                                                       : "remove this line, or set direction = pull")
             }
             if session.basicAuthFile != nil && session.bearerTokenFile != nil {
                 throw .usage("\(path):\(section.number): [\(section.header)] sets both basic-auth-file and bearer-token-file; choose one")

@@ -11,6 +11,7 @@ import FerryCore
 ///
 ///     FERRY_SESSION  the session          FERRY_RESULT  done | failed (file); in-sync, files-failed, ... (session)
 ///     FERRY_PATH     the file, relative   FERRY_LOCAL   the file's local path (file); the local root (session)
+///                                         (layout = generations: the file in the generation made current)
 ///     FERRY_BYTES    the file's size (file); bytes fetched (session)
 ///     FERRY_ERROR    why a file failed    FERRY_EXIT_CODE, FERRY_FILES, FERRY_DELETED, FERRY_FAILED (session)
 ///
@@ -62,7 +63,19 @@ public final class HookRunner: EventSink, @unchecked Sendable {
         let file: (path: RelativePath, bytes: Int64, result: String, error: String?)
         switch event.body {
         case let .fileDone(path, size, _):
+            // With layout = generations a file is done once the generation holding it is current
+            // (below); until then it sits in one being built.
+            if sessions.withLock({ $0[event.session]?.layout }) == .generations { return }
             file = (path, size, "done", nil)
+        case let .generationSwitched(_, directory, _, _, files):
+            guard let session = sessions.withLock({ $0[event.session] }), let command = session.onFileDone else { return }
+            for f in files {
+                let env = ["FERRY_SESSION=" + session.name, "FERRY_PATH=" + f.path.string, "FERRY_LOCAL=" + directory + "/" + f.path.string,
+                           "FERRY_BYTES=\(f.size)", "FERRY_RESULT=done"]
+                enqueue(Job(kind: "on-file-done", session: session.name, command: command, environment: env,
+                            timeout: session.hookTimeout, subject: f.path.string))
+            }
+            return
         case let .fileFailed(path, error):
             file = (path, 0, "failed", error)
         case let .syncFinished(code, downloaded, failed, deleted, bytes, _, _, _, dryRun):

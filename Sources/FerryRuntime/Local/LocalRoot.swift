@@ -35,6 +35,11 @@ public final class LocalRoot {
     /// the way stays, and so does one that holds anything else by then.
     public var replaceableDirectories: [RelativePath: Set<RelativePath>] = [:]
 
+    /// The root is a generation being built (`layout = generations`): its files may be hard links
+    /// into other generations, so a file with other links is copied before its mode or mtime
+    /// changes. Downloads never write into a placed file; they are renamed over it.
+    public var sharesInodes = false
+
     /// What placing files changed besides the files themselves, for the caller to report.
     public enum Change {
         /// A file, symlink or special file where the manifest needs a directory was removed (never
@@ -584,17 +589,61 @@ public final class LocalRoot {
     public func setMetadata(_ relative: RelativePath, mode: UInt32?, mtime: Timestamp?) throws(FerryError) -> LocalEntry {
         boundDirectoryCache()
         let dir = try directoryFD(relative.parent, create: false)
-        let fd = openat(dir, baseName(relative), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
+        var fd = openat(dir, baseName(relative), O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { throw .localIO("cannot open \(display(relative)): \(FileSystem.errorText())") }
         defer { close(fd) }
+        var st = Glibc.stat()
+        if sharesInodes, fstat(fd, &st) == 0, st.st_nlink > 1 {
+            let copy = try unsharedCopy(of: fd, stat: st, to: relative, in: dir)
+            close(fd)
+            fd = copy
+        }
         if let mode, fchmod(fd, mode_t(mode)) != 0 { throw .localIO("cannot set the mode of \(display(relative)): \(FileSystem.errorText())") }
         if let mtime {
             var times = [timespec(tv_sec: 0, tv_nsec: LocalRoot.utimeOmit), mtime.timespecValue]
             if futimens(fd, &times) != 0 { throw .localIO("cannot set the mtime of \(display(relative)): \(FileSystem.errorText())") }
         }
-        var st = Glibc.stat()
         fstat(fd, &st)
         return FileSystem.entry(from: st)
+    }
+
+    /// A copy of the open file `fd` (stat `st`) put in its place at `relative`, so that a change
+    /// to the copy's mode or mtime reaches no other name of the file (a hard link into another
+    /// generation). Returns the copy, open.
+    private func unsharedCopy(of fd: Int32, stat st: Glibc.stat, to relative: RelativePath, in dir: Int32) throws(FerryError) -> Int32 {
+        let staging = try staging()
+        let name = "copy-\(getpid())-\(st.st_ino).tmp"
+        unlinkat(staging, name, 0)
+        let copy = openat(staging, name, O_RDWR | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode_t(st.st_mode & 0o7777))
+        guard copy >= 0 else { throw .localIO("cannot copy \(display(relative)) to change its metadata alone: \(FileSystem.errorText())") }
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        var failed = false
+        while true {
+            let n = buffer.withUnsafeMutableBytes { Glibc.read(fd, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 {
+                failed = n < 0
+                break
+            }
+            var done = 0
+            while done < n {
+                let w = buffer.withUnsafeBytes { Glibc.write(copy, $0.baseAddress! + done, n - done) }
+                if w < 0 && errno == EINTR { continue }
+                guard w > 0 else { failed = true; break }
+                done += w
+            }
+            if failed { break }
+        }
+        var times = [timespec(tv_sec: 0, tv_nsec: LocalRoot.utimeOmit), st.st_mtim]
+        if failed || fchmod(copy, mode_t(st.st_mode & 0o7777)) != 0 || futimens(copy, &times) != 0 || fsync(copy) != 0
+            || renameat(staging, name, dir, baseName(relative)) != 0 {
+            let code = errno
+            close(copy)
+            unlinkat(staging, name, 0)
+            throw .localIO("cannot copy \(display(relative)) to change its metadata alone: \(FileSystem.errorText(code))")
+        }
+        unsyncedDirectories.insert(relative.parent)
+        return copy
     }
 
     /// Removes a file or symlink (never what a symlink points to). A path whose directory is gone

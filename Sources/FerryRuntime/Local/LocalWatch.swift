@@ -12,10 +12,20 @@ final class LocalWatch {
     private var changedForGood = false
     private var rootWatch: Int32 = -1
 
+    /// The root as it was when the watch began: a root that is a symlink (`layout = generations`)
+    /// is watched where it points, and a switch to another directory counts as a change.
+    private let root: String
+    private let watched: (device: UInt64, inode: UInt64)
+
     init?(root: String) {
+        self.root = root
+        var st = stat()
+        guard stat(root, &st) == 0, let resolved = realpath(root, nil) else { return nil }
+        defer { free(resolved) }
+        watched = (UInt64(st.st_dev), UInt64(st.st_ino))
         fd = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
         guard fd >= 0 else { return nil }
-        guard add(root, isRoot: true) else {
+        guard add(String(cString: resolved), isRoot: true) else {
             close(fd)
             return nil
         }
@@ -51,6 +61,11 @@ final class LocalWatch {
     /// Whether anything under the root changed since the watch began.
     var changed: Bool {
         guard !changedForGood else { return true }
+        var st = stat()
+        if stat(root, &st) != 0 || (UInt64(st.st_dev), UInt64(st.st_ino)) != watched {
+            changedForGood = true
+            return true
+        }
         var buffer = [UInt8](repeating: 0, count: 64 << 10)
         while true {
             let n = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }

@@ -10,6 +10,7 @@ final class PullSync: SessionWork {
         let remote = try Remotes.open(session)
         let url = session.manifestURL
         let record = try store.session(session.name)
+        var mirror = try prepareMirror(store: store)
         // The local root is scanned, and the hash cache joined to the scan, on a second thread
         // while the manifest is fetched and parsed: on a large tree each takes seconds, and
         // neither needs the other. The store is that thread's until it is joined.
@@ -18,7 +19,7 @@ final class PullSync: SessionWork {
         var early: ManifestFetch?
         // Unless the manifest last taken is no longer one this session would take (trusted-keys
         // changed, or it expired): then it is read and checked again.
-        if options.localUnchanged && stillTrusted(record) {
+        if options.localUnchanged && stillTrusted(record) && mirror.settled {
             let answer = try requestManifest(record: record, remote: remote)
             if case .unchanged = answer {
                 // A state from before migration 8 has no count yet: the hash cache stands for it.
@@ -32,8 +33,9 @@ final class PullSync: SessionWork {
         }
         let expected = try store.hashCacheCount(session: session.name)
         // Without a thread to be had, the scan runs after the fetch, on this one.
+        let current = mirror.current
         let reading = try? BackgroundWork(name: "ferry-scan") { () throws(FerryError) -> LocalSide in
-            try self.scanLocal(expecting: expected, store: store)
+            try self.scanLocal(current, expecting: expected, store: store)
         }
         let fetched: Fetched
         do throws(FerryError) {
@@ -45,16 +47,16 @@ final class PullSync: SessionWork {
             throw error
         }
         var local: LocalSide
-        if let reading { local = try reading.wait() } else { local = try scanLocal(expecting: expected, store: store) }
+        if let reading { local = try reading.wait() } else { local = try scanLocal(current, expecting: expected, store: store) }
         let manifest = fetched.manifest
         // A new manifest waits in its staging file until it is accepted; one refused leaves no copy.
         var staged = fetched.staged
         defer { if let staged { unlink(staged) } }
-        if local.root == nil && !options.dryRun {
+        if local.root == nil && !options.dryRun && mirror.generations == nil {
             // Created only now that the manifest arrived (it is empty, unless someone just filled it).
             local = try scan(LocalRoot(path: session.local, create: true), expecting: 0, store: store)
         }
-        let root = local.root
+        var root = local.root
         var tree = local.scan.tree
         local.scan.tree = .empty
         for w in local.scan.warnings { emit(.warning(message: w)) }
@@ -77,19 +79,15 @@ final class PullSync: SessionWork {
         // Plan with the hashes the cache vouches for; files it cannot vouch for are hashed, join
         // the cache, and the plan is made again (a hash counts only while it is valid for the
         // file's stat).
-        let rules = DeletionRules(delete: session.delete, cap: session.maxDelete)
-        var plan = Reconciler.plan(manifest: manifest, local: tree, rules: rules, modeMask: session.modeMask)
-        if let root, !plan.unhashed.isEmpty {
-            var fresh: [(RelativePath, CachedHash)] = []
-            for path in plan.unhashed {
-                if let reason = options.stop.reason { throw FerryError(.stopped, "\(reason) while hashing local files; nothing was changed") }
-                let h = try root.hash(path)
-                if let index = tree.index(of: path) { tree.remember(h, at: index) }
-                fresh.append((path, h))
-            }
-            result.hashed = fresh.count
-            if !options.dryRun { try store.saveHashes(session: session.name, fresh) }
-            plan = Reconciler.plan(manifest: manifest, local: tree, rules: rules, modeMask: session.modeMask)
+        // With layout = generations a file of the current generation edited since ferry verified
+        // it is not hashed: it is fetched anew into the next one, never linked (its inode is
+        // shared with the generations before).
+        var plan = try planHashing(manifest, tree: &tree, root: root, trustingEdits: mirror.generations == nil, store: store, result: &result)
+        if let g = mirror.generations, !options.dryRun,
+           let built = try buildGeneration(g, mirror: &mirror, from: root, tree: tree, plan: plan, store: store) {
+            root = built.root
+            tree = built.tree
+            plan = try planHashing(manifest, tree: &tree, root: root, trustingEdits: true, store: store, result: &result)
         }
         result.plan = plan
         emit(.planned(PlanSummary(transfers: plan.downloads.count, bytes: plan.downloadBytes,
@@ -182,6 +180,13 @@ final class PullSync: SessionWork {
         result.exitCode = outcome.exitCode
         // Every condition present is named, the one that decided the exit code first.
         var reasons: [String] = []
+        if let g = mirror.generations, let number = mirror.building {
+            if outcome.exitCode == .inSync {
+                try switchGeneration(g, to: number, mirror: mirror, root: root, tree: tree, plan: plan, store: store)
+            } else {
+                reasons.append("generation \(g.name(number)) is not complete, so \(Printable.name(session.local)) still shows the one before; the next run goes on with it")
+            }
+        }
         if let localIOError { reasons.append(localIOError) }
         if result.failed > 0 { reasons.append("\(result.failed) of \(Plural.count(attempted, "file")) failed") }
         if let refusal = result.message { reasons.append(refusal) }
@@ -252,9 +257,179 @@ final class PullSync: SessionWork {
         var scan: (tree: LocalTree, warnings: [String])
     }
 
-    private func scanLocal(expecting: Int, store: StateStore) throws(FerryError) -> LocalSide {
-        guard FileSystem.exists(session.local) else { return LocalSide(root: nil, scan: (.empty, [])) }
-        return try scan(LocalRoot(path: session.local, create: false), expecting: expecting, store: store)
+    /// The scan of the directory readers see now (`Mirror.current`; nil: there is none yet).
+    private func scanLocal(_ current: String?, expecting: Int, store: StateStore) throws(FerryError) -> LocalSide {
+        guard let current, FileSystem.exists(current) else { return LocalSide(root: nil, scan: (.empty, [])) }
+        return try scan(LocalRoot(path: current, create: false), expecting: expecting, store: store)
+    }
+
+    /// The plan for `tree`, with the files the hash cache cannot vouch for hashed first (they
+    /// join the cache, and the plan is made again). `trustingEdits` false: files the cache knew
+    /// at another stat are not hashed, and so planned as changed.
+    private func planHashing(_ manifest: Manifest, tree: inout LocalTree, root: LocalRoot?, trustingEdits: Bool, store: StateStore,
+                             result: inout SyncResult) throws(FerryError) -> Plan {
+        let rules = DeletionRules(delete: session.delete, cap: session.maxDelete)
+        let plan = Reconciler.plan(manifest: manifest, local: tree, rules: rules, modeMask: session.modeMask)
+        guard let root, !plan.unhashed.isEmpty else { return plan }
+        var fresh: [(RelativePath, CachedHash)] = []
+        for path in plan.unhashed {
+            guard let index = tree.index(of: path), trustingEdits || !tree.items[index].changedSinceVerified else { continue }
+            if let reason = options.stop.reason { throw FerryError(.stopped, "\(reason) while hashing local files; nothing was changed") }
+            let h = try root.hash(path)
+            tree.remember(h, at: index)
+            fresh.append((path, h))
+        }
+        guard !fresh.isEmpty else { return plan }
+        result.hashed += fresh.count
+        if !options.dryRun { try store.saveHashes(session: session.name, fresh) }
+        return Reconciler.plan(manifest: manifest, local: tree, rules: rules, modeMask: session.modeMask)
+    }
+
+    // MARK: layout = generations
+
+    /// Where this cycle finds the version readers see, and, with `layout = generations`, the
+    /// generation it builds.
+    private struct Mirror {
+        /// The directory readers see now; nil when there is none yet.
+        var current: String?
+        var generations: Generations?
+        var at: Generations.Current = .none
+        /// The generation being built: one an interrupted run left, or (once needed) this run's.
+        var building: Int?
+        /// Files of an interrupted build that are new or differ from the current generation.
+        var changedEarlier: [GenerationFile] = []
+
+        /// Nothing to convert: in place, or the symlink to a generation that is there.
+        var settled: Bool {
+            guard generations != nil else { return true }
+            if case .generation = at { return current != nil }
+            return false
+        }
+
+        var number: Int? {
+            if case let .generation(n) = at { return n }
+            return nil
+        }
+    }
+
+    /// Finds the mirror as the last run left it and makes it what `layout` says: a symlink to
+    /// ferry's generations turned back into a directory (`in-place`), and for `generations` what
+    /// an interrupted run left cleared away, but for the build it goes on with. A dry run changes
+    /// nothing.
+    private func prepareMirror(store: StateStore) throws(FerryError) -> Mirror {
+        let g = Generations(local: session.local)
+        let at = g.current()
+        guard session.layout == .generations else {
+            if case let .generation(n) = at, FileSystem.exists(g.path(n)), !options.dryRun {
+                try g.makeInPlace(current: n)
+                // The other generations go; that moves the ctime of every file they share with
+                // this one, so the cache rows are renewed (not the files hashed again).
+                let root = try LocalRoot(path: session.local, create: false)
+                let tree = try scan(root, expecting: try store.hashCacheCount(session: session.name), store: store).scan.tree
+                try g.removeAll()
+                try renewHashes(tree, in: root, store: store)
+                emit(.warning(message: "\(Printable.name(session.local)) was a symlink to generation g\(n) (layout = generations); it is the directory again, and the other generations are removed"))
+            }
+            return Mirror(current: session.local)
+        }
+        var mirror = Mirror(generations: g, at: at)
+        switch at {
+        case let .foreign(what):
+            throw .localIO("local = \(session.local) is \(what), which layout = generations would replace with a symlink to its versions: nothing was changed",
+                           hint: "point local at a path ferry may create, or at a directory it keeps; or set layout = in-place")
+        case .none: break
+        case .directory: mirror.current = session.local
+        case let .generation(n): mirror.current = FileSystem.exists(g.path(n)) ? g.path(n) : nil
+        }
+        if !options.dryRun { mirror.building = try g.tidy(current: mirror.number) }
+        return mirror
+    }
+
+    /// The generation this run builds beside the current one: hard links to the current one's
+    /// files, but for those the plan replaces or deletes and those edited since ferry verified
+    /// them, then the plan for it. An interrupted build is gone on with (what it holds stays, and
+    /// it is scanned again). nil when the current generation already is what the manifest lists:
+    /// an interrupted build is then dropped, and only older generations beyond
+    /// `keep-generations` go.
+    private func buildGeneration(_ g: Generations, mirror: inout Mirror, from current: LocalRoot?, tree: LocalTree, plan: Plan,
+                                 store: StateStore) throws(FerryError) -> (root: LocalRoot, tree: LocalTree)? {
+        guard !plan.isEmpty || !plan.directoryRemovals.isEmpty || !mirror.settled || mirror.building != nil else { return nil }
+        if plan.isEmpty && plan.directoryRemovals.isEmpty && mirror.settled, let stale = mirror.building, let current {
+            // The manifest went back to what the current generation holds.
+            try g.discard(stale)
+            mirror.building = nil
+            try renewHashes(tree, in: current, store: store)
+            return nil
+        }
+        // Generations that will be past keep-generations once this one is current go first:
+        // removing a hard link moves the ctime of the file its other names share, which must
+        // happen before the links are made and their cache rows written, not after.
+        if let n = mirror.number, session.keepGenerations > 0 { try g.prune(current: n, keep: session.keepGenerations - 1) }
+        let resumed = mirror.building != nil
+        let number: Int
+        if let going = mirror.building { number = going } else { number = try g.startBuild(above: mirror.number, leavingRoomBelow: mirror.at == .directory) }
+        mirror.building = number
+        let root = try LocalRoot(path: g.path(number), create: false)
+        root.sharesInodes = true
+        var built = LocalTree.empty
+        if let current {
+            let replaced = Set(plan.downloads.map(\.entry.path)).union(plan.deletions)
+            var linker = TreeLinker(source: current.rootFD, target: root.rootFD, shownTarget: g.path(number))
+            var rows: [(RelativePath, CachedHash)] = []
+            built = try linker.link(tree, skip: { $0.changedSinceVerified || replaced.contains($0.path) }) { path, hash throws(FerryError) in
+                rows.append((path, hash))
+                if rows.count >= 8192 {
+                    try store.saveHashes(session: session.name, rows)
+                    rows.removeAll(keepingCapacity: true)
+                }
+            }
+            try store.saveHashes(session: session.name, rows)
+        }
+        if resumed {
+            built = try scan(root, expecting: tree.items.count, store: store).scan.tree
+            // What the interrupted runs placed in it: new, or not the current generation's inode.
+            mirror.changedEarlier = built.items.compactMap { item in
+                guard item.entry.kind == .file, tree[item.path]?.inode != item.entry.inode else { return nil }
+                return GenerationFile(path: item.path, size: item.entry.size)
+            }
+        }
+        return (root, built)
+    }
+
+    /// Makes the finished generation current (`Generations.switchTo`), says so with the files it
+    /// made new (for hooks), and removes generations beyond `keep-generations`.
+    private func switchGeneration(_ g: Generations, to number: Int, mirror: Mirror, root: LocalRoot, tree: LocalTree, plan: Plan,
+                                  store: StateStore) throws(FerryError) {
+        try root.syncDirectories()
+        try g.switchTo(number, from: mirror.at)
+        var files = mirror.changedEarlier
+        let earlier = Set(files.map(\.path))
+        for d in plan.downloads where !earlier.contains(d.entry.path) {
+            files.append(GenerationFile(path: d.entry.path, size: root.stat(d.entry.path)?.size ?? d.entry.size ?? 0))
+        }
+        files.sort { $0.path < $1.path }
+        emit(.generationSwitched(generation: g.name(number), directory: g.path(number), previous: mirror.current == nil ? nil : mirror.number.map(g.name),
+                                 changed: files.count, files: files))
+        // Only with keep-generations = 0, or after builds that did not finish: the files the
+        // removed ones shared with this one have new ctimes, and their cache rows are renewed.
+        if try !g.prune(current: number, keep: session.keepGenerations).isEmpty { try renewHashes(tree, in: root, store: store) }
+    }
+
+    /// Renews the cache rows of the files of `tree` whose hash was valid when it was scanned or
+    /// linked and whose inode, size and mtime are still those: ferry's own removal of another
+    /// name of the same file moved only their ctime.
+    private func renewHashes(_ tree: LocalTree, in root: LocalRoot, store: StateStore) throws(FerryError) {
+        var rows: [(RelativePath, CachedHash)] = []
+        for item in tree.items where item.entry.kind == .file {
+            guard let sha = item.verified, let now = root.stat(item.path), now.inode == item.entry.inode, now.size == item.entry.size,
+                  now.mtime == item.entry.mtime, now.ctime != item.entry.ctime else { continue }
+            rows.append((item.path, CachedHash(now, sha256: sha, wanted: item.wantedMtime)))
+            if rows.count >= 8192 {
+                try store.saveHashes(session: session.name, rows)
+                rows.removeAll(keepingCapacity: true)
+            }
+        }
+        try store.saveHashes(session: session.name, rows)
     }
 
     /// The root's tree with the hash cache joined to it.
