@@ -250,6 +250,104 @@ def format_cost(ferry, files, per=1000):
     return rows
 
 
+def generation_switch(ferry, runs, dirs, per):
+    """layout = generations on a tree of dirs × per small files over file://, in sync but for one
+    file changed on the remote before each run: the whole run (scan, plan, removing the generation
+    that falls out of keep-generations, linking every unchanged file, one download, the switch)
+    beside `cp -al` of one generation (the links alone) and, for the smaller tree, the same change
+    synced in place."""
+    files = dirs * per
+    www, local, inplace = fresh(BASE + "/g-www"), BASE + "/g-local", fresh(BASE + "/g-inplace")
+    shutil.rmtree(local + ".generations", ignore_errors=True)
+    fresh(local)
+    mtime = 1_700_000_000
+    entries = []
+    print(f"== generations, {files:,} files: making the tree...", file=sys.stderr)
+    compare_in_place = files <= 100_000
+    for d in range(dirs):
+        roots = (www, local, inplace) if compare_in_place else (www, local)
+        for root in roots:
+            os.makedirs(f"{root}/d{d:03}")
+        for i in range(per):
+            rel, data = f"d{d:03}/f{i:04}.bin", f"{d}-{i}\n".encode()
+            for root in roots:
+                with open(f"{root}/{rel}", "wb") as f:
+                    f.write(data)
+                os.utime(f"{root}/{rel}", (mtime, mtime))
+            entries.append([rel, len(data), hashlib.sha256(data).hexdigest()])
+
+    def publish(version):
+        body = ",\n".join(f'{{"path": "{r}", "size": {n}, "sha256": "{h}", "mtime": "2023-11-14T22:13:20Z"}}' for r, n, h in entries)
+        with open(www + "/manifest.json", "w") as f:
+            f.write(f'{{"format": "ferry-manifest/1", "version": {version}, "files": [\n{body}\n]}}\n')
+
+    publish(1)
+    cfg, cfg_in_place = BASE + "/ferry-g.conf", BASE + "/ferry-gi.conf"
+    ferry_config(cfg, "file://" + www + "/", local, fresh(BASE + "/g-state"), 8, "max-delete = 100%\n")
+    ferry_config(cfg_in_place, "file://" + www + "/", inplace, fresh(BASE + "/gi-state"), 8, "max-delete = 100%\n")
+    # The first runs hash the adopted trees into the cache; not measured.
+    subprocess.run([ferry, "sync", "now", "--config", cfg, "--quiet"], check=True)
+    if compare_in_place:
+        subprocess.run([ferry, "sync", "now", "--config", cfg_in_place, "--quiet"], check=True)
+    with open(cfg, "a") as f:
+        f.write("layout = generations\n")
+    # Converting the in-place mirror: one build of links, then the exchange.
+    convert_wall, convert_rss, _, _ = run([ferry, "sync", "now", "--config", cfg, "--quiet"])
+    version = [1]
+
+    def change_one():
+        version[0] += 1
+        k = version[0] * 7919 % len(entries)
+        data = f"changed {version[0]}\n".encode()
+        with open(f"{www}/{entries[k][0]}", "wb") as f:
+            f.write(data)
+        entries[k][1:] = [len(data), hashlib.sha256(data).hexdigest()]
+        publish(version[0])
+
+    scratch = BASE + "/g-cp"
+
+    def current():
+        return os.path.join(os.path.dirname(local), os.readlink(local))
+
+    # cp -al links the remote's tree (the same shape): linking the mirror's files would move their
+    # ctime, and ferry would rightly hash them all again on its next run.
+    tools = [("ferry sync now, generations (1 changed)", change_one, lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"])]
+    if compare_in_place:
+        tools.append(("ferry sync now, in place (1 changed)", None, lambda: [ferry, "sync", "now", "--config", cfg_in_place, "--quiet"]))
+    tools.append(("cp -al of one generation (floor)", lambda: shutil.rmtree(scratch, ignore_errors=True), lambda: ["cp", "-al", www, scratch]))
+    table = measure(f"generations: {files:,} files, one changed", tools, runs)
+    shutil.rmtree(scratch, ignore_errors=True)
+
+    def kib(path):
+        return int(subprocess.run(["du", "-sk", path], capture_output=True, text=True).stdout.split()[0])
+    kept = sorted(n for n in os.listdir(local + ".generations") if n.startswith("g"))
+    space = (kib(local + ".generations"), kib(current()), len(kept))
+    for path in (www, local + ".generations", inplace):
+        shutil.rmtree(path, ignore_errors=True)
+    os.unlink(local)
+    return table, convert_wall, convert_rss, space
+
+
+def generations_sections(ferry, runs):
+    lines = ["`layout = generations` (issue 21): a sync that finds one file changed builds the next generation "
+             "(hard links for the unchanged files, one download) and switches `local` with one rename; "
+             "`keep-generations = 2`, so each run also removes the generation that falls out. Small files on tmpfs over "
+             "`file://`; the whole `ferry sync now` process, median of alternated runs, beside `cp -al` of one generation "
+             "of the same shape (the same links, nothing else) and, at 10,000 files, the same change synced in place.", "",
+             "| files | ferry, generations | ferry, in place | cp -al (floor) | generations ÷ cp -al | peak RSS | converting an in-place mirror | disk: all generations / one |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for dirs, per in ((10, 1000), (1000, 1000)):
+        table, convert_wall, convert_rss, (all_kib, one_kib, count) = generation_switch(ferry, runs, dirs, per)
+        g = table["ferry sync now, generations (1 changed)"]
+        cp = table["cp -al of one generation (floor)"]
+        place = table.get("ferry sync now, in place (1 changed)")
+        lines.append(f"| {dirs * per:,} | {g[0]:.3f} s | {f'{place[0]:.3f} s' if place else '—'} | {cp[0]:.3f} s | {g[0] / cp[0]:.2f} | "
+                     f"{g[1]:.0f} MiB | {convert_wall:.2f} s | {count} × = {all_kib / 1024:.1f} MiB / {one_kib / 1024:.1f} MiB |")
+    lines += ["", "Disk: `du -sk` counts a file once however many generations link it, so what the kept generations add "
+              "is their changed files and their directories (one 4 KiB block each on tmpfs), not their unchanged files."]
+    return [("layout = generations: the switch and its disk space", lines, "text", None, None)]
+
+
 def format_sections(ferry, runs):
     lines = ["Bytes of manifest and metadata objects one mirror fetched (`metadata_bytes` of its `manifest-fetched` event), "
              "for a cold mirror, then one changed file, then 100 changed files scattered over the tree (each after a new "
@@ -665,13 +763,14 @@ def main():
     ap.add_argument("--ferry", required=True)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--output", required=True)
-    ap.add_argument("--only", choices=["push", "s3", "formats"], help="measure these sections alone and replace them in the existing report")
+    ap.add_argument("--only", choices=["push", "s3", "formats", "generations"], help="measure these sections alone and replace them in the existing report")
     a = ap.parse_args()
     ferry = a.ferry
     shutil.rmtree(BASE, ignore_errors=True)
     if a.only:
         os.makedirs(BASE, exist_ok=True)
-        merge_report(a.output, {"push": push_sections, "s3": s3_sections, "formats": format_sections}[a.only](ferry, a.runs), a.runs)
+        merge_report(a.output, {"push": push_sections, "s3": s3_sections, "formats": format_sections,
+                                 "generations": generations_sections}[a.only](ferry, a.runs), a.runs)
         shutil.rmtree(BASE, ignore_errors=True)
         return
     www = fresh(BASE + "/www")
@@ -778,6 +877,7 @@ def main():
     sections.append(("1,000,000-entry manifest, one file changed", million, ("absolute", 5.0, 512),
                      None, "wall ≤ 5 s and peak RSS ≤ 512 MiB for a run that changes one file (and for a 304 run)"))
     sections += format_sections(ferry, a.runs)
+    sections += generations_sections(ferry, a.runs)
     sections.append(("ferry agent at rest, 1,000,000-file session", million_at_rest, "at-rest", None,
                      "cheap at rest: an unchanged poll (304) costs one request and no scan"))
 

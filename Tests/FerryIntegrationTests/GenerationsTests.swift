@@ -265,8 +265,9 @@ struct GenerationsTests {
     }
 
     /// A file edited in the current generation shares its inode with the generations before: the
-    /// edit is not carried into the next one (the file is fetched anew, not linked), and ferry
-    /// writes into no shared inode (a mode change copies the file first).
+    /// edit is not carried into the next one (its stat moved, so it is hashed, and bytes that are
+    /// not the manifest's are fetched anew, never linked), and ferry writes into no shared inode
+    /// (a mode change copies the file first).
     @Test func anEditInTheCurrentGenerationIsFetchedAnewAndNeverSpreads() throws {
         let box = Sandbox("generations-edit")
         box.publish("a.txt", "alpha\n")
@@ -297,9 +298,22 @@ struct GenerationsTests {
         let g3 = generation(box, "g3")
         #expect(fileContents(g3 + "/a.txt") == "alpha\n")
         #expect(inode(g3 + "/a.txt") != inode(g2 + "/a.txt"), "fetched anew, not linked")
-        #expect(run.events(named: "planned").first?["hashed"] as? Int == 0, "the edited file was not hashed: \(run.output)")
+        #expect(run.events(named: "planned").first?["hashed"] as? Int == 1, "the edited file was hashed: \(run.output)")
         #expect(fileContents(g2 + "/a.txt") == "ALPHA\n", "ferry did not write into the edited inode")
         #expect(inode(g3 + "/b.txt") == inode(g2 + "/b.txt"))
+
+        // Only the ctime moved (another hard link, as a backup's `cp -al` makes): the bytes are
+        // the manifest's, so the file is linked, not fetched.
+        #expect(link(box.localPath("b.txt"), box.directory + "/backup-b.txt") == 0)
+        box.publish("c.txt", "charlie three\n")
+        box.buildManifest()
+        let linked = box.sync(["--json"])
+        #expect(linked.exitCode == 0 && linked.events(named: "file-done").map { $0["path"] as? String } == ["c.txt"], "\(linked.output)")
+        #expect(linked.events(named: "planned").first?["hashed"] as? Int == 1)
+        let g4 = generation(box, "g4")
+        #expect(inode(g4 + "/b.txt") == inode(g3 + "/b.txt"))
+        unlink(box.directory + "/backup-b.txt")
+        #expect(box.sync(["--json"]).events(named: "planned").first?["hashed"] as? Int == 1, "the unlink moved the ctime again")
 
         // A mode change on the remote: the new generation's file is a copy with the new mode; the
         // generations before keep theirs.
@@ -307,10 +321,10 @@ struct GenerationsTests {
         box.buildManifest()
         let fix = box.sync(["--json"])
         #expect(fix.exitCode == 0, "\(fix.output)")
-        let g4 = generation(box, "g4")
-        #expect(target(box) == "mirror.generations/g4")
-        #expect(mode(g4 + "/b.txt") == 0o600 && mode(g3 + "/b.txt") == 0o644 && mode(g2 + "/b.txt") == 0o644)
-        #expect(inode(g4 + "/b.txt") != inode(g3 + "/b.txt"))
+        let g5 = generation(box, "g5")
+        #expect(target(box) == "mirror.generations/g5")
+        #expect(mode(g5 + "/b.txt") == 0o600 && mode(g4 + "/b.txt") == 0o644 && mode(g3 + "/b.txt") == 0o644)
+        #expect(inode(g5 + "/b.txt") != inode(g4 + "/b.txt"))
         #expect(fix.events(named: "file-done").isEmpty, "a mode change fetches nothing: \(fix.output)")
         expectIdentical(box.published, current(box))
         #expect(box.sync(["--json"]).events(named: "planned").first?["hashed"] as? Int == 0, "the cache holds every file")

@@ -14,9 +14,6 @@ public struct LocalTree: Sendable {
         public fileprivate(set) var verified: SHA256Digest?
         /// See `CachedHash.wantedMtime`.
         public fileprivate(set) var wantedMtime: Timestamp?
-        /// The hash cache knew this file, at another stat: it changed since ferry verified it
-        /// (an edit, `touch`, `chmod`), where `verified` nil alone may just mean never hashed.
-        public fileprivate(set) var changedSinceVerified = false
 
         public init(path: RelativePath, entry: LocalEntry) {
             self.path = path
@@ -54,13 +51,9 @@ public struct LocalTree: Sendable {
 
     /// Keeps `hash` for the file at `index` if it is valid for what the scan saw there.
     public mutating func remember(_ hash: CachedHash, at index: Int) {
-        guard hash.isValid(for: items[index].entry) else {
-            items[index].changedSinceVerified = true
-            return
-        }
+        guard hash.isValid(for: items[index].entry) else { return }
         items[index].verified = hash.sha256
         items[index].wantedMtime = hash.wantedMtime
-        items[index].changedSinceVerified = false
     }
 
     /// Joins hash-cache rows that arrive in byte order (`compare(row, item path)`): one pass, no

@@ -79,15 +79,12 @@ final class PullSync: SessionWork {
         // Plan with the hashes the cache vouches for; files it cannot vouch for are hashed, join
         // the cache, and the plan is made again (a hash counts only while it is valid for the
         // file's stat).
-        // With layout = generations a file of the current generation edited since ferry verified
-        // it is not hashed: it is fetched anew into the next one, never linked (its inode is
-        // shared with the generations before).
-        var plan = try planHashing(manifest, tree: &tree, root: root, trustingEdits: mirror.generations == nil, store: store, result: &result)
+        var plan = try planHashing(manifest, tree: &tree, root: root, store: store, result: &result)
         if let g = mirror.generations, !options.dryRun,
            let built = try buildGeneration(g, mirror: &mirror, from: root, tree: tree, plan: plan, store: store) {
             root = built.root
             tree = built.tree
-            plan = try planHashing(manifest, tree: &tree, root: root, trustingEdits: true, store: store, result: &result)
+            plan = try planHashing(manifest, tree: &tree, root: root, store: store, result: &result)
         }
         result.plan = plan
         emit(.planned(PlanSummary(transfers: plan.downloads.count, bytes: plan.downloadBytes,
@@ -264,16 +261,17 @@ final class PullSync: SessionWork {
     }
 
     /// The plan for `tree`, with the files the hash cache cannot vouch for hashed first (they
-    /// join the cache, and the plan is made again). `trustingEdits` false: files the cache knew
-    /// at another stat are not hashed, and so planned as changed.
-    private func planHashing(_ manifest: Manifest, tree: inout LocalTree, root: LocalRoot?, trustingEdits: Bool, store: StateStore,
+    /// join the cache, and the plan is made again). With `layout = generations` this is what keeps
+    /// an edit in the current generation out of the next one: a file whose stat moved is hashed,
+    /// and if its bytes are not the manifest's it is planned as a download, so never linked.
+    private func planHashing(_ manifest: Manifest, tree: inout LocalTree, root: LocalRoot?, store: StateStore,
                              result: inout SyncResult) throws(FerryError) -> Plan {
         let rules = DeletionRules(delete: session.delete, cap: session.maxDelete)
         let plan = Reconciler.plan(manifest: manifest, local: tree, rules: rules, modeMask: session.modeMask)
         guard let root, !plan.unhashed.isEmpty else { return plan }
         var fresh: [(RelativePath, CachedHash)] = []
         for path in plan.unhashed {
-            guard let index = tree.index(of: path), trustingEdits || !tree.items[index].changedSinceVerified else { continue }
+            guard let index = tree.index(of: path) else { continue }
             if let reason = options.stop.reason { throw FerryError(.stopped, "\(reason) while hashing local files; nothing was changed") }
             let h = try root.hash(path)
             tree.remember(h, at: index)
@@ -346,11 +344,10 @@ final class PullSync: SessionWork {
     }
 
     /// The generation this run builds beside the current one: hard links to the current one's
-    /// files, but for those the plan replaces or deletes and those edited since ferry verified
-    /// them, then the plan for it. An interrupted build is gone on with (what it holds stays, and
+    /// files, but for those the plan replaces (a file edited in the current one among them, once
+    /// its hash shows it) or deletes, then the plan for it. An interrupted build is gone on with (what it holds stays, and
     /// it is scanned again). nil when the current generation already is what the manifest lists:
-    /// an interrupted build is then dropped, and only older generations beyond
-    /// `keep-generations` go.
+    /// an interrupted build is then dropped.
     private func buildGeneration(_ g: Generations, mirror: inout Mirror, from current: LocalRoot?, tree: LocalTree, plan: Plan,
                                  store: StateStore) throws(FerryError) -> (root: LocalRoot, tree: LocalTree)? {
         guard !plan.isEmpty || !plan.directoryRemovals.isEmpty || !mirror.settled || mirror.building != nil else { return nil }
@@ -376,7 +373,7 @@ final class PullSync: SessionWork {
             let replaced = Set(plan.downloads.map(\.entry.path)).union(plan.deletions)
             var linker = TreeLinker(source: current.rootFD, target: root.rootFD, shownTarget: g.path(number))
             var rows: [(RelativePath, CachedHash)] = []
-            built = try linker.link(tree, skip: { $0.changedSinceVerified || replaced.contains($0.path) }) { path, hash throws(FerryError) in
+            built = try linker.link(tree, skip: { replaced.contains($0.path) }) { path, hash throws(FerryError) in
                 rows.append((path, hash))
                 if rows.count >= 8192 {
                     try store.saveHashes(session: session.name, rows)
