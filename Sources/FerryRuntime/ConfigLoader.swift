@@ -111,6 +111,9 @@ public enum ConfigLoader {
                 }
             } else if let why = writableDirectory(session.local) {
                 out.append(.usage("\(where_) local = \(session.local): \(why)", hint: "a pull writes this directory: choose one ferry may create and write"))
+            } else if session.layout == .generations, let why = writableDirectory(ConfigParser.directoryName(of: session.local)) {
+                out.append(.usage("\(where_) local = \(session.local): layout = generations keeps its versions beside it, in \(session.local).generations, and replaces it with a symlink, but its directory: \(why)",
+                                  hint: "let ferry's user write the directory holding local, or set layout = in-place"))
             }
             for (key, file) in [("ca-file", session.caFile), ("basic-auth-file", session.basicAuthFile), ("bearer-token-file", session.bearerTokenFile),
                                 ("s3-credentials", session.s3.credentials)] {
