@@ -261,6 +261,7 @@ struct GenerationsTests {
         let left = generations(box)
         #expect(left.count == 2 && left.allSatisfy { Generations.number($0) != nil }, "the current and one kept, nothing else: \(left)")
         let resumed = (0..<kills).flatMap { FerryRun(exitCode: 0, stdout: fileContents(box.directory + "/run\($0).jsonl") ?? "", stderr: "").events(named: "file-resumed") }
+        #expect(resumed.count > 0, "a relaunch went on with the build and resumed a partial file in it (seed \(seed))")
         print("generations kill -9 test: \(kills) kills, \(completed) runs finished, \(resumed.count) resumes (seed \(seed))")
     }
 
@@ -399,6 +400,105 @@ struct GenerationsTests {
         box.waitUntilDelayedTasksAreDue()
         #expect(box.sync().exitCode == 0)
         #expect(target(box) == "mirror.generations/g4" && fileContents(box.localPath("c.txt")) == "charlie\n")
+        expectIdentical(box.published, current(box))
+    }
+
+    /// A removal of old generations moves the ctime of every file they share with the current
+    /// one. Cut short (here: left as a kill leaves it, half done, with ferry's mark that rows must
+    /// be written again), the next run takes the rows that differ in ctime alone and hashes
+    /// nothing; a conversion back to in place cut short after its exchange is finished.
+    @Test func interruptedRemovalsNeitherRehashNorLeaveLeftovers() throws {
+        let box = Sandbox("generations-removal")
+        for i in 0..<30 { box.publish("d\(i % 3)/f\(i).txt", "file \(i)\n") }
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published, session: ["layout = generations"])
+        #expect(box.sync().exitCode == 0)
+        box.publish("d0/f0.txt", "changed\n")
+        box.buildManifest()
+        #expect(box.sync().exitCode == 0)
+        #expect(generations(box) == ["g1", "g2"])
+
+        // g1 half removed, as a kill in the middle of its removal leaves it.
+        let g1 = generation(box, "g1")
+        #expect(rename(g1, g1 + ".deleting") == 0)
+        for i in 1..<15 { unlink(g1 + ".deleting/d\(i % 3)/f\(i).txt") }
+        try Data().write(to: URL(fileURLWithPath: box.state + "/manifests/test.manifest.renew-hashes"))
+        let next = box.sync(["--json"])
+        #expect(next.exitCode == 0, "\(next.output)")
+        #expect(next.events(named: "planned").first?["hashed"] as? Int == 0, "rows renewed, nothing hashed: \(next.output)")
+        #expect(generations(box) == ["g2"], "the removal was finished: \(generations(box))")
+        #expect(!FileManager.default.fileExists(atPath: box.state + "/manifests/test.manifest.renew-hashes"))
+        #expect(box.sync(["--json"]).events(named: "planned").first?["hashed"] as? Int == 0, "the rows hold")
+
+        // Back to in place, cut short right after the exchange: local is the directory, and
+        // the generations directory still holds the symlink; the next in-place run removes it.
+        try Generations(local: box.local).makeInPlace(current: 2)
+        box.configure(remote: "file://" + box.published, session: ["layout = in-place"])
+        let back = box.sync(["--json"])
+        #expect(back.exitCode == 0 && back.events(named: "file-done").isEmpty, "\(back.output)")
+        #expect(back.events(named: "planned").first?["hashed"] as? Int == 0, "\(back.output)")
+        #expect(!FileManager.default.fileExists(atPath: box.local + ".generations"))
+        expectIdentical(box.published, box.local)
+    }
+
+    /// A build that cannot finish (a file the remote lost) leaves the current generation as it
+    /// is; the runs that follow neither hash the current generation's files again nor switch, and
+    /// the one after the remote is whole again switches.
+    @Test func aPendingBuildCostsNoHashingUntilItCanFinish() throws {
+        let box = Sandbox("generations-pending")
+        box.publish("a.txt", "alpha\n")
+        box.publish("b.txt", "bravo\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published, session: ["layout = generations"])
+        #expect(box.sync().exitCode == 0)
+        box.publish("a.txt", "alpha two\n")
+        box.publish("c.txt", "charlie\n")
+        box.buildManifest()
+        #expect(rename(box.published + "/c.txt", box.directory + "/c.txt") == 0)
+        for attempt in 0..<2 {
+            let run = box.sync(["--json"])
+            #expect(run.exitCode == 1 && run.output.contains("is not complete"), "\(run.output)")
+            #expect(run.events(named: "planned").first?["hashed"] as? Int == 0, "attempt \(attempt): \(run.output)")
+            #expect(target(box) == "mirror.generations/g1" && fileContents(box.localPath("a.txt")) == "alpha\n")
+        }
+        #expect(rename(box.directory + "/c.txt", box.published + "/c.txt") == 0)
+        let done = box.sync(["--json"])
+        #expect(done.exitCode == 0 && done.events(named: "file-done").map { $0["path"] as? String } == ["c.txt"], "\(done.output)")
+        #expect(done.events(named: "generation-switched").first?["changed"] as? Int == 2, "a.txt (an earlier run) and c.txt: \(done.output)")
+        #expect(target(box) == "mirror.generations/g2")
+        expectIdentical(box.published, current(box))
+    }
+
+    /// An edit made in place in the current generation while the next one is being built
+    /// reaches the build through the shared inode: the build is not switched to, and the next
+    /// run hashes the file and fetches it.
+    @Test func anEditDuringTheBuildKeepsItFromBeingSwitchedTo() throws {
+        let box = Sandbox("generations-edit-during")
+        box.publish("a.txt", "alpha\n")
+        box.publish("big.bin", randomData(1_500_000, seed: 1))
+        box.buildManifest()
+        let server = try PythonServer(directory: box.published)
+        defer { server.stop() }
+        box.configure(remote: server.url, session: ["layout = generations"])
+        #expect(box.sync().exitCode == 0)
+        box.publish("big.bin", randomData(1_500_000, seed: 2))
+        box.buildManifest()
+        server.setFaults(["*": ["rate": 1_000_000]])
+        let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config], stdout: box.directory + "/sync.out",
+                              stderr: box.directory + "/sync.err")
+        #expect(box.waitForRunningTask(), "the download began")
+        let fd = open(box.localPath("a.txt"), O_WRONLY)
+        #expect(fd >= 0 && write(fd, "ALPHA\n", 6) == 6)
+        close(fd)
+        let status = child.wait(timeout: 60)
+        let said = (fileContents(box.directory + "/sync.out") ?? "") + (fileContents(box.directory + "/sync.err") ?? "")
+        #expect(status == 3, "\(said)")
+        #expect(said.contains("1 file of the current generation changed while generation g2 was built"), "\(said)")
+        #expect(target(box) == "mirror.generations/g1")
+        server.setFaults([:])
+        let next = box.sync(["--json"])
+        #expect(next.exitCode == 0 && next.events(named: "file-done").map { $0["path"] as? String } == ["a.txt"], "\(next.output)")
+        #expect(target(box) == "mirror.generations/g2" && fileContents(box.localPath("a.txt")) == "alpha\n")
         expectIdentical(box.published, current(box))
     }
 

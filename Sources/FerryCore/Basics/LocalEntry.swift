@@ -49,7 +49,10 @@ public struct CachedHash: Sendable, Equatable {
                   wantedMtime: wanted.flatMap { $0 == entry.mtime ? nil : $0 })
     }
 
-    public func isValid(for entry: LocalEntry) -> Bool {
-        entry.kind == .file && entry.size == size && entry.mtime == mtime && entry.ctime == ctime && entry.inode == inode
+    /// `ignoringCtime`: only after ferry itself moved the ctime of files it had verified, by
+    /// linking or unlinking other names of them (`layout = generations`), and was cut short
+    /// before it wrote their rows again.
+    public func isValid(for entry: LocalEntry, ignoringCtime: Bool = false) -> Bool {
+        entry.kind == .file && entry.size == size && entry.mtime == mtime && (ignoringCtime || entry.ctime == ctime) && entry.inode == inode
     }
 }

@@ -50,8 +50,8 @@ public struct LocalTree: Sendable {
     public subscript(path: RelativePath) -> LocalEntry? { index(of: path).map { items[$0].entry } }
 
     /// Keeps `hash` for the file at `index` if it is valid for what the scan saw there.
-    public mutating func remember(_ hash: CachedHash, at index: Int) {
-        guard hash.isValid(for: items[index].entry) else { return }
+    public mutating func remember(_ hash: CachedHash, at index: Int, ignoringCtime: Bool = false) {
+        guard hash.isValid(for: items[index].entry, ignoringCtime: ignoringCtime) else { return }
         items[index].verified = hash.sha256
         items[index].wantedMtime = hash.wantedMtime
     }
@@ -60,7 +60,7 @@ public struct LocalTree: Sendable {
     /// lookups. `next()` returns false when the rows are done; `path` is the current row's path
     /// as bytes; `hash()` decodes the current row (nil: the row vouches for nothing).
     public mutating func join<Failure: Error>(next: () throws(Failure) -> Bool, path: () -> UnsafeRawBufferPointer,
-                                              hash: () -> CachedHash?) throws(Failure) {
+                                              hash: () -> CachedHash?, ignoringCtime: Bool = false) throws(Failure) {
         var i = 0
         while i < items.count, try next() {
             let rowPath = path()
@@ -71,7 +71,7 @@ public struct LocalTree: Sendable {
                 i += 1
             }
             if c == 0, items[i].entry.kind == .file, let h = hash() {
-                remember(h, at: i)
+                remember(h, at: i, ignoringCtime: ignoringCtime)
                 i += 1
             }
         }

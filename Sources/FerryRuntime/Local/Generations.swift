@@ -67,9 +67,32 @@ struct Generations {
         return Int(digits)
     }
 
-    /// The generations present, by number.
+    /// The generations present, by number: directories named `g<N>` (a conversion back to in
+    /// place leaves a symlink under such a name for a moment).
     func present() -> [Int] {
-        FileSystem.names(in: directory).compactMap(Generations.number).sorted()
+        FileSystem.names(in: directory).compactMap { name -> Int? in
+            var st = stat()
+            guard let n = Generations.number(name), lstat(directory + "/" + name, &st) == 0, st.st_mode & S_IFMT == S_IFDIR else { return nil }
+            return n
+        }.sorted()
+    }
+
+    /// Whether everything in the generations directory has a name ferry gives (so that a
+    /// directory someone else named like it is never removed as ferry's).
+    func holdsOnlyGenerations() -> Bool {
+        FileSystem.names(in: directory).allSatisfy { name in
+            name == ".switch" || Generations.number(name) != nil || (name.hasSuffix(".deleting") && Generations.number(String(name.dropLast(9))) != nil)
+        }
+    }
+
+    /// Whether `tidy` would remove anything: a removal cut short, a `.switch` left behind, an
+    /// entry named like a generation that is not a directory, or more than one build.
+    func untidy(current: Int?) -> Bool {
+        let names = FileSystem.names(in: directory)
+        if names.contains(where: { $0.hasSuffix(".deleting") || $0 == ".switch" }) { return true }
+        let present = present()
+        if names.filter({ Generations.number($0) != nil }).count != present.count { return true }
+        return present.filter { current == nil || $0 > current! }.count > 1
     }
 
     /// Clears what an interrupted run left: removals to finish, a switch link never renamed (or
@@ -82,7 +105,14 @@ struct Generations {
             throw .localIO("\(Printable.name(directory)) is not a directory, and layout = generations keeps the mirror's versions there",
                            hint: "move it away")
         }
-        for name in FileSystem.names(in: directory) where name.hasSuffix(".deleting") || name == ".switch" {
+        if let current, isDirectory(directory + "/.switch"), !FileSystem.exists(path(current - 1)) {
+            // A conversion from in place cut short after the exchange: `.switch` is the directory
+            // the mirror was, and becomes the generation before, as the conversion would have made it.
+            rename(directory + "/.switch", path(current - 1))
+        }
+        let directories = Set(present().map(name))
+        for name in FileSystem.names(in: directory)
+        where name.hasSuffix(".deleting") || name == ".switch" || (Generations.number(name) != nil && !directories.contains(name)) {
             try remove(name)
         }
         let builds = present().filter { current == nil || $0 > current! }
@@ -150,12 +180,19 @@ struct Generations {
         FileSystem.syncDirectory(containing: local)
     }
 
-    /// Removes every generation but the current and the `keep` before it; returns those removed.
-    @discardableResult
-    func prune(current n: Int, keep: Int) throws(FerryError) -> [Int] {
-        let old = present().filter { $0 < n }.sorted(by: >).dropFirst(keep)
-        for k in old { try remove(name(k)) }
-        return Array(old)
+    /// The generations but the current and the `keep` before it.
+    func prunable(current n: Int, keep: Int) -> [Int] {
+        Array(present().filter { $0 < n }.sorted(by: >).dropFirst(keep))
+    }
+
+    /// Removes every generation but the current and the `keep` before it.
+    func prune(current n: Int, keep: Int) throws(FerryError) {
+        for k in prunable(current: n, keep: keep) { try remove(name(k)) }
+    }
+
+    private func isDirectory(_ path: String) -> Bool {
+        var st = stat()
+        return lstat(path, &st) == 0 && st.st_mode & S_IFMT == S_IFDIR
     }
 
     /// Removes a build no longer needed.
@@ -192,13 +229,13 @@ struct Generations {
             if fd >= 0 { close(fd) }
             throw .localIO("cannot open \(Printable.name(shown)) to remove it: \(FileSystem.errorText())")
         }
+        defer { closedir(dir) }
         var names: [String] = []
         while let entry = readdir(dir) {
             let child = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
             if child != "." && child != ".." { names.append(child) }
         }
         for child in names { try removeTree(in: dirfd(dir), child, shown: shown + "/" + child) }
-        closedir(dir)
         guard unlinkat(parent, name, AT_REMOVEDIR) == 0 || errno == ENOENT else {
             throw .localIO("cannot remove directory \(Printable.name(shown)): \(FileSystem.errorText())")
         }

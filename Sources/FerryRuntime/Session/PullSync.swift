@@ -34,8 +34,9 @@ final class PullSync: SessionWork {
         let expected = try store.hashCacheCount(session: session.name)
         // Without a thread to be had, the scan runs after the fetch, on this one.
         let current = mirror.current
+        let renewing = renewalPending
         let reading = try? BackgroundWork(name: "ferry-scan") { () throws(FerryError) -> LocalSide in
-            try self.scanLocal(current, expecting: expected, store: store)
+            try self.scanLocal(current, expecting: expected, store: store, renewing: renewing)
         }
         let fetched: Fetched
         do throws(FerryError) {
@@ -47,7 +48,7 @@ final class PullSync: SessionWork {
             throw error
         }
         var local: LocalSide
-        if let reading { local = try reading.wait() } else { local = try scanLocal(current, expecting: expected, store: store) }
+        if let reading { local = try reading.wait() } else { local = try scanLocal(current, expecting: expected, store: store, renewing: renewing) }
         let manifest = fetched.manifest
         // A new manifest waits in its staging file until it is accepted; one refused leaves no copy.
         var staged = fetched.staged
@@ -79,7 +80,10 @@ final class PullSync: SessionWork {
         // Plan with the hashes the cache vouches for; files it cannot vouch for are hashed, join
         // the cache, and the plan is made again (a hash counts only while it is valid for the
         // file's stat).
-        var plan = try planHashing(manifest, tree: &tree, root: root, store: store, result: &result)
+        // While a build is pending, the cache rows of the paths it replaced are its files', not
+        // the current generation's: those are not hashed again on every run (the build is
+        // planned on its own below).
+        var plan = try planHashing(manifest, tree: &tree, root: mirror.building == nil ? root : nil, store: store, result: &result)
         if let g = mirror.generations, !options.dryRun,
            let built = try buildGeneration(g, mirror: &mirror, from: root, tree: tree, plan: plan, store: store) {
             root = built.root
@@ -179,7 +183,10 @@ final class PullSync: SessionWork {
         var reasons: [String] = []
         if let g = mirror.generations, let number = mirror.building {
             if outcome.exitCode == .inSync {
-                try switchGeneration(g, to: number, mirror: mirror, root: root, tree: tree, plan: plan, store: store)
+                if let moved = try switchGeneration(g, to: number, mirror: mirror, root: root, tree: tree, plan: plan, store: store) {
+                    result.exitCode = .incomplete
+                    reasons.append("\(Plural.count(moved, "file")) of the current generation changed while generation \(g.name(number)) was built from it (edited in place?), so it was not switched to; the next run hashes \(moved == 1 ? "it" : "them") and goes on with it")
+                }
             } else {
                 reasons.append("generation \(g.name(number)) is not complete, so \(Printable.name(session.local)) still shows the one before; the next run goes on with it")
             }
@@ -255,9 +262,9 @@ final class PullSync: SessionWork {
     }
 
     /// The scan of the directory readers see now (`Mirror.current`; nil: there is none yet).
-    private func scanLocal(_ current: String?, expecting: Int, store: StateStore) throws(FerryError) -> LocalSide {
+    private func scanLocal(_ current: String?, expecting: Int, store: StateStore, renewing: Bool) throws(FerryError) -> LocalSide {
         guard let current, FileSystem.exists(current) else { return LocalSide(root: nil, scan: (.empty, [])) }
-        return try scan(LocalRoot(path: current, create: false), expecting: expecting, store: store)
+        return try scan(LocalRoot(path: current, create: false), expecting: expecting, store: store, renewing: renewing)
     }
 
     /// The plan for `tree`, with the files the hash cache cannot vouch for hashed first (they
@@ -318,15 +325,16 @@ final class PullSync: SessionWork {
         let g = Generations(local: session.local)
         let at = g.current()
         guard session.layout == .generations else {
-            if case let .generation(n) = at, FileSystem.exists(g.path(n)), !options.dryRun {
+            guard !options.dryRun else { return Mirror(current: session.local) }
+            if case let .generation(n) = at, FileSystem.exists(g.path(n)) {
                 try g.makeInPlace(current: n)
-                // The other generations go; that moves the ctime of every file they share with
-                // this one, so the cache rows are renewed (not the files hashed again).
-                let root = try LocalRoot(path: session.local, create: false)
-                let tree = try scan(root, expecting: try store.hashCacheCount(session: session.name), store: store).scan.tree
-                try g.removeAll()
-                try renewHashes(tree, in: root, store: store)
                 emit(.warning(message: "\(Printable.name(session.local)) was a symlink to generation g\(n) (layout = generations); it is the directory again, and the other generations are removed"))
+            }
+            // The other generations go (also what a conversion cut short left); that moves the
+            // ctime of every file they share with this one: this run's scan renews their rows.
+            if g.current() == .directory && FileSystem.exists(g.directory) && g.holdsOnlyGenerations() {
+                try expectCtimeMoves()
+                try g.removeAll()
             }
             return Mirror(current: session.local)
         }
@@ -339,7 +347,9 @@ final class PullSync: SessionWork {
         case .directory: mirror.current = session.local
         case let .generation(n): mirror.current = FileSystem.exists(g.path(n)) ? g.path(n) : nil
         }
-        if !options.dryRun { mirror.building = try g.tidy(current: mirror.number) }
+        guard !options.dryRun else { return mirror }
+        if g.untidy(current: mirror.number) { try expectCtimeMoves() }
+        mirror.building = try g.tidy(current: mirror.number)
         return mirror
     }
 
@@ -353,6 +363,7 @@ final class PullSync: SessionWork {
         guard !plan.isEmpty || !plan.directoryRemovals.isEmpty || !mirror.settled || mirror.building != nil else { return nil }
         if plan.isEmpty && plan.directoryRemovals.isEmpty && mirror.settled, let stale = mirror.building, let current {
             // The manifest went back to what the current generation holds.
+            try expectCtimeMoves()
             try g.discard(stale)
             mirror.building = nil
             try renewHashes(tree, in: current, store: store)
@@ -361,7 +372,10 @@ final class PullSync: SessionWork {
         // Generations that will be past keep-generations once this one is current go first:
         // removing a hard link moves the ctime of the file its other names share, which must
         // happen before the links are made and their cache rows written, not after.
-        if let n = mirror.number, session.keepGenerations > 0 { try g.prune(current: n, keep: session.keepGenerations - 1) }
+        if let n = mirror.number, session.keepGenerations > 0, !g.prunable(current: n, keep: session.keepGenerations - 1).isEmpty {
+            try expectCtimeMoves()
+            try g.prune(current: n, keep: session.keepGenerations - 1)
+        }
         let resumed = mirror.building != nil
         let number: Int
         if let going = mirror.building { number = going } else { number = try g.startBuild(above: mirror.number, leavingRoomBelow: mirror.at == .directory) }
@@ -381,12 +395,18 @@ final class PullSync: SessionWork {
                 }
             }
             try store.saveHashes(session: session.name, rows)
+            renewed()
         }
         if resumed {
             built = try scan(root, expecting: tree.items.count, store: store).scan.tree
-            // What the interrupted runs placed in it: new, or not the current generation's inode.
+            // What the interrupted runs placed in it: new, or another file than the current
+            // generation's with other bytes (a copy made to change a mode is not new).
             mirror.changedEarlier = built.items.compactMap { item in
-                guard item.entry.kind == .file, tree[item.path]?.inode != item.entry.inode else { return nil }
+                guard item.entry.kind == .file else { return nil }
+                if let i = tree.index(of: item.path) {
+                    let before = tree.items[i]
+                    if before.entry.inode == item.entry.inode || (item.verified != nil && before.verified == item.verified) { return nil }
+                }
                 return GenerationFile(path: item.path, size: item.entry.size)
             }
         }
@@ -394,12 +414,23 @@ final class PullSync: SessionWork {
     }
 
     /// Makes the finished generation current (`Generations.switchTo`), says so with the files it
-    /// made new (for hooks), and removes generations beyond `keep-generations`.
+    /// made new (for hooks), and removes generations beyond `keep-generations`. Not when a file
+    /// it linked changed since (an edit in place in the current generation reaches the build
+    /// through the shared inode): returns how many, and the next run sees to them.
     private func switchGeneration(_ g: Generations, to number: Int, mirror: Mirror, root: LocalRoot, tree: LocalTree, plan: Plan,
-                                  store: StateStore) throws(FerryError) {
+                                  store: StateStore) throws(FerryError) -> Int? {
+        var touched = Set(plan.downloads.map(\.entry.path)).union(plan.metadataFixes.map(\.path)).union(plan.deletions).union(plan.replacedByDirectory)
+        for files in plan.directoriesToReplace.values { touched.formUnion(files) }
+        var moved = 0
+        for item in tree.items where item.entry.kind == .file && item.verified != nil && !touched.contains(item.path) {
+            if let now = root.stat(item.path), now == item.entry { continue }
+            moved += 1
+        }
+        if moved > 0 { return moved }
         try root.syncDirectories()
         try g.switchTo(number, from: mirror.at)
-        var files = mirror.changedEarlier
+        let deleted = Set(plan.deletions)
+        var files = mirror.changedEarlier.filter { !deleted.contains($0.path) && root.stat($0.path) != nil }
         let earlier = Set(files.map(\.path))
         for d in plan.downloads where !earlier.contains(d.entry.path) {
             files.append(GenerationFile(path: d.entry.path, size: root.stat(d.entry.path)?.size ?? d.entry.size ?? 0))
@@ -409,8 +440,32 @@ final class PullSync: SessionWork {
                                  changed: files.count, files: files))
         // Only with keep-generations = 0, or after builds that did not finish: the files the
         // removed ones shared with this one have new ctimes, and their cache rows are renewed.
-        if try !g.prune(current: number, keep: session.keepGenerations).isEmpty { try renewHashes(tree, in: root, store: store) }
+        if !g.prunable(current: number, keep: session.keepGenerations).isEmpty {
+            try expectCtimeMoves()
+            try g.prune(current: number, keep: session.keepGenerations)
+            try renewHashes(tree, in: root, store: store)
+        }
+        return nil
     }
+
+    /// Marks, durably, that ferry is about to move the ctime of files whose rows the hash cache
+    /// holds (removing hard links they share with the current generation): if the run is cut
+    /// short before it writes their rows again, the next scan takes rows that differ from the
+    /// file in ctime alone (`renewing`), and writes them again, instead of hashing every file.
+    private func expectCtimeMoves() throws(FerryError) {
+        if !renewalPending { try FileSystem.writeAtomically(renewalMarker, bytes: []) }
+    }
+
+    /// The rows are written again: what `expectCtimeMoves` marked is done.
+    private func renewed() {
+        if renewalPending {
+            unlink(renewalMarker)
+            FileSystem.syncDirectory(containing: renewalMarker)
+        }
+    }
+
+    private var renewalMarker: String { manifests.path + ".renew-hashes" }
+    private var renewalPending: Bool { FileSystem.exists(renewalMarker) }
 
     /// Renews the cache rows of the files of `tree` whose hash was valid when it was scanned or
     /// linked and whose inode, size and mtime are still those: ferry's own removal of another
@@ -427,12 +482,27 @@ final class PullSync: SessionWork {
             }
         }
         try store.saveHashes(session: session.name, rows)
+        renewed()
     }
 
-    /// The root's tree with the hash cache joined to it.
-    private func scan(_ root: LocalRoot, expecting: Int, store: StateStore) throws(FerryError) -> LocalSide {
+    /// The root's tree with the hash cache joined to it. `renewing` (`expectCtimeMoves`): a row
+    /// that differs from its file in ctime alone still vouches for it, and is written again.
+    private func scan(_ root: LocalRoot, expecting: Int, store: StateStore, renewing: Bool = false) throws(FerryError) -> LocalSide {
         var scan = try root.scan(expecting: expecting)
-        try store.loadHashes(session: session.name, into: &scan.tree)
+        try store.loadHashes(session: session.name, into: &scan.tree, ignoringCtime: renewing)
+        if renewing && !options.dryRun {
+            var rows: [(RelativePath, CachedHash)] = []
+            for item in scan.tree.items {
+                guard let sha = item.verified else { continue }
+                rows.append((item.path, CachedHash(item.entry, sha256: sha, wanted: item.wantedMtime)))
+                if rows.count >= 8192 {
+                    try store.saveHashes(session: session.name, rows)
+                    rows.removeAll(keepingCapacity: true)
+                }
+            }
+            try store.saveHashes(session: session.name, rows)
+            renewed()
+        }
         return LocalSide(root: root, scan: scan)
     }
 

@@ -885,9 +885,9 @@ public final class StateStore {
 
     /// Gives the files of `tree` the hashes the cache holds for them, where still valid: one pass
     /// over the rows in primary-key order, which is the tree's order, without a String per row.
-    public func loadHashes(session: String, into tree: inout LocalTree) throws(FerryError) {
+    public func loadHashes(session: String, into tree: inout LocalTree, ignoringCtime: Bool = false) throws(FerryError) {
         let s = try hashCacheRows(session: session)
-        try tree.join(next: { () throws(FerryError) in try s.step() }, path: { s.bytes(0) }, hash: { cachedHash(s) })
+        try tree.join(next: { () throws(FerryError) in try s.step() }, path: { s.bytes(0) }, hash: { cachedHash(s) }, ignoringCtime: ignoringCtime)
     }
 
     private func hashCacheRows(session: String) throws(FerryError) -> SQLiteStatement {
