@@ -33,6 +33,8 @@ struct Arguments {
                 continue
             }
             if arg == "--" { onlyPositionals = true; continue }
+            // Short forms of the options every tool user reaches for, where the command has them.
+            if let long = Arguments.shortForms[arg], options.contains(where: { $0.name == long }) { arg = long }
             var inline: String?
             if let eq = arg.firstIndex(of: "="), arg.hasPrefix("--") {
                 inline = String(arg[arg.index(after: eq)...])
@@ -61,6 +63,9 @@ struct Arguments {
         }
     }
 
+    /// `-q`, `-n`: `--quiet`, `--dry-run`.
+    static let shortForms = ["-q": "--quiet", "-n": "--dry-run"]
+
     func value(_ name: String) -> String? { values[name]?.last }
     func all(_ name: String) -> [String] { values[name] ?? [] }
     func has(_ name: String) -> Bool { flags.contains(name) }
@@ -81,9 +86,19 @@ enum CommonOptions {
     static let session = OptionSpec("--session", value: "ID", "only this session")
     static let sessions = OptionSpec("--session", value: "ID", repeatable: true, "only this session (repeat for more)")
     static let json = OptionSpec("--json", "machine-readable output: one JSON object per line")
-    static let quiet = OptionSpec("--quiet", "print nothing but errors")
+    static let quiet = OptionSpec("--quiet", "print nothing but errors (-q)")
     static let help = OptionSpec("--help", "show this help")
     static let maxDuration = OptionSpec("--max-duration", value: "D", "stop after D (e.g. 90s, 15m), keep resume data, exit 3")
+
+    /// A time option (`--not-before`, `--since`), when given: a duration (30m), a local time in
+    /// the machine's zone (2026-11-24 02:00) or an RFC 3339 time.
+    static func time(_ arguments: Arguments, _ option: String, command: String) throws(FerryError) -> EarliestBegin? {
+        guard let text = arguments.value(option) else { return nil }
+        guard let time = EarliestBegin(parsing: text) else {
+            throw .usage("ferry \(command): \(option) wants a duration (30m), a local time (2026-11-24 02:00) or an RFC 3339 time (2026-11-24T02:00:00Z), got '\(text)'")
+        }
+        return time
+    }
 
     /// `--max-duration`, when given: a positive duration.
     static func maxDuration(_ arguments: Arguments, command: String) throws(FerryError) -> Double? {

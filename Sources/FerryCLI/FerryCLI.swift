@@ -71,7 +71,7 @@ public enum FerryCLI {
             if first == "--config", argv.count >= 2 {
                 global += argv.prefix(2)
                 argv = argv.dropFirst(2)
-            } else if first.hasPrefix("--config=") || first == "--json" || first == "--quiet" {
+            } else if first.hasPrefix("--config=") || first == "--json" || first == "--quiet" || first == "-q" {
                 global.append(first)
                 argv = argv.dropFirst()
             } else {

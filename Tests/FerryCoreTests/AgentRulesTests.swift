@@ -139,6 +139,7 @@ struct EventDecodingTests {
         .generationSwitched(generation: "g1", directory: "/srv/m.generations/g1", previous: nil, changed: 0),
         .warning(message: "line one\nline two"),
         .manifestBuilt(output: "/m.json", version: 2, files: 3, bytes: 4),
+        .manifestBuilt(output: "/m.json", version: 2, files: 3, bytes: 4, signedBy: "ed25519:AAAA", sha256sums: "/SHA256SUMS"),
         .checked(version: 3, listed: 4, hashed: 5, differ: 1, unnoticed: 0),
         .sessionState(state: "waiting for connectivity: refused", nextPoll: time),
         .agent(action: "reloaded", message: "2 sessions"),

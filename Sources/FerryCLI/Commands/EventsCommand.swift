@@ -6,15 +6,19 @@ import FerryRuntime
 struct EventsCommand: Command {
     static let words = ["events"]
     static let summary = "Show the sessions' event logs; --follow waits for new events."
-    static let usage = "events [--config F] [--session ID] [--follow] [--json]"
+    static let usage = "events [--config F] [--session ID] [--since D|T] [-n N] [--follow] [--json]"
     static let details = """
         Every run (ferry sync now, ferry resume, the agent) logs its events per session in the state
         directory, keeping the newest 4-8 MiB of each. Prints them oldest first, one per line:
         time, session, event and its fields. Without --session the agent's own events (starts,
         reloads, refused configs) are included. --follow keeps printing events as they are logged
         until interrupted (exit 0). --json prints each event as its JSON object, as --json runs do.
+        --since shows only events from a duration ago (30m, 2h, 7d) or since a time (2026-11-24 02:00
+        local time, or RFC 3339); -n N only the last N of them.
         """
     static let options = [CommonOptions.config, CommonOptions.session,
+                          OptionSpec("--since", value: "D|T", "only events from D ago (30m, 7d) or since a time (2026-11-24 02:00, or RFC 3339)"),
+                          OptionSpec("-n", value: "N", "only the last N events"),
                           OptionSpec("--follow", "keep printing new events until interrupted"),
                           CommonOptions.json, CommonOptions.help]
 
@@ -22,6 +26,8 @@ struct EventsCommand: Command {
     let session: String?
     let follow: Bool
     let json: Bool
+    let since: EarliestBegin?
+    let last: Int?
 
     init(arguments: Arguments) throws(FerryError) {
         try arguments.expectPositionals(0...0, command: Self.name, what: "")
@@ -29,6 +35,13 @@ struct EventsCommand: Command {
         session = arguments.value("--session")
         follow = arguments.has("--follow")
         json = arguments.has("--json")
+        since = try CommonOptions.time(arguments, "--since", command: Self.name)
+        if let text = arguments.value("-n") {
+            guard let n = Int(text), n >= 0 else { throw .usage("ferry events: -n wants a count of events, like 20, got '\(text)'") }
+            last = n
+        } else {
+            last = nil
+        }
     }
 
     func run() throws(FerryError) -> ExitCode {
@@ -37,12 +50,22 @@ struct EventsCommand: Command {
         var names: [String?] = sessions.map(\.name)
         if session == nil { names.append(nil) }
         let readers = names.map { EventLogReader(path: EventLog.path(state: config.agent.state, session: $0)) }
-        var lines: [(time: String, line: [UInt8])] = []
+        var lines: [(time: Timestamp, line: [UInt8])] = []
+        // A duration counts back from now: 30m is the last half hour.
+        let from = since.map { since -> Timestamp in
+            guard case let .after(seconds) = since else { return since.time(from: Timestamp.now()) }
+            return Timestamp(seconds: Timestamp.now().seconds - Int64(seconds.rounded(.up)))
+        }
         for reader in readers {
-            for line in reader.readAll() { lines.append((EventsCommand.time(of: line), line)) }
+            for line in reader.readAll() {
+                let time = Timestamp(rfc3339: EventsCommand.time(of: line)) ?? Timestamp(seconds: 0)
+                if let from, time < from { continue }
+                lines.append((time, line))
+            }
         }
         // Each log is in order; across sessions, by time (a stable sort keeps each log's order).
-        for entry in lines.enumerated().sorted(by: { ($0.element.time, $0.offset) < ($1.element.time, $1.offset) }) {
+        let sorted = lines.enumerated().sorted(by: { ($0.element.time, $0.offset) < ($1.element.time, $1.offset) })
+        for entry in sorted.suffix(last ?? sorted.count) {
             show(entry.element.line)
         }
         guard follow else { return .inSync }

@@ -5,7 +5,7 @@ import FerryRuntime
 struct ManifestBuildCommand: Command {
     static let words = ["manifest", "build"]
     static let summary = "Write the manifest (path, size, SHA-256, mtime, mode of every file) for a directory."
-    static let usage = "manifest build DIR [--output F] [--version N [--allow-rollback]] [--sign KEY] [--expires D] [--format 1|2] [--grace D] [--json] [--quiet]"
+    static let usage = "manifest build DIR [--output F] [--version N [--allow-rollback]] [--sign KEY] [--expires D] [--format 1|2] [--grace D] [--sha256sums] [--json] [--quiet|-q]"
     static let details = """
         The manifest goes to DIR/manifest.json unless --output says otherwise; it never lists itself,
         .ferry/ or anything but regular files. Without --version, the version is one more than the
@@ -33,9 +33,11 @@ struct ManifestBuildCommand: Command {
                           OptionSpec("--expires", value: "D", "make it expire D from now (90m, 12h, 7d)"),
                           OptionSpec("--format", value: "1|2", "2: a root and metadata objects under .ferry/meta/ (default); 1: one flat file"),
                           OptionSpec("--grace", value: "D", "format 2: keep objects no root names for D before removing them (default 1d)"),
+                          OptionSpec("--sha256sums", "also write SHA256SUMS beside the manifest (coreutils sha256sum format, paths relative to DIR)"),
                           CommonOptions.json, CommonOptions.quiet, CommonOptions.help]
 
     let directory: String
+    let sha256sums: Bool
     let output: String?
     let version: Int64?
     let allowRollback: Bool
@@ -49,6 +51,7 @@ struct ManifestBuildCommand: Command {
         try arguments.expectPositionals(1...1, command: Self.name, what: "the directory to describe (DIR)")
         directory = arguments.positionals[0]
         output = arguments.value("--output")
+        sha256sums = arguments.has("--sha256sums")
         if let v = arguments.value("--version") {
             guard let n = Int64(v), n >= 0 else { throw .usage("ferry manifest build: --version wants a whole number ≥ 0, got '\(v)'") }
             version = n
@@ -90,7 +93,7 @@ struct ManifestBuildCommand: Command {
         let key = try sign.map { (file) throws(FerryError) -> SigningKey in try SigningKey(file: file, use: "--sign") }
         let result = try ManifestBuilder().build(directory: directory, output: output, version: version,
                                                  allowRollback: allowRollback, signingKey: key, expires: expires, format: format,
-                                                 grace: grace) { done, total in
+                                                 grace: grace, sha256sums: sha256sums) { done, total in
             var p = SyncProgress(session: "hashing")
             p.filesDone = done
             p.filesTotal = total
@@ -105,7 +108,8 @@ struct ManifestBuildCommand: Command {
         for w in result.warnings { reporter.event(Event(time: Timestamp.now(), session: "", body: .warning(message: w))) }
         reporter.event(Event(time: Timestamp.now(), session: "", body: .manifestBuilt(output: result.output, version: result.version,
                                                                                     files: result.files, bytes: result.bytes,
-                                                                                    signedBy: key?.publicKey.description)))
+                                                                                    signedBy: key?.publicKey.description,
+                                                                                    sha256sums: result.sha256sums)))
         return .inSync
     }
 }

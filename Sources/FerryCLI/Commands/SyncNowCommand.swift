@@ -5,7 +5,7 @@ import FerryRuntime
 struct SyncNowCommand: Command {
     static let words = ["sync", "now"]
     static let summary = "Bring each session's local directory in line with its remote manifest, once."
-    static let usage = "sync now [--config F] [--session ID]... [--max-duration D] [--not-before T] [--dry-run] [--json] [--quiet]"
+    static let usage = "sync now [--config F] [--session ID]... [--max-duration D] [--not-before T] [--dry-run|-n] [--json] [--quiet|-q]"
     static let details = """
         With a ferry agent running on the same state directory, the work is handed to it (never run
         beside it): the agent polls the sessions at once, and this command shows their events and exits
@@ -22,7 +22,7 @@ struct SyncNowCommand: Command {
         stop-timeout, default 5s). The next run continues from there.
 
         --not-before T (or the session's earliest-begin) records new downloads as delayed until T, a
-        duration from now (30m) or an RFC 3339 time. A run after T revalidates each against the newest
+        duration from now (30m), a local time (2026-11-24 02:00) or an RFC 3339 time. A run after T revalidates each against the newest
         manifest: continue, replace (the file changed) or cancel (the file is gone).
 
         exit codes: 0 in sync · 1 some files failed · 2 usage or config error · 3 incomplete ·
@@ -30,8 +30,8 @@ struct SyncNowCommand: Command {
         """
     static let options = [CommonOptions.config, CommonOptions.sessions,
                           CommonOptions.maxDuration,
-                          OptionSpec("--not-before", value: "T", "begin new downloads no earlier than T (30m, or an RFC 3339 time)"),
-                          OptionSpec("--dry-run", "print what would be done; change nothing"),
+                          OptionSpec("--not-before", value: "T", "begin new downloads no earlier than T (30m, 2026-11-24 02:00 local time, or RFC 3339)"),
+                          OptionSpec("--dry-run", "print what would be done; change nothing (-n)"),
                           CommonOptions.json, CommonOptions.quiet, CommonOptions.help]
 
     let configPath: String?
@@ -50,14 +50,7 @@ struct SyncNowCommand: Command {
         mode = OutputMode(arguments: arguments)
         maxDuration = try CommonOptions.maxDuration(arguments, command: Self.name)
         notBeforeText = arguments.value("--not-before")
-        if let text = arguments.value("--not-before") {
-            guard let t = EarliestBegin(parsing: text) else {
-                throw .usage("ferry sync now: --not-before wants a duration (30m) or an RFC 3339 time (2026-11-24T02:00:00Z), got '\(text)'")
-            }
-            notBefore = t
-        } else {
-            notBefore = nil
-        }
+        notBefore = try CommonOptions.time(arguments, "--not-before", command: Self.name)
     }
 
     func run() throws(FerryError) -> ExitCode {

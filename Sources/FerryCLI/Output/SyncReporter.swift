@@ -142,9 +142,10 @@ final class SyncReporter: EventSink {
             if unnoticed > 0 { text += "; \(unnoticed) changed while their size and times did not, which a sync alone does not notice" }
             line(text)
             line("  hint: ferry check --repair records what was found and syncs the session now")
-        case let .manifestBuilt(output, version, files, bytes, signedBy):
+        case let .manifestBuilt(output, version, files, bytes, signedBy, sha256sums):
             let signed = signedBy.map { ", signed by \($0)" } ?? ""
             line("wrote \(Printable.name(output)): version \(version), \(Plural.count(files, "file")), \(Units.formatBytes(bytes))\(signed)")
+            if let sha256sums { line("wrote \(Printable.name(sha256sums)): the same files for sha256sum -c") }
         case let .syncFinished(code, downloaded, failed, deleted, bytes, seconds, message, hint, dryRun):
             bars?.remove(session: event.session)
             bars?.clear()

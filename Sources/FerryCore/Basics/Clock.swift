@@ -102,3 +102,34 @@ public struct StopCondition: Sendable {
         return nil
     }
 }
+
+extension Timestamp {
+    /// A wall-clock time in the machine's time zone (`TZ`), as an operator types it:
+    /// `2026-11-24 02:00`, with optional seconds, a `T` in place of the space allowed. nil for
+    /// anything else, a date that does not exist (February 30), or a time a daylight-saving jump
+    /// skips.
+    public init?(localTime text: String) {
+        let parts = text.split(whereSeparator: { $0 == " " || $0 == "T" })
+        guard parts.count == 2 else { return nil }
+        let date = parts[0].split(separator: "-", omittingEmptySubsequences: false)
+        let clock = parts[1].split(separator: ":", omittingEmptySubsequences: false)
+        guard date.count == 3, date[0].count == 4, date[1].count == 2, date[2].count == 2, clock.count == 2 || clock.count == 3,
+              clock.allSatisfy({ $0.count == 2 }),
+              let y = Int32(date[0]), let mo = Int32(date[1]), let d = Int32(date[2]),
+              let h = Int32(clock[0]), let mi = Int32(clock[1]), let s = clock.count == 3 ? Int32(clock[2]) : 0,
+              (1...12).contains(mo), (1...31).contains(d), (0...23).contains(h), (0...59).contains(mi), (0...59).contains(s) else { return nil }
+        var t = tm()
+        t.tm_year = y - 1900
+        t.tm_mon = mo - 1
+        t.tm_mday = d
+        t.tm_hour = h
+        t.tm_min = mi
+        t.tm_sec = s
+        t.tm_isdst = -1
+        let seconds = mktime(&t)
+        // mktime moves a field out of range (Feb 30, a skipped hour) into the next: refused.
+        guard seconds != -1 || (y == 1969 || y == 1970), t.tm_year == y - 1900, t.tm_mon == mo - 1, t.tm_mday == d, t.tm_hour == h, t.tm_min == mi
+        else { return nil }
+        self.init(seconds: Int64(seconds))
+    }
+}

@@ -90,7 +90,7 @@ public struct Event: Sendable {
         case generationSwitched(generation: String, directory: String, previous: String?, changed: Int, files: [GenerationFile] = [])
         case warning(message: String)
         /// `ferry manifest build` wrote a manifest.
-        case manifestBuilt(output: String, version: Int64, files: Int, bytes: Int64, signedBy: String? = nil)
+        case manifestBuilt(output: String, version: Int64, files: Int, bytes: Int64, signedBy: String? = nil, sha256sums: String? = nil)
         /// `ferry check` compared the tree with the manifest last applied: `differ` paths the next
         /// sync would change (each was a `plan-item`), `unnoticed` of them changed behind the hash cache.
         case checked(version: Int64?, listed: Int, hashed: Int, differ: Int, unnoticed: Int)
@@ -217,9 +217,10 @@ public struct Event: Sendable {
             n("changed", Int64(changed))
         case let .warning(message):
             s("message", message)
-        case let .manifestBuilt(output, version, files, bytes, signedBy):
+        case let .manifestBuilt(output, version, files, bytes, signedBy, sha256sums):
             s("output", output); n("version", version); n("files", Int64(files)); n("bytes", bytes)
             if let signedBy { s("signed_by", signedBy) }
+            if let sha256sums { s("sha256sums", sha256sums) }
         case let .checked(version, listed, hashed, differ, unnoticed):
             if let version { n("version", version) }
             n("listed", Int64(listed)); n("hashed", Int64(hashed)); n("differ", Int64(differ)); n("unnoticed", Int64(unnoticed))

@@ -76,7 +76,7 @@ extension Event {
             body = .warning(message: message)
         case "manifest-built":
             guard let output = text("output"), let version = int64("version"), let files = int("files"), let bytes = int64("bytes") else { return nil }
-            body = .manifestBuilt(output: output, version: version, files: files, bytes: bytes, signedBy: text("signed_by"))
+            body = .manifestBuilt(output: output, version: version, files: files, bytes: bytes, signedBy: text("signed_by"), sha256sums: text("sha256sums"))
         case "checked":
             guard let listed = int("listed"), let hashed = int("hashed"), let differ = int("differ"), let unnoticed = int("unnoticed") else { return nil }
             body = .checked(version: int64("version"), listed: listed, hashed: hashed, differ: differ, unnoticed: unnoticed)

@@ -351,7 +351,7 @@ public enum EarliestBegin: Sendable, Equatable {
     case at(Timestamp)
 
     public init?(parsing text: String) {
-        if let t = Timestamp(rfc3339: text) {
+        if let t = Timestamp(rfc3339: text) ?? Timestamp(localTime: text) {
             self = .at(t)
         } else if let d = Units.parseDuration(text) {
             self = .after(d)

@@ -16,6 +16,8 @@ public struct ManifestBuilder {
         /// Format 2: metadata objects written, and removed as no longer named.
         public let objectsWritten: Int
         public let objectsRemoved: Int
+        /// The `SHA256SUMS` written beside the manifest (`sha256sums`).
+        public let sha256sums: String?
     }
 
     /// How long an object no root names stays, by default: readers that took the last root a
@@ -27,20 +29,24 @@ public struct ManifestBuilder {
     /// `signingKey`: sign the manifest (`ManifestEnvelope`); `expires`: seconds from now it stays valid.
     public func build(directory: String, output: String?, version explicitVersion: Int64?, allowRollback: Bool = false,
                       signingKey: SigningKey? = nil, expires: Double? = nil, format: Int = 2, grace: Double = ManifestBuilder.defaultGrace,
-                      progress: (Int, Int) -> Void = { _, _ in }) throws(FerryError) -> Result {
+                      sha256sums: Bool = false, progress: (Int, Int) -> Void = { _, _ in }) throws(FerryError) -> Result {
         let outputPath = output ?? directory + "/manifest.json"
+        let sumsPath = ConfigParser.directoryName(of: outputPath) + "/SHA256SUMS"
         let root = try LocalRoot(path: directory, create: false)
         let scan = try root.scan()
         var warnings = scan.warnings
         let excluded = relativePath(of: outputPath, under: directory)
+        let sumsExcluded = sha256sums ? relativePath(of: sumsPath, under: directory) : nil
         let (publishable, skipped) = scan.tree.publishable()
         warnings += skipped.map(\.message)
         // Its own output, and the temporary file another build is writing beside it, are not content.
         // So are the objects and the list of retired ones beside it (`.ferry/` in a subdirectory).
         let temporaryPrefix = excluded.map { e in (e.parent.map { $0.string + "/" } ?? "") + "." + e.name + ".tmp-" }
         let ownPrefix = excluded.flatMap(\.parent).map { $0.string + "/" + RelativePath.reservedTopLevel + "/" }
+        let sumsTemporary = sumsExcluded.map { e in (e.parent.map { $0.string + "/" } ?? "") + "." + e.name + ".tmp-" }
         let files = publishable.filter { item in
-            item.path != excluded && !(temporaryPrefix.map { item.path.string.hasPrefix($0) } ?? false)
+            item.path != excluded && item.path != sumsExcluded && !(temporaryPrefix.map { item.path.string.hasPrefix($0) } ?? false)
+                && !(sumsTemporary.map { item.path.string.hasPrefix($0) } ?? false)
                 && !(ownPrefix.map { item.path.string.hasPrefix($0) } ?? false)
         }.map { ($0.path, $0.entry) }
 
@@ -76,10 +82,32 @@ public struct ManifestBuilder {
             // Every object is in place, and on disk, before the root that names them.
             written = try writeObjects(tree, into: objects)
         }
+        if sha256sums { try FileSystem.writeAtomically(sumsPath, bytes: ManifestBuilder.sha256sums(entries)) }
         try FileSystem.writeAtomically(outputPath, bytes: manifest.bytes)
         let removed = collect(tree: manifest.tree, in: objects, grace: grace, warnings: &warnings)
         return Result(output: outputPath, version: version, files: entries.count, bytes: total, warnings: warnings,
-                      objectsWritten: written, objectsRemoved: removed)
+                      objectsWritten: written, objectsRemoved: removed, sha256sums: sha256sums ? sumsPath : nil)
+    }
+
+    /// The entries as coreutils `sha256sum` writes them (`HASH  PATH`, paths relative to the
+    /// directory built), so `sha256sum -c SHA256SUMS` checks a tree without ferry. A name with a
+    /// backslash is escaped as sha256sum escapes it (the line starts with `\`).
+    static func sha256sums(_ entries: [ManifestEntry]) -> [UInt8] {
+        let backslash = UInt8(ascii: "\\")
+        var out: [UInt8] = []
+        for e in entries {
+            let name = Array(e.path.string.utf8)
+            let escaped = name.contains(backslash)
+            if escaped { out.append(backslash) }
+            out += Array(e.sha256.hex.utf8)
+            out += [0x20, 0x20]
+            for byte in name {
+                if escaped && byte == backslash { out.append(backslash) }
+                out.append(byte)
+            }
+            out.append(0x0A)
+        }
+        return out
     }
 
     /// Writes the objects the directory lacks (or holds damaged), then syncs the filesystem once.

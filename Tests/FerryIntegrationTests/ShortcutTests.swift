@@ -1,0 +1,83 @@
+import Foundation
+import Testing
+
+/// What an rclone or aria2 user reaches for (issue 22, part of §3): short forms of the common
+/// options, local times where a time is asked for, a window on the event log, and a SHA256SUMS
+/// for consumers without ferry.
+@Suite(.serialized)
+struct ShortcutTests {
+    @Test func shortFormsAreTheLongOptions() throws {
+        let box = Sandbox("short-forms")
+        box.publish("a.txt", "alpha\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published)
+        let dry = box.sync(["-n"])
+        #expect(dry.exitCode == 0 && dry.stdout.contains("dry run: would download 1 file"), "\(dry.output)")
+        #expect(!FileManager.default.fileExists(atPath: box.localPath("a.txt")), "-n changed nothing")
+        let quiet = ferry(["-q", "sync", "now", "--config", box.config])
+        #expect(quiet.exitCode == 0 && quiet.stdout.isEmpty && quiet.stderr.isEmpty, "\(quiet.output)")
+        #expect(fileContents(box.localPath("a.txt")) == "alpha\n")
+        // Only where the command has the long option.
+        let status = box.status(["-n"])
+        #expect(status.exitCode == 2 && status.stderr.contains("unknown option '-n'"), "\(status.output)")
+        #expect(ferry(["help", "sync", "now"]).stdout.contains("(-n)"))
+    }
+
+    @Test func notBeforeTakesALocalTimeInTheMachinesZone() throws {
+        for (zone, expected) in [("UTC0", "2099-01-01T02:00:00Z"), ("JST-9", "2098-12-31T17:00:00Z")] {
+            let box = Sandbox("local-time")
+            box.publish("a.txt", "alpha\n")
+            box.buildManifest()
+            box.configure(remote: "file://" + box.published)
+            let run = box.sync(["--not-before", "2099-01-01 02:00", "--json"], environment: ["TZ": zone])
+            #expect(run.exitCode == 3, "\(run.output)")
+            #expect(run.events(named: "file-delayed").first?["not_before"] as? String == expected, "TZ=\(zone): \(run.output)")
+        }
+        let box = Sandbox("local-time-bad")
+        box.configure(remote: "file://" + box.published)
+        for bad in ["2099-02-30 02:00", "2099-01-01 24:00", "2099-1-1 02:00", "tomorrow"] {
+            let run = box.sync(["--not-before", bad])
+            #expect(run.exitCode == 2 && run.stderr.contains("a local time (2026-11-24 02:00)"), "\(bad): \(run.output)")
+        }
+    }
+
+    @Test func eventsSinceAndLast() throws {
+        let box = Sandbox("events-window")
+        box.publish("a.txt", "alpha\n")
+        box.publish("b.txt", "bravo\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published)
+        #expect(box.sync().exitCode == 0)
+        let all = ferry(["events", "--config", box.config, "--session", "test", "--json"])
+        #expect(all.exitCode == 0 && all.events.count >= 6, "\(all.output)")
+        let last = ferry(["events", "--config", box.config, "--session", "test", "--json", "-n", "2"])
+        #expect(last.events.count == 2 && last.events.last?["event"] as? String == "sync-finished", "\(last.output)")
+        #expect(last.events.map { $0["time"] as? String } == all.events.suffix(2).map { $0["time"] as? String })
+        let recent = ferry(["events", "--config", box.config, "--session", "test", "--json", "--since", "1h"])
+        #expect(recent.events.count == all.events.count, "\(recent.output)")
+        let future = ferry(["events", "--config", box.config, "--session", "test", "--since", "2099-01-01 00:00"])
+        #expect(future.exitCode == 0 && future.stdout.isEmpty, "\(future.output)")
+        let bad = ferry(["events", "--config", box.config, "--since", "yesterday"])
+        #expect(bad.exitCode == 2 && bad.stderr.contains("--since wants a duration"), "\(bad.output)")
+    }
+
+    @Test func manifestBuildWritesSHA256SUMSThatSha256sumChecks() throws {
+        let box = Sandbox("sha256sums")
+        box.publish("a.txt", "alpha\n")
+        box.publish("dir/with space.txt", "space\n")
+        box.publish("back\\slash.txt", "backslash\n")
+        let run = ferry(["manifest", "build", box.published, "--sha256sums", "--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        let sums = box.published + "/SHA256SUMS"
+        #expect(run.events(named: "manifest-built").first?["sha256sums"] as? String == sums)
+        let check = runProcess("/bin/sh", ["-c", "cd \"$1\" && sha256sum -c --strict SHA256SUMS", "sh", box.published])
+        #expect(check.exitCode == 0 && check.stdout.components(separatedBy: ": OK").count == 4, "\(check.output)")
+        // It is not content: a build again lists the same three files.
+        let again = ferry(["manifest", "build", box.published, "--sha256sums", "--json"])
+        #expect(again.events(named: "manifest-built").first?["files"] as? Int == 3, "\(again.output)")
+        #expect(!(fileContents(sums) ?? "").contains("SHA256SUMS") && !(fileContents(sums) ?? "").contains("manifest.json"))
+        // And a change shows: sha256sum finds the file that no longer matches.
+        try "ALPHA\n".writeReplacing(box.published + "/a.txt")
+        #expect(runProcess("/bin/sh", ["-c", "cd \"$1\" && sha256sum -c --quiet SHA256SUMS", "sh", box.published]).exitCode == 1)
+    }
+}
