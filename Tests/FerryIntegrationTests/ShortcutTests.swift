@@ -81,3 +81,37 @@ struct ShortcutTests {
         #expect(runProcess("/bin/sh", ["-c", "cd \"$1\" && sha256sum -c --quiet SHA256SUMS", "sh", box.published]).exitCode == 1)
     }
 }
+
+/// Per-run overrides on `sync now` (issue 22 §3): `--bwlimit` and `--transfers` replace the
+/// agent's settings for one run. The bytes take at least as long as the rates allow.
+@Suite(.serialized)
+struct RunOverrideTests {
+    @Test func bwlimitAndTransfersHoldForOneRun() throws {
+        let box = Sandbox("overrides")
+        box.publish("one.bin", randomData(768 << 10, seed: 3))
+        box.buildManifest()
+        let server = try PythonServer(directory: box.published)
+        defer { server.stop() }
+        box.configure(remote: server.url, agent: ["bwlimit = off"])
+        // 768 KiB at 256 KiB/s, less the bucket's first 64 KiB: at least 2.75 s.
+        var started = Date()
+        var run = box.sync(["--bwlimit", "256K"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(Date().timeIntervalSince(started) >= 2.5, "took \(Date().timeIntervalSince(started))s")
+
+        // Three files served at 400 KB/s per connection: one at a time takes three times one.
+        for name in ["a", "b", "c"] { box.publish("\(name).bin", randomData(400_000, seed: UInt64(name.utf8.first!))) }
+        box.buildManifest()
+        server.setFaults(["*": ["rate": 400_000]])
+        started = Date()
+        run = box.sync(["--transfers", "1"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(Date().timeIntervalSince(started) >= 2.7, "one at a time: took \(Date().timeIntervalSince(started))s")
+        expectIdentical(box.published, box.local)
+
+        for bad in [["--transfers", "0"], ["--transfers", "x"], ["--bwlimit", "fast"]] {
+            let refused = box.sync(bad)
+            #expect(refused.exitCode == 2 && refused.stderr.contains(bad[0]), "\(bad): \(refused.output)")
+        }
+    }
+}

@@ -5,7 +5,7 @@ import FerryRuntime
 struct SyncNowCommand: Command {
     static let words = ["sync", "now"]
     static let summary = "Bring each session's local directory in line with its remote manifest, once."
-    static let usage = "sync now [--config F] [--session ID]... [--max-duration D] [--not-before T] [--dry-run|-n] [--json] [--quiet|-q]"
+    static let usage = "sync now [--config F] [--session ID]... [--max-duration D] [--not-before T] [--bwlimit RATE] [--transfers N] [--dry-run|-n] [--json] [--quiet|-q]"
     static let details = """
         With a ferry agent running on the same state directory, the work is handed to it (never run
         beside it): the agent polls the sessions at once, and this command shows their events and exits
@@ -25,12 +25,18 @@ struct SyncNowCommand: Command {
         duration from now (30m), a local time (2026-11-24 02:00) or an RFC 3339 time. A run after T revalidates each against the newest
         manifest: continue, replace (the file changed) or cancel (the file is gone).
 
+        --bwlimit RATE (512K, off, or a schedule like 08:00,512K 19:00,off) and --transfers N replace
+        the [agent] bwlimit and transfers for this run only; the sessions' own bwlimit still holds.
+        Work handed to a running agent goes at the agent's settings.
+
         exit codes: 0 in sync · 1 some files failed · 2 usage or config error · 3 incomplete ·
                     4 remote unreachable or manifest invalid/refused · 5 local I/O error · 6 session busy
         """
     static let options = [CommonOptions.config, CommonOptions.sessions,
                           CommonOptions.maxDuration,
                           OptionSpec("--not-before", value: "T", "begin new downloads no earlier than T (30m, 2026-11-24 02:00 local time, or RFC 3339)"),
+                          OptionSpec("--bwlimit", value: "RATE", "this run's overall rate limit instead of [agent] bwlimit (512K, off)"),
+                          OptionSpec("--transfers", value: "N", "this run's parallel transfers instead of [agent] transfers (1-256)"),
                           OptionSpec("--dry-run", "print what would be done; change nothing (-n)"),
                           CommonOptions.json, CommonOptions.quiet, CommonOptions.help]
 
@@ -41,6 +47,8 @@ struct SyncNowCommand: Command {
     let maxDuration: Double?
     let notBefore: EarliestBegin?
     let notBeforeText: String?
+    let bwlimit: BandwidthSchedule?
+    let transfers: Int?
 
     init(arguments: Arguments) throws(FerryError) {
         try arguments.expectPositionals(0...0, command: Self.name, what: "")
@@ -51,11 +59,26 @@ struct SyncNowCommand: Command {
         maxDuration = try CommonOptions.maxDuration(arguments, command: Self.name)
         notBeforeText = arguments.value("--not-before")
         notBefore = try CommonOptions.time(arguments, "--not-before", command: Self.name)
+        if let text = arguments.value("--bwlimit") {
+            do { bwlimit = try BandwidthSchedule(parsing: text) } catch {
+                throw .usage("ferry sync now: --bwlimit: \(error.message)", hint: "write a rate like 512K, off, or a daily schedule like: 08:00,512K 19:00,off")
+            }
+        } else {
+            bwlimit = nil
+        }
+        if let text = arguments.value("--transfers") {
+            guard let n = Int(text), (1...256).contains(n) else { throw .usage("ferry sync now: --transfers wants a whole number from 1 to 256, got '\(text)'") }
+            transfers = n
+        } else {
+            transfers = nil
+        }
     }
 
     func run() throws(FerryError) -> ExitCode {
-        let config = try ConfigLoader.load(path: ConfigLoader.resolvePath(configPath))
+        var config = try ConfigLoader.load(path: ConfigLoader.resolvePath(configPath))
         for w in config.warnings where mode != .json { Console.warning(w) }
+        if let bwlimit { config.agent.bwlimit = bwlimit }
+        if let transfers { config.agent.transfers = transfers }
         var selected = try selectSessions(config, names: sessions)
         let reporter = SyncReporter(mode: mode)
         for w in config.warnings where mode == .json {
@@ -70,6 +93,10 @@ struct SyncNowCommand: Command {
         if !dryRun, let outcome = Handover.toAgent(config: config, sessions: selected, notBefore: notBeforeText, reporter: reporter,
                                                    mode: mode, stop: stop) {
             handedOver = outcome.exitCode
+            if (bwlimit != nil || transfers != nil) && outcome.leftOver.count < selected.count {
+                reporter.event(Event(time: Timestamp.now(), session: "", body: .warning(
+                    message: "--bwlimit and --transfers apply to this process only: the running agent took the work at its own settings")))
+            }
             selected = outcome.leftOver
             if selected.isEmpty { return outcome.exitCode }
         }
