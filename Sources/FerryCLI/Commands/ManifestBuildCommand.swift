@@ -5,7 +5,7 @@ import FerryRuntime
 struct ManifestBuildCommand: Command {
     static let words = ["manifest", "build"]
     static let summary = "Write the manifest (path, size, SHA-256, mtime, mode of every file) for a directory."
-    static let usage = "manifest build DIR [--output F] [--version N [--allow-rollback]] [--sign KEY] [--expires D] [--format 1|2] [--grace D] [--sha256sums] [--json] [--quiet|-q]"
+    static let usage = "manifest build DIR [--output F] [--version N [--allow-rollback]] [--sign KEY] [--expires D] [--format 1|2] [--grace D] [--sha256sums] [--exclude PATTERN]... [--json] [--quiet|-q]"
     static let details = """
         The manifest goes to DIR/manifest.json unless --output says otherwise; it never lists itself,
         .ferry/ or anything but regular files. Without --version, the version is one more than the
@@ -25,6 +25,9 @@ struct ManifestBuildCommand: Command {
         be). Objects no root names any more are removed once they have been unnamed for --grace
         (default 1d), so readers that took the previous root a moment ago still find theirs.
         --format 1 writes the whole list into one ferry-manifest/1 file, which every ferry reads.
+
+        --exclude PATTERN leaves out what a gitignore-style glob matches (*.tmp, .git/,
+        logs/**/*.gz), as a session's exclude = does; repeat it for more patterns.
         """
     static let options = [OptionSpec("--output", value: "F", "where to write the manifest (default: DIR/manifest.json)"),
                           OptionSpec("--version", value: "N", "the manifest's version (default: previous + 1, at least the Unix time)"),
@@ -34,9 +37,11 @@ struct ManifestBuildCommand: Command {
                           OptionSpec("--format", value: "1|2", "2: a root and metadata objects under .ferry/meta/ (default); 1: one flat file"),
                           OptionSpec("--grace", value: "D", "format 2: keep objects no root names for D before removing them (default 1d)"),
                           OptionSpec("--sha256sums", "also write SHA256SUMS beside the manifest (coreutils sha256sum format, paths relative to DIR)"),
+                          OptionSpec("--exclude", value: "PATTERN", repeatable: true, "leave out what this gitignore-style glob matches (repeat for more)"),
                           CommonOptions.json, CommonOptions.quiet, CommonOptions.help]
 
     let directory: String
+    let filter: PathFilter
     let sha256sums: Bool
     let output: String?
     let version: Int64?
@@ -84,6 +89,11 @@ struct ManifestBuildCommand: Command {
         } else {
             grace = ManifestBuilder.defaultGrace
         }
+        do throws(PathFilter.PatternProblem) {
+            filter = try PathFilter(exclude: arguments.all("--exclude"))
+        } catch {
+            throw .usage("ferry manifest build: --exclude \(error.description)", hint: "write a gitignore-style glob, like '*.tmp', '.git/' or 'logs/**/*.gz' (quoted, so the shell leaves it alone)")
+        }
         mode = OutputMode(arguments: arguments)
     }
 
@@ -93,7 +103,7 @@ struct ManifestBuildCommand: Command {
         let key = try sign.map { (file) throws(FerryError) -> SigningKey in try SigningKey(file: file, use: "--sign") }
         let result = try ManifestBuilder().build(directory: directory, output: output, version: version,
                                                  allowRollback: allowRollback, signingKey: key, expires: expires, format: format,
-                                                 grace: grace, sha256sums: sha256sums) { done, total in
+                                                 grace: grace, sha256sums: sha256sums, filter: filter) { done, total in
             var p = SyncProgress(session: "hashing")
             p.filesDone = done
             p.filesTotal = total

@@ -217,6 +217,8 @@ public struct SessionConfig: Sendable {
     public var layout: LocalLayout = .inPlace
     /// Pull, `layout = generations`: how many generations before the current one stay.
     public var keepGenerations = 2
+    /// `exclude =` / `include =`: the paths the session transfers (`PathFilter`).
+    public var filter = PathFilter()
 
     /// The manifest's path relative to the remote, when it is under it (a relative `manifest`, or
     /// a URL inside the remote's); nil for a manifest elsewhere.

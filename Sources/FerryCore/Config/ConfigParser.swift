@@ -16,7 +16,7 @@ public enum ConfigParser {
         "conflict",
         "s3-endpoint", "s3-region", "s3-path-style", "s3-credentials", "s3-profile", "upload-part-size",
         "trusted-keys", "sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions",
-        "layout", "keep-generations",
+        "layout", "keep-generations", "exclude", "include",
     ]
     /// Keys about what a push publishes.
     static let pushKeys = ["sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions"]
@@ -270,6 +270,16 @@ public enum ConfigParser {
                     }
                     session.layout = layout
                 case "keep-generations": session.keepGenerations = try integer(line, in: 0...100, fail)
+                case "exclude", "include":
+                    let words = PathFilter.words(line.value)
+                    guard !words.isEmpty else { throw fail(line, "lists no pattern", hint: "write gitignore-style globs separated by spaces, like *.tmp .git/ logs/**/*.gz") }
+                    do throws(PathFilter.PatternProblem) {
+                        session.filter = line.key == "exclude"
+                            ? try PathFilter(exclude: words, include: session.filter.includes.map(\.text))
+                            : try PathFilter(exclude: session.filter.excludes.map(\.text), include: words)
+                    } catch {
+                        throw fail(line, error.description, hint: "write gitignore-style globs separated by spaces, like *.tmp .git/ logs/**/*.gz (\\ quotes a space)")
+                    }
                 case "upload-part-size":
                     guard let size = Units.parseSize(line.value), size >= 5 << 20, size <= 5 << 30 else {
                         throw fail(line, "'\(line.value)' is not a part size from 5M to 5G (S3's limits), like 16M")

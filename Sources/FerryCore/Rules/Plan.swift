@@ -22,6 +22,8 @@ public struct Plan: Sendable {
         case directoryKept(files: Int)
         /// A directory holding `files` files is in the way, and deleting them would pass `max-delete`.
         case directoryOverCap(files: Int)
+        /// A directory in the way holds `files` files that `exclude`/`include` protect.
+        case directoryHoldsExcluded(files: Int)
     }
 
     /// Deletions the `max-delete` cap refused: how many, and out of how many files the mirror held.
@@ -97,17 +99,20 @@ public enum Reconciler {
     /// For maps of paths (tests, small trees): `known` holds hashes of local files, cached or just
     /// computed; one counts only while it is valid for the file's current stat.
     public static func plan(manifest: Manifest, local: [RelativePath: LocalEntry], known: [RelativePath: CachedHash],
-                            rules: DeletionRules, modeMask: UInt32 = 0o022) -> Plan {
-        plan(manifest: manifest, local: LocalTree(local, known: known), rules: rules, modeMask: modeMask)
+                            rules: DeletionRules, modeMask: UInt32 = 0o022, filter: PathFilter = PathFilter()) -> Plan {
+        plan(manifest: manifest, local: LocalTree(local, known: known), rules: rules, modeMask: modeMask, filter: filter)
     }
 
     /// One merge of the manifest's entries with the local tree, both in byte order. `modeMask`
-    /// clears permission bits a manifest may not set.
-    public static func plan(manifest: Manifest, local: LocalTree, rules: DeletionRules, modeMask: UInt32 = 0o022) -> Plan {
+    /// clears permission bits a manifest may not set. What `filter` does not admit is left out on
+    /// both sides: never downloaded, never deleted, not counted among the files the session manages.
+    public static func plan(manifest: Manifest, local: LocalTree, rules: DeletionRules, modeMask: UInt32 = 0o022,
+                            filter: PathFilter = PathFilter()) -> Plan {
         var plan = Plan()
         var neededDirectories = Set<RelativePath>()
         var lastParent: RelativePath?
-        for listed in manifest.entries {
+        let listedEntries = filter.isEmpty ? manifest.entries : manifest.entries.filter { filter.admits($0.path) }
+        for listed in listedEntries {
             // Siblings come together in byte order: their parent's ancestors were added already.
             let parent = listed.path.parent
             if parent == lastParent { continue }
@@ -118,7 +123,7 @@ public enum Reconciler {
         var unlisted: [Int] = []
         let items = local.items
         var next = 0
-        for listed in manifest.entries {
+        for listed in listedEntries {
             var here: LocalTree.Item?
             while next < items.count {
                 let c = items[next].path.compare(listed.path)
@@ -167,8 +172,16 @@ public enum Reconciler {
         for path in directoriesInTheWay.keys { inTheWay[path] = [] }
         var extraDirectories: [RelativePath] = []
         var deletions: [RelativePath] = []
+        var protectedInTheWay: [RelativePath: Int] = [:]
         for index in unlisted {
             let path = items[index].path, entry = items[index].entry
+            if !filter.isEmpty, !filter.admits(path, isDirectory: entry.kind == .directory) {
+                if entry.kind != .directory { plan.localFiles -= 1 }
+                if !inTheWay.isEmpty, let owner = path.ancestors.first(where: { inTheWay[$0] != nil }), entry.kind != .directory {
+                    protectedInTheWay[owner, default: 0] += 1
+                }
+                continue
+            }
             // A listed file cannot also be a directory of listed files, so at most one ancestor is in the way.
             if !inTheWay.isEmpty, let owner = path.ancestors.first(where: { inTheWay[$0] != nil }) {
                 if entry.kind != .directory { inTheWay[owner]!.append(path) }
@@ -195,7 +208,9 @@ public enum Reconciler {
             deletions = []
         }
         for (path, files) in inTheWay {
-            if files.isEmpty || (rules.delete && !overCap) {
+            if let kept = protectedInTheWay[path] {
+                plan.blocked.append((path, .directoryHoldsExcluded(files: kept)))
+            } else if files.isEmpty || (rules.delete && !overCap) {
                 plan.directoriesToReplace[path] = files.sorted()
                 plan.downloads.append(Plan.Download(entry: directoriesInTheWay[path]!, reason: .directoryInTheWay))
             } else {

@@ -29,7 +29,8 @@ public struct ManifestBuilder {
     /// `signingKey`: sign the manifest (`ManifestEnvelope`); `expires`: seconds from now it stays valid.
     public func build(directory: String, output: String?, version explicitVersion: Int64?, allowRollback: Bool = false,
                       signingKey: SigningKey? = nil, expires: Double? = nil, format: Int = 2, grace: Double = ManifestBuilder.defaultGrace,
-                      sha256sums: Bool = false, progress: (Int, Int) -> Void = { _, _ in }) throws(FerryError) -> Result {
+                      sha256sums: Bool = false, filter: PathFilter = PathFilter(),
+                      progress: (Int, Int) -> Void = { _, _ in }) throws(FerryError) -> Result {
         let outputPath = output ?? directory + "/manifest.json"
         let sumsPath = ConfigParser.directoryName(of: outputPath) + "/SHA256SUMS"
         let root = try LocalRoot(path: directory, create: false)
@@ -37,7 +38,11 @@ public struct ManifestBuilder {
         var warnings = scan.warnings
         let excluded = relativePath(of: outputPath, under: directory)
         let sumsExcluded = sha256sums ? relativePath(of: sumsPath, under: directory) : nil
-        let (publishable, skipped) = scan.tree.publishable()
+        var (publishable, skipped) = scan.tree.publishable()
+        if !filter.isEmpty {
+            publishable = publishable.filter { filter.admits($0.path) }
+            skipped = skipped.filter { filter.admits($0.item.path, isDirectory: $0.item.entry.kind == .directory) }
+        }
         warnings += skipped.map(\.message)
         // Its own output, and the temporary file another build is writing beside it, are not content.
         // So are the objects and the list of retired ones beside it (`.ferry/` in a subdirectory).

@@ -101,8 +101,10 @@ final class PullSync: SessionWork {
 
         // Record the tasks before any byte moves, and drop state of paths no longer listed; the rows
         // of files already in place are done, whatever a killed run left them as.
-        for gone in try store.pruneTasks(session: session.name, keeping: manifest.lists) where gone.delayed {
-            emit(.delayedDue(path: gone.path, disposition: .cancel, reason: "the file is no longer in the manifest"))
+        let filter = session.filter
+        for gone in try store.pruneTasks(session: session.name, keeping: { manifest.lists($0) && filter.admits($0) }) where gone.delayed {
+            emit(.delayedDue(path: gone.path, disposition: .cancel,
+                             reason: manifest.lists(gone.path) ? "\(filter) leaves the file out" : "the file is no longer in the manifest"))
         }
         try store.settleTasks(session: session.name, transferring: Set(plan.downloads.map(\.entry.path) + plan.blocked.map(\.path)))
         let notBefore = (options.notBefore ?? session.earliestBegin)?.time(from: Timestamp.now())
@@ -212,6 +214,8 @@ final class PullSync: SessionWork {
         case let .directoryOverCap(files):
             let cap = plan.refusedDeletions.map { " (\(Plural.count($0.count, "deletion")) in all, \($0.limit) allowed)" } ?? ""
             return "\(shown) is a directory holding \(Plural.count(files, "file")) where the manifest has a file; removing them would pass max-delete = \(session.maxDelete)\(cap): raise max-delete, or move the directory away"
+        case let .directoryHoldsExcluded(files):
+            return "\(shown) is a directory where the manifest has a file, and it holds \(Plural.count(files, "file")) that \(session.filter) keeps from being deleted: move them away, or change the patterns"
         }
     }
 
@@ -274,7 +278,7 @@ final class PullSync: SessionWork {
     private func planHashing(_ manifest: Manifest, tree: inout LocalTree, root: LocalRoot?, store: StateStore,
                              result: inout SyncResult) throws(FerryError) -> Plan {
         let rules = DeletionRules(delete: session.delete, cap: session.maxDelete)
-        let plan = Reconciler.plan(manifest: manifest, local: tree, rules: rules, modeMask: session.modeMask)
+        let plan = Reconciler.plan(manifest: manifest, local: tree, rules: rules, modeMask: session.modeMask, filter: session.filter)
         guard let root, !plan.unhashed.isEmpty else { return plan }
         var fresh: [(RelativePath, CachedHash)] = []
         for path in plan.unhashed {
@@ -287,7 +291,7 @@ final class PullSync: SessionWork {
         guard !fresh.isEmpty else { return plan }
         result.hashed += fresh.count
         if !options.dryRun { try store.saveHashes(session: session.name, fresh) }
-        return Reconciler.plan(manifest: manifest, local: tree, rules: rules, modeMask: session.modeMask)
+        return Reconciler.plan(manifest: manifest, local: tree, rules: rules, modeMask: session.modeMask, filter: session.filter)
     }
 
     // MARK: layout = generations

@@ -357,6 +357,11 @@ final class PushSync: SessionWork {
         let layout = session.remoteLayout
         let changesLayout = published.map { $0.layout != layout } ?? false
         let repairing = layout == .tree && changesLayout ? repairing.union(scan.entries.map(\.path)) : repairing
+        // What the filter leaves out and an earlier run published stays on the remote, unlisted:
+        // never deleted (as pull never deletes it), no longer published.
+        let filter = session.filter
+        let unlisting = filter.isEmpty ? unlisting
+            : unlisting.union((published?.entries ?? []).lazy.filter { !filter.admits($0.path) }.map(\.path))
         var plan = PushPlanner.plan(local: scan.entries, remote: published, rules: DeletionRules(delete: session.delete, cap: session.maxDelete),
                                     now: Timestamp.now(), keepingRemote: keeping, repairing: repairing, unlisting: unlisting)
         if layout == .objects {
@@ -734,7 +739,12 @@ final class PushSync: SessionWork {
         try store.loadHashes(session: session.name, into: &scan.tree)
         var out = LocalScan(root: root)
         var notices: [(key: String, signature: String, message: String)] = scan.warnings.map { ($0, "", $0) }
-        let (files, skipped) = scan.tree.publishable()
+        var (files, skipped) = scan.tree.publishable()
+        let filter = session.filter
+        if !filter.isEmpty {
+            files = files.filter { filter.admits($0.path) }
+            skipped = skipped.filter { filter.admits($0.item.path, isDirectory: $0.item.entry.kind == .directory) }
+        }
         for s in skipped {
             notices.append((s.item.path.string, "\(s.item.entry.kind.rawValue):\(s.item.entry.inode):\(s.item.entry.mtime.rfc3339)", s.message))
         }

@@ -52,7 +52,7 @@ public enum SessionCheck {
         }
         let rules = DeletionRules(delete: session.delete, cap: session.maxDelete)
         // With no hash known, the plan names every file that could hold a listed one: hash them all.
-        let candidates = Reconciler.plan(manifest: manifest, local: tree, rules: rules, modeMask: session.modeMask).unhashed
+        let candidates = Reconciler.plan(manifest: manifest, local: tree, rules: rules, modeMask: session.modeMask, filter: session.filter).unhashed
         var fresh: [(RelativePath, CachedHash)] = []
         var unnoticed = Set<RelativePath>()
         for (i, file) in candidates.enumerated() {
@@ -64,7 +64,7 @@ public enum SessionCheck {
             progress(i + 1, candidates.count)
         }
         if record { try store.saveHashes(session: session.name, fresh) }
-        let plan = Reconciler.plan(manifest: manifest, local: tree, rules: rules, modeMask: session.modeMask)
+        let plan = Reconciler.plan(manifest: manifest, local: tree, rules: rules, modeMask: session.modeMask, filter: session.filter)
 
         var items: [CheckReport.Item] = []
         for d in plan.downloads {
