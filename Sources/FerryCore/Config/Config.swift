@@ -25,6 +25,67 @@ public struct AgentConfig: Sendable, Equatable {
     public var bwlimit: BandwidthSchedule?
     /// Whether the network counts as metered for discretionary sessions.
     public var networkMetered: NetworkMetered = .auto
+    /// Where the agent serves `/metrics` and `/healthz` over HTTP (nil: it does not).
+    public var metricsListen: ListenAddress?
+    /// What the agent logs (`log-level`; `--log-level` overrides it).
+    public var logLevel: LogLevel = .info
+}
+
+/// `log-level`: which of the agent's events reach its log (stderr, the journal under systemd).
+public enum LogLevel: String, Sendable, Equatable, CaseIterable, Comparable {
+    /// Failures only: a run or file that failed, a refused manifest, a config reload refused.
+    case error
+    /// And warnings: skipped entries, exposed credentials, retries of a manifest.
+    case warning
+    /// And one line per run and per file done or deleted (the default).
+    case info
+    /// And everything else: plan items, each file begun, resumed, retried, and the agent's scheduling.
+    case debug
+
+    public static func < (a: LogLevel, b: LogLevel) -> Bool {
+        allCases.firstIndex(of: a)! < allCases.firstIndex(of: b)!
+    }
+}
+
+/// `metrics-listen`: an IP address and a TCP port (`127.0.0.1:9469`, `[::1]:9469`).
+public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
+    public let host: String
+    public let port: UInt16
+
+    public init(host: String, port: UInt16) {
+        self.host = host
+        self.port = port
+    }
+
+    /// `HOST:PORT` with an IPv4 address, `[HOST]:PORT` with an IPv6 one; names are refused (a
+    /// listener is bound before any resolver could be trusted, and a name may mean several).
+    public init(parsing text: String) throws(ConfigProblem) {
+        let host: Substring, portText: Substring
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]"), text[text.index(after: close)...].hasPrefix(":") else {
+                throw ConfigProblem("'\(text)' is not [IPv6]:PORT, like [::1]:9469")
+            }
+            host = text[text.index(after: text.startIndex)..<close]
+            portText = text[text.index(close, offsetBy: 2)...]
+        } else {
+            guard let colon = text.lastIndex(of: ":") else { throw ConfigProblem("'\(text)' has no port; write ADDRESS:PORT, like 127.0.0.1:9469") }
+            host = text[..<colon]
+            portText = text[text.index(after: colon)...]
+        }
+        guard let port = UInt16(portText), port > 0 else { throw ConfigProblem("'\(portText)' is not a TCP port (1-65535)") }
+        let isV4 = host.split(separator: ".", omittingEmptySubsequences: false).count == 4
+            && host.split(separator: ".", omittingEmptySubsequences: false).allSatisfy { UInt8($0) != nil }
+        let isV6 = text.hasPrefix("[") && !host.isEmpty && host.allSatisfy { $0.isHexDigit || $0 == ":" || $0 == "." }
+        guard isV4 || isV6 else {
+            throw ConfigProblem("'\(host)' is not an IP address; write one, like 127.0.0.1:9469 (loopback) or 0.0.0.0:9469 (every interface)")
+        }
+        self.host = String(host)
+        self.port = port
+    }
+
+    public var isIPv6: Bool { host.contains(":") }
+    public var isLoopback: Bool { host.hasPrefix("127.") || host == "::1" }
+    public var description: String { isIPv6 ? "[\(host)]:\(port)" : "\(host):\(port)" }
 }
 
 /// `network-metered`: `auto` asks NetworkManager where it runs (and counts the network as

@@ -5,7 +5,7 @@
 /// line or from ` #` after a value. Relative paths are resolved against the config file's directory.
 public enum ConfigParser {
     /// Every key, per section kind. The one place keys are defined; `config/ferry.conf` documents them.
-    public static let agentKeys = ["state", "transfers", "stop-timeout", "metrics", "bwlimit", "network-metered"]
+    public static let agentKeys = ["state", "transfers", "stop-timeout", "metrics", "metrics-listen", "bwlimit", "network-metered", "log-level"]
     public static let sessionKeys = [
         "remote", "manifest", "local", "direction", "poll", "delete", "max-delete", "allow-rollback", "allow-empty",
         "max-manifest-size", "mode-mask",
@@ -133,6 +133,13 @@ public enum ConfigParser {
                             throw fail(line, "'\(line.value)' is not auto, yes or no", hint: "auto asks NetworkManager where it runs; yes or no says it outright")
                         }
                         agent.networkMetered = m
+                    case "metrics-listen":
+                        do { agent.metricsListen = try ListenAddress(parsing: line.value) } catch { throw fail(line, error.message) }
+                    case "log-level":
+                        guard let level = LogLevel(rawValue: line.value.lowercased()) else {
+                            throw fail(line, "'\(line.value)' is not error, warning, info or debug")
+                        }
+                        agent.logLevel = level
                     default: break
                     }
                 }
