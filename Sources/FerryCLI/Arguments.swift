@@ -63,8 +63,8 @@ struct Arguments {
         }
     }
 
-    /// `-q`, `-n`: `--quiet`, `--dry-run`.
-    static let shortForms = ["-q": "--quiet", "-n": "--dry-run"]
+    /// `-q`, `-v`, `-n`: `--quiet`, `--verbose`, `--dry-run`.
+    static let shortForms = ["-q": "--quiet", "-v": "--verbose", "-n": "--dry-run"]
 
     func value(_ name: String) -> String? { values[name]?.last }
     func all(_ name: String) -> [String] { values[name] ?? [] }
@@ -87,6 +87,7 @@ enum CommonOptions {
     static let sessions = OptionSpec("--session", value: "ID", repeatable: true, "only this session (repeat for more)")
     static let json = OptionSpec("--json", "machine-readable output: one JSON object per line")
     static let quiet = OptionSpec("--quiet", "print nothing but errors (-q)")
+    static let verbose = OptionSpec("--verbose", "also say each file as it starts and finishes (-v)")
     static let help = OptionSpec("--help", "show this help")
     static let maxDuration = OptionSpec("--max-duration", value: "D", "stop after D (e.g. 90s, 15m), keep resume data, exit 3")
 
@@ -98,6 +99,12 @@ enum CommonOptions {
             throw .usage("ferry \(command): \(option) wants a duration (30m), a local time (2026-11-24 02:00) or an RFC 3339 time (2026-11-24T02:00:00Z), got '\(text)'")
         }
         return time
+    }
+
+    /// The events a command shows: `-v` adds each file's steps, `-q` keeps errors.
+    static func level(_ arguments: Arguments) -> LogLevel {
+        if arguments.has("--quiet") { return .error }
+        return arguments.has("--verbose") ? .debug : .info
     }
 
     /// `--max-duration`, when given: a positive duration.

@@ -115,3 +115,65 @@ struct RunOverrideTests {
         }
     }
 }
+
+/// `-v` and the agent's `--log-level` / `[agent] log-level` (issue 22 §3).
+@Suite(.serialized)
+struct VerbosityTests {
+    @Test func verboseSaysEachFileAndPlainDoesNot() throws {
+        let box = Sandbox("verbose")
+        box.publish("a.txt", "alpha\n")
+        box.publish("b.txt", "bravo\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published)
+        let verbose = box.sync(["-v"])
+        #expect(verbose.exitCode == 0, "\(verbose.output)")
+        for name in ["a.txt", "b.txt"] {
+            #expect(verbose.stdout.contains("test: downloading \(name) (6 B, missing)") && verbose.stdout.contains("test: done \(name) (6 B)"), "\(verbose.output)")
+        }
+        box.publish("c.txt", "charlie\n")
+        box.buildManifest()
+        let plain = box.sync()
+        #expect(plain.exitCode == 0 && !plain.stdout.contains("c.txt") && plain.stdout.contains("in sync — 1 downloaded"), "\(plain.output)")
+        #expect(ferry(["sync", "now", "-v", "-q", "--config", box.config]).stdout.isEmpty, "-q wins: errors only")
+    }
+
+    /// One cycle of an agent at `level`: one file arrives, one fails its hash. Returns its output.
+    func agentCycle(_ label: String, flag: [String], configured: String?) throws -> String {
+        let box = Sandbox(label)
+        box.publish("good.txt", "good\n")
+        box.publish("bad.txt", "bad!\n")
+        box.buildManifest()
+        try "BAD!\n".writeReplacing(box.published + "/bad.txt")  // same size, other bytes: fails verification
+        box.configure(remote: "file://" + box.published, session: ["retries = 0", "poll = 1h"],
+                      agent: configured.map { ["log-level = \($0)"] } ?? [])
+        let out = box.directory + "/agent.out"
+        let child = try Child(Harness.ferryBinary, ["agent", "--config", box.config] + flag, stdout: out, stderr: out)
+        defer { child.stop() }
+        #expect(eventually {
+            ferry(["events", "--config", box.config, "--session", "test", "--json"]).events(named: "sync-finished").count == 1
+        }, "a cycle ran: \(fileContents(out) ?? "")")
+        child.signal(SIGTERM)
+        #expect(child.wait(timeout: 20) == 0)
+        #expect(fileContents(box.localPath("good.txt")) == "good\n")
+        // The event log keeps everything whatever the level.
+        #expect(ferry(["events", "--config", box.config, "--session", "test", "--json"]).events(named: "file-started").count == 2)
+        return fileContents(out) ?? ""
+    }
+
+    @Test func theAgentsLogLevelChoosesWhatReachesItsOutput() throws {
+        let errors = try agentCycle("log-error", flag: ["--log-level", "error"], configured: "debug")
+        #expect(errors.contains("bad.txt") && !errors.contains("good.txt") && !errors.contains("manifest version"), "--log-level wins over the config: \(errors)")
+        let info = try agentCycle("log-info", flag: [], configured: nil)
+        #expect(info.contains("bad.txt") && info.contains("manifest version") && !info.contains("downloading good.txt"), "\(info)")
+        let debug = try agentCycle("log-debug", flag: [], configured: "debug")
+        #expect(debug.contains("downloading good.txt") && debug.contains("done good.txt"), "\(debug)")
+        let json = try agentCycle("log-json", flag: ["--json", "--log-level", "warning"], configured: nil)
+        let names = json.split(separator: "\n").compactMap { line in
+            (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["event"] as? String
+        }
+        #expect(!names.isEmpty && Set(names).isSubset(of: ["file-failed", "sync-finished", "session-state", "warning", "agent"]), "\(names)")
+        #expect(names.contains("file-failed") && !names.contains("file-done"), "\(names)")
+        let bad = ferry(["agent", "--config", "/nonexistent", "--log-level", "loud"])
+        #expect(bad.exitCode == 2 && bad.stderr.contains("--log-level is error, warning, info or debug"), "\(bad.output)")
+    }
+}

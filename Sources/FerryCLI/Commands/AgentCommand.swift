@@ -6,7 +6,7 @@ import FerryRuntime
 struct AgentCommand: Command {
     static let words = ["agent"]
     static let summary = "Keep every session in sync in the background: poll manifests on a schedule."
-    static let usage = "agent [--config F] [--json]"
+    static let usage = "agent [--config F] [--json] [--log-level error|warning|info|debug]"
     static let details = """
         Runs every session of the config in one process, sharing one transfer queue and the global
         transfers limit. Each session is polled every 'poll' (up to 10% early, never late); a changed
@@ -18,6 +18,10 @@ struct AgentCommand: Command {
         Every event goes to the session's event log (ferry events) and to the agent's output: one line
         per event, with journald priority prefixes (<6>, <4>, <3>) when not on a terminal; --json
         writes the events as JSON lines instead. A poll that finds nothing to do prints nothing.
+        --log-level (or [agent] log-level) chooses what reaches this output: error (failures only),
+        warning (and warnings, retries, waiting for connectivity), info (the default: and each run,
+        file deleted, generation switched, state change), debug (and each file begun and done, and
+        polls that found nothing). The event log (ferry events) always holds every event.
         Hooks (on-file-done, on-session-done) run as their events come.
 
         signals: SIGTERM or SIGINT stops it within stop-timeout: nothing new starts, running transfers
@@ -30,22 +34,33 @@ struct AgentCommand: Command {
 
         exit codes: 0 stopped by a signal · 2 config error · 6 another agent runs with the same state
         """
-    static let options = [CommonOptions.config, CommonOptions.json, CommonOptions.help]
+    static let options = [CommonOptions.config, CommonOptions.json,
+                          OptionSpec("--log-level", value: "LEVEL", "error, warning, info or debug: what reaches the output (default: [agent] log-level, else info)"),
+                          CommonOptions.help]
 
     let configPath: String?
     let json: Bool
+    let logLevel: LogLevel?
 
     init(arguments: Arguments) throws(FerryError) {
         try arguments.expectPositionals(0...0, command: Self.name, what: "")
         configPath = arguments.value("--config")
         json = arguments.has("--json")
+        if let text = arguments.value("--log-level") {
+            guard let level = LogLevel(rawValue: text.lowercased()) else {
+                throw .usage("ferry agent: --log-level is error, warning, info or debug, got '\(Printable.name(text))'")
+            }
+            logLevel = level
+        } else {
+            logLevel = nil
+        }
     }
 
     func run() throws(FerryError) -> ExitCode {
         if !json && isatty(2) == 0 { Console.priorityPrefixes = true }
         let config = try ConfigLoader.load(path: ConfigLoader.resolvePath(configPath))
         let lock = try SessionLock.agent(stateDirectory: config.agent.state)
-        let log = SyncReporter(mode: json ? .json : .human, agentLog: true)
+        let log = SyncReporter(mode: json ? .json : .human, agentLog: true, level: logLevel ?? config.agent.logLevel)
         for w in config.warnings { log.event(Event(time: Timestamp.now(), session: "", body: .warning(message: w))) }
         let hooks = try HookRunner(sessions: config.sessions)
         let eventLog = EventLog(state: config.agent.state)

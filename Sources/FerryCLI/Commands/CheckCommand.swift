@@ -5,7 +5,7 @@ import FerryRuntime
 struct CheckCommand: Command {
     static let words = ["check"]
     static let summary = "Hash the local tree again and report what differs from the manifest last applied."
-    static let usage = "check [--config F] [--session ID]... [--repair] [--json] [--quiet]"
+    static let usage = "check [--config F] [--session ID]... [--repair] [--json] [--quiet|-q] [--verbose|-v]"
     static let details = """
         Every listed file is hashed again, whatever the hash cache says, so check also finds content that
         changed while size, mtime, ctime and inode did not (bit rot, or a tool that wrote in place and put
@@ -20,12 +20,13 @@ struct CheckCommand: Command {
         """
     static let options = [CommonOptions.config, CommonOptions.sessions,
                           OptionSpec("--repair", "record the hashes taken and sync the sessions that differ"),
-                          CommonOptions.json, CommonOptions.quiet, CommonOptions.help]
+                          CommonOptions.json, CommonOptions.quiet, CommonOptions.verbose, CommonOptions.help]
 
     let configPath: String?
     let sessions: [String]
     let repair: Bool
     let mode: OutputMode
+    let level: LogLevel
 
     init(arguments: Arguments) throws(FerryError) {
         try arguments.expectPositionals(0...0, command: Self.name, what: "")
@@ -33,12 +34,13 @@ struct CheckCommand: Command {
         sessions = arguments.all("--session")
         repair = arguments.has("--repair")
         mode = OutputMode(arguments: arguments)
+        level = CommonOptions.level(arguments)
     }
 
     func run() throws(FerryError) -> ExitCode {
         let config = try ConfigLoader.load(path: ConfigLoader.resolvePath(configPath))
         for w in config.warnings where mode != .json { Console.warning(w) }
-        let reporter = SyncReporter(mode: mode)
+        let reporter = SyncReporter(mode: mode, level: level)
         let bars = mode == .human && Console.stderrIsTerminal ? ProgressBars() : nil
         var codes: [ExitCode] = []
         var toRepair: [SessionConfig] = []

@@ -5,7 +5,7 @@ import FerryRuntime
 struct ResumeCommand: Command {
     static let words = ["resume"]
     static let summary = "Continue suspended transfers from where they stopped."
-    static let usage = "resume [--config F] (--session ID | TASK...) [--max-duration D] [--json] [--quiet]"
+    static let usage = "resume [--config F] (--session ID | TASK...) [--max-duration D] [--json] [--quiet|-q] [--verbose|-v]"
     static let details = """
         Marks the tasks runnable again, then syncs their sessions now, so each continues from its kept
         offset (Range + If-Range). With a ferry agent running, it hands the sessions to the agent and
@@ -15,7 +15,7 @@ struct ResumeCommand: Command {
         resume data. Exit codes as for ferry sync now.
         """
     static let options = [CommonOptions.config, CommonOptions.session, CommonOptions.maxDuration, CommonOptions.json,
-                          CommonOptions.quiet, CommonOptions.help]
+                          CommonOptions.quiet, CommonOptions.verbose, CommonOptions.help]
 
     let arguments: Arguments
 
@@ -27,7 +27,7 @@ struct ResumeCommand: Command {
         let selection = try TaskSelection(arguments: arguments, command: Self.name)
         let (config, store) = (selection.config, selection.store)
         let mode = OutputMode(arguments: arguments)
-        let reporter = SyncReporter(mode: mode)
+        let reporter = SyncReporter(mode: mode, level: CommonOptions.level(arguments))
         reporter.busyIsExpected = true
         let maxDuration = try CommonOptions.maxDuration(arguments, command: Self.name)
         let stop = StopSignals.stopCondition(stopTimeout: config.agent.stopTimeout, maxDuration: maxDuration)

@@ -5,7 +5,7 @@ import FerryRuntime
 struct SyncNowCommand: Command {
     static let words = ["sync", "now"]
     static let summary = "Bring each session's local directory in line with its remote manifest, once."
-    static let usage = "sync now [--config F] [--session ID]... [--max-duration D] [--not-before T] [--bwlimit RATE] [--transfers N] [--dry-run|-n] [--json] [--quiet|-q]"
+    static let usage = "sync now [--config F] [--session ID]... [--max-duration D] [--not-before T] [--bwlimit RATE] [--transfers N] [--dry-run|-n] [--json] [--quiet|-q] [--verbose|-v]"
     static let details = """
         With a ferry agent running on the same state directory, the work is handed to it (never run
         beside it): the agent polls the sessions at once, and this command shows their events and exits
@@ -38,12 +38,13 @@ struct SyncNowCommand: Command {
                           OptionSpec("--bwlimit", value: "RATE", "this run's overall rate limit instead of [agent] bwlimit (512K, off)"),
                           OptionSpec("--transfers", value: "N", "this run's parallel transfers instead of [agent] transfers (1-256)"),
                           OptionSpec("--dry-run", "print what would be done; change nothing (-n)"),
-                          CommonOptions.json, CommonOptions.quiet, CommonOptions.help]
+                          CommonOptions.json, CommonOptions.quiet, CommonOptions.verbose, CommonOptions.help]
 
     let configPath: String?
     let sessions: [String]
     let dryRun: Bool
     let mode: OutputMode
+    let level: LogLevel
     let maxDuration: Double?
     let notBefore: EarliestBegin?
     let notBeforeText: String?
@@ -56,6 +57,7 @@ struct SyncNowCommand: Command {
         sessions = arguments.all("--session")
         dryRun = arguments.has("--dry-run")
         mode = OutputMode(arguments: arguments)
+        level = CommonOptions.level(arguments)
         maxDuration = try CommonOptions.maxDuration(arguments, command: Self.name)
         notBeforeText = arguments.value("--not-before")
         notBefore = try CommonOptions.time(arguments, "--not-before", command: Self.name)
@@ -80,7 +82,7 @@ struct SyncNowCommand: Command {
         if let bwlimit { config.agent.bwlimit = bwlimit }
         if let transfers { config.agent.transfers = transfers }
         var selected = try selectSessions(config, names: sessions)
-        let reporter = SyncReporter(mode: mode)
+        let reporter = SyncReporter(mode: mode, level: level)
         for w in config.warnings where mode == .json {
             reporter.event(Event(time: Timestamp.now(), session: "", body: .warning(message: w)))
         }

@@ -15,13 +15,18 @@ final class SyncReporter: EventSink {
     /// (a session's state changes are reported instead).
     let agentLog: Bool
 
-    init(mode: OutputMode, agentLog: Bool = false) {
+    /// The events shown (`-v`: debug; the agent's `log-level`). `--quiet` has its own rendering.
+    let level: LogLevel
+
+    init(mode: OutputMode, agentLog: Bool = false, level: LogLevel = .info) {
         self.mode = mode
         self.agentLog = agentLog
+        self.level = mode == .json && !agentLog ? .debug : level
         bars = (mode == .human && Console.stderrIsTerminal && !agentLog) ? ProgressBars() : nil
     }
 
     func event(_ event: Event) {
+        if mode != .quiet && event.body.level > level { return }
         switch mode {
         case .json:
             Console.json(event.json)
@@ -73,12 +78,12 @@ final class SyncReporter: EventSink {
         let s = Printable.name(event.session)
         func name(_ p: RelativePath) -> String { Printable.name(p.string) }
         switch event.body {
-        case let .manifestFetched(_, _, _, unchanged, _, _) where unchanged && agentLog:
+        case let .manifestFetched(_, _, _, unchanged, _, _) where unchanged && agentLog && level < .debug:
             break
-        case let .planned(p) where agentLog && p.isIdle:
+        case let .planned(p) where agentLog && p.isIdle && level < .debug:
             break
         case let .syncFinished(code, downloaded, failed, deleted, _, _, _, _, _)
-            where agentLog && code == ExitCode.inSync.rawValue && downloaded + failed + deleted == 0:
+            where agentLog && code == ExitCode.inSync.rawValue && downloaded + failed + deleted == 0 && level < .debug:
             break
         case let .syncFinished(code, _, _, _, _, _, _, _, _) where agentLog && code == ExitCode.remoteOrManifest.rawValue:
             // The session-state event that follows says it, with when the agent tries again.
@@ -170,8 +175,18 @@ final class SyncReporter: EventSink {
         case let .checkFinished(_, message?, hint):
             Console.err("ferry: error: \(s): \(message)")
             if let hint { Console.err("  hint: \(hint)") }
+        case let .fileStarted(path, size, reason) where level >= .debug:
+            line("\(s): \(pushing.contains(event.session) ? "uploading" : "downloading") \(name(path))" + (size.map { " (\(Units.formatBytes($0)), \(reason.rawValue))" } ?? " (\(reason.rawValue))"))
+        case let .fileDone(path, size, fetched) where level >= .debug:
+            let moved = fetched == size ? Units.formatBytes(size) : "\(Units.formatBytes(size)), \(Units.formatBytes(fetched)) of it transferred"
+            line("\(s): \(pushing.contains(event.session) ? "uploaded" : "done") \(name(path)) (\(moved))")
+        case let .metadataFixed(path) where level >= .debug:
+            line("\(s): set the mode and mtime of \(name(path))")
+        case let .sessionHeld(files, waitsFor) where level >= .debug:
+            line("\(s): \(Plural.count(files, "file")) held until \(waitsFor)")
         case .fileStarted, .fileDone, .metadataFixed, .sessionHeld, .checkFinished:
-            // A hold is said by the run's summary (and the agent's session state).
+            // Each file is said with -v; without, the run's summary says them (and a hold, the
+            // agent's session state).
             break
         }
     }

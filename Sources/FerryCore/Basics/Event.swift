@@ -244,3 +244,34 @@ public struct Event: Sendable {
         return out
     }
 }
+
+extension Event.Body {
+    /// How much the event matters, for the agent's `log-level` and `-v`: a failure, a warning,
+    /// what a run did (info), or the steps on the way (debug). The event log keeps every event.
+    public var level: LogLevel {
+        switch self {
+        case .fileFailed:
+            return .error
+        case let .syncFinished(code, _, _, _, _, _, _, _, _):
+            return code == ExitCode.inSync.rawValue || code == ExitCode.incomplete.rawValue ? .info : .error
+        case let .checkFinished(_, message, _):
+            return message == nil ? .info : .error
+        case let .agent(action, _):
+            return action == "reload-refused" ? .error : .info
+        case let .sessionState(state, _):
+            if state.hasPrefix("failed") { return .error }
+            return state.hasPrefix("waiting") ? .warning : .info
+        case .warning, .fileWaiting, .manifestRetrying, .fileRetrying:
+            return .warning
+        case .syncStarted, .fileStarted:
+            return .debug
+        case let .manifestFetched(_, _, _, unchanged, _, _):
+            return unchanged ? .debug : .info
+        case let .planned(summary):
+            return summary.isIdle ? .debug : .info
+        case .planItem, .replaced, .fileResumed, .fileRestarted, .fileDelayed, .delayedDue, .fileSuspended, .sessionHeld,
+             .fileInterrupted, .fileDone, .metadataFixed, .fileDeleted, .generationSwitched, .manifestBuilt, .checked:
+            return .info
+        }
+    }
+}
