@@ -68,6 +68,7 @@ struct AgentCommand: Command {
         do { try agent.serveControlSocket() } catch {
             log.event(Event(time: Timestamp.now(), session: "", body: .warning(message: error.message + "; sync now and resume cannot hand their work over to this agent")))
         }
+        try agent.serveMetrics()
         let stop = StopToken()
         StopSignals.install(stopTimeout: config.agent.stopTimeout, token: stop, forcedExit: .inSync) { agent.wakeUp() }
         StopSignals.onHangup { agent.requestReload() }

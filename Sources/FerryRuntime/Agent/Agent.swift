@@ -104,6 +104,9 @@ public final class Agent: @unchecked Sendable {
     private let followers = Followers()
     private var control: ControlServer?
     private var metrics: Metrics?
+    private var metricsServer: MetricsServer?
+    /// When the scheduler last went round its loop (monotonic seconds), for `/healthz`.
+    private let heartbeat = Heartbeat()
 
     /// `sinks` get every event (the event log, the journal, metrics); `hooks` too, and learn the
     /// sessions of each reload. `reloadConfig` reads the config file again (injected for tests).
@@ -117,7 +120,7 @@ public final class Agent: @unchecked Sendable {
         self.clock = clock
         self.random = random
         self.reloadConfig = reloadConfig
-        let metrics = config.agent.metrics.map(Metrics.init(path:))
+        let metrics = config.agent.metrics != nil || config.agent.metricsListen != nil ? Metrics(path: config.agent.metrics) : nil
         self.metrics = metrics
         hub = EventHub(sinks + (hooks.map { [$0] } ?? []) + [followers] + (metrics.map { [$0] } ?? []))
         runner = try SessionRunner(agent: config.agent)
@@ -142,6 +145,20 @@ public final class Agent: @unchecked Sendable {
             inbox.withLock { $0.requests.append((request, connection)) }
             wake.signal()
         }
+    }
+
+    /// Serves `/metrics` and `/healthz` on `[agent] metrics-listen`, if set (`MetricsServer`).
+    /// `/healthz` fails once the scheduler has not gone round its loop for as long as systemd's
+    /// watchdog allows (WatchdogSec, else 60 s).
+    public func serveMetrics() throws(FerryError) {
+        guard let address = config.agent.metricsListen, let metrics else { return }
+        let limit = notifier.watchdogInterval.map { $0 * 2 } ?? 60
+        let heartbeat = self.heartbeat
+        metricsServer = try MetricsServer(address: address, metrics: { metrics.page() }, healthy: {
+            let quiet = MonotonicClock.seconds() - heartbeat.last.load(ordering: .relaxed)
+            return quiet <= limit ? (true, "ok: the scheduler ticked \(Units.formatFixed(quiet, digits: 1))s ago")
+                                  : (false, "the scheduler has not ticked for \(Units.formatFixed(quiet, digits: 1))s (limit \(Units.formatFixed(limit, digits: 0))s)")
+        })
     }
 
     /// Runs until `stop` is requested and every running cycle has checkpointed; returns the
@@ -178,6 +195,8 @@ public final class Agent: @unchecked Sendable {
                 }
             }
             keepWatchdog()
+            heartbeat.last.store(MonotonicClock.seconds(), ordering: .relaxed)
+            if metrics?.wanted == true { refreshMetrics() }
             let status = statusLine()
             if status != lastStatus {
                 lastStatus = status
@@ -193,6 +212,7 @@ public final class Agent: @unchecked Sendable {
             _ = wake.wait(timeout: .now() + sleep)
         }
         control?.remove()
+        metricsServer?.stop()
         for (name, slot) in slots {
             for handover in slot.waiting { handover.ended(name, .incomplete) }
             try? store.recordAgentState(session: name, pid: nil, state: nil, nextPoll: nil)
@@ -326,16 +346,31 @@ public final class Agent: @unchecked Sendable {
         writeMetrics()
     }
 
-    /// Rewrites the metrics file, if the config names one; a failure is said once per cause.
+    /// The sessions' standing for metrics.
+    private func metricsStates() throws(FerryError) -> [Metrics.SessionState] {
+        var states: [Metrics.SessionState] = []
+        for (name, slot) in slots.sorted(by: { $0.key < $1.key }) {
+            states.append(Metrics.SessionState(name: name, direction: slot.session.direction, record: try store.session(name),
+                                               taskCounts: try store.openTaskCounts(session: name),
+                                               waiting: slot.state.hasPrefix("waiting") || slot.state.hasPrefix("failed")))
+        }
+        return states
+    }
+
+    /// `/metrics` was read: the standing it serves is brought up to date (at most once per turn
+    /// of the loop, and only when someone reads it).
+    private func refreshMetrics() {
+        guard let metrics, let states = try? metricsStates() else { return }
+        metrics.update(states)
+    }
+
+    /// Rewrites the metrics file, if the config names one, and the standing `/metrics` serves;
+    /// a failure is said once per cause.
     private func writeMetrics() {
         guard let metrics else { return }
         do throws(FerryError) {
-            var states: [Metrics.SessionState] = []
-            for (name, slot) in slots.sorted(by: { $0.key < $1.key }) {
-                states.append(Metrics.SessionState(name: name, direction: slot.session.direction, record: try store.session(name),
-                                                   taskCounts: try store.openTaskCounts(session: name),
-                                                   waiting: slot.state.hasPrefix("waiting") || slot.state.hasPrefix("failed")))
-            }
+            let states = try metricsStates()
+            metrics.update(states)
             try metrics.write(states)
             lastMetricsError = nil
         } catch {
@@ -418,6 +453,9 @@ public final class Agent: @unchecked Sendable {
         if fresh.agent.metrics != config.agent.metrics {
             emit("", .warning(message: "[agent] metrics changed; the change takes effect when the agent restarts"))
         }
+        if fresh.agent.metricsListen != config.agent.metricsListen {
+            emit("", .warning(message: "[agent] metrics-listen changed; the change takes effect when the agent restarts"))
+        }
         hooks?.update(sessions: fresh.sessions)
         config = fresh
         var parts = [Plural.count(fresh.sessions.count, "session")]
@@ -455,4 +493,9 @@ public final class Agent: @unchecked Sendable {
         if failed > 0 { parts.append("\(failed) failed") }
         return parts.joined(separator: ", ")
     }
+}
+
+/// When the agent's scheduler last went round its loop (monotonic seconds), read by `/healthz`.
+final class Heartbeat: Sendable {
+    let last = Atomic<Double>(MonotonicClock.seconds())
 }

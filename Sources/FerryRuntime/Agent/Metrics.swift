@@ -2,10 +2,12 @@ import Glibc
 import Synchronization
 import FerryCore
 
-/// The agent's Prometheus textfile (`[agent] metrics = PATH`, node_exporter's textfile-collector
-/// format): counted from the events as they pass, with the task table's state per session, and
-/// rewritten atomically (temporary name, rename) after every cycle. Counters start at zero when
-/// the agent starts, as Prometheus expects of a process's counters.
+/// The agent's Prometheus metrics: counted from the events as they pass, with the task table's
+/// state per session. Written as node_exporter's textfile (`[agent] metrics = PATH`), atomically
+/// (temporary name, rename) after every cycle, and served at `/metrics` (`[agent] metrics-listen`,
+/// `MetricsServer`) from the newest state the agent gave it. Counters start at zero when the
+/// agent starts, as Prometheus expects of a process's counters, and every series is there from
+/// the first scrape.
 public final class Metrics: EventSink, @unchecked Sendable {
     private struct Counts {
         var bytes: [String: Int64] = [:]
@@ -17,10 +19,30 @@ public final class Metrics: EventSink, @unchecked Sendable {
         var metadataBytes: [String: Int64] = [:]
     }
 
-    public let path: String
+    /// The textfile, if the config names one.
+    public let path: String?
     private let counts = Mutex(Counts())
+    /// The sessions' standing the agent gave last (for `/metrics` between its updates).
+    private let latest = Mutex<[SessionState]>([])
+    /// Set when `/metrics` was read since the agent last gave the sessions' standing.
+    private let asked = Atomic<Bool>(false)
 
-    public init(path: String) { self.path = path }
+    public init(path: String?) { self.path = path }
+
+    /// The newest standing of the sessions (the agent's loop); `/metrics` renders from it.
+    public func update(_ sessions: [SessionState]) {
+        latest.withLock { $0 = sessions }
+        asked.store(false, ordering: .relaxed)
+    }
+
+    /// Whether `/metrics` was read since the last `update`: the agent refreshes the standing then.
+    public var wanted: Bool { asked.load(ordering: .relaxed) }
+
+    /// `/metrics`: the series for the newest standing.
+    public func page() -> String {
+        asked.store(true, ordering: .relaxed)
+        return render(latest.withLock { $0 })
+    }
 
     public func progress(_ progress: SyncProgress) {}
 
@@ -46,7 +68,7 @@ public final class Metrics: EventSink, @unchecked Sendable {
     }
 
     /// One session's standing, from the store and the agent.
-    public struct SessionState {
+    public struct SessionState: Sendable {
         public var name: String
         /// pull or push: what the transfer counters count (downloads or uploads).
         public var direction: Direction = .pull
@@ -64,7 +86,8 @@ public final class Metrics: EventSink, @unchecked Sendable {
             out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
             for row in rows { out += "\(name){\(row.labels)} \(row.value)\n" }
         }
-        func label(_ s: SessionState) -> String { "session=\"\(s.name)\"" }
+        func label(_ s: SessionState) -> String { "session=\"\(Metrics.escape(s.name))\"" }
+        metric("ferry_build_info", "gauge", "Always 1; the labels say which ferry this is.", [("version=\"\(Metrics.escape(FerryVersion.string))\"", "1")])
         func moved(_ s: SessionState) -> String { label(s) + ",direction=\"\(s.direction.rawValue)\"" }
         metric("ferry_transferred_bytes_total", "counter", "Bytes downloaded (pull) or uploaded (push) since the agent started.",
                sessions.map { (moved($0), String(c.bytes[$0.name] ?? 0)) })
@@ -78,7 +101,10 @@ public final class Metrics: EventSink, @unchecked Sendable {
                sessions.map { (label($0), String(c.polls[$0.name] ?? 0)) })
         var errorRows: [(String, String)] = []
         for s in sessions {
-            for (kind, n) in (c.errors[s.name] ?? [:]).sorted(by: { $0.key < $1.key }) { errorRows.append((label(s) + ",kind=\"\(kind)\"", String(n))) }
+            // "file" is there from the start, so the counter exists at 0 before the first error.
+            var kinds = c.errors[s.name] ?? [:]
+            if kinds["file"] == nil { kinds["file"] = 0 }
+            for (kind, n) in kinds.sorted(by: { $0.key < $1.key }) { errorRows.append((label(s) + ",kind=\"\(kind)\"", String(n))) }
         }
         metric("ferry_errors_total", "counter", "Errors since the agent started, by kind: file, or the exit code of a run that failed.", errorRows)
         var taskRows: [(String, String)] = []
@@ -97,8 +123,23 @@ public final class Metrics: EventSink, @unchecked Sendable {
         return out
     }
 
-    /// Writes the file atomically (readable by node_exporter: mode 0644).
+    /// Writes the file atomically (readable by node_exporter: mode 0644), if there is one.
     public func write(_ sessions: [SessionState]) throws(FerryError) {
+        guard let path else { return }
         try FileSystem.writeAtomically(path, bytes: Array(render(sessions).utf8), mode: 0o644)
+    }
+
+    /// A label value as the text format wants it: `\`, `"` and newlines escaped.
+    static func escape(_ value: String) -> String {
+        var out = ""
+        for c in value.unicodeScalars {
+            switch c {
+            case "\\": out += "\\\\"
+            case "\"": out += "\\\""
+            case "\n": out += "\\n"
+            default: out.unicodeScalars.append(c)
+            }
+        }
+        return out
     }
 }

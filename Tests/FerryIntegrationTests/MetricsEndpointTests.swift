@@ -1,0 +1,174 @@
+import Foundation
+import Testing
+@testable import FerryRuntime
+import FerryCore
+
+/// `[agent] metrics-listen` (issue 22 §4): `/metrics` and `/healthz` over HTTP, nothing else, for
+/// a bounded number of clients at once.
+@Suite(.serialized)
+struct MetricsEndpointTests {
+    /// One HTTP exchange on 127.0.0.1:`port`: the raw request, the status and the body.
+    static func exchange(_ port: UInt16, _ request: String, timeout: Double = 10) -> (status: Int, body: String)? {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = port.bigEndian
+        var tv = timeval(tv_sec: Int(timeout), tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        guard withUnsafePointer(to: &addr, { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }) == 0 else { return nil }
+        _ = request.withCString { send(fd, $0, strlen($0), Int32(MSG_NOSIGNAL)) }
+        var data = [UInt8]()
+        var buffer = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = read(fd, &buffer, buffer.count)
+            if n <= 0 { break }
+            data += buffer[0..<n]
+        }
+        let text = String(decoding: data, as: UTF8.self)
+        guard let status = text.split(separator: " ").dropFirst().first.flatMap({ Int($0) }),
+              let split = text.range(of: "\r\n\r\n") else { return nil }
+        return (status, String(text[split.upperBound...]))
+    }
+
+    static func get(_ port: UInt16, _ path: String, timeout: Double = 10) -> (status: Int, body: String)? {
+        exchange(port, "GET \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n", timeout: timeout)
+    }
+
+    /// The value of one series in a page (`name{labels}`), if present.
+    static func value(_ page: String, _ series: String) -> Double? {
+        page.split(separator: "\n").first { $0.hasPrefix(series + " ") }.flatMap { Double($0.split(separator: " ").last!) }
+    }
+
+    @Test func servesTheTextfileSeriesWithCountersAtZeroFromTheStart() throws {
+        let box = Sandbox("metrics-listen")
+        box.publish("a.txt", "alpha\n")
+        box.buildManifest()
+        let port = freePort()
+        try """
+            [agent]
+            state = \(box.state)
+            metrics = \(box.directory)/ferry.prom
+            metrics-listen = 127.0.0.1:\(port)
+            [session test]
+            remote = file://\(box.published)
+            local = \(box.local)
+            poll = 1h
+            [session down]
+            remote = http://127.0.0.1:1/
+            local = \(box.directory)/down
+            poll = 1h
+            retry-delay = 1h
+            """.writeReplacing(box.config)
+        let agent = try Child(Harness.ferryBinary, ["agent", "--config", box.config], stdout: box.directory + "/out", stderr: box.directory + "/out")
+        defer { agent.stop() }
+        #expect(waitForPort(port), "listening: \(fileContents(box.directory + "/out") ?? "")")
+        let health = try #require(Self.get(port, "/healthz"))
+        #expect(health.status == 200 && health.body.hasPrefix("ok"), "\(health)")
+        // The unreachable session has moved nothing: its counters are there, at 0.
+        var page = ""
+        #expect(eventually {
+            page = Self.get(port, "/metrics")?.body ?? ""
+            return Self.value(page, "ferry_transferred_files_total{session=\"test\",direction=\"pull\"}") == 1
+                && Self.value(page, "ferry_polls_total{session=\"down\"}") == 1
+        }, "\(page)")
+        for zero in ["ferry_transferred_files_total{session=\"down\",direction=\"pull\"}", "ferry_transferred_bytes_total{session=\"down\",direction=\"pull\"}",
+                     "ferry_failed_files_total{session=\"down\"}", "ferry_errors_total{session=\"test\",kind=\"file\"}"] {
+            #expect(Self.value(page, zero) == 0, "\(zero) at 0: \(page)")
+        }
+        #expect(Self.value(page, "ferry_session_waiting{session=\"down\"}") == 1)
+        let version = ferry(["--version"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines).replacingOccurrences(of: "ferry ", with: "")
+        #expect(Self.value(page, "ferry_build_info{version=\"\(version)\"}") == 1, "\(page)")
+        // The same series as the textfile.
+        func names(_ text: String) -> Set<String> { Set(text.split(separator: "\n").filter { $0.hasPrefix("# TYPE ") }.map { String($0.split(separator: " ")[2]) }) }
+        #expect(eventually { FileManager.default.fileExists(atPath: box.directory + "/ferry.prom") })
+        #expect(names(page) == names(fileContents(box.directory + "/ferry.prom") ?? ""), "\(page)")
+        // Nothing else is served.
+        #expect(Self.get(port, "/")?.status == 404 && Self.get(port, "/metrics/../state")?.status == 404)
+        #expect(Self.exchange(port, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n")?.status == 405)
+        #expect(Self.exchange(port, "HEAD /healthz HTTP/1.1\r\n\r\n")?.status == 200)
+        #expect(Self.exchange(port, "hello\r\n\r\n")?.status == 400)
+        #expect(Self.exchange(port, "GET /metrics HTTP/1.1\r\nX: " + String(repeating: "a", count: 10_000) + "\r\n\r\n")?.status == 400)
+    }
+
+    @Test func idleClientsCannotTakeMoreThanTheirShare() throws {
+        let box = Sandbox("metrics-flood")
+        box.publish("a.txt", "alpha\n")
+        box.buildManifest()
+        let port = freePort()
+        box.configure(remote: "file://" + box.published, session: ["poll = 1h"], agent: ["metrics-listen = 127.0.0.1:\(port)"])
+        let agent = try Child(Harness.ferryBinary, ["agent", "--config", box.config], stdout: box.directory + "/out", stderr: box.directory + "/out")
+        defer { agent.stop() }
+        #expect(waitForPort(port))
+        #expect(Self.get(port, "/healthz")?.status == 200)
+        func threads() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(agent.pid)/task").count) ?? 0 }
+        let before = threads()
+        // 16 clients connect and send nothing (a slowloris): twice what is served at once.
+        var idle: [Int32] = []
+        for _ in 0..<16 {
+            let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var addr = sockaddr_in()
+            addr.sin_family = sa_family_t(AF_INET)
+            addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+            addr.sin_port = port.bigEndian
+            _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            idle.append(fd)
+        }
+        defer { for fd in idle { close(fd) } }
+        #expect(eventually(5) { threads() >= before + MetricsServer.maxConnections }, "the idle clients are being served")
+        #expect(threads() <= before + MetricsServer.maxConnections + 1, "at most \(MetricsServer.maxConnections) served at once: \(threads()) threads, \(before) before")
+        // A real scrape still gets its answer once the idle ones time out (5 s each, 8 at a time).
+        let scrape = Self.get(port, "/healthz", timeout: 40)
+        #expect(scrape?.status == 200, "\(String(describing: scrape))")
+        // And the agent went on meanwhile.
+        #expect(box.status().stdout.contains("idle"), "\(box.status().stdout)")
+    }
+
+    @Test func aPortInUseStopsTheAgentWithTheReason() throws {
+        let box = Sandbox("metrics-busy")
+        let port = freePort()
+        let holder = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(holder) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        addr.sin_port = port.bigEndian
+        #expect(withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(holder, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } } == 0)
+        #expect(listen(holder, 1) == 0)
+        box.configure(remote: "file://" + box.published, agent: ["metrics-listen = 127.0.0.1:\(port)"])
+        let run = ferry(["agent", "--config", box.config], timeout: 20)
+        #expect(run.exitCode == 5 && run.stderr.contains("metrics-listen = 127.0.0.1:\(port): cannot listen there") && run.stderr.contains("hint:"), "\(run.output)")
+        box.configure(remote: "file://" + box.published, agent: ["metrics-listen = localhost:9469"])
+        let name = ferry(["config", "check", "--config", box.config])
+        #expect(name.exitCode == 2 && name.stderr.contains("is not an IP address"), "\(name.output)")
+    }
+
+    /// `/healthz` says what systemd's watchdog would do: 503 once the scheduler has not gone round
+    /// its loop for WatchdogSec, 200 again when it does.
+    @Test func healthzFailsWhenTheSchedulerStopsTicking() throws {
+        let box = Sandbox("metrics-healthz")
+        box.publish("a.txt", "alpha\n")
+        box.buildManifest()
+        let port = freePort()
+        box.configure(remote: "file://" + box.published, session: ["poll = 1h"], agent: ["metrics-listen = 127.0.0.1:\(port)"])
+        let config = try ConfigParser.parse(try String(contentsOfFile: box.config, encoding: .utf8), path: box.config)
+        // WatchdogSec=1s: WATCHDOG=1 every 0.5 s, so a scheduler quiet for 1 s is what the watchdog kills.
+        let notifier = SystemdNotifier(environment: { $0 == "WATCHDOG_USEC" ? "1000000" : nil })
+        let agent = try Agent(config: config, sinks: [], hooks: nil, notifier: notifier)
+        try agent.serveMetrics()
+        #expect(waitForPort(port))
+        // Not running its loop: after the watchdog's time, unhealthy.
+        var answer: (status: Int, body: String)?
+        #expect(eventually(10) { answer = Self.get(port, "/healthz"); return answer?.status == 503 }, "\(String(describing: answer))")
+        #expect(answer?.body.contains("has not ticked for") == true)
+        let stop = StopToken()
+        let done = DispatchSemaphore(value: 0)
+        let thread = Thread { _ = agent.run(stop: stop); done.signal() }
+        thread.start()
+        #expect(eventually(10) { Self.get(port, "/healthz")?.status == 200 }, "healthy once the loop runs")
+        stop.request("test over")
+        agent.wakeUp()
+        #expect(done.wait(timeout: .now() + 20) == .success)
+    }
+}
