@@ -4,17 +4,26 @@ import FerryCore
 struct HelpCommand: Command {
     static let words = ["help"]
     static let summary = "Show help for ferry or for one command."
-    static let usage = "help [COMMAND]"
-    static let details = ""
-    static let options: [OptionSpec] = []
+    static let usage = "help [COMMAND] [--man [--date D]]"
+    static let details = "--man prints the manual page ferry(1) instead (troff; man -l - reads it): every command's help, exit codes, files."
+    static let options = [OptionSpec("--man", "print the manual page ferry(1), made from every command's help"),
+                          OptionSpec("--date", value: "D", "the date the manual page carries (default: today)")]
 
     let topic: [String]
+    let man: Bool
+    let date: String?
 
     init(arguments: Arguments) throws(FerryError) {
         topic = arguments.positionals
+        man = arguments.has("--man")
+        date = arguments.value("--date")
     }
 
     func run() throws(FerryError) -> ExitCode {
+        if man {
+            Console.out(String(Manual.page(date: date ?? String(Timestamp.now().rfc3339.prefix(10))).dropLast()))
+            return .inSync
+        }
         if topic.isEmpty {
             Console.out(FerryCLI.overview)
             return .inSync

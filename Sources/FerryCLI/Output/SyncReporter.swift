@@ -26,6 +26,10 @@ final class SyncReporter: EventSink {
     }
 
     func event(_ event: Event) {
+        // Which sessions push is known from their start, whatever is shown of it.
+        if case let .syncStarted(direction, _) = event.body {
+            if direction == .push { pushing.insert(event.session) } else { pushing.remove(event.session) }
+        }
         if mode != .quiet && event.body.level > level { return }
         switch mode {
         case .json:
@@ -170,8 +174,8 @@ final class SyncReporter: EventSink {
             line("\(s): \(name(path)): suspended by ferry cancel at \(Units.formatBytes(offset)); ferry resume continues it")
         case let .fileInterrupted(path, offset):
             line("\(s): \(name(path)): stopped at \(Units.formatBytes(offset)), kept for the next run")
-        case let .syncStarted(direction, _):
-            if direction == .push { pushing.insert(event.session) } else { pushing.remove(event.session) }
+        case .syncStarted:
+            break
         case let .checkFinished(_, message?, hint):
             Console.err("ferry: error: \(s): \(message)")
             if let hint { Console.err("  hint: \(hint)") }
