@@ -21,3 +21,9 @@ if [ -e "$TMPDIR/ferry-tests" ]; then
     ls -la "$TMPDIR/ferry-tests" >&2
     exit 1
 fi
+# The Debian package: built, installed, run without the toolchain, removed (needs root, as CI is).
+if [ "$(id -u)" -eq 0 ]; then
+    scripts/test-package.sh
+else
+    echo "test.sh: the package test needs root (dpkg -i); skipped" >&2
+fi

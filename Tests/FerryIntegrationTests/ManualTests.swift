@@ -1,0 +1,109 @@
+import Foundation
+import Testing
+import FerryCore
+
+/// The manual pages and the completion are made from the help text (issue 22 §1): these tests
+/// read what `ferry help` prints for each command and fail when a page or the completion does not
+/// carry it.
+struct ManualTests {
+    /// Every command, by its words, as `ferry help` lists them, with the options its help lists.
+    static func commandsFromHelp() -> [(words: String, options: [String])] {
+        let overview = ferry(["help"]).stdout
+        let names = overview.split(separator: "\n").drop { !$0.hasPrefix("commands:") }.dropFirst()
+            .prefix { $0.hasPrefix("  ") }
+            .map { line -> String in
+                let text = line.dropFirst(2)
+                // The name is padded to 16 columns, or longer and followed by its summary.
+                return String(text.prefix(16)).trimmingCharacters(in: .whitespaces)
+            }
+        return names.map { name in
+            let help = ferry(["help"] + name.split(separator: " ").map(String.init)).stdout
+            let options = help.split(separator: "\n").drop { $0 != "options:" }.dropFirst()
+                .compactMap { $0.split(separator: " ").first.map(String.init) }
+            return (name, options)
+        }
+    }
+
+    @Test func ferry1CarriesEveryCommandAndOptionAndRendersCleanly() throws {
+        let commands = Self.commandsFromHelp()
+        #expect(commands.count >= 16 && commands.contains { $0.words == "sync now" } && commands.contains { $0.words == "ls" }, "\(commands.map(\.words))")
+        let page = ferry(["help", "--man", "--date", "2026-11-24"])
+        #expect(page.exitCode == 0 && page.stdout.hasPrefix(".TH FERRY 1 \"2026-11-24\""))
+        let dir = Harness.temporaryDirectory("man")
+        defer { Harness.remove(dir) }
+        try page.stdout.writeReplacing(dir + "/ferry.1")
+        let lint = runProcess("/usr/bin/groff", ["-man", "-Tutf8", "-ww", "-z", dir + "/ferry.1"])
+        #expect(lint.exitCode == 0 && lint.output.isEmpty, "groff warns: \(lint.output)")
+        let rendered = runProcess("/usr/bin/groff", ["-man", "-Tascii", "-P", "-cbou", "-rLL=300n", dir + "/ferry.1"]).stdout
+        for c in commands {
+            #expect(rendered.contains("\n   \(c.words)\n"), "ferry(1) has no section for \(c.words)")
+            let usage = ferry(["help"] + c.words.split(separator: " ").map(String.init)).stdout.split(separator: "\n").first!.dropFirst("usage: ".count)
+            #expect(rendered.contains(String(usage)), "ferry(1) lacks the usage of \(c.words): \(usage)")
+            for o in c.options { #expect(rendered.contains("       \(o)"), "ferry(1) lacks \(c.words) \(o)") }
+        }
+    }
+
+    @Test func bashCompletionOffersWhatEachCommandTakes() throws {
+        let script = ferry(["completion", "bash"])
+        #expect(script.exitCode == 0)
+        let dir = Harness.temporaryDirectory("completion")
+        defer { Harness.remove(dir) }
+        try script.stdout.writeReplacing(dir + "/ferry")
+        func complete(_ line: String) -> [String] {
+            let run = runProcess("/bin/bash", ["-c", """
+                source "$1"; read -ra w <<< "$2"; [[ "$2" == *" " ]] && w+=("")
+                COMP_WORDS=("${w[@]}"); COMP_CWORD=$((${#w[@]}-1)); COMPREPLY=(); _ferry; printf '%s\\n' "${COMPREPLY[@]}"
+                """, "bash", dir + "/ferry", line])
+            return run.stdout.split(separator: "\n").map(String.init)
+        }
+        let commands = Self.commandsFromHelp()
+        let firsts = Set(commands.map { String($0.words.split(separator: " ")[0]) })
+        #expect(firsts.isSubset(of: Set(complete("ferry "))), "\(complete("ferry "))")
+        for c in commands {
+            let offered = Set(complete("ferry \(c.words) --"))
+            let wanted = Set(c.options.filter { $0.hasPrefix("--") })
+            #expect(offered == wanted, "ferry \(c.words): completion offers \(offered.sorted()), help lists \(wanted.sorted())")
+        }
+        #expect(complete("ferry --config /etc/ferry/ferry.conf sync ") == ["now"])
+        #expect(Set(complete("ferry agent --log-level ")) == ["error", "warning", "info", "debug"])
+        #expect(ferry(["completion", "fish"]).exitCode == 2)
+    }
+
+    @Test func ferryConf5DocumentsEveryKeyAndRendersCleanly() throws {
+        let dir = Harness.temporaryDirectory("manconf")
+        defer { Harness.remove(dir) }
+        let page = runProcess("/usr/bin/python3", [Harness.packageRoot + "/scripts/manconf.py", Harness.packageRoot + "/config/ferry.conf", "0.0", "2026-11-24"])
+        #expect(page.exitCode == 0, "\(page.output)")
+        try page.stdout.writeReplacing(dir + "/ferry.conf.5")
+        let lint = runProcess("/usr/bin/groff", ["-man", "-Tutf8", "-ww", "-z", dir + "/ferry.conf.5"])
+        #expect(lint.exitCode == 0 && lint.output.isEmpty, "groff warns: \(lint.output)")
+        // Every key config show knows (all of them, for a push and a pull session) is an entry.
+        try """
+            [agent]
+            state = /var/lib/ferry
+            [session p]
+            remote = s3://bucket/x/
+            local = /srv/p
+            discretionary = yes
+            [session q]
+            direction = push
+            remote = s3://bucket/y/
+            local = /srv/q
+            [session h]
+            remote = https://example.net/
+            local = /srv/h
+            """.writeReplacing(dir + "/all.conf")
+        let shown = ferry(["config", "show", "--config", dir + "/all.conf"]).stdout
+        let keys = Set(shown.split(separator: "\n").compactMap { line -> String? in
+            let l = line.hasPrefix("# ") ? line.dropFirst(2) : line[...]
+            return l.range(of: " =").map { String(l[..<$0.lowerBound]) }
+        })
+        #expect(keys == Set(ConfigParser.agentKeys + ConfigParser.sessionKeys).subtracting(["metadata-grace"]),
+                "config show leaves out \(Set(ConfigParser.agentKeys + ConfigParser.sessionKeys).subtracting(keys).sorted())")
+        let entries = Set(page.stdout.split(separator: "\n").filter { $0.hasPrefix(".B ") }.compactMap { line -> String? in
+            line.dropFirst(3).range(of: " = ").map { String(line.dropFirst(3)[..<$0.lowerBound]).replacingOccurrences(of: "\\-", with: "-") }
+        })
+        #expect(keys.subtracting(entries).isEmpty, "ferry.conf(5) lacks \(keys.subtracting(entries).sorted())")
+        #expect(entries.subtracting(keys).subtracting(["metadata-grace"]).isEmpty, "ferry.conf(5) has entries that are not keys: \(entries.subtracting(keys).sorted())")
+    }
+}
