@@ -12,7 +12,7 @@ struct UnitFileTests {
         for name in Self.units {
             let text = try String(contentsOfFile: Harness.packageRoot + "/config/" + name, encoding: .utf8)
             // verify checks that ExecStart's program exists: point it at the ferry just built.
-            try text.replacingOccurrences(of: "/usr/local/bin/ferry", with: Harness.ferryBinary).writeReplacing(dir + "/" + name)
+            try text.replacingOccurrences(of: "/usr/bin/ferry", with: Harness.ferryBinary).writeReplacing(dir + "/" + name)
         }
         let run = runProcess("/usr/bin/systemd-analyze", ["verify"] + Self.units.map { dir + "/" + $0 })
         #expect(run.exitCode == 0, "\(run.output)")
@@ -22,16 +22,36 @@ struct UnitFileTests {
     @Test func theAgentUnitSaysWhatTheAgentDoes() throws {
         let service = try String(contentsOfFile: Harness.packageRoot + "/config/ferry.service", encoding: .utf8)
         for line in ["Type=notify", "WatchdogSec=", "ProtectSystem=strict", "StateDirectory=ferry", "NoNewPrivileges=yes",
-                     "ReadWritePaths=", "ExecReload=/bin/kill -HUP $MAINPID", "ExecStart=/usr/local/bin/ferry agent --config /etc/ferry/ferry.conf"] {
+                     "ReadWritePaths=", "ExecReload=/bin/kill -HUP $MAINPID", "ExecStart=/usr/bin/ferry agent --config /etc/ferry/ferry.conf"] {
             #expect(service.contains("\n" + line), "ferry.service lacks \(line)")
         }
         let timer = try String(contentsOfFile: Harness.packageRoot + "/config/ferry-sync.timer", encoding: .utf8)
         for line in ["RandomizedDelaySec=", "Persistent=true", "OnCalendar="] { #expect(timer.contains("\n" + line)) }
         let oneShot = try String(contentsOfFile: Harness.packageRoot + "/config/ferry-sync.service", encoding: .utf8)
-        #expect(oneShot.contains("\nExecStart=/usr/local/bin/ferry sync now --config /etc/ferry/ferry.conf"))
+        #expect(oneShot.contains("\nExecStart=/usr/bin/ferry sync now --config /etc/ferry/ferry.conf"))
         #expect(oneShot.contains("\nType=oneshot"))
         // The commands the units run exist with these options.
         #expect(ferry(["agent", "--help"]).exitCode == 0)
         #expect(ferry(["sync", "now", "--help"]).exitCode == 0)
+    }
+
+    /// Issue 22 §2: both services run as `ferry`, unprivileged and sandboxed, at an exposure of at
+    /// most 2.0 by systemd's own measure.
+    @Test(arguments: ["ferry.service", "ferry-sync.service"])
+    func theServicesRunUnprivilegedAndHardened(unit: String) throws {
+        let text = try String(contentsOfFile: Harness.packageRoot + "/config/" + unit, encoding: .utf8)
+        for line in ["User=ferry", "Group=ferry", "CapabilityBoundingSet=\n", "AmbientCapabilities=\n", "NoNewPrivileges=yes",
+                     "SystemCallFilter=@system-service", "SystemCallFilter=~@privileged", "PrivateUsers=yes", "ProtectProc=invisible",
+                     "MemoryDenyWriteExecute=yes", "ProtectSystem=strict", "ProtectHome=yes", "PrivateDevices=yes", "RestrictNamespaces=yes",
+                     "StateDirectory=ferry", "StateDirectoryMode=0700", "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6"] {
+            #expect(text.contains("\n" + line), "\(unit) lacks \(line)")
+        }
+        let run = runProcess("/usr/bin/systemd-analyze", ["security", "--offline=yes", Harness.packageRoot + "/config/" + unit])
+        let overall = run.stdout.split(separator: "\n").first { $0.contains("Overall exposure level") }
+        let score = overall.flatMap { line in line.split(separator: ":").last?.split(separator: " ").first.flatMap { Double($0) } }
+        #expect(score != nil && score! <= 2.0, "\(unit): \(overall.map(String.init) ?? run.output)")
+        // The user the units name is the one the package makes.
+        let sysusers = try String(contentsOfFile: Harness.packageRoot + "/config/ferry.sysusers", encoding: .utf8)
+        #expect(sysusers.split(separator: "\n").contains { $0.hasPrefix("u ferry ") && $0.hasSuffix("/var/lib/ferry") })
     }
 }

@@ -141,7 +141,11 @@ final class BackgroundHasher: @unchecked Sendable {
         // Below the receiving thread: when the two cores are busy, receiving (which drains the
         // socket into the partial file, where checkpoints cover it) goes first; hashing catches up
         // from the buffer pool.
-        setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 5)  // on Linux, who = 0 is the calling thread
+        // Five steps nicer than the process (on Linux, who = 0 is the calling thread): relative, so
+        // under a unit's Nice=10 it still goes below the receiving threads.
+        errno = 0
+        let nice = getpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0)
+        if errno == 0 { setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, min(19, nice + 5)) }
         if prefix > 0 {
             do { try hasher.update(fileDescriptor: fd, length: prefix) } catch { failed = true }
         }
