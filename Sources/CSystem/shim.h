@@ -27,6 +27,12 @@ static inline int ferry_rename_exchange(int olddirfd, const char *oldpath, int n
     return renameat2(olddirfd, oldpath, newdirfd, newpath, 1u << 1);
 }
 
+/// Names the calling thread (15 bytes at most; longer is cut by the kernel): what top -H and
+/// /proc/PID/task/TID/comm show.
+static inline int ferry_name_thread(const char *name) {
+    return prctl(PR_SET_NAME, (unsigned long)name, 0, 0, 0);
+}
+
 /// Whether the process may dump core, or be traced or read through /proc by its user (prctl).
 static inline int ferry_set_dumpable(int dumpable) {
     return prctl(PR_SET_DUMPABLE, (unsigned long)dumpable, 0, 0, 0);

@@ -15,6 +15,8 @@ import FerryCore
 /// is answered 400, 404 or 405 and closed. Nothing a client sends reaches the agent.
 public final class MetricsServer: @unchecked Sendable {
     public static let maxConnections = 8
+    /// The name of the threads that serve a client (what /proc/PID/task/TID/comm shows).
+    public static let clientThreadName = "ferry-scrape"
     public let address: ListenAddress
     private let fd: Int32
     private let permits = DispatchSemaphore(value: MetricsServer.maxConnections)
@@ -81,7 +83,7 @@ public final class MetricsServer: @unchecked Sendable {
             }
             _ = fcntl(client, F_SETFD, FD_CLOEXEC)
             do throws(FerryError) {
-                try Threads.start(name: "ferry-metrics-client") { [self] in
+                try Threads.start(name: MetricsServer.clientThreadName) { [self] in
                     serve(client)
                     close(client)
                     permits.signal()

@@ -1,3 +1,4 @@
+import CSystem
 import Dispatch
 import Glibc
 import FerryCore
@@ -13,9 +14,14 @@ enum Threads {
         init(_ run: @escaping @Sendable () -> Void) { self.run = run }
     }
 
-    /// `name` says what the thread is for (in errors and this source).
+    /// `name` says what the thread is for (in errors, and as the thread's name in `top -H` and
+    /// /proc/PID/task/TID/comm, cut to the kernel's 15 bytes).
     static func start(name: String, _ body: @escaping @Sendable () -> Void) throws(FerryError) {
-        let context = Unmanaged.passRetained(Body(body)).toOpaque()
+        let shortName = String(decoding: name.utf8.prefix(15), as: UTF8.self)
+        let context = Unmanaged.passRetained(Body {
+            _ = ferry_name_thread(shortName)
+            body()
+        }).toOpaque()
         var thread = pthread_t()
         let rc = pthread_create(&thread, nil, { context in
             Unmanaged<Body>.fromOpaque(context!).takeRetainedValue().run()
