@@ -1,5 +1,6 @@
 import CCurl
 import Glibc
+import Synchronization
 import FerryCore
 
 /// libcurl's process-wide setup. `curl_global_init` must run before any other thread starts, so
@@ -204,8 +205,22 @@ struct ResponseHeaders {
     }
 }
 
-/// One libcurl easy handle, configured for a session's settings. Owned by one thread.
-final class EasyHandle {
+/// One libcurl easy handle, configured for a session's settings. Used by one thread at a time
+/// (handed between threads only through `borrow`'s pool, under its lock).
+final class EasyHandle: @unchecked Sendable {
+    /// Handles no request uses now, with the connections libcurl keeps alive in them: requests
+    /// made one by one (a manifest, its metadata objects, S3 steps) reuse a connection instead of
+    /// opening one each, on whatever thread they run.
+    private static let idle = Mutex<[EasyHandle]>([])
+    private static let keptIdle = 16
+
+    /// Runs `body` with a handle from the pool (or a new one), which goes back afterwards.
+    static func borrow<T, E: Error>(_ body: (EasyHandle) throws(E) -> T) throws(E) -> T {
+        let easy = idle.withLock { $0.popLast() } ?? EasyHandle()
+        defer { idle.withLock { if $0.count < keptIdle { $0.append(easy) } } }
+        return try body(easy)
+    }
+
     let handle: UnsafeMutableRawPointer
     let errorBuffer: UnsafeMutablePointer<CChar>
     private var headerList: UnsafeMutablePointer<curl_slist>?

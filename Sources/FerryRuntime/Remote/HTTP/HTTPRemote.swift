@@ -25,14 +25,15 @@ struct HTTPRemote: Remote, RangeReading {
     }
 
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {
-        let easy = EasyHandle()
         var conditions: [String] = []
         if let etag { conditions.append("If-None-Match: \(etag)") }
         if let lastModified { conditions.append("If-Modified-Since: \(lastModified)") }
-        let answer = Exchange.perform(easy, HTTPRequest(url: url, headers: conditions, settings: settings), limit: Int(maximumSize),
-                                      followRedirects: true) { easy in
-            easy.set(CURLOPT_ACCEPT_ENCODING, "")  // manifests compress well; libcurl decodes
-            easy.set(CURLOPT_MAXFILESIZE_LARGE, Int(maximumSize))
+        let answer = EasyHandle.borrow { easy in
+            Exchange.perform(easy, HTTPRequest(url: url, headers: conditions, settings: settings), limit: Int(maximumSize),
+                             followRedirects: true) { easy in
+                easy.set(CURLOPT_ACCEPT_ENCODING, "")  // manifests compress well; libcurl decodes
+                easy.set(CURLOPT_MAXFILESIZE_LARGE, Int(maximumSize))
+            }
         }
         let code = answer.code
         let headers = answer.headers

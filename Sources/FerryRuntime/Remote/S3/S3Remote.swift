@@ -93,7 +93,7 @@ struct S3Remote: Remote, RangeReading {
 /// One S3 request made on the calling thread (the manifest, a listing, a multipart step).
 enum S3Exchange {
     static func perform(_ request: HTTPRequest, body: [UInt8]? = nil, bodyLimit: Int = 1 << 20, what: String) throws(FerryError) -> Exchange.Answer {
-        let answer = Exchange.perform(EasyHandle(), request, body: body, limit: bodyLimit)
+        let answer = EasyHandle.borrow { Exchange.perform($0, request, body: body, limit: bodyLimit) }
         guard answer.code == CURLE_OK || answer.overflowed else {
             let cause = Curl.cause(answer.code, errorText: answer.errorText, headers: answer.headers)
             throw FerryError(.remote, "cannot \(what): \(Curl.describe(answer.code, errorText: answer.errorText, headers: answer.headers))",
