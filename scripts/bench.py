@@ -93,7 +93,7 @@ http {{
   client_body_temp_path {self.dir}/b; proxy_temp_path {self.dir}/p; fastcgi_temp_path {self.dir}/f;
   uwsgi_temp_path {self.dir}/u; scgi_temp_path {self.dir}/s;
   default_type application/octet-stream; sendfile on; tcp_nopush on; keepalive_requests 1000000;
-  server {{ listen 127.0.0.1:{self.port}{" ssl http2" if tls else ""}; root {root}; autoindex on; {methods}
+  server {{ listen 127.0.0.1:{self.port}{" ssl http2" if tls else ""}; root {root}; autoindex on; index .no-index-page; {methods}
            {f"ssl_certificate {tls[0]}; ssl_certificate_key {tls[1]};" if tls else ""} }}
 }}"""
         open(self.dir + "/nginx.conf", "w").write(conf)
@@ -385,13 +385,26 @@ def make_workloads(root):
     with open(big + "/1GiB.bin", "wb") as f:
         for _ in range(1024):
             f.write(os.urandom(1 << 20))
+    return big, make_small(root)
+
+
+def make_small(root):
+    """`root`/small: 10,000 random files of 4 KiB in 100 directories."""
     small = fresh(root + "/small")
     for d in range(100):
         os.makedirs(f"{small}/d{d:02}")
         for i in range(100):
             with open(f"{small}/d{d:02}/f{i:03}.bin", "wb") as f:
                 f.write(os.urandom(4096))
-    return big, small
+    return small
+
+
+def small_only(ferry, runs):
+    """--only small: the 10,000-file rows over HTTP and HTTPS, and the real tree on disk."""
+    www = fresh(BASE + "/www")
+    small = make_small(www)
+    subprocess.run([ferry, "manifest", "build", small, "--quiet"], check=True)
+    return small_file_sections(ferry, runs, www, BASE + "/out") + [real_tree_section(ferry, runs)]
 
 
 def push_sections(ferry, runs):
@@ -743,8 +756,16 @@ def agent_at_rest(ferry, cfg, seconds=20, settle_timeout=900, files="10,000", no
     return (c1 - c0) * 1000 / n, rss, n1 - n0, files, note
 
 
+def per_file_cpu(table, files):
+    """A note with ferry's CPU per file beside each other tool's."""
+    parts = [f"{tool}: {values[2] * 1e6 / files:.0f} µs" for tool, values in table.items() if len(values) > 2]
+    return "CPU a file (user + system, every thread, median): " + "; ".join(parts) + "."
+
+
 def median_table(results):
-    return {tool: (statistics.median(w for w, _ in runs), max(r for _, r in runs)) for tool, runs in results.items()}
+    """(median wall, peak RSS, median CPU) of each tool's runs."""
+    return {tool: (statistics.median(w for w, _, _ in runs), max(r for _, r, _ in runs), statistics.median(c for _, _, c in runs))
+            for tool, runs in results.items()}
 
 
 def measure(name, tools, runs, warmup=True):
@@ -757,11 +778,67 @@ def measure(name, tools, runs, warmup=True):
         for label, prepare, command in tools:
             if prepare:
                 prepare()
-            wall, rss, code, _ = run(command())
+            wall, rss, code, cpu = run(command())
             if code == 0 and r > 0:
-                results[label].append((wall, rss))
-            print(f"  run {r} {label:28s} {wall:7.3f}s {rss:7.1f} MiB{' (warm-up)' if r == 0 else ''}", file=sys.stderr)
+                results[label].append((wall, rss, cpu))
+            print(f"  run {r} {label:28s} {wall:7.3f}s {rss:7.1f} MiB {cpu:6.2f}s CPU{' (warm-up)' if r == 0 else ''}", file=sys.stderr)
     return median_table({k: v for k, v in results.items() if v})
+
+
+def small_file_sections(ferry, runs, www, out):
+    """10,000 × 4 KiB files (`www`/small, with its manifest) over HTTP and over HTTPS with HTTP/2,
+    ferry beside curl --parallel, rclone, aria2c and wget, each into a fresh `out`."""
+    nginx = Nginx(www)
+    url = nginx.url
+    sections = []
+    # ---- 10,000 × 4 KiB
+    curl_cfg = BASE + "/curl-small.cfg"
+    with open(curl_cfg, "w") as f:
+        for d in range(100):
+            for i in range(100):
+                f.write(f'url = "{url}small/d{d:02}/f{i:03}.bin"\noutput = "{out}/curl/d{d:02}/f{i:03}.bin"\n')
+    aria_list = BASE + "/aria2-small.txt"
+    with open(aria_list, "w") as f:
+        for d in range(100):
+            for i in range(100):
+                f.write(f"{url}small/d{d:02}/f{i:03}.bin\n  out=d{d:02}/f{i:03}.bin\n")
+    scfg = BASE + "/ferry-small.conf"
+    tools = [
+        ("ferry sync now (16)", lambda: (fresh(out), ferry_config(scfg, url + "small/", out + "/ferry", out + "/ferry-state", 16)),
+         lambda: [ferry, "sync", "now", "--config", scfg, "--quiet"]),
+        ("curl --parallel (16)", lambda: fresh(out), lambda: ["curl", "-sf", "--parallel", "--parallel-max", "16", "--create-dirs", "-K", curl_cfg]),
+        ("rclone copy --transfers 16", lambda: fresh(out), lambda: ["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone",
+                                                                     "--http-url", url + "small/", "--transfers", "16", "--exclude", "manifest.json"]),
+        ("aria2c -j16", lambda: fresh(out), lambda: ["aria2c", "-q", "-j16", "--file-allocation=none", "-d", out + "/aria2", "-i", aria_list]),
+        ("wget -r", lambda: fresh(out), lambda: ["wget", "-q", "-r", "-np", "-nH", "--cut-dirs=1", "-P", out + "/wget", url + "small/"]),
+    ]
+    table = measure("10,000 × 4 KiB", tools, runs)
+    sections.append(("10,000 × 4 KiB files", table, "curl --parallel (16)", 1.0,
+                     "wall ≤ 1.0 × curl --parallel --parallel-max 16; ferry's CPU ≤ 0.5 s", per_file_cpu(table, 10000)))
+
+    nginx.stop()
+
+    # ---- 10,000 × 4 KiB over HTTPS with HTTP/2, private CA
+    ca, cert, key = private_ca(BASE + "/tls")
+    tls = Nginx(www, tls=(cert, key))
+    turl = tls.url
+    tls_curl_cfg = BASE + "/curl-small-tls.cfg"
+    open(tls_curl_cfg, "w").write(open(curl_cfg).read().replace(url, turl))
+    tcfg = BASE + "/ferry-small-tls.conf"
+    tools = [
+        ("ferry sync now (16)", lambda: (fresh(out), ferry_config(tcfg, turl + "small/", out + "/ferry", out + "/ferry-state", 16, f"ca-file = {ca}\n")),
+         lambda: [ferry, "sync", "now", "--config", tcfg, "--quiet"]),
+        ("curl --parallel --http2 (16)", lambda: fresh(out),
+         lambda: ["curl", "-sf", "--http2", "--cacert", ca, "--parallel", "--parallel-max", "16", "--create-dirs", "-K", tls_curl_cfg]),
+        ("rclone copy --transfers 16", lambda: fresh(out), lambda: ["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone", "--ca-cert", ca,
+                                                                     "--http-url", turl + "small/", "--transfers", "16", "--exclude", "manifest.json"]),
+    ]
+    table = measure("10,000 × 4 KiB over HTTPS", tools, runs)
+    sections.append(("10,000 × 4 KiB files over HTTPS (HTTP/2, private CA)", table,
+                     "curl --parallel --http2 (16)", 1.2, "wall ≤ 1.2 × curl --parallel --http2", per_file_cpu(table, 10000)))
+    tls.stop()
+
+    return sections
 
 
 def main():
@@ -769,14 +846,14 @@ def main():
     ap.add_argument("--ferry", required=True)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--output", required=True)
-    ap.add_argument("--only", choices=["push", "s3", "formats", "generations"], help="measure these sections alone and replace them in the existing report")
+    ap.add_argument("--only", choices=["push", "s3", "formats", "generations", "realtree", "small"], help="measure these sections alone and replace them in the existing report")
     a = ap.parse_args()
     ferry = a.ferry
     shutil.rmtree(BASE, ignore_errors=True)
     if a.only:
         os.makedirs(BASE, exist_ok=True)
         merge_report(a.output, {"push": push_sections, "s3": s3_sections, "formats": format_sections,
-                                 "generations": generations_sections}[a.only](ferry, a.runs), a.runs)
+                                 "generations": generations_sections, "realtree": lambda f, r: [real_tree_section(f, r)], "small": small_only}[a.only](ferry, a.runs), a.runs)
         shutil.rmtree(BASE, ignore_errors=True)
         return
     www = fresh(BASE + "/www")
@@ -810,31 +887,8 @@ def main():
     ]
     sections.append(("1 GiB file", measure("1 GiB download", tools, a.runs), "curl -o", 0.8, "wall ≤ 0.8 × curl -o; peak RSS ≤ 64 MiB"))
 
-    # ---- 10,000 × 4 KiB
-    curl_cfg = BASE + "/curl-small.cfg"
-    with open(curl_cfg, "w") as f:
-        for d in range(100):
-            for i in range(100):
-                f.write(f'url = "{url}small/d{d:02}/f{i:03}.bin"\noutput = "{out}/curl/d{d:02}/f{i:03}.bin"\n')
-    aria_list = BASE + "/aria2-small.txt"
-    with open(aria_list, "w") as f:
-        for d in range(100):
-            for i in range(100):
-                f.write(f"{url}small/d{d:02}/f{i:03}.bin\n  out=d{d:02}/f{i:03}.bin\n")
-    scfg = BASE + "/ferry-small.conf"
-    tools = [
-        ("ferry sync now (16)", lambda: (fresh(out), ferry_config(scfg, url + "small/", out + "/ferry", out + "/ferry-state", 16)),
-         lambda: [ferry, "sync", "now", "--config", scfg, "--quiet"]),
-        ("curl --parallel (16)", lambda: fresh(out), lambda: ["curl", "-sf", "--parallel", "--parallel-max", "16", "--create-dirs", "-K", curl_cfg]),
-        ("rclone copy --transfers 16", lambda: fresh(out), lambda: ["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone",
-                                                                     "--http-url", url + "small/", "--transfers", "16", "--exclude", "manifest.json"]),
-        ("aria2c -j16", lambda: fresh(out), lambda: ["aria2c", "-q", "-j16", "--file-allocation=none", "-d", out + "/aria2", "-i", aria_list]),
-        ("wget -r", lambda: fresh(out), lambda: ["wget", "-q", "-r", "-np", "-nH", "--cut-dirs=1", "-P", out + "/wget", url + "small/"]),
-    ]
-    sections.append(("10,000 × 4 KiB files", measure("10,000 × 4 KiB", tools, a.runs), "rclone copy --transfers 16", 0.6,
-                     "wall ≤ 0.6 × rclone copy --transfers 16; ≤ 1.2 × curl --parallel"))
-
     # ---- unchanged 10,000-file tree
+    scfg = BASE + "/ferry-small.conf"
     fresh(out)
     ferry_config(scfg, url + "small/", out + "/ferry", out + "/ferry-state", 16)
     subprocess.run([ferry, "sync", "now", "--config", scfg, "--quiet"], check=True)
@@ -859,29 +913,16 @@ def main():
 
     nginx.stop()
 
-    # ---- 10,000 × 4 KiB over HTTPS with HTTP/2, private CA
-    ca, cert, key = private_ca(BASE + "/tls")
-    tls = Nginx(www, tls=(cert, key))
-    turl = tls.url
-    tls_curl_cfg = BASE + "/curl-small-tls.cfg"
-    open(tls_curl_cfg, "w").write(open(curl_cfg).read().replace(url, turl))
-    tcfg = BASE + "/ferry-small-tls.conf"
-    tools = [
-        ("ferry sync now (16)", lambda: (fresh(out), ferry_config(tcfg, turl + "small/", out + "/ferry", out + "/ferry-state", 16, f"ca-file = {ca}\n")),
-         lambda: [ferry, "sync", "now", "--config", tcfg, "--quiet"]),
-        ("curl --parallel --http2 (16)", lambda: fresh(out),
-         lambda: ["curl", "-sf", "--http2", "--cacert", ca, "--parallel", "--parallel-max", "16", "--create-dirs", "-K", tls_curl_cfg]),
-        ("rclone copy --transfers 16", lambda: fresh(out), lambda: ["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone", "--ca-cert", ca,
-                                                                     "--http-url", turl + "small/", "--transfers", "16", "--exclude", "manifest.json"]),
-    ]
-    sections.append(("10,000 × 4 KiB files over HTTPS (HTTP/2, private CA)", measure("10,000 × 4 KiB over HTTPS", tools, a.runs),
-                     "rclone copy --transfers 16", 0.6, "wall ≤ 0.6 × rclone copy --transfers 16; ≤ 1.2 × curl --parallel --http2"))
-    tls.stop()
+    # ---- 10,000 × 4 KiB over HTTP and HTTPS
+    sections += small_file_sections(ferry, a.runs, www, out)
+
+    # ---- a real tree, cold, on disk
+    sections.append(real_tree_section(ferry, a.runs))
 
     # ---- 1,000,000-entry manifest, one file changed
     million, million_at_rest = million_entries(ferry, min(a.runs, 3))
-    sections.append(("1,000,000-entry manifest, one file changed", million, ("absolute", 5.0, 512),
-                     None, "wall ≤ 5 s and peak RSS ≤ 512 MiB for a run that changes one file (and for a 304 run)"))
+    sections.append(("1,000,000-entry manifest, one file changed", million, ("absolute", 3.0, 256),
+                     None, "wall ≤ 3 s and peak RSS ≤ 256 MiB for a run that changes one file (and for a 304 run)"))
     sections += format_sections(ferry, a.runs)
     sections += generations_sections(ferry, a.runs)
     sections.append(("ferry agent at rest, 1,000,000-file session", million_at_rest, "at-rest", None,
@@ -901,6 +942,53 @@ def main():
         versions[tool] = ((p.stdout or p.stderr).splitlines() or ["?"])[0]
     write_report(a.output, sections, a.runs, versions)
     shutil.rmtree(BASE, ignore_errors=True)
+
+
+REAL_TREE_SOURCES = ["/usr/share/doc", "/usr/share/locale", "/usr/lib/python3.11"]
+
+
+def real_tree_section(ferry, runs):
+    """A tree nobody here wrote (this machine's documentation, locales and Python library: small
+    and mid-sized files, symlinks, odd names), served by nginx from tmpfs and mirrored cold into a
+    directory on the machine's disk (ext4 under /var/tmp), where every fsync reaches the device."""
+    www = fresh(BASE + "/www-real")
+    tree = www + "/real"
+    os.makedirs(tree)
+    for source in REAL_TREE_SOURCES:
+        if os.path.isdir(source):
+            subprocess.run(["cp", "-a", source, tree + "/" + source.strip("/").replace("/", "_")], check=True)
+    # Links whose target is not in the copy would be errors for a tool that lists the server's pages.
+    subprocess.run(["find", tree, "-xtype", "l", "-delete"], check=True)
+    files = int(subprocess.run(["sh", "-c", f"find {tree} -type f | wc -l"], capture_output=True, text=True).stdout)
+    mib = int(subprocess.run(["du", "-sm", tree], capture_output=True, text=True).stdout.split()[0])
+    subprocess.run([ferry, "manifest", "build", tree, "--quiet"], check=True)
+    disk = "/var/tmp/ferry-bench-disk"
+    out = disk + "/out"
+    nginx = Nginx(www)
+    cfg = BASE + "/ferry-real.conf"
+
+    def clean():
+        fresh(out)
+        subprocess.run(["sync"], check=True)  # the last run's writeback is not this run's cost
+
+    tools = [
+        ("ferry sync now (16)", lambda: (clean(), ferry_config(cfg, nginx.url + "real/", out + "/ferry", out + "/ferry-state", 16)),
+         lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"]),
+        ("rclone copy --transfers 16", clean, lambda: ["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone", "--http-url",
+                                                       nginx.url + "real/", "--transfers", "16", "--exclude", "manifest.json", "--exclude", ".ferry/**"]),
+        ("cp -a, then sync (floor)", clean, lambda: ["sh", "-c", f"cp -a {tree} {out}/cp && sync"]),
+    ]
+    table = measure(f"real tree, {files:,} files, {mib} MiB, cold on disk", tools, runs)
+    nginx.stop()
+    shutil.rmtree(www, ignore_errors=True)
+    shutil.rmtree(disk, ignore_errors=True)
+    note = (f"The tree: {', '.join(REAL_TREE_SOURCES)} as this machine has them ({files:,} files, {mib} MiB on tmpfs, symlinks kept; "
+            "rclone fetches what a link points to, as the server sends it, and verifies nothing). Output on ext4 (`/var/tmp`). "
+            "ferry syncs the data of each group of up to 256 verified files at once (one syncfs), then renames them into place; "
+            "that writeback is ferry's own system time, where rclone leaves its dirty pages to the kernel (each round here begins "
+            "with a `sync`, untimed, so no tool pays for another's). With an fsync per file (before grouping) ferry took 9.29 s "
+            "here, 1.54 × rclone.")
+    return ("real tree, cold, on disk", table, "rclone copy --transfers 16", 1.2, "wall ≤ 1.2 × rclone copy --transfers 16", note)
 
 
 def kill_and_resume(ferry, www, out, big_sha, runs):
@@ -1049,15 +1137,16 @@ def write_report(path, sections, runs, versions):
         store = any(len(v) == 4 for v in table.values())
         cores = os.cpu_count()
         lines += [f"## {title}", "", f"Target: {target_text}.", "",
-                  "| tool | median wall | peak RSS | ferry ÷ tool |" + (f" tool CPU | store CPU (weed) | CPU floor ({cores} cores) |" if store else ""),
-                  "|---|---:|---:|---:|" + ("---:|---:|---:|" if store else "")]
+                  "| tool | median wall | peak RSS | ferry ÷ tool |" + (f" tool CPU | store CPU (weed) | CPU floor ({cores} cores) |" if store else " median CPU (user + system) |"),
+                  "|---|---:|---:|---:|" + ("---:|---:|---:|" if store else "---:|")]
         ferry_label = next(k for k in table if k.startswith("ferry"))
         fw, frss = table[ferry_label][:2]
         for tool, values in table.items():
             w, rss = values[:2]
             ratio = "—" if tool.startswith("ferry") else f"{fw / w:.2f}"
             lines.append(f"| {tool} | {w:.3f} s | {rss:.1f} MiB | {ratio} |" +
-                         (f" {values[3]:.2f} s | {values[2]:.2f} s | {(values[2] + values[3]) / cores:.2f} s |" if store else ""))
+                         (f" {values[3]:.2f} s | {values[2]:.2f} s | {(values[2] + values[3]) / cores:.2f} s |" if store else
+                          f" {values[2]:.2f} s |" if len(values) > 2 else " — |"))
         if isinstance(reference, tuple):
             _, wall, rss = reference
             for tool, values in table.items():

@@ -103,7 +103,7 @@ struct RemoteConformanceTests {
         func download(_ entry: ManifestEntry, resumeFrom prefix: Data = Data(), validator: String? = nil) throws
             -> (outcome: String, download: Download, bytes: Data) {
             let fd = partial(prefix)
-            let download = try remote.download(task: task(), entry: entry, from: entry.path, reason: .missing, into: fd,
+            let download = try remote.download(task: task(), entry: entry, from: entry.path, reason: .missing, into: PartialFile(fd: fd, length: Int64(prefix.count)),
                                                resumeFrom: Int64(prefix.count), validator: validator)
             let engine = try! TransferEngine(concurrency: 2)
             defer { engine.shutdown() }

@@ -57,7 +57,7 @@ final class SyncReporter: EventSink {
 
     /// `--quiet`: errors only — failed files, and why a run did not end in sync.
     private func quiet(_ event: Event) {
-        let s = Printable.name(event.session)
+        var s: String { Printable.name(event.session) }  // most events print nothing here
         switch event.body {
         case let .fileFailed(path, error):
             Console.err("ferry: \(s): \(Printable.name(path.string)): \(error)")
@@ -79,7 +79,7 @@ final class SyncReporter: EventSink {
     }
 
     private func human(_ event: Event) {
-        let s = Printable.name(event.session)
+        var s: String { Printable.name(event.session) }
         func name(_ p: RelativePath) -> String { Printable.name(p.string) }
         switch event.body {
         case let .manifestFetched(_, _, _, unchanged, _, _) where unchanged && agentLog && level < .debug:

@@ -151,20 +151,33 @@ public struct Event: Sendable {
         }
     }
 
-    public var json: String {
-        var out = "{\"time\":\""
-        out.reserveCapacity(192)
-        out += time.rfc3339
-        out += "\""
-        func raw(_ k: String, _ v: String) {
-            out += ",\""
-            out += k
-            out += "\":"
-            out += v
+    /// The event as one line of JSON (no newline), the `--json` form and the event log's.
+    public var json: String { String(decoding: jsonBytes(), as: UTF8.self) }
+
+    /// `json` as UTF-8 bytes, written straight into a buffer (the event log takes every file's
+    /// events this way: no intermediate strings).
+    public func jsonBytes() -> [UInt8] {
+        var out: [UInt8] = []
+        appendJSON(to: &out)
+        return out
+    }
+
+    /// Appends `json` to `out`.
+    public func appendJSON(to out: inout [UInt8]) {
+        out.append(contentsOf: "{\"time\":\"".utf8)
+        time.appendRFC3339(to: &out)
+        out.append(UInt8(ascii: "\""))
+        func key(_ k: StaticString) {
+            out.append(UInt8(ascii: ","))
+            out.append(UInt8(ascii: "\""))
+            k.withUTF8Buffer { out.append(contentsOf: $0) }
+            out.append(UInt8(ascii: "\""))
+            out.append(UInt8(ascii: ":"))
         }
-        func s(_ k: String, _ v: String) { raw(k, JSONText.quote(v)) }
-        func n(_ k: String, _ v: Int64) { raw(k, String(v)) }
-        func b(_ k: String, _ v: Bool) { raw(k, v ? "true" : "false") }
+        func raw(_ k: StaticString, _ v: String) { key(k); out.append(contentsOf: v.utf8) }
+        func s(_ k: StaticString, _ v: String) { key(k); JSONText.appendQuoted(v, to: &out) }
+        func n(_ k: StaticString, _ v: Int64) { key(k); JSONText.appendInteger(v, to: &out) }
+        func b(_ k: StaticString, _ v: Bool) { key(k); out.append(contentsOf: (v ? "true" : "false").utf8) }
         s("session", session); s("event", name)
         switch body {
         case let .syncStarted(direction, dryRun):
@@ -240,8 +253,7 @@ public struct Event: Sendable {
             if let hint { s("hint", hint) }
             if dryRun { b("dry_run", true) }
         }
-        out += "}"
-        return out
+        out.append(UInt8(ascii: "}"))
     }
 }
 

@@ -81,69 +81,90 @@ public struct Timestamp: Hashable, Comparable, Sendable {
     }
 
     init?(httpDateBytes b: UnsafeBufferPointer<UInt8>) {
-        // Six fields split on spaces: weekday, day, month, year, hh:mm:ss, GMT.
-        var fields: [Range<Int>] = []
-        fields.reserveCapacity(6)
+        // Six fields split on spaces: weekday, day, month, year, hh:mm:ss, GMT. Every response
+        // carries two dates, so this allocates nothing.
+        var starts = SIMD8<Int>(), ends = SIMD8<Int>()
+        var count = 0
         var i = 0
         while i < b.count {
             if b[i] == UInt8(ascii: " ") { i += 1; continue }
             let start = i
             while i < b.count, b[i] != UInt8(ascii: " ") { i += 1 }
-            guard fields.count < 6 else { return nil }
-            fields.append(start..<i)
+            guard count < 6 else { return nil }
+            starts[count] = start
+            ends[count] = i
+            count += 1
         }
-        func field(_ n: Int) -> UnsafeBufferPointer<UInt8> { UnsafeBufferPointer(rebasing: b[fields[n]]) }
-        guard fields.count == 6, field(5).elementsEqual("GMT".utf8), (1...2).contains(field(1).count),
-              field(2).count == 3, field(3).count == 4, field(4).count == 8 else { return nil }
-        let months = "JanFebMarAprMayJunJulAugSepOctNovDec".utf8
-        guard let month = (0..<12).first(where: { months.dropFirst($0 * 3).prefix(3).elementsEqual(field(2)) }) else { return nil }
+        guard count == 6 else { return nil }
+        let day = starts[1]..<ends[1], month = starts[2]..<ends[2], year = starts[3]..<ends[3], time = starts[4]..<ends[4], zone = starts[5]
+        guard ends[5] - zone == 3, b[zone] == UInt8(ascii: "G"), b[zone + 1] == UInt8(ascii: "M"), b[zone + 2] == UInt8(ascii: "T"),
+              (1...2).contains(day.count), month.count == 3, year.count == 4, time.count == 8 else { return nil }
+        let months: StaticString = "JanFebMarAprMayJunJulAugSepOctNovDec"
+        let number = months.withUTF8Buffer { names in
+            (0..<12).first { k in (0..<3).allSatisfy { names[k * 3 + $0] == b[month.lowerBound + $0] } }
+        }
+        guard let number else { return nil }
         // Rewritten as RFC 3339 so that one parser checks every range.
-        var text: [UInt8] = []
-        text.reserveCapacity(20)
-        text += field(3)
-        text += [UInt8(ascii: "-"), UInt8(ascii: "0") + UInt8((month + 1) / 10), UInt8(ascii: "0") + UInt8((month + 1) % 10), UInt8(ascii: "-")]
-        if field(1).count == 1 { text.append(UInt8(ascii: "0")) }
-        text += field(1)
-        text.append(UInt8(ascii: "T"))
-        text += field(4)
-        text.append(UInt8(ascii: "Z"))
-        guard let parsed = text.withUnsafeBufferPointer({ Timestamp(rfc3339Bytes: $0) }) else { return nil }
+        let parsed: Timestamp? = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 20) { text in
+            var n = 0
+            func put(_ c: UInt8) { text[n] = c; n += 1 }
+            for k in year { put(b[k]) }
+            put(UInt8(ascii: "-")); put(UInt8(ascii: "0") + UInt8((number + 1) / 10)); put(UInt8(ascii: "0") + UInt8((number + 1) % 10)); put(UInt8(ascii: "-"))
+            if day.count == 1 { put(UInt8(ascii: "0")) }
+            for k in day { put(b[k]) }
+            put(UInt8(ascii: "T"))
+            for k in time { put(b[k]) }
+            put(UInt8(ascii: "Z"))
+            return Timestamp(rfc3339Bytes: UnsafeBufferPointer(text))
+        }
+        guard let parsed else { return nil }
         self = parsed
     }
 
     /// `2026-11-20T08:00:00Z`, with fractional seconds only when there are some.
     public var rfc3339: String {
+        String(unsafeUninitializedCapacity: 48) { writeRFC3339(into: $0) }
+    }
+
+    /// Appends `rfc3339`'s bytes to `out`.
+    public func appendRFC3339(to out: inout [UInt8]) {
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 48) { buf in
+            let n = writeRFC3339(into: buf)
+            out.append(contentsOf: UnsafeBufferPointer(rebasing: buf[..<n]))
+        }
+    }
+
+    /// Writes `rfc3339` into `buf` (48 bytes hold any year); returns how many bytes it took.
+    private func writeRFC3339(into buf: UnsafeMutableBufferPointer<UInt8>) -> Int {
         let days = seconds >= 0 ? seconds / 86400 : (seconds - 86399) / 86400
         let rem = seconds - days * 86400
         let (y, m, d) = Timestamp.civilFromDays(days)
-        return String(unsafeUninitializedCapacity: 48) { buf in
-            var n = 0
-            func put(_ v: Int64, _ width: Int) {
-                var v = v
-                for k in stride(from: width - 1, through: 0, by: -1) {
-                    buf[n + k] = UInt8(ascii: "0") + UInt8(v % 10)
-                    v /= 10
-                }
-                n += width
+        var n = 0
+        func put(_ v: Int64, _ width: Int) {
+            var v = v
+            for k in stride(from: width - 1, through: 0, by: -1) {
+                buf[n + k] = UInt8(ascii: "0") + UInt8(v % 10)
+                v /= 10
             }
-            func put(_ c: Unicode.Scalar) { buf[n] = UInt8(ascii: c); n += 1 }
-            if (0...9999).contains(y) {
-                put(y, 4)
-            } else {
-                // A year RFC 3339 cannot hold (a file's mtime can be anything): written in full, with its sign.
-                for c in String(y).utf8 { buf[n] = c; n += 1 }
-            }
-            put("-"); put(m, 2); put("-"); put(d, 2); put("T")
-            put(rem / 3600, 2); put(":"); put((rem % 3600) / 60, 2); put(":"); put(rem % 60, 2)
-            if nanoseconds > 0 {
-                put(".")
-                var frac = Int64(nanoseconds), width = 9
-                while frac % 10 == 0 { frac /= 10; width -= 1 }
-                put(frac, width)
-            }
-            put("Z")
-            return n
+            n += width
         }
+        func put(_ c: Unicode.Scalar) { buf[n] = UInt8(ascii: c); n += 1 }
+        if (0...9999).contains(y) {
+            put(y, 4)
+        } else {
+            // A year RFC 3339 cannot hold (a file's mtime can be anything): written in full, with its sign.
+            for c in String(y).utf8 { buf[n] = c; n += 1 }
+        }
+        put("-"); put(m, 2); put("-"); put(d, 2); put("T")
+        put(rem / 3600, 2); put(":"); put((rem % 3600) / 60, 2); put(":"); put(rem % 60, 2)
+        if nanoseconds > 0 {
+            put(".")
+            var frac = Int64(nanoseconds), width = 9
+            while frac % 10 == 0 { frac /= 10; width -= 1 }
+            put(frac, width)
+        }
+        put("Z")
+        return n
     }
 
     /// Whether RFC 3339 can write a time of `seconds` (the years 0000–9999), as a manifest carries it.

@@ -319,35 +319,58 @@ public struct JSONReader: ~Copyable {
 /// exact name, and JSON shown on a terminal cannot reorder or hide what follows.
 public enum JSONText {
     public static func quote(_ s: String) -> String {
+        var out: [UInt8] = []
+        appendQuoted(s, to: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Appends `s` as a JSON string, quotes included: control characters, DEL and invisible
+    /// characters (`Printable.isHidden`) escaped as `\uXXXX`.
+    public static func appendQuoted(_ s: String, to out: inout [UInt8]) {
+        out.append(UInt8(ascii: "\""))
         // Most text (paths, messages) is printable ASCII with nothing to escape: copied whole.
         if s.utf8.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) {
-            var out = "\""
-            out.reserveCapacity(s.utf8.count + 2)
-            out += s
-            out += "\""
-            return out
+            out.append(contentsOf: s.utf8)
+            out.append(UInt8(ascii: "\""))
+            return
         }
-        var out = "\""
-        out.reserveCapacity(s.utf8.count + 2)
+        let hex = Array("0123456789abcdef".utf8)
         for scalar in s.unicodeScalars {
             switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
+            case "\"": out += [UInt8(ascii: "\\"), UInt8(ascii: "\"")]
+            case "\\": out += [UInt8(ascii: "\\"), UInt8(ascii: "\\")]
+            case "\n": out += [UInt8(ascii: "\\"), UInt8(ascii: "n")]
+            case "\r": out += [UInt8(ascii: "\\"), UInt8(ascii: "r")]
+            case "\t": out += [UInt8(ascii: "\\"), UInt8(ascii: "t")]
             default:
                 if scalar.value < 0x20 || scalar.value == 0x7F || Printable.isHidden(scalar.value) {
                     // Outside the BMP (tag characters), JSON writes the UTF-16 surrogate pair.
-                    for unit in String(scalar).utf16 {
-                        let h = String(unit, radix: 16)
-                        out += "\\u" + String(repeating: "0", count: 4 - h.count) + h
+                    for unit in UTF16.encode(scalar)! {
+                        out += [UInt8(ascii: "\\"), UInt8(ascii: "u")]
+                        for shift in stride(from: 12, through: 0, by: -4) { out.append(hex[Int((unit >> UInt16(shift)) & 0xF)]) }
                     }
                 } else {
-                    out.unicodeScalars.append(scalar)
+                    out.append(contentsOf: UTF8.encode(scalar)!)
                 }
             }
         }
-        return out + "\""
+        out.append(UInt8(ascii: "\""))
+    }
+
+    /// Appends `v` in decimal.
+    public static func appendInteger(_ v: Int64, to out: inout [UInt8]) {
+        if v < 0 { out.append(UInt8(ascii: "-")) }
+        var magnitude = v.magnitude
+        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
+                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        var count = 0
+        withUnsafeMutableBytes(of: &digits) { d in
+            repeat {
+                d[19 - count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
+                magnitude /= 10
+                count += 1
+            } while magnitude > 0
+            out.append(contentsOf: d[(20 - count)...])
+        }
     }
 }

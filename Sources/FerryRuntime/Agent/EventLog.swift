@@ -33,9 +33,9 @@ public final class EventLog: EventSink {
 
     public func event(_ event: Event) {
         let key = event.session.isEmpty ? EventLog.agentFile : event.session
-        pending[key, default: []].append(contentsOf: event.json.utf8)
-        pending[key]!.append(UInt8(ascii: "\n"))
-        pendingBytes += event.json.utf8.count + 1
+        let before = pending[key]?.count ?? 0
+        pending[key, default: []].appendLine(event)
+        pendingBytes += pending[key]!.count - before
         if case .syncFinished = event.body {
             flush()
         } else if pendingBytes >= 64 << 10 || MonotonicClock.seconds() - lastFlush >= 0.25 {
@@ -153,5 +153,12 @@ public final class EventLogReader {
     private static func lines(of path: String) -> [[UInt8]] {
         guard let bytes = try? FileSystem.readFile(path, limit: EventLog.maxFileSize * 2) else { return [] }
         return bytes.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: true).map(Array.init)
+    }
+}
+
+private extension [UInt8] {
+    mutating func appendLine(_ event: Event) {
+        event.appendJSON(to: &self)
+        append(UInt8(ascii: "\n"))
     }
 }

@@ -56,17 +56,16 @@ final class Download: Transfer {
     private var errorBody: [UInt8] = []
 
     /// `resumeFrom` bytes of the partial are already valid (hashed here before any network I/O).
-    init(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, origin: Origin, fd: Int32,
+    init(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, origin: Origin, partial: PartialFile,
          resumeFrom: Int64, validator: String?) throws(FerryError) {
         self.task = task
         self.entry = entry
         self.reason = reason
         self.origin = origin
-        self.fd = fd
+        fd = partial.fd
         let isLocal = origin.isLocal
         var offset = resumeFrom
-        var st = stat()
-        let onDisk = fstat(fd, &st) == 0 ? Int64(st.st_size) : 0
+        let onDisk = partial.length
         if onDisk < offset { offset = 0 }
         // A partial that already holds the manifest's size (a crash after the last byte, a commit
         // that failed) is verified from disk first: no request at all if it is right (rule 4).
@@ -75,11 +74,14 @@ final class Download: Transfer {
         // on disk might belong to another version of the file. A local file is read from the offset
         // (and the whole is verified by hash all the same).
         if !isLocal && validator == nil && offset != entry.size { offset = 0 }
-        if ftruncate(fd, off_t(offset)) != 0 {
-            throw .localIO("cannot truncate the partial file for \(Printable.name(entry.path.string)): \(FileSystem.errorText())")
-        }
-        if lseek(fd, off_t(offset), SEEK_SET) < 0 {
-            throw .localIO("cannot seek in the partial file for \(Printable.name(entry.path.string)): \(FileSystem.errorText())")
+        // An empty partial (a new one, the common case) has nothing to cut, and is written from 0.
+        if onDisk > 0 || offset > 0 {
+            if ftruncate(fd, off_t(offset)) != 0 {
+                throw .localIO("cannot truncate the partial file for \(Printable.name(entry.path.string)): \(FileSystem.errorText())")
+            }
+            if lseek(fd, off_t(offset), SEEK_SET) < 0 {
+                throw .localIO("cannot seek in the partial file for \(Printable.name(entry.path.string)): \(FileSystem.errorText())")
+            }
         }
         if (entry.size ?? Int64.max) >= BackgroundHasher.threshold {
             inlineHasher = nil

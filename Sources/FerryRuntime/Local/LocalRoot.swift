@@ -1,3 +1,4 @@
+import CSystem
 import Glibc
 import FerryCore
 
@@ -437,10 +438,18 @@ public final class LocalRoot {
     /// Opens (creating) the partial file of a task for reading and writing. Anything but a regular
     /// file under its name (a symlink, a FIFO, a directory) is removed without being followed, and
     /// `stray` says what it was: that file then starts again from zero.
-    public func openPartial(taskID: Int64) throws(FerryError) -> (fd: Int32, stray: LocalEntry.Kind?) {
+    public func openPartial(taskID: Int64) throws(FerryError) -> (partial: PartialFile, stray: LocalEntry.Kind?) {
         precondition(role == .local, "a remote's uploads are created with createUpload")
         let staging = try staging()
         let name = LocalRoot.partialName(taskID)
+        let flags = O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC
+        // Most tasks have no partial yet: created exclusively, the new file is known to be a
+        // regular, empty one without a look first.
+        let created = openat(staging, name, flags | O_EXCL, 0o600)
+        if created >= 0 { return (PartialFile(fd: created, length: 0), nil) }
+        guard errno == EEXIST else {
+            throw .localIO("cannot create a partial file in \(Printable.name(path))/\(ownStaging): \(FileSystem.errorText())")
+        }
         var stray: LocalEntry.Kind?
         var st = Glibc.stat()
         if fstatat(staging, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (st.st_mode & S_IFMT) != S_IFREG {
@@ -451,7 +460,7 @@ public final class LocalRoot {
                 throw .localIO("cannot remove the stray \(stray!.rawValue) \(Printable.name(path))/\(ownStaging)/\(name): \(FileSystem.errorText())")
             }
         }
-        let fd = openat(staging, name, O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
+        let fd = openat(staging, name, flags, 0o600)
         guard fd >= 0 else {
             throw .localIO("cannot create a partial file in \(Printable.name(path))/\(ownStaging): \(FileSystem.errorText())")
         }
@@ -459,7 +468,7 @@ public final class LocalRoot {
             close(fd)
             throw .localIO("\(Printable.name(path))/\(ownStaging)/\(name) is not a regular file (something replaced it while ferry worked)")
         }
-        return (fd, stray)
+        return (PartialFile(fd: fd, length: Int64(st.st_size)), stray)
     }
 
     public func removePartial(taskID: Int64) {
@@ -516,19 +525,24 @@ public final class LocalRoot {
         for name in stale { unlinkat(fd, name, 0) }
     }
 
-    /// Puts a verified partial file in place: mode and mtime set, file fsynced, renamed over the
-    /// final path. The directory fsync is deferred to `syncDirectories()` so a batch of files shares
-    /// it; callers mark tasks done only after that. Returns the stat of the file now in place.
-    public func commit(partialFD fd: Int32, taskID: Int64, to relative: RelativePath, mode: UInt32?, mtime: Timestamp?) throws(FerryError) -> LocalEntry {
-        try commit(partialFD: fd, staged: LocalRoot.partialName(taskID), to: relative, mode: mode, mtime: mtime,
-                   lost: { self.removePartial(taskID: taskID) })
-    }
-
-    /// `commit` of the file staged under `staged` in this root's staging directory; `lost` is
-    /// called when its data could not be made durable.
+    /// Puts a verified file staged under `staged` in this root's staging directory in place: mode
+    /// and mtime set, file fsynced, renamed over the final path (`lost` is called when its data
+    /// could not be made durable). The directory fsync is deferred to `syncDirectories()` so a
+    /// batch of files shares it; callers mark tasks done only after that. Returns the stat of the
+    /// file now in place. (A pull commits its files in groups: `setMetadata`, `syncPartials`, `place`.)
     public func commit(partialFD fd: Int32, staged: String, to relative: RelativePath, mode: UInt32?, mtime: Timestamp?,
                        lost: () -> Void) throws(FerryError) -> LocalEntry {
-        boundDirectoryCache()
+        try setMetadata(partialFD: fd, of: relative, mode: mode, mtime: mtime)
+        if fsync(fd) != 0 {
+            let code = errno
+            lost()
+            throw LocalRoot.lostData(display(relative), code)
+        }
+        return try place(staged: staged, at: relative)
+    }
+
+    /// Gives a verified partial file the mode and mtime of its final path (the first step of a commit).
+    public func setMetadata(partialFD fd: Int32, of relative: RelativePath, mode: UInt32?, mtime: Timestamp?) throws(FerryError) {
         if fchmod(fd, mode_t(mode ?? defaultMode)) != 0 {
             throw .localIO("cannot set the mode of \(display(relative)): \(FileSystem.errorText())")
         }
@@ -538,11 +552,44 @@ public final class LocalRoot {
                 throw .localIO("cannot set the mtime of \(display(relative)): \(FileSystem.errorText())")
             }
         }
-        if fsync(fd) != 0 {
-            let code = errno
-            lost()
-            throw .localIO("fsync of the partial file for \(display(relative)) failed (\(FileSystem.errorText(code))); it will be fetched again")
-        }
+    }
+
+    /// Makes a group of partial files durable (data and metadata) before any of them is renamed
+    /// into place: one `syncfs` for the filesystem, which since Linux 5.8 reports a writeback error
+    /// of any file on it; when it reports one (or the kernel is older), each file's own fsync says
+    /// which failed. Returns, by index in `fds`, the errno of each that could not be synced.
+    public func syncPartials(_ fds: [Int32]) -> [Int: Int32] {
+        guard !fds.isEmpty else { return [:] }
+        if fds.count > 1, LocalRoot.syncfsReportsErrors, let staging = try? staging(), ferry_syncfs(staging) == 0 { return [:] }
+        var failed: [Int: Int32] = [:]
+        for (i, fd) in fds.enumerated() where fsync(fd) != 0 { failed[i] = errno }
+        return failed
+    }
+
+    /// Whether `syncfs` returns writeback errors (Linux 5.8 and later; before, it always succeeds).
+    static let syncfsReportsErrors: Bool = {
+        var name = utsname()
+        uname(&name)
+        let release = withUnsafeBytes(of: &name.release) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+        let numbers = release.split(whereSeparator: { !$0.isNumber }).prefix(2).compactMap { Int($0) }
+        guard numbers.count == 2 else { return false }
+        return (numbers[0], numbers[1]) >= (5, 8)
+    }()
+
+    /// The error for a partial file whose data could not be made durable.
+    public static func lostData(_ shown: String, _ code: Int32) -> FerryError {
+        .localIO("fsync of the partial file for \(shown) failed (\(FileSystem.errorText(code))); it will be fetched again")
+    }
+
+    /// Renames the partial file of `taskID`, its data synced, over `relative`.
+    public func place(taskID: Int64, at relative: RelativePath) throws(FerryError) -> LocalEntry {
+        try place(staged: LocalRoot.partialName(taskID), at: relative)
+    }
+
+    /// Renames a staged file whose data is synced over its final path (replacing a directory in
+    /// the way that the plan allowed to go). Returns the stat of the file now in place.
+    private func place(staged: String, at relative: RelativePath) throws(FerryError) -> LocalEntry {
+        boundDirectoryCache()
         let dir = try directoryFD(relative.parent, create: true)
         let name = baseName(relative)
         var renamed = renameat(try staging(), staged, dir, name) == 0
@@ -670,5 +717,17 @@ public final class LocalRoot {
         unsyncedDirectories.remove(relative)
         unsyncedDirectories.insert(relative.parent)
         return true
+    }
+}
+
+/// A download's partial file as it was opened: its descriptor and its length then (an empty one
+/// is written from offset 0, where it was opened).
+public struct PartialFile {
+    public let fd: Int32
+    public let length: Int64
+
+    public init(fd: Int32, length: Int64) {
+        self.fd = fd
+        self.length = length
     }
 }

@@ -9,9 +9,9 @@ protocol Remote: Sendable {
     /// manifest larger than `maximumSize` is refused as soon as that is known.
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch
     /// The transfer that brings `entry`, whose bytes are at `source` under the remote
-    /// (`RemoteLayout.location`), into the partial file `fd`, whose first `resumeFrom` bytes were
-    /// recorded under `validator`.
-    func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into fd: Int32,
+    /// (`RemoteLayout.location`), into `partial`, whose first `resumeFrom` bytes were recorded
+    /// under `validator`.
+    func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into partial: PartialFile,
                   resumeFrom: Int64, validator: String?) throws(FerryError) -> Download
 }
 

@@ -15,6 +15,8 @@ final class ManifestObjects {
     /// false (a dry run): what is fetched is kept in memory only.
     private let keeps: Bool
     private var fetchedInMemory: [SHA256Digest: [UInt8]] = [:]
+    /// Whether the cache directory was made (once per run, not once per object).
+    private var directoryMade = false
     /// Bytes and objects fetched from the remote, and cached objects found damaged.
     private(set) var fetchedBytes: Int64 = 0
     private(set) var fetchedObjects = 0
@@ -78,7 +80,10 @@ final class ManifestObjects {
         guard keeps else { fetchedInMemory[digest] = bytes; return }
         let path = directory + "/" + digest.hex
         if access(path, F_OK) == 0 { return }
-        if (try? FileSystem.makePrivateDirectory(directory)) == nil { return }
+        if !directoryMade {
+            guard (try? FileSystem.makePrivateDirectory(directory)) != nil else { return }
+            directoryMade = true
+        }
         try? FileSystem.writeAtomically(path, bytes: bytes, mode: 0o600, synced: false)
     }
 

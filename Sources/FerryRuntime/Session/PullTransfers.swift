@@ -11,10 +11,14 @@ import FerryCore
 /// reached at all, the task ends the run *waiting for connectivity* (exit 4) rather than failed,
 /// until `resource-timeout` after it was queued.
 ///
-/// Durability order (product.md §6 rule 2): data fsynced with the file → rename → directory
-/// fsynced → task marked done. Finished files are committed in groups (up to 256, or every 0.2 s)
-/// so that 10,000 small files do not cost 10,000 SQLite transactions; a crash inside a group
-/// leaves files in place whose tasks are not yet done, which the next run verifies by hash.
+/// Durability order (product.md §6 rule 2): data synced → rename → directory fsynced → task
+/// marked done. Verified files are committed in groups (up to 256, or every 0.2 s): the group's
+/// data is synced at once (`LocalRoot.syncPartials`: one syncfs rather than an fsync per file,
+/// each a journal commit on a disk), then each file is renamed into place, its directories
+/// fsynced, and the group's tasks marked done in one SQLite transaction. A crash inside a group
+/// leaves verified partials, or files in place whose tasks are not yet done: the next run
+/// verifies either by hash and keeps what is right. No file reaches its final path before its
+/// data is on disk.
 final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     private let root: LocalRoot
     private let remote: Remote
@@ -36,6 +40,8 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
 
     /// Tasks recorded as running; files that finish between two ticks are never marked running.
     private var markedRunning = Set<Int64>()
+    /// Verified downloads, their mode and mtime set, waiting for their group's sync and rename.
+    private var verified: [Download] = []
     private var committed: [(download: Download, cache: CachedHash)] = []
     private var lastFlush = MonotonicClock.seconds()
 
@@ -112,7 +118,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         item.task.attempts += 1
         item.triesThisRun += 1
         let entry = item.download.entry
-        let opened: (fd: Int32, stray: LocalEntry.Kind?)
+        let opened: (partial: PartialFile, stray: LocalEntry.Kind?)
         do { opened = try root.openPartial(taskID: item.task.id) } catch {
             // The directory for partial files cannot be written: every file would fail the same way.
             abort(FerryError(.localIO, error.message,
@@ -121,14 +127,14 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             return nil
         }
         do throws(FerryError) {
-            let (fd, stray) = opened
+            let (partial, stray) = opened
             if let stray {
                 emit(.warning(message: "\(Printable.name(entry.path.string)): its partial file in .ferry/partial was a \(stray.rawValue), not a file; removed it (not followed) and starting this file again"))
                 item.task.bytesDone = 0
                 item.task.validator = nil
             }
             do throws(FerryError) {
-                let download = try remote.download(task: item.task, entry: entry, from: locate(entry), reason: item.download.reason, into: fd,
+                let download = try remote.download(task: item.task, entry: entry, from: locate(entry), reason: item.download.reason, into: partial,
                                                    resumeFrom: item.task.bytesDone, validator: item.task.validator)
                 download.onCheckpoint = { [unowned self] in self.checkpoint($0) }
                 items[item.task.id] = item
@@ -136,7 +142,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                 if download.requestedOffset > 0 { emit(.fileResumed(path: entry.path, offset: download.requestedOffset)) }
                 return download
             } catch {
-                close(fd)
+                close(partial.fd)
                 throw error
             }
         } catch {
@@ -163,7 +169,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         progress.active = active.map { SyncProgress.Active(path: $0.entry.path, done: $0.written, size: $0.entry.size) }
         progress.bytesDone = completedBytes + active.reduce(0) { $0 + $1.written }
         observer.progress(progress)
-        if !committed.isEmpty && MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
+        if !(verified.isEmpty && committed.isEmpty) && MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
     }
 
     private func markRunning(_ downloads: [Download]) {
@@ -184,18 +190,11 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             switch outcome {
             case .succeeded:
                 do throws(FerryError) {
-                    let placed = try root.commit(partialFD: download.fd, taskID: download.task.id, to: path,
-                                                 mode: download.entry.mode, mtime: download.entry.mtime)
-                    items.removeValue(forKey: download.task.id)
-                    let cache = CachedHash(placed, sha256: download.entry.sha256, wanted: download.entry.mtime)
-                    if cache.wantedMtime != nil { unstorableMtimes.append((path, cache)) }
-                    committed.append((download, cache))
+                    try root.setMetadata(partialFD: download.fd, of: path, mode: download.entry.mode, mtime: download.entry.mtime)
+                    verified.append(download)
+                    continue  // closed once its group is placed
                 } catch {
-                    if error.category == .localIO { localIOError = localIOError ?? error.message }
-                    // The partial is verified and complete: keep it so the next run only commits it.
-                    let kept = download.syncData() ? download.written : 0
-                    items.removeValue(forKey: download.task.id)
-                    fail(path, download.task, error.message, bytesDone: kept, validator: download.validator)
+                    keepVerified(download, error)
                 }
             case let .failed(failure):
                 // What came over the network counts, kept or not.
@@ -231,12 +230,50 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             }
             download.close()
         }
-        if committed.count >= 256 || MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
+        if verified.count >= 256 || MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
     }
 
-    /// Makes the committed group durable and marks its tasks done.
+    /// A verified download that could not be placed: its partial is kept (synced) so that the
+    /// next run only commits it, and the file fails with the reason.
+    private func keepVerified(_ download: Download, _ error: FerryError) {
+        if error.category == .localIO { localIOError = localIOError ?? error.message }
+        let kept = download.syncData() ? download.written : 0
+        items.removeValue(forKey: download.task.id)
+        fail(download.entry.path, download.task, error.message, bytesDone: kept, validator: download.validator)
+    }
+
+    /// Syncs the verified group's data at once and renames each file into place.
+    private func place() {
+        guard !verified.isEmpty else { return }
+        let failed = root.syncPartials(verified.map(\.fd))
+        for (i, download) in verified.enumerated() {
+            defer { download.close() }
+            let path = download.entry.path
+            if let code = failed[i] {
+                root.removePartial(taskID: download.task.id)
+                let error = LocalRoot.lostData(Printable.name(session.local + "/" + path.string), code)
+                localIOError = localIOError ?? error.message
+                items.removeValue(forKey: download.task.id)
+                fail(path, download.task, error.message)
+                continue
+            }
+            do throws(FerryError) {
+                let placed = try root.place(taskID: download.task.id, at: path)
+                items.removeValue(forKey: download.task.id)
+                let cache = CachedHash(placed, sha256: download.entry.sha256, wanted: download.entry.mtime)
+                if cache.wantedMtime != nil { unstorableMtimes.append((path, cache)) }
+                committed.append((download, cache))
+            } catch {
+                keepVerified(download, error)
+            }
+        }
+        verified.removeAll(keepingCapacity: true)
+    }
+
+    /// Places the verified group, makes it durable and marks its tasks done.
     override func flush() {
         lastFlush = MonotonicClock.seconds()
+        place()
         guard !committed.isEmpty || root.hasChanges else { return }
         do throws(FerryError) {
             try root.syncDirectories()

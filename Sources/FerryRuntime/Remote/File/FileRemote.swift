@@ -57,9 +57,9 @@ struct FileRemote: Remote, RangeReading {
         return .fetched(bytes: bytes, etag: validator, lastModified: nil)
     }
 
-    func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into fd: Int32,
+    func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into partial: PartialFile,
                   resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
-        try Download(task: task, entry: entry, reason: reason, origin: .file(tree: tree, path: source), fd: fd,
+        try Download(task: task, entry: entry, reason: reason, origin: .file(tree: tree, path: source), partial: partial,
                      resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator)
     }
 

@@ -13,14 +13,14 @@ struct HTTPRemote: Remote, RangeReading {
     /// kept-alive connection, and the collections known to exist.
     let dav = DAVConnection()
 
-    func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into fd: Int32,
+    func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into partial: PartialFile,
                   resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
         let url = base.url(for: source)
         let read = ReadRequest { [settings] offset, validator in
             // A range is resumed under If-Range: a server whose file changed answers 200 with all of it.
             HTTPRequest(url: url, headers: offset > 0 ? validator.map { ["If-Range: \($0)"] } ?? [] : [], settings: settings)
         }
-        return try Download(task: task, entry: entry, reason: reason, origin: .request(read), fd: fd,
+        return try Download(task: task, entry: entry, reason: reason, origin: .request(read), partial: partial,
                             resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator)
     }
 

@@ -77,7 +77,7 @@ struct S3Remote: Remote, RangeReading {
         }
     }
 
-    func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into fd: Int32,
+    func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into partial: PartialFile,
                   resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
         let key = self.key(source.string)
         let read = ReadRequest(build: { offset, validator in
@@ -85,7 +85,7 @@ struct S3Remote: Remote, RangeReading {
         }, explain: { [bucket, region = options.region] status, body in
             S3Errors.explain(status: status, body: body, bucket: bucket, key: key, region: region)?.text
         }, contentETags: true)
-        return try Download(task: task, entry: entry, reason: reason, origin: .request(read), fd: fd,
+        return try Download(task: task, entry: entry, reason: reason, origin: .request(read), partial: partial,
                             resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator)
     }
 }
