@@ -257,8 +257,10 @@ final class EasyHandle: @unchecked Sendable {
         // Credentials go to the configured host only, never to a host a redirect names.
         set(CURLOPT_UNRESTRICTED_AUTH, 0)
         set(CURLOPT_HTTP_VERSION, Int(CURL_HTTP_VERSION_2TLS))
-        // PIPEWAIT off: waiting for a multiplexed connection serializes transfers over HTTP/1.1.
-        set(CURLOPT_PIPEWAIT, 0)
+        // Over HTTPS a transfer waits for a connection being set up that may multiplex (HTTP/2)
+        // rather than opening its own: one TLS handshake instead of one per transfer. Plain HTTP
+        // is HTTP/1.1 here, where waiting would only serialize the transfers.
+        set(CURLOPT_PIPEWAIT, url.prefix(6).lowercased() == "https:" ? 1 : 0)
         set(CURLOPT_TCP_KEEPALIVE, 1)
         set(CURLOPT_CONNECTTIMEOUT_MS, Int(settings.connectTimeout * 1000))
         if let ca = settings.caFile { set(CURLOPT_CAINFO, ca) }
