@@ -129,15 +129,15 @@ struct CrashTests {
         for i in 0..<300 { box.publish("d\(i % 6)/f\(i).bin", randomData(1000 + i * 7, seed: UInt64(i))) }
         box.buildManifest()
         box.configure(remote: server.url)
-        let trace = box.directory + "/strace.txt"
-        let run = runProcess("/usr/bin/strace", ["-f", "-qq", "-o", trace, "-e", "trace=openat,write,pwrite64,close,fsync,fdatasync,syncfs,renameat,renameat2",
+        // The trace comes on strace's stderr (ferry, --quiet, writes nothing there when it succeeds).
+        let run = runProcess("/usr/bin/strace", ["-f", "-qq", "-e", "trace=openat,write,pwrite64,close,fsync,fdatasync,syncfs,renameat,renameat2",
                                                 Harness.ferryBinary, "sync", "now", "--config", box.config, "--quiet"])
-        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(run.exitCode == 0, "\(run.stdout)\(run.stderr.suffix(2000))")
         expectIdentical(box.published, box.local)
 
         // Replays the trace in the order strace saw the calls end (a call one thread began before
         // another's is resumed later): a rename is checked when it begins.
-        let text = try String(contentsOfFile: trace, encoding: .utf8)
+        let text = run.stderr
         var step = 0
         var nameOf: [Int: String] = [:]          // descriptor → partial file name
         var lastWrite: [String: Int] = [:]        // partial → step its last write ended
@@ -156,9 +156,18 @@ struct CrashTests {
         }
         for raw in text.split(separator: "\n") {
             step += 1
-            guard let space = raw.firstIndex(of: " ") else { continue }
-            let pid = String(raw[..<space])
-            var line = String(raw[raw.index(after: space)...])
+            // Each line names its thread as `[pid N] `, `N ` or (the first one) not at all; strace
+            // pads short pids with spaces.
+            var rest = Substring(raw)
+            var pid = "first"
+            if rest.hasPrefix("[pid"), let close = rest.firstIndex(of: "]") {
+                pid = String(rest[..<close])
+                rest = rest[rest.index(after: close)...].drop { $0 == " " }
+            } else if rest.first?.isNumber == true, let space = rest.firstIndex(of: " ") {
+                pid = String(rest[..<space])
+                rest = rest[space...].drop { $0 == " " }
+            }
+            var line = String(rest)
             var resumed = false
             if line.hasPrefix("<... ") {
                 guard let begun = pending.removeValue(forKey: pid), let close = line.range(of: "resumed>") else { continue }
@@ -194,7 +203,8 @@ struct CrashTests {
                 break
             }
         }
-        #expect(renamed == 300, "every file was placed by a rename of its partial (\(renamed))")
+        let renameLines = text.split(separator: "\n").filter { $0.contains("rename") }
+        #expect(renamed == 300, "every file was placed by a rename of its partial (\(renamed)); the trace has \(step) lines, \(renameLines.count) with a rename, the first: \(renameLines.first ?? "none"); its first line: \(text.prefix(300))")
         #expect(syncs < 300, "the partials were synced in groups, not one by one (\(syncs) syncs)")
     }
 

@@ -74,8 +74,9 @@ func runProcess(_ executable: String, _ arguments: [String], environment: [Strin
         status = child.wait(timeout: 10)
         Issue.record("\(executable) \(arguments.joined(separator: " ")) did not finish within \(timeout)s")
     }
-    let out = (try? String(contentsOfFile: dir + "/out", encoding: .utf8)) ?? ""
-    let err = (try? String(contentsOfFile: dir + "/err", encoding: .utf8)) ?? ""
+    // Decoded leniently: a stray byte that is not UTF-8 must not turn the whole output into "".
+    let out = FileManager.default.contents(atPath: dir + "/out").map { String(decoding: $0, as: UTF8.self) } ?? ""
+    let err = FileManager.default.contents(atPath: dir + "/err").map { String(decoding: $0, as: UTF8.self) } ?? ""
     return FerryRun(exitCode: status ?? -1, stdout: out, stderr: err)
 }
 
