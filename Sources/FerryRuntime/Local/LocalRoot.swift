@@ -536,7 +536,7 @@ public final class LocalRoot {
         if fsync(fd) != 0 {
             let code = errno
             lost()
-            throw LocalRoot.lostData(display(relative), code)
+            throw lostData(relative, code)
         }
         return try place(staged: staged, at: relative)
     }
@@ -576,9 +576,9 @@ public final class LocalRoot {
         return (numbers[0], numbers[1]) >= (5, 8)
     }()
 
-    /// The error for a partial file whose data could not be made durable.
-    public static func lostData(_ shown: String, _ code: Int32) -> FerryError {
-        .localIO("fsync of the partial file for \(shown) failed (\(FileSystem.errorText(code))); it will be fetched again")
+    /// The error for the partial file of `relative` whose data could not be made durable.
+    public func lostData(_ relative: RelativePath, _ code: Int32) -> FerryError {
+        .localIO("fsync of the partial file for \(display(relative)) failed (\(FileSystem.errorText(code))); it will be fetched again")
     }
 
     /// Renames the partial file of `taskID`, its data synced, over `relative`.

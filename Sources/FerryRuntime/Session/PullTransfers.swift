@@ -251,7 +251,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             let path = download.entry.path
             if let code = failed[i] {
                 root.removePartial(taskID: download.task.id)
-                let error = LocalRoot.lostData(Printable.name(session.local + "/" + path.string), code)
+                let error = root.lostData(path, code)
                 localIOError = localIOError ?? error.message
                 items.removeValue(forKey: download.task.id)
                 fail(path, download.task, error.message)
