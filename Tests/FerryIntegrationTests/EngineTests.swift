@@ -1,6 +1,7 @@
 import CCurl
 import Dispatch
 import Foundation
+import Synchronization
 import Testing
 @testable import FerryRuntime
 import FerryCore
@@ -25,6 +26,7 @@ struct EngineTests {
         func finish(code: CURLcode, errorText: String?) -> TransferOutcome { .succeeded }
         func step() -> TransferOutcome? {
             if !board.started.contains(name) { board.started.append(name) }
+            if !board.announced.contains(name) { board.unannounced.append(name) }
             board.running.insert(name)
             board.peak = max(board.peak, board.running.count)
             board.seenTogether.formUnion(board.running.count > 1 ? [Set(board.running.map { String($0.prefix(1)) })] : [])
@@ -44,6 +46,11 @@ struct EngineTests {
         var seenTogether = Set<Set<String>>()
         /// Stubs in the order they first ran.
         var started: [String] = []
+        /// Stubs their source was told had started (`TransferSource.started`), and the size of each
+        /// such batch; stubs that ran a step before that.
+        var announced = Set<String>()
+        var batches: [Int] = []
+        var unannounced: [String] = []
     }
 
     final class Source: TransferSource, @unchecked Sendable {
@@ -61,9 +68,17 @@ struct EngineTests {
             self.priority = priority
             pending = (0..<count).map { Stub("\(prefix)\($0)", steps: steps, board: board) }
         }
+        private var handedOut: [String] = []
         func next() -> TransferEngine.Next {
             if MonotonicClock.seconds() < notYetUntil { return .notYet }
-            return pending.isEmpty ? .none : .start(pending.removeFirst())
+            guard !pending.isEmpty else { return .none }
+            handedOut.append(pending[0].name)
+            return .start(pending.removeFirst())
+        }
+        func started() {
+            board.batches.append(handedOut.count)
+            board.announced.formUnion(handedOut)
+            handedOut.removeAll()
         }
         func finished(_ batch: [(Transfer, TransferOutcome)]) {
             for (t, outcome) in batch {
@@ -104,6 +119,40 @@ struct EngineTests {
         engine.run(source)
         #expect(source.outcomes.count == 10 && source.outcomes.values.allSatisfy { $0 == "succeeded" })
         #expect(board.peak == 3)
+    }
+
+    /// A source hears which of its transfers started, in one call per round, before any of them
+    /// runs (a push records them running there, in one transaction).
+    @Test func aSourceHearsOfWhatStartedBeforeItRuns() {
+        let engine = try! TransferEngine(concurrency: 3)
+        let board = Board()
+        let source = Source("a", count: 9, steps: 2, board: board)
+        runTogether(engine, [source])
+        #expect(board.unannounced.isEmpty, "ran before their source heard they started: \(board.unannounced)")
+        #expect(board.announced.count == 9)
+        #expect(board.batches.first == 3, "the first round's three in one call: \(board.batches)")
+        #expect(board.batches.reduce(0, +) == 9 && !board.batches.contains(0))
+    }
+
+    /// Work spread over lanes: every item runs once, on more than one thread; a lane stops at its
+    /// first error, the others go on, and the error is returned.
+    @Test func lanesRunEveryItemAndALaneStopsAtItsError() {
+        let threads = Mutex(Set<UInt>())
+        let (results, error) = Lanes.run(20, lanes: 4, name: "test-lane") { i throws(FerryError) -> Int in
+            threads.withLock { _ = $0.insert(UInt(pthread_self())) }
+            usleep(2000)
+            if i == 6 { throw FerryError(.remote, "item 6 failed") }
+            return i * 10
+        }
+        #expect(error?.message == "item 6 failed")
+        // Lane 2 took 2, 6, 10, 14, 18 and stopped at 6.
+        for i in 0..<20 {
+            let lost = i % 4 == 2 && i >= 6
+            #expect(results[i] == (lost ? nil : i * 10), "item \(i)")
+        }
+        #expect(threads.withLock { $0.count } > 1, "the lanes ran on threads of their own")
+        let none = Lanes.run(0, lanes: 8, name: "test-lane") { i throws(FerryError) -> Int in i }
+        #expect(none.results.isEmpty && none.error == nil)
     }
 
     @Test func sourcesTakeTurns() {

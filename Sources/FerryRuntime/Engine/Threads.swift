@@ -68,3 +68,35 @@ final class BackgroundWork<Value, Failure: Error>: @unchecked Sendable {
         init(_ body: @escaping () throws(Failure) -> Value) { self.body = body }
     }
 }
+
+/// Work on `count` items spread over up to `lanes` threads, the calling one among them, for
+/// requests that each wait on a server (metadata objects fetched or sent): lane k takes items k,
+/// k + lanes, … and stops at its first error. A thread that cannot be had leaves its lane to the
+/// calling thread. Returns each item's result (nil where its lane stopped before it) and the
+/// first error.
+enum Lanes {
+    static func run<T>(_ count: Int, lanes: Int, name: String, _ body: @escaping (Int) throws(FerryError) -> T) -> (results: [T?], error: FerryError?) {
+        let lanes = max(1, min(lanes, count))
+        func lane(_ k: Int) -> ([(Int, T)], FerryError?) {
+            var out: [(Int, T)] = []
+            for i in stride(from: k, to: count, by: lanes) {
+                do throws(FerryError) { out.append((i, try body(i))) } catch { return (out, error) }
+            }
+            return (out, nil)
+        }
+        var results = [T?](repeating: nil, count: count)
+        var firstError: FerryError?
+        func take(_ lane: ([(Int, T)], FerryError?)) {
+            for (i, value) in lane.0 { results[i] = value }
+            if firstError == nil { firstError = lane.1 }
+        }
+        var workers: [BackgroundWork<([(Int, T)], FerryError?), Never>] = []
+        var inline = [0]
+        for k in 1..<lanes {
+            if let w = try? BackgroundWork(name: name, { () -> ([(Int, T)], FerryError?) in lane(k) }) { workers.append(w) } else { inline.append(k) }
+        }
+        for k in inline { take(lane(k)) }
+        for w in workers { take(w.wait()) }
+        return (results, firstError)
+    }
+}

@@ -81,6 +81,9 @@ protocol TransferSource: AnyObject {
     /// About ten times a second, with the source's running transfers (progress, cancel requests,
     /// group commits); also while all of its work waits out a backoff.
     func tick(_ running: [Transfer])
+    /// After the engine started transfers of this source, before any of them sends or receives a
+    /// byte: a source records what it started here, in one go.
+    func started()
     /// True when the source must stop now (a deadline, a signal, a failing store): its running
     /// transfers end as interrupted and it gets no more turns.
     var shouldStop: Bool { get }
@@ -93,6 +96,7 @@ protocol TransferSource: AnyObject {
 }
 
 extension TransferSource {
+    func started() {}
     var priority: Int { 0 }
     var bandwidth: BandwidthSchedule? { nil }
 }

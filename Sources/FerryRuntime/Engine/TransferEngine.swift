@@ -192,6 +192,8 @@ final class TransferEngine: @unchecked Sendable {
             let group = turns.filter { $0.source.priority == priority }
             var cursor = cursors[priority] ?? 0
             var asked = Set<ObjectIdentifier>()
+            var starting: [Turn] = []
+            defer { for turn in starting { turn.source.started() } }
             while active.count < concurrency {
                 var started = false
                 for step in 0..<group.count {
@@ -203,6 +205,7 @@ final class TransferEngine: @unchecked Sendable {
                     case .start(let transfer):
                         start(transfer, for: turn)
                         started = true
+                        if !starting.contains(where: { $0 === turn }) { starting.append(turn) }
                     case .notYet:
                         asked.insert(id)
                     case .none:

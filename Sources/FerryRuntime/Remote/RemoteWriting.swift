@@ -18,6 +18,11 @@ protocol RemoteWriting {
     /// Puts `bytes` at `path` as one object that readers see whole or not at all (the manifest),
     /// if `condition` holds on the remote at that moment.
     func write(_ bytes: [UInt8], at path: RelativePath, condition: WriteCondition) throws(FerryError) -> WriteOutcome
+    /// Puts `bytes` at `path`, the name of an immutable object named by its content (a metadata
+    /// object). Readers check such an object against its name and look for it only once a
+    /// published root names it, and the publisher lists it for collection before it goes, so it
+    /// may be written in place; several threads may write objects at once.
+    func writeObject(_ bytes: [UInt8], at path: RelativePath) throws(FerryError)
     /// Whether `write` holds its condition atomically on the remote (S3's `If-Match` /
     /// `If-None-Match: *`). Where it does not, the session compares just before it writes, which
     /// leaves a window another writer may fall into.
@@ -37,6 +42,10 @@ protocol RemoteWriting {
     /// Gives up an upload in parts the journal recorded (its file changed or is gone), so nothing
     /// is left pending on the remote.
     func abandon(_ upload: JournaledUpload)
+}
+
+extension RemoteWriting {
+    func writeObject(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) { _ = try write(bytes, at: path, condition: .none) }
 }
 
 /// What a write of a small object requires of what the remote holds at its name.

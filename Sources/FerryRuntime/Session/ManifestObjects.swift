@@ -99,29 +99,11 @@ final class ManifestObjects {
 
     /// Fetches objects, up to 8 at once, each checked against its name.
     private static func fetch(_ digests: [SHA256Digest], from remote: Remote, prefix: String, source: String) throws(FerryError) -> [[UInt8]] {
-        let lanes = min(8, digests.count)
-        func run(_ lane: Int) throws(FerryError) -> [(Int, [UInt8])] {
-            var out: [(Int, [UInt8])] = []
-            for i in stride(from: lane, to: digests.count, by: lanes) {
-                out.append((i, try fetchOne(digests[i], from: remote, prefix: prefix, source: source)))
-            }
-            return out
+        let (results, error) = Lanes.run(digests.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) in
+            try fetchOne(digests[i], from: remote, prefix: prefix, source: source)
         }
-        var workers: [BackgroundWork<[(Int, [UInt8])], FerryError>] = []
-        var results = [[UInt8]](repeating: [], count: digests.count)
-        var firstError: FerryError?
-        var inline: [Int] = []
-        for lane in 1..<max(lanes, 1) {
-            if let w = try? BackgroundWork(name: "ferry-meta", { () throws(FerryError) in try run(lane) }) { workers.append(w) } else { inline.append(lane) }
-        }
-        for lane in [0] + inline {
-            do throws(FerryError) { for (i, b) in try run(lane) { results[i] = b } } catch { firstError = firstError ?? error }
-        }
-        for w in workers {
-            do throws(FerryError) { for (i, b) in try w.wait() { results[i] = b } } catch { firstError = firstError ?? error }
-        }
-        if let firstError { throw firstError }
-        return results
+        if let error { throw error }
+        return results.map { $0! }
     }
 
     private static func fetchOne(_ digest: SHA256Digest, from remote: Remote, prefix: String, source: String) throws(FerryError) -> [UInt8] {

@@ -322,11 +322,16 @@ final class PushSync: SessionWork {
         var retired = RetiredObjects(path: manifests.path + ".retired")
         retired.retire(missing.map(\.sha256.hex), now: Timestamp.now())
         try retired.save()
-        for (digest, bytes) in missing {
-            if let reason = options.stop.reason { throw FerryError(.stopped, "\(reason) while sending metadata objects; the manifest was not published") }
-            _ = try writer.write(bytes, at: objectPath(digest.hex), condition: .none)
-            objects.keep(digest, bytes)
+        // Up to 8 at once: each is a small request that waits on the server.
+        let stop = options.stop
+        let paths = missing.map { objectPath($0.sha256.hex) }
+        let (sent, error) = Lanes.run(missing.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) in
+            if let reason = stop.reason { throw FerryError(.stopped, "\(reason) while sending metadata objects; the manifest was not published") }
+            try writer.writeObject(missing[i].bytes, at: paths[i])
+            return true
         }
+        for (i, done) in sent.enumerated() where done == true { objects.keep(missing[i].sha256, missing[i].bytes) }
+        if let error { throw error }
     }
 
     /// After `tree` was published: every object this session placed that it does not name is

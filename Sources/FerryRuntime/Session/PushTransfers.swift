@@ -33,6 +33,8 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     private var running: [ObjectIdentifier: Item] = [:]
     /// The next steps of placements under way, started before any new file (their files are open).
     private var continuing: [(Transfer, Item)] = []
+    /// Files whose first step the engine is starting: recorded running before it runs (`started`).
+    private var starting: [(id: Int64, attempts: Int)] = []
     /// Placed, to be checked on the remote.
     private var toCheck: [Item] = []
     /// Checks running, by where they look (the file's destination).
@@ -136,6 +138,15 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         }
     }
 
+    /// The files started in the engine's last round, recorded running before their first byte
+    /// goes (a run after a crash removes their temporary uploads), in one transaction. A store
+    /// that fails stops the run.
+    override func started() {
+        guard !starting.isEmpty else { return }
+        do throws(FerryError) { try store.markRunning(starting) } catch { storeError = error }
+        starting.removeAll(keepingCapacity: true)
+    }
+
     /// Asks the remote what it holds at the item's final name: a `HEAD` run by the engine, or at once.
     private func startCheck(_ item: Item) -> RemoteProbe? {
         let at = destination(item.entry)
@@ -203,10 +214,6 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
                 throw FerryError(.localIO, "\(Printable.name(localRoot + "/" + item.entry.path.string)) changed after it was hashed (\(changed)); it is hashed and sent again",
                                  cause: .sourceChanged)
             }
-            do { try store.markRunning([(item.task.id, item.task.attempts)]) } catch {
-                close(file)
-                throw error
-            }
             let placement: Placement
             do {
                 placement = try writer.placement(for: LocalUpload(task: item.task, entry: item.entry, destination: destination(item.entry), stat: item.stat,
@@ -227,6 +234,7 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
                 return nil
             }
             running[ObjectIdentifier(first)] = item
+            starting.append((item.task.id, item.task.attempts))
             if item.triesThisRun == 1 { emit(.fileStarted(path: item.entry.path, size: item.entry.size, reason: .missing)) }
             return first
         } catch {

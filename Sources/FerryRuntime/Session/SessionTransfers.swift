@@ -132,6 +132,7 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
     func next() -> TransferEngine.Next { .none }
     func finished(_ batch: [(Transfer, TransferOutcome)]) {}
     func tick(_ running: [Transfer]) {}
+    func started() {}
 
     var shouldStop: Bool {
         if storeError != nil || abort != nil { return true }

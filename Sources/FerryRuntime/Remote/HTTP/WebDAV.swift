@@ -5,7 +5,8 @@ import FerryCore
 
 /// WebDAV, the write side of an `http(s)://` remote: a file is sent with `PUT` to a temporary name
 /// in the remote's `.ferry/upload/`, then moved to its final name (`MOVE` with `Overwrite: T`), so
-/// a reader never sees a partial file under a final name; collections are made as needed
+/// a reader never sees a partial file under a final name (metadata objects, named by their
+/// content, go straight to their names: `writeObject`); collections are made as needed
 /// (`MKCOL`), files and empty collections removed (`DELETE`, after a `PROPFIND` for collections).
 /// WebDAV has no write condition ferry can rely on across nginx and Apache: the session compares
 /// the manifest just before it publishes (`writesConditionally` is false).
@@ -63,6 +64,13 @@ extension HTTPRemote: RemoteWriting {
             try request("MOVE", temporary, headers: ["Destination: \(base.url(for: path))", "Overwrite: T"])
         }
         return .written
+    }
+
+    /// Straight to its name, without a temporary name and a move: see `RemoteWriting.writeObject`.
+    func writeObject(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) {
+        try withCollections(for: path) { () throws(FerryError) -> Int in
+            try request("PUT", path, body: bytes)
+        }
     }
 
     func remove(_ path: RelativePath) throws(FerryError) {
@@ -199,33 +207,22 @@ enum WebDAV {
     }
 }
 
-/// The one connection a push's WebDAV requests share (kept alive between them), and the
-/// collections known to exist on the remote. Requests come from the engine and session threads,
-/// one at a time.
-final class DAVConnection: @unchecked Sendable {
-    private struct State {
-        var handle: EasyHandle?
-        var collections = Set<RelativePath>()
-    }
-    private let state = Mutex(State())
-    private let busy = Mutex(())
+/// What a push's WebDAV requests made one at a time share: the collections known to exist on the
+/// remote. Requests take a handle from `EasyHandle.borrow`'s pool (a kept-alive connection), so
+/// several threads may make them at once (metadata objects go in lanes).
+final class DAVConnection: Sendable {
+    private let collections = Mutex(Set<RelativePath>())
 
     func withHandle<T>(_ body: (EasyHandle) throws(FerryError) -> T) throws(FerryError) -> T {
-        try busy.withLock { _ throws(FerryError) -> T in
-            let easy = state.withLock { s in
-                if s.handle == nil { s.handle = EasyHandle() }
-                return s.handle!
-            }
-            return try body(easy)
-        }
+        try EasyHandle.borrow { easy throws(FerryError) -> T in try body(easy) }
     }
 
-    func exists(_ collection: RelativePath) -> Bool { state.withLock { $0.collections.contains(collection) } }
-    func made(_ collection: RelativePath) { state.withLock { _ = $0.collections.insert(collection) } }
-    func forget(_ collections: [RelativePath]) { state.withLock { s in for c in collections { s.collections.remove(c) } } }
+    func exists(_ collection: RelativePath) -> Bool { collections.withLock { $0.contains(collection) } }
+    func made(_ collection: RelativePath) { collections.withLock { _ = $0.insert(collection) } }
+    func forget(_ gone: [RelativePath]) { collections.withLock { s in for c in gone { s.remove(c) } } }
     /// A collection removed, with everything known under it.
     func forget(under collection: RelativePath) {
-        state.withLock { s in s.collections = s.collections.filter { $0 != collection && !$0.string.hasPrefix(collection.string + "/") } }
+        collections.withLock { s in s = s.filter { $0 != collection && !$0.string.hasPrefix(collection.string + "/") } }
     }
 }
 
