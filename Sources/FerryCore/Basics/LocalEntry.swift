@@ -2,13 +2,15 @@
 /// file still holds what ferry last verified.
 public struct LocalEntry: Sendable, Equatable {
     public enum Kind: String, Sendable { case file, directory, symlink, other }
-    public var kind: Kind
+    // In this order the fields fill the padding after each 12-byte Timestamp: 48 bytes, not 64
+    // (a scan of 1,000,000 files holds one each).
     public var size: Int64
     public var mtime: Timestamp
-    public var ctime: Timestamp
-    public var inode: UInt64
     /// Permission bits (`& 0o7777`).
     public var mode: UInt32
+    public var ctime: Timestamp
+    public var kind: Kind
+    public var inode: UInt64
 
     public init(kind: Kind, size: Int64, mtime: Timestamp, ctime: Timestamp, inode: UInt64, mode: UInt32) {
         self.kind = kind

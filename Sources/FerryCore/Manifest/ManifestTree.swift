@@ -209,18 +209,19 @@ public enum ManifestTree {
             return UnsafeBufferPointer(rebasing: bytes[i..<(i + n)])
         }
 
-        mutating func varint(max: UInt64 = UInt64.max, _ what: String) throws(Problem) -> UInt64 {
+        /// `what` is built only for an error (it names the entry, and a leaf reads 1,000,000 of them).
+        mutating func varint(max: UInt64 = UInt64.max, _ what: @autoclosure () -> String) throws(Problem) -> UInt64 {
             var value: UInt64 = 0
             var shift: UInt64 = 0
             while true {
                 let b = try byte()
-                if shift == 63 && b > 1 { throw Problem(text: "\(what) does not fit in 64 bits") }
+                if shift == 63 && b > 1 { throw Problem(text: "\(what()) does not fit in 64 bits") }
                 value |= UInt64(b & 0x7F) << shift
                 if b & 0x80 == 0 { break }
                 shift += 7
-                if shift > 63 { throw Problem(text: "\(what) does not fit in 64 bits") }
+                if shift > 63 { throw Problem(text: "\(what()) does not fit in 64 bits") }
             }
-            guard value <= max else { throw Problem(text: "\(what) is \(value), more than \(max)") }
+            guard value <= max else { throw Problem(text: "\(what()) is \(value), more than \(max)") }
             return value
         }
 

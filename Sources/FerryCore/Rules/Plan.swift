@@ -153,7 +153,7 @@ public enum Reconciler {
                     continue
                 }
                 let modeDiffers = entry.mode.map { $0 != here.entry.mode & 0o777 } ?? false
-                let mtimeDiffers = entry.mtime.map { $0 != here.entry.mtime && $0 != here.wantedMtime } ?? false
+                let mtimeDiffers = entry.mtime.map { $0 != here.entry.mtime && $0 != local.wantedMtime(entry.path) } ?? false
                 if modeDiffers || mtimeDiffers {
                     plan.metadataFixes.append(entry)
                 } else {

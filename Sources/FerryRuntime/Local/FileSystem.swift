@@ -185,14 +185,20 @@ public enum FileSystem {
 
     /// The names in a directory (not `.` and `..`); none when it cannot be read.
     public static func names(in directory: String) -> [String] {
-        guard let dir = opendir(directory) else { return [] }
-        defer { closedir(dir) }
         var out: [String] = []
+        forEachName(in: directory) { out.append($0) }
+        return out
+    }
+
+    /// Each name in `directory` but `.` and `..`, one at a time (a cache of 60,000 objects is not
+    /// held as 60,000 strings at once).
+    public static func forEachName(in directory: String, _ body: (String) -> Void) {
+        guard let dir = opendir(directory) else { return }
+        defer { closedir(dir) }
         while let entry = readdir(dir) {
             let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if name != "." && name != ".." { out.append(name) }
+            if name != "." && name != ".." { body(name) }
         }
-        return out
     }
 
     /// Lets a process keep many files and directories open at once.

@@ -293,7 +293,7 @@ struct TreeLinker {
             guard fstatat(to, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else { return nil }
             let now = FileSystem.entry(from: st)
             if let sha = item.verified, now.kind == .file, now.inode == item.entry.inode, now.size == item.entry.size, now.mtime == item.entry.mtime {
-                try linked(item.path, CachedHash(now, sha256: sha, wanted: item.wantedMtime))
+                try linked(item.path, CachedHash(now, sha256: sha, wanted: tree.wantedMtime(item.path)))
             }
             return now
         }

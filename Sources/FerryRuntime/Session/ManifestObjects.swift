@@ -93,8 +93,15 @@ final class ManifestObjects {
     /// Removes every cached object `keeping` does not name (and what a killed write left).
     func sweep(keeping: [SHA256Digest]) {
         guard keeps else { return }
-        let kept = Set(keeping.map(\.hex))
-        for name in FileSystem.names(in: directory) where !kept.contains(name) { unlink(directory + "/" + name) }
+        let kept = Set(keeping)
+        var stale: [String] = []
+        FileSystem.forEachName(in: directory) { name in
+            // Ferry names them in lowercase hex; anything else is not one of its objects.
+            if !name.utf8.contains(where: { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "F") }),
+               let digest = SHA256Digest(hex: name), kept.contains(digest) { return }
+            stale.append(name)
+        }
+        for name in stale { unlink(directory + "/" + name) }
     }
 
     /// Fetches objects, up to 8 at once, each checked against its name.

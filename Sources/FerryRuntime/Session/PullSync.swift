@@ -479,7 +479,7 @@ final class PullSync: SessionWork {
         for item in tree.items where item.entry.kind == .file {
             guard let sha = item.verified, let now = root.stat(item.path), now.inode == item.entry.inode, now.size == item.entry.size,
                   now.mtime == item.entry.mtime, now.ctime != item.entry.ctime else { continue }
-            rows.append((item.path, CachedHash(now, sha256: sha, wanted: item.wantedMtime)))
+            rows.append((item.path, CachedHash(now, sha256: sha, wanted: tree.wantedMtime(item.path))))
             if rows.count >= 8192 {
                 try store.saveHashes(session: session.name, rows)
                 rows.removeAll(keepingCapacity: true)
@@ -498,7 +498,7 @@ final class PullSync: SessionWork {
             var rows: [(RelativePath, CachedHash)] = []
             for item in scan.tree.items {
                 guard let sha = item.verified else { continue }
-                rows.append((item.path, CachedHash(item.entry, sha256: sha, wanted: item.wantedMtime)))
+                rows.append((item.path, CachedHash(item.entry, sha256: sha, wanted: scan.tree.wantedMtime(item.path))))
                 if rows.count >= 8192 {
                     try store.saveHashes(session: session.name, rows)
                     rows.removeAll(keepingCapacity: true)
