@@ -35,6 +35,42 @@ struct LocalTreeTests {
         paths.sorted { Array($0.utf8).lexicographicallyPrecedes(Array($1.utf8)) }
     }
 
+    /// A directory of many entries is stat'ed in parts on several threads: each name still gets
+    /// its own answer, in order (a symlink as a symlink, a FIFO, a directory, a name gone since
+    /// the listing as ENOENT), and the scan of it is what a plain lstat of each name says.
+    @Test func aLargeDirectoryIsStatedInPartsEachNameItsOwnAnswer() throws {
+        let big = dir + "/big"
+        try FileManager.default.createDirectory(atPath: big + "/sub", withIntermediateDirectories: true)
+        var names: [String] = []
+        for i in 0..<700 {
+            let name = String(format: "f%04d", i)
+            try Data(repeating: 7, count: i).write(to: URL(fileURLWithPath: big + "/" + name))
+            names.append(name)
+        }
+        symlink("f0001", big + "/link")
+        mkfifo(big + "/fifo", 0o600)
+        names += ["link", "fifo", "sub", "gone-1", "gone-2"]
+        names.shuffle()
+        let fd = open(big, O_RDONLY | O_DIRECTORY)
+        defer { close(fd) }
+        let results = LocalRoot.statAll(names, in: fd)
+        #expect(results.count == names.count)
+        for (name, result) in zip(names, results) {
+            var st = stat()
+            if lstat(big + "/" + name, &st) != 0 {
+                guard case .failed(ENOENT) = result else { Issue.record("\(name): \(result), not ENOENT"); continue }
+                continue
+            }
+            guard case let .entry(entry) = result else { Issue.record("\(name): \(result)"); continue }
+            #expect(entry == FileSystem.entry(from: st), "\(name)")
+        }
+        let root = try LocalRoot(path: big, create: false)
+        let tree = try root.scan().tree
+        #expect(tree.items.count == 703, "700 files, a symlink, a FIFO and a directory")
+        #expect(tree[RelativePath(trusted: "link")]?.kind == .symlink && tree[RelativePath(trusted: "fifo")]?.kind == .other)
+        #expect(tree[RelativePath(trusted: "f0699")]?.size == 699 && tree[RelativePath(trusted: "sub")]?.kind == .directory)
+    }
+
     @Test func theScanComesOutInByteOrder() throws {
         defer { Harness.remove(dir) }
         let expected = byteSorted(try make())

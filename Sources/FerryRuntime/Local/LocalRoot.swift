@@ -1,4 +1,5 @@
 import CSystem
+import Dispatch
 import Glibc
 import FerryCore
 
@@ -123,8 +124,7 @@ public final class LocalRoot {
             throw .localIO("cannot list \(display(prefix)): \(FileSystem.errorText())")
         }
         defer { closedir(dir) }
-        var children: [(name: RelativePath, entry: LocalEntry)] = []
-        var hasDirectories = false
+        var names: [String] = []
         while let ent = readdir(dir) {
             let name: String? = withUnsafePointer(to: &ent.pointee.d_name) {
                 $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(validatingCString: $0) }
@@ -138,12 +138,17 @@ public final class LocalRoot {
             }
             if name == "." || name == ".." { continue }
             if prefix == nil && name == RelativePath.reservedTopLevel { continue }
-            var st = Glibc.stat()
-            guard fstatat(dirfd(dir), name, &st, AT_SYMLINK_NOFOLLOW) == 0 else {
-                if errno == ENOENT { continue }
+            names.append(name)
+        }
+        var children: [(name: RelativePath, entry: LocalEntry)] = []
+        children.reserveCapacity(names.count)
+        var hasDirectories = false
+        for (name, result) in zip(names, LocalRoot.statAll(names, in: dirfd(dir))) {
+            guard case let .entry(entry) = result else {
+                guard case let .failed(code) = result, code != ENOENT else { continue }
+                errno = code
                 throw .localIO("cannot stat \(display(prefix.map { $0.appending(name) } ?? RelativePath(trusted: name))): \(FileSystem.errorText())")
             }
-            let entry = FileSystem.entry(from: st)
             if entry.kind == .directory { hasDirectories = true }
             children.append((RelativePath(trusted: name), entry))
         }
@@ -166,6 +171,42 @@ public final class LocalRoot {
             guard child >= 0 else { throw .localIO("cannot open directory \(display(path)): \(FileSystem.errorText())") }
             try scanDirectory(fd: child, prefix: path, into: &items, warnings: &warnings)
         }
+    }
+
+    /// What `fstatat` (not following a symlink) says of each of `names` in the directory `fd`, or
+    /// its errno. A directory of many entries is stat'ed by the CPUs at once: the path lookups are
+    /// most of a scan's time, and the scan otherwise runs on one core while another sits idle.
+    static func statAll(_ names: [String], in fd: Int32) -> [StatResult] {
+        var out = [StatResult](repeating: .failed(0), count: names.count)
+        let chunks = names.count >= 256 ? min(LocalRoot.processors, names.count / 128) : 1
+        out.withUnsafeMutableBufferPointer { buffer in
+            let slots = UncheckedSlots(buffer)
+            @Sendable func stat(_ range: Range<Int>) {
+                for i in range {
+                    var st = Glibc.stat()
+                    slots.buffer[i] = fstatat(fd, names[i], &st, AT_SYMLINK_NOFOLLOW) == 0 ? .entry(FileSystem.entry(from: st)) : .failed(errno)
+                }
+            }
+            guard chunks > 1 else { return stat(0..<names.count) }
+            DispatchQueue.concurrentPerform(iterations: chunks) { k in
+                stat(names.count * k / chunks..<names.count * (k + 1) / chunks)
+            }
+        }
+        return out
+    }
+
+    enum StatResult {
+        case entry(LocalEntry)
+        case failed(Int32)
+    }
+
+    /// The CPUs this process may run on (at least 1).
+    static let processors = max(1, Int(sysconf(Int32(_SC_NPROCESSORS_ONLN))))
+
+    /// Slots of a buffer that threads fill at indices no two of them share.
+    private struct UncheckedSlots<T>: @unchecked Sendable {
+        let buffer: UnsafeMutableBufferPointer<T>
+        init(_ buffer: UnsafeMutableBufferPointer<T>) { self.buffer = buffer }
     }
 
     /// A path under the root as messages show it: escaped and shortened (`Printable`).
