@@ -39,6 +39,7 @@ struct LocalTreeTests {
     /// its own answer, in order (a symlink as a symlink, a FIFO, a directory, a name gone since
     /// the listing as ENOENT), and the scan of it is what a plain lstat of each name says.
     @Test func aLargeDirectoryIsStatedInPartsEachNameItsOwnAnswer() throws {
+        defer { Harness.remove(dir) }
         let big = dir + "/big"
         try FileManager.default.createDirectory(atPath: big + "/sub", withIntermediateDirectories: true)
         var names: [String] = []
