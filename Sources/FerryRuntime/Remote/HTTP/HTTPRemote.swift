@@ -9,9 +9,8 @@ import FerryCore
 struct HTTPRemote: Remote, RangeReading {
     let base: RemoteLocation
     let settings: HTTPSettings
-    /// WebDAV requests a push makes one at a time (MKCOL, MOVE, DELETE, the manifest's PUT): one
-    /// kept-alive connection, and the collections known to exist.
-    let dav = DAVConnection()
+    /// The collections a push's WebDAV requests know to exist.
+    let dav = DAVCollections()
 
     func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into partial: PartialFile,
                   resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {

@@ -119,7 +119,7 @@ extension HTTPRemote: RemoteWriting {
         var url = origin
         for segment in base.url[slash...].split(separator: "/") {
             url += "/" + segment
-            let made = try dav.withHandle { easy throws(FerryError) -> Int in try request(easy, "MKCOL", url: url + "/", headers: [], body: nil) }
+            let made = try EasyHandle.borrow { easy throws(FerryError) -> Int in try request(easy, "MKCOL", url: url + "/", headers: [], body: nil) }
             guard (200..<300).contains(made) || made == 405 else {
                 throw FerryError(.remote, "the remote directory \(base.url) does not exist, and MKCOL \(url)/ was refused: HTTP \(made)",
                                  hint: "check 'remote =' in the config, or make the directory on the server", cause: .http(status: made))
@@ -138,7 +138,7 @@ extension HTTPRemote: RemoteWriting {
     /// One WebDAV request; returns the HTTP status. A transport failure throws.
     private func request(_ method: String, _ path: RelativePath, headers: [String] = [], body: [UInt8]? = nil,
                          collection: Bool = false) throws(FerryError) -> Int {
-        try dav.withHandle { easy throws(FerryError) -> Int in
+        try EasyHandle.borrow { easy throws(FerryError) -> Int in
             try request(easy, method, path, headers: headers, body: body, collection: collection)
         }
     }
@@ -171,12 +171,12 @@ extension HTTPRemote: RemoteWriting {
     /// module) keeps the collection. A file at `path` (not a collection) is left alone too.
     func removeDirectoryIfEmpty(_ path: RelativePath) throws(FerryError) -> Bool {
         let url = base.url(for: path) + "/"
-        let listing = try dav.withHandle { easy throws(FerryError) in
+        let listing = try EasyHandle.borrow { easy throws(FerryError) in
             try exchange(easy, "PROPFIND", url: url, headers: ["Depth: 1"], body: nil, keep: 1 << 20)
         }
         if listing.status == 404 { return true }
         guard listing.status == 207, WebDAV.responses(in: listing.body) == 1 else { return false }
-        let status = try dav.withHandle { easy throws(FerryError) -> Int in try request(easy, "DELETE", url: url, headers: [], body: nil) }
+        let status = try EasyHandle.borrow { easy throws(FerryError) -> Int in try request(easy, "DELETE", url: url, headers: [], body: nil) }
         guard (200..<300).contains(status) || status == 404 else { throw failure("DELETE", path, status) }
         dav.forget(under: path)
         return true
@@ -207,15 +207,11 @@ enum WebDAV {
     }
 }
 
-/// What a push's WebDAV requests made one at a time share: the collections known to exist on the
-/// remote. Requests take a handle from `EasyHandle.borrow`'s pool (a kept-alive connection), so
-/// several threads may make them at once (metadata objects go in lanes).
-final class DAVConnection: Sendable {
+/// The collections a push knows to exist on the remote, so each is made once. (Its requests
+/// made one at a time take a handle, with its kept-alive connection, from `EasyHandle.borrow`,
+/// so several threads may make them at once: metadata objects go in lanes.)
+final class DAVCollections: Sendable {
     private let collections = Mutex(Set<RelativePath>())
-
-    func withHandle<T>(_ body: (EasyHandle) throws(FerryError) -> T) throws(FerryError) -> T {
-        try EasyHandle.borrow { easy throws(FerryError) -> T in try body(easy) }
-    }
 
     func exists(_ collection: RelativePath) -> Bool { collections.withLock { $0.contains(collection) } }
     func made(_ collection: RelativePath) { collections.withLock { _ = $0.insert(collection) } }
