@@ -296,6 +296,15 @@ struct PrintableTests {
         #expect(JSONText.quote("tab\there\u{7F}") == "\"tab\\there\\u007f\"")
     }
 
+    /// Numbers in events are written digit by digit into the line: every sign and width.
+    @Test func jsonIntegersAreWrittenInDecimalWhateverTheirSize() {
+        for v: Int64 in [0, 7, 10, -1, -10, 4096, 1_795_557_190, .max, .min] {
+            var out: [UInt8] = Array("x:".utf8)
+            JSONText.appendInteger(v, to: &out)
+            #expect(String(decoding: out, as: UTF8.self) == "x:\(v)")
+        }
+    }
+
     @Test func textKeepsNewlinesAndBackslashesButNotControls() {
         #expect(Printable.text("line one\nline \\two\u{1B}]0;title\u{7}") == "line one\nline \\two\\x1b]0;title\\x07")
         #expect(Printable.text("plain") == "plain")

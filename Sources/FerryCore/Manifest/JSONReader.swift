@@ -360,17 +360,13 @@ public enum JSONText {
     /// Appends `v` in decimal.
     public static func appendInteger(_ v: Int64, to out: inout [UInt8]) {
         if v < 0 { out.append(UInt8(ascii: "-")) }
+        // Digits come out last first: written, then turned around in place.
+        let start = out.count
         var magnitude = v.magnitude
-        var digits: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8,
-                     UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
-        var count = 0
-        withUnsafeMutableBytes(of: &digits) { d in
-            repeat {
-                d[19 - count] = UInt8(ascii: "0") + UInt8(magnitude % 10)
-                magnitude /= 10
-                count += 1
-            } while magnitude > 0
-            out.append(contentsOf: d[(20 - count)...])
-        }
+        repeat {
+            out.append(UInt8(ascii: "0") + UInt8(magnitude % 10))
+            magnitude /= 10
+        } while magnitude > 0
+        out[start...].reverse()
     }
 }
