@@ -12,13 +12,13 @@ import FerryCore
 /// until `resource-timeout` after it was queued.
 ///
 /// Durability order (product.md §6 rule 2): data synced → rename → directory fsynced → task
-/// marked done. Verified files are committed in groups (up to 256, or every 0.2 s): the group's
-/// data is synced at once (`LocalRoot.syncPartials`: one syncfs rather than an fsync per file,
-/// each a journal commit on a disk), then each file is renamed into place, its directories
-/// fsynced, and the group's tasks marked done in one SQLite transaction. A crash inside a group
-/// leaves verified partials, or files in place whose tasks are not yet done: the next run
-/// verifies either by hash and keeps what is right. No file reaches its final path before its
-/// data is on disk.
+/// marked done. Verified files are committed in groups (up to 256, or every 0.2 s) by
+/// `PullCommitter` on a thread of its own: the group's data is synced at once (one syncfs rather
+/// than an fsync per file, each a journal commit on a disk), then each file is renamed into place
+/// and its directories fsynced; back on the engine thread, the group's tasks are marked done in
+/// one SQLite transaction. A crash inside a group leaves verified partials, or files in place
+/// whose tasks are not yet done: the next run verifies either by hash and keeps what is right. No
+/// file reaches its final path before its data is on disk.
 final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     private let root: LocalRoot
     private let remote: Remote
@@ -40,16 +40,15 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
 
     /// Tasks recorded as running; files that finish between two ticks are never marked running.
     private var markedRunning = Set<Int64>()
-    /// Verified downloads, their mode and mtime set, waiting for their group's sync and rename.
-    private var verified: [Download] = []
-    private var committed: [(download: Download, cache: CachedHash)] = []
-    private var lastFlush = MonotonicClock.seconds()
+    /// Puts verified downloads in place, a group at a time, beside the engine thread.
+    private let committer: PullCommitter
 
     init(session: SessionConfig, root: LocalRoot, store: StateStore, remote: Remote, locate: @escaping (ManifestEntry) -> RelativePath, observer: EventSink,
          emit: @escaping (Event.Body) -> Void, plan: Plan, stop: StopCondition, gate: DiscretionGate?) {
         self.root = root
         self.remote = remote
         self.locate = locate
+        committer = PullCommitter(root: root)
         super.init(session: session, store: store, observer: observer, emit: emit, stop: stop, gate: gate)
         progress.filesTotal = plan.downloads.count
         progress.bytesTotal = plan.downloadBytes
@@ -67,7 +66,9 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     /// Runs the downloads through the shared engine; returns when all have ended or the run must stop.
     func run(_ downloads: [Plan.Download], tasks: [RelativePath: TransferTask], engine: TransferEngine) {
         ready = ArraySlice(runnable(downloads.compactMap { d in tasks[d.entry.path].map { Item(download: d, task: $0) } }))
-        run(engine: engine)
+        committer.start()
+        run(engine: engine)  // its last flush commits what is left
+        committer.stop()
     }
 
     /// Turns what placing files changed in the local tree (replacements, repairs) into events and
@@ -169,7 +170,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         progress.active = active.map { SyncProgress.Active(path: $0.entry.path, done: $0.written, size: $0.entry.size) }
         progress.bytesDone = completedBytes + active.reduce(0) { $0 + $1.written }
         observer.progress(progress)
-        if !(verified.isEmpty && committed.isEmpty) && MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
+        record(committer.collect())
     }
 
     private func markRunning(_ downloads: [Download]) {
@@ -189,13 +190,8 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             if let reason = download.restartReason { emit(.fileRestarted(path: path, reason: reason)) }
             switch outcome {
             case .succeeded:
-                do throws(FerryError) {
-                    try root.setMetadata(partialFD: download.fd, of: path, mode: download.entry.mode, mtime: download.entry.mtime)
-                    verified.append(download)
-                    continue  // closed once its group is placed
-                } catch {
-                    keepVerified(download, error)
-                }
+                committer.submit(download)
+                continue  // the committer closes it
             case let .failed(failure):
                 // What came over the network counts, kept or not.
                 bytesFetched += download.received
@@ -230,55 +226,35 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             }
             download.close()
         }
-        if verified.count >= 256 || MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
+        record(committer.collect())
     }
 
-    /// A verified download that could not be placed: its partial is kept (synced) so that the
-    /// next run only commits it, and the file fails with the reason.
-    private func keepVerified(_ download: Download, _ error: FerryError) {
-        if error.category == .localIO { localIOError = localIOError ?? error.message }
-        let kept = download.syncData() ? download.written : 0
-        items.removeValue(forKey: download.task.id)
-        fail(download.entry.path, download.task, error.message, bytesDone: kept, validator: download.validator)
-    }
-
-    /// Syncs the verified group's data at once and renames each file into place.
-    private func place() {
-        guard !verified.isEmpty else { return }
-        let failed = root.syncPartials(verified.map(\.fd))
-        for (i, download) in verified.enumerated() {
-            defer { download.close() }
-            let path = download.entry.path
-            if let code = failed[i] {
-                root.removePartial(taskID: download.task.id)
-                let error = root.lostData(path, code)
-                localIOError = localIOError ?? error.message
-                items.removeValue(forKey: download.task.id)
-                fail(path, download.task, error.message)
-                continue
-            }
-            do throws(FerryError) {
-                let placed = try root.place(taskID: download.task.id, at: path)
+    /// Records what the committer's groups gave: files in place are marked done (one
+    /// transaction) and reported; those it could not place fail, with what they kept.
+    private func record(_ results: PullCommitter.Results) {
+        guard !results.isEmpty else { return }
+        var committed: [(download: Download, cache: CachedHash)] = []
+        for outcome in results.outcomes {
+            switch outcome {
+            case let .placed(download, placed):
                 items.removeValue(forKey: download.task.id)
                 let cache = CachedHash(placed, sha256: download.entry.sha256, wanted: download.entry.mtime)
-                if cache.wantedMtime != nil { unstorableMtimes.append((path, cache)) }
+                if cache.wantedMtime != nil { unstorableMtimes.append((download.entry.path, cache)) }
                 committed.append((download, cache))
-            } catch {
-                keepVerified(download, error)
+            case let .failed(download, error, kept):
+                if error.category == .localIO { localIOError = localIOError ?? error.message }
+                items.removeValue(forKey: download.task.id)
+                fail(download.entry.path, download.task, error.message, bytesDone: kept, validator: kept > 0 ? download.validator : nil)
             }
         }
-        verified.removeAll(keepingCapacity: true)
-    }
-
-    /// Places the verified group, makes it durable and marks its tasks done.
-    override func flush() {
-        lastFlush = MonotonicClock.seconds()
-        place()
-        guard !committed.isEmpty || root.hasChanges else { return }
+        if let error = results.syncError {
+            // Files in place whose directory is not durable: not done; the next run verifies them.
+            storeError = storeError ?? error
+            return
+        }
         do throws(FerryError) {
-            try root.syncDirectories()
             // Replacements are reported even when their file did not commit (a removal failed half way).
-            deletedInReplacements += try PullTransfers.report(root.takeChanges(), session: session.name, store: store, emit: emit)
+            deletedInReplacements += try PullTransfers.report(results.changes, session: session.name, store: store, emit: emit)
             guard !committed.isEmpty else { return }
             try store.markDone(session: session.name, committed.map { ($0.download.task, $0.cache) })
             for (d, _) in committed {
@@ -291,6 +267,13 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         } catch {
             storeError = error
         }
-        committed.removeAll(keepingCapacity: true)
+    }
+
+    /// Commits every verified file now and records it (the committer is idle afterwards, so the
+    /// root's changes can be taken here too).
+    override func flush() {
+        var results = committer.drain()
+        results.changes += root.takeChanges()
+        record(results)
     }
 }
