@@ -169,6 +169,9 @@ final class TransferEngine: @unchecked Sendable {
                 }
             }
             deliver()
+            // The slots that freed up start their next transfers now: curl_multi_poll below
+            // returns at once for a new handle, instead of after the next answer arrives.
+            fill()
             let after = MonotonicClock.seconds()
             for a in active.values { a.transfer.tick(now: after) }
             tick(after)

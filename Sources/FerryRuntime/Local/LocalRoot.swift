@@ -452,6 +452,10 @@ public final class LocalRoot {
 
     // MARK: partial files
 
+    /// Opens (making it when needed) the directory of partial files now, so that other threads
+    /// can open and remove partial files while one places them.
+    public func openStaging() throws(FerryError) { _ = try staging() }
+
     private func staging() throws(FerryError) -> Int32 {
         if stagingFD >= 0 { return stagingFD }
         // Each level is opened relative to its parent's descriptor, never through a path that a

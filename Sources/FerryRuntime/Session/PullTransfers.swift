@@ -48,7 +48,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         self.root = root
         self.remote = remote
         self.locate = locate
-        committer = PullCommitter(root: root)
+        committer = PullCommitter(root: root, store: store, session: session.name)
         super.init(session: session, store: store, observer: observer, emit: emit, stop: stop, gate: gate)
         progress.filesTotal = plan.downloads.count
         progress.bytesTotal = plan.downloadBytes
@@ -66,6 +66,10 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     /// Runs the downloads through the shared engine; returns when all have ended or the run must stop.
     func run(_ downloads: [Plan.Download], tasks: [RelativePath: TransferTask], engine: TransferEngine) {
         ready = ArraySlice(runnable(downloads.compactMap { d in tasks[d.entry.path].map { Item(download: d, task: $0) } }))
+        if (try? root.openStaging()) != nil {
+            // Without it, each download opens its own partial and says why it cannot.
+            committer.expect(ready.map(\.task.id))
+        }
         committer.start()
         run(engine: engine)  // its last flush commits what is left
         committer.stop()
@@ -120,7 +124,10 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         item.triesThisRun += 1
         let entry = item.download.entry
         let opened: (partial: PartialFile, stray: LocalEntry.Kind?)
-        do { opened = try root.openPartial(taskID: item.task.id) } catch {
+        do throws(FerryError) {
+            // Most were made ahead by the committer's thread.
+            if let made = committer.takePartial(item.task.id) { opened = made } else { opened = try root.openPartial(taskID: item.task.id) }
+        } catch {
             // The directory for partial files cannot be written: every file would fail the same way.
             abort(FerryError(.localIO, error.message,
                              hint: "ferry writes partial files in \(Printable.name(session.local))/.ferry/partial: let its user write \(Printable.name(session.local)) (a read-only or full filesystem, or another owner?), or fix 'local ='"),
@@ -229,41 +236,32 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         record(committer.collect())
     }
 
-    /// Records what the committer's groups gave: files in place are marked done (one
-    /// transaction) and reported; those it could not place fail, with what they kept.
+    /// Counts and reports what the committer's groups gave: files in place (their tasks marked
+    /// done by the committer), and those it could not place, which fail with what they kept.
     private func record(_ results: PullCommitter.Results) {
         guard !results.isEmpty else { return }
-        var committed: [(download: Download, cache: CachedHash)] = []
         for outcome in results.outcomes {
             switch outcome {
-            case let .placed(download, placed):
-                items.removeValue(forKey: download.task.id)
-                let cache = CachedHash(placed, sha256: download.entry.sha256, wanted: download.entry.mtime)
-                if cache.wantedMtime != nil { unstorableMtimes.append((download.entry.path, cache)) }
-                committed.append((download, cache))
+            case let .placed(d, cache):
+                items.removeValue(forKey: d.task.id)
+                // Not recorded done: the run stops, and the next one verifies the file by hash.
+                guard results.storeError == nil else { continue }
+                if cache.wantedMtime != nil { unstorableMtimes.append((d.entry.path, cache)) }
+                downloaded += 1
+                bytesFetched += d.received
+                completedBytes += d.entry.size ?? d.written
+                progress.filesDone += 1
+                emit(.fileDone(path: d.entry.path, size: d.written, fetched: d.received))
             case let .failed(download, error, kept):
                 if error.category == .localIO { localIOError = localIOError ?? error.message }
                 items.removeValue(forKey: download.task.id)
                 fail(download.entry.path, download.task, error.message, bytesDone: kept, validator: kept > 0 ? download.validator : nil)
             }
         }
-        if let error = results.syncError {
-            // Files in place whose directory is not durable: not done; the next run verifies them.
-            storeError = storeError ?? error
-            return
-        }
+        if let error = results.storeError { storeError = storeError ?? error }
         do throws(FerryError) {
             // Replacements are reported even when their file did not commit (a removal failed half way).
             deletedInReplacements += try PullTransfers.report(results.changes, session: session.name, store: store, emit: emit)
-            guard !committed.isEmpty else { return }
-            try store.markDone(session: session.name, committed.map { ($0.download.task, $0.cache) })
-            for (d, _) in committed {
-                downloaded += 1
-                bytesFetched += d.received
-                completedBytes += d.entry.size ?? d.written
-                progress.filesDone += 1
-                emit(.fileDone(path: d.entry.path, size: d.written, fetched: d.received))
-            }
         } catch {
             storeError = error
         }
