@@ -109,8 +109,10 @@ public enum FileSystem {
     /// a symlink or a hard link planted in a directory others can write is never written through
     /// (product.md §6 rule 11). Its mode is `mode` whatever the umask.
     public static func createTemporary(beside path: String, mode: mode_t) throws(FerryError) -> (fd: Int32, path: String) {
-        let directory = path.lastIndex(of: "/").map { String(path[...$0]) } ?? ""
-        let name = path.lastIndex(of: "/").map { String(path[path.index(after: $0)...]) } ?? path
+        // By bytes: a search by Character walks grapheme clusters (thousands of instructions a path).
+        let slash = path.utf8.lastIndex(of: UInt8(ascii: "/"))
+        let directory = slash.map { String(path[...$0]) } ?? ""
+        let name = slash.map { String(path[path.utf8.index(after: $0)...]) } ?? path
         for _ in 0..<8 {
             let temporary = directory + "." + name + ".tmp-" + String(UInt64.random(in: 0...UInt64.max), radix: 16)
             let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode)

@@ -51,14 +51,26 @@ final class ManifestObjects {
             throw .manifest("the metadata object \(batch[missing[0]].hex) of manifest \(source) is not in the cache \(Printable.name(directory))",
                             hint: "run ferry sync now for the session first: it fetches what the manifest names")
         }
-        let fetched = try ManifestObjects.fetch(missing.map { batch[$0] }, from: remote, prefix: prefix, source: source)
+        // Each is cached by the lane that fetched it (the cache had none of them).
+        let cache = keeps ? cacheDirectory() : nil
+        let fetched = try ManifestObjects.fetch(missing.map { batch[$0] }, from: remote, prefix: prefix, source: source, cache: cache)
         for (i, bytes) in zip(missing, fetched) {
             out[i] = bytes
             fetchedBytes += Int64(bytes.count)
             fetchedObjects += 1
-            keep(batch[i], bytes)
+            if !keeps { fetchedInMemory[batch[i]] = bytes }
         }
         return out
+    }
+
+    /// The cache directory, made once per run; nil when it cannot be (the objects are then
+    /// fetched again next time).
+    private func cacheDirectory() -> String? {
+        if !directoryMade {
+            guard (try? FileSystem.makePrivateDirectory(directory)) != nil else { return nil }
+            directoryMade = true
+        }
+        return directory
     }
 
     /// A cached object whose bytes match its name; one that does not is removed.
@@ -80,11 +92,13 @@ final class ManifestObjects {
         guard keeps else { fetchedInMemory[digest] = bytes; return }
         let path = directory + "/" + digest.hex
         if access(path, F_OK) == 0 { return }
-        if !directoryMade {
-            guard (try? FileSystem.makePrivateDirectory(directory)) != nil else { return }
-            directoryMade = true
-        }
-        try? FileSystem.writeAtomically(path, bytes: bytes, mode: 0o600, synced: false)
+        guard let directory = cacheDirectory() else { return }
+        ManifestObjects.store(bytes, as: digest, in: directory)
+    }
+
+    /// Writes an object into the cache directory (not synced: see `keep`).
+    private static func store(_ bytes: [UInt8], as digest: SHA256Digest, in directory: String) {
+        try? FileSystem.writeAtomically(directory + "/" + digest.hex, bytes: bytes, mode: 0o600, synced: false)
     }
 
     /// Whether the cache holds `digest` (by name; `resolve` checks the bytes when it reads them).
@@ -104,10 +118,13 @@ final class ManifestObjects {
         for name in stale { unlink(directory + "/" + name) }
     }
 
-    /// Fetches objects, up to 8 at once, each checked against its name.
-    private static func fetch(_ digests: [SHA256Digest], from remote: Remote, prefix: String, source: String) throws(FerryError) -> [[UInt8]] {
+    /// Fetches objects, up to 8 at once, each checked against its name and written into `cache`.
+    private static func fetch(_ digests: [SHA256Digest], from remote: Remote, prefix: String, source: String,
+                              cache: String?) throws(FerryError) -> [[UInt8]] {
         let (results, error) = Lanes.run(digests.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) in
-            try fetchOne(digests[i], from: remote, prefix: prefix, source: source)
+            let bytes = try fetchOne(digests[i], from: remote, prefix: prefix, source: source)
+            if let cache { store(bytes, as: digests[i], in: cache) }
+            return bytes
         }
         if let error { throw error }
         return results.map { $0! }
