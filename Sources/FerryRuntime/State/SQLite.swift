@@ -88,10 +88,11 @@ final class SQLiteDatabase {
     }
 
     func transaction<T>(_ body: () throws(FerryError) -> T) throws(FerryError) -> T {
-        try execute("BEGIN IMMEDIATE")
+        // Prepared once: a transaction per engine round or per group of files is frequent.
+        try cached("BEGIN IMMEDIATE").run()
         do {
             let result = try body()
-            try execute("COMMIT")
+            try cached("COMMIT").run()
             return result
         } catch {
             try? execute("ROLLBACK")

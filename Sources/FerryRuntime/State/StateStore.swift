@@ -256,17 +256,21 @@ public final class StateStore {
 
     /// `TaskState.after(event)` as SQL: the expression a row's new state is set to, so the table
     /// moves exactly as the core's state machine says and no state rule is spelled out here.
-    static func stateAfter(_ event: TaskEvent) -> String {
-        let targets = Set(TaskState.applying(event).compactMap { $0.after(event) })
-        precondition(targets.count == 1, "every state an event applies to must move to the same one")
-        return "CASE WHEN \(applies(event)) THEN '\(targets.first!.rawValue)' ELSE state END"
-    }
+    static func stateAfter(_ event: TaskEvent) -> String { stateAfterSQL[event]! }
 
     /// True (in SQL) for a row `event` applies to. An OR chain, not `IN (list)`: SQLite builds a
     /// temporary b-tree for an IN list each time a statement runs.
-    static func applies(_ event: TaskEvent) -> String {
-        "(" + TaskState.applying(event).map { "state = '\($0.rawValue)'" }.joined(separator: " OR ") + ")"
-    }
+    static func applies(_ event: TaskEvent) -> String { appliesSQL[event]! }
+
+    // Spelled out once: statements run once per file or per engine round name them.
+    private static let appliesSQL: [TaskEvent: String] = Dictionary(uniqueKeysWithValues: TaskEvent.allCases.map { event in
+        (event, "(" + TaskState.applying(event).map { "state = '\($0.rawValue)'" }.joined(separator: " OR ") + ")")
+    })
+    private static let stateAfterSQL: [TaskEvent: String] = Dictionary(uniqueKeysWithValues: TaskEvent.allCases.map { event in
+        let targets = Set(TaskState.applying(event).compactMap { $0.after(event) })
+        precondition(targets.count == 1, "every state an event applies to must move to the same one")
+        return (event, "CASE WHEN \(appliesSQL[event]!) THEN '\(targets.first!.rawValue)' ELSE state END")
+    })
 
     /// Opens (creating if needed) `<directory>/ferry.db` and brings its schema up to date.
     public init(directory: String) throws(FerryError) {
