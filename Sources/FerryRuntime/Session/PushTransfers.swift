@@ -141,11 +141,32 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     /// The files started in the engine's last round, recorded running before their first byte
     /// goes (a run after a crash removes their temporary uploads), in one transaction. A store
     /// that fails stops the run.
+    ///
+    /// With them go the next files in line (`markAhead`), as they will be when they start: a
+    /// round that starts only files already recorded costs no transaction (one per round was most
+    /// of a small-file push's SQLite work). A run that ends before those start leaves them
+    /// running, and the next run treats them as interrupted: it removes temporary uploads they
+    /// never made, and sends them.
     override func started() {
-        guard !starting.isEmpty else { return }
-        do throws(FerryError) { try store.markRunning(starting) } catch { storeError = error }
+        let due = starting.filter { marked[$0.id] != $0.attempts }
         starting.removeAll(keepingCapacity: true)
+        guard !due.isEmpty else { return }
+        var batch = due
+        for item in ready.prefix(PushTransfers.markAhead) where marked[item.task.id] != item.task.attempts + 1 {
+            batch.append((item.task.id, item.task.attempts + 1))
+        }
+        do throws(FerryError) {
+            try store.markRunning(batch)
+            for (id, attempts) in batch { marked[id] = attempts }
+        } catch {
+            storeError = error
+        }
     }
+
+    /// How many files in line are recorded running with those that start.
+    static let markAhead = 64
+    /// The attempt each task was recorded running for.
+    private var marked: [Int64: Int] = [:]
 
     /// Asks the remote what it holds at the item's final name: a `HEAD` run by the engine, or at once.
     private func startCheck(_ item: Item) -> RemoteProbe? {
