@@ -258,8 +258,11 @@ struct GenerationsTests {
         #expect(final.exitCode == 0, "\(final.output)")
         checkWhole("the final run")
         expectIdentical(box.published, current(box))
+        // The final run builds a generation over the last one a run finished (kept: keep-generations
+        // = 1); when every run was killed before it finished (a slow, loaded machine), there is none.
         let left = generations(box)
-        #expect(left.count == 2 && left.allSatisfy { Generations.number($0) != nil }, "the current and one kept, nothing else: \(left)")
+        #expect(left.count == (completed > 0 ? 2 : 1) && left.allSatisfy { Generations.number($0) != nil },
+                "the current and one kept (\(completed) runs finished), nothing else: \(left)")
         let resumed = (0..<kills).flatMap { FerryRun(exitCode: 0, stdout: fileContents(box.directory + "/run\($0).jsonl") ?? "", stderr: "").events(named: "file-resumed") }
         #expect(resumed.count > 0, "a relaunch went on with the build and resumed a partial file in it (seed \(seed))")
         print("generations kill -9 test: \(kills) kills, \(completed) runs finished, \(resumed.count) resumes (seed \(seed))")
