@@ -72,6 +72,8 @@ struct PullCommitterTests {
                 #expect(download.entry.path.string == "blocked")
                 #expect(error.message.contains("is a directory where the manifest has a file"), "\(error.message)")
                 #expect(kept == download.entry.size, "its verified data stays for the next run")
+            case let .unrecorded(download):
+                Issue.record("\(download.entry.path) was placed but not recorded")
             }
         }
         #expect(placed.count == 600 && !placed.contains("blocked"))
@@ -130,5 +132,30 @@ struct PullCommitterTests {
         let left = Set(files())
         #expect(left == Set((1...20).map { LocalRoot.partialName($0) } + [LocalRoot.partialName(30)]), "\(left.sorted().prefix(8))")
         #expect(fileContents(staging + "/" + LocalRoot.partialName(30)) == "hello")
+    }
+
+    /// A group need not fill up: a lone verified file is in place, and its task done, within the
+    /// group interval, with no drain (a pull of a few large files places each as it ends).
+    @Test func aLoneFileIsPlacedWithoutWaitingForTheRunToEnd() throws {
+        defer { Harness.remove(dir) }
+        try FileManager.default.createDirectory(atPath: dir + "/source", withIntermediateDirectories: true)
+        try Data("content of one.txt\n".utf8).write(to: URL(fileURLWithPath: dir + "/source/one.txt"))
+        let root = try LocalRoot(path: dir + "/local", create: true)
+        let store = try StateStore(directory: dir + "/state")
+        let e = entry("one.txt", 7)
+        var task = try store.queueDownloads(session: "s", entries: [e], urlFor: { _ in "file:///one.txt" }, notBefore: nil).tasks[e.path]!
+        task.attempts = 1
+        let committer = PullCommitter(root: root, store: store, session: "s")
+        committer.start()
+        defer { committer.stop() }
+        committer.submit(try verifiedDownload(root, source: RemoteTree(path: dir + "/source"), e, task: task))
+        var outcomes: [PullCommitter.Outcome] = []
+        #expect(eventually(10) {
+            outcomes += committer.collect().outcomes
+            return !outcomes.isEmpty
+        }, "placed by the thread on its own")
+        guard case .placed? = outcomes.first else { Issue.record("not placed: \(outcomes)"); return }
+        #expect(fileContents(dir + "/local/one.txt") == "content of one.txt\n")
+        #expect(try store.tasks(session: "s").first?.state == .done)
     }
 }

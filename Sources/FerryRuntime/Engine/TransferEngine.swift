@@ -138,10 +138,7 @@ final class TransferEngine: @unchecked Sendable {
             if !arrivals.isEmpty { ratesSet = -Double.infinity }
             let throttled = refillBuckets(now)
 
-            for turn in turns where !turn.stopping && turn.source.shouldStop {
-                turn.stopping = true
-                for (handle, a) in active where a.turn === turn { end(handle, a, .interrupted) }
-            }
+            stopSourcesThatMust()
             for (handle, a) in active where a.transfer.cancelRequested { end(handle, a, .interrupted) }
             fill()
             deliver()
@@ -170,7 +167,9 @@ final class TransferEngine: @unchecked Sendable {
             }
             deliver()
             // The slots that freed up start their next transfers now: curl_multi_poll below
-            // returns at once for a new handle, instead of after the next answer arrives.
+            // returns at once for a new handle, instead of after the next answer arrives (not for a
+            // source that what it was just handed made stop).
+            stopSourcesThatMust()
             fill()
             let after = MonotonicClock.seconds()
             for a in active.values { a.transfer.tick(now: after) }
@@ -183,6 +182,15 @@ final class TransferEngine: @unchecked Sendable {
             }
         }
         stopped.signal()
+    }
+
+    /// Stops the sources that must stop (a deadline, a signal, a failing store): their running
+    /// transfers are interrupted and they start no more.
+    private func stopSourcesThatMust() {
+        for turn in turns where !turn.stopping && turn.source.shouldStop {
+            turn.stopping = true
+            for (handle, a) in active where a.turn === turn { end(handle, a, .interrupted) }
+        }
     }
 
     /// Starts transfers until the global limit is reached or no source has anything due: the

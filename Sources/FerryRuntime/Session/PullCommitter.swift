@@ -30,12 +30,15 @@ final class PullCommitter: @unchecked Sendable {
     static let openAhead = 48
 
     enum Outcome {
-        /// In place, its directory synced, its task marked done (unless `Results.storeError`):
-        /// what the hash cache now holds for the file at its final path.
+        /// In place, its directory synced, its task marked done: what the hash cache now holds
+        /// for the file at its final path.
         case placed(Download, CachedHash)
         /// Not placed: `kept` bytes of its partial stay, synced (a later run only commits them),
         /// or none (its data could not be made durable).
         case failed(Download, FerryError, kept: Int64)
+        /// In place, but its group's directory fsync or record failed (`Results.storeError`): not
+        /// done; the next run verifies it by hash.
+        case unrecorded(Download)
     }
 
     /// What the groups committed since the last call gave.
@@ -44,7 +47,8 @@ final class PullCommitter: @unchecked Sendable {
         /// What placing changed besides the files (`LocalRoot.Change`), for the caller to report.
         var changes: [LocalRoot.Change] = []
         /// A directory fsync, or the record of the tasks done, failed: the files of that group are
-        /// in place but not recorded, and the run stops (the next one verifies them by hash).
+        /// in place but not recorded (`unrecorded`), and the run stops (the next one verifies them
+        /// by hash).
         var storeError: FerryError?
         var isEmpty: Bool { outcomes.isEmpty && changes.isEmpty && storeError == nil }
     }
@@ -71,6 +75,8 @@ final class PullCommitter: @unchecked Sendable {
     /// The tasks expected to start, in order; the next to get a partial file; how many the
     /// engine asked for; the partial files made for them and not yet taken.
     private var upcoming: [Int64] = []
+    /// Of those, the ones the engine has not asked for yet.
+    private var notAsked = Set<Int64>()
     private var nextToOpen = 0
     private var asked = 0
     private var opened: [Int64: (partial: PartialFile, stray: LocalEntry.Kind?)] = [:]
@@ -137,7 +143,10 @@ final class PullCommitter: @unchecked Sendable {
     /// The tasks whose downloads are expected to start, in that order: their partial files are
     /// made ahead. Call before `start`, once the root's staging directory is open.
     func expect(_ ids: [Int64]) {
-        locked { upcoming = ids }
+        locked {
+            upcoming = ids
+            notAsked = Set(ids)
+        }
     }
 
     /// The partial file made ahead for `taskID` (as `LocalRoot.openPartial` gives it), or nil:
@@ -145,7 +154,8 @@ final class PullCommitter: @unchecked Sendable {
     func takePartial(_ taskID: Int64) -> (partial: PartialFile, stray: LocalEntry.Kind?)? {
         locked {
             guard running else { return nil }
-            asked += 1
+            // A retry, or a task `ferry resume` brought back, takes no place in the line.
+            if notAsked.remove(taskID) != nil { asked += 1 }
             // Being made now: a moment's wait (a few files are made at a time), so that each
             // partial is opened by one thread only, and what it found there is reported once.
             while making.contains(taskID) { pthread_cond_wait(committed, mutex) }
@@ -167,7 +177,8 @@ final class PullCommitter: @unchecked Sendable {
             while running && committing && pending.count >= PullCommitter.groupSize { pthread_cond_wait(committed, mutex) }
             pending.append(download)
             inFlight += 1
-            if pending.count >= PullCommitter.groupSize { pthread_cond_signal(work) }
+            // The first of a group starts the thread's 0.2 s clock; a full group goes at once.
+            if pending.count == 1 || pending.count >= PullCommitter.groupSize { pthread_cond_signal(work) }
         }
     }
 
@@ -337,11 +348,15 @@ final class PullCommitter: @unchecked Sendable {
             try (threadStore ?? store).markDone(session: session, finished)
         } catch {
             done.storeError = error
+            done.outcomes = done.outcomes.map { outcome in
+                if case let .placed(d, _) = outcome { return .unrecorded(d) }
+                return outcome
+            }
         }
         done.changes = root.takeChanges()
         for outcome in done.outcomes {
             switch outcome {
-            case let .placed(d, _), let .failed(d, _, _): d.close()
+            case let .placed(d, _), let .failed(d, _, _), let .unrecorded(d): d.close()
             }
         }
         return done

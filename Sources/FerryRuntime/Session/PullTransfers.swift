@@ -242,10 +242,11 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         guard !results.isEmpty else { return }
         for outcome in results.outcomes {
             switch outcome {
+            case let .unrecorded(d):
+                // Not recorded done: the run stops (`storeError`), and the next one verifies the file by hash.
+                items.removeValue(forKey: d.task.id)
             case let .placed(d, cache):
                 items.removeValue(forKey: d.task.id)
-                // Not recorded done: the run stops, and the next one verifies the file by hash.
-                guard results.storeError == nil else { continue }
                 if cache.wantedMtime != nil { unstorableMtimes.append((d.entry.path, cache)) }
                 downloaded += 1
                 bytesFetched += d.received
