@@ -14,11 +14,12 @@ import FerryCore
 /// Durability order (product.md §6 rule 2): data synced → rename → directory fsynced → task
 /// marked done. Verified files are committed in groups (up to 256, or every 0.2 s) by
 /// `PullCommitter` on a thread of its own: the group's data is synced at once (one syncfs rather
-/// than an fsync per file, each a journal commit on a disk), then each file is renamed into place
-/// and its directories fsynced; back on the engine thread, the group's tasks are marked done in
-/// one SQLite transaction. A crash inside a group leaves verified partials, or files in place
-/// whose tasks are not yet done: the next run verifies either by hash and keeps what is right. No
-/// file reaches its final path before its data is on disk.
+/// than an fsync per file, each a journal commit on a disk), then each file is renamed into place,
+/// its directories fsynced, and the group's tasks marked done in one SQLite transaction on that
+/// thread's own connection; the engine thread counts and reports what each group gave. A crash
+/// inside a group leaves verified partials, or files in place whose tasks are not yet done: the
+/// next run verifies either by hash and keeps what is right. No file reaches its final path
+/// before its data is on disk.
 final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     private let root: LocalRoot
     private let remote: Remote
