@@ -50,8 +50,8 @@ struct PullCommitterTests {
         let committer = PullCommitter(root: root, store: store, session: "s")
         if threaded { committer.start() }
         var outcomes: [PullCommitter.Outcome] = []
-        for e in entries {
-            var task = queued.tasks[e.path]!
+        for (e, queuedTask) in zip(entries, queued.tasks) {
+            var task = queuedTask
             task.attempts = 1
             committer.submit(try verifiedDownload(root, source: source, e, task: task))
             outcomes += committer.collect().outcomes
@@ -143,7 +143,7 @@ struct PullCommitterTests {
         let root = try LocalRoot(path: dir + "/local", create: true)
         let store = try StateStore(directory: dir + "/state")
         let e = entry("one.txt", 7)
-        var task = try store.queueDownloads(session: "s", entries: [e], urlFor: { _ in "file:///one.txt" }, notBefore: nil).tasks[e.path]!
+        var task = try store.queueDownloads(session: "s", entries: [e], urlFor: { _ in "file:///one.txt" }, notBefore: nil).task(e.path)!
         task.attempts = 1
         let committer = PullCommitter(root: root, store: store, session: "s")
         committer.start()

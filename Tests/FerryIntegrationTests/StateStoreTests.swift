@@ -17,8 +17,8 @@ struct StateStoreTests {
         defer { Harness.remove(dir) }
         let store = try StateStore(directory: dir)
         let queued = try store.queueDownloads(session: "s", entries: [entry("a"), entry("b")], urlFor: { "http://x/" + $0.path.string }, notBefore: nil)
-        let a = try #require(queued.tasks[RelativePath(trusted: "a")]).id
-        let b = try #require(queued.tasks[RelativePath(trusted: "b")]).id
+        let a = try #require(queued.task(RelativePath(trusted: "a"))).id
+        let b = try #require(queued.task(RelativePath(trusted: "b"))).id
         #expect(try state(store, a) == .queued)
 
         try store.markRunning([(a, 1), (b, 1)])
@@ -55,7 +55,7 @@ struct StateStoreTests {
         #expect(try state(store, b) == .done)
         // New content queues it again, without resume data.
         let requeued = try store.queueDownloads(session: "s", entries: [entry("b", "c")], urlFor: { "http://x/" + $0.path.string }, notBefore: nil)
-        #expect(requeued.tasks[RelativePath(trusted: "b")]?.state == .queued)
+        #expect(requeued.task(RelativePath(trusted: "b"))?.state == .queued)
         #expect(try state(store, b) == .queued)
     }
 
@@ -80,11 +80,19 @@ struct StateStoreTests {
         let store = try StateStore(directory: dir)
         let later = Timestamp(seconds: Timestamp.now().seconds + 3600)
         let queued = try store.queueDownloads(session: "s", entries: [entry("a")], urlFor: { "http://x/" + $0.path.string }, notBefore: later)
-        let a = try #require(queued.tasks[RelativePath(trusted: "a")])
+        let a = try #require(queued.task(RelativePath(trusted: "a")))
         #expect(a.state == .delayed && a.notBefore == later)
+        // A delayed task keeps the URL it was queued with (checked when it comes due), in the
+        // store too; a task queued to run now keeps none.
+        #expect(a.url == "http://x/a")
+        #expect(try store.task(id: a.id)?.url == "http://x/a")
+        let now = try store.queueDownloads(session: "s", entries: [entry("b")], urlFor: { "http://x/" + $0.path.string }, notBefore: nil)
+        let b = try #require(now.task(RelativePath(trusted: "b")))
+        #expect(b.state == .queued && b.url == nil)
+        #expect(try store.task(id: b.id)?.url == nil)
         // Not due yet: queuing again leaves it delayed.
         let again = try store.queueDownloads(session: "s", entries: [entry("a")], urlFor: { "http://x/" + $0.path.string }, notBefore: nil)
-        #expect(again.tasks[RelativePath(trusted: "a")]?.state == .delayed && again.due.isEmpty)
+        #expect(again.task(RelativePath(trusted: "a"))?.state == .delayed && again.due.isEmpty)
     }
 
     /// Migration 4 adds CHECK constraints: a row in a state the machine does not know is carried

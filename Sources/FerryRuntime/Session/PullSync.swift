@@ -72,8 +72,6 @@ final class PullSync: SessionWork {
             try store.saveManifest(session: session.name, url: url, etag: fetched.etag, lastModified: fetched.lastModified, version: manifest.version,
                                   files: manifest.entries.count, signer: manifest.signer, expires: manifest.expires)
         }
-        // The objects of the tree taken stay cached; those of trees before it go.
-        if !options.dryRun { fetched.objects.sweep(keeping: fetched.names) }
         emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: !fetched.changed,
                               signedBy: manifest.signer?.description, metadataBytes: fetched.metadataBytes))
 
@@ -116,6 +114,9 @@ final class PullSync: SessionWork {
         }
         let tasks = queued.tasks
         root.removePartials(keeping: try store.unfinishedTaskIDs(session: session.name))
+        // The objects of the tree taken stay cached; those of trees before it go (only now: the
+        // objects just fetched were written into the cache meanwhile, on a thread of their own).
+        fetched.objects.sweep(keeping: fetched.names)
         root.replaceableDirectories = plan.directoriesToReplace.mapValues { Set($0) }
 
         var localIOError: String?
@@ -602,8 +603,9 @@ final class PullSync: SessionWork {
         return { layout.location(of: $0, manifest: beside) }
     }
 
-    /// Runs the downloads; returns why it stopped early, if it did.
-    private func transfer(plan: Plan, tasks: [RelativePath: TransferTask], root: LocalRoot, store: StateStore, remote: Remote,
+    /// Runs the downloads (`tasks`: the task of each, in the same order); returns why it stopped
+    /// early, if it did.
+    private func transfer(plan: Plan, tasks: [TransferTask], root: LocalRoot, store: StateStore, remote: Remote,
                           locate: @escaping (ManifestEntry) -> RelativePath, result: inout SyncResult, localIOError: inout String?,
                           unstorableMtimes: inout [(RelativePath, CachedHash)]) throws(FerryError) -> String? {
         guard !plan.downloads.isEmpty else { return options.stop.reason }

@@ -64,9 +64,11 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         var path: RelativePath { download.entry.path }
     }
 
-    /// Runs the downloads through the shared engine; returns when all have ended or the run must stop.
-    func run(_ downloads: [Plan.Download], tasks: [RelativePath: TransferTask], engine: TransferEngine) {
-        ready = ArraySlice(runnable(downloads.compactMap { d in tasks[d.entry.path].map { Item(download: d, task: $0) } }))
+    /// Runs `downloads`, each with its task (`tasks`, in the same order), through the shared
+    /// engine; returns when all have ended or the run must stop.
+    func run(_ downloads: [Plan.Download], tasks: [TransferTask], engine: TransferEngine) {
+        precondition(downloads.count == tasks.count, "a task for each download")
+        ready = ArraySlice(runnable(zip(downloads, tasks).map { Item(download: $0, task: $1) }))
         if (try? root.openStaging()) != nil {
             // Without it, each download opens its own partial and says why it cannot.
             committer.expect(ready.map(\.task.id))

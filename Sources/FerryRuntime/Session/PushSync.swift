@@ -342,7 +342,7 @@ final class PushSync: SessionWork {
     private func collectObjects(_ tree: ManifestTree.Built, objects: ManifestObjects, writer: RemoteWriting) {
         let now = Timestamp.now()
         var retired = RetiredObjects(path: manifests.path + ".retired")
-        retired.update(present: FileSystem.names(in: objects.directory), current: Set(tree.objects.map(\.sha256.hex)), now: now)
+        retired.update(present: objects.names(), current: Set(tree.objects.map(\.sha256.hex)), now: now)
         for name in retired.expired(now: now, grace: session.objectGrace, versions: session.keepVersions) {
             guard (try? writer.remove(objectPath(name))) != nil else { break }
             retired.removed(name)

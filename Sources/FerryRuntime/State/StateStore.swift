@@ -397,16 +397,22 @@ public final class StateStore {
         return out
     }
 
-    /// What `queueDownloads` did: the task per path, and the delayed tasks that came due.
+    /// What `queueDownloads` did: the task of each entry (in the entries' order), and the delayed
+    /// tasks that came due.
     public struct Queued {
-        public var tasks: [RelativePath: TransferTask] = [:]
+        public var tasks: [TransferTask] = []
         public var due: [(path: RelativePath, disposition: DelayedRequest.Disposition, reason: String)] = []
+
+        /// The task of the entry at `path` (a linear search: for a few entries).
+        public func task(_ path: RelativePath) -> TransferTask? { tasks.first { $0.path == path } }
     }
 
     /// Records a download task per entry, in one transaction. An existing row for the same content
     /// keeps its resume data; a suspended one stays suspended; a delayed one stays delayed until
     /// due, and is then revalidated (continue, or replace when the file changed). New tasks begin
-    /// no earlier than `notBefore`.
+    /// no earlier than `notBefore`. A task keeps the URL it was queued with only while it is
+    /// delayed: one that comes due is checked against its URL then (`DelayedRequest`); the others
+    /// are fetched from where the manifest says when they start.
     public func queueDownloads(session: String, entries: [ManifestEntry], urlFor: (ManifestEntry) -> String,
                                notBefore: Timestamp?) throws(FerryError) -> Queued {
         guard !entries.isEmpty else { return Queued() }
@@ -437,18 +443,22 @@ public final class StateStore {
                 """)
             let requeue = try db.prepare("UPDATE tasks SET state = \(StateStore.stateAfter(.queue)), not_before = NULL, url = ?, updated_at = ? WHERE id = ?")
             var out = Queued()
+            out.tasks.reserveCapacity(entries.count)
+            let delayedUntil = delayUntil?.rfc3339
             for e in entries {
-                let url = urlFor(e)
+                let sha256 = e.sha256.hex
                 guard var t = existing[e.path] else {
                     let state: TaskState = delayUntil == nil ? .queued : .delayed
-                    try insert.bind(.text(session), .text(e.path.string), .text(state.rawValue), .optional(e.size), .text(e.sha256.hex),
-                                    .text(now), .text(now), .optional(delayUntil?.rfc3339), .text(url)).run()
-                    out.tasks[e.path] = TransferTask(id: sqlite3_last_insert_rowid(db.handle), session: session, path: e.path, direction: .pull,
-                                                     state: state, size: e.size, sha256: e.sha256.hex, bytesDone: 0, validator: nil, attempts: 0,
-                                                     lastError: nil, createdAt: nowTime, updatedAt: nowTime, notBefore: delayUntil, url: url)
+                    let url = delayUntil == nil ? nil : urlFor(e)
+                    try insert.bind(.text(session), .text(e.path.string), .text(state.rawValue), .optional(e.size), .text(sha256),
+                                    .text(now), .text(now), .optional(delayedUntil), .optional(url)).run()
+                    out.tasks.append(TransferTask(id: sqlite3_last_insert_rowid(db.handle), session: session, path: e.path, direction: .pull,
+                                                  state: state, size: e.size, sha256: sha256, bytesDone: 0, validator: nil, attempts: 0,
+                                                  lastError: nil, createdAt: nowTime, updatedAt: nowTime, notBefore: delayUntil, url: url))
                     continue
                 }
-                let sameContent = t.sha256 == e.sha256.hex && t.size == e.size
+                let url = urlFor(e)
+                let sameContent = t.sha256 == sha256 && t.size == e.size
                 if t.state == .delayed, let due = t.notBefore, due > nowTime {
                     // Not due yet: left as it is; revalidated when it comes due.
                 } else if t.state == .delayed {
@@ -458,8 +468,8 @@ public final class StateStore {
                         try requeue.bind(.text(url), .text(now), .int(t.id)).run()
                         t.state = .queued
                     } else {
-                        try reset.bind(.text(TaskState.queued.rawValue), .optional(e.size), .text(e.sha256.hex), .text(now), .text(now), nil, .text(url), .int(t.id)).run()
-                        t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: .queued, size: e.size, sha256: e.sha256.hex,
+                        try reset.bind(.text(TaskState.queued.rawValue), .optional(e.size), .text(sha256), .text(now), .text(now), nil, .text(url), .int(t.id)).run()
+                        t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: .queued, size: e.size, sha256: sha256,
                                          bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: nowTime, updatedAt: nowTime, url: url)
                     }
                     t.notBefore = nil
@@ -471,13 +481,13 @@ public final class StateStore {
                 } else {
                     // New content: no resume data. A suspended task stays suspended; a new task may be delayed.
                     let state = t.state.after(delayUntil == nil ? .queue : .delay) ?? t.state
-                    try reset.bind(.text(state.rawValue), .optional(e.size), .text(e.sha256.hex), .text(now), .text(now),
+                    try reset.bind(.text(state.rawValue), .optional(e.size), .text(sha256), .text(now), .text(now),
                                    .optional(state == .delayed ? delayUntil?.rfc3339 : nil), .text(url), .int(t.id)).run()
-                    t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: state, size: e.size, sha256: e.sha256.hex,
+                    t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: state, size: e.size, sha256: sha256,
                                      bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: nowTime, updatedAt: nowTime,
                                      notBefore: state == .delayed ? delayUntil : nil, url: url)
                 }
-                out.tasks[e.path] = t
+                out.tasks.append(t)
             }
             return out
         }
