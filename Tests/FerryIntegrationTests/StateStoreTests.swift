@@ -93,6 +93,16 @@ struct StateStoreTests {
         // Not due yet: queuing again leaves it delayed.
         let again = try store.queueDownloads(session: "s", entries: [entry("a")], urlFor: { "http://x/" + $0.path.string }, notBefore: nil)
         #expect(again.task(RelativePath(trusted: "a"))?.state == .delayed && again.due.isEmpty)
+        // Once due (its time set in the past here), queued with the same URL it goes on, and
+        // keeps the URL no longer; at another URL (the file moved) it starts over.
+        try store.db.execute("UPDATE tasks SET not_before = '2000-01-01T00:00:00Z' WHERE state = 'delayed'")
+        let due = try store.queueDownloads(session: "s", entries: [entry("a")], urlFor: { "http://x/" + $0.path.string }, notBefore: nil)
+        #expect(due.due.map(\.disposition) == [.proceed] && due.task(RelativePath(trusted: "a"))?.state == .queued)
+        #expect(try store.task(id: a.id)?.url == nil)
+        _ = try store.queueDownloads(session: "s", entries: [entry("c")], urlFor: { "http://x/" + $0.path.string }, notBefore: later)
+        try store.db.execute("UPDATE tasks SET not_before = '2000-01-01T00:00:00Z' WHERE state = 'delayed'")
+        let moved = try store.queueDownloads(session: "s", entries: [entry("c")], urlFor: { "http://y/" + $0.path.string }, notBefore: nil)
+        #expect(moved.due.map(\.disposition) == [.replace] && moved.task(RelativePath(trusted: "c"))?.url == nil)
     }
 
     /// Migration 4 adds CHECK constraints: a row in a state the machine does not know is carried

@@ -72,6 +72,10 @@ final class PullSync: SessionWork {
             try store.saveManifest(session: session.name, url: url, etag: fetched.etag, lastModified: fetched.lastModified, version: manifest.version,
                                   files: manifest.entries.count, signer: manifest.signer, expires: manifest.expires)
         }
+        // The objects of the tree taken stay cached; those of trees before it go when the run
+        // ends, whichever way it ends (not before: the objects just fetched are being written into
+        // the cache meanwhile, on a thread of their own).
+        defer { if !options.dryRun { fetched.objects.sweep(keeping: fetched.names) } }
         emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: !fetched.changed,
                               signedBy: manifest.signer?.description, metadataBytes: fetched.metadataBytes))
 
@@ -114,9 +118,6 @@ final class PullSync: SessionWork {
         }
         let tasks = queued.tasks
         root.removePartials(keeping: try store.unfinishedTaskIDs(session: session.name))
-        // The objects of the tree taken stay cached; those of trees before it go (only now: the
-        // objects just fetched were written into the cache meanwhile, on a thread of their own).
-        fetched.objects.sweep(keeping: fetched.names)
         root.replaceableDirectories = plan.directoriesToReplace.mapValues { Set($0) }
 
         var localIOError: String?

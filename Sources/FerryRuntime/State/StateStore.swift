@@ -411,8 +411,9 @@ public final class StateStore {
     /// keeps its resume data; a suspended one stays suspended; a delayed one stays delayed until
     /// due, and is then revalidated (continue, or replace when the file changed). New tasks begin
     /// no earlier than `notBefore`. A task keeps the URL it was queued with only while it is
-    /// delayed: one that comes due is checked against its URL then (`DelayedRequest`); the others
-    /// are fetched from where the manifest says when they start.
+    /// delayed (the one way a pull task becomes delayed is here): one that comes due is checked
+    /// against that URL (`DelayedRequest`); the others are fetched from where the manifest says
+    /// when they start.
     public func queueDownloads(session: String, entries: [ManifestEntry], urlFor: (ManifestEntry) -> String,
                                notBefore: Timestamp?) throws(FerryError) -> Queued {
         guard !entries.isEmpty else { return Queued() }
@@ -441,7 +442,7 @@ public final class StateStore {
                 UPDATE tasks SET state = ?, size = ?, sha256 = ?, bytes_done = 0, validator = NULL, attempts = 0,
                 last_error = NULL, created_at = ?, updated_at = ?, not_before = ?, url = ? WHERE id = ?
                 """)
-            let requeue = try db.prepare("UPDATE tasks SET state = \(StateStore.stateAfter(.queue)), not_before = NULL, url = ?, updated_at = ? WHERE id = ?")
+            let requeue = try db.prepare("UPDATE tasks SET state = \(StateStore.stateAfter(.queue)), not_before = NULL, url = NULL, updated_at = ? WHERE id = ?")
             var out = Queued()
             out.tasks.reserveCapacity(entries.count)
             let delayedUntil = delayUntil?.rfc3339
@@ -457,32 +458,34 @@ public final class StateStore {
                                                   lastError: nil, createdAt: nowTime, updatedAt: nowTime, notBefore: delayUntil, url: url))
                     continue
                 }
-                let url = urlFor(e)
                 let sameContent = t.sha256 == sha256 && t.size == e.size
                 if t.state == .delayed, let due = t.notBefore, due > nowTime {
                     // Not due yet: left as it is; revalidated when it comes due.
                 } else if t.state == .delayed {
-                    let (disposition, reason) = DelayedRequest.disposition(for: t, entry: e, url: url)
+                    let (disposition, reason) = DelayedRequest.disposition(for: t, entry: e, url: urlFor(e))
                     out.due.append((e.path, disposition, reason))
                     if disposition == .proceed {
-                        try requeue.bind(.text(url), .text(now), .int(t.id)).run()
+                        try requeue.bind(.text(now), .int(t.id)).run()
                         t.state = .queued
+                        t.url = nil
                     } else {
-                        try reset.bind(.text(TaskState.queued.rawValue), .optional(e.size), .text(sha256), .text(now), .text(now), nil, .text(url), .int(t.id)).run()
+                        try reset.bind(.text(TaskState.queued.rawValue), .optional(e.size), .text(sha256), .text(now), .text(now), nil, nil, .int(t.id)).run()
                         t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: .queued, size: e.size, sha256: sha256,
-                                         bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: nowTime, updatedAt: nowTime, url: url)
+                                         bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: nowTime, updatedAt: nowTime, url: nil)
                     }
                     t.notBefore = nil
                 } else if sameContent && t.state == .suspended {
                     // Suspended by `ferry cancel`: stays so, resume data and all, until `ferry resume`.
                 } else if sameContent && t.state != .done {
-                    try requeue.bind(.text(url), .text(now), .int(t.id)).run()
+                    try requeue.bind(.text(now), .int(t.id)).run()
                     t.state = .queued
+                    t.url = nil
                 } else {
                     // New content: no resume data. A suspended task stays suspended; a new task may be delayed.
                     let state = t.state.after(delayUntil == nil ? .queue : .delay) ?? t.state
+                    let url = state == .delayed ? urlFor(e) : nil
                     try reset.bind(.text(state.rawValue), .optional(e.size), .text(sha256), .text(now), .text(now),
-                                   .optional(state == .delayed ? delayUntil?.rfc3339 : nil), .text(url), .int(t.id)).run()
+                                   .optional(state == .delayed ? delayUntil?.rfc3339 : nil), .optional(url), .int(t.id)).run()
                     t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: state, size: e.size, sha256: sha256,
                                      bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: nowTime, updatedAt: nowTime,
                                      notBefore: state == .delayed ? delayUntil : nil, url: url)
