@@ -166,11 +166,10 @@ final class TransferEngine: @unchecked Sendable {
                 }
             }
             deliver()
-            // The slots that freed up start their next transfers now: curl_multi_poll below
-            // returns at once for a new handle, instead of after the next answer arrives (not for a
-            // source that what it was just handed made stop).
+            // A source that what it was just handed made stop stops now. The freed slots are filled
+            // at the top of the loop, after the poll: filling them here as well (4f7cc40) made a
+            // 1 GiB S3 multipart push take 16-18 s instead of 9-11 s against SeaweedFS.
             stopSourcesThatMust()
-            fill()
             let after = MonotonicClock.seconds()
             for a in active.values { a.transfer.tick(now: after) }
             tick(after)
