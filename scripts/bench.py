@@ -869,7 +869,8 @@ def small_file_sections(ferry, runs, www, out):
     scfg = BASE + "/ferry-small.conf"
     # The same tree listed by a flat format-1 manifest (one GET, where format 2's root names
     # 1,206 objects fetched before the first file): what a cold format-2 mirror pays for its tree.
-    # Kept under .ferry/, which the format-2 manifest does not list.
+    # Kept under .ferry/, which the format-2 manifest does not list and the peers are told to skip
+    # (rclone --exclude, wget -X): they copy the 10,000 files and nothing else.
     subprocess.run([ferry, "manifest", "build", www + "/small", "--format", "1", "--output", www + "/small/.ferry/flat.json",
                     "--exclude", "manifest.json", "--quiet"], check=True)
     fcfg = BASE + "/ferry-small-flat.conf"
@@ -881,9 +882,9 @@ def small_file_sections(ferry, runs, www, out):
          lambda: [ferry, "sync", "now", "--config", fcfg, "--quiet"]),
         ("curl --parallel (16)", lambda: fresh(out), lambda: ["curl", "-sf", "--parallel", "--parallel-max", "16", "--create-dirs", "-K", curl_cfg]),
         ("rclone copy --transfers 16", lambda: fresh(out), lambda: ["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone",
-                                                                     "--http-url", url + "small/", "--transfers", "16", "--exclude", "manifest.json"]),
+                                                                     "--http-url", url + "small/", "--transfers", "16", "--exclude", "manifest.json", "--exclude", ".ferry/**"]),
         ("aria2c -j16", lambda: fresh(out), lambda: ["aria2c", "-q", "-j16", "--file-allocation=none", "-d", out + "/aria2", "-i", aria_list]),
-        ("wget -r", lambda: fresh(out), lambda: ["wget", "-q", "-r", "-np", "-nH", "--cut-dirs=1", "-P", out + "/wget", url + "small/"]),
+        ("wget -r", lambda: fresh(out), lambda: ["wget", "-q", "-r", "-np", "-nH", "--cut-dirs=1", "-X", "/small/.ferry", "-P", out + "/wget", url + "small/"]),
     ]
     table = measure("10,000 × 4 KiB", tools, runs)
     sections.append(("10,000 × 4 KiB files", table, "curl --parallel (16)", 1.0,
@@ -906,7 +907,7 @@ def small_file_sections(ferry, runs, www, out):
         ("curl --parallel --http2 (16)", lambda: fresh(out),
          lambda: ["curl", "-sf", "--http2", "--cacert", ca, "--parallel", "--parallel-max", "16", "--create-dirs", "-K", tls_curl_cfg]),
         ("rclone copy --transfers 16", lambda: fresh(out), lambda: ["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone", "--ca-cert", ca,
-                                                                     "--http-url", turl + "small/", "--transfers", "16", "--exclude", "manifest.json"]),
+                                                                     "--http-url", turl + "small/", "--transfers", "16", "--exclude", "manifest.json", "--exclude", ".ferry/**"]),
     ]
     table = measure("10,000 × 4 KiB over HTTPS", tools, runs)
     sections.append(("10,000 × 4 KiB files over HTTPS (HTTP/2, private CA)", table,
@@ -969,11 +970,11 @@ def main():
     ferry_config(scfg, url + "small/", out + "/ferry", out + "/ferry-state", 16)
     subprocess.run([ferry, "sync", "now", "--config", scfg, "--quiet"], check=True)
     subprocess.run(["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone", "--http-url", url + "small/",
-                    "--transfers", "16", "--exclude", "manifest.json"], check=True, stderr=subprocess.DEVNULL)
+                    "--transfers", "16", "--exclude", "manifest.json", "--exclude", ".ferry/**"], check=True, stderr=subprocess.DEVNULL)
     tools = [
         ("ferry sync now (304)", None, lambda: [ferry, "sync", "now", "--config", scfg, "--quiet"]),
         ("rclone copy (no-op)", None, lambda: ["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone", "--http-url",
-                                              url + "small/", "--transfers", "16", "--exclude", "manifest.json"]),
+                                              url + "small/", "--transfers", "16", "--exclude", "manifest.json", "--exclude", ".ferry/**"]),
         ("find + stat of every file (floor)", None, lambda: ["sh", "-c", f"find {out}/ferry -type f -print0 | xargs -0 stat >/dev/null"]),
     ]
     sections.append(("unchanged 10,000-file tree", measure("unchanged tree", tools, a.runs), "rclone copy (no-op)", 0.3,
