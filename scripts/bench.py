@@ -70,6 +70,17 @@ def fresh(path):
     return path
 
 
+def proc_stat(pid):
+    """The fields of /proc/`pid`/stat after the command name: [0] is the state, [1] the parent,
+    [11] and [12] user and system time in clock ticks."""
+    return open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+
+
+def cpu_seconds(fields):
+    """User + system seconds from proc_stat's fields."""
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class Nginx:
     def __init__(self, root, log=False, tls=None, dav=False):
         """tls: (certificate, key) to serve HTTPS with HTTP/2. dav: accept WebDAV writes, with
@@ -106,17 +117,17 @@ http {{
 
     def cpu(self):
         """The CPU (user + system) that the master and its workers have used so far."""
-        total = 0
+        total = 0.0
         for pid in os.listdir("/proc"):
             if not pid.isdigit():
                 continue
             try:
-                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+                fields = proc_stat(pid)
             except OSError:
                 continue
             if int(pid) == self.proc.pid or int(fields[1]) == self.proc.pid:
-                total += int(fields[11]) + int(fields[12])
-        return total / os.sysconf("SC_CLK_TCK")
+                total += cpu_seconds(fields)
+        return total
 
     def stop(self):
         self.proc.terminate()
@@ -600,8 +611,7 @@ class Weed:
                                                               "--s3-secret-access-key", self.SECRET, "--s3-force-path-style", "--s3-region", "us-east-1"]
 
     def cpu(self):
-        fields = open(f"/proc/{self.proc.pid}/stat").read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return cpu_seconds(proc_stat(self.proc.pid))
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
@@ -650,7 +660,7 @@ def s3_sections(ferry, runs):
         subprocess.run(weed.rclone(["mkdir", f":s3:{name}"]), check=True, capture_output=True)
         return name
 
-    measure_store = lambda name, tools: measure_server(name, tools, runs, weed)
+    measure_store = lambda name, tools: measure(name, tools, runs, server=weed)
 
     try:
         return s3_measured(ferry, runs, weed, big, small, state, out, cfg, config, bucket, measure_store)
@@ -790,7 +800,6 @@ def agent_at_rest(ferry, cfg, seconds=20, settle_timeout=900, files="10,000", no
     if os.path.exists(prom):
         os.unlink(prom)
     agent = subprocess.Popen([ferry, "agent", "--config", cfg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    tick = os.sysconf("SC_CLK_TCK")
 
     def polls():
         try:
@@ -802,8 +811,7 @@ def agent_at_rest(ferry, cfg, seconds=20, settle_timeout=900, files="10,000", no
         return 0
 
     def cpu():
-        fields = open(f"/proc/{agent.pid}/stat").read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / tick
+        return cpu_seconds(proc_stat(agent.pid))
 
     deadline = time.time() + settle_timeout
     while polls() < 2 and time.time() < deadline:
@@ -827,34 +835,15 @@ def per_file_cpu(table, files):
 
 
 def median_table(results):
-    """(median wall, peak RSS, median CPU) of each tool's runs."""
-    return {tool: (statistics.median(w for w, _, _ in runs), max(r for _, r, _ in runs), statistics.median(c for _, _, c in runs))
+    """Each tool's runs, column by column: the median of each, but the peak of RSS (column 1)."""
+    return {tool: tuple(max(column) if i == 1 else statistics.median(column) for i, column in enumerate(zip(*runs)))
             for tool, runs in results.items()}
 
 
-def measure_server(name, tools, runs, server):
-    """measure() with the server's CPU per run (`server.cpu()`, the nginx or weed processes)
-    beside each tool's: (median wall, peak RSS, median server CPU, median tool CPU)."""
-    print(f"== {name}", file=sys.stderr)
-    results = {label: [] for label, _, _ in tools}
-    for r in range(0, runs + 1):
-        for label, prepare, command in tools:
-            if prepare:
-                prepare()
-            before = server.cpu()
-            wall, rss, code, cpu = run(command())
-            used = server.cpu() - before
-            if code == 0 and r > 0:
-                results[label].append((wall, rss, used, cpu))
-            print(f"  run {r} {label:34s} {wall:7.3f}s {rss:7.1f} MiB  CPU {cpu:5.2f}s  {server.name} {used:6.2f}s CPU{' (warm-up)' if r == 0 else ''}",
-                  file=sys.stderr)
-    return {tool: (statistics.median(v[0] for v in runs_), max(v[1] for v in runs_), statistics.median(v[2] for v in runs_),
-                   statistics.median(v[3] for v in runs_))
-            for tool, runs_ in results.items() if runs_}
-
-
-def measure(name, tools, runs, warmup=True):
-    """tools: list of (label, prepare(), command()) — prepare runs untimed before each run."""
+def measure(name, tools, runs, warmup=True, server=None):
+    """tools: list of (label, prepare(), command()) — prepare runs untimed before each run.
+    Rows: (median wall, peak RSS, median CPU); with a `server` (nginx, SeaweedFS: `.cpu()`,
+    `.name`) its CPU per run goes beside the tool's: (median wall, peak RSS, server CPU, tool CPU)."""
     print(f"== {name}", file=sys.stderr)
     results = {label: [] for label, _, _ in tools}
     # Round 0 warms caches and the page allocator and is not counted: on a shared 2-core machine the
@@ -863,10 +852,13 @@ def measure(name, tools, runs, warmup=True):
         for label, prepare, command in tools:
             if prepare:
                 prepare()
+            before = server.cpu() if server else 0
             wall, rss, code, cpu = run(command())
+            used = server.cpu() - before if server else 0
             if code == 0 and r > 0:
-                results[label].append((wall, rss, cpu))
-            print(f"  run {r} {label:28s} {wall:7.3f}s {rss:7.1f} MiB {cpu:6.2f}s CPU{' (warm-up)' if r == 0 else ''}", file=sys.stderr)
+                results[label].append((wall, rss, used, cpu) if server else (wall, rss, cpu))
+            beside = f"  {server.name} {used:6.2f}s CPU" if server else ""
+            print(f"  run {r} {label:34s} {wall:7.3f}s {rss:7.1f} MiB {cpu:6.2f}s CPU{beside}{' (warm-up)' if r == 0 else ''}", file=sys.stderr)
     return median_table({k: v for k, v in results.items() if v})
 
 
@@ -907,7 +899,7 @@ def small_file_sections(ferry, runs, www, out):
         ("aria2c -j16", lambda: fresh(out), lambda: ["aria2c", "-q", "-j16", "--file-allocation=none", "-d", out + "/aria2", "-i", aria_list]),
         ("wget -r", lambda: fresh(out), lambda: ["wget", "-q", "-r", "-np", "-nH", "--cut-dirs=1", "-X", "/small/.ferry", "-P", out + "/wget", url + "small/"]),
     ]
-    table = measure_server("10,000 × 4 KiB", tools, runs, nginx)
+    table = measure("10,000 × 4 KiB", tools, runs, server=nginx)
     sections.append(("10,000 × 4 KiB files", table, "curl --parallel (16)", 1.0,
                      "wall ≤ 1.0 × curl --parallel --parallel-max 16; ferry's CPU ≤ 0.5 s",
                      per_file_cpu(table, 10000) + " The format-1 row reads the same tree from one flat manifest: the difference to the "
@@ -933,7 +925,7 @@ def small_file_sections(ferry, runs, www, out):
         ("rclone copy --transfers 16", lambda: fresh(out), lambda: ["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone", "--ca-cert", ca,
                                                                      "--http-url", turl + "small/", "--transfers", "16", "--exclude", "manifest.json", "--exclude", ".ferry/**"]),
     ]
-    table = measure_server("10,000 × 4 KiB over HTTPS", tools, runs, tls)
+    table = measure("10,000 × 4 KiB over HTTPS", tools, runs, server=tls)
     sections.append(("10,000 × 4 KiB files over HTTPS (HTTP/2, private CA)", table,
                      "curl --parallel --http2 (16)", 1.2, "wall ≤ 1.2 × curl --parallel --http2",
                      per_file_cpu(table, 10000) + " The format-1 row reads the same tree from one flat manifest, as over HTTP. All 10,000 "
@@ -1236,7 +1228,7 @@ def write_report(path, sections, runs, versions):
                       "without checking that the file is the same one; aria2c -c without its control file starts over.", ""]
             continue
         store = any(len(v) == 4 for v in table.values())
-        server, which = ("store", "weed") if "SeaweedFS" in title or title.startswith("S3") else ("server", "nginx")
+        server, which = ("store", "weed") if title.startswith("S3") else ("server", "nginx")
         cores = os.cpu_count()
         lines += [f"## {title}", "", f"Target: {target_text}.", "",
                   "| tool | median wall | peak RSS | ferry ÷ tool |" + (f" tool CPU | {server} CPU ({which}) | CPU floor ({cores} cores) |" if store else " median CPU (user + system) |"),
