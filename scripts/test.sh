@@ -21,9 +21,11 @@ if [ -e "$TMPDIR/ferry-tests" ]; then
     ls -la "$TMPDIR/ferry-tests" >&2
     exit 1
 fi
-# The Debian package: built, installed, run without the toolchain, removed (needs root, as CI is).
+# The Debian package: built, installed, run without the toolchain, removed; then installed in a
+# minimal Debian booted under systemd-nspawn, whose systemd runs its units (needs root, as CI is).
 if [ "$(id -u)" -eq 0 ]; then
     scripts/test-package.sh
+    scripts/test-systemd.sh
 else
-    echo "test.sh: the package test needs root (dpkg -i); skipped" >&2
+    echo "test.sh: the package tests need root (dpkg -i, systemd-nspawn); skipped" >&2
 fi
