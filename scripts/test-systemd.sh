@@ -55,7 +55,7 @@ mirror=$(awk -v s="$suite" '
 cache_dir=/var/cache/ferry-test
 cache="$cache_dir/nspawn-$suite-$arch-$(printf '%s minbase %s' "$suite" "$include" | sha256sum | cut -c1-12)"
 machine="ferry-test-$$"
-run="" build="" nspawn_pid="" ct_pid=""
+run="" build="" bootstrap_pid="" nspawn_pid="" ct_pid=""
 
 # Mounts left under DIR (debootstrap mounts /proc and /sys in its target while it works): unmounted
 # before DIR is removed, deepest first, so that rm never reaches the host through them.
@@ -93,6 +93,11 @@ stop_container() {
 }
 cleanup() {
   set +e
+  if [ -n "$bootstrap_pid" ]; then
+    kill -TERM -- "-$bootstrap_pid" 2>/dev/null
+    until_true 20 not_alive "$bootstrap_pid" || kill -KILL -- "-$bootstrap_pid" 2>/dev/null
+    wait "$bootstrap_pid" 2>/dev/null
+  fi
   stop_container
   remove_dir "$run"
   remove_dir "$build"
@@ -101,8 +106,8 @@ cleanup() {
   return 0
 }
 trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+trap 'say "interrupted"; exit 130' INT
+trap 'say "terminated"; exit 143' TERM
 
 # --- the package ---------------------------------------------------------------------------------
 deb=${FERRY_DEB:-$(scripts/package.sh)}
@@ -119,11 +124,17 @@ if [ ! -d "$cache/root" ]; then
     for old in "$cache_dir"/.build.*; do remove_dir "$old"; done
     build=$(mktemp -d "$cache_dir/.build.XXXXXX")
     say "debootstrap $suite ($include) from $mirror into $cache (about a minute)"
-    if ! debootstrap --variant=minbase --include="$include" "$suite" "$build/root" "$mirror" >"$build/debootstrap.log" 2>&1; then
+    # In the background, in a process group of its own: a signal to this script ends it (and the
+    # dpkg it runs) at once instead of after the whole minute.
+    setsid debootstrap --variant=minbase --include="$include" "$suite" "$build/root" "$mirror" >"$build/debootstrap.log" 2>&1 &
+    bootstrap_pid=$!
+    if ! wait "$bootstrap_pid"; then
+      bootstrap_pid=""
       tail -n 15 "$build/debootstrap.log" >&2
       tail -n 15 "$build/root/debootstrap/debootstrap.log" >&2 2>/dev/null || true
       die "debootstrap failed (the lines above say why)"
     fi
+    bootstrap_pid=""
     rm -f "$build/debootstrap.log"
     # Roots made for another package list or release are not used again.
     for old in "$cache_dir"/nspawn-*; do [ "$old" = "$cache" ] || remove_dir "$old"; done
