@@ -7,7 +7,7 @@ import FerryRuntime
 public enum FerryCLI {
     static let commands: [any Command.Type] = [
         SyncNowCommand.self, AgentCommand.self, StatusCommand.self, EventsCommand.self, CancelCommand.self, ResumeCommand.self, CheckCommand.self, ManifestBuildCommand.self, KeyGenerateCommand.self, KeyPublicCommand.self,
-        LsCommand.self, ConfigCheckCommand.self, ConfigShowCommand.self, VersionCommand.self, CompletionCommand.self, HelpCommand.self,
+        LsCommand.self, ReloadCommand.self, ConfigCheckCommand.self, ConfigShowCommand.self, ConfigUnitsCommand.self, VersionCommand.self, CompletionCommand.self, HelpCommand.self,
     ]
 
     static var overview: String {

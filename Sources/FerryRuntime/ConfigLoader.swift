@@ -11,7 +11,8 @@ public enum ConfigLoader {
         return "/etc/ferry/ferry.conf"
     }
 
-    public static func load(path: String) throws(FerryError) -> Config {
+    /// `allowingNoSession`: see `ConfigParser.parse`.
+    public static func load(path: String, allowingNoSession: Bool = false) throws(FerryError) -> Config {
         var st = stat()
         guard stat(path, &st) == 0 else {
             throw .usage("cannot read the config file \(path): \(FileSystem.errorText())",
@@ -21,7 +22,7 @@ public enum ConfigLoader {
         do { bytes = try FileSystem.readFile(path, limit: 4 << 20) } catch { throw .usage(error.message) }
         guard let text = String(validating: bytes, as: UTF8.self) else { throw .usage("\(path) is not UTF-8 text") }
         let absolute = path.hasPrefix("/") ? path : currentDirectory() + "/" + path
-        var config = try ConfigParser.parse(text, path: absolute)
+        var config = try ConfigParser.parse(text, path: absolute, allowingNoSession: allowingNoSession)
         config.path = path
         for session in config.sessions {
             for file in [session.basicAuthFile, session.bearerTokenFile, session.s3.credentials].compactMap({ $0 }) {
