@@ -144,4 +144,42 @@ struct OperatorTests {
         #expect(run.exitCode == 5, "\(run.output)")
         #expect(run.stderr.contains("belongs to root") && run.stderr.contains("sudo -u root ferry status --config \(box.config)"), "\(run.stderr)")
     }
+
+    /// The mistakes of a first day are each answered once, with the hint that fits them.
+    @Test func firstDayMistakesGetTheHintThatFits() throws {
+        let version = ferry(["-V"])
+        #expect(version.exitCode == 0 && version.stdout.hasPrefix("ferry "), "\(version.output)")
+        let typo = ferry(["--vesion"])
+        #expect(typo.exitCode == 2 && typo.stderr.contains("did you mean '--version'?") && !typo.stderr.contains("'ls'"), "\(typo.output)")
+        let missing = ferry(["manifest", "build", "/nonexistent-\(getpid())"])
+        #expect(missing.exitCode == 2 && missing.stderr.contains("give the directory that holds the files to publish") && !missing.stderr.contains("local ="),
+                "\(missing.output)")
+
+        let box = Sandbox("first-day-hints")
+        box.publish("a.txt", "a\n")
+        box.buildManifest()
+        chmod(box.directory, 0o755)
+        // A credentials file that exists but this user cannot read: not "create the file".
+        let secret = box.directory + "/token"
+        try "t0ken\n".writeReplacing(secret, mode: 0o600)
+        box.configure(remote: "http://127.0.0.1:9/", session: ["bearer-token-file = \(secret)"])
+        _ = runProcess("/bin/chown", ["-R", "65534:65534", box.state, box.local].filter { FileManager.default.fileExists(atPath: $0) })
+        let check = asNobody(["config", "check", "--config", box.config])
+        #expect(check.exitCode == 2 && check.stderr.contains("chmod 640 \(secret)") && !check.stderr.contains("create the file"), "\(check.output)")
+
+        // Generations need the directory holding local: said with the user and that directory.
+        let parent = box.directory + "/site"
+        try FileManager.default.createDirectory(atPath: parent + "/mirror", withIntermediateDirectories: true)
+        chmod(parent, 0o755)
+        chown(parent + "/mirror", Self.nobody, Self.nobody)
+        try FileManager.default.createDirectory(atPath: box.state, withIntermediateDirectories: true)
+        chown(box.state, Self.nobody, Self.nobody)
+        box.configure(remote: "file://" + box.published, session: ["layout = generations"])
+        try fileContents(box.config)!.replacingOccurrences(of: "local = \(box.local)", with: "local = \(parent)/mirror").writeReplacing(box.config)
+        let gcheck = ferry(["config", "check", "--config", box.config])
+        #expect(gcheck.exitCode == 2 && gcheck.stderr.contains("layout = generations") && gcheck.stdout.isEmpty, "checked as nobody: \(gcheck.output)")
+        let run = box.sync()
+        #expect(run.exitCode == 5, "\(run.output)")
+        #expect(run.stderr.contains("let nobody write \(parent)"), "\(run.stderr)")
+    }
 }
