@@ -7,7 +7,7 @@ import FerryRuntime
 public enum FerryCLI {
     static let commands: [any Command.Type] = [
         SyncNowCommand.self, AgentCommand.self, StatusCommand.self, EventsCommand.self, CancelCommand.self, ResumeCommand.self, CheckCommand.self, ManifestBuildCommand.self, KeyGenerateCommand.self, KeyPublicCommand.self,
-        LsCommand.self, ConfigCheckCommand.self, ConfigShowCommand.self, VersionCommand.self, CompletionCommand.self, HelpCommand.self,
+        LsCommand.self, ReloadCommand.self, ConfigCheckCommand.self, ConfigShowCommand.self, ConfigUnitsCommand.self, VersionCommand.self, CompletionCommand.self, HelpCommand.self,
     ]
 
     static var overview: String {
@@ -87,7 +87,7 @@ public enum FerryCLI {
             Console.out(overview)
             return argv.isEmpty ? .usage : .inSync
         }
-        if argv == ["--version"] {
+        if argv == ["--version"] || argv == ["-V"] {
             Console.out("ferry \(FerryVersion.string)")
             return .inSync
         }
@@ -102,9 +102,12 @@ public enum FerryCLI {
                 Console.error(.usage("'ferry \(Printable.name(argv[0]))' \(what)", hint: "did you mean: \(members.joined(separator: ", "))?"))
             } else {
                 var hint = "see: ferry help"
-                let words = Set(commands.map { $0.words[0] })
-                if let near = ConfigParser.closest(to: argv[0], in: words.sorted()) { hint = "did you mean '\(near)'? (see: ferry help)" }
-                Console.error(.usage("unknown command '\(Printable.name(argv[0]))'", hint: hint))
+                // An option where a command belongs is near an option, never a command ('-V' is not 'ls').
+                let isOption = argv[0].hasPrefix("-")
+                let words = isOption ? ["--version", "--help"] : Set(commands.map { $0.words[0] }).sorted()
+                if let near = ConfigParser.closest(to: argv[0], in: words) { hint = "did you mean '\(near)'? (see: ferry help)" }
+                Console.error(.usage(isOption ? "unknown option '\(Printable.name(argv[0]))' before a command" : "unknown command '\(Printable.name(argv[0]))'",
+                                     hint: hint))
             }
             return .usage
         }

@@ -11,7 +11,8 @@ public enum ConfigLoader {
         return "/etc/ferry/ferry.conf"
     }
 
-    public static func load(path: String) throws(FerryError) -> Config {
+    /// `allowingNoSession`: see `ConfigParser.parse`.
+    public static func load(path: String, allowingNoSession: Bool = false) throws(FerryError) -> Config {
         var st = stat()
         guard stat(path, &st) == 0 else {
             throw .usage("cannot read the config file \(path): \(FileSystem.errorText())",
@@ -21,7 +22,7 @@ public enum ConfigLoader {
         do { bytes = try FileSystem.readFile(path, limit: 4 << 20) } catch { throw .usage(error.message) }
         guard let text = String(validating: bytes, as: UTF8.self) else { throw .usage("\(path) is not UTF-8 text") }
         let absolute = path.hasPrefix("/") ? path : currentDirectory() + "/" + path
-        var config = try ConfigParser.parse(text, path: absolute)
+        var config = try ConfigParser.parse(text, path: absolute, allowingNoSession: allowingNoSession)
         config.path = path
         for session in config.sessions {
             for file in [session.basicAuthFile, session.bearerTokenFile, session.s3.credentials].compactMap({ $0 }) {
@@ -73,8 +74,17 @@ public enum ConfigLoader {
     static func readSecret(_ file: String, session: SessionConfig, key: String, limit: Int) throws(FerryError) -> [UInt8] {
         holdingSecrets()
         do { return try FileSystem.readFile(file, limit: limit) } catch {
-            throw .usage("\(key) of session '\(session.name)': \(error.message)", hint: "create the file, or fix '\(key) =' in the config")
+            throw .usage("\(key) of session '\(session.name)': \(error.message)", hint: unreadableHint(file, key: key))
         }
+    }
+
+    /// What to do about a credentials file that cannot be read: make it when it is missing, let
+    /// this user read it when it exists (kept from other users: it holds a secret).
+    static func unreadableHint(_ file: String, key: String) -> String {
+        var st = stat()
+        guard stat(file, &st) == 0 else { return "create the file, or fix '\(key) =' in the config" }
+        let user = StateOwner.userName(geteuid())
+        return "let \(user) read it, and no one else: chgrp \(user) \(file) && chmod 640 \(file) (or run ferry as its owner)"
     }
 
     /// Called before the process takes in its first secret (from a file or the environment): from
@@ -110,7 +120,9 @@ public enum ConfigLoader {
                     out.append(.usage("\(where_) local = \(session.local): not a directory ferry can read", hint: "fix 'local =', or let ferry's user read it"))
                 }
             } else if let why = writableDirectory(session.local) {
-                out.append(.usage("\(where_) local = \(session.local): \(why)", hint: "a pull writes this directory: choose one ferry may create and write"))
+                let user = StateOwner.userName(geteuid())
+                out.append(.usage("\(where_) local = \(session.local): \(why)",
+                                  hint: "a pull writes this directory as \(user): chown -R \(user): \(session.local) (or a group; README: \"Sessions that write where ferry cannot\"), or choose another"))
             } else if session.layout == .generations, let why = writableDirectory(ConfigParser.directoryName(of: session.local)) {
                 out.append(.usage("\(where_) local = \(session.local): layout = generations keeps its versions beside it, in \(session.local).generations, and replaces it with a symlink, but its directory: \(why)",
                                   hint: "let ferry's user write the directory holding local, or set layout = in-place"))
@@ -119,7 +131,7 @@ public enum ConfigLoader {
                                 ("s3-credentials", session.s3.credentials)] {
                 guard let file else { continue }
                 do { _ = try FileSystem.readFile(file, limit: 16 << 20) } catch {
-                    out.append(.usage("\(where_) \(key) = \(file): \(error.message)", hint: "create the file, or fix '\(key) ='"))
+                    out.append(.usage("\(where_) \(key) = \(file): \(error.message)", hint: key == "ca-file" ? "create the file, or fix '\(key) ='" : unreadableHint(file, key: key)))
                 }
             }
             for (key, hook) in [("on-file-done", session.onFileDone), ("on-session-done", session.onSessionDone)] {

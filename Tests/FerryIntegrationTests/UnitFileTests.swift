@@ -22,7 +22,7 @@ struct UnitFileTests {
     @Test func theAgentUnitSaysWhatTheAgentDoes() throws {
         let service = try String(contentsOfFile: Harness.packageRoot + "/config/ferry.service", encoding: .utf8)
         for line in ["Type=notify", "WatchdogSec=", "ProtectSystem=strict", "StateDirectory=ferry", "NoNewPrivileges=yes",
-                     "ReadWritePaths=", "ExecReload=/bin/kill -HUP $MAINPID", "ExecStart=/usr/bin/ferry agent --config /etc/ferry/ferry.conf"] {
+                     "ExecReload=/usr/bin/ferry reload --config /etc/ferry/ferry.conf", "ExecStart=/usr/bin/ferry agent --config /etc/ferry/ferry.conf"] {
             #expect(service.contains("\n" + line), "ferry.service lacks \(line)")
         }
         let timer = try String(contentsOfFile: Harness.packageRoot + "/config/ferry-sync.timer", encoding: .utf8)

@@ -58,7 +58,7 @@ struct AgentCommand: Command {
 
     func run() throws(FerryError) -> ExitCode {
         if !json && isatty(2) == 0 { Console.priorityPrefixes = true }
-        let config = try ConfigLoader.load(path: ConfigLoader.resolvePath(configPath))
+        let config = try CommandConfig.load(configPath, allowingNoSession: true)
         let lock = try SessionLock.agent(stateDirectory: config.agent.state)
         let log = SyncReporter(mode: json ? .json : .human, agentLog: true, level: logLevel ?? config.agent.logLevel)
         for w in config.warnings { log.event(Event(time: Timestamp.now(), session: "", body: .warning(message: w))) }

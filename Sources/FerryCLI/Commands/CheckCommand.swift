@@ -38,7 +38,7 @@ struct CheckCommand: Command {
     }
 
     func run() throws(FerryError) -> ExitCode {
-        let config = try ConfigLoader.load(path: ConfigLoader.resolvePath(configPath))
+        let config = try CommandConfig.load(configPath)
         for w in config.warnings where mode != .json { Console.warning(w) }
         let reporter = SyncReporter(mode: mode, level: level)
         let bars = mode == .human && Console.stderrIsTerminal ? ProgressBars() : nil

@@ -24,7 +24,8 @@ struct ConfigCheckCommand: Command {
 
     func run() throws(FerryError) -> ExitCode {
         let path = ConfigLoader.resolvePath(configPath)
-        let config = try ConfigLoader.load(path: path)
+        // Checked as the user that owns the state (the services' user): what it can write is what counts.
+        let (config, switched) = try CommandConfig.loadAdopting(path)
         for w in config.warnings { Console.warning(w) }
         let problems = ConfigLoader.problems(in: config)
         for problem in problems { Console.error(FerryError(.usage, "\(path): " + problem.message, hint: problem.hint)) }
@@ -35,6 +36,7 @@ struct ConfigCheckCommand: Command {
         for session in config.sessions { _ = try ConfigLoader.httpSettings(for: session) }
         Console.out("\(path): OK — state \(config.agent.state), \(config.agent.transfers) transfers"
                     + (config.agent.bwlimit.map { ", bwlimit \($0)" } ?? ""))
+        if let switched { Console.out("  checked as \(switched.user), the owner of the state directory (the user the services run as)") }
         for s in config.sessions {
             var notes: [String] = []
             if s.delete { notes.append("delete, max \(s.maxDelete)") }

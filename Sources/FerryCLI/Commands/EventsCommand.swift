@@ -45,7 +45,7 @@ struct EventsCommand: Command {
     }
 
     func run() throws(FerryError) -> ExitCode {
-        let config = try ConfigLoader.load(path: ConfigLoader.resolvePath(configPath))
+        let config = try CommandConfig.load(configPath)
         let sessions = try selectSessions(config, names: session.map { [$0] } ?? [])
         var names: [String?] = sessions.map(\.name)
         if session == nil { names.append(nil) }

@@ -47,7 +47,7 @@ struct LsCommand: Command {
     }
 
     func run() throws(FerryError) -> ExitCode {
-        let config = try ConfigLoader.load(path: ConfigLoader.resolvePath(configPath))
+        let config = try CommandConfig.load(configPath)
         for w in config.warnings where !json { Console.warning(w) }
         let sessions = try selectSessions(config, names: session.map { [$0] } ?? [])
         var codes: [ExitCode] = []

@@ -1,3 +1,4 @@
+import Glibc
 import FerryCore
 import FerryRuntime
 
@@ -98,6 +99,14 @@ struct ManifestBuildCommand: Command {
     }
 
     func run() throws(FerryError) -> ExitCode {
+        // Said in this command's words: there is no session here, so no 'local =' to fix.
+        var st = stat()
+        if stat(directory, &st) != 0 {
+            throw .usage("ferry manifest build: cannot publish \(Printable.name(directory)): \(FileSystem.errorText())",
+                         hint: "give the directory that holds the files to publish: ferry manifest build DIR")
+        } else if (st.st_mode & S_IFMT) != S_IFDIR {
+            throw .usage("ferry manifest build: \(Printable.name(directory)) is not a directory", hint: "give the directory that holds the files to publish: ferry manifest build DIR")
+        }
         let bars = mode == .human && Console.stderrIsTerminal ? ProgressBars() : nil
         // The key is read before anything is hashed: a wrong path fails at once.
         let key = try sign.map { (file) throws(FerryError) -> SigningKey in try SigningKey(file: file, use: "--sign") }

@@ -28,7 +28,14 @@ struct StatusCommand: Command {
     }
 
     func run() throws(FerryError) -> ExitCode {
-        let config = try ConfigLoader.load(path: ConfigLoader.resolvePath(configPath))
+        let config = try CommandConfig.load(configPath, allowingNoSession: session == nil)
+        if config.sessions.isEmpty {
+            // The package's config before its sessions are written: an agent started on it waits.
+            let agent = AgentLink(state: config.agent.state) != nil
+            let text = "\(config.path) names no session" + (agent ? "; the agent runs and waits for a reload" : "; no agent runs")
+            if json { Console.json("{\"sessions\":[],\"agent_running\":\(agent),\"message\":\(JSONText.quote(text))}") } else { Console.out(text) }
+            return .inSync
+        }
         let sessions = try selectSessions(config, names: session.map { [$0] } ?? [])
         let store = try StateStore(directory: config.agent.state)
         var rows: [(SessionConfig, SessionRecord?, [TransferTask])] = []

@@ -77,7 +77,7 @@ struct SyncNowCommand: Command {
     }
 
     func run() throws(FerryError) -> ExitCode {
-        var config = try ConfigLoader.load(path: ConfigLoader.resolvePath(configPath))
+        var config = try CommandConfig.load(configPath)
         for w in config.warnings where mode != .json { Console.warning(w) }
         if let bwlimit { config.agent.bwlimit = bwlimit }
         if let transfers { config.agent.transfers = transfers }

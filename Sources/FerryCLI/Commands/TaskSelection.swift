@@ -11,7 +11,7 @@ struct TaskSelection {
 
     /// Loads the config and the state, and resolves what the command line names.
     init(arguments: Arguments, command: String) throws(FerryError) {
-        let config = try ConfigLoader.load(path: ConfigLoader.resolvePath(arguments.value("--config")))
+        let config = try CommandConfig.load(arguments.value("--config"))
         let store = try StateStore(directory: config.agent.state)
         try self.init(arguments: arguments, config: config, store: store, command: command)
     }

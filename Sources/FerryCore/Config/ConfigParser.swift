@@ -44,7 +44,9 @@ public enum ConfigParser {
         var lines: [Line] = []
     }
 
-    public static func parse(_ text: String, path: String) throws(FerryError) -> Config {
+    /// `allowingNoSession`: a config without a `[session NAME]` is taken (an agent started before
+    /// its sessions are written waits for a reload); other readers need a session and say so.
+    public static func parse(_ text: String, path: String, allowingNoSession: Bool = false) throws(FerryError) -> Config {
         let baseDirectory = directoryName(of: path)
         var sections: [Section] = []
         var lineNumber = 0
@@ -361,8 +363,9 @@ public enum ConfigParser {
             }
             sessions.append(session)
         }
-        if sessions.isEmpty {
-            throw .usage("\(path): no [session NAME] section", hint: "see config/ferry.conf for an example session")
+        if sessions.isEmpty && !allowingNoSession {
+            throw .usage("\(path): no [session NAME] section: there is nothing to sync",
+                         hint: "add a session with remote = and local = (man ferry.conf; the file's commented example session shows each key)")
         }
         for (i, a) in sessions.enumerated() {
             for b in sessions[(i + 1)...] where overlaps(a.local, b.local) {

@@ -112,7 +112,7 @@ public final class Agent: @unchecked Sendable {
     /// sessions of each reload. `reloadConfig` reads the config file again (injected for tests).
     public init(config: Config, sinks: [EventSink], hooks: HookRunner?, notifier: SystemdNotifier = SystemdNotifier(),
                 clock: any Clock = SystemClock(), random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
-                reloadConfig: @escaping @Sendable (String) throws(FerryError) -> Config = { path throws(FerryError) in try ConfigLoader.load(path: path) })
+                reloadConfig: @escaping @Sendable (String) throws(FerryError) -> Config = { path throws(FerryError) in try ConfigLoader.load(path: path, allowingNoSession: true) })
         throws(FerryError) {
         self.config = config
         self.hooks = hooks
@@ -165,16 +165,29 @@ public final class Agent: @unchecked Sendable {
     /// agent's exit code (0: stopped as asked, state intact).
     public func run(stop: StopToken) -> ExitCode {
         emit("", .agent(action: "started", message: "ferry agent (pid \(pid)) runs \(Plural.count(config.sessions.count, "session")) from \(config.path)"))
+        sayIfIdle()
         notifier.ready(status: statusLine())
         writeMetrics()
         var stopping = false
         while true {
-            let (ended, reload, requests) = inbox.withLock { inbox in
+            let (ended, hangup, requests) = inbox.withLock { inbox in
                 defer { inbox.ended.removeAll(); inbox.reload = false; inbox.requests.removeAll() }
                 return (inbox.ended, inbox.reload, inbox.requests)
             }
             for (name, result) in ended { cycleEnded(name, result) }
-            for (request, connection) in requests { accept(request, connection, stopping: stop.reason != nil) }
+            var reload = hangup
+            var reloadClients: [ControlConnection] = []
+            for (request, connection) in requests {
+                if request.command == ControlRequest.reload {
+                    reloadClients.append(connection)
+                    reload = true
+                } else {
+                    accept(request, connection, stopping: stop.reason != nil)
+                }
+            }
+            if stop.reason != nil {
+                for client in reloadClients { Agent.answerReload(client, refusal: FerryError(.stopped, "the agent is stopping"), config: config) }
+            }
             if let reason = stop.reason {
                 if !stopping {
                     stopping = true
@@ -184,7 +197,10 @@ public final class Agent: @unchecked Sendable {
                 }
                 if !slots.values.contains(where: { $0.running != nil }) { break }
             } else {
-                if reload { self.reload() }
+                if reload {
+                    let refusal = self.reload()
+                    for client in reloadClients { Agent.answerReload(client, refusal: refusal, config: config) }
+                }
                 let now = clock.monotonic()
                 for name in slots.keys.sorted() where slots[name]!.running == nil {
                     if let gate = slots[name]!.held, gate.waitsFor() == nil {
@@ -401,7 +417,20 @@ public final class Agent: @unchecked Sendable {
 
     // MARK: reload
 
-    private func reload() {
+    /// Tells a `ferry reload` client how its reload went (the answer ends the exchange).
+    private static func answerReload(_ client: ControlConnection, refusal: FerryError?, config: Config) {
+        if let refusal {
+            client.send("{\"event\":\"reload-refused\",\"message\":\(JSONText.quote(refusal.message))"
+                        + (refusal.hint.map { ",\"hint\":\(JSONText.quote($0))" } ?? "") + "}")
+        } else {
+            client.send("{\"event\":\"reloaded\",\"sessions\":\(JSONText.quote(config.sessions.map(\.name).joined(separator: ",")))}")
+        }
+        client.finish()
+    }
+
+    /// Re-reads the config; returns why it was refused, or nil when the new one applies.
+    @discardableResult
+    private func reload() -> FerryError? {
         notifier.reloading()
         let fresh: Config
         do throws(FerryError) {
@@ -413,7 +442,7 @@ public final class Agent: @unchecked Sendable {
         } catch {
             emit("", .agent(action: "reload-refused", message: error.message + "; the agent goes on with the config it has"))
             notifier.ready(status: statusLine())
-            return
+            return error
         }
         for w in fresh.warnings { emit("", .warning(message: w)) }
         var added: [String] = [], removed: [String] = []
@@ -462,7 +491,16 @@ public final class Agent: @unchecked Sendable {
         if !added.isEmpty { parts.append("started " + added.joined(separator: ", ")) }
         if !removed.isEmpty { parts.append("stopped " + removed.joined(separator: ", ") + " (their tasks are kept)") }
         emit("", .agent(action: "reloaded", message: "reloaded \(config.path): " + parts.joined(separator: "; ")))
+        sayIfIdle()
         notifier.ready(status: statusLine())
+        return nil
+    }
+
+    /// An agent started before its sessions were written (the package's config names none) runs
+    /// and waits for a reload, and says so where an operator looks: the journal and `status`.
+    private func sayIfIdle() {
+        guard config.sessions.isEmpty else { return }
+        emit("", .warning(message: "\(config.path) names no session: the agent waits; add a [session NAME] section, then reload (systemctl reload ferry, or ferry reload)"))
     }
 
     // MARK: reporting
@@ -486,6 +524,7 @@ public final class Agent: @unchecked Sendable {
         let waiting = slots.values.filter { $0.running == nil && $0.state.hasPrefix("waiting") }.count
         let failed = slots.values.filter { $0.running == nil && $0.state.hasPrefix("failed") }.count
         let held = slots.values.filter { $0.running == nil && $0.held != nil }.count
+        if slots.isEmpty { return "no session configured; waiting for a reload" }
         var parts = [Plural.count(slots.count, "session")]
         if running > 0 { parts.append("\(running) running") }
         if held > 0 { parts.append("\(held) held for discretionary conditions") }

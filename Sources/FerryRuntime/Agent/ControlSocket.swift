@@ -15,7 +15,8 @@ import FerryCore
 /// then the events of the one cycle it starts for each accepted session (as soon as the session
 /// is free), in their `--json` form, and last
 ///     {"event":"handover-done","exit_code":N}
-/// with the worst exit code of those cycles. Events reach a connection through a queue of its
+/// with the worst exit code of those cycles. `{"command":"reload"}` asks it to re-read its config
+/// (`ControlRequest.reload` says the answer). Events reach a connection through a queue of its
 /// own, so a slow client never holds up a transfer.
 ///
 /// Each connection is served by one thread, and at most `maxConnections` at once: the next
@@ -160,7 +161,16 @@ public struct ControlRequest: Sendable {
 
     private let notBeforeText: String?
 
+    /// `ferry reload`: re-read the config. The agent answers `{"event":"reloaded","sessions":"a,b"}`
+    /// once the new config applies, or `{"event":"reload-refused","message":…,"hint":…}` and goes
+    /// on with the config it has.
+    public static let reload = "reload"
+
     init?(fields f: [String: String]) {
+        if f["command"] == ControlRequest.reload {
+            self.init(command: ControlRequest.reload, sessions: [], notBefore: nil)
+            return
+        }
         guard f["command"] == "sync" else { return nil }
         let sessions = (f["sessions"] ?? "").split(separator: ",").map(String.init)
         if let nb = f["not_before"], EarliestBegin(parsing: nb) == nil { return nil }

@@ -123,13 +123,20 @@ struct Generations {
     /// Makes the directory of a new build, numbered above every generation present (a number is
     /// never used twice while its directory may still be open somewhere).
     func startBuild(above current: Int?, leavingRoomBelow: Bool) throws(FerryError) -> Int {
-        try FileSystem.makeDirectories(directory)
+        do throws(FerryError) { try FileSystem.makeDirectories(directory) } catch {
+            throw FerryError(error.category, error.message, hint: writeHint)
+        }
         let n = max(present().last ?? 0, current ?? 0) + (leavingRoomBelow ? 2 : 1)
         guard mkdir(path(n), 0o755) == 0 else {
-            throw .localIO("cannot create \(Printable.name(path(n))) for the next generation: \(FileSystem.errorText())",
-                           hint: "let ferry's user write \(Printable.name(directory))")
+            throw .localIO("cannot create \(Printable.name(path(n))) for the next generation: \(FileSystem.errorText())", hint: writeHint)
         }
         return n
+    }
+
+    /// What a refused write here needs: the directory holding `local`, not only `local`.
+    private var writeHint: String {
+        "layout = generations keeps its versions beside \(Printable.name(local)) and replaces it with a symlink: let \(StateOwner.userName(geteuid())) write "
+            + "\(Printable.name(ConfigParser.directoryName(of: local))) (ferry config check says what it cannot write; ferry config units, what the units need)"
     }
 
     /// Makes generation `n` current: everything in it flushed to disk, then a symlink to it
@@ -148,20 +155,20 @@ struct Generations {
         let link = directory + "/.switch"
         unlink(link)
         guard symlink(baseName + ".generations/" + name(n), link) == 0 else {
-            throw .localIO("cannot create the symlink to generation \(name(n)) in \(Printable.name(directory)): \(FileSystem.errorText())")
+            throw .localIO("cannot create the symlink to generation \(name(n)) in \(Printable.name(directory)): \(FileSystem.errorText())", hint: writeHint)
         }
         if current == .directory {
             if ferry_rename_exchange(AT_FDCWD, link, AT_FDCWD, local) != 0 {
                 // A filesystem without RENAME_EXCHANGE: the old directory goes first, and `local`
                 // is missing until the symlink takes its place, an instant later.
                 guard errno == EINVAL, rename(local, path(n - 1)) == 0, rename(link, local) == 0 else {
-                    throw .localIO("cannot turn \(Printable.name(local)) into a symlink to generation \(name(n)): \(FileSystem.errorText())")
+                    throw .localIO("cannot turn \(Printable.name(local)) into a symlink to generation \(name(n)): \(FileSystem.errorText())", hint: writeHint)
                 }
             } else if rename(link, path(n - 1)) != 0 {
                 throw .localIO("cannot move the directory \(Printable.name(local)) was to \(Printable.name(path(n - 1))): \(FileSystem.errorText())")
             }
         } else if rename(link, local) != 0 {
-            throw .localIO("cannot switch \(Printable.name(local)) to generation \(name(n)): \(FileSystem.errorText())")
+            throw .localIO("cannot switch \(Printable.name(local)) to generation \(name(n)): \(FileSystem.errorText())", hint: writeHint)
         }
         FileSystem.syncDirectory(containing: local)
         FileSystem.syncDirectory(containing: link)
