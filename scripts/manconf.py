@@ -13,6 +13,51 @@ import sys
 KEY = re.compile(r'^(?:# )?([a-z0-9][a-z0-9-]*) = (.*)$')
 
 
+# Whole configs for what operators do most; each key is described above.
+EXAMPLES = [
+    ('A mirror of a tree published over HTTPS, polled every 15 minutes by the agent:', '''[agent]
+state = /var/lib/ferry
+
+[session assets]
+remote = https://mirror.example.net/assets/
+local = /srv/assets
+poll = 15m
+delete = yes
+max-delete = 10%'''),
+    ('A mirror that accepts only manifests signed by the publisher\'s key, and switches whole versions:', '''[session site]
+remote = https://origin.example.net/site/
+local = /srv/www/site
+trusted-keys = ed25519:PUBLIC
+layout = generations
+keep-generations = 3'''),
+    ('A push to S3 (credentials from the AWS chain) and a pull of it on another machine:', '''[session publish]
+direction = push
+remote = s3://assets-bucket/site/
+local = /srv/publish
+sign-key = /etc/ferry/sign.pem
+
+[session mirror]
+remote = s3://assets-bucket/site/
+local = /srv/site
+s3-region = eu-west-1'''),
+    ('A push to WebDAV, and an agent serving metrics on loopback:', '''[agent]
+metrics-listen = 127.0.0.1:9469
+
+[session upload]
+direction = push
+remote = https://dav.example.net/site/
+local = /srv/publish
+basic-auth-file = /etc/ferry/dav.basic'''),
+    ('A mirror that fetches only at night, on AC power, at most 2 MB/s:', '''[session nightly]
+remote = https://mirror.example.net/big/
+local = /srv/big
+discretionary = yes
+window = 22:00-06:00
+require-ac-power = yes
+bwlimit = 2M'''),
+]
+
+
 def escape(text):
     text = text.replace('\\', '\\e').replace('-', '\\-')
     if text.startswith('.') or text.startswith("'"):
@@ -80,8 +125,7 @@ def main():
             continue
         m = KEY.match(line)
         if m and started:
-            if keys and comment:
-                flush_entry()
+            # Keys right under one comment share its entry (a comment after a key flushed it).
             keys.append('%s = %s' % (m.group(1), m.group(2)))
             seen.append(m.group(1))
             continue
@@ -94,6 +138,9 @@ def main():
             if keys:
                 flush_entry()
     flush_entry()
+    out.append('.SH EXAMPLES')
+    for title, example in EXAMPLES:
+        out += ['.PP', escape(title), '.PP', '.RS 4', '.EX'] + [escape(l) for l in example.split('\n')] + ['.EE', '.RE']
     out += ['.SH FILES', '.TP', '.I /etc/ferry/ferry.conf',
             'the config ferry reads when neither \\-\\-config nor $FERRY_CONFIG names one',
             '.SH SEE ALSO', '.BR ferry (1)']

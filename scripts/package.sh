@@ -2,8 +2,8 @@
 # Builds the Debian package dist/ferry_<version>_<arch>.deb: a release binary with the Swift
 # standard library linked in (it needs no toolchain at run time, only Debian's libcurl, libsqlite3
 # and libssl, which Depends names), the systemd units, an example /etc/ferry/ferry.conf as a
-# conffile, the man pages ferry(1) and ferry.conf(5) and the bash completion (made from ferry's own
-# help and config/ferry.conf), and a system user `ferry` (sysusers.d) owning /var/lib/ferry (0700).
+# conffile, the man pages ferry(1) and ferry.conf(5) and the bash, zsh and fish completion (made from
+# ferry's own help and config/ferry.conf), and a system user `ferry` (sysusers.d) owning /var/lib/ferry (0700).
 #   scripts/package.sh            build the package (runs scripts/setup.sh first)
 #   FERRY_BINARY=path scripts/package.sh   package that binary instead of building one
 # Only Debian's own tools: dpkg-deb, dpkg-shlibdeps, gzip. Prints the package's path.
@@ -37,7 +37,8 @@ trap 'rm -rf "$work"' EXIT
 root="$work/ferry_${version}_${arch}"
 install -d -m 0755 "$root/DEBIAN" "$root/usr/bin" "$root/lib/systemd/system" "$root/etc/ferry" \
   "$root/usr/lib/sysusers.d" "$root/usr/lib/tmpfiles.d" "$root/usr/share/man/man1" "$root/usr/share/man/man5" \
-  "$root/usr/share/bash-completion/completions" "$root/usr/share/doc/ferry/examples"
+  "$root/usr/share/bash-completion/completions" "$root/usr/share/zsh/vendor-completions" "$root/usr/share/fish/vendor_completions.d" \
+  "$root/usr/share/doc/ferry/examples"
 
 install -m 0755 "$binary" "$root/usr/bin/ferry"
 strip --strip-unneeded --remove-section=.comment --remove-section=.note "$root/usr/bin/ferry"
@@ -57,7 +58,10 @@ install -m 0644 config/ferry.conf "$root/usr/share/doc/ferry/examples/ferry.conf
 "$root/usr/bin/ferry" help --man --date "$date" | gzip -9n > "$root/usr/share/man/man1/ferry.1.gz"
 python3 scripts/manconf.py config/ferry.conf "$version" "$date" | gzip -9n > "$root/usr/share/man/man5/ferry.conf.5.gz"
 "$root/usr/bin/ferry" completion bash > "$root/usr/share/bash-completion/completions/ferry"
-chmod 0644 "$root"/usr/share/man/man*/*.gz "$root/usr/share/bash-completion/completions/ferry"
+"$root/usr/bin/ferry" completion zsh > "$root/usr/share/zsh/vendor-completions/_ferry"
+"$root/usr/bin/ferry" completion fish > "$root/usr/share/fish/vendor_completions.d/ferry.fish"
+chmod 0644 "$root"/usr/share/man/man*/*.gz "$root/usr/share/bash-completion/completions/ferry" \
+  "$root/usr/share/zsh/vendor-completions/_ferry" "$root/usr/share/fish/vendor_completions.d/ferry.fish"
 
 install -m 0644 README.md "$root/usr/share/doc/ferry/README.md"
 cat > "$root/usr/share/doc/ferry/copyright" <<COPYRIGHT

@@ -31,6 +31,7 @@ getent passwd ferry >/dev/null || fail "no user ferry"
 [ "$(stat -c '%U:%G %a' /var/lib/ferry)" = "ferry:ferry 700" ] || fail "/var/lib/ferry is $(stat -c '%U:%G %a' /var/lib/ferry), not ferry:ferry 700"
 dpkg-query -W -f='${Conffiles}' ferry | grep -q '/etc/ferry/ferry.conf' || fail "/etc/ferry/ferry.conf is not a conffile"
 for f in /usr/share/man/man1/ferry.1.gz /usr/share/man/man5/ferry.conf.5.gz /usr/share/bash-completion/completions/ferry \
+         /usr/share/zsh/vendor-completions/_ferry /usr/share/fish/vendor_completions.d/ferry.fish \
          /lib/systemd/system/ferry.service /lib/systemd/system/ferry-sync.service /lib/systemd/system/ferry-sync.timer; do
   [ -f "$f" ] || fail "$f is not installed"
 done
@@ -38,7 +39,11 @@ for page in /usr/share/man/man1/ferry.1.gz /usr/share/man/man5/ferry.conf.5.gz; 
   warnings=$(zcat "$page" | groff -man -Tutf8 -ww -z 2>&1) || fail "$page does not render"
   [ -z "$warnings" ] || fail "$page: $warnings"
 done
-bash -c 'source /usr/share/bash-completion/completions/ferry && complete -p ferry' >/dev/null || fail "the completion does not load"
+bash -c 'source /usr/share/bash-completion/completions/ferry && complete -p ferry' >/dev/null || fail "the bash completion does not load"
+zsh -f -c 'autoload -U compinit && compinit -u -d /dev/null && fpath=(/usr/share/zsh/vendor-completions $fpath) && autoload -U _ferry && whence -w _ferry' >/dev/null \
+  || fail "the zsh completion does not load"
+fished=$(fish -N -c 'source /usr/share/fish/vendor_completions.d/ferry.fish && complete -C "ferry sync n"') || fail "the fish completion does not load"
+[[ "$fished" == now* ]] || fail "the fish completion offers '$fished' for 'ferry sync n'"
 
 step "the installed ferry without the toolchain"
 if ldd /usr/bin/ferry | grep -e libswift -e /opt/swift; then fail "/usr/bin/ferry links the toolchain's libraries"; fi

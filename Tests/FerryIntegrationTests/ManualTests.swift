@@ -24,6 +24,11 @@ struct ManualTests {
         }
     }
 
+    /// PATH with the ferry just built first: the completion scripts call `ferry`.
+    static var pathWithFerry: String {
+        (Harness.ferryBinary as NSString).deletingLastPathComponent + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")
+    }
+
     @Test func ferry1CarriesEveryCommandAndOptionAndRendersCleanly() throws {
         let commands = Self.commandsFromHelp()
         #expect(commands.count >= 16 && commands.contains { $0.words == "sync now" } && commands.contains { $0.words == "ls" }, "\(commands.map(\.words))")
@@ -41,6 +46,12 @@ struct ManualTests {
             #expect(rendered.contains(String(usage)), "ferry(1) lacks the usage of \(c.words): \(usage)")
             for o in c.options { #expect(rendered.contains("       \(o)"), "ferry(1) lacks \(c.words) \(o)") }
         }
+        // EXAMPLES: each of the things an operator does first, as commands and config lines.
+        let examples = rendered.components(separatedBy: "\nEXAMPLES\n").last?.components(separatedBy: "\nSEE ALSO\n").first ?? ""
+        for wanted in ["ferry sync now", "trusted-keys", "layout = generations", "remote = s3://", "direction = push", "ferry config units",
+                       "metrics-listen", "--dry-run", "systemctl reload ferry"] {
+            #expect(examples.contains(wanted), "ferry(1) EXAMPLES lack \(wanted)")
+        }
     }
 
     @Test func bashCompletionOffersWhatEachCommandTakes() throws {
@@ -53,7 +64,7 @@ struct ManualTests {
             let run = runProcess("/bin/bash", ["-c", """
                 source "$1"; read -ra w <<< "$2"; [[ "$2" == *" " ]] && w+=("")
                 COMP_WORDS=("${w[@]}"); COMP_CWORD=$((${#w[@]}-1)); COMPREPLY=(); _ferry; printf '%s\\n' "${COMPREPLY[@]}"
-                """, "bash", dir + "/ferry", line])
+                """, "bash", dir + "/ferry", line], environment: ["PATH": ManualTests.pathWithFerry])
             return run.stdout.split(separator: "\n").map(String.init)
         }
         let commands = Self.commandsFromHelp()
@@ -66,7 +77,58 @@ struct ManualTests {
         }
         #expect(complete("ferry --config /etc/ferry/ferry.conf sync ") == ["now"])
         #expect(Set(complete("ferry agent --log-level ")) == ["error", "warning", "info", "debug"])
-        #expect(ferry(["completion", "fish"]).exitCode == 2)
+        #expect(ferry(["completion", "tcsh"]).exitCode == 2)
+        // Session names after --session, from the config the line names.
+        try "[session alpha]\nremote = file:///srv/a/\nlocal = /srv/a-m\n[session beta]\nremote = file:///srv/b/\nlocal = /srv/b-m\n".writeReplacing(dir + "/s.conf")
+        #expect(complete("ferry status --config \(dir)/s.conf --session ") == ["alpha", "beta"], "\(complete("ferry status --config \(dir)/s.conf --session "))")
+    }
+
+    /// zsh's and fish's completion come from the same registry: every command's options, the
+    /// groups' words, fixed values, and session names after --session.
+    @Test func zshAndFishCompletionOfferWhatEachCommandTakes() throws {
+        let dir = Harness.temporaryDirectory("completion-zsh-fish")
+        defer { Harness.remove(dir) }
+        let zsh = ferry(["completion", "zsh"]), fish = ferry(["completion", "fish"])
+        #expect(zsh.exitCode == 0 && zsh.stdout.hasPrefix("#compdef ferry") && fish.exitCode == 0)
+        try zsh.stdout.writeReplacing(dir + "/_ferry")
+        try fish.stdout.writeReplacing(dir + "/ferry.fish")
+        try "[session alpha]\nremote = file:///srv/a/\nlocal = /srv/a-m\n[session beta]\nremote = file:///srv/b/\nlocal = /srv/b-m\n".writeReplacing(dir + "/s.conf")
+        // The scripts call `ferry`: the one just built comes first on PATH.
+        let path = ManualTests.pathWithFerry
+        // zsh: the function runs with compadd and _files standing in for the completion system's.
+        try """
+            compadd() { while [[ $1 == -* && $1 != -- ]]; do shift; done; [[ $1 == -- ]] && shift; print -l -- "$@"; }
+            _files() { print -- "<files>"; }
+            script=$1; shift; words=("$@"); CURRENT=${#words}
+            source $script
+            """.writeReplacing(dir + "/driver.zsh")
+        func zshComplete(_ line: String) -> [String] {
+            var words = line.split(separator: " ").map(String.init)
+            if line.hasSuffix(" ") { words.append("") }
+            let run = runProcess("/usr/bin/zsh", ["-f", dir + "/driver.zsh", dir + "/_ferry"] + words, environment: ["PATH": path])
+            return run.stdout.split(separator: "\n").map(String.init)
+        }
+        func fishComplete(_ line: String) -> [String] {
+            let run = runProcess("/usr/bin/fish", ["-N", "-c", "source \(dir)/ferry.fish; complete -C '\(line)'"], environment: ["PATH": path])
+            return run.stdout.split(separator: "\n").map { String($0.split(separator: "\t").first ?? "") }
+        }
+        let commands = ManualTests.commandsFromHelp()
+        let firsts = Set(commands.map { String($0.words.split(separator: " ")[0]) })
+        #expect(firsts.isSubset(of: Set(zshComplete("ferry "))), "\(zshComplete("ferry "))")
+        #expect(firsts.isSubset(of: Set(fishComplete("ferry "))), "\(fishComplete("ferry "))")
+        for c in commands {
+            let wanted = Set(c.options.filter { $0.hasPrefix("--") })
+            let z = Set(zshComplete("ferry \(c.words) --").filter { $0.hasPrefix("--") })
+            #expect(z == wanted, "zsh, ferry \(c.words): \(z.sorted()) against \(wanted.sorted())")
+            let f = Set(fishComplete("ferry \(c.words) --"))
+            #expect(f == wanted, "fish, ferry \(c.words): \(f.sorted()) against \(wanted.sorted())")
+        }
+        #expect(zshComplete("ferry config ") == ["check", "show", "units"])
+        #expect(Set(fishComplete("ferry config ")) == ["check", "show", "units"])
+        #expect(Set(zshComplete("ferry agent --log-level ")) == ["error", "warning", "info", "debug"])
+        #expect(Set(fishComplete("ferry agent --log-level ")) == ["error", "warning", "info", "debug"])
+        #expect(zshComplete("ferry sync now --config \(dir)/s.conf --session ") == ["alpha", "beta"])
+        #expect(fishComplete("ferry sync now --config \(dir)/s.conf --session ") == ["alpha", "beta"])
     }
 
     @Test func ferryConf5DocumentsEveryKeyAndRendersCleanly() throws {
@@ -104,6 +166,16 @@ struct ManualTests {
             line.dropFirst(3).range(of: " = ").map { String(line.dropFirst(3)[..<$0.lowerBound]).replacingOccurrences(of: "\\-", with: "-") }
         })
         #expect(keys.subtracting(entries).isEmpty, "ferry.conf(5) lacks \(keys.subtracting(entries).sorted())")
+        // Every entry has text of its own: a .TP whose key lines are followed by words, not by the next entry.
+        let lines = page.stdout.split(separator: "\n", omittingEmptySubsequences: false)
+        var bare: [String] = []
+        for (i, line) in lines.enumerated() where line == ".TP" {
+            var j = i + 1
+            while j < lines.count && (lines[j].hasPrefix(".B ") || lines[j] == ".TQ") { j += 1 }
+            if j >= lines.count || lines[j].hasPrefix(".TP") || lines[j].hasPrefix(".SH") { bare.append(String(lines[i + 1])) }
+        }
+        #expect(bare.isEmpty, "entries without text: \(bare)")
+        #expect(page.stdout.contains(".SH EXAMPLES") && page.stdout.contains("remote = s3://"), "ferry.conf(5) has examples")
         #expect(entries.subtracting(keys).subtracting(["metadata-grace"]).isEmpty, "ferry.conf(5) has entries that are not keys: \(entries.subtracting(keys).sorted())")
     }
 }

@@ -1,9 +1,9 @@
 import FerryCore
 import FerryRuntime
 
-/// The manual page ferry(1) and the shell completion, made from the commands' own help (their
-/// words, usage, summary, details and options): one source, so they cannot drift from what
-/// `ferry help` prints. `scripts/package.sh` writes them into the package.
+/// The manual page ferry(1), made from the commands' own help (their words, usage, summary,
+/// details and options): one source, so it cannot drift from what `ferry help` prints (the shell
+/// completion is made the same way: `Completion`). `scripts/package.sh` writes it into the package.
 enum Manual {
     /// ferry(1) in troff's man macros. `date`: the page's date (the package's build date).
     static func page(date: String) -> String {
@@ -53,9 +53,40 @@ enum Manual {
                                 ("/lib/systemd/system/ferry\\-sync.timer", "a periodic ferry sync now, instead of the agent")] {
             out += ".TP\n.I \(path)\n\(meaning)\n"
         }
+        out += ".SH EXAMPLES\n"
+        for (title, lines) in examples {
+            out += ".PP\n" + escape(title) + "\n.PP\n.RS 4\n.EX\n" + lines.map(escape).joined(separator: "\n") + "\n.EE\n.RE\n"
+        }
         out += ".SH SEE ALSO\n.BR ferry.conf (5),\n.BR systemctl (1),\n.BR journalctl (1)\n"
         return out
     }
+
+    /// What an operator does most, each whole: the config's lines and the commands, in order.
+    static let examples: [(String, [String])] = [
+        ("Mirror a tree published over HTTPS, once, then see where it stands:", [
+            "# /etc/ferry/ferry.conf", "[session assets]", "remote = https://mirror.example.net/assets/", "local = /srv/assets", "",
+            "ferry config check", "ferry sync now", "ferry status"]),
+        ("Publish a signed manifest, and mirror it into generations that switch whole (a reader sees one version or the next, never a mix):", [
+            "# on the publisher", "ferry key generate --output /etc/ferry/sign.pem     # prints ed25519:PUBLIC", "ferry manifest build /srv/publish --sign /etc/ferry/sign.pem", "",
+            "# on each mirror", "[session site]", "remote = https://origin.example.net/site/", "local = /srv/www/site", "trusted-keys = ed25519:PUBLIC",
+            "layout = generations"]),
+        ("Push a directory to S3 and mirror it elsewhere (credentials from the AWS chain: environment, ~/.aws, an instance role):", [
+            "[session publish]", "direction = push", "remote = s3://assets-bucket/site/", "local = /srv/publish", "sign-key = /etc/ferry/sign.pem", "",
+            "[session mirror]", "remote = s3://assets-bucket/site/", "local = /srv/site", "s3-region = eu-west-1"]),
+        ("Publish to a WebDAV server (nginx with dav_methods, Apache mod_dav):", [
+            "[session upload]", "direction = push", "remote = https://dav.example.net/site/", "local = /srv/publish",
+            "basic-auth-file = /etc/ferry/dav.basic     # user:password, mode 0640, group ferry", "",
+            "ferry sync now --session upload"]),
+        ("Run the agent under systemd with metrics, after writing the sessions:", [
+            "[agent]", "metrics-listen = 127.0.0.1:9469", "",
+            "mkdir -p /etc/systemd/system/ferry.service.d /etc/systemd/system/ferry-sync.service.d",
+            "ferry config units | tee /etc/systemd/system/ferry.service.d/ferry-paths.conf \\",
+            "    /etc/systemd/system/ferry-sync.service.d/ferry-paths.conf >/dev/null",
+            "systemctl daemon-reload && systemctl enable --now ferry.service",
+            "curl -s http://127.0.0.1:9469/metrics | grep ferry_", "editor /etc/ferry/ferry.conf && systemctl reload ferry.service"]),
+        ("See what a sync would change, without changing anything:", [
+            "ferry sync now --dry-run --session assets", "ferry ls --session assets css/"]),
+    ]
 
     /// Help text as man paragraphs: a blank line starts a paragraph, an indented line (a table
     /// like "exit codes:") is kept as it is laid out.
@@ -91,85 +122,5 @@ enum Manual {
         }
         if out.hasPrefix(".") || out.hasPrefix("'") { out = "\\&" + out }
         return out
-    }
-
-    /// A bash completion function for ferry: commands, their options, and the values some take.
-    static func bashCompletion() -> String {
-        var out = """
-            # bash completion for ferry (made by `ferry completion bash` from ferry's own help)
-            _ferry() {
-                local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
-                local i command="" rest=()
-                for ((i = 1; i < COMP_CWORD; i++)); do
-                    case "${COMP_WORDS[i]}" in
-                        --config) ((i++)) ;;
-                        -*) ;;
-                        *) rest+=("${COMP_WORDS[i]}") ;;
-                    esac
-                done
-                command="${rest[*]}"
-
-            """
-        // Values: options whose value is a file complete file names; some have a fixed set.
-        out += "    case \"$prev\" in\n"
-        var fileOptions = Set<String>(), fixed: [String: String] = [:]
-        for c in FerryCLI.commands {
-            for o in c.options {
-                guard let v = o.value else { continue }
-                if ["F", "FILE", "KEY", "DIR"].contains(v) { fileOptions.insert(o.name) }
-                if v.contains("|") { fixed[o.name] = v.split(separator: "|").joined(separator: " ") }
-                if v == "LEVEL" { fixed[o.name] = LogLevel.allCases.map(\.rawValue).joined(separator: " ") }
-            }
-        }
-        for name in fileOptions.sorted() { out += "        \(name)) COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n" }
-        for (name, values) in fixed.sorted(by: { $0.key < $1.key }) { out += "        \(name)) COMPREPLY=($(compgen -W \"\(values)\" -- \"$cur\")); return ;;\n" }
-        out += "    esac\n"
-        out += "    case \"$command\" in\n"
-        // The words that start a command, then each group's second words.
-        let firsts = Array(Set(FerryCLI.commands.map { $0.words[0] })).sorted()
-        out += "        \"\") COMPREPLY=($(compgen -W \"\(firsts.joined(separator: " ")) --version --help --config --json --quiet\" -- \"$cur\")) ;;\n"
-        for group in firsts where FerryCLI.group(group).count > 0 {
-            out += "        \(group)) COMPREPLY=($(compgen -W \"\(FerryCLI.group(group).map { $0.words[1] }.joined(separator: " "))\" -- \"$cur\")) ;;\n"
-        }
-        for c in FerryCLI.commands {
-            var words = c.options.map(\.name)
-            if c.words == HelpCommand.words { words += FerryCLI.commands.map { $0.words[0] } }
-            if c.words == CompletionCommand.words { words += ["bash"] }
-            out += "        \"\(c.name)\"*) COMPREPLY=($(compgen -W \"\(Array(NSOrderedWords(words)).joined(separator: " "))\" -- \"$cur\"))"
-            if c.usage.contains("PATH") || c.usage.contains("DIR") || c.usage.contains(" F") { out += "; [[ $cur != -* ]] && COMPREPLY+=($(compgen -f -- \"$cur\"))" }
-            out += " ;;\n"
-        }
-        out += "    esac\n}\ncomplete -F _ferry ferry\n"
-        return out
-    }
-
-    /// Words once each, in their first order.
-    private static func NSOrderedWords(_ words: [String]) -> [String] {
-        var seen = Set<String>()
-        return words.filter { seen.insert($0).inserted }
-    }
-}
-
-/// `ferry completion bash`: the completion script, for /usr/share/bash-completion/completions/ferry.
-struct CompletionCommand: Command {
-    static let words = ["completion"]
-    static let summary = "Print the shell completion script (bash)."
-    static let usage = "completion bash"
-    static let details = """
-        The package installs it; to use it elsewhere: ferry completion bash > ~/.local/share/bash-completion/completions/ferry
-        (zsh reads it too after autoload -U bashcompinit && bashcompinit).
-        """
-    static let options = [CommonOptions.help]
-
-    init(arguments: Arguments) throws(FerryError) {
-        try arguments.expectPositionals(1...1, command: Self.name, what: "the shell (bash)")
-        guard arguments.positionals[0] == "bash" else {
-            throw .usage("ferry completion: no completion for '\(Printable.name(arguments.positionals[0]))'", hint: "ferry completion bash (zsh reads it through bashcompinit)")
-        }
-    }
-
-    func run() throws(FerryError) -> ExitCode {
-        Console.out(String(Manual.bashCompletion().dropLast()))
-        return .inSync
     }
 }
