@@ -182,4 +182,26 @@ struct OperatorTests {
         #expect(run.exitCode == 5, "\(run.output)")
         #expect(run.stderr.contains("let nobody write \(parent)"), "\(run.stderr)")
     }
+
+    /// A reload that changes what a session takes (here a filter) applies at its next poll even
+    /// when the manifest has not changed and the tree was in sync: the poll scans again.
+    @Test func aReloadThatWidensAFilterIsAppliedWithoutANewManifest() throws {
+        let box = Sandbox("reload-filter")
+        box.publish("a.txt", "a\n")
+        box.publish("extra/e.txt", "e\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published, session: ["poll = 1s", "exclude = extra/"])
+        let agent = try AgentTests.RunningAgent(box)
+        #expect(eventually { fileContents(box.localPath("a.txt")) == "a\n" }, "\(agent.output)")
+        // In sync, and polled twice since: the watch has seen the first run's writes, and polls
+        // now skip the scan.
+        func finishedRuns() -> Int {
+            ferry(["events", "--config", box.config, "--json"]).stdout.split(separator: "\n").filter { $0.contains("\"sync-finished\"") }.count
+        }
+        #expect(eventually { finishedRuns() >= 4 }, "\(agent.output)")
+        box.configure(remote: "file://" + box.published, session: ["poll = 1s"])
+        let reload = ferry(["reload", "--config", box.config])
+        #expect(reload.exitCode == 0, "\(reload.output)")
+        #expect(eventually { fileContents(box.localPath("extra/e.txt")) == "e\n" }, "the widened filter was applied: \(agent.output)")
+    }
 }

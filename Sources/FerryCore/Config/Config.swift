@@ -192,7 +192,7 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
 }
 
 /// One `[session NAME]` section.
-public struct SessionConfig: Sendable {
+public struct SessionConfig: Sendable, Equatable {
     /// The session identifier; every task row carries it.
     public var name: String
     public var remote: RemoteLocation

@@ -461,7 +461,10 @@ public final class Agent: @unchecked Sendable {
             if var slot = slots[session.name], !slot.removed {
                 // Changed settings apply from the next cycle; a running one is not restarted.
                 let sooner = session.poll < slot.schedule.interval
-                if session.local != slot.session.local { slot.watch = nil; slot.inSync = false }
+                if session.local != slot.session.local { slot.watch = nil }
+                // Any changed setting (a filter, the remote, the layout) may need the tree looked at
+                // again: the next poll scans, even when the manifest answers 304.
+                if session != slot.session { slot.inSync = false }
                 if slot.held != nil {
                     // Held work waits for the new conditions; with none left, it starts now.
                     slot.held = DiscretionGate(session: session, agent: fresh.agent)
@@ -500,7 +503,8 @@ public final class Agent: @unchecked Sendable {
     /// and waits for a reload, and says so where an operator looks: the journal and `status`.
     private func sayIfIdle() {
         guard config.sessions.isEmpty else { return }
-        emit("", .warning(message: "\(config.path) names no session: the agent waits; add a [session NAME] section, then reload (systemctl reload ferry, or ferry reload)"))
+        emit("", .warning(message: "\(config.path) names no session: the agent waits; add a [session NAME] section, give the units its directory "
+                                   + "(ferry config units), then restart (systemctl restart ferry), or reload where the agent may already write it (ferry reload)"))
     }
 
     // MARK: reporting
