@@ -213,6 +213,12 @@ struct AWSCredentialsTests {
                 "\(fromConfig.output)")
         let overridden = ferry(["config", "check", "--config", box.config], environment: ["HOME": home, "AWS_PROFILE": "default"])
         #expect(overridden.stdout.contains("[default], access key AKWRONG"), "\(overridden.output)")
+        // Keys the store does not know: the error names where they came from.
+        let refused = box.sync(environment: ["HOME": home, "AWS_PROFILE": "default"])
+        #expect(refused.exitCode == 4 && refused.stderr.contains("InvalidAccessKeyId")
+                && refused.stderr.contains("check the access key id of the credentials from shared credentials file \(home)/.aws/credentials [default]"),
+                "\(refused.output)")
+        #expect(!refused.output.contains("wrong-secret"))
 
         // A profile neither file holds, and one that would run a program.
         let missing = ferry(["config", "check", "--config", box.config], environment: ["HOME": home, "AWS_PROFILE": "nope"])

@@ -161,8 +161,8 @@ struct S3Tests {
             return box.sync()
         }
         let cases: [(String, String, Int32, [String])] = [
-            ("s3://\(bucket)/", wrongSecret, 4, ["SignatureDoesNotMatch", "aws_secret_access_key"]),
-            ("s3://\(bucket)/", unknownKey, 4, ["InvalidAccessKeyId", "aws_access_key_id"]),
+            ("s3://\(bucket)/", wrongSecret, 4, ["SignatureDoesNotMatch", "check the secret access key of the credentials from s3-credentials \(wrongSecret) [default]"]),
+            ("s3://\(bucket)/", unknownKey, 4, ["InvalidAccessKeyId", "check the access key id of the credentials from s3-credentials \(unknownKey) [default]"]),
             ("s3://no-such-bucket-here/", try store.credentialsFile(in: box.directory), 4, ["NoSuchBucket", "remote = s3://"]),
             ("s3://\(bucket)/", box.directory + "/absent", 2, ["s3-credentials", "create the file"]),
         ]

@@ -75,9 +75,9 @@ struct S3Remote: Remote, RangeReading {
             // S3's ETag comes from the content: it holds even for a manifest written this second.
             return .fetched(bytes: answer.body, etag: answer.headers.etag, lastModified: nil)
         case 404 where S3Errors.fields(answer.body).code != "NoSuchBucket":
-            return .missing(S3Errors.failure(answer, doing: "fetch the manifest \(url)", bucket: bucket, key: key, region: region))
+            return .missing(S3Errors.failure(answer, doing: "fetch the manifest \(url)", bucket: bucket, key: key, region: region, credentials: signer.credentials.source))
         default:
-            throw S3Errors.failure(answer, doing: "fetch the manifest \(url)", bucket: bucket, key: key, region: region)
+            throw S3Errors.failure(answer, doing: "fetch the manifest \(url)", bucket: bucket, key: key, region: region, credentials: signer.credentials.source)
         }
     }
 
@@ -86,8 +86,8 @@ struct S3Remote: Remote, RangeReading {
         let key = self.key(source.string)
         let read = ReadRequest(build: { (offset: Int64, validator: String?) throws(FerryError) -> HTTPRequest in
             try request("GET", key: key, headers: offset > 0 ? validator.map { [("If-Match", $0)] } ?? [] : [])
-        }, explain: { [bucket, region] status, body in
-            S3Errors.explain(status: status, body: body, bucket: bucket, key: key, region: region)?.text
+        }, explain: { [bucket, region, source = signer.credentials.source] status, body in
+            S3Errors.explain(status: status, body: body, bucket: bucket, key: key, region: region, credentials: source)?.text
         }, contentETags: true)
         return try Download(task: task, entry: entry, reason: reason, origin: .request(read), partial: partial,
                             resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator)

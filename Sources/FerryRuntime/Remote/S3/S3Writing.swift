@@ -20,8 +20,8 @@ extension S3Remote: RemoteWriting {
 
     /// Words for an S3 error answer about `key`.
     func explainer(_ key: String) -> (Int, [UInt8]) -> String? {
-        { [bucket, region] status, body in
-            S3Errors.explain(status: status, body: body, bucket: bucket, key: key, region: region)?.text
+        { [bucket, region, source = signer.credentials.source] status, body in
+            S3Errors.explain(status: status, body: body, bucket: bucket, key: key, region: region, credentials: source)?.text
         }
     }
 
@@ -61,7 +61,7 @@ extension S3Remote: RemoteWriting {
         case 200..<300: return .written
         // 409: a conditional write that met another one in flight (AWS's ConditionalRequestConflict).
         case 412, 409: return .preconditionFailed
-        default: throw S3Errors.failure(answer, doing: "write \(Printable.name(key))", bucket: bucket, key: key, region: region)
+        default: throw S3Errors.failure(answer, doing: "write \(Printable.name(key))", bucket: bucket, key: key, region: region, credentials: signer.credentials.source)
         }
     }
 
@@ -69,7 +69,7 @@ extension S3Remote: RemoteWriting {
         let key = self.key(path.string)
         let answer = try S3Exchange.perform(try request("DELETE", key: key), what: "delete \(Printable.name(key))")
         guard (200..<300).contains(answer.headers.status) || answer.headers.status == 404 else {
-            throw S3Errors.failure(answer, doing: "delete \(Printable.name(key))", bucket: bucket, key: key, region: region)
+            throw S3Errors.failure(answer, doing: "delete \(Printable.name(key))", bucket: bucket, key: key, region: region, credentials: signer.credentials.source)
         }
     }
 
@@ -273,7 +273,7 @@ final class S3Multipart: Placement {
             case .complete:
                 // The store answers 200 before it knows, and puts a failure in the body.
                 if S3XML.element("Code", in: s.body) != nil, S3XML.blocks("Error", in: s.body).count > 0 {
-                    let why = S3Errors.explain(status: 500, body: s.body, bucket: remote.bucket, key: key, region: remote.region)?.text ?? "an error"
+                    let why = S3Errors.explain(status: 500, body: s.body, bucket: remote.bucket, key: key, region: remote.region, credentials: remote.signer.credentials.source)?.text ?? "an error"
                     throw FerryError(.remote, "completing the upload of \(Printable.name(key)) failed: \(why)", cause: .http(status: 500))
                 }
                 try journal.clear()
