@@ -360,6 +360,7 @@ struct AWSCredentialsTests {
             #expect(run.exitCode == 2 && run.stderr.contains(wanted), "\(settings): \(run.output)")
             #expect(run.stderr.contains(wanted.hasPrefix("gave") ? "EC2 instance metadata (IMDSv2) \(source.endpoint) gave" : named), "\(run.output)")
             #expect(!run.output.contains("hostile-secret") && !run.output.contains("hostile-token") && !run.output.contains("\u{1b}"))
+            #expect(!run.stderr.contains("ferry looked at"), "an answer, however bad, is not a missing source")
         }
 
         // Not an EC2 instance: nothing answers, and the error says where else ferry looked.

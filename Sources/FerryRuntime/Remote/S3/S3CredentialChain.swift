@@ -157,8 +157,9 @@ public enum S3CredentialChain {
         let lastResort = hint(tried + [source])
         return resolved(kept("imds|\(endpoint)", source: source) { () throws(FerryError) -> S3Credentials in
             do throws(FerryError) { return try S3CredentialFetch.instanceMetadata(endpoint: endpoint, source: source) } catch {
-                // Not an EC2 instance (most often): the other sources are worth naming too.
-                throw FerryError(error.category, error.message, hint: error.hint.map { $0 + "; " + lastResort } ?? lastResort, cause: error.cause)
+                // Nothing answers: most often not an EC2 instance, so the other sources are worth naming too.
+                guard case .network = error.cause else { throw error }
+                throw FerryError(error.category, error.message, hint: lastResort, cause: error.cause)
             }
         })
     }
