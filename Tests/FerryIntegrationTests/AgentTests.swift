@@ -16,8 +16,7 @@ struct AgentTests {
         init(_ box: Sandbox, environment: [String: String] = [:]) throws {
             out = box.directory + "/agent.out"
             err = box.directory + "/agent.err"
-            var env = ProcessInfo.processInfo.environment
-            env.removeValue(forKey: "FERRY_CONFIG")
+            var env = TestEnvironment.variables
             for (k, v) in environment { env[k] = v }
             child = try Child(Harness.ferryBinary, ["agent", "--config", box.config], environment: env, stdout: out, stderr: err)
         }

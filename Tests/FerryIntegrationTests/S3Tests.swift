@@ -12,12 +12,13 @@ struct S3Tests {
     /// a payload hash and a key that needs encoding, a subresource without a value, a query to
     /// sort), signed by ferry's signer.
     @Test func signsAsAWSDocumentsIt() throws {
-        let signer = SigV4(credentials: S3Credentials(accessKey: "AKIAIOSFODNN7EXAMPLE", secretKey: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY",
-                                                      sessionToken: nil), region: "us-east-1")
+        let signer = SigV4(credentials: S3CredentialProvider(fixed: S3Credentials(accessKey: "AKIAIOSFODNN7EXAMPLE",
+                                                                                  secretKey: "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", sessionToken: nil),
+                                                             source: "test"), region: "us-east-1")
         let time = try #require(Timestamp(rfc3339: "2013-05-24T00:00:00Z"))
         let host = "examplebucket.s3.amazonaws.com"
         func signature(_ request: SigV4.Request) -> String? {
-            let authorization = signer.headers(for: request, at: time).first { $0.hasPrefix("Authorization: ") }
+            let authorization = (try? signer.headers(for: request, at: time))?.first { $0.hasPrefix("Authorization: ") }
             return authorization?.components(separatedBy: "Signature=").last
         }
         #expect(signature(SigV4.Request(method: "GET", host: host, path: "/" + "test.txt".percentEncoded(keepingSlashes: true),
@@ -34,8 +35,9 @@ struct S3Tests {
         #expect(signature(SigV4.Request(method: "GET", host: host, path: "/", query: [("prefix", "J"), ("max-keys", "2")], payloadHash: SigV4.emptyPayload))
                 == "34b48302e7b5fa45bde8084f4b7868a86f0a534bc59db6670ed5711ef69dc6f7")
         // A session token is signed and sent.
-        let temporary = SigV4(credentials: S3Credentials(accessKey: "A", secretKey: "s", sessionToken: "TOKEN/+="), region: "eu-west-1")
-        let headers = temporary.headers(for: SigV4.Request(method: "GET", host: host, path: "/", payloadHash: SigV4.emptyPayload), at: time)
+        let temporary = SigV4(credentials: S3CredentialProvider(fixed: S3Credentials(accessKey: "A", secretKey: "s", sessionToken: "TOKEN/+="), source: "test"),
+                              region: "eu-west-1")
+        let headers = try temporary.headers(for: SigV4.Request(method: "GET", host: host, path: "/", payloadHash: SigV4.emptyPayload), at: time)
         #expect(headers.contains("x-amz-security-token: TOKEN/+="))
         #expect(headers.contains { $0.contains("SignedHeaders=host;x-amz-content-sha256;x-amz-date;x-amz-security-token") })
     }
@@ -69,13 +71,16 @@ struct S3Tests {
         let noSecret = #expect(throws: ConfigProblem.self) { try S3Credentials.parse("[default]\naws_access_key_id = A\n", profile: "default") }
         #expect(noSecret?.message.contains("aws_secret_access_key") == true)
 
-        // Without a file, the environment; without either, one error saying both ways.
+        // Without a file, the AWS chain (AWSCredentialsTests); without any source, one error naming them all.
         let box = Sandbox("s3-credentials")
         box.configure(remote: "s3://bucket/prefix/", session: ["s3-endpoint = http://127.0.0.1:1"])
         let session = try ConfigLoader.load(path: box.config).sessions[0]
-        let env = try S3Credentials.load(for: session) { ["AWS_ACCESS_KEY_ID": "AKENV", "AWS_SECRET_ACCESS_KEY": "sek", "AWS_SESSION_TOKEN": "t"][$0] }
-        #expect(env.accessKey == "AKENV" && env.sessionToken == "t")
-        let none = #expect(throws: FerryError.self) { try S3Credentials.load(for: session) { _ in nil } }
+        let env = try S3CredentialChain.resolve(session) { ["AWS_ACCESS_KEY_ID": "AKENV", "AWS_SECRET_ACCESS_KEY": "sek", "AWS_SESSION_TOKEN": "t"][$0] }
+        let fromEnv = try env.provider.current()
+        #expect(fromEnv.accessKey == "AKENV" && fromEnv.sessionToken == "t" && env.provider.source == "environment")
+        let none = #expect(throws: FerryError.self) {
+            try S3CredentialChain.resolve(session) { ["HOME": box.directory, "AWS_EC2_METADATA_DISABLED": "true"][$0] }
+        }
         #expect(none?.category == .usage && none?.hint?.contains("s3-credentials") == true)
 
         // A credentials file others can read is warned about; `config check` finds a missing one.
@@ -99,7 +104,7 @@ struct S3Tests {
         #expect(ok.s3.endpoint == "http://10.0.0.5:8333" && ok.s3.region == "eu-central-1" && ok.s3.usesPathStyle)
         #expect(ok.s3.credentials == "/etc/ferry/creds" && ok.s3.profile == "deploy" && ok.uploadPartSize == 8 << 20)
         let aws = try parse("s3://bucket/", []).get()
-        #expect(aws.s3.effectiveEndpoint == "https://s3.us-east-1.amazonaws.com" && !aws.s3.usesPathStyle && aws.remote.keyPrefix == "")
+        #expect(aws.s3.effectiveEndpoint(region: "us-east-1") == "https://s3.us-east-1.amazonaws.com" && aws.s3.region == nil && !aws.s3.usesPathStyle && aws.remote.keyPrefix == "")
         #expect(try parse("s3://my.dotted.bucket/", []).get().s3.usesPathStyle, "virtual-hosted TLS fails for dotted buckets")
 
         func refusal(_ remote: String, _ lines: [String]) -> String {
@@ -156,8 +161,8 @@ struct S3Tests {
             return box.sync()
         }
         let cases: [(String, String, Int32, [String])] = [
-            ("s3://\(bucket)/", wrongSecret, 4, ["SignatureDoesNotMatch", "aws_secret_access_key"]),
-            ("s3://\(bucket)/", unknownKey, 4, ["InvalidAccessKeyId", "aws_access_key_id"]),
+            ("s3://\(bucket)/", wrongSecret, 4, ["SignatureDoesNotMatch", "check the secret access key of the credentials from s3-credentials \(wrongSecret) [default]"]),
+            ("s3://\(bucket)/", unknownKey, 4, ["InvalidAccessKeyId", "check the access key id of the credentials from s3-credentials \(unknownKey) [default]"]),
             ("s3://no-such-bucket-here/", try store.credentialsFile(in: box.directory), 4, ["NoSuchBucket", "remote = s3://"]),
             ("s3://\(bucket)/", box.directory + "/absent", 2, ["s3-credentials", "create the file"]),
         ]

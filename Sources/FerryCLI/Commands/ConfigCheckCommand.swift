@@ -7,11 +7,16 @@ struct ConfigCheckCommand: Command {
     static let summary = "Check the config: syntax, keys, values, and everything it names that can be checked here."
     static let usage = "config check [--config F]"
     static let details = """
-        Errors name the file, the line and the key. Beyond the syntax it checks, without the network:
-        that the state directory and each pull's local directory can be written (or created), that
-        each push's local directory can be read, that the ca-file and credential files are readable,
-        that hook programs can be run, and that the metrics directory exists. Every problem is
-        listed. Exit 0 when the config is usable, 2 when not.
+        Errors name the file, the line and the key. Beyond the syntax it checks that the state
+        directory and each pull's local directory can be written (or created), that each push's
+        local directory can be read, that the ca-file and credential files are readable, that hook
+        programs can be run, and that the metrics directory exists. Each S3 session's credentials
+        are fetched from their source (s3-credentials, else the AWS chain: environment, shared
+        credentials file, config file, web identity, container, EC2 instance metadata), which for
+        the last three means asking STS, the container's endpoint or the instance metadata service
+        (short timeouts); their source and region are printed, and a session without any is a
+        problem whose hint lists every source tried. Nothing else uses the network. Every problem
+        is listed. Exit 0 when the config is usable, 2 when not.
         """
     static let options = [CommonOptions.config, CommonOptions.help]
 
@@ -27,7 +32,15 @@ struct ConfigCheckCommand: Command {
         // Checked as the user that owns the state (the services' user): what it can write is what counts.
         let (config, switched) = try CommandConfig.loadAdopting(path)
         for w in config.warnings { Console.warning(w) }
-        let problems = ConfigLoader.problems(in: config)
+        var problems = ConfigLoader.problems(in: config)
+        // Where each S3 session signs from: fetched now, so a source that cannot give credentials
+        // is found here rather than by the first run.
+        var s3: [String: [String]] = [:]
+        for s in config.sessions where s.remote.scheme == .s3 {
+            do { s3[s.name] = try S3CredentialChain.check(s) } catch {
+                problems.append(FerryError(.usage, "[session \(s.name)] " + error.message, hint: error.hint))
+            }
+        }
         for problem in problems { Console.error(FerryError(.usage, "\(path): " + problem.message, hint: problem.hint)) }
         if !problems.isEmpty {
             Console.err("ferry: \(path): \(Plural.count(problems.count, "problem")); the config is not usable as it is")
@@ -44,6 +57,7 @@ struct ConfigCheckCommand: Command {
             if s.priority != 0 { notes.append("priority \(s.priority)") }
             let flow = s.direction == .push ? "\(s.local) → \(s.manifestURL)" : "\(s.manifestURL) → \(s.local)"
             Console.out("  [session \(s.name)] \(s.direction.rawValue) \(flow)" + (notes.isEmpty ? "" : " (\(notes.joined(separator: ", ")))"))
+            for line in s3[s.name] ?? [] { Console.out("    " + line) }
             if let discretion = s.discretion {
                 // What the conditions say right now, so a window or a threshold can be checked.
                 let unmet = discretion.unmet(HostProbe.shared.state(local: s.local, networkMetered: config.agent.networkMetered))

@@ -1,4 +1,3 @@
-import Glibc
 import FerryCore
 import FerryRuntime
 
@@ -11,10 +10,12 @@ struct ConfigShowCommand: Command {
         The output is itself a config (ferry reads it back to the same settings): [agent], then each
         session (or the one --session names) with every key it takes. Keys that are not set are
         shown commented out, with what that means; keys a session does not take (push keys in a pull
-        session, s3-* without an s3:// remote) are left out. Relative paths are shown resolved.
-        Secrets never appear: credentials live in the files the *-file and s3-credentials keys
-        name, which are not printed, and of AWS_* credentials from the environment only the access
-        key's first and last four characters are shown.
+        session, s3-* without an s3:// remote) are left out. Relative paths are shown resolved. For
+        an S3 session without s3-credentials, the s3-credentials line names the source the AWS
+        chain takes its credentials from (found without the network: a source that hands out
+        temporary credentials is named, not asked), and s3-region the region in force. Secrets
+        never appear: credentials live in the files the *-file and s3-credentials keys name, or
+        in the AWS sources, which are named, never printed.
         """
     static let options = [CommonOptions.config, CommonOptions.session, CommonOptions.help]
 
@@ -32,21 +33,11 @@ struct ConfigShowCommand: Command {
         for w in config.warnings { Console.warning(w) }
         let sessions = try selectSessions(config, names: session.map { [$0] } ?? [])
         var text = "# ferry \(FerryVersion.string): the effective config of \(config.path)\n"
-        if sessions.contains(where: { $0.remote.scheme == .s3 && $0.s3.credentials == nil }) {
-            text += "# S3 sessions without s3-credentials sign with \(Self.environmentCredentials())\n"
-        }
-        text += ConfigText.render(config, sessions: sessions)
+        // Where each S3 session's credentials and region come from, found without the network.
+        var s3: [String: ConfigText.S3Resolution] = [:]
+        for s in sessions where s.remote.scheme == .s3 { s3[s.name] = S3CredentialChain.describe(s) }
+        text += ConfigText.render(config, sessions: sessions, s3: s3)
         Console.out(String(text.dropLast()))
         return .inSync
-    }
-
-    /// What the environment holds for S3, redacted: the access key shortened, the secret never shown.
-    static func environmentCredentials() -> String {
-        guard let id = getenv("AWS_ACCESS_KEY_ID").map({ String(cString: $0) }), !id.isEmpty else {
-            return "AWS_ACCESS_KEY_ID from the environment (not set here)"
-        }
-        let shown = id.count > 12 ? "\(id.prefix(4))…\(id.suffix(4))" : "…"
-        let secret = getenv("AWS_SECRET_ACCESS_KEY") != nil ? "AWS_SECRET_ACCESS_KEY set (redacted)" : "AWS_SECRET_ACCESS_KEY not set"
-        return "AWS_ACCESS_KEY_ID \(shown) from the environment, \(secret)"
     }
 }

@@ -300,20 +300,27 @@ public struct SessionConfig: Sendable, Equatable {
 public struct S3Options: Sendable, Equatable {
     /// `scheme://host[:port]` of an S3-compatible store; nil: AWS (`https://s3.REGION.amazonaws.com`).
     public var endpoint: String?
-    public var region = "us-east-1"
+    /// `s3-region`; nil: the region of the AWS profile in use, else `defaultRegion` (the runtime
+    /// decides, as it reads the AWS config file).
+    public var region: String?
     /// Path-style addressing (`endpoint/BUCKET/KEY`) rather than virtual-hosted (`BUCKET.host/KEY`);
     /// nil: path-style when an endpoint is set.
     public var pathStyle: Bool?
-    /// An AWS shared-credentials file; nil: the `AWS_*` environment.
+    /// An AWS shared-credentials file; nil: the AWS credential chain (environment, ~/.aws, web
+    /// identity, container, EC2 instance metadata).
     public var credentials: String?
-    public var profile = "default"
+    /// `s3-profile`; nil: `AWS_PROFILE`, else `default`.
+    public var profile: String?
     public init() {}
+
+    /// The region when neither the config nor an AWS profile names one.
+    public static let defaultRegion = "us-east-1"
 
     /// Whether requests name the bucket in the path.
     public var usesPathStyle: Bool { pathStyle ?? (endpoint != nil) }
 
-    /// The endpoint requests go to.
-    public var effectiveEndpoint: String { endpoint ?? "https://s3.\(region).amazonaws.com" }
+    /// The endpoint requests go to, in `region` (the one in force).
+    public func effectiveEndpoint(region: String) -> String { endpoint ?? "https://s3.\(region).amazonaws.com" }
 }
 
 /// `s3-endpoint` and `s3-region` values.

@@ -351,7 +351,7 @@ public enum ConfigParser {
                 throw fail(find("manifest")!, "an s3:// remote's manifest is an object under its prefix, named relative to it (like manifest.json)")
             }
             if session.remote.scheme == .s3 && (session.basicAuthFile != nil || session.bearerTokenFile != nil) {
-                throw .usage("\(path):\(section.number): [\(section.header)] an s3:// remote takes its credentials from s3-credentials (or the AWS_* environment), not basic-auth-file or bearer-token-file")
+                throw .usage("\(path):\(section.number): [\(section.header)] an s3:// remote takes its credentials from s3-credentials (or the AWS credential chain), not basic-auth-file or bearer-token-file")
             }
             if session.remote.scheme != .s3, let line = section.lines.first(where: { s3Keys.contains($0.key) }) {
                 throw fail(line, "applies only to an s3:// remote", hint: "remove this line, or set remote = s3://BUCKET/PREFIX/")

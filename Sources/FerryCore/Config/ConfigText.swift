@@ -5,7 +5,22 @@
 /// Nothing secret is in a `Config` (URLs may not carry credentials; secrets live in the files the
 /// `*-file` and `s3-credentials` keys name, which are never read here).
 public enum ConfigText {
-    public static func render(_ config: Config, sessions: [SessionConfig]) -> String {
+    /// What the runtime found for an S3 session's unset keys (the AWS files and environment are
+    /// not read here): the credentials' source, and the region in force with where it came from.
+    public struct S3Resolution: Sendable {
+        public var credentials: String
+        public var region: String
+        public var regionOrigin: String
+        public init(credentials: String, region: String, regionOrigin: String) {
+            self.credentials = credentials
+            self.region = region
+            self.regionOrigin = regionOrigin
+        }
+    }
+
+    /// `s3`: by session name, what the runtime resolved for it; a session left out is shown with
+    /// the defaults as words.
+    public static func render(_ config: Config, sessions: [SessionConfig], s3: [String: S3Resolution] = [:]) -> String {
         var out = "[agent]\n"
         let a = config.agent
         func line(_ key: String, _ value: String?, unset: String = "not set") {
@@ -79,11 +94,15 @@ public enum ConfigText {
                 case "bwlimit": line(key, s.bwlimit?.description, unset: "no limit of its own")
                 case "priority": line(key, String(s.priority))
                 case "conflict": line(key, s.conflict.rawValue)
-                case "s3-endpoint": line(key, s.s3.endpoint, unset: "AWS: " + s.s3.effectiveEndpoint)
-                case "s3-region": line(key, s.s3.region)
+                case "s3-endpoint":
+                    let region = s.s3.region ?? s3[s.name]?.region ?? "REGION"
+                    line(key, s.s3.endpoint, unset: "AWS: " + s.s3.effectiveEndpoint(region: region))
+                case "s3-region":
+                    line(key, s.s3.region, unset: s3[s.name].map { "\($0.region): \($0.regionOrigin)" }
+                         ?? "the AWS profile's region, else \(S3Options.defaultRegion)")
                 case "s3-path-style": line(key, yes(s.s3.usesPathStyle))
-                case "s3-credentials": line(key, s.s3.credentials, unset: "AWS_* from the environment")
-                case "s3-profile": line(key, s.s3.profile)
+                case "s3-credentials": line(key, s.s3.credentials, unset: "the AWS chain" + (s3[s.name].map { ": " + $0.credentials } ?? ""))
+                case "s3-profile": line(key, s.s3.profile, unset: s.s3.credentials == nil ? "AWS_PROFILE, else default" : "default")
                 case "upload-part-size": line(key, size(s.uploadPartSize))
                 case "trusted-keys": line(key, s.trustedKeys.isEmpty ? nil : s.trustedKeys.map(\.description).joined(separator: " "), unset: "signatures are not required")
                 case "sign-key": line(key, s.signKey, unset: "unsigned")

@@ -107,11 +107,22 @@ final class Download: Transfer {
 
     var mode: TransferMode { isLocal ? .steps : .curl }
 
-    func outcomeWithoutRequest() -> TransferOutcome? { isAlreadyComplete ? verify() : nil }
+    /// The request, built as the transfer starts (`outcomeWithoutRequest`), for `prepare`.
+    private var request: HTTPRequest?
+
+    func outcomeWithoutRequest() -> TransferOutcome? {
+        if isAlreadyComplete { return verify() }
+        guard case let .request(read) = origin else { return nil }
+        // Built here, just before it is sent (its signature fresh), where a request that cannot be
+        // made fails the attempt with the reason, the partial data kept.
+        do { request = try read.build(requestedOffset, ifRange) } catch {
+            return .failed(TransferFailure(message: error.message, keepPartial: true, cause: error.cause ?? .unusable))
+        }
+        return nil
+    }
 
     func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
-        guard case let .request(read) = origin else { return }
-        let request = read.build(requestedOffset, ifRange)
+        guard let request else { return }
         easy.configure(url: request.url, settings: request.settings, extraHeaders: request.headers)
         if let range = rangeOption { easy.set(CURLOPT_RANGE, range) }
         // Large reads for speed, unless a bandwidth limit is in force (a read is taken whole).

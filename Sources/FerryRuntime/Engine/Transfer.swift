@@ -15,7 +15,8 @@ protocol Transfer: AnyObject {
     /// `.steps`: does the next bounded piece of work (a few MiB); returns the outcome once done.
     func step() -> TransferOutcome?
     /// The outcome without any work, when the data needs none (a partial that already holds the
-    /// whole file is verified from disk); nil to run the transfer.
+    /// whole file is verified from disk), or when the request cannot be made; nil to run the
+    /// transfer. Called as it starts, right before `prepare`.
     func outcomeWithoutRequest() -> TransferOutcome?
     /// Set when the transfer was asked to stop (`ferry cancel`): the engine ends it as interrupted.
     var cancelRequested: Bool { get set }

@@ -85,6 +85,15 @@ public struct HTTPSettings: Sendable {
         minSpeed = session.minSpeed
         stallTimeout = session.stallTimeout
     }
+
+    /// The settings of a request that is not the session's own (a source of S3 credentials): the
+    /// system's CAs, no credentials, and no speed limit (its caller bounds the time it takes).
+    init(connectTimeout: Double) {
+        scheme = .https
+        self.connectTimeout = connectTimeout
+        minSpeed = 0
+        stallTimeout = 0
+    }
 }
 
 public enum FerryVersion {

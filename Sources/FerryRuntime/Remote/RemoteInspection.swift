@@ -48,10 +48,11 @@ struct RemoteFileState: Equatable {
 }
 
 /// How a remote answers for a file: with a request the engine runs (HTTP), or at once (a local
-/// directory).
+/// directory); or the request cannot be made (S3 credentials that cannot be had).
 enum RemoteInspection {
     case probe(RemoteProbe)
     case now(RemoteFileState)
+    case failed(FerryError)
 }
 
 /// A `HEAD` of one file, run by the engine (built by the remote): its status, length, validators
@@ -118,6 +119,7 @@ final class RemoteProbes: TransferSource {
             switch writer.inspect(path) {
             case let .probe(probe): return .start(probe)
             case let .now(state): states[path] = state
+            case let .failed(error): failure = error
             }
         }
         return .none

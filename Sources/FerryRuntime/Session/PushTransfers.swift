@@ -178,6 +178,9 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         case let .now(state):
             checked(item, state)
             return nil
+        case let .failed(error):
+            fail(item, error.message)
+            return nil
         }
     }
 

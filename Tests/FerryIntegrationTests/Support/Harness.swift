@@ -29,6 +29,8 @@ enum Harness {
 
     /// A fresh directory for one test, removed by the caller's `defer`.
     static func temporaryDirectory(_ label: String) -> String {
+        // Nearly every test makes one first: the test process is isolated from then on.
+        _ = TestEnvironment.variables
         try? FileManager.default.createDirectory(atPath: base, withIntermediateDirectories: true)
         let path = base + "/\(label)-\(UUID().uuidString.prefix(8))"
         try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
@@ -36,6 +38,36 @@ enum Harness {
     }
 
     static func remove(_ path: String) { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// The environment of every process the tests start, and of the test process itself (what runs
+/// in it, an `S3Remote` a test makes, reads the same): no `AWS_*` variable of the developer's or
+/// CI's (a profile or keys would sign with real credentials, a container credentials URI would
+/// send requests off this machine), the EC2 instance metadata service off (ferry would ask
+/// 169.254.169.254 for credentials), and a HOME of its own without `~/.aws`. A test that wants a
+/// source sets its variables (or its own HOME) for the ferry it runs.
+enum TestEnvironment {
+    /// An empty directory, removed at exit.
+    static let home: String = {
+        let path = Harness.base + "/home-\(getpid())"
+        try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        atexit { rmdir(TestEnvironment.home) }
+        return path
+    }()
+
+    static let variables: [String: String] = {
+        var env = ProcessInfo.processInfo.environment
+        env.removeValue(forKey: "FERRY_CONFIG")
+        for key in env.keys where key.hasPrefix("AWS_") {
+            env.removeValue(forKey: key)
+            unsetenv(key)
+        }
+        env["AWS_EC2_METADATA_DISABLED"] = "true"
+        env["HOME"] = home
+        setenv("AWS_EC2_METADATA_DISABLED", "true", 1)
+        setenv("HOME", home, 1)
+        return env
+    }()
 }
 
 /// What one `ferry` invocation did.
@@ -61,8 +93,7 @@ struct FerryRun {
 func runProcess(_ executable: String, _ arguments: [String], environment: [String: String] = [:], timeout: Double = 120) -> FerryRun {
     let dir = Harness.temporaryDirectory("proc")
     defer { Harness.remove(dir) }
-    var env = ProcessInfo.processInfo.environment
-    env.removeValue(forKey: "FERRY_CONFIG")
+    var env = TestEnvironment.variables
     for (k, v) in environment { env[k] = v }
     let child: Child
     do { child = try Child(executable, arguments, environment: env, stdout: dir + "/out", stderr: dir + "/err") } catch {

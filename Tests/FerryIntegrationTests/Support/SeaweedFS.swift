@@ -12,6 +12,10 @@ import Synchronization
 final class SeaweedFS: S3TestStore, Sendable {
     static let accessKey = "FERRYTESTKEY"
     static let secretKey = "ferry-test-secret/+K7"
+    /// Two more identities with the same rights, for keys a test's credentials source hands out
+    /// (the second after a refresh): the store's answers say whether each signs.
+    static let handedOutKeys = [(accessKey: "FERRYHANDEDOUT1", secretKey: "handed-out-secret-1/+"),
+                                (accessKey: "FERRYHANDEDOUT2", secretKey: "handed-out-secret-2/+")]
     let directory: String
     let port: UInt16
     private let pid: pid_t
@@ -35,7 +39,9 @@ final class SeaweedFS: S3TestStore, Sendable {
         directory = Harness.temporaryDirectory("seaweedfs")
         let identities = """
             {"identities":[{"name":"ferry","credentials":[{"accessKey":"\(Self.accessKey)","secretKey":"\(Self.secretKey)"}],
-            "actions":["Admin","Read","Write","List","Tagging"]}]}
+            "actions":["Admin","Read","Write","List","Tagging"]}\(Self.handedOutKeys.enumerated().map { i, keys in
+                #",{"name":"handed-out-\#(i + 1)","credentials":[{"accessKey":"\#(keys.accessKey)","secretKey":"\#(keys.secretKey)"}],"actions":["Admin","Read","Write","List"]}"#
+            }.joined())]}
             """
         try identities.writeReplacing(directory + "/s3.json")
         try FileManager.default.createDirectory(atPath: directory + "/data", withIntermediateDirectories: true)

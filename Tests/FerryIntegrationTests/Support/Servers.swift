@@ -20,7 +20,8 @@ final class NginxServer {
 
     /// `proxyTo`: instead of serving files, pass every request on to that port on 127.0.0.1 (with
     /// its Host header, so a signature over it holds), logging each: a count of what a client asks
-    /// of a store that keeps no access log of its own.
+    /// of a store that keeps no access log of its own, with the credential each was signed with
+    /// (`signedRequests`).
     init(proxyTo upstream: UInt16? = nil) throws {
         directory = Harness.temporaryDirectory("nginx")
         root = directory + "/www"
@@ -54,7 +55,9 @@ final class NginxServer {
             error_log \(directory)/error.log;
             events { worker_connections 512; }
             http {
-                access_log \(accessLog) combined;
+                log_format signed '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" '
+                                  '"$http_user_agent" "$http_authorization" "$http_x_amz_security_token"';
+                access_log \(accessLog) \(upstream == nil ? "combined" : "signed");
                 client_body_temp_path \(directory)/body;
                 client_max_body_size 0;
                 proxy_temp_path \(directory)/proxy;
@@ -136,6 +139,23 @@ final class NginxServer {
     }
 
     func clearLog() { try? "".write(toFile: accessLog, atomically: false, encoding: .utf8) }
+
+    /// A proxy's requests with what signed them: the access key and region of the SigV4
+    /// `Authorization` header (nil: unsigned) and the session token sent (nil: none).
+    func signedRequests() -> [(method: String, path: String, status: Int, accessKey: String?, region: String?, token: String?)] {
+        guard let text = try? String(contentsOfFile: accessLog, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            let quoted = line.split(separator: "\"", omittingEmptySubsequences: false)
+            guard quoted.count >= 11 else { return nil }
+            let request = quoted[1].split(separator: " ")
+            let status = Int(quoted[2].split(separator: " ").first ?? "") ?? 0
+            guard request.count >= 2 else { return nil }
+            // Credential=KEY/DATE/REGION/s3/aws4_request
+            let scope = quoted[7].firstMatch(of: /Credential=([^\/,]+)\/[0-9]+\/([^\/,]+)\//)
+            let token = quoted[9] == "-" || quoted[9].isEmpty ? nil : String(quoted[9])
+            return (String(request[0]), String(request[1]), status, scope.map { String($0.1) }, scope.map { String($0.2) }, token)
+        }
+    }
 
     func stop() {
         process?.stop()

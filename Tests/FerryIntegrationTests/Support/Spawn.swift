@@ -25,8 +25,7 @@ final class Child {
         posix_spawnattr_setsigdefault(&attributes, &defaults)
         posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP))
         posix_spawnattr_setpgroup(&attributes, 0)
-        var env = environment ?? ProcessInfo.processInfo.environment
-        if environment == nil { env.removeValue(forKey: "FERRY_CONFIG") }
+        let env = environment ?? TestEnvironment.variables
         let argv = ([executable] + arguments).map { strdup($0) } + [nil]
         let envp = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer {

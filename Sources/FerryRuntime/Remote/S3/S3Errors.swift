@@ -16,15 +16,19 @@ enum S3Errors {
     }
 
     /// The cause of an error answer and what to do, or nil when the answer says nothing S3-specific.
-    static func explain(status: Int, body: [UInt8], bucket: String, key: String, region: String) -> (text: String, hint: String?)? {
+    /// `credentials` names where the keys came from (`S3CredentialProvider.source`).
+    static func explain(status: Int, body: [UInt8], bucket: String, key: String, region: String, credentials: String) -> (text: String, hint: String?)? {
         let (code, message, answerRegion) = fields(body)
         let name = Printable.name(key)
         switch code {
         case "InvalidAccessKeyId":
-            return ("the store does not know the access key (InvalidAccessKeyId)", "check aws_access_key_id in the file named by s3-credentials (or AWS_ACCESS_KEY_ID)")
+            return ("the store does not know the access key (InvalidAccessKeyId)", "check the access key id of the credentials from \(credentials)")
         case "SignatureDoesNotMatch":
             return ("the store refused the signature (SignatureDoesNotMatch): the secret key does not belong to the access key",
-                    "check aws_secret_access_key in the file named by s3-credentials (or AWS_SECRET_ACCESS_KEY)")
+                    "check the secret access key of the credentials from \(credentials)")
+        case "ExpiredToken", "InvalidToken", "TokenRefreshRequired":
+            return ("the store refused the session token (\(code!))",
+                    "check the credentials from \(credentials); ferry renews temporary ones before they expire, so check this machine's clock too")
         case "RequestTimeTooSkewed":
             return ("this machine's clock differs from the store's by more than S3 allows (RequestTimeTooSkewed)",
                     "set the clock right (timedatectl set-ntp true), then run again")
@@ -49,11 +53,11 @@ enum S3Errors {
     }
 
     /// The error of a request made on a session's thread that got `answer`.
-    static func failure(_ answer: Exchange.Answer, doing what: String, bucket: String, key: String, region: String) -> FerryError {
+    static func failure(_ answer: Exchange.Answer, doing what: String, bucket: String, key: String, region: String, credentials: String) -> FerryError {
         let status = answer.headers.status
         var text = "cannot \(what): HTTP \(status) \(answer.headers.reason)".trimmingSpaces()
         var hint: String?
-        if let (why, advice) = explain(status: status, body: answer.body, bucket: bucket, key: key, region: region) {
+        if let (why, advice) = explain(status: status, body: answer.body, bucket: bucket, key: key, region: region, credentials: credentials) {
             text += ": " + why
             hint = advice
         }

@@ -14,6 +14,8 @@ struct S3Remote: Remote, RangeReading {
     /// The key prefix: empty, or ending in `/`.
     let prefix: String
     let options: S3Options
+    /// The region in force: `s3-region`, else the AWS profile's, else the default.
+    let region: String
     let settings: HTTPSettings
     let signer: SigV4
     /// `http` or `https`, and the host (with its port) requests go to.
@@ -29,8 +31,10 @@ struct S3Remote: Remote, RangeReading {
         options = session.s3
         partSize = session.uploadPartSize
         settings = try ConfigLoader.httpSettings(for: session)
-        signer = SigV4(credentials: try S3Credentials.load(for: session), region: options.region)
-        let endpoint = options.effectiveEndpoint
+        let chain = try S3CredentialChain.resolve(session)
+        region = chain.region
+        signer = SigV4(credentials: chain.provider, region: region)
+        let endpoint = options.effectiveEndpoint(region: region)
         let sep = endpoint.firstRange(of: "://")!
         scheme = String(endpoint[..<sep.lowerBound])
         let authority = String(endpoint[sep.upperBound...])
@@ -41,13 +45,13 @@ struct S3Remote: Remote, RangeReading {
     func key(_ path: String) -> String { prefix + path }
 
     /// A signed request for `key` (nil: the bucket itself). `payloadHash` is the body's SHA-256
-    /// in hex (`SigV4.emptyPayload` for none).
+    /// in hex (`SigV4.emptyPayload` for none). An error when no valid credentials can be had.
     func request(_ method: String, key: String?, query: [(String, String)] = [], headers: [(String, String)] = [],
-                 payloadHash: String = SigV4.emptyPayload) -> HTTPRequest {
+                 payloadHash: String = SigV4.emptyPayload) throws(FerryError) -> HTTPRequest {
         var path = options.usesPathStyle ? "/" + bucket.percentEncoded(keepingSlashes: false) : ""
         path += "/" + (key?.percentEncoded(keepingSlashes: true) ?? "")
         let signing = SigV4.Request(method: method, host: host, path: path, query: query, headers: headers, payloadHash: payloadHash)
-        let signed = signer.headers(for: signing, at: Timestamp.now())
+        let signed = try signer.headers(for: signing, at: Timestamp.now())
         // The query is sent in the form it is signed in.
         let url = "\(scheme)://\(host)\(path)" + (query.isEmpty ? "" : "?" + SigV4.canonicalQuery(query))
         return HTTPRequest(url: url, method: method, headers: signed, settings: settings)
@@ -62,7 +66,7 @@ struct S3Remote: Remote, RangeReading {
         let key = self.key(path)
         var conditions: [(String, String)] = []
         if let etag { conditions.append(("If-None-Match", etag)) }
-        let answer = try S3Exchange.perform(request("GET", key: key, headers: conditions), bodyLimit: Int(maximumSize), what: "fetch the manifest \(url)")
+        let answer = try S3Exchange.perform(try request("GET", key: key, headers: conditions), bodyLimit: Int(maximumSize), what: "fetch the manifest \(url)")
         if answer.overflowed { throw Remotes.tooLarge(url, maximumSize: maximumSize, announced: answer.headers.contentLength) }
         switch answer.headers.status {
         case 304:
@@ -71,19 +75,19 @@ struct S3Remote: Remote, RangeReading {
             // S3's ETag comes from the content: it holds even for a manifest written this second.
             return .fetched(bytes: answer.body, etag: answer.headers.etag, lastModified: nil)
         case 404 where S3Errors.fields(answer.body).code != "NoSuchBucket":
-            return .missing(S3Errors.failure(answer, doing: "fetch the manifest \(url)", bucket: bucket, key: key, region: options.region))
+            return .missing(S3Errors.failure(answer, doing: "fetch the manifest \(url)", bucket: bucket, key: key, region: region, credentials: signer.credentials.source))
         default:
-            throw S3Errors.failure(answer, doing: "fetch the manifest \(url)", bucket: bucket, key: key, region: options.region)
+            throw S3Errors.failure(answer, doing: "fetch the manifest \(url)", bucket: bucket, key: key, region: region, credentials: signer.credentials.source)
         }
     }
 
     func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into partial: PartialFile,
                   resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
         let key = self.key(source.string)
-        let read = ReadRequest(build: { offset, validator in
-            request("GET", key: key, headers: offset > 0 ? validator.map { [("If-Match", $0)] } ?? [] : [])
-        }, explain: { [bucket, region = options.region] status, body in
-            S3Errors.explain(status: status, body: body, bucket: bucket, key: key, region: region)?.text
+        let read = ReadRequest(build: { (offset: Int64, validator: String?) throws(FerryError) -> HTTPRequest in
+            try request("GET", key: key, headers: offset > 0 ? validator.map { [("If-Match", $0)] } ?? [] : [])
+        }, explain: { [bucket, region, source = signer.credentials.source] status, body in
+            S3Errors.explain(status: status, body: body, bucket: bucket, key: key, region: region, credentials: source)?.text
         }, contentETags: true)
         return try Download(task: task, entry: entry, reason: reason, origin: .request(read), partial: partial,
                             resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator)

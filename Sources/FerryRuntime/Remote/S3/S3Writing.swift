@@ -20,8 +20,8 @@ extension S3Remote: RemoteWriting {
 
     /// Words for an S3 error answer about `key`.
     func explainer(_ key: String) -> (Int, [UInt8]) -> String? {
-        { [bucket, region = options.region] status, body in
-            S3Errors.explain(status: status, body: body, bucket: bucket, key: key, region: region)?.text
+        { [bucket, region, source = signer.credentials.source] status, body in
+            S3Errors.explain(status: status, body: body, bucket: bucket, key: key, region: region, credentials: source)?.text
         }
     }
 
@@ -35,7 +35,7 @@ extension S3Remote: RemoteWriting {
         }
         let sha = file.entry.sha256
         let upload = Upload(task: file.task, entry: file.entry, stat: file.stat, expecting: sha, file: file.file,
-                            destination: .request(request("PUT", key: key, headers: S3Remote.contentHeaders(sha), payloadHash: sha.hex)))
+                            destination: .request(try request("PUT", key: key, headers: S3Remote.contentHeaders(sha), payloadHash: sha.hex)))
         upload.explain = explainer(key)
         // The store answers with the SHA-256 it checked the body against: that answer stands for
         // what is at the key (no HEAD after it).
@@ -55,21 +55,21 @@ extension S3Remote: RemoteWriting {
         case .absent: headers.append(("If-None-Match", "*"))
         case let .matches(etag): headers.append(("If-Match", etag))
         }
-        let answer = try S3Exchange.perform(request("PUT", key: key, headers: headers, payloadHash: sha.hex), body: bytes,
+        let answer = try S3Exchange.perform(try request("PUT", key: key, headers: headers, payloadHash: sha.hex), body: bytes,
                                             what: "write \(Printable.name(key))")
         switch answer.headers.status {
         case 200..<300: return .written
         // 409: a conditional write that met another one in flight (AWS's ConditionalRequestConflict).
         case 412, 409: return .preconditionFailed
-        default: throw S3Errors.failure(answer, doing: "write \(Printable.name(key))", bucket: bucket, key: key, region: options.region)
+        default: throw S3Errors.failure(answer, doing: "write \(Printable.name(key))", bucket: bucket, key: key, region: region, credentials: signer.credentials.source)
         }
     }
 
     func remove(_ path: RelativePath) throws(FerryError) {
         let key = self.key(path.string)
-        let answer = try S3Exchange.perform(request("DELETE", key: key), what: "delete \(Printable.name(key))")
+        let answer = try S3Exchange.perform(try request("DELETE", key: key), what: "delete \(Printable.name(key))")
         guard (200..<300).contains(answer.headers.status) || answer.headers.status == 404 else {
-            throw S3Errors.failure(answer, doing: "delete \(Printable.name(key))", bucket: bucket, key: key, region: options.region)
+            throw S3Errors.failure(answer, doing: "delete \(Printable.name(key))", bucket: bucket, key: key, region: region, credentials: signer.credentials.source)
         }
     }
 
@@ -78,7 +78,9 @@ extension S3Remote: RemoteWriting {
 
     func inspect(_ path: RelativePath) -> RemoteInspection {
         let key = self.key(path.string)
-        let probe = RemoteProbe(path: path, request: request("HEAD", key: key, headers: [("x-amz-checksum-mode", "ENABLED")])) { headers in
+        let head: HTTPRequest
+        do { head = try request("HEAD", key: key, headers: [("x-amz-checksum-mode", "ENABLED")]) } catch { return .failed(error) }
+        let probe = RemoteProbe(path: path, request: head) { headers in
             // A whole-object checksum the store computed (a multipart one ends in `-N`: not the
             // file's hash), else the SHA-256 ferry stored with it.
             if let value = headers.extensions["x-amz-checksum-sha256"], let bytes = Base64.decode(value), bytes.count == 32 {
@@ -186,28 +188,28 @@ final class S3Multipart: Placement {
     private var sending: (number: Int, sha256: SHA256Digest)?
 
     private func step(_ kind: Step.Kind, method: String, query: [(String, String)], headers: [(String, String)] = [],
-                      body: [UInt8]? = nil, accepting: Set<Int> = []) -> Step {
+                      body: [UInt8]? = nil, accepting: Set<Int> = []) throws(FerryError) -> Step {
         let payload = body.map { SigV4.sha256Hex($0) } ?? SigV4.emptyPayload
-        let s = Step(kind, remote.request(method, key: key, query: query, headers: headers, payloadHash: payload), body: body, accepting: accepting)
+        let s = Step(kind, try remote.request(method, key: key, query: query, headers: headers, payloadHash: payload), body: body, accepting: accepting)
         s.explain = remote.explainer(key)
         return s
     }
 
     /// The parts carry their SHA-256 (`x-amz-checksum-sha256`), which S3 accepts only when the
     /// upload says so from the start, and wants again in the completion.
-    private func create() -> Step {
-        step(.create, method: "POST", query: [("uploads", "")],
+    private func create() throws(FerryError) -> Step {
+        try step(.create, method: "POST", query: [("uploads", "")],
              headers: [("x-amz-checksum-algorithm", "SHA256"), ("x-amz-meta-sha256", file.entry.sha256.hex)])
     }
 
-    private func listParts(after marker: Int) -> Step {
+    private func listParts(after marker: Int) throws(FerryError) -> Step {
         var query = [("uploadId", uploadID!), ("max-parts", "1000")]
         if marker > 0 { query.append(("part-number-marker", String(marker))) }
-        return step(.list, method: "GET", query: query, accepting: [404])
+        return try step(.list, method: "GET", query: query, accepting: [404])
     }
 
     /// The next part to send (its hash first), or the completion once the store holds them all.
-    private func nextPart() -> Transfer {
+    private func nextPart() throws(FerryError) -> Transfer {
         guard let number = (1...partCount).first(where: { held[$0] == nil }) else {
             var xml = "<CompleteMultipartUpload>"
             for number in 1...partCount {
@@ -216,7 +218,7 @@ final class S3Multipart: Placement {
                     + "<ChecksumSHA256>\(part.sha256.base64)</ChecksumSHA256></Part>"
             }
             xml += "</CompleteMultipartUpload>"
-            return step(.complete, method: "POST", query: [("uploadId", uploadID!)], body: Array(xml.utf8))
+            return try step(.complete, method: "POST", query: [("uploadId", uploadID!)], body: Array(xml.utf8))
         }
         let hash = RangeHash(fd: file.file, range: range(number))
         hashing = PartHash(number, hash)
@@ -229,12 +231,12 @@ final class S3Multipart: Placement {
                 if journaled.content == content {
                     uploadID = journaled.uploadID
                     recorded = Dictionary(journaled.parts.map { ($0.number, $0) }, uniquingKeysWith: { _, b in b })
-                    return listParts(after: 0)
+                    return try listParts(after: 0)
                 }
                 remote.abandon(journaled)
                 try journal.clear()
             }
-            return create()
+            return try create()
         }
         switch previous {
         case let s as Step:
@@ -245,14 +247,14 @@ final class S3Multipart: Placement {
                 }
                 uploadID = id
                 try journal.begin(uploadID: id, content: content)
-                return nextPart()
+                return try nextPart()
             case .list:
                 if s.status == 404 {
                     // The store no longer has it (aborted, expired, or completed by a run whose
                     // answer was lost): a new upload.
                     try journal.clear()
                     (uploadID, recorded) = (nil, [:])
-                    return create()
+                    return try create()
                 }
                 var last = 0
                 for block in S3XML.blocks("Part", in: s.body) {
@@ -266,12 +268,12 @@ final class S3Multipart: Placement {
                         held[number] = mine
                     }
                 }
-                if S3XML.element("IsTruncated", in: s.body) == "true", last > 0 { return listParts(after: last) }
-                return nextPart()
+                if S3XML.element("IsTruncated", in: s.body) == "true", last > 0 { return try listParts(after: last) }
+                return try nextPart()
             case .complete:
                 // The store answers 200 before it knows, and puts a failure in the body.
                 if S3XML.element("Code", in: s.body) != nil, S3XML.blocks("Error", in: s.body).count > 0 {
-                    let why = S3Errors.explain(status: 500, body: s.body, bucket: remote.bucket, key: key, region: remote.options.region)?.text ?? "an error"
+                    let why = S3Errors.explain(status: 500, body: s.body, bucket: remote.bucket, key: key, region: remote.region, credentials: remote.signer.credentials.source)?.text ?? "an error"
                     throw FerryError(.remote, "completing the upload of \(Printable.name(key)) failed: \(why)", cause: .http(status: 500))
                 }
                 try journal.clear()
@@ -283,7 +285,7 @@ final class S3Multipart: Placement {
             hashing = nil
             sending = (part.number, sha)
             let upload = Upload(task: file.task, entry: file.entry, stat: file.stat, expecting: sha, file: file.file, range: range(part.number),
-                                destination: .request(remote.request("PUT", key: key,
+                                destination: .request(try remote.request("PUT", key: key,
                                                                      query: [("partNumber", String(part.number)), ("uploadId", uploadID!)],
                                                                      headers: [("x-amz-checksum-sha256", sha.base64)], payloadHash: sha.hex)))
             upload.explain = remote.explainer(key)
@@ -300,7 +302,7 @@ final class S3Multipart: Placement {
             let part = UploadedPart(number: number, size: upload.range.count64, etag: etag, sha256: sha)
             try journal.record(part)
             held[number] = part
-            return nextPart()
+            return try nextPart()
         default:
             return nil
         }

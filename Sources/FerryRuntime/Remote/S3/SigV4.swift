@@ -5,9 +5,10 @@ import FerryCore
 /// over its method, its path and query exactly as sent (`String.percentEncoded`: keys with spaces,
 /// `+`, `%`, `#`, `?` or non-ASCII letters sign as they are sent), the headers named in
 /// `SignedHeaders` (always `host`, `x-amz-date` and `x-amz-content-sha256`) and the payload's
-/// SHA-256, never `aws-chunked` or trailers.
+/// SHA-256, never `aws-chunked` or trailers. The keys are the provider's current ones, asked for
+/// each request: temporary credentials are renewed under a long-running agent.
 struct SigV4: Sendable {
-    let credentials: S3Credentials
+    let credentials: S3CredentialProvider
     let region: String
     let service = "s3"
 
@@ -29,8 +30,10 @@ struct SigV4: Sendable {
         var payloadHash: String
     }
 
-    /// The headers that carry the signature (and the ones it covers), in `Name: value` form.
-    func headers(for request: Request, at time: Timestamp) -> [String] {
+    /// The headers that carry the signature (and the ones it covers), in `Name: value` form; an
+    /// error when no valid credentials can be had (`S3CredentialProvider.current`).
+    func headers(for request: Request, at time: Timestamp) throws(FerryError) -> [String] {
+        let credentials = try self.credentials.current(now: time)
         let amzDate = SigV4.amzDate(time)
         var signed = request.headers.map { ($0.0.lowercased(), SigV4.trimmed($0.1)) }
         signed.append(("host", request.host))
@@ -38,7 +41,7 @@ struct SigV4: Sendable {
         signed.append(("x-amz-content-sha256", request.payloadHash))
         if let token = credentials.sessionToken { signed.append(("x-amz-security-token", token)) }
         signed.sort { $0.0 < $1.0 }
-        let signature = self.signature(request, signed: signed, amzDate: amzDate)
+        let signature = self.signature(request, signed: signed, amzDate: amzDate, secretKey: credentials.secretKey)
         let names = signed.map(\.0).joined(separator: ";")
         // Host is sent as it is signed (libcurl would leave a default port out of its own).
         var out = signed.filter { name, _ in !request.headers.contains { $0.0.lowercased() == name } }
@@ -68,10 +71,10 @@ struct SigV4: Sendable {
     func scope(_ amzDate: String) -> String { "\(amzDate.prefix(8))/\(region)/\(service)/aws4_request" }
 
     /// The hex signature of `request` with `signed` (lowercase names, sorted) at `amzDate`.
-    func signature(_ request: Request, signed: [(String, String)], amzDate: String) -> String {
+    func signature(_ request: Request, signed: [(String, String)], amzDate: String, secretKey: String) -> String {
         let canonical = SigV4.canonicalRequest(request, signed: signed)
         let stringToSign = "AWS4-HMAC-SHA256\n\(amzDate)\n\(scope(amzDate))\n\(SigV4.sha256Hex(Array(canonical.utf8)))"
-        var key = SigV4.hmac(key: Array(("AWS4" + credentials.secretKey).utf8), String(amzDate.prefix(8)))
+        var key = SigV4.hmac(key: Array(("AWS4" + secretKey).utf8), String(amzDate.prefix(8)))
         key = SigV4.hmac(key: key, region)
         key = SigV4.hmac(key: key, service)
         key = SigV4.hmac(key: key, "aws4_request")

@@ -1,0 +1,88 @@
+import Foundation
+
+/// scripts/credserver.py on 127.0.0.1: the EC2 instance metadata service (IMDSv2: a GET without a
+/// valid session token gets 401) and a container credentials endpoint, handing out the
+/// credentials `configure` gives, each answer logged with the access key and expiration it held.
+final class CredentialServer {
+    let port: UInt16
+    let directory: String
+    private let process: Child
+    var configFile: String { directory + "/config.json" }
+    var log: String { directory + "/requests.jsonl" }
+
+    init() throws {
+        directory = Harness.temporaryDirectory("credserver")
+        port = freePort()
+        process = try Child("python3", [Harness.packageRoot + "/scripts/credserver.py", "--port", String(port), "--config", directory + "/config.json",
+                                        "--log", directory + "/requests.jsonl"],
+                            stdout: directory + "/server.log", stderr: directory + "/server.log")
+        guard waitForPort(port) else {
+            process.stop()
+            throw TestFailure("credserver.py did not start: \(fileContents(directory + "/server.log") ?? "")")
+        }
+    }
+
+    /// The instance metadata endpoint (`AWS_EC2_METADATA_SERVICE_ENDPOINT`).
+    var endpoint: String { "http://127.0.0.1:\(port)" }
+    /// A container credentials URL (`AWS_CONTAINER_CREDENTIALS_FULL_URI`).
+    var containerURL: String { "http://127.0.0.1:\(port)/container/v2/credentials/ferry" }
+
+    /// Replaces what the server hands out (see scripts/credserver.py), at once for the next request.
+    func configure(_ settings: [String: Any]) {
+        let data = try! JSONSerialization.data(withJSONObject: settings)
+        try! data.write(to: URL(fileURLWithPath: configFile + ".tmp"))
+        rename(configFile + ".tmp", configFile)
+    }
+
+    /// The requests it answered, in order.
+    func requests() -> [[String: Any]] {
+        (fileContents(log) ?? "").split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+    }
+
+    /// The answers that handed out credentials: when, which access key, which expiration.
+    func handedOut() -> [(time: Double, accessKey: String, expiration: String)] {
+        requests().compactMap { r in
+            guard let key = r["access_key"] as? String, let time = r["time"] as? Double, let expiration = r["expiration"] as? String else { return nil }
+            return (time, key, expiration)
+        }
+    }
+
+    func stop() {
+        process.stop()
+        Harness.remove(directory)
+    }
+
+    deinit { stop() }
+}
+
+/// moto's server (`moto[server]` from scripts/setup.sh) on 127.0.0.1: a real STS that answers
+/// `AssumeRoleWithWebIdentity` with fresh temporary credentials, and an S3 that takes any
+/// signature.
+final class MotoServer {
+    let port: UInt16
+    let directory: String
+    private let process: Child
+
+    init() throws {
+        directory = Harness.temporaryDirectory("moto")
+        port = freePort()
+        let binary = Harness.packageRoot + "/.venv/bin/moto_server"
+        process = try Child(binary, ["-H", "127.0.0.1", "-p", String(port)], stdout: directory + "/moto.log", stderr: directory + "/moto.log")
+        // Ready when STS answers (the port opens before the app is loaded).
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline && process.isRunning {
+            if waitForPort(port, timeout: 1) { return }
+        }
+        process.stop()
+        throw TestFailure("moto_server did not start (\(binary); run scripts/setup.sh): \(fileContents(directory + "/moto.log") ?? "")")
+    }
+
+    var endpoint: String { "http://127.0.0.1:\(port)" }
+
+    func stop() {
+        process.stop()
+        Harness.remove(directory)
+    }
+
+    deinit { stop() }
+}
