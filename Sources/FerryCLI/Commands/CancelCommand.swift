@@ -93,8 +93,9 @@ struct CancelCommand: Command {
     private func report(_ o: Outcome, session name: String, runner: Int32?) {
         func tasks(_ n: Int) -> String { Units.formatCount(n) + " " + Plural.noun(n, "task") }
         if o.suspended > 0 {
-            let kept = o.kept > 0 ? "resume data kept for \(Units.formatCount(o.kept))" : "none had begun"
-            Console.out("suspended \(tasks(o.suspended)) of session \(name) (\(kept))")
+            // Bytes recorded to resume from; an upload keeps what it has elsewhere, if anything.
+            let kept = o.kept > 0 ? " (resume data kept for \(Units.formatCount(o.kept)))" : ""
+            Console.out("suspended \(tasks(o.suspended)) of session \(name)\(kept)")
         }
         if o.finished > 0 {
             Console.out("\(tasks(o.finished)) of session \(name) had already finished: committed before the cancel reached \(o.finished == 1 ? "it" : "them")")

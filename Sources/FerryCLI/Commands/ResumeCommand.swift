@@ -17,7 +17,8 @@ struct ResumeCommand: Command {
         resume data. Exit codes as for ferry sync now.
         """
     static let options = [CommonOptions.config, CommonOptions.session, CommonOptions.maxDuration, CommonOptions.json,
-                          CommonOptions.quiet, CommonOptions.verbose, CommonOptions.help]
+                          CommonOptions.quiet, OptionSpec("--verbose", "also say each task resumed, and each file as it starts and finishes (-v)"),
+                          CommonOptions.help]
 
     let arguments: Arguments
 
@@ -46,8 +47,8 @@ struct ResumeCommand: Command {
                     Console.out("\(name): no suspended tasks\(ids == nil ? "" : " among those named")")
                 } else if verbose || ids == nil {
                     let partial = tasks.filter { $0.bytesDone > 0 }.count
-                    Console.out("resuming \(Units.formatCount(tasks.count)) \(Plural.noun(tasks.count, "task")) of session \(name) ("
-                                + (partial > 0 ? "\(Units.formatCount(partial)) from \(partial == 1 ? "its" : "their") kept \(Plural.noun(partial, "offset"))" : "none had begun") + ")")
+                    let offsets = partial > 0 ? " (\(Units.formatCount(partial)) from \(partial == 1 ? "its" : "their") kept \(Plural.noun(partial, "offset")))" : ""
+                    Console.out("resuming \(Units.formatCount(tasks.count)) \(Plural.noun(tasks.count, "task")) of session \(name)\(offsets)")
                 }
             }
             sessions.append(session)
