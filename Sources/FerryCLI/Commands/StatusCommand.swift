@@ -251,7 +251,7 @@ struct StatusCommand: Command {
             }
         }
         let fixed = "  " + s.direction.rawValue + "  " + st.state
-        lines.append(Columns.middle(Printable.name(s.name), max(8, width - Columns.columns(fixed))) + fixed)
+        lines.append(Columns.cut(Columns.middle(Printable.name(s.name), max(8, width - Columns.columns(fixed))) + fixed, width))
         if let detail = st.detail { add("state", detail, maxLines: StatusCommand.messageLines) }
         let now = Timestamp.now().timeInterval
         if let pid = st.agentPID {
@@ -345,7 +345,7 @@ struct StatusCommand: Command {
                 note = Printable.text(error).split(whereSeparator: \.isNewline).joined(separator: " ")
             }
             guard let note else {
-                out.append(prefix + Columns.middle(path, room))
+                out.append(Columns.cut(prefix + Columns.middle(path, room), width))
                 continue
             }
             let pathRoom = max(min(Columns.columns(path), room * 2 / 3), room - Columns.columns(note) - 2)
