@@ -113,11 +113,12 @@ struct BoundedOutputTests {
         #expect(absolute.split(separator: "\n").filter { $0.contains(" done ") }.count == 1 && absolute.contains("a.txt"), "\(absolute)")
     }
 
-    /// The control protocol as the agent speaks it: a client that asks for a bwlimit and progress
-    /// gets the limit echoed, the agent's word that the cycle goes at it, and progress lines;
-    /// twenty of them (the engine sends at most ten a second) still show most of a 4 MiB file
-    /// to come, which an unlimited transfer over loopback finishes long before. The next cycle
-    /// goes at the config's settings again.
+    /// The control protocol as the agent speaks it: a client that asks for a bwlimit, a number of
+    /// transfers and progress gets the limits echoed, the agent's word that the cycle goes at
+    /// them, and progress lines: one file in flight of three (the config allows 4), and twenty
+    /// lines (the engine sends at most ten a second) still show most of 6 MiB to come, which an
+    /// unlimited transfer over loopback finishes long before. The next cycle goes at the config's
+    /// settings again.
     @Test func theAgentRunsAHandedOverCycleAtItsBwlimitAndSendsItsProgress() throws {
         let server = try NginxServer()
         defer { server.stop() }
@@ -129,14 +130,16 @@ struct BoundedOutputTests {
         #expect(eventually { fileContents(box.localPath("a.txt")) == "a\n" }, "\(agent.output)")
         let content = randomData(4 << 20, seed: 38)
         box.publish("big.bin", content)
+        for name in ["c.bin", "d.bin"] { box.publish(name, randomData(1 << 20, seed: UInt64(name.utf8.first!))) }
         box.buildManifest()
+        let total = (4 << 20) + (2 << 20)
 
         let client = """
             import json, socket, sys
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             s.settimeout(60)
             s.connect(sys.argv[1])
-            s.sendall(b'{"command":"sync","sessions":"test","bwlimit":"64K","progress":true}\\n')
+            s.sendall(b'{"command":"sync","sessions":"test","bwlimit":"64K","transfers":1,"progress":true}\\n')
             seen = 0
             for line in s.makefile():
                 print(line.strip(), flush=True)
@@ -152,30 +155,31 @@ struct BoundedOutputTests {
         #expect(run.exitCode == 0, "\(run.output)")
         let lines = run.stdout.split(separator: "\n").compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
         #expect(lines.first?["event"] as? String == "handover" && lines.first?["accepted"] as? String == "test", "\(run.stdout)")
-        #expect(lines.first?["bwlimit"] as? String == "64K", "the limit taken is echoed: \(run.stdout)")
+        #expect(lines.first?["bwlimit"] as? String == "64K" && lines.first?["transfers"] as? Int == 1, "the limits taken are echoed: \(run.stdout)")
         let limitAt = lines.firstIndex { $0["event"] as? String == "agent" && $0["action"] as? String == "run-limits" }
         let progress = lines.filter { $0["event"] as? String == "progress" }
         let firstProgress = lines.firstIndex { $0["event"] as? String == "progress" }
         #expect(limitAt != nil && firstProgress != nil && limitAt! < firstProgress!, "the agent says the cycle's limit first: \(run.stdout)")
-        #expect((lines[limitAt ?? 0]["message"] as? String)?.contains("bwlimit 64K") == true)
+        #expect((lines[limitAt ?? 0]["message"] as? String)?.contains("bwlimit 64K and 1 transfer,") == true, "\(run.stdout)")
         let moving = progress.filter { ($0["active"] as? [[String: Any]])?.isEmpty == false }
         #expect(moving.count == 20, "twenty progress lines with the file in flight: \(run.stdout)")
         let last = try #require(moving.last)
         let active = try #require((last["active"] as? [[String: Any]])?.first)
         #expect(active["path"] as? String == "big.bin" && active["size"] as? Int == content.count && last["active_count"] as? Int == 1, "\(last)")
-        #expect(last["session"] as? String == "test" && (last["bytes_total"] as? Int ?? 0) == content.count, "\(last)")
+        #expect(last["session"] as? String == "test" && (last["bytes_total"] as? Int ?? 0) == total, "\(last)")
+        #expect(moving.allSatisfy { $0["active_count"] as? Int == 1 }, "one transfer at a time: \(moving.map { $0["active_count"] ?? "-" })")
         let done = moving.compactMap { $0["bytes_done"] as? Int }
         #expect(done == done.sorted() && done.last! > 0, "bytes only grow: \(done)")
-        #expect(done.last! < content.count / 2, "held to 64 KiB/s: \(done.last!) of \(content.count) after 20 progress lines")
+        #expect(done.last! < total / 2, "held to 64 KiB/s: \(done.last!) of \(total) after 20 progress lines")
 
         // The client went; the agent goes on at the limit. Status says so, in its summary.
         let status = box.statusText()
         #expect(status.contains("running the session now") && status.contains("big.bin") && status.contains("/4.00 MiB"), "\(status)")
         let cancel = ferry(["cancel", "--config", box.config, "--session", "test"])
-        #expect(cancel.stdout == "suspended 1 task of session test (resume data kept for 1)\n", "\(cancel.output)")
+        #expect(cancel.stdout == "suspended 3 tasks of session test (resume data kept for 1)\n", "\(cancel.output)")
         let resume = ferry(["resume", "--config", box.config, "--session", "test"])
         #expect(resume.exitCode == 0, "\(resume.output)")
-        #expect(resume.stdout.contains("resuming 1 task of session test (1 from its kept offset)"), "\(resume.stdout)")
+        #expect(resume.stdout.hasPrefix("resuming 3 tasks of session test (1 from its kept offset)\n"), "\(resume.stdout)")
         #expect(!resume.stdout.contains("this cycle goes at"), "the next cycle goes at the config's settings: \(resume.stdout)")
         #expect(try Data(contentsOf: URL(fileURLWithPath: box.localPath("big.bin"))) == content)
         let events = ferry(["events", "--config", box.config, "--json"])

@@ -263,7 +263,7 @@ final class TransferEngine: @unchecked Sendable {
             return
         }
         let retained = Unmanaged<AnyObject>.passRetained(transfer)
-        if (turn.runBucket == nil ? bandwidth != nil : turn.runBandwidth != nil) || turn.source.bandwidth != nil {
+        if bandwidth != nil || turn.runBucket != nil || turn.source.bandwidth != nil {
             transfer.throttle = Throttle([turn.runBucket ?? global, turn.bucket])
             throttled += 1
         }
