@@ -199,6 +199,9 @@ struct AgentTests {
         box.configure(remote: server.url, session: ["poll = 1h"])
         let agent = try RunningAgent(box)
         server.waitForRequest("/slow.bin")
+        let first = box.statusText()
+        #expect(first.hasPrefix("test  pull  running\n  agent      pid \(agent.child.pid), running the session now\n"),
+                "the agent is known from its first cycle on: \(first)")
         var st = stat()
         #expect(lstat(box.state + "/agent.sock", &st) == 0 && st.st_mode & S_IFMT == S_IFSOCK && st.st_mode & 0o777 == 0o600)
 

@@ -180,6 +180,8 @@ public final class Agent: @unchecked Sendable {
     /// agent's exit code (0: stopped as asked, state intact).
     public func run(stop: StopToken) -> ExitCode {
         emit("", .agent(action: "started", message: "ferry agent (pid \(pid)) runs \(Plural.count(config.sessions.count, "session")) from \(config.path)"))
+        // `ferry status` knows the agent from its first cycle on, not only once that cycle has ended.
+        for name in slots.keys { try? store.recordAgentState(session: name, pid: pid, state: "starting", nextPoll: nil) }
         notifier.ready(status: statusLine())
         writeMetrics()
         var stopping = false
