@@ -134,6 +134,20 @@ struct BoundedOutputTests {
         box.buildManifest()
         let total = (4 << 20) + (2 << 20)
 
+        // Limits no run could have are refused, the agent untouched.
+        let refuse = """
+            import socket, sys
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(30)
+            s.connect(sys.argv[1])
+            s.sendall(sys.argv[2].encode() + b'\\n')
+            print(s.makefile().readline().strip())
+            """
+        for bad in [#"{"command":"sync","sessions":"test","transfers":999}"#, #"{"command":"sync","sessions":"test","bwlimit":"fast"}"#] {
+            let answer = runProcess("/usr/bin/python3", ["-c", refuse, box.state + "/agent.sock", bad])
+            #expect(answer.stdout.contains("handover-refused") && answer.stdout.contains("not a request ferry understands"), "\(bad): \(answer.output)")
+        }
+
         let client = """
             import json, socket, sys
             s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
