@@ -30,6 +30,19 @@ struct UnitsTests {
         #expect(Units.formatDuration(185) == "3m05s")
         #expect(Units.formatDuration(7800) == "2h10m")
     }
+
+    @Test(arguments: [(0, "0"), (999, "999"), (1_000, "1,000"), (1_530, "1,530"), (212_000, "212,000"), (1_234_567, "1,234,567"), (-4_200, "-4,200")])
+    func groupsCounts(n: Int, text: String) {
+        #expect(Units.formatCount(n) == text)
+    }
+
+    /// `--transfers` and the handed-over limits the agent reads: the config's range, no more.
+    @Test func runLimitsParseAndSayThemselves() throws {
+        #expect(try RunLimits.transfers(parsing: "256") == 256)
+        for bad in ["0", "257", "x", "-1", ""] { #expect(throws: ConfigProblem.self) { try RunLimits.transfers(parsing: bad) } }
+        let limits = RunLimits(bandwidth: try BandwidthSchedule(parsing: "512K"), transfers: 2)
+        #expect(limits.description == "bwlimit 512K and 2 transfers" && !limits.isEmpty && RunLimits().isEmpty)
+    }
 }
 
 struct TimestampTests {

@@ -35,7 +35,8 @@ struct AgentTests {
         box.configure(remote: server.url, session: ["poll = 2s", "delete = yes"], agent: ["stop-timeout = 3s"])
         let agent = try RunningAgent(box)
         #expect(eventually { fileContents(box.localPath("a.txt")) == "first\n" }, "mirrored: \(agent.output)")
-        #expect(box.waitForStatus(containing: "idle (agent pid \(agent.child.pid)").contains("next poll in"))
+        let idle = box.waitForStatus(containing: "agent      pid \(agent.child.pid), next poll ")
+        #expect(idle.hasPrefix("test  pull  idle\n") && idle.contains(" (in "), "\(idle)")
 
         // A manifest change is applied within one poll interval (2 s) of the last poll.
         box.publish("b.txt", "second\n")
@@ -61,7 +62,7 @@ struct AgentTests {
         #expect(Date().timeIntervalSince(stopped) < 4, "within stop-timeout")
         #expect(agent.output.contains("stopped by SIGTERM"))
         let status = box.status()
-        #expect(!status.stdout.contains("agent pid"), "no agent claims the session once stopped: \(status.stdout)")
+        #expect(!status.stdout.contains("  agent "), "no agent claims the session once stopped: \(status.stdout)")
         #expect(box.sync().exitCode == 0, "the state is intact: a sync after it finds the mirror in sync")
 
         // The event log holds what the agent did.
@@ -84,13 +85,13 @@ struct AgentTests {
 
         server.goAway()
         let waiting = box.waitForStatus(containing: "waiting for connectivity", timeout: 15)
-        #expect(waiting.contains("waiting for connectivity") && waiting.contains("agent pid"), "\(waiting)")
+        #expect(waiting.contains("state      waiting for connectivity") && waiting.contains("  agent      pid \(agent.child.pid)"), "\(waiting)")
         #expect(agent.child.isRunning, "the agent rides it out")
         box.publish("b.txt", "two\n")
         box.buildManifest()
         try server.comeBack()
         #expect(eventually { fileContents(box.localPath("b.txt")) == "two\n" }, "recovered by itself: \(agent.output)")
-        #expect(box.waitForStatus(containing: "idle (agent pid").contains("idle"))
+        #expect(box.waitForStatus(containing: "test  pull  idle\n  agent      pid ").contains("next poll"))
         #expect(agent.output.contains("waiting for connectivity"), "the journal says so")
         agent.child.signal(SIGTERM)
         #expect(agent.child.wait(timeout: 10) == 0)
@@ -156,7 +157,7 @@ struct AgentTests {
         #expect(first.child.wait(timeout: 10) == 0, "\(first.output)")
         #expect(Date().timeIntervalSince(stopped) < 4)
         #expect(!FileManager.default.fileExists(atPath: box.localPath("slow.bin")), "nothing partial at the final path")
-        let kept = try #require(box.status(["--json"]).stdout.firstMatch(of: /"bytes_done":(\d+)/).map { Int($0.1)! })
+        let kept = try #require(box.statusTasks().first { $0["path"] as? String == "slow.bin" }?["bytes_done"] as? Int)
         #expect(kept > 0 && kept < content.count, "resume data kept: \(kept)")
 
         // A new agent reattaches on start: it resumes at the offset kept, not from zero.
@@ -197,6 +198,9 @@ struct AgentTests {
         box.configure(remote: server.url, session: ["poll = 1h"])
         let agent = try RunningAgent(box)
         server.waitForRequest("/slow.bin")
+        let first = box.statusText()
+        #expect(first.hasPrefix("test  pull  running\n  agent      pid \(agent.child.pid), running the session now\n"),
+                "the agent is known from its first cycle on: \(first)")
         var st = stat()
         #expect(lstat(box.state + "/agent.sock", &st) == 0 && st.st_mode & S_IFMT == S_IFSOCK && st.st_mode & 0o777 == 0o600)
 

@@ -46,7 +46,7 @@ struct DelayedTaskTests {
         #expect(fileContents(box.localPath("stay.txt")) == "unchanged\n")
         #expect(fileContents(box.localPath("change.txt")) == "new content, other size\n")
         #expect(!FileManager.default.fileExists(atPath: box.localPath("vanish.txt")))
-        #expect(!box.status(["--json"]).stdout.contains("vanish.txt"), "the cancelled task is gone")
+        #expect(!box.status(["--json", "--files"]).stdout.contains("vanish.txt"), "the cancelled task is gone")
     }
 
     @Test func earliestBeginDelaysNewFilesOnly() throws {

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import FerryCore
 
 /// What a new user meets in their first hour: a config check that finds what would fail, errors
 /// that name a mistaken scheme, one error per cause instead of one per file, a `~` or quotes in the
@@ -154,7 +155,7 @@ struct FirstHourTests {
         box.buildManifest()
         box.configure(remote: "file://" + box.published)
         let before = ferry(["--config", box.config, "status"])
-        #expect(before.exitCode == 0 && before.stdout.contains("SESSION"), "\(before.output)")
+        #expect(before.exitCode == 0 && before.stdout.hasPrefix("test  pull  idle") && before.stdout.contains("never run"), "\(before.output)")
         let json = ferry(["--json", "--config", box.config, "sync", "now"])
         #expect(json.exitCode == 0 && !json.events(named: "sync-finished").isEmpty, "\(json.output)")
         #expect(ferry(["help", "version"]).stdout.contains("usage: ferry version"))
@@ -168,22 +169,38 @@ struct FirstHourTests {
         #expect(!one.output.contains("1 files"), "\(one.output)")
     }
 
-    /// `status` keeps its table narrow (a failing session's whole error goes below it, not into
-    /// STATE) and its times to the second; `status --json` gives the state as fields.
+    /// `status` stays within 80 columns (a failing session's long error wraps under its label,
+    /// cut short unless -v), says times in the local time zone to the second, and `status
+    /// --json` gives the state as fields, its times in RFC 3339 UTC.
     @Test func statusIsNarrowAndStructured() throws {
         let box = Sandbox("status-narrow")
         box.configure(remote: "http://127.0.0.1:1/" + String(repeating: "very-long-path-segment/", count: 10), session: ["retries = 0"])
         let failed = box.sync()
         #expect(failed.exitCode == 4)
-        let status = box.status()
-        let table = status.stdout.split(separator: "\n").prefix(2)
-        #expect(table.allSatisfy { $0.count <= 110 }, "narrow: \(status.stdout)")
-        #expect(status.stdout.contains("last run: cannot fetch the manifest"), "the why, below the table: \(status.stdout)")
-        #expect(status.stdout.firstMatch(of: /\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ/) != nil && status.stdout.firstMatch(of: /:\d\d\.\d+Z/) == nil,
-                "times to the second: \(status.stdout)")
+        // UTC+05:30 (POSIX writes the offset west of UTC): not the zone of the machine running this.
+        let zone = ["TZ": "XYZ-5:30"]
+        let status = ferry(["status", "--config", box.config], environment: zone)
+        let lines = status.stdout.split(separator: "\n")
+        #expect(lines.allSatisfy { $0.count <= 80 }, "narrow: \(status.stdout)")
+        #expect(lines.contains { $0.hasSuffix("…") } && status.stdout.contains("(cut short: -v says all of it"), "cut, and says so: \(status.stdout)")
+        let whole = ferry(["status", "--config", box.config, "-v"], environment: zone).stdout
+        #expect(whole.split(separator: "\n").allSatisfy { $0.count <= 80 }, "-v wraps, still narrow: \(whole)")
+        let unwrapped = whole.replacingOccurrences(of: "\n" + String(repeating: " ", count: 13), with: " ")
+        #expect(unwrapped.contains(", exit 4: cannot fetch the manifest") && unwrapped.contains("very-long-path-segment/manifest.json"),
+                "the why, in full: \(whole)")
         let json = try JSONSerialization.jsonObject(with: Data(box.status(["--json"]).stdout.utf8)) as? [String: Any]
         let session = (json?["sessions"] as? [[String: Any]])?.first ?? [:]
         #expect(session["state"] as? String == "idle" && session.keys.contains("running_pid") && session.keys.contains("state_detail"), "\(session)")
+        // The run's end, as --json says it (UTC), is what the human line says in the local zone.
+        let finished = try #require((session["last_run_finished"] as? String).flatMap(Timestamp.init(rfc3339:)))
+        #expect(session["last_run_finished"] as? String == finished.rfc3339 && finished.rfc3339.hasSuffix("Z"))
+        let formatter = DateFormatter()
+        formatter.locale = Locale(identifier: "en_US_POSIX")
+        formatter.timeZone = TimeZone(secondsFromGMT: 5 * 3600 + 1800)
+        formatter.dateFormat = "yyyy-MM-dd HH:mm:ss"
+        let local = formatter.string(from: Date(timeIntervalSince1970: Double(finished.seconds)))
+        #expect(status.stdout.contains("last run   \(local), exit 4"), "local time, to the second: \(local) in \(status.stdout)")
+        #expect(status.stdout.firstMatch(of: /\d\d:\d\d:\d\d(\.\d+)?Z/) == nil, "no UTC times for people: \(status.stdout)")
     }
 
     /// `check --json` ends each session with a `check-finished` event of its own (never a

@@ -90,8 +90,8 @@ struct GenerationsTests {
         }
         #expect(generations(box) == ["g3", "g4", "g5"], "\(generations(box))")
         expectIdentical(box.published, current(box))
-        let status = box.status()
-        #expect(status.stdout.contains("test: generation g5 is current; kept: g3, g4"), "\(status.stdout)")
+        let status = box.statusText()
+        #expect(status.contains("  generation g5 is current; kept: g3, g4"), "\(status)")
         #expect(box.statusSessions().first?["generation"] as? String == "g5")
     }
 
@@ -399,7 +399,7 @@ struct GenerationsTests {
         let delayed = box.sync(["--not-before", Timestamp(seconds: Int64(later.timeIntervalSince1970)).rfc3339])
         #expect(delayed.exitCode != 0 && delayed.output.contains("is not complete"), "\(delayed.output)")
         #expect(target(box) == "mirror.generations/g3" && !FileManager.default.fileExists(atPath: box.localPath("c.txt")))
-        #expect(box.status().stdout.contains("g4 is being built"), "\(box.status().stdout)")
+        #expect(box.statusText().contains("g4 is being built"), "\(box.statusText())")
         box.waitUntilDelayedTasksAreDue()
         #expect(box.sync().exitCode == 0)
         #expect(target(box) == "mirror.generations/g4" && fileContents(box.localPath("c.txt")) == "charlie\n")
@@ -519,7 +519,7 @@ struct GenerationsTests {
         box.publish("a.txt", "alpha two\n")
         box.buildManifest()
         #expect(eventually { target(box) == "mirror.generations/g2" && fileContents(box.localPath("a.txt")) == "alpha two\n" }, "\(agent.output)")
-        #expect(box.waitForStatus(containing: "idle (agent pid").contains("idle"))
+        #expect(box.waitForStatus(containing: "test  pull  idle\n  agent      pid ").contains("next poll"))
         try "edited\n".writeReplacing(box.localPath("a.txt"))
         #expect(eventually { fileContents(box.localPath("a.txt")) == "alpha two\n" }, "the edit in the new generation was seen: \(agent.output)")
         #expect(target(box) == "mirror.generations/g3")

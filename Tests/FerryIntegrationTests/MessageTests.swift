@@ -82,7 +82,7 @@ struct MessageTests {
         box.configure(remote: server.url)
         let first = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config])
         defer { first.stop() }
-        box.waitForStatus(containing: "running (pid \(first.pid))")
+        box.waitForStatus(containing: "  process    pid \(first.pid)")
         let busy = box.sync()
         #expect(busy.exitCode == 6, "\(busy.output)")
         #expect(busy.stderr.contains("pid \(first.pid)"), "names the holder: \(busy.stderr)")

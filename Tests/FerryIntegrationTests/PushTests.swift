@@ -89,10 +89,11 @@ struct PushTests {
         pushThenPull(box, remoteRoot: remoteRoot)
         let v1 = try #require(manifestVersion(remoteRoot + "/manifest.json"))
         #expect(v1 >= started, "a first push's version is not below the clock (a wiped remote must not restart at 1)")
-        let row = box.status().stdout.split(separator: "\n").first { $0.hasPrefix("up ") }.map(String.init) ?? ""
-        #expect(row.contains(" push ") && row.contains("v\(v1)") && row.contains("exit 0"), "status shows the direction and the version published: \(row)")
+        let summary = box.statusText(["--session", "up"])
+        #expect(summary.hasPrefix("up  push  ") && summary.contains("manifest   v\(v1)") && summary.contains(", exit 0"),
+                "status shows the direction and the version published: \(summary)")
         // Every done upload's task row holds the hash of what was sent (hashed as it went, not before).
-        let status = try JSONSerialization.jsonObject(with: Data(box.status(["--json"]).stdout.utf8)) as? [String: Any]
+        let status = try JSONSerialization.jsonObject(with: Data(box.status(["--json", "--files"]).stdout.utf8)) as? [String: Any]
         let up = (status?["sessions"] as? [[String: Any]])?.first { $0["name"] as? String == "up" }
         let rows = up?["tasks"] as? [[String: Any]] ?? []
         #expect(rows.count == Self.files.count)
@@ -109,7 +110,7 @@ struct PushTests {
         let v2 = try #require(manifestVersion(remoteRoot + "/manifest.json"))
         #expect(v2 > v1)
         #expect(!FileManager.default.fileExists(atPath: box.directory + "/dst/deep/a/b/c/quote'and\"double.txt"))
-        let taskPaths = (box.status(["--json"]).stdout.matches(of: /"path":"([^"]*)"/)).map { String($0.1) }
+        let taskPaths = (box.status(["--json", "--files"]).stdout.matches(of: /"path":"([^"]*)"/)).map { String($0.1) }
         #expect(!taskPaths.contains { $0.hasPrefix("deep/") } && taskPaths.contains("new/file.txt"), "tasks of deleted files go: \(taskPaths)")
 
         // Nothing changed: nothing is sent and no new manifest is published.
@@ -360,10 +361,10 @@ struct PushTests {
         defer { push.stop() }
         var taskID: String?
         #expect(eventually(10) {
-            taskID = box.status().stdout.split(separator: "\n").first { $0.contains("short.bin") && $0.contains("running") }?
-                .split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.map(String.init)
+            taskID = (box.statusTasks().first { $0["path"] as? String == "short.bin" && $0["state"] as? String == "running" }?["id"] as? Int)
+                .map(String.init)
             return taskID != nil
-        }, "short.bin never ran: \(box.status().output)")
+        }, "short.bin never ran: \(box.status(["-v"]).output)")
         let id = try #require(taskID)
 
         let cancel = ferry(["cancel", "--config", box.config, id])
@@ -393,7 +394,7 @@ struct PushTests {
         let push = try startPush(box)
         #expect(box.waitForRunningTask(session: "up"), "the upload began")
         let cancel = ferry(["cancel", "--config", box.config, "--session", "up"])
-        #expect(cancel.stdout.contains("suspended task") && cancel.stdout.contains("big.bin"), "\(cancel.output)")
+        #expect(cancel.stdout == "suspended 1 task of session up\n", "\(cancel.output)")
         #expect(push.wait(timeout: 20) == 3, "\(fileContents(box.directory + "/push.err") ?? "")")
         let said = pushOutput(box)
         #expect(said.contains("1 upload is suspended by ferry cancel"), "\(said)")
@@ -521,8 +522,8 @@ struct PushTests {
         try config(box, remote: server.url + "site/", up: "bwlimit = 1M\nsession-transfers = 1")
         let push = try startPush(box, ["--json"])
         defer { push.stop() }
-        #expect(eventually(10) { box.status().stdout.split(separator: "\n").contains { $0.contains("a-big.bin") && $0.contains("running") } },
-                "\(box.status().output)")
+        #expect(eventually(10) { box.statusTasks().contains { $0["path"] as? String == "a-big.bin" && $0["state"] as? String == "running" } },
+                "\(box.status(["-v"]).output)")
         try FileManager.default.removeItem(atPath: src + "/b.txt")
         try FileManager.default.removeItem(atPath: src + "/new.txt")
         #expect(push.wait(timeout: 30) == 0, "\(pushOutput(box))")
@@ -542,7 +543,7 @@ struct PushTests {
         #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/b.txt"), "the next run publishes the removal")
         #expect(box.sync(["--session", "down"]).exitCode == 0)
         #expect(tree(box.directory + "/dst") == tree(src))
-        #expect(!box.status().stdout.contains("new.txt"), "no task is left for a file that is gone")
+        #expect(!box.status(["--files"]).stdout.contains("new.txt"), "no task is left for a file that is gone")
     }
 
     /// A file rewritten while it uploads is hashed again and sent again in the same run; the

@@ -296,7 +296,7 @@ struct S3PushTests {
             usleep(20_000)
         }
         let cancel = ferry(["cancel", "--config", w.box.config, "--session", "up"])
-        #expect(cancel.stdout.contains("suspended task") && cancel.stdout.contains("large.bin"), "\(cancel.output)")
+        #expect(cancel.stdout == "suspended 1 task of session up\n", "\(cancel.output)")
         #expect(push.wait(timeout: 30) == 3, "\((try? String(contentsOfFile: w.box.directory + "/push.err", encoding: .utf8)) ?? "")")
         let kept = (try StateStore(directory: w.box.state).journaledUploads(session: "up").first?.parts.count) ?? 0
         #expect(kept >= 2, "the parts the store acknowledged stay recorded: \(kept)")

@@ -12,7 +12,7 @@ struct ServerFaultTests {
         var file: String { box.localPath("f.bin") }
         func local() -> Data? { try? Data(contentsOf: URL(fileURLWithPath: file)) }
         func task() -> [String: Any]? {
-            let run = box.status(["--json"])
+            let run = box.status(["--json", "--files"])
             let object = try? JSONSerialization.jsonObject(with: Data(run.stdout.utf8)) as? [String: Any]
             let sessions = object?["sessions"] as? [[String: Any]]
             return (sessions?.first?["tasks"] as? [[String: Any]])?.first { $0["path"] as? String == "f.bin" }
@@ -234,9 +234,9 @@ struct ServerFaultTests {
         let offline = box.sync(["--json"])
         #expect(offline.exitCode == 4, "\(offline.output)")
         #expect(offline.events(named: "file-waiting").count == 1)
-        let status = box.status()
-        #expect(status.stdout.contains("waiting for connectivity"), "\(status.stdout)")
-        #expect(status.stdout.contains("waiting"))
+        let status = box.statusText()
+        #expect(status.contains("waiting for connectivity"), "\(status)")
+        #expect(status.contains("1 waiting"), "\(status)")
 
         // Past the resource timeout, waiting turns into failing.
         box.configure(remote: server.url, session: ["retry-delay = 0.05s", "retries = 1", "resource-timeout = 1s"])

@@ -158,7 +158,7 @@ struct SignedManifestTests {
         #expect(run.exitCode == 0, "\(run.output)")
         for (path, text) in ["a.txt": "alpha\n", "dir/b.txt": "bravo\n", "dir/sub/c.txt": "charlie\n"] { #expect(fileContents(box.localPath(path)) == text) }
         #expect(run.events(named: "manifest-fetched").first?["signed_by"] as? String == trusted)
-        #expect(box.status().stdout.contains("signed by \(trusted)"), "\(box.status().stdout)")
+        #expect(box.statusText().contains("signed by \(trusted)"), "\(box.statusText())")
         let status = try JSONSerialization.jsonObject(with: Data(box.status(["--json"]).stdout.utf8)) as? [String: Any]
         let sessions = status?["sessions"] as? [[String: Any]]
         #expect(sessions?.first?["manifest_signer"] as? String == trusted, "\(String(describing: status))")

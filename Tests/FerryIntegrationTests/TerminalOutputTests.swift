@@ -75,13 +75,14 @@ struct TerminalOutputTests {
         expectHarmless(run.output)
         #expect(run.stderr.contains("x\\u{202e}txt.exe: HTTP 404"), "\(run.stderr)")
         #expect(run.stderr.contains("reason.txt: HTTP 404 Not\\x1b[2JFound"), "\(run.stderr)")
-        let status = box.status()
+        let status = box.status(["-v"])
         expectHarmless(status.output)
         #expect(status.stdout.contains("x\\u{202e}txt.exe"), "\(status.stdout)")
+        #expect(status.stdout.contains("HTTP 404 Not\\x1b[2JFound"), "\(status.stdout)")
         let json = box.status(["--json"])
         let object = try JSONSerialization.jsonObject(with: Data(json.stdout.utf8)) as? [String: Any]
-        let tasks = ((object?["sessions"] as? [[String: Any]])?.first?["tasks"] as? [[String: Any]]) ?? []
-        #expect(tasks.contains { $0["path"] as? String == name }, "the exact name in --json")
+        let failed = ((object?["sessions"] as? [[String: Any]])?.first?["failed_tasks"] as? [[String: Any]]) ?? []
+        #expect(failed.contains { $0["path"] as? String == name }, "the exact name in --json: \(json.stdout)")
     }
 
     /// Progress bars on a terminal (a pty from `script`) show names escaped too.

@@ -2,29 +2,80 @@ import Glibc
 import FerryCore
 import FerryRuntime
 
-/// `ferry status`: what each session's last run did and where its tasks stand, read from the state
-/// database (works whether or not another ferry is running).
+/// `ferry status`: where each session stands, read from the state database (works whether or not
+/// another ferry is running). A summary per session that does not grow with its tree (its state,
+/// its tasks counted by state, a few of the files running now, the last error), in lines that
+/// fit `Columns.standardOutput`; each task only when asked (`-v`, `--files`, a PATH). `--json` is
+/// bounded the same way: the running and failed tasks capped, the others counted.
 struct StatusCommand: Command {
     static let words = ["status"]
-    static let summary = "Show each session's state and its transfer tasks."
-    static let usage = "status [--config F] [--session ID] [--json]"
+    static let summary = "Show where each session stands: state, task counts, what runs now, the last error."
+    static let usage = "status [--config F] [--session ID] [PATH] [--files] [--verbose|-v] [--json]"
     static let details = """
-        Lists every session with its last run and the count of tasks per state, then the tasks that are
-        not done (queued, running, failed...) with bytes, attempts, what each waits for (connectivity, a
-        time, ferry resume, or a discretionary session's conditions) and the last error. --json prints
-        one object with every session and all its tasks.
+        A summary per session, as long for a million files as for one: its state (with an agent
+        running, the agent's word: idle, running, held, waiting, failed...), the agent's next poll or
+        the process running the session and its time left, the last run, the manifest, the tasks
+        counted by state (queued, running, waiting, delayed, suspended, failed, done), up to 3 of the
+        files transferring now with their progress and how many more, and the last error. Times are
+        the local time zone's, to the second.
+
+        Every line fits in 80 columns, or in the terminal's width when stdout is a narrower
+        terminal: long names are shortened in the middle, and long messages cut to two lines (-v
+        says them whole, as --json does).
+
+        Each task on a line of its own (id, state, bytes, path, and what it waits for or its last
+        error) only when asked: -v lists the tasks that are not done, --files every task, and PATH
+        (relative to the session's local directory, or absolute under it) the tasks under it, done
+        ones included. The ids are what ferry cancel and ferry resume take.
+
+        --json prints one object {"sessions":[...]}, one member per session, bounded the same way:
+          name, direction, remote, local, state, state_detail, running_pid, seconds_left, deadline,
+          agent_pid, next_poll, held_for, last_run_started, last_run_finished, last_exit_code,
+          last_message, last_poll_ok, manifest_version, manifest_signer, manifest_expires, and for
+          generations: generation, generations_kept, generation_building;
+          task_counts: {"queued":N,"running":N,"done":N,"failed":N,"waiting":N,"suspended":N,"delayed":N};
+          running_tasks: up to 10 running tasks; running_tasks_omitted: how many more;
+          failed_tasks: up to 10 failed tasks, the latest first; failed_tasks_omitted: how many more;
+          last_error: {"task","path","error","time"} of the unfinished task that failed last, or null;
+          tasks: the tasks listed (-v, --files, PATH: as above), only when one of them is given.
+        A task is {"id","path","direction","state","size","bytes_done","sha256","attempts",
+        "last_error","created_at","updated_at","not_before","waits_for"}. Times are RFC 3339 in UTC;
+        what is not known is null.
         """
-    static let options = [CommonOptions.config, CommonOptions.session, CommonOptions.json, CommonOptions.help]
+    static let options = [CommonOptions.config, CommonOptions.session,
+                          OptionSpec("--files", "also list every task, done ones included, one line each"),
+                          OptionSpec("--verbose", "also list each task that is not done, and say long messages whole (-v)"),
+                          CommonOptions.json, CommonOptions.help]
+
+    /// The running and failed tasks `--json` gives in full; the rest are counted.
+    static let jsonTasks = 10
+    /// The running files the summary shows.
+    static let runningShown = 3
+    /// Lines a message may take in the summary (-v: all it needs).
+    static let messageLines = 2
 
     let configPath: String?
     let session: String?
     let json: Bool
+    let files: Bool
+    let verbose: Bool
+    let path: String?
 
     init(arguments: Arguments) throws(FerryError) {
-        try arguments.expectPositionals(0...0, command: Self.name, what: "")
+        try arguments.expectPositionals(0...1, command: Self.name, what: "")
         configPath = arguments.value("--config")
         session = arguments.value("--session")
         json = arguments.has("--json")
+        files = arguments.has("--files")
+        verbose = arguments.has("--verbose")
+        path = arguments.positionals.first
+    }
+
+    /// One session as the state holds it.
+    struct Row {
+        let session: SessionConfig
+        let record: SessionRecord?
+        let tasks: [TransferTask]
     }
 
     func run() throws(FerryError) -> ExitCode {
@@ -38,13 +89,49 @@ struct StatusCommand: Command {
         }
         let sessions = try selectSessions(config, names: session.map { [$0] } ?? [])
         let store = try StateStore(directory: config.agent.state)
-        var rows: [(SessionConfig, SessionRecord?, [TransferTask])] = []
+        var rows: [Row] = []
         for s in sessions {
-            rows.append((s, try store.session(s.name), try store.tasks(session: s.name)))
+            rows.append(Row(session: s, record: try store.session(s.name), tasks: try store.tasks(session: s.name)))
         }
-        if json { printJSON(rows) } else { printTable(rows) }
+        if json { printJSON(rows) } else { printHuman(rows, width: Columns.standardOutput()) }
         return .inSync
     }
+
+    // MARK: what is listed
+
+    /// Whether tasks are listed one by one.
+    private var listing: Bool { files || verbose || path != nil }
+
+    /// The tasks listed for a session: under PATH when given, and the done ones only with
+    /// `--files` or a PATH.
+    private func listed(_ row: Row) -> [TransferTask] {
+        var tasks = row.tasks
+        if let path {
+            guard let under = StatusCommand.relative(path, to: row.session.local) else { return [] }
+            if !under.isEmpty { tasks = tasks.filter { $0.path.string == under || $0.path.string.hasPrefix(under + "/") } }
+        } else if !files {
+            tasks = tasks.filter { $0.state != .done }
+        }
+        return tasks
+    }
+
+    /// PATH relative to a session's local directory: as given (`./` and a trailing `/` dropped),
+    /// or absolute under the directory; "" for all of it; nil for an absolute path elsewhere.
+    static func relative(_ path: String, to local: String) -> String? {
+        var p = path
+        let root = local.count > 1 && local.hasSuffix("/") ? String(local.dropLast()) : local
+        if p == root { return "" }
+        if p.hasPrefix(root + "/") {
+            p = String(p.dropFirst(root.count + 1))
+        } else if p.hasPrefix("/") {
+            return nil
+        }
+        while p.hasPrefix("./") { p.removeFirst(2) }
+        while p.hasSuffix("/") { p.removeLast() }
+        return p == "." ? "" : p
+    }
+
+    // MARK: where a session stands
 
     /// Where a session stands, as fields: `state` is one word (running, idle, held, waiting,
     /// failed, busy, interrupted, suspended, delayed, pending); `detail` says it in full where
@@ -61,8 +148,21 @@ struct StatusCommand: Command {
         var nextPoll: Timestamp?
     }
 
-    private func standing(_ record: SessionRecord?, _ tasks: [TransferTask]) -> Standing {
-        func alive(_ pid: Int32?) -> Bool { pid.map { kill($0, 0) == 0 || errno == EPERM } ?? false }
+    /// `time` writes a time into the detail: local for people, RFC 3339 for `--json`.
+    private func standing(_ record: SessionRecord?, _ tasks: [TransferTask], time: (Timestamp) -> String) -> Standing {
+        var st = standingOfTasks(record, tasks, time: time)
+        if st.agentPID == nil, let pid = record?.agentPID, StatusCommand.alive(pid) {
+            // An agent that has not said anything of the session yet (its first cycle runs).
+            st.agentPID = pid
+            st.nextPoll = record?.nextPoll
+        }
+        return st
+    }
+
+    static func alive(_ pid: Int32?) -> Bool { pid.map { kill($0, 0) == 0 || errno == EPERM } ?? false }
+
+    private func standingOfTasks(_ record: SessionRecord?, _ tasks: [TransferTask], time: (Timestamp) -> String) -> Standing {
+        let alive = StatusCommand.alive
         if alive(record?.runningPID) {
             let left = record?.deadline.map { Int64(max(0, $0.timeInterval - Timestamp.now().timeInterval).rounded()) }
             return Standing(state: "running", runningPID: record?.runningPID, secondsLeft: left,
@@ -81,101 +181,208 @@ struct StatusCommand: Command {
         if tasks.contains(where: { $0.state == .waiting }) { return Standing(state: "waiting", detail: "waiting for connectivity") }
         if tasks.contains(where: { $0.state == .suspended }) { return Standing(state: "suspended", detail: "suspended tasks: ferry resume continues them") }
         if let next = tasks.compactMap({ $0.state == .delayed ? $0.notBefore : nil }).min() {
-            return Standing(state: "delayed", detail: "delayed until \(Timestamp(seconds: next.seconds).rfc3339)")
+            return Standing(state: "delayed", detail: "delayed until \(time(Timestamp(seconds: next.seconds)))")
         }
         if tasks.contains(where: { $0.state == .queued }) { return Standing(state: "pending") }
         return Standing(state: "idle")
     }
 
-    /// The STATE column: the word, and the process's pid and time left, or the agent's and its
-    /// next poll; never the why (that is in `status --session` and `--json`).
-    private func shortState(_ s: Standing) -> String {
-        if let pid = s.runningPID {
-            return "running (pid \(pid)" + (s.secondsLeft.map { ", \(Units.formatDuration(Double($0))) left" } ?? "") + ")"
-        }
-        if let pid = s.agentPID {
-            let next = s.nextPoll.map { ", next poll in " + Units.formatDuration(max(0, $0.timeInterval - Timestamp.now().timeInterval).rounded(.up)) } ?? ""
-            return "\(s.state) (agent pid \(pid)\(next))"
-        }
-        return s.state
-    }
-
-    private func printTable(_ rows: [(SessionConfig, SessionRecord?, [TransferTask])]) {
-        var table: [[String]] = [["SESSION", "DIRECTION", "STATE", "LAST RUN", "RESULT", "MANIFEST", "TASKS"]]
-        for (s, r, tasks) in rows {
-            var counts: [String] = []
-            for state in TaskState.allCases {
-                let n = tasks.filter { $0.state == state }.count
-                if n > 0 { counts.append("\(n) \(state.rawValue)") }
-            }
-            let result = r?.lastExitCode.map { "exit \($0)" } ?? "never run"
-            let lastRun = (r?.lastRunFinished ?? r?.lastRunStarted).map { Timestamp(seconds: $0.seconds).rfc3339 } ?? "-"
-            table.append([Printable.name(s.name), s.direction.rawValue, shortState(standing(r, tasks)), lastRun, result,
-                          r?.manifestVersion.map { "v\($0)" } ?? "-", counts.isEmpty ? "none" : counts.joined(separator: ", ")])
-        }
-        printColumns(table)
-        // Why, below the table: in full for one session (--session), else the first line of each.
-        var more = false
-        for (s, r, _) in rows {
-            if let signer = r?.manifestSigner {
-                let expires = r?.manifestExpires.map { ", expires \($0.rfc3339)" } ?? ""
-                Console.out("\(s.name): manifest \(r?.manifestVersion.map { "v\($0) " } ?? "")signed by \(signer)\(expires)")
-            }
-        }
-        for (s, _, _) in rows where s.direction == .pull && s.layout == .generations {
-            let g = GenerationStatus(local: s.local)
-            var text = "\(s.name): " + (g.current.map { "generation \($0) is current" } ?? "no generation is current yet")
-            if !g.kept.isEmpty { text += "; kept: " + g.kept.joined(separator: ", ") }
-            if let b = g.building { text += "; \(b) is being built (the next run goes on with it)" }
-            Console.out(text)
-        }
-        for (s, r, tasks) in rows {
-            let why = [standing(r, tasks).detail, r?.lastExitCode != 0 ? r?.lastMessage.map { "last run: \($0)" } : nil].compactMap { $0 }
-            for line in why {
-                if session != nil || line.count <= 120 { Console.out("\(s.name): \(line)") } else {
-                    Console.out("\(s.name): \(line.prefix(117))...")
-                    more = true
-                }
-            }
-        }
-        if more { Console.out("(ferry status --session NAME says all of it; --json too)") }
-        let open = rows.flatMap { row in row.2.filter { $0.state != .done }.map { (row.1, $0) } }
-        guard !open.isEmpty else { return }
-        Console.out("")
-        var tasks: [[String]] = [["SESSION", "TASK", "STATE", "BYTES", "TRIES", "PATH", "WAITS FOR", "LAST ERROR"]]
-        for (r, t) in open {
-            let bytes = Units.formatBytes(t.bytesDone) + (t.size.map { " / " + Units.formatBytes($0) } ?? "")
-            tasks.append([t.session, String(t.id), t.state.rawValue, bytes, String(t.attempts), Printable.name(t.path.string),
-                          waitsFor(t, r) ?? "-", t.lastError ?? ""])
-        }
-        printColumns(tasks)
-    }
-
     /// What an open task waits for: connectivity, a time, ferry resume, or its session's
     /// discretionary conditions; nil for a task that waits for nothing (running, or failed).
-    private func waitsFor(_ t: TransferTask, _ record: SessionRecord?) -> String? {
+    private func waitsFor(_ t: TransferTask, _ record: SessionRecord?, time: (Timestamp) -> String) -> String? {
         switch t.state {
         case .waiting: return "connectivity"
-        case .delayed: return t.notBefore.map { "the time \($0.rfc3339)" }
+        case .delayed: return t.notBefore.map { "the time \(time($0))" }
         case .suspended: return "ferry resume"
         case .queued, .running: return record?.heldFor
         case .failed, .done: return nil
         }
     }
 
-    private func printColumns(_ table: [[String]]) {
-        var widths = [Int](repeating: 0, count: table[0].count)
-        for row in table { for (i, c) in row.enumerated() { widths[i] = max(widths[i], c.count) } }
-        for row in table {
-            var line = ""
-            for (i, c) in row.enumerated() { line += i == row.count - 1 ? c : c.padding(to: widths[i]) + "  " }
-            Console.out(line)
-        }
+    /// The order counts are said in: what is still to happen first, what is over last.
+    static let countOrder: [TaskState] = [.queued, .running, .waiting, .delayed, .suspended, .failed, .done]
+
+    private func counts(_ tasks: [TransferTask]) -> [TaskState: Int] {
+        var counts: [TaskState: Int] = [:]
+        for t in tasks { counts[t.state, default: 0] += 1 }
+        return counts
     }
 
-    private func printJSON(_ rows: [(SessionConfig, SessionRecord?, [TransferTask])]) {
+    /// The running tasks, the largest first (the ones a person waits for).
+    private func running(_ tasks: [TransferTask]) -> [TransferTask] {
+        tasks.filter { $0.state == .running }.sorted { ($0.size ?? $0.bytesDone, $1.path.string) > ($1.size ?? $1.bytesDone, $0.path.string) }
+    }
+
+    /// The unfinished task that failed last (for good, or an attempt it will retry).
+    private func lastError(_ tasks: [TransferTask]) -> TransferTask? {
+        tasks.filter { $0.state != .done && $0.lastError != nil }.max { $0.updatedAt < $1.updatedAt }
+    }
+
+    // MARK: people
+
+    private func printHuman(_ rows: [Row], width: Int) {
+        var cut = false
+        var unlisted = false
+        for (i, row) in rows.enumerated() {
+            if i > 0 { Console.out("") }
+            let summary = self.summary(row, width: width)
+            cut = cut || summary.cut
+            for line in summary.lines { Console.out(line) }
+            if listing {
+                for line in taskLines(listed(row), row.record, width: width) { Console.out(line) }
+            } else {
+                unlisted = unlisted || row.tasks.contains { $0.state != .done && $0.state != .running }
+                    || running(row.tasks).count > StatusCommand.runningShown
+            }
+        }
+        if unlisted { Console.out(Columns.cut("(-v lists each task not done, --files every task, PATH those under it)", width)) }
+        if cut { Console.out(Columns.cut("(cut short: -v says all of it, --json too)", width)) }
+    }
+
+    /// A session's summary: its lines, and whether a message was cut short.
+    private func summary(_ row: Row, width: Int) -> (lines: [String], cut: Bool) {
+        let (s, r, tasks) = (row.session, row.record, row.tasks)
+        let st = standing(r, tasks, time: LocalTime.text)
+        var lines: [String] = []
+        var cut = false
+        let valueWidth = max(8, width - 13)
+        /// A labelled line: "  label      text", the text wrapped under itself.
+        func add(_ label: String, _ text: String, maxLines: Int = 1) {
+            var wrapped = Columns.wrap(Printable.text(text), valueWidth)
+            if !verbose && wrapped.count > maxLines {
+                cut = true
+                wrapped = Columns.wrap(Printable.text(text), valueWidth, maxLines: maxLines)
+            }
+            for (k, part) in wrapped.enumerated() {
+                lines.append(Columns.cut((k == 0 ? "  " + label.padding(to: 10) + " " : String(repeating: " ", count: 13)) + part, width))
+            }
+        }
+        let fixed = "  " + s.direction.rawValue + "  " + st.state
+        lines.append(Columns.cut(Columns.middle(Printable.name(s.name), max(8, width - Columns.columns(fixed))) + fixed, width))
+        if let detail = st.detail { add("state", detail, maxLines: StatusCommand.messageLines) }
+        let now = Timestamp.now().timeInterval
+        if let pid = st.agentPID {
+            if st.runningPID == pid {
+                add("agent", "pid \(pid), running the session now")
+            } else {
+                let next = st.nextPoll.map { ", next poll \(LocalTime.text($0)) (in \(Units.formatDuration(max(0, $0.timeInterval - now).rounded(.up))))" } ?? ""
+                add("agent", "pid \(pid)\(next)")
+            }
+        }
+        if let pid = st.runningPID, pid != st.agentPID {
+            var text = "pid \(pid)"
+            if let deadline = r?.deadline, let left = st.secondsLeft {
+                text += ", stops by \(LocalTime.text(deadline)) (\(Units.formatDuration(Double(left))) left)"
+            }
+            add("process", text)
+        }
+        if let r, let time = st.runningPID != nil ? r.lastRunStarted : (r.lastRunFinished ?? r.lastRunStarted) {
+            var text = st.runningPID != nil ? "started \(LocalTime.text(time))" : LocalTime.text(time)
+            if st.runningPID == nil, let code = r.lastExitCode {
+                text += ", exit \(code)"
+                if code != 0, let message = r.lastMessage { text += ": \(message)" }
+            }
+            add("last run", text, maxLines: StatusCommand.messageLines)
+        } else {
+            add("last run", "never run")
+        }
+        if let r, r.manifestVersion != nil || r.manifestSigner != nil {
+            var text = r.manifestVersion.map { "v\($0)" } ?? "unversioned"
+            if let files = r.manifestFiles { text += ", " + Units.formatCount(files) + " " + Plural.noun(files, "file") }
+            if let signer = r.manifestSigner { text += ", signed by \(signer)" }
+            if let expires = r.manifestExpires { text += ", expires \(LocalTime.text(expires))" }
+            add("manifest", text, maxLines: 2)
+        }
+        if s.direction == .pull && s.layout == .generations {
+            let g = GenerationStatus(local: s.local)
+            var text = g.current.map { "\($0) is current" } ?? "none is current yet"
+            if !g.kept.isEmpty { text += "; kept: " + g.kept.joined(separator: ", ") }
+            if let b = g.building { text += "; \(b) is being built (the next run goes on with it)" }
+            add("generation", text, maxLines: 2)
+        }
+        let byState = counts(tasks)
+        let said = StatusCommand.countOrder.compactMap { state in byState[state].map { Units.formatCount($0) + " " + state.rawValue } }
+        add("tasks", said.isEmpty ? "none" : said.joined(separator: ", "), maxLines: 2)
+        let runningTasks = running(tasks)
+        for (k, t) in runningTasks.prefix(StatusCommand.runningShown).enumerated() {
+            var progress = Units.formatBytes(t.bytesDone)
+            if let size = t.size {
+                let percent = size > 0 ? Int(Double(min(t.bytesDone, size)) / Double(size) * 100) : 100
+                progress = "\(percent)%  " + progress + "/" + Units.formatBytes(size)
+            }
+            let label = k > 0 ? "" : st.runningPID != nil ? "running" : "unfinished"
+            let name = Columns.middle(Printable.name(t.path.string), max(8, valueWidth - Columns.columns(progress) - 2))
+            add(label, progress + "  " + name)
+        }
+        if runningTasks.count > StatusCommand.runningShown {
+            add("", "and \(Units.formatCount(runningTasks.count - StatusCommand.runningShown)) more")
+        }
+        if let t = lastError(tasks), let error = t.lastError {
+            add("error", "\(Printable.name(t.path.string)): \(error) (\(LocalTime.text(t.updatedAt)))", maxLines: StatusCommand.messageLines)
+        }
+        return (lines, cut)
+    }
+
+    /// Each task on a line: id, state, bytes, path, and what it waits for or its last error.
+    private func taskLines(_ tasks: [TransferTask], _ record: SessionRecord?, width: Int) -> [String] {
+        guard !tasks.isEmpty else {
+            let none = path.map { "no tasks under \(Printable.name($0))" } ?? (files ? "no tasks" : "every task is done")
+            return [Columns.cut("  (\(none))", width)]
+        }
+        func bytes(_ t: TransferTask) -> String {
+            if t.state == .done { return Units.formatBytes(t.size ?? t.bytesDone) }
+            return Units.formatBytes(t.bytesDone) + (t.size.map { "/" + Units.formatBytes($0) } ?? "")
+        }
+        let rows = tasks.map { t in (id: String(t.id), state: t.state.rawValue, bytes: bytes(t), t: t) }
+        let idWidth = max(4, rows.map(\.id.count).max()!)
+        let stateWidth = max(5, rows.map(\.state.count).max()!)
+        let bytesWidth = max(5, rows.map(\.bytes.count).max()!)
+        func line(_ id: String, _ state: String, _ bytes: String) -> String {
+            "  " + String(repeating: " ", count: max(0, idWidth - id.count)) + id + "  " + state.padding(to: stateWidth) + "  " + bytes.padding(to: bytesWidth) + "  "
+        }
+        var out = [Columns.cut(line("TASK", "STATE", "BYTES") + "PATH", width)]
+        for row in rows {
+            let prefix = line(row.id, row.state, row.bytes)
+            let room = max(8, width - Columns.columns(prefix))
+            let path = Printable.name(row.t.path.string)
+            var note: String?
+            if let waits = waitsFor(row.t, record, time: LocalTime.text) {
+                note = "waits for " + waits
+            } else if let error = row.t.lastError, row.t.state != .done {
+                note = Printable.text(error).split(whereSeparator: \.isNewline).joined(separator: " ")
+            }
+            guard let note else {
+                out.append(Columns.cut(prefix + Columns.middle(path, room), width))
+                continue
+            }
+            let pathRoom = max(min(Columns.columns(path), room * 2 / 3), room - Columns.columns(note) - 2)
+            out.append(Columns.cut(prefix + Columns.middle(path, pathRoom) + "  " + note, width))
+        }
+        return out
+    }
+
+    // MARK: machines
+
+    private func taskJSON(_ t: TransferTask, _ r: SessionRecord?) -> String {
+        "{\"id\":\(t.id),\"path\":\(JSONText.quote(t.path.string)),\"direction\":\"\(t.direction.rawValue)\",\"state\":\"\(t.state.rawValue)\","
+            + "\"size\":\(t.size.map(String.init) ?? "null"),\"bytes_done\":\(t.bytesDone),\"sha256\":\"\(t.sha256)\","
+            + "\"attempts\":\(t.attempts),\"last_error\":\(t.lastError.map(JSONText.quote) ?? "null"),"
+            + "\"created_at\":\"\(t.createdAt.rfc3339)\",\"updated_at\":\"\(t.updatedAt.rfc3339)\","
+            + "\"not_before\":\(t.notBefore.map { JSONText.quote($0.rfc3339) } ?? "null"),"
+            + "\"waits_for\":\(waitsFor(t, r, time: \.rfc3339).map(JSONText.quote) ?? "null")}"
+    }
+
+    /// Up to `jsonTasks` of `tasks` as a member, and how many more as another.
+    private func capped(_ name: String, _ tasks: [TransferTask], _ r: SessionRecord?) -> [String] {
+        let shown = tasks.prefix(StatusCommand.jsonTasks)
+        return ["\"\(name)\":[" + shown.map { taskJSON($0, r) }.joined(separator: ",") + "]",
+                "\"\(name)_omitted\":\(tasks.count - shown.count)"]
+    }
+
+    private func printJSON(_ rows: [Row]) {
         var sessions: [String] = []
-        for (s, r, tasks) in rows {
+        for row in rows {
+            let (s, r, tasks) = (row.session, row.record, row.tasks)
             var f: [String] = []
             f.append("\"name\":\(JSONText.quote(s.name))")
             f.append("\"direction\":\"\(s.direction.rawValue)\"")
@@ -187,7 +394,7 @@ struct StatusCommand: Command {
                 f.append("\"generations_kept\":[" + g.kept.map(JSONText.quote).joined(separator: ",") + "]")
                 f.append("\"generation_building\":" + (g.building.map(JSONText.quote) ?? "null"))
             }
-            let st = standing(r, tasks)
+            let st = standing(r, tasks, time: \.rfc3339)
             f.append("\"state\":\(JSONText.quote(st.state))")
             f.append("\"state_detail\":" + (st.detail.map(JSONText.quote) ?? "null"))
             f.append("\"running_pid\":" + (st.runningPID.map { String($0) } ?? "null"))
@@ -200,23 +407,21 @@ struct StatusCommand: Command {
             f.append("\"last_run_finished\":" + (r?.lastRunFinished.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"last_exit_code\":" + (r?.lastExitCode.map { String($0) } ?? "null"))
             f.append("\"last_message\":" + (r?.lastMessage.map(JSONText.quote) ?? "null"))
-            let agentAlive = r?.agentPID.map { kill($0, 0) == 0 || errno == EPERM } ?? false
-            f.append("\"agent_pid\":" + (agentAlive ? r!.agentPID.map { String($0) }! : "null"))
-            f.append("\"next_poll\":" + (agentAlive ? r?.nextPoll.map { JSONText.quote($0.rfc3339) } ?? "null" : "null"))
+            f.append("\"agent_pid\":" + (st.agentPID.map { String($0) } ?? "null"))
+            f.append("\"next_poll\":" + (st.agentPID != nil ? r?.nextPoll.map { JSONText.quote($0.rfc3339) } ?? "null" : "null"))
             f.append("\"held_for\":" + (r?.heldFor.map(JSONText.quote) ?? "null"))
             f.append("\"last_poll_ok\":" + (r?.lastPollOK.map { JSONText.quote($0.rfc3339) } ?? "null"))
-            var counts: [String] = []
-            for state in TaskState.allCases { counts.append("\"\(state.rawValue)\":\(tasks.filter { $0.state == state }.count)") }
-            f.append("\"task_counts\":{" + counts.joined(separator: ",") + "}")
-            let list = tasks.map { t -> String in
-                "{\"id\":\(t.id),\"path\":\(JSONText.quote(t.path.string)),\"direction\":\"\(t.direction.rawValue)\",\"state\":\"\(t.state.rawValue)\","
-                    + "\"size\":\(t.size.map(String.init) ?? "null"),\"bytes_done\":\(t.bytesDone),\"sha256\":\"\(t.sha256)\","
-                    + "\"attempts\":\(t.attempts),\"last_error\":\(t.lastError.map(JSONText.quote) ?? "null"),"
-                    + "\"created_at\":\"\(t.createdAt.rfc3339)\",\"updated_at\":\"\(t.updatedAt.rfc3339)\","
-                    + "\"not_before\":\(t.notBefore.map { JSONText.quote($0.rfc3339) } ?? "null"),"
-                    + "\"waits_for\":\(waitsFor(t, r).map(JSONText.quote) ?? "null")}"
+            let byState = counts(tasks)
+            f.append("\"task_counts\":{" + TaskState.allCases.map { "\"\($0.rawValue)\":\(byState[$0] ?? 0)" }.joined(separator: ",") + "}")
+            f += capped("running_tasks", running(tasks), r)
+            f += capped("failed_tasks", tasks.filter { $0.state == .failed }.sorted { $0.updatedAt > $1.updatedAt }, r)
+            if let t = lastError(tasks), let error = t.lastError {
+                f.append("\"last_error\":{\"task\":\(t.id),\"path\":\(JSONText.quote(t.path.string)),\"error\":\(JSONText.quote(error)),"
+                         + "\"time\":\(JSONText.quote(t.updatedAt.rfc3339))}")
+            } else {
+                f.append("\"last_error\":null")
             }
-            f.append("\"tasks\":[" + list.joined(separator: ",") + "]")
+            if listing { f.append("\"tasks\":[" + listed(row).map { taskJSON($0, r) }.joined(separator: ",") + "]") }
             sessions.append("{" + f.joined(separator: ",") + "}")
         }
         Console.json("{\"sessions\":[" + sessions.joined(separator: ",") + "]}")

@@ -8,8 +8,9 @@ struct SyncNowCommand: Command {
     static let usage = "sync now [--config F] [--session ID]... [--max-duration D] [--not-before T] [--bwlimit RATE] [--transfers N] [--dry-run|-n] [--json] [--quiet|-q] [--verbose|-v]"
     static let details = """
         With a ferry agent running on the same state directory, the work is handed to it (never run
-        beside it): the agent polls the sessions at once, and this command shows their events and exits
-        with their code; a deadline or signal here stops only the following (exit 3).
+        beside it): the agent polls the sessions at once, and this command shows their events and
+        progress bars as for a run of its own, and exits with their code; a deadline or signal here
+        stops only the following (exit 3).
 
         Fetches the manifest (a conditional GET: an unchanged manifest costs one round trip), scans the
         local directory, downloads new and changed files into .ferry/ under the local root, verifies size
@@ -26,8 +27,10 @@ struct SyncNowCommand: Command {
         manifest: continue, replace (the file changed) or cancel (the file is gone).
 
         --bwlimit RATE (512K, off, or a schedule like 08:00,512K 19:00,off) and --transfers N replace
-        the [agent] bwlimit and transfers for this run only; the sessions' own bwlimit still holds.
-        Work handed to a running agent goes at the agent's settings.
+        the [agent] bwlimit and transfers for this run only; the sessions' own bwlimit and
+        session-transfers still hold. Handed to a running agent, they go with the work: the cycles
+        the agent starts for this command go at them (its other sessions keep sharing [agent]'s),
+        and the sessions' next cycles at the config's again.
 
         exit codes: 0 in sync · 1 some files failed · 2 usage or config error · 3 incomplete ·
                     4 remote unreachable or manifest invalid/refused · 5 local I/O error · 6 session busy
@@ -69,8 +72,7 @@ struct SyncNowCommand: Command {
             bwlimit = nil
         }
         if let text = arguments.value("--transfers") {
-            guard let n = Int(text), (1...256).contains(n) else { throw .usage("ferry sync now: --transfers wants a whole number from 1 to 256, got '\(text)'") }
-            transfers = n
+            do { transfers = try RunLimits.transfers(parsing: text) } catch { throw .usage("ferry sync now: --transfers \(error.message)") }
         } else {
             transfers = nil
         }
@@ -92,13 +94,10 @@ struct SyncNowCommand: Command {
             return .incomplete
         }
         var handedOver: ExitCode?
-        if !dryRun, let outcome = Handover.toAgent(config: config, sessions: selected, notBefore: notBeforeText, reporter: reporter,
+        if !dryRun, let outcome = Handover.toAgent(config: config, sessions: selected, notBefore: notBeforeText,
+                                                   limits: RunLimits(bandwidth: bwlimit, transfers: transfers), reporter: reporter,
                                                    mode: mode, stop: stop) {
             handedOver = outcome.exitCode
-            if (bwlimit != nil || transfers != nil) && outcome.leftOver.count < selected.count {
-                reporter.event(Event(time: Timestamp.now(), session: "", body: .warning(
-                    message: "--bwlimit and --transfers apply to this process only: the running agent took the work at its own settings")))
-            }
             selected = outcome.leftOver
             if selected.isEmpty { return outcome.exitCode }
         }

@@ -6,6 +6,8 @@ import FerryRuntime
 struct TaskSelection {
     /// Per session: the task ids, or nil for all of the session's tasks.
     let targets: [(session: SessionConfig, ids: [Int64]?)]
+    /// The tasks were named one by one (TASK...), not as a session's: each is reported.
+    var named: Bool { targets.contains { $0.ids != nil } }
     let config: Config
     let store: StateStore
 

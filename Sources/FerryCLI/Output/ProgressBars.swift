@@ -40,7 +40,7 @@ final class ProgressBars {
         lastDraw = now
         let perSession = sessions.count > 1 ? 1 : maxFileLines
         let columns = max(20, width())
-        redraw(sessions.flatMap { lines(for: $0, now: now, fileLines: perSession) }.map { ProgressBars.fit($0, columns - 1) })
+        redraw(sessions.flatMap { lines(for: $0, now: now, fileLines: perSession) }.map { Columns.fit($0, columns - 1) })
     }
 
     /// Keeps the last three seconds of samples (at least two).
@@ -71,7 +71,7 @@ final class ProgressBars {
                      "files \(p.filesDone)/\(p.filesTotal)"]
         if p.filesFailed > 0 { parts.insert("failed \(p.filesFailed)", at: 2) }
         let session = Printable.name(p.session)
-        var lines = [compose(prefix: ProgressBars.middle(session, 16) + " ", fraction: fraction, parts: parts, columns: columns)]
+        var lines = [compose(prefix: Columns.middle(session, 16) + " ", fraction: fraction, parts: parts, columns: columns)]
         let shown = p.active.sorted { ($0.size ?? 0) > ($1.size ?? 0) }.prefix(fileLines)
         for a in shown {
             let f = a.size.map { $0 > 0 ? Double(a.done) / Double($0) : 1 } ?? 0
@@ -80,7 +80,8 @@ final class ProgressBars {
                              "ETA " + eta(a.size.map { $0 - a.done } ?? -1, r)]
             lines.append(compose(prefix: "  ", fraction: f, parts: fileParts, columns: columns, name: Printable.name(a.path.string)))
         }
-        if p.active.count > shown.count { lines.append("  … and \(p.active.count - shown.count) more") }
+        let more = p.active.count + p.moreActive - shown.count
+        if more > 0 { lines.append("  … and \(more) more") }
         return lines
     }
 
@@ -89,14 +90,14 @@ final class ProgressBars {
     /// gets up to 24 of what is left, and the name the rest (shortened in the middle).
     private func compose(prefix: String, fraction: Double, parts: [String], columns: Int, name: String? = nil) -> String {
         var parts = parts
-        func fixed(_ parts: [String]) -> Int { ProgressBars.columns(prefix) + 2 + parts.reduce(0) { $0 + ProgressBars.columns($1) + 2 } }
-        let nameRoom = name == nil ? 0 : min(12, ProgressBars.columns(name!))
+        func fixed(_ parts: [String]) -> Int { Columns.columns(prefix) + 2 + parts.reduce(0) { $0 + Columns.columns($1) + 2 } }
+        let nameRoom = name == nil ? 0 : min(12, Columns.columns(name!))
         while parts.count > 1 && fixed(parts) + 10 + nameRoom > columns { parts.removeLast() }
         let barWidth = max(4, min(24, columns - fixed(parts) - nameRoom))
         var line = prefix + bar(fraction, barWidth) + " " + parts.joined(separator: "  ")
         if let name {
-            let room = columns - ProgressBars.columns(line) - 2
-            if room > 0 { line += "  " + ProgressBars.middle(name, room) }
+            let room = columns - Columns.columns(line) - 2
+            if room > 0 { line += "  " + Columns.middle(name, room) }
         }
         return line
     }
@@ -138,51 +139,5 @@ final class ProgressBars {
     private func percent(_ fraction: Double) -> String {
         let p = Int((min(1, max(0, fraction)) * 100).rounded(.down))
         return (p < 10 ? "  " : p < 100 ? " " : "") + "\(p)%"
-    }
-
-    /// `text` in at most `n` columns, its start and end kept around `…`.
-    static func middle(_ text: String, _ n: Int) -> String {
-        guard columns(text) > n else { return text }
-        guard n > 1 else { return fit(text, max(0, n)) }
-        let headRoom = (n - 1) / 2
-        let head = fit(text, headRoom)
-        var tail: [Character] = []
-        var used = 0
-        for c in text.reversed() {
-            let w = columns(of: c)
-            if used + w > n - 1 - columns(head) { break }
-            tail.append(c)
-            used += w
-        }
-        return head + "…" + String(tail.reversed())
-    }
-
-    /// A line cut to `n` columns, so it never wraps.
-    static func fit(_ line: String, _ n: Int) -> String {
-        var out = ""
-        var used = 0
-        for c in line {
-            let w = columns(of: c)
-            if used + w > n { break }
-            out.append(c)
-            used += w
-        }
-        return out
-    }
-
-    /// How many terminal columns `text` takes (East Asian wide characters and most emoji two,
-    /// combining marks none).
-    static func columns(_ text: String) -> Int { text.reduce(0) { $0 + columns(of: $1) } }
-
-    static func columns(of c: Character) -> Int {
-        guard let v = c.unicodeScalars.first?.value else { return 0 }
-        switch v {
-        case 0x0300...0x036F, 0x200B...0x200F: return 0
-        case 0x1100...0x115F, 0x2E80...0x303E, 0x3041...0x33FF, 0x3400...0x4DBF, 0x4E00...0x9FFF, 0xA000...0xA4CF, 0xAC00...0xD7A3,
-             0xF900...0xFAFF, 0xFE30...0xFE4F, 0xFF00...0xFF60, 0xFFE0...0xFFE6, 0x1F300...0x1F64F, 0x1F900...0x1F9FF, 0x20000...0x3FFFD:
-            return 2
-        default:
-            return 1
-        }
     }
 }

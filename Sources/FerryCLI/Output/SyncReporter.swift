@@ -45,6 +45,10 @@ final class SyncReporter: EventSink {
         bars?.update(progress, force: progress.active.isEmpty)
     }
 
+    /// Whether progress is drawn (human output on a terminal): a run handed over to the agent
+    /// asks it for progress only then.
+    var drawsBars: Bool { bars != nil }
+
     private func line(_ text: String) {
         bars?.clear()
         Console.out(text)

@@ -120,7 +120,7 @@ public enum ConfigParser {
                     switch line.key {
                     case "state": agent.state = resolve(line.value, against: baseDirectory)
                     case "transfers":
-                        agent.transfers = try integer(line, in: 1...256, fail)
+                        agent.transfers = try integer(line, in: RunLimits.transfersRange, fail)
                     case "stop-timeout":
                         agent.stopTimeout = try duration(line, minimum: 1, fail)
                     case "metrics":
@@ -203,7 +203,7 @@ public enum ConfigParser {
                 case "retries":
                     session.retries = try integer(line, in: 0...100, fail)
                 case "session-transfers":
-                    session.transfers = try integer(line, in: 1...256, fail)
+                    session.transfers = try integer(line, in: RunLimits.transfersRange, fail)
                 case "delete": session.delete = try bool(line, fail)
                 case "allow-rollback": session.allowRollback = try bool(line, fail)
                 case "allow-empty": session.allowEmpty = try bool(line, fail)

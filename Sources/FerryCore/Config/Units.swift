@@ -81,6 +81,17 @@ public enum Units {
         return "\(s / 86400)d" + pad2((s % 86400) / 3600) + "h"
     }
 
+    /// A count for people, its thousands grouped: `1,530`.
+    public static func formatCount(_ n: Int) -> String {
+        let digits = String(n.magnitude)
+        var out = ""
+        for (i, c) in digits.enumerated() {
+            if i > 0 && (digits.count - i) % 3 == 0 { out.append(",") }
+            out.append(c)
+        }
+        return (n < 0 ? "-" : "") + out
+    }
+
     public static func formatFixed(_ value: Double, digits: Int) -> String {
         var scale = 1.0
         for _ in 0..<digits { scale *= 10 }

@@ -32,6 +32,7 @@ public final class Agent: @unchecked Sendable {
         /// Clients waiting for the session's next cycle (`sync now` handed over), and its options.
         var waiting: [Handover] = []
         var waitingNotBefore: EarliestBegin?
+        var waitingLimits: RunLimits?
         /// Clients following the running cycle.
         var following: [Handover] = []
         /// The last cycle left the session in sync (nothing open, nothing failed).
@@ -55,10 +56,13 @@ public final class Agent: @unchecked Sendable {
     /// One client's handed-over sync: the sessions it waits for, and the exit codes so far.
     private final class Handover {
         let connection: ControlConnection
+        /// The client draws progress bars: it is sent the cycles' progress.
+        let progress: Bool
         var remaining: Set<String>
         var codes: [ExitCode] = []
-        init(connection: ControlConnection, sessions: Set<String>) {
+        init(connection: ControlConnection, progress: Bool, sessions: Set<String>) {
             self.connection = connection
+            self.progress = progress
             remaining = sessions
         }
 
@@ -73,16 +77,27 @@ public final class Agent: @unchecked Sendable {
         }
     }
 
-    /// Sends the events of followed sessions to their clients (a sink of the hub).
+    /// Sends the events of followed sessions to their clients (a sink of the hub), and their
+    /// progress to the clients that asked for it.
     private final class Followers: EventSink, @unchecked Sendable {
-        let bySession = Mutex<[String: [ControlConnection]]>([:])
-        func event(_ event: Event) {
-            let connections = bySession.withLock { $0[event.session] ?? [] }
-            guard !connections.isEmpty else { return }
-            let line = event.json
-            for c in connections { c.send(line) }
+        struct Follower: Sendable {
+            let connection: ControlConnection
+            let progress: Bool
         }
-        func progress(_ progress: SyncProgress) {}
+        let bySession = Mutex<[String: [Follower]]>([:])
+        func event(_ event: Event) {
+            let followers = bySession.withLock { $0[event.session] ?? [] }
+            guard !followers.isEmpty else { return }
+            let line = event.json
+            for f in followers { f.connection.send(line) }
+        }
+        func progress(_ progress: SyncProgress) {
+            // A client that is behind skips some: the next line it reads says where the run is.
+            let followers = bySession.withLock { ($0[progress.session] ?? []).filter { $0.progress && $0.connection.queued < 8 } }
+            guard !followers.isEmpty else { return }
+            let line = progress.controlLine
+            for f in followers { f.connection.send(line) }
+        }
     }
 
     public private(set) var config: Config
@@ -166,6 +181,8 @@ public final class Agent: @unchecked Sendable {
     public func run(stop: StopToken) -> ExitCode {
         emit("", .agent(action: "started", message: "ferry agent (pid \(pid)) runs \(Plural.count(config.sessions.count, "session")) from \(config.path)"))
         sayIfIdle()
+        // `ferry status` knows the agent from its first cycle on, not only once that cycle has ended.
+        for name in slots.keys { try? store.recordAgentState(session: name, pid: pid, state: "starting", nextPoll: nil) }
         notifier.ready(status: statusLine())
         writeMetrics()
         var stopping = false
@@ -246,16 +263,17 @@ public final class Agent: @unchecked Sendable {
         let accepted = stopping ? [] : names.filter { slots[$0] != nil && !slots[$0]!.removed }
         let unknown = names.filter { !accepted.contains($0) }
         connection.send("{\"event\":\"handover\",\"pid\":\(pid),\"accepted\":\(JSONText.quote(accepted.joined(separator: ","))),"
-                        + "\"unknown\":\(JSONText.quote(unknown.joined(separator: ",")))}")
+                        + "\"unknown\":\(JSONText.quote(unknown.joined(separator: ",")))\(request.limits?.controlFields ?? "")}")
         guard !accepted.isEmpty else {
             connection.send("{\"event\":\"handover-done\",\"exit_code\":0}")
             connection.finish()
             return
         }
-        let handover = Handover(connection: connection, sessions: Set(accepted))
+        let handover = Handover(connection: connection, progress: request.progress, sessions: Set(accepted))
         for name in accepted {
             slots[name]!.waiting.append(handover)
             if let nb = request.notBefore { slots[name]!.waitingNotBefore = nb }
+            if let limits = request.limits { slots[name]!.waitingLimits = limits }
             // Free now: the loop starts it this turn. Running: it starts again when this cycle ends.
             if slots[name]!.running == nil { slots[name]!.due = clock.monotonic() }
         }
@@ -274,15 +292,20 @@ public final class Agent: @unchecked Sendable {
         var options = SyncOptions(stop: StopCondition(token: token, clock: clock, maxDuration: session.maxDuration))
         options.retryManifest = false
         options.notBefore = slots[name]!.waitingNotBefore
+        options.limits = slots[name]!.waitingLimits
         options.localUnchanged = localUnchanged(name)
         slots[name]!.waitingNotBefore = nil
+        slots[name]!.waitingLimits = nil
         slots[name]!.running = token
         // Clients waiting for this session follow this cycle.
         let following = slots[name]!.waiting
         slots[name]!.following = following
         slots[name]!.waiting = []
         if !following.isEmpty {
-            followers.bySession.withLock { $0[name, default: []] += following.map(\.connection) }
+            followers.bySession.withLock { $0[name, default: []] += following.map { Followers.Follower(connection: $0.connection, progress: $0.progress) } }
+        }
+        if let limits = options.limits {
+            emit(name, .agent(action: "run-limits", message: "\(Printable.name(name)): this cycle goes at \(limits.description), as the sync now handed over asked; the next at the config's"))
         }
         do throws(FerryError) {
             try runner.start(SessionRunner.Job(session: session, options: options), observer: hub) { [self] result in
@@ -329,7 +352,7 @@ public final class Agent: @unchecked Sendable {
         slot.held = result.heldFor == nil ? nil : DiscretionGate(session: slot.session, agent: config.agent)
         if !slot.following.isEmpty {
             let done = Set(slot.following.map { ObjectIdentifier($0.connection) })
-            followers.bySession.withLock { $0[name]?.removeAll { done.contains(ObjectIdentifier($0)) } }
+            followers.bySession.withLock { $0[name]?.removeAll { done.contains(ObjectIdentifier($0.connection)) } }
             for handover in slot.following { handover.ended(name, result.exitCode) }
             slot.following = []
         }

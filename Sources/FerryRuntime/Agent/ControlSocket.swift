@@ -9,11 +9,17 @@ import FerryCore
 /// and root are served.
 ///
 /// The protocol is JSON lines. The client sends one request,
-///     {"command":"sync","sessions":"a,b","not_before":"30m"}
-/// (no sessions: all of the agent's), and the agent answers
-///     {"event":"handover","pid":N,"accepted":"a,b","unknown":"c"}
+///     {"command":"sync","sessions":"a,b","not_before":"30m","bwlimit":"512K","transfers":2,"progress":true}
+/// (no sessions: all of the agent's; every member but `command` may be left out). `bwlimit` and
+/// `transfers` are `sync now --bwlimit --transfers`: the cycles started for this client go at
+/// them instead of `[agent]`'s (`RunLimits`), and the sessions' next cycles at the config's again.
+/// `progress` asks for the cycles' progress too (a client that draws progress bars). The agent
+/// answers
+///     {"event":"handover","pid":N,"accepted":"a,b","unknown":"c","bwlimit":"512K","transfers":2}
+/// (`bwlimit` and `transfers` echo the limits it took; an agent older than them leaves them out),
 /// then the events of the one cycle it starts for each accepted session (as soon as the session
-/// is free), in their `--json` form, and last
+/// is free), in their `--json` form, with `progress` lines among them when asked
+/// (`SyncProgress.controlLine`; dropped while the client is behind), and last
 ///     {"event":"handover-done","exit_code":N}
 /// with the worst exit code of those cycles. `{"command":"reload"}` asks it to re-read its config
 /// (`ControlRequest.reload` says the answer). Events reach a connection through a queue of its
@@ -151,12 +157,18 @@ public struct ControlRequest: Sendable {
     public let sessions: [String]
     /// `--not-before` for the cycles it starts.
     public let notBefore: EarliestBegin?
+    /// `--bwlimit` and `--transfers` for the cycles it starts; nil: the agent's own.
+    public let limits: RunLimits?
+    /// The client draws progress bars: it is sent the cycles' progress.
+    public let progress: Bool
 
-    public init(command: String, sessions: [String], notBefore: String?) {
+    public init(command: String, sessions: [String], notBefore: String?, limits: RunLimits? = nil, progress: Bool = false) {
         self.command = command
         self.sessions = sessions
         self.notBefore = notBefore.flatMap(EarliestBegin.init(parsing:))
         notBeforeText = notBefore
+        self.limits = limits?.isEmpty == true ? nil : limits
+        self.progress = progress
     }
 
     private let notBeforeText: String?
@@ -174,13 +186,35 @@ public struct ControlRequest: Sendable {
         guard f["command"] == "sync" else { return nil }
         let sessions = (f["sessions"] ?? "").split(separator: ",").map(String.init)
         if let nb = f["not_before"], EarliestBegin(parsing: nb) == nil { return nil }
-        self.init(command: "sync", sessions: sessions, notBefore: f["not_before"])
+        var limits = RunLimits()
+        if let text = f["bwlimit"] {
+            guard let schedule = try? BandwidthSchedule(parsing: text) else { return nil }
+            limits.bandwidth = schedule
+        }
+        if let text = f["transfers"] {
+            guard let n = try? RunLimits.transfers(parsing: text) else { return nil }
+            limits.transfers = n
+        }
+        self.init(command: "sync", sessions: sessions, notBefore: f["not_before"], limits: limits, progress: f["progress"] == "true")
     }
 
     var json: String {
         var out = "{\"command\":\(JSONText.quote(command)),\"sessions\":\(JSONText.quote(sessions.joined(separator: ",")))"
         if let notBeforeText { out += ",\"not_before\":\(JSONText.quote(notBeforeText))" }
+        if let limits { out += limits.controlFields }
+        if progress { out += ",\"progress\":true" }
         return out + "}"
+    }
+}
+
+extension RunLimits {
+    /// The members that carry the limits in a request and in the agent's `handover` answer:
+    /// `,"bwlimit":"512K","transfers":2`, each only when given.
+    public var controlFields: String {
+        var out = ""
+        if let bandwidth { out += ",\"bwlimit\":\(JSONText.quote(bandwidth.description))" }
+        if let transfers { out += ",\"transfers\":\(transfers)" }
+        return out
     }
 }
 
@@ -199,6 +233,9 @@ public final class ControlConnection: @unchecked Sendable {
     private let ready = DispatchSemaphore(value: 0)
 
     init(fd: Int32) { self.fd = fd }
+
+    /// Lines waiting to be sent: a client that is behind is sent no progress until it catches up.
+    public var queued: Int { outbox.withLock { $0.lines.count } }
 
     public func send(_ line: String) {
         let accepted = outbox.withLock { o -> Bool in

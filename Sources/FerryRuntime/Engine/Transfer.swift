@@ -94,12 +94,16 @@ protocol TransferSource: AnyObject {
     var priority: Int { get }
     /// The rate its transfers together may use, within the engine's global limit (nil: none of its own).
     var bandwidth: BandwidthSchedule? { get }
+    /// Limits of its run's own that take the place of the engine's global `transfers` and
+    /// `bwlimit` for its transfers (`RunLimits`); nil: the global ones.
+    var runLimits: RunLimits? { get }
 }
 
 extension TransferSource {
     func started() {}
     var priority: Int { 0 }
     var bandwidth: BandwidthSchedule? { nil }
+    var runLimits: RunLimits? { nil }
 }
 
 /// A transfer's item waiting out a retry backoff until `notBefore` (monotonic seconds).

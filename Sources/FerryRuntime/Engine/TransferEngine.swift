@@ -17,7 +17,8 @@ import FerryCore
 /// Bandwidth limits (`bwlimit`, global and per source, each on a daily schedule) are token
 /// buckets: a transfer over a limit pauses (libcurl holds the bytes) and is continued when the
 /// buckets refill, so running transfers slow down or speed up when the schedule turns, without
-/// a restart.
+/// a restart. A source whose run has limits of its own (`RunLimits`) counts its transfers
+/// against those instead of the global `transfers` and `bwlimit`.
 final class TransferEngine: @unchecked Sendable {
     /// What a source has for the engine next.
     enum Next {
@@ -72,9 +73,18 @@ final class TransferEngine: @unchecked Sendable {
         var finished: [(Transfer, TransferOutcome)] = []
         /// The source's own bandwidth limit.
         let bucket: RateBucket
+        /// Its run's own limits, in place of the global ones (`RunLimits`): a rate with its own
+        /// bucket, and a count of transfers that the global count leaves out.
+        let runBandwidth: BandwidthSchedule?
+        let runBucket: RateBucket?
+        let runTransfers: Int?
         init(_ handoff: Handoff, now: Double) {
             self.handoff = handoff
             bucket = RateBucket(now: now)
+            let limits = handoff.source.runLimits
+            runBandwidth = limits?.bandwidth
+            runBucket = runBandwidth == nil ? nil : RateBucket(now: now)
+            runTransfers = limits?.transfers
         }
         var source: TransferSource { handoff.source }
     }
@@ -93,6 +103,8 @@ final class TransferEngine: @unchecked Sendable {
     private var ratesSet = -Double.infinity
     /// Running transfers by easy handle (`.curl`) or by their own address (`.steps`).
     private var active: [UnsafeMutableRawPointer: Active] = [:]
+    /// Those of `active` that count against their run's own `transfers`, not the global limit.
+    private var activeOnOwnLimit = 0
     private var stepping = 0
     /// Running transfers that have a `Throttle` (any bandwidth limit was configured when they
     /// started): without any, the loop does no bucket work.
@@ -202,25 +214,31 @@ final class TransferEngine: @unchecked Sendable {
         }
     }
 
-    /// Starts transfers until the global limit is reached or no source has anything due: the
+    /// Starts transfers until the limits are reached or no source has anything due: the
     /// highest priority first, taking turns among the sources of one priority.
     private func fill() {
         let concurrency = self.concurrency
+        // Whether `turn` may start one more: within its session's limit, and within its run's
+        // own limit or else the global one.
+        func room(_ turn: Turn) -> Bool {
+            guard turn.running < turn.source.limit else { return false }
+            if let own = turn.runTransfers { return turn.running < own }
+            return active.count - activeOnOwnLimit < concurrency
+        }
         let priorities = Set(turns.map { $0.source.priority }).sorted(by: >)
         for priority in priorities {
-            guard active.count < concurrency else { return }
             let group = turns.filter { $0.source.priority == priority }
+            guard group.contains(where: room) else { continue }
             var cursor = cursors[priority] ?? 0
             var asked = Set<ObjectIdentifier>()
             var starting: [Turn] = []
             defer { for turn in starting { turn.source.started() } }
-            while active.count < concurrency {
+            while true {
                 var started = false
                 for step in 0..<group.count {
-                    guard active.count < concurrency else { break }
                     let turn = group[(cursor + step) % group.count]
                     let id = ObjectIdentifier(turn)
-                    guard !turn.stopping, !turn.exhausted, !asked.contains(id), turn.running < turn.source.limit else { continue }
+                    guard !turn.stopping, !turn.exhausted, !asked.contains(id), room(turn) else { continue }
                     switch turn.source.next() {
                     case .start(let transfer):
                         start(transfer, for: turn)
@@ -245,8 +263,8 @@ final class TransferEngine: @unchecked Sendable {
             return
         }
         let retained = Unmanaged<AnyObject>.passRetained(transfer)
-        if bandwidth != nil || turn.source.bandwidth != nil {
-            transfer.throttle = Throttle([global, turn.bucket])
+        if bandwidth != nil || turn.runBucket != nil || turn.source.bandwidth != nil {
+            transfer.throttle = Throttle([turn.runBucket ?? global, turn.bucket])
             throttled += 1
         }
         switch transfer.mode {
@@ -260,6 +278,7 @@ final class TransferEngine: @unchecked Sendable {
             stepping += 1
         }
         turn.running += 1
+        if turn.runTransfers != nil { activeOnOwnLimit += 1 }
     }
 
     private func end(_ handle: UnsafeMutableRawPointer, _ a: Active, _ outcome: TransferOutcome) {
@@ -272,6 +291,7 @@ final class TransferEngine: @unchecked Sendable {
         active.removeValue(forKey: handle)
         if a.transfer.throttle != nil { throttled -= 1 }
         a.turn.running -= 1
+        if a.turn.runTransfers != nil { activeOnOwnLimit -= 1 }
         a.turn.finished.append((a.transfer, outcome))
         a.retained.release()
     }
@@ -284,12 +304,18 @@ final class TransferEngine: @unchecked Sendable {
             ratesSet = now
             let secondOfDay = HostProbe.localSecondOfDay()
             global.set(rate: bandwidth?.rate(at: secondOfDay), now: now)
-            for turn in turns { turn.bucket.set(rate: turn.source.bandwidth?.rate(at: secondOfDay), now: now) }
+            for turn in turns {
+                turn.bucket.set(rate: turn.source.bandwidth?.rate(at: secondOfDay), now: now)
+                turn.runBucket?.set(rate: turn.runBandwidth?.rate(at: secondOfDay), now: now)
+            }
         }
         // A bucket refilled late holds what it would have held (refills are capped).
         guard throttled > 0 else { return false }
         global.refill(now: now)
-        for turn in turns { turn.bucket.refill(now: now) }
+        for turn in turns {
+            turn.bucket.refill(now: now)
+            turn.runBucket?.refill(now: now)
+        }
         var held = false
         for (handle, a) in active {
             guard let throttle = a.transfer.throttle else { continue }

@@ -613,6 +613,7 @@ final class PullSync: SessionWork {
         let transfers = PullTransfers(session: session, root: root, store: store, remote: remote, locate: locate,
                                       observer: observer, emit: { [unowned self] in self.emit($0) }, plan: plan, stop: options.stop,
                                       gate: DiscretionGate(session: session, agent: agent))
+        transfers.runLimits = options.limits
         transfers.run(plan.downloads, tasks: tasks, engine: engine)
         result.downloaded += transfers.downloaded
         result.failed += transfers.failed

@@ -180,6 +180,7 @@ final class PushSync: SessionWork {
         let transfers = PushTransfers(session: session, store: store, writer: writer, root: scan.root,
                                       destination: { [session] in layout.location(of: $0, manifest: session.manifest) }, observer: observer,
                                       emit: { [unowned self] in self.emit($0) }, stop: options.stop, gate: gate)
+        transfers.runLimits = options.limits
         transfers.run(uploads.compactMap { u in
             tasks[u.entry.path].flatMap { task in
                 scan.stats[u.entry.path].map { PushTransfers.Item(entry: u.entry, task: task, stat: $0, hashKnown: !scan.unhashed.contains(u.entry.path)) }

@@ -16,6 +16,9 @@ public struct SyncProgress: Sendable {
     /// Bytes of finished files plus bytes written so far to files in flight.
     public var bytesDone: Int64 = 0
     public var active: [Active] = []
+    /// Files in flight beyond those `active` lists (a follower of the agent's cycle is sent the
+    /// largest few: `controlLine`).
+    public var moreActive = 0
 
     public init(session: String) { self.session = session }
 }
@@ -39,6 +42,9 @@ public struct SyncOptions: Sendable {
     /// Nothing under the local root changed since a run left the session in sync (the agent's
     /// inotify watch says so): an unchanged manifest (304) ends the run at once, in sync.
     public var localUnchanged = false
+    /// The run's own `bwlimit` and `transfers` in place of the engine's global ones (a `sync now`
+    /// handed over to the agent with `--bwlimit` or `--transfers`); nil: the global ones.
+    public var limits: RunLimits?
     public init(dryRun: Bool = false, stop: StopCondition = StopCondition(maxDuration: nil)) {
         self.dryRun = dryRun
         self.stop = stop

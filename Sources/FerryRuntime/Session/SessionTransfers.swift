@@ -152,6 +152,8 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
     var limit: Int { session.transfers ?? Int.max }
     var priority: Int { session.priority }
     var bandwidth: BandwidthSchedule? { session.bwlimit }
+    /// The run's own limits (`SyncOptions.limits`), set before the run.
+    var runLimits: RunLimits?
 
     /// The item to start next: a backoff that is over, else the next in line.
     func nextDue() -> Item? {

@@ -85,14 +85,21 @@ final class Sandbox {
 
     func status(_ extra: [String] = []) -> FerryRun { ferry(["status", "--config", config] + extra) }
 
-    /// Polls `ferry status` until its output holds `text` (or `timeout` passes); returns the last output.
+    /// `ferry status`'s stdout with each wrapped text on one line again (a text longer than the
+    /// width goes on in lines indented to its column), for checks of what a line says.
+    func statusText(_ extra: [String] = []) -> String {
+        status(extra).stdout.replacingOccurrences(of: "\n" + String(repeating: " ", count: 13), with: " ")
+    }
+
+    /// Polls `ferry status` until its output (`statusText`) holds `text` (or `timeout` passes);
+    /// returns the last output.
     @discardableResult
     func waitForStatus(containing text: String, timeout: Double = 20) -> String {
         let deadline = Date().addingTimeInterval(timeout)
-        var seen = status().stdout
+        var seen = statusText()
         while !seen.contains(text) && Date() < deadline {
             usleep(50_000)
-            seen = status().stdout
+            seen = statusText()
         }
         return seen
     }
@@ -108,10 +115,21 @@ final class Sandbox {
         }
     }
 
-    /// The sessions of `ferry status --json`, as dictionaries.
-    func statusSessions() -> [[String: Any]] {
-        let json = try? JSONSerialization.jsonObject(with: Data(status(["--json"]).stdout.utf8)) as? [String: Any]
+    /// The sessions of `ferry status --json` (and `extra`: `--files` adds each session's tasks),
+    /// as dictionaries.
+    func statusSessions(_ extra: [String] = []) -> [[String: Any]] {
+        let json = try? JSONSerialization.jsonObject(with: Data(status(["--json"] + extra).stdout.utf8)) as? [String: Any]
         return json?["sessions"] as? [[String: Any]] ?? []
+    }
+
+    /// Every task of every session (`status --json --files`), as dictionaries.
+    func statusTasks() -> [[String: Any]] {
+        statusSessions(["--files"]).flatMap { ($0["tasks"] as? [[String: Any]]) ?? [] }
+    }
+
+    /// The id of the task of `path`, as `ferry cancel` and `ferry resume` take it.
+    func taskID(_ path: String) -> String? {
+        (statusTasks().first { $0["path"] as? String == path }?["id"] as? Int).map(String.init)
     }
 
     /// Waits until some task of `session` is `running` (a transfer is under way), or `timeout`.
@@ -127,8 +145,7 @@ final class Sandbox {
     /// Waits until the latest `not_before` of the session's delayed tasks has passed (the time
     /// they were delayed to, read from the task table, not guessed).
     func waitUntilDelayedTasksAreDue() {
-        let times = statusSessions().flatMap { ($0["tasks"] as? [[String: Any]]) ?? [] }
-            .compactMap { ($0["not_before"] as? String).flatMap(Timestamp.init(rfc3339:)) }
+        let times = statusTasks().compactMap { ($0["not_before"] as? String).flatMap(Timestamp.init(rfc3339:)) }
         guard let latest = times.max() else { return }
         waitUntil(latest.timeInterval)
     }
@@ -136,8 +153,7 @@ final class Sandbox {
     /// Waits until the tasks of the session were created at least `seconds` ago (for
     /// resource-timeout, which counts from then).
     func waitUntilTasksAreOlderThan(_ seconds: Double) {
-        let times = statusSessions().flatMap { ($0["tasks"] as? [[String: Any]]) ?? [] }
-            .compactMap { ($0["created_at"] as? String).flatMap(Timestamp.init(rfc3339:)) }
+        let times = statusTasks().compactMap { ($0["created_at"] as? String).flatMap(Timestamp.init(rfc3339:)) }
         guard let newest = times.max() else { return }
         waitUntil(newest.timeInterval + seconds)
     }
