@@ -191,7 +191,12 @@ struct BadInputTests {
         let run = box.sync()
         #expect(run.exitCode == 4)
         #expect(run.stderr.contains("cannot fetch the manifest"))
-        #expect(run.stdout.contains("try 3 in"), "an unreachable remote is tried again, like a transfer: \(run.output)")
+        // Tried again, like a transfer, and said once: the same error on every try is one line.
+        let retries = run.stdout.split(separator: "\n").filter { $0.contains("trying again") }
+        #expect(retries.count == 1 && retries[0].contains("try 2 in"), "an unreachable remote is tried again, said once: \(run.output)")
+        #expect(run.stderr.split(separator: "\n").filter { $0.contains("cannot fetch the manifest") }.count == 1, "\(run.output)")
+        let json = box.sync(["--json"])
+        #expect(json.events(named: "manifest-retrying").count == 2, "--json has every try: \(json.output)")
         #expect(run.stderr.contains("hint: check that the remote is up"))
     }
 

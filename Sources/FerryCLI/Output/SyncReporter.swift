@@ -49,6 +49,22 @@ final class SyncReporter: EventSink {
     /// asks it for progress only then.
     var drawsBars: Bool { bars != nil }
 
+    /// The last error each retried thing (a session's manifest, a file) was retried for, until its
+    /// run ends: a remote that stays down is one line, not one per try (`--json` has every try).
+    private struct Retried: Hashable {
+        let session: String
+        let path: String?
+    }
+    private var retried: [Retried: String] = [:]
+
+    /// Whether this retry is the first with this error for its manifest or file in this run.
+    private func firstRetry(_ session: String, _ path: String?, _ error: String) -> Bool {
+        let key = Retried(session: session, path: path)
+        guard retried[key] != error else { return false }
+        if retried.count < 10_000 { retried[key] = error }
+        return true
+    }
+
     private func line(_ text: String) {
         bars?.clear()
         Console.out(text)
@@ -160,14 +176,17 @@ final class SyncReporter: EventSink {
             line("wrote \(Printable.name(output)): version \(version), \(Plural.count(files, "file")), \(Units.formatBytes(bytes))\(signed)")
             if let sha256sums { line("wrote \(Printable.name(sha256sums)): the same files for sha256sum -c") }
         case let .syncFinished(code, downloaded, failed, deleted, bytes, seconds, message, hint, dryRun):
+            retried = retried.filter { $0.key.session != event.session }
             bars?.remove(session: event.session)
             bars?.clear()
             finished(s, ExitCode(rawValue: code), verb: pushing.contains(event.session) ? "uploaded" : "downloaded", downloaded: downloaded, failed: failed, deleted: deleted, bytes: bytes,
                      seconds: seconds, message: message, hint: hint, dryRun: dryRun)
         case let .manifestRetrying(_, attempt, delay, error):
-            line("\(s): \(error); try \(attempt) in \(Units.formatFixed(delay, digits: 1))s")
+            guard firstRetry(event.session, nil, error) else { return }
+            line("\(s): \(error); trying again (try \(attempt) in \(Units.formatFixed(delay, digits: 1))s; further tries with this error are not shown)")
         case let .fileRetrying(path, attempt, delay, error):
-            line("\(s): \(name(path)): \(error); try \(attempt) in \(Units.formatFixed(delay, digits: 1))s")
+            guard firstRetry(event.session, path.string, error) else { return }
+            line("\(s): \(name(path)): \(error); trying again (try \(attempt) in \(Units.formatFixed(delay, digits: 1))s; further tries with this error are not shown)")
         case let .fileWaiting(path, error):
             warn("\(s): \(name(path)): waiting for connectivity (\(error)); the next run tries again")
         case let .fileDelayed(path, until):

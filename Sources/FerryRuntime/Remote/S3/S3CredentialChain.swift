@@ -266,7 +266,8 @@ public enum S3CredentialChain {
     public static func describe(_ session: SessionConfig) -> ConfigText.S3Resolution {
         do {
             let found = try resolve(session)
-            return ConfigText.S3Resolution(credentials: found.provider.source, region: found.region, regionOrigin: found.regionOrigin)
+            let key = found.provider.fixedAccessKeyHint.map { ", access key " + $0 } ?? ""
+            return ConfigText.S3Resolution(credentials: found.provider.source + key, region: found.region, regionOrigin: found.regionOrigin)
         } catch {
             return ConfigText.S3Resolution(credentials: "none usable: " + error.message, region: session.s3.region ?? S3Options.defaultRegion,
                                            regionOrigin: session.s3.region == nil ? "the default" : "s3-region")

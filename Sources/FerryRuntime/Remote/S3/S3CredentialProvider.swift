@@ -43,6 +43,13 @@ final class S3CredentialProvider: Sendable {
     /// store reads it.
     static let expiryMargin = 5.0
 
+    /// The access key of keys that do not expire, shortened (`AKIA…MPLE`), for `config show`,
+    /// which names what it knows without the network; nil for temporary ones, not fetched there.
+    var fixedAccessKeyHint: String? {
+        guard fetch == nil, let key = state.withLock({ $0.credentials?.accessKey }) else { return nil }
+        return key.count > 12 ? String(key.prefix(4)) + "…" + String(key.suffix(4)) : "…"
+    }
+
     /// The credentials to sign with now.
     func current(now: Timestamp = Timestamp.now()) throws(FerryError) -> S3Credentials {
         guard let fetch else { return state.withLock { $0.credentials! } }
