@@ -43,6 +43,25 @@ struct ServiceDropInTests {
         #expect(!text.contains("/srv/publish"))
     }
 
+    @Test func aFileRemoteIsGrantedAsItIsUsed() throws {
+        let c = try config("""
+            [session out]
+            direction = push
+            remote = file:///srv/outbox/
+            local = /srv/publish
+            [session fromhome]
+            remote = file:///home/bob/published/
+            local = /srv/mirror
+            [session fromsrv]
+            remote = file:///srv/published/
+            local = /srv/mirror2
+            """)
+        let grants = ServiceDropIn.grants(for: c)
+        #expect(grants.map(\.path) == ["/srv/outbox", "/home/bob/published", "/srv/mirror", "/srv/mirror2"])
+        #expect(grants.map(\.writes) == [true, false, true, true])
+        #expect(ServiceDropIn.text(for: c) { _ in true }.contains("BindReadOnlyPaths=/home/bob/published\n"))
+    }
+
     @Test func noSessionNoPaths() throws {
         let text = ServiceDropIn.text(for: try config("[agent]\n")) { _ in true }
         #expect(text.split(separator: "\n").filter { !$0.hasPrefix("#") } == ["[Service]"])

@@ -383,7 +383,9 @@ struct AWSCredentialsTests {
         defer { proxy.stop() }
         let source = try CredentialServer()
         let (first, second) = (SeaweedFS.handedOutKeys[0], SeaweedFS.handedOutKeys[1])
-        source.configure(["lifetime": 6, "credentials": [["AccessKeyId": first.accessKey, "SecretAccessKey": first.secretKey],
+        // 30 s: renewed from 15 s before the end, and not used in the last 5, so the agent's polls
+        // (every second, each one a chance to renew) have 10 s to renew in, even on a loaded host.
+        source.configure(["lifetime": 30, "credentials": [["AccessKeyId": first.accessKey, "SecretAccessKey": first.secretKey],
                                                          ["AccessKeyId": second.accessKey, "SecretAccessKey": second.secretKey]]])
         let bucket = try store.newBucket("refresh")
         let box = Sandbox("aws-refresh")
@@ -393,7 +395,7 @@ struct AWSCredentialsTests {
         box.configure(remote: "s3://\(bucket)/site/", session: ["s3-endpoint = http://127.0.0.1:\(proxy.port)", "poll = 1s"], agent: ["stop-timeout = 3s"])
         let agent = try AgentTests.RunningAgent(box, environment: ["AWS_EC2_METADATA_DISABLED": "", "AWS_EC2_METADATA_SERVICE_ENDPOINT": source.endpoint])
         #expect(eventually { fileContents(box.localPath("one.txt")) == "before the refresh\n" }, "mirrored: \(agent.output)")
-        #expect(eventually(30) { source.handedOut().count >= 2 }, "fetched again: \(source.requests()) \(agent.output)")
+        #expect(eventually(60) { source.handedOut().count >= 2 }, "fetched again: \(source.requests()) \(agent.output)")
         let handed = source.handedOut()
         let firstExpiry = try #require(Timestamp(rfc3339: handed[0].expiration)).timeInterval
         #expect(handed[1].time < firstExpiry, "renewed before the first keys expired (\(handed[1].time) vs \(firstExpiry))")
@@ -430,21 +432,29 @@ struct AWSCredentialsTests {
         #expect(try provider.current().accessKey == "ASIAFIRST" && source.requests().count == 1, "kept while fresh")
 
         source.configure(["status": 503])
-        let renewing = Timestamp(seconds: Int64(expiry) - 60)  // within the last 5 minutes
+        // Within the last 5 minutes: the held keys sign at once, and the renewal runs beside them.
+        let renewing = Timestamp(seconds: Int64(expiry) - 60)
         #expect(try provider.current(now: renewing).accessKey == "ASIAFIRST", "kept while still valid")
-        #expect(source.requests().count == 2 && source.requests().last?["status"] as? Int == 503, "a refresh was tried")
-        #expect(try provider.current(now: Timestamp(seconds: Int64(expiry) - 59)).accessKey == "ASIAFIRST")
+        #expect(eventually { source.requests().count == 2 } && source.requests().last?["status"] as? Int == 503, "a refresh was tried")
+        // A failed renewal is tried again after a quarter of what is left (15 s here), not at once.
+        #expect(eventually { (try? provider.current(now: Timestamp(seconds: Int64(expiry) - 59)))?.accessKey == "ASIAFIRST" })
         #expect(source.requests().count == 2, "not tried again at once")
         #expect(try provider.current(now: Timestamp(seconds: Int64(expiry) - 40)).accessKey == "ASIAFIRST")
-        #expect(source.requests().count == 3, "tried again later")
+        #expect(eventually { source.requests().count == 3 }, "tried again later")
 
+        // Once they expired, the caller fetches; a failure names the source, and is said again
+        // without asking it for the next few seconds.
         let expired = #expect(throws: FerryError.self) { try provider.current(now: Timestamp(seconds: Int64(expiry) + 1)) }
         #expect(expired?.message.hasPrefix("the S3 credentials from container credentials \(source.containerURL) expired at ") == true, "\(String(describing: expired))")
         #expect(expired?.message.contains("HTTP 503") == true && expired?.message.contains("first-secret") == false)
+        let asked = source.requests().count
+        #expect(throws: FerryError.self) { try provider.current(now: Timestamp(seconds: Int64(expiry) + 2)) }
+        #expect(source.requests().count == asked, "within the backoff the source is not asked")
 
         // (They must outlive the moment given, which is past the first ones' end.)
         source.configure(["lifetime": 1200, "credentials": [["AccessKeyId": "ASIASECOND", "SecretAccessKey": "second-secret", "Token": "t2"]]])
-        #expect(try provider.current(now: Timestamp(seconds: Int64(expiry) + 2)).accessKey == "ASIASECOND")
+        let later = Timestamp(seconds: Int64(expiry) + 1 + Int64(S3CredentialProvider.failureBackoff))
+        #expect(try provider.current(now: later).accessKey == "ASIASECOND")
     }
 }
 

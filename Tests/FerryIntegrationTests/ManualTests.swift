@@ -105,11 +105,12 @@ struct ManualTests {
         func zshComplete(_ line: String) -> [String] {
             var words = line.split(separator: " ").map(String.init)
             if line.hasSuffix(" ") { words.append("") }
-            let run = runProcess("/usr/bin/zsh", ["-f", dir + "/driver.zsh", dir + "/_ferry"] + words, environment: ["PATH": path])
+            let run = runProcess("/usr/bin/zsh", ["-f", dir + "/driver.zsh", dir + "/_ferry"] + words, environment: ["PATH": path, "HOME": dir])
             return run.stdout.split(separator: "\n").map(String.init)
         }
         func fishComplete(_ line: String) -> [String] {
-            let run = runProcess("/usr/bin/fish", ["-N", "-c", "source \(dir)/ferry.fish; complete -C '\(line)'"], environment: ["PATH": path])
+            // fish writes its history and variables under HOME: the test's own directory.
+            let run = runProcess("/usr/bin/fish", ["-N", "-c", "source \(dir)/ferry.fish; complete -C '\(line)'"], environment: ["PATH": path, "HOME": dir])
             return run.stdout.split(separator: "\n").map { String($0.split(separator: "\t").first ?? "") }
         }
         let commands = ManualTests.commandsFromHelp()

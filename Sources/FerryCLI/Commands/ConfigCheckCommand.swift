@@ -1,3 +1,4 @@
+import Glibc
 import FerryCore
 import FerryRuntime
 
@@ -33,6 +34,11 @@ struct ConfigCheckCommand: Command {
         let (config, switched) = try CommandConfig.loadAdopting(path)
         for w in config.warnings { Console.warning(w) }
         var problems = ConfigLoader.problems(in: config)
+        // Read above as root: the owner, which the services run as, must read it too.
+        if let switched, access(path, R_OK) != 0 {
+            problems.insert(.usage("\(switched.user) cannot read the config file: \(FileSystem.errorText())",
+                                   hint: "chgrp \(switched.user) \(path) && chmod 640 \(path) (it holds no secret itself: credentials go in their own files)"), at: 0)
+        }
         // Where each S3 session signs from: fetched now, so a source that cannot give credentials
         // is found here rather than by the first run.
         var s3: [String: [String]] = [:]

@@ -54,7 +54,9 @@ struct ReloadCommand: Command {
                 switch f["event"] {
                 case "reloaded":
                     let sessions = (f["sessions"] ?? "").split(separator: ",").map { Printable.name(String($0)) }
-                    if !json { Console.out("ferry: the agent reloaded \(config.path): " + (sessions.isEmpty ? "no session (it waits for one)" : sessions.joined(separator: ", "))) }
+                    // The file the agent was started with, which is what it re-read.
+                    let path = f["config"].map(Printable.name) ?? config.path
+                    if !json { Console.out("ferry: the agent reloaded \(path): " + (sessions.isEmpty ? "no session (it waits for one)" : sessions.joined(separator: ", "))) }
                     return .inSync
                 case "reload-refused":
                     throw FerryError(.usage, "the agent refused the reload: \(f["message"] ?? "no reason given"); it goes on with the config it has",

@@ -5,6 +5,7 @@
 ///
 /// - a pull's local directory, or with `layout = generations` the directory holding it (the
 ///   versions live beside it and a symlink replaces it);
+/// - a push's `file://` remote (it writes there), and one under a home directory a pull reads;
 /// - the metrics file's directory, and a state directory other than the units' own;
 /// - under /home, /root or /run/user, the path is bound into an empty home (`ProtectHome=tmpfs`,
 ///   `BindPaths=`, or `BindReadOnlyPaths=` for a push, which only reads).
@@ -36,6 +37,14 @@ public enum ServiceDropIn {
             all.append(Grant(path: ConfigParser.directoryName(of: metrics), writes: true, reason: "[agent] metrics"))
         }
         for s in config.sessions {
+            // A file:// remote is a directory here: a push writes it, a pull reads it.
+            if let remote = s.remote.filePath.map(trimmedSlash) {
+                if s.direction == .push {
+                    all.append(Grant(path: remote, writes: true, reason: "session \(s.name) publishes into it (its file:// remote)"))
+                } else if isUnderHome(remote) {
+                    all.append(Grant(path: remote, writes: false, reason: "session \(s.name) mirrors it (its file:// remote)"))
+                }
+            }
             switch (s.direction, s.layout) {
             case (.push, _):
                 // Read-only everywhere already, but for the hidden home directories.
@@ -93,6 +102,13 @@ public enum ServiceDropIn {
             out += "\(key)=\(escaped(g.path))\n"
         }
         return out
+    }
+
+    /// `/srv/out/` as `/srv/out`: one spelling per directory, as the settings list them.
+    static func trimmedSlash(_ path: String) -> String {
+        var p = path
+        while p.count > 1 && p.hasSuffix("/") { p.removeLast() }
+        return p
     }
 
     static func isUnderHome(_ path: String) -> Bool {

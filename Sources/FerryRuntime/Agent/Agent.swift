@@ -245,6 +245,15 @@ public final class Agent: @unchecked Sendable {
             _ = wake.wait(timeout: .now() + sleep)
         }
         control?.remove()
+        // Requests that came after the loop's last look are answered, not left hanging.
+        for (request, connection) in inbox.withLock({ inbox in defer { inbox.requests.removeAll() }; return inbox.requests }) {
+            if request.command == ControlRequest.reload {
+                Agent.answerReload(connection, refusal: FerryError(.stopped, "the agent is stopping"), config: config)
+            } else {
+                connection.send("{\"event\":\"handover-done\",\"exit_code\":\(ExitCode.incomplete.rawValue)}")
+                connection.finish()
+            }
+        }
         metricsServer?.stop()
         for (name, slot) in slots {
             for handover in slot.waiting { handover.ended(name, .incomplete) }
@@ -446,7 +455,7 @@ public final class Agent: @unchecked Sendable {
             client.send("{\"event\":\"reload-refused\",\"message\":\(JSONText.quote(refusal.message))"
                         + (refusal.hint.map { ",\"hint\":\(JSONText.quote($0))" } ?? "") + "}")
         } else {
-            client.send("{\"event\":\"reloaded\",\"sessions\":\(JSONText.quote(config.sessions.map(\.name).joined(separator: ",")))}")
+            client.send("{\"event\":\"reloaded\",\"config\":\(JSONText.quote(config.path)),\"sessions\":\(JSONText.quote(config.sessions.map(\.name).joined(separator: ",")))}")
         }
         client.finish()
     }
@@ -484,10 +493,10 @@ public final class Agent: @unchecked Sendable {
             if var slot = slots[session.name], !slot.removed {
                 // Changed settings apply from the next cycle; a running one is not restarted.
                 let sooner = session.poll < slot.schedule.interval
-                if session.local != slot.session.local { slot.watch = nil }
                 // Any changed setting (a filter, the remote, the layout) may need the tree looked at
-                // again: the next poll scans, even when the manifest answers 304.
-                if session != slot.session { slot.inSync = false }
+                // again: the next poll scans, even when the manifest answers 304. Without a watch it
+                // does, whatever the running cycle (of the old settings) says when it ends.
+                if session != slot.session { slot.watch = nil; slot.inSync = false }
                 if slot.held != nil {
                     // Held work waits for the new conditions; with none left, it starts now.
                     slot.held = DiscretionGate(session: session, agent: fresh.agent)

@@ -66,8 +66,14 @@ public final class ControlServer: @unchecked Sendable {
         }
     }
 
-    /// Removes the socket file (the agent is stopping); connections already open finish.
-    public func remove() { unlink(path) }
+    /// Removes the socket file and stops accepting (the agent is stopping): a client still in
+    /// the listen queue sees the link close instead of waiting for an answer that never comes;
+    /// connections already open finish.
+    public func remove() {
+        unlink(path)
+        // Wakes the thread blocked in accept (close alone would not), which then ends.
+        shutdown(fd, Int32(SHUT_RDWR))
+    }
 
     public static func socketPath(state: String) -> String { state + "/agent.sock" }
 

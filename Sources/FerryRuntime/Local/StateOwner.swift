@@ -84,7 +84,12 @@ public enum StateOwner {
             throw .localIO("cannot run as \(name), the owner of the state directory \(state): \(FileSystem.errorText())",
                            hint: "run the command as \(name): sudo -u \(name) ferry \(commandLine())")
         }
-        // The owner's own view: its home (where ~/.aws is), its name.
+        // The owner's own view: its home (where ~/.aws is), its name; none of root's session
+        // (its runtime directory, agent socket, sudo's record), which hooks would inherit. The
+        // working directory stays: a relative --config is read again on a reload.
+        for name in ["XDG_RUNTIME_DIR", "SSH_AUTH_SOCK", "SUDO_COMMAND", "SUDO_USER", "SUDO_UID", "SUDO_GID", "MAIL", "DBUS_SESSION_BUS_ADDRESS"] {
+            unsetenv(name)
+        }
         if let home = entry?.home { setenv("HOME", home, 1) }
         setenv("USER", name, 1)
         setenv("LOGNAME", name, 1)

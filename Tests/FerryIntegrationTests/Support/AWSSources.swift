@@ -68,10 +68,14 @@ final class MotoServer {
         port = freePort()
         let binary = Harness.packageRoot + "/.venv/bin/moto_server"
         process = try Child(binary, ["-H", "127.0.0.1", "-p", String(port)], stdout: directory + "/moto.log", stderr: directory + "/moto.log")
-        // Ready when STS answers (the port opens before the app is loaded).
+        // Ready when it answers HTTP (the port may open before the app is loaded): any status.
         let deadline = Date().addingTimeInterval(60)
         while Date() < deadline && process.isRunning {
-            if waitForPort(port, timeout: 1) { return }
+            guard waitForPort(port, timeout: 1) else { continue }
+            let probe = runProcess("/usr/bin/curl", ["-s", "-o", "/dev/null", "-m", "2", "-w", "%{http_code}",
+                                                     "http://127.0.0.1:\(port)/?Action=GetCallerIdentity&Version=2011-06-15"])
+            if probe.stdout != "000" && !probe.stdout.isEmpty { return }
+            usleep(50_000)
         }
         process.stop()
         throw TestFailure("moto_server did not start (\(binary); run scripts/setup.sh): \(fileContents(directory + "/moto.log") ?? "")")

@@ -47,11 +47,12 @@ enum Harness {
 /// 169.254.169.254 for credentials), and a HOME of its own without `~/.aws`. A test that wants a
 /// source sets its variables (or its own HOME) for the ferry it runs.
 enum TestEnvironment {
-    /// An empty directory, removed at exit.
+    /// An empty directory, removed at exit with whatever a program run there left in it (fish,
+    /// say, makes ~/.local/share/fish).
     static let home: String = {
         let path = Harness.base + "/home-\(getpid())"
         try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-        atexit { rmdir(TestEnvironment.home) }
+        atexit { Harness.remove(TestEnvironment.home) }
         return path
     }()
 

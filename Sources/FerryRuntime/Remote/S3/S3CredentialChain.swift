@@ -224,10 +224,15 @@ public enum S3CredentialChain {
         let refuse = FerryError.usage("S3 credentials: AWS_CONTAINER_CREDENTIALS_FULL_URI must be https://, or http:// to a loopback address or the ECS/EKS agent's",
                                       hint: "fix or unset it")
         guard full.unicodeScalars.allSatisfy({ $0.value > 0x20 && $0.value < 0x7F }) else { throw refuse }
-        if lower.hasPrefix("https://") { return full }
-        guard lower.hasPrefix("http://") else { throw refuse }
-        let authority = lower.dropFirst("http://".count).prefix { $0 != "/" && $0 != "?" && $0 != "#" }
-        guard !authority.contains("@") else { throw refuse }
+        // The URL is printed as the source's name: a password in it would be printed too.
+        let scheme = lower.hasPrefix("https://") ? "https://" : "http://"
+        guard lower.hasPrefix(scheme) else { throw refuse }
+        let authority = lower.dropFirst(scheme.count).prefix { $0 != "/" && $0 != "?" && $0 != "#" }
+        guard !authority.contains("@") else {
+            throw .usage("S3 credentials: AWS_CONTAINER_CREDENTIALS_FULL_URI carries a user name or password",
+                         hint: "give the token in AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE instead")
+        }
+        if scheme == "https://" { return full }
         let host: Substring
         if authority.hasPrefix("[") {
             host = authority.prefix { $0 != "]" } + "]"

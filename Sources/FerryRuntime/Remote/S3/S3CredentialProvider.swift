@@ -5,9 +5,14 @@ import FerryCore
 /// one source. Keys that do not expire are handed out as they are. Temporary ones (web identity,
 /// container, EC2 instance metadata) are fetched again before they expire — when less than 5
 /// minutes remain, or less than half their lifetime for short-lived ones — so a long-running
-/// agent never signs with expired keys. A refresh that fails while the old keys still hold keeps
-/// them and tries again a little later; once they have expired, a failing source is an error that
-/// names it. Safe to use from any thread: a refresh happens under the lock, once.
+/// agent never signs with expired keys.
+///
+/// Requests are signed on the engine's thread, which must never wait for a credentials source: a
+/// renewal while the held keys still hold runs on a thread of its own, and the held keys sign
+/// meanwhile; one that fails is tried again a little later. Only when no usable keys are held (the
+/// first request, or after they expired) does the caller fetch, and a fetch that failed then is
+/// not tried again for `failureBackoff`: requests in between fail at once with its error, which
+/// names the source. Safe to use from any thread.
 final class S3CredentialProvider: Sendable {
     /// Where the credentials come from, in words (`S3CredentialSource.description`): never a secret.
     let source: String
@@ -18,8 +23,12 @@ final class S3CredentialProvider: Sendable {
         var credentials: S3Credentials?
         /// When the current credentials were fetched (their lifetime runs from here), in Unix seconds.
         var fetchedAt = 0.0
-        /// No refresh is tried before this (after one failed), in Unix seconds.
+        /// No fetch is tried before this (after one failed), in Unix seconds.
         var retryAt = 0.0
+        /// A renewal runs on its own thread now.
+        var renewing = false
+        /// Why the last fetch without usable keys failed, said again until `retryAt`.
+        var failure: FerryError?
     }
 
     /// Keys that do not expire (the environment, a file).
@@ -42,6 +51,8 @@ final class S3CredentialProvider: Sendable {
     /// Keys this close to their end are not used: a request signed now must still hold when the
     /// store reads it.
     static let expiryMargin = 5.0
+    /// How long a fetch that failed with no usable keys held is not tried again.
+    static let failureBackoff = 5.0
 
     /// The access key of keys that do not expire, shortened (`AKIA…MPLE`), for `config show`,
     /// which names what it knows without the network; nil for temporary ones, not fetched there.
@@ -50,30 +61,80 @@ final class S3CredentialProvider: Sendable {
         return key.count > 12 ? String(key.prefix(4)) + "…" + String(key.suffix(4)) : "…"
     }
 
+    /// What a request does about its keys.
+    private enum Plan {
+        case use(S3Credentials)
+        case renewBeside(S3Credentials)
+        case fetchNow
+        case fail(FerryError)
+    }
+
     /// The credentials to sign with now.
     func current(now: Timestamp = Timestamp.now()) throws(FerryError) -> S3Credentials {
         guard let fetch else { return state.withLock { $0.credentials! } }
-        return try state.withLock { (state: inout State) throws(FerryError) -> S3Credentials in
+        let plan = state.withLock { (state: inout State) -> Plan in
             if let held = state.credentials, let expiration = held.expiration {
                 let lifetime = max(0, expiration.timeInterval - state.fetchedAt)
                 let refreshAt = expiration.timeInterval - min(Self.refreshAhead, lifetime / 2)
                 let usable = now.timeInterval < expiration.timeInterval - min(Self.expiryMargin, lifetime / 4)
-                if usable && (now.timeInterval < refreshAt || now.timeInterval < state.retryAt) { return held }
-                do throws(FerryError) {
-                    return try Self.take(fetch(), into: &state, now: now, source: source)
-                } catch {
-                    guard usable else {
-                        throw FerryError(.remote, "the S3 credentials from \(source) expired at \(expiration.rfc3339) and could not be renewed: \(error.message)",
-                                         hint: error.hint ?? "check that the source answers again; ferry renews the credentials on the next request", cause: error.cause)
-                    }
-                    // Tried again soon, and well before the old keys run out.
-                    let left = expiration.timeInterval - now.timeInterval
-                    state.retryAt = now.timeInterval + max(1, min(30, left / 4))
+                if usable {
+                    guard now.timeInterval >= refreshAt, now.timeInterval >= state.retryAt, !state.renewing else { return .use(held) }
+                    state.renewing = true
+                    return .renewBeside(held)
+                }
+            } else if let held = state.credentials {
+                return .use(held)
+            }
+            if let failure = state.failure, now.timeInterval < state.retryAt { return .fail(failure) }
+            return .fetchNow
+        }
+        switch plan {
+        case .use(let held):
+            return held
+        case .fail(let error):
+            throw error
+        case .renewBeside(let held):
+            do throws(FerryError) {
+                try Threads.start(name: "ferry-credentials") { [self] in renew(fetch, now: now) }
+            } catch {
+                // No thread for it: the held keys go on, and the next request tries again.
+                state.withLock { $0.renewing = false }
+            }
+            return held
+        case .fetchNow:
+            return try state.withLock { (state: inout State) throws(FerryError) -> S3Credentials in
+                // Another caller may have fetched while this one waited for the lock.
+                if let held = state.credentials, let expiration = held.expiration, now.timeInterval < expiration.timeInterval - Self.expiryMargin {
                     return held
                 }
+                do throws(FerryError) {
+                    let fresh = try Self.take(fetch(), into: &state, now: now, source: source)
+                    state.failure = nil
+                    return fresh
+                } catch {
+                    var failure = error
+                    if let expiration = state.credentials?.expiration {
+                        failure = FerryError(.remote, "the S3 credentials from \(source) expired at \(expiration.rfc3339) and could not be renewed: \(error.message)",
+                                             hint: error.hint ?? "check that the source answers again; ferry renews the credentials on the next request", cause: error.cause)
+                    }
+                    state.failure = failure
+                    state.retryAt = now.timeInterval + Self.failureBackoff
+                    throw failure
+                }
             }
-            if let held = state.credentials, held.expiration == nil { return held }
-            return try Self.take(fetch(), into: &state, now: now, source: source)
+        }
+    }
+
+    /// A renewal beside the held keys: taken when it works, tried again a little later (and well
+    /// before the held keys run out) when it does not.
+    private func renew(_ fetch: @Sendable () throws(FerryError) -> S3Credentials, now: Timestamp) {
+        let result: Result<S3Credentials, FerryError>
+        do throws(FerryError) { result = .success(try fetch()) } catch { result = .failure(error) }
+        state.withLock { state in
+            state.renewing = false
+            if case .success(let fresh) = result, (try? Self.take(fresh, into: &state, now: now, source: source)) != nil { return }
+            let left = (state.credentials?.expiration?.timeInterval ?? now.timeInterval) - now.timeInterval
+            state.retryAt = now.timeInterval + max(1, min(30, left / 4))
         }
     }
 

@@ -34,6 +34,9 @@ struct S3Remote: Remote, RangeReading {
         let chain = try S3CredentialChain.resolve(session)
         region = chain.region
         signer = SigV4(credentials: chain.provider, region: region)
+        // Fetched here, on the session's thread, not by the first request the engine signs: the
+        // engine's thread never waits for a credentials source (`S3CredentialProvider`).
+        _ = try chain.provider.current()
         let endpoint = options.effectiveEndpoint(region: region)
         let sep = endpoint.firstRange(of: "://")!
         scheme = String(endpoint[..<sep.lowerBound])
