@@ -40,9 +40,9 @@ for page in /usr/share/man/man1/ferry.1.gz /usr/share/man/man5/ferry.conf.5.gz; 
   [ -z "$warnings" ] || fail "$page: $warnings"
 done
 bash -c 'source /usr/share/bash-completion/completions/ferry && complete -p ferry' >/dev/null || fail "the bash completion does not load"
-zsh -f -c 'autoload -U compinit && compinit -u -d /dev/null && fpath=(/usr/share/zsh/vendor-completions $fpath) && autoload -U _ferry && whence -w _ferry' >/dev/null \
+HOME="$work" zsh -f -c 'autoload -U compinit && compinit -u -D && fpath=(/usr/share/zsh/vendor-completions $fpath) && autoload -U _ferry && whence -w _ferry' >/dev/null \
   || fail "the zsh completion does not load"
-fished=$(fish -N -c 'source /usr/share/fish/vendor_completions.d/ferry.fish && complete -C "ferry sync n"') || fail "the fish completion does not load"
+fished=$(HOME="$work" fish -N -c 'source /usr/share/fish/vendor_completions.d/ferry.fish && complete -C "ferry sync n"') || fail "the fish completion does not load"
 [[ "$fished" == now* ]] || fail "the fish completion offers '$fished' for 'ferry sync n'"
 
 step "the installed ferry without the toolchain"
@@ -94,4 +94,6 @@ dpkg -P ferry >&2
 [ ! -e /etc/ferry/ferry.conf ] || fail "dpkg -P left /etc/ferry/ferry.conf"
 [ ! -e /var/lib/ferry ] || fail "dpkg -P left /var/lib/ferry"
 dpkg -s ferry >/dev/null 2>&1 && fail "ferry is still installed"
+# Nothing here may replace a device (zsh's compinit once wrote its dump over /dev/null).
+[ -c /dev/null ] || fail "/dev/null is no longer a character device"
 step "passed"

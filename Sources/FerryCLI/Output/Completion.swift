@@ -78,6 +78,19 @@ enum Completion {
         return out.sorted { $0.key < $1.key }
     }
 
+    /// What bash and zsh offer after the command words typed so far, as `case` branches: the
+    /// pattern of those words, the words offered, and whether file names are offered too.
+    static var commandCases: [(pattern: String, words: [String], files: Bool)] {
+        var out: [(pattern: String, words: [String], files: Bool)] = [("\"\"", firstWords + globalWords, false)]
+        for group in firstWords where !FerryCLI.group(group).isEmpty {
+            out.append((group, FerryCLI.group(group).map { $0.words[1] }, false))
+        }
+        for e in entries {
+            out.append(("\"\(e.words.joined(separator: " "))\"*", unique(e.options.map(\.name) + arguments(of: e)), e.takesPaths))
+        }
+        return out
+    }
+
     // MARK: bash
 
     static func bash() -> String {
@@ -102,15 +115,9 @@ enum Completion {
         for (name, values) in fixedValues { out += "        \(name)) COMPREPLY=($(compgen -W \"\(values.joined(separator: " "))\" -- \"$cur\")); return ;;\n" }
         out += "    esac\n"
         out += "    case \"$command\" in\n"
-        out += "        \"\") COMPREPLY=($(compgen -W \"\((firstWords + globalWords).joined(separator: " "))\" -- \"$cur\")) ;;\n"
-        for group in firstWords where FerryCLI.group(group).count > 0 {
-            out += "        \(group)) COMPREPLY=($(compgen -W \"\(FerryCLI.group(group).map { $0.words[1] }.joined(separator: " "))\" -- \"$cur\")) ;;\n"
-        }
-        for e in entries {
-            let words = unique(e.options.map(\.name) + arguments(of: e))
-            out += "        \"\(e.words.joined(separator: " "))\"*) COMPREPLY=($(compgen -W \"\(words.joined(separator: " "))\" -- \"$cur\"))"
-            if e.takesPaths { out += "; [[ $cur != -* ]] && COMPREPLY+=($(compgen -f -- \"$cur\"))" }
-            out += " ;;\n"
+        for c in commandCases {
+            out += "        \(c.pattern)) COMPREPLY=($(compgen -W \"\(c.words.joined(separator: " "))\" -- \"$cur\"))"
+                + (c.files ? "; [[ $cur != -* ]] && COMPREPLY+=($(compgen -f -- \"$cur\"))" : "") + " ;;\n"
         }
         out += "    esac\n}\ncomplete -F _ferry ferry\n"
         return out
@@ -141,15 +148,8 @@ enum Completion {
         for (name, values) in fixedValues { out += "    \(name)) compadd -- \(values.joined(separator: " ")); return ;;\n" }
         out += "esac\n"
         out += "case \"${rest[*]}\" in\n"
-        out += "    \"\") compadd -- \((firstWords + globalWords).joined(separator: " ")) ;;\n"
-        for group in firstWords where FerryCLI.group(group).count > 0 {
-            out += "    \(group)) compadd -- \(FerryCLI.group(group).map { $0.words[1] }.joined(separator: " ")) ;;\n"
-        }
-        for e in entries {
-            let words = unique(e.options.map(\.name) + arguments(of: e))
-            out += "    \"\(e.words.joined(separator: " "))\"*) compadd -- \(words.joined(separator: " "))"
-            if e.takesPaths { out += "; [[ $cur != -* ]] && _files" }
-            out += " ;;\n"
+        for c in commandCases {
+            out += "    \(c.pattern)) compadd -- \(c.words.joined(separator: " "))" + (c.files ? "; [[ $cur != -* ]] && _files" : "") + " ;;\n"
         }
         out += "esac\n"
         return out
