@@ -46,17 +46,13 @@ public enum StateOwner {
         var strangerOwners: Set<uid_t> = []
         var seen = 0
         func look(_ directory: String, depth: Int) {
-            guard let dir = opendir(directory) else { return }
-            defer { closedir(dir) }
-            while let entry = readdir(dir), seen < 100_000 {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { raw in
-                    String(decoding: raw.prefix(while: { $0 != 0 }), as: UTF8.self)
-                }
-                if name == "." || name == ".." { continue }
+            FileSystem.forEachName(in: directory) { name in
+                // At most this many lstat calls, whatever a state directory grew to.
+                guard seen < 100_000 else { return }
                 seen += 1
                 let path = directory + "/" + name
                 var st = stat()
-                guard lstat(path, &st) == 0 else { continue }
+                guard lstat(path, &st) == 0 else { return }
                 if st.st_uid != owner {
                     strangerOwners.insert(st.st_uid)
                     if strangers.count < 4 { strangers.append(String(path.dropFirst(state.count + 1))) }
@@ -109,6 +105,9 @@ public enum StateOwner {
         guard getpwuid_r(uid, &pw, &buffer, buffer.count, &result) == 0, result != nil, let namePointer = pw.pw_name else { return nil }
         return PasswdEntry(name: String(cString: namePointer), gid: pw.pw_gid, home: pw.pw_dir.map { String(cString: $0) } ?? "/")
     }
+
+    /// A user's home directory from the password database, or nil when the uid has no entry.
+    static func homeDirectory(_ uid: uid_t) -> String? { passwdEntry(uid)?.home }
 
     /// A user's name, or its number when it has none.
     public static func userName(_ uid: uid_t) -> String { passwdEntry(uid)?.name ?? String(uid) }

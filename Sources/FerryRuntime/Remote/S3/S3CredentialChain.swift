@@ -259,10 +259,7 @@ public enum S3CredentialChain {
     }
 
     /// The user's home directory from the password database, when `HOME` is not set.
-    private static func homeDirectory() -> String {
-        guard let entry = getpwuid(getuid()), let dir = entry.pointee.pw_dir else { return "/" }
-        return String(cString: dir)
-    }
+    private static func homeDirectory() -> String { StateOwner.homeDirectory(getuid()) ?? "/" }
 
     // MARK: For `ferry config show` and `ferry config check`
 
