@@ -156,6 +156,13 @@ final class SyncReporter: EventSink {
             Console.err("ferry: \(s): \(name(path)): \(error)")
         case let .fileDeleted(path):
             line("\(s): deleted \(name(path))")
+        case let .uploadsVerified(storeChecksum, readBack, sizeOnly):
+            let counts = [(storeChecksum, UploadVerification.storeChecksum), (readBack, .readBack), (sizeOnly, .sizeOnly)].filter { $0.0 > 0 }
+            guard !counts.isEmpty else { return }
+            let total = storeChecksum + readBack + sizeOnly
+            let how = counts.count == 1 ? counts[0].1.phrase : counts.map { "\($0.0) \($0.1.phrase)" }.joined(separator: ", ")
+            let text = "\(s): \(Plural.count(total, "object")) placed on the remote, verified \(how)"
+            if sizeOnly > 0 { warn(text) } else { line(text) }
         case let .generationSwitched(generation, directory, previous, changed, _):
             let from = previous.map { " (was \($0))" } ?? ""
             line("\(s): switched to generation \(generation)\(from): \(Plural.count(changed, "file")) new or changed, in \(Printable.name(directory))")

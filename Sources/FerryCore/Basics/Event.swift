@@ -82,6 +82,9 @@ public struct Event: Sendable {
         case fileInterrupted(path: RelativePath, offset: Int64)
         case fileDone(path: RelativePath, size: Int64, fetched: Int64)
         case fileFailed(path: RelativePath, error: String)
+        /// A push's placed objects this run (files, content and metadata objects), by how each was
+        /// found to hold what was sent: the store's own checksum, a read-back, the size only.
+        case uploadsVerified(storeChecksum: Int, readBack: Int, sizeOnly: Int)
         case metadataFixed(path: RelativePath)
         case fileDeleted(path: RelativePath)
         /// `layout = generations`: `local` now names generation `generation`, the directory
@@ -140,6 +143,7 @@ public struct Event: Sendable {
         case .sessionHeld: return "session-held"
         case .delayedDue: return "delayed-due"
         case .fileDone: return "file-done"
+        case .uploadsVerified: return "uploads-verified"
         case .fileFailed: return "file-failed"
         case .metadataFixed: return "metadata-fixed"
         case .fileDeleted: return "file-deleted"
@@ -222,6 +226,8 @@ public struct Event: Sendable {
             s("path", path.string); n("size", size); n("fetched", fetched)
         case let .fileFailed(path, error):
             s("path", path.string); s("error", error)
+        case let .uploadsVerified(storeChecksum, readBack, sizeOnly):
+            n("store_checksum", Int64(storeChecksum)); n("read_back", Int64(readBack)); n("size_only", Int64(sizeOnly))
         case let .metadataFixed(path), let .fileDeleted(path):
             s("path", path.string)
         case let .generationSwitched(generation, directory, previous, changed, _):
@@ -282,7 +288,7 @@ extension Event.Body {
         case let .planned(summary):
             return summary.isIdle ? .debug : .info
         case .planItem, .replaced, .fileResumed, .fileRestarted, .fileDelayed, .delayedDue, .fileSuspended, .sessionHeld,
-             .fileInterrupted, .fileDone, .metadataFixed, .fileDeleted, .generationSwitched, .manifestBuilt, .checked:
+             .fileInterrupted, .fileDone, .uploadsVerified, .metadataFixed, .fileDeleted, .generationSwitched, .manifestBuilt, .checked:
             return .info
         }
     }

@@ -62,6 +62,9 @@ extension Event {
         case "file-done":
             guard let p = path(), let size = int64("size"), let fetched = int64("fetched") else { return nil }
             body = .fileDone(path: p, size: size, fetched: fetched)
+        case "uploads-verified":
+            guard let store = int("store_checksum"), let read = int("read_back"), let size = int("size_only") else { return nil }
+            body = .uploadsVerified(storeChecksum: store, readBack: read, sizeOnly: size)
         case "file-failed":
             guard let p = path(), let error = text("error") else { return nil }
             body = .fileFailed(path: p, error: error)

@@ -257,6 +257,8 @@ public struct SessionConfig: Sendable, Equatable {
     public var priority: Int = 0
     /// Push: what to do when the remote changed since ferry last published there.
     public var conflict: ConflictPolicy = .fail
+    /// Push: how the remote's copy of what was sent is verified before a manifest lists it.
+    public var verifyUploads: VerifyUploads = .auto
     /// An `s3://` remote's endpoint, region, addressing and credentials.
     public var s3 = S3Options()
     /// Push: a file larger than this goes in parts of this size (an S3 multipart upload).

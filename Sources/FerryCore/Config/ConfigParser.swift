@@ -13,13 +13,13 @@ public enum ConfigParser {
         "retries", "retry-delay", "resource-timeout", "earliest-begin", "session-transfers",
         "on-file-done", "on-session-done", "hook-timeout", "verify-interval",
         "discretionary", "window", "require-ac-power", "require-unmetered", "max-load", "min-free-space", "bwlimit", "priority",
-        "conflict",
+        "conflict", "verify-uploads",
         "s3-endpoint", "s3-region", "s3-path-style", "s3-credentials", "s3-profile", "upload-part-size",
         "trusted-keys", "sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions",
         "layout", "keep-generations", "exclude", "include",
     ]
     /// Keys about what a push publishes.
-    static let pushKeys = ["sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions"]
+    static let pushKeys = ["verify-uploads", "sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions"]
     /// Keys about how a pull keeps its mirror.
     static let pullKeys = ["layout", "keep-generations"]
     /// Keys whose value is a command line, split into words by `HookCommand` (quotes and all).
@@ -240,6 +240,11 @@ public enum ConfigParser {
                         throw fail(line, "'\(line.value)' is not fail, local-wins or remote-wins")
                     }
                     session.conflict = c
+                case "verify-uploads":
+                    guard let v = VerifyUploads(rawValue: line.value.lowercased()) else {
+                        throw fail(line, "'\(line.value)' is not auto, read-back or size-only")
+                    }
+                    session.verifyUploads = v
                 case "ca-file": session.caFile = resolve(line.value, against: baseDirectory)
                 case "basic-auth-file": session.basicAuthFile = resolve(line.value, against: baseDirectory)
                 case "bearer-token-file": session.bearerTokenFile = resolve(line.value, against: baseDirectory)

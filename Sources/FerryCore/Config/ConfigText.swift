@@ -94,6 +94,7 @@ public enum ConfigText {
                 case "bwlimit": line(key, s.bwlimit?.description, unset: "no limit of its own")
                 case "priority": line(key, String(s.priority))
                 case "conflict": line(key, s.conflict.rawValue)
+                case "verify-uploads": line(key, s.verifyUploads.rawValue)
                 case "s3-endpoint":
                     let region = s.s3.region ?? s3[s.name]?.region ?? "REGION"
                     line(key, s.s3.endpoint, unset: "AWS: " + s.s3.effectiveEndpoint(region: region))

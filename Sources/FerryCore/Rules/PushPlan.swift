@@ -172,6 +172,36 @@ extension PushPlanner {
     }
 }
 
+/// `verify-uploads`: how a push makes sure the remote holds what it sent, before a manifest lists it.
+public enum VerifyUploads: String, Sendable, CaseIterable {
+    /// The store's own checksum over what it holds where it computes one (S3's, `Repr-Digest`),
+    /// else ferry reads the object back and hashes it.
+    case auto
+    /// Always read back, whatever the store says.
+    case readBack = "read-back"
+    /// The store's checksum where it gives one, else only the size: cheaper, and said as such.
+    case sizeOnly = "size-only"
+}
+
+/// How one object a push placed was found to hold what was sent.
+public enum UploadVerification: String, Sendable, CaseIterable {
+    /// The store computed the SHA-256 of what it holds, and it is what was sent.
+    case storeChecksum = "store-checksum"
+    /// ferry read the object back and its SHA-256 is what was sent.
+    case readBack = "read-back"
+    /// Only its size was compared (`verify-uploads = size-only` on a store that computes no checksum).
+    case sizeOnly = "size-only"
+
+    /// How it is said in a run's summary.
+    public var phrase: String {
+        switch self {
+        case .storeChecksum: return "by the store's SHA-256"
+        case .readBack: return "read back"
+        case .sizeOnly: return "by size only (verify-uploads = size-only)"
+        }
+    }
+}
+
 /// `conflict`: what a push does when the remote changed since ferry last published there.
 public enum ConflictPolicy: String, Sendable {
     /// Report the conflict (exit 1) and change nothing on either side.

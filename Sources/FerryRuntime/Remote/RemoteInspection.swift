@@ -12,8 +12,12 @@ struct RemoteFileState: Equatable {
     /// The remote's validator for it: the ETag, else Last-Modified (a local directory: its size,
     /// mtime and inode). It changes when the file does.
     var validator: String?
-    /// The SHA-256 the remote vouches for, when it gives one (RFC 9530 `Repr-Digest`).
+    /// The SHA-256 of the bytes the remote holds, computed over them by the store itself (RFC 9530
+    /// `Repr-Digest`, S3's checksum) or by ferry reading them back (`readBack`); never a value ferry
+    /// stored beside the object and the store merely echoes (S3's `x-amz-meta-sha256`).
     var sha256: SHA256Digest?
+    /// How `sha256` was had, when it was.
+    var verified: UploadVerification?
 
     static let absent = RemoteFileState(exists: false)
 
@@ -47,31 +51,64 @@ struct RemoteFileState: Equatable {
     }
 }
 
-/// How a remote answers for a file: with a request the engine runs (HTTP), or at once (a local
-/// directory); or the request cannot be made (S3 credentials that cannot be had).
+/// How a remote answers for a file: with a transfer the engine runs (an HTTP request; a `file://`
+/// read-back in steps), or at once (a look at a local directory); or the request cannot be made
+/// (S3 credentials that cannot be had).
 enum RemoteInspection {
-    case probe(RemoteProbe)
+    case probe(StateProbe)
     case now(RemoteFileState)
     case failed(FerryError)
 }
 
+/// A transfer that finds out what the remote holds at `path`: a `HEAD`, or a read-back that hashes
+/// the bytes. `state` is set once it succeeded.
+protocol StateProbe: Transfer {
+    var path: RelativePath { get }
+    var state: RemoteFileState? { get }
+}
+
 /// A `HEAD` of one file, run by the engine (built by the remote): its status, length, validators
-/// and, when the server offers one, its SHA-256 (`sha256`: by default RFC 9530's `Repr-Digest`,
-/// asked for with `Want-Repr-Digest`; S3 has its own header).
-final class RemoteProbe: RemoteRequest {
+/// and, when the server computes one, its SHA-256 (`sha256`: by default RFC 9530's `Repr-Digest`,
+/// asked for with `Want-Repr-Digest`; S3 has its own header). Or, built with `readingBack`, a
+/// `GET` whose body is hashed as it comes and not kept (at most that many bytes and one more are
+/// read): what a remote that computes no checksum holds, by ferry's own reading.
+final class RemoteProbe: RemoteRequest, StateProbe {
     let path: RelativePath
     /// The answer, once the probe succeeded.
     private(set) var state: RemoteFileState?
     private let sha256: (ResponseHeaders) -> SHA256Digest?
+    private let reading: ReadBackBody?
 
     init(path: RelativePath, request: HTTPRequest,
          sha256: @escaping (ResponseHeaders) -> SHA256Digest? = { SHA256Digest.fromServer(reprDigest: $0.reprDigest, digest: $0.digest) }) {
         self.path = path
         self.sha256 = sha256
+        reading = nil
         super.init(request)
     }
 
+    /// A read-back of `path` with `request` (a `GET`), reading at most `limit` bytes and one more.
+    init(readingBack path: RelativePath, request: HTTPRequest, limit: Int64) {
+        self.path = path
+        sha256 = { _ in nil }
+        reading = ReadBackBody(limit: limit)
+        super.init(request)
+    }
+
+    override func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
+        super.prepare(easy, context: context)
+        if let reading {
+            ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, readBackCallback)
+            easy.set(CURLOPT_WRITEDATA, pointer: Unmanaged.passUnretained(reading).toOpaque())
+        }
+    }
+
     override func finish(code: CURLcode, errorText: String?) -> TransferOutcome {
+        if let reading, code == CURLE_WRITE_ERROR, reading.over {
+            // More bytes than were sent: what it holds is not the file, whatever the rest is.
+            state = RemoteFileState(exists: true, size: reading.count, validator: nil, sha256: nil)
+            return .succeeded
+        }
         guard code == CURLE_OK else { return transportFailure(code, errorText) }
         let h = headers.headers
         switch h.status {
@@ -81,7 +118,13 @@ final class RemoteProbe: RemoteRequest {
             // same second at the same size may keep its validator on such servers: only the size
             // and the digest, when given, see it then.)
             let validator = h.etag.map(RemoteFileState.opaque) ?? h.lastModified.map { "lm:" + $0 }
-            state = RemoteFileState(exists: true, size: h.contentLength, validator: validator, sha256: sha256(h))
+            if let reading {
+                state = RemoteFileState(exists: true, size: reading.count, validator: validator, sha256: reading.hasher.finalize(), verified: .readBack)
+            } else {
+                let computed = sha256(h)
+                state = RemoteFileState(exists: true, size: h.contentLength, validator: validator, sha256: computed,
+                                        verified: computed == nil ? nil : .storeChecksum)
+            }
         case 404, 410:
             state = .absent
         default:
@@ -138,4 +181,32 @@ final class RemoteProbes: TransferSource {
     func tick(_ running: [Transfer]) {}
     var shouldStop: Bool { failure != nil }
     var limit: Int { session.transfers ?? Int.max }
+}
+
+/// What a read-back keeps of a body: its SHA-256 and length, never the bytes; past `limit` bytes
+/// it stops the transfer (`over`).
+final class ReadBackBody {
+    let hasher = SHA256Hasher()
+    let limit: Int64
+    private(set) var count: Int64 = 0
+    private(set) var over = false
+    init(limit: Int64) { self.limit = limit }
+
+    /// Takes `n` bytes; false once more than `limit` came.
+    func take(_ buffer: UnsafeRawPointer, _ n: Int) -> Bool {
+        count += Int64(n)
+        if count > limit {
+            over = true
+            return false
+        }
+        hasher.update(buffer, count: n)
+        return true
+    }
+}
+
+let readBackCallback: ferry_data_callback = { buffer, size, count, userdata in
+    let body = Unmanaged<ReadBackBody>.fromOpaque(userdata!).takeUnretainedValue()
+    let n = size * count
+    guard let buffer, n > 0 else { return n }
+    return body.take(buffer, n) ? n : 0
 }

@@ -21,8 +21,10 @@ protocol RemoteWriting {
     /// Puts `bytes` at `path`, the name of an immutable object named by its content (a metadata
     /// object). Readers check such an object against its name and look for it only once a
     /// published root names it, and the publisher lists it for collection before it goes, so it
-    /// may be written in place; several threads may write objects at once.
-    func writeObject(_ bytes: [UInt8], at path: RelativePath) throws(FerryError)
+    /// may be written in place; several threads may write objects at once. Returns true when the
+    /// store's answer vouches for what it holds (its own checksum, equal to the bytes'); otherwise
+    /// the session reads the object back.
+    func writeObject(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) -> Bool
     /// Whether `write` holds its condition atomically on the remote (S3's `If-Match` /
     /// `If-None-Match: *`). Where it does not, the session compares just before it writes, which
     /// leaves a window another writer may fall into.
@@ -33,8 +35,12 @@ protocol RemoteWriting {
     /// holds something, or the remote cannot say what it holds). A remote without directories
     /// (S3) says true.
     func removeDirectoryIfEmpty(_ path: RelativePath) throws(FerryError) -> Bool
-    /// What the remote says of the file at `path` (a `HEAD`, or a look at the directory).
+    /// What the remote says of the file at `path` (a `HEAD`, or a look at the directory), with the
+    /// SHA-256 the store computed over it where it gives one.
     func inspect(_ path: RelativePath) -> RemoteInspection
+    /// What the remote holds at `path`, read back and hashed by ferry (at most `limit` bytes and
+    /// one more are read): the check of a store that computes no checksum.
+    func readBack(_ path: RelativePath, limit: Int64) -> RemoteInspection
     /// Removes what a run that died left on the remote: temporary uploads of the session's tasks
     /// (those `running` were in flight; others may have left something) and a manifest being
     /// written. Multipart uploads a journal records are not touched: they resume.
@@ -45,7 +51,10 @@ protocol RemoteWriting {
 }
 
 extension RemoteWriting {
-    func writeObject(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) { _ = try write(bytes, at: path, condition: .none) }
+    func writeObject(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) -> Bool {
+        _ = try write(bytes, at: path, condition: .none)
+        return false
+    }
 }
 
 /// What a write of a small object requires of what the remote holds at its name.
@@ -93,12 +102,22 @@ protocol Placement: AnyObject {
     var sent: Int64 { get }
     /// The SHA-256 of the file as sent, when it was hashed as it went.
     var digest: SHA256Digest? { get }
-    /// What the remote said of the file as it placed it, when that answer vouches for what it holds
-    /// (S3 echoes the SHA-256 it checked): then the check after placing needs no request of its own.
-    var placedState: RemoteFileState? { get }
+    /// How the session makes sure the remote holds what was sent, once the file is placed.
+    var check: PlacedCheck { get }
     /// The placement is over: the local file closes and, unless it was placed or `keep` (stopped:
     /// a later run resumes it), what it left on the remote goes.
     func end(placed: Bool, keep: Bool)
+}
+
+/// What a placement leaves the check after it: an answer of the store's that vouches for what it
+/// holds (its own checksum over the bytes it keeps, equal to what was sent), or what to ask.
+enum PlacedCheck {
+    /// The store computed the SHA-256 of what it holds and it is what was sent: no request of its own.
+    case vouched(RemoteFileState)
+    /// Ask the remote what it holds (`inspect`); if it computes no checksum, read it back.
+    case inspect
+    /// The store is known to compute nothing here: read it back (`readBack`).
+    case readBack
 }
 
 /// A placement of one upload, then at most one step that puts it at its final name (WebDAV's
@@ -111,14 +130,15 @@ final class SinglePlacement: Placement {
     private let mender: ((Transfer, TransferFailure) -> Transfer?)?
     /// Removes what the upload left on the remote (a temporary name).
     private let cleanup: () -> Void
-    /// What the upload's answer vouches for, if anything (`placedState`).
-    private let vouch: (Upload) -> RemoteFileState?
+    /// What the upload's answer leaves the check after it (`check`); a throw fails the file (the
+    /// store said it holds something else).
+    private let vouch: (Upload) throws(FerryError) -> PlacedCheck
     private var finished = false
-    private(set) var placedState: RemoteFileState?
+    private(set) var check = PlacedCheck.inspect
 
     init(upload: Upload, file: Int32, finish: @escaping (Upload) throws(FerryError) -> Transfer? = { _ in nil },
          mend: ((Transfer, TransferFailure) -> Transfer?)? = nil, cleanup: @escaping () -> Void = {},
-         vouch: @escaping (Upload) -> RemoteFileState? = { _ in nil }) {
+         vouch: @escaping (Upload) throws(FerryError) -> PlacedCheck = { _ in .inspect }) {
         self.upload = upload
         self.file = file
         self.finish = finish
@@ -131,10 +151,11 @@ final class SinglePlacement: Placement {
         guard let step else { return upload }
         if step === upload {
             defer { upload.closeDestination() }
-            placedState = vouch(upload)
+            check = try vouch(upload)
             return try finish(upload)
         }
-        placedState = nil
+        // Moved after the upload's answer: that answer was about another name.
+        if case .vouched = check { check = .inspect }
         return nil
     }
 

@@ -149,6 +149,29 @@ final class ManifestObjects {
         for name in stale { unlink(directory + "/" + name) }
     }
 
+    /// The cached bytes of `digest`, checked against its name; nil when the cache lacks it.
+    func bytes(of digest: SHA256Digest) -> [UInt8]? {
+        finishCaching()
+        return cached(digest)
+    }
+
+    /// Reads each of `digests` back from the remote, up to 8 at once, and returns those it does not
+    /// hold as named (gone, or other bytes): what a publisher checks of the objects it placed,
+    /// reading them as a mirror would. A remote that cannot be read throws.
+    func notHeld(_ digests: [SHA256Digest]) throws(FerryError) -> [SHA256Digest] {
+        guard let (remote, prefix) = self.remote, !digests.isEmpty else { return [] }
+        let (results, error) = Lanes.run(digests.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) -> Bool in
+            let url = prefix + digests[i].hex
+            switch try remote.fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: Int64(ManifestTree.maximumObjectSize)) {
+            case let .fetched(bytes, _, _): return SHA256Hasher.digest(of: bytes) == digests[i]
+            case .missing: return false
+            case .unchanged: throw .remote("the remote answered 'not modified' to an unconditional request for \(url)")
+            }
+        }
+        if let error { throw error }
+        return zip(digests, results).filter { $0.1 != true }.map(\.0)
+    }
+
     /// Fetches objects, up to 8 at once, each checked against its name.
     private static func fetch(_ digests: [SHA256Digest], from remote: Remote, prefix: String, source: String) throws(FerryError) -> [[UInt8]] {
         let (results, error) = Lanes.run(digests.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) in
@@ -164,12 +187,12 @@ final class ManifestObjects {
         case let .fetched(bytes, _, _):
             guard SHA256Hasher.digest(of: bytes) == digest else {
                 throw .manifest("the metadata object \(url) that manifest \(source) names does not match its hash (it holds \(Units.formatBytes(Int64(bytes.count))) of something else): refused, nothing was changed",
-                                hint: "the remote's copy was altered or damaged: publish again from the publisher (ferry manifest build, or a push), which writes it anew")
+                                hint: "the remote's copy was altered or damaged: a push writes it again when it next verifies what it published (verify-interval, or ferry sync now on the publisher); after ferry manifest build, run it again")
             }
             return bytes
         case let .missing(error):
             throw .manifest("the metadata object \(url) that manifest \(source) names is not on the remote (\(error.message)): refused, nothing was changed",
-                            hint: "the publisher removed it too early or never wrote it: publish again (ferry manifest build, or a push)")
+                            hint: "the publisher removed it too early or never wrote it: a push writes it again when it next verifies what it published (verify-interval, or ferry sync now on the publisher); after ferry manifest build, run it again")
         case .unchanged:
             throw .manifest("the remote answered 'not modified' to an unconditional request for \(url)")
         }

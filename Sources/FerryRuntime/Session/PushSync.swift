@@ -93,6 +93,7 @@ final class PushSync: SessionWork {
         }
         var plan = planned(keeping: Set(scan.unreadable.map(\.path)), repairing: [], unlisting: [])
         let edited = try editedOnRemote(plan: plan, placed: placed, everything: checkAll, writer: writer, store: store)
+        if checkAll && !options.dryRun, published?.tree != nil { try repairObjects(manifests.objects(remote: remote), writer: writer) }
         if checkAll && !options.dryRun && !(placed.isEmpty && placedObjects.isEmpty) { try store.recordRemoteChecked(session: session.name, at: checkedAt) }
         let conflicts = Set(changedOnRemote).union(edited.keys)
         var repairing = Set<RelativePath>(), unlisting = Set<RelativePath>(), keeping = Set(scan.unreadable.map(\.path))
@@ -210,6 +211,10 @@ final class PushSync: SessionWork {
             emit(.warning(message: result.message!))
         }
         guard stopped == nil && unfinished == 0 else {
+            let verified = transfers.verifications
+            if !verified.isEmpty {
+                emit(.uploadsVerified(storeChecksum: verified[.storeChecksum] ?? 0, readBack: verified[.readBack] ?? 0, sizeOnly: verified[.sizeOnly] ?? 0))
+            }
             let outcome = RunOutcome(failed: result.failed, deletionsRefused: plan.refusedDeletions != nil, waiting: transfers.waiting,
                                      stopped: stopped != nil || notDone < unfinished, suspended: transfers.suspended, delayed: transfers.delayed,
                                      held: transfers.onHold)
@@ -266,6 +271,11 @@ final class PushSync: SessionWork {
         // cache holds what this session placed there); the root that names them goes last.
         let objects = manifests.objects(remote: remote)
         if let tree { try sendObjects(tree, objects: objects, writer: writer) }
+        var verified = transfers.verifications
+        verified.merge(objectVerifications, uniquingKeysWith: +)
+        if !verified.isEmpty {
+            emit(.uploadsVerified(storeChecksum: verified[.storeChecksum] ?? 0, readBack: verified[.readBack] ?? 0, sizeOnly: verified[.sizeOnly] ?? 0))
+        }
         // Another writer that published while this run uploaded is not overwritten: the files this
         // run placed are on the remote, but readers go on seeing the other writer's manifest (a file
         // of both, if any, fails their hash check, never a mixed tree with exit 0), and the next run
@@ -326,13 +336,54 @@ final class PushSync: SessionWork {
         // Up to 8 at once: each is a small request that waits on the server.
         let stop = options.stop
         let paths = missing.map { objectPath($0.sha256.hex) }
-        let (sent, error) = Lanes.run(missing.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) in
+        let (sent, error) = Lanes.run(missing.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) -> Bool in
             if let reason = stop.reason { throw FerryError(.stopped, "\(reason) while sending metadata objects; the manifest was not published") }
-            try writer.writeObject(missing[i].bytes, at: paths[i])
-            return true
+            return try writer.writeObject(missing[i].bytes, at: paths[i])
         }
-        for (i, done) in sent.enumerated() where done == true { objects.keep(missing[i].sha256, missing[i].bytes) }
         if let error { throw error }
+        // Each is verified before the root that names it goes: the store's own checksum, else read
+        // back as a mirror reads it (whatever verify-uploads says: an object is small, and a
+        // mirror refuses the whole publication for one that is wrong).
+        let vouched = session.verifyUploads == .readBack ? [] : missing.indices.filter { sent[$0] == true }
+        let unvouched = missing.indices.filter { !vouched.contains($0) }.map { missing[$0] }
+        try verifyObjects(unvouched.map { ($0.sha256, $0.bytes) }, objects: objects, writer: writer)
+        objectVerifications[.storeChecksum, default: 0] += vouched.count
+        objectVerifications[.readBack, default: 0] += unvouched.count
+        for object in missing { objects.keep(object.sha256, object.bytes) }
+    }
+
+    /// How the metadata objects this run wrote were verified.
+    private var objectVerifications: [UploadVerification: Int] = [:]
+
+    /// Reads `written` back from the remote; one it does not hold as named is written once more
+    /// and read again, and one still wrong stops the publication.
+    private func verifyObjects(_ written: [(digest: SHA256Digest, bytes: [UInt8])], objects: ManifestObjects, writer: RemoteWriting) throws(FerryError) {
+        var wrong = try objects.notHeld(written.map(\.digest))
+        guard !wrong.isEmpty else { return }
+        let bytes = Dictionary(written.map { ($0.digest, $0.bytes) }, uniquingKeysWith: { a, _ in a })
+        for digest in wrong { _ = try writer.writeObject(bytes[digest]!, at: objectPath(digest.hex)) }
+        wrong = try objects.notHeld(wrong)
+        guard let first = wrong.first else { return }
+        throw FerryError(.remote, "the remote does not hold the metadata object \(Printable.name(objectPath(first.hex).string))\(wrong.count > 1 ? " and \(wrong.count - 1) more" : "") as written, even when written again: the manifest was not published",
+                         hint: "the store keeps other bytes than it was sent; check it (its disk, a proxy in front of it), then run again")
+    }
+
+    /// The metadata objects of the tree last published (those the session's cache holds), each read
+    /// back: one the remote lost or holds damaged is written again from the cache, so mirrors that
+    /// refused the publication take it at their next poll. Run when the push verifies what it
+    /// placed (`verify-interval`; every run on `file://`).
+    private func repairObjects(_ objects: ManifestObjects, writer: RemoteWriting) throws(FerryError) {
+        let names = objects.names().compactMap(SHA256Digest.init(hex:))
+        let wrong = try objects.notHeld(names)
+        guard !wrong.isEmpty else { return }
+        var written: [(digest: SHA256Digest, bytes: [UInt8])] = []
+        for digest in wrong {
+            guard let bytes = objects.bytes(of: digest) else { continue }
+            _ = try writer.writeObject(bytes, at: objectPath(digest.hex))
+            written.append((digest, bytes))
+        }
+        try verifyObjects(written, objects: objects, writer: writer)
+        emit(.warning(message: "\(Plural.count(written.count, "metadata object")) of the published manifest \(written.count == 1 ? "was" : "were") missing or damaged on the remote (\(Printable.name(objectPath(wrong[0].hex).string))\(wrong.count > 1 ? " and others" : "")): written again"))
     }
 
     /// After `tree` was published: every object this session placed that it does not name is
@@ -409,7 +460,10 @@ final class PushSync: SessionWork {
         if let published, published.layout == .objects { for e in published.entries { stored.insert(e.sha256) } }
         guard checking, !placed.isEmpty else { return stored }
         let states = try RemoteProbes.run(placed.keys.sorted(), writer: writer, session: session, engine: engine)
-        let damaged = placed.filter { path, object in states[path].map { !$0.matches(object.record) } ?? false }.keys.sorted()
+        // Changed, gone, or holding other bytes by the store's own checksum.
+        let damaged = placed.filter { path, object in
+            states[path].map { !$0.matches(object.record) || ($0.sha256 != nil && $0.sha256 != object.digest) } ?? false
+        }.keys.sorted()
         guard !damaged.isEmpty else { return stored }
         emit(.warning(message: "\(Plural.count(damaged.count, "stored object")) changed or vanished on the remote since ferry placed \(damaged.count == 1 ? "it" : "them") (\(Printable.name(damaged[0].string))\(damaged.count > 1 ? " and others" : "")): sent again"))
         for path in damaged { stored.remove(placed[path]!.digest) }

@@ -19,6 +19,8 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         /// The steps placing the file, while they run (its local file stays open until they end).
         var placement: Placement?
         var checkTries = 0
+        /// The check reads the file back (the store computes no checksum, or `verify-uploads = read-back`).
+        var readBack = false
         /// What the remote said of the file once it was placed.
         var placed: PlacedFile?
         var path: RelativePath { entry.path }
@@ -37,6 +39,14 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     private var starting: [(id: Int64, attempts: Int)] = []
     /// Placed, to be checked on the remote.
     private var toCheck: [Item] = []
+    /// Set once the remote answered a check without a checksum of its own: later checks read back
+    /// at once instead of asking first.
+    private var computesNoChecksum = false
+    /// How the files placed this run were verified.
+    private(set) var verifications: [UploadVerification: Int] = [:]
+    /// Files refused with 403 before any file was placed this run, not yet said: a refusal of one
+    /// key fails that file alone (`failed`), but one that every write meets stops the run with one error.
+    private var refused: [(Item, TransferFailure)] = []
     /// Checks running, by where they look (the file's destination).
     private var checking: [RelativePath: Item] = [:]
     /// Placed and checked; recorded done in groups (one transaction per 256, or per 0.2 s).
@@ -69,6 +79,7 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         progress.filesTotal = runnable.count
         progress.bytesTotal = runnable.reduce(0) { $0 + $1.stat.size }
         run(engine: engine)
+        failRefused()
         // Stopped (a deadline, a signal) between two steps of a placement: what a later run can
         // resume stays (S3's parts), the rest goes. One placed but not yet checked: the manifest
         // goes on listing what was there, and the next run checks and sends it again.
@@ -131,9 +142,14 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
             rehashed[item.entry.path] = item.entry
         }
         item.placement = nil
-        if let state = placement.placedState {
+        switch (placement.check, session.verifyUploads) {
+        case let (.vouched(state), mode) where mode != .readBack:
             checked(item, state)
-        } else {
+        case (.inspect, .auto), (.inspect, .sizeOnly):
+            item.readBack = computesNoChecksum && session.verifyUploads == .auto
+            toCheck.append(item)
+        default:
+            item.readBack = true
             toCheck.append(item)
         }
     }
@@ -168,20 +184,41 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     /// The attempt each task was recorded running for.
     private var marked: [Int64: Int] = [:]
 
-    /// Asks the remote what it holds at the item's final name: a `HEAD` run by the engine, or at once.
-    private func startCheck(_ item: Item) -> RemoteProbe? {
+    /// Asks the remote what it holds at the item's final name (a `HEAD` run by the engine, or at
+    /// once), or reads it back.
+    private func startCheck(_ item: Item) -> StateProbe? {
         let at = destination(item.entry)
-        switch writer.inspect(at) {
+        switch item.readBack ? writer.readBack(at, limit: item.entry.size ?? item.stat.size) : writer.inspect(at) {
         case let .probe(probe):
             checking[at] = item
             return probe
         case let .now(state):
-            checked(item, state)
+            inspected(item, state)
             return nil
         case let .failed(error):
             fail(item, error.message)
             return nil
         }
+    }
+
+    /// What the remote answered of a placed file: with a checksum of its own (or read back), or
+    /// holding other than what was sent, it is checked; otherwise it is read back, or with
+    /// `verify-uploads = size-only` taken by its size.
+    private func inspected(_ item: Item, _ state: RemoteFileState) {
+        guard !item.readBack, state.sha256 == nil, state.mismatch(with: item.entry) == nil else {
+            checked(item, state)
+            return
+        }
+        computesNoChecksum = true
+        if session.verifyUploads == .sizeOnly {
+            var state = state
+            state.verified = .sizeOnly
+            checked(item, state)
+            return
+        }
+        var item = item
+        item.readBack = true
+        toCheck.append(item)
     }
 
     /// A file placed and checked: done if the remote holds what was sent, else it fails alone (the
@@ -200,7 +237,9 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
             fail(item, why + "; the remote does not hold what was sent, so the manifest does not list it")
             return
         }
+        verifications[state.verified ?? .sizeOnly, default: 0] += 1
         moved.append(item)
+        failRefused()
         if moved.count >= 256 || MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
     }
 
@@ -304,10 +343,10 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
 
     override func finished(_ batch: [(Transfer, TransferOutcome)]) {
         for (transfer, outcome) in batch {
-            if let probe = transfer as? RemoteProbe, var item = checking.removeValue(forKey: probe.path) {
+            if let probe = transfer as? StateProbe, var item = checking.removeValue(forKey: probe.path) {
                 switch outcome {
                 case .succeeded:
-                    checked(item, probe.state ?? .absent)
+                    inspected(item, probe.state ?? .absent)
                 case let .failed(failure):
                     // The answer did not come: asked again, twice, then the file fails (the next
                     // run checks it and sends it again).
@@ -349,7 +388,19 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     private func failed(_ item: Item, _ failure: TransferFailure, opening: Bool = false) {
         var item = item
         item.placement = nil
-        if let refusal = PushTransfers.refusesEveryWrite(failure.cause, (opening ? "" : "\(Printable.name(item.entry.path.string)): ") + failure.message) {
+        if !opening, failure.cause == .http(status: 403) {
+            // One key the store refuses (a policy on a prefix) fails alone and is tried again next
+            // run; refusals are held back until a file is placed, and a third with none placed
+            // means every write is refused: the run stops with one error.
+            refused.append((item, failure))
+            if verifications.isEmpty && refused.count >= PushTransfers.refusalsThatStop,
+               let refusal = PushTransfers.refusesEveryWrite(failure.cause, "\(Printable.name(item.entry.path.string)): " + failure.message) {
+                for (held, _) in refused { abort(refusal, held) }
+                refused.removeAll()
+            } else if !verifications.isEmpty {
+                failRefused()
+            }
+        } else if let refusal = PushTransfers.refusesEveryWrite(failure.cause, (opening ? "" : "\(Printable.name(item.entry.path.string)): ") + failure.message) {
             abort(refusal, item)
         } else if opening && PushTransfers.isGone(failure.cause) {
             // Gone since the scan (deleted, renamed, a symlink or a FIFO now, or under a file):
@@ -401,6 +452,17 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
 
     private func fail(_ item: Item, _ message: String) {
         fail(item.entry.path, item.task, message)
+    }
+
+    /// How many files refused with 403, none placed, stop the run.
+    static let refusalsThatStop = 3
+
+    /// The files refused with 403 fail, each alone (a file was placed, or the run ends).
+    private func failRefused() {
+        guard !refused.isEmpty else { return }
+        let held = refused
+        refused.removeAll()
+        for (item, failure) in held { fail(item, failure.message + "; the other files go on, and the next run tries this one again") }
     }
 
 }

@@ -1,3 +1,4 @@
+import CCurl
 import Glibc
 import Synchronization
 import FerryCore
@@ -118,7 +119,7 @@ extension FileRemote: RemoteWriting {
             return nil
         }, cleanup: { [tree] in
             try? tree.withRoot(create: false) { root throws(FerryError) in root.removeUploads(owner: String(file.task.id)) }
-        })
+        }, vouch: { _ in .readBack })
     }
 
     func removeLeftovers(tasks: [TransferTask], journaled: [JournaledUpload]) {
@@ -174,8 +175,61 @@ extension FileRemote: RemoteWriting {
         return .now(RemoteFileState(exists: true, size: entry.size, validator: FileRemote.validator(entry), sha256: nil))
     }
 
+    /// The file opened from the remote's directory (never through a symlink) and hashed by the
+    /// engine a few MiB a step: a local directory computes no checksum.
+    func readBack(_ path: RelativePath, limit: Int64) -> RemoteInspection {
+        let (fd, error) = tree.openForReading(path)
+        guard fd >= 0 else {
+            if let error, PushTransfers.isGone(error.cause) { return .now(.absent) }
+            return .failed(error ?? .remote("cannot read \(Printable.name(path.string)) back from the remote"))
+        }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else {
+            let code = errno
+            close(fd)
+            return .failed(FerryError(.remote, "cannot read \(Printable.name(path.string)) back: \(FileSystem.errorText(code))", cause: .local(errno: code)))
+        }
+        let entry = FileSystem.entry(from: st)
+        guard entry.size <= limit else {
+            close(fd)
+            return .now(RemoteFileState(exists: true, size: entry.size, validator: FileRemote.validator(entry), sha256: nil))
+        }
+        return .probe(FileReadBack(path: path, fd: fd, entry: entry))
+    }
+
     /// A local directory's validator for a file: size, mtime to the nanosecond, inode.
     static func validator(_ entry: LocalEntry) -> String {
         "file:\(entry.size):\(entry.mtime.seconds).\(entry.mtime.nanoseconds):\(entry.inode)"
+    }
+}
+
+/// A `file://` remote's file read back: hashed in steps by the engine (`RangeHash`), its size and
+/// validator from the descriptor it was opened as.
+final class FileReadBack: StateProbe {
+    let path: RelativePath
+    private let hash: RangeHash
+    private let entry: LocalEntry
+    private(set) var state: RemoteFileState?
+    var cancelRequested = false
+    var throttle: Throttle?
+
+    init(path: RelativePath, fd: Int32, entry: LocalEntry) {
+        self.path = path
+        self.entry = entry
+        hash = RangeHash(fd: fd, range: 0..<entry.size)
+    }
+
+    deinit { close(hash.fd) }
+
+    var mode: TransferMode { .steps }
+    func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {}
+    func finish(code: CURLcode, errorText: String?) -> TransferOutcome { .succeeded }
+
+    func step() -> TransferOutcome? {
+        guard let outcome = hash.step() else { return nil }
+        if case .succeeded = outcome {
+            state = RemoteFileState(exists: true, size: entry.size, validator: FileRemote.validator(entry), sha256: hash.digest, verified: .readBack)
+        }
+        return outcome
     }
 }

@@ -47,6 +47,11 @@ extension HTTPRemote: RemoteWriting {
                                                             headers: ["Want-Repr-Digest: sha-256=10"], settings: settings)))
     }
 
+    /// A `GET` of the file whose body is hashed: nginx and Apache compute no digest.
+    func readBack(_ path: RelativePath, limit: Int64) -> RemoteInspection {
+        .probe(RemoteProbe(readingBack: path, request: HTTPRequest(url: base.url(for: path), method: "GET", settings: settings), limit: limit))
+    }
+
     func removeLeftovers(tasks: [TransferTask], journaled: [JournaledUpload]) {
         // An upload's name is its task's: a PUT of a task that was not running replaces it.
         for task in tasks where task.state == .running { try? remove(HTTPRemote.temporaryName(task: task.id)) }
@@ -67,10 +72,11 @@ extension HTTPRemote: RemoteWriting {
     }
 
     /// Straight to its name, without a temporary name and a move: see `RemoteWriting.writeObject`.
-    func writeObject(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) {
+    func writeObject(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) -> Bool {
         try withCollections(for: path) { () throws(FerryError) -> Int in
             try request("PUT", path, body: bytes)
         }
+        return false
     }
 
     func remove(_ path: RelativePath) throws(FerryError) {

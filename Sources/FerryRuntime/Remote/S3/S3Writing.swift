@@ -37,12 +37,18 @@ extension S3Remote: RemoteWriting {
         let upload = Upload(task: file.task, entry: file.entry, stat: file.stat, expecting: sha, file: file.file,
                             destination: .request(try request("PUT", key: key, headers: S3Remote.contentHeaders(sha), payloadHash: sha.hex)))
         upload.explain = explainer(key)
-        // The store answers with the SHA-256 it checked the body against: that answer stands for
-        // what is at the key (no HEAD after it).
-        return SinglePlacement(upload: upload, file: file.file, vouch: { upload in
+        // A store that computes the SHA-256 of what it keeps answers with it: equal to what was
+        // sent, it stands for what is at the key (no request after it); another fails the file.
+        // Without one, the session asks (a HEAD), and reads the object back if that says nothing.
+        return SinglePlacement(upload: upload, file: file.file, vouch: { upload throws(FerryError) in
             let answer = upload.responseHeaders
-            guard answer.extensions["x-amz-checksum-sha256"] == sha.base64, let etag = answer.etag else { return nil }
-            return RemoteFileState(exists: true, size: upload.sent, validator: RemoteFileState.opaque(etag), sha256: sha)
+            switch S3Checksum.verdict(answer.extensions["x-amz-checksum-sha256"], type: answer.extensions["x-amz-checksum-type"], sha256: sha, parts: []) {
+            case .none: return .inspect
+            case let .differs(said): throw S3Checksum.mismatch(key, said: said)
+            case .matches:
+                guard let etag = answer.etag else { return .inspect }
+                return .vouched(RemoteFileState(exists: true, size: upload.sent, validator: RemoteFileState.opaque(etag), sha256: sha, verified: .storeChecksum))
+            }
         })
     }
 
@@ -58,10 +64,32 @@ extension S3Remote: RemoteWriting {
         let answer = try S3Exchange.perform(try request("PUT", key: key, headers: headers, payloadHash: sha.hex), body: bytes,
                                             what: "write \(Printable.name(key))")
         switch answer.headers.status {
-        case 200..<300: return .written
+        case 200..<300:
+            if case let .differs(said) = verdict(answer, sha) { throw S3Checksum.mismatch(key, said: said) }
+            return .written
         // 409: a conditional write that met another one in flight (AWS's ConditionalRequestConflict).
         case 412, 409: return .preconditionFailed
         default: throw S3Errors.failure(answer, doing: "write \(Printable.name(key))", bucket: bucket, key: key, region: region, credentials: signer.credentials.source)
+        }
+    }
+
+    /// What the store says it computed over a body it took, against the body's SHA-256.
+    private func verdict(_ answer: Exchange.Answer, _ sha: SHA256Digest) -> S3Checksum.Verdict {
+        S3Checksum.verdict(answer.headers.extensions["x-amz-checksum-sha256"], type: answer.headers.extensions["x-amz-checksum-type"], sha256: sha, parts: [])
+    }
+
+    func writeObject(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) -> Bool {
+        let key = self.key(path.string)
+        let sha = SHA256Hasher.digest(of: bytes)
+        let answer = try S3Exchange.perform(try request("PUT", key: key, headers: S3Remote.contentHeaders(sha), payloadHash: sha.hex), body: bytes,
+                                            what: "write \(Printable.name(key))")
+        guard (200..<300).contains(answer.headers.status) else {
+            throw S3Errors.failure(answer, doing: "write \(Printable.name(key))", bucket: bucket, key: key, region: region, credentials: signer.credentials.source)
+        }
+        switch verdict(answer, sha) {
+        case .matches: return true
+        case .none: return false
+        case let .differs(said): throw S3Checksum.mismatch(key, said: said)
         }
     }
 
@@ -81,15 +109,23 @@ extension S3Remote: RemoteWriting {
         let head: HTTPRequest
         do { head = try request("HEAD", key: key, headers: [("x-amz-checksum-mode", "ENABLED")]) } catch { return .failed(error) }
         let probe = RemoteProbe(path: path, request: head) { headers in
-            // A whole-object checksum the store computed (a multipart one ends in `-N`: not the
-            // file's hash), else the SHA-256 ferry stored with it.
-            if let value = headers.extensions["x-amz-checksum-sha256"], let bytes = Base64.decode(value), bytes.count == 32 {
-                return bytes.withUnsafeBytes { SHA256Digest(bytes: $0) }
-            }
-            return headers.extensions["x-amz-meta-sha256"].flatMap { SHA256Digest(hex: $0) }
+            // Only a whole-object checksum the store computed: a multipart one (`-N`, COMPOSITE)
+            // is not the file's hash, and the `x-amz-meta-sha256` ferry stored is ferry's own word.
+            S3Checksum.whole(headers.extensions["x-amz-checksum-sha256"], type: headers.extensions["x-amz-checksum-type"])
         }
         probe.explain = explainer(key)
         return .probe(probe)
+    }
+
+    func readBack(_ path: RelativePath, limit: Int64) -> RemoteInspection {
+        let key = self.key(path.string)
+        do {
+            let probe = RemoteProbe(readingBack: path, request: try request("GET", key: key), limit: limit)
+            probe.explain = explainer(key)
+            return .probe(probe)
+        } catch {
+            return .failed(error)
+        }
     }
 
     /// Multipart uploads started without being recorded (the store's answer lost, or the run died
@@ -140,7 +176,7 @@ final class S3Multipart: Placement {
     private var inFlight: Upload?
     var sent: Int64 { partsSent + (inFlight?.sent ?? 0) }
     var digest: SHA256Digest? { nil }
-    var placedState: RemoteFileState? { nil }
+    private(set) var check = PlacedCheck.readBack
 
     init(remote: S3Remote, file: LocalUpload, key: String, journal: UploadJournal) {
         self.remote = remote
@@ -164,7 +200,7 @@ final class S3Multipart: Placement {
 
     /// One multipart request; `accepting` are statuses besides 2xx that the step reads itself.
     private final class Step: RemoteRequest {
-        enum Kind { case create, list, complete }
+        enum Kind { case create, list, complete, head }
         let kind: Kind
         let accepting: Set<Int>
         init(_ kind: Kind, _ request: HTTPRequest, body: [UInt8]? = nil, accepting: Set<Int> = []) {
@@ -278,6 +314,18 @@ final class S3Multipart: Placement {
                 }
                 try journal.clear()
                 uploadID = nil
+                // The completion's answer says what the store computed over the parts it joined
+                // (AWS, SeaweedFS); without it, a HEAD asks.
+                if let said = try verdict(S3XML.element("ChecksumSHA256", in: s.body), type: S3XML.element("ChecksumType", in: s.body),
+                                          etag: S3XML.element("ETag", in: s.body), size: nil) {
+                    check = said
+                    return nil
+                }
+                return try step(.head, method: "HEAD", query: [], headers: [("x-amz-checksum-mode", "ENABLED")])
+            case .head:
+                let h = s.headers.headers
+                check = try verdict(h.extensions["x-amz-checksum-sha256"], type: h.extensions["x-amz-checksum-type"], etag: h.etag, size: h.contentLength)
+                    ?? .readBack
                 return nil
             }
         case let hash as RangeHash:
@@ -298,6 +346,11 @@ final class S3Multipart: Placement {
                 throw FerryError(.remote, "the store took a part of \(Printable.name(key)) without giving its ETag", cause: .http(status: 502))
             }
             sending = nil
+            // A store that says it computed another SHA-256 over the part than was sent holds
+            // other bytes: the file fails (the part goes with the upload).
+            if let said = upload.responseHeaders.extensions["x-amz-checksum-sha256"], said != sha.base64 {
+                throw S3Checksum.mismatch(key, said: "part \(number): \(Printable.name(said))")
+            }
             partsSent += upload.sent
             let part = UploadedPart(number: number, size: upload.range.count64, etag: etag, sha256: sha)
             try journal.record(part)
@@ -305,6 +358,23 @@ final class S3Multipart: Placement {
             return try nextPart()
         default:
             return nil
+        }
+    }
+
+    /// What the store says it computed over the whole upload (`value`, `type`), against the file's
+    /// SHA-256 and the SHA-256 of each part sent: the placement's check when it vouches, nil when
+    /// the store said nothing; a throw when it says the upload holds something else.
+    private func verdict(_ value: String?, type: String?, etag: String?, size: Int64?) throws(FerryError) -> PlacedCheck? {
+        let parts = (1...partCount).compactMap { held[$0]?.sha256 }
+        switch S3Checksum.verdict(value, type: type, sha256: file.entry.sha256, parts: parts) {
+        case .none: return nil
+        case let .differs(said): throw S3Checksum.mismatch(key, said: said)
+        case .matches:
+            if let size, size != self.size {
+                throw FerryError(.remote, "the store holds \(size) bytes at \(Printable.name(key)), not the \(self.size) sent", cause: .contentMismatch(afterResume: false))
+            }
+            return .vouched(RemoteFileState(exists: true, size: self.size, validator: etag.map(RemoteFileState.opaque), sha256: file.entry.sha256,
+                                            verified: .storeChecksum))
         }
     }
 
@@ -327,6 +397,68 @@ final class S3Multipart: Placement {
 
 extension Range where Bound == Int64 {
     var count64: Int64 { upperBound - lowerBound }
+}
+
+/// What an S3 store says it computed over an object: `x-amz-checksum-sha256` (or a completion's
+/// `ChecksumSHA256`) with `x-amz-checksum-type`. Stores say it in several dialects, and each is
+/// taken for what it is:
+/// - the whole object's SHA-256 (a single PUT; a multipart upload of type `FULL_OBJECT`);
+/// - a multipart upload's composite: the SHA-256 of its parts' SHA-256s joined, with `-N` (the part
+///   count) after it and type `COMPOSITE` (AWS, SeaweedFS), or without either (moto).
+/// Only a value that equals what ferry computed of the bytes it sent vouches; any other is the
+/// store saying it holds something else.
+enum S3Checksum {
+    enum Verdict: Equatable {
+        /// The store said nothing.
+        case none
+        case matches
+        /// What the store said, to be shown.
+        case differs(String)
+    }
+
+    /// The store's `value` and `type` against a file with `sha256`, sent in parts whose SHA-256s are
+    /// `parts` (empty: one PUT).
+    static func verdict(_ value: String?, type: String?, sha256: SHA256Digest, parts: [SHA256Digest]) -> Verdict {
+        guard let value, !value.isEmpty else { return .none }
+        let said = Printable.name(value) + (type.map { " (\(Printable.name($0)))" } ?? "")
+        var text = Substring(value)
+        var count: Int?
+        if let dash = text.lastIndex(of: "-") {
+            guard let n = Int(text[text.index(after: dash)...]), n > 0 else { return .differs(said) }
+            count = n
+            text = text[..<dash]
+        }
+        guard let bytes = Base64.decode(String(text)), bytes.count == 32 else { return .differs(said) }
+        let digest = bytes.withUnsafeBytes { SHA256Digest(bytes: $0) }
+        let kind = type?.uppercased()
+        if parts.isEmpty {
+            return count == nil && kind != "COMPOSITE" && digest == sha256 ? .matches : .differs(said)
+        }
+        if kind == "FULL_OBJECT" { return count == nil && digest == sha256 ? .matches : .differs(said) }
+        if let count, count != parts.count { return .differs(said) }
+        if digest == composite(parts) { return .matches }
+        // A store that reports the whole object's hash for a multipart upload without saying so.
+        return count == nil && kind == nil && digest == sha256 ? .matches : .differs(said)
+    }
+
+    /// The SHA-256 of the parts' SHA-256s joined: what S3 reports for a multipart upload.
+    static func composite(_ parts: [SHA256Digest]) -> SHA256Digest {
+        SHA256Hasher.digest(of: parts.flatMap(\.bytes))
+    }
+
+    /// A whole-object checksum (`HEAD`): the SHA-256 it names, or nil for none or a multipart one.
+    static func whole(_ value: String?, type: String?) -> SHA256Digest? {
+        guard let value, !value.contains("-"), type.map({ $0.uppercased() == "FULL_OBJECT" }) ?? true,
+              let bytes = Base64.decode(value), bytes.count == 32 else { return nil }
+        return bytes.withUnsafeBytes { SHA256Digest(bytes: $0) }
+    }
+
+    /// The failure of a file the store says it holds otherwise than sent.
+    static func mismatch(_ key: String, said: String) -> FerryError {
+        FerryError(.remote, "the store says it computed SHA-256 \(said) over what it holds at \(Printable.name(key)), which is not what was sent",
+                   hint: "the store kept other bytes than it was sent: the file is not listed, and the next run sends it again",
+                   cause: .contentMismatch(afterResume: false))
+    }
 }
 
 /// The few things ferry reads of S3's XML answers: the text of an element, the blocks of a
