@@ -77,6 +77,14 @@ enum Remotes {
         remote is RangeReading ? offset : 0
     }
 
+    /// A `304 Not Modified` to a request for a manifest (or a metadata object) that named no validator: there is nothing it
+    /// could be "not modified" from, so it is the remote's fault (a broken server or a cache in
+    /// between), never taken for "unchanged" (which would send the run to a cached copy it may not have).
+    static func unsolicitedNotModified(_ url: String) -> FerryError {
+        FerryError(.remote, "the remote answered 304 Not Modified to a request for \(url) that asked nothing conditionally (no If-None-Match or If-Modified-Since): refused, nothing was changed",
+                   hint: "a server or a cache in front of it answers 304 where it must send the file: fix or bypass it, then run again", cause: .http(status: 304))
+    }
+
     static func tooLarge(_ url: String, maximumSize: Int64, announced: Int64?) -> FerryError {
         let how = announced.map { " (\(Units.formatBytes($0))): refused without reading it" }
             ?? ": refused once the body passed it (the server did not announce its length)"

@@ -55,7 +55,10 @@ struct HTTPRemote: Remote, RangeReading {
             throw FerryError(.remote, "cannot fetch the manifest \(url): \(why)", hint: hint, cause: cause)
         }
         let status = headers.status
-        if status == 304 { return .unchanged }
+        if status == 304 {
+            guard !conditions.isEmpty else { throw Remotes.unsolicitedNotModified(url) }
+            return .unchanged
+        }
         guard status == 200 else {
             var hint: String?
             if status == 401 || status == 403 { hint = "check the credentials file named in the config (basic-auth-file or bearer-token-file)" }
