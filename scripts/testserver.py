@@ -42,8 +42,8 @@ Faults (per path, "*" for all):
   "move_stall": N        WebDAV: the first N MOVEs to the path answer 201 with a 10-byte body
                          announced, send none of it and never finish (nothing is moved)
   "list_parts_truncated": true  proxy: every S3 ListParts answer (GET with uploadId, without
-                         partNumber) says <IsTruncated>true</IsTruncated>, as a store that never
-                         finishes listing would
+                         partNumber) is the upload's first page, saying <IsTruncated>true</IsTruncated>,
+                         whatever page was asked for: a store that never finishes listing
   "log_overlap": true    when a body has been sent, log {"method": "BODY", "path", "overlapped"}:
                          whether another body was being sent at any moment meanwhile; a string
                          (".bin") counts only bodies whose path ends with it, so a manifest fetched
@@ -73,6 +73,7 @@ class State:
     counts = {}
     sending = {}  # bodies being sent: id -> [overlapped]
     failing_gets = {}  # path -> GETs still to answer 503 (gets_fail_after_move)
+    first_pages = {}  # upload id -> its first ListParts answer (list_parts_truncated)
 
 
 def load_faults(path):
@@ -140,6 +141,8 @@ class Handler(BaseHTTPRequestHandler):
         query = urllib.parse.parse_qs(split.query, keep_blank_values=True)
         faults = load_faults(urllib.parse.unquote(split.path))
         if faults.get("list_parts_truncated") and self.command == "GET" and "uploadId" in query and "partNumber" not in query:
+            with State.lock:
+                data = State.first_pages.setdefault(query["uploadId"][0], data)
             data = data.replace(b"<IsTruncated>false</IsTruncated>", b"<IsTruncated>true</IsTruncated>")
         self.record(answer.status)
         self.send_response(answer.status, answer.reason)

@@ -26,10 +26,10 @@ struct ServerWordTests {
         server.requests().filter { $0["method"] as? String == method && $0["path"] as? String == path }.count
     }
 
-    /// After `kill -9` mid-upload, the store says every page of `ListParts` is truncated: the
-    /// push asks for at most two pages (the second does not advance), fails the file in words that
-    /// name the store's fault, and gives the upload up; the next run sends a new upload, which
-    /// needs no listing, and completes.
+    /// After `kill -9` mid-upload, the store answers every `ListParts` with the first page, saying
+    /// it is truncated (the attack had a push asking forever): the push asks twice (the second page
+    /// does not advance), fails the file in words that name the store's fault, and gives the upload
+    /// up; the next run sends a new upload, which needs no listing, and completes.
     @Test func aStoreWhoseListOfPartsNeverEndsIsAskedTwiceAtMost() throws {
         let store = try SeaweedFS.shared()
         let scratch = Harness.temporaryDirectory("s3-proxy")
@@ -130,6 +130,30 @@ struct ServerWordTests {
         #expect(nginx.requestLines().filter { $0.hasPrefix("GET /to-plain/manifest.json") }.count == 1, "a refused redirect is not tried again")
         #expect(!nginx.requestLines().contains { $0.hasPrefix("GET /manifest.json") }, "nothing asked over plain HTTP: \(nginx.requestLines())")
         #expect(!FileManager.default.fileExists(atPath: box.localPath("f.txt")))
+    }
+
+    /// An `https://` remote whose server redirects to another host over `https://`: followed, and
+    /// the manifest's source is said as where its bytes came from, in text and in `--json`.
+    @Test func aFollowedRedirectIsSaidWithTheSource() throws {
+        let nginx = try NginxServer()
+        defer { nginx.stop() }
+        let tls = try TestCertificates.shared()
+        let box = Sandbox("redirect-elsewhere", published: nginx.root)
+        box.publish("f.txt", "served by another name\n")
+        box.buildManifest()
+        let asked = nginx.tlsURL + "to-localhost/manifest.json"
+        let final = "https://localhost:\(nginx.tlsPort)/manifest.json"
+        box.configure(remote: nginx.tlsURL + "to-localhost/", session: ["ca-file = \(tls.caCertificate)"])
+        let run = box.sync()
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(run.output.contains("from \(asked) (redirected to \(final))"), "\(run.output)")
+        #expect(fileContents(box.localPath("f.txt")) == "served by another name\n")
+
+        box.publish("f.txt", "changed\n")
+        box.buildManifest()
+        let json = box.sync(["--json"])
+        let fetched = json.events(named: "manifest-fetched").first
+        #expect(fetched?["url"] as? String == asked && fetched?["redirected_to"] as? String == final, "\(json.output)")
     }
 
     /// A `304 Not Modified` to the first manifest request, which sent no validator: the remote's

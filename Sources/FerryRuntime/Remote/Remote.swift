@@ -46,7 +46,8 @@ protocol RangeReading {}
 public enum ManifestFetch {
     /// The remote says nothing changed since the validators we sent (HTTP 304, or the same file).
     case unchanged
-    case fetched(bytes: [UInt8], etag: String?, lastModified: String?)
+    /// `redirectedTo`: where the bytes came from, when a redirect took the request to another URL.
+    case fetched(bytes: [UInt8], etag: String?, lastModified: String?, redirectedTo: String? = nil)
     /// Nothing at that name (HTTP 404 or 410, S3's NoSuchKey, no such file): a value, since a push
     /// takes it as "nothing published yet"; `error` is what a reader that needs it says.
     case missing(FerryError)

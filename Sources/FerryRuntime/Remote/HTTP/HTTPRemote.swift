@@ -72,7 +72,9 @@ struct HTTPRemote: Remote, RangeReading {
         // Validators that do not hold (a manifest changed within the second before the answer) are
         // not kept: the next fetch asks for the whole manifest instead of trusting a 304.
         let hold = headers.validatorsHold
-        return .fetched(bytes: answer.body, etag: hold ? headers.etag : nil, lastModified: hold ? headers.lastModified : nil)
+        // Where the bytes came from, said with the source when a redirect took the request elsewhere.
+        let elsewhere = answer.redirectedTo.flatMap { $0 == url ? nil : Printable.name(String($0.prefix(300))) }
+        return .fetched(bytes: answer.body, etag: hold ? headers.etag : nil, lastModified: hold ? headers.lastModified : nil, redirectedTo: elsewhere)
     }
 }
 
