@@ -97,7 +97,10 @@ struct RetryRulesTests {
         #expect(retryDelay(attempt: 4, baseDelay: 1, retryAfter: nil, jitter: 0.5) == 4)
         #expect(retryDelay(attempt: 40, baseDelay: 1, retryAfter: nil, jitter: 1) == 60)
         #expect(retryDelay(attempt: 1, baseDelay: 1, retryAfter: 30, jitter: 1) == 30)
-        #expect(retryDelay(attempt: 1, baseDelay: 1, retryAfter: 1e9, jitter: 1) == 3600)
+        // A server's Retry-After is honoured up to 5 minutes a wait, never an hour or a year.
+        #expect(retryDelay(attempt: 1, baseDelay: 1, retryAfter: 3600, jitter: 1) == 300)
+        #expect(retryDelay(attempt: 1, baseDelay: 1, retryAfter: 1e9, jitter: 1) == 300)
+        #expect(retryDelay(attempt: 1, baseDelay: 1, retryAfter: .infinity, jitter: 1) == 1)
     }
 
     @Test func oneRetryRuleDecidesForDownloadsAndUploads() {

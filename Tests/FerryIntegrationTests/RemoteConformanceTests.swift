@@ -146,7 +146,7 @@ struct RemoteConformanceTests {
 
     /// Reads a file of the remote through its own read path; nil when it is not there.
     func read(_ w: World, _ path: RelativePath) -> [UInt8]? {
-        guard case let .fetched(bytes, _, _)? = try? w.remote.fetchManifest(url: w.session.remote.url(for: path), etag: nil,
+        guard case let .fetched(bytes, _, _, _)? = try? w.remote.fetchManifest(url: w.session.remote.url(for: path), etag: nil,
                                                                            lastModified: nil, maximumSize: 64 << 20) else { return nil }
         return bytes
     }
@@ -206,7 +206,7 @@ struct RemoteConformanceTests {
         #expect(try writer.write(Array("mine\n".utf8), at: path, condition: .absent) == .written)
         #expect(try writer.write(Array("theirs\n".utf8), at: path, condition: .absent) == .preconditionFailed)
         #expect(read(w, path) == Array("mine\n".utf8), "the first write stays")
-        guard case let .fetched(_, etag?, _) = try w.remote.fetchManifest(url: w.session.remote.url(for: path), etag: nil, lastModified: nil,
+        guard case let .fetched(_, etag?, _, _) = try w.remote.fetchManifest(url: w.session.remote.url(for: path), etag: nil, lastModified: nil,
                                                                         maximumSize: 1 << 20) else {
             Issue.record("an S3 object has an ETag")
             return
@@ -214,7 +214,7 @@ struct RemoteConformanceTests {
         #expect(try writer.write(Array("other writer\n".utf8), at: path, condition: .none) == .written)
         #expect(try writer.write(Array("stale\n".utf8), at: path, condition: .matches(etag)) == .preconditionFailed)
         #expect(read(w, path) == Array("other writer\n".utf8), "another writer's object is never overwritten")
-        guard case let .fetched(_, now?, _) = try w.remote.fetchManifest(url: w.session.remote.url(for: path), etag: nil, lastModified: nil,
+        guard case let .fetched(_, now?, _, _) = try w.remote.fetchManifest(url: w.session.remote.url(for: path), etag: nil, lastModified: nil,
                                                                        maximumSize: 1 << 20) else { return }
         #expect(try writer.write(Array("next\n".utf8), at: path, condition: .matches(now)) == .written)
         #expect(read(w, path) == Array("next\n".utf8))
@@ -359,7 +359,7 @@ struct RemoteConformanceTests {
         let w = try World(kind)
         var times = [timespec(tv_sec: time(nil) + 30, tv_nsec: 0), timespec(tv_sec: time(nil) + 30, tv_nsec: 0)]
         utimensat(AT_FDCWD, w.root + "/manifest.json", &times, 0)
-        guard case let .fetched(_, etag, lastModified) = try w.remote.fetchManifest(url: w.session.manifestURL, etag: nil, lastModified: nil,
+        guard case let .fetched(_, etag, lastModified, _) = try w.remote.fetchManifest(url: w.session.manifestURL, etag: nil, lastModified: nil,
                                                                                      maximumSize: 1 << 20) else {
             Issue.record("a fetch without validators returns the manifest")
             return
@@ -370,7 +370,7 @@ struct RemoteConformanceTests {
     @Test(arguments: Kind.allCases)
     func fetchesTheManifestConditionally(kind: Kind) throws {
         let w = try World(kind)
-        guard case let .fetched(bytes, etag, lastModified) = try w.remote.fetchManifest(url: w.session.manifestURL, etag: nil, lastModified: nil,
+        guard case let .fetched(bytes, etag, lastModified, _) = try w.remote.fetchManifest(url: w.session.manifestURL, etag: nil, lastModified: nil,
                                                                                          maximumSize: 1 << 20) else {
             Issue.record("first fetch must return the manifest")
             return

@@ -102,7 +102,7 @@ final class SyncReporter: EventSink {
         var s: String { Printable.name(event.session) }
         func name(_ p: RelativePath) -> String { Printable.name(p.string) }
         switch event.body {
-        case let .manifestFetched(_, _, _, unchanged, _, _) where unchanged && agentLog && level < .debug:
+        case let .manifestFetched(_, _, _, unchanged, _, _, _) where unchanged && agentLog && level < .debug:
             break
         case let .planned(p) where agentLog && p.isIdle && level < .debug:
             break
@@ -117,10 +117,10 @@ final class SyncReporter: EventSink {
             if state.hasPrefix("failed") || state.hasPrefix("waiting") { warn("\(s): \(state)\(next)") } else { line("\(s): \(state)\(next)") }
         case let .agent(action, message):
             if action == "reload-refused" { Console.err("ferry: error: \(message)") } else { line("ferry agent: \(message)") }
-        case let .manifestFetched(url, version, files, unchanged, signedBy, _):
+        case let .manifestFetched(url, version, files, unchanged, signedBy, _, redirectedTo):
             let v = version.map { "version \($0), " } ?? ""
             let signed = signedBy.map { ", signed by \($0)" } ?? ""
-            line("\(s): manifest \(v)\(Plural.count(files, "file"))\(signed)\(unchanged ? " (unchanged)" : "") from \(url)")
+            line("\(s): manifest \(v)\(Plural.count(files, "file"))\(signed)\(unchanged ? " (unchanged)" : "") from \(url)\(redirectedTo.map { " (redirected to \($0))" } ?? "")")
         case let .planned(p):
             var size = Units.formatBytes(p.bytes)
             if p.unknownSizes == p.transfers && p.transfers > 0 { size = "size unknown: the manifest gives none" }

@@ -52,7 +52,8 @@ public struct Event: Sendable {
         /// `signedBy`: the key whose signature verified (`ed25519:BASE64`), nil when unsigned.
         /// `metadataBytes`: what this fetch brought over the network (the manifest, and the
         /// metadata objects of a format-2 tree that were not cached); 0 for an unchanged one.
-        case manifestFetched(url: String, version: Int64?, files: Int, unchanged: Bool, signedBy: String? = nil, metadataBytes: Int64 = 0)
+        case manifestFetched(url: String, version: Int64?, files: Int, unchanged: Bool, signedBy: String? = nil, metadataBytes: Int64 = 0,
+                             redirectedTo: String? = nil)
         /// A manifest fetch failed in a way that may pass (`RetryClass`); try `attempt` follows after `delay` seconds.
         case manifestRetrying(url: String, attempt: Int, delay: Double, error: String)
         case planned(PlanSummary)
@@ -186,8 +187,9 @@ public struct Event: Sendable {
         switch body {
         case let .syncStarted(direction, dryRun):
             s("direction", direction.rawValue); b("dry_run", dryRun)
-        case let .manifestFetched(url, version, files, unchanged, signedBy, metadataBytes):
+        case let .manifestFetched(url, version, files, unchanged, signedBy, metadataBytes, redirectedTo):
             s("url", url)
+            if let redirectedTo { s("redirected_to", redirectedTo) }
             if let version { n("version", version) }
             n("files", Int64(files)); b("unchanged", unchanged)
             if let signedBy { s("signed_by", signedBy) }
@@ -283,7 +285,7 @@ extension Event.Body {
             return .warning
         case .syncStarted, .fileStarted:
             return .debug
-        case let .manifestFetched(_, _, _, unchanged, _, _):
+        case let .manifestFetched(_, _, _, unchanged, _, _, _):
             return unchanged ? .debug : .info
         case let .planned(summary):
             return summary.isIdle ? .debug : .info

@@ -19,7 +19,7 @@ extension Event {
         case "manifest-fetched":
             guard let url = text("url"), let files = int("files") else { return nil }
             body = .manifestFetched(url: url, version: int64("version"), files: files, unchanged: bool("unchanged") ?? false,
-                                   signedBy: text("signed_by"), metadataBytes: int64("metadata_bytes") ?? 0)
+                                   signedBy: text("signed_by"), metadataBytes: int64("metadata_bytes") ?? 0, redirectedTo: text("redirected_to"))
         case "manifest-retrying":
             guard let url = text("url"), let attempt = int("attempt"), let delay = double("delay"), let error = text("error") else { return nil }
             body = .manifestRetrying(url: url, attempt: attempt, delay: delay, error: error)

@@ -71,13 +71,20 @@ public enum FailureCause: Sendable, Equatable {
 
 /// How long to wait before try number `attempt + 1` (attempt ≥ 1): exponential from `baseDelay`,
 /// capped at a minute, with jitter so that many clients do not come back in step; at least what
-/// the server asked for with `Retry-After` (up to an hour). `jitter` is in 0.5...1.
+/// the server asked for with `Retry-After` (or S3's SlowDown with it), up to
+/// `maximumServerRequestedWait`. `jitter` is in 0.5...1. A run's deadline stops the wait
+/// wherever it falls (`StopCondition`).
 public func retryDelay(attempt: Int, baseDelay: Double, retryAfter: Double?, jitter: Double) -> Double {
     let backoff = min(60, baseDelay * Double(1 << min(max(attempt, 1) - 1, 16)))
     var delay = backoff * jitter
-    if let retryAfter { delay = max(delay, min(retryAfter, 3600)) }
+    if let retryAfter, retryAfter.isFinite { delay = max(delay, min(retryAfter, maximumServerRequestedWait)) }
     return delay
 }
+
+/// The longest one wait a server's `Retry-After` can impose on a try: 5 minutes. A server's word
+/// is a hint, not a command; with `retries` tries a run waits at most `retries` times this, and a
+/// later run (or the agent's next cycle) asks again.
+public let maximumServerRequestedWait: Double = 300
 
 /// What a transfer does after a failed attempt: one rule for downloads and uploads.
 public enum RetryDecision: Equatable, Sendable {

@@ -51,7 +51,7 @@ public final class Metrics: EventSink, @unchecked Sendable {
         switch event.body {
         case let .fileDone(_, _, fetched):
             counts.withLock { $0.bytes[s, default: 0] += fetched; $0.files[s, default: 0] += 1 }
-        case let .manifestFetched(_, _, _, _, _, metadataBytes):
+        case let .manifestFetched(_, _, _, _, _, metadataBytes, _):
             counts.withLock { $0.metadataBytes[s, default: 0] += metadataBytes }
         case .fileFailed:
             counts.withLock { $0.failedFiles[s, default: 0] += 1; $0.errors[s, default: [:]]["file", default: 0] += 1 }

@@ -324,8 +324,10 @@ public final class LocalRoot {
         if (code == ENOTDIR || code == ELOOP) && fstatat(parent, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && (st.st_mode & S_IFMT) != S_IFDIR {
             guard replacing else {
                 let kind = FileSystem.entry(from: st).kind
+                // A refusal that trying again cannot change: its errno says so (`FailureCause.retryClass`).
                 throw FerryError(.transfer, "\(shown) is a \(kind == .other ? "special file" : kind.rawValue) on the remote where a directory is needed; ferry neither writes through it nor replaces it",
-                                 hint: "remove it from the remote, or make it a real directory; the next run places the files under it")
+                                 hint: "remove it from the remote, or make it a real directory; the next run places the files under it",
+                                 cause: .local(errno: kind == .symlink ? ELOOP : ENOTDIR))
             }
             guard unlinkat(parent, name, 0) == 0 || errno == ENOENT else {
                 throw .localIO("cannot remove \(shown) to make the directory needed there: \(FileSystem.errorText())")

@@ -25,6 +25,10 @@ public enum Curl {
         if isPlainHTTPPort(code, errorText: errorText) {
             return "the TLS handshake got a plain HTTP answer (\(errorText ?? "wrong version number")): this port speaks http://, not https://"
         }
+        if let target = refusedRedirect(code, headers: headers) {
+            return "the server redirected (HTTP \(headers.status)) to \(target), which is not https://: an https:// remote never follows a redirect "
+                + "to a weaker scheme, so nothing was read from there; fix the redirect on the server, or name the URL the files are served from over https:// in 'remote ='"
+        }
         return errorText ?? String(cString: curl_easy_strerror(code))
     }
 
@@ -33,6 +37,20 @@ public enum Curl {
     static func isPlainHTTPPort(_ code: CURLcode, errorText: String?) -> Bool {
         guard code == CURLE_SSL_CONNECT_ERROR, let text = errorText?.lowercased() else { return false }
         return text.contains("wrong version number") || text.contains("packet length too long") || text.contains("http request")
+    }
+
+    /// Where a redirect that libcurl refused to follow pointed (`redirectProtocols`: an `https://`
+    /// request sent to `http://` or another scheme), shortened and printable; nil for any other failure.
+    static func refusedRedirect(_ code: CURLcode, headers: ResponseHeaders) -> String? {
+        guard code == CURLE_UNSUPPORTED_PROTOCOL, (300..<400).contains(headers.status), let location = headers.location else { return nil }
+        return Printable.name(String(location.prefix(300)))
+    }
+
+    /// The schemes a redirect of a request to `url` may lead to: from `https://` only `https://`
+    /// (a redirect to plain HTTP would hand the session's bytes, and what it prints as their
+    /// source, to anyone on the path); from `http://` either.
+    static func redirectProtocols(for url: String) -> String {
+        url.prefix(6).lowercased() == "https:" ? "https" : "http,https"
     }
 
     /// A hint for a failure a mistaken scheme explains, or nil.
@@ -59,7 +77,8 @@ public enum Curl {
 
     /// Why a transfer that ended with `code` failed, for the retry rules (`FailureCause.retryClass`).
     static func cause(_ code: CURLcode, errorText: String?, headers: ResponseHeaders) -> FailureCause {
-        if isHeaderTooLarge(code, errorText: errorText, headers: headers) || isPlainHTTPPort(code, errorText: errorText) { return .unusable }
+        if isHeaderTooLarge(code, errorText: errorText, headers: headers) || isPlainHTTPPort(code, errorText: errorText)
+            || refusedRedirect(code, headers: headers) != nil { return .unusable }
         return .network(curlCode: Int32(code.rawValue))
     }
 }
@@ -111,6 +130,8 @@ struct ResponseHeaders {
     var contentLength: Int64?
     var retryAfter: String?
     var date: String?
+    /// Where a redirect points: read only to name a redirect that was refused (`Curl.refusedRedirect`).
+    var location: String?
     /// RFC 9530 and RFC 3230 digests of the representation (asked for with `Want-Repr-Digest`).
     var reprDigest: String?
     var digest: String?
@@ -168,6 +189,8 @@ struct ResponseHeaders {
             retryAfter = value(after: 12)
         } else if ResponseHeaders.hasPrefix(bytes, "date:") {
             date = value(after: 5)
+        } else if ResponseHeaders.hasPrefix(bytes, "location:") {
+            location = value(after: 9)
         } else if ResponseHeaders.hasPrefix(bytes, "repr-digest:") {
             reprDigest = value(after: 12)
         } else if ResponseHeaders.hasPrefix(bytes, "digest:") {
@@ -260,7 +283,7 @@ final class EasyHandle: @unchecked Sendable {
         set(CURLOPT_USERAGENT, HTTPSettings.userAgent)
         // HTTP(S) only: a file:// remote never reaches libcurl (FileRemote).
         set(CURLOPT_PROTOCOLS_STR, "http,https")
-        set(CURLOPT_REDIR_PROTOCOLS_STR, "http,https")
+        set(CURLOPT_REDIR_PROTOCOLS_STR, Curl.redirectProtocols(for: url))
         set(CURLOPT_FOLLOWLOCATION, 1)
         set(CURLOPT_MAXREDIRS, 10)
         // Credentials go to the configured host only, never to a host a redirect names.
@@ -280,8 +303,11 @@ final class EasyHandle: @unchecked Sendable {
             set(CURLOPT_HTTPAUTH, ferry_auth_bearer())
             set(CURLOPT_XOAUTH2_BEARER, token)
         }
-        if settings.minSpeed > 0 {
-            set(CURLOPT_LOW_SPEED_LIMIT, Int(settings.minSpeed))
+        // Every request of a session is abandoned once it moves slower than min-speed (with
+        // min-speed = 0: once nothing at all arrives) for stall-timeout, so a server that sends
+        // its headers and then trickles or stops never holds a run, or an agent's session, for good.
+        if settings.stallTimeout > 0 {
+            set(CURLOPT_LOW_SPEED_LIMIT, Int(max(1, settings.minSpeed)))
             set(CURLOPT_LOW_SPEED_TIME, max(1, Int(settings.stallTimeout)))
         }
         if let headerList { curl_slist_free_all(headerList) }

@@ -12,6 +12,8 @@ enum Exchange {
         var headers: ResponseHeaders
         var body: [UInt8]
         var overflowed: Bool
+        /// The URL that answered, when a redirect was followed to it (nil: the one asked).
+        var redirectedTo: String? = nil
         var ok: Bool { code == CURLE_OK && !overflowed }
     }
 
@@ -50,8 +52,15 @@ enum Exchange {
         sink.announced = { headers.headers.contentLength }
         prepare(easy)
         let code = curl_easy_perform(easy.handle)
-        return Answer(code: code, errorText: easy.errorText, headers: headers.headers, body: sink.bytes,
-                      overflowed: sink.overflowed || code == CURLE_FILESIZE_EXCEEDED)
+        var answer = Answer(code: code, errorText: easy.errorText, headers: headers.headers, body: sink.bytes,
+                            overflowed: sink.overflowed || code == CURLE_FILESIZE_EXCEEDED)
+        var redirects = 0
+        ferry_easy_getinfo_long(easy.handle, CURLINFO_REDIRECT_COUNT, &redirects)
+        var final: UnsafeMutablePointer<CChar>?
+        if redirects > 0, ferry_easy_getinfo_string(easy.handle, CURLINFO_EFFECTIVE_URL, &final) == CURLE_OK, let final {
+            answer.redirectedTo = String(cString: final)
+        }
+        return answer
     }
 }
 

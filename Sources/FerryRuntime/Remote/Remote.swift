@@ -46,7 +46,8 @@ protocol RangeReading {}
 public enum ManifestFetch {
     /// The remote says nothing changed since the validators we sent (HTTP 304, or the same file).
     case unchanged
-    case fetched(bytes: [UInt8], etag: String?, lastModified: String?)
+    /// `redirectedTo`: where the bytes came from, when a redirect took the request to another URL.
+    case fetched(bytes: [UInt8], etag: String?, lastModified: String?, redirectedTo: String? = nil)
     /// Nothing at that name (HTTP 404 or 410, S3's NoSuchKey, no such file): a value, since a push
     /// takes it as "nothing published yet"; `error` is what a reader that needs it says.
     case missing(FerryError)
@@ -75,6 +76,14 @@ enum Remotes {
     /// Where the bytes of `entry` start: a remote that cannot read from an offset starts again.
     static func resumeOffset(_ remote: Remote, _ offset: Int64) -> Int64 {
         remote is RangeReading ? offset : 0
+    }
+
+    /// A `304 Not Modified` to a request for a manifest (or a metadata object) that named no validator: there is nothing it
+    /// could be "not modified" from, so it is the remote's fault (a broken server or a cache in
+    /// between), never taken for "unchanged" (which would send the run to a cached copy it may not have).
+    static func unsolicitedNotModified(_ url: String) -> FerryError {
+        FerryError(.remote, "the remote answered 304 Not Modified to a request for \(url) that asked nothing conditionally (no If-None-Match or If-Modified-Since): refused, nothing was changed",
+                   hint: "a server or a cache in front of it answers 304 where it must send the file: fix or bypass it, then run again", cause: .http(status: 304))
     }
 
     static func tooLarge(_ url: String, maximumSize: Int64, announced: Int64?) -> FerryError {

@@ -184,7 +184,7 @@ final class ManifestObjects {
     private static func fetchOne(_ digest: SHA256Digest, from remote: Remote, prefix: String, source: String) throws(FerryError) -> [UInt8] {
         let url = prefix + digest.hex
         switch try remote.fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: Int64(ManifestTree.maximumObjectSize)) {
-        case let .fetched(bytes, _, _):
+        case let .fetched(bytes, _, _, _):
             guard SHA256Hasher.digest(of: bytes) == digest else {
                 throw .manifest("the metadata object \(url) that manifest \(source) names does not match its hash (it holds \(Units.formatBytes(Int64(bytes.count))) of something else): refused, nothing was changed",
                                 hint: "the remote's copy was altered or damaged: a push writes it again when it next verifies what it published (verify-interval, or ferry sync now on the publisher); after ferry manifest build, run it again")

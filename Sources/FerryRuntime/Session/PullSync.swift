@@ -77,7 +77,7 @@ final class PullSync: SessionWork {
         // the cache meanwhile, on a thread of their own).
         defer { if !options.dryRun { fetched.objects.sweep(keeping: fetched.names) } }
         emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: !fetched.changed,
-                              signedBy: manifest.signer?.description, metadataBytes: fetched.metadataBytes))
+                              signedBy: manifest.signer?.description, metadataBytes: fetched.metadataBytes, redirectedTo: fetched.redirectedTo))
 
         // Plan with the hashes the cache vouches for; files it cannot vouch for are hashed, join
         // the cache, and the plan is made again (a hash counts only while it is valid for the
@@ -528,6 +528,8 @@ final class PullSync: SessionWork {
         let names: [SHA256Digest]
         /// What came over the network for it: the manifest (not for a 304) and the objects not cached.
         let metadataBytes: Int64
+        /// Where the manifest's bytes came from, when a redirect took the request elsewhere.
+        var redirectedTo: String? = nil
     }
 
     /// The rules a manifest must pass for this session (`localFiles`: what the mirror holds).
@@ -577,13 +579,13 @@ final class PullSync: SessionWork {
                            metadataBytes: objects.fetchedBytes)
         case let .missing(error):
             throw error
-        case let .fetched(bytes, etag, lastModified):
+        case let .fetched(bytes, etag, lastModified, redirectedTo):
             // Staged on disk before parsing, so the bytes are freed as soon as they are parsed.
             let staged = options.dryRun ? nil : try manifests.stage(bytes)
             do {
                 let (manifest, names) = try resolved(try Manifests.parse(bytes, source: url))
                 return Fetched(manifest: manifest, changed: true, staged: staged, etag: etag, lastModified: lastModified, objects: objects,
-                               names: names, metadataBytes: Int64(bytes.count) + objects.fetchedBytes)
+                               names: names, metadataBytes: Int64(bytes.count) + objects.fetchedBytes, redirectedTo: redirectedTo)
             } catch {
                 if let staged { unlink(staged) }
                 throw error

@@ -650,7 +650,7 @@ final class PushSync: SessionWork {
         let known = seen.bytes != nil
         switch try manifests.fetchOnce(from: remote, etag: known ? seen.etag : nil, lastModified: known ? seen.lastModified : nil) {
         case .unchanged: return false
-        case let .fetched(bytes, _, _): return bytes != seen.bytes
+        case let .fetched(bytes, _, _, _): return bytes != seen.bytes
         case .missing: return seen.bytes != nil
         }
     }
@@ -676,7 +676,7 @@ final class PushSync: SessionWork {
                 return false
             }
         } catch {
-            guard case let .fetched(now, _, _)? = manifests.now(from: remote), now == bytes else { throw error }
+            guard case let .fetched(now, _, _, _)? = manifests.now(from: remote), now == bytes else { throw error }
             emit(.warning(message: "publishing version \(version) got no answer (\(error.message)), but the remote holds it: published"))
         }
         try remember(published: bytes, version: version, files: files, signer: signer, expires: expires, remote: remote, store: store)
@@ -691,7 +691,7 @@ final class PushSync: SessionWork {
         try manifests.keep(bytes)
         manifests.endPublishing()
         var etag: String?, lastModified: String?
-        if case let .fetched(now, e, l)? = manifests.now(from: remote) {
+        if case let .fetched(now, e, l, _)? = manifests.now(from: remote) {
             if now == bytes {
                 (etag, lastModified) = (e, l)
             } else {
@@ -729,7 +729,7 @@ final class PushSync: SessionWork {
             guard let manifest = published() else { return try remoteState(remote, record: record, store: store, unchangedEnds: false, useCache: false) }
             seen = Seen(etag: record?.manifestETag, lastModified: record?.manifestLastModified, bytes: cached)
             return (manifest, [], manifest.version)
-        case let .fetched(bytes, etag, lastModified):
+        case let .fetched(bytes, etag, lastModified, _):
             seen = Seen(etag: etag, lastModified: lastModified, bytes: bytes)
             if let pending = manifests.pendingPublish {
                 if pending == bytes, let mine = try? manifests.read(bytes, source: url, objects: objects).manifest {

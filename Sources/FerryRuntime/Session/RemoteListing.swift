@@ -21,7 +21,7 @@ public struct RemoteListing: Sendable {
         let remote = try Remotes.open(session)
         let source = ManifestSource(session: session, state: agent.state)
         let url = session.manifestURL
-        guard case let .fetched(bytes, _, _) = try source.fetchOnce(from: remote, etag: nil, lastModified: nil).required() else {
+        guard case let .fetched(bytes, _, _, _) = try source.fetchOnce(from: remote, etag: nil, lastModified: nil).required() else {
             throw .manifest("manifest \(url) answered without content to an unconditional request")
         }
         let root = try Manifests.parse(bytes, source: url)

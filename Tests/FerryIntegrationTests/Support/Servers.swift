@@ -5,7 +5,9 @@ import Testing
 /// A real nginx on 127.0.0.1 serving `root` over HTTP (ranges, ETags, WebDAV PUT/DELETE/MOVE, and
 /// PROPFIND through Debian's dav-ext module), and
 /// over HTTPS with HTTP/2 using a certificate from the test CA. `/basic/` needs basic auth
-/// (`ferry:s3cret`), `/bearer/` a bearer token (`tok3n`). Every request lands in `accessLog`.
+/// (`ferry:s3cret`), `/bearer/` a bearer token (`tok3n`); `/to-plain/X` redirects (302) to
+/// `http://…/X` on the plain port, as a server that downgrades would, and `/to-localhost/X` to
+/// `https://localhost:…/X` (another host name, as a mirror's redirect to a CDN). Every request lands in `accessLog`.
 final class NginxServer {
     let directory: String
     let root: String
@@ -45,6 +47,8 @@ final class NginxServer {
                 location / { \(dav) }
                 location /basic/ { auth_basic "ferry"; auth_basic_user_file \(directory)/htpasswd; \(dav) }
                 location /bearer/ { if ($http_authorization != "Bearer \(Self.bearerToken)") { return 401; } \(dav) }
+                location ~ ^/to-plain/(.*)$ { return 302 http://127.0.0.1:\(port)/$1; }
+                location ~ ^/to-localhost/(.*)$ { return 302 https://localhost:\(tlsPort)/$1; }
             """
         let config = """
             load_module \(Self.davExtModule);

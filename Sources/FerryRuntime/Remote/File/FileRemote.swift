@@ -154,9 +154,12 @@ extension FileRemote: RemoteWriting {
                 try root.delete(path)
                 try root.syncDirectories()
             } catch {
-                // A symlink or a file where a directory of the path should be: nothing of ferry's
-                // is at this path any more, and nothing is followed to look.
-                guard error.category == .transfer else { throw FerryError(.remote, error.message, hint: error.hint, cause: error.cause) }
+                // A file where a directory of the path should be: nothing is at this path any more.
+                // A symlink there is another matter: whoever serves the remote may follow it, so
+                // the path may still be served; nothing is followed to remove it, and it is not
+                // said to be deleted.
+                if error.category == .transfer && error.cause != .local(errno: ELOOP) { return }
+                throw FerryError(error.category == .transfer ? .transfer : .remote, error.message, hint: error.hint, cause: error.cause)
             }
         }
     }

@@ -55,7 +55,10 @@ struct HTTPRemote: Remote, RangeReading {
             throw FerryError(.remote, "cannot fetch the manifest \(url): \(why)", hint: hint, cause: cause)
         }
         let status = headers.status
-        if status == 304 { return .unchanged }
+        if status == 304 {
+            guard !conditions.isEmpty else { throw Remotes.unsolicitedNotModified(url) }
+            return .unchanged
+        }
         guard status == 200 else {
             var hint: String?
             if status == 401 || status == 403 { hint = "check the credentials file named in the config (basic-auth-file or bearer-token-file)" }
@@ -69,7 +72,9 @@ struct HTTPRemote: Remote, RangeReading {
         // Validators that do not hold (a manifest changed within the second before the answer) are
         // not kept: the next fetch asks for the whole manifest instead of trusting a 304.
         let hold = headers.validatorsHold
-        return .fetched(bytes: answer.body, etag: hold ? headers.etag : nil, lastModified: hold ? headers.lastModified : nil)
+        // Where the bytes came from, said with the source when a redirect took the request elsewhere.
+        let elsewhere = answer.redirectedTo.flatMap { $0 == url ? nil : Printable.name(String($0.prefix(300))) }
+        return .fetched(bytes: answer.body, etag: hold ? headers.etag : nil, lastModified: hold ? headers.lastModified : nil, redirectedTo: elsewhere)
     }
 }
 

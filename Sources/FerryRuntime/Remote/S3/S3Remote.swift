@@ -73,6 +73,7 @@ struct S3Remote: Remote, RangeReading {
         if answer.overflowed { throw Remotes.tooLarge(url, maximumSize: maximumSize, announced: answer.headers.contentLength) }
         switch answer.headers.status {
         case 304:
+            guard !conditions.isEmpty else { throw Remotes.unsolicitedNotModified(url) }
             return .unchanged
         case 200:
             // S3's ETag comes from the content: it holds even for a manifest written this second.

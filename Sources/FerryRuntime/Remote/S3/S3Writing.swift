@@ -244,6 +244,27 @@ final class S3Multipart: Placement {
         return try step(.list, method: "GET", query: query, accepting: [404])
     }
 
+    /// The part number the last page of `ListParts` ended at (0: none asked yet).
+    private var listedUpTo = 0
+
+    /// The page of `ListParts` after a truncated one, which named `next` as where it ended. The
+    /// store's word drives this loop, so it must advance: each page must end past the one before,
+    /// and none of this upload's parts lies past `partCount` (at most 10,000), which bounds the
+    /// pages. A store that says "truncated" without moving on (one after `kill -9` kept a push
+    /// asking forever) fails the file, and with it the upload (the next run starts a new one).
+    private func nextListPage(after previous: Int, next: Int) throws(FerryError) -> Transfer {
+        guard next > previous else {
+            let page = previous == 0 ? "its first page" : "the page after part \(previous)"
+            throw FerryError(.remote, "the store's list of the parts of \(Printable.name(key)) does not advance: \(page) says there is more, "
+                             + "after part \(next); the store (s3-endpoint) answers ListParts wrongly: it was not asked again, the upload is given up and the next run starts it anew",
+                             cause: .unusable)
+        }
+        // Parts past this upload's last are none of its own.
+        guard next < partCount else { return try nextPart() }
+        listedUpTo = next
+        return try listParts(after: next)
+    }
+
     /// The next part to send (its hash first), or the completion once the store holds them all.
     private func nextPart() throws(FerryError) -> Transfer {
         guard let number = (1...partCount).first(where: { held[$0] == nil }) else {
@@ -267,6 +288,7 @@ final class S3Multipart: Placement {
                 if journaled.content == content {
                     uploadID = journaled.uploadID
                     recorded = Dictionary(journaled.parts.map { ($0.number, $0) }, uniquingKeysWith: { _, b in b })
+                    listedUpTo = 0
                     return try listParts(after: 0)
                 }
                 remote.abandon(journaled)
@@ -304,8 +326,8 @@ final class S3Multipart: Placement {
                         held[number] = mine
                     }
                 }
-                if S3XML.element("IsTruncated", in: s.body) == "true", last > 0 { return try listParts(after: last) }
-                return try nextPart()
+                guard S3XML.element("IsTruncated", in: s.body) == "true" else { return try nextPart() }
+                return try nextListPage(after: listedUpTo, next: S3XML.element("NextPartNumberMarker", in: s.body).flatMap { Int($0) } ?? last)
             case .complete:
                 // The store answers 200 before it knows, and puts a failure in the body.
                 if S3XML.element("Code", in: s.body) != nil, S3XML.blocks("Error", in: s.body).count > 0 {
