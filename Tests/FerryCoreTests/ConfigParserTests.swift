@@ -189,6 +189,28 @@ struct ConfigParserTests {
         #expect(try ConfigParser.parse(base + "layout = In-Place\n", path: "f").sessions[0].layout == .inPlace)
     }
 
+    /// A signed push expires in 7 days unless `expires` says otherwise (`never` included); an unsigned
+    /// one does not. A pull with trusted-keys requires an expiry unless `require-expiry = no`,
+    /// which is refused without trusted-keys (and in a push).
+    @Test func signedManifestsExpireByDefault() throws {
+        let push = "[session a]\ndirection = push\nremote = http://h/\nlocal = /x\n"
+        #expect(try ConfigParser.parse(push, path: "f").sessions[0].expires == nil)
+        #expect(try ConfigParser.parse(push + "sign-key = /k\n", path: "f").sessions[0].expires == 7 * 86_400)
+        #expect(try ConfigParser.parse(push + "sign-key = /k\nexpires = 2h\n", path: "f").sessions[0].expires == 7_200)
+        #expect(try ConfigParser.parse(push + "sign-key = /k\nexpires = Never\n", path: "f").sessions[0].expires == nil)
+        let pull = "[session a]\nremote = http://h/\nlocal = /x\n"
+        let trusting = pull + "trusted-keys = ed25519:11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=\n"
+        #expect(try ConfigParser.parse(trusting, path: "f").sessions[0].requireExpiry)
+        #expect(try !ConfigParser.parse(trusting + "require-expiry = no\n", path: "f").sessions[0].requireExpiry)
+        for (text, message) in [(pull + "require-expiry = no\n", "f:4: [session a] key 'require-expiry': applies to a session with trusted-keys"),
+                                (push + "require-expiry = no\n", "key 'require-expiry': applies to a pull session"),
+                                (trusting + "require-expiry = maybe\n", "'maybe' is not yes or no"),
+                                (push + "expires = sometimes\n", "key 'expires'")] {
+            let error = #expect(throws: FerryError.self) { try ConfigParser.parse(text, path: "f") }
+            #expect(error?.message.contains(message) == true, "\(String(describing: error))")
+        }
+    }
+
     @Test func keepsHashInsideAValue() {
         #expect(ConfigParser.stripInlineComment("a#b # comment") == "a#b ")
         #expect(ConfigParser.stripInlineComment("value") == "value")

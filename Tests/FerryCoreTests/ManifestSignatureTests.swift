@@ -40,11 +40,11 @@ struct ManifestSignatureTests {
         let m = try parse(text, recorder)
         #expect(recorder.messages == [Self.body, Self.body])
         #expect(m.signatures == [ManifestSignature(key: Self.keyA, check: .valid), ManifestSignature(key: Self.keyB, check: .invalid)])
-        #expect(m.signer == Self.keyA && m.version == 5 && m.entries.count == 1)
+        #expect(m.signer(trusting: []) == Self.keyA && m.version == 5 && m.entries.count == 1)
         // The members in another order, with other spacing: the same bytes are checked.
         let reordered = "{ \"signatures\": [{\"sig\": \"\(Base64.encode(Self.good))\", \"key\": \"\(Self.keyA)\"}],\n \"signed\":   \(Self.body) }"
         let r2 = Recorder()
-        #expect(try parse(reordered, r2).signer == Self.keyA)
+        #expect(try parse(reordered, r2).signer(trusting: []) == Self.keyA)
         #expect(r2.messages == [Self.body])
         // Members ferry does not know may stand beside the envelope's, before or after `signed`.
         for extra in ["{\"comment\": [1], \"signed\": \(Self.body), \"signatures\": []}", "{\"signed\": \(Self.body), \"comment\": {\"version\": 1}}"] {
@@ -70,9 +70,10 @@ struct ManifestSignatureTests {
     }
 
     @Test func trustedKeysDecide() throws {
+        // The body carries no expiry: what the keys decide is checked apart from require-expiry.
         func acceptance(_ keys: [PublicKey]) -> ManifestAcceptance {
             ManifestAcceptance(session: "s", now: Timestamp(seconds: 1000), appliedVersion: nil, localFiles: 0, allowRollback: false,
-                               allowEmpty: false, trustedKeys: keys)
+                               allowEmpty: false, trustedKeys: keys, requireExpiry: false)
         }
         let unsigned = try parse(Self.body)
         let byA = try parse(String(decoding: ManifestEnvelope.wrap(Array(Self.body.utf8), signatures: [(Self.keyA, Self.good)]), as: UTF8.self))
@@ -91,5 +92,51 @@ struct ManifestSignatureTests {
         #expect(refusal([Self.keyA], unsigned).contains("is not signed"))
         #expect(refusal([Self.keyA], brokenA).contains("does not match its content"))
         #expect(refusal([Self.keyB], byA).contains("is signed by \(Self.keyA), which session 's' trusts \(Self.keyB) does not trust"))
+    }
+
+    func envelope(_ body: String, _ signatures: [(PublicKey, [UInt8])]) throws -> Manifest {
+        try parse(String(decoding: ManifestEnvelope.wrap(Array(body.utf8), signatures: signatures), as: UTF8.self))
+    }
+
+    /// The signer shown is the key the session took the manifest on, not whichever valid
+    /// signature comes first in the envelope.
+    @Test func theSignerShownIsTheTrustedKeyThatVerified() throws {
+        let keyC = PublicKey(raw: [UInt8](repeating: 3, count: 32))!
+        let untrustedFirst = try envelope(Self.body, [(Self.keyB, Self.good), (Self.keyA, Self.good)])
+        #expect(untrustedFirst.signer(trusting: [Self.keyA]) == Self.keyA)
+        #expect(untrustedFirst.signer(trusting: [keyC, Self.keyA]) == Self.keyA)
+        #expect(untrustedFirst.signer(trusting: [keyC]) == nil, "no trusted key verified")
+        #expect(untrustedFirst.signer(trusting: []) == Self.keyB, "without trusted keys: the first that verified, informational")
+        // A trusted key whose signature does not verify is never the signer.
+        let brokenFirst = try envelope(Self.body, [(Self.keyA, Self.bad), (Self.keyB, Self.good)])
+        #expect(brokenFirst.signer(trusting: [Self.keyA, Self.keyB]) == Self.keyB)
+        #expect(brokenFirst.signer(trusting: [Self.keyA]) == nil)
+        // Parsed without a verifier, nothing vouches.
+        let unchecked = try Manifest.parse(ManifestEnvelope.wrap(Array(Self.body.utf8), signatures: [(Self.keyA, Self.good)]), source: "m")
+        #expect(unchecked.signer(trusting: []) == nil && unchecked.signer(trusting: [Self.keyA]) == nil)
+    }
+
+    /// With trusted-keys, a manifest without `expires` is refused unless require-expiry = no.
+    @Test func aTrustingSessionRequiresAnExpiry() throws {
+        func acceptance(_ keys: [PublicKey], requireExpiry: Bool = true) -> ManifestAcceptance {
+            ManifestAcceptance(session: "s", now: Timestamp(seconds: 1000), appliedVersion: nil, localFiles: 0, allowRollback: false,
+                               allowEmpty: false, trustedKeys: keys, requireExpiry: requireExpiry)
+        }
+        let withoutExpiry = try envelope(Self.body, [(Self.keyA, Self.good)])
+        let expiring = try envelope(Self.body.replacingOccurrences(of: "\"version\": 5,", with: "\"version\": 5, \"expires\": \"1970-01-01T01:00:00Z\","),
+                                    [(Self.keyA, Self.good)])
+        #expect(expiring.expires == Timestamp(seconds: 3600))
+        let refused = #expect(throws: FerryError.self) { try acceptance([Self.keyA]).check(withoutExpiry, source: "m") }
+        #expect(refused?.exitCode == .remoteOrManifest && refused?.message.contains("manifest m carries no \"expires\", and session 's' takes only signed manifests that do") == true,
+                "\(String(describing: refused))")
+        #expect(refused?.hint?.contains("require-expiry = no") == true)
+        try acceptance([Self.keyA], requireExpiry: false).check(withoutExpiry, source: "m")
+        try acceptance([Self.keyA]).check(expiring, source: "m")
+        // Without trusted keys there is no signed word to hold to: nothing is required.
+        try acceptance([]).check(withoutExpiry, source: "m")
+        try acceptance([]).check(try parse(Self.body), source: "m")
+        // Trust comes first: an untrusted manifest is refused for that, whatever its expiry.
+        let foreign = #expect(throws: FerryError.self) { try acceptance([Self.keyB]).check(withoutExpiry, source: "m") }
+        #expect(foreign?.message.contains("which session 's' trusts") == true, "\(String(describing: foreign))")
     }
 }

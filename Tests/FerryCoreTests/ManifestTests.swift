@@ -74,7 +74,7 @@ struct ManifestTests {
         ("{\"path\": \".ferry/partial/1.part\", \"size\": 1, \"sha256\": \"\(hashA)\"}", "reserved '.ferry/'"),
         ("{\"path\": \"x\", \"size\": 1, \"sha256\": \"\(hashA)\"}, {\"path\": \"x\", \"size\": 2, \"sha256\": \"\(hashB)\"}", "lists \"x\" twice"),
         ("{\"path\": \"a\", \"size\": 1, \"sha256\": \"\(hashA)\"}, {\"path\": \"a/b\", \"size\": 2, \"sha256\": \"\(hashB)\"}", "lists \"a\" as a file and also \"a/b\""),
-        ("{\"path\": \"x\", \"size\": -1, \"sha256\": \"\(hashA)\"}", "size is negative"),
+        ("{\"path\": \"x\", \"size\": -1, \"sha256\": \"\(hashA)\"}", "files[0].size must be 0 or more, found -1"),
         ("{\"path\": \"x\", \"sha256\": \"\(hashA)\"}", "has no \"size\""),
         ("{\"size\": 1, \"sha256\": \"\(hashA)\"}", "has no \"path\""),
         ("{\"path\": \"x\", \"size\": 1, \"sha256\": \"\(hashA)\", \"mode\": \"rwx\"}", "mode is not an octal mode"),
@@ -348,7 +348,12 @@ struct SHA256DigestTests {
         #expect(try next(41).0 == 1_800_000_000, "a small sequence gives way to the time")
         #expect(try next(1_800_000_000).0 == 1_800_000_001, "two builds in one second still rise")
         #expect(try next(5_000_000_000).0 == 5_000_000_001, "a version ahead of the clock goes on from itself")
-        #expect(try next(Manifest.maximumVersion).0 == Manifest.maximumVersion, "never past the largest version")
+        #expect(try next(Manifest.maximumVersion - 1).0 == Manifest.maximumVersion, "up to the largest version")
+        // Past the largest there is none: refused, never the same version again.
+        let exhausted = #expect(throws: FerryError.self) { try next(Manifest.maximumVersion) }
+        #expect(exhausted?.category == .manifest && exhausted?.message.contains("the manifest already at m.json has version \(Manifest.maximumVersion), the largest") == true,
+                "\(String(describing: exhausted))")
+        #expect(exhausted?.hint?.contains("--allow-rollback") == true)
         #expect(try next(7, 9) == (9, nil))
         #expect(try next(7, 7) == (7, nil), "the same version again is not a rollback")
         let refused = #expect(throws: FerryError.self) { try next(7, 0) }
@@ -356,6 +361,21 @@ struct SHA256DigestTests {
         let allowed = try next(7, 0, allow: true)
         #expect(allowed.0 == 0 && allowed.1?.contains("rollback") == true, "allowed, and said")
         #expect(throws: FerryError.self) { try next(nil, Manifest.maximumVersion + 1) }
+    }
+
+    /// A push numbers its manifest as `manifest build` does, from the remote's version.
+    @Test func thePushedVersionNeverFallsBelowTheClockNorSaturates() throws {
+        let now = Timestamp(seconds: 1_800_000_000)
+        func following(_ previous: Int64?) throws(FerryError) -> Int64 { try ManifestVersion.following(previous, now: now, manifest: "remote") }
+        #expect(try following(nil) == 1_800_000_000, "a first push (or one to a wiped remote) goes above whatever mirrors applied before")
+        let first = try following(nil)
+        #expect(try following(7) == first)
+        #expect(try following(1_900_000_000) == 1_900_000_001)
+        #expect(try following(Manifest.maximumVersion - 1) == Manifest.maximumVersion)
+        let refused = #expect(throws: FerryError.self) { try following(Manifest.maximumVersion) }
+        #expect(refused?.exitCode == .remoteOrManifest && refused?.message.hasPrefix("remote has version \(Manifest.maximumVersion)") == true,
+                "\(String(describing: refused))")
+        #expect(try ManifestVersion.following(nil, now: Timestamp(seconds: 0), manifest: "remote") == 1)
     }
 
     /// `"layout"` is read from both formats and written only when it is not the default; a

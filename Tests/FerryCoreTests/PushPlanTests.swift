@@ -16,15 +16,13 @@ struct PushPlanTests {
         Manifest(format: .ferry, version: version, generated: nil, expires: nil, entries: entries)
     }
 
-    let epoch = Timestamp(seconds: 0)
     let deleteAll = DeletionRules(delete: true, cap: .percent(100))
     let keepAll = DeletionRules(delete: false, cap: .percent(100))
 
-    @Test func aFirstPushUploadsEverythingAsVersionOne() {
-        let plan = PushPlanner.plan(local: [entry("b.txt", h1), entry("a/x.txt", h2)], remote: nil, rules: deleteAll, now: epoch)
+    @Test func aFirstPushUploadsEverything() {
+        let plan = PushPlanner.plan(local: [entry("b.txt", h1), entry("a/x.txt", h2)], remote: nil, rules: deleteAll)
         #expect(plan.uploads.map(\.entry.path) == [p("a/x.txt"), p("b.txt")], "in path order")
         #expect(plan.uploads.allSatisfy { $0.reason == .new })
-        #expect(plan.version == 1)
         #expect(plan.manifest.map(\.path) == [p("a/x.txt"), p("b.txt")])
         #expect(plan.uploadBytes == 10)
     }
@@ -38,35 +36,23 @@ struct PushPlanTests {
             entry("same.txt", h1), entry("edited.txt", h2), entry("resized.txt", h1), entry("chmod.txt", h1),
             entry("touched.txt", h1), entry("new.txt", h2),
         ]
-        let plan = PushPlanner.plan(local: local, remote: remote, rules: deleteAll, now: epoch)
+        let plan = PushPlanner.plan(local: local, remote: remote, rules: deleteAll)
         #expect(plan.uploads.map { "\($0.entry.path):\($0.reason.rawValue)" } == ["edited.txt:changed", "new.txt:new", "resized.txt:changed"])
         #expect(plan.upToDate == 1 && plan.metadataChanges == 2)
         #expect(plan.deletions == [p("gone.txt")])
-        #expect(plan.version == 8, "one more than the remote's")
         #expect(plan.manifest == local.sorted { $0.path < $1.path }, "the manifest says exactly the local tree")
         #expect(!plan.isEmpty)
     }
 
-    @Test func theVersionNeverFallsBelowTheClockNorRisesPastTheLargest() {
-        let now = Timestamp(seconds: 1_800_000_000)
-        let local = [entry("a", h1)]
-        #expect(PushPlanner.plan(local: local, remote: nil, rules: deleteAll, now: now).version == 1_800_000_000,
-                "a first push (or one to a wiped remote) goes above whatever mirrors applied before")
-        #expect(PushPlanner.plan(local: local, remote: published([], version: 7), rules: deleteAll, now: now).version == 1_800_000_000)
-        #expect(PushPlanner.plan(local: local, remote: published([], version: 1_900_000_000), rules: deleteAll, now: now).version == 1_900_000_001)
-        #expect(PushPlanner.plan(local: local, remote: published([], version: Manifest.maximumVersion), rules: deleteAll, now: now).version
-                == Manifest.maximumVersion, "never a version its own readers refuse")
-    }
-
     @Test func anUnchangedTreeIsEmptyAndPublishesNothing() {
         let local = [entry("a", h1), entry("d/b", h2)]
-        let plan = PushPlanner.plan(local: local, remote: published(local), rules: deleteAll, now: epoch)
+        let plan = PushPlanner.plan(local: local, remote: published(local), rules: deleteAll)
         #expect(plan.isEmpty)
         #expect(plan.upToDate == 2)
     }
 
     @Test func withoutDeleteExtrasStayOnTheRemoteAndInTheManifest() {
-        let plan = PushPlanner.plan(local: [entry("a", h1)], remote: published([entry("a", h1), entry("old", h2)]), rules: keepAll, now: epoch)
+        let plan = PushPlanner.plan(local: [entry("a", h1)], remote: published([entry("a", h1), entry("old", h2)]), rules: keepAll)
         #expect(plan.deletions.isEmpty && plan.extrasKept == 1)
         #expect(plan.manifest.map(\.path) == [p("a"), p("old")], "a pull of the remote still gets what it holds")
         #expect(plan.isEmpty, "nothing to send and nothing new to say")
@@ -74,7 +60,7 @@ struct PushPlanTests {
 
     @Test func maxDeleteRefusesAnEmptiedTreeAndKeepsListingWhatStays() {
         let remote = published((0..<10).map { entry("f\($0)", h1) })
-        let plan = PushPlanner.plan(local: [entry("f0", h1)], remote: remote, rules: DeletionRules(delete: true, cap: .percent(50)), now: epoch)
+        let plan = PushPlanner.plan(local: [entry("f0", h1)], remote: remote, rules: DeletionRules(delete: true, cap: .percent(50)))
         #expect(plan.deletions.isEmpty)
         #expect(plan.refusedDeletions == Plan.RefusedDeletions(count: 9, managed: 10, limit: 5, paths: (1..<10).map { p("f\($0)") }))
         #expect(plan.manifest.count == 10, "refused deletions stay listed: they are still on the remote")
@@ -85,7 +71,7 @@ struct PushPlanTests {
     @Test func aPathThatChangedTypeReplacesTheRemoteOne() {
         let remote = published([entry("a", h1), entry("b/x", h1), entry("b/y", h1), entry("c", h1)])
         let local = [entry("a/inside", h2), entry("b", h2), entry("c", h1)]
-        let plan = PushPlanner.plan(local: local, remote: remote, rules: DeletionRules(delete: false, cap: .count(0)), now: epoch)
+        let plan = PushPlanner.plan(local: local, remote: remote, rules: DeletionRules(delete: false, cap: .count(0)))
         #expect(plan.replacements == [p("a"), p("b/x"), p("b/y")])
         #expect(plan.uploads.map(\.entry.path) == [p("a/inside"), p("b")])
         #expect(plan.deletions.isEmpty && plan.extrasKept == 0 && plan.refusedDeletions == nil)
@@ -95,10 +81,9 @@ struct PushPlanTests {
     @Test func aSHA256SUMSRemoteWithoutSizesComparesByHash() {
         let remote = Manifest(format: .sha256sums, version: nil, generated: nil, expires: nil,
                               entries: [ManifestEntry(path: p("a"), size: nil, sha256: h1)])
-        let plan = PushPlanner.plan(local: [entry("a", h1, mtime: 0, mode: 0o644)], remote: remote, rules: deleteAll, now: epoch)
+        let plan = PushPlanner.plan(local: [entry("a", h1, mtime: 0, mode: 0o644)], remote: remote, rules: deleteAll)
         #expect(plan.uploads.isEmpty)
         #expect(plan.metadataChanges == 1, "the new manifest adds size, mtime and mode")
-        #expect(plan.version == 1)
     }
 
     @Test func changedOnRemoteNamesWhatSomeoneElseAddedChangedOrRemoved() {
@@ -115,7 +100,7 @@ struct PushPlanTests {
     @Test func keepingRemotePathsLeavesThemAsTheRemoteHasThem() {
         let remote = published([entry("theirs", h2), entry("added-there", h2), entry("mine", h1)])
         let local = [entry("theirs", h1), entry("mine", h2), entry("new", h1)]
-        let plan = PushPlanner.plan(local: local, remote: remote, rules: deleteAll, now: epoch, keepingRemote: [p("theirs"), p("added-there")])
+        let plan = PushPlanner.plan(local: local, remote: remote, rules: deleteAll, keepingRemote: [p("theirs"), p("added-there")])
         #expect(plan.uploads.map(\.entry.path) == [p("mine"), p("new")])
         #expect(plan.deletions.isEmpty, "added-there is theirs: kept, not deleted")
         #expect(plan.manifest.map { "\($0.path):\($0.sha256 == h1 ? 1 : 2)" } == ["added-there:2", "mine:2", "new:1", "theirs:2"])
@@ -146,7 +131,7 @@ struct PushPlanTests {
     @Test func theObjectsLayoutSendsEachContentItDoesNotStoreOnce() {
         let remote = published([entry("a", h1), entry("b", h2)])
         let local = [entry("moved/b", h2), entry("c", h3), entry("d", h3)]
-        let tree = PushPlanner.plan(local: local, remote: remote, rules: deleteAll, now: epoch)
+        let tree = PushPlanner.plan(local: local, remote: remote, rules: deleteAll)
         let plan = PushPlanner.storing(tree, local: Set(local.map(\.path)), stored: [h1, h2], changesLayout: false)
         #expect(plan.uploads.map(\.entry.path) == [p("c")], "h3 once, h2 is stored: \(plan.uploads.map(\.entry.path))")
         #expect(plan.alreadyStored == 2, "moved/b and d only change the manifest")
@@ -154,7 +139,7 @@ struct PushPlanTests {
         #expect(plan.manifest.map(\.path) == [p("c"), p("d"), p("moved/b")])
 
         // Nothing changed but the layout: every content not stored goes, and a manifest must.
-        let same = PushPlanner.plan(local: [entry("a", h1)], remote: published([entry("a", h1)]), rules: deleteAll, now: epoch)
+        let same = PushPlanner.plan(local: [entry("a", h1)], remote: published([entry("a", h1)]), rules: deleteAll)
         #expect(same.isEmpty)
         let switching = PushPlanner.storing(same, local: [p("a")], stored: [], changesLayout: true)
         #expect(switching.uploads.map(\.entry.path) == [p("a")] && !switching.isEmpty)

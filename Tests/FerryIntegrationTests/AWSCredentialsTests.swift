@@ -34,9 +34,13 @@ struct AWSCredentialsTests {
         #expect(refusal(json(#"{"Code": "AssumeRoleUnauthorizedAccess", "AccessKeyId": "A"}"#, instance: true))
                 == "says Code 'AssumeRoleUnauthorizedAccess', not Success")
         let cases: [(String, String)] = [
-            ("<html>not json</html>", "is not one JSON object"),
-            (#"[{"AccessKeyId": "A"}]"#, "is not one JSON object"),
-            (#"{"AccessKeyId": "A", "SecretAccessKey": "s"} trailing"#, "is not one JSON object"),
+            ("<html>not json</html>", "is not one JSON object as RFC 8259 writes it: unexpected character '<' (line 1, column 1)"),
+            (#"[{"AccessKeyId": "A"}]"#, "is not one JSON object as RFC 8259 writes it: expected one JSON object (line 1, column 1)"),
+            (#"{"AccessKeyId": "A", "SecretAccessKey": "s"} trailing"#,
+             "is not one JSON object as RFC 8259 writes it: unexpected data after the end of the document (line 1, column 46)"),
+            // Which key would count depends on the reader: none does.
+            (#"{"AccessKeyId": "A", "AccessKeyId": "B", "SecretAccessKey": "s", "Expiration": "2026-01-02T03:04:05Z"}"#,
+             "is not one JSON object as RFC 8259 writes it: member \"AccessKeyId\" is given twice in one object (JSON readers disagree on which one counts) (line 1, column 22)"),
             (#"{"SecretAccessKey": "s", "Expiration": "2026-01-02T03:04:05Z"}"#, "has no AccessKeyId"),
             (#"{"AccessKeyId": "A", "Expiration": "2026-01-02T03:04:05Z"}"#, "has no SecretAccessKey"),
             (#"{"AccessKeyId": "A", "SecretAccessKey": "s"}"#, "has no Expiration"),

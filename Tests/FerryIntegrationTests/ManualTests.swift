@@ -148,6 +148,7 @@ struct ManualTests {
             remote = s3://bucket/x/
             local = /srv/p
             discretionary = yes
+            trusted-keys = ed25519:11qYAYKxCrfVS/7TyWQHOg7hcvPapiMlrwIaaPcHURo=
             [session q]
             direction = push
             remote = s3://bucket/y/

@@ -85,7 +85,7 @@ struct EventsCommand: Command {
             Console.json(text)
             return
         }
-        guard let fields = line.withUnsafeBufferPointer({ JSONReader.flatObject($0) }) else { return }
+        guard let fields = try? line.withUnsafeBufferPointer({ (p) throws(JSONReader.Failure) in try JSONReader.flatObject(p) }) else { return }
         Console.out(EventsCommand.human(fields))
     }
 

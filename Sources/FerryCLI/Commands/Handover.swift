@@ -37,7 +37,7 @@ enum Handover {
                                          hint: "ferry status shows where the sessions stand; the agent, or the next run, resumes them"))
                 return Outcome(exitCode: .incomplete, leftOver: leftOver)
             case .line(let line):
-                guard let f = JSONReader.flatFields(line) else { continue }
+                guard let f = try? JSONReader.flatFields(line) else { continue }
                 switch f["event"] {
                 case "handover":
                     let unknown = Set((f["unknown"] ?? "").split(separator: ",").map(String.init))

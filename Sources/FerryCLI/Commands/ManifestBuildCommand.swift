@@ -6,7 +6,7 @@ import FerryRuntime
 struct ManifestBuildCommand: Command {
     static let words = ["manifest", "build"]
     static let summary = "Write the manifest (path, size, SHA-256, mtime, mode of every file) for a directory."
-    static let usage = "manifest build DIR [--output F] [--version N [--allow-rollback]] [--sign KEY] [--expires D] [--format 1|2] [--grace D] [--sha256sums] [--exclude PATTERN]... [--json] [--quiet|-q]"
+    static let usage = "manifest build DIR [--output F] [--version N [--allow-rollback]] [--sign KEY] [--expires D|never] [--format 1|2] [--grace D] [--sha256sums] [--exclude PATTERN]... [--json] [--quiet|-q]"
     static let details = """
         The manifest goes to DIR/manifest.json unless --output says otherwise; it never lists itself,
         .ferry/ or anything but regular files. Without --version, the version is one more than the
@@ -17,7 +17,10 @@ struct ManifestBuildCommand: Command {
         session at it with a file:// remote. --sign KEY signs it with an Ed25519 key (ferry key
         generate makes one); mirrors whose session lists the key's public half in trusted-keys then
         take only manifests that key signed. --expires D (like 7d) makes it expire D from now: a
-        mirror refuses it after that, so an old manifest cannot be replayed forever.
+        mirror refuses it after that, so an old manifest cannot be replayed forever, and a server
+        stuck on one is noticed. A signed manifest expires in 7d unless --expires says otherwise
+        (--expires never: no expiry, which mirrors with trusted-keys refuse unless their session
+        sets require-expiry = no); build it again before then.
 
         Format 2 (the default) writes a small root to the output path and the file list as
         immutable objects named by their SHA-256 under .ferry/meta/ beside it: a mirror fetches
@@ -34,7 +37,7 @@ struct ManifestBuildCommand: Command {
                           OptionSpec("--version", value: "N", "the manifest's version (default: previous + 1, at least the Unix time)"),
                           OptionSpec("--allow-rollback", "write a --version lower than the existing manifest's"),
                           OptionSpec("--sign", value: "KEY", "sign it with this Ed25519 private key (PEM)"),
-                          OptionSpec("--expires", value: "D", "make it expire D from now (90m, 12h, 7d)"),
+                          OptionSpec("--expires", value: "D|never", "make it expire D from now (90m, 12h, 7d; with --sign the default is 7d)"),
                           OptionSpec("--format", value: "1|2", "2: a root and metadata objects under .ferry/meta/ (default); 1: one flat file"),
                           OptionSpec("--grace", value: "D", "format 2: keep objects no root names for D before removing them (default 1d)"),
                           OptionSpec("--sha256sums", "also write SHA256SUMS beside the manifest (coreutils sha256sum format, paths relative to DIR)"),
@@ -70,12 +73,17 @@ struct ManifestBuildCommand: Command {
         }
         sign = arguments.value("--sign")
         if let text = arguments.value("--expires") {
-            guard let d = Units.parseDuration(text), d >= 60 else {
-                throw .usage("ferry manifest build: --expires wants a duration of at least a minute, like 12h or 7d; got '\(text)'")
+            if text.lowercased() == "never" {
+                expires = nil
+            } else {
+                guard let d = Units.parseDuration(text), d >= 60 else {
+                    throw .usage("ferry manifest build: --expires wants a duration of at least a minute, like 12h or 7d (or never); got '\(text)'")
+                }
+                expires = d
             }
-            expires = d
         } else {
-            expires = nil
+            // A signed manifest's word stops counting after a while unless the publisher says otherwise.
+            expires = sign == nil ? nil : ManifestEnvelope.defaultLifetime
         }
         switch arguments.value("--format") {
         case nil, "2": format = 2

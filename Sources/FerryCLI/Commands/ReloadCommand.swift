@@ -49,7 +49,7 @@ struct ReloadCommand: Command {
             case .closed:
                 throw .usage("the agent closed the link without answering the reload", hint: "journalctl -u ferry (or the agent's output) says why")
             case .line(let line):
-                guard let f = JSONReader.flatFields(line) else { continue }
+                guard let f = try? JSONReader.flatFields(line) else { continue }
                 if json, let text = String(validating: line, as: UTF8.self) { Console.json(text) }
                 switch f["event"] {
                 case "reloaded":

@@ -49,7 +49,8 @@ public struct GenerationFile: Sendable, Equatable {
 public struct Event: Sendable {
     public enum Body: Sendable {
         case syncStarted(direction: Direction, dryRun: Bool)
-        /// `signedBy`: the key whose signature verified (`ed25519:BASE64`), nil when unsigned.
+        /// `signedBy`: the key the manifest was taken on (`Manifest.signer(trusting:)`, `ed25519:BASE64`),
+        /// nil when unsigned.
         /// `metadataBytes`: what this fetch brought over the network (the manifest, and the
         /// metadata objects of a format-2 tree that were not cached); 0 for an unchanged one.
         case manifestFetched(url: String, version: Int64?, files: Int, unchanged: Bool, signedBy: String? = nil, metadataBytes: Int64 = 0,

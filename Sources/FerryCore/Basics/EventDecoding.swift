@@ -6,8 +6,9 @@ extension Event {
     public init?(fields f: [String: String]) {
         guard let timeText = f["time"], let time = Timestamp(rfc3339: timeText), let session = f["session"], let name = f["event"] else { return nil }
         func text(_ k: String) -> String? { f[k] }
-        func int(_ k: String) -> Int? { f[k].flatMap { Int($0) } }
-        func int64(_ k: String) -> Int64? { f[k].flatMap { Int64($0) } }
+        // Every whole number an event carries is a count, a size, an offset or a version.
+        func int64(_ k: String) -> Int64? { f[k].flatMap(JSONReader.count) }
+        func int(_ k: String) -> Int? { int64(k).map { Int($0) } }
         func double(_ k: String) -> Double? { f[k].flatMap { Double($0) } }
         func bool(_ k: String) -> Bool? { f[k].map { $0 == "true" } }
         func path(_ k: String = "path") -> RelativePath? { f[k].map { RelativePath(trusted: $0) } }

@@ -265,9 +265,13 @@ public struct SessionConfig: Sendable, Equatable {
     public var uploadPartSize: Int64 = 16 << 20
     /// Pull: accept only manifests signed by one of these keys (empty: signatures are informational).
     public var trustedKeys: [PublicKey] = []
+    /// Pull, with `trusted-keys`: a manifest without `expires` is refused (a server frozen on one
+    /// signed manifest would otherwise go unnoticed for ever).
+    public var requireExpiry = true
     /// Push: the Ed25519 private key (PEM file) that signs what is published.
     public var signKey: String?
-    /// Push: how long a published manifest stays valid (its `expires`), in seconds.
+    /// Push: how long a published manifest stays valid (its `expires`), in seconds; with `sign-key`
+    /// `ManifestEnvelope.defaultLifetime` unless `expires = never`.
     public var expires: Double?
     /// Push: how long objects (metadata, and content with `remote-layout = objects`) that no
     /// published manifest names any more stay on the remote, at least.

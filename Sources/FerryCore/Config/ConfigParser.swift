@@ -15,13 +15,13 @@ public enum ConfigParser {
         "discretionary", "window", "require-ac-power", "require-unmetered", "max-load", "min-free-space", "bwlimit", "priority",
         "conflict", "verify-uploads",
         "s3-endpoint", "s3-region", "s3-path-style", "s3-credentials", "s3-profile", "upload-part-size",
-        "trusted-keys", "sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions",
+        "trusted-keys", "require-expiry", "sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions",
         "layout", "keep-generations", "exclude", "include",
     ]
     /// Keys about what a push publishes.
     static let pushKeys = ["verify-uploads", "sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions"]
     /// Keys about how a pull keeps its mirror.
-    static let pullKeys = ["layout", "keep-generations"]
+    static let pullKeys = ["layout", "keep-generations", "require-expiry"]
     /// Keys whose value is a command line, split into words by `HookCommand` (quotes and all).
     static let hookKeys: Set<String> = ["on-file-done", "on-session-done"]
     /// Keys whose value is a path on this machine.
@@ -268,8 +268,10 @@ public enum ConfigParser {
                         }
                         if !session.trustedKeys.contains(key) { session.trustedKeys.append(key) }
                     }
+                case "require-expiry": session.requireExpiry = try bool(line, fail)
                 case "sign-key": session.signKey = resolve(line.value, against: baseDirectory)
-                case "expires": session.expires = try duration(line, minimum: 60, fail)
+                case "expires":
+                    session.expires = line.value.lowercased() == "never" ? nil : try duration(line, minimum: 60, fail)
                 // `metadata-grace`: its name before content objects (remote-layout = objects) shared it.
                 case "object-grace", "metadata-grace": session.objectGrace = try duration(line, minimum: 0, fail)
                 case "remote-layout":
@@ -328,6 +330,14 @@ public enum ConfigParser {
                 default: break
                 }
                 session.discretion = d
+            }
+            if session.signKey != nil && find("expires") == nil {
+                // What a signed manifest says stops counting after a while, unless told otherwise.
+                session.expires = ManifestEnvelope.defaultLifetime
+            }
+            if session.trustedKeys.isEmpty, session.direction == .pull, let line = find("require-expiry") {
+                throw fail(line, "applies to a session with trusted-keys: only a signed manifest's expiry can be relied on",
+                           hint: "remove this line, or add trusted-keys")
             }
             if session.direction == .push, let line = find("trusted-keys") {
                 throw fail(line, "applies to a pull session: it says whose manifests a mirror takes",

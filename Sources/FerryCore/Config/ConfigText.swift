@@ -106,6 +106,7 @@ public enum ConfigText {
                 case "s3-profile": line(key, s.s3.profile, unset: s.s3.credentials == nil ? "AWS_PROFILE, else default" : "default")
                 case "upload-part-size": line(key, size(s.uploadPartSize))
                 case "trusted-keys": line(key, s.trustedKeys.isEmpty ? nil : s.trustedKeys.map(\.description).joined(separator: " "), unset: "signatures are not required")
+                case "require-expiry": line(key, yes(s.requireExpiry))
                 case "sign-key": line(key, s.signKey, unset: "unsigned")
                 case "expires": line(key, s.expires.map(duration), unset: "never")
                 case "object-grace": line(key, duration(s.objectGrace))
@@ -128,6 +129,7 @@ public enum ConfigText {
         if ConfigParser.s3Keys.contains(key) { return s.remote.scheme == .s3 }
         if key == "upload-part-size" || key == "conflict" { return s.direction == .push }
         if ConfigParser.pushKeys.contains(key) { return s.direction == .push }
+        if key == "require-expiry" { return s.direction == .pull && !s.trustedKeys.isEmpty }
         if ConfigParser.pullKeys.contains(key) || key == "trusted-keys" { return s.direction == .pull }
         if ConfigParser.discretionKeys.contains(key) { return s.discretion != nil }
         if ["ca-file", "basic-auth-file", "bearer-token-file"].contains(key) { return s.remote.scheme == .http || s.remote.scheme == .https }

@@ -1,9 +1,12 @@
 /// A pull reader over JSON bytes: the caller walks the document it expects, key by key, without
 /// building a tree. It keeps a million-entry manifest cheap in time and memory, and lets errors say
-/// exactly where the document went wrong (line and column). It accepts only RFC 8259 JSON.
+/// exactly where the document went wrong (line and column). It accepts only RFC 8259 JSON, and
+/// of it only what every reader agrees on: a member name given twice in one object is refused
+/// (readers differ on which one counts, so what ferry checked and what another tool sees could
+/// differ), and numbers follow the grammar exactly (no `01`, `+1`, `.5`, `1.`).
 public struct JSONReader: ~Copyable {
     public struct Failure: Error, Sendable {
-        public let message: String
+        public var message: String
         public let line: Int
         public let column: Int
         /// False for a well-formed document whose content the caller refused (`problem(_:)`):
@@ -79,10 +82,16 @@ public struct JSONReader: ~Copyable {
             depth -= 1
             return
         }
+        var names = MemberNames()
         while true {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw failure("expected a member name in quotes") }
+            let keyStart = index
             let key = try readString()
+            guard names.insert(key) else {
+                index = keyStart
+                throw problem("member \(Printable.quoted(key)) is given twice in one object (JSON readers disagree on which one counts)")
+            }
             try expect(UInt8(ascii: ":"), "':' after a member name")
             try body(&self, key)
             skipWhitespace()
@@ -194,28 +203,69 @@ public struct JSONReader: ~Copyable {
         return v
     }
 
-    /// A whole number that fits in Int64 (no fraction, no exponent).
-    public mutating func readInteger() throws(Failure) -> Int64 {
+    /// A whole number of 0 or more that fits in Int64, for a size, a version or a count (ferry reads
+    /// no other integers); `what` names it in errors (`"version"`, `files[3].size`). A minus sign
+    /// is refused, `-0` too: RFC 8259 allows it, but no writer of a count puts it there, and readers
+    /// disagree on what it is.
+    public mutating func readCount(_ what: String) throws(Failure) -> Int64 {
         skipWhitespace()
         let start = index
-        var negative = false
-        if index < bytes.count && bytes[index] == UInt8(ascii: "-") { negative = true; index += 1 }
-        var value: Int64 = 0
-        var digits = 0
-        while index < bytes.count, bytes[index] >= 48, bytes[index] <= 57 {
-            let (m, o1) = value.multipliedReportingOverflow(by: 10)
-            let (a, o2) = m.addingReportingOverflow(Int64(bytes[index] - 48))
-            if o1 || o2 { index = start; throw failure("number is too large") }
-            value = a
-            digits += 1
-            index += 1
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "-") || (bytes[index] >= 48 && bytes[index] <= 57) else {
+            throw failure("\(what): expected a whole number, found " + (index < bytes.count ? "'\(printable(bytes[index]))'" : "the end of the document"))
         }
-        guard digits > 0 else { index = start; throw failure("expected a whole number") }
-        if index < bytes.count, bytes[index] == UInt8(ascii: ".") || bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+        let integral: Bool
+        do { integral = try scanNumber() } catch { throw failure("\(what): \(error.message)", at: error) }
+        guard integral else { index = start; throw failure("\(what): expected a whole number, found a fraction or exponent") }
+        if bytes[start] == UInt8(ascii: "-") {
+            let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
             index = start
-            throw failure("expected a whole number, found a fraction or exponent")
+            throw problem("\(what) must be 0 or more, found \(text.prefix(24))")
         }
-        return negative ? -value : value
+        var value: Int64 = 0
+        for i in start..<index {
+            let (m, o1) = value.multipliedReportingOverflow(by: 10)
+            let (a, o2) = m.addingReportingOverflow(Int64(bytes[i] - 48))
+            if o1 || o2 { index = start; throw failure("\(what): number is too large") }
+            value = a
+        }
+        return value
+    }
+
+    /// Moves past one number as RFC 8259 §6 writes it, `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`,
+    /// and says whether it was whole (no fraction, no exponent). The error stands where the grammar
+    /// broke (`01`, `-`, `1.`, `1e+`); what follows a number is the caller's to check.
+    private mutating func scanNumber() throws(Failure) -> Bool {
+        func isDigit(_ i: Int) -> Bool { i < bytes.count && bytes[i] >= 48 && bytes[i] <= 57 }
+        if index < bytes.count && bytes[index] == UInt8(ascii: "-") { index += 1 }
+        guard isDigit(index) else { throw failure("a number needs a digit after '-'") }
+        if bytes[index] == UInt8(ascii: "0") {
+            index += 1
+            if isDigit(index) { throw failure("a number must not start with 0 followed by more digits (a leading zero)") }
+        } else {
+            while isDigit(index) { index += 1 }
+        }
+        var integral = true
+        if index < bytes.count && bytes[index] == UInt8(ascii: ".") {
+            index += 1
+            guard isDigit(index) else { throw failure("a number needs a digit after its decimal point") }
+            while isDigit(index) { index += 1 }
+            integral = false
+        }
+        if index < bytes.count && (bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E")) {
+            index += 1
+            if index < bytes.count && (bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-")) { index += 1 }
+            guard isDigit(index) else { throw failure("a number needs a digit in its exponent") }
+            while isDigit(index) { index += 1 }
+            integral = false
+        }
+        return integral
+    }
+
+    /// `failure` with the message given and the place of `at`.
+    private func failure(_ message: String, at: Failure) -> Failure {
+        var f = at
+        f.message = message
+        return f
     }
 
     public mutating func readBool() throws(Failure) -> Bool {
@@ -244,13 +294,7 @@ public struct JSONReader: ~Copyable {
         case .null:
             guard matchLiteral("null") else { throw failure("expected null") }
         case .number:
-            let start = index
-            if bytes[index] == UInt8(ascii: "-") { index += 1 }
-            while index < bytes.count, (bytes[index] >= 48 && bytes[index] <= 57) || bytes[index] == UInt8(ascii: ".")
-                || bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") || bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") {
-                index += 1
-            }
-            if index == start { throw failure("bad number") }
+            _ = try scanNumber()
         }
     }
 
@@ -270,27 +314,32 @@ public struct JSONReader: ~Copyable {
     }
 
     /// The members of a one-level object, in order, with scalar values as text (`readScalarText`);
-    /// nil when `bytes` is not one JSON object.
-    public static func flatObject(_ bytes: UnsafeBufferPointer<UInt8>) -> [(key: String, value: String?)]? {
+    /// throws where `bytes` stops being one JSON object.
+    public static func flatObject(_ bytes: UnsafeBufferPointer<UInt8>) throws(Failure) -> [(key: String, value: String?)] {
         var reader = JSONReader(bytes)
         var members: [(key: String, value: String?)] = []
-        do throws(Failure) {
-            guard try reader.peekKind() == .object else { return nil }
-            try reader.readObject { (r: inout JSONReader, key: String) throws(Failure) in members.append((key, try r.readScalarText())) }
-            try reader.expectEnd()
-        } catch {
-            return nil
-        }
+        guard try reader.peekKind() == .object else { throw reader.failure("expected one JSON object") }
+        try reader.readObject { (r: inout JSONReader, key: String) throws(Failure) in members.append((key, try r.readScalarText())) }
+        try reader.expectEnd()
         return members
     }
 
-    /// The scalar members of a one-level object by key (nulls, objects and arrays left out); nil
-    /// when `bytes` is not one JSON object. For lines whose order does not matter.
-    public static func flatFields(_ bytes: [UInt8]) -> [String: String]? {
-        guard let members = bytes.withUnsafeBufferPointer({ flatObject($0) }) else { return nil }
+    /// The scalar members of a one-level object by key (nulls, objects and arrays left out); throws
+    /// where `bytes` stops being one JSON object. For lines whose order does not matter.
+    public static func flatFields(_ bytes: [UInt8]) throws(Failure) -> [String: String] {
+        let members = try bytes.withUnsafeBufferPointer { (p) throws(Failure) in try flatObject(p) }
         var fields: [String: String] = [:]
         for (key, value) in members { if let value { fields[key] = value } }
         return fields
+    }
+
+    /// A count as `readScalarText` gives it back (a line read flat, like an event): digits as RFC
+    /// 8259 writes a number of 0 or more (no sign, no leading zero, no fraction); nil otherwise.
+    public static func count(_ text: String) -> Int64? {
+        let digits = Array(text.utf8)
+        guard !digits.isEmpty, digits.count == 1 || digits[0] != UInt8(ascii: "0"),
+              digits.allSatisfy({ $0 >= 48 && $0 <= 57 }) else { return nil }
+        return Int64(text)
     }
 
     /// Where the next value starts (after whitespace): with `offset` after reading it, the exact
@@ -311,6 +360,28 @@ public struct JSONReader: ~Copyable {
 
     private func printable(_ b: UInt8) -> String {
         (b >= 0x20 && b < 0x7F) ? String(Character(Unicode.Scalar(b))) : "0x" + String(b, radix: 16)
+    }
+}
+
+/// The member names of one object read so far. Compared as their UTF-8 bytes, as RFC 8259
+/// compares names: Swift's `==` would call `"\u00e9"` and `"e\u0301"` one name. A few are searched
+/// in a list (an entry has five); past 16, in a set, so an object of many members costs no more
+/// than its size.
+private struct MemberNames {
+    private var few: [String] = []
+    private var many: Set<[UInt8]> = []
+
+    /// False when `name` was given before.
+    mutating func insert(_ name: String) -> Bool {
+        guard many.isEmpty else { return many.insert(Array(name.utf8)).inserted }
+        if few.contains(where: { $0.utf8.elementsEqual(name.utf8) }) { return false }
+        if few.isEmpty { few.reserveCapacity(8) }
+        few.append(name)
+        if few.count > 16 {
+            many = Set(few.map { Array($0.utf8) })
+            few = []
+        }
+        return true
     }
 }
 

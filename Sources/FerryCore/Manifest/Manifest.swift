@@ -52,8 +52,13 @@ public struct Manifest: Sendable {
         return whole
     }
 
-    /// The key of the first signature that verified, if any.
-    public var signer: PublicKey? { signatures.first { $0.check == .valid }?.key }
+    /// The key shown as the manifest's signer (status, events, `ferry ls`): with `trusted` keys,
+    /// the first of them whose signature verified, the one a session took the manifest on (an
+    /// envelope may carry valid signatures by keys nobody trusts, in any order); without, the
+    /// first signature that verified, which vouches for nothing (signatures are informational).
+    public func signer(trusting trusted: [PublicKey]) -> PublicKey? {
+        signatures.first { $0.check == .valid && (trusted.isEmpty || trusted.contains($0.key)) }?.key
+    }
 
     /// Sorts `entries` when they are not in path order; they must not list a path twice.
     public init(format: Format, version: Int64?, generated: Timestamp?, expires: Timestamp?, entries: [ManifestEntry],
@@ -184,8 +189,7 @@ public struct Manifest: Sendable {
             case "format":
                 format = try r.readString()
             case "version":
-                let v = try r.readInteger()
-                if v < 0 { throw r.problem("\"version\" must be 0 or more") }
+                let v = try r.readCount("\"version\"")
                 if v > Manifest.maximumVersion { throw r.problem("\"version\" \(v) is larger than \(Manifest.maximumVersion) (2^53 − 1), the largest a manifest may carry") }
                 version = v
             case "generated", "expires":
@@ -203,8 +207,8 @@ public struct Manifest: Sendable {
                 try r.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
                     switch key {
                     case "sha256": sha = try r.readString()
-                    case "level": level = try r.readInteger()
-                    case "files": files = try r.readInteger()
+                    case "level": level = try r.readCount("\"tree\".level")
+                    case "files": files = try r.readCount("\"tree\".files")
                     default: try r.skipValue()
                     }
                 }
@@ -212,7 +216,7 @@ public struct Manifest: Sendable {
                 guard let level, (0...Int64(ManifestTree.maximumLevel)).contains(level) else {
                     throw r.problem("\"tree\".level must be 0 to \(ManifestTree.maximumLevel)")
                 }
-                guard let files, files >= 0, files <= Int64(Int32.max) else { throw r.problem("\"tree\".files must be a count of files") }
+                guard let files, files <= Int64(Int32.max) else { throw r.problem("\"tree\".files must be a count of files") }
                 tree = ManifestTree.Reference(sha256: digest, level: Int(level), files: Int(files))
             case "files":
                 sawFiles = true
@@ -230,8 +234,7 @@ public struct Manifest: Sendable {
                 switch key {
                 case "path": path = try r.readString()
                 case "size":
-                    let s = try r.readInteger()
-                    if s < 0 { throw r.problem("files[\(i)].size is negative") }
+                    let s = try r.readCount("files[\(i)].size")
                     if s > Manifest.maximumFileSize { throw r.problem("files[\(i)].size is larger than 8 PiB") }
                     totalSize += s
                     if totalSize > Manifest.maximumTotalSize { throw r.problem("the sizes of files[0...\(i)] add up to more than 4 EiB") }

@@ -13,10 +13,13 @@ public struct ManifestAcceptance: Sendable {
     public var allowEmpty: Bool
     /// `trusted-keys`: when any, only a manifest with a valid signature by one of them is taken.
     public var trustedKeys: [PublicKey]
+    /// `require-expiry`: with `trusted-keys`, a manifest without `expires` is refused.
+    public var requireExpiry: Bool
 
     public init(session: String, now: Timestamp, appliedVersion: Int64?, localFiles: Int, allowRollback: Bool, allowEmpty: Bool,
-                trustedKeys: [PublicKey] = []) {
+                trustedKeys: [PublicKey] = [], requireExpiry: Bool = true) {
         self.trustedKeys = trustedKeys
+        self.requireExpiry = requireExpiry
         self.session = session
         self.now = now
         self.appliedVersion = appliedVersion
@@ -28,6 +31,10 @@ public struct ManifestAcceptance: Sendable {
     public func check(_ manifest: Manifest, source: String) throws(FerryError) {
         // Trust first: what an untrusted manifest says (its version, its expiry) means nothing.
         try checkSignature(manifest, source: source)
+        if !trustedKeys.isEmpty && requireExpiry && manifest.expires == nil {
+            throw .manifest("manifest \(source) carries no \"expires\", and session '\(session)' takes only signed manifests that do (a server stuck on one would otherwise go unnoticed): refused, nothing was changed",
+                            hint: "publish it with an expiry (ferry manifest build --sign KEY sets one of 7d unless --expires says otherwise; a push session with sign-key too, unless expires = never), or set require-expiry = no for session '\(session)'")
+        }
         if let expires = manifest.expires, expires < now {
             throw .manifest("manifest \(source) expired at \(expires.rfc3339): refused, nothing was changed",
                             hint: "the publisher must publish a fresh one (a push session re-issues it before it expires; ferry manifest build --expires D sets a new expiry)")
@@ -48,7 +55,7 @@ public struct ManifestAcceptance: Sendable {
         guard !trustedKeys.isEmpty else { return }
         let trusted = Set(trustedKeys)
         let keys = "'\(session)' trusts \(trustedKeys.map(\.description).joined(separator: ", "))"
-        if manifest.signatures.contains(where: { trusted.contains($0.key) && $0.check == .valid }) { return }
+        if manifest.signer(trusting: trustedKeys) != nil { return }
         if manifest.signatures.isEmpty {
             throw .manifest("manifest \(source) is not signed, and session \(keys): refused, nothing was changed",
                             hint: "sign it where it is published (ferry manifest build --sign KEY, or sign-key in the push session), or remove trusted-keys from session '\(session)'")

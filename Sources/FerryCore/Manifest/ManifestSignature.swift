@@ -54,6 +54,10 @@ public enum ManifestEnvelope {
     /// The most signatures one manifest may carry (each costs a verification): a publisher needs
     /// two while it rotates keys.
     public static let maximumSignatures = 8
+    /// How long a signed manifest stays valid when its publisher says nothing (`manifest build
+    /// --sign` without `--expires`, a push session with `sign-key` and no `expires`): a week, so a
+    /// server stuck on one manifest is noticed, and a push re-issues it twice in that time.
+    public static let defaultLifetime: Double = 7 * 86_400
 
     /// The envelope around `manifest` (a rendered manifest; trailing whitespace is not signed and
     /// is dropped) with its signatures, each made over `signedBytes(of: manifest)`.

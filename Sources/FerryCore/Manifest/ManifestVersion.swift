@@ -8,15 +8,22 @@ public enum ManifestVersion {
     /// The version after `previous` (nil: none yet) when none is asked for, for `manifest build` and
     /// push alike: one more, never less than the Unix time in seconds (so a wiped remote or a fresh
     /// checkout still goes above what mirrors applied), never above the largest a manifest may carry.
-    public static func following(_ previous: Int64?, now: Timestamp) -> Int64 {
-        let next = previous.map { $0 < Manifest.maximumVersion ? $0 + 1 : $0 } ?? 1
-        return min(Manifest.maximumVersion, max(next, now.seconds))
+    /// After the largest there is none: new content under the same version would let a mirror be
+    /// handed either manifest, the old one replayed included, so that is refused (`manifest` names
+    /// the manifest that holds `previous`).
+    public static func following(_ previous: Int64?, now: Timestamp, manifest: String) throws(FerryError) -> Int64 {
+        guard let previous else { return min(Manifest.maximumVersion, max(1, now.seconds)) }
+        guard previous < Manifest.maximumVersion else {
+            throw .manifest("\(manifest) has version \(previous), the largest a manifest may carry (2^53 − 1): no later version exists, and publishing new content under the same one would let mirrors be handed either; nothing was published",
+                            hint: "a version that high was given by hand (--version) or by someone else writing there; to go on, publish a lower version on purpose (ferry manifest build --version N --allow-rollback, or remove the remote's manifest before the push) and set allow-rollback = yes on each mirror until it took that version")
+        }
+        return min(Manifest.maximumVersion, max(previous + 1, now.seconds))
     }
 
     /// The version to write, and a warning to show with it.
     public static func next(previous: Int64?, explicit: Int64?, now: Timestamp, allowRollback: Bool,
                             output: String) throws(FerryError) -> (version: Int64, warning: String?) {
-        guard let explicit else { return (following(previous, now: now), nil) }
+        guard let explicit else { return (try following(previous, now: now, manifest: "the manifest already at \(Printable.name(output))"), nil) }
         guard explicit >= 0, explicit <= Manifest.maximumVersion else {
             throw .usage("ferry manifest build: --version \(explicit) is out of range (0 to \(Manifest.maximumVersion))")
         }

@@ -32,8 +32,6 @@ public struct PushPlan: Sendable {
     public var metadataChanges = 0
     /// The entries of the manifest to publish after every upload and removal succeeded, in path order.
     public var manifest: [ManifestEntry] = []
-    /// Its version: `ManifestVersion.following` the remote's.
-    public var version: Int64 = 1
     /// Files the remote keeps that the manifest no longer lists (`unlisting`): a manifest must go.
     public var unlisted = 0
     /// `remote-layout = objects`: files whose content the remote already stores (under another
@@ -68,7 +66,7 @@ public enum PushPlanner {
     /// `repairing`: paths the remote does not hold as published (changed there, `conflict =
     /// local-wins`): uploaded whatever the manifest says. `unlisting`: paths the remote keeps and
     /// the manifest no longer lists (a file edited on the remote, `conflict = remote-wins`).
-    public static func plan(local: [ManifestEntry], remote: Manifest?, rules: DeletionRules, now: Timestamp,
+    public static func plan(local: [ManifestEntry], remote: Manifest?, rules: DeletionRules,
                             keepingRemote: Set<RelativePath> = [], repairing: Set<RelativePath> = [],
                             unlisting: Set<RelativePath> = []) -> PushPlan {
         var plan = PushPlan()
@@ -119,7 +117,6 @@ public enum PushPlanner {
             plan.extrasKept = extras.count
         }
         plan.manifest = (local + kept + extrasKept).sorted { $0.path < $1.path }
-        plan.version = ManifestVersion.following(remote?.version, now: now)
         if !unlisting.isEmpty { plan.unlisted = unlisting.count }
         return plan
     }

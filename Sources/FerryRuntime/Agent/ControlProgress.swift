@@ -37,11 +37,6 @@ extension SyncProgress {
     public init?(controlLine line: [UInt8]) {
         var p = SyncProgress(session: "")
         var isProgress = false, active: [Active] = [], count = 0
-        func count64(_ r: inout JSONReader) throws(JSONReader.Failure) -> Int64 {
-            let v = try r.readInteger()
-            guard v >= 0 else { throw r.problem("a negative count") }
-            return v
-        }
         let ok = line.withUnsafeBufferPointer { bytes -> Bool in
             var reader = JSONReader(bytes)
             do throws(JSONReader.Failure) {
@@ -49,20 +44,20 @@ extension SyncProgress {
                     switch key {
                     case "event": isProgress = try r.readString() == "progress"
                     case "session": p.session = try r.readString()
-                    case "files_total": p.filesTotal = Int(clamping: try count64(&r))
-                    case "files_done": p.filesDone = Int(clamping: try count64(&r))
-                    case "files_failed": p.filesFailed = Int(clamping: try count64(&r))
-                    case "bytes_total": p.bytesTotal = try count64(&r)
-                    case "bytes_done": p.bytesDone = try count64(&r)
-                    case "active_count": count = Int(clamping: try count64(&r))
+                    case "files_total": p.filesTotal = Int(clamping: try r.readCount("files_total"))
+                    case "files_done": p.filesDone = Int(clamping: try r.readCount("files_done"))
+                    case "files_failed": p.filesFailed = Int(clamping: try r.readCount("files_failed"))
+                    case "bytes_total": p.bytesTotal = try r.readCount("bytes_total")
+                    case "bytes_done": p.bytesDone = try r.readCount("bytes_done")
+                    case "active_count": count = Int(clamping: try r.readCount("active_count"))
                     case "active":
                         try r.readArray { (r: inout JSONReader, _: Int) throws(JSONReader.Failure) in
                             var path: String?, done: Int64 = 0, size: Int64?
                             try r.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
                                 switch key {
                                 case "path": path = try r.readString()
-                                case "done": done = try count64(&r)
-                                case "size": size = try count64(&r)
+                                case "done": done = try r.readCount("done")
+                                case "size": size = try r.readCount("size")
                                 default: try r.skipValue()
                                 }
                             }

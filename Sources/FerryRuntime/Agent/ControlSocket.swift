@@ -140,7 +140,7 @@ public final class ControlServer: @unchecked Sendable {
             return
         }
         guard let line,
-              let request = JSONReader.flatFields(line).flatMap(ControlRequest.init(fields:)) else {
+              let request = (try? JSONReader.flatFields(line)).flatMap(ControlRequest.init(fields:)) else {
             connection.send("{\"event\":\"handover-refused\",\"message\":\"not a request ferry understands\"}")
             connection.finish()
             return

@@ -70,14 +70,15 @@ final class PullSync: SessionWork {
             try manifests.commit(staged: accepted)
             staged = nil
             try store.saveManifest(session: session.name, url: url, etag: fetched.etag, lastModified: fetched.lastModified, version: manifest.version,
-                                  files: manifest.entries.count, signer: manifest.signer, expires: manifest.expires)
+                                  files: manifest.entries.count, signer: manifest.signer(trusting: session.trustedKeys), expires: manifest.expires)
         }
         // The objects of the tree taken stay cached; those of trees before it go when the run
         // ends, whichever way it ends (not before: the objects just fetched are being written into
         // the cache meanwhile, on a thread of their own).
         defer { if !options.dryRun { fetched.objects.sweep(keeping: fetched.names) } }
         emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: !fetched.changed,
-                              signedBy: manifest.signer?.description, metadataBytes: fetched.metadataBytes, redirectedTo: fetched.redirectedTo))
+                              signedBy: manifest.signer(trusting: session.trustedKeys)?.description, metadataBytes: fetched.metadataBytes,
+                              redirectedTo: fetched.redirectedTo))
 
         // Plan with the hashes the cache vouches for; files it cannot vouch for are hashed, join
         // the cache, and the plan is made again (a hash counts only while it is valid for the
@@ -537,14 +538,16 @@ final class PullSync: SessionWork {
         ManifestAcceptance(session: session.name, now: Timestamp.now(),
                            appliedVersion: record?.manifestURL == session.manifestURL ? record?.manifestVersion : nil,
                            localFiles: localFiles, allowRollback: session.allowRollback, allowEmpty: session.allowEmpty,
-                           trustedKeys: session.trustedKeys)
+                           trustedKeys: session.trustedKeys, requireExpiry: session.requireExpiry)
     }
 
     /// Whether the manifest last taken (as the state records it) would still be taken as it is:
-    /// signed by a key `trusted-keys` still lists (when it lists any), and not expired.
+    /// signed by a key `trusted-keys` still lists (when it lists any), with an expiry when the
+    /// session requires one, and not expired.
     private func stillTrusted(_ record: SessionRecord?) -> Bool {
         if let expires = record?.manifestExpires, expires < Timestamp.now() { return false }
         guard !session.trustedKeys.isEmpty else { return true }
+        if session.requireExpiry && record?.manifestExpires == nil { return false }
         return record?.manifestSigner.map(session.trustedKeys.contains) ?? false
     }
 

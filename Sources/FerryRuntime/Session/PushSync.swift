@@ -154,12 +154,17 @@ final class PushSync: SessionWork {
         _ = try store.pruneTasks(session: session.name, keeping: { present.contains($0) })
         try store.settleTasks(session: session.name, transferring: Set(plan.uploads.map(\.entry.path)))
         if plan.isEmpty && unlisting.isEmpty {
-            guard let reissue else {
+            guard reissue != nil else {
                 // Nothing to publish; objects whose time is up still go.
                 collectContent(publishing: nil, placed: [], previous: published, writer: writer, store: store)
                 return
             }
-            emit(.warning(message: "nothing changed, but the published manifest \(reissue): publishing version \(plan.version)"))
+        }
+        // Numbered before anything is sent: past the largest version nothing can be published,
+        // so nothing is uploaded for it either.
+        let version = try ManifestVersion.following(published?.version, now: Timestamp.now(), manifest: "the remote's manifest \(session.manifestURL)")
+        if plan.isEmpty && unlisting.isEmpty, let reissue {
+            emit(.warning(message: "nothing changed, but the published manifest \(reissue): publishing version \(version)"))
         }
 
         let gate = DiscretionGate(session: session, agent: agent)
@@ -260,12 +265,12 @@ final class PushSync: SessionWork {
             plan.manifest = entries
             if !lost.isEmpty {
                 result.exitCode = .someFilesFailed
-                result.message = "\(Plural.count(lost.count, "file")) the remote lists could not be stored as objects (\(Printable.name(lost[0].string)) and others): version \(plan.version) was not published, so readers keep version \(published?.version.map(String.init) ?? "none")"
+                result.message = "\(Plural.count(lost.count, "file")) the remote lists could not be stored as objects (\(Printable.name(lost[0].string)) and others): version \(version) was not published, so readers keep version \(published?.version.map(String.init) ?? "none")"
                 result.hint = "the next run sends them again; see the errors above for why they failed"
                 return
             }
         }
-        let (text, expires, tree) = try Manifests.publishable(version: plan.version, entries: plan.manifest, lifetime: session.expires, key: signingKey,
+        let (text, expires, tree) = try Manifests.publishable(version: version, entries: plan.manifest, lifetime: session.expires, key: signingKey,
                                                               layout: layout)
         // Format 2: the objects of the tree go first, those the remote does not hold yet (the
         // cache holds what this session placed there); the root that names them goes last.
@@ -284,13 +289,13 @@ final class PushSync: SessionWork {
         var written = false
         let changed = writer.writesConditionally ? false : try changedSinceRead(remote)
         if !changed {
-            written = try publish(text, version: plan.version, files: plan.manifest.count, signer: signingKey?.publicKey, expires: expires,
+            written = try publish(text, version: version, files: plan.manifest.count, signer: signingKey?.publicKey, expires: expires,
                                   writer: writer, remote: remote, store: store)
         }
         if !written {
             result.failed += 1
             result.exitCode = .someFilesFailed
-            result.message = "the remote's manifest changed while this run uploaded (another writer?): version \(plan.version) was not published"
+            result.message = "the remote's manifest changed while this run uploaded (another writer?): version \(version) was not published"
             result.hint = "the next run compares the remote with what this session last published and applies conflict = \(session.conflict.rawValue)"
             emit(.warning(message: result.message!))
             return
@@ -305,14 +310,14 @@ final class PushSync: SessionWork {
         if layout == .objects, let published, published.layout == .tree, !published.entries.isEmpty {
             removeTreeFiles(of: published, writer: writer, store: store)
         }
-        emit(.manifestBuilt(output: session.manifestURL, version: plan.version, files: plan.manifest.count,
+        emit(.manifestBuilt(output: session.manifestURL, version: version, files: plan.manifest.count,
                             bytes: plan.manifest.reduce(0) { $0 + ($1.size ?? 0) }, signedBy: signingKey?.publicKey.description))
         let outcome = RunOutcome(failed: result.failed, deletionsRefused: plan.refusedDeletions != nil)
         result.exitCode = outcome.exitCode
         var reasons: [String] = []
         let failedFiles = transfers.failed + blocked.count + scan.unreadable.count
         if failedFiles > 0 {
-            reasons.append("\(Plural.count(failedFiles, "file")) failed; version \(plan.version) lists what the remote holds at their paths, and the next run tries them again")
+            reasons.append("\(Plural.count(failedFiles, "file")) failed; version \(version) lists what the remote holds at their paths, and the next run tries them again")
         }
         if deletionsFailed > 0 { reasons.append("\(Plural.count(deletionsFailed, "deletion")) on the remote failed") }
         if let refusal = result.message { reasons.append(refusal) }
@@ -420,7 +425,7 @@ final class PushSync: SessionWork {
         let unlisting = filter.isEmpty ? unlisting
             : unlisting.union((published?.entries ?? []).lazy.filter { !filter.admits($0.path) }.map(\.path))
         var plan = PushPlanner.plan(local: scan.entries, remote: published, rules: DeletionRules(delete: session.delete, cap: session.maxDelete),
-                                    now: Timestamp.now(), keepingRemote: keeping, repairing: repairing, unlisting: unlisting)
+                                    keepingRemote: keeping, repairing: repairing, unlisting: unlisting)
         if layout == .objects {
             plan = PushPlanner.storing(plan, local: Set(scan.entries.map(\.path)), stored: stored, changesLayout: changesLayout)
         } else {
@@ -735,7 +740,7 @@ final class PushSync: SessionWork {
                 if pending == bytes, let mine = try? manifests.read(bytes, source: url, objects: objects).manifest {
                     // This session published it; the answer was lost (a reset, kill -9).
                     emit(.warning(message: "the remote holds version \(mine.version.map(String.init) ?? "?") that an earlier run published without learning it had: taken as published"))
-                    try remember(published: bytes, version: mine.version, files: mine.entries.count, signer: mine.signer, expires: mine.expires,
+                    try remember(published: bytes, version: mine.version, files: mine.entries.count, signer: mine.signer(trusting: signingKey.map { [$0.publicKey] } ?? []), expires: mine.expires,
                                  remote: remote, store: store)
                     return (mine, [], mine.version)
                 }

@@ -27,8 +27,9 @@ public struct RemoteListing: Sendable {
         let root = try Manifests.parse(bytes, source: url)
         // The rules a pull applies before it reads a format-2 tree: trust and expiry (not the
         // version against the last applied one, which only a sync decides on).
+        let trusted = session.direction == .pull ? session.trustedKeys : []
         try ManifestAcceptance(session: session.name, now: Timestamp.now(), appliedVersion: nil, localFiles: 0, allowRollback: true,
-                               allowEmpty: true, trustedKeys: session.direction == .pull ? session.trustedKeys : []).check(root, source: url)
+                               allowEmpty: true, trustedKeys: trusted, requireExpiry: session.requireExpiry).check(root, source: url)
         let manifest = try source.read(bytes, source: url, objects: source.objects(remote: remote, keeps: false)).manifest
         var entries = manifest.entries
         if let under {
@@ -36,6 +37,6 @@ public struct RemoteListing: Sendable {
             entries = entries.filter { $0.path == under || $0.path.string.hasPrefix(prefix) }
         }
         return RemoteListing(session: session.name, url: url, version: manifest.version, generated: manifest.generated,
-                             signer: manifest.signer, listed: manifest.entries.count, entries: entries)
+                             signer: manifest.signer(trusting: trusted), listed: manifest.entries.count, entries: entries)
     }
 }

@@ -117,7 +117,10 @@ enum S3CredentialFetch {
     /// The credentials in a container or instance-metadata JSON document: `AccessKeyId`,
     /// `SecretAccessKey`, `Token`, `Expiration` (and, from the instance metadata, `Code`: `Success`).
     static func jsonCredentials(_ body: [UInt8], requireSuccess: Bool) throws(ConfigProblem) -> S3Credentials {
-        guard let fields = JSONReader.flatFields(body) else { throw ConfigProblem("is not one JSON object") }
+        let fields: [String: String]
+        do { fields = try JSONReader.flatFields(body) } catch {
+            throw ConfigProblem("is not one JSON object as RFC 8259 writes it: \(error.message) (line \(error.line), column \(error.column))")
+        }
         if requireSuccess, fields["Code"] != "Success" {
             throw ConfigProblem("says Code \(fields["Code"].map { "'" + Printable.name(String($0.prefix(60))) + "'" } ?? "(none)"), not Success")
         }
