@@ -10,9 +10,6 @@ and misbehaves on request. Options:
   --faults FILE              JSON read on every request: {"<path>": {fault: value, ...}, "*": {...}}
   --dav                      accept WebDAV writes (PUT, MKCOL, MOVE, DELETE, PROPFIND) under --directory
   --digests                  answer Want-Repr-Digest with Repr-Digest (RFC 9530) of the stored bytes
-  --proxy PORT               instead of serving --directory, pass every request on to 127.0.0.1:PORT
-                             (an S3 store: the Host header goes as sent, so signatures hold), log it,
-                             and apply the proxy faults below to the answers
 
 Faults (per path, "*" for all):
   "rate": N              send the body at about N bytes per second (slow drip)
@@ -41,9 +38,6 @@ Faults (per path, "*" for all):
   "gets_fail_after_move": N  after a MOVE to the path, the next N GETs of it answer 503
   "move_stall": N        WebDAV: the first N MOVEs to the path answer 201 with a 10-byte body
                          announced, send none of it and never finish (nothing is moved)
-  "list_parts_truncated": true  proxy: every S3 ListParts answer (GET with uploadId, without
-                         partNumber) is the upload's first page, saying <IsTruncated>true</IsTruncated>,
-                         whatever page was asked for: a store that never finishes listing
   "log_overlap": true    when a body has been sent, log {"method": "BODY", "path", "overlapped"}:
                          whether another body was being sent at any moment meanwhile; a string
                          (".bin") counts only bodies whose path ends with it, so a manifest fetched
@@ -55,7 +49,6 @@ import argparse
 import base64
 import email.utils
 import hashlib
-import http.client
 import shutil
 import json
 import os
@@ -73,7 +66,6 @@ class State:
     counts = {}
     sending = {}  # bodies being sent: id -> [overlapped]
     failing_gets = {}  # path -> GETs still to answer 503 (gets_fail_after_move)
-    first_pages = {}  # upload id -> its first ListParts answer (list_parts_truncated)
 
 
 def load_faults(path):
@@ -117,45 +109,6 @@ class Handler(BaseHTTPRequestHandler):
     def do_HEAD(self):
         self.do_GET()
 
-    def do_POST(self):
-        if State.options.proxy:
-            return self.proxy()
-        self.simple(405, {}, b"no POST here\n")
-
-    def proxy(self):
-        """Passes the request on to the store at --proxy and its answer back, with the faults of
-        the path applied to the answer."""
-        length = int(self.headers.get("Content-Length", "0"))
-        body = self.rfile.read(length) if length > 0 else None
-        upstream = http.client.HTTPConnection("127.0.0.1", State.options.proxy, timeout=120)
-        upstream.putrequest(self.command, self.path, skip_host=True, skip_accept_encoding=True)
-        for name, value in self.headers.items():
-            if name.lower() not in ("connection", "expect", "keep-alive", "transfer-encoding", "content-length"):
-                upstream.putheader(name, value)
-        upstream.putheader("Content-Length", str(len(body or b"")))
-        upstream.endheaders(body)
-        answer = upstream.getresponse()
-        data = answer.read()
-        upstream.close()
-        split = urllib.parse.urlsplit(self.path)
-        query = urllib.parse.parse_qs(split.query, keep_blank_values=True)
-        faults = load_faults(urllib.parse.unquote(split.path))
-        if faults.get("list_parts_truncated") and self.command == "GET" and "uploadId" in query and "partNumber" not in query:
-            with State.lock:
-                data = State.first_pages.setdefault(query["uploadId"][0], data)
-            data = data.replace(b"<IsTruncated>false</IsTruncated>", b"<IsTruncated>true</IsTruncated>")
-        self.record(answer.status)
-        self.send_response(answer.status, answer.reason)
-        for name, value in answer.getheaders():
-            if name.lower() in ("connection", "keep-alive", "transfer-encoding") or (name.lower() == "content-length" and self.command != "HEAD"):
-                continue
-            self.send_header(name, value)
-        if self.command != "HEAD":
-            self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
-
     # WebDAV, enough for a push: a fault per destination path can make the server lie about what
     # it stored or moved.
     def local(self, url_path):
@@ -173,8 +126,6 @@ class Handler(BaseHTTPRequestHandler):
         return True
 
     def do_PUT(self):
-        if State.options.proxy:
-            return self.proxy()
         if not self.dav_allowed():
             return
         full, path = self.local(self.path)
@@ -214,8 +165,6 @@ class Handler(BaseHTTPRequestHandler):
         self.simple(201)
 
     def do_DELETE(self):
-        if State.options.proxy:
-            return self.proxy()
         if not self.dav_allowed():
             return
         full, _ = self.local(self.path.rstrip("/"))
@@ -292,8 +241,6 @@ class Handler(BaseHTTPRequestHandler):
         self.simple(207, {"Content-Type": "application/xml; charset=utf-8"}, body)
 
     def do_GET(self):
-        if State.options.proxy:
-            return self.proxy()
         path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
         for rule in State.options.redirect:
             prefix, target = rule.split("=", 1)
@@ -443,7 +390,6 @@ def main():
     parser.add_argument("--faults")
     parser.add_argument("--dav", action="store_true")
     parser.add_argument("--digests", action="store_true")
-    parser.add_argument("--proxy", type=int)
     State.options = parser.parse_args()
     server = ThreadingHTTPServer(("127.0.0.1", State.options.port), Handler)
     server.daemon_threads = True

@@ -32,11 +32,9 @@ struct ServerWordTests {
     /// up; the next run sends a new upload, which needs no listing, and completes.
     @Test func aStoreWhoseListOfPartsNeverEndsIsAskedTwiceAtMost() throws {
         let store = try SeaweedFS.shared()
-        let scratch = Harness.temporaryDirectory("s3-proxy")
-        defer { Harness.remove(scratch) }
-        let proxy = try PythonServer(directory: scratch, extra: ["--proxy", String(store.port)])
+        let proxy = try S3FaultProxy(before: store, upstreamPort: store.port)
         defer { proxy.stop() }
-        let w = try S3PushTests.World("endless-list", up: ["upload-part-size = 5M", "bwlimit = 8M"], endpoint: "http://127.0.0.1:\(proxy.port)")
+        let w = try S3PushTests.World("endless-list", up: ["upload-part-size = 5M", "bwlimit = 8M"], endpoint: proxy.endpoint)
         w.write("large.bin", randomData(24 << 20, seed: 91))
         let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", w.box.config, "--session", "up"],
                               stdout: w.box.directory + "/out", stderr: w.box.directory + "/err")
@@ -50,14 +48,11 @@ struct ServerWordTests {
         _ = child.wait(timeout: 30)
         try #require(recorded >= 1, "killed once the store acknowledged a part")
 
-        proxy.setFaults(["*": ["list_parts_truncated": true]])
+        proxy.setFaults([["list_parts_truncated": true]])
         proxy.clearLog()
         let run = w.push(["--json"])
         #expect(run.exitCode == 1, "\(run.output)")
-        let lists = proxy.requests().filter {
-            let path = $0["path"] as? String ?? ""
-            return $0["method"] as? String == "GET" && path.contains("uploadId=") && !path.contains("partNumber=")
-        }
+        let lists = proxy.requests().filter { $0.method == "GET" && $0.query.contains("uploadId=") && !$0.query.contains("partNumber=") }
         #expect((1...2).contains(lists.count), "ListParts asked \(lists.count) times")
         let failed = run.events(named: "file-failed")
         #expect(failed.count == 1 && (failed.first?["error"] as? String)?.contains("does not advance") == true, "\(run.output)")

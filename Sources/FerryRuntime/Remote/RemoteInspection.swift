@@ -46,7 +46,10 @@ struct RemoteFileState: Equatable {
         // A server may leave the length out of a HEAD of an empty file (Apache does): nothing else
         // goes without one.
         if size == nil && entry.size != 0 { return "the server does not say how large \(name) is" }
-        if let sha256, sha256 != entry.sha256 { return "the server says \(name) has SHA-256 \(sha256), not the \(entry.sha256) sent" }
+        if let sha256, sha256 != entry.sha256 {
+            return verified == .readBack ? "read back, \(name) has SHA-256 \(sha256), not the \(entry.sha256) sent"
+                : "the server says \(name) has SHA-256 \(sha256), not the \(entry.sha256) sent"
+        }
         return nil
     }
 }

@@ -163,7 +163,7 @@ final class ManifestObjects {
         let (results, error) = Lanes.run(digests.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) -> Bool in
             let url = prefix + digests[i].hex
             switch try remote.fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: Int64(ManifestTree.maximumObjectSize)) {
-            case let .fetched(bytes, _, _): return SHA256Hasher.digest(of: bytes) == digests[i]
+            case let .fetched(bytes, _, _, _): return SHA256Hasher.digest(of: bytes) == digests[i]
             case .missing: return false
             case .unchanged: throw .remote("the remote answered 'not modified' to an unconditional request for \(url)")
             }

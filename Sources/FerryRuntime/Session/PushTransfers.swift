@@ -392,6 +392,11 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
             // One key the store refuses (a policy on a prefix) fails alone and is tried again next
             // run; refusals are held back until a file is placed, and a third with none placed
             // means every write is refused: the run stops with one error.
+            if let stopping = abort {
+                // The run already stops for it: back in line with the others.
+                abort(stopping, item)
+                return
+            }
             refused.append((item, failure))
             if verifications.isEmpty && refused.count >= PushTransfers.refusalsThatStop,
                let refusal = PushTransfers.refusesEveryWrite(failure.cause, "\(Printable.name(item.entry.path.string)): " + failure.message) {

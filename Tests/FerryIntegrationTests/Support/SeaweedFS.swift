@@ -294,3 +294,55 @@ final class SeaweedCluster: S3TestStore {
 
     deinit { stop() }
 }
+
+/// A hostile S3 store of the project's own (scripts/s3faults.py): a proxy in front of a real
+/// one that passes everything through unless a rule says to lie (another checksum, none, other
+/// bytes, a refusal, a listing that never ends). Its log has every request it saw.
+final class S3FaultProxy: S3TestStore {
+    let port: UInt16
+    let upstream: any S3TestStore
+    let directory: String
+    var log: String { directory + "/requests.jsonl" }
+    private var faultsFile: String { directory + "/faults.json" }
+    private let process: Child
+
+    init(before store: any S3TestStore, upstreamPort: UInt16) throws {
+        upstream = store
+        directory = Harness.temporaryDirectory("s3faults")
+        port = freePort()
+        process = try Child("python3", [Harness.packageRoot + "/scripts/s3faults.py", "--upstream", String(upstreamPort), "--port", String(port),
+                                        "--log", directory + "/requests.jsonl", "--faults", directory + "/faults.json"],
+                            stdout: directory + "/proxy.log", stderr: directory + "/proxy.log")
+        guard waitForPort(port) else {
+            process.stop()
+            throw TestFailure("the S3 fault proxy did not start: \(fileContents(directory + "/proxy.log") ?? "")")
+        }
+    }
+
+    var endpoint: String { "http://127.0.0.1:\(port)" }
+
+    /// Replaces the rules (see scripts/s3faults.py).
+    func setFaults(_ rules: [[String: Any]]) {
+        let data = try! JSONSerialization.data(withJSONObject: rules)
+        try! data.write(to: URL(fileURLWithPath: faultsFile + ".tmp"))
+        rename(faultsFile + ".tmp", faultsFile)
+    }
+
+    func clearLog() { try? "".write(toFile: log, atomically: false, encoding: .utf8) }
+
+    /// The requests it saw: method, path, query, status.
+    func requests() -> [(method: String, path: String, query: String, status: Int)] {
+        guard let text = try? String(contentsOfFile: log, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            guard let o = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
+            return (o["method"] as? String ?? "", o["path"] as? String ?? "", o["query"] as? String ?? "", o["status"] as? Int ?? 0)
+        }
+    }
+
+    func stop() {
+        process.stop()
+        Harness.remove(directory)
+    }
+
+    deinit { stop() }
+}
