@@ -32,6 +32,9 @@ public struct ManifestBuilder {
                       sha256sums: Bool = false, filter: PathFilter = PathFilter(),
                       progress: (Int, Int) -> Void = { _, _ in }) throws(FerryError) -> Result {
         let outputPath = output ?? directory + "/manifest.json"
+        // One build of a directory at a time (two cron jobs): each would remove objects the other's root names.
+        let lock = try SessionLock.publisher(directory: ConfigParser.directoryName(of: outputPath), what: "ferry manifest build")
+        defer { withExtendedLifetime(lock) {} }
         let sumsPath = ConfigParser.directoryName(of: outputPath) + "/SHA256SUMS"
         let root = try LocalRoot(path: directory, create: false)
         let scan = try root.scan()

@@ -45,6 +45,19 @@ final class PushSync: SessionWork {
         guard let writer = remote as? RemoteWriting else {
             throw .usage("the remote of session '\(session.name)' cannot be written to")
         }
+        // One publisher of a remote at a time: among the sessions of this state directory, and for
+        // a file:// remote, with any other process that publishes that directory (manifest build,
+        // a push from another state directory). Publishers on other machines are kept apart by
+        // the conditional manifest write and the grace period before objects are collected.
+        var publishing: [SessionLock] = []
+        if !options.dryRun {
+            publishing.append(try SessionLock.publisher(stateDirectory: agent.state, remote: session.remote.url, manifest: session.manifest,
+                                                        session: "session '\(session.name)'"))
+            if session.remote.scheme == .file, let directory = session.remote.filePath, FileSystem.exists(directory) {
+                publishing.append(try SessionLock.publisher(directory: directory, what: "ferry push of session '\(session.name)'"))
+            }
+        }
+        defer { withExtendedLifetime(publishing) {} }
         // The key that signs what this run publishes: read before anything is sent, so a key that
         // cannot be read stops the run at once.
         signingKey = try session.signKey.map { (file) throws(FerryError) -> SigningKey in
@@ -489,7 +502,14 @@ final class PushSync: SessionWork {
             if let previous, previous.layout == .objects { present.formUnion(previous.entries.map(\.sha256.hex)) }
             retired.update(present: present, current: publishing, now: now)
         }
+        // Never one the manifest on the remote names (on a run that published nothing it may be
+        // another publisher's, read this run): it is named again.
+        let named = previous.map { $0.layout == .objects ? Set($0.entries.map(\.sha256.hex)) : [] } ?? []
         for name in retired.expired(now: now, grace: session.objectGrace, versions: session.keepVersions) {
+            if publishing == nil && named.contains(name) {
+                retired.removed(name)
+                continue
+            }
             guard let digest = SHA256Digest(hex: name) else { continue }
             let path = RemoteLayout.contentPath(digest, beside: session.manifest)
             // Forgotten first, as a removed file is (`removeFiles`).
