@@ -156,6 +156,12 @@ final class PushSync: SessionWork {
             guard let reissue else {
                 // Nothing to publish; objects whose time is up still go.
                 collectContent(publishing: nil, placed: [], previous: published, writer: writer, store: store)
+                if result.failed > 0 {
+                    // The only change was a file that could not be read: the run is not in sync,
+                    // and the next one (the agent's too, through its exit code) tries it again.
+                    result.exitCode = RunOutcome(failed: result.failed).exitCode
+                    result.message = "\(Plural.count(result.failed, "file")) failed; the remote keeps what it holds at \(result.failed == 1 ? "its path" : "their paths"), and the next run tries again"
+                }
                 return
             }
             emit(.warning(message: "nothing changed, but the published manifest \(reissue): publishing version \(plan.version)"))
