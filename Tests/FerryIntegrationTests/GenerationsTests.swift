@@ -566,4 +566,35 @@ struct GenerationsTests {
         let again = box.sync()
         #expect(again.exitCode == 0 && again.output.contains("in sync"), "\(again.output)")
     }
+
+    /// `<local>.generations` is ferry's alone: one planted by another user (with a generation
+    /// ready to go live) or one its group or others may write is refused, naming the owner or the
+    /// mode and the command that fixes it; nothing in it goes live.
+    @Test(.enabled(if: getuid() == 0, "needs root to give the directory to another user"))
+    func aGenerationsDirectoryOthersMayWriteIsRefused() throws {
+        let box = Sandbox("generations-owner")
+        box.publish("a.txt", "alpha\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published, session: ["layout = generations"])
+        let planted = box.local + ".generations"
+        try FileManager.default.createDirectory(atPath: planted + "/g7", withIntermediateDirectories: true)
+        try "planted\n".writeReplacing(planted + "/g7/a.txt")
+        _ = runProcess("/bin/chown", ["-R", "65534:65534", planted])
+        let refused = box.sync()
+        #expect(refused.exitCode == 5, "\(refused.output)")
+        #expect(refused.stderr.contains("is owned by nobody (uid 65534)") && refused.stderr.contains("chown -R root"), "\(refused.stderr)")
+        #expect(target(box) == nil, "nothing went live")
+
+        _ = runProcess("/bin/chown", ["-R", "0:0", planted])
+        chmod(planted, 0o777)
+        let writable = box.sync()
+        #expect(writable.exitCode == 5, "\(writable.output)")
+        #expect(writable.stderr.contains("may be written by its group or others (mode 777)") && writable.stderr.contains("chmod go-w"), "\(writable.stderr)")
+        #expect(target(box) == nil)
+
+        chmod(planted, 0o755)
+        let fixed = box.sync()
+        #expect(fixed.exitCode == 0, "\(fixed.output)")
+        #expect(fileContents(box.localPath("a.txt")) == "alpha\n")
+    }
 }
