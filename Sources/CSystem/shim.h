@@ -1,6 +1,7 @@
 // The few glibc calls Swift's Glibc module does not export, as small typed wrappers.
 #ifndef FERRY_CSYSTEM_SHIM_H
 #define FERRY_CSYSTEM_SHIM_H
+#include <malloc.h>
 #include <spawn.h>
 #include <sys/prctl.h>
 
@@ -41,4 +42,9 @@ static inline int ferry_set_dumpable(int dumpable) {
 static inline int ferry_get_dumpable(void) {
     return prctl(PR_GET_DUMPABLE, 0, 0, 0, 0);
 }
+/// Gives the memory glibc keeps free in its arenas back to the system: after a cycle, the
+/// threads that ran it leave their per-thread arenas full of freed blocks that otherwise stay
+/// resident (an agent grew from 27 to 118 MB over 10 minutes of change cycles).
+static inline int ferry_release_free_memory(void) { return malloc_trim(0); }
+
 #endif

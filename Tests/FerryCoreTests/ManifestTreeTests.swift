@@ -111,6 +111,49 @@ struct ManifestTreeTests {
         }
     }
 
+    /// A node that names one leaf 100 times (the object bomb) is refused at its second name,
+    /// before the leaf is asked for more than once; and what one batch asks for stays within what
+    /// is left of the byte bound (an object takes up to 1 MiB), so memory stays within about
+    /// twice `max-manifest-size`.
+    @Test func anObjectNamedTwiceIsFetchedOnceAndBatchesStayWithinTheBound() {
+        let leaf = Self.leaf([Self.record("a.txt")])
+        let l = leaf.withUnsafeBytes { Self.digest($0) }
+        func node(_ children: [SHA256Digest]) -> [UInt8] {
+            Array("fm2N".utf8) + [1, UInt8(children.count)] + children.flatMap { $0.bytes + [1] }
+        }
+        let bomb = node([SHA256Digest](repeating: l, count: 100))
+        let b = bomb.withUnsafeBytes { Self.digest($0) }
+        var asked: [SHA256Digest: Int] = [:]
+        do {
+            _ = try ManifestTree.resolve(ManifestTree.Reference(sha256: b, level: 1, files: 100), source: "t", maximumBytes: 1 << 30) { batch in
+                for d in batch { asked[d, default: 0] += 1 }
+                return batch.map { $0 == b ? bomb : leaf }
+            }
+            Issue.record("the bomb was accepted")
+        } catch {
+            #expect(error.message.contains("which the tree names already"), "\(error.message)")
+        }
+        #expect((asked[l] ?? 0) <= 1 && asked[b] == 1, "\(asked)")
+
+        // 100 distinct leaves under a 3 MiB bound: no batch asks for more than 3 objects.
+        let leaves = (0..<100).map { Self.leaf([Self.record(String(format: "f%03d", $0))]) }
+        let digests = leaves.map { bytes in bytes.withUnsafeBytes { Self.digest($0) } }
+        let wide = node(digests)
+        let w = wide.withUnsafeBytes { Self.digest($0) }
+        let byDigest = Dictionary(uniqueKeysWithValues: zip(digests, leaves))
+        var largest = 0
+        do {
+            let entries = try ManifestTree.resolve(ManifestTree.Reference(sha256: w, level: 1, files: 100), source: "t", maximumBytes: 3 << 20) { batch in
+                largest = max(largest, batch.count)
+                return batch.map { $0 == w ? wide : byDigest[$0] ?? [] }
+            }.entries
+            #expect(entries.count == 100)
+        } catch {
+            Issue.record("\(error.message)")
+        }
+        #expect((1...3).contains(largest), "\(largest)")
+    }
+
     @Test func theRootNamesTheTreeAndFormatOneStaysFlat() throws {
         let built = ManifestTree.build(Self.entries(50), hash: Self.digest)
         let text = ManifestWriter.renderRoot(version: 3, generated: Timestamp(seconds: 0), tree: built.root)

@@ -124,6 +124,17 @@ struct RetryRulesTests {
     }
 }
 
+/// A full disk (or spent quota) is the disk's failure, said once per run; any other is the file's.
+struct SharedCauseTests {
+    @Test func aFullDiskIsOneCauseForEveryFile() {
+        #expect(SharedCause.of("cannot write /srv/m/a.bin: No space left on device") == "No space left on device")
+        #expect(SharedCause.of("cannot sync /srv/m/b.bin: No space left on device") == "No space left on device")
+        #expect(SharedCause.of("cannot write /home/u/c: Disk quota exceeded") == "Disk quota exceeded")
+        #expect(SharedCause.of("cannot open /srv/m/d: Permission denied") == nil)
+        #expect(SharedCause.of("HTTP 404 Not Found") == nil)
+    }
+}
+
 struct ResponsePolicyTests {
     typealias Asked = ResponsePolicy.Asked
     typealias Answer = ResponsePolicy.Answer

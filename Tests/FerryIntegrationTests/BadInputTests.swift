@@ -222,4 +222,33 @@ struct BadInputTests {
         #expect(fileContents(box.localPath("small.txt")) == "fits\n")
         #expect(!FileManager.default.fileExists(atPath: box.localPath("huge.bin")))
     }
+
+    /// A disk that fills up fails every file written after it for the same reason: that is said
+    /// once, on the first file (a full disk once logged 325 lines for 43 files), and the run's
+    /// summary; `--json` (and so hooks and the event log) keeps each file's failure.
+    @Test(.enabled(if: getuid() == 0, "mounting a tmpfs needs root"))
+    func aFullDiskIsSaidOncePerRun() throws {
+        let box = Sandbox("diskfull-once")
+        box.publish("small.txt", "fits\n")
+        for i in 0..<8 { box.publish("big\(i).bin", randomData(600_000, seed: UInt64(i + 1))) }
+        box.buildManifest()
+        // A 2 MiB tmpfs is a disk that fills up.
+        try FileManager.default.createDirectory(atPath: box.local, withIntermediateDirectories: true)
+        let mount = runProcess("/bin/mount", ["-t", "tmpfs", "-o", "size=2m", "tmpfs", box.local])
+        try #require(mount.exitCode == 0, "\(mount.output)")
+        defer { runProcess("/bin/umount", ["-l", box.local]) }
+        box.configure(remote: "file://" + box.published)
+        let run = box.sync()
+        #expect(run.exitCode == 5, "\(run.output)")
+        let fileLines = run.stderr.split(separator: "\n").filter { $0.hasPrefix("ferry: test: ") && $0.contains("No space left on device") }
+        #expect(fileLines.count == 1 && fileLines[0].contains("further files failing for this reason in this run are not shown"), "\(run.stderr)")
+        #expect(run.stderr.contains("error: test: failed:"), "the summary is said: \(run.output)")
+        let json = box.sync(["--json"])
+        let failed = json.events(named: "file-failed")
+        #expect(failed.count >= 2 && failed.allSatisfy { ($0["error"] as? String)?.contains("No space left on device") == true },
+                "every file's failure is an event: \(json.stdout)")
+        let again = box.sync()
+        #expect(again.stderr.split(separator: "\n").filter { $0.hasPrefix("ferry: test: ") && $0.contains("No space left on device") }.count == 1,
+                "the next run says it again, once: \(again.stderr)")
+    }
 }

@@ -526,4 +526,75 @@ struct GenerationsTests {
         agent.child.signal(SIGTERM)
         #expect(agent.child.wait(timeout: 10) == 0)
     }
+
+    /// The hash cache holds rows for the files there are: the rows of files a new generation no
+    /// longer has go (a push's are tested in PushTests).
+    @Test func theHashCacheForgetsFilesAGenerationNoLongerHas() throws {
+        let box = Sandbox("generations-cache-rows")
+        for i in 0..<6 { box.publish("d/f\(i).txt", "one \(i)\n") }
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published, session: ["layout = generations", "delete = yes", "max-delete = 100%"])
+        #expect(box.sync().exitCode == 0)
+        func rows() throws -> Int { try StateStore(directory: box.state).hashCacheCount(session: "test") }
+        #expect(try rows() == 6)
+        for i in 0..<4 { box.unpublish("d/f\(i).txt") }
+        box.buildManifest()
+        let second = box.sync()
+        #expect(second.exitCode == 0, "\(second.output)")
+        #expect(target(box) == "mirror.generations/g2")
+        #expect(try rows() == 2, "the rows of the 4 files g2 does not have are gone")
+    }
+
+    /// A state directory replaced whole (what the README advises for a damaged database) with the
+    /// `local` link gone too: the next run builds a generation from the remote, prunes the old
+    /// ones, and is in sync, with no help.
+    @Test func aReplacedStateDirectoryWithoutTheLinkRecovers() throws {
+        let box = Sandbox("generations-new-state")
+        box.publish("a.txt", "alpha\n")
+        box.configure(remote: "file://" + box.published, session: ["layout = generations"])
+        for i in 1...3 {
+            box.publish("a.txt", "alpha \(i)\n")
+            box.buildManifest()
+            #expect(box.sync().exitCode == 0)
+        }
+        #expect(target(box) == "mirror.generations/g3")
+        try FileManager.default.removeItem(atPath: box.state)
+        try FileManager.default.removeItem(atPath: box.local)
+        let recovered = box.sync()
+        #expect(recovered.exitCode == 0, "\(recovered.output)")
+        #expect(fileContents(box.localPath("a.txt")) == "alpha 3\n")
+        let again = box.sync()
+        #expect(again.exitCode == 0 && again.output.contains("in sync"), "\(again.output)")
+    }
+
+    /// `<local>.generations` is ferry's alone: one planted by another user (with a generation
+    /// ready to go live) or one its group or others may write is refused, naming the owner or the
+    /// mode and the command that fixes it; nothing in it goes live.
+    @Test(.enabled(if: getuid() == 0, "needs root to give the directory to another user"))
+    func aGenerationsDirectoryOthersMayWriteIsRefused() throws {
+        let box = Sandbox("generations-owner")
+        box.publish("a.txt", "alpha\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published, session: ["layout = generations"])
+        let planted = box.local + ".generations"
+        try FileManager.default.createDirectory(atPath: planted + "/g7", withIntermediateDirectories: true)
+        try "planted\n".writeReplacing(planted + "/g7/a.txt")
+        _ = runProcess("/bin/chown", ["-R", "65534:65534", planted])
+        let refused = box.sync()
+        #expect(refused.exitCode == 5, "\(refused.output)")
+        #expect(refused.stderr.contains("is owned by nobody (uid 65534)") && refused.stderr.contains("chown -R root"), "\(refused.stderr)")
+        #expect(target(box) == nil, "nothing went live")
+
+        _ = runProcess("/bin/chown", ["-R", "0:0", planted])
+        chmod(planted, 0o777)
+        let writable = box.sync()
+        #expect(writable.exitCode == 5, "\(writable.output)")
+        #expect(writable.stderr.contains("may be written by its group or others (mode 777)") && writable.stderr.contains("chmod go-w"), "\(writable.stderr)")
+        #expect(target(box) == nil)
+
+        chmod(planted, 0o755)
+        let fixed = box.sync()
+        #expect(fixed.exitCode == 0, "\(fixed.output)")
+        #expect(fileContents(box.localPath("a.txt")) == "alpha\n")
+    }
 }

@@ -40,6 +40,28 @@ struct HookAndEventLogTests {
         #expect((fileContents(record) ?? "").split(separator: "\n").count == 3)
     }
 
+    /// A hook gets ferry's environment but none of its secrets: no AWS keys or tokens, no
+    /// systemd credentials directory; what is not a secret (PATH, the operator's own) is kept.
+    @Test func hooksGetNoSecretFromFerrysEnvironment() throws {
+        let box = Sandbox("hooks-env")
+        let dump = box.directory + "/hook.env"
+        let script = box.directory + "/env.sh"
+        try "#!/bin/sh\nenv > '\(dump)'\n".writeReplacing(script, mode: 0o755)
+        box.publish("a.txt", "a\n")
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published, session: ["on-session-done = \(script)"])
+        let secrets = ["AWS_ACCESS_KEY_ID": "AKIAHOOKTESTEXAMPLE", "AWS_SECRET_ACCESS_KEY": "hook-test-secret-key",
+                       "AWS_SESSION_TOKEN": "hook-test-session-token", "AWS_CONTAINER_AUTHORIZATION_TOKEN": "hook-test-container-token",
+                       "AWS_PROFILE": "hook-test-profile", "CREDENTIALS_DIRECTORY": "/run/credentials/ferry.service"]
+        let run = box.sync(environment: secrets.merging(["HOOK_TEST_KEPT": "kept"]) { a, _ in a })
+        #expect(run.exitCode == 0, "\(run.output)")
+        let env = try #require(fileContents(dump), "the hook ran: \(run.output)")
+        for (name, value) in secrets {
+            #expect(!env.contains(name + "=") && !env.contains(value), "\(name) reached the hook: \(env)")
+        }
+        #expect(env.contains("HOOK_TEST_KEPT=kept\n") && env.contains("PATH=") && env.contains("FERRY_SESSION=test\n"), "\(env)")
+    }
+
     @Test func aFailingOrHangingHookIsReportedAndNeverBlocksTransfers() throws {
         let box = Sandbox("hooks-bad")
         for i in 0..<3 { box.publish("f\(i).txt", "file \(i)\n") }

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+@testable import FerryRuntime
 import FerryCore
 
 /// Push (issue 9): a local tree published to nginx WebDAV (and to a file:// directory), then pulled
@@ -244,6 +245,32 @@ struct PushTests {
         #expect(after.exitCode == 0, "\(after.output)")
         #expect(fileContents(box.directory + "/fresh/a.txt") == "a, version 2\n")
         #expect(FileManager.default.contents(atPath: box.directory + "/fresh/big.bin") == big2)
+    }
+
+    /// The hash cache holds rows for the files the source has: the rows of deleted files go at
+    /// the next scan (a state that grew with every file ever pushed slowed every scan), even when
+    /// `max-delete` refuses their deletion on the remote — which a run with nothing else to do
+    /// says, with exit 1, as any other run does.
+    @Test func theHashCacheForgetsDeletedFiles() throws {
+        let remoteRoot = Harness.temporaryDirectory("push-cache-rows-remote")
+        defer { Harness.remove(remoteRoot) }
+        let box = Sandbox("push-cache-rows")
+        let src = box.directory + "/src"
+        for i in 0..<6 { write(src, "d/f\(i).txt", Data("file \(i)\n".utf8)) }
+        try config(box, remote: "file://" + remoteRoot)
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        func rows() throws -> Int { try StateStore(directory: box.state).hashCacheCount(session: "up") }
+        #expect(try rows() == 6)
+        for i in 0..<4 { try FileManager.default.removeItem(atPath: src + "/d/f\(i).txt") }
+        let refused = box.sync(["--session", "up"])
+        #expect(refused.exitCode == 1 && refused.output.contains("refused to delete 4 files on the remote"), "\(refused.output)")
+        #expect(FileManager.default.fileExists(atPath: remoteRoot + "/d/f0.txt"))
+        #expect(try rows() == 2, "the rows of the 4 deleted files are gone")
+        try config(box, remote: "file://" + remoteRoot, up: "max-delete = 100%")
+        let run = box.sync(["--session", "up"])
+        #expect(run.exitCode == 0 && run.output.contains("4 deleted"), "\(run.output)")
+        #expect(!FileManager.default.fileExists(atPath: remoteRoot + "/d/f0.txt"))
+        #expect(try rows() == 2)
     }
 
     /// A running agent polls a push session like a pull session: a local change is published

@@ -230,6 +230,49 @@ struct PushTrustTests {
         #expect((manifestVersion(remote.root + "/manifest.json") ?? 0) > v1 && manifest.contains("secret.txt"), "it still lists what the remote holds: \(manifest)")
     }
 
+    /// A changed file that cannot be read, and nothing else changed: nothing is published, but the
+    /// run is not in sync (exit 1, every run), and the agent tries it again on its schedule though
+    /// nothing under the root changes; once it can be read it is published. (As `nobody`.)
+    @Test(.enabled(if: getuid() == 0, "needs root to run ferry as nobody"))
+    func anUnreadableChangeAloneFailsEveryRunAndTheAgentRetriesIt() throws {
+        let remote = try PushTests.PushRemote("file")
+        let box = Sandbox("push-unreadable-alone")
+        let src = box.directory + "/src"
+        p.write(src, "secret.txt", Data("v1\n".utf8))
+        p.write(src, "open.txt", Data("v1\n".utf8))
+        try configure(box, url: remote.url)
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        let v1 = try #require(manifestVersion(remote.root + "/manifest.json"))
+        // At the size published: the scan hashes it to tell whether it changed, and cannot.
+        p.write(src, "secret.txt", Data("v2\n".utf8))
+        _ = runProcess("/bin/chown", ["-R", "65534:65534", box.directory, remote.root])
+        chmod(box.directory, 0o755)
+        chown(src + "/secret.txt", 0, 0)
+        chmod(src + "/secret.txt", 0o600)
+        let asNobody = ["--reuid=65534", "--regid=65534", "--clear-groups", Harness.ferryBinary]
+        for _ in 0..<2 {
+            let run = runProcess("/usr/bin/setpriv", asNobody + ["sync", "now", "--config", box.config, "--session", "up"])
+            #expect(run.exitCode == 1, "\(run.output)")
+            #expect(run.output.contains("secret.txt") && !run.output.contains("in sync"), "\(run.output)")
+        }
+        #expect(manifestVersion(remote.root + "/manifest.json") == v1, "nothing else changed: nothing was published")
+
+        // The agent: every poll (1 s) tries the file again, with no change under the root between.
+        let text = try String(contentsOfFile: box.config, encoding: .utf8).replacingOccurrences(of: "[session up]", with: "[session up]\npoll = 1s")
+        try text.writeReplacing(box.config)
+        chown(box.config, 65534, 65534)
+        let log = box.state + "/events/up.jsonl"
+        func failures() -> Int { (fileContents(log) ?? "").components(separatedBy: "\n").filter { $0.contains("\"file-failed\"") && $0.contains("secret.txt") }.count }
+        let before = failures()
+        let out = box.directory + "/agent.out"
+        let agent = try Child("/usr/bin/setpriv", asNobody + ["agent", "--config", box.config], stdout: out, stderr: out)
+        defer { agent.stop() }
+        #expect(eventually(30) { failures() >= before + 3 }, "retried on each poll: \(failures() - before) failures; \(fileContents(out) ?? "")")
+        chmod(src + "/secret.txt", 0o644)
+        #expect(eventually(30) { fileContents(remote.root + "/secret.txt") == "v2\n" && (manifestVersion(remote.root + "/manifest.json") ?? 0) > v1 },
+                "published once readable: \(fileContents(out) ?? "")")
+    }
+
     /// A file whose absolute path is longer than PATH_MAX (its path under the root is not) is read
     /// one directory at a time and published like any other.
     @Test func aPathLongerThanPathMaxIsPublished() throws {

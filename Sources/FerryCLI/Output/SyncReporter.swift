@@ -29,6 +29,8 @@ final class SyncReporter: EventSink {
         // Which sessions push is known from their start, whatever is shown of it.
         if case let .syncStarted(direction, _) = event.body {
             if direction == .push { pushing.insert(event.session) } else { pushing.remove(event.session) }
+            // A new run says a shared cause again.
+            causesSaid = causesSaid.filter { $0.first != event.session }
         }
         if mode != .quiet && event.body.level > level { return }
         switch mode {
@@ -65,6 +67,17 @@ final class SyncReporter: EventSink {
         return true
     }
 
+    /// The shared causes (`SharedCause`: a full disk) already said for a session in this run.
+    private var causesSaid = Set<[String]>()
+
+    /// A failed file's line, or nil when its cause is the disk's and was said for this run.
+    private func failureLine(_ event: Event, _ path: RelativePath, _ error: String) -> String? {
+        let text = "ferry: \(Printable.name(event.session)): \(Printable.name(path.string)): \(error)"
+        guard let cause = SharedCause.of(error) else { return text }
+        guard causesSaid.insert([event.session, cause]).inserted else { return nil }
+        return text + " (further files failing for this reason in this run are not shown)"
+    }
+
     private func line(_ text: String) {
         bars?.clear()
         Console.out(text)
@@ -80,7 +93,7 @@ final class SyncReporter: EventSink {
         var s: String { Printable.name(event.session) }  // most events print nothing here
         switch event.body {
         case let .fileFailed(path, error):
-            Console.err("ferry: \(s): \(Printable.name(path.string)): \(error)")
+            if let text = failureLine(event, path, error) { Console.err(text) }
         case let .agent(action, message) where action == "reload-refused":
             Console.err("ferry: error: \(message)")
         case let .checked(_, _, _, differ, _) where differ > 0:
@@ -109,8 +122,10 @@ final class SyncReporter: EventSink {
         case let .syncFinished(code, downloaded, failed, deleted, _, _, _, _, _)
             where agentLog && code == ExitCode.inSync.rawValue && downloaded + failed + deleted == 0 && level < .debug:
             break
-        case let .syncFinished(code, _, _, _, _, _, _, _, _) where agentLog && code == ExitCode.remoteOrManifest.rawValue:
-            // The session-state event that follows says it, with when the agent tries again.
+        case let .syncFinished(code, _, _, _, _, _, _, _, _)
+            where agentLog && PollSchedule.outcome(exitCode: ExitCode(rawValue: code) ?? .usage, waiting: 0) == .failed:
+            // A failed poll (the remote, the disk): the session-state event that follows says it,
+            // with when the agent tries again, and only when it says something new.
             break
         case let .sessionState(state, nextPoll):
             let next = nextPoll.map { "; next poll at \($0.rfc3339)" } ?? ""
@@ -152,8 +167,9 @@ final class SyncReporter: EventSink {
         case let .fileRestarted(path, reason):
             line("\(s): \(name(path)): \(reason)")
         case let .fileFailed(path, error):
+            guard let text = failureLine(event, path, error) else { return }
             bars?.clear()
-            Console.err("ferry: \(s): \(name(path)): \(error)")
+            Console.err(text)
         case let .fileDeleted(path):
             line("\(s): deleted \(name(path))")
         case let .uploadsVerified(storeChecksum, readBack, sizeOnly):

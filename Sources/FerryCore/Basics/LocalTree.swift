@@ -67,11 +67,13 @@ public struct LocalTree: Sendable {
 
     /// Joins hash-cache rows that arrive in byte order (`compare(row, item path)`): one pass, no
     /// lookups. `next()` returns false when the rows are done; `path` is the current row's path
-    /// as bytes; `hash()` decodes the current row (nil: the row vouches for nothing).
+    /// as bytes; `hash()` decodes the current row (nil: the row vouches for nothing). `stale()` is
+    /// called on each row that names no file of the tree (the file is gone, or is something else
+    /// now), so the cache can drop it.
     public mutating func join<Failure: Error>(next: () throws(Failure) -> Bool, path: () -> UnsafeRawBufferPointer,
-                                              hash: () -> CachedHash?, ignoringCtime: Bool = false) throws(Failure) {
+                                              hash: () -> CachedHash?, ignoringCtime: Bool = false, stale: () -> Void = {}) throws(Failure) {
         var i = 0
-        while i < items.count, try next() {
+        while try next() {
             let rowPath = path()
             var c = 1
             while i < items.count {
@@ -79,10 +81,12 @@ public struct LocalTree: Sendable {
                 if c >= 0 { break }
                 i += 1
             }
-            if c == 0, items[i].entry.kind == .file, let h = hash() {
-                remember(h, at: i, ignoringCtime: ignoringCtime)
-                i += 1
+            guard c == 0, items[i].entry.kind == .file else {
+                stale()
+                continue
             }
+            if let h = hash() { remember(h, at: i, ignoringCtime: ignoringCtime) }
+            i += 1
         }
     }
 }

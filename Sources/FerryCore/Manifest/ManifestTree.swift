@@ -334,11 +334,18 @@ public enum ManifestTree {
         var current: [(SHA256Digest, Int)] = [(root.sha256, root.files)]
         var previous: RelativePath?
         var totalSize: Int64 = 0
+        // Every child holds files and every path is listed once, so a tree that names an object
+        // twice is refused where the second name is read, before anything is fetched for it:
+        // each object is fetched once (a node naming one leaf 1,000 times is a bomb, not a tree).
+        var named: Set<SHA256Digest> = [root.sha256]
         while true {
             var next: [(SHA256Digest, Int)] = []
             var start = 0
             while start < current.count {
-                let batch = Array(current[start..<min(start + 1024, current.count)])
+                // What a batch may bring stays within what is left of `maximumBytes` (an object
+                // takes up to 1 MiB), so the objects read stay within twice the bound.
+                let room = Int(max(0, maximumBytes - loaded) / Int64(maximumObjectSize))
+                let batch = Array(current[start..<min(start + min(1024, max(1, room)), current.count)])
                 start += batch.count
                 let bodies = try load(batch.map(\.0))
                 for ((digest, files), bytes) in zip(batch, bodies) {
@@ -353,7 +360,12 @@ public enum ManifestTree {
                             if level == 0 {
                                 try readLeaf(b, files: files, previous: &previous, totalSize: &totalSize, into: &entries)
                             } else {
-                                next += try readNode(b, level: level, files: files)
+                                for child in try readNode(b, level: level, files: files) {
+                                    guard named.insert(child.0).inserted else {
+                                        throw Problem(text: "it names object \(child.0.hex), which the tree names already: a tree names each object once")
+                                    }
+                                    next.append(child)
+                                }
                             }
                         }
                     } catch {

@@ -1,3 +1,4 @@
+import CSystem
 import Dispatch
 import Glibc
 import Synchronization
@@ -355,6 +356,9 @@ public final class Agent: @unchecked Sendable {
     }
 
     private func cycleEnded(_ name: String, _ result: SyncResult) {
+        // What the cycle's threads freed goes back to the system: glibc keeps it in their
+        // arenas otherwise, and an agent's memory climbed with every change cycle.
+        _ = ferry_release_free_memory()
         guard var slot = slots[name] else { return }
         slot.running = nil
         slot.inSync = result.exitCode == .inSync

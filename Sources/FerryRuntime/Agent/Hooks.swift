@@ -15,6 +15,9 @@ import FerryCore
 ///     FERRY_BYTES    the file's size (file); bytes fetched (session)
 ///     FERRY_ERROR    why a file failed    FERRY_EXIT_CODE, FERRY_FILES, FERRY_DELETED, FERRY_FAILED (session)
 ///
+/// A hook inherits ferry's environment but for ferry's own variables and its secrets (every
+/// `AWS_*`, `CREDENTIALS_DIRECTORY`: `HookProcess.withheld`).
+///
 /// Hooks run one at a time on a thread of their own, in the order of their events, so a slow hook
 /// never holds up a transfer; stdin is /dev/null and stdout goes to stderr (the journal). A hook
 /// that runs past `hook-timeout` gets SIGTERM, then SIGKILL two seconds later. A hook that fails,
@@ -195,6 +198,15 @@ enum HookProcess {
         return (result, output)
     }
 
+    /// Variables of ferry's environment a hook does not get: ferry's own (`FERRY_*`, which the
+    /// hook's event sets), systemd's for ferry's process alone (notify, watchdog, sockets), and
+    /// secrets — every `AWS_*` (keys, session tokens, the container token and where credentials
+    /// come from) and systemd's `CREDENTIALS_DIRECTORY`. A hook that needs a secret reads it itself.
+    static func withheld(_ name: String) -> Bool {
+        name.hasPrefix("FERRY_") || name.hasPrefix("AWS_")
+            || ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "CREDENTIALS_DIRECTORY"].contains(name)
+    }
+
     private static func run(_ command: HookCommand, environment: [String], timeout: Double,
                             capture: (read: Int32, write: Int32, take: ([UInt8]) -> Void)?) -> Result {
         var actions = posix_spawn_file_actions_t()
@@ -228,10 +240,7 @@ enum HookProcess {
         while let entry = p.pointee {
             let text = String(cString: entry)
             let name = text.split(separator: "=", maxSplits: 1).first.map(String.init) ?? text
-            if !names.contains(name) && !name.hasPrefix("FERRY_") && name != "NOTIFY_SOCKET" && name != "WATCHDOG_USEC"
-                && name != "WATCHDOG_PID" && name != "LISTEN_FDS" && name != "LISTEN_PID" {
-                inherited.append(text)
-            }
+            if !names.contains(name) && !withheld(name) { inherited.append(text) }
             p += 1
         }
         let argv = command.arguments.map { strdup($0) } + [nil]

@@ -9,17 +9,26 @@ import FerryCore
 /// - `GET /healthz`: 200 while the agent's scheduler ticks, 503 once it has not ticked for as long
 ///   as systemd's watchdog allows (`WatchdogSec`, else 60 s): when the watchdog would fire.
 ///
-/// Hostile clients are expected (the address may be reachable from elsewhere): at most
-/// `maxConnections` are served at once, each on its own thread with a 5-second deadline for the
-/// whole request; the next wait in the listen queue. A request is at most 8 KiB; anything else
-/// is answered 400, 404 or 405 and closed. Nothing a client sends reaches the agent.
+/// Hostile clients are expected (the address may be reachable from elsewhere): each is served on
+/// its own thread with a 5-second deadline for the whole request. At most `maxConnections` wait
+/// for their request at once: a new client pushes out the one that has waited longest, so
+/// clients that connect and send nothing (or trickle) cannot keep a scrape or a health check
+/// from being answered; at most `maxThreads` connections are open at once. A request is at most
+/// 8 KiB; anything else is answered 400, 404 or 405 and closed. Nothing a client sends reaches
+/// the agent.
 public final class MetricsServer: @unchecked Sendable {
     public static let maxConnections = 8
+    /// Connections open at once, reading or answering (an answer is small and quick).
+    static let maxThreads = 32
     /// The name of the threads that serve a client (what /proc/PID/task/TID/comm shows).
     public static let clientThreadName = "ferry-scrape"
     public let address: ListenAddress
     private let fd: Int32
-    private let permits = DispatchSemaphore(value: MetricsServer.maxConnections)
+    private let permits = DispatchSemaphore(value: MetricsServer.maxThreads)
+    /// The clients still sending their request, and when each came. A client's descriptor is
+    /// taken out (by its thread, or by `admit` pushing it out) before it is closed, under the
+    /// lock, so a descriptor shut down here is never one reused by a later client.
+    private let reading = Mutex<[Int32: Double]>([:])
     private let metrics: @Sendable () -> String
     private let healthy: @Sendable () -> (ok: Bool, detail: String)
 
@@ -82,18 +91,38 @@ public final class MetricsServer: @unchecked Sendable {
                 continue
             }
             _ = fcntl(client, F_SETFD, FD_CLOEXEC)
+            admit(client)
             do throws(FerryError) {
                 try Threads.start(name: MetricsServer.clientThreadName) { [self] in
                     serve(client)
+                    doneReading(client)
                     close(client)
                     permits.signal()
                 }
             } catch {
+                doneReading(client)
                 close(client)
                 permits.signal()
                 usleep(10_000)
             }
         }
+    }
+
+    /// Counts `client` among those sending their request; with `maxConnections` of them already,
+    /// the one that has waited longest is shut down (its thread's read ends) to make room.
+    private func admit(_ client: Int32) {
+        reading.withLock { waiting in
+            if waiting.count >= MetricsServer.maxConnections, let oldest = waiting.min(by: { $0.value < $1.value })?.key {
+                waiting[oldest] = nil
+                shutdown(oldest, Int32(SHUT_RDWR))
+            }
+            waiting[client] = MonotonicClock.seconds()
+        }
+    }
+
+    /// `client`'s request is read (or given up): it no longer counts, and can no longer be shut down here.
+    private func doneReading(_ client: Int32) {
+        _ = reading.withLock { $0.removeValue(forKey: client) }
     }
 
     /// One request, one answer, closed.
@@ -111,6 +140,7 @@ public final class MetricsServer: @unchecked Sendable {
             guard n > 0 else { return }
             request += buffer[0..<n]
         }
+        doneReading(client)
         let (status, type, body, head) = MetricsServer.answer(request, metrics: metrics, healthy: healthy)
         respond(client, status, body, type: type, headOnly: head)
     }

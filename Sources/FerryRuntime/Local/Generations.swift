@@ -105,6 +105,7 @@ struct Generations {
             throw .localIO("\(Printable.name(directory)) is not a directory, and layout = generations keeps the mirror's versions there",
                            hint: "move it away")
         }
+        try refuseUnlessOwned(st)
         if let current, isDirectory(directory + "/.switch"), !FileSystem.exists(path(current - 1)) {
             // A conversion from in place cut short after the exchange: `.switch` is the directory
             // the mirror was, and becomes the generation before, as the conversion would have made it.
@@ -126,11 +127,34 @@ struct Generations {
         do throws(FerryError) { try FileSystem.makeDirectories(directory) } catch {
             throw FerryError(error.category, error.message, hint: writeHint)
         }
+        var st = stat()
+        guard lstat(directory, &st) == 0 else {
+            throw .localIO("cannot look at \(Printable.name(directory)): \(FileSystem.errorText())", hint: writeHint)
+        }
+        try refuseUnlessOwned(st)
         let n = max(present().last ?? 0, current ?? 0) + (leavingRoomBelow ? 2 : 1)
         guard mkdir(path(n), 0o755) == 0 else {
             throw .localIO("cannot create \(Printable.name(path(n))) for the next generation: \(FileSystem.errorText())", hint: writeHint)
         }
         return n
+    }
+
+    /// What goes into `<local>.generations` goes live at the next switch: only ferry's user may
+    /// write there. A directory another user owns, or that its group or others may write, is
+    /// refused (`st` is its `lstat`) with the command that makes it ferry's alone.
+    private func refuseUnlessOwned(_ st: stat) throws(FerryError) {
+        let me = geteuid()
+        let mode = String(st.st_mode & 0o7777, radix: 8)
+        if st.st_uid != me {
+            throw .localIO("\(Printable.name(directory)) is owned by \(StateOwner.userName(st.st_uid)) (uid \(st.st_uid)), not by \(StateOwner.userName(me)) that runs ferry: "
+                           + "anything another user puts there would go live at the next switch; nothing was changed",
+                           hint: "if its contents are ferry's, chown -R \(StateOwner.userName(me)) \(Printable.name(directory)) and chmod go-w \(Printable.name(directory)); otherwise move it away")
+        }
+        if st.st_mode & 0o022 != 0 {
+            throw .localIO("\(Printable.name(directory)) may be written by its group or others (mode \(mode)): "
+                           + "anything another user puts there would go live at the next switch; nothing was changed",
+                           hint: "chmod go-w \(Printable.name(directory))")
+        }
     }
 
     /// What a refused write here needs: the directory holding `local`, not only `local`.

@@ -11,7 +11,7 @@ struct ManifestSource {
     let session: SessionConfig
     /// The cached manifest's path.
     let path: String
-    private let directory: String
+    let directory: String
     private let state: String
 
     init(session: SessionConfig, state: String) {

@@ -402,6 +402,10 @@ final class PullSync: SessionWork {
                 }
             }
             try store.saveHashes(session: session.name, rows)
+            // The paths the build leaves out are gone from the next generation: their rows go,
+            // as an in-place pull's deletions' do (the current one's files need none: no
+            // manifest entry asks for them).
+            try store.forgetHashes(session: session.name, plan.deletions)
             renewed()
         }
         if resumed {
@@ -460,7 +464,11 @@ final class PullSync: SessionWork {
     /// short before it writes their rows again, the next scan takes rows that differ from the
     /// file in ctime alone (`renewing`), and writes them again, instead of hashing every file.
     private func expectCtimeMoves() throws(FerryError) {
-        if !renewalPending { try FileSystem.writeAtomically(renewalMarker, bytes: []) }
+        guard !renewalPending else { return }
+        // The manifests directory may not be there yet: a state directory replaced whole (a
+        // damaged database) meets old generations before any manifest was kept.
+        try FileSystem.makePrivateDirectory(manifests.directory)
+        try FileSystem.writeAtomically(renewalMarker, bytes: [])
     }
 
     /// The rows are written again: what `expectCtimeMoves` marked is done.

@@ -170,6 +170,16 @@ final class PushSync: SessionWork {
             guard reissue != nil else {
                 // Nothing to publish; objects whose time is up still go.
                 collectContent(publishing: nil, placed: [], previous: published, writer: writer, store: store)
+                // The only changes were files that could not be read, or deletions max-delete
+                // refuses: the run is not in sync, and the next one (the agent's too, through
+                // its exit code) tries again.
+                var reasons: [String] = []
+                if result.failed > 0 {
+                    reasons.append("\(Plural.count(result.failed, "file")) failed; the remote keeps what it holds at \(result.failed == 1 ? "its path" : "their paths"), and the next run tries again")
+                }
+                if let refusal = refuseDeletions(plan, result: &result) { reasons.append(refusal) }
+                result.exitCode = RunOutcome(failed: result.failed, deletionsRefused: plan.refusedDeletions != nil).exitCode
+                if !reasons.isEmpty { result.message = reasons.joined(separator: "; ") }
                 return
             }
         }
@@ -223,11 +233,7 @@ final class PushSync: SessionWork {
         var unfinished = notDone
         let ended = transfers.uploaded + transfers.vanished.count + transfers.failed
         if stopped == nil && unfinished == 0 && ended < uploads.count { unfinished = uploads.count - ended }
-        if let refused = plan.refusedDeletions {
-            result.message = "refused to delete \(Plural.count(refused.count, "file")) on the remote: more than max-delete = \(session.maxDelete) allows (\(refused.limit) of the \(Plural.count(refused.managed, "file")) published); nothing was deleted"
-            result.hint = "if this is intended, raise max-delete for session '\(session.name)'"
-            emit(.warning(message: result.message!))
-        }
+        if let refusal = refuseDeletions(plan, result: &result) { result.message = refusal }
         guard stopped == nil && unfinished == 0 else {
             let verified = transfers.verifications
             if !verified.isEmpty {
@@ -335,6 +341,16 @@ final class PushSync: SessionWork {
         if deletionsFailed > 0 { reasons.append("\(Plural.count(deletionsFailed, "deletion")) on the remote failed") }
         if let refusal = result.message { reasons.append(refusal) }
         result.message = reasons.isEmpty ? nil : reasons.joined(separator: "; ")
+    }
+
+    /// The deletions `max-delete` refused, said as a warning, with the hint that goes with it;
+    /// nil when there were none.
+    private func refuseDeletions(_ plan: PushPlan, result: inout SyncResult) -> String? {
+        guard let refused = plan.refusedDeletions else { return nil }
+        let message = "refused to delete \(Plural.count(refused.count, "file")) on the remote: more than max-delete = \(session.maxDelete) allows (\(refused.limit) of the \(Plural.count(refused.managed, "file")) published); nothing was deleted"
+        result.hint = "if this is intended, raise max-delete for session '\(session.name)'"
+        emit(.warning(message: message))
+        return message
     }
 
     /// Where metadata object `digest` goes on the remote: `.ferry/meta/` beside the manifest.

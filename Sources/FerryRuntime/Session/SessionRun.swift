@@ -143,6 +143,9 @@ final class SessionRun: SessionWork {
             case .push:
                 try PushSync(session: session, agent: agent, observer: observer, options: options, engine: engine).cycle(store: state, result: &result)
             }
+            // A file that failed never leaves the run in sync, whichever way the cycle ended: the
+            // exit code is what tells a caller, and the agent, to try it again.
+            result.exitCode = ExitCode.worst([result.exitCode] + RunOutcome(failed: result.failed).codes)
             withExtendedLifetime(lock) {}
         } catch {
             result.error = error

@@ -900,11 +900,18 @@ public final class StateStore {
         return out
     }
 
-    /// Gives the files of `tree` the hashes the cache holds for them, where still valid: one pass
-    /// over the rows in primary-key order, which is the tree's order, without a String per row.
+    /// Gives the files of `tree` (a whole scan of the session's local root) the hashes the cache
+    /// holds for them, where still valid: one pass over the rows in primary-key order, which is
+    /// the tree's order, without a String per row. Rows of paths the tree holds no file at go:
+    /// every direction and layout keeps the cache to the files there are (a pull's deletions
+    /// forget theirs at once, but a push's or a generation's gone files are only seen here).
     public func loadHashes(session: String, into tree: inout LocalTree, ignoringCtime: Bool = false) throws(FerryError) {
         let s = try hashCacheRows(session: session)
-        try tree.join(next: { () throws(FerryError) in try s.step() }, path: { s.bytes(0) }, hash: { cachedHash(s) }, ignoringCtime: ignoringCtime)
+        var gone: [RelativePath] = []
+        try tree.join(next: { () throws(FerryError) in try s.step() }, path: { s.bytes(0) }, hash: { cachedHash(s) }, ignoringCtime: ignoringCtime,
+                      stale: { gone.append(RelativePath(trusted: s.text(0) ?? "")) })
+        s.reset()
+        try forgetHashes(session: session, gone)
     }
 
     private func hashCacheRows(session: String) throws(FerryError) -> SQLiteStatement {
