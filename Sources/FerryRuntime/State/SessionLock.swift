@@ -43,7 +43,14 @@ public final class SessionLock {
         if mkdirat(dirFD, RelativePath.reservedTopLevel, 0o755) != 0 && errno != EEXIST {
             throw .localIO("cannot make \(Printable.name(directory + "/" + RelativePath.reservedTopLevel)): \(FileSystem.errorText())")
         }
-        let own = openat(dirFD, RelativePath.reservedTopLevel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        var own = openat(dirFD, RelativePath.reservedTopLevel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+        if own < 0 && (errno == ELOOP || errno == ENOTDIR) {
+            // Something else planted at ferry's reserved name (a symlink, a file): removed, never
+            // followed, as `LocalRoot` repairs it.
+            if unlinkat(dirFD, RelativePath.reservedTopLevel, 0) == 0 && mkdirat(dirFD, RelativePath.reservedTopLevel, 0o755) == 0 {
+                own = openat(dirFD, RelativePath.reservedTopLevel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
+            }
+        }
         guard own >= 0 else {
             throw .localIO("cannot open \(Printable.name(directory + "/" + RelativePath.reservedTopLevel)) to lock it (a symlink there is refused): \(FileSystem.errorText())")
         }
