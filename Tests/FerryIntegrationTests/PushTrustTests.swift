@@ -203,23 +203,31 @@ struct PushTrustTests {
         #expect(p.tree(box.directory + "/dst") == p.tree(src))
     }
 
-    /// A file no one can read fails alone (exit 1): the rest is published, and the manifest goes on
-    /// listing what the remote holds at its path. (As `nobody`: root reads everything.)
-    @Test func anUnreadableFileFailsAlone() throws {
+    /// A push of `secret.txt` and `open.txt` published as v1 (returned), then `secret.txt` written
+    /// anew as `secret` (and `open.txt` as `open`, if given) and made unreadable to `nobody`, who
+    /// owns everything else.
+    func unreadableChange(_ label: String, secret: String, open: String?) throws -> (PushTests.PushRemote, Sandbox, String, Int64) {
         let remote = try PushTests.PushRemote("file")
-        let box = Sandbox("push-unreadable")
+        let box = Sandbox(label)
         let src = box.directory + "/src"
         p.write(src, "secret.txt", Data("v1\n".utf8))
         p.write(src, "open.txt", Data("v1\n".utf8))
         try configure(box, url: remote.url)
         #expect(box.sync(["--session", "up"]).exitCode == 0)
         let v1 = try #require(manifestVersion(remote.root + "/manifest.json"))
-        p.write(src, "secret.txt", Data("v2, unreadable\n".utf8))
-        p.write(src, "open.txt", Data("v2\n".utf8))
+        p.write(src, "secret.txt", Data(secret.utf8))
+        if let open { p.write(src, "open.txt", Data(open.utf8)) }
         _ = runProcess("/bin/chown", ["-R", "65534:65534", box.directory, remote.root])
         chmod(box.directory, 0o755)
         chown(src + "/secret.txt", 0, 0)
         chmod(src + "/secret.txt", 0o600)
+        return (remote, box, src, v1)
+    }
+
+    /// A file no one can read fails alone (exit 1): the rest is published, and the manifest goes on
+    /// listing what the remote holds at its path. (As `nobody`: root reads everything.)
+    @Test func anUnreadableFileFailsAlone() throws {
+        let (remote, box, _, v1) = try unreadableChange("push-unreadable", secret: "v2, unreadable\n", open: "v2\n")
         let run = runProcess("/usr/bin/setpriv", ["--reuid=65534", "--regid=65534", "--clear-groups", Harness.ferryBinary,
                                                   "sync", "now", "--config", box.config, "--session", "up"])
         #expect(run.exitCode == 1, "\(run.output)")
@@ -235,20 +243,8 @@ struct PushTrustTests {
     /// nothing under the root changes; once it can be read it is published. (As `nobody`.)
     @Test(.enabled(if: getuid() == 0, "needs root to run ferry as nobody"))
     func anUnreadableChangeAloneFailsEveryRunAndTheAgentRetriesIt() throws {
-        let remote = try PushTests.PushRemote("file")
-        let box = Sandbox("push-unreadable-alone")
-        let src = box.directory + "/src"
-        p.write(src, "secret.txt", Data("v1\n".utf8))
-        p.write(src, "open.txt", Data("v1\n".utf8))
-        try configure(box, url: remote.url)
-        #expect(box.sync(["--session", "up"]).exitCode == 0)
-        let v1 = try #require(manifestVersion(remote.root + "/manifest.json"))
         // At the size published: the scan hashes it to tell whether it changed, and cannot.
-        p.write(src, "secret.txt", Data("v2\n".utf8))
-        _ = runProcess("/bin/chown", ["-R", "65534:65534", box.directory, remote.root])
-        chmod(box.directory, 0o755)
-        chown(src + "/secret.txt", 0, 0)
-        chmod(src + "/secret.txt", 0o600)
+        let (remote, box, src, v1) = try unreadableChange("push-unreadable-alone", secret: "v2\n", open: nil)
         let asNobody = ["--reuid=65534", "--regid=65534", "--clear-groups", Harness.ferryBinary]
         for _ in 0..<2 {
             let run = runProcess("/usr/bin/setpriv", asNobody + ["sync", "now", "--config", box.config, "--session", "up"])
