@@ -542,7 +542,7 @@ def push_sections(ferry, runs):
                      "≤ 1.5 × ferry's pull of the same tree",
                      f"ferry's push ÷ ferry's pull of the same tree from the same server = **{ratio:.2f}** (target ≤ 1.5): "
                      f"{'meets' if ratio <= 1.5 else 'misses'} the target. A file pushed is three requests (PUT to a temporary name, "
-                     "MOVE into place, HEAD to check what the server holds), a file pulled one GET. "
+                     "MOVE into place, GET to read back what the server holds: nginx computes no digest), a file pulled one GET. "
                      f"The floor row, curl's PUT and MOVE of each file with nothing hashed, checked or recorded, takes "
                      f"**{floor_wall / pull_wall:.2f}** × ferry's pull; ferry's push takes {push_wall / floor_wall:.2f} × that floor."))
     fresh(www + "/ferry")
