@@ -17,10 +17,7 @@ struct RemoteConformanceTests {
 
         /// The S3 store of an S3 kind, one per test process.
         func store() throws -> any S3TestStore {
-            switch self {
-            case .moto: try MotoServer.shared()
-            default: try SeaweedFS.shared()
-            }
+            try (self == .moto ? S3Implementation.moto : .seaweedfs).shared()
         }
     }
     /// The remotes a push can publish to.

@@ -4,9 +4,10 @@ import Testing
 import FerryCore
 
 /// Push to S3 (issue 19), end to end through the `ferry` binary against SeaweedFS: a tree with
-/// keys that need encoding and a file in parts goes up and comes back identical; another writer's
-/// manifest is never overwritten; `kill -9` during pushes and pulls never leaves a bad object or a
-/// pending upload, and a multipart upload killed at three quarters resends only what the store lacks.
+/// keys that need encoding and a file in parts goes up and comes back identical (against moto
+/// too); another writer's manifest is never overwritten; `kill -9` during pushes and pulls never
+/// leaves a bad object or a pending upload, and a multipart upload killed at three quarters
+/// resends only what the store lacks.
 struct S3PushTests {
     /// A source tree, a bucket, and a config with a push session `up` and a pull session `down`
     /// on the same prefix.
@@ -60,23 +61,12 @@ struct S3PushTests {
         }
     }
 
-    /// The S3 implementations the round trip runs against, each one per test process.
-    enum Store: String, CaseIterable {
-        case seaweedfs, moto
-        func shared() throws -> any S3TestStore {
-            switch self {
-            case .seaweedfs: try SeaweedFS.shared()
-            case .moto: try MotoServer.shared()
-            }
-        }
-    }
-
     /// A tree with keys that need every kind of encoding, and a file above `upload-part-size` (a
     /// multipart upload), goes up and comes back byte-identical, verified as the store allows
-    /// (SeaweedFS computes the SHA-256 of what it keeps; moto computes none, so every object is
-    /// read back); the next push sends nothing; a deletion and a change go up as such.
-    @Test(arguments: Store.allCases)
-    func pushesATreeWithAFileInPartsAndPullsItBackIdentical(store: Store) throws {
+    /// (SeaweedFS computes the SHA-256 of what it keeps; moto computes none of a single PUT, which
+    /// is read back); the next push sends nothing; a deletion and a change go up as such.
+    @Test(arguments: S3Implementation.allCases)
+    func pushesATreeWithAFileInPartsAndPullsItBackIdentical(store: S3Implementation) throws {
         let w = try World("push", up: ["upload-part-size = 5M"], store: store.shared())
         let names = ["a b.txt", "plus+sign.txt", "percent%41.txt", "hash#1.txt", "question?.txt", "tilde~.txt", "ünï/çødé.txt", "semi;colon=eq&amp.txt"]
         for (i, name) in names.enumerated() { w.write(name, Data("file \(i) \(name)\n".utf8)) }
@@ -90,9 +80,10 @@ struct S3PushTests {
         let (byStore, readBack) = (verified["store_checksum"] as? Int ?? -1, verified["read_back"] as? Int ?? -1)
         switch store {
         case .seaweedfs: #expect(byStore >= names.count + 1 && readBack == 0, "\(verified)")
-        case .moto: #expect(readBack >= names.count, "every single PUT is read back: \(verified)")
+        // moto answers a multipart upload with the (bare) composite of its parts' SHA-256s, and a
+        // single PUT with none: those are read back.
+        case .moto: #expect(byStore == 1 && readBack >= names.count, "\(verified)")
         }
-        print("S3 round trip (\(store)): \(verified)")
         #expect(w.store.get(w.bucket, "tree/deep/er/big.bin") == big)
         #expect(try w.store.pendingUploads(w.bucket).isEmpty, "no multipart upload is left pending")
         w.checkObjects("the first push")
