@@ -461,5 +461,3 @@ struct AWSCredentialsTests {
         #expect(try provider.current(now: later).accessKey == "ASIASECOND")
     }
 }
-
-extension MotoServer: S3TestStore {}

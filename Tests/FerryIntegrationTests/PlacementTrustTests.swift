@@ -132,8 +132,7 @@ struct PlacementTrustTests {
     /// moto, a second S3 implementation: single objects and an upload in parts are placed and
     /// verified whatever it says of checksums, and come back identical.
     @Test func pushesToMoto() throws {
-        let moto = try MotoServer()
-        defer { moto.stop() }
+        let moto = try MotoServer.shared()
         let w = try World("moto", up: ["upload-part-size = 5M"], store: moto)
         w.write("small.txt", Data("small\n".utf8))
         w.write("big.bin", randomData(12 << 20, seed: 7))

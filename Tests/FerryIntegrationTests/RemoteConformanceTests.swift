@@ -4,13 +4,25 @@ import Testing
 import FerryCore
 
 /// The same cases against every remote: nginx over HTTP and over HTTPS (HTTP/2, private CA),
-/// Apache (its WebDAV, `mod_dav_fs`), a local directory (`file://`) and S3 (SeaweedFS). In-process, through `Remotes.open` and a real
-/// `TransferEngine`. The write side runs against every remote a push can write (all four).
+/// Apache (its WebDAV, `mod_dav_fs`), a local directory (`file://`) and S3 in two implementations
+/// (SeaweedFS, and moto, whose dialect differs). In-process, through `Remotes.open` and a real
+/// `TransferEngine`. The write side runs against every remote a push can write (all of them).
 @Suite(.serialized)
 struct RemoteConformanceTests {
-    enum Kind: String, CaseIterable { case http, https, apache, file, s3 }
+    enum Kind: String, CaseIterable {
+        case http, https, apache, file, s3, moto
+
+        /// An S3 store: what holds for S3 holds for each of them.
+        var isS3: Bool { self == .s3 || self == .moto }
+
+        /// The S3 store of an S3 kind, one per test process.
+        func store() throws -> any S3TestStore {
+            try (self == .moto ? S3Implementation.moto : .seaweedfs).shared()
+        }
+    }
     /// The remotes a push can publish to.
-    static let writers: [Kind] = [.http, .https, .apache, .file, .s3]
+    static let writers: [Kind] = [.http, .https, .apache, .file, .s3, .moto]
+    static let s3: [Kind] = Kind.allCases.filter(\.isS3)
 
     /// A published tree (a manifest and a 3 MB file) and the session that reaches it.
     final class World {
@@ -32,7 +44,7 @@ struct RemoteConformanceTests {
         init(_ kind: Kind, partSize: String? = nil) throws {
             self.kind = kind
             switch kind {
-            case .file, .s3:
+            case .file, .s3, .moto:
                 (nginx, apache) = (nil, nil)
                 root = Harness.temporaryDirectory("conformance-remote")
             case .apache:
@@ -55,12 +67,12 @@ struct RemoteConformanceTests {
             case .https: url = nginx!.tlsURL
             case .apache: url = apache!.url
             case .file: url = "file://" + root + "/"
-            case .s3: url = ""
+            case .s3, .moto: url = ""
             }
             var lines = ["[agent]", "state = \(scratch)/state", "", "[session c]", "local = \(scratch)/local"]
-            if kind == .s3 {
+            if kind.isS3 {
                 // The same objects, in a bucket of the test's own under a prefix.
-                let store = try SeaweedFS.shared()
+                let store = try kind.store()
                 bucket = try store.newBucket("conformance")
                 try store.putTree(root, bucket: bucket, prefix: prefix)
                 lines += ["remote = s3://\(bucket)/\(prefix)", "s3-endpoint = \(store.endpoint)", "s3-credentials = \(try store.credentialsFile(in: scratch))"]
@@ -154,7 +166,7 @@ struct RemoteConformanceTests {
     /// What a push left on the remote: files in the remote's `.ferry/` besides its directories;
     /// on S3, multipart uploads still pending in the bucket.
     func leftovers(_ w: World) -> [String] {
-        if w.kind == .s3 {
+        if w.kind.isS3 {
             guard let s3 = w.remote as? S3Remote,
                   let answer = try? S3Exchange.perform(s3.request("GET", key: nil, query: [("uploads", "")]), what: "list uploads") else { return ["?"] }
             return S3XML.blocks("Upload", in: answer.body).map { S3XML.element("Key", in: $0) ?? "?" }
@@ -185,7 +197,7 @@ struct RemoteConformanceTests {
         #expect(read(w, final) == Array("second\n".utf8), "a write replaces what the final name held")
 
         let directory = RelativePath(trusted: "new dir/sub")
-        #expect(try writer.removeDirectoryIfEmpty(directory) == (kind == .s3), "a directory holding a file stays")
+        #expect(try writer.removeDirectoryIfEmpty(directory) == kind.isS3, "a directory holding a file stays")
         #expect(read(w, final) == Array("second\n".utf8))
         try writer.remove(final)
         #expect(read(w, final) == nil)
@@ -197,7 +209,7 @@ struct RemoteConformanceTests {
 
     /// Where the remote writes conditionally (S3), a write for "nothing there" fails once something
     /// is, and one for the ETag read fails once another writer replaced it: as a value, not an error.
-    @Test(arguments: writers.filter { $0 == .s3 })
+    @Test(arguments: s3)
     func writesConditionallyWhereTheRemoteCan(kind: Kind) throws {
         let w = try World(kind)
         let writer = try #require(w.remote as? RemoteWriting)
@@ -255,6 +267,18 @@ struct RemoteConformanceTests {
         try #require(try store.queueUploads(session: "c", entries: [entry])[entry.path])
     }
 
+    /// What ferry reads back of a placed file (a GET, hashed as it comes).
+    func readBack(_ w: World, _ entry: ManifestEntry) throws -> RemoteFileState {
+        let writer = try #require(w.remote as? RemoteWriting)
+        guard case let .probe(probe) = writer.readBack(entry.path, limit: entry.size ?? 0) else { throw TestFailure("S3 reads back through a GET") }
+        let engine = try TransferEngine(concurrency: 2)
+        defer { engine.shutdown() }
+        let source = OneShot(probe)
+        engine.run(source)
+        #expect(source.outcome == "succeeded", "\(source.outcome)")
+        return try #require(probe.state)
+    }
+
     func statOf(_ path: String) -> LocalEntry {
         var st = Glibc.stat()
         lstat(path, &st)
@@ -290,6 +314,13 @@ struct RemoteConformanceTests {
         let state = try #require(states[entry.path])
         #expect(state.mismatch(with: entry) == nil, "\(state)")
         if kind == .s3 { #expect(state.sha256 == entry.sha256, "S3 gives back the SHA-256 it checked") }
+        if kind == .moto {
+            // moto computes no checksum of what it keeps (it neither checks nor keeps the
+            // `x-amz-checksum-sha256` of a PUT): it says none, so a push reads the object back.
+            #expect(state.sha256 == nil, "moto says no SHA-256: \(state)")
+            let back = try readBack(w, entry)
+            #expect(back.sha256 == entry.sha256 && back.verified == .readBack && back.mismatch(with: entry) == nil, "\(back)")
+        }
 
         // Hashed, then edited: never reported as placed.
         let hashed = statOf(localPath)
@@ -305,14 +336,27 @@ struct RemoteConformanceTests {
         // noticed it or the store refused the body for its hash (S3).
         #expect(changed.hasPrefix("failed") && changed.contains("changed while it was sent"), "\(changed)")
         #expect(leftovers(w).isEmpty, "\(leftovers(w))")
-        #expect(read(w, entry.path).map { Data($0) } == content, "the file placed before stays whole")
+        if kind == .moto {
+            // S3 refuses a body that is not the one signed (`x-amz-content-sha256`, and
+            // `x-amz-checksum-sha256`): SeaweedFS does, AWS does (BadDigest). moto checks neither
+            // and keeps the edited bytes at the key, which a single PUT goes straight to. What ferry
+            // does all the same: the file is not placed, and its read-back (moto computes no
+            // checksum, so a push reads back) sees that the key holds other bytes than the manifest
+            // entry, so nothing vouches for them; the push hashes the file again and resends it.
+            let edited = try Data(contentsOf: URL(fileURLWithPath: localPath))
+            #expect(read(w, entry.path).map { Data($0) } == edited, "moto kept the body it was sent")
+            let back = try readBack(w, entry)
+            #expect(back.sha256 == sha256(of: edited) && back.mismatch(with: entry) != nil, "\(back)")
+        } else {
+            #expect(read(w, entry.path).map { Data($0) } == content, "the file placed before stays whole")
+        }
     }
 
     /// S3, above `upload-part-size`: a multipart upload whose parts are journaled as the store
     /// acknowledges them. Dropped after its second part (a `kill -9`), the next placement asks the
     /// store what it holds and sends only the last part; one for other content (the file changed)
     /// aborts the recorded upload, so nothing is left pending.
-    @Test(arguments: writers.filter { $0 == .s3 })
+    @Test(arguments: s3)
     func resumesAnUploadInPartsAndAbortsOneForOtherContent(kind: Kind) throws {
         let w = try World(kind, partSize: "5M")
         let store = try StateStore(directory: w.scratch + "/state")
@@ -439,19 +483,19 @@ struct RemoteConformanceTests {
         let run = try w.download(missing)
         #expect(run.outcome.hasPrefix("failed(never)"), "\(run.outcome)")
         #expect(run.outcome.contains("404") || run.outcome.contains("No such file"), "\(run.outcome)")
-        if kind == .s3 { #expect(run.outcome.contains("NoSuchKey"), "S3's own error code is said: \(run.outcome)") }
+        if kind.isS3 { #expect(run.outcome.contains("NoSuchKey"), "S3's own error code is said: \(run.outcome)") }
     }
 
     /// A partial kept under a validator the remote no longer holds (the file was replaced since)
     /// is never continued with the new file's bytes: nginx answers the `If-Range` with the whole
     /// new file; S3 refuses the `If-Match` (412) and the file starts again from zero.
-    @Test(arguments: [Kind.http, .https, .s3])
+    @Test(arguments: [Kind.http, .https, .s3, .moto])
     func aResumeUnderAStaleValidatorNeverMixesVersions(kind: Kind) throws {
         let w = try World(kind)
         let kept = w.content.prefix(1_000_000)
         let stale = "\"0123456789abcdef0123456789abcdef\""
         let run = try w.download(w.entry, resumeFrom: kept, validator: stale)
-        if kind == .s3 {
+        if kind.isS3 {
             #expect(run.outcome.hasPrefix("failed(later)") && run.outcome.contains("412"), "\(run.outcome)")
             #expect(run.download.received == 0)
             let again = try w.download(w.entry)

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// scripts/credserver.py on 127.0.0.1: the EC2 instance metadata service (IMDSv2: a GET without a
 /// valid session token gets 401) and a container credentials endpoint, handing out the
@@ -57,34 +58,51 @@ final class CredentialServer {
 
 /// moto's server (`moto[server]` from scripts/setup.sh) on 127.0.0.1: a real STS that answers
 /// `AssumeRoleWithWebIdentity` with fresh temporary credentials, and an S3 that takes any
-/// signature.
-final class MotoServer {
+/// signature: a second S3 implementation, whose dialect differs from SeaweedFS's (it computes no
+/// checksum of what it keeps; its multipart checksum is the bare composite). `shared()` is one
+/// per test process, stopped when the process exits; a test that needs a fresh one makes its own.
+final class MotoServer: S3TestStore, Sendable {
     let port: UInt16
     let directory: String
-    private let process: Child
+    /// The server; a lock only to make the handle shareable between tests (it is stopped once).
+    private let process: Mutex<Child>
 
     init() throws {
         directory = Harness.temporaryDirectory("moto")
         port = freePort()
         let binary = Harness.packageRoot + "/.venv/bin/moto_server"
-        process = try Child(binary, ["-H", "127.0.0.1", "-p", String(port)], stdout: directory + "/moto.log", stderr: directory + "/moto.log")
+        process = Mutex(try Child(binary, ["-H", "127.0.0.1", "-p", String(port)], stdout: directory + "/moto.log", stderr: directory + "/moto.log"))
         // Ready when it answers HTTP (the port may open before the app is loaded): any status.
         let deadline = Date().addingTimeInterval(60)
-        while Date() < deadline && process.isRunning {
+        while Date() < deadline && process.withLock({ $0.isRunning }) {
             guard waitForPort(port, timeout: 1) else { continue }
             let probe = runProcess("/usr/bin/curl", ["-s", "-o", "/dev/null", "-m", "2", "-w", "%{http_code}",
                                                      "http://127.0.0.1:\(port)/?Action=GetCallerIdentity&Version=2011-06-15"])
             if probe.stdout != "000" && !probe.stdout.isEmpty { return }
             usleep(50_000)
         }
-        process.stop()
+        process.withLock { $0.stop() }
         throw TestFailure("moto_server did not start (\(binary); run scripts/setup.sh): \(fileContents(directory + "/moto.log") ?? "")")
     }
+
+    private static let started: Result<MotoServer, TestFailure> = {
+        do {
+            let moto = try MotoServer()
+            atexit { if case let .success(moto) = MotoServer.started { moto.stop() } }
+            return .success(moto)
+        } catch let error as TestFailure { return .failure(error) } catch {
+            return .failure(TestFailure("\(error)"))
+        }
+    }()
+
+    /// The test process's moto, started on first use and stopped when the process exits. Its
+    /// state lives in memory only: tests take a bucket each, as on SeaweedFS.
+    static func shared() throws -> MotoServer { try started.get() }
 
     var endpoint: String { "http://127.0.0.1:\(port)" }
 
     func stop() {
-        process.stop()
+        process.withLock { $0.stop() }
         Harness.remove(directory)
     }
 

@@ -99,6 +99,20 @@ protocol S3TestStore {
     var endpoint: String { get }
 }
 
+/// The S3 implementations the cases that hold for any S3 store run against, each one store per
+/// test process: SeaweedFS, and moto, whose dialect differs (it computes no checksum of a single
+/// PUT and checks none it is sent).
+enum S3Implementation: String, CaseIterable {
+    case seaweedfs, moto
+
+    func shared() throws -> any S3TestStore {
+        switch self {
+        case .seaweedfs: try SeaweedFS.shared()
+        case .moto: try MotoServer.shared()
+        }
+    }
+}
+
 extension S3TestStore {
     /// A new bucket with a name no other test uses.
     func newBucket(_ label: String) throws -> String {
