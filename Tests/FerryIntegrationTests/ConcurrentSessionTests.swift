@@ -77,4 +77,34 @@ struct ConcurrentSessionTests {
         #expect(finished.first { $0["session"] as? String == "two" }?["exit_code"] as? Int == 1)
         #expect(try Data(contentsOf: URL(fileURLWithPath: "\(box.directory)/one/one.bin")) == contents["one"])
     }
+
+    /// A remote whose answers hang cannot take every slot: its session started first and holds
+    /// what it can of `transfers = 4` with bodies that never come, yet the other session (whose
+    /// manifest comes slowly, so it asks last) gets its share at once and is in sync long before
+    /// the hanging transfers are given up.
+    @Test func aRemoteThatHangsLeavesTheOtherSessionsTheirShare() throws {
+        let box = Sandbox("fair-share")
+        for i in 0..<6 { box.publish("stuck/s\(i).bin", randomData(50_000, seed: UInt64(60 + i))) }
+        for i in 0..<10 { box.publish("fine/f\(i).bin", randomData(20_000, seed: UInt64(80 + i))) }
+        for name in ["stuck", "fine"] { #expect(ferry(["manifest", "build", box.published + "/" + name]).exitCode == 0) }
+        let stuck = try PythonServer(directory: box.published + "/stuck")
+        defer { stuck.stop() }
+        let fine = try PythonServer(directory: box.published + "/fine")
+        defer { fine.stop() }
+        stuck.setFaults(Dictionary(uniqueKeysWithValues: (0..<6).map { ("/s\($0).bin", ["stall_after": 0] as [String: Any]) }))
+        fine.setFaults(["/manifest.json": ["rate": 100]])
+        let config = ["[agent]", "state = \(box.state)", "transfers = 4", "",
+                      "[session stuck]", "remote = \(stuck.url)", "local = \(box.directory)/stuck", "min-speed = 0", "stall-timeout = 60s", "",
+                      "[session fine]", "remote = \(fine.url)", "local = \(box.directory)/fine"]
+        try (config.joined(separator: "\n") + "\n").writeReplacing(box.config)
+        let run = box.sync(["--json", "--max-duration", "25s"])
+        let events = run.events
+        let fineDone = events.firstIndex { $0["event"] as? String == "sync-finished" && $0["session"] as? String == "fine" }
+        #expect(fineDone != nil && events[fineDone!]["exit_code"] as? Int == 0, "\(run.output)")
+        let stuckGaveUp = events.firstIndex { $0["session"] as? String == "stuck" && ["file-retrying", "file-failed", "file-done"].contains($0["event"] as? String ?? "") }
+        #expect(stuckGaveUp.map { gaveUp in fineDone.map { $0 < gaveUp } ?? false } ?? true,
+                "the healthy session finished while the hanging one still held its transfers: \(run.stdout)")
+        #expect(run.exitCode == 3, "the hanging session is stopped by the deadline: \(run.output)")
+        #expect(stuck.requests().filter { ($0["path"] as? String ?? "").hasSuffix(".bin") }.count >= 2, "the hanging session started transfers first")
+    }
 }

@@ -140,6 +140,7 @@ public final class Agent: @unchecked Sendable {
         self.metrics = metrics
         hub = EventHub(sinks + (hooks.map { [$0] } ?? []) + [followers] + (metrics.map { [$0] } ?? []))
         runner = try SessionRunner(agent: config.agent)
+        runner.sessions = config.sessions.count
         store = try StateStore(directory: config.agent.state)
         let hub = self.hub
         hooks?.report = { hub.event($0) }
@@ -517,6 +518,7 @@ public final class Agent: @unchecked Sendable {
             }
         }
         runner.transfers = fresh.agent.transfers
+        runner.sessions = fresh.sessions.count
         runner.bandwidth = fresh.agent.bwlimit
         if fresh.agent.metrics != config.agent.metrics {
             emit("", .warning(message: "[agent] metrics changed; the change takes effect when the agent restarts"))

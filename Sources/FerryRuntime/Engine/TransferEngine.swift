@@ -112,6 +112,21 @@ final class TransferEngine: @unchecked Sendable {
     private var idle: [EasyHandle] = []
     private var lastTick = 0.0
 
+    /// How many sessions share the engine (the sessions of a `sync now`, or of the agent's config):
+    /// each source of the global pool leaves a slot for each of the others, up to half of the
+    /// slots, so a remote whose answers hang cannot hold the slots a healthy one needs.
+    var sessions: Int {
+        get { sharing.load(ordering: .relaxed) }
+        set { sharing.store(max(1, newValue), ordering: .relaxed); curl_multi_wakeup(multi) }
+    }
+    private let sharing = Atomic(1)
+
+    /// The most global slots one source may hold: `transfers` less one for each other session
+    /// sharing the engine, never less than half of them (nor less than one).
+    static func share(transfers: Int, sessions: Int) -> Int {
+        max(1, transfers - min(sessions - 1, transfers / 2))
+    }
+
     init(concurrency: Int) throws(FerryError) {
         limit = Atomic(max(1, concurrency))
         multi = curl_multi_init()
@@ -218,12 +233,13 @@ final class TransferEngine: @unchecked Sendable {
     /// highest priority first, taking turns among the sources of one priority.
     private func fill() {
         let concurrency = self.concurrency
+        let share = TransferEngine.share(transfers: concurrency, sessions: sessions)
         // Whether `turn` may start one more: within its session's limit, and within its run's
-        // own limit or else the global one.
+        // own limit or else the global one and its share of it.
         func room(_ turn: Turn) -> Bool {
             guard turn.running < turn.source.limit else { return false }
             if let own = turn.runTransfers { return turn.running < own }
-            return active.count - activeOnOwnLimit < concurrency
+            return active.count - activeOnOwnLimit < concurrency && turn.running < share
         }
         let priorities = Set(turns.map { $0.source.priority }).sorted(by: >)
         for priority in priorities {

@@ -34,6 +34,7 @@ public final class SessionRunner {
     /// others have started.
     public func run(_ jobs: [Job], sinks: [EventSink]) -> [SyncResult] {
         let hub = EventHub(sinks)
+        engine.sessions = Set(jobs.map(\.session.name)).count
         let runs = jobs.map { SessionRun(session: $0.session, agent: agent, observer: hub, options: $0.options, engine: engine) }
         let running = runs.map { sync in try? BackgroundWork(name: "ferry-session") { () throws(Never) -> SyncResult in sync.run() } }
         return zip(runs, running).map { sync, work in work?.wait() ?? sync.run() }
@@ -55,6 +56,13 @@ public final class SessionRunner {
     public var bandwidth: BandwidthSchedule? {
         get { engine.bandwidth }
         set { engine.bandwidth = newValue }
+    }
+
+    /// How many sessions share the transfers (the agent's: its config's), so that each leaves the
+    /// others a share (`TransferEngine.share`).
+    public var sessions: Int {
+        get { engine.sessions }
+        set { engine.sessions = newValue }
     }
 
     /// The global `transfers` limit, changed by a reload; running transfers are not restarted.
