@@ -235,10 +235,7 @@ final class PushSync: SessionWork {
         if stopped == nil && unfinished == 0 && ended < uploads.count { unfinished = uploads.count - ended }
         if let refusal = refuseDeletions(plan, result: &result) { result.message = refusal }
         guard stopped == nil && unfinished == 0 else {
-            let verified = transfers.verifications
-            if !verified.isEmpty {
-                emit(.uploadsVerified(storeChecksum: verified[.storeChecksum] ?? 0, readBack: verified[.readBack] ?? 0, sizeOnly: verified[.sizeOnly] ?? 0))
-            }
+            sayVerified(transfers.verifications)
             let outcome = RunOutcome(failed: result.failed, deletionsRefused: plan.refusedDeletions != nil, waiting: transfers.waiting,
                                      stopped: stopped != nil || notDone < unfinished, suspended: transfers.suspended, delayed: transfers.delayed,
                                      held: transfers.onHold)
@@ -295,11 +292,7 @@ final class PushSync: SessionWork {
         // cache holds what this session placed there); the root that names them goes last.
         let objects = manifests.objects(remote: remote)
         if let tree { try sendObjects(tree, objects: objects, writer: writer) }
-        var verified = transfers.verifications
-        verified.merge(objectVerifications, uniquingKeysWith: +)
-        if !verified.isEmpty {
-            emit(.uploadsVerified(storeChecksum: verified[.storeChecksum] ?? 0, readBack: verified[.readBack] ?? 0, sizeOnly: verified[.sizeOnly] ?? 0))
-        }
+        sayVerified(transfers.verifications.merging(objectVerifications, uniquingKeysWith: +))
         // Another writer that published while this run uploaded is not overwritten: the files this
         // run placed are on the remote, but readers go on seeing the other writer's manifest (a file
         // of both, if any, fails their hash check, never a mixed tree with exit 0), and the next run
@@ -378,16 +371,21 @@ final class PushSync: SessionWork {
         // Each is verified before the root that names it goes: the store's own checksum, else read
         // back as a mirror reads it (whatever verify-uploads says: an object is small, and a
         // mirror refuses the whole publication for one that is wrong).
-        let vouched = session.verifyUploads == .readBack ? [] : missing.indices.filter { sent[$0] == true }
-        let unvouched = missing.indices.filter { !vouched.contains($0) }.map { missing[$0] }
-        try verifyObjects(unvouched.map { ($0.sha256, $0.bytes) }, objects: objects, writer: writer)
-        objectVerifications[.storeChecksum, default: 0] += vouched.count
-        objectVerifications[.readBack, default: 0] += unvouched.count
+        let readBack = missing.indices.filter { session.verifyUploads == .readBack || sent[$0] != true }.map { missing[$0] }
+        try verifyObjects(readBack.map { ($0.sha256, $0.bytes) }, objects: objects, writer: writer)
+        objectVerifications[.storeChecksum, default: 0] += missing.count - readBack.count
+        objectVerifications[.readBack, default: 0] += readBack.count
         for object in missing { objects.keep(object.sha256, object.bytes) }
     }
 
     /// How the metadata objects this run wrote were verified.
     private var objectVerifications: [UploadVerification: Int] = [:]
+
+    /// The `uploads-verified` event of what this run placed, if it placed anything.
+    private func sayVerified(_ counts: [UploadVerification: Int]) {
+        guard !counts.isEmpty else { return }
+        emit(.uploadsVerified(storeChecksum: counts[.storeChecksum] ?? 0, readBack: counts[.readBack] ?? 0, sizeOnly: counts[.sizeOnly] ?? 0))
+    }
 
     /// Reads `written` back from the remote; one it does not hold as named is written once more
     /// and read again, and one still wrong stops the publication.

@@ -42,7 +42,7 @@ extension S3Remote: RemoteWriting {
         // Without one, the session asks (a HEAD), and reads the object back if that says nothing.
         return SinglePlacement(upload: upload, file: file.file, vouch: { upload throws(FerryError) in
             let answer = upload.responseHeaders
-            switch S3Checksum.verdict(answer.extensions["x-amz-checksum-sha256"], type: answer.extensions["x-amz-checksum-type"], sha256: sha, parts: []) {
+            switch S3Checksum.verdict(answer, sha256: sha) {
             case .none: return .inspect
             case let .differs(said): throw S3Checksum.mismatch(key, said: said)
             case .matches:
@@ -53,6 +53,19 @@ extension S3Remote: RemoteWriting {
     }
 
     func write(_ bytes: [UInt8], at path: RelativePath, condition: WriteCondition) throws(FerryError) -> WriteOutcome {
+        try put(bytes, at: path, condition: condition).outcome
+    }
+
+    func writeObject(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) -> Bool {
+        let (outcome, vouched) = try put(bytes, at: path, condition: .none)
+        // Unconditional: a store that says a condition failed answers nothing ferry asked.
+        guard outcome == .written else { throw .remote("the store refused to write \(Printable.name(key(path.string))) as if a condition had failed, though none was set") }
+        return vouched
+    }
+
+    /// One PUT of a small object, if `condition` holds; `vouched` when the store answered with the
+    /// SHA-256 it computed and it is the bytes'. A store that says it computed another throws.
+    private func put(_ bytes: [UInt8], at path: RelativePath, condition: WriteCondition) throws(FerryError) -> (outcome: WriteOutcome, vouched: Bool) {
         let key = self.key(path.string)
         let sha = SHA256Hasher.digest(of: bytes)
         var headers = S3Remote.contentHeaders(sha)
@@ -65,31 +78,14 @@ extension S3Remote: RemoteWriting {
                                             what: "write \(Printable.name(key))")
         switch answer.headers.status {
         case 200..<300:
-            if case let .differs(said) = verdict(answer, sha) { throw S3Checksum.mismatch(key, said: said) }
-            return .written
+            switch S3Checksum.verdict(answer.headers, sha256: sha) {
+            case .matches: return (.written, true)
+            case .none: return (.written, false)
+            case let .differs(said): throw S3Checksum.mismatch(key, said: said)
+            }
         // 409: a conditional write that met another one in flight (AWS's ConditionalRequestConflict).
-        case 412, 409: return .preconditionFailed
+        case 412, 409: return (.preconditionFailed, false)
         default: throw S3Errors.failure(answer, doing: "write \(Printable.name(key))", bucket: bucket, key: key, region: region, credentials: signer.credentials.source)
-        }
-    }
-
-    /// What the store says it computed over a body it took, against the body's SHA-256.
-    private func verdict(_ answer: Exchange.Answer, _ sha: SHA256Digest) -> S3Checksum.Verdict {
-        S3Checksum.verdict(answer.headers.extensions["x-amz-checksum-sha256"], type: answer.headers.extensions["x-amz-checksum-type"], sha256: sha, parts: [])
-    }
-
-    func writeObject(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) -> Bool {
-        let key = self.key(path.string)
-        let sha = SHA256Hasher.digest(of: bytes)
-        let answer = try S3Exchange.perform(try request("PUT", key: key, headers: S3Remote.contentHeaders(sha), payloadHash: sha.hex), body: bytes,
-                                            what: "write \(Printable.name(key))")
-        guard (200..<300).contains(answer.headers.status) else {
-            throw S3Errors.failure(answer, doing: "write \(Printable.name(key))", bucket: bucket, key: key, region: region, credentials: signer.credentials.source)
-        }
-        switch verdict(answer, sha) {
-        case .matches: return true
-        case .none: return false
-        case let .differs(said): throw S3Checksum.mismatch(key, said: said)
         }
     }
 
@@ -461,6 +457,11 @@ enum S3Checksum {
         if digest == composite(parts) { return .matches }
         // A store that reports the whole object's hash for a multipart upload without saying so.
         return count == nil && kind == nil && digest == sha256 ? .matches : .differs(said)
+    }
+
+    /// What the headers of a single PUT's answer say the store computed, against the body's SHA-256.
+    static func verdict(_ headers: ResponseHeaders, sha256: SHA256Digest) -> Verdict {
+        verdict(headers.extensions["x-amz-checksum-sha256"], type: headers.extensions["x-amz-checksum-type"], sha256: sha256, parts: [])
     }
 
     /// The SHA-256 of the parts' SHA-256s joined: what S3 reports for a multipart upload.
