@@ -12,6 +12,17 @@ import FerryCore
 /// Partial files live in `<root>/.ferry/`, on the same filesystem, so the final `rename` is atomic
 /// (rule 1).
 public final class LocalRoot {
+    /// Whether a failure to open a file says it is no longer a regular file at that path (gone, a
+    /// symlink or something else now, or under a file): for a push's local tree and for a
+    /// `file://` remote alike.
+    static func isGone(_ cause: FailureCause?) -> Bool {
+        switch cause {
+        case .sourceChanged?: return true
+        case let .local(code)?: return code == ENOENT || code == ENOTDIR || code == ELOOP || code == EINVAL
+        default: return false
+        }
+    }
+
     /// What the directory is to ferry.
     public enum Role: Sendable {
         /// The session's own directory: partial files in `.ferry/partial/` are kept across runs as
@@ -285,7 +296,7 @@ public final class LocalRoot {
         let name = baseName(relative)
         let fd: Int32
         if create {
-            let made = try openOrMakeDirectory(in: parentFD, name, mode: 0o755, shown: display(relative), replacing: role == .local)
+            let made = try LocalRoot.openOrMakeDirectory(in: parentFD, name, mode: 0o755, shown: display(relative), replacing: role == .local)
             if let was = made.replaced { changes.append(.replacedByDirectory(relative, was: was)) }
             if made.changed { unsyncedDirectories.insert(relative.parent) }
             fd = made.fd
@@ -314,7 +325,7 @@ public final class LocalRoot {
     /// (a symlink as a link, never what it points to) and returned as `replaced`; without, it is
     /// refused. `fd` is -1, with errno set, when the directory cannot be opened; `changed` says
     /// whether `parent` gained or lost an entry.
-    private func openOrMakeDirectory(in parent: Int32, _ name: String, mode: mode_t, shown: String, replacing: Bool) throws(FerryError)
+    static func openOrMakeDirectory(in parent: Int32, _ name: String, mode: mode_t, shown: String, replacing: Bool) throws(FerryError)
         -> (fd: Int32, replaced: LocalEntry.Kind?, changed: Bool) {
         let fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard fd < 0 else { return (fd, nil, false) }
@@ -472,7 +483,7 @@ public final class LocalRoot {
     /// file or anything else found there is removed (a symlink as a link, never followed).
     private func ownDirectory(in parent: Int32, _ name: String, shown: String) throws(FerryError) -> Int32 {
         let shown = Printable.name(shown)
-        let made = try openOrMakeDirectory(in: parent, name, mode: 0o700, shown: shown, replacing: true)
+        let made = try LocalRoot.openOrMakeDirectory(in: parent, name, mode: 0o700, shown: shown, replacing: true)
         if let was = made.replaced {
             changes.append(.repaired("\(shown) was a \(was.rawValue), not ferry's directory; removed it (not followed)"))
         }

@@ -320,15 +320,6 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         return FerryError(.remote, message + "; nothing more was sent", hint: hint, cause: cause)
     }
 
-    /// Whether a failure to open a local file says it is no longer a file at that path.
-    static func isGone(_ cause: FailureCause?) -> Bool {
-        switch cause {
-        case .sourceChanged?: return true
-        case let .local(code)?: return code == ENOENT || code == ENOTDIR || code == ELOOP || code == EINVAL
-        default: return false
-        }
-    }
-
     /// The item for a file that changed after it was hashed: hashed again as it is now, so the
     /// next try sends (and the manifest lists) its current content. nil when it is gone.
     private func rehash(_ item: Item) -> Item? {
@@ -407,7 +398,7 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
             }
         } else if let refusal = PushTransfers.refusesEveryWrite(failure.cause, (opening ? "" : "\(Printable.name(item.entry.path.string)): ") + failure.message) {
             abort(refusal, item)
-        } else if opening && PushTransfers.isGone(failure.cause) {
+        } else if opening && LocalRoot.isGone(failure.cause) {
             // Gone since the scan (deleted, renamed, a symlink or a FIFO now, or under a file):
             // a change like any other, which the session takes up.
             afterFailure(item, TransferFailure(message: failure.message, keepPartial: false, cause: .sourceChanged))

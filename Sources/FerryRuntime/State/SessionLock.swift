@@ -40,20 +40,11 @@ public final class SessionLock {
         let dirFD = open(directory, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
         guard dirFD >= 0 else { throw .localIO("cannot open \(Printable.name(directory)) to lock it: \(FileSystem.errorText())") }
         defer { close(dirFD) }
-        if mkdirat(dirFD, RelativePath.reservedTopLevel, 0o755) != 0 && errno != EEXIST {
-            throw .localIO("cannot make \(Printable.name(directory + "/" + RelativePath.reservedTopLevel)): \(FileSystem.errorText())")
-        }
-        var own = openat(dirFD, RelativePath.reservedTopLevel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-        if own < 0 && (errno == ELOOP || errno == ENOTDIR) {
-            // Something else planted at ferry's reserved name (a symlink, a file): removed, never
-            // followed, as `LocalRoot` repairs it.
-            if unlinkat(dirFD, RelativePath.reservedTopLevel, 0) == 0 && mkdirat(dirFD, RelativePath.reservedTopLevel, 0o755) == 0 {
-                own = openat(dirFD, RelativePath.reservedTopLevel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)
-            }
-        }
-        guard own >= 0 else {
-            throw .localIO("cannot open \(Printable.name(directory + "/" + RelativePath.reservedTopLevel)) to lock it (a symlink there is refused): \(FileSystem.errorText())")
-        }
+        // Something else planted at ferry's reserved name (a symlink, a file) is removed, never
+        // followed, as `LocalRoot` repairs it; readable by all, as `manifest build` serves `.ferry/meta`.
+        let shown = Printable.name(directory + "/" + RelativePath.reservedTopLevel)
+        let own = try LocalRoot.openOrMakeDirectory(in: dirFD, RelativePath.reservedTopLevel, mode: 0o755, shown: shown, replacing: true).fd
+        guard own >= 0 else { throw .localIO("cannot open \(shown) to lock it: \(FileSystem.errorText())") }
         defer { close(own) }
         let path = directory + "/" + RelativePath.reservedTopLevel + "/publish.lock"
         let fd = openat(own, "publish.lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o644)

@@ -183,7 +183,7 @@ extension FileRemote: RemoteWriting {
     func readBack(_ path: RelativePath, limit: Int64) -> RemoteInspection {
         let (fd, error) = tree.openForReading(path)
         guard fd >= 0 else {
-            if let error, PushTransfers.isGone(error.cause) { return .now(.absent) }
+            if let error, LocalRoot.isGone(error.cause) { return .now(.absent) }
             return .failed(error ?? .remote("cannot read \(Printable.name(path.string)) back from the remote"))
         }
         var st = stat()
