@@ -535,55 +535,6 @@ public final class StateStore {
         return gone
     }
 
-    // MARK: uploads in parts (`UploadJournal`)
-
-    /// The multipart upload recorded for a task, with its acknowledged parts.
-    func journaledUpload(task: Int64) throws(FerryError) -> JournaledUpload? {
-        let row = try db.prepare("SELECT id, path, upload_id, upload_content FROM tasks WHERE id = ? AND upload_id IS NOT NULL").bind(.int(task))
-        guard try row.step() else { return nil }
-        return try journaled(row)
-    }
-
-    /// Every multipart upload the session's tasks record.
-    func journaledUploads(session: String) throws(FerryError) -> [JournaledUpload] {
-        let rows = try db.prepare("SELECT id, path, upload_id, upload_content FROM tasks WHERE session = ? AND upload_id IS NOT NULL")
-            .bind(.text(session))
-        var out: [JournaledUpload] = []
-        while try rows.step() { out.append(try journaled(rows)) }
-        return out
-    }
-
-    private func journaled(_ row: SQLiteStatement) throws(FerryError) -> JournaledUpload {
-        let task = row.int(0)
-        var upload = JournaledUpload(task: task, path: RelativePath(trusted: row.text(1) ?? ""), uploadID: row.text(2) ?? "",
-                                     content: row.text(3) ?? "", parts: [])
-        let parts = try db.prepare("SELECT number, size, etag, sha256 FROM upload_parts WHERE task = ? ORDER BY number").bind(.int(task))
-        while try parts.step() {
-            guard let sha = parts.text(3).flatMap(SHA256Digest.init(hex:)) else { continue }
-            upload.parts.append(UploadedPart(number: Int(parts.int(0)), size: parts.int(1), etag: parts.text(2) ?? "", sha256: sha))
-        }
-        return upload
-    }
-
-    func beginJournaledUpload(task: Int64, uploadID: String, content: String) throws(FerryError) {
-        try db.transaction { () throws(FerryError) in
-            try db.prepare("DELETE FROM upload_parts WHERE task = ?").bind(.int(task)).run()
-            try db.prepare("UPDATE tasks SET upload_id = ?, upload_content = ? WHERE id = ?").bind(.text(uploadID), .text(content), .int(task)).run()
-        }
-    }
-
-    func recordUploadedPart(task: Int64, _ part: UploadedPart) throws(FerryError) {
-        try db.cached("INSERT OR REPLACE INTO upload_parts (task, number, size, etag, sha256) VALUES (?, ?, ?, ?, ?)")
-            .bind(.int(task), .int(Int64(part.number)), .int(part.size), .text(part.etag), .text(part.sha256.hex)).run()
-    }
-
-    func clearJournaledUpload(task: Int64) throws(FerryError) {
-        try db.transaction { () throws(FerryError) in
-            try db.prepare("DELETE FROM upload_parts WHERE task = ?").bind(.int(task)).run()
-            try db.prepare("UPDATE tasks SET upload_id = NULL, upload_content = NULL WHERE id = ?").bind(.int(task)).run()
-        }
-    }
-
     /// Marks done every unfinished task whose path the run does not transfer (`transferring`): its
     /// file is in place as the plan wants it (a run killed between placing a file and recording it
     /// left the row running or queued, and no later run would touch it). Delayed tasks are left
