@@ -168,15 +168,6 @@ public final class StateStore {
     }
 }
 
-extension Timestamp {
-    init(_ ts: timespec) {
-        self.init(seconds: Int64(ts.tv_sec), nanoseconds: Int32(ts.tv_nsec))
-    }
-
-
-    var timespecValue: timespec { timespec(tv_sec: Int(seconds), tv_nsec: Int(nanoseconds)) }
-}
-
 extension StateStore {
     /// Where a session keeps the manifest it last accepted (the one a 304 stands for); for a push
     /// session, the one it last published.
