@@ -95,10 +95,10 @@ public final class StateStore {
     }
 
     /// What the agent `pid` says of a session between runs; a nil pid says no agent schedules it.
-    public func recordAgentState(session: String, pid: Int32?, state: String?, nextPoll: Timestamp?) throws(FerryError) {
+    public func recordAgentState(session: String, pid: Int32?, state: PollState?, nextPoll: Timestamp?) throws(FerryError) {
         try ensureSession(session)
         try db.prepare("UPDATE sessions SET agent_pid = ?, agent_state = ?, next_poll = ? WHERE name = ?")
-            .bind(.optional(pid.map(Int64.init)), .optional(state), .optional(nextPoll?.rfc3339), .text(session)).run()
+            .bind(.optional(pid.map(Int64.init)), .optional(state?.text), .optional(nextPoll?.rfc3339), .text(session)).run()
     }
 
     /// What the session's transfers wait for (discretionary conditions), or nil when none were held.
