@@ -12,9 +12,9 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh >&2
 export PATH="/opt/swift/usr/bin:/usr/sbin:$PATH"
 
-version=$(sed -n 's/.*public static let string = "\(.*\)".*/\1/p' Sources/FerryRuntime/Remote/Curl.swift)
+version=$(sed -n 's/.*public static let string = "\(.*\)".*/\1/p' Sources/FerryRuntime/Transport/Curl.swift)
 arch=$(dpkg --print-architecture)
-[ -n "$version" ] || { echo "package: cannot read the version from Sources/FerryRuntime/Remote/Curl.swift" >&2; exit 1; }
+[ -n "$version" ] || { echo "package: cannot read the version from Sources/FerryRuntime/Transport/Curl.swift" >&2; exit 1; }
 # Reproducible dates: the last commit's (or now, outside git).
 epoch=$(git log -1 --format=%ct 2>/dev/null || date +%s)
 export SOURCE_DATE_EPOCH=$epoch

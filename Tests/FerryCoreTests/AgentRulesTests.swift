@@ -49,6 +49,22 @@ struct PollScheduleTests {
     func whatARunMeansForTheSchedule(code: ExitCode, waiting: Int, expected: PollSchedule.Outcome) {
         #expect(PollSchedule.outcome(exitCode: code, waiting: waiting) == expected)
     }
+
+    /// What the agent says of a session is written as this text (the store, `session-state`
+    /// events) and read by status, the journal and scripts: each state reads back from it.
+    @Test func aPollStateIsWrittenAsItWasAndReadBack() {
+        let states: [(PollState, String)] = [
+            (.starting, "starting"), (.idle, "idle"), (.busy, "busy: another ferry process holds the session"),
+            (.held("3 files wait for AC power"), "held: 3 files wait for AC power"),
+            (.waiting("HTTP 503"), "waiting for connectivity: HTTP 503"), (.failed("HTTP 403: refused"), "failed: HTTP 403: refused"),
+        ]
+        for (state, text) in states {
+            #expect(state.text == text)
+            #expect(PollState(text: text) == state, "\(text)")
+        }
+        #expect(states.map { $0.0.lastPollFailed } == [false, false, false, false, true, true])
+        for text in ["", "failed", "waiting: no route", "Idle", "busy", "held"] { #expect(PollState(text: text) == nil, "\(text)") }
+    }
 }
 
 struct HookCommandTests {
@@ -141,7 +157,8 @@ struct EventDecodingTests {
         .manifestBuilt(output: "/m.json", version: 2, files: 3, bytes: 4),
         .manifestBuilt(output: "/m.json", version: 2, files: 3, bytes: 4, signedBy: "ed25519:AAAA", sha256sums: "/SHA256SUMS"),
         .checked(version: 3, listed: 4, hashed: 5, differ: 1, unnoticed: 0),
-        .sessionState(state: "waiting for connectivity: refused", nextPoll: time),
+        .sessionState(state: .waiting("refused"), nextPoll: time),
+        .sessionState(state: .held("1 file waits for AC power"), nextPoll: nil),
         .agent(action: "reloaded", message: "2 sessions"),
         .syncFinished(exitCode: 4, downloaded: 1, failed: 2, deleted: 3, bytes: 4, seconds: 1.25, message: "why", hint: "do", dryRun: false),
         .syncFinished(exitCode: 0, downloaded: 0, failed: 0, deleted: 0, bytes: 0, seconds: 0, message: nil, hint: nil, dryRun: true),
@@ -160,6 +177,7 @@ struct EventDecodingTests {
     @Test func linesThatAreNotFerryEventsAreNotEvents() {
         for text in ["{}", "{\"time\":\"x\",\"session\":\"s\",\"event\":\"file-done\"}",
                      "{\"time\":\"2026-11-23T10:00:00Z\",\"session\":\"s\",\"event\":\"no-such-event\"}",
+                     "{\"time\":\"2026-11-23T10:00:00Z\",\"session\":\"s\",\"event\":\"session-state\",\"state\":\"asleep\"}",
                      "{\"time\":\"2026-11-23T10:00:00Z\",\"session\":\"s\",\"event\":\"file-done\",\"path\":\"a\",\"size\":\"big\",\"fetched\":1}",
                      // Counts as RFC 8259 writes a number of 0 or more, not as Int() reads one.
                      "{\"time\":\"2026-11-23T10:00:00Z\",\"session\":\"s\",\"event\":\"file-done\",\"path\":\"a\",\"size\":\"+5\",\"fetched\":1}",

@@ -129,7 +129,7 @@ final class SyncReporter: EventSink {
             break
         case let .sessionState(state, nextPoll):
             let next = nextPoll.map { "; next poll at \($0.rfc3339)" } ?? ""
-            if state.hasPrefix("failed") || state.hasPrefix("waiting") { warn("\(s): \(state)\(next)") } else { line("\(s): \(state)\(next)") }
+            if state.lastPollFailed { warn("\(s): \(state.text)\(next)") } else { line("\(s): \(state.text)\(next)") }
         case let .agent(action, message):
             if action == "reload-refused" { Console.err("ferry: error: \(message)") } else { line("ferry agent: \(message)") }
         case let .manifestFetched(url, version, files, unchanged, signedBy, _, redirectedTo):

@@ -101,9 +101,9 @@ public struct Event: Sendable {
         case checked(version: Int64?, listed: Int, hashed: Int, differ: Int, unnoticed: Int)
         /// The end of `ferry check` for a session: its exit code, and why when it could not check.
         case checkFinished(exitCode: Int32, message: String?, hint: String?)
-        /// `ferry agent` changed what it says of a session between runs: `state` is idle, waiting
-        /// for connectivity (with why), failed (with why) or busy; `nextPoll` is when it polls next.
-        case sessionState(state: String, nextPoll: Timestamp?)
+        /// `ferry agent` changed what it says of a session between runs (`PollState`); `nextPoll`
+        /// is when it polls next.
+        case sessionState(state: PollState, nextPoll: Timestamp?)
         /// `ferry agent` itself: `action` is started, reloaded, reload-refused or stopping.
         case agent(action: String, message: String)
         /// The end of a run: `message` says why when it did not end in sync (or what a dry run
@@ -251,7 +251,7 @@ public struct Event: Sendable {
             if let message { s("message", message) }
             if let hint { s("hint", hint) }
         case let .sessionState(state, nextPoll):
-            s("state", state)
+            s("state", state.text)
             if let nextPoll { s("next_poll", nextPoll.rfc3339) }
         case let .agent(action, message):
             s("action", action); s("message", message)
@@ -280,8 +280,7 @@ extension Event.Body {
         case let .agent(action, _):
             return action == "reload-refused" ? .error : .info
         case let .sessionState(state, _):
-            if state.hasPrefix("failed") { return .error }
-            return state.hasPrefix("waiting") ? .warning : .info
+            return state.isFailed ? .error : state.isWaiting ? .warning : .info
         case .warning, .fileWaiting, .manifestRetrying, .fileRetrying:
             return .warning
         case .syncStarted, .fileStarted:

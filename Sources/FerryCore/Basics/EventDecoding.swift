@@ -88,7 +88,7 @@ extension Event {
             guard let code = int("exit_code") else { return nil }
             body = .checkFinished(exitCode: Int32(code), message: text("message"), hint: text("hint"))
         case "session-state":
-            guard let state = text("state") else { return nil }
+            guard let state = text("state").flatMap(PollState.init(text:)) else { return nil }
             body = .sessionState(state: state, nextPoll: text("next_poll").flatMap(Timestamp.init(rfc3339:)))
         case "agent":
             guard let action = text("action"), let message = text("message") else { return nil }

@@ -28,7 +28,7 @@ public final class Agent: @unchecked Sendable {
         /// Removed from the config by a reload: dropped when its cycle ends.
         var removed = false
         /// What the agent last said of the session.
-        var state = "starting"
+        var state = PollState.starting
         var nextPoll: Timestamp?
         /// Clients waiting for the session's next cycle (`sync now` handed over), and its options.
         var waiting: [Handover] = []
@@ -184,7 +184,7 @@ public final class Agent: @unchecked Sendable {
         emit("", .agent(action: "started", message: "ferry agent (pid \(pid)) runs \(Plural.count(config.sessions.count, "session")) from \(config.path)"))
         sayIfIdle()
         // `ferry status` knows the agent from its first cycle on, not only once that cycle has ended.
-        for name in slots.keys { try? store.recordAgentState(session: name, pid: pid, state: "starting", nextPoll: nil) }
+        for name in slots.keys { try? store.recordAgentState(session: name, pid: pid, state: .starting, nextPoll: nil) }
         notifier.ready(status: statusLine())
         writeMetrics()
         var stopping = false
@@ -405,7 +405,7 @@ public final class Agent: @unchecked Sendable {
         for (name, slot) in slots.sorted(by: { $0.key < $1.key }) {
             states.append(Metrics.SessionState(name: name, direction: slot.session.direction, record: try store.session(name),
                                                taskCounts: try store.openTaskCounts(session: name),
-                                               waiting: slot.state.hasPrefix("waiting") || slot.state.hasPrefix("failed")))
+                                               waiting: slot.state.lastPollFailed))
         }
         return states
     }
@@ -435,20 +435,20 @@ public final class Agent: @unchecked Sendable {
     }
 
     /// What the agent says of a session after a cycle.
-    static func describe(_ result: SyncResult, outcome: PollSchedule.Outcome) -> String {
+    static func describe(_ result: SyncResult, outcome: PollSchedule.Outcome) -> PollState {
         switch outcome {
         case .reached:
-            if let heldFor = result.heldFor { return "held: \(Plural.count(result.held, "file")) \(result.held == 1 ? "waits" : "wait") for \(heldFor)" }
-            return "idle"
+            if let heldFor = result.heldFor { return .held("\(Plural.count(result.held, "file")) \(result.held == 1 ? "waits" : "wait") for \(heldFor)") }
+            return .idle
         case .busy:
-            return "busy: another ferry process holds the session"
+            return .busy
         case .failed:
             // Only what connectivity can cure is "waiting": a refusal (HTTP 409, 403, a manifest
             // that does not parse) is a failure that says what failed.
             if result.error?.cause?.isConnectivity == true || result.waiting > 0 {
-                return "waiting for connectivity: " + (result.message ?? "the remote could not be reached")
+                return .waiting(result.message ?? "the remote could not be reached")
             }
-            return "failed: " + (result.message ?? "exit code \(result.exitCode.rawValue)")
+            return .failed(result.message ?? "exit code \(result.exitCode.rawValue)")
         }
     }
 
@@ -563,8 +563,8 @@ public final class Agent: @unchecked Sendable {
     /// One line for systemd's STATUS=: how many sessions run, wait or idle.
     private func statusLine() -> String {
         let running = slots.values.filter { $0.running != nil }.count
-        let waiting = slots.values.filter { $0.running == nil && $0.state.hasPrefix("waiting") }.count
-        let failed = slots.values.filter { $0.running == nil && $0.state.hasPrefix("failed") }.count
+        let waiting = slots.values.filter { $0.running == nil && $0.state.isWaiting }.count
+        let failed = slots.values.filter { $0.running == nil && $0.state.isFailed }.count
         let held = slots.values.filter { $0.running == nil && $0.held != nil }.count
         if slots.isEmpty { return "no session configured; waiting for a reload" }
         var parts = [Plural.count(slots.count, "session")]

@@ -236,3 +236,12 @@ public enum FileSystem {
                           inode: UInt64(st.st_ino), mode: UInt32(st.st_mode & 0o7777))
     }
 }
+
+/// A time as the kernel gives and takes it (`stat`, `futimens`).
+extension Timestamp {
+    init(_ ts: timespec) {
+        self.init(seconds: Int64(ts.tv_sec), nanoseconds: Int32(ts.tv_nsec))
+    }
+
+    var timespecValue: timespec { timespec(tv_sec: Int(seconds), tv_nsec: Int(nanoseconds)) }
+}

@@ -173,45 +173,6 @@ final class SinglePlacement: Placement {
     }
 }
 
-/// An upload in parts that the task table keeps across runs (S3 multipart): its id on the remote,
-/// what content it is for, and the parts the remote acknowledged.
-struct JournaledUpload: Equatable {
-    var task: Int64
-    var path: RelativePath
-    var uploadID: String
-    /// The content and part size it was started for (`content(sha256:partSize:)`): another means
-    /// another upload.
-    var content: String
-    var parts: [UploadedPart]
-
-    /// What an upload of a file with `sha256` in parts of `partSize` is recorded as being for.
-    static func content(sha256: SHA256Digest, partSize: Int64) -> String { "\(sha256.hex):\(partSize)" }
-
-    /// Whether it sends a file with this content (whatever its part size).
-    func sends(_ sha256: SHA256Digest) -> Bool { content.hasPrefix(sha256.hex + ":") }
-}
-
-struct UploadedPart: Equatable {
-    var number: Int
-    var size: Int64
-    var etag: String
-    var sha256: SHA256Digest
-}
-
-/// Where a placement in parts records, as they complete, what lets a later run resume it
-/// (`kill -9`, a reboot): the upload's id and its parts, in the task's row.
-struct UploadJournal {
-    let store: StateStore
-    let task: TransferTask
-
-    func load() throws(FerryError) -> JournaledUpload? { try store.journaledUpload(task: task.id) }
-    func begin(uploadID: String, content: String) throws(FerryError) {
-        try store.beginJournaledUpload(task: task.id, uploadID: uploadID, content: content)
-    }
-    func record(_ part: UploadedPart) throws(FerryError) { try store.recordUploadedPart(task: task.id, part) }
-    func clear() throws(FerryError) { try store.clearJournaledUpload(task: task.id) }
-}
-
 /// A request without a file body that the engine runs for a push (a WebDAV `MOVE`, a `HEAD`, an
 /// S3 multipart step): it sends `body` if any, keeps the answer's headers and the first `keep`
 /// bytes of its body, and never follows a redirect (it would replay the request elsewhere). A

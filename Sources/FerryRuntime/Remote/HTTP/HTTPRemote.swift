@@ -77,35 +77,3 @@ struct HTTPRemote: Remote, RangeReading {
         return .fetched(bytes: answer.body, etag: hold ? headers.etag : nil, lastModified: hold ? headers.lastModified : nil, redirectedTo: elsewhere)
     }
 }
-
-/// Collects a response body in memory, up to a limit.
-final class BodyBuffer {
-    var bytes: [UInt8] = []
-    let limit: Int
-    var overflowed = false
-    /// The length the response announced (read at the first body byte).
-    var announced: () -> Int64? = { nil }
-    init(limit: Int) { self.limit = limit }
-}
-
-let bodyCallback: ferry_data_callback = { buffer, size, count, userdata in
-    let body = Unmanaged<BodyBuffer>.fromOpaque(userdata!).takeUnretainedValue()
-    let n = size * count
-    // A body announced larger than the limit is refused at its first byte (libcurl's own check
-    // covers most cases before that); reading on would only fill memory.
-    if body.bytes.isEmpty, let length = body.announced() {
-        if length > body.limit {
-            body.overflowed = true
-            return 0
-        }
-        // One allocation of the announced size: growing by doubling would hold up to three times
-        // the body at the moment of a copy.
-        body.bytes.reserveCapacity(Int(length))
-    }
-    if body.bytes.count + n > body.limit {
-        body.overflowed = true
-        return 0
-    }
-    buffer.map { body.bytes.append(contentsOf: UnsafeRawBufferPointer(start: $0, count: n)) }
-    return n
-}
