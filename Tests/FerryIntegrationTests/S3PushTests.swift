@@ -134,6 +134,15 @@ struct S3PushTests {
         #expect(pull.count == 1 && pull.first?.method == "GET" && pull.first?.status == 304, "\(pull)")
         let push = requests { w.push() }
         #expect(push.count == 1 && push.first?.method == "GET" && push.first?.status == 304, "\(push)")
+        // A push whose state is new (a replaced state directory, a second machine with the same
+        // tree) places nothing: its first run reads the published tree's metadata objects back,
+        // and from then on its poll is one request again (a GET of the whole manifest: until it
+        // publishes, such a push keeps no copy of it to ask conditionally on).
+        try FileManager.default.removeItem(atPath: w.box.state)
+        let adopting = requests { w.push() }
+        #expect(adopting.contains { $0.path.contains("/.ferry/meta/") } && !adopting.contains { $0.method == "PUT" }, "\(adopting)")
+        let adopted = requests { w.push() }
+        #expect(adopted.count == 1 && adopted.first?.method == "GET" && adopted.first?.path.hasSuffix("/manifest.json") == true, "\(adopted)")
     }
 
     /// Another writer publishes while a push uploads: the push's manifest write is conditional

@@ -90,6 +90,21 @@ struct ServerWordTests {
         #expect(!FileManager.default.fileExists(atPath: box.localPath("f.bin")))
     }
 
+    /// A manifest whose answer stops after 100 bytes, with a stall-timeout of ten minutes: the
+    /// run's 2-second deadline abandons the request waiting on it (exit 3, as any run stopped at
+    /// its deadline), instead of holding the run until the server's stall is cut off.
+    @Test func aDeadlineAbandonsAManifestAnswerThatNeverEnds() throws {
+        let (box, server) = try served("manifest-deadline", session: ["min-speed = 0", "stall-timeout = 10m"])
+        defer { server.stop() }
+        server.setFaults(["/manifest.json": ["stall_after": 100]])
+        let run = box.sync(["--json", "--max-duration", "2s"], timeout: 120)
+        #expect(run.exitCode == 3, "\(run.output)")
+        let finished = run.events(named: "sync-finished").first
+        #expect((finished?["message"] as? String)?.contains("--max-duration deadline while waiting for the remote's answer") == true, "\(run.output)")
+        #expect(requests(server, "GET", "/manifest.json") == 1, "abandoned, not tried again")
+        #expect(!FileManager.default.fileExists(atPath: box.localPath("f.bin")))
+    }
+
     /// A WebDAV `MOVE` (an engine request of a push) answered with headers and then nothing: cut
     /// off after stall-timeout with min-speed = 0, tried again, and the push completes.
     @Test func aPushStepWhoseAnswerNeverEndsIsCutOffAndRetried() throws {

@@ -101,6 +101,15 @@ public struct StopCondition: Sendable {
         if let deadline, clock.monotonic() >= deadline { return "stopped at the --max-duration deadline" }
         return nil
     }
+
+    /// `error`, or the stop itself when it is a request this condition abandoned (libcurl's
+    /// "aborted by callback": a request waiting on a server's answer as the run had to stop). A
+    /// stopped run exits 3 and the next one resumes; it is not the remote's fault.
+    public func explaining(_ error: FerryError) -> FerryError {
+        guard let reason, error.cause == .network(curlCode: FailureCause.CurlCode.abortedByCallback) else { return error }
+        return FerryError(.stopped, "\(reason) while waiting for the remote's answer (\(error.message))",
+                          hint: "the next run starts again from there")
+    }
 }
 
 extension Timestamp {

@@ -35,6 +35,7 @@ public enum FailureCause: Sendable, Equatable {
     enum CurlCode {
         static let couldntResolveProxy: Int32 = 5, couldntResolveHost: Int32 = 6, couldntConnect: Int32 = 7
         static let http2: Int32 = 16, partialFile: Int32 = 18, operationTimedOut: Int32 = 28, sslConnectError: Int32 = 35
+        static let abortedByCallback: Int32 = 42
         static let gotNothing: Int32 = 52, sendError: Int32 = 55, recvError: Int32 = 56, http2Stream: Int32 = 92
     }
 

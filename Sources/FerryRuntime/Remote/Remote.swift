@@ -39,15 +39,18 @@ public enum ManifestFetch {
 
 enum Remotes {
     /// The remote of a session: HTTP(S) through libcurl, or a local directory for `file://`.
-    /// Credentials are read here, once per run.
-    static func open(_ session: SessionConfig) throws(FerryError) -> Remote {
+    /// Credentials are read here, once per run. `stop` abandons a request of the run's own thread
+    /// when the run must stop (`HTTPSettings.stop`).
+    static func open(_ session: SessionConfig, stop: StopCondition? = nil) throws(FerryError) -> Remote {
         switch session.remote.scheme {
         case .http, .https:
-            return HTTPRemote(base: session.remote, settings: try ConfigLoader.httpSettings(for: session))
+            var settings = try ConfigLoader.httpSettings(for: session)
+            settings.stop = stop
+            return HTTPRemote(base: session.remote, settings: settings)
         case .file:
             return FileRemote(base: session.remote)
         case .s3:
-            return try S3Remote(session: session)
+            return try S3Remote(session: session, stop: stop)
         }
     }
 

@@ -7,7 +7,7 @@ import FerryCore
 /// the next a value; only the store and the transfer engine hold state.
 final class PullSync: SessionWork {
     func cycle(store: StateStore, result: inout SyncResult) throws(FerryError) {
-        let remote = try Remotes.open(session)
+        let remote = try Remotes.open(session, stop: options.stop)
         let url = session.manifestURL
         let record = try store.session(session.name)
         var mirror = try prepareMirror(store: store)

@@ -41,7 +41,7 @@ final class PushSync: SessionWork {
             throw .usage("session '\(session.name)' pushes, so its manifest must live on its remote: manifest = \(session.manifest) is another URL",
                          hint: "set manifest to a name relative to the remote, like manifest.json")
         }
-        let remote = try Remotes.open(session)
+        let remote = try Remotes.open(session, stop: options.stop)
         guard let writer = remote as? RemoteWriting else {
             throw .usage("the remote of session '\(session.name)' cannot be written to")
         }
@@ -106,8 +106,12 @@ final class PushSync: SessionWork {
         }
         var plan = planned(keeping: Set(scan.unreadable.map(\.path)), repairing: [], unlisting: [])
         let edited = try editedOnRemote(plan: plan, placed: placed, everything: checkAll, writer: writer, store: store)
-        if checkAll && !options.dryRun, published?.tree != nil { try repairObjects(manifests.objects(remote: remote), writer: writer) }
-        if checkAll && !options.dryRun && !(placed.isEmpty && placedObjects.isEmpty) { try store.recordRemoteChecked(session: session.name, at: checkedAt) }
+        // The published tree's metadata objects are read back on the same schedule; that check
+        // starts the clock too, or a push that placed nothing (its state new, the tree already
+        // there) would read them all back on every poll.
+        let repairs = checkAll && !options.dryRun && published?.tree != nil
+        if repairs { try repairObjects(manifests.objects(remote: remote), writer: writer) }
+        if checkAll && !options.dryRun && (repairs || !(placed.isEmpty && placedObjects.isEmpty)) { try store.recordRemoteChecked(session: session.name, at: checkedAt) }
         let conflicts = Set(changedOnRemote).union(edited.keys)
         var repairing = Set<RelativePath>(), unlisting = Set<RelativePath>(), keeping = Set(scan.unreadable.map(\.path))
         if !conflicts.isEmpty {

@@ -148,6 +148,7 @@ final class SessionRun: SessionWork {
             result.exitCode = ExitCode.worst([result.exitCode] + RunOutcome(failed: result.failed).codes)
             withExtendedLifetime(lock) {}
         } catch {
+            let error = options.stop.explaining(error)
             result.error = error
             result.exitCode = RunOutcome(error: error.category).exitCode
             result.message = error.message

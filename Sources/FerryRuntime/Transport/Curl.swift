@@ -25,6 +25,9 @@ public enum Curl {
         if isPlainHTTPPort(code, errorText: errorText) {
             return "the TLS handshake got a plain HTTP answer (\(errorText ?? "wrong version number")): this port speaks http://, not https://"
         }
+        if code == CURLE_ABORTED_BY_CALLBACK {
+            return "the request was abandoned because the run is stopping"
+        }
         if let target = refusedRedirect(code, headers: headers) {
             return "the server redirected (HTTP \(headers.status)) to \(target), which is not https://: an https:// remote never follows a redirect "
                 + "to a weaker scheme, so nothing was read from there; fix the redirect on the server, or name the URL the files are served from over https:// in 'remote ='"
@@ -93,6 +96,11 @@ public struct HTTPSettings: Sendable {
     public var connectTimeout: Double
     public var minSpeed: Int64
     public var stallTimeout: Double
+    /// The run's stop (its deadline, a signal): a request made one by one on the run's thread
+    /// (`Exchange`: a manifest, a WebDAV or S3 step) is abandoned the moment it says stop, so a
+    /// server that never finishes an answer cannot hold a run past `--max-duration` or a SIGTERM.
+    /// The engine's transfers stop by the engine's own rule instead.
+    public var stop: StopCondition?
     public static let userAgent = "ferry/\(FerryVersion.string)"
 
     public init(session: SessionConfig, basicAuth: String?, bearerToken: String?) {

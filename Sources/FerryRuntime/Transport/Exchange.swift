@@ -50,6 +50,13 @@ enum Exchange {
             easy.set(CURLOPT_READDATA, pointer: sourceRef.toOpaque())
         }
         sink.announced = { headers.headers.contentLength }
+        let watch = request.settings.stop.map { Unmanaged.passRetained(StopWatch($0)) }
+        defer { watch?.release() }
+        if let watch {
+            easy.set(CURLOPT_NOPROGRESS, 0)
+            ferry_easy_setopt_xferinfo(easy.handle, stopWatchCallback)
+            easy.set(CURLOPT_XFERINFODATA, pointer: watch.toOpaque())
+        }
         prepare(easy)
         let code = curl_easy_perform(easy.handle)
         var answer = Answer(code: code, errorText: easy.errorText, headers: headers.headers, body: sink.bytes,
@@ -94,6 +101,17 @@ let bodyCallback: ferry_data_callback = { buffer, size, count, userdata in
     }
     buffer.map { body.bytes.append(contentsOf: UnsafeRawBufferPointer(start: $0, count: n)) }
     return n
+}
+
+/// The run's stop, asked by libcurl while a request is under way (at least once a second, also
+/// while nothing arrives): a nonzero answer ends the request with CURLE_ABORTED_BY_CALLBACK.
+final class StopWatch {
+    let stop: StopCondition
+    init(_ stop: StopCondition) { self.stop = stop }
+}
+
+let stopWatchCallback: ferry_xferinfo_callback = { userdata, _, _, _, _ in
+    Unmanaged<StopWatch>.fromOpaque(userdata!).takeUnretainedValue().stop.reason == nil ? 0 : 1
 }
 
 /// Keeps the first bytes of a body (up to the buffer's limit) and drops the rest.

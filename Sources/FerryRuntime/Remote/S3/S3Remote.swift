@@ -24,13 +24,15 @@ struct S3Remote: Remote, RangeReading {
     /// Files larger than this go as multipart uploads, in parts of this size (`upload-part-size`).
     let partSize: Int64
 
-    init(session: SessionConfig) throws(FerryError) {
+    init(session: SessionConfig, stop: StopCondition? = nil) throws(FerryError) {
         base = session.remote
         bucket = session.remote.bucket ?? ""
         prefix = session.remote.keyPrefix ?? ""
         options = session.s3
         partSize = session.uploadPartSize
-        settings = try ConfigLoader.httpSettings(for: session)
+        var settings = try ConfigLoader.httpSettings(for: session)
+        settings.stop = stop
+        self.settings = settings
         let chain = try S3CredentialChain.resolve(session)
         region = chain.region
         signer = SigV4(credentials: chain.provider, region: region)
