@@ -44,8 +44,10 @@ final class Download: Transfer {
     /// Set when `ferry cancel` suspended the task: the engine stops it as interrupted.
     var cancelRequested = false
     var throttle: Throttle?
+    /// Time-based checkpoints are kept on it (the run's clock).
+    private let clock: any Clock
     /// When the last checkpoint was taken (monotonic seconds).
-    var checkpointTime = MonotonicClock.seconds()
+    var checkpointTime: Double
     /// The validator of the response the partial now holds.
     private(set) var validator: String?
     private var failure: String?
@@ -57,7 +59,9 @@ final class Download: Transfer {
 
     /// `resumeFrom` bytes of the partial are already valid (hashed here before any network I/O).
     init(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, origin: Origin, partial: PartialFile,
-         resumeFrom: Int64, validator: String?) throws(FerryError) {
+         resumeFrom: Int64, validator: String?, clock: any Clock) throws(FerryError) {
+        self.clock = clock
+        checkpointTime = clock.monotonic()
         self.task = task
         self.entry = entry
         self.reason = reason
@@ -167,8 +171,8 @@ final class Download: Transfer {
     }
 
     /// Slow transfers are checkpointed every second; fast ones every 2 MiB from the write path.
-    func tick(now: Double) {
-        if written > checkpointed && now - checkpointTime >= TransferEngine.checkpointSeconds { takeCheckpoint() }
+    func tick() {
+        if written > checkpointed && clock.monotonic() - checkpointTime >= TransferEngine.checkpointSeconds { takeCheckpoint() }
     }
 
     var rangeOption: String? { requestedOffset > 0 ? "\(requestedOffset)-" : nil }
@@ -213,7 +217,7 @@ final class Download: Transfer {
 
     /// Syncs what is written and records it as resume data.
     func takeCheckpoint() {
-        checkpointTime = MonotonicClock.seconds()
+        checkpointTime = clock.monotonic()
         guard syncData() else {
             // After a failed fdatasync the kernel may report later syncs as fine: trust nothing.
             let code = errno

@@ -61,15 +61,16 @@ public enum ManifestFetch {
 
 enum Remotes {
     /// The remote of a session: HTTP(S) through libcurl, or a local directory for `file://`.
-    /// Credentials are read here, once per run.
-    static func open(_ session: SessionConfig) throws(FerryError) -> Remote {
+    /// Credentials are read here, once per run. `clock` is the run's: its downloads keep their
+    /// checkpoints on it, and S3 signs with its time.
+    static func open(_ session: SessionConfig, clock: any Clock) throws(FerryError) -> Remote {
         switch session.remote.scheme {
         case .http, .https:
-            return HTTPRemote(base: session.remote, settings: try ConfigLoader.httpSettings(for: session))
+            return HTTPRemote(base: session.remote, settings: try ConfigLoader.httpSettings(for: session), clock: clock)
         case .file:
-            return FileRemote(base: session.remote)
+            return FileRemote(base: session.remote, clock: clock)
         case .s3:
-            return try S3Remote(session: session)
+            return try S3Remote(session: session, clock: clock)
         }
     }
 

@@ -49,7 +49,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         self.root = root
         self.remote = remote
         self.locate = locate
-        committer = PullCommitter(root: root, store: store, session: session.name)
+        committer = PullCommitter(root: root, store: store, session: session.name, clock: stop.clock)
         super.init(session: session, store: store, observer: observer, emit: emit, stop: stop, gate: gate)
         progress.filesTotal = plan.downloads.count
         progress.bytesTotal = plan.downloadBytes

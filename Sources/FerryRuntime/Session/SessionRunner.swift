@@ -20,9 +20,11 @@ public final class SessionRunner {
     private var agent: AgentConfig
     private let engine: TransferEngine
 
-    public init(agent: AgentConfig) throws(FerryError) {
+    /// `clock`: the engine's (its buckets, its ticks, the bandwidth schedule); the runs go by their own
+    /// (`SyncOptions.stop`), the same one where the runner is made.
+    public init(agent: AgentConfig, clock: any Clock) throws(FerryError) {
         self.agent = agent
-        engine = try TransferEngine(concurrency: agent.transfers)
+        engine = try TransferEngine(concurrency: agent.transfers, clock: clock)
         engine.bandwidth = agent.bwlimit
     }
 

@@ -52,6 +52,8 @@ public struct PlacedFile: Sendable, Equatable {
 public final class StateStore {
     let db: SQLiteDatabase
     public let directory: String
+    /// Where the times recorded (runs, tasks, checks) come from.
+    public let clock: any Clock
 
     /// Ordered schema migrations; `PRAGMA user_version` says how many have run. Append, never edit.
     static let migrations: [String] = [
@@ -273,8 +275,9 @@ public final class StateStore {
     })
 
     /// Opens (creating if needed) `<directory>/ferry.db` and brings its schema up to date.
-    public init(directory: String) throws(FerryError) {
+    public init(directory: String, clock: any Clock) throws(FerryError) {
         self.directory = directory
+        self.clock = clock
         // State is private to its owner whatever the umask (product.md §6 rule 11): the directory
         // 0700, the database 0600 before its WAL exists (SQLite gives the -wal and -shm files the
         // database's mode). By name only: closing any descriptor of the database would drop the
@@ -283,7 +286,7 @@ public final class StateStore {
         let path = directory + "/ferry.db"
         db = try SQLiteDatabase(path: path)
         for file in [path, path + "-wal", path + "-shm"] { FileSystem.makePrivate(file) }
-        try db.executeRetryingWhileBusy("PRAGMA journal_mode=WAL")
+        try db.executeRetryingWhileBusy("PRAGMA journal_mode=WAL", clock: clock)
         for file in [path, path + "-wal", path + "-shm"] { FileSystem.makePrivate(file) }
         try db.execute("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
         if try db.userVersion < StateStore.migrations.count {
@@ -366,13 +369,13 @@ public final class StateStore {
     public func recordRunStarted(session: String, pid: Int32, deadline: Timestamp?) throws(FerryError) {
         try ensureSession(session)
         try db.prepare("UPDATE sessions SET last_run_started = ?, running_pid = ?, deadline = ? WHERE name = ?")
-            .bind(.text(Timestamp.now().rfc3339), .int(Int64(pid)), .optional(deadline?.rfc3339), .text(session)).run()
+            .bind(.text(clock.now().rfc3339), .int(Int64(pid)), .optional(deadline?.rfc3339), .text(session)).run()
     }
 
     public func recordRunFinished(session: String, exitCode: Int32, message: String?) throws(FerryError) {
         try ensureSession(session)
         try db.prepare("UPDATE sessions SET last_run_finished = ?, last_exit_code = ?, last_message = ?, running_pid = NULL, deadline = NULL WHERE name = ?")
-            .bind(.text(Timestamp.now().rfc3339), .int(Int64(exitCode)), .optional(message), .text(session)).run()
+            .bind(.text(clock.now().rfc3339), .int(Int64(exitCode)), .optional(message), .text(session)).run()
     }
 
     // MARK: tasks
@@ -417,7 +420,7 @@ public final class StateStore {
     public func queueDownloads(session: String, entries: [ManifestEntry], urlFor: (ManifestEntry) -> String,
                                notBefore: Timestamp?) throws(FerryError) -> Queued {
         guard !entries.isEmpty else { return Queued() }
-        let nowTime = Timestamp.now()
+        let nowTime = clock.now()
         let now = nowTime.rfc3339
         let delayUntil = notBefore.flatMap { $0 > nowTime ? $0 : nil }
         // Read and written in one transaction: a `ferry cancel` in between is never overwritten.
@@ -499,7 +502,7 @@ public final class StateStore {
     /// Delayed tasks that need no download any more (their file is already in place), now due:
     /// removed, and returned so the caller can report them cancelled.
     public func dropDueDelayedTasks(session: String, keeping downloads: Set<RelativePath>) throws(FerryError) -> [TransferTask] {
-        let now = Timestamp.now()
+        let now = clock.now()
         var stale: [TransferTask] = []
         let rows = try db.prepare("SELECT \(StateStore.taskColumns) FROM tasks WHERE session = ? AND state = '\(TaskState.delayed.rawValue)'").bind(.text(session))
         while try rows.step() {
@@ -596,7 +599,7 @@ public final class StateStore {
             if !transferring.contains(RelativePath(trusted: rows.text(1) ?? "")) { settled.append(rows.int(0)) }
         }
         guard !settled.isEmpty else { return 0 }
-        let now = Timestamp.now().rfc3339
+        let now = clock.now().rfc3339
         try db.transaction { () throws(FerryError) in
             let update = try db.cached("UPDATE tasks SET state = 'done', last_error = NULL, updated_at = ? WHERE id = ?")
             for id in settled { try update.bind(.text(now), .int(id)).run() }
@@ -646,7 +649,7 @@ public final class StateStore {
             return t
         }
         let update = try db.prepare("UPDATE tasks SET state = ?, updated_at = ? WHERE id = ?")
-        let now = Timestamp.now().rfc3339
+        let now = clock.now().rfc3339
         for t in changed { try update.bind(.text(t.state.rawValue), .text(now), .int(t.id)).run() }
         return changed
     }
@@ -700,7 +703,7 @@ public final class StateStore {
     /// Marks tasks as being transferred (with their attempt count), in one transaction.
     public func markRunning(_ tasks: [(id: Int64, attempts: Int)]) throws(FerryError) {
         guard !tasks.isEmpty else { return }
-        let now = Timestamp.now().rfc3339
+        let now = clock.now().rfc3339
         try db.transaction { () throws(FerryError) in
             let s = try db.cached("UPDATE tasks SET state = \(StateStore.stateAfter(.start)), attempts = ?, updated_at = ? WHERE id = ? AND \(StateStore.applies(.start))")
             for t in tasks { try s.bind(.int(Int64(t.attempts)), .text(now), .int(t.id)).run() }
@@ -715,7 +718,7 @@ public final class StateStore {
     /// and its attempts.
     public func queueUploads(session: String, entries: [ManifestEntry], notBefore: Timestamp? = nil) throws(FerryError) -> [RelativePath: TransferTask] {
         guard !entries.isEmpty else { return [:] }
-        let nowTime = Timestamp.now()
+        let nowTime = clock.now()
         let now = nowTime.rfc3339
         let delayUntil = notBefore.flatMap { $0 > nowTime ? $0 : nil }
         let fresh: TaskState = delayUntil == nil ? .queued : .delayed
@@ -774,7 +777,7 @@ public final class StateStore {
     /// ended before or while they ran.
     public func requeue(_ ids: [Int64]) throws(FerryError) {
         guard !ids.isEmpty else { return }
-        let now = Timestamp.now().rfc3339
+        let now = clock.now().rfc3339
         try db.transaction { () throws(FerryError) in
             let s = try db.cached("UPDATE tasks SET state = \(StateStore.stateAfter(.retry)), updated_at = ? WHERE id = ? AND \(StateStore.applies(.retry))")
             for id in ids { try s.bind(.text(now), .int(id)).run() }
@@ -784,7 +787,7 @@ public final class StateStore {
     /// Records how many bytes of the partial are synced to disk, and the validator they came with.
     public func checkpoint(_ id: Int64, bytesDone: Int64, validator: String?) throws(FerryError) {
         try db.cached("UPDATE tasks SET bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
-            .bind(.int(bytesDone), .optional(validator), .text(Timestamp.now().rfc3339), .int(id)).run()
+            .bind(.int(bytesDone), .optional(validator), .text(clock.now().rfc3339), .int(id)).run()
     }
 
     /// Records a failed attempt that will be tried again (`queued`) or that waits for
@@ -792,12 +795,12 @@ public final class StateStore {
     public func markRetrying(_ id: Int64, waiting: Bool, attempts: Int, error: String, bytesDone: Int64, validator: String?) throws(FerryError) {
         try db.cached("UPDATE tasks SET state = \(StateStore.stateAfter(waiting ? .wait : .retry)), attempts = ?, last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
             .bind(.int(Int64(attempts)), .text(error), .int(bytesDone), .optional(validator),
-                  .text(Timestamp.now().rfc3339), .int(id)).run()
+                  .text(clock.now().rfc3339), .int(id)).run()
     }
 
     public func markFailed(_ id: Int64, attempts: Int, error: String, bytesDone: Int64, validator: String?) throws(FerryError) {
         try db.cached("UPDATE tasks SET state = \(StateStore.stateAfter(.fail)), attempts = ?, last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
-            .bind(.int(Int64(attempts)), .text(error), .int(bytesDone), .optional(validator), .text(Timestamp.now().rfc3339), .int(id)).run()
+            .bind(.int(Int64(attempts)), .text(error), .int(bytesDone), .optional(validator), .text(clock.now().rfc3339), .int(id)).run()
     }
 
     /// Marks files done and remembers their verified hashes, and (push) what the remote said of
@@ -805,7 +808,7 @@ public final class StateStore {
     public func markDone(session: String, _ done: [(task: TransferTask, cache: CachedHash)],
                          placed: [(RelativePath, PlacedFile)] = []) throws(FerryError) {
         guard !done.isEmpty || !placed.isEmpty else { return }
-        let now = Timestamp.now().rfc3339
+        let now = clock.now().rfc3339
         try db.transaction { () throws(FerryError) in
             // The row takes the hash verified: an upload hashed as it was sent (or hashed again
             // after a change) was queued under a placeholder or an older hash.

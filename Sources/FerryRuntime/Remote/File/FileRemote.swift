@@ -17,9 +17,11 @@ import FerryCore
 struct FileRemote: Remote, RangeReading {
     let base: RemoteLocation
     let tree: RemoteTree
+    let clock: any Clock
 
-    init(base: RemoteLocation) {
+    init(base: RemoteLocation, clock: any Clock) {
         self.base = base
+        self.clock = clock
         tree = RemoteTree(path: base.filePath ?? "/nonexistent")
     }
 
@@ -61,7 +63,7 @@ struct FileRemote: Remote, RangeReading {
     func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into partial: PartialFile,
                   resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
         try Download(task: task, entry: entry, reason: reason, origin: .file(tree: tree, path: source), partial: partial,
-                     resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator)
+                     resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator, clock: clock)
     }
 
     /// The path under the remote that `url` names, or nil when it names a file elsewhere.
