@@ -3,8 +3,8 @@ import Glibc
 import FerryCore
 
 /// One file's download in flight: the partial file it writes, the SHA-256 it computes while the
-/// bytes stream in, and the rules for what a response may do to the partial (product.md §6 rules
-/// 3-5). The engine feeds it; it never touches the final path.
+/// bytes stream in, and the rules for what a response may do to the partial (docs/design.md,
+/// data-safety rules 3 and 4). The engine feeds it; it never touches the final path.
 final class Download: Transfer {
     let task: TransferTask
     let entry: ManifestEntry
@@ -72,7 +72,8 @@ final class Download: Transfer {
         let onDisk = partial.length
         if onDisk < offset { offset = 0 }
         // A partial that already holds the manifest's size (a crash after the last byte, a commit
-        // that failed) is verified from disk first: no request at all if it is right (rule 4).
+        // that failed) is verified from disk first: no request at all if it is right (data-safety
+        // rule 4).
         if let size = entry.size, size > 0, onDisk == size { offset = size }
         // Over HTTP a range is asked for only under a validator (If-Range): without one, the bytes
         // on disk might belong to another version of the file. A local file is read from the offset
@@ -352,7 +353,7 @@ final class Download: Transfer {
         return verify()
     }
 
-    /// Size and hash against the manifest, for every path that yields a file (rule 4).
+    /// Size and hash against the manifest, for every path that yields a file (data-safety rule 4).
     func verify() -> TransferOutcome {
         if let size = entry.size, written != size {
             return .failed(TransferFailure(message: "the server sent \(written) of \(size) bytes (truncated)", keepPartial: written < size,

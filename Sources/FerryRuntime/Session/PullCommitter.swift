@@ -6,9 +6,9 @@ import FerryCore
 /// to `groupSize` files, or what came within `interval`): each file's mode and mtime are set, the
 /// group's data is synced at once (`LocalRoot.syncPartials`), each file is renamed into place, and
 /// the directories that changed are fsynced; only then are the group's tasks marked done, in one
-/// SQLite transaction on a connection of this thread's own: the order of product.md §6 rule 2, a
-/// group at a time. The outcomes go back to the engine thread (`collect`, `drain`), which counts
-/// and reports them.
+/// SQLite transaction on a connection of this thread's own: the order of docs/design.md's
+/// data-safety rule 2, a group at a time. The outcomes go back to the engine thread (`collect`,
+/// `drain`), which counts and reports them.
 ///
 /// Between groups, the thread also creates the partial files of the downloads due next
 /// (`expect`, `takePartial`), a few dozen ahead: creating a file costs the kernel about as much
@@ -120,7 +120,8 @@ final class PullCommitter: @unchecked Sendable {
         do throws(FerryError) {
             try Threads.start(name: "ferry-commit") { [self] in loop() }
         } catch {
-            // Out of threads: the calling thread commits (rule 12: worked around, not fatal).
+            // Out of threads: the calling thread commits (data-safety rule 13: worked around, not
+            // fatal).
             locked { running = false }
             threadStore = nil
         }

@@ -149,7 +149,7 @@ final class PullSync: SessionWork {
                 + "it asked for \(wanted.rfc3339) and the filesystem stored \(cache.mtime.rfc3339); ferry keeps what was stored and does not set it again"))
         }
 
-        // Deletions only after every transfer succeeded (rule 7), and capped.
+        // Deletions only after every transfer succeeded (data-safety rule 7), and capped.
         let unfinished = result.failed + result.waiting + result.suspended + result.delayed + result.held
         if let refused = plan.refusedDeletions {
             result.message = "refused to delete \(Plural.count(refused.count, "file")): more than max-delete = \(session.maxDelete) allows (\(refused.limit) of the \(Plural.count(refused.managed, "file")) in \(Printable.name(session.local))); nothing was deleted"

@@ -1,11 +1,11 @@
 import Synchronization
 import FerryCore
 
-/// Runs sessions for `sync now`, `resume` and (next) `agent`: each session's cycle on a thread of
-/// its own — refresh (fetch, scan, hash, plan, queue), its transfers through the one engine the
-/// runner owns, settle (deletions, outcome) — so several sessions transfer at the same time under
-/// the global `transfers` limit. Events and progress from every thread reach the observer one at
-/// a time.
+/// Runs the sessions of `sync now`, `resume`, `check --repair` and the agent: each session's cycle
+/// on a thread of its own — refresh (fetch, scan, hash, plan, queue), its transfers through the one
+/// engine the runner owns, settle (deletions, outcome) — so several sessions transfer at the same
+/// time under the global `transfers` limit. Events and progress from every thread reach the
+/// observer one at a time.
 public final class SessionRunner {
     /// One session to run, and how.
     public struct Job: Sendable {

@@ -278,7 +278,7 @@ public final class StateStore {
     public init(directory: String, clock: any Clock) throws(FerryError) {
         self.directory = directory
         self.clock = clock
-        // State is private to its owner whatever the umask (product.md §6 rule 11): the directory
+        // State is private to its owner whatever the umask (docs/design.md, data-safety rule 12): the directory
         // 0700, the database 0600 before its WAL exists (SQLite gives the -wal and -shm files the
         // database's mode). By name only: closing any descriptor of the database would drop the
         // locks SQLite holds on it for the process's other connections.

@@ -6,8 +6,9 @@ import FerryCore
 /// A `file://` remote: a local directory (a mount, a staging tree). Others may write it too, so it
 /// is walked as ferry walks a session's local directory (`LocalRoot`, in its `.remote` role):
 /// every path is opened one name at a time from the remote's directory, never through a symlink,
-/// files without blocking, and anything but a regular file is refused (product.md §6 rule 10).
-/// A symlink planted in the remote can neither redirect a write nor serve a read from outside it.
+/// files without blocking, and anything but a regular file is refused (docs/design.md, data-safety
+/// rule 6). A symlink planted in the remote can neither redirect a write nor serve a read from
+/// outside it.
 ///
 /// The manifest is read with its size, mtime and inode as the validator; files are read with
 /// pread, a piece at a time, by the engine (no libcurl), and verified like any download. A push
