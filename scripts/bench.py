@@ -3,7 +3,7 @@
 
 Every workload runs each tool in turn, round after round (alternated, so drift hits all alike),
 into fresh directories on tmpfs, and reports the median wall time and peak RSS per tool, with
-ferry's ratio to each peer and to the target of product.md §8.
+ferry's ratio to each peer and to the workload's target (docs/benchmarks.md states each).
 """
 import argparse
 import hashlib

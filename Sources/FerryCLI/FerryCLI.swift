@@ -49,7 +49,7 @@ public enum FerryCLI {
         var none = sigset_t()
         sigemptyset(&none)
         sigprocmask(SIG_SETMASK, &none, nil)
-        do throws(FerryError) { try StopSignals.start() } catch {
+        do throws(FerryError) { try StopSignals.start(clock: SystemClock()) } catch {
             // Without the thread that takes them, a stop or a reload would never be honoured.
             Console.error(error)
             exit(error.exitCode.rawValue)

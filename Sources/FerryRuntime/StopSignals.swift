@@ -18,23 +18,27 @@ public enum StopSignals {
     private static let handled: [Int32] = [SIGTERM, SIGINT, SIGHUP]
     private static let handlers = Mutex<[Int32: @Sendable () -> Void]>([:])
     private static let received = Atomic<Int>(0)
-    /// After a stop signal: when the process ends if it has not stopped by then (monotonic
-    /// seconds), and with which code. The signal thread keeps the time, so no other thread is
-    /// needed for it (none may be to be had).
-    private static let forcedExit = Mutex<(at: Double, code: ExitCode)?>(nil)
+    /// After a stop signal: how long the process may take to stop before it ends, and with
+    /// which code. The signal thread keeps the time (on the clock `start` was given), so no other
+    /// thread is needed for it (none may be to be had).
+    private static let forcedExit = Mutex<(after: Double, code: ExitCode)?>(nil)
 
     /// Blocks SIGTERM, SIGINT and SIGHUP in the calling thread, and in every thread it starts
     /// later, and starts the thread that takes them. Call first thing in `main`, before any other
     /// thread exists.
-    public static func start() throws(FerryError) {
+    public static func start(clock: any Clock) throws(FerryError) {
         var set = signalSet(handled)
         pthread_sigmask(SIG_BLOCK, &set, nil)
         try Threads.start(name: "ferry-signals") {
             var set = signalSet(handled)
+            /// When the process ends, once a stop signal set the time (monotonic seconds).
+            var deadline: Double?
             while true {
                 var number: Int32 = 0
-                if let (at, code) = forcedExit.withLock({ $0 }) {
-                    let left = max(0, at - MonotonicClock.seconds())
+                if let (after, code) = forcedExit.withLock({ $0 }) {
+                    let at = deadline ?? clock.monotonic() + after
+                    deadline = at
+                    let left = max(0, at - clock.monotonic())
                     var timeout = timespec(tv_sec: Int(left), tv_nsec: Int((left - left.rounded(.down)) * 1e9))
                     number = sigtimedwait(&set, nil, &timeout)
                     if number < 0 {
@@ -53,11 +57,12 @@ public enum StopSignals {
         }
     }
 
-    /// What stops a command's runs: SIGTERM and SIGINT (handled from here on) and `maxDuration`.
-    public static func stopCondition(stopTimeout: Double, maxDuration: Double?) -> StopCondition {
+    /// What stops a command's runs: SIGTERM and SIGINT (handled from here on) and `maxDuration`
+    /// on `clock`.
+    public static func stopCondition(stopTimeout: Double, maxDuration: Double?, clock: any Clock) -> StopCondition {
         let token = StopToken()
         install(stopTimeout: stopTimeout, token: token)
-        return StopCondition(token: token, maxDuration: maxDuration)
+        return StopCondition(token: token, clock: clock, maxDuration: maxDuration)
     }
 
     /// Feeds `token` from SIGTERM and SIGINT. A stop not done within `stopTimeout` ends the
@@ -70,8 +75,8 @@ public enum StopSignals {
                     if received.add(1, ordering: .relaxed).newValue > 1 { _exit(forcedExit.rawValue) }
                     token.request("stopped by \(name)")
                     then()
-                    // Runs on the signal thread, which ends the process at this time.
-                    StopSignals.forcedExit.withLock { $0 = (MonotonicClock.seconds() + max(1, stopTimeout), forcedExit) }
+                    // Runs on the signal thread, which ends the process this long after it.
+                    StopSignals.forcedExit.withLock { $0 = (max(1, stopTimeout), forcedExit) }
                 }
             }
         }

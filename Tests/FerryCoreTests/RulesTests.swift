@@ -214,10 +214,20 @@ struct StopConditionTests {
         #expect(session.reason == "stopped by SIGTERM", "the first reason stays, seen by every condition holding the token")
     }
 
+    @Test func theDeadlineShownIsOnTheInjectedWallClockWhichMovesWithTheMonotonicOne() {
+        let clock = ManualClock(50, wall: Timestamp(seconds: 2_000_000_000, nanoseconds: 900_000_000))
+        let stop = StopCondition(clock: clock, maxDuration: 89.5)
+        #expect(stop.deadlineTime == Timestamp(seconds: 2_000_000_090, nanoseconds: 900_000_000), "max-duration rounded up to the second, from the clock's now")
+        clock.advance(by: 0.25)
+        #expect(clock.now() == Timestamp(seconds: 2_000_000_001, nanoseconds: 150_000_000))
+        #expect(clock.wait(until: 60, interrupted: { false }))
+        #expect(clock.monotonic() == 60 && clock.now() == Timestamp(seconds: 2_000_000_010, nanoseconds: 900_000_000))
+    }
+
     @Test func aWaitEndsAtOnceOnAManualClockAndEarlyWhenInterrupted() {
         let clock = ManualClock(0)
         #expect(clock.wait(until: 3600, interrupted: { false }))
         #expect(clock.monotonic() == 3600)
-        #expect(!SystemClock().wait(until: MonotonicClock.seconds() + 3600, interrupted: { true }))
+        #expect(!SystemClock().wait(until: SystemClock().monotonic() + 3600, interrupted: { true }))
     }
 }

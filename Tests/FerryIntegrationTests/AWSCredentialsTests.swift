@@ -430,10 +430,10 @@ struct AWSCredentialsTests {
         let chain = try S3CredentialChain.resolve(session) { ["HOME": box.directory, "AWS_CONTAINER_CREDENTIALS_FULL_URI": source.containerURL][$0] }
         let provider = chain.provider
         #expect(provider.source == "container credentials \(source.containerURL)")
-        let held = try provider.current()
+        let held = try provider.current(now: SystemClock().now())
         let expiry = try #require(held.expiration).timeInterval
         #expect(held.accessKey == "ASIAFIRST" && source.handedOut().count == 1)
-        #expect(try provider.current().accessKey == "ASIAFIRST" && source.requests().count == 1, "kept while fresh")
+        #expect(try provider.current(now: SystemClock().now()).accessKey == "ASIAFIRST" && source.requests().count == 1, "kept while fresh")
 
         source.configure(["status": 503])
         // Within the last 5 minutes: the held keys sign at once, and the renewal runs beside them.

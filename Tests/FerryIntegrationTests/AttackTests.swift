@@ -5,7 +5,7 @@ import Testing
 /// Attacks from whoever can write a `file://` remote or a directory ferry writes into, and from a
 /// local user who swaps a file for a FIFO: each case is the attack itself, and each checks that
 /// nothing is read, written or deleted outside its place and that no thread hangs
-/// (product.md §6 rules 10-12).
+/// (docs/design.md, data-safety rules 6, 12 and 13).
 @Suite(.serialized)
 struct AttackTests {
     func write(_ path: String, _ text: String) {

@@ -29,7 +29,7 @@ struct CheckTests {
         let root = try LocalRoot(path: box.local, create: false)
         let a = RelativePath(trusted: "a.txt")
         let entry = try #require(root.stat(a))
-        let store = try StateStore(directory: box.state)
+        let store = try StateStore(directory: box.state, clock: SystemClock())
         let manifestDigest = try #require(try store.hashCache(session: "test")[a]?.sha256)
         try store.saveHashes(session: "test", [(a, CachedHash(entry, sha256: manifestDigest, wanted: nil))])
         #expect(box.sync().exitCode == 0)

@@ -120,8 +120,8 @@ struct CrashTests {
     /// What a kill -9 cannot show (the page cache outlives the process), the order of system
     /// calls can: traced with strace, every partial file renamed into place had its bytes synced
     /// (its own fsync, or a syncfs of the filesystem) after its last write and before the rename,
-    /// so a power cut never leaves a file at a final path whose data is not on disk (product.md §6
-    /// rule 2). 300 small files go in groups: fewer syncs than files.
+    /// so a power cut never leaves a file at a final path whose data is not on disk (docs/design.md,
+    /// data-safety rule 2). 300 small files go in groups: fewer syncs than files.
     @Test func everyPartialIsSyncedBeforeItIsRenamedIntoPlace() throws {
         let server = try NginxServer()
         defer { server.stop() }

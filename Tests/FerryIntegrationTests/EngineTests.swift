@@ -70,7 +70,7 @@ struct EngineTests {
         }
         private var handedOut: [String] = []
         func next() -> TransferEngine.Next {
-            if MonotonicClock.seconds() < notYetUntil { return .notYet }
+            if SystemClock().monotonic() < notYetUntil { return .notYet }
             guard !pending.isEmpty else { return .none }
             handedOut.append(pending[0].name)
             return .start(pending.removeFirst())
@@ -112,7 +112,7 @@ struct EngineTests {
     }
 
     @Test func runsNoMoreThanTheGlobalLimit() {
-        let engine = try! TransferEngine(concurrency: 3)
+        let engine = try! TransferEngine(concurrency: 3, clock: SystemClock())
         defer { engine.shutdown() }
         let board = Board()
         let source = Source("a", count: 10, steps: 20, board: board)
@@ -124,7 +124,7 @@ struct EngineTests {
     /// A source hears which of its transfers started, in one call per round, before any of them
     /// runs (a push records them running there, in one transaction).
     @Test func aSourceHearsOfWhatStartedBeforeItRuns() {
-        let engine = try! TransferEngine(concurrency: 3)
+        let engine = try! TransferEngine(concurrency: 3, clock: SystemClock())
         let board = Board()
         let source = Source("a", count: 9, steps: 2, board: board)
         runTogether(engine, [source])
@@ -156,7 +156,7 @@ struct EngineTests {
     }
 
     @Test func sourcesTakeTurns() {
-        let engine = try! TransferEngine(concurrency: 2)
+        let engine = try! TransferEngine(concurrency: 2, clock: SystemClock())
         defer { engine.shutdown() }
         let board = Board()
         let a = Source("a", count: 6, steps: 60, board: board)
@@ -173,7 +173,7 @@ struct EngineTests {
     /// A free slot goes to the highest priority with work due: a high-priority session that arrives
     /// while a low one transfers takes every slot that frees up until it is done.
     @Test func aHigherPriorityTakesFreeSlotsFirst() {
-        let engine = try! TransferEngine(concurrency: 1)
+        let engine = try! TransferEngine(concurrency: 1, clock: SystemClock())
         defer { engine.shutdown() }
         let board = Board()
         let low = Source("l", count: 4, steps: 60, board: board, priority: 0)
@@ -197,7 +197,7 @@ struct EngineTests {
     }
 
     @Test func aSourceLimitHoldsWithinTheGlobalOne() {
-        let engine = try! TransferEngine(concurrency: 4)
+        let engine = try! TransferEngine(concurrency: 4, clock: SystemClock())
         defer { engine.shutdown() }
         let board = Board()
         let source = Source("a", count: 6, steps: 20, board: board, limit: 1)
@@ -207,7 +207,7 @@ struct EngineTests {
     }
 
     @Test func aStoppingSourceEndsItsTransfersAsInterruptedAndLeavesOthersRunning() {
-        let engine = try! TransferEngine(concurrency: 4)
+        let engine = try! TransferEngine(concurrency: 4, clock: SystemClock())
         defer { engine.shutdown() }
         let board = Board()
         let stopping = Source("s", count: 2, steps: 1_000_000, board: board)
@@ -219,7 +219,7 @@ struct EngineTests {
     }
 
     @Test func aCancelledTransferEndsInterrupted() {
-        let engine = try! TransferEngine(concurrency: 2)
+        let engine = try! TransferEngine(concurrency: 2, clock: SystemClock())
         defer { engine.shutdown() }
         let board = Board()
         let source = Source("c", count: 1, steps: 1_000_000, board: board)
@@ -244,11 +244,11 @@ struct EngineTests {
     /// A source whose work all waits out a backoff keeps getting ticks (so a cancel is heard), and
     /// its work starts once due; no sleeping loop in the source.
     @Test func aSourceWaitingOutABackoffIsTickedAndResumes() {
-        let engine = try! TransferEngine(concurrency: 2)
+        let engine = try! TransferEngine(concurrency: 2, clock: SystemClock())
         defer { engine.shutdown() }
         let board = Board()
         let source = Source("w", count: 1, steps: 5, board: board)
-        source.notYetUntil = MonotonicClock.seconds() + 0.5
+        source.notYetUntil = SystemClock().monotonic() + 0.5
         engine.run(source)
         #expect(source.outcomes == ["w0": "succeeded"])
         #expect(source.ticks >= 3, "ticked while waiting: \(source.ticks)")

@@ -535,7 +535,7 @@ struct GenerationsTests {
         box.buildManifest()
         box.configure(remote: "file://" + box.published, session: ["layout = generations", "delete = yes", "max-delete = 100%"])
         #expect(box.sync().exitCode == 0)
-        func rows() throws -> Int { try StateStore(directory: box.state).hashCacheCount(session: "test") }
+        func rows() throws -> Int { try StateStore(directory: box.state, clock: SystemClock()).hashCacheCount(session: "test") }
         #expect(try rows() == 6)
         for i in 0..<4 { box.unpublish("d/f\(i).txt") }
         box.buildManifest()

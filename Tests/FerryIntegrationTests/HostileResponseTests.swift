@@ -74,7 +74,7 @@ struct StateMigrationTests {
                 INSERT INTO hash_cache VALUES ('s', 'a.txt', 5, 1700000000123456789, 1700000001000000007, 42, '\(String(repeating: "a", count: 64))');
                 INSERT INTO hash_cache VALUES ('s', 'old.txt', 1, -1500000000, 0, 43, '\(String(repeating: "b", count: 64))');
                 """)
-        let store = try StateStore(directory: dir)
+        let store = try StateStore(directory: dir, clock: SystemClock())
         let cache = try store.hashCache(session: "s")
         let a = try #require(cache[RelativePath(trusted: "a.txt")])
         #expect(a.mtime == Timestamp(seconds: 1_700_000_000, nanoseconds: 123_456_789))

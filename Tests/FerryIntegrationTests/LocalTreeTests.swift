@@ -99,7 +99,7 @@ struct LocalTreeTests {
         let someStat = CachedHash(size: 1, mtime: Timestamp(seconds: 1), ctime: Timestamp(seconds: 1), inode: 1, sha256: digest)
         rows.append((RelativePath(trusted: "a-gone"), someStat))
         rows.append((RelativePath(trusted: "z"), someStat))
-        let store = try StateStore(directory: dir + "/state")
+        let store = try StateStore(directory: dir + "/state", clock: SystemClock())
         try store.saveHashes(session: "s", rows)
 
         // Edited after hashing: same size, another mtime.

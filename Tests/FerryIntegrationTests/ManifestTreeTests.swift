@@ -104,7 +104,7 @@ struct ManifestTreeTests {
             let run = box.sync()
             #expect(run.exitCode == 4 && run.output.contains(needle), "\(what): \(run.output)")
             #expect(treeSnapshot(box.local) == good, "\(what): the mirror is as it was")
-            let tasks = (try? StateStore(directory: box.state).tasks(session: "test")) ?? []
+            let tasks = (try? StateStore(directory: box.state, clock: SystemClock()).tasks(session: "test")) ?? []
             #expect(tasks.allSatisfy { $0.state == .done }, "\(what): no task was queued")
         }
         for (what, name) in [("the root node", rootNode), ("an inner node", inner), ("a leaf", leaf)] {

@@ -172,7 +172,7 @@ struct MetricsEndpointTests {
         let config = try ConfigParser.parse(try String(contentsOfFile: box.config, encoding: .utf8), path: box.config)
         // WatchdogSec=1s: WATCHDOG=1 every 0.5 s, so a scheduler quiet for 1 s is what the watchdog kills.
         let notifier = SystemdNotifier(environment: { $0 == "WATCHDOG_USEC" ? "1000000" : nil })
-        let agent = try Agent(config: config, sinks: [], hooks: nil, notifier: notifier)
+        let agent = try Agent(config: config, sinks: [], hooks: nil, notifier: notifier, clock: SystemClock())
         try agent.serveMetrics()
         #expect(waitForPort(port))
         // Not running its loop: after the watchdog's time, unhealthy.

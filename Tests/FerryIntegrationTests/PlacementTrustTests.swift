@@ -226,7 +226,7 @@ struct PlacementTrustTests {
         #expect(w.store.get(w.bucket, key) == a)
         try w.store.put(w.bucket, key, data: randomData(20_000, seed: 9))
         // The push checks what it placed once verify-interval passed since it last did: as if it had.
-        try StateStore(directory: w.box.state).recordRemoteChecked(session: "up", at: Timestamp(seconds: Timestamp.now().seconds - 7200, nanoseconds: 0))
+        try StateStore(directory: w.box.state, clock: SystemClock()).recordRemoteChecked(session: "up", at: Timestamp(seconds: SystemClock().now().seconds - 7200, nanoseconds: 0))
         let repair = w.push()
         #expect(repair.exitCode == 0, "\(repair.output)")
         #expect(repair.output.contains("sent again"), "\(repair.output)")

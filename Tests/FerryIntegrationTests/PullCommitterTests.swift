@@ -22,7 +22,7 @@ struct PullCommitterTests {
     func verifiedDownload(_ root: LocalRoot, source: RemoteTree, _ entry: ManifestEntry, task: TransferTask) throws -> Download {
         let (partial, _) = try root.openPartial(taskID: task.id)
         let download = try Download(task: task, entry: entry, reason: .missing, origin: .file(tree: source, path: entry.path), partial: partial,
-                                    resumeFrom: 0, validator: nil)
+                                    resumeFrom: 0, validator: nil, clock: SystemClock())
         var outcome: TransferOutcome?
         while outcome == nil { outcome = download.step() }
         guard case .succeeded = outcome! else { throw FerryError.localIO("\(entry.path) did not verify") }
@@ -43,11 +43,11 @@ struct PullCommitterTests {
         try Data("keep\n".utf8).write(to: URL(fileURLWithPath: dir + "/local/blocked/x"))
         let root = try LocalRoot(path: dir + "/local", create: true)
         let source = RemoteTree(path: dir + "/source")
-        let store = try StateStore(directory: dir + "/state")
+        let store = try StateStore(directory: dir + "/state", clock: SystemClock())
         let entries = paths.enumerated().map { entry($1, $0) }
         let queued = try store.queueDownloads(session: "s", entries: entries, urlFor: { "file:///" + $0.path.string }, notBefore: nil)
 
-        let committer = PullCommitter(root: root, store: store, session: "s")
+        let committer = PullCommitter(root: root, store: store, session: "s", clock: SystemClock())
         if threaded { committer.start() }
         var outcomes: [PullCommitter.Outcome] = []
         for (e, queuedTask) in zip(entries, queued.tasks) {
@@ -110,8 +110,8 @@ struct PullCommitterTests {
         let staging = dir + "/local/" + LocalRoot.stagingPath
         // Task 30 was cut short by an earlier run: 5 bytes kept (opened ahead, never taken).
         try Data("hello".utf8).write(to: URL(fileURLWithPath: staging + "/" + LocalRoot.partialName(30)))
-        let store = try StateStore(directory: dir + "/state")
-        let committer = PullCommitter(root: root, store: store, session: "s")
+        let store = try StateStore(directory: dir + "/state", clock: SystemClock())
+        let committer = PullCommitter(root: root, store: store, session: "s", clock: SystemClock())
         committer.expect(Array(1...200))
         committer.start()
         func files() -> [String] { (try? FileManager.default.contentsOfDirectory(atPath: staging)) ?? [] }
@@ -141,11 +141,11 @@ struct PullCommitterTests {
         try FileManager.default.createDirectory(atPath: dir + "/source", withIntermediateDirectories: true)
         try Data("content of one.txt\n".utf8).write(to: URL(fileURLWithPath: dir + "/source/one.txt"))
         let root = try LocalRoot(path: dir + "/local", create: true)
-        let store = try StateStore(directory: dir + "/state")
+        let store = try StateStore(directory: dir + "/state", clock: SystemClock())
         let e = entry("one.txt", 7)
         var task = try store.queueDownloads(session: "s", entries: [e], urlFor: { _ in "file:///one.txt" }, notBefore: nil).task(e.path)!
         task.attempts = 1
-        let committer = PullCommitter(root: root, store: store, session: "s")
+        let committer = PullCommitter(root: root, store: store, session: "s", clock: SystemClock())
         committer.start()
         defer { committer.stop() }
         committer.submit(try verifiedDownload(root, source: RemoteTree(path: dir + "/source"), e, task: task))

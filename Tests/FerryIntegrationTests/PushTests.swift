@@ -259,7 +259,7 @@ struct PushTests {
         for i in 0..<6 { write(src, "d/f\(i).txt", Data("file \(i)\n".utf8)) }
         try config(box, remote: "file://" + remoteRoot)
         #expect(box.sync(["--session", "up"]).exitCode == 0)
-        func rows() throws -> Int { try StateStore(directory: box.state).hashCacheCount(session: "up") }
+        func rows() throws -> Int { try StateStore(directory: box.state, clock: SystemClock()).hashCacheCount(session: "up") }
         #expect(try rows() == 6)
         for i in 0..<4 { try FileManager.default.removeItem(atPath: src + "/d/f\(i).txt") }
         let refused = box.sync(["--session", "up"])

@@ -56,7 +56,7 @@ struct RemoteConformanceTests {
             }
             try content.write(to: URL(fileURLWithPath: root + "/data.bin"))
             entry = ManifestEntry(path: RelativePath(trusted: "data.bin"), size: Int64(content.count), sha256: sha256(of: content))
-            manifest = Array(ManifestWriter.render(version: 1, generated: Timestamp.now(), entries: [entry]).utf8)
+            manifest = Array(ManifestWriter.render(version: 1, generated: SystemClock().now(), entries: [entry]).utf8)
             try Data(manifest).write(to: URL(fileURLWithPath: root + "/manifest.json"))
             // Published an hour ago: validators of a file changed within the last second do not
             // hold (`ResponsePolicy.validatorsHold`), and that has a case of its own.
@@ -82,7 +82,7 @@ struct RemoteConformanceTests {
             if kind == .https { lines.append("ca-file = \(try TestCertificates.shared().caCertificate)") }
             if let partSize { lines.append("upload-part-size = \(partSize)") }
             session = try ConfigParser.parse(lines.joined(separator: "\n") + "\n", path: scratch + "/ferry.conf").sessions[0]
-            remote = try Remotes.open(session)
+            remote = try Remotes.open(session, clock: SystemClock())
         }
 
         deinit {
@@ -100,7 +100,7 @@ struct RemoteConformanceTests {
 
         func task() -> TransferTask {
             TransferTask(id: 1, session: "c", path: entry.path, direction: .pull, state: .queued, size: entry.size, sha256: entry.sha256.hex,
-                         bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: Timestamp.now(), updatedAt: Timestamp.now())
+                         bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: SystemClock().now(), updatedAt: SystemClock().now())
         }
 
         /// A partial file holding `prefix`.
@@ -117,7 +117,7 @@ struct RemoteConformanceTests {
             let fd = partial(prefix)
             let download = try remote.download(task: task(), entry: entry, from: entry.path, reason: .missing, into: PartialFile(fd: fd, length: Int64(prefix.count)),
                                                resumeFrom: Int64(prefix.count), validator: validator)
-            let engine = try! TransferEngine(concurrency: 2)
+            let engine = try! TransferEngine(concurrency: 2, clock: SystemClock())
             defer { engine.shutdown() }
             let source = OneShot(download)
             engine.run(source)
@@ -239,7 +239,7 @@ struct RemoteConformanceTests {
     func place(_ w: World, _ file: LocalUpload, store: StateStore, stopAfter: Int = .max) throws -> (String, Int64) {
         let writer = try #require(w.remote as? RemoteWriting)
         let placement = try writer.placement(for: file, journal: UploadJournal(store: store, task: file.task))
-        let engine = try TransferEngine(concurrency: 2)
+        let engine = try TransferEngine(concurrency: 2, clock: SystemClock())
         defer { engine.shutdown() }
         var step = try placement.next(after: nil)
         var steps = 0
@@ -271,7 +271,7 @@ struct RemoteConformanceTests {
     func readBack(_ w: World, _ entry: ManifestEntry) throws -> RemoteFileState {
         let writer = try #require(w.remote as? RemoteWriting)
         guard case let .probe(probe) = writer.readBack(entry.path, limit: entry.size ?? 0) else { throw TestFailure("S3 reads back through a GET") }
-        let engine = try TransferEngine(concurrency: 2)
+        let engine = try TransferEngine(concurrency: 2, clock: SystemClock())
         defer { engine.shutdown() }
         let source = OneShot(probe)
         engine.run(source)
@@ -292,7 +292,7 @@ struct RemoteConformanceTests {
     @Test(arguments: writers)
     func placesAFileThroughTheEngineAndNoticesOneThatChanged(kind: Kind) throws {
         let w = try World(kind)
-        let store = try StateStore(directory: w.scratch + "/state")
+        let store = try StateStore(directory: w.scratch + "/state", clock: SystemClock())
         let localPath = w.scratch + "/up.bin"
         let content = randomData(2_500_000, seed: 78)
         try content.write(to: URL(fileURLWithPath: localPath))
@@ -310,7 +310,7 @@ struct RemoteConformanceTests {
         }
         // What the remote says it holds now matches what was sent.
         let writer = try #require(w.remote as? RemoteWriting)
-        let states = try RemoteProbes.run([entry.path], writer: writer, session: w.session, engine: TransferEngine(concurrency: 2))
+        let states = try RemoteProbes.run([entry.path], writer: writer, session: w.session, engine: TransferEngine(concurrency: 2, clock: SystemClock()))
         let state = try #require(states[entry.path])
         #expect(state.mismatch(with: entry) == nil, "\(state)")
         if kind == .s3 { #expect(state.sha256 == entry.sha256, "S3 gives back the SHA-256 it checked") }
@@ -359,7 +359,7 @@ struct RemoteConformanceTests {
     @Test(arguments: s3)
     func resumesAnUploadInPartsAndAbortsOneForOtherContent(kind: Kind) throws {
         let w = try World(kind, partSize: "5M")
-        let store = try StateStore(directory: w.scratch + "/state")
+        let store = try StateStore(directory: w.scratch + "/state", clock: SystemClock())
         let localPath = w.scratch + "/big.bin"
         var content = randomData(12 << 20, seed: 79)
         try content.write(to: URL(fileURLWithPath: localPath))

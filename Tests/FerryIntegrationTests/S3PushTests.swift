@@ -229,7 +229,7 @@ struct S3PushTests {
         let deadline = Date().addingTimeInterval(60)
         var recorded = 0
         while Date() < deadline && child.isRunning {
-            recorded = (try? StateStore(directory: w.box.state).journaledUploads(session: "up").first?.parts.count) ?? 0
+            recorded = (try? StateStore(directory: w.box.state, clock: SystemClock()).journaledUploads(session: "up").first?.parts.count) ?? 0
             if recorded * 4 >= parts * 3 { break }
             usleep(20_000)
         }
@@ -312,13 +312,13 @@ struct S3PushTests {
         let deadline = Date().addingTimeInterval(60)
         var recorded = 0
         while Date() < deadline && push.isRunning && recorded < 2 {
-            recorded = (try? StateStore(directory: w.box.state).journaledUploads(session: "up").first?.parts.count) ?? 0
+            recorded = (try? StateStore(directory: w.box.state, clock: SystemClock()).journaledUploads(session: "up").first?.parts.count) ?? 0
             usleep(20_000)
         }
         let cancel = ferry(["cancel", "--config", w.box.config, "--session", "up"])
         #expect(cancel.stdout == "suspended 1 task of session up\n", "\(cancel.output)")
         #expect(push.wait(timeout: 30) == 3, "\((try? String(contentsOfFile: w.box.directory + "/push.err", encoding: .utf8)) ?? "")")
-        let kept = (try StateStore(directory: w.box.state).journaledUploads(session: "up").first?.parts.count) ?? 0
+        let kept = (try StateStore(directory: w.box.state, clock: SystemClock()).journaledUploads(session: "up").first?.parts.count) ?? 0
         #expect(kept >= 2, "the parts the store acknowledged stay recorded: \(kept)")
         #expect(w.store.keys(w.bucket, prefix: "tree/").isEmpty, "nothing at a final key, no manifest")
         #expect(try w.store.pendingUploads(w.bucket) == ["tree/large.bin"], "the upload waits on the store for resume")

@@ -76,7 +76,7 @@ struct S3Tests {
         box.configure(remote: "s3://bucket/prefix/", session: ["s3-endpoint = http://127.0.0.1:1"])
         let session = try ConfigLoader.load(path: box.config).sessions[0]
         let env = try S3CredentialChain.resolve(session) { ["AWS_ACCESS_KEY_ID": "AKENV", "AWS_SECRET_ACCESS_KEY": "sek", "AWS_SESSION_TOKEN": "t"][$0] }
-        let fromEnv = try env.provider.current()
+        let fromEnv = try env.provider.current(now: SystemClock().now())
         #expect(fromEnv.accessKey == "AKENV" && fromEnv.sessionToken == "t" && env.provider.source == "environment")
         let none = #expect(throws: FerryError.self) {
             try S3CredentialChain.resolve(session) { ["HOME": box.directory, "AWS_EC2_METADATA_DISABLED": "true"][$0] }

@@ -41,7 +41,7 @@ struct ServerWordTests {
         let deadline = Date().addingTimeInterval(60)
         var recorded = 0
         while Date() < deadline && child.isRunning && recorded < 1 {
-            recorded = (try? StateStore(directory: w.box.state).journaledUploads(session: "up").first?.parts.count) ?? 0
+            recorded = (try? StateStore(directory: w.box.state, clock: SystemClock()).journaledUploads(session: "up").first?.parts.count) ?? 0
             usleep(20_000)
         }
         child.signal(SIGKILL)

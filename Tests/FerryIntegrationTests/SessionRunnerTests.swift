@@ -26,8 +26,8 @@ struct SessionRunnerTests {
         let box = Sandbox("runner")
         let config = try sessions(box, ["a", "b", "c"])
         let first = Collector(), second = Collector()
-        let jobs = config.sessions.map { SessionRunner.Job(session: $0, options: SyncOptions()) }
-        let results = try SessionRunner(agent: config.agent).run(jobs, sinks: [first, second])
+        let jobs = config.sessions.map { SessionRunner.Job(session: $0, options: SyncOptions(stop: StopCondition(clock: SystemClock(), maxDuration: nil))) }
+        let results = try SessionRunner(agent: config.agent, clock: SystemClock()).run(jobs, sinks: [first, second])
         #expect(results.map(\.session) == ["a", "b", "c"])
         #expect(results.allSatisfy { $0.exitCode == .inSync && $0.downloaded == 1 })
         for name in ["a", "b", "c"] { #expect(fileContents("\(box.directory)/\(name)/\(name).txt") == "\(name)\n") }
@@ -40,8 +40,8 @@ struct SessionRunnerTests {
         let config = try sessions(box, ["a"])
         let token = StopToken()
         token.request("stopped by SIGTERM")
-        let job = SessionRunner.Job(session: config.sessions[0], options: SyncOptions(stop: StopCondition(token: token, maxDuration: nil)))
-        let result = try SessionRunner(agent: config.agent).run([job], sinks: [Collector()])[0]
+        let job = SessionRunner.Job(session: config.sessions[0], options: SyncOptions(stop: StopCondition(token: token, clock: SystemClock(), maxDuration: nil)))
+        let result = try SessionRunner(agent: config.agent, clock: SystemClock()).run([job], sinks: [Collector()])[0]
         #expect(result.exitCode == .incomplete, "\(String(describing: result.message))")
         #expect(result.message?.contains("stopped by SIGTERM") == true)
         #expect(!FileManager.default.fileExists(atPath: "\(box.directory)/a/a.txt"))

@@ -49,7 +49,7 @@ struct SignedManifestTests {
         let entries = ["a.txt": "alpha\n", "dir/b.txt": "bravo\n", "dir/sub/c.txt": "charlie\n"].map { path, text in
             ManifestEntry(path: RelativePath(trusted: path), size: Int64(text.utf8.count), sha256: digest(text), mode: 0o644)
         }
-        return ManifestWriter.render(version: version, generated: Timestamp.now(), expires: expires, entries: entries)
+        return ManifestWriter.render(version: version, generated: SystemClock().now(), expires: expires, entries: entries)
     }
 
     static func inAnHour() -> Timestamp { Timestamp(seconds: Int64(time(nil)) + 3600) }
@@ -69,7 +69,7 @@ struct SignedManifestTests {
         #expect(run.stderr.contains(text), "\(run.stderr)", sourceLocation: sourceLocation)
         #expect(!saysNothingChanged || run.stderr.contains("nothing was changed"), "\(run.stderr)", sourceLocation: sourceLocation)
         #expect(treeSnapshot(box.local).isEmpty, "no file was mirrored", sourceLocation: sourceLocation)
-        let store = try StateStore(directory: box.state)
+        let store = try StateStore(directory: box.state, clock: SystemClock())
         #expect(try store.tasks(session: "test").isEmpty, "no task row", sourceLocation: sourceLocation)
         #expect(try store.session("test")?.manifestVersion == nil, "no version recorded", sourceLocation: sourceLocation)
         let cached = (try? FileManager.default.contentsOfDirectory(atPath: box.state + "/manifests")) ?? []
@@ -201,7 +201,7 @@ struct SignedManifestTests {
         try box.writeManifest(Self.signed(box, key: old, version: 22))
         let refused = box.sync()
         #expect(refused.exitCode == 4 && refused.stderr.contains("is signed by \(oldPublic)"), "\(refused.output)")
-        #expect(try StateStore(directory: box.state).session("test")?.manifestVersion == 21)
+        #expect(try StateStore(directory: box.state, clock: SystemClock()).session("test")?.manifestVersion == 21)
     }
 
     /// A push session signs what it publishes (with an expiry), and a trusting pull takes it; a new
@@ -441,10 +441,10 @@ struct SignedManifestTests {
         // A pull takes the largest version, and refuses one past it (rollback protection holds).
         box.configure(remote: "file://" + remote)
         #expect(box.sync().exitCode == 0)
-        #expect(try StateStore(directory: box.state).session("test")?.manifestVersion == top)
+        #expect(try StateStore(directory: box.state, clock: SystemClock()).session("test")?.manifestVersion == top)
         try "{\"format\": \"ferry-manifest/1\", \"version\": \(top + 1), \"files\": []}".writeReplacing(remote + "/manifest.json")
         let beyond = box.sync()
         #expect(beyond.exitCode == 4 && beyond.stderr.contains("\"version\" \(top + 1) is larger than \(top)"), "\(beyond.output)")
-        #expect(try StateStore(directory: box.state).session("test")?.manifestVersion == top)
+        #expect(try StateStore(directory: box.state, clock: SystemClock()).session("test")?.manifestVersion == top)
     }
 }

@@ -15,7 +15,7 @@ struct StateStoreTests {
 
     @Test func rowsMoveAsTheStateMachineSays() throws {
         defer { Harness.remove(dir) }
-        let store = try StateStore(directory: dir)
+        let store = try StateStore(directory: dir, clock: SystemClock())
         let queued = try store.queueDownloads(session: "s", entries: [entry("a"), entry("b")], urlFor: { "http://x/" + $0.path.string }, notBefore: nil)
         let a = try #require(queued.task(RelativePath(trusted: "a"))).id
         let b = try #require(queued.task(RelativePath(trusted: "b"))).id
@@ -63,7 +63,7 @@ struct StateStoreTests {
     /// so resource-timeout counts from then; new content is a new task.
     @Test func anUploadStillOwedKeepsWhenItWasQueued() throws {
         defer { Harness.remove(dir) }
-        let store = try StateStore(directory: dir)
+        let store = try StateStore(directory: dir, clock: SystemClock())
         let first = try #require(try store.queueUploads(session: "s", entries: [entry("a"), entry("b")])[RelativePath(trusted: "a")])
         try store.markRunning([(first.id, 1)])
         try store.markRetrying(first.id, waiting: true, attempts: 1, error: "down", bytesDone: 0, validator: nil)
@@ -77,8 +77,8 @@ struct StateStoreTests {
 
     @Test func delayedTasksComeDue() throws {
         defer { Harness.remove(dir) }
-        let store = try StateStore(directory: dir)
-        let later = Timestamp(seconds: Timestamp.now().seconds + 3600)
+        let store = try StateStore(directory: dir, clock: SystemClock())
+        let later = Timestamp(seconds: SystemClock().now().seconds + 3600)
         let queued = try store.queueDownloads(session: "s", entries: [entry("a")], urlFor: { "http://x/" + $0.path.string }, notBefore: later)
         let a = try #require(queued.task(RelativePath(trusted: "a")))
         #expect(a.state == .delayed && a.notBefore == later)
@@ -113,7 +113,7 @@ struct StateStoreTests {
                 INSERT INTO tasks (session, path, direction, state, size, sha256, bytes_done, created_at, updated_at)
                 VALUES ('s', 'odd.bin', 'pull', 'paused', 10, '\(String(repeating: "a", count: 64))', 5, '2026-01-01T00:00:00Z', '2026-01-01T00:00:00Z');
                 """)
-        let store = try StateStore(directory: dir)
+        let store = try StateStore(directory: dir, clock: SystemClock())
         let task = try #require(try store.tasks(session: "s").first)
         #expect(task.state == .queued && task.bytesDone == 5)
         #expect(throws: FerryError.self) {
@@ -138,7 +138,7 @@ struct StateStoreTests {
                 VALUES ('s', 'kept.bin', 'pull', 'suspended', 10, '\(sha)', 7, '"v1"', 3, 'reset',
                         '2026-01-01T00:00:00Z', '2026-01-02T00:00:00Z', NULL, 'http://x/kept.bin');
                 """)
-        let store = try StateStore(directory: dir)
+        let store = try StateStore(directory: dir, clock: SystemClock())
         let task = try #require(try store.tasks(session: "s").first)
         #expect(task.path.string == "kept.bin" && task.state == .suspended && task.size == 10 && task.sha256 == sha)
         #expect(task.bytesDone == 7 && task.validator == "\"v1\"" && task.attempts == 3 && task.lastError == "reset")

@@ -41,6 +41,8 @@ struct AgentCommand: Command {
     let configPath: String?
     let json: Bool
     let logLevel: LogLevel?
+    /// Every time the command reads comes from it.
+    let clock: any Clock = SystemClock()
 
     init(arguments: Arguments) throws(FerryError) {
         try arguments.expectPositionals(0...0, command: Self.name, what: "")
@@ -60,13 +62,13 @@ struct AgentCommand: Command {
         if !json && isatty(2) == 0 { Console.priorityPrefixes = true }
         let config = try CommandConfig.load(configPath, allowingNoSession: true)
         let lock = try SessionLock.agent(stateDirectory: config.agent.state)
-        let log = SyncReporter(mode: json ? .json : .human, agentLog: true, level: logLevel ?? config.agent.logLevel)
-        for w in config.warnings { log.event(Event(time: Timestamp.now(), session: "", body: .warning(message: w))) }
-        let hooks = try HookRunner(sessions: config.sessions)
-        let eventLog = EventLog(state: config.agent.state)
-        let agent = try Agent(config: config, sinks: [eventLog, log], hooks: hooks)
+        let log = SyncReporter(mode: json ? .json : .human, agentLog: true, level: logLevel ?? config.agent.logLevel, clock: clock)
+        for w in config.warnings { log.event(Event(time: clock.now(), session: "", body: .warning(message: w))) }
+        let hooks = try HookRunner(sessions: config.sessions, clock: clock)
+        let eventLog = EventLog(state: config.agent.state, clock: clock)
+        let agent = try Agent(config: config, sinks: [eventLog, log], hooks: hooks, clock: clock)
         do { try agent.serveControlSocket() } catch {
-            log.event(Event(time: Timestamp.now(), session: "", body: .warning(message: error.message + "; sync now and resume cannot hand their work over to this agent")))
+            log.event(Event(time: clock.now(), session: "", body: .warning(message: error.message + "; sync now and resume cannot hand their work over to this agent")))
         }
         try agent.serveMetrics()
         let stop = StopToken()

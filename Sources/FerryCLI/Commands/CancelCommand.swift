@@ -24,6 +24,8 @@ struct CancelCommand: Command {
                           OptionSpec("--verbose", "also say what happened to each task (-v)"), CommonOptions.help]
 
     let arguments: Arguments
+    /// Every time the command reads comes from it.
+    let clock: any Clock = SystemClock()
 
     init(arguments: Arguments) throws(FerryError) {
         self.arguments = arguments
@@ -41,7 +43,7 @@ struct CancelCommand: Command {
     }
 
     func run() throws(FerryError) -> ExitCode {
-        let selection = try TaskSelection(arguments: arguments, command: Self.name)
+        let selection = try TaskSelection(arguments: arguments, command: Self.name, clock: clock)
         let store = selection.store
         let verbose = arguments.has("--verbose")
         for (session, ids) in selection.targets {
@@ -115,11 +117,11 @@ struct CancelCommand: Command {
     /// Waits until the process running the session (if any) has answered suspension `request`.
     /// Returns its pid if it is still running and has not answered by `timeout` seconds.
     private func waitForRunner(store: StateStore, session: String, request: Int64, timeout: Double) throws(FerryError) -> Int32? {
-        let deadline = MonotonicClock.seconds() + timeout
+        let deadline = clock.monotonic() + timeout
         while true {
             guard let pid = try store.session(session)?.runningPID, kill(pid, 0) == 0 || errno == EPERM else { return nil }
             if try store.suspendRequests(session: session).handled >= request { return nil }
-            if MonotonicClock.seconds() >= deadline { return pid }
+            if clock.monotonic() >= deadline { return pid }
             usleep(50_000)
         }
     }

@@ -27,6 +27,8 @@ struct CheckCommand: Command {
     let repair: Bool
     let mode: OutputMode
     let level: LogLevel
+    /// Every time the command reads comes from it.
+    let clock: any Clock = SystemClock()
 
     init(arguments: Arguments) throws(FerryError) {
         try arguments.expectPositionals(0...0, command: Self.name, what: "")
@@ -40,15 +42,15 @@ struct CheckCommand: Command {
     func run() throws(FerryError) -> ExitCode {
         let config = try CommandConfig.load(configPath)
         for w in config.warnings where mode != .json { Console.warning(w) }
-        let reporter = SyncReporter(mode: mode, level: level)
-        let bars = mode == .human && Console.stderrIsTerminal ? ProgressBars() : nil
+        let reporter = SyncReporter(mode: mode, level: level, clock: clock)
+        let bars = mode == .human && Console.stderrIsTerminal ? ProgressBars(clock: clock) : nil
         var codes: [ExitCode] = []
         var toRepair: [SessionConfig] = []
         for session in try selectSessions(config, names: sessions) {
-            func emit(_ body: Event.Body) { reporter.event(Event(time: Timestamp.now(), session: session.name, body: body)) }
+            func emit(_ body: Event.Body) { reporter.event(Event(time: clock.now(), session: session.name, body: body)) }
             let report: CheckReport
             do {
-                report = try SessionCheck.run(session: session, agent: config.agent, record: repair) { done, total in
+                report = try SessionCheck.run(session: session, agent: config.agent, record: repair, clock: clock) { done, total in
                     var p = SyncProgress(session: session.name + ": hashing")
                     p.filesDone = done
                     p.filesTotal = total
@@ -74,10 +76,10 @@ struct CheckCommand: Command {
             }
         }
         if !toRepair.isEmpty {
-            let stop = StopSignals.stopCondition(stopTimeout: config.agent.stopTimeout, maxDuration: nil)
+            let stop = StopSignals.stopCondition(stopTimeout: config.agent.stopTimeout, maxDuration: nil, clock: clock)
             let jobs = toRepair.map { SessionRunner.Job(session: $0, options: SyncOptions(stop: stop.limited(to: $0.maxDuration))) }
-            let record = try RunRecord(config: config, terminal: reporter)
-            codes += try SessionRunner(agent: config.agent).run(jobs, sinks: [record.hub]).map(\.exitCode)
+            let record = try RunRecord(config: config, terminal: reporter, clock: clock)
+            codes += try SessionRunner(agent: config.agent, clock: clock).run(jobs, sinks: [record.hub]).map(\.exitCode)
             record.finish()
         }
         return ExitCode.worst(codes)

@@ -22,6 +22,8 @@ struct ConfigCheckCommand: Command {
     static let options = [CommonOptions.config, CommonOptions.help]
 
     let configPath: String?
+    /// Every time the command reads comes from it.
+    let clock: any Clock = SystemClock()
 
     init(arguments: Arguments) throws(FerryError) {
         try arguments.expectPositionals(0...0, command: Self.name, what: "")
@@ -43,7 +45,7 @@ struct ConfigCheckCommand: Command {
         // is found here rather than by the first run.
         var s3: [String: [String]] = [:]
         for s in config.sessions where s.remote.scheme == .s3 {
-            do { s3[s.name] = try S3CredentialChain.check(s) } catch {
+            do { s3[s.name] = try S3CredentialChain.check(s, now: clock.now()) } catch {
                 problems.append(FerryError(.usage, "[session \(s.name)] " + error.message, hint: error.hint))
             }
         }
@@ -66,7 +68,7 @@ struct ConfigCheckCommand: Command {
             for line in s3[s.name] ?? [] { Console.out("    " + line) }
             if let discretion = s.discretion {
                 // What the conditions say right now, so a window or a threshold can be checked.
-                let unmet = discretion.unmet(HostProbe.shared.state(local: s.local, networkMetered: config.agent.networkMetered))
+                let unmet = discretion.unmet(HostProbe.shared.state(local: s.local, networkMetered: config.agent.networkMetered, clock: clock))
                 Console.out("    discretionary: " + (unmet.isEmpty ? "its conditions hold now" : "now waits for " + unmet.joined(separator: "; ")))
             }
         }

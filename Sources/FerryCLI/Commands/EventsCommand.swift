@@ -28,6 +28,8 @@ struct EventsCommand: Command {
     let json: Bool
     let since: EarliestBegin?
     let last: Int?
+    /// Every time the command reads comes from it.
+    let clock: any Clock = SystemClock()
 
     init(arguments: Arguments) throws(FerryError) {
         try arguments.expectPositionals(0...0, command: Self.name, what: "")
@@ -53,8 +55,9 @@ struct EventsCommand: Command {
         var lines: [(time: Timestamp, line: [UInt8])] = []
         // A duration counts back from now: 30m is the last half hour.
         let from = since.map { since -> Timestamp in
-            guard case let .after(seconds) = since else { return since.time(from: Timestamp.now()) }
-            return Timestamp(seconds: Timestamp.now().seconds - Int64(seconds.rounded(.up)))
+            let now = clock.now()
+            guard case let .after(seconds) = since else { return since.time(from: now) }
+            return Timestamp(seconds: now.seconds - Int64(seconds.rounded(.up)))
         }
         for reader in readers {
             for line in reader.readAll() {

@@ -48,7 +48,7 @@ enum Handover {
                     }
                     if let limits = request.limits, !accepted.isEmpty, f["bwlimit"] == nil && f["transfers"] == nil {
                         // An agent older than per-run limits: said now, before its cycles run, not after.
-                        reporter.event(Event(time: Timestamp.now(), session: "", body: .warning(
+                        reporter.event(Event(time: stop.clock.now(), session: "", body: .warning(
                             message: "the running agent (pid \(f["pid"] ?? "?")) takes no \(limits.description) from a hand-over: its cycles go at its own settings (restart it with this ferry to have them)")))
                     }
                 case "handover-refused":

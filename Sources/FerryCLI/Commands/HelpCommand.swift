@@ -12,6 +12,8 @@ struct HelpCommand: Command {
     let topic: [String]
     let man: Bool
     let date: String?
+    /// Every time the command reads comes from it.
+    let clock: any Clock = SystemClock()
 
     init(arguments: Arguments) throws(FerryError) {
         topic = arguments.positionals
@@ -21,7 +23,7 @@ struct HelpCommand: Command {
 
     func run() throws(FerryError) -> ExitCode {
         if man {
-            Console.out(String(Manual.page(date: date ?? String(Timestamp.now().rfc3339.prefix(10))).dropLast()))
+            Console.out(String(Manual.page(date: date ?? String(clock.now().rfc3339.prefix(10))).dropLast()))
             return .inSync
         }
         if topic.isEmpty {

@@ -24,6 +24,8 @@ struct LsCommand: Command {
     let session: String?
     let path: RelativePath?
     let json: Bool
+    /// Every time the command reads comes from it.
+    let clock: any Clock = SystemClock()
 
     init(arguments: Arguments) throws(FerryError) {
         try arguments.expectPositionals(0...1, command: Self.name, what: "")
@@ -53,7 +55,7 @@ struct LsCommand: Command {
         var codes: [ExitCode] = []
         for (n, s) in sessions.enumerated() {
             let listing: RemoteListing
-            do { listing = try RemoteListing.read(session: s, agent: config.agent, under: path) } catch {
+            do { listing = try RemoteListing.read(session: s, agent: config.agent, under: path, clock: clock) } catch {
                 Console.error(FerryError(error.category, "session '\(s.name)': \(error.message)", hint: error.hint))
                 codes.append(error.exitCode)
                 continue

@@ -55,6 +55,8 @@ struct ManifestBuildCommand: Command {
     let format: Int
     let grace: Double
     let mode: OutputMode
+    /// Every time the command reads comes from it.
+    let clock: any Clock = SystemClock()
 
     init(arguments: Arguments) throws(FerryError) {
         try arguments.expectPositionals(1...1, command: Self.name, what: "the directory to describe (DIR)")
@@ -115,10 +117,10 @@ struct ManifestBuildCommand: Command {
         } else if (st.st_mode & S_IFMT) != S_IFDIR {
             throw .usage("ferry manifest build: \(Printable.name(directory)) is not a directory", hint: "give the directory that holds the files to publish: ferry manifest build DIR")
         }
-        let bars = mode == .human && Console.stderrIsTerminal ? ProgressBars() : nil
+        let bars = mode == .human && Console.stderrIsTerminal ? ProgressBars(clock: clock) : nil
         // The key is read before anything is hashed: a wrong path fails at once.
         let key = try sign.map { (file) throws(FerryError) -> SigningKey in try SigningKey(file: file, use: "--sign") }
-        let result = try ManifestBuilder().build(directory: directory, output: output, version: version,
+        let result = try ManifestBuilder(clock: clock).build(directory: directory, output: output, version: version,
                                                  allowRollback: allowRollback, signingKey: key, expires: expires, format: format,
                                                  grace: grace, sha256sums: sha256sums, filter: filter) { done, total in
             var p = SyncProgress(session: "hashing")
@@ -128,12 +130,12 @@ struct ManifestBuildCommand: Command {
         }
         bars?.clear()
         // Through the same event type and sink as a sync: one renderer for human and --json output.
-        let reporter = SyncReporter(mode: mode)
+        let reporter = SyncReporter(mode: mode, clock: clock)
         if let sign, let warning = SigningKey.exposure(of: sign, use: "--sign") {
-            reporter.event(Event(time: Timestamp.now(), session: "", body: .warning(message: warning)))
+            reporter.event(Event(time: clock.now(), session: "", body: .warning(message: warning)))
         }
-        for w in result.warnings { reporter.event(Event(time: Timestamp.now(), session: "", body: .warning(message: w))) }
-        reporter.event(Event(time: Timestamp.now(), session: "", body: .manifestBuilt(output: result.output, version: result.version,
+        for w in result.warnings { reporter.event(Event(time: clock.now(), session: "", body: .warning(message: w))) }
+        reporter.event(Event(time: clock.now(), session: "", body: .manifestBuilt(output: result.output, version: result.version,
                                                                                     files: result.files, bytes: result.bytes,
                                                                                     signedBy: key?.publicKey.description,
                                                                                     sha256sums: result.sha256sums)))

@@ -22,6 +22,8 @@ struct ReloadCommand: Command {
 
     let configPath: String?
     let json: Bool
+    /// Every time the command reads comes from it.
+    let clock: any Clock = SystemClock()
 
     init(arguments: Arguments) throws(FerryError) {
         try arguments.expectPositionals(0...0, command: Self.name, what: "")
@@ -41,8 +43,8 @@ struct ReloadCommand: Command {
                          hint: "start it (systemctl start ferry, or ferry agent); a one-shot ferry sync now reads the config each time. If the agent runs with another state directory ([agent] state changed), restart it instead")
         }
         // The agent answers at its next turn, which a long reload (a config of many sessions) may delay.
-        let deadline = MonotonicClock.seconds() + 60
-        while MonotonicClock.seconds() < deadline {
+        let deadline = clock.monotonic() + 60
+        while clock.monotonic() < deadline {
             switch link.receive(timeout: 0.5) {
             case .timedOut:
                 continue

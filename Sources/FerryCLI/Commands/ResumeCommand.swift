@@ -21,19 +21,21 @@ struct ResumeCommand: Command {
                           CommonOptions.help]
 
     let arguments: Arguments
+    /// Every time the command reads comes from it.
+    let clock: any Clock = SystemClock()
 
     init(arguments: Arguments) throws(FerryError) {
         self.arguments = arguments
     }
 
     func run() throws(FerryError) -> ExitCode {
-        let selection = try TaskSelection(arguments: arguments, command: Self.name)
+        let selection = try TaskSelection(arguments: arguments, command: Self.name, clock: clock)
         let (config, store) = (selection.config, selection.store)
         let mode = OutputMode(arguments: arguments)
-        let reporter = SyncReporter(mode: mode, level: CommonOptions.level(arguments))
+        let reporter = SyncReporter(mode: mode, level: CommonOptions.level(arguments), clock: clock)
         reporter.busyIsExpected = true
         let maxDuration = try CommonOptions.maxDuration(arguments, command: Self.name)
-        let stop = StopSignals.stopCondition(stopTimeout: config.agent.stopTimeout, maxDuration: maxDuration)
+        let stop = StopSignals.stopCondition(stopTimeout: config.agent.stopTimeout, maxDuration: maxDuration, clock: clock)
         var sessions: [SessionConfig] = []
         for (session, ids) in selection.targets {
             let tasks = try store.unsuspend(session: session.name, ids: ids)
@@ -63,8 +65,8 @@ struct ResumeCommand: Command {
         }
         let jobs = sessions.map { SessionRunner.Job(session: $0, options: SyncOptions(stop: stop.limited(to: $0.maxDuration))) }
         // A busy session is not a failure here: the process holding it takes the resumed tasks back.
-        let record = try RunRecord(config: config, terminal: reporter)
-        let results = try SessionRunner(agent: config.agent).run(jobs, sinks: [record.hub])
+        let record = try RunRecord(config: config, terminal: reporter, clock: clock)
+        let results = try SessionRunner(agent: config.agent, clock: clock).run(jobs, sinks: [record.hub])
         record.finish()
         for result in results where result.error?.category == .busy && mode != .json {
             Console.out("\(result.session): \(result.error!.message); the ferry running it takes the resumed tasks back")

@@ -60,6 +60,8 @@ struct StatusCommand: Command {
     let files: Bool
     let verbose: Bool
     let path: String?
+    /// Every time the command reads comes from it.
+    let clock: any Clock = SystemClock()
 
     init(arguments: Arguments) throws(FerryError) {
         try arguments.expectPositionals(0...1, command: Self.name, what: "")
@@ -88,7 +90,7 @@ struct StatusCommand: Command {
             return .inSync
         }
         let sessions = try selectSessions(config, names: session.map { [$0] } ?? [])
-        let store = try StateStore(directory: config.agent.state)
+        let store = try StateStore(directory: config.agent.state, clock: clock)
         var rows: [Row] = []
         for s in sessions {
             rows.append(Row(session: s, record: try store.session(s.name), tasks: try store.tasks(session: s.name)))
@@ -164,7 +166,7 @@ struct StatusCommand: Command {
     private func standingOfTasks(_ record: SessionRecord?, _ tasks: [TransferTask], time: (Timestamp) -> String) -> Standing {
         let alive = StatusCommand.alive
         if alive(record?.runningPID) {
-            let left = record?.deadline.map { Int64(max(0, $0.timeInterval - Timestamp.now().timeInterval).rounded()) }
+            let left = record?.deadline.map { Int64(max(0, $0.timeInterval - clock.now().timeInterval).rounded()) }
             return Standing(state: "running", runningPID: record?.runningPID, secondsLeft: left,
                             agentPID: alive(record?.agentPID) ? record?.agentPID : nil)
         }
@@ -260,7 +262,7 @@ struct StatusCommand: Command {
         let fixed = "  " + s.direction.rawValue + "  " + st.state
         lines.append(Columns.cut(Columns.middle(Printable.name(s.name), max(8, width - Columns.columns(fixed))) + fixed, width))
         if let detail = st.detail { add("state", detail, maxLines: StatusCommand.messageLines) }
-        let now = Timestamp.now().timeInterval
+        let now = clock.now().timeInterval
         if let pid = st.agentPID {
             if st.runningPID == pid {
                 add("agent", "pid \(pid), running the session now")

@@ -53,6 +53,8 @@ struct SyncNowCommand: Command {
     let notBeforeText: String?
     let bwlimit: BandwidthSchedule?
     let transfers: Int?
+    /// Every time the command reads comes from it.
+    let clock: any Clock = SystemClock()
 
     init(arguments: Arguments) throws(FerryError) {
         try arguments.expectPositionals(0...0, command: Self.name, what: "")
@@ -84,11 +86,11 @@ struct SyncNowCommand: Command {
         if let bwlimit { config.agent.bwlimit = bwlimit }
         if let transfers { config.agent.transfers = transfers }
         var selected = try selectSessions(config, names: sessions)
-        let reporter = SyncReporter(mode: mode, level: level)
+        let reporter = SyncReporter(mode: mode, level: level, clock: clock)
         for w in config.warnings where mode == .json {
-            reporter.event(Event(time: Timestamp.now(), session: "", body: .warning(message: w)))
+            reporter.event(Event(time: clock.now(), session: "", body: .warning(message: w)))
         }
-        let stop = StopSignals.stopCondition(stopTimeout: config.agent.stopTimeout, maxDuration: maxDuration)
+        let stop = StopSignals.stopCondition(stopTimeout: config.agent.stopTimeout, maxDuration: maxDuration, clock: clock)
         if let reason = stop.reason {
             if mode != .json { for session in selected { Console.err("ferry: \(Printable.name(session.name)): not started, \(reason)") } }
             return .incomplete
@@ -106,8 +108,8 @@ struct SyncNowCommand: Command {
             options.notBefore = notBefore
             return SessionRunner.Job(session: session, options: options)
         }
-        let record = dryRun ? nil : try RunRecord(config: config, terminal: reporter)
-        let results = try SessionRunner(agent: config.agent).run(jobs, sinks: [record?.hub ?? reporter])
+        let record = dryRun ? nil : try RunRecord(config: config, terminal: reporter, clock: clock)
+        let results = try SessionRunner(agent: config.agent, clock: clock).run(jobs, sinks: [record?.hub ?? reporter])
         record?.finish()
         return ExitCode.worst(results.map(\.exitCode) + (handedOver.map { [$0] } ?? []))
     }
@@ -120,10 +122,10 @@ struct RunRecord {
     private let log: EventLog
     private let hooks: HookRunner?
 
-    init(config: Config, terminal: EventSink) throws(FerryError) {
-        log = EventLog(state: config.agent.state)
+    init(config: Config, terminal: EventSink, clock: any Clock) throws(FerryError) {
+        log = EventLog(state: config.agent.state, clock: clock)
         let hasHooks = config.sessions.contains { $0.onFileDone != nil || $0.onSessionDone != nil }
-        hooks = hasHooks ? try HookRunner(sessions: config.sessions) : nil
+        hooks = hasHooks ? try HookRunner(sessions: config.sessions, clock: clock) : nil
         hub = EventHub([terminal, log] + (hooks.map { [$0] } ?? []))
         let hub = self.hub
         hooks?.report = { hub.event($0) }

@@ -12,9 +12,9 @@ struct TaskSelection {
     let store: StateStore
 
     /// Loads the config and the state, and resolves what the command line names.
-    init(arguments: Arguments, command: String) throws(FerryError) {
+    init(arguments: Arguments, command: String, clock: any Clock) throws(FerryError) {
         let config = try CommandConfig.load(arguments.value("--config"))
-        let store = try StateStore(directory: config.agent.state)
+        let store = try StateStore(directory: config.agent.state, clock: clock)
         try self.init(arguments: arguments, config: config, store: store, command: command)
     }
 

@@ -8,6 +8,8 @@ import FerryRuntime
 /// followed): a line that wrapped would break the redraw. What does not fit goes, least useful
 /// first, and a long name is shortened in the middle.
 final class ProgressBars {
+    /// Rates, ETAs and the redraw interval go by it.
+    private let clock: any Clock
     private var linesDrawn = 0
     private var lastDraw = 0.0
     private let maxFileLines = 4
@@ -27,11 +29,13 @@ final class ProgressBars {
         return 80
     }
 
+    init(clock: any Clock) { self.clock = clock }
+
     /// Takes one session's progress and redraws every session's bars (several sessions of one
     /// run transfer at the same time). A session leaves the bars when its run ends (`remove`).
     func update(_ p: SyncProgress, force: Bool = false) {
         if let i = sessions.firstIndex(where: { $0.session == p.session }) { sessions[i] = p } else { sessions.append(p) }
-        let now = MonotonicClock.seconds()
+        let now = clock.monotonic()
         ProgressBars.sample(&samples[p.session, default: []], now, p.bytesDone)
         let active = Set(p.active.map { p.session + "/" + $0.path.string })
         for a in p.active { ProgressBars.sample(&fileSamples[p.session + "/" + a.path.string, default: []], now, a.done) }

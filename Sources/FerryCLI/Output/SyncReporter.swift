@@ -18,11 +18,12 @@ final class SyncReporter: EventSink {
     /// The events shown (`-v`: debug; the agent's `log-level`). `--quiet` has its own rendering.
     let level: LogLevel
 
-    init(mode: OutputMode, agentLog: Bool = false, level: LogLevel = .info) {
+    /// `clock`: the progress bars' rates go by it.
+    init(mode: OutputMode, agentLog: Bool = false, level: LogLevel = .info, clock: any Clock) {
         self.mode = mode
         self.agentLog = agentLog
         self.level = mode == .json && !agentLog ? .debug : level
-        bars = (mode == .human && Console.stderrIsTerminal && !agentLog) ? ProgressBars() : nil
+        bars = (mode == .human && Console.stderrIsTerminal && !agentLog) ? ProgressBars(clock: clock) : nil
     }
 
     func event(_ event: Event) {

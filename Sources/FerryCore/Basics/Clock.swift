@@ -1,58 +1,70 @@
 import Glibc
 import Synchronization
 
-/// Time for intervals, deadlines, timeouts and backoff, injected so that tests of them run
-/// in-process without sleeping. Wall-clock times for records come from `Timestamp.now()`.
+/// Time, injected: every read of it goes through a clock the code was given (`SystemClock` at the
+/// top: `main`, each command, the agent), so what depends on it — deadlines, timeouts, backoff,
+/// schedules, expiry, the times recorded — runs in tests on a `ManualClock` without sleeping.
+/// The few waits the kernel keeps on its own clock are listed in docs/design.md ("Time").
 public protocol Clock: Sendable {
-    /// Seconds on a clock that never goes back.
+    /// Seconds on a clock that never goes back (intervals, deadlines, timeouts).
     func monotonic() -> Double
+    /// The wall-clock time now (what is recorded and shown, schedules, expiry).
+    func now() -> Timestamp
     /// Waits until `monotonic() >= time`, or until `interrupted()` (asked often) says to stop.
     /// Returns false when interrupted.
     func wait(until time: Double, interrupted: () -> Bool) -> Bool
 }
 
-/// The system's monotonic clock.
+/// The machine's clocks: `CLOCK_MONOTONIC` and `CLOCK_REALTIME`.
 public struct SystemClock: Clock {
     public init() {}
-    public func monotonic() -> Double { MonotonicClock.seconds() }
+    public func monotonic() -> Double {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
+    }
+    public func now() -> Timestamp {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Timestamp(seconds: Int64(ts.tv_sec), nanoseconds: Int32(ts.tv_nsec))
+    }
     public func wait(until time: Double, interrupted: () -> Bool) -> Bool {
-        while MonotonicClock.seconds() < time {
+        while monotonic() < time {
             if interrupted() { return false }
-            usleep(UInt32(min(20_000, max(1, (time - MonotonicClock.seconds()) * 1e6))))
+            usleep(UInt32(min(20_000, max(1, (time - monotonic()) * 1e6))))
         }
         return true
     }
 }
 
-/// A clock for tests: time moves only when advanced, and a wait moves it to the end at once.
+/// A clock for tests: time moves only when advanced, and a wait moves it to the end at once. Its
+/// wall clock moves with its monotonic one.
 public final class ManualClock: Clock {
-    private let now: Mutex<Double>
-    public init(_ start: Double = 1000) { now = Mutex(start) }
-    public func monotonic() -> Double { now.withLock { $0 } }
-    public func advance(by seconds: Double) { now.withLock { $0 += seconds } }
+    private struct Times {
+        var monotonic: Double
+        var wall: Timestamp
+        mutating func move(by seconds: Double) {
+            guard seconds > 0 else { return }
+            monotonic += seconds
+            // A wait for ever (an infinite deadline) moves the monotonic time only.
+            guard seconds < 1e15 else { return }
+            let whole = seconds.rounded(.down)
+            let nanos = Int64(wall.nanoseconds) + Int64(((seconds - whole) * 1e9).rounded())
+            wall = Timestamp(seconds: wall.seconds + Int64(whole) + nanos / 1_000_000_000, nanoseconds: Int32(nanos % 1_000_000_000))
+        }
+    }
+    private let times: Mutex<Times>
+    /// `start`: the monotonic time; `wall`: the wall-clock time at that moment.
+    public init(_ start: Double = 1000, wall: Timestamp = Timestamp(seconds: 1_800_000_000)) {
+        times = Mutex(Times(monotonic: start, wall: wall))
+    }
+    public func monotonic() -> Double { times.withLock { $0.monotonic } }
+    public func now() -> Timestamp { times.withLock { $0.wall } }
+    public func advance(by seconds: Double) { times.withLock { $0.move(by: seconds) } }
     public func wait(until time: Double, interrupted: () -> Bool) -> Bool {
         if interrupted() { return false }
-        now.withLock { $0 = max($0, time) }
+        times.withLock { $0.move(by: time - $0.monotonic) }
         return true
-    }
-}
-
-/// The system's monotonic clock, for code that measures without needing to be tested in time
-/// (progress rates, busy waits on SQLite).
-public enum MonotonicClock {
-    public static func seconds() -> Double {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-    }
-}
-
-extension Timestamp {
-    /// The wall-clock time now.
-    public static func now() -> Timestamp {
-        var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
-        return Timestamp(seconds: Int64(ts.tv_sec), nanoseconds: Int32(ts.tv_nsec))
     }
 }
 
@@ -74,12 +86,12 @@ public struct StopCondition: Sendable {
     /// The same deadline in wall-clock time, for `ferry status`.
     public let deadlineTime: Timestamp?
 
-    public init(token: StopToken = StopToken(), clock: any Clock = SystemClock(), maxDuration: Double?) {
+    public init(token: StopToken = StopToken(), clock: any Clock, maxDuration: Double?) {
         self.token = token
         self.clock = clock
         if let maxDuration {
             deadline = clock.monotonic() + maxDuration
-            let now = Timestamp.now()
+            let now = clock.now()
             deadlineTime = Timestamp(seconds: now.seconds + Int64(maxDuration.rounded(.up)), nanoseconds: now.nanoseconds)
         } else {
             deadline = nil

@@ -1,4 +1,5 @@
-/// The exit statuses of the contract (product.md §5). Every error maps to exactly one.
+/// The exit statuses of the contract (docs/design.md, data-safety rule 14). Every error maps to
+/// exactly one.
 public enum ExitCode: Int32, Sendable {
     case inSync = 0
     case someFilesFailed = 1

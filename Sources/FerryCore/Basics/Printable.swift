@@ -1,7 +1,7 @@
-/// How ferry shows names and remote-supplied text to a person (product.md §6 rule 7). Names come
-/// from remotes and from local trees, so they are hostile: a name holding `ESC [8m` would hide the
-/// terminal text after it, a newline would split a log line, a bidi override would reverse what
-/// follows. This is the one place that decides how such bytes are shown.
+/// How ferry shows names and remote-supplied text to a person (docs/design.md, data-safety rule 9).
+/// Names come from remotes and from local trees, so they are hostile: a name holding `ESC [8m`
+/// would hide the terminal text after it, a newline would split a log line, a bidi override would
+/// reverse what follows. This is the one place that decides how such bytes are shown.
 ///
 /// The style, documented in the README:
 /// - control bytes (0x00–0x1F, DEL) and bytes that are not UTF-8 appear as `\xHH` (`\x1b`), except

@@ -1,5 +1,5 @@
-/// ferry's configuration, as read from the INI file (product.md §3). Built only by `ConfigParser`,
-/// which guarantees every field below is valid; the runtime trusts it.
+/// ferry's configuration, as read from the INI file (docs/design.md, data-safety rule 15). Built
+/// only by `ConfigParser`, which guarantees every field below is valid; the runtime trusts it.
 public struct Config: Sendable {
     /// The file this came from (for messages).
     public var path: String

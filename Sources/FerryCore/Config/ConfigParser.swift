@@ -1,5 +1,6 @@
-/// Parses the INI config of product.md §3. Pure: it gets the text and the file's path, and returns
-/// a `Config` or throws a `FerryError(.usage)` naming the file, the line and the key.
+/// Parses the INI config (docs/design.md, data-safety rule 15). Pure: it gets the text and the
+/// file's path, and returns a `Config` or throws a `FerryError(.usage)` naming the file, the line
+/// and the key.
 ///
 /// Syntax: `[agent]`, `[session NAME]`, `key = value`, comments from `#` or `;` at the start of a
 /// line or from ` #` after a value. Relative paths are resolved against the config file's directory.

@@ -17,7 +17,8 @@ public struct ManifestEntry: Sendable, Equatable {
     }
 }
 
-/// What the remote says the tree should be (product.md §4). Built only by `Manifest.parse`, which
+/// What the remote says the tree should be (its formats: README.md, docs/design.md "Format 2";
+/// what a reader refuses: data-safety rules 5 and 8). Built only by `Manifest.parse`, which
 /// refuses anything hostile, so the runtime can trust every path and hash in it.
 public struct Manifest: Sendable {
     public enum Format: String, Sendable { case ferry = "ferry-manifest/1", tree = "ferry-manifest/2", sha256sums = "SHA256SUMS" }

@@ -1,7 +1,7 @@
 /// Whether a session takes a manifest that parsed: the rules that keep a publishing mistake, a
-/// replayed old manifest or a stale one from changing a mirror (product.md §6 rule 7). Checked on
-/// every run, for a fetched manifest and for an unchanged (304) one alike, before anything is
-/// recorded or changed; a refusal exits 4. Pure.
+/// replayed old manifest or a stale one from changing a mirror (docs/design.md, data-safety rules 7
+/// and 8). Checked on every run, for a fetched manifest and for an unchanged (304) one alike,
+/// before anything is recorded or changed; a refusal exits 4. Pure.
 public struct ManifestAcceptance: Sendable {
     public var session: String
     public var now: Timestamp

@@ -1,9 +1,10 @@
-/// The version `ferry manifest build` gives a manifest (product.md §4): versions never go backwards
-/// for a mirror, so a build must never produce one lower than what mirrors already applied.
-/// Without `--version` it is one more than the manifest already at the output path, and never less
-/// than the current Unix time in seconds: a fresh checkout (as in CI), which has no earlier
-/// manifest, still builds a version above every one built before it. An explicit version lower
-/// than the existing one is refused unless the caller allows the rollback, and then it is said.
+/// The version `ferry manifest build` gives a manifest (docs/design.md, data-safety rule 8):
+/// versions never go backwards for a mirror, so a build must never produce one lower than what
+/// mirrors already applied. Without `--version` it is one more than the manifest already at the
+/// output path, and never less than the current Unix time in seconds: a fresh checkout (as in CI),
+/// which has no earlier manifest, still builds a version above every one built before it. An
+/// explicit version lower than the existing one is refused unless the caller allows the rollback,
+/// and then it is said.
 public enum ManifestVersion {
     /// The version after `previous` (nil: none yet) when none is asked for, for `manifest build` and
     /// push alike: one more, never less than the Unix time in seconds (so a wiped remote or a fresh

@@ -5,9 +5,9 @@ import Glibc
 /// A path inside a session's local root, as a manifest names it: `css/site.css`.
 ///
 /// Every manifest path is hostile until it passes `init(validating:)`, the one place that decides
-/// what a safe path is (product.md §6 rule 6). Equality and hashing compare UTF-8 bytes, not Swift's
-/// canonical equivalence, because the filesystem stores bytes: `é` (NFC) and `e\u{301}` (NFD) are
-/// two different files on Linux.
+/// what a safe path is (docs/design.md, data-safety rule 5). Equality and hashing compare UTF-8
+/// bytes, not Swift's canonical equivalence, because the filesystem stores bytes: `é` (NFC) and
+/// `e\u{301}` (NFD) are two different files on Linux.
 public struct RelativePath: Hashable, Comparable, Sendable, CustomStringConvertible {
     public let string: String
 

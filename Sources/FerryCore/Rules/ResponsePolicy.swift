@@ -1,6 +1,7 @@
-/// What a response may do to a partial file (product.md §6 rules 3-5): a pure function of what was
-/// asked (the resume offset, the validator it was asked under, the manifest's size) and what came
-/// back (status, Content-Range, Content-Length, validator). The transfer applies the decision.
+/// What a response may do to a partial file (docs/design.md, data-safety rules 3 and 4): a pure
+/// function of what was asked (the resume offset, the validator it was asked under, the manifest's
+/// size) and what came back (status, Content-Range, Content-Length, validator). The transfer
+/// applies the decision.
 public enum ResponsePolicy {
     public struct Asked: Sendable, Equatable {
         /// The offset asked for with `Range` (0: the whole file).

@@ -1,6 +1,7 @@
-/// What one session's run came to, in the terms that decide its exit code (product.md §5).
-/// One rule for a run and for several: every condition present maps to an exit code, and the one
-/// that needs the most attention wins — within a session exactly as across sessions.
+/// What one session's run came to, in the terms that decide its exit code (docs/design.md,
+/// data-safety rule 14). One rule for a run and for several: every condition present maps to an
+/// exit code, and the one that needs the most attention wins — within a session exactly as across
+/// sessions.
 public struct RunOutcome: Sendable, Equatable {
     /// The run could not go on (config, remote, manifest, disk, busy, stopped before transfers).
     public var error: FerryError.Category?

@@ -122,26 +122,28 @@ public final class Agent: @unchecked Sendable {
     private var metrics: Metrics?
     private var metricsServer: MetricsServer?
     /// When the scheduler last went round its loop (monotonic seconds), for `/healthz`.
-    private let heartbeat = Heartbeat()
+    private let heartbeat: Heartbeat
 
     /// `sinks` get every event (the event log, the journal, metrics); `hooks` too, and learn the
-    /// sessions of each reload. `reloadConfig` reads the config file again (injected for tests).
+    /// sessions of each reload. `clock` is the schedule's, the engine's and every cycle's.
+    /// `reloadConfig` reads the config file again (injected for tests).
     public init(config: Config, sinks: [EventSink], hooks: HookRunner?, notifier: SystemdNotifier = SystemdNotifier(),
-                clock: any Clock = SystemClock(), random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
+                clock: any Clock, random: @escaping @Sendable () -> Double = { Double.random(in: 0..<1) },
                 reloadConfig: @escaping @Sendable (String) throws(FerryError) -> Config = { path throws(FerryError) in try ConfigLoader.load(path: path, allowingNoSession: true) })
         throws(FerryError) {
         self.config = config
         self.hooks = hooks
         self.notifier = notifier
         self.clock = clock
+        heartbeat = Heartbeat(clock.monotonic())
         self.random = random
         self.reloadConfig = reloadConfig
         let metrics = config.agent.metrics != nil || config.agent.metricsListen != nil ? Metrics(path: config.agent.metrics) : nil
         self.metrics = metrics
         hub = EventHub(sinks + (hooks.map { [$0] } ?? []) + [followers] + (metrics.map { [$0] } ?? []))
-        runner = try SessionRunner(agent: config.agent)
+        runner = try SessionRunner(agent: config.agent, clock: clock)
         runner.sessions = config.sessions.count
-        store = try StateStore(directory: config.agent.state)
+        store = try StateStore(directory: config.agent.state, clock: clock)
         let hub = self.hub
         hooks?.report = { hub.event($0) }
         for session in config.sessions { add(session) }
@@ -170,9 +172,9 @@ public final class Agent: @unchecked Sendable {
     public func serveMetrics() throws(FerryError) {
         guard let address = config.agent.metricsListen, let metrics else { return }
         let limit = notifier.watchdogInterval.map { $0 * 2 } ?? 60
-        let heartbeat = self.heartbeat
-        metricsServer = try MetricsServer(address: address, metrics: { metrics.page() }, healthy: {
-            let quiet = MonotonicClock.seconds() - heartbeat.last.load(ordering: .relaxed)
+        let (heartbeat, clock) = (self.heartbeat, self.clock)
+        metricsServer = try MetricsServer(address: address, clock: clock, metrics: { metrics.page() }, healthy: {
+            let quiet = clock.monotonic() - heartbeat.last.load(ordering: .relaxed)
             return quiet <= limit ? (true, "ok: the scheduler ticked \(Units.formatFixed(quiet, digits: 1))s ago")
                                   : (false, "the scheduler has not ticked for \(Units.formatFixed(quiet, digits: 1))s (limit \(Units.formatFixed(limit, digits: 0))s)")
         })
@@ -230,7 +232,7 @@ public final class Agent: @unchecked Sendable {
                 }
             }
             keepWatchdog()
-            heartbeat.last.store(MonotonicClock.seconds(), ordering: .relaxed)
+            heartbeat.last.store(clock.monotonic(), ordering: .relaxed)
             if metrics?.wanted == true { refreshMetrics() }
             let status = statusLine()
             if status != lastStatus {
@@ -242,8 +244,9 @@ public final class Agent: @unchecked Sendable {
             var sleep = stopping ? 0.1 : min(max(0, nextDue - now), 1)
             if let interval = notifier.watchdogInterval {
                 // Awake for the next WATCHDOG=1: with WatchdogSec=1s it is due every 0.5 s.
-                sleep = min(sleep, max(0, lastWatchdog + interval - MonotonicClock.seconds()))
+                sleep = min(sleep, max(0, lastWatchdog + interval - clock.monotonic()))
             }
+            // A semaphore's timeout is kept by the kernel's clock: `sleep` was measured on ours.
             _ = wake.wait(timeout: .now() + sleep)
         }
         control?.remove()
@@ -363,7 +366,7 @@ public final class Agent: @unchecked Sendable {
         guard var slot = slots[name] else { return }
         slot.running = nil
         slot.inSync = result.exitCode == .inSync
-        slot.held = result.heldFor == nil ? nil : DiscretionGate(session: slot.session, agent: config.agent)
+        slot.held = result.heldFor == nil ? nil : DiscretionGate(session: slot.session, agent: config.agent, clock: clock)
         if !slot.following.isEmpty {
             let done = Set(slot.following.map { ObjectIdentifier($0.connection) })
             followers.bySession.withLock { $0[name]?.removeAll { done.contains(ObjectIdentifier($0.connection)) } }
@@ -378,7 +381,7 @@ public final class Agent: @unchecked Sendable {
         }
         let outcome = PollSchedule.outcome(exitCode: result.exitCode, waiting: result.waiting)
         var delay = slot.schedule.delay(after: outcome, random: random())
-        let now = Timestamp.now()
+        let now = clock.now()
         if let begin = result.nextBegin {
             // A delayed download comes due before the next poll: poll then.
             delay = min(delay, max(1, begin.timeInterval - now.timeInterval))
@@ -504,7 +507,7 @@ public final class Agent: @unchecked Sendable {
                 if session != slot.session { slot.watch = nil; slot.inSync = false }
                 if slot.held != nil {
                     // Held work waits for the new conditions; with none left, it starts now.
-                    slot.held = DiscretionGate(session: session, agent: fresh.agent)
+                    slot.held = DiscretionGate(session: session, agent: fresh.agent, clock: clock)
                     if slot.held == nil && slot.running == nil { slot.due = clock.monotonic() }
                 }
                 slot.session = session
@@ -548,12 +551,12 @@ public final class Agent: @unchecked Sendable {
     // MARK: reporting
 
     private func emit(_ session: String, _ body: Event.Body) {
-        hub.event(Event(time: Timestamp.now(), session: session, body: body))
+        hub.event(Event(time: clock.now(), session: session, body: body))
     }
 
     private func keepWatchdog() {
         guard let interval = notifier.watchdogInterval else { return }
-        let now = MonotonicClock.seconds()
+        let now = clock.monotonic()
         if now - lastWatchdog >= interval {
             lastWatchdog = now
             notifier.watchdog()
@@ -578,5 +581,6 @@ public final class Agent: @unchecked Sendable {
 
 /// When the agent's scheduler last went round its loop (monotonic seconds), read by `/healthz`.
 final class Heartbeat: Sendable {
-    let last = Atomic<Double>(MonotonicClock.seconds())
+    let last: Atomic<Double>
+    init(_ now: Double) { last = Atomic(now) }
 }

@@ -17,11 +17,15 @@ public final class EventLog: EventSink {
     public let directory: String
     private var pending: [String: [UInt8]] = [:]
     private var pendingBytes = 0
-    private var lastFlush = MonotonicClock.seconds()
+    /// The quarter of a second between writes goes by it.
+    private let clock: any Clock
+    private var lastFlush: Double
     private var reportedError = false
 
-    public init(state: String) {
+    public init(state: String, clock: any Clock) {
         directory = state + "/events"
+        self.clock = clock
+        lastFlush = clock.monotonic()
     }
 
     deinit { flush() }
@@ -38,18 +42,18 @@ public final class EventLog: EventSink {
         pendingBytes += pending[key]!.count - before
         if case .syncFinished = event.body {
             flush()
-        } else if pendingBytes >= 64 << 10 || MonotonicClock.seconds() - lastFlush >= 0.25 {
+        } else if pendingBytes >= 64 << 10 || clock.monotonic() - lastFlush >= 0.25 {
             flush()
         }
     }
 
     public func progress(_ progress: SyncProgress) {
-        if pendingBytes > 0 && MonotonicClock.seconds() - lastFlush >= 0.25 { flush() }
+        if pendingBytes > 0 && clock.monotonic() - lastFlush >= 0.25 { flush() }
     }
 
     /// Writes what is buffered.
     public func flush() {
-        lastFlush = MonotonicClock.seconds()
+        lastFlush = clock.monotonic()
         guard pendingBytes > 0 else { return }
         for (name, bytes) in pending where !bytes.isEmpty { append(bytes, to: directory + "/" + name + ".jsonl") }
         pending.removeAll(keepingCapacity: true)

@@ -48,9 +48,12 @@ public final class HookRunner: EventSink, @unchecked Sendable {
     private let idle = DispatchSemaphore(value: 0)
     /// Where the runner's own reports go (warning events); set before the first event.
     public var report: @Sendable (Event) -> Void = { _ in }
+    /// `hook-timeout` and the reports' times go by it.
+    private let clock: any Clock
 
-    public init(sessions: [SessionConfig]) throws(FerryError) {
+    public init(sessions: [SessionConfig], clock: any Clock) throws(FerryError) {
         self.sessions = Mutex(Dictionary(uniqueKeysWithValues: sessions.map { ($0.name, $0) }))
+        self.clock = clock
         try Threads.start(name: "ferry-hooks") { [self] in work() }
     }
 
@@ -108,6 +111,7 @@ public final class HookRunner: EventSink, @unchecked Sendable {
         while true {
             let done = queue.withLock { $0.head == $0.jobs.count && !$0.busy }
             if done { return }
+            // Woken by each hook's end; the timeout (on the kernel's clock) only looks again.
             _ = idle.wait(timeout: .now() + 0.05)
         }
     }
@@ -152,7 +156,7 @@ public final class HookRunner: EventSink, @unchecked Sendable {
     private func run(_ job: Job) {
         let about = job.subject.isEmpty ? "" : " for \(Printable.name(job.subject))"
         let what = "hook \(job.kind) (\(Printable.name(job.command.program)))\(about)"
-        switch HookProcess.run(job.command, environment: job.environment, timeout: job.timeout) {
+        switch HookProcess.run(job.command, environment: job.environment, timeout: job.timeout, clock: clock) {
         case .exited(0):
             break
         case .exited(let code):
@@ -167,6 +171,6 @@ public final class HookRunner: EventSink, @unchecked Sendable {
     }
 
     private func warn(_ session: String, _ message: String) {
-        report(Event(time: Timestamp.now(), session: session, body: .warning(message: message)))
+        report(Event(time: clock.now(), session: session, body: .warning(message: message)))
     }
 }

@@ -31,11 +31,14 @@ public final class MetricsServer: @unchecked Sendable {
     private let reading = Mutex<[Int32: Double]>([:])
     private let metrics: @Sendable () -> String
     private let healthy: @Sendable () -> (ok: Bool, detail: String)
+    /// The clients' deadlines and waits go by it.
+    private let clock: any Clock
 
     /// Binds and listens; `metrics` renders the page, `healthy` says whether the scheduler ticks.
-    public init(address: ListenAddress, metrics: @escaping @Sendable () -> String,
+    public init(address: ListenAddress, clock: any Clock, metrics: @escaping @Sendable () -> String,
                 healthy: @escaping @Sendable () -> (ok: Bool, detail: String)) throws(FerryError) {
         self.address = address
+        self.clock = clock
         self.metrics = metrics
         self.healthy = healthy
         let family = address.isIPv6 ? AF_INET6 : AF_INET
@@ -116,7 +119,7 @@ public final class MetricsServer: @unchecked Sendable {
                 waiting[oldest] = nil
                 shutdown(oldest, Int32(SHUT_RDWR))
             }
-            waiting[client] = MonotonicClock.seconds()
+            waiting[client] = clock.monotonic()
         }
     }
 
@@ -127,11 +130,11 @@ public final class MetricsServer: @unchecked Sendable {
 
     /// One request, one answer, closed.
     private func serve(_ client: Int32) {
-        let deadline = MonotonicClock.seconds() + 5
+        let deadline = clock.monotonic() + 5
         var request: [UInt8] = []
         var buffer = [UInt8](repeating: 0, count: 2048)
         while !MetricsServer.headersEnd(request) {
-            let left = deadline - MonotonicClock.seconds()
+            let left = deadline - clock.monotonic()
             guard left > 0, request.count < 8192 else { return respond(client, 400, "request too large or too slow\n") }
             var timeout = timeval(tv_sec: Int(left), tv_usec: Int((left - left.rounded(.down)) * 1e6))
             setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))

@@ -60,7 +60,8 @@ public final class SystemdNotifier: @unchecked Sendable {
     public func watchdog() { send(["WATCHDOG=1"]) }
     public func stopping(_ status: String) { send(["STOPPING=1", "STATUS=" + oneLine(status)]) }
 
-    /// RELOADING=1 carries the monotonic time, as `Type=notify-reload` wants.
+    /// RELOADING=1 carries the monotonic time, as `Type=notify-reload` wants: the kernel's, which
+    /// systemd compares with its own, whatever clock the agent was given.
     public func reloading() {
         var ts = timespec()
         clock_gettime(CLOCK_MONOTONIC, &ts)

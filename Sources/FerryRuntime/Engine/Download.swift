@@ -3,8 +3,8 @@ import Glibc
 import FerryCore
 
 /// One file's download in flight: the partial file it writes, the SHA-256 it computes while the
-/// bytes stream in, and the rules for what a response may do to the partial (product.md §6 rules
-/// 3-5). The engine feeds it; it never touches the final path.
+/// bytes stream in, and the rules for what a response may do to the partial (docs/design.md,
+/// data-safety rules 3 and 4). The engine feeds it; it never touches the final path.
 final class Download: Transfer {
     let task: TransferTask
     let entry: ManifestEntry
@@ -44,8 +44,10 @@ final class Download: Transfer {
     /// Set when `ferry cancel` suspended the task: the engine stops it as interrupted.
     var cancelRequested = false
     var throttle: Throttle?
+    /// Time-based checkpoints are kept on it (the run's clock).
+    private let clock: any Clock
     /// When the last checkpoint was taken (monotonic seconds).
-    var checkpointTime = MonotonicClock.seconds()
+    var checkpointTime: Double
     /// The validator of the response the partial now holds.
     private(set) var validator: String?
     private var failure: String?
@@ -57,7 +59,9 @@ final class Download: Transfer {
 
     /// `resumeFrom` bytes of the partial are already valid (hashed here before any network I/O).
     init(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, origin: Origin, partial: PartialFile,
-         resumeFrom: Int64, validator: String?) throws(FerryError) {
+         resumeFrom: Int64, validator: String?, clock: any Clock) throws(FerryError) {
+        self.clock = clock
+        checkpointTime = clock.monotonic()
         self.task = task
         self.entry = entry
         self.reason = reason
@@ -68,7 +72,8 @@ final class Download: Transfer {
         let onDisk = partial.length
         if onDisk < offset { offset = 0 }
         // A partial that already holds the manifest's size (a crash after the last byte, a commit
-        // that failed) is verified from disk first: no request at all if it is right (rule 4).
+        // that failed) is verified from disk first: no request at all if it is right (data-safety
+        // rule 4).
         if let size = entry.size, size > 0, onDisk == size { offset = size }
         // Over HTTP a range is asked for only under a validator (If-Range): without one, the bytes
         // on disk might belong to another version of the file. A local file is read from the offset
@@ -167,8 +172,8 @@ final class Download: Transfer {
     }
 
     /// Slow transfers are checkpointed every second; fast ones every 2 MiB from the write path.
-    func tick(now: Double) {
-        if written > checkpointed && now - checkpointTime >= TransferEngine.checkpointSeconds { takeCheckpoint() }
+    func tick() {
+        if written > checkpointed && clock.monotonic() - checkpointTime >= TransferEngine.checkpointSeconds { takeCheckpoint() }
     }
 
     var rangeOption: String? { requestedOffset > 0 ? "\(requestedOffset)-" : nil }
@@ -213,7 +218,7 @@ final class Download: Transfer {
 
     /// Syncs what is written and records it as resume data.
     func takeCheckpoint() {
-        checkpointTime = MonotonicClock.seconds()
+        checkpointTime = clock.monotonic()
         guard syncData() else {
             // After a failed fdatasync the kernel may report later syncs as fine: trust nothing.
             let code = errno
@@ -348,7 +353,7 @@ final class Download: Transfer {
         return verify()
     }
 
-    /// Size and hash against the manifest, for every path that yields a file (rule 4).
+    /// Size and hash against the manifest, for every path that yields a file (data-safety rule 4).
     func verify() -> TransferOutcome {
         if let size = entry.size, written != size {
             return .failed(TransferFailure(message: "the server sent \(written) of \(size) bytes (truncated)", keepPartial: written < size,

@@ -7,7 +7,7 @@ import FerryCore
 /// and ICU into every ferry process (measured: +9 MiB RSS and ~0.2 s on a 10,000-file sync).
 /// A thread that cannot be had (the machine, the user or the cgroup is out of threads or
 /// processes) is an error the caller reports and retries or works around, never a crash
-/// (product.md §6 rule 12).
+/// (docs/design.md, data-safety rule 13).
 enum Threads {
     private final class Body {
         let run: @Sendable () -> Void

@@ -21,7 +21,7 @@ protocol Transfer: AnyObject {
     /// Set when the transfer was asked to stop (`ferry cancel`): the engine ends it as interrupted.
     var cancelRequested: Bool { get set }
     /// Called about ten times a second while the request runs (time-based checkpoints).
-    func tick(now: Double)
+    func tick()
     /// The bandwidth limits over it, set by the engine before `prepare` when any limit is
     /// configured; the transfer takes its bytes through it (`Throttle.admit`, `take`).
     var throttle: Throttle? { get set }
@@ -32,7 +32,7 @@ extension Transfer {
     /// checkpoints: these say so once.
     func outcomeWithoutRequest() -> TransferOutcome? { nil }
     func step() -> TransferOutcome? { nil }
-    func tick(now: Double) {}
+    func tick() {}
 }
 
 enum TransferMode {
@@ -58,17 +58,32 @@ struct TransferFailure {
     /// Whether the partial data (up to what was written) is still good resume data.
     let keepPartial: Bool
     let cause: FailureCause
-    /// Seconds the server asked to wait (`Retry-After` on 429 and 503).
-    var retryAfter: Double? = nil
+    /// What the server asked to wait (`Retry-After` on 429 and 503).
+    var retryAfter: RetryAfter? = nil
     var retry: RetryClass { cause.retryClass }
 }
 
+/// A server's `Retry-After`: seconds to wait, or the time to wait for (counted from when the
+/// failure is decided on, on the run's clock).
+enum RetryAfter {
+    case seconds(Double)
+    case date(Timestamp)
+
+    func seconds(from now: Timestamp) -> Double {
+        switch self {
+        case .seconds(let seconds): return seconds
+        case .date(let date): return max(0, date.timeInterval - now.timeInterval)
+        }
+    }
+}
+
 extension RetryRule {
-    /// What `task` does after this run's try number `triesThisRun` failed with `failure`:
-    /// `resource-timeout` counts from when the task was queued, and the backoff gets its jitter here.
-    func decide(after failure: TransferFailure, task: TransferTask, triesThisRun: Int) -> RetryDecision {
-        decide(message: failure.message, retry: failure.retry, retryAfter: failure.retryAfter, triesThisRun: triesThisRun,
-               queuedFor: Timestamp.now().timeInterval - task.createdAt.timeInterval, jitter: Double.random(in: 0.5...1.0))
+    /// What `task` does after this run's try number `triesThisRun` failed with `failure`, at
+    /// `now`: `resource-timeout` counts from when the task was queued, and the backoff gets its
+    /// jitter here.
+    func decide(after failure: TransferFailure, task: TransferTask, triesThisRun: Int, now: Timestamp) -> RetryDecision {
+        decide(message: failure.message, retry: failure.retry, retryAfter: failure.retryAfter?.seconds(from: now), triesThisRun: triesThisRun,
+               queuedFor: now.timeInterval - task.createdAt.timeInterval, jitter: Double.random(in: 0.5...1.0))
     }
 }
 

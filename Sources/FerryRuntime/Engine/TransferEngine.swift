@@ -56,6 +56,8 @@ final class TransferEngine: @unchecked Sendable {
         set { limit.store(max(1, newValue), ordering: .relaxed); curl_multi_wakeup(multi) }
     }
     private let stopped = DispatchSemaphore(value: 0)
+    /// The buckets, the ticks and the bandwidth schedule's time of day go by it.
+    private let clock: any Clock
     private let globalSchedule = Mutex<BandwidthSchedule?>(nil)
     /// The global `bwlimit`; a reload may change it (running transfers follow the new rate).
     var bandwidth: BandwidthSchedule? {
@@ -98,7 +100,7 @@ final class TransferEngine: @unchecked Sendable {
     private var turns: [Turn] = []
     /// The next turn to ask within each priority (round robin among equals).
     private var cursors: [Int: Int] = [:]
-    private lazy var global = RateBucket(now: MonotonicClock.seconds())
+    private lazy var global = RateBucket(now: clock.monotonic())
     /// When the rates in force were last set from the schedules.
     private var ratesSet = -Double.infinity
     /// Running transfers by easy handle (`.curl`) or by their own address (`.steps`).
@@ -127,7 +129,8 @@ final class TransferEngine: @unchecked Sendable {
         max(1, transfers - min(sessions - 1, transfers / 2))
     }
 
-    init(concurrency: Int) throws(FerryError) {
+    init(concurrency: Int, clock: any Clock) throws(FerryError) {
+        self.clock = clock
         limit = Atomic(max(1, concurrency))
         multi = curl_multi_init()
         ferry_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
@@ -159,7 +162,7 @@ final class TransferEngine: @unchecked Sendable {
                 defer { inbox.arrivals.removeAll() }
                 return (inbox.arrivals, inbox.shuttingDown)
             }
-            let now = MonotonicClock.seconds()
+            let now = clock.monotonic()
             turns += arrivals.map { Turn($0, now: now) }
             if shuttingDown && turns.isEmpty { break }
             if !arrivals.isEmpty { ratesSet = -Double.infinity }
@@ -197,8 +200,8 @@ final class TransferEngine: @unchecked Sendable {
             // start their next transfers now too, not after the poll below.
             stopSourcesThatMust()
             fill()
-            let after = MonotonicClock.seconds()
-            for a in active.values { a.transfer.tick(now: after) }
+            let after = clock.monotonic()
+            for a in active.values { a.transfer.tick() }
             tick(after)
             let stepsDue = self.stepsDue()
             if !active.isEmpty && (running > 0 || !stepsDue) {
@@ -318,7 +321,7 @@ final class TransferEngine: @unchecked Sendable {
     private func refillBuckets(_ now: Double) -> Bool {
         if now - ratesSet >= 1 {
             ratesSet = now
-            let secondOfDay = HostProbe.localSecondOfDay()
+            let secondOfDay = HostProbe.localSecondOfDay(clock.now())
             global.set(rate: bandwidth?.rate(at: secondOfDay), now: now)
             for turn in turns {
                 turn.bucket.set(rate: turn.source.bandwidth?.rate(at: secondOfDay), now: now)

@@ -107,7 +107,7 @@ public enum FileSystem {
     /// Creates a file for writing beside `path` (in the same directory, so a rename moves it into
     /// place atomically): exclusively, never through a symlink, under a name no one can guess, so
     /// a symlink or a hard link planted in a directory others can write is never written through
-    /// (product.md §6 rule 11). Its mode is `mode` whatever the umask.
+    /// (docs/design.md, data-safety rule 12). Its mode is `mode` whatever the umask.
     public static func createTemporary(beside path: String, mode: mode_t) throws(FerryError) -> (fd: Int32, path: String) {
         // By bytes: a search by Character walks grapheme clusters (thousands of instructions a path).
         let slash = path.utf8.lastIndex(of: UInt8(ascii: "/"))

@@ -12,19 +12,19 @@ enum HookProcess {
         case cannotStart(String)
     }
 
-    /// Its output goes to ferry's stderr.
-    static func run(_ command: HookCommand, environment: [String], timeout: Double) -> Result {
-        run(command, environment: environment, timeout: timeout, capture: nil)
+    /// Its output goes to ferry's stderr. `timeout` is measured on `clock`.
+    static func run(_ command: HookCommand, environment: [String], timeout: Double, clock: any Clock) -> Result {
+        run(command, environment: environment, timeout: timeout, clock: clock, capture: nil)
     }
 
     /// Its standard output (the first 64 KiB) is returned; its stderr is ferry's.
-    static func output(of command: HookCommand, timeout: Double) -> (Result, [UInt8]) {
+    static func output(of command: HookCommand, timeout: Double, clock: any Clock) -> (Result, [UInt8]) {
         var fds: [Int32] = [-1, -1]
         guard pipe(&fds) == 0 else { return (.cannotStart(FileSystem.errorText()), []) }
         // pipe2 is not exported to Swift here; the end of the child's output is its exit, not EOF.
         for fd in fds { _ = fcntl(fd, F_SETFD, FD_CLOEXEC) }
         var output: [UInt8] = []
-        let result = run(command, environment: [], timeout: timeout, capture: (fds[0], fds[1], { output += $0 }))
+        let result = run(command, environment: [], timeout: timeout, clock: clock, capture: (fds[0], fds[1], { output += $0 }))
         close(fds[0])
         return (result, output)
     }
@@ -38,7 +38,7 @@ enum HookProcess {
             || ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "CREDENTIALS_DIRECTORY"].contains(name)
     }
 
-    private static func run(_ command: HookCommand, environment: [String], timeout: Double,
+    private static func run(_ command: HookCommand, environment: [String], timeout: Double, clock: any Clock,
                             capture: (read: Int32, write: Int32, take: ([UInt8]) -> Void)?) -> Result {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
@@ -100,7 +100,7 @@ enum HookProcess {
             }
         }
 
-        let deadline = MonotonicClock.seconds() + timeout
+        let deadline = clock.monotonic() + timeout
         var killAt: Double?
         var pause: UInt32 = 1_000
         while true {
@@ -114,7 +114,7 @@ enum HookProcess {
                 return signal == 0 ? .exited((status >> 8) & 0xFF) : .signalled(signal)
             }
             if r < 0 && errno != EINTR { return .cannotStart("lost track of it: \(String(cString: strerror(errno)))") }
-            let now = MonotonicClock.seconds()
+            let now = clock.monotonic()
             if killAt == nil && now >= deadline {
                 kill(-pid, SIGTERM)
                 killAt = now + 2

@@ -21,9 +21,9 @@ public final class HostProbe: Sendable {
         tzset()
     }
 
-    /// The state now, for a session whose local directory is `local`.
-    public func state(local: String, networkMetered: NetworkMetered) -> HostState {
-        var host = HostState(secondOfDay: HostProbe.localSecondOfDay())
+    /// The state now (the time of day on `clock`), for a session whose local directory is `local`.
+    public func state(local: String, networkMetered: NetworkMetered, clock: any Clock) -> HostState {
+        var host = HostState(secondOfDay: HostProbe.localSecondOfDay(clock.now()))
         host.onACPower = onACPower()
         host.load = loadAverage()
         switch networkMetered {
@@ -33,7 +33,7 @@ public final class HostProbe: Sendable {
         case .no:
             host.metered = false
         case .auto:
-            if let metered = networkManagerMetered() {
+            if let metered = networkManagerMetered(clock: clock) {
                 host.metered = metered
                 host.meteredSource = "NetworkManager"
             }
@@ -45,9 +45,9 @@ public final class HostProbe: Sendable {
         return host
     }
 
-    /// Seconds since local midnight (the zone of `TZ`, else `/etc/localtime`).
-    public static func localSecondOfDay(_ time: time_t = Glibc.time(nil)) -> Int {
-        var t = time
+    /// Seconds since local midnight at `time` (the zone of `TZ`, else `/etc/localtime`).
+    public static func localSecondOfDay(_ time: Timestamp) -> Int {
+        var t = time_t(time.seconds)
         var parts = tm()
         localtime_r(&t, &parts)
         return Int(parts.tm_hour) * 3600 + Int(parts.tm_min) * 60 + Int(parts.tm_sec)
@@ -95,14 +95,14 @@ public final class HostProbe: Sendable {
 
     /// NetworkManager's global `Metered` property (yes or guess-yes), where NetworkManager runs;
     /// nil where it does not or cannot be asked.
-    func networkManagerMetered() -> Bool? {
-        let now = MonotonicClock.seconds()
-        if let cached = meteredCache.withLock({ $0 }), now - cached.at < 10 { return cached.metered }
+    func networkManagerMetered(clock: any Clock) -> Bool? {
+        let now = clock.monotonic()
+        if let cached = meteredCache.withLock({ $0 }), (0..<10).contains(now - cached.at) { return cached.metered }
         var metered: Bool?
         var st = stat()
         if stat(root + "/run/NetworkManager", &st) == 0, (st.st_mode & S_IFMT) == S_IFDIR, let command = try? HookCommand(parsing:
             "busctl --system get-property org.freedesktop.NetworkManager /org/freedesktop/NetworkManager org.freedesktop.NetworkManager Metered") {
-            let (result, output) = HookProcess.output(of: command, timeout: 5)
+            let (result, output) = HookProcess.output(of: command, timeout: 5, clock: clock)
             // "u 1": NM_METERED_YES; 3 is GUESS_YES; 2 and 4 are no, 0 unknown.
             if result == .exited(0), let text = String(validating: output, as: UTF8.self),
                let value = text.split(whereSeparator: { $0 == " " || $0 == "\n" }).last.flatMap({ Int($0) }) {
@@ -138,28 +138,31 @@ func environmentValue(_ name: String) -> String? {
 }
 
 /// The gate of one discretionary session's transfers: asks the probe at most every two seconds
-/// (the engine asks it on every turn) and says which conditions do not hold.
+/// of `clock` (the engine asks it on every turn) and says which conditions do not hold.
 final class DiscretionGate: @unchecked Sendable {
     private let discretion: Discretion
     private let local: String
     private let metered: NetworkMetered
     private let probe: HostProbe
+    private let clock: any Clock
     private var checked = -Double.infinity
     private var last: [String] = []
 
-    init?(session: SessionConfig, agent: AgentConfig, probe: HostProbe = .shared) {
+    init?(session: SessionConfig, agent: AgentConfig, clock: any Clock, probe: HostProbe = .shared) {
         guard let discretion = session.discretion else { return nil }
         self.discretion = discretion
         local = session.local
         metered = agent.networkMetered
+        self.clock = clock
         self.probe = probe
     }
 
     /// What the session's transfers wait for, joined; nil when they may go.
-    func waitsFor(now: Double = MonotonicClock.seconds()) -> String? {
+    func waitsFor() -> String? {
+        let now = clock.monotonic()
         if now - checked >= 2 {
             checked = now
-            last = discretion.unmet(probe.state(local: local, networkMetered: metered))
+            last = discretion.unmet(probe.state(local: local, networkMetered: metered, clock: clock))
         }
         return last.isEmpty ? nil : last.joined(separator: "; ")
     }

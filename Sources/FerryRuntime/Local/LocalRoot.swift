@@ -6,11 +6,11 @@ import FerryCore
 /// A directory ferry reads and writes, opened once: a session's local directory, or a `file://`
 /// remote (`Role`). All reads and writes go through here, and they never follow a symlink: every
 /// directory on the way to a file is opened with `O_NOFOLLOW` relative to its parent, so a symlink
-/// planted in the tree cannot redirect a read or a write outside the root (product.md §6 rules 6
-/// and 10), and a path longer than PATH_MAX is reached one name at a time. Files are opened
-/// without blocking, and anything but a regular file is refused (a FIFO never holds a thread).
+/// planted in the tree cannot redirect a read or a write outside the root (docs/design.md,
+/// data-safety rule 6), and a path longer than PATH_MAX is reached one name at a time. Files are
+/// opened without blocking, and anything but a regular file is refused (a FIFO never holds a thread).
 /// Partial files live in `<root>/.ferry/`, on the same filesystem, so the final `rename` is atomic
-/// (rule 1). Here: opening the root, its files and its directories; scanning is in
+/// (data-safety rule 1). Here: opening the root, its files and its directories; scanning is in
 /// `LocalRoot+Scan.swift`, writing (partial files, placing, metadata, deletion) in `LocalRoot+Writing.swift`.
 public final class LocalRoot {
     /// Whether a failure to open a file says it is no longer a regular file at that path (gone, a

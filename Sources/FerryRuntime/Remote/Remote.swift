@@ -39,18 +39,19 @@ public enum ManifestFetch {
 
 enum Remotes {
     /// The remote of a session: HTTP(S) through libcurl, or a local directory for `file://`.
-    /// Credentials are read here, once per run. `stop` abandons a request of the run's own thread
-    /// when the run must stop (`HTTPSettings.stop`).
-    static func open(_ session: SessionConfig, stop: StopCondition? = nil) throws(FerryError) -> Remote {
+    /// Credentials are read here, once per run. `clock` is the run's: its downloads keep their
+    /// checkpoints on it, and S3 signs with its time. `stop` abandons a request of the run's own
+    /// thread when the run must stop (`HTTPSettings.stop`).
+    static func open(_ session: SessionConfig, clock: any Clock, stop: StopCondition? = nil) throws(FerryError) -> Remote {
         switch session.remote.scheme {
         case .http, .https:
             var settings = try ConfigLoader.httpSettings(for: session)
             settings.stop = stop
-            return HTTPRemote(base: session.remote, settings: settings)
+            return HTTPRemote(base: session.remote, settings: settings, clock: clock)
         case .file:
-            return FileRemote(base: session.remote)
+            return FileRemote(base: session.remote, clock: clock)
         case .s3:
-            return try S3Remote(session: session, stop: stop)
+            return try S3Remote(session: session, clock: clock, stop: stop)
         }
     }
 

@@ -3,8 +3,8 @@ import Glibc
 import FerryCore
 
 /// What a remote says of one of its files now: a push checks what it placed with it (a server's
-/// answer is checked, not trusted: product.md §6 rule 10), and a later run compares it with what
-/// was recorded then to see whether someone else changed the file.
+/// answer is checked, not trusted: docs/design.md, data-safety rule 11), and a later run compares
+/// it with what was recorded then to see whether someone else changed the file.
 struct RemoteFileState: Equatable {
     /// A regular file is at the path.
     var exists: Bool

@@ -24,7 +24,10 @@ public struct ManifestBuilder {
     /// moment ago (or a CDN that still serves it) still find what it names.
     public static let defaultGrace: Double = 86_400
 
-    public init() {}
+    /// Where the manifest's times (its version, generated, expires) and the objects' retirement come from.
+    public let clock: any Clock
+
+    public init(clock: any Clock) { self.clock = clock }
 
     /// `signingKey`: sign the manifest (`ManifestEnvelope`); `expires`: seconds from now it stays valid.
     public func build(directory: String, output: String?, version explicitVersion: Int64?, allowRollback: Bool = false,
@@ -70,7 +73,7 @@ public struct ManifestBuilder {
                 }
             }
         }
-        let (version, versionWarning) = try ManifestVersion.next(previous: previous, explicit: explicitVersion, now: Timestamp.now(),
+        let (version, versionWarning) = try ManifestVersion.next(previous: previous, explicit: explicitVersion, now: clock.now(),
                                                                  allowRollback: allowRollback, output: outputPath)
         if let versionWarning { warnings.append(versionWarning) }
 
@@ -83,7 +86,7 @@ public struct ManifestBuilder {
             total += hashed.size
             progress(i + 1, files.count)
         }
-        let manifest = try Manifests.publishable(version: version, entries: entries, lifetime: expires, key: signingKey, format: format)
+        let manifest = try Manifests.publishable(version: version, entries: entries, lifetime: expires, key: signingKey, format: format, now: clock.now())
         let objects = ManifestTree.objectDirectory(beside: outputPath)
         var written = 0
         if let tree = manifest.tree {
@@ -138,7 +141,7 @@ public struct ManifestBuilder {
     private func collect(tree: ManifestTree.Built?, in directory: String, grace: Double,
                          warnings: inout [String]) -> Int {
         guard FileSystem.exists(directory) else { return 0 }
-        let now = Timestamp.now()
+        let now = clock.now()
         // `.ferry/retired`, beside `.ferry/meta` (`directory` always ends in `/meta`).
         var retired = RetiredObjects(path: String(directory[..<directory.lastIndex(of: "/")!]) + "/retired")
         retired.update(present: FileSystem.names(in: directory), current: Set(tree?.objects.map(\.sha256.hex) ?? []), now: now)

@@ -6,9 +6,9 @@ import FerryCore
 /// to `groupSize` files, or what came within `interval`): each file's mode and mtime are set, the
 /// group's data is synced at once (`LocalRoot.syncPartials`), each file is renamed into place, and
 /// the directories that changed are fsynced; only then are the group's tasks marked done, in one
-/// SQLite transaction on a connection of this thread's own: the order of product.md §6 rule 2, a
-/// group at a time. The outcomes go back to the engine thread (`collect`, `drain`), which counts
-/// and reports them.
+/// SQLite transaction on a connection of this thread's own: the order of docs/design.md's
+/// data-safety rule 2, a group at a time. The outcomes go back to the engine thread (`collect`,
+/// `drain`), which counts and reports them.
 ///
 /// Between groups, the thread also creates the partial files of the downloads due next
 /// (`expect`, `takePartial`), a few dozen ahead: creating a file costs the kernel about as much
@@ -57,6 +57,8 @@ final class PullCommitter: @unchecked Sendable {
     private let session: String
     /// The run's store; the thread opens a connection of its own to the same database.
     private let store: StateStore
+    /// The run's: when a group is due (`interval` after the last commit).
+    private let clock: any Clock
     private var threadStore: StateStore?
     private let mutex = UnsafeMutablePointer<pthread_mutex_t>.allocate(capacity: 1)
     /// Signalled for the thread: a group is full, a drain is asked, or the run ends.
@@ -71,7 +73,7 @@ final class PullCommitter: @unchecked Sendable {
     private var stopping = false
     private var running = false
     private var committing = false
-    private var lastCommit = MonotonicClock.seconds()
+    private var lastCommit: Double
     /// The tasks expected to start, in order; the next to get a partial file; how many the
     /// engine asked for; the partial files made for them and not yet taken.
     private var upcoming: [Int64] = []
@@ -85,10 +87,12 @@ final class PullCommitter: @unchecked Sendable {
     /// Being made now, outside the mutex.
     private var making = Set<Int64>()
 
-    init(root: LocalRoot, store: StateStore, session: String) {
+    init(root: LocalRoot, store: StateStore, session: String, clock: any Clock) {
         self.root = root
         self.store = store
         self.session = session
+        self.clock = clock
+        lastCommit = clock.monotonic()
         pthread_mutex_init(mutex, nil)
         var attributes = pthread_condattr_t()
         pthread_condattr_init(&attributes)
@@ -110,13 +114,14 @@ final class PullCommitter: @unchecked Sendable {
     /// Starts the thread; without one (or without a second connection to the store), groups are
     /// committed by `collect` and `drain` on the calling thread.
     func start() {
-        guard let own = try? StateStore(directory: store.directory) else { return }
+        guard let own = try? StateStore(directory: store.directory, clock: store.clock) else { return }
         threadStore = own
         locked { running = true }
         do throws(FerryError) {
             try Threads.start(name: "ferry-commit") { [self] in loop() }
         } catch {
-            // Out of threads: the calling thread commits (rule 12: worked around, not fatal).
+            // Out of threads: the calling thread commits (data-safety rule 13: worked around, not
+            // fatal).
             locked { running = false }
             threadStore = nil
         }
@@ -184,7 +189,7 @@ final class PullCommitter: @unchecked Sendable {
 
     /// The outcomes of the groups committed since the last call, without waiting.
     func collect() -> Results {
-        if !isThreaded, locked({ due(now: MonotonicClock.seconds()) }) { commitPending() }
+        if !isThreaded, locked({ due(now: clock.monotonic()) }) { commitPending() }
         return locked { take() }
     }
 
@@ -227,7 +232,7 @@ final class PullCommitter: @unchecked Sendable {
     private func loop() {
         pthread_mutex_lock(mutex)
         while true {
-            let now = MonotonicClock.seconds()
+            let now = clock.monotonic()
             if due(now: now) {
                 let group = Array(pending.prefix(PullCommitter.groupSize))
                 pending.removeFirst(group.count)
@@ -258,6 +263,8 @@ final class PullCommitter: @unchecked Sendable {
             if pending.isEmpty {
                 pthread_cond_wait(work, mutex)
             } else {
+                // The condition variable waits on the kernel's monotonic clock: the wait is
+                // measured on the injected one, the deadline set on the kernel's.
                 var deadline = timespec()
                 clock_gettime(CLOCK_MONOTONIC, &deadline)
                 let wait = max(0.001, PullCommitter.interval - (now - lastCommit))
@@ -296,7 +303,7 @@ final class PullCommitter: @unchecked Sendable {
         results.changes += done.changes
         if results.storeError == nil { results.storeError = done.storeError }
         inFlight -= count
-        lastCommit = MonotonicClock.seconds()
+        lastCommit = clock.monotonic()
         pthread_cond_broadcast(committed)
     }
 

@@ -7,7 +7,7 @@ import FerryCore
 /// the next a value; only the store and the transfer engine hold state.
 final class PullSync: SessionWork {
     func cycle(store: StateStore, result: inout SyncResult) throws(FerryError) {
-        let remote = try Remotes.open(session, stop: options.stop)
+        let remote = try Remotes.open(session, clock: clock, stop: options.stop)
         let url = session.manifestURL
         let record = try store.session(session.name)
         var mirror = try prepareMirror(store: store)
@@ -110,7 +110,7 @@ final class PullSync: SessionWork {
                              reason: manifest.lists(gone.path) ? "\(filter) leaves the file out" : "the file is no longer in the manifest"))
         }
         try store.settleTasks(session: session.name, transferring: Set(plan.downloads.map(\.entry.path) + plan.blocked.map(\.path)))
-        let notBefore = (options.notBefore ?? session.earliestBegin)?.time(from: Timestamp.now())
+        let notBefore = (options.notBefore ?? session.earliestBegin)?.time(from: clock.now())
         let queued = try store.queueDownloads(session: session.name, entries: plan.downloads.map(\.entry),
                                               urlFor: { self.session.remote.url(for: locate($0)) }, notBefore: notBefore)
         for due in queued.due { emit(.delayedDue(path: due.path, disposition: due.disposition, reason: due.reason)) }
@@ -149,7 +149,7 @@ final class PullSync: SessionWork {
                 + "it asked for \(wanted.rfc3339) and the filesystem stored \(cache.mtime.rfc3339); ferry keeps what was stored and does not set it again"))
         }
 
-        // Deletions only after every transfer succeeded (rule 7), and capped.
+        // Deletions only after every transfer succeeded (data-safety rule 7), and capped.
         let unfinished = result.failed + result.waiting + result.suspended + result.delayed + result.held
         if let refused = plan.refusedDeletions {
             result.message = "refused to delete \(Plural.count(refused.count, "file")): more than max-delete = \(session.maxDelete) allows (\(refused.limit) of the \(Plural.count(refused.managed, "file")) in \(Printable.name(session.local))); nothing was deleted"
@@ -543,7 +543,7 @@ final class PullSync: SessionWork {
 
     /// The rules a manifest must pass for this session (`localFiles`: what the mirror holds).
     private func acceptance(_ record: SessionRecord?, localFiles: Int) -> ManifestAcceptance {
-        ManifestAcceptance(session: session.name, now: Timestamp.now(),
+        ManifestAcceptance(session: session.name, now: clock.now(),
                            appliedVersion: record?.manifestURL == session.manifestURL ? record?.manifestVersion : nil,
                            localFiles: localFiles, allowRollback: session.allowRollback, allowEmpty: session.allowEmpty,
                            trustedKeys: session.trustedKeys, requireExpiry: session.requireExpiry)
@@ -553,7 +553,7 @@ final class PullSync: SessionWork {
     /// signed by a key `trusted-keys` still lists (when it lists any), with an expiry when the
     /// session requires one, and not expired.
     private func stillTrusted(_ record: SessionRecord?) -> Bool {
-        if let expires = record?.manifestExpires, expires < Timestamp.now() { return false }
+        if let expires = record?.manifestExpires, expires < clock.now() { return false }
         guard !session.trustedKeys.isEmpty else { return true }
         if session.requireExpiry && record?.manifestExpires == nil { return false }
         return record?.manifestSigner.map(session.trustedKeys.contains) ?? false
@@ -625,7 +625,7 @@ final class PullSync: SessionWork {
         guard !plan.downloads.isEmpty else { return options.stop.reason }
         let transfers = PullTransfers(session: session, root: root, store: store, remote: remote, locate: locate,
                                       observer: observer, emit: { [unowned self] in self.emit($0) }, plan: plan, stop: options.stop,
-                                      gate: DiscretionGate(session: session, agent: agent))
+                                      gate: DiscretionGate(session: session, agent: agent, clock: clock))
         transfers.runLimits = options.limits
         transfers.run(plan.downloads, tasks: tasks, engine: engine)
         result.downloaded += transfers.downloaded

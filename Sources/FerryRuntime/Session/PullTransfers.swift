@@ -11,8 +11,8 @@ import FerryCore
 /// reached at all, the task ends the run *waiting for connectivity* (exit 4) rather than failed,
 /// until `resource-timeout` after it was queued.
 ///
-/// Durability order (product.md §6 rule 2): data synced → rename → directory fsynced → task
-/// marked done. Verified files are committed in groups (up to 256, or every 0.2 s) by
+/// Durability order (docs/design.md, data-safety rule 2): data synced → rename → directory fsynced
+/// → task marked done. Verified files are committed in groups (up to 256, or every 0.2 s) by
 /// `PullCommitter` on a thread of its own: the group's data is synced at once (one syncfs rather
 /// than an fsync per file, each a journal commit on a disk), then each file is renamed into place,
 /// its directories fsynced, and the group's tasks marked done in one SQLite transaction on that
@@ -49,7 +49,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         self.root = root
         self.remote = remote
         self.locate = locate
-        committer = PullCommitter(root: root, store: store, session: session.name)
+        committer = PullCommitter(root: root, store: store, session: session.name, clock: stop.clock)
         super.init(session: session, store: store, observer: observer, emit: emit, stop: stop, gate: gate)
         progress.filesTotal = plan.downloads.count
         progress.bytesTotal = plan.downloadBytes

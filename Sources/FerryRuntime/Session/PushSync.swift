@@ -31,7 +31,7 @@ final class PushSync: SessionWork {
         }
         if let lifetime = session.expires {
             guard let at = record.manifestExpires else { return "carries no expiry" }
-            if Double(at.seconds - Timestamp.now().seconds) < lifetime / 2 { return "expires at \(at.rfc3339)" }
+            if Double(at.seconds - clock.now().seconds) < lifetime / 2 { return "expires at \(at.rfc3339)" }
         }
         return nil
     }
@@ -41,7 +41,7 @@ final class PushSync: SessionWork {
             throw .usage("session '\(session.name)' pushes, so its manifest must live on its remote: manifest = \(session.manifest) is another URL",
                          hint: "set manifest to a name relative to the remote, like manifest.json")
         }
-        let remote = try Remotes.open(session, stop: options.stop)
+        let remote = try Remotes.open(session, clock: clock, stop: options.stop)
         guard let writer = remote as? RemoteWriting else {
             throw .usage("the remote of session '\(session.name)' cannot be written to")
         }
@@ -97,7 +97,7 @@ final class PushSync: SessionWork {
         placed = placed.filter { placedObjects[$0.key] == nil }
         // Everything placed is checked on a local directory (cheap), and over HTTP once
         // `verify-interval` passed since the last such check.
-        let checkedAt = Timestamp.now()
+        let checkedAt = clock.now()
         let lastCheck = try store.remoteChecked(session: session.name)
         let checkAll = session.remote.scheme == .file || lastCheck.map { checkedAt.timeInterval - $0.timeInterval >= session.verifyInterval } ?? true
         let stored = layout == .objects ? try storedContent(published: published, placed: placedObjects, checking: checkAll, writer: writer, store: store) : []
@@ -189,25 +189,25 @@ final class PushSync: SessionWork {
         }
         // Numbered before anything is sent: past the largest version nothing can be published,
         // so nothing is uploaded for it either.
-        let version = try ManifestVersion.following(published?.version, now: Timestamp.now(), manifest: "the remote's manifest \(session.manifestURL)")
+        let version = try ManifestVersion.following(published?.version, now: clock.now(), manifest: "the remote's manifest \(session.manifestURL)")
         if plan.isEmpty && unlisting.isEmpty, let reissue {
             emit(.warning(message: "nothing changed, but the published manifest \(reissue): publishing version \(version)"))
         }
 
-        let gate = DiscretionGate(session: session, agent: agent)
+        let gate = DiscretionGate(session: session, agent: agent, clock: clock)
         let blocked = try clearTheWay(plan, local: present, writer: writer, store: store, held: !plan.uploads.isEmpty && gate?.waitsFor() != nil,
                                       result: &result)
         let uploads = plan.uploads.filter { blocked[$0.entry.path] == nil }
         for (path, error) in blocked { emit(.fileFailed(path: path, error: error)) }
         result.failed += blocked.count
 
-        let notBefore = (options.notBefore ?? session.earliestBegin)?.time(from: Timestamp.now())
+        let notBefore = (options.notBefore ?? session.earliestBegin)?.time(from: clock.now())
         let tasks = try store.queueUploads(session: session.name, entries: uploads.map(\.entry), notBefore: notBefore)
         if layout == .objects && !uploads.isEmpty {
             // Listed as retired before they go: objects of a version never published are
             // collected like any other no manifest names.
             var retired = RetiredObjects(path: retiredContentPath)
-            retired.retire(uploads.map(\.entry.sha256.hex), now: Timestamp.now())
+            retired.retire(uploads.map(\.entry.sha256.hex), now: clock.now())
             try retired.save()
         }
         let transfers = PushTransfers(session: session, store: store, writer: writer, root: scan.root,
@@ -291,7 +291,7 @@ final class PushSync: SessionWork {
             }
         }
         let (text, expires, tree) = try Manifests.publishable(version: version, entries: plan.manifest, lifetime: session.expires, key: signingKey,
-                                                              layout: layout)
+                                                              layout: layout, now: clock.now())
         // Format 2: the objects of the tree go first, those the remote does not hold yet (the
         // cache holds what this session placed there); the root that names them goes last.
         let objects = manifests.objects(remote: remote)
@@ -362,7 +362,7 @@ final class PushSync: SessionWork {
         let missing = tree.objects.filter { !objects.has($0.sha256) }
         guard !missing.isEmpty else { return }
         var retired = RetiredObjects(path: manifests.path + ".retired")
-        retired.retire(missing.map(\.sha256.hex), now: Timestamp.now())
+        retired.retire(missing.map(\.sha256.hex), now: clock.now())
         try retired.save()
         // Up to 8 at once: each is a small request that waits on the server.
         let stop = options.stop
@@ -428,7 +428,7 @@ final class PushSync: SessionWork {
     /// from the remote. A failure leaves objects behind for the next run, never removes one the
     /// published root names.
     private func collectObjects(_ tree: ManifestTree.Built, objects: ManifestObjects, writer: RemoteWriting) {
-        let now = Timestamp.now()
+        let now = clock.now()
         var retired = RetiredObjects(path: manifests.path + ".retired")
         retired.update(present: objects.names(), current: Set(tree.objects.map(\.sha256.hex)), now: now)
         for name in retired.expired(now: now, grace: session.objectGrace, versions: session.keepVersions) {
@@ -513,7 +513,7 @@ final class PushSync: SessionWork {
     /// names, retired for `object-grace`, are removed. Never one the new manifest names: it left the
     /// list just now. A failure leaves objects for a later run: a warning at most.
     private func collectContent(publishing: Set<String>?, placed: Set<SHA256Digest>, previous: Manifest?, writer: RemoteWriting, store: StateStore) {
-        let now = Timestamp.now()
+        let now = clock.now()
         var retired = RetiredObjects(path: retiredContentPath)
         if let publishing {
             var present = Set(placed.map(\.hex))

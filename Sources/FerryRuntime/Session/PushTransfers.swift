@@ -51,7 +51,7 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     private var checking: [RelativePath: Item] = [:]
     /// Placed and checked; recorded done in groups (one transaction per 256, or per 0.2 s).
     private var moved: [Item] = []
-    private var lastFlush = MonotonicClock.seconds()
+    private var lastFlush: Double
     private(set) var uploaded = 0
     /// The content of the files placed and checked this run, by SHA-256.
     private(set) var placedContent = Set<SHA256Digest>()
@@ -68,6 +68,7 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         self.writer = writer
         self.root = root
         self.destination = destination
+        lastFlush = stop.clock.monotonic()
         super.init(session: session, store: store, observer: observer, emit: emit, stop: stop, gate: gate)
     }
 
@@ -240,12 +241,12 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         verifications[state.verified ?? .sizeOnly, default: 0] += 1
         moved.append(item)
         failRefused()
-        if moved.count >= 256 || MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
+        if moved.count >= 256 || stop.clock.monotonic() - lastFlush >= 0.2 { flush() }
     }
 
     /// Records the moved files done, and their hashes, in one transaction.
     override func flush() {
-        lastFlush = MonotonicClock.seconds()
+        lastFlush = stop.clock.monotonic()
         guard !moved.isEmpty else { return }
         do throws(FerryError) {
             try store.markDone(session: session.name, moved.map { ($0.task, CachedHash($0.stat, sha256: $0.entry.sha256, wanted: nil)) },
@@ -428,7 +429,7 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         progress.active = uploads.map { SyncProgress.Active(path: $0.entry.path, done: $0.range.lowerBound + $0.sent, size: $0.stat.size) }
         progress.bytesDone = completedBytes + uploads.reduce(0) { $0 + $1.range.lowerBound + $1.sent }
         observer.progress(progress)
-        if !moved.isEmpty && MonotonicClock.seconds() - lastFlush >= 0.2 { flush() }
+        if !moved.isEmpty && stop.clock.monotonic() - lastFlush >= 0.2 { flush() }
     }
 
     /// A file that changed after it was hashed is hashed again before its next try; one that is

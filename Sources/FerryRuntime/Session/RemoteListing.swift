@@ -16,9 +16,9 @@ public struct RemoteListing: Sendable {
     public let entries: [ManifestEntry]
 
     /// Reads session `session`'s manifest; `under`: only the file at that path or the files under
-    /// that directory (nil: all).
-    public static func read(session: SessionConfig, agent: AgentConfig, under: RelativePath?) throws(FerryError) -> RemoteListing {
-        let remote = try Remotes.open(session)
+    /// that directory (nil: all). Its expiry is judged at `clock`'s time.
+    public static func read(session: SessionConfig, agent: AgentConfig, under: RelativePath?, clock: any Clock) throws(FerryError) -> RemoteListing {
+        let remote = try Remotes.open(session, clock: clock)
         let source = ManifestSource(session: session, state: agent.state)
         let url = session.manifestURL
         guard case let .fetched(bytes, _, _, _) = try source.fetchOnce(from: remote, etag: nil, lastModified: nil).required() else {
@@ -28,7 +28,7 @@ public struct RemoteListing: Sendable {
         // The rules a pull applies before it reads a format-2 tree: trust and expiry (not the
         // version against the last applied one, which only a sync decides on).
         let trusted = session.direction == .pull ? session.trustedKeys : []
-        try ManifestAcceptance(session: session.name, now: Timestamp.now(), appliedVersion: nil, localFiles: 0, allowRollback: true,
+        try ManifestAcceptance(session: session.name, now: clock.now(), appliedVersion: nil, localFiles: 0, allowRollback: true,
                                allowEmpty: true, trustedKeys: trusted, requireExpiry: session.requireExpiry).check(root, source: url)
         let manifest = try source.read(bytes, source: url, objects: source.objects(remote: remote, keeps: false)).manifest
         var entries = manifest.entries

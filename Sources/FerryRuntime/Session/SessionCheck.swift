@@ -27,12 +27,12 @@ public enum SessionCheck {
     /// Checks one session under its lock (a sync cannot change the tree meanwhile). With `record`,
     /// the hashes just taken replace the cache's, so the next sync acts on the truth (what
     /// `--repair` wants before it syncs); without, the check changes nothing.
-    public static func run(session: SessionConfig, agent: AgentConfig, record: Bool,
+    public static func run(session: SessionConfig, agent: AgentConfig, record: Bool, clock: any Clock,
                            progress: (_ done: Int, _ total: Int) -> Void = { _, _ in }) throws(FerryError) -> CheckReport {
         guard session.direction == .pull else {
             throw .usage("session '\(session.name)' is a push session; ferry check compares pull mirrors with their manifest")
         }
-        let store = try StateStore(directory: agent.state)
+        let store = try StateStore(directory: agent.state, clock: clock)
         let lock = try SessionLock(stateDirectory: agent.state, session: session.name)
         defer { withExtendedLifetime(lock) {} }
         guard let manifest = try ManifestSource(session: session, state: agent.state).cached(record: store.session(session.name)) else {

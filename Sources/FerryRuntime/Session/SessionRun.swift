@@ -35,7 +35,8 @@ public struct SyncOptions: Sendable {
     /// New downloads begin no earlier than this (`--not-before`); overrides `earliest-begin`.
     public var notBefore: EarliestBegin?
     /// When to stop early (deadline, signal); a stopped run exits 3 and the next one resumes.
-    public var stop = StopCondition(maxDuration: nil)
+    /// Its clock is the run's.
+    public var stop: StopCondition
     /// Try a failed manifest fetch again within the run (`retries`). The agent says no: its poll
     /// schedule is the retry.
     public var retryManifest = true
@@ -45,7 +46,7 @@ public struct SyncOptions: Sendable {
     /// The run's own `bwlimit` and `transfers` in place of the engine's global ones (a `sync now`
     /// handed over to the agent with `--bwlimit` or `--transfers`); nil: the global ones.
     public var limits: RunLimits?
-    public init(dryRun: Bool = false, stop: StopCondition = StopCondition(maxDuration: nil)) {
+    public init(dryRun: Bool = false, stop: StopCondition) {
         self.dryRun = dryRun
         self.stop = stop
     }
@@ -112,8 +113,11 @@ class SessionWork {
         self.engine = engine
     }
 
+    /// The run's clock (`SyncOptions.stop`): every time the run reads comes from it.
+    var clock: any Clock { options.stop.clock }
+
     func emit(_ body: Event.Body) {
-        observer.event(Event(time: Timestamp.now(), session: session.name, body: body))
+        observer.event(Event(time: clock.now(), session: session.name, body: body))
     }
 
     /// The session's manifest: fetched, parsed and kept (the one last accepted or published).
@@ -125,12 +129,12 @@ class SessionWork {
 /// and the events that open and close it. The cycle fills in the result; a run-level error ends it.
 final class SessionRun: SessionWork {
     func run() -> SyncResult {
-        let started = MonotonicClock.seconds()
+        let started = clock.monotonic()
         var result = SyncResult(session: session.name)
         emit(.syncStarted(direction: session.direction, dryRun: options.dryRun))
         var store: StateStore?
         do throws(FerryError) {
-            let state = try StateStore(directory: agent.state)
+            let state = try StateStore(directory: agent.state, clock: clock)
             store = state
             var lock: SessionLock?
             if !options.dryRun {
@@ -160,7 +164,7 @@ final class SessionRun: SessionWork {
             try? store.recordHold(session: session.name, waitsFor: result.heldFor)
         }
         emit(.syncFinished(exitCode: result.exitCode.rawValue, downloaded: result.downloaded, failed: result.failed,
-                           deleted: result.deleted, bytes: result.bytes, seconds: MonotonicClock.seconds() - started,
+                           deleted: result.deleted, bytes: result.bytes, seconds: clock.monotonic() - started,
                            message: result.message, hint: result.hint, dryRun: options.dryRun))
         return result
     }

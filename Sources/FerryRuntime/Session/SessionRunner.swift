@@ -1,11 +1,11 @@
 import Synchronization
 import FerryCore
 
-/// Runs sessions for `sync now`, `resume` and (next) `agent`: each session's cycle on a thread of
-/// its own — refresh (fetch, scan, hash, plan, queue), its transfers through the one engine the
-/// runner owns, settle (deletions, outcome) — so several sessions transfer at the same time under
-/// the global `transfers` limit. Events and progress from every thread reach the observer one at
-/// a time.
+/// Runs the sessions of `sync now`, `resume`, `check --repair` and the agent: each session's cycle
+/// on a thread of its own — refresh (fetch, scan, hash, plan, queue), its transfers through the one
+/// engine the runner owns, settle (deletions, outcome) — so several sessions transfer at the same
+/// time under the global `transfers` limit. Events and progress from every thread reach the
+/// observer one at a time.
 public final class SessionRunner {
     /// One session to run, and how.
     public struct Job: Sendable {
@@ -20,9 +20,11 @@ public final class SessionRunner {
     private var agent: AgentConfig
     private let engine: TransferEngine
 
-    public init(agent: AgentConfig) throws(FerryError) {
+    /// `clock`: the engine's (its buckets, its ticks, the bandwidth schedule); the runs go by their own
+    /// (`SyncOptions.stop`), the same one where the runner is made.
+    public init(agent: AgentConfig, clock: any Clock) throws(FerryError) {
         self.agent = agent
-        engine = try TransferEngine(concurrency: agent.transfers)
+        engine = try TransferEngine(concurrency: agent.transfers, clock: clock)
         engine.bandwidth = agent.bwlimit
     }
 

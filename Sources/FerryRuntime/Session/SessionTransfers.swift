@@ -62,7 +62,7 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
     /// Items suspended by `ferry cancel`: `ferry resume` from another process can put them back in
     /// line while this run goes on (`takeResumed`).
     private var held: [Int64: Item] = [:]
-    lazy var suspensions = Suspensions(session: session.name, store: store)
+    lazy var suspensions = Suspensions(session: session.name, store: store, clock: stop.clock)
 
     init(session: SessionConfig, store: StateStore, observer: EventSink, emit: @escaping (Event.Body) -> Void,
          stop: StopCondition, gate: DiscretionGate?) {
@@ -78,7 +78,7 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
     /// The items that may start now. Those suspended by `ferry cancel` are held for `ferry resume`,
     /// and those delayed to a later time are counted; both are reported.
     func runnable(_ items: [Item]) -> [Item] {
-        let now = Timestamp.now()
+        let now = stop.clock.now()
         var runnable: [Item] = []
         for item in items {
             if item.task.state == .suspended {
@@ -218,7 +218,7 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
     /// (`RetryRule`). The item's task carries what the attempt kept (offset, validator).
     func retryOrFail(_ item: Item, _ failure: TransferFailure) {
         var item = item
-        switch session.retryRule.decide(after: failure, task: item.task, triesThisRun: item.triesThisRun) {
+        switch session.retryRule.decide(after: failure, task: item.task, triesThisRun: item.triesThisRun, now: stop.clock.now()) {
         case let .giveUp(message):
             fail(item.path, item.task, message, bytesDone: item.task.bytesDone, validator: item.task.validator)
         case .waitForConnectivity:

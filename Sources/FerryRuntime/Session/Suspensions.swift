@@ -10,11 +10,14 @@ final class Suspensions {
     private let store: StateStore
     /// The request being carried out: its number, and the transfers asked to stop for it.
     private var open: (request: Int64, stopping: Set<Int64>)?
-    private var lastCheck = MonotonicClock.seconds()
+    private let clock: any Clock
+    private var lastCheck: Double
 
-    init(session: String, store: StateStore) {
+    init(session: String, store: StateStore, clock: any Clock) {
         self.session = session
         self.store = store
+        self.clock = clock
+        lastCheck = clock.monotonic()
     }
 
     /// Called on every engine tick with the running transfers' task ids. `recordFinished` records
@@ -27,7 +30,7 @@ final class Suspensions {
             try store.acknowledgeSuspensions(session: session, upTo: request)
             open = nil
         }
-        let now = MonotonicClock.seconds()
+        let now = clock.monotonic()
         guard now - lastCheck >= 1 else { return nil }
         lastCheck = now
         try everySecond()

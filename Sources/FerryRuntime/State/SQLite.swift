@@ -68,14 +68,14 @@ final class SQLiteDatabase {
 
     /// For statements SQLite answers with SQLITE_BUSY without waiting for the busy timeout (such as
     /// switching a new database to WAL while another process has it open): retried for up to `seconds`.
-    func executeRetryingWhileBusy(_ sql: String, seconds: Double = 10) throws(FerryError) {
-        let deadline = MonotonicClock.seconds() + seconds
+    func executeRetryingWhileBusy(_ sql: String, seconds: Double = 10, clock: any Clock) throws(FerryError) {
+        let deadline = clock.monotonic() + seconds
         while true {
             let rc = sqlite3_exec(handle, sql, nil, nil, nil)
             if rc == SQLITE_OK { return }
             let busy = rc & 0xFF == SQLITE_BUSY || rc & 0xFF == SQLITE_LOCKED
-            guard busy, MonotonicClock.seconds() < deadline else { return try execute(sql) }
-            usleep(10_000)
+            guard busy, clock.monotonic() < deadline else { return try execute(sql) }
+            _ = clock.wait(until: clock.monotonic() + 0.01, interrupted: { false })
         }
     }
 

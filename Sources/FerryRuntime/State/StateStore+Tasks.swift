@@ -44,7 +44,7 @@ extension StateStore {
     public func queueDownloads(session: String, entries: [ManifestEntry], urlFor: (ManifestEntry) -> String,
                                notBefore: Timestamp?) throws(FerryError) -> Queued {
         guard !entries.isEmpty else { return Queued() }
-        let nowTime = Timestamp.now()
+        let nowTime = clock.now()
         let now = nowTime.rfc3339
         let delayUntil = notBefore.flatMap { $0 > nowTime ? $0 : nil }
         // Read and written in one transaction: a `ferry cancel` in between is never overwritten.
@@ -126,7 +126,7 @@ extension StateStore {
     /// Delayed tasks that need no download any more (their file is already in place), now due:
     /// removed, and returned so the caller can report them cancelled.
     public func dropDueDelayedTasks(session: String, keeping downloads: Set<RelativePath>) throws(FerryError) -> [TransferTask] {
-        let now = Timestamp.now()
+        let now = clock.now()
         var stale: [TransferTask] = []
         let rows = try db.prepare("SELECT \(StateStore.taskColumns) FROM tasks WHERE session = ? AND state = '\(TaskState.delayed.rawValue)'").bind(.text(session))
         while try rows.step() {
@@ -174,7 +174,7 @@ extension StateStore {
             if !transferring.contains(RelativePath(trusted: rows.text(1) ?? "")) { settled.append(rows.int(0)) }
         }
         guard !settled.isEmpty else { return 0 }
-        let now = Timestamp.now().rfc3339
+        let now = clock.now().rfc3339
         try db.transaction { () throws(FerryError) in
             let update = try db.cached("UPDATE tasks SET state = 'done', last_error = NULL, updated_at = ? WHERE id = ?")
             for id in settled { try update.bind(.text(now), .int(id)).run() }
@@ -224,7 +224,7 @@ extension StateStore {
             return t
         }
         let update = try db.prepare("UPDATE tasks SET state = ?, updated_at = ? WHERE id = ?")
-        let now = Timestamp.now().rfc3339
+        let now = clock.now().rfc3339
         for t in changed { try update.bind(.text(t.state.rawValue), .text(now), .int(t.id)).run() }
         return changed
     }
@@ -278,7 +278,7 @@ extension StateStore {
     /// Marks tasks as being transferred (with their attempt count), in one transaction.
     public func markRunning(_ tasks: [(id: Int64, attempts: Int)]) throws(FerryError) {
         guard !tasks.isEmpty else { return }
-        let now = Timestamp.now().rfc3339
+        let now = clock.now().rfc3339
         try db.transaction { () throws(FerryError) in
             let s = try db.cached("UPDATE tasks SET state = \(StateStore.stateAfter(.start)), attempts = ?, updated_at = ? WHERE id = ? AND \(StateStore.applies(.start))")
             for t in tasks { try s.bind(.int(Int64(t.attempts)), .text(now), .int(t.id)).run() }
@@ -293,7 +293,7 @@ extension StateStore {
     /// and its attempts.
     public func queueUploads(session: String, entries: [ManifestEntry], notBefore: Timestamp? = nil) throws(FerryError) -> [RelativePath: TransferTask] {
         guard !entries.isEmpty else { return [:] }
-        let nowTime = Timestamp.now()
+        let nowTime = clock.now()
         let now = nowTime.rfc3339
         let delayUntil = notBefore.flatMap { $0 > nowTime ? $0 : nil }
         let fresh: TaskState = delayUntil == nil ? .queued : .delayed
@@ -352,7 +352,7 @@ extension StateStore {
     /// ended before or while they ran.
     public func requeue(_ ids: [Int64]) throws(FerryError) {
         guard !ids.isEmpty else { return }
-        let now = Timestamp.now().rfc3339
+        let now = clock.now().rfc3339
         try db.transaction { () throws(FerryError) in
             let s = try db.cached("UPDATE tasks SET state = \(StateStore.stateAfter(.retry)), updated_at = ? WHERE id = ? AND \(StateStore.applies(.retry))")
             for id in ids { try s.bind(.text(now), .int(id)).run() }
@@ -362,7 +362,7 @@ extension StateStore {
     /// Records how many bytes of the partial are synced to disk, and the validator they came with.
     public func checkpoint(_ id: Int64, bytesDone: Int64, validator: String?) throws(FerryError) {
         try db.cached("UPDATE tasks SET bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
-            .bind(.int(bytesDone), .optional(validator), .text(Timestamp.now().rfc3339), .int(id)).run()
+            .bind(.int(bytesDone), .optional(validator), .text(clock.now().rfc3339), .int(id)).run()
     }
 
     /// Records a failed attempt that will be tried again (`queued`) or that waits for
@@ -370,12 +370,12 @@ extension StateStore {
     public func markRetrying(_ id: Int64, waiting: Bool, attempts: Int, error: String, bytesDone: Int64, validator: String?) throws(FerryError) {
         try db.cached("UPDATE tasks SET state = \(StateStore.stateAfter(waiting ? .wait : .retry)), attempts = ?, last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
             .bind(.int(Int64(attempts)), .text(error), .int(bytesDone), .optional(validator),
-                  .text(Timestamp.now().rfc3339), .int(id)).run()
+                  .text(clock.now().rfc3339), .int(id)).run()
     }
 
     public func markFailed(_ id: Int64, attempts: Int, error: String, bytesDone: Int64, validator: String?) throws(FerryError) {
         try db.cached("UPDATE tasks SET state = \(StateStore.stateAfter(.fail)), attempts = ?, last_error = ?, bytes_done = ?, validator = ?, updated_at = ? WHERE id = ?")
-            .bind(.int(Int64(attempts)), .text(error), .int(bytesDone), .optional(validator), .text(Timestamp.now().rfc3339), .int(id)).run()
+            .bind(.int(Int64(attempts)), .text(error), .int(bytesDone), .optional(validator), .text(clock.now().rfc3339), .int(id)).run()
     }
 
     /// Marks files done and remembers their verified hashes, and (push) what the remote said of
@@ -383,7 +383,7 @@ extension StateStore {
     public func markDone(session: String, _ done: [(task: TransferTask, cache: CachedHash)],
                          placed: [(RelativePath, PlacedFile)] = []) throws(FerryError) {
         guard !done.isEmpty || !placed.isEmpty else { return }
-        let now = Timestamp.now().rfc3339
+        let now = clock.now().rfc3339
         try db.transaction { () throws(FerryError) in
             // The row takes the hash verified: an upload hashed as it was sent (or hashed again
             // after a change) was queued under a placeholder or an older hash.

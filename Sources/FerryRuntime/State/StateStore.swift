@@ -43,11 +43,14 @@ public struct SessionRecord: Sendable {
 public final class StateStore {
     let db: SQLiteDatabase
     public let directory: String
+    /// Where the times recorded (runs, tasks, checks) come from.
+    public let clock: any Clock
 
     /// Opens (creating if needed) `<directory>/ferry.db` and brings its schema up to date.
-    public init(directory: String) throws(FerryError) {
+    public init(directory: String, clock: any Clock) throws(FerryError) {
         self.directory = directory
-        // State is private to its owner whatever the umask (product.md §6 rule 11): the directory
+        self.clock = clock
+        // State is private to its owner whatever the umask (docs/design.md, data-safety rule 12): the directory
         // 0700, the database 0600 before its WAL exists (SQLite gives the -wal and -shm files the
         // database's mode). By name only: closing any descriptor of the database would drop the
         // locks SQLite holds on it for the process's other connections.
@@ -55,7 +58,7 @@ public final class StateStore {
         let path = directory + "/ferry.db"
         db = try SQLiteDatabase(path: path)
         for file in [path, path + "-wal", path + "-shm"] { FileSystem.makePrivate(file) }
-        try db.executeRetryingWhileBusy("PRAGMA journal_mode=WAL")
+        try db.executeRetryingWhileBusy("PRAGMA journal_mode=WAL", clock: clock)
         for file in [path, path + "-wal", path + "-shm"] { FileSystem.makePrivate(file) }
         try db.execute("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
         if try db.userVersion < StateStore.migrations.count {
@@ -138,13 +141,13 @@ public final class StateStore {
     public func recordRunStarted(session: String, pid: Int32, deadline: Timestamp?) throws(FerryError) {
         try ensureSession(session)
         try db.prepare("UPDATE sessions SET last_run_started = ?, running_pid = ?, deadline = ? WHERE name = ?")
-            .bind(.text(Timestamp.now().rfc3339), .int(Int64(pid)), .optional(deadline?.rfc3339), .text(session)).run()
+            .bind(.text(clock.now().rfc3339), .int(Int64(pid)), .optional(deadline?.rfc3339), .text(session)).run()
     }
 
     public func recordRunFinished(session: String, exitCode: Int32, message: String?) throws(FerryError) {
         try ensureSession(session)
         try db.prepare("UPDATE sessions SET last_run_finished = ?, last_exit_code = ?, last_message = ?, running_pid = NULL, deadline = NULL WHERE name = ?")
-            .bind(.text(Timestamp.now().rfc3339), .int(Int64(exitCode)), .optional(message), .text(session)).run()
+            .bind(.text(clock.now().rfc3339), .int(Int64(exitCode)), .optional(message), .text(session)).run()
     }
 
     // MARK: notices said once

@@ -237,11 +237,10 @@ struct ResponseHeaders {
                                       date: date.flatMap(Timestamp.init(httpDate:)))
     }
 
-    /// `Retry-After` as seconds: a number of seconds or an HTTP-date (RFC 9110 §10.2.3).
-    static func parseRetryAfter(_ value: String) -> Double? {
-        if let seconds = Double(value.trimmingSpaces()), seconds >= 0 { return seconds }
-        guard let date = Timestamp(httpDate: value) else { return nil }
-        return max(0, date.timeInterval - Timestamp.now().timeInterval)
+    /// `Retry-After`: a number of seconds or an HTTP-date (RFC 9110 §10.2.3).
+    static func parseRetryAfter(_ value: String) -> RetryAfter? {
+        if let seconds = Double(value.trimmingSpaces()), seconds >= 0 { return .seconds(seconds) }
+        return Timestamp(httpDate: value).map(RetryAfter.date)
     }
 }
 

@@ -138,12 +138,11 @@ public enum Manifests {
         try Manifest.parse(bytes, source: source, verifier: Ed25519Verifier())
     }
 
-    /// A manifest as `manifest build` and a push publish it: generated now, expiring `lifetime`
-    /// seconds from now when one is given, signed by `key` when one is given; format 2 (a root
+    /// A manifest as `manifest build` and a push publish it: generated `now`, expiring `lifetime`
+    /// seconds later when one is given, signed by `key` when one is given; format 2 (a root
     /// and the tree of objects it names) unless `format` is 1. `entries` are in path order.
     static func publishable(version: Int64, entries: [ManifestEntry], lifetime: Double?, key: SigningKey?,
-                            format: Int = 2, layout: RemoteLayout = .tree) throws(FerryError) -> (bytes: [UInt8], expires: Timestamp?, tree: ManifestTree.Built?) {
-        let now = Timestamp.now()
+                            format: Int = 2, layout: RemoteLayout = .tree, now: Timestamp) throws(FerryError) -> (bytes: [UInt8], expires: Timestamp?, tree: ManifestTree.Built?) {
         let expires = lifetime.map { Timestamp(seconds: now.seconds + Int64($0)) }
         var tree: ManifestTree.Built?
         let text: [UInt8]

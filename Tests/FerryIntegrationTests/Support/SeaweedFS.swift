@@ -184,7 +184,7 @@ extension S3TestStore {
             s3-credentials = \(try credentialsFile(in: directory))
 
             """
-        let remote = try S3Remote(session: ConfigParser.parse(text, path: directory + "/ferry.conf").sessions[0])
+        let remote = try S3Remote(session: ConfigParser.parse(text, path: directory + "/ferry.conf").sessions[0], clock: SystemClock())
         let answer = try S3Exchange.perform(remote.request("GET", key: nil, query: [("uploads", "")]), what: "list uploads")
         guard answer.headers.status == 200 else { throw TestFailure("cannot list uploads: \(answer.headers.status)") }
         return S3XML.blocks("Upload", in: answer.body).map { S3XML.element("Key", in: $0) ?? "?" }

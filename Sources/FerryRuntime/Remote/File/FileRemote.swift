@@ -5,8 +5,9 @@ import FerryCore
 /// A `file://` remote: a local directory (a mount, a staging tree). Others may write it too, so it
 /// is walked as ferry walks a session's local directory (`LocalRoot`, in its `.remote` role):
 /// every path is opened one name at a time from the remote's directory, never through a symlink,
-/// files without blocking, and anything but a regular file is refused (product.md §6 rule 10).
-/// A symlink planted in the remote can neither redirect a write nor serve a read from outside it.
+/// files without blocking, and anything but a regular file is refused (docs/design.md, data-safety
+/// rule 6). A symlink planted in the remote can neither redirect a write nor serve a read from
+/// outside it.
 ///
 /// The manifest is read with its size, mtime and inode as the validator; files are read with
 /// pread, a piece at a time, by the engine (no libcurl), and verified like any download. A push
@@ -16,9 +17,11 @@ import FerryCore
 struct FileRemote: Remote, RangeReading {
     let base: RemoteLocation
     let tree: RemoteTree
+    let clock: any Clock
 
-    init(base: RemoteLocation) {
+    init(base: RemoteLocation, clock: any Clock) {
         self.base = base
+        self.clock = clock
         tree = RemoteTree(path: base.filePath ?? "/nonexistent")
     }
 
@@ -60,7 +63,7 @@ struct FileRemote: Remote, RangeReading {
     func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into partial: PartialFile,
                   resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
         try Download(task: task, entry: entry, reason: reason, origin: .file(tree: tree, path: source), partial: partial,
-                     resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator)
+                     resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator, clock: clock)
     }
 
     /// The path under the remote that `url` names, or nil when it names a file elsewhere.

@@ -9,6 +9,7 @@ import FerryCore
 struct HTTPRemote: Remote, RangeReading {
     let base: RemoteLocation
     let settings: HTTPSettings
+    let clock: any Clock
     /// The collections a push's WebDAV requests know to exist.
     let dav = DAVCollections()
 
@@ -20,7 +21,7 @@ struct HTTPRemote: Remote, RangeReading {
             HTTPRequest(url: url, headers: offset > 0 ? validator.map { ["If-Range: \($0)"] } ?? [] : [], settings: settings)
         }
         return try Download(task: task, entry: entry, reason: reason, origin: .request(read), partial: partial,
-                            resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator)
+                            resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator, clock: clock)
     }
 
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {

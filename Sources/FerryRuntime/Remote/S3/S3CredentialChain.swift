@@ -279,9 +279,9 @@ public enum S3CredentialChain {
     /// The session's credentials fetched now, through the network for the sources that need it
     /// (for `ferry config check`): a line naming the source, the access key and, for temporary
     /// credentials, when they expire; then the region. Never a secret.
-    public static func check(_ session: SessionConfig) throws(FerryError) -> [String] {
+    public static func check(_ session: SessionConfig, now: Timestamp) throws(FerryError) -> [String] {
         let found = try resolve(session)
-        let credentials = try found.provider.current()
+        let credentials = try found.provider.current(now: now)
         return ["credentials: \(found.provider.source), \(credentials)" + (credentials.expiration.map { ", valid until \($0.rfc3339)" } ?? ""),
                 "region: \(found.region) (\(found.regionOrigin))"]
     }

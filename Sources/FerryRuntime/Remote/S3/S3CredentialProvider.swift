@@ -70,7 +70,7 @@ final class S3CredentialProvider: Sendable {
     }
 
     /// The credentials to sign with now.
-    func current(now: Timestamp = Timestamp.now()) throws(FerryError) -> S3Credentials {
+    func current(now: Timestamp) throws(FerryError) -> S3Credentials {
         guard let fetch else { return state.withLock { $0.credentials! } }
         let plan = state.withLock { (state: inout State) -> Plan in
             if let held = state.credentials, let expiration = held.expiration {

@@ -18,14 +18,17 @@ struct S3Remote: Remote, RangeReading {
     let region: String
     let settings: HTTPSettings
     let signer: SigV4
+    /// Requests are signed with its time; downloads keep their checkpoints on it.
+    let clock: any Clock
     /// `http` or `https`, and the host (with its port) requests go to.
     let scheme: String
     let host: String
     /// Files larger than this go as multipart uploads, in parts of this size (`upload-part-size`).
     let partSize: Int64
 
-    init(session: SessionConfig, stop: StopCondition? = nil) throws(FerryError) {
+    init(session: SessionConfig, clock: any Clock, stop: StopCondition? = nil) throws(FerryError) {
         base = session.remote
+        self.clock = clock
         bucket = session.remote.bucket ?? ""
         prefix = session.remote.keyPrefix ?? ""
         options = session.s3
@@ -38,7 +41,7 @@ struct S3Remote: Remote, RangeReading {
         signer = SigV4(credentials: chain.provider, region: region)
         // Fetched here, on the session's thread, not by the first request the engine signs: the
         // engine's thread never waits for a credentials source (`S3CredentialProvider`).
-        _ = try chain.provider.current()
+        _ = try chain.provider.current(now: clock.now())
         let endpoint = options.effectiveEndpoint(region: region)
         let sep = endpoint.firstRange(of: "://")!
         scheme = String(endpoint[..<sep.lowerBound])
@@ -56,7 +59,7 @@ struct S3Remote: Remote, RangeReading {
         var path = options.usesPathStyle ? "/" + bucket.percentEncoded(keepingSlashes: false) : ""
         path += "/" + (key?.percentEncoded(keepingSlashes: true) ?? "")
         let signing = SigV4.Request(method: method, host: host, path: path, query: query, headers: headers, payloadHash: payloadHash)
-        let signed = try signer.headers(for: signing, at: Timestamp.now())
+        let signed = try signer.headers(for: signing, at: clock.now())
         // The query is sent in the form it is signed in.
         let url = "\(scheme)://\(host)\(path)" + (query.isEmpty ? "" : "?" + SigV4.canonicalQuery(query))
         return HTTPRequest(url: url, method: method, headers: signed, settings: settings)
@@ -96,7 +99,7 @@ struct S3Remote: Remote, RangeReading {
             S3Errors.explain(status: status, body: body, bucket: bucket, key: key, region: region, credentials: source)?.text
         }, contentETags: true)
         return try Download(task: task, entry: entry, reason: reason, origin: .request(read), partial: partial,
-                            resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator)
+                            resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator, clock: clock)
     }
 }
 
