@@ -143,8 +143,8 @@ struct EventDecodingTests {
         .checked(version: 3, listed: 4, hashed: 5, differ: 1, unnoticed: 0),
         .sessionState(state: "waiting for connectivity: refused", nextPoll: time),
         .agent(action: "reloaded", message: "2 sessions"),
-        .syncFinished(exitCode: 4, downloaded: 1, failed: 2, deleted: 3, bytes: 4, seconds: 1.25, message: "why", hint: "do", dryRun: false),
-        .syncFinished(exitCode: 0, downloaded: 0, failed: 0, deleted: 0, bytes: 0, seconds: 0, message: nil, hint: nil, dryRun: true),
+        .syncFinished(exitCode: 4, transferred: 1, failed: 2, deleted: 3, bytes: 4, seconds: 1.25, message: "why", hint: "do", dryRun: false),
+        .syncFinished(exitCode: 0, transferred: 0, failed: 0, deleted: 0, bytes: 0, seconds: 0, message: nil, hint: nil, dryRun: true),
     ]
 
     @Test func everyEventReadsBackAsItself() throws {

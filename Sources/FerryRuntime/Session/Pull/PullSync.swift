@@ -131,15 +131,15 @@ final class PullSync: SessionWork {
                 try store.saveHashes(session: session.name, [(entry.path, cache)])
                 emit(.metadataFixed(path: entry.path))
             } catch {
-                result.failed += 1
+                result.counts.failed += 1
                 emit(.fileFailed(path: entry.path, error: error.message))
             }
         }
         for (path, why) in plan.blocked {
-            result.failed += 1
+            result.counts.failed += 1
             emit(.fileFailed(path: path, error: blockedMessage(path, why, plan: plan)))
         }
-        result.deleted += try PullTransfers.report(root.takeChanges(), session: session.name, store: store, emit: emit)
+        result.counts.deleted += try PullTransfers.report(root.takeChanges(), session: session.name, store: store, emit: emit)
 
         let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, remote: remote, locate: locate, result: &result,
                                    localIOError: &localIOError, unstorableMtimes: &unstorableMtimes)
@@ -150,7 +150,7 @@ final class PullSync: SessionWork {
         }
 
         // Deletions only after every transfer succeeded (rule 7), and capped.
-        let unfinished = result.failed + result.waiting + result.suspended + result.delayed + result.held
+        let unfinished = result.counts.failed + result.counts.notDone
         if let refused = plan.refusedDeletions {
             result.message = "refused to delete \(Plural.count(refused.count, "file")): more than max-delete = \(session.maxDelete) allows (\(refused.limit) of the \(Plural.count(refused.managed, "file")) in \(Printable.name(session.local))); nothing was deleted"
             result.hint = "if this is intended, raise max-delete for session '\(session.name)' (a count like \(refused.count), or a percentage like 100%)"
@@ -166,10 +166,10 @@ final class PullSync: SessionWork {
                 for path in plan.deletions {
                     do {
                         try root.delete(path)
-                        result.deleted += 1
+                        result.counts.deleted += 1
                         emit(.fileDeleted(path: path))
                     } catch {
-                        result.failed += 1
+                        result.counts.failed += 1
                         emit(.fileFailed(path: path, error: error.message))
                     }
                 }
@@ -180,9 +180,8 @@ final class PullSync: SessionWork {
         }
 
         let attempted = plan.downloads.count + plan.metadataFixes.count + plan.blocked.count
-        let outcome = RunOutcome(localIOFailed: localIOError != nil, failed: result.failed, deletionsRefused: plan.refusedDeletions != nil,
-                                 waiting: result.waiting, stopped: stopped != nil, suspended: result.suspended, delayed: result.delayed,
-                                 held: result.held)
+        let outcome = RunOutcome(localIOFailed: localIOError != nil, counts: result.counts, deletionsRefused: plan.refusedDeletions != nil,
+                                 stopped: stopped != nil)
         result.exitCode = outcome.exitCode
         // Every condition present is named, the one that decided the exit code first.
         var reasons: [String] = []
@@ -197,10 +196,10 @@ final class PullSync: SessionWork {
             }
         }
         if let localIOError { reasons.append(localIOError) }
-        if result.failed > 0 { reasons.append("\(result.failed) of \(Plural.count(attempted, "file")) failed") }
+        if result.counts.failed > 0 { reasons.append("\(result.counts.failed) of \(Plural.count(attempted, "file")) failed") }
         if let refusal = result.message { reasons.append(refusal) }
-        if result.waiting > 0 {
-            let text = "the remote could not be reached for \(Plural.count(result.waiting, "file")); \(result.waiting == 1 ? "it waits" : "they wait") for connectivity and the next run tries again"
+        if result.counts.waiting > 0 {
+            let text = "the remote could not be reached for \(Plural.count(result.counts.waiting, "file")); \(result.counts.waiting == 1 ? "it waits" : "they wait") for connectivity and the next run tries again"
             if outcome.exitCode == .remoteOrManifest { reasons.insert(text, at: 0) } else { reasons.append(text) }
         }
         if let stopped { reasons.append("\(stopped); the next run resumes where this one stopped") }
@@ -628,16 +627,7 @@ final class PullSync: SessionWork {
                                       gate: DiscretionGate(session: session, agent: agent))
         transfers.runLimits = options.limits
         transfers.run(plan.downloads, tasks: tasks, engine: engine)
-        result.downloaded += transfers.downloaded
-        result.failed += transfers.failed
-        result.waiting += transfers.waiting
-        result.suspended += transfers.suspended
-        result.delayed += transfers.delayed
-        result.nextBegin = transfers.nextBegin
-        result.held += transfers.onHold
-        result.heldFor = transfers.heldFor
-        result.bytes += transfers.bytesFetched
-        result.deleted += transfers.deletedInReplacements
+        result.counts += transfers.counts
         unstorableMtimes += transfers.unstorableMtimes
         if let error = transfers.localIOError { localIOError = localIOError ?? error }
         if let error = transfers.storeError { throw error }

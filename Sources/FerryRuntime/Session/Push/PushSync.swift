@@ -84,7 +84,7 @@ final class PushSync: SessionWork {
         result.hashed = scan.hashed
         // A file that cannot be read fails alone: the remote keeps (and the manifest lists) what it has.
         for (path, error) in scan.unreadable { emit(.fileFailed(path: path, error: error)) }
-        result.failed += scan.unreadable.count
+        result.counts.failed += scan.unreadable.count
 
         // What the remote says differently from what this session placed there, whether another
         // writer published a manifest or someone changed a file: never overwritten blindly.
@@ -119,7 +119,7 @@ final class PushSync: SessionWork {
             switch session.conflict {
             case .fail:
                 for path in conflicts.sorted() { emit(.fileFailed(path: path, error: "conflict: " + describe(path))) }
-                result.failed += conflicts.count
+                result.counts.failed += conflicts.count
                 result.exitCode = .someFilesFailed
                 result.message = "\(Plural.count(conflicts.count, "path")) changed on the remote \(since) (another writer, or an edit there); nothing was uploaded or deleted, on either side"
                 result.hint = "set conflict = local-wins in [session \(session.name)] to replace them with the local tree, or remote-wins to keep the remote's versions"
@@ -174,11 +174,11 @@ final class PushSync: SessionWork {
                 // refuses: the run is not in sync, and the next one (the agent's too, through
                 // its exit code) tries again.
                 var reasons: [String] = []
-                if result.failed > 0 {
-                    reasons.append("\(Plural.count(result.failed, "file")) failed; the remote keeps what it holds at \(result.failed == 1 ? "its path" : "their paths"), and the next run tries again")
+                if result.counts.failed > 0 {
+                    reasons.append("\(Plural.count(result.counts.failed, "file")) failed; the remote keeps what it holds at \(result.counts.failed == 1 ? "its path" : "their paths"), and the next run tries again")
                 }
                 if let refusal = refuseDeletions(plan, result: &result) { reasons.append(refusal) }
-                result.exitCode = RunOutcome(failed: result.failed, deletionsRefused: plan.refusedDeletions != nil).exitCode
+                result.exitCode = RunOutcome(counts: result.counts, deletionsRefused: plan.refusedDeletions != nil).exitCode
                 if !reasons.isEmpty { result.message = reasons.joined(separator: "; ") }
                 return
             }
@@ -195,7 +195,7 @@ final class PushSync: SessionWork {
                                       result: &result)
         let uploads = plan.uploads.filter { blocked[$0.entry.path] == nil }
         for (path, error) in blocked { emit(.fileFailed(path: path, error: error)) }
-        result.failed += blocked.count
+        result.counts.failed += blocked.count
 
         let notBefore = (options.notBefore ?? session.earliestBegin)?.time(from: Timestamp.now())
         let tasks = try store.queueUploads(session: session.name, entries: uploads.map(\.entry), notBefore: notBefore)
@@ -215,34 +215,24 @@ final class PushSync: SessionWork {
                 scan.stats[u.entry.path].map { PushTransfers.Item(entry: u.entry, task: task, stat: $0, hashKnown: !scan.unhashed.contains(u.entry.path)) }
             }
         }, localRoot: session.local, engine: engine)
-        result.downloaded = transfers.uploaded
-        result.bytes = transfers.bytesSent
-        result.failed += transfers.failed
-        result.waiting = transfers.waiting
-        result.suspended = transfers.suspended
-        result.delayed = transfers.delayed
-        result.nextBegin = transfers.nextBegin
-        result.held = transfers.onHold
-        result.heldFor = transfers.heldFor
+        result.counts += transfers.counts
         if let error = transfers.storeError { throw error }
         if let error = transfers.abort { throw error }
         let stopped = transfers.stopped ?? options.stop.reason
 
         // Work left for later holds the manifest back; a file that failed for good does not.
-        let notDone = transfers.waiting + transfers.suspended + transfers.delayed + transfers.onHold
+        let notDone = transfers.counts.notDone
         var unfinished = notDone
-        let ended = transfers.uploaded + transfers.vanished.count + transfers.failed
+        let ended = transfers.counts.transferred + transfers.vanished.count + transfers.counts.failed
         if stopped == nil && unfinished == 0 && ended < uploads.count { unfinished = uploads.count - ended }
         if let refusal = refuseDeletions(plan, result: &result) { result.message = refusal }
         guard stopped == nil && unfinished == 0 else {
             sayVerified(transfers.verifications)
-            let outcome = RunOutcome(failed: result.failed, deletionsRefused: plan.refusedDeletions != nil, waiting: transfers.waiting,
-                                     stopped: stopped != nil || notDone < unfinished, suspended: transfers.suspended, delayed: transfers.delayed,
-                                     held: transfers.onHold)
+            let outcome = RunOutcome(counts: result.counts, deletionsRefused: plan.refusedDeletions != nil, stopped: stopped != nil || notDone < unfinished)
             result.exitCode = outcome.exitCode
             var reasons: [String] = []
-            if transfers.failed > 0 { reasons.append("\(transfers.failed) of \(Plural.count(uploads.count, "upload")) failed") }
-            if transfers.waiting > 0 { reasons.append("the remote could not be reached for \(Plural.count(transfers.waiting, "upload"))") }
+            if transfers.counts.failed > 0 { reasons.append("\(transfers.counts.failed) of \(Plural.count(uploads.count, "upload")) failed") }
+            if transfers.counts.waiting > 0 { reasons.append("the remote could not be reached for \(Plural.count(transfers.counts.waiting, "upload"))") }
             reasons += result.leftForLater("upload")
             if let stopped { reasons.append("\(stopped); the next run uploads what is left") }
             reasons.append("the manifest was not published, so readers of the remote still see version \(published?.version.map(String.init) ?? "none")")
@@ -255,7 +245,7 @@ final class PushSync: SessionWork {
             // Nothing is at a path on the remote: a file the local tree no longer has leaves the
             // manifest, and its content is collected once no recent manifest names it.
             for path in plan.deletions { emit(.fileDeleted(path: path)) }
-            result.deleted += plan.deletions.count
+            result.counts.deleted += plan.deletions.count
         } else {
             deletionsFailed = try delete(plan.deletions, writer: writer, store: store, result: &result)
             try removeEmptiedDirectories(plan.deletions + plan.replacements, listed: plan.manifest, writer: writer)
@@ -305,7 +295,7 @@ final class PushSync: SessionWork {
                                   writer: writer, remote: remote, store: store)
         }
         if !written {
-            result.failed += 1
+            result.counts.failed += 1
             result.exitCode = .someFilesFailed
             result.message = "the remote's manifest changed while this run uploaded (another writer?): version \(version) was not published"
             result.hint = "the next run compares the remote with what this session last published and applies conflict = \(session.conflict.rawValue)"
@@ -324,10 +314,10 @@ final class PushSync: SessionWork {
         }
         emit(.manifestBuilt(output: session.manifestURL, version: version, files: plan.manifest.count,
                             bytes: plan.manifest.reduce(0) { $0 + ($1.size ?? 0) }, signedBy: signingKey?.publicKey.description))
-        let outcome = RunOutcome(failed: result.failed, deletionsRefused: plan.refusedDeletions != nil)
+        let outcome = RunOutcome(counts: result.counts, deletionsRefused: plan.refusedDeletions != nil)
         result.exitCode = outcome.exitCode
         var reasons: [String] = []
-        let failedFiles = transfers.failed + blocked.count + scan.unreadable.count
+        let failedFiles = transfers.counts.failed + blocked.count + scan.unreadable.count
         if failedFiles > 0 {
             reasons.append("\(Plural.count(failedFiles, "file")) failed; version \(version) lists what the remote holds at their paths, and the next run tries them again")
         }
@@ -634,7 +624,7 @@ final class PushSync: SessionWork {
             failed += 1
             emit(.fileFailed(path: path, error: error.message))
         }
-        result.failed += failed
+        result.counts.failed += failed
         return failed
     }
 
@@ -648,7 +638,7 @@ final class PushSync: SessionWork {
         for path in paths {
             do throws(FerryError) {
                 try writer.remove(path)
-                result.deleted += 1
+                result.counts.deleted += 1
                 emit(.fileDeleted(path: path))
             } catch {
                 try failure(path, error)
