@@ -160,8 +160,8 @@ struct EventDecodingTests {
         .sessionState(state: .waiting("refused"), nextPoll: time),
         .sessionState(state: .held("1 file waits for AC power"), nextPoll: nil),
         .agent(action: "reloaded", message: "2 sessions"),
-        .syncFinished(exitCode: 4, downloaded: 1, failed: 2, deleted: 3, bytes: 4, seconds: 1.25, message: "why", hint: "do", dryRun: false),
-        .syncFinished(exitCode: 0, downloaded: 0, failed: 0, deleted: 0, bytes: 0, seconds: 0, message: nil, hint: nil, dryRun: true),
+        .syncFinished(exitCode: 4, transferred: 1, failed: 2, deleted: 3, bytes: 4, seconds: 1.25, message: "why", hint: "do", dryRun: false),
+        .syncFinished(exitCode: 0, transferred: 0, failed: 0, deleted: 0, bytes: 0, seconds: 0, message: nil, hint: nil, dryRun: true),
     ]
 
     @Test func everyEventReadsBackAsItself() throws {

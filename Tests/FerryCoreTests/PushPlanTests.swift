@@ -106,6 +106,43 @@ struct PushPlanTests {
         #expect(plan.manifest.map { "\($0.path):\($0.sha256 == h1 ? 1 : 2)" } == ["added-there:2", "mine:2", "new:1", "theirs:2"])
     }
 
+    /// `conflict` decides about another writer's entries ("theirs"), a file edited in place on the
+    /// remote ("edited") and one that is both ("both"): each policy once, as sets the plan takes.
+    @Test(arguments: [
+        (ConflictPolicy.fail, ConflictResolution(conflicts: ["both", "edited", "theirs"].map(RelativePath.init(trusted:)), refused: true)),
+        (.localWins, ConflictResolution(conflicts: ["both", "edited", "theirs"].map(RelativePath.init(trusted:)),
+                                        repairing: Set(["both", "edited"].map(RelativePath.init(trusted:))))),
+        (.remoteWins, ConflictResolution(conflicts: ["both", "edited", "theirs"].map(RelativePath.init(trusted:)),
+                                         keepingRemote: Set(["both", "theirs"].map(RelativePath.init(trusted:))),
+                                         unlisting: [RelativePath(trusted: "edited")])),
+    ])
+    func theConflictPolicyDecidesWhatThePlanKeepsSendsAndUnlists(policy: ConflictPolicy, expected: ConflictResolution) {
+        let resolution = PushPlanner.resolve(policy, changedByAnotherWriter: [p("theirs"), p("both")], editedOnRemote: [p("edited"), p("both")])
+        #expect(resolution == expected)
+    }
+
+    @Test(arguments: [ConflictPolicy.fail, .localWins, .remoteWins])
+    func withoutAConflictNoPolicyChangesThePlan(policy: ConflictPolicy) {
+        let resolution = PushPlanner.resolve(policy, changedByAnotherWriter: [], editedOnRemote: [])
+        #expect(resolution == ConflictResolution() && !resolution.refused)
+    }
+
+    /// The decision as the plan applies it: a file edited in place on the remote is sent again
+    /// (local-wins) though the manifest lists the local bytes, or stays there unlisted (remote-wins).
+    @Test func anEditedFileIsSentAgainOrLeftUnlisted() {
+        let remote = published([entry("edited", h1), entry("kept", h1)])
+        let local = [entry("edited", h1), entry("kept", h1)]
+        let localWins = PushPlanner.resolve(.localWins, changedByAnotherWriter: [], editedOnRemote: [p("edited")])
+        let sending = PushPlanner.plan(local: local, remote: remote, rules: deleteAll, keepingRemote: localWins.keepingRemote,
+                                       repairing: localWins.repairing, unlisting: localWins.unlisting)
+        #expect(sending.uploads.map(\.entry.path) == [p("edited")] && sending.manifest.map(\.path) == [p("edited"), p("kept")])
+        let remoteWins = PushPlanner.resolve(.remoteWins, changedByAnotherWriter: [], editedOnRemote: [p("edited")])
+        let unlisting = PushPlanner.plan(local: local, remote: remote, rules: deleteAll, keepingRemote: remoteWins.keepingRemote,
+                                         repairing: remoteWins.repairing, unlisting: remoteWins.unlisting)
+        #expect(unlisting.uploads.isEmpty && unlisting.deletions.isEmpty, "the remote's bytes stay where they are")
+        #expect(unlisting.manifest.map(\.path) == [p("kept")] && unlisting.unlisted == 1 && !unlisting.isEmpty, "a manifest goes without it")
+    }
+
     /// An empty local tree may not empty the remote: refused only when the run would delete what
     /// the remote lists, and allow-empty = yes lets it.
     @Test(arguments: [(0, 3, "delete = yes", true), (0, 3, "delete = yes\nallow-empty = yes", false), (0, 3, "delete = no", false),

@@ -5,17 +5,20 @@ import Testing
 struct RunOutcomeTests {
     @Test(arguments: [
         (RunOutcome(), ExitCode.inSync),
-        (RunOutcome(failed: 1), .someFilesFailed),
+        (RunOutcome(counts: TransferCounts(failed: 1)), .someFilesFailed),
         (RunOutcome(deletionsRefused: true), .someFilesFailed),
-        (RunOutcome(waiting: 2), .remoteOrManifest),
+        (RunOutcome(counts: TransferCounts(waiting: 2)), .remoteOrManifest),
         // A 404 on one file and an unreachable remote for another: the remote needs attention first,
         // in one session exactly as across two.
-        (RunOutcome(failed: 1, waiting: 1), .remoteOrManifest),
-        (RunOutcome(localIOFailed: true, failed: 3, waiting: 1), .localIO),
+        (RunOutcome(counts: TransferCounts(failed: 1, waiting: 1)), .remoteOrManifest),
+        (RunOutcome(localIOFailed: true, counts: TransferCounts(failed: 3, waiting: 1)), .localIO),
         (RunOutcome(stopped: true), .incomplete),
-        (RunOutcome(suspended: 1), .incomplete),
-        (RunOutcome(delayed: 4), .incomplete),
-        (RunOutcome(failed: 1, stopped: true), .someFilesFailed),
+        (RunOutcome(counts: TransferCounts(suspended: 1)), .incomplete),
+        (RunOutcome(counts: TransferCounts(delayed: 4)), .incomplete),
+        (RunOutcome(counts: TransferCounts(held: 2, heldFor: "ac-power")), .incomplete),
+        // What was transferred or deleted decides nothing.
+        (RunOutcome(counts: TransferCounts(transferred: 3, deleted: 2, bytes: 9)), .inSync),
+        (RunOutcome(counts: TransferCounts(failed: 1), stopped: true), .someFilesFailed),
         (RunOutcome(error: .busy), .sessionBusy),
         (RunOutcome(error: .manifest), .remoteOrManifest),
         (RunOutcome(error: .usage), .usage),
@@ -26,13 +29,25 @@ struct RunOutcomeTests {
     }
 
     @Test func oneRuleWithinAndAcrossSessions() {
-        let a = RunOutcome(failed: 1)
-        let b = RunOutcome(waiting: 1)
+        let a = RunOutcome(counts: TransferCounts(failed: 1))
+        let b = RunOutcome(counts: TransferCounts(waiting: 1))
         var both = a
-        both.waiting = b.waiting
+        both.counts.waiting = b.counts.waiting
         #expect(ExitCode.worst([a.exitCode, b.exitCode]) == both.exitCode)
         #expect(ExitCode.worst([]) == .inSync)
         #expect(ExitCode.worst([.incomplete, .sessionBusy, .someFilesFailed]) == .sessionBusy)
+    }
+
+    @Test func aStagesCountsAddToTheRunsWithTheEarliestBegin() {
+        let early = Timestamp(seconds: 1_000), late = Timestamp(seconds: 2_000)
+        var run = TransferCounts(failed: 1, deleted: 2, delayed: 1, nextBegin: late)
+        run += TransferCounts(transferred: 3, failed: 1, deleted: 1, bytes: 40, waiting: 1, suspended: 2, delayed: 1, nextBegin: early,
+                              held: 1, heldFor: "ac-power")
+        #expect(run == TransferCounts(transferred: 3, failed: 2, deleted: 3, bytes: 40, waiting: 1, suspended: 2, delayed: 2, nextBegin: early,
+                                      held: 1, heldFor: "ac-power"))
+        #expect(run.notDone == 6)
+        run += TransferCounts()
+        #expect(run.nextBegin == early && run.heldFor == "ac-power", "a stage that delays and holds nothing keeps what the run said")
     }
 }
 

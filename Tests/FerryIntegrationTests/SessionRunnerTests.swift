@@ -29,7 +29,7 @@ struct SessionRunnerTests {
         let jobs = config.sessions.map { SessionRunner.Job(session: $0, options: SyncOptions(stop: StopCondition(clock: SystemClock(), maxDuration: nil))) }
         let results = try SessionRunner(agent: config.agent, clock: SystemClock()).run(jobs, sinks: [first, second])
         #expect(results.map(\.session) == ["a", "b", "c"])
-        #expect(results.allSatisfy { $0.exitCode == .inSync && $0.downloaded == 1 })
+        #expect(results.allSatisfy { $0.exitCode == .inSync && $0.counts.transferred == 1 })
         for name in ["a", "b", "c"] { #expect(fileContents("\(box.directory)/\(name)/\(name).txt") == "\(name)\n") }
         #expect(first.events.count == second.events.count && !first.events.isEmpty)
         #expect(first.events.filter { $0.name == "sync-finished" }.count == 3)

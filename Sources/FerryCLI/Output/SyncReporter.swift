@@ -120,8 +120,8 @@ final class SyncReporter: EventSink {
             break
         case let .planned(p) where agentLog && p.isIdle && level < .debug:
             break
-        case let .syncFinished(code, downloaded, failed, deleted, _, _, _, _, _)
-            where agentLog && code == ExitCode.inSync.rawValue && downloaded + failed + deleted == 0 && level < .debug:
+        case let .syncFinished(code, transferred, failed, deleted, _, _, _, _, _)
+            where agentLog && code == ExitCode.inSync.rawValue && transferred + failed + deleted == 0 && level < .debug:
             break
         case let .syncFinished(code, _, _, _, _, _, _, _, _)
             where agentLog && PollSchedule.outcome(exitCode: ExitCode(rawValue: code) ?? .usage, waiting: 0) == .failed:
@@ -199,11 +199,11 @@ final class SyncReporter: EventSink {
             let signed = signedBy.map { ", signed by \($0)" } ?? ""
             line("wrote \(Printable.name(output)): version \(version), \(Plural.count(files, "file")), \(Units.formatBytes(bytes))\(signed)")
             if let sha256sums { line("wrote \(Printable.name(sha256sums)): the same files for sha256sum -c") }
-        case let .syncFinished(code, downloaded, failed, deleted, bytes, seconds, message, hint, dryRun):
+        case let .syncFinished(code, transferred, failed, deleted, bytes, seconds, message, hint, dryRun):
             retried = retried.filter { $0.key.session != event.session }
             bars?.remove(session: event.session)
             bars?.clear()
-            finished(s, ExitCode(rawValue: code), verb: pushing.contains(event.session) ? "uploaded" : "downloaded", downloaded: downloaded, failed: failed, deleted: deleted, bytes: bytes,
+            finished(s, ExitCode(rawValue: code), verb: pushing.contains(event.session) ? "uploaded" : "downloaded", transferred: transferred, failed: failed, deleted: deleted, bytes: bytes,
                      seconds: seconds, message: message, hint: hint, dryRun: dryRun)
         case let .manifestRetrying(_, attempt, delay, error):
             guard firstRetry(event.session, nil, error) else { return }
@@ -244,7 +244,7 @@ final class SyncReporter: EventSink {
 
     /// The run's one summary. A run that could not go on says "failed" and why, on stderr, with
     /// what to do next; it never claims there was nothing to transfer.
-    private func finished(_ s: String, _ code: ExitCode?, verb: String, downloaded: Int, failed: Int, deleted: Int, bytes: Int64, seconds: Double,
+    private func finished(_ s: String, _ code: ExitCode?, verb: String, transferred: Int, failed: Int, deleted: Int, bytes: Int64, seconds: Double,
                           message: String?, hint: String?, dryRun: Bool) {
         if busyIsExpected && code == .sessionBusy { return }
         let time = Units.formatFixed(seconds, digits: 2) + "s"
@@ -252,11 +252,11 @@ final class SyncReporter: EventSink {
             Console.out("\(s): \(message ?? "dry run: nothing was changed")")
             return
         }
-        let counts = "\(downloaded) \(verb) (\(Units.formatBytes(bytes)) in \(time)"
+        let counts = "\(transferred) \(verb) (\(Units.formatBytes(bytes)) in \(time)"
             + (seconds > 0 && bytes > 0 ? ", \(Units.formatBytes(Int64(Double(bytes) / seconds)))/s" : "") + "), \(deleted) deleted, \(failed) failed"
         switch code {
         case .inSync?:
-            let what = downloaded == 0 && deleted == 0 && failed == 0 ? "nothing to transfer (\(time))" : counts
+            let what = transferred == 0 && deleted == 0 && failed == 0 ? "nothing to transfer (\(time))" : counts
             Console.out("\(s): in sync — \(what)")
         case .someFilesFailed?:
             Console.out("\(s): finished with errors — \(counts)")
@@ -267,7 +267,7 @@ final class SyncReporter: EventSink {
             if let message { Console.out("\(s): \(message)") }
         default:
             // Usage, remote or manifest, local I/O, busy: the run could not go on.
-            let done = downloaded + deleted + failed > 0 ? " (\(counts))" : ""
+            let done = transferred + deleted + failed > 0 ? " (\(counts))" : ""
             Console.err("ferry: error: \(s): failed: \(message ?? "exit code \(code?.rawValue ?? -1)")\(done)")
             if let hint { Console.err("  hint: \(hint)") }
         }

@@ -107,8 +107,9 @@ public struct Event: Sendable {
         /// `ferry agent` itself: `action` is started, reloaded, reload-refused or stopping.
         case agent(action: String, message: String)
         /// The end of a run: `message` says why when it did not end in sync (or what a dry run
-        /// would do), `hint` what to do next.
-        case syncFinished(exitCode: Int32, downloaded: Int, failed: Int, deleted: Int, bytes: Int64, seconds: Double,
+        /// would do), `hint` what to do next. `transferred` (`TransferCounts.transferred`) is
+        /// `downloaded` in JSON, whichever the direction.
+        case syncFinished(exitCode: Int32, transferred: Int, failed: Int, deleted: Int, bytes: Int64, seconds: Double,
                           message: String?, hint: String?, dryRun: Bool)
     }
 
@@ -255,8 +256,8 @@ public struct Event: Sendable {
             if let nextPoll { s("next_poll", nextPoll.rfc3339) }
         case let .agent(action, message):
             s("action", action); s("message", message)
-        case let .syncFinished(exitCode, downloaded, failed, deleted, bytes, seconds, message, hint, dryRun):
-            n("exit_code", Int64(exitCode)); n("downloaded", Int64(downloaded)); n("failed", Int64(failed))
+        case let .syncFinished(exitCode, transferred, failed, deleted, bytes, seconds, message, hint, dryRun):
+            n("exit_code", Int64(exitCode)); n("downloaded", Int64(transferred)); n("failed", Int64(failed))
             n("deleted", Int64(deleted)); n("bytes", bytes); raw("seconds", Units.formatFixed(seconds, digits: 3))
             if let message { s("message", message) }
             if let hint { s("hint", hint) }

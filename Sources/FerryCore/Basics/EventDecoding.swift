@@ -94,9 +94,9 @@ extension Event {
             guard let action = text("action"), let message = text("message") else { return nil }
             body = .agent(action: action, message: message)
         case "sync-finished":
-            guard let code = int("exit_code").map(Int32.init), let downloaded = int("downloaded"), let failed = int("failed"),
+            guard let code = int("exit_code").map(Int32.init), let transferred = int("downloaded"), let failed = int("failed"),
                   let deleted = int("deleted"), let bytes = int64("bytes"), let seconds = double("seconds") else { return nil }
-            body = .syncFinished(exitCode: code, downloaded: downloaded, failed: failed, deleted: deleted, bytes: bytes, seconds: seconds,
+            body = .syncFinished(exitCode: code, transferred: transferred, failed: failed, deleted: deleted, bytes: bytes, seconds: seconds,
                                  message: text("message"), hint: text("hint"), dryRun: bool("dry_run") ?? false)
         default:
             return nil

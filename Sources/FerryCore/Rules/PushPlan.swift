@@ -224,3 +224,53 @@ public enum ConflictPolicy: String, Sendable {
         return changed.sorted()
     }
 }
+
+/// What `conflict` decided about the paths the remote holds otherwise than this session published
+/// or placed them (`PushPlanner.resolve`): either the run changes nothing (`refused`), or the sets
+/// the plan is made again with (`PushPlanner.plan`'s `keepingRemote`, `repairing`, `unlisting`).
+public struct ConflictResolution: Sendable, Equatable {
+    /// Every path in conflict, once each, in path order.
+    public var conflicts: [RelativePath] = []
+    /// `conflict = fail` met a conflict: nothing is uploaded or deleted, on either side.
+    public var refused = false
+    /// Paths whose remote version stays, listed as the remote's manifest lists it.
+    public var keepingRemote: Set<RelativePath> = []
+    /// Paths sent again whatever the manifest says.
+    public var repairing: Set<RelativePath> = []
+    /// Paths the remote keeps and the manifest no longer lists.
+    public var unlisting: Set<RelativePath> = []
+
+    public init(conflicts: [RelativePath] = [], refused: Bool = false, keepingRemote: Set<RelativePath> = [],
+                repairing: Set<RelativePath> = [], unlisting: Set<RelativePath> = []) {
+        self.conflicts = conflicts
+        self.refused = refused
+        self.keepingRemote = keepingRemote
+        self.repairing = repairing
+        self.unlisting = unlisting
+    }
+}
+
+extension PushPlanner {
+    /// Applies `policy` to what changed on the remote: `changedByAnotherWriter`, the paths its
+    /// manifest says differently from the one this session last published
+    /// (`ConflictPolicy.changedOnRemote`), and `editedOnRemote`, the files it holds otherwise than
+    /// ferry placed them (edited, replaced or removed in place; its manifest still lists them as
+    /// published). `fail` refuses the run; `local-wins` sends the edited files again (another
+    /// writer's entries are replaced by the plan itself, which plans against the remote's manifest
+    /// as it is now); `remote-wins` keeps another writer's entries as they are, and a file edited
+    /// in place stays on the remote unlisted: no entry vouches for its bytes.
+    public static func resolve(_ policy: ConflictPolicy, changedByAnotherWriter: [RelativePath],
+                               editedOnRemote: Set<RelativePath>) -> ConflictResolution {
+        let byAnotherWriter = Set(changedByAnotherWriter)
+        let conflicts = byAnotherWriter.union(editedOnRemote).sorted()
+        guard !conflicts.isEmpty else { return ConflictResolution() }
+        switch policy {
+        case .fail:
+            return ConflictResolution(conflicts: conflicts, refused: true)
+        case .localWins:
+            return ConflictResolution(conflicts: conflicts, repairing: editedOnRemote)
+        case .remoteWins:
+            return ConflictResolution(conflicts: conflicts, keepingRemote: byAnotherWriter, unlisting: editedOnRemote.subtracting(byAnotherWriter))
+        }
+    }
+}

@@ -7,32 +7,22 @@ public struct RunOutcome: Sendable, Equatable {
     public var error: FerryError.Category?
     /// A disk-level failure (full, read-only, I/O error) while placing files.
     public var localIOFailed = false
-    /// Files that failed (transfer, verification, a path in the way).
-    public var failed = 0
+    /// The run's files: those that failed (transfer, verification, a path in the way), wait for
+    /// connectivity, or were suspended, delayed or held for a later run (what it transferred or deleted
+    /// decides nothing).
+    public var counts: TransferCounts
     /// Deletions refused by `max-delete`.
     public var deletionsRefused = false
-    /// Files waiting for connectivity: the remote could not be reached for them.
-    public var waiting = 0
     /// A deadline or signal stopped the run with work left.
     public var stopped = false
-    /// Files suspended by `ferry cancel`.
-    public var suspended = 0
-    /// Files delayed to a later run (`earliest-begin`, `--not-before`).
-    public var delayed = 0
-    /// Files a discretionary session holds until its conditions hold.
-    public var held = 0
 
-    public init(error: FerryError.Category? = nil, localIOFailed: Bool = false, failed: Int = 0, deletionsRefused: Bool = false,
-                waiting: Int = 0, stopped: Bool = false, suspended: Int = 0, delayed: Int = 0, held: Int = 0) {
+    public init(error: FerryError.Category? = nil, localIOFailed: Bool = false, counts: TransferCounts = TransferCounts(),
+                deletionsRefused: Bool = false, stopped: Bool = false) {
         self.error = error
         self.localIOFailed = localIOFailed
-        self.failed = failed
+        self.counts = counts
         self.deletionsRefused = deletionsRefused
-        self.waiting = waiting
         self.stopped = stopped
-        self.suspended = suspended
-        self.delayed = delayed
-        self.held = held
     }
 
     /// The exit code of each condition present; an outcome with none is in sync.
@@ -40,9 +30,9 @@ public struct RunOutcome: Sendable, Equatable {
         var codes: [ExitCode] = []
         if let error { codes.append(FerryError(error, "").exitCode) }
         if localIOFailed { codes.append(.localIO) }
-        if failed > 0 || deletionsRefused { codes.append(.someFilesFailed) }
-        if waiting > 0 { codes.append(.remoteOrManifest) }
-        if stopped || suspended > 0 || delayed > 0 || held > 0 { codes.append(.incomplete) }
+        if counts.failed > 0 || deletionsRefused { codes.append(.someFilesFailed) }
+        if counts.waiting > 0 { codes.append(.remoteOrManifest) }
+        if stopped || counts.suspended > 0 || counts.delayed > 0 || counts.held > 0 { codes.append(.incomplete) }
         return codes
     }
 

@@ -366,7 +366,7 @@ public final class Agent: @unchecked Sendable {
         guard var slot = slots[name] else { return }
         slot.running = nil
         slot.inSync = result.exitCode == .inSync
-        slot.held = result.heldFor == nil ? nil : DiscretionGate(session: slot.session, agent: config.agent, clock: clock)
+        slot.held = result.counts.heldFor == nil ? nil : DiscretionGate(session: slot.session, agent: config.agent, clock: clock)
         if !slot.following.isEmpty {
             let done = Set(slot.following.map { ObjectIdentifier($0.connection) })
             followers.bySession.withLock { $0[name]?.removeAll { done.contains(ObjectIdentifier($0.connection)) } }
@@ -379,10 +379,10 @@ public final class Agent: @unchecked Sendable {
             try? store.recordAgentState(session: name, pid: nil, state: nil, nextPoll: nil)
             return
         }
-        let outcome = PollSchedule.outcome(exitCode: result.exitCode, waiting: result.waiting)
+        let outcome = PollSchedule.outcome(exitCode: result.exitCode, waiting: result.counts.waiting)
         var delay = slot.schedule.delay(after: outcome, random: random())
         let now = clock.now()
-        if let begin = result.nextBegin {
+        if let begin = result.counts.nextBegin {
             // A delayed download comes due before the next poll: poll then.
             delay = min(delay, max(1, begin.timeInterval - now.timeInterval))
         }
@@ -441,14 +441,14 @@ public final class Agent: @unchecked Sendable {
     static func describe(_ result: SyncResult, outcome: PollSchedule.Outcome) -> PollState {
         switch outcome {
         case .reached:
-            if let heldFor = result.heldFor { return .held("\(Plural.count(result.held, "file")) \(result.held == 1 ? "waits" : "wait") for \(heldFor)") }
+            if let heldFor = result.counts.heldFor { return .held("\(Plural.count(result.counts.held, "file")) \(result.counts.held == 1 ? "waits" : "wait") for \(heldFor)") }
             return .idle
         case .busy:
             return .busy
         case .failed:
             // Only what connectivity can cure is "waiting": a refusal (HTTP 409, 403, a manifest
             // that does not parse) is a failure that says what failed.
-            if result.error?.cause?.isConnectivity == true || result.waiting > 0 {
+            if result.error?.cause?.isConnectivity == true || result.counts.waiting > 0 {
                 return .waiting(result.message ?? "the remote could not be reached")
             }
             return .failed(result.message ?? "exit code \(result.exitCode.rawValue)")

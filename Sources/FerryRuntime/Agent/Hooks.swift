@@ -84,13 +84,13 @@ public final class HookRunner: EventSink, @unchecked Sendable {
             return
         case let .fileFailed(path, error):
             file = (path, 0, "failed", error)
-        case let .syncFinished(code, downloaded, failed, deleted, bytes, _, _, _, dryRun):
+        case let .syncFinished(code, transferred, failed, deleted, bytes, _, _, _, dryRun):
             // Finished all its work: the run changed or failed something and left nothing for later.
-            guard !dryRun, code != ExitCode.incomplete.rawValue, downloaded + deleted + failed > 0,
+            guard !dryRun, code != ExitCode.incomplete.rawValue, transferred + deleted + failed > 0,
                   let session = sessions.withLock({ $0[event.session] }), let command = session.onSessionDone else { return }
             let result = ExitCode(rawValue: code)?.name ?? "exit-\(code)"
             let env = ["FERRY_SESSION=" + session.name, "FERRY_PATH=", "FERRY_LOCAL=" + session.local, "FERRY_BYTES=\(bytes)",
-                       "FERRY_RESULT=" + result, "FERRY_EXIT_CODE=\(code)", "FERRY_FILES=\(downloaded)", "FERRY_DELETED=\(deleted)",
+                       "FERRY_RESULT=" + result, "FERRY_EXIT_CODE=\(code)", "FERRY_FILES=\(transferred)", "FERRY_DELETED=\(deleted)",
                        "FERRY_FAILED=\(failed)"]
             enqueue(Job(kind: "on-session-done", session: session.name, command: command, environment: env,
                         timeout: session.hookTimeout, subject: ""))

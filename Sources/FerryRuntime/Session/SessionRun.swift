@@ -56,20 +56,9 @@ public struct SyncOptions: Sendable {
 public struct SyncResult: Sendable {
     public var session: String
     public var exitCode: ExitCode = .inSync
-    public var downloaded = 0
-    public var failed = 0
-    /// Files waiting for connectivity at the end of the run.
-    public var waiting = 0
-    /// Files suspended by `ferry cancel`.
-    public var suspended = 0
-    /// Files delayed by `earliest-begin` / `--not-before`, and the earliest time one begins.
-    public var delayed = 0
-    public var nextBegin: Timestamp?
-    /// Files a discretionary session holds, and the conditions they wait for.
-    public var held = 0
-    public var heldFor: String?
-    public var deleted = 0
-    public var bytes: Int64 = 0
+    /// What the run did with its files (`TransferCounts`): the transfer stage's counts, and the
+    /// cycle's own (files that could not be read, a path in the way, deletions).
+    public var counts = TransferCounts()
     public var hashed = 0
     public var plan: Plan?
     /// The run-level error, if the run could not go on.
@@ -82,14 +71,14 @@ public struct SyncResult: Sendable {
 
 extension SyncResult {
     /// Why work was left for a later run, a sentence each: suspended by `ferry cancel`, delayed to a
-    /// time, held by the session's conditions. `noun` names the work: files, uploads.
-    /// `noun` is singular (file, upload).
+    /// time, held by the session's conditions. `noun` names the work, singular: file, upload.
     func leftForLater(_ noun: String) -> [String] {
         var reasons: [String] = []
         func are(_ n: Int) -> String { n == 1 ? "is" : "are" }
+        let (suspended, delayed, held) = (counts.suspended, counts.delayed, counts.held)
         if suspended > 0 { reasons.append("\(Plural.count(suspended, noun)) \(are(suspended)) suspended by ferry cancel; ferry resume continues \(suspended == 1 ? "it" : "them")") }
-        if delayed > 0 { reasons.append("\(Plural.count(delayed, noun)) \(are(delayed)) delayed; the first may begin at \(nextBegin?.rfc3339 ?? "?"), in a later run") }
-        if held > 0, let heldFor {
+        if delayed > 0 { reasons.append("\(Plural.count(delayed, noun)) \(are(delayed)) delayed; the first may begin at \(counts.nextBegin?.rfc3339 ?? "?"), in a later run") }
+        if held > 0, let heldFor = counts.heldFor {
             reasons.append("\(Plural.count(held, noun)) \(held == 1 ? "waits" : "wait") for the session's discretionary conditions: \(heldFor); \(held == 1 ? "it begins" : "they begin") when the conditions hold")
         }
         return reasons
@@ -149,7 +138,7 @@ final class SessionRun: SessionWork {
             }
             // A file that failed never leaves the run in sync, whichever way the cycle ended: the
             // exit code is what tells a caller, and the agent, to try it again.
-            result.exitCode = ExitCode.worst([result.exitCode] + RunOutcome(failed: result.failed).codes)
+            result.exitCode = ExitCode.worst([result.exitCode] + RunOutcome(counts: TransferCounts(failed: result.counts.failed)).codes)
             withExtendedLifetime(lock) {}
         } catch {
             let error = options.stop.explaining(error)
@@ -161,10 +150,10 @@ final class SessionRun: SessionWork {
         // A run refused as busy never ran: the status belongs to the process that holds the session.
         if let store, !options.dryRun, result.error?.category != .busy {
             try? store.recordRunFinished(session: session.name, exitCode: result.exitCode.rawValue, message: result.message)
-            try? store.recordHold(session: session.name, waitsFor: result.heldFor)
+            try? store.recordHold(session: session.name, waitsFor: result.counts.heldFor)
         }
-        emit(.syncFinished(exitCode: result.exitCode.rawValue, downloaded: result.downloaded, failed: result.failed,
-                           deleted: result.deleted, bytes: result.bytes, seconds: clock.monotonic() - started,
+        emit(.syncFinished(exitCode: result.exitCode.rawValue, transferred: result.counts.transferred, failed: result.counts.failed,
+                           deleted: result.counts.deleted, bytes: result.counts.bytes, seconds: clock.monotonic() - started,
                            message: result.message, hint: result.hint, dryRun: options.dryRun))
         return result
     }

@@ -34,20 +34,13 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
 
     /// Why the run stopped before all its transfers ended, if it did.
     private(set) var stopped: String?
-    /// What the transfers wait for, when the session's conditions did not hold, and how many
-    /// were left waiting for them (`onHold`).
-    private(set) var heldFor: String?
-    var onHold = 0
-    var failed = 0
+    /// What the stage did with its files: transferred (the subclass counts those, and their
+    /// bytes), failed, left waiting for connectivity, suspended by `ferry cancel` (before or during
+    /// the run), delayed to a later time (`earliest-begin`, `--not-before`) or held by the
+    /// session's conditions (`heldFor`: what they wait for).
+    var counts = TransferCounts()
     /// The paths of the files that failed for good this run.
     private(set) var failedPaths = Set<RelativePath>()
-    /// Tasks left waiting for connectivity.
-    var waiting = 0
-    /// Tasks suspended by `ferry cancel` (before or during the run).
-    var suspended = 0
-    /// Tasks delayed to a later time (`earliest-begin`, `--not-before`), and the soonest of them.
-    private(set) var delayed = 0
-    private(set) var nextBegin: Timestamp?
     var storeError: FerryError?
     /// A failure that is the run's, not one file's (the local directory cannot be written, the
     /// server refuses every write): the run stops, it is said once, and the files stay queued.
@@ -82,12 +75,12 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
         var runnable: [Item] = []
         for item in items {
             if item.task.state == .suspended {
-                suspended += 1
+                counts.suspended += 1
                 held[item.task.id] = item
                 emit(.fileSuspended(path: item.path, offset: item.task.bytesDone))
             } else if item.task.state == .delayed, let until = item.task.notBefore, until > now {
-                delayed += 1
-                nextBegin = min(nextBegin ?? until, until)
+                counts.delayed += 1
+                counts.nextBegin = min(counts.nextBegin ?? until, until)
                 emit(.fileDelayed(path: item.path, until: until))
             } else {
                 runnable.append(item)
@@ -101,20 +94,20 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
     /// waiting for them.
     func run(engine: TransferEngine) {
         if !ready.isEmpty, let reason = gate?.waitsFor() {
-            heldFor = reason
+            counts.heldFor = reason
         } else {
             engine.run(self)
         }
         flush()
         suspensions.acknowledgeOpen()
-        if let heldFor {
+        if let heldFor = counts.heldFor {
             // What had not begun, or waited out a backoff, when the conditions ended; what was
             // running was counted as it was interrupted.
             let left = leftWhenHeld()
-            onHold += left.count
+            counts.held += left.count
             do throws(FerryError) { try store.requeue(left.map(\.task.id)) } catch { storeError = error }
             // Conditions that ended as the last transfer finished held nothing back.
-            if onHold > 0 { emit(.sessionHeld(files: onHold, waitsFor: heldFor)) } else { self.heldFor = nil }
+            if counts.held > 0 { emit(.sessionHeld(files: counts.held, waitsFor: heldFor)) } else { counts.heldFor = nil }
         }
         progress.active = []
         progress.bytesDone = completedBytes
@@ -142,7 +135,7 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
         }
         if let reason = gate?.waitsFor() {
             // A discretionary condition ended: running transfers stop, and the rest waits.
-            heldFor = reason
+            counts.heldFor = reason
             return true
         }
         return false
@@ -169,7 +162,7 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
             cancel(ids)
             func drop(_ item: Item) -> Bool {
                 guard ids.contains(item.task.id) else { return false }
-                suspended += 1
+                counts.suspended += 1
                 held[item.task.id] = item
                 emit(.fileSuspended(path: item.path, offset: item.task.bytesDone))
                 return true
@@ -189,7 +182,7 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
         for (id, item) in held where !stillSuspended.contains(id) {
             held.removeValue(forKey: id)
             guard let task = try store.task(id: id), task.state.after(.start) != nil else { continue }
-            suspended -= 1
+            counts.suspended -= 1
             var item = item
             item.task = task
             item.notBefore = 0
@@ -203,12 +196,12 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
     /// for them), or by a deadline or signal (the next run takes it up).
     func interrupted(_ item: Item, offset: Int64, cancelled: Bool) {
         if cancelled {
-            suspended += 1
+            counts.suspended += 1
             held[item.task.id] = item
             emit(.fileSuspended(path: item.path, offset: offset))
             return
         }
-        if heldFor != nil { onHold += 1 }
+        if counts.heldFor != nil { counts.held += 1 }
         // Back in line with its resume data: no process transfers it now.
         do throws(FerryError) { try store.requeue([item.task.id]) } catch { storeError = error }
         emit(.fileInterrupted(path: item.path, offset: offset))
@@ -222,7 +215,7 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
         case let .giveUp(message):
             fail(item.path, item.task, message, bytesDone: item.task.bytesDone, validator: item.task.validator)
         case .waitForConnectivity:
-            waiting += 1
+            counts.waiting += 1
             record(item.task, waiting: true, error: failure.message)
             emit(.fileWaiting(path: item.path, error: failure.message))
         case let .retry(delay):
@@ -249,7 +242,7 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
 
     /// A file that failed for good this run: counted, recorded with what it kept, and reported.
     func fail(_ path: RelativePath, _ task: TransferTask, _ message: String, bytesDone: Int64 = 0, validator: String? = nil) {
-        failed += 1
+        counts.failed += 1
         failedPaths.insert(path)
         progress.filesFailed += 1
         do throws(FerryError) {

@@ -52,11 +52,8 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     /// Placed and checked; recorded done in groups (one transaction per 256, or per 0.2 s).
     private var moved: [Item] = []
     private var lastFlush: Double
-    private(set) var uploaded = 0
     /// The content of the files placed and checked this run, by SHA-256.
     private(set) var placedContent = Set<SHA256Digest>()
-    /// Bytes sent this run, of files placed and of those that failed or stopped.
-    private(set) var bytesSent: Int64 = 0
     /// Entries whose hash is known only now: hashed while sent, or hashed again after a change.
     private(set) var rehashed: [RelativePath: ManifestEntry] = [:]
     /// Files gone from the local tree between the scan and their upload: not sent. The manifest
@@ -120,7 +117,7 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
             if let next = try placement.next(after: step) {
                 if step.cancelRequested {
                     // `ferry cancel` came as the step ended: the placement stops here.
-                    bytesSent += placement.sent
+                    counts.bytes += placement.sent
                     placement.end(placed: false, keep: true)
                     interrupted(item, offset: 0, cancelled: true)
                     return
@@ -129,7 +126,7 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
                 return
             }
         } catch {
-            bytesSent += placement.sent
+            counts.bytes += placement.sent
             placement.end(placed: false, keep: error.retryClass != .never)
             failed(item, TransferFailure(message: error.message, keepPartial: false, cause: error.cause ?? .http(status: 500)))
             return
@@ -252,9 +249,9 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
             try store.markDone(session: session.name, moved.map { ($0.task, CachedHash($0.stat, sha256: $0.entry.sha256, wanted: nil)) },
                                placed: moved.compactMap { item in item.placed.map { (destination(item.entry), $0) } })
             for item in moved {
-                uploaded += 1
+                counts.transferred += 1
                 placedContent.insert(item.entry.sha256)
-                bytesSent += item.sent
+                counts.bytes += item.sent
                 completedBytes += item.stat.size
                 progress.filesDone += 1
                 // `fetched`: what this run sent (a resumed upload in parts sends less than the size).
@@ -362,12 +359,12 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
                     continuing.append((mended, item))
                     continue
                 }
-                bytesSent += placement.sent
+                counts.bytes += placement.sent
                 // A failure the next try may get past keeps what it can resume (S3's parts).
                 placement.end(placed: false, keep: failure.retry != .never && failure.cause != .sourceChanged)
                 failed(item, failure)
             case .interrupted:
-                bytesSent += placement.sent
+                counts.bytes += placement.sent
                 placement.end(placed: false, keep: true)
                 interrupted(item, offset: 0, cancelled: transfer.cancelRequested)
             }
@@ -418,7 +415,7 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
             for (step, id) in steps where ids.contains(id) { step.cancelRequested = true }
             // Between two steps: stopped where they are, kept for `ferry resume`.
             for (_, item) in continuing where ids.contains(item.task.id) {
-                bytesSent += item.placement?.sent ?? 0
+                counts.bytes += item.placement?.sent ?? 0
                 item.placement?.end(placed: false, keep: true)
                 interrupted(item, offset: 0, cancelled: true)
             }

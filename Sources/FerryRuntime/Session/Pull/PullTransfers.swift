@@ -26,16 +26,10 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     /// Where a file's bytes are under the remote (`RemoteLayout.location`).
     private let locate: (ManifestEntry) -> RelativePath
 
-    private(set) var downloaded = 0
     /// Downloads that neither finished, failed, wait nor are suspended, delayed or held: only a stop leaves any.
-    var unfinished: Int { progress.filesTotal - downloaded - failed - waiting - suspended - delayed - onHold }
-    /// Bytes that came over the network this run: of files done, and of those that failed or
-    /// stopped (what a stop keeps is resume data, and counts).
-    private(set) var bytesFetched: Int64 = 0
+    var unfinished: Int { progress.filesTotal - counts.transferred - counts.failed - counts.notDone }
     /// A disk-level failure (full, read-only, I/O error): the run ends with exit code 5.
     private(set) var localIOError: String?
-    /// Files removed to make room for listed files (what directories in the way held).
-    private(set) var deletedInReplacements = 0
     /// Files whose manifest mtime the filesystem could not store (their `wantedMtime` is set).
     private(set) var unstorableMtimes: [(RelativePath, CachedHash)] = []
 
@@ -204,7 +198,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                 continue  // the committer closes it
             case let .failed(failure):
                 // What came over the network counts, kept or not.
-                bytesFetched += download.received
+                counts.bytes += download.received
                 if let code = download.localIOFailure, code == ENOSPC || code == EDQUOT || code == EROFS || code == EIO {
                     localIOError = localIOError ?? "\(session.local): \(failure.message)"
                 }
@@ -220,7 +214,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                     retryOrFail(item, failure)
                 }
             case .interrupted:
-                bytesFetched += download.received
+                counts.bytes += download.received
                 var kept: Int64 = 0
                 if download.syncData() {
                     kept = min(download.written, download.bytesOnDisk)
@@ -251,8 +245,8 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             case let .placed(d, cache):
                 items.removeValue(forKey: d.task.id)
                 if cache.wantedMtime != nil { unstorableMtimes.append((d.entry.path, cache)) }
-                downloaded += 1
-                bytesFetched += d.received
+                counts.transferred += 1
+                counts.bytes += d.received
                 completedBytes += d.entry.size ?? d.written
                 progress.filesDone += 1
                 emit(.fileDone(path: d.entry.path, size: d.written, fetched: d.received))
@@ -264,8 +258,9 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         }
         if let error = results.storeError { storeError = storeError ?? error }
         do throws(FerryError) {
-            // Replacements are reported even when their file did not commit (a removal failed half way).
-            deletedInReplacements += try PullTransfers.report(results.changes, session: session.name, store: store, emit: emit)
+            // Files removed to make room for listed files (what directories in the way held) are
+            // deleted; they are reported even when their file did not commit (a removal failed half way).
+            counts.deleted += try PullTransfers.report(results.changes, session: session.name, store: store, emit: emit)
         } catch {
             storeError = error
         }

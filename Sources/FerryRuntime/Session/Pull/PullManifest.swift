@@ -1,0 +1,100 @@
+import Glibc
+import FerryCore
+
+/// The manifest of a pull: asked for conditionally, read (with the tree of a format-2 root), and
+/// the rules it must pass to be taken.
+extension PullSync {
+    /// A manifest read from the remote, or from the cache when the remote says it is unchanged.
+    struct Fetched {
+        let manifest: Manifest
+        /// The remote sent new bytes (not a 304).
+        let changed: Bool
+        /// Where the new bytes wait to become the cached manifest once it is accepted (nil: unchanged, or a dry run).
+        let staged: String?
+        let etag: String?
+        let lastModified: String?
+        /// The session's metadata objects, and the hashes of those of this manifest's tree (format 2).
+        let objects: ManifestObjects
+        let names: [SHA256Digest]
+        /// What came over the network for it: the manifest (not for a 304) and the objects not cached.
+        let metadataBytes: Int64
+        /// Where the manifest's bytes came from, when a redirect took the request elsewhere.
+        var redirectedTo: String? = nil
+    }
+
+    /// The rules a manifest must pass for this session (`localFiles`: what the mirror holds).
+    func acceptance(_ record: SessionRecord?, localFiles: Int) -> ManifestAcceptance {
+        ManifestAcceptance(session: session.name, now: clock.now(),
+                           appliedVersion: record?.manifestURL == session.manifestURL ? record?.manifestVersion : nil,
+                           localFiles: localFiles, allowRollback: session.allowRollback, allowEmpty: session.allowEmpty,
+                           trustedKeys: session.trustedKeys, requireExpiry: session.requireExpiry)
+    }
+
+    /// Whether the manifest last taken (as the state records it) would still be taken as it is:
+    /// signed by a key `trusted-keys` still lists (when it lists any), with an expiry when the
+    /// session requires one, and not expired.
+    func stillTrusted(_ record: SessionRecord?) -> Bool {
+        if let expires = record?.manifestExpires, expires < clock.now() { return false }
+        guard !session.trustedKeys.isEmpty else { return true }
+        if session.requireExpiry && record?.manifestExpires == nil { return false }
+        return record?.manifestSigner.map(session.trustedKeys.contains) ?? false
+    }
+
+    /// Asks the remote for the manifest, conditionally when the cache holds the last one.
+    func requestManifest(record: SessionRecord?, remote: Remote) throws(FerryError) -> ManifestFetch {
+        let manifests = self.manifests
+        return try manifests.fetch(from: remote, record: record, cached: record?.manifestURL == session.manifestURL && FileSystem.exists(manifests.path),
+                                   options: options, emit: { [unowned self] in self.emit($0) }).required()
+    }
+
+    /// The manifest an answer stands for, parsed (the cached one for a 304), with the tree of a
+    /// format-2 root read: its objects from the cache, or fetched. A root this session would
+    /// refuse (unsigned, rolled back, expired) is refused before any object is fetched; the
+    /// caller checks the whole manifest against the mirror before anything is recorded.
+    func readManifest(_ fetched: ManifestFetch, record: SessionRecord?, remote: Remote) throws(FerryError) -> Fetched {
+        let url = session.manifestURL
+        let objects = manifests.objects(remote: remote, keeps: !options.dryRun)
+        func resolved(_ root: Manifest) throws(FerryError) -> (Manifest, [SHA256Digest]) {
+            guard root.tree != nil else { return (root, []) }
+            try acceptance(record, localFiles: 0).check(root, source: url)
+            let read = try objects.resolve(root, source: url, maximumSize: session.maxManifestSize)
+            if objects.damaged > 0 {
+                emit(.warning(message: "\(Plural.count(objects.damaged, "cached metadata object")) of session '\(session.name)' did not match \(objects.damaged == 1 ? "its" : "their") hash (damaged on this machine's disk): fetched again"))
+            }
+            return read
+        }
+        switch fetched {
+        case .unchanged:
+            let bytes = try FileSystem.readFile(manifests.path, limit: Int(session.maxManifestSize))
+            let (manifest, names) = try resolved(try Manifests.parse(bytes, source: url))
+            return Fetched(manifest: manifest, changed: false, staged: nil, etag: nil, lastModified: nil, objects: objects, names: names,
+                           metadataBytes: objects.fetchedBytes)
+        case let .missing(error):
+            throw error
+        case let .fetched(bytes, etag, lastModified, redirectedTo):
+            // Staged on disk before parsing, so the bytes are freed as soon as they are parsed.
+            let staged = options.dryRun ? nil : try manifests.stage(bytes)
+            do {
+                let (manifest, names) = try resolved(try Manifests.parse(bytes, source: url))
+                return Fetched(manifest: manifest, changed: true, staged: staged, etag: etag, lastModified: lastModified, objects: objects,
+                               names: names, metadataBytes: Int64(bytes.count) + objects.fetchedBytes, redirectedTo: redirectedTo)
+            } catch {
+                if let staged { unlink(staged) }
+                throw error
+            }
+        }
+    }
+
+    /// Where the bytes of each file `manifest` lists are under the remote (`RemoteLayout`): at its
+    /// path, or (`"layout": "objects"`) in the content objects beside the manifest, which must
+    /// then be under the remote.
+    func contentLocator(_ manifest: Manifest) throws(FerryError) -> (ManifestEntry) -> RelativePath {
+        let layout = manifest.layout
+        guard layout != .tree else { return { $0.path } }
+        guard let beside = session.manifestPath else {
+            throw .manifest("manifest \(session.manifestURL) says its files are stored as objects beside it (layout \(layout.rawValue)), but it is not under the remote \(session.remote.url): refused, nothing was changed",
+                            hint: "name the manifest relative to the remote (manifest = PATH), or set remote to the directory that holds it")
+        }
+        return { layout.location(of: $0, manifest: beside) }
+    }
+}
