@@ -63,20 +63,6 @@ struct TransferFailure {
     var retry: RetryClass { cause.retryClass }
 }
 
-/// A server's `Retry-After`: seconds to wait, or the time to wait for (counted from when the
-/// failure is decided on, on the run's clock).
-enum RetryAfter {
-    case seconds(Double)
-    case date(Timestamp)
-
-    func seconds(from now: Timestamp) -> Double {
-        switch self {
-        case .seconds(let seconds): return seconds
-        case .date(let date): return max(0, date.timeInterval - now.timeInterval)
-        }
-    }
-}
-
 extension RetryRule {
     /// What `task` does after this run's try number `triesThisRun` failed with `failure`, at
     /// `now`: `resource-timeout` counts from when the task was queued, and the backoff gets its

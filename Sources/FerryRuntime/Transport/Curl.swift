@@ -244,6 +244,20 @@ struct ResponseHeaders {
     }
 }
 
+/// A server's `Retry-After`: seconds to wait, or the time to wait for (counted from when the
+/// failure is decided on, on the run's clock).
+enum RetryAfter {
+    case seconds(Double)
+    case date(Timestamp)
+
+    func seconds(from now: Timestamp) -> Double {
+        switch self {
+        case .seconds(let seconds): return seconds
+        case .date(let date): return max(0, date.timeInterval - now.timeInterval)
+        }
+    }
+}
+
 /// One libcurl easy handle, configured for a session's settings. Used by one thread at a time
 /// (handed between threads only through `borrow`'s pool, under its lock).
 final class EasyHandle: @unchecked Sendable {
