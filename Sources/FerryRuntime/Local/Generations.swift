@@ -263,7 +263,7 @@ struct Generations {
         defer { closedir(dir) }
         var names: [String] = []
         while let entry = readdir(dir) {
-            let child = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            let child = FileSystem.name(of: entry)
             if child != "." && child != ".." { names.append(child) }
         }
         for child in names { try removeTree(in: dirfd(dir), child, shown: shown + "/" + child) }

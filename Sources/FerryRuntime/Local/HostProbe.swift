@@ -118,7 +118,7 @@ public final class HostProbe: Sendable {
         defer { closedir(dir) }
         var names: [String] = []
         while let entry = readdir(dir) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(cString: $0.bindMemory(to: CChar.self).baseAddress!) }
+            let name = FileSystem.name(of: entry)
             if name != "." && name != ".." { names.append(name) }
         }
         return names

@@ -46,7 +46,7 @@ final class LocalWatch {
         while let entry = readdir(dir) {
             let type = entry.pointee.d_type
             guard type == UInt8(DT_DIR) || type == UInt8(DT_UNKNOWN) else { continue }
-            let name = withUnsafePointer(to: entry.pointee.d_name) { String(cString: UnsafeRawPointer($0).assumingMemoryBound(to: CChar.self)) }
+            let name = FileSystem.name(of: entry)
             if name == "." || name == ".." || (isRoot && name == ".ferry") { continue }
             let path = directory + "/" + name
             if type == UInt8(DT_UNKNOWN) {
