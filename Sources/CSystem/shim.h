@@ -47,4 +47,8 @@ static inline int ferry_get_dumpable(void) {
 /// resident (an agent grew from 27 to 118 MB over 10 minutes of change cycles).
 static inline int ferry_release_free_memory(void) { return malloc_trim(0); }
 
+/// Caps the arenas glibc's malloc keeps (by default a thread that meets contention gets one of its
+/// own, up to 8 per CPU): see `Agent.init`.
+static inline int ferry_limit_arenas(int count) { return mallopt(M_ARENA_MAX, count); }
+
 #endif

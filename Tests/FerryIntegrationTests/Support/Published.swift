@@ -10,13 +10,20 @@ func readPublished(_ directory: String, name: String = "manifest.json") throws -
 
 /// The published manifest as `readPublished` reads it, and the hashes of every object its tree names.
 func publishedTree(_ directory: String, name: String = "manifest.json") throws -> (manifest: Manifest, objects: Set<String>) {
-    let bytes = Array(FileManager.default.contents(atPath: directory + "/" + name) ?? Data())
-    let root = try Manifests.parse(bytes, source: name)
+    let bytes = FileManager.default.contents(atPath: directory + "/" + name) ?? Data()
+    return try publishedTree(root: bytes, name: name) { FileManager.default.contents(atPath: directory + "/.ferry/meta/" + $0) }
+}
+
+/// The manifest whose root is `root`, with its tree's objects read by `object` (given an
+/// object's name, its bytes in `.ferry/meta/` wherever the remote keeps them), each checked
+/// against its name: what a reader of any store sees.
+func publishedTree(root bytes: Data, name: String, object: (String) -> Data?) throws -> (manifest: Manifest, objects: Set<String>) {
+    let root = try Manifests.parse(Array(bytes), source: name)
     guard let tree = root.tree else { return (root, []) }
     let (entries, names) = try ManifestTree.resolve(tree, source: name, maximumBytes: 1 << 30) { (batch) throws(FerryError) -> [[UInt8]] in
         var out: [[UInt8]] = []
         for digest in batch {
-            let object = Array(FileManager.default.contents(atPath: directory + "/.ferry/meta/" + digest.hex) ?? Data())
+            let object = Array(object(digest.hex) ?? Data())
             guard SHA256Hasher.digest(of: object) == digest else { throw .manifest("object \(digest.hex) does not match its name") }
             out.append(object)
         }
