@@ -20,7 +20,7 @@ let package = Package(
         // One file per command; argument parsing; terminal output.
         .target(name: "FerryCLI", dependencies: ["FerryCore", "FerryRuntime"]),
         .executableTarget(name: "ferry", dependencies: ["FerryCLI"]),
-        .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore"]),
+        .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore", "FerryRuntime"]),
         .testTarget(name: "FerryIntegrationTests", dependencies: ["FerryCore", "FerryRuntime", "ferry"]),
     ]
 )

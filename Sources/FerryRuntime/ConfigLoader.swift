@@ -22,10 +22,10 @@ public enum ConfigLoader {
         do { bytes = try FileSystem.readFile(path, limit: 4 << 20) } catch { throw .usage(error.message) }
         guard let text = String(validating: bytes, as: UTF8.self) else { throw .usage("\(path) is not UTF-8 text") }
         let absolute = path.hasPrefix("/") ? path : currentDirectory() + "/" + path
-        var config = try ConfigParser.parse(text, path: absolute, allowingNoSession: allowingNoSession)
+        var config = try ConfigParser.parse(text, path: absolute, backends: Backends.descriptions, allowingNoSession: allowingNoSession)
         config.path = path
         for session in config.sessions {
-            for file in [session.basicAuthFile, session.bearerTokenFile, session.s3.credentials].compactMap({ $0 }) {
+            for (_, file) in session.secretFiles {
                 var fs = stat()
                 if stat(file, &fs) == 0 && (fs.st_mode & 0o004) != 0 {
                     config.warnings.append("credentials file \(file) of session '\(session.name)' is readable by every user; run: chmod 600 \(file)")
@@ -127,9 +127,7 @@ public enum ConfigLoader {
                 out.append(.usage("\(where_) local = \(session.local): layout = generations keeps its versions beside it, in \(session.local).generations, and replaces it with a symlink, but its directory: \(why)",
                                   hint: "let ferry's user write the directory holding local, or set layout = in-place"))
             }
-            for (key, file) in [("ca-file", session.caFile), ("basic-auth-file", session.basicAuthFile), ("bearer-token-file", session.bearerTokenFile),
-                                ("s3-credentials", session.s3.credentials)] {
-                guard let file else { continue }
+            for (key, file) in [("ca-file", session.caFile)].compactMap({ key, path in path.map { (key, $0) } }) + session.secretFiles {
                 do { _ = try FileSystem.readFile(file, limit: 16 << 20) } catch {
                     out.append(.usage("\(where_) \(key) = \(file): \(error.message)", hint: key == "ca-file" ? "create the file, or fix '\(key) ='" : unreadableHint(file, key: key)))
                 }

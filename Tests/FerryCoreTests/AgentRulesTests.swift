@@ -1,5 +1,6 @@
 import Testing
 @testable import FerryCore
+import FerryRuntime
 
 /// The agent's schedule and its hooks' command lines: pure rules, checked as tables.
 struct PollScheduleTests {

@@ -1,5 +1,6 @@
 import Testing
 @testable import FerryCore
+import FerryRuntime
 
 struct ConfigParserTests {
     let minimal = """
@@ -38,7 +39,7 @@ struct ConfigParserTests {
         let config = try ConfigParser.parse(text, path: "/home/op/ferry/ferry.conf")
         #expect(config.agent.state == "/home/op/ferry/state")
         #expect(config.sessions[0].local == "/home/op/mirror/a")
-        #expect(config.sessions[0].remote.filePath == "/srv/pub/")
+        #expect(config.sessions[0].remote.localDirectory == "/srv/pub/")
     }
 
     /// Each bad config names the file, the line and (where there is one) the key.

@@ -1,5 +1,6 @@
 import Testing
 @testable import FerryCore
+@testable import FerryRuntime
 
 /// `ferry config show` (issue 22 §3): the effective config, written so that it reads back the same.
 struct ConfigTextTests {
@@ -72,7 +73,7 @@ struct ConfigTextTests {
             guard let eq = l.range(of: " =") else { return nil }
             return String(l[..<eq.lowerBound])
         })
-        let expected = Set(ConfigParser.agentKeys + ConfigParser.sessionKeys).subtracting(["metadata-grace"])
+        let expected = Set(ConfigParser.allKeys).subtracting(["metadata-grace"])
         #expect(expected.subtracting(keys).isEmpty, "not shown: \(expected.subtracting(keys).sorted())")
         // Defaults are filled in.
         #expect(shown.contains("\ntransfers = 8\n") && shown.contains("\nstop-timeout = 5s\n") && shown.contains("\nmax-manifest-size = 256M\n"))

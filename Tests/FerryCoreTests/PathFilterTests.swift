@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 @testable import FerryCore
+import FerryRuntime
 
 /// `exclude =` / `include =` (issue 22 §3): gitignore's globs, and what a plan does with them.
 struct PathFilterTests {

@@ -1,5 +1,6 @@
 import Testing
 @testable import FerryCore
+import FerryRuntime
 
 /// The push planner: the local tree against the manifest ferry last published on the remote.
 struct PushPlanTests {

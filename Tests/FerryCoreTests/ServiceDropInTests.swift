@@ -1,5 +1,6 @@
 import Testing
 @testable import FerryCore
+import FerryRuntime
 
 /// `ferry config units`: the drop-in grants each path the sessions write, once, and nothing else.
 struct ServiceDropInTests {

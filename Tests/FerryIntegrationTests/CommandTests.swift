@@ -51,7 +51,7 @@ struct CommandTests {
     /// config/ferry.conf documents every key the parser knows, and is itself a valid config.
     @Test func shippedConfigDocumentsEveryKey() throws {
         let text = try String(contentsOfFile: Harness.packageRoot + "/config/ferry.conf", encoding: .utf8)
-        let keys = ConfigParser.agentKeys + ConfigParser.sessionKeys
+        let keys = ConfigParser.allKeys
         #expect(keys.count >= 25)
         for key in keys { #expect(text.contains("\n\(key) =") || text.contains("# \(key) ="), "config/ferry.conf documents \(key)") }
         let check = ferry(["config", "check", "--config", Harness.packageRoot + "/config/ferry.conf"])

@@ -162,8 +162,8 @@ struct ManualTests {
             let l = line.hasPrefix("# ") ? line.dropFirst(2) : line[...]
             return l.range(of: " =").map { String(l[..<$0.lowerBound]) }
         })
-        #expect(keys == Set(ConfigParser.agentKeys + ConfigParser.sessionKeys).subtracting(["metadata-grace"]),
-                "config show leaves out \(Set(ConfigParser.agentKeys + ConfigParser.sessionKeys).subtracting(keys).sorted())")
+        #expect(keys == Set(ConfigParser.allKeys).subtracting(["metadata-grace"]),
+                "config show leaves out \(Set(ConfigParser.allKeys).subtracting(keys).sorted())")
         let entries = Set(page.stdout.split(separator: "\n").filter { $0.hasPrefix(".B ") }.compactMap { line -> String? in
             line.dropFirst(3).range(of: " = ").map { String(line.dropFirst(3)[..<$0.lowerBound]).replacingOccurrences(of: "\\-", with: "-") }
         })

@@ -41,11 +41,11 @@ struct ConfigCheckCommand: Command {
             problems.insert(.usage("\(switched.user) cannot read the config file: \(FileSystem.errorText())",
                                    hint: "chgrp \(switched.user) \(path) && chmod 640 \(path) (it holds no secret itself: credentials go in their own files)"), at: 0)
         }
-        // Where each S3 session signs from: fetched now, so a source that cannot give credentials
-        // is found here rather than by the first run.
-        var s3: [String: [String]] = [:]
-        for s in config.sessions where s.remote.scheme == .s3 {
-            do { s3[s.name] = try S3CredentialChain.check(s, now: clock.now()) } catch {
+        // Where each session's credentials come from (S3's chain): fetched now, so a source that
+        // cannot give them is found here rather than by the first run.
+        var credentials: [String: [String]] = [:]
+        for s in config.sessions {
+            do { credentials[s.name] = try Backends.check(s, now: clock.now()) } catch {
                 problems.append(FerryError(.usage, "[session \(s.name)] " + error.message, hint: error.hint))
             }
         }
@@ -65,7 +65,7 @@ struct ConfigCheckCommand: Command {
             if s.priority != 0 { notes.append("priority \(s.priority)") }
             let flow = s.direction == .push ? "\(s.local) → \(s.manifestURL)" : "\(s.manifestURL) → \(s.local)"
             Console.out("  [session \(s.name)] \(s.direction.rawValue) \(flow)" + (notes.isEmpty ? "" : " (\(notes.joined(separator: ", ")))"))
-            for line in s3[s.name] ?? [] { Console.out("    " + line) }
+            for line in credentials[s.name] ?? [] { Console.out("    " + line) }
             if let discretion = s.discretion {
                 // What the conditions say right now, so a window or a threshold can be checked.
                 let unmet = discretion.unmet(HostProbe.shared.state(local: s.local, networkMetered: config.agent.networkMetered, clock: clock))

@@ -33,10 +33,10 @@ struct ConfigShowCommand: Command {
         for w in config.warnings { Console.warning(w) }
         let sessions = try selectSessions(config, names: session.map { [$0] } ?? [])
         var text = "# ferry \(FerryVersion.string): the effective config of \(config.path)\n"
-        // Where each S3 session's credentials and region come from, found without the network.
-        var s3: [String: ConfigText.S3Resolution] = [:]
-        for s in sessions where s.remote.scheme == .s3 { s3[s.name] = S3CredentialChain.describe(s) }
-        text += ConfigText.render(config, sessions: sessions, s3: s3)
+        // What unset backend keys mean here (where S3 credentials come from), found without the network.
+        var resolved: [String: [String: String]] = [:]
+        for s in sessions { resolved[s.name] = Backends.describe(s) }
+        text += ConfigText.render(config, sessions: sessions, resolved: resolved)
         Console.out(String(text.dropLast()))
         return .inSync
     }

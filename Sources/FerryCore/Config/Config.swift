@@ -101,7 +101,6 @@ public enum Direction: String, Sendable {
     case push
 }
 
-/// Where a session's remote lives. The URL always ends in `/`.
 /// How a pull keeps its mirror (`layout`).
 public enum LocalLayout: String, Sendable {
     /// Files are renamed into `local` one by one.
@@ -111,42 +110,31 @@ public enum LocalLayout: String, Sendable {
     case generations
 }
 
+/// Where a session's remote lives: a URL, always ending in `/`, and the backend its scheme names.
 public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
-    public enum Scheme: String, Sendable { case http, https, file, s3 }
-    public let scheme: Scheme
+    /// The scheme, lowercase (`https`, `s3`).
+    public let scheme: String
     public let url: String
+    /// The backend that takes the scheme: what it can do, the keys it takes.
+    public let backend: BackendDescription
 
-    /// Parses `http://`, `https://`, `file://` and `s3://BUCKET/PREFIX/` URLs. Userinfo
-    /// (`user:pass@`) is refused so secrets live only in credential files.
-    public init(parsing text: String) throws(ConfigProblem) {
+    /// Parses a URL of one of `backends`' schemes; the backend checks the rest. Userinfo
+    /// (`user:pass@`) is refused by each networked backend, so secrets live only in files.
+    public init(parsing text: String, backends: [BackendDescription]) throws(ConfigProblem) {
+        let schemes = backends.flatMap(\.schemes)
+        let expected = schemes.map { $0 + "://" }.joined(separator: ", ")
         guard let sep = text.firstRange(of: "://") else {
-            throw ConfigProblem("'\(text)' is not a URL; expected http://, https://, file:// or s3://")
+            throw ConfigProblem("'\(text)' is not a URL; expected \(expected)")
         }
-        guard let scheme = Scheme(rawValue: text[..<sep.lowerBound].lowercased()) else {
-            throw ConfigProblem("unsupported scheme '\(text[..<sep.lowerBound])'; expected http, https, file or s3")
+        let scheme = text[..<sep.lowerBound].lowercased()
+        guard let backend = BackendDescription.of(scheme: scheme, in: backends) else {
+            throw ConfigProblem("unsupported scheme '\(text[..<sep.lowerBound])'; expected \(schemes.joined(separator: ", "))")
         }
         let rest = text[sep.upperBound...]
         if rest.contains(where: { $0.isWhitespace || $0.asciiValue.map { $0 < 0x20 } == true }) {
             throw ConfigProblem("URL contains whitespace or control characters")
         }
-        switch scheme {
-        case .file:
-            guard rest.hasPrefix("/") else {
-                throw ConfigProblem("file:// URL needs an absolute path, like file:///srv/content/")
-            }
-        case .http, .https:
-            let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
-            guard !authority.isEmpty else { throw ConfigProblem("URL has no host") }
-            if authority.contains("@") {
-                throw ConfigProblem("URL carries credentials; put them in a file named by basic-auth-file instead")
-            }
-        case .s3:
-            let bucket = String(rest.prefix { $0 != "/" })
-            guard RemoteLocation.isValidBucket(bucket) else {
-                throw ConfigProblem("'\(bucket)' is not an S3 bucket name (3-63 letters, digits, '.', '-' or '_'); expected s3://BUCKET/PREFIX/")
-            }
-            if rest.contains("//") { throw ConfigProblem("an s3:// URL may not hold an empty path segment ('//')") }
-        }
+        try backend.checkAddress(rest)
         if rest.contains("?") || rest.contains("#") {
             throw ConfigProblem("URL may not have a query or fragment")
         }
@@ -154,41 +142,18 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
         if !url.hasSuffix("/") { url += "/" }
         self.scheme = scheme
         self.url = url
+        self.backend = backend
     }
+
+    public static func == (a: RemoteLocation, b: RemoteLocation) -> Bool { a.url == b.url }
 
     public var description: String { url }
-
-    /// An `s3://` remote's bucket.
-    public var bucket: String? {
-        guard scheme == .s3 else { return nil }
-        return String(url.dropFirst("s3://".count).prefix { $0 != "/" })
-    }
-
-    /// An `s3://` remote's key prefix: empty, or ending in `/` (not percent-decoded: the URL holds
-    /// it as written).
-    public var keyPrefix: String? {
-        guard let bucket else { return nil }
-        return String(url.dropFirst("s3://".count + bucket.utf8.count + 1))
-    }
-
-    /// S3 bucket names: 3-63 of letters, digits, `.`, `-`, `_` (AWS allows fewer; other stores more).
-    static func isValidBucket(_ name: String) -> Bool {
-        (3...63).contains(name.utf8.count) && name.utf8.allSatisfy { b in
-            (b >= 48 && b <= 57) || (b >= 65 && b <= 90) || (b >= 97 && b <= 122) || b == UInt8(ascii: ".") || b == UInt8(ascii: "-") || b == UInt8(ascii: "_")
-        }
-    }
 
     /// The URL of a file in the remote: the remote plus the path, each segment percent-encoded.
     public func url(for path: RelativePath) -> String { url + path.percentEncoded }
 
-    /// The local directory of a `file://` remote.
-    public var filePath: String? { scheme == .file ? RemoteLocation.decodeFileURL(url) : nil }
-
-    /// The path a `file://` URL names (percent-decoded), or nil for anything else.
-    public static func decodeFileURL(_ url: String) -> String? {
-        guard url.hasPrefix("file://") else { return nil }
-        return String(url.dropFirst("file://".count)).removingPercentEncoding()
-    }
+    /// The directory on this machine the remote is, if its backend keeps one (`file://`).
+    public var localDirectory: String? { backend.localDirectory(self) }
 }
 
 /// One `[session NAME]` section.
@@ -259,8 +224,9 @@ public struct SessionConfig: Sendable, Equatable {
     public var conflict: ConflictPolicy = .fail
     /// Push: how the remote's copy of what was sent is verified before a manifest lists it.
     public var verifyUploads: VerifyUploads = .auto
-    /// An `s3://` remote's endpoint, region, addressing and credentials.
-    public var s3 = S3Options()
+    /// The values of the keys the remote's backend declares (`BackendDescription.keys`), checked
+    /// and normalized by it; its folder reads them into its own settings.
+    public var remoteOptions: [String: String] = [:]
     /// Push: a file larger than this goes in parts of this size (an S3 multipart upload).
     public var uploadPartSize: Int64 = 16 << 20
     /// Pull: accept only manifests signed by one of these keys (empty: signatures are informational).
@@ -295,62 +261,20 @@ public struct SessionConfig: Sendable, Equatable {
         return String(manifest.dropFirst(remote.url.count)).removingPercentEncoding()
     }
 
+    /// The files of secrets the session names, by key: HTTP's credentials and the backend's own
+    /// (`ConfigKey.Kind.secret`). Each is read only when a run needs it, and checked by `config check`.
+    public var secretFiles: [(key: String, path: String)] {
+        var files: [(key: String, path: String)] = [("basic-auth-file", basicAuthFile), ("bearer-token-file", bearerTokenFile)].compactMap { key, path in path.map { (key, $0) } }
+        for key in remote.backend.keys where key.kind == .secret {
+            if let path = remoteOptions[key.name] { files.append((key.name, path)) }
+        }
+        return files
+    }
+
     /// The manifest's URL.
     public var manifestURL: String {
         if manifest.contains("://") { return manifest }
         return remote.url + manifest
-    }
-}
-
-/// The `s3-*` keys of a session with an `s3://` remote.
-public struct S3Options: Sendable, Equatable {
-    /// `scheme://host[:port]` of an S3-compatible store; nil: AWS (`https://s3.REGION.amazonaws.com`).
-    public var endpoint: String?
-    /// `s3-region`; nil: the region of the AWS profile in use, else `defaultRegion` (the runtime
-    /// decides, as it reads the AWS config file).
-    public var region: String?
-    /// Path-style addressing (`endpoint/BUCKET/KEY`) rather than virtual-hosted (`BUCKET.host/KEY`);
-    /// nil: path-style when an endpoint is set.
-    public var pathStyle: Bool?
-    /// An AWS shared-credentials file; nil: the AWS credential chain (environment, ~/.aws, web
-    /// identity, container, EC2 instance metadata).
-    public var credentials: String?
-    /// `s3-profile`; nil: `AWS_PROFILE`, else `default`.
-    public var profile: String?
-    public init() {}
-
-    /// The region when neither the config nor an AWS profile names one.
-    public static let defaultRegion = "us-east-1"
-
-    /// Whether requests name the bucket in the path.
-    public var usesPathStyle: Bool { pathStyle ?? (endpoint != nil) }
-
-    /// The endpoint requests go to, in `region` (the one in force).
-    public func effectiveEndpoint(region: String) -> String { endpoint ?? "https://s3.\(region).amazonaws.com" }
-}
-
-/// `s3-endpoint` and `s3-region` values.
-public enum S3Endpoint {
-    /// `http(s)://host[:port]`, without a path, query or credentials; returned without a trailing slash.
-    public static func parse(_ text: String) throws(ConfigProblem) -> String {
-        let lower = text.lowercased()
-        guard lower.hasPrefix("http://") || lower.hasPrefix("https://") else {
-            throw ConfigProblem("expected the store's http:// or https:// address, like http://10.0.0.5:8333")
-        }
-        let location = try RemoteLocation(parsing: text)
-        let afterScheme = location.url.dropFirst(location.scheme.rawValue.count + 3)
-        let authority = afterScheme.prefix { $0 != "/" }
-        guard afterScheme.dropFirst(authority.count) == "/" else {
-            throw ConfigProblem("an endpoint is a scheme, host and port, without a path (the bucket goes in remote = s3://BUCKET/)")
-        }
-        return location.scheme.rawValue + "://" + authority
-    }
-
-    /// Lowercase letters, digits and `-`, like `us-east-1` (some stores take any word: `garage`).
-    public static func isValidRegion(_ text: String) -> Bool {
-        (1...64).contains(text.utf8.count) && text.utf8.allSatisfy { b in
-            (b >= 48 && b <= 57) || (b >= 97 && b <= 122) || (b >= 65 && b <= 90) || b == UInt8(ascii: "-") || b == UInt8(ascii: "_")
-        }
     }
 }
 
@@ -391,7 +315,14 @@ public enum DeletionCap: Sendable, Equatable, CustomStringConvertible {
 /// A problem with one value; the parser adds file, line and key.
 public struct ConfigProblem: Error, Sendable {
     public let message: String
-    public init(_ message: String) { self.message = message }
+    /// The key it is about, when a check of a whole section finds it (the parser names its line).
+    public let key: String?
+    public let hint: String?
+    public init(_ message: String, key: String? = nil, hint: String? = nil) {
+        self.message = message
+        self.key = key
+        self.hint = hint
+    }
 }
 
 extension String {

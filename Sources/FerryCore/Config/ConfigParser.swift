@@ -14,8 +14,7 @@ public enum ConfigParser {
         "retries", "retry-delay", "resource-timeout", "earliest-begin", "session-transfers",
         "on-file-done", "on-session-done", "hook-timeout", "verify-interval",
         "discretionary", "window", "require-ac-power", "require-unmetered", "max-load", "min-free-space", "bwlimit", "priority",
-        "conflict", "verify-uploads",
-        "s3-endpoint", "s3-region", "s3-path-style", "s3-credentials", "s3-profile", "upload-part-size",
+        "conflict", "verify-uploads", "upload-part-size",
         "trusted-keys", "require-expiry", "sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions",
         "layout", "keep-generations", "exclude", "include",
     ]
@@ -26,29 +25,59 @@ public enum ConfigParser {
     /// Keys whose value is a command line, split into words by `HookCommand` (quotes and all).
     static let hookKeys: Set<String> = ["on-file-done", "on-session-done"]
     /// Keys whose value is a path on this machine.
-    static let pathKeys: Set<String> = ["state", "metrics", "local", "ca-file", "basic-auth-file", "bearer-token-file", "s3-credentials", "sign-key"]
-    /// Keys that only an `s3://` remote takes.
-    static let s3Keys: Set<String> = ["s3-endpoint", "s3-region", "s3-path-style", "s3-credentials", "s3-profile"]
+    static let pathKeys: Set<String> = ["state", "metrics", "local", "ca-file", "basic-auth-file", "bearer-token-file", "sign-key"]
     /// The conditions of a discretionary session: set only with `discretionary = yes`.
     static let discretionKeys = ["window", "require-ac-power", "require-unmetered", "max-load", "min-free-space"]
 
-    private struct Line {
+    /// One `key = value` line of a section.
+    struct Line {
         let number: Int
         let key: String
         let value: String
     }
 
-    private struct Section {
+    /// A section as read: its header and its lines, each key once.
+    struct Section {
         let number: Int
         let header: String
         let sessionName: String?
         var lines: [Line] = []
+
+        func find(_ key: String) -> Line? { lines.first { $0.key == key } }
     }
 
+    /// `backends`: the kinds of remote there are (each declares its schemes and keys).
     /// `allowingNoSession`: a config without a `[session NAME]` is taken (an agent started before
     /// its sessions are written waits for a reload); other readers need a session and say so.
-    public static func parse(_ text: String, path: String, allowingNoSession: Bool = false) throws(FerryError) -> Config {
-        let baseDirectory = directoryName(of: path)
+    public static func parse(_ text: String, path: String, backends: [BackendDescription], allowingNoSession: Bool = false) throws(FerryError) -> Config {
+        let backendKeys = backends.flatMap { $0.keys.map(\.name) }.reduce(into: [String]()) { if !$0.contains($1) { $0.append($1) } }
+        let sections = try readSections(text, path: path, sessionKeys: sessionKeys + backendKeys)
+        var agent = AgentConfig()
+        var sessions: [SessionConfig] = []
+        for section in sections {
+            let reader = Reader(path: path, section: section, baseDirectory: directoryName(of: path))
+            if section.sessionName == nil {
+                for line in section.lines { try reader.readAgent(line, into: &agent) }
+            } else {
+                sessions.append(try reader.session(backends: backends))
+            }
+        }
+        if sessions.isEmpty && !allowingNoSession {
+            throw .usage("\(path): no [session NAME] section: there is nothing to sync",
+                         hint: "add a session with remote = and local = (man ferry.conf; the file's commented example session shows each key)")
+        }
+        for (i, a) in sessions.enumerated() {
+            for b in sessions[(i + 1)...] where overlaps(a.local, b.local) {
+                throw .usage("\(path): sessions '\(a.name)' and '\(b.name)' share the local directory \(a.local) (or one holds the other)",
+                             hint: "give each session its own local directory")
+            }
+        }
+        return Config(path: path, agent: agent, sessions: sessions, warnings: warnings(agent: agent, sessions: sessions))
+    }
+
+    /// The text split into sections of lines: the syntax, the known keys, each key once, no empty
+    /// value, no `~` in a path.
+    private static func readSections(_ text: String, path: String, sessionKeys: [String]) throws(FerryError) -> [Section] {
         var sections: [Section] = []
         var lineNumber = 0
         for rawLine in text.split(separator: "\n", omittingEmptySubsequences: false) {
@@ -59,25 +88,7 @@ public enum ConfigParser {
                 .usage("\(path):\(lineNumber): \(message)", hint: hint)
             }
             if line.hasPrefix("[") {
-                let line = stripInlineComment(line).trimmingSpaces()
-                guard line.hasSuffix("]") else { throw fail("section header is missing its closing ']'") }
-                let inner = String(line.dropFirst().dropLast()).trimmingSpaces()
-                let words = inner.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
-                if words == ["agent"] {
-                    if sections.contains(where: { $0.header == "agent" }) { throw fail("[agent] appears twice") }
-                    sections.append(Section(number: lineNumber, header: "agent", sessionName: nil))
-                } else if words.count == 2 && words[0] == "session" {
-                    let name = words[1]
-                    guard isValidSessionName(name) else {
-                        throw fail("session name '\(name)' is not valid", hint: "use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
-                    }
-                    if sections.contains(where: { $0.sessionName == name }) { throw fail("[session \(name)] appears twice") }
-                    sections.append(Section(number: lineNumber, header: "session \(name)", sessionName: name))
-                } else if words.first == "session" {
-                    throw fail("section [\(inner)] needs exactly one session name, like [session assets]")
-                } else {
-                    throw fail("unknown section [\(inner)]", hint: "sections are [agent] and [session NAME]")
-                }
+                sections.append(try sectionHeader(line, number: lineNumber, after: sections, fail))
                 continue
             }
             guard let eq = line.firstIndex(of: "=") else {
@@ -91,318 +102,57 @@ public enum ConfigParser {
                 value = String(value.dropFirst().dropLast())
             }
             guard !key.isEmpty else { throw fail("a line starts with '=' and has no key") }
-            guard !sections.isEmpty else { throw fail("key '\(key)' is outside any section", hint: "put it under [agent] or [session NAME]") }
-            let known = sections[sections.count - 1].sessionName == nil ? agentKeys : sessionKeys
+            guard let section = sections.last else { throw fail("key '\(key)' is outside any section", hint: "put it under [agent] or [session NAME]") }
+            let known = section.sessionName == nil ? agentKeys : sessionKeys
             guard known.contains(key) else {
-                var hint = "known keys in [\(sections[sections.count - 1].header)]: " + known.joined(separator: ", ")
+                var hint = "known keys in [\(section.header)]: " + known.joined(separator: ", ")
                 if let near = closest(to: key, in: known) { hint = "did you mean '\(near)'?" }
-                throw fail("[\(sections[sections.count - 1].header)] unknown key '\(key)'", hint: hint)
+                throw fail("[\(section.header)] unknown key '\(key)'", hint: hint)
             }
-            if sections[sections.count - 1].lines.contains(where: { $0.key == key }) {
-                throw fail("[\(sections[sections.count - 1].header)] key '\(key)' is set twice")
-            }
-            guard !value.isEmpty else { throw fail("[\(sections[sections.count - 1].header)] key '\(key)' has no value") }
-            if pathKeys.contains(key) && value.hasPrefix("~") {
-                throw fail("[\(sections[sections.count - 1].header)] key '\(key)': '\(value)' starts with ~, which ferry does not expand (as a service it may run with another HOME)",
-                           hint: "write the absolute path, like /home/you/\(value.drop { $0 == "~" || $0 == "/" })")
-            }
+            if section.find(key) != nil { throw fail("[\(section.header)] key '\(key)' is set twice") }
+            guard !value.isEmpty else { throw fail("[\(section.header)] key '\(key)' has no value") }
             sections[sections.count - 1].lines.append(Line(number: lineNumber, key: key, value: value))
         }
+        return sections
+    }
 
-        var agent = AgentConfig()
-        var sessions: [SessionConfig] = []
-        for section in sections {
-            func fail(_ line: Line, _ message: String, hint: String? = nil) -> FerryError {
-                .usage("\(path):\(line.number): [\(section.header)] key '\(line.key)': \(message)", hint: hint)
-            }
-            func value(_ line: Line) -> String { line.value }
-            if section.sessionName == nil {
-                for line in section.lines {
-                    switch line.key {
-                    case "state": agent.state = resolve(line.value, against: baseDirectory)
-                    case "transfers":
-                        agent.transfers = try integer(line, in: RunLimits.transfersRange, fail)
-                    case "stop-timeout":
-                        agent.stopTimeout = try duration(line, minimum: 1, fail)
-                    case "metrics":
-                        guard line.value.hasSuffix(".prom") else {
-                            throw fail(line, "'\(line.value)' does not end in .prom", hint: "node_exporter's textfile collector reads only *.prom files, like /var/lib/node_exporter/textfile_collector/ferry.prom")
-                        }
-                        agent.metrics = resolve(line.value, against: baseDirectory)
-                    case "bwlimit":
-                        agent.bwlimit = try bandwidth(line, fail)
-                    case "network-metered":
-                        guard let m = NetworkMetered(rawValue: line.value.lowercased()) else {
-                            throw fail(line, "'\(line.value)' is not auto, yes or no", hint: "auto asks NetworkManager where it runs; yes or no says it outright")
-                        }
-                        agent.networkMetered = m
-                    case "metrics-listen":
-                        do { agent.metricsListen = try ListenAddress(parsing: line.value) } catch { throw fail(line, error.message) }
-                    case "log-level":
-                        guard let level = LogLevel(rawValue: line.value.lowercased()) else {
-                            throw fail(line, "'\(line.value)' is not error, warning, info or debug")
-                        }
-                        agent.logLevel = level
-                    default: break
-                    }
-                }
-                continue
-            }
-            let name = section.sessionName!
-            func find(_ key: String) -> Line? { section.lines.first { $0.key == key } }
-            guard let remoteLine = find("remote") else {
-                throw .usage("\(path):\(section.number): [\(section.header)] is missing the required key 'remote'",
-                             hint: "add a line like: remote = https://mirror.example.net/assets/")
-            }
-            let remote: RemoteLocation
-            do { remote = try RemoteLocation(parsing: remoteLine.value) } catch { throw fail(remoteLine, error.message) }
-            guard let localLine = find("local") else {
-                throw .usage("\(path):\(section.number): [\(section.header)] is missing the required key 'local'",
-                             hint: "add a line like: local = /srv/assets")
-            }
-            var session = SessionConfig(name: name, remote: remote, local: resolve(localLine.value, against: baseDirectory))
-            for line in section.lines {
-                switch line.key {
-                case "remote", "local": break
-                case "manifest":
-                    if line.value.contains("://") {
-                        do { _ = try RemoteLocation(parsing: line.value) } catch { throw fail(line, error.message) }
-                    } else if line.value.hasPrefix("/") || line.value.hasSuffix("/") {
-                        throw fail(line, "expected a file name relative to the remote, like manifest.json")
-                    }
-                    session.manifest = line.value
-                case "direction":
-                    guard let d = Direction(rawValue: line.value.lowercased()) else { throw fail(line, "'\(line.value)' is not pull or push") }
-                    session.direction = d
-                case "poll":
-                    session.poll = try duration(line, minimum: 1, fail)
-                case "connect-timeout":
-                    session.connectTimeout = try duration(line, minimum: 1, fail)
-                case "stall-timeout":
-                    session.stallTimeout = try duration(line, minimum: 1, fail)
-                case "max-duration":
-                    session.maxDuration = try duration(line, minimum: 1, fail)
-                case "earliest-begin":
-                    guard let e = EarliestBegin(parsing: line.value) else {
-                        throw fail(line, "'\(line.value)' is neither a duration (30m) nor an RFC 3339 time (2026-11-24T02:00:00Z)")
-                    }
-                    session.earliestBegin = e
-                case "retry-delay":
-                    session.retryDelay = try duration(line, minimum: 0, fail)
-                case "resource-timeout":
-                    session.resourceTimeout = try duration(line, minimum: 1, fail)
-                case "verify-interval":
-                    session.verifyInterval = try duration(line, minimum: 1, fail)
-                case "hook-timeout":
-                    session.hookTimeout = try duration(line, minimum: 1, fail)
-                case "on-file-done", "on-session-done":
-                    let command: HookCommand
-                    do { command = try HookCommand(parsing: line.value) } catch {
-                        throw fail(line, error.message, hint: "write the program and its arguments, like: /usr/local/bin/notify --quiet; the file's name reaches it as $FERRY_PATH")
-                    }
-                    if line.key == "on-file-done" { session.onFileDone = command } else { session.onSessionDone = command }
-                case "retries":
-                    session.retries = try integer(line, in: 0...100, fail)
-                case "session-transfers":
-                    session.transfers = try integer(line, in: RunLimits.transfersRange, fail)
-                case "delete": session.delete = try bool(line, fail)
-                case "allow-rollback": session.allowRollback = try bool(line, fail)
-                case "allow-empty": session.allowEmpty = try bool(line, fail)
-                case "max-delete":
-                    guard let cap = DeletionCap(parsing: line.value) else {
-                        throw fail(line, "'\(line.value)' is neither a count (1000) nor a percentage (50%)")
-                    }
-                    session.maxDelete = cap
-                case "max-manifest-size":
-                    guard let size = Units.parseSize(line.value), size >= 1024 else {
-                        throw fail(line, "'\(line.value)' is not a size of at least 1K, like 64M or 1G")
-                    }
-                    session.maxManifestSize = size
-                case "mode-mask":
-                    guard (1...4).contains(line.value.utf8.count), let mask = UInt32(line.value, radix: 8), mask <= 0o7777 else {
-                        throw fail(line, "'\(line.value)' is not an octal mask like 022 or 077")
-                    }
-                    session.modeMask = mask & 0o777
-                case "min-speed":
-                    guard let s = Units.parseSize(line.value.hasSuffix("/s") ? String(line.value.dropLast(2)) : line.value) else {
-                        throw fail(line, "'\(line.value)' is not a speed like 1K or 100K/s")
-                    }
-                    session.minSpeed = s
-                case "discretionary":
-                    if try bool(line, fail) { session.discretion = session.discretion ?? Discretion() }
-                case "window", "require-ac-power", "require-unmetered", "max-load", "min-free-space":
-                    break  // below, once discretionary is known
-                case "bwlimit":
-                    session.bwlimit = try bandwidth(line, fail)
-                case "priority":
-                    session.priority = try integer(line, in: -100...100, fail)
-                case "conflict":
-                    guard let c = ConflictPolicy(rawValue: line.value.lowercased()) else {
-                        throw fail(line, "'\(line.value)' is not fail, local-wins or remote-wins")
-                    }
-                    session.conflict = c
-                case "verify-uploads":
-                    guard let v = VerifyUploads(rawValue: line.value.lowercased()) else {
-                        throw fail(line, "'\(line.value)' is not auto, read-back or size-only")
-                    }
-                    session.verifyUploads = v
-                case "ca-file": session.caFile = resolve(line.value, against: baseDirectory)
-                case "basic-auth-file": session.basicAuthFile = resolve(line.value, against: baseDirectory)
-                case "bearer-token-file": session.bearerTokenFile = resolve(line.value, against: baseDirectory)
-                case "s3-endpoint":
-                    do { session.s3.endpoint = try S3Endpoint.parse(line.value) } catch { throw fail(line, error.message) }
-                case "s3-region":
-                    guard S3Endpoint.isValidRegion(line.value) else { throw fail(line, "'\(line.value)' is not a region name like us-east-1") }
-                    session.s3.region = line.value
-                case "s3-path-style": session.s3.pathStyle = try bool(line, fail)
-                case "s3-credentials": session.s3.credentials = resolve(line.value, against: baseDirectory)
-                case "s3-profile":
-                    guard !line.value.isEmpty, !line.value.contains("]"), !line.value.contains("[") else { throw fail(line, "'\(line.value)' is not a profile name") }
-                    session.s3.profile = line.value
-                case "trusted-keys":
-                    let words = line.value.split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "," }).map(String.init)
-                    guard !words.isEmpty else { throw fail(line, "lists no key", hint: "write the keys `ferry key public` prints: ed25519:BASE64, separated by spaces") }
-                    for word in words {
-                        guard let key = PublicKey(text: word) else {
-                            throw fail(line, "'\(word)' is not a public key like ed25519:BASE64 (the 32 bytes of an Ed25519 key in base64)",
-                                       hint: "ferry key public KEYFILE prints the line to paste here")
-                        }
-                        if !session.trustedKeys.contains(key) { session.trustedKeys.append(key) }
-                    }
-                case "require-expiry": session.requireExpiry = try bool(line, fail)
-                case "sign-key": session.signKey = resolve(line.value, against: baseDirectory)
-                case "expires":
-                    session.expires = line.value.lowercased() == "never" ? nil : try duration(line, minimum: 60, fail)
-                // `metadata-grace`: its name before content objects (remote-layout = objects) shared it.
-                case "object-grace", "metadata-grace": session.objectGrace = try duration(line, minimum: 0, fail)
-                case "remote-layout":
-                    guard let layout = RemoteLayout(rawValue: line.value.lowercased()) else {
-                        throw fail(line, "'\(line.value)' is not tree or objects")
-                    }
-                    session.remoteLayout = layout
-                case "keep-versions": session.keepVersions = try integer(line, in: 1...1000, fail)
-                case "layout":
-                    guard let layout = LocalLayout(rawValue: line.value.lowercased()) else {
-                        throw fail(line, "'\(line.value)' is not in-place or generations")
-                    }
-                    session.layout = layout
-                case "keep-generations": session.keepGenerations = try integer(line, in: 0...100, fail)
-                case "exclude", "include":
-                    let words = PathFilter.words(line.value)
-                    guard !words.isEmpty else { throw fail(line, "lists no pattern", hint: "write gitignore-style globs separated by spaces, like *.tmp .git/ logs/**/*.gz") }
-                    do throws(PathFilter.PatternProblem) {
-                        session.filter = line.key == "exclude"
-                            ? try PathFilter(exclude: words, include: session.filter.includes.map(\.text))
-                            : try PathFilter(exclude: session.filter.excludes.map(\.text), include: words)
-                    } catch {
-                        throw fail(line, error.description, hint: "write gitignore-style globs separated by spaces, like *.tmp .git/ logs/**/*.gz (\\ quotes a space)")
-                    }
-                case "upload-part-size":
-                    guard let size = Units.parseSize(line.value), size >= 5 << 20, size <= 5 << 30 else {
-                        throw fail(line, "'\(line.value)' is not a part size from 5M to 5G (S3's limits), like 16M")
-                    }
-                    session.uploadPartSize = size
-                default: break
-                }
-            }
-            for line in section.lines where discretionKeys.contains(line.key) {
-                guard var d = session.discretion else {
-                    throw fail(line, "applies only to a discretionary session", hint: "add discretionary = yes to [\(section.header)], or remove this line")
-                }
-                switch line.key {
-                case "window":
-                    var windows: [TimeWindow] = []
-                    for part in line.value.split(separator: ",").map({ String($0).trimmingSpaces() }) {
-                        do { windows.append(try TimeWindow(parsing: part)) } catch { throw fail(line, error.message) }
-                    }
-                    d.windows = windows
-                case "require-ac-power": d.requireACPower = try bool(line, fail)
-                case "require-unmetered": d.requireUnmetered = try bool(line, fail)
-                case "max-load":
-                    guard let load = Double(line.value), load > 0, load <= 10_000 else {
-                        throw fail(line, "'\(line.value)' is not a load average above 0, like 2 or 0.5")
-                    }
-                    d.maxLoad = load
-                case "min-free-space":
-                    guard let limit = FreeSpaceLimit(parsing: line.value) else {
-                        throw fail(line, "'\(line.value)' is neither a size (10G) nor a percentage below 100 (5%)")
-                    }
-                    d.minFree = limit
-                default: break
-                }
-                session.discretion = d
-            }
-            if session.signKey != nil && find("expires") == nil {
-                // What a signed manifest says stops counting after a while, unless told otherwise.
-                session.expires = ManifestEnvelope.defaultLifetime
-            }
-            if session.trustedKeys.isEmpty, session.direction == .pull, let line = find("require-expiry") {
-                throw fail(line, "applies to a session with trusted-keys: only a signed manifest's expiry can be relied on",
-                           hint: "remove this line, or add trusted-keys")
-            }
-            if session.direction == .push, let line = find("trusted-keys") {
-                throw fail(line, "applies to a pull session: it says whose manifests a mirror takes",
-                           hint: "a push session signs what it publishes with sign-key; mirrors list its public key in trusted-keys")
-            }
-            if session.direction == .pull, let line = section.lines.first(where: { pushKeys.contains($0.key) }) {
-                throw fail(line, "applies to a push session: it is about the manifests it publishes",
-                           hint: line.key == "remote-layout" ? "a pull reads the layout from the manifest; remove this line"
-                                                              : "remove this line, or set direction = push")
-            }
-            if session.layout == .generations && session.local == "/", let line = find("layout") {
-                throw fail(line, "needs local to be a directory with a parent, where its generations are kept beside it (local = /)")
-            }
-            if session.direction == .push, let line = section.lines.first(where: { pullKeys.contains($0.key) }) {
-                throw fail(line, "applies to a pull session: it is about how the mirror keeps its versions",
-                           hint: line.key == "layout" ? "a push chooses how the remote stores files with remote-layout = tree|objects"
-                                                       : "remove this line, or set direction = pull")
-            }
-            if session.basicAuthFile != nil && session.bearerTokenFile != nil {
-                throw .usage("\(path):\(section.number): [\(section.header)] sets both basic-auth-file and bearer-token-file; choose one")
-            }
-            if session.remote.scheme == .file && (session.basicAuthFile != nil || session.bearerTokenFile != nil || session.caFile != nil) {
-                throw .usage("\(path):\(section.number): [\(section.header)] a file:// remote takes no ca-file or credentials")
-            }
-            if session.remote.scheme == .s3 && session.manifest.contains("://") {
-                throw fail(find("manifest")!, "an s3:// remote's manifest is an object under its prefix, named relative to it (like manifest.json)")
-            }
-            if session.remote.scheme == .s3 && (session.basicAuthFile != nil || session.bearerTokenFile != nil) {
-                throw .usage("\(path):\(section.number): [\(section.header)] an s3:// remote takes its credentials from s3-credentials (or the AWS credential chain), not basic-auth-file or bearer-token-file")
-            }
-            if session.remote.scheme != .s3, let line = section.lines.first(where: { s3Keys.contains($0.key) }) {
-                throw fail(line, "applies only to an s3:// remote", hint: "remove this line, or set remote = s3://BUCKET/PREFIX/")
-            }
-            if session.remote.scheme == .s3, session.s3.endpoint == nil, session.s3.pathStyle == nil,
-               let bucket = session.remote.bucket, bucket.contains(".") {
-                // Virtual-hosted addressing of a dotted bucket breaks AWS's TLS certificate (*.s3...).
-                session.s3.pathStyle = true
-            }
-            sessions.append(session)
+    /// `[agent]` or `[session NAME]`, each once.
+    private static func sectionHeader(_ text: String, number: Int, after sections: [Section],
+                                      _ fail: (String, String?) -> FerryError) throws(FerryError) -> Section {
+        let line = stripInlineComment(text).trimmingSpaces()
+        guard line.hasSuffix("]") else { throw fail("section header is missing its closing ']'", nil) }
+        let inner = String(line.dropFirst().dropLast()).trimmingSpaces()
+        let words = inner.split(separator: " ", omittingEmptySubsequences: true).map(String.init)
+        if words == ["agent"] {
+            if sections.contains(where: { $0.header == "agent" }) { throw fail("[agent] appears twice", nil) }
+            return Section(number: number, header: "agent", sessionName: nil)
         }
-        if sessions.isEmpty && !allowingNoSession {
-            throw .usage("\(path): no [session NAME] section: there is nothing to sync",
-                         hint: "add a session with remote = and local = (man ferry.conf; the file's commented example session shows each key)")
-        }
-        for (i, a) in sessions.enumerated() {
-            for b in sessions[(i + 1)...] where overlaps(a.local, b.local) {
-                throw .usage("\(path): sessions '\(a.name)' and '\(b.name)' share the local directory \(a.local) (or one holds the other)",
-                             hint: "give each session its own local directory")
+        if words.count == 2 && words[0] == "session" {
+            let name = words[1]
+            guard isValidSessionName(name) else {
+                throw fail("session name '\(name)' is not valid", "use 1-64 letters, digits, '.', '_' or '-', starting with a letter or digit")
             }
+            if sections.contains(where: { $0.sessionName == name }) { throw fail("[session \(name)] appears twice", nil) }
+            return Section(number: number, header: "session \(name)", sessionName: name)
         }
+        if words.first == "session" { throw fail("section [\(inner)] needs exactly one session name, like [session assets]", nil) }
+        throw fail("unknown section [\(inner)]", "sections are [agent] and [session NAME]")
+    }
+
+    /// What is worth saying about settings that are each valid: a limit shared by many transfers
+    /// can leave each below min-speed, where they would be abandoned as stalled. Said once per
+    /// session, at the lowest rate the schedules reach.
+    private static func warnings(agent: AgentConfig, sessions: [SessionConfig]) -> [String] {
         var warnings: [String] = []
         for session in sessions {
-            // A limit shared by many transfers can leave each below min-speed: they would be
-            // abandoned as stalled. Said once, at the lowest rate the schedules reach.
-            let lowest = [agent.bwlimit?.lowest, session.bwlimit?.lowest].compactMap { $0 }.min()
-            if let lowest {
-                let share = lowest / Int64(min(session.transfers ?? agent.transfers, agent.transfers))
-                if share < session.minSpeed {
-                    warnings.append("session '\(session.name)': at bwlimit \(Units.formatBytes(lowest))/s each of its transfers may get \(Units.formatBytes(share))/s, "
-                        + "below min-speed \(Units.formatBytes(session.minSpeed))/s, and be abandoned as stalled; lower min-speed or session-transfers")
-                }
+            guard let lowest = [agent.bwlimit?.lowest, session.bwlimit?.lowest].compactMap({ $0 }).min() else { continue }
+            let share = lowest / Int64(min(session.transfers ?? agent.transfers, agent.transfers))
+            if share < session.minSpeed {
+                warnings.append("session '\(session.name)': at bwlimit \(Units.formatBytes(lowest))/s each of its transfers may get \(Units.formatBytes(share))/s, "
+                    + "below min-speed \(Units.formatBytes(session.minSpeed))/s, and be abandoned as stalled; lower min-speed or session-transfers")
             }
         }
-        return Config(path: path, agent: agent, sessions: sessions, warnings: warnings)
+        return warnings
     }
 
     static func isValidSessionName(_ name: String) -> Bool {
@@ -412,36 +162,6 @@ public enum ConfigParser {
 
     private static func isAlnum(_ b: UInt8) -> Bool {
         (b >= 48 && b <= 57) || (b >= 65 && b <= 90) || (b >= 97 && b <= 122)
-    }
-
-    private static func duration(_ line: Line, minimum: Double, _ fail: (Line, String, String?) -> FerryError) throws(FerryError) -> Double {
-        guard let d = Units.parseDuration(line.value) else {
-            throw fail(line, "'\(line.value)' is not a duration", "write durations like 90s, 15m, 2h or 7d")
-        }
-        guard d >= minimum else { throw fail(line, "'\(line.value)' is shorter than the minimum of \(Units.formatDuration(minimum))", nil) }
-        return d
-    }
-
-    private static func bandwidth(_ line: Line, _ fail: (Line, String, String?) -> FerryError) throws(FerryError) -> BandwidthSchedule {
-        do { return try BandwidthSchedule(parsing: line.value) } catch {
-            throw fail(line, error.message, "write a rate like 512K, off, or a daily schedule like: 08:00,512K 19:00,off")
-        }
-    }
-
-    private static func integer(_ line: Line, in range: ClosedRange<Int>, _ fail: (Line, String, String?) -> FerryError) throws(FerryError) -> Int {
-        guard let n = Int(line.value), range.contains(n) else {
-            let bounds = range.upperBound == Int.max ? "\(range.lowerBound) or more" : "from \(range.lowerBound) to \(range.upperBound)"
-            throw fail(line, "'\(line.value)' is not a whole number \(bounds)", nil)
-        }
-        return n
-    }
-
-    private static func bool(_ line: Line, _ fail: (Line, String, String?) -> FerryError) throws(FerryError) -> Bool {
-        switch line.value.lowercased() {
-        case "yes", "true", "on", "1": return true
-        case "no", "false", "off", "0": return false
-        default: throw fail(line, "'\(line.value)' is not yes or no", nil)
-        }
     }
 
     /// ` # comment` after a value is a comment; a `#` inside a word (like `a#b`) is kept.

@@ -37,8 +37,8 @@ public enum ServiceDropIn {
             all.append(Grant(path: ConfigParser.directoryName(of: metrics), writes: true, reason: "[agent] metrics"))
         }
         for s in config.sessions {
-            // A file:// remote is a directory here: a push writes it, a pull reads it.
-            if let remote = s.remote.filePath.map(trimmedSlash) {
+            // A remote that is a directory here (file://): a push writes it, a pull reads it.
+            if let remote = s.remote.localDirectory.map(trimmedSlash) {
                 if s.direction == .push {
                     all.append(Grant(path: remote, writes: true, reason: "session \(s.name) publishes into it (its file:// remote)"))
                 } else if isUnderHome(remote) {

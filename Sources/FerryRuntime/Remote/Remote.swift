@@ -15,10 +15,59 @@ protocol Remote: Sendable {
                   resumeFrom: Int64, validator: String?) throws(FerryError) -> Download
 }
 
-/// An optional ability: reading a file from an offset, so a download resumes (over HTTP only
-/// under a validator, which the remote's `ReadRequest` sends as `If-Range` or `If-Match`; the
-/// whole is verified by hash either way). A remote without it starts every download from zero.
-protocol RangeReading {}
+/// A kind of remote: what the config and the docs know of it (`BackendDescription`: its schemes,
+/// keys, credential sources and abilities) and how a session's remote of that kind is opened.
+/// Each lives in its own folder beside this file and is listed once, in `Backends.all`.
+protocol Backend: SendableMetatype {
+    static var description: BackendDescription { get }
+    /// The session's remote. `clock` is the run's: its downloads keep their checkpoints on it (S3
+    /// signs with its time). `stop` abandons a request of the run's own thread when the run must
+    /// stop (`HTTPSettings.stop`). Credentials are read here, once per run.
+    static func open(_ session: SessionConfig, clock: any Clock, stop: StopCondition?) throws(FerryError) -> Remote
+    /// For `config show`: what unset keys of the backend mean on this machine, found without the
+    /// network (where the credentials would come from), by key.
+    static func describe(_ session: SessionConfig) -> [String: String]
+    /// For `config check`: the credentials fetched now, as lines naming their source (never a
+    /// secret); an error when none can be had.
+    static func check(_ session: SessionConfig, now: Timestamp) throws(FerryError) -> [String]
+}
+
+extension Backend {
+    static func describe(_ session: SessionConfig) -> [String: String] { [:] }
+    static func check(_ session: SessionConfig, now: Timestamp) throws(FerryError) -> [String] { [] }
+}
+
+/// The backends ferry has.
+public enum Backends {
+    /// Every backend: the one line a new one is added to.
+    static let all: [any Backend.Type] = [HTTPBackend.self, FileBackend.self, S3Backend.self]
+
+    /// What the config parser is given: each backend's description.
+    public static let descriptions: [BackendDescription] = all.map { $0.description }
+
+    /// The backend of a session's remote.
+    static func of(_ session: SessionConfig) -> any Backend.Type {
+        all.first { $0.description.schemes.contains(session.remote.scheme) }!
+    }
+
+    /// For `config show`: by key, what the session's unset backend keys mean here.
+    public static func describe(_ session: SessionConfig) -> [String: String] { of(session).describe(session) }
+
+    /// For `config check`: the session's credentials, fetched now, in lines.
+    public static func check(_ session: SessionConfig, now: Timestamp) throws(FerryError) -> [String] {
+        try of(session).check(session, now: now)
+    }
+}
+
+extension ConfigParser {
+    /// The config in `text`, with every backend ferry has.
+    public static func parse(_ text: String, path: String, allowingNoSession: Bool = false) throws(FerryError) -> Config {
+        try parse(text, path: path, backends: Backends.descriptions, allowingNoSession: allowingNoSession)
+    }
+
+    /// Every key a config may hold: the agent's, the sessions', and each backend's own.
+    public static var allKeys: [String] { agentKeys + sessionKeys + Backends.descriptions.flatMap { $0.keys.map(\.name) } }
+}
 
 /// The outcome of a conditional manifest fetch.
 public enum ManifestFetch {
@@ -38,26 +87,14 @@ public enum ManifestFetch {
 }
 
 enum Remotes {
-    /// The remote of a session: HTTP(S) through libcurl, or a local directory for `file://`.
-    /// Credentials are read here, once per run. `clock` is the run's: its downloads keep their
-    /// checkpoints on it, and S3 signs with its time. `stop` abandons a request of the run's own
-    /// thread when the run must stop (`HTTPSettings.stop`).
+    /// The remote of a session, opened by its backend (`Backend.open`).
     static func open(_ session: SessionConfig, clock: any Clock, stop: StopCondition? = nil) throws(FerryError) -> Remote {
-        switch session.remote.scheme {
-        case .http, .https:
-            var settings = try ConfigLoader.httpSettings(for: session)
-            settings.stop = stop
-            return HTTPRemote(base: session.remote, settings: settings, clock: clock)
-        case .file:
-            return FileRemote(base: session.remote, clock: clock)
-        case .s3:
-            return try S3Remote(session: session, clock: clock, stop: stop)
-        }
+        try Backends.of(session).open(session, clock: clock, stop: stop)
     }
 
-    /// Where the bytes of `entry` start: a remote that cannot read from an offset starts again.
-    static func resumeOffset(_ remote: Remote, _ offset: Int64) -> Int64 {
-        remote is RangeReading ? offset : 0
+    /// Where the bytes of a download start: a remote that cannot read from an offset starts again.
+    static func resumeOffset(_ base: RemoteLocation, _ offset: Int64) -> Int64 {
+        base.backend.abilities.contains(.rangedReads) ? offset : 0
     }
 
     /// A `304 Not Modified` to a request for a manifest (or a metadata object) that named no validator: there is nothing it

@@ -12,11 +12,10 @@ import FerryCore
 protocol RemoteWriting {
     /// The steps that place `file` (open, owned by the placement from now on) at `file.destination`.
     func placement(for file: LocalUpload, journal: UploadJournal) throws(FerryError) -> Placement
-    /// Whether an upload must know its file's SHA-256 before its first byte goes (S3 signs and
-    /// checks it); otherwise a new file is hashed as it is sent.
-    var hashesBeforeSending: Bool { get }
     /// Puts `bytes` at `path` as one object that readers see whole or not at all (the manifest),
-    /// if `condition` holds on the remote at that moment.
+    /// if `condition` holds on the remote at that moment (atomically where the backend has
+    /// `.conditionalWrites`; elsewhere the session compares just before it writes, which leaves a
+    /// window another writer may fall into).
     func write(_ bytes: [UInt8], at path: RelativePath, condition: WriteCondition) throws(FerryError) -> WriteOutcome
     /// Puts `bytes` at `path`, the name of an immutable object named by its content (a metadata
     /// object). Readers check such an object against its name and look for it only once a
@@ -25,10 +24,6 @@ protocol RemoteWriting {
     /// store's answer vouches for what it holds (its own checksum, equal to the bytes'); otherwise
     /// the session reads the object back.
     func writeObject(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) -> Bool
-    /// Whether `write` holds its condition atomically on the remote (S3's `If-Match` /
-    /// `If-None-Match: *`). Where it does not, the session compares just before it writes, which
-    /// leaves a window another writer may fall into.
-    var writesConditionally: Bool { get }
     /// Removes the file at `path`; one already gone is not an error.
     func remove(_ path: RelativePath) throws(FerryError)
     /// Removes the directory at `path` if it holds nothing; returns whether it is gone (false: it

@@ -89,7 +89,6 @@ public enum Curl {
 /// What every request of a session shares: TLS trust, credentials, timeouts. Credentials are read
 /// from their files once per run and never appear in any message.
 public struct HTTPSettings: Sendable {
-    public var scheme: RemoteLocation.Scheme
     public var caFile: String?
     public var basicAuth: String?
     public var bearerToken: String?
@@ -104,7 +103,6 @@ public struct HTTPSettings: Sendable {
     public static let userAgent = "ferry/\(FerryVersion.string)"
 
     public init(session: SessionConfig, basicAuth: String?, bearerToken: String?) {
-        scheme = session.remote.scheme
         caFile = session.caFile
         self.basicAuth = basicAuth
         self.bearerToken = bearerToken
@@ -116,7 +114,6 @@ public struct HTTPSettings: Sendable {
     /// The settings of a request that is not the session's own (a source of S3 credentials): the
     /// system's CAs, no credentials, and no speed limit (its caller bounds the time it takes).
     init(connectTimeout: Double) {
-        scheme = .https
         self.connectTimeout = connectTimeout
         minSpeed = 0
         stallTimeout = 0

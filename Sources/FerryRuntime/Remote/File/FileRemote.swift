@@ -14,7 +14,7 @@ import FerryCore
 /// writes each upload to a temporary file in the remote's `.ferry/upload/` (created exclusively,
 /// under a name no one can guess), gives it the mode and mtime the manifest lists, syncs it and
 /// renames it into place.
-struct FileRemote: Remote, RangeReading {
+struct FileRemote: Remote {
     let base: RemoteLocation
     let tree: RemoteTree
     let clock: any Clock
@@ -22,7 +22,7 @@ struct FileRemote: Remote, RangeReading {
     init(base: RemoteLocation, clock: any Clock) {
         self.base = base
         self.clock = clock
-        tree = RemoteTree(path: base.filePath ?? "/nonexistent")
+        tree = RemoteTree(path: base.localDirectory ?? "/nonexistent")
     }
 
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {
@@ -39,7 +39,7 @@ struct FileRemote: Remote, RangeReading {
             }
         } else {
             // A manifest named by an absolute URL outside the remote: the config's own path.
-            guard let path = RemoteLocation.decodeFileURL(url) else { throw .remote("cannot read the manifest \(url): not a valid file URL") }
+            guard let path = FileBackend.directory(of: url) else { throw .remote("cannot read the manifest \(url): not a valid file URL") }
             do { fd = try FileSystem.openRegularFile(path) } catch {
                 let failure = FerryError(.remote, "cannot read the manifest \(url): \(error.message)",
                                          hint: "check 'remote =' and 'manifest =' in the config, and that the manifest was published", cause: error.cause)
@@ -63,7 +63,7 @@ struct FileRemote: Remote, RangeReading {
     func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into partial: PartialFile,
                   resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
         try Download(task: task, entry: entry, reason: reason, origin: .file(tree: tree, path: source), partial: partial,
-                     resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator, clock: clock)
+                     resumeFrom: Remotes.resumeOffset(base, resumeFrom), validator: validator, clock: clock)
     }
 
     /// The path under the remote that `url` names, or nil when it names a file elsewhere.
@@ -74,9 +74,6 @@ struct FileRemote: Remote, RangeReading {
 }
 
 extension FileRemote: RemoteWriting {
-    var hashesBeforeSending: Bool { false }
-    /// A rename cannot be made conditional on what it replaces: the session compares just before.
-    var writesConditionally: Bool { false }
 
     func placement(for file: LocalUpload, journal: UploadJournal) throws(FerryError) -> Placement {
         let (fd, name) = try tree.withRoot(create: true) { root throws(FerryError) in try root.createUpload(owner: String(file.task.id)) }

@@ -6,7 +6,7 @@ import FerryCore
 /// (`If-None-Match` / `If-Modified-Since`); a manifest larger than `max-manifest-size` is refused
 /// from `Content-Length` before any byte is read, else when the body passes it. Files come as
 /// engine transfers, resumed with `Range` under `If-Range`.
-struct HTTPRemote: Remote, RangeReading {
+struct HTTPRemote: Remote {
     let base: RemoteLocation
     let settings: HTTPSettings
     let clock: any Clock
@@ -21,7 +21,7 @@ struct HTTPRemote: Remote, RangeReading {
             HTTPRequest(url: url, headers: offset > 0 ? validator.map { ["If-Range: \($0)"] } ?? [] : [], settings: settings)
         }
         return try Download(task: task, entry: entry, reason: reason, origin: .request(read), partial: partial,
-                            resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator, clock: clock)
+                            resumeFrom: Remotes.resumeOffset(base, resumeFrom), validator: validator, clock: clock)
     }
 
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {

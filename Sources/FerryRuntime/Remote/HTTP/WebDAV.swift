@@ -9,14 +9,12 @@ import FerryCore
 /// content, go straight to their names: `writeObject`); collections are made as needed
 /// (`MKCOL`), files and empty collections removed (`DELETE`, after a `PROPFIND` for collections).
 /// WebDAV has no write condition ferry can rely on across nginx and Apache: the session compares
-/// the manifest just before it publishes (`writesConditionally` is false).
+/// the manifest just before it publishes (its backend has no `.conditionalWrites`).
 extension HTTPRemote: RemoteWriting {
     /// Where the upload of a task waits on the remote until it is moved into place.
     static func temporaryName(task: Int64) -> RelativePath { RelativePath(trusted: LocalRoot.uploadPath + "/\(task)") }
     static let temporaryManifest = RelativePath(trusted: ".ferry/manifest.json.new")
 
-    var hashesBeforeSending: Bool { false }
-    var writesConditionally: Bool { false }
 
     func placement(for file: LocalUpload, journal: UploadJournal) throws(FerryError) -> Placement {
         let temporary = HTTPRemote.temporaryName(task: file.task.id)

@@ -260,29 +260,4 @@ public enum S3CredentialChain {
 
     /// The user's home directory from the password database, when `HOME` is not set.
     private static func homeDirectory() -> String { StateOwner.homeDirectory(getuid()) ?? "/" }
-
-    // MARK: For `ferry config show` and `ferry config check`
-
-    /// Where the session's credentials come from and its region, without the network (for
-    /// `ferry config show`): a source that has not been asked yet is named, not fetched.
-    public static func describe(_ session: SessionConfig) -> ConfigText.S3Resolution {
-        do {
-            let found = try resolve(session)
-            let key = found.provider.fixedAccessKeyHint.map { ", access key " + $0 } ?? ""
-            return ConfigText.S3Resolution(credentials: found.provider.source + key, region: found.region, regionOrigin: found.regionOrigin)
-        } catch {
-            return ConfigText.S3Resolution(credentials: "none usable: " + error.message, region: session.s3.region ?? S3Options.defaultRegion,
-                                           regionOrigin: session.s3.region == nil ? "the default" : "s3-region")
-        }
-    }
-
-    /// The session's credentials fetched now, through the network for the sources that need it
-    /// (for `ferry config check`): a line naming the source, the access key and, for temporary
-    /// credentials, when they expire; then the region. Never a secret.
-    public static func check(_ session: SessionConfig, now: Timestamp) throws(FerryError) -> [String] {
-        let found = try resolve(session)
-        let credentials = try found.provider.current(now: now)
-        return ["credentials: \(found.provider.source), \(credentials)" + (credentials.expiration.map { ", valid until \($0.rfc3339)" } ?? ""),
-                "region: \(found.region) (\(found.regionOrigin))"]
-    }
 }

@@ -8,7 +8,7 @@ import FerryCore
 /// GET (`If-None-Match` on its ETag); a download resumes with `Range` under `If-Match` (S3 servers
 /// do not all honour `If-Range`), and a 412 starts the file again from zero. What S3 answers in
 /// its XML errors is said in words, with the key to fix (`S3Errors`).
-struct S3Remote: Remote, RangeReading {
+struct S3Remote: Remote {
     let base: RemoteLocation
     let bucket: String
     /// The key prefix: empty, or ending in `/`.
@@ -29,8 +29,8 @@ struct S3Remote: Remote, RangeReading {
     init(session: SessionConfig, clock: any Clock, stop: StopCondition? = nil) throws(FerryError) {
         base = session.remote
         self.clock = clock
-        bucket = session.remote.bucket ?? ""
-        prefix = session.remote.keyPrefix ?? ""
+        bucket = session.remote.bucket
+        prefix = session.remote.keyPrefix
         options = session.s3
         partSize = session.uploadPartSize
         var settings = try ConfigLoader.httpSettings(for: session)
@@ -99,7 +99,7 @@ struct S3Remote: Remote, RangeReading {
             S3Errors.explain(status: status, body: body, bucket: bucket, key: key, region: region, credentials: source)?.text
         }, contentETags: true)
         return try Download(task: task, entry: entry, reason: reason, origin: .request(read), partial: partial,
-                            resumeFrom: Remotes.resumeOffset(self, resumeFrom), validator: validator, clock: clock)
+                            resumeFrom: Remotes.resumeOffset(base, resumeFrom), validator: validator, clock: clock)
     }
 }
 

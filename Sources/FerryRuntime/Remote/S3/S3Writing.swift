@@ -10,8 +10,6 @@ import FerryCore
 /// metadata (`x-amz-meta-sha256`), which the check after placing reads back. The manifest is
 /// written conditionally: `If-Match` on the ETag ferry last read, `If-None-Match: *` for the first.
 extension S3Remote: RemoteWriting {
-    var hashesBeforeSending: Bool { true }
-    var writesConditionally: Bool { true }
 
     /// The headers that name an object's content: checked by the store, kept as its metadata.
     static func contentHeaders(_ sha256: SHA256Digest) -> [(String, String)] {

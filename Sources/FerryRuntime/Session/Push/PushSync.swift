@@ -87,7 +87,7 @@ final class PushSync: SessionWork {
         if !options.dryRun {
             publishing.append(try SessionLock.publisher(stateDirectory: agent.state, remote: session.remote.url, manifest: session.manifest,
                                                         session: "session '\(session.name)'"))
-            if session.remote.scheme == .file, let directory = session.remote.filePath, FileSystem.exists(directory) {
+            if let directory = session.remote.localDirectory, FileSystem.exists(directory) {
                 publishing.append(try SessionLock.publisher(directory: directory, what: "ferry push of session '\(session.name)'"))
             }
         }
@@ -142,7 +142,7 @@ final class PushSync: SessionWork {
 
         // Content objects are named by their hash: every file's is known before it is sent.
         let layout = session.remoteLayout
-        let scan = try scanLocal(store: store, published: published, hashingEverything: writer.hashesBeforeSending || layout == .objects)
+        let scan = try scanLocal(store: store, published: published, hashingEverything: session.remote.backend.abilities.contains(.hashesBeforeSending) || layout == .objects)
         result.hashed = scan.hashed
         // A file that cannot be read fails alone: the remote keeps (and the manifest lists) what it has.
         for (path, error) in scan.unreadable { emit(.fileFailed(path: path, error: error)) }
@@ -161,7 +161,7 @@ final class PushSync: SessionWork {
         // `verify-interval` passed since the last such check.
         let checkedAt = clock.now()
         let lastCheck = try store.remoteChecked(session: session.name)
-        let checkAll = session.remote.scheme == .file || lastCheck.map { checkedAt.timeInterval - $0.timeInterval >= session.verifyInterval } ?? true
+        let checkAll = session.remote.backend.abilities.contains(.cheapInspection) || lastCheck.map { checkedAt.timeInterval - $0.timeInterval >= session.verifyInterval } ?? true
         let stored = layout == .objects ? try storedContent(published: published, placed: placedObjects, checking: checkAll, writer: writer, store: store) : []
         return Observed(remote: remote, writer: writer, reissue: reissue, published: published, changedOnRemote: changedOnRemote,
                         lastVersion: lastVersion, scan: scan, placedFiles: placed, placedObjects: placedObjects, checkAll: checkAll,
@@ -411,7 +411,7 @@ final class PushSync: SessionWork {
         // compares and applies `conflict`. A remote that writes conditionally refuses the write
         // itself; on the others the manifest is compared just before.
         var written = false
-        let changed = writer.writesConditionally ? false : try changedSinceRead(remote)
+        let changed = session.remote.backend.abilities.contains(.conditionalWrites) ? false : try changedSinceRead(remote)
         if !changed {
             written = try writeManifest(text, version: version, files: entries.count, signer: signingKey?.publicKey, expires: expires,
                                         writer: writer, remote: remote, store: store)
