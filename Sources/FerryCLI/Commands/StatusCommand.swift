@@ -245,11 +245,28 @@ struct StatusCommand: Command {
     private func summary(_ row: Row, width: Int) -> (lines: [String], cut: Bool) {
         let (s, r, tasks) = (row.session, row.record, row.tasks)
         let st = standing(r, tasks, time: LocalTime.text)
+        var out = SummaryLines(width: width, verbose: verbose)
+        let fixed = "  " + s.direction.rawValue + "  " + st.state
+        out.lines.append(Columns.cut(Columns.middle(Printable.name(s.name), max(8, width - Columns.columns(fixed))) + fixed, width))
+        if let detail = st.detail { out.add("state", detail, maxLines: StatusCommand.messageLines) }
+        addProcesses(st, r, to: &out)
+        addLastRun(st, r, to: &out)
+        addContent(s, r, to: &out)
+        addTasks(tasks, st, to: &out)
+        return (out.lines, out.cut)
+    }
+
+    /// A summary's lines as they are added, and whether a message was cut short.
+    private struct SummaryLines {
+        let width: Int
+        /// -v: messages are said whole.
+        let verbose: Bool
         var lines: [String] = []
         var cut = false
-        let valueWidth = max(8, width - 13)
+        var valueWidth: Int { max(8, width - 13) }
+
         /// A labelled line: "  label      text", the text wrapped under itself.
-        func add(_ label: String, _ text: String, maxLines: Int = 1) {
+        mutating func add(_ label: String, _ text: String, maxLines: Int = 1) {
             var wrapped = Columns.wrap(Printable.text(text), valueWidth)
             if !verbose && wrapped.count > maxLines {
                 cut = true
@@ -259,16 +276,17 @@ struct StatusCommand: Command {
                 lines.append(Columns.cut((k == 0 ? "  " + label.padding(to: 10) + " " : String(repeating: " ", count: 13)) + part, width))
             }
         }
-        let fixed = "  " + s.direction.rawValue + "  " + st.state
-        lines.append(Columns.cut(Columns.middle(Printable.name(s.name), max(8, width - Columns.columns(fixed))) + fixed, width))
-        if let detail = st.detail { add("state", detail, maxLines: StatusCommand.messageLines) }
+    }
+
+    /// The agent scheduling the session (running it, or its next poll), and a process running it apart from the agent.
+    private func addProcesses(_ st: Standing, _ r: SessionRecord?, to out: inout SummaryLines) {
         let now = clock.now().timeInterval
         if let pid = st.agentPID {
             if st.runningPID == pid {
-                add("agent", "pid \(pid), running the session now")
+                out.add("agent", "pid \(pid), running the session now")
             } else {
                 let next = st.nextPoll.map { ", next poll \(LocalTime.text($0)) (in \(Units.formatDuration(max(0, $0.timeInterval - now).rounded(.up))))" } ?? ""
-                add("agent", "pid \(pid)\(next)")
+                out.add("agent", "pid \(pid)\(next)")
             }
         }
         if let pid = st.runningPID, pid != st.agentPID {
@@ -276,35 +294,47 @@ struct StatusCommand: Command {
             if let deadline = r?.deadline, let left = st.secondsLeft {
                 text += ", stops by \(LocalTime.text(deadline)) (\(Units.formatDuration(Double(left))) left)"
             }
-            add("process", text)
+            out.add("process", text)
         }
+    }
+
+    /// The last run: when it started (running now) or ended, with its exit code and, when it failed, why.
+    private func addLastRun(_ st: Standing, _ r: SessionRecord?, to out: inout SummaryLines) {
         if let r, let time = st.runningPID != nil ? r.lastRunStarted : (r.lastRunFinished ?? r.lastRunStarted) {
             var text = st.runningPID != nil ? "started \(LocalTime.text(time))" : LocalTime.text(time)
             if st.runningPID == nil, let code = r.lastExitCode {
                 text += ", exit \(code)"
                 if code != 0, let message = r.lastMessage { text += ": \(message)" }
             }
-            add("last run", text, maxLines: StatusCommand.messageLines)
+            out.add("last run", text, maxLines: StatusCommand.messageLines)
         } else {
-            add("last run", "never run")
+            out.add("last run", "never run")
         }
+    }
+
+    /// The manifest last applied, and a pull's generations (layout = generations).
+    private func addContent(_ s: SessionConfig, _ r: SessionRecord?, to out: inout SummaryLines) {
         if let r, r.manifestVersion != nil || r.manifestSigner != nil {
             var text = r.manifestVersion.map { "v\($0)" } ?? "unversioned"
             if let files = r.manifestFiles { text += ", " + Units.formatCount(files) + " " + Plural.noun(files, "file") }
             if let signer = r.manifestSigner { text += ", signed by \(signer)" }
             if let expires = r.manifestExpires { text += ", expires \(LocalTime.text(expires))" }
-            add("manifest", text, maxLines: 2)
+            out.add("manifest", text, maxLines: 2)
         }
         if s.direction == .pull && s.layout == .generations {
             let g = GenerationStatus(local: s.local)
             var text = g.current.map { "\($0) is current" } ?? "none is current yet"
             if !g.kept.isEmpty { text += "; kept: " + g.kept.joined(separator: ", ") }
             if let b = g.building { text += "; \(b) is being built (the next run goes on with it)" }
-            add("generation", text, maxLines: 2)
+            out.add("generation", text, maxLines: 2)
         }
+    }
+
+    /// The tasks counted by state, the largest running ones with their progress, and the last error.
+    private func addTasks(_ tasks: [TransferTask], _ st: Standing, to out: inout SummaryLines) {
         let byState = counts(tasks)
         let said = StatusCommand.countOrder.compactMap { state in byState[state].map { Units.formatCount($0) + " " + state.rawValue } }
-        add("tasks", said.isEmpty ? "none" : said.joined(separator: ", "), maxLines: 2)
+        out.add("tasks", said.isEmpty ? "none" : said.joined(separator: ", "), maxLines: 2)
         let runningTasks = running(tasks)
         for (k, t) in runningTasks.prefix(StatusCommand.runningShown).enumerated() {
             var progress = Units.formatBytes(t.bytesDone)
@@ -313,16 +343,15 @@ struct StatusCommand: Command {
                 progress = "\(percent)%  " + progress + "/" + Units.formatBytes(size)
             }
             let label = k > 0 ? "" : st.runningPID != nil ? "running" : "unfinished"
-            let name = Columns.middle(Printable.name(t.path.string), max(8, valueWidth - Columns.columns(progress) - 2))
-            add(label, progress + "  " + name)
+            let name = Columns.middle(Printable.name(t.path.string), max(8, out.valueWidth - Columns.columns(progress) - 2))
+            out.add(label, progress + "  " + name)
         }
         if runningTasks.count > StatusCommand.runningShown {
-            add("", "and \(Units.formatCount(runningTasks.count - StatusCommand.runningShown)) more")
+            out.add("", "and \(Units.formatCount(runningTasks.count - StatusCommand.runningShown)) more")
         }
         if let t = lastError(tasks), let error = t.lastError {
-            add("error", "\(Printable.name(t.path.string)): \(error) (\(LocalTime.text(t.updatedAt)))", maxLines: StatusCommand.messageLines)
+            out.add("error", "\(Printable.name(t.path.string)): \(error) (\(LocalTime.text(t.updatedAt)))", maxLines: StatusCommand.messageLines)
         }
-        return (lines, cut)
     }
 
     /// Each task on a line: id, state, bytes, path, and what it waits for or its last error.

@@ -93,22 +93,25 @@ enum Completion {
 
     // MARK: bash
 
-    static func bash() -> String {
-        var out = """
-            # bash completion for ferry (made by `ferry completion bash` from ferry's own help)
-            _ferry() {
-                local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
-                local i command="" config="" rest=()
-                for ((i = 1; i < COMP_CWORD; i++)); do
-                    case "${COMP_WORDS[i]}" in
-                        --config) config="${COMP_WORDS[i+1]}"; ((i++)) ;;
-                        -*) ;;
-                        *) rest+=("${COMP_WORDS[i]}") ;;
-                    esac
-                done
-                command="${rest[*]}"
+    /// The start of the bash script, which reads the words typed so far (`bash()` adds the registry's `case` branches).
+    private static let bashPreamble = """
+        # bash completion for ferry (made by `ferry completion bash` from ferry's own help)
+        _ferry() {
+            local cur="${COMP_WORDS[COMP_CWORD]}" prev="${COMP_WORDS[COMP_CWORD-1]}"
+            local i command="" config="" rest=()
+            for ((i = 1; i < COMP_CWORD; i++)); do
+                case "${COMP_WORDS[i]}" in
+                    --config) config="${COMP_WORDS[i+1]}"; ((i++)) ;;
+                    -*) ;;
+                    *) rest+=("${COMP_WORDS[i]}") ;;
+                esac
+            done
+            command="${rest[*]}"
 
-            """
+        """
+
+    static func bash() -> String {
+        var out = bashPreamble
         out += "    case \"$prev\" in\n"
         out += "        --session) COMPREPLY=($(compgen -W \"$(ferry completion sessions ${config:+--config \"$config\"} 2>/dev/null)\" -- \"$cur\")); return ;;\n"
         for name in allOptions({ $0 == .file }) { out += "        \(name)) COMPREPLY=($(compgen -f -- \"$cur\")); return ;;\n" }

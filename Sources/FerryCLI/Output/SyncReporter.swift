@@ -113,26 +113,89 @@ final class SyncReporter: EventSink {
     }
 
     private func human(_ event: Event) {
-        var s: String { Printable.name(event.session) }
-        func name(_ p: RelativePath) -> String { Printable.name(p.string) }
+        guard !agentLogQuiet(event.body) else { return }
+        // Every case named here, none by default: a new event cannot go unshown by mistake.
         switch event.body {
+        case .replaced, .fileResumed, .fileRestarted, .fileFailed, .fileDeleted, .fileRetrying, .fileWaiting, .fileDelayed, .delayedDue,
+             .fileSuspended, .fileInterrupted, .fileStarted, .fileDone, .metadataFixed:
+            humanFile(event)
+        case .manifestFetched, .planned, .planItem, .checked, .manifestBuilt:
+            humanPlan(event)
+        case .sessionState, .agent, .uploadsVerified, .generationSwitched, .warning, .syncFinished, .manifestRetrying, .syncStarted,
+             .checkFinished, .sessionHeld:
+            humanRun(event)
+        }
+    }
+
+    /// Whether `ferry agent`'s log leaves the event out: a poll with nothing new, or a failed one (its session state says it).
+    private func agentLogQuiet(_ body: Event.Body) -> Bool {
+        switch body {
         case let .manifestFetched(_, _, _, unchanged, _, _, _) where unchanged && agentLog && level < .debug:
-            break
+            return true
         case let .planned(p) where agentLog && p.isIdle && level < .debug:
-            break
+            return true
         case let .syncFinished(code, transferred, failed, deleted, _, _, _, _, _)
             where agentLog && code == ExitCode.inSync.rawValue && transferred + failed + deleted == 0 && level < .debug:
-            break
+            return true
         case let .syncFinished(code, _, _, _, _, _, _, _, _)
             where agentLog && PollSchedule.outcome(exitCode: ExitCode(rawValue: code) ?? .usage, waiting: 0) == .failed:
             // A failed poll (the remote, the disk): the session-state event that follows says it,
             // with when the agent tries again, and only when it says something new.
+            return true
+        default:
+            return false
+        }
+    }
+
+    /// A name in a line for people.
+    private func name(_ p: RelativePath) -> String { Printable.name(p.string) }
+
+    /// The line of an event about one file (most only with -v).
+    private func humanFile(_ event: Event) {
+        var s: String { Printable.name(event.session) }
+        switch event.body {
+        case let .replaced(path, was, now):
+            line("\(s): replaced the \(was) \(name(path)) with a \(now)")
+        case let .fileResumed(path, offset):
+            line("\(s): resuming \(name(path)) at \(Units.formatBytes(offset)) (offset \(offset))")
+        case let .fileRestarted(path, reason):
+            line("\(s): \(name(path)): \(reason)")
+        case let .fileFailed(path, error):
+            guard let text = failureLine(event, path, error) else { return }
+            bars?.clear()
+            Console.err(text)
+        case let .fileDeleted(path):
+            line("\(s): deleted \(name(path))")
+        case let .fileRetrying(path, attempt, delay, error):
+            guard firstRetry(event.session, path.string, error) else { return }
+            line("\(s): \(name(path)): \(error); trying again (try \(attempt) in \(Units.formatFixed(delay, digits: 1))s; further tries with this error are not shown)")
+        case let .fileWaiting(path, error):
+            warn("\(s): \(name(path)): waiting for connectivity (\(error)); the next run tries again")
+        case let .fileDelayed(path, until):
+            line("\(s): \(name(path)): delayed until \(until.rfc3339)")
+        case let .delayedDue(path, disposition, reason):
+            line("\(s): \(name(path)): delayed download due: \(disposition.rawValue) (\(reason))")
+        case let .fileSuspended(path, offset):
+            line("\(s): \(name(path)): suspended by ferry cancel at \(Units.formatBytes(offset)); ferry resume continues it")
+        case let .fileInterrupted(path, offset):
+            line("\(s): \(name(path)): stopped at \(Units.formatBytes(offset)), kept for the next run")
+        case let .fileStarted(path, size, reason) where level >= .debug:
+            line("\(s): \(pushing.contains(event.session) ? "uploading" : "downloading") \(name(path))" + (size.map { " (\(Units.formatBytes($0)), \(reason.rawValue))" } ?? " (\(reason.rawValue))"))
+        case let .fileDone(path, size, fetched) where level >= .debug:
+            let moved = fetched == size ? Units.formatBytes(size) : "\(Units.formatBytes(size)), \(Units.formatBytes(fetched)) of it transferred"
+            line("\(s): \(pushing.contains(event.session) ? "uploaded" : "done") \(name(path)) (\(moved))")
+        case let .metadataFixed(path) where level >= .debug:
+            line("\(s): set the mode and mtime of \(name(path))")
+        default:
+            // Each file is said with -v; without, the run's summary says them.
             break
-        case let .sessionState(state, nextPoll):
-            let next = nextPoll.map { "; next poll at \($0.rfc3339)" } ?? ""
-            if state.lastPollFailed { warn("\(s): \(state.text)\(next)") } else { line("\(s): \(state.text)\(next)") }
-        case let .agent(action, message):
-            if action == "reload-refused" { Console.err("ferry: error: \(message)") } else { line("ferry agent: \(message)") }
+        }
+    }
+
+    /// The lines of an event about a manifest or a plan.
+    private func humanPlan(_ event: Event) {
+        var s: String { Printable.name(event.session) }
+        switch event.body {
         case let .manifestFetched(url, version, files, unchanged, signedBy, _, redirectedTo):
             let v = version.map { "version \($0), " } ?? ""
             let signed = signedBy.map { ", signed by \($0)" } ?? ""
@@ -161,30 +224,6 @@ final class SyncReporter: EventSink {
             if let size, action == "download" { text += " (\(Units.formatBytes(size))" + (reason.map { ", \($0))" } ?? ")") }
             else if let reason, action != "refused-delete" { text += " (\(reason))" }
             line(text)
-        case let .replaced(path, was, now):
-            line("\(s): replaced the \(was) \(name(path)) with a \(now)")
-        case let .fileResumed(path, offset):
-            line("\(s): resuming \(name(path)) at \(Units.formatBytes(offset)) (offset \(offset))")
-        case let .fileRestarted(path, reason):
-            line("\(s): \(name(path)): \(reason)")
-        case let .fileFailed(path, error):
-            guard let text = failureLine(event, path, error) else { return }
-            bars?.clear()
-            Console.err(text)
-        case let .fileDeleted(path):
-            line("\(s): deleted \(name(path))")
-        case let .uploadsVerified(storeChecksum, readBack, sizeOnly):
-            let counts = [(storeChecksum, UploadVerification.storeChecksum), (readBack, .readBack), (sizeOnly, .sizeOnly)].filter { $0.0 > 0 }
-            guard !counts.isEmpty else { return }
-            let total = storeChecksum + readBack + sizeOnly
-            let how = counts.count == 1 ? counts[0].1.phrase : counts.map { "\($0.0) \($0.1.phrase)" }.joined(separator: ", ")
-            let text = "\(s): \(Plural.count(total, "object")) placed on the remote, verified \(how)"
-            if sizeOnly > 0 { warn(text) } else { line(text) }
-        case let .generationSwitched(generation, directory, previous, changed, _):
-            let from = previous.map { " (was \($0))" } ?? ""
-            line("\(s): switched to generation \(generation)\(from): \(Plural.count(changed, "file")) new or changed, in \(Printable.name(directory))")
-        case let .warning(message):
-            warn(s.isEmpty ? message : "\(s): \(message)")
         case let .checked(version, listed, hashed, differ, unnoticed):
             let against = "the manifest last applied" + (version.map { " (version \($0))" } ?? "")
             guard differ > 0 else {
@@ -199,6 +238,32 @@ final class SyncReporter: EventSink {
             let signed = signedBy.map { ", signed by \($0)" } ?? ""
             line("wrote \(Printable.name(output)): version \(version), \(Plural.count(files, "file")), \(Units.formatBytes(bytes))\(signed)")
             if let sha256sums { line("wrote \(Printable.name(sha256sums)): the same files for sha256sum -c") }
+        default:
+            break
+        }
+    }
+
+    /// The lines of an event about a run, its session or the agent.
+    private func humanRun(_ event: Event) {
+        var s: String { Printable.name(event.session) }
+        switch event.body {
+        case let .sessionState(state, nextPoll):
+            let next = nextPoll.map { "; next poll at \($0.rfc3339)" } ?? ""
+            if state.lastPollFailed { warn("\(s): \(state.text)\(next)") } else { line("\(s): \(state.text)\(next)") }
+        case let .agent(action, message):
+            if action == "reload-refused" { Console.err("ferry: error: \(message)") } else { line("ferry agent: \(message)") }
+        case let .uploadsVerified(storeChecksum, readBack, sizeOnly):
+            let counts = [(storeChecksum, UploadVerification.storeChecksum), (readBack, .readBack), (sizeOnly, .sizeOnly)].filter { $0.0 > 0 }
+            guard !counts.isEmpty else { return }
+            let total = storeChecksum + readBack + sizeOnly
+            let how = counts.count == 1 ? counts[0].1.phrase : counts.map { "\($0.0) \($0.1.phrase)" }.joined(separator: ", ")
+            let text = "\(s): \(Plural.count(total, "object")) placed on the remote, verified \(how)"
+            if sizeOnly > 0 { warn(text) } else { line(text) }
+        case let .generationSwitched(generation, directory, previous, changed, _):
+            let from = previous.map { " (was \($0))" } ?? ""
+            line("\(s): switched to generation \(generation)\(from): \(Plural.count(changed, "file")) new or changed, in \(Printable.name(directory))")
+        case let .warning(message):
+            warn(s.isEmpty ? message : "\(s): \(message)")
         case let .syncFinished(code, transferred, failed, deleted, bytes, seconds, message, hint, dryRun):
             retried = retried.filter { $0.key.session != event.session }
             bars?.remove(session: event.session)
@@ -208,36 +273,13 @@ final class SyncReporter: EventSink {
         case let .manifestRetrying(_, attempt, delay, error):
             guard firstRetry(event.session, nil, error) else { return }
             line("\(s): \(error); trying again (try \(attempt) in \(Units.formatFixed(delay, digits: 1))s; further tries with this error are not shown)")
-        case let .fileRetrying(path, attempt, delay, error):
-            guard firstRetry(event.session, path.string, error) else { return }
-            line("\(s): \(name(path)): \(error); trying again (try \(attempt) in \(Units.formatFixed(delay, digits: 1))s; further tries with this error are not shown)")
-        case let .fileWaiting(path, error):
-            warn("\(s): \(name(path)): waiting for connectivity (\(error)); the next run tries again")
-        case let .fileDelayed(path, until):
-            line("\(s): \(name(path)): delayed until \(until.rfc3339)")
-        case let .delayedDue(path, disposition, reason):
-            line("\(s): \(name(path)): delayed download due: \(disposition.rawValue) (\(reason))")
-        case let .fileSuspended(path, offset):
-            line("\(s): \(name(path)): suspended by ferry cancel at \(Units.formatBytes(offset)); ferry resume continues it")
-        case let .fileInterrupted(path, offset):
-            line("\(s): \(name(path)): stopped at \(Units.formatBytes(offset)), kept for the next run")
-        case .syncStarted:
-            break
         case let .checkFinished(_, message?, hint):
             Console.err("ferry: error: \(s): \(message)")
             if let hint { Console.err("  hint: \(hint)") }
-        case let .fileStarted(path, size, reason) where level >= .debug:
-            line("\(s): \(pushing.contains(event.session) ? "uploading" : "downloading") \(name(path))" + (size.map { " (\(Units.formatBytes($0)), \(reason.rawValue))" } ?? " (\(reason.rawValue))"))
-        case let .fileDone(path, size, fetched) where level >= .debug:
-            let moved = fetched == size ? Units.formatBytes(size) : "\(Units.formatBytes(size)), \(Units.formatBytes(fetched)) of it transferred"
-            line("\(s): \(pushing.contains(event.session) ? "uploaded" : "done") \(name(path)) (\(moved))")
-        case let .metadataFixed(path) where level >= .debug:
-            line("\(s): set the mode and mtime of \(name(path))")
         case let .sessionHeld(files, waitsFor) where level >= .debug:
             line("\(s): \(Plural.count(files, "file")) held until \(waitsFor)")
-        case .fileStarted, .fileDone, .metadataFixed, .sessionHeld, .checkFinished:
-            // Each file is said with -v; without, the run's summary says them (and a hold, the
-            // agent's session state).
+        default:
+            // A hold is said with -v; without, the agent's session state says it.
             break
         }
     }

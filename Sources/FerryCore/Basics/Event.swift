@@ -171,21 +171,77 @@ public struct Event: Sendable {
 
     /// Appends `json` to `out`.
     public func appendJSON(to out: inout [UInt8]) {
-        out.append(contentsOf: "{\"time\":\"".utf8)
-        time.appendRFC3339(to: &out)
-        out.append(UInt8(ascii: "\""))
-        func key(_ k: StaticString) {
-            out.append(UInt8(ascii: ","))
-            out.append(UInt8(ascii: "\""))
-            k.withUTF8Buffer { out.append(contentsOf: $0) }
-            out.append(UInt8(ascii: "\""))
-            out.append(UInt8(ascii: ":"))
+        var fields = JSONFields()
+        // The fields go straight into the caller's buffer: swapped in and back, never copied.
+        swap(&fields.out, &out)
+        defer { swap(&fields.out, &out) }
+        fields.out.append(contentsOf: "{\"time\":\"".utf8)
+        time.appendRFC3339(to: &fields.out)
+        fields.out.append(UInt8(ascii: "\""))
+        fields.s("session", session); fields.s("event", name)
+        // Every case named here, none by default: a new event cannot go without its fields.
+        switch body {
+        case .replaced, .fileStarted, .fileResumed, .fileInterrupted, .fileSuspended, .fileRestarted, .fileRetrying, .fileDelayed, .delayedDue,
+             .fileWaiting, .fileDone, .fileFailed, .metadataFixed, .fileDeleted:
+            fields.appendFile(body)
+        case .syncStarted, .manifestFetched, .manifestRetrying, .planned, .planItem, .uploadsVerified, .generationSwitched, .warning,
+             .manifestBuilt, .checked, .checkFinished, .sessionState, .sessionHeld, .agent, .syncFinished:
+            fields.appendRun(body)
         }
-        func raw(_ k: StaticString, _ v: String) { key(k); out.append(contentsOf: v.utf8) }
-        func s(_ k: StaticString, _ v: String) { key(k); JSONText.appendQuoted(v, to: &out) }
-        func n(_ k: StaticString, _ v: Int64) { key(k); JSONText.appendInteger(v, to: &out) }
-        func b(_ k: StaticString, _ v: Bool) { key(k); out.append(contentsOf: (v ? "true" : "false").utf8) }
-        s("session", session); s("event", name)
+        fields.out.append(UInt8(ascii: "}"))
+    }
+}
+
+/// An event's JSON fields as they are appended, in the order each event writes them.
+private struct JSONFields {
+    var out: [UInt8] = []
+
+    private mutating func key(_ k: StaticString) {
+        out.append(UInt8(ascii: ","))
+        out.append(UInt8(ascii: "\""))
+        k.withUTF8Buffer { out.append(contentsOf: $0) }
+        out.append(UInt8(ascii: "\""))
+        out.append(UInt8(ascii: ":"))
+    }
+    mutating func raw(_ k: StaticString, _ v: String) { key(k); out.append(contentsOf: v.utf8) }
+    mutating func s(_ k: StaticString, _ v: String) { key(k); JSONText.appendQuoted(v, to: &out) }
+    mutating func n(_ k: StaticString, _ v: Int64) { key(k); JSONText.appendInteger(v, to: &out) }
+    mutating func b(_ k: StaticString, _ v: Bool) { key(k); out.append(contentsOf: (v ? "true" : "false").utf8) }
+
+    /// The fields of an event about one file (its path first).
+    mutating func appendFile(_ body: Event.Body) {
+        switch body {
+        case let .replaced(path, was, now):
+            s("path", path.string); s("was", was); s("now", now)
+        case let .fileStarted(path, size, reason):
+            s("path", path.string)
+            if let size { n("size", size) }
+            s("reason", reason.rawValue)
+        case let .fileResumed(path, offset), let .fileInterrupted(path, offset), let .fileSuspended(path, offset):
+            s("path", path.string); n("offset", offset)
+        case let .fileRestarted(path, reason):
+            s("path", path.string); s("reason", reason)
+        case let .fileRetrying(path, attempt, delay, error):
+            s("path", path.string); n("attempt", Int64(attempt)); raw("delay", Units.formatFixed(delay, digits: 3)); s("error", error)
+        case let .fileDelayed(path, until):
+            s("path", path.string); s("not_before", until.rfc3339)
+        case let .delayedDue(path, disposition, reason):
+            s("path", path.string); s("disposition", disposition.rawValue); s("reason", reason)
+        case let .fileWaiting(path, error):
+            s("path", path.string); s("error", error)
+        case let .fileDone(path, size, fetched):
+            s("path", path.string); n("size", size); n("fetched", fetched)
+        case let .fileFailed(path, error):
+            s("path", path.string); s("error", error)
+        case let .metadataFixed(path), let .fileDeleted(path):
+            s("path", path.string)
+        default:
+            break
+        }
+    }
+
+    /// The fields of an event about a session's run, a manifest, or the agent.
+    mutating func appendRun(_ body: Event.Body) {
         switch body {
         case let .syncStarted(direction, dryRun):
             s("direction", direction.rawValue); b("dry_run", dryRun)
@@ -204,36 +260,12 @@ public struct Event: Sendable {
             s("action", action); s("path", path.string)
             if let reason { s("reason", reason) }
             if let size { n("size", size) }
-        case let .replaced(path, was, now):
-            s("path", path.string); s("was", was); s("now", now)
-        case let .fileStarted(path, size, reason):
-            s("path", path.string)
-            if let size { n("size", size) }
-            s("reason", reason.rawValue)
-        case let .fileResumed(path, offset), let .fileInterrupted(path, offset), let .fileSuspended(path, offset):
-            s("path", path.string); n("offset", offset)
-        case let .fileRestarted(path, reason):
-            s("path", path.string); s("reason", reason)
         case let .manifestRetrying(url, attempt, delay, error):
             s("url", url); n("attempt", Int64(attempt)); raw("delay", Units.formatFixed(delay, digits: 3)); s("error", error)
-        case let .fileRetrying(path, attempt, delay, error):
-            s("path", path.string); n("attempt", Int64(attempt)); raw("delay", Units.formatFixed(delay, digits: 3)); s("error", error)
-        case let .fileDelayed(path, until):
-            s("path", path.string); s("not_before", until.rfc3339)
-        case let .delayedDue(path, disposition, reason):
-            s("path", path.string); s("disposition", disposition.rawValue); s("reason", reason)
-        case let .fileWaiting(path, error):
-            s("path", path.string); s("error", error)
         case let .sessionHeld(files, waitsFor):
             n("files", Int64(files)); s("waits_for", waitsFor)
-        case let .fileDone(path, size, fetched):
-            s("path", path.string); n("size", size); n("fetched", fetched)
-        case let .fileFailed(path, error):
-            s("path", path.string); s("error", error)
         case let .uploadsVerified(storeChecksum, readBack, sizeOnly):
             n("store_checksum", Int64(storeChecksum)); n("read_back", Int64(readBack)); n("size_only", Int64(sizeOnly))
-        case let .metadataFixed(path), let .fileDeleted(path):
-            s("path", path.string)
         case let .generationSwitched(generation, directory, previous, changed, _):
             s("generation", generation); s("directory", directory)
             if let previous { s("previous", previous) }
@@ -262,8 +294,9 @@ public struct Event: Sendable {
             if let message { s("message", message) }
             if let hint { s("hint", hint) }
             if dryRun { b("dry_run", true) }
+        default:
+            break
         }
-        out.append(UInt8(ascii: "}"))
     }
 }
 

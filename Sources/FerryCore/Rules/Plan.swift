@@ -109,9 +109,26 @@ public enum Reconciler {
     public static func plan(manifest: Manifest, local: LocalTree, rules: DeletionRules, modeMask: UInt32 = 0o022,
                             filter: PathFilter = PathFilter()) -> Plan {
         var plan = Plan()
+        let listedEntries = filter.isEmpty ? manifest.entries : manifest.entries.filter { filter.admits($0.path) }
+        let neededDirectories = directories(of: listedEntries)
+        let (directoriesInTheWay, unlisted) = merge(listedEntries, with: local, modeMask: modeMask, into: &plan)
+        for dir in neededDirectories {
+            if let here = local[dir], here.kind != .directory { plan.replacedByDirectory.append(dir) }
+        }
+        plan.localFiles = local.fileCount
+        var extras = Extras(inTheWay: directoriesInTheWay)
+        extras.classify(unlisted, of: local.items, needed: neededDirectories, rules: rules, filter: filter, into: &plan)
+        decideRemovals(extras, directoriesInTheWay: directoriesInTheWay, rules: rules, into: &plan)
+        plan.downloads.sort { $0.entry.path < $1.entry.path }
+        plan.replacedByDirectory.sort()
+        plan.blocked.sort { $0.path < $1.path }
+        return plan
+    }
+
+    /// The directories the listed entries need: every ancestor of each.
+    private static func directories(of listedEntries: [ManifestEntry]) -> Set<RelativePath> {
         var neededDirectories = Set<RelativePath>()
         var lastParent: RelativePath?
-        let listedEntries = filter.isEmpty ? manifest.entries : manifest.entries.filter { filter.admits($0.path) }
         for listed in listedEntries {
             // Siblings come together in byte order: their parent's ancestors were added already.
             let parent = listed.path.parent
@@ -119,6 +136,12 @@ public enum Reconciler {
             lastParent = parent
             for a in listed.path.ancestors where !neededDirectories.insert(a).inserted { break }
         }
+        return neededDirectories
+    }
+
+    /// What each listed file needs (into `plan`); returns the directories in its way and the local items no entry lists.
+    private static func merge(_ listedEntries: [ManifestEntry], with local: LocalTree, modeMask: UInt32,
+                              into plan: inout Plan) -> (directoriesInTheWay: [RelativePath: ManifestEntry], unlisted: [Int]) {
         var directoriesInTheWay: [RelativePath: ManifestEntry] = [:]
         var unlisted: [Int] = []
         let items = local.items
@@ -146,60 +169,78 @@ public enum Reconciler {
             case .symlink, .other:
                 plan.downloads.append(Plan.Download(entry: entry, reason: .notAFile))
             case .file:
-                if needsHash(entry, local: here) { plan.unhashed.append(entry.path) }
-                let sameSize = entry.size.map { $0 == here.entry.size } ?? true
-                guard sameSize, here.verified == entry.sha256 else {
-                    plan.downloads.append(Plan.Download(entry: entry, reason: .changed))
-                    continue
-                }
-                let modeDiffers = entry.mode.map { $0 != here.entry.mode & 0o777 } ?? false
-                let mtimeDiffers = entry.mtime.map { $0 != here.entry.mtime && $0 != local.wantedMtime(entry.path) } ?? false
-                if modeDiffers || mtimeDiffers {
-                    plan.metadataFixes.append(entry)
-                } else {
-                    plan.upToDate += 1
-                }
+                compare(entry, with: here, in: local, into: &plan)
             }
         }
         unlisted.append(contentsOf: next..<items.count)
-        for dir in neededDirectories {
-            if let here = local[dir], here.kind != .directory { plan.replacedByDirectory.append(dir) }
-        }
-        plan.localFiles = local.fileCount
+        return (directoriesInTheWay, unlisted)
+    }
 
-        // What is not listed: extras to delete or keep, and what directories in the way hold.
+    /// A listed file against the local file at its path: a download, a metadata fix, or up to date.
+    private static func compare(_ entry: ManifestEntry, with here: LocalTree.Item, in local: LocalTree, into plan: inout Plan) {
+        if needsHash(entry, local: here) { plan.unhashed.append(entry.path) }
+        let sameSize = entry.size.map { $0 == here.entry.size } ?? true
+        guard sameSize, here.verified == entry.sha256 else {
+            plan.downloads.append(Plan.Download(entry: entry, reason: .changed))
+            return
+        }
+        let modeDiffers = entry.mode.map { $0 != here.entry.mode & 0o777 } ?? false
+        let mtimeDiffers = entry.mtime.map { $0 != here.entry.mtime && $0 != local.wantedMtime(entry.path) } ?? false
+        if modeDiffers || mtimeDiffers {
+            plan.metadataFixes.append(entry)
+        } else {
+            plan.upToDate += 1
+        }
+    }
+
+    /// What is not listed: extras to delete or keep, and what directories in the way hold.
+    private struct Extras {
         var inTheWay: [RelativePath: [RelativePath]] = [:]
-        for path in directoriesInTheWay.keys { inTheWay[path] = [] }
         var extraDirectories: [RelativePath] = []
         var deletions: [RelativePath] = []
+        /// Files in a directory in the way that the filter protects, by that directory.
         var protectedInTheWay: [RelativePath: Int] = [:]
-        for index in unlisted {
-            let path = items[index].path, entry = items[index].entry
-            if !filter.isEmpty, !filter.admits(path, isDirectory: entry.kind == .directory) {
-                if entry.kind != .directory { plan.localFiles -= 1 }
-                if !inTheWay.isEmpty, let owner = path.ancestors.first(where: { inTheWay[$0] != nil }), entry.kind != .directory {
-                    protectedInTheWay[owner, default: 0] += 1
-                }
-                continue
-            }
-            // A listed file cannot also be a directory of listed files, so at most one ancestor is in the way.
-            if !inTheWay.isEmpty, let owner = path.ancestors.first(where: { inTheWay[$0] != nil }) {
-                if entry.kind != .directory { inTheWay[owner]!.append(path) }
-                continue
-            }
-            if entry.kind == .directory {
-                if !neededDirectories.contains(path) { extraDirectories.append(path) }
-                continue
-            }
-            if neededDirectories.contains(path) { continue }  // replaced by a directory (above)
-            if rules.delete { deletions.append(path) } else { plan.extrasKept += 1 }
+
+        init(inTheWay directories: [RelativePath: ManifestEntry]) {
+            for path in directories.keys { inTheWay[path] = [] }
         }
 
+        /// Each unlisted item: filtered out, held by a directory in the way, an extra directory, a deletion, or kept.
+        mutating func classify(_ unlisted: [Int], of items: [LocalTree.Item], needed neededDirectories: Set<RelativePath>, rules: DeletionRules,
+                               filter: PathFilter, into plan: inout Plan) {
+            for index in unlisted {
+                let path = items[index].path, entry = items[index].entry
+                if !filter.isEmpty, !filter.admits(path, isDirectory: entry.kind == .directory) {
+                    if entry.kind != .directory { plan.localFiles -= 1 }
+                    if !inTheWay.isEmpty, let owner = path.ancestors.first(where: { inTheWay[$0] != nil }), entry.kind != .directory {
+                        protectedInTheWay[owner, default: 0] += 1
+                    }
+                    continue
+                }
+                // A listed file cannot also be a directory of listed files, so at most one ancestor is in the way.
+                if !inTheWay.isEmpty, let owner = path.ancestors.first(where: { inTheWay[$0] != nil }) {
+                    if entry.kind != .directory { inTheWay[owner]!.append(path) }
+                    continue
+                }
+                if entry.kind == .directory {
+                    if !neededDirectories.contains(path) { extraDirectories.append(path) }
+                    continue
+                }
+                if neededDirectories.contains(path) { continue }  // replaced by a directory (above)
+                if rules.delete { deletions.append(path) } else { plan.extrasKept += 1 }
+            }
+        }
+    }
+
+    /// What may go under `delete` and `max-delete`: deletions, directories in the way replaced or blocked, extra directories.
+    private static func decideRemovals(_ extras: Extras, directoriesInTheWay: [RelativePath: ManifestEntry], rules: DeletionRules,
+                                       into plan: inout Plan) {
+        var deletions = extras.deletions
         // The cap counts every file that would go (deletions and what replaced directories hold)
         // against what the mirror holds before the run. Not against what the manifest adds: a
         // manifest that adds as many files as a directory of unrelated files holds must not make
         // deleting all of those look like half of the session's files.
-        let inTheWayFiles = rules.delete ? inTheWay.values.reduce(0) { $0 + $1.count } : 0
+        let inTheWayFiles = rules.delete ? extras.inTheWay.values.reduce(0) { $0 + $1.count } : 0
         let limit = rules.cap.limit(managed: plan.localFiles)
         let overCap = rules.delete && deletions.count + inTheWayFiles > limit
         if overCap {
@@ -207,8 +248,8 @@ public enum Reconciler {
                                                           paths: deletions.sorted())
             deletions = []
         }
-        for (path, files) in inTheWay {
-            if let kept = protectedInTheWay[path] {
+        for (path, files) in extras.inTheWay {
+            if let kept = extras.protectedInTheWay[path] {
                 plan.blocked.append((path, .directoryHoldsExcluded(files: kept)))
             } else if files.isEmpty || (rules.delete && !overCap) {
                 plan.directoriesToReplace[path] = files.sorted()
@@ -220,15 +261,11 @@ public enum Reconciler {
         plan.deletions = deletions.sorted()
         if rules.delete && !overCap {
             // Deepest first, so children go before parents.
-            plan.directoryRemovals = extraDirectories.sorted {
+            plan.directoryRemovals = extras.extraDirectories.sorted {
                 let a = $0.string.utf8.count(where: { $0 == UInt8(ascii: "/") })
                 let b = $1.string.utf8.count(where: { $0 == UInt8(ascii: "/") })
                 return a != b ? a > b : $0 < $1
             }
         }
-        plan.downloads.sort { $0.entry.path < $1.entry.path }
-        plan.replacedByDirectory.sort()
-        plan.blocked.sort { $0.path < $1.path }
-        return plan
     }
 }

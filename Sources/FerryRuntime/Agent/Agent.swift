@@ -196,24 +196,7 @@ public final class Agent: @unchecked Sendable {
         writeMetrics()
         var stopping = false
         while true {
-            let (ended, hangup, requests) = inbox.withLock { inbox in
-                defer { inbox.ended.removeAll(); inbox.reload = false; inbox.requests.removeAll() }
-                return (inbox.ended, inbox.reload, inbox.requests)
-            }
-            for (name, result) in ended { cycleEnded(name, result) }
-            var reload = hangup
-            var reloadClients: [ControlConnection] = []
-            for (request, connection) in requests {
-                if request.command == ControlRequest.reload {
-                    reloadClients.append(connection)
-                    reload = true
-                } else {
-                    accept(request, connection, stopping: stop.reason != nil)
-                }
-            }
-            if stop.reason != nil {
-                for client in reloadClients { Agent.answerReload(client, refusal: FerryError(.stopped, "the agent is stopping"), config: config) }
-            }
+            let (reload, reloadClients) = takeInbox(stop: stop)
             if let reason = stop.reason {
                 if !stopping {
                     stopping = true
@@ -227,14 +210,7 @@ public final class Agent: @unchecked Sendable {
                     let refusal = self.reload()
                     for client in reloadClients { Agent.answerReload(client, refusal: refusal, config: config) }
                 }
-                let now = clock.monotonic()
-                for name in slots.keys.sorted() where slots[name]!.running == nil {
-                    if let gate = slots[name]!.held, gate.waitsFor() == nil {
-                        slots[name]!.held = nil
-                        slots[name]!.due = now
-                    }
-                    if slots[name]!.due <= now { startCycle(name) }
-                }
+                startDueCycles()
             }
             keepWatchdog()
             heartbeat.last.store(clock.monotonic(), ordering: .relaxed)
@@ -271,6 +247,41 @@ public final class Agent: @unchecked Sendable {
         }
         hooks?.drain()
         return .inSync
+    }
+
+    /// Settles ended cycles and `sync now` requests; returns whether to reload, and who asked (refused while stopping).
+    private func takeInbox(stop: StopToken) -> (reload: Bool, clients: [ControlConnection]) {
+        let (ended, hangup, requests) = inbox.withLock { inbox in
+            defer { inbox.ended.removeAll(); inbox.reload = false; inbox.requests.removeAll() }
+            return (inbox.ended, inbox.reload, inbox.requests)
+        }
+        for (name, result) in ended { cycleEnded(name, result) }
+        var reload = hangup
+        var reloadClients: [ControlConnection] = []
+        for (request, connection) in requests {
+            if request.command == ControlRequest.reload {
+                reloadClients.append(connection)
+                reload = true
+            } else {
+                accept(request, connection, stopping: stop.reason != nil)
+            }
+        }
+        if stop.reason != nil {
+            for client in reloadClients { Agent.answerReload(client, refusal: FerryError(.stopped, "the agent is stopping"), config: config) }
+        }
+        return (reload, reloadClients)
+    }
+
+    /// Starts the cycle of each free session that is due, or whose held work may go now.
+    private func startDueCycles() {
+        let now = clock.monotonic()
+        for name in slots.keys.sorted() where slots[name]!.running == nil {
+            if let gate = slots[name]!.held, gate.waitsFor() == nil {
+                slots[name]!.held = nil
+                slots[name]!.due = now
+            }
+            if slots[name]!.due <= now { startCycle(name) }
+        }
     }
 
     // MARK: handed-over syncs
@@ -582,10 +593,4 @@ public final class Agent: @unchecked Sendable {
         if failed > 0 { parts.append("\(failed) failed") }
         return parts.joined(separator: ", ")
     }
-}
-
-/// When the agent's scheduler last went round its loop (monotonic seconds), read by `/healthz`.
-final class Heartbeat: Sendable {
-    let last: Atomic<Double>
-    init(_ now: Double) { last = Atomic(now) }
 }

@@ -196,3 +196,9 @@ public final class MetricsServer: @unchecked Sendable {
     /// Stops accepting (the agent is stopping); the accept thread closes the socket.
     public func stop() { shutdown(fd, Int32(SHUT_RDWR)) }
 }
+
+/// When the agent's scheduler last went round its loop (monotonic seconds), read by `/healthz`.
+final class Heartbeat: Sendable {
+    let last: Atomic<Double>
+    init(_ now: Double) { last = Atomic(now) }
+}

@@ -38,8 +38,17 @@ enum HookProcess {
             || ["NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID", "LISTEN_FDS", "LISTEN_PID", "LISTEN_FDNAMES", "CREDENTIALS_DIRECTORY"].contains(name)
     }
 
-    private static func run(_ command: HookCommand, environment: [String], timeout: Double, clock: any Clock,
-                            capture: (read: Int32, write: Int32, take: ([UInt8]) -> Void)?) -> Result {
+    /// Where a captured child's stdout goes: the pipe's ends, and what takes its bytes.
+    private typealias Capture = (read: Int32, write: Int32, take: ([UInt8]) -> Void)
+
+    private static func run(_ command: HookCommand, environment: [String], timeout: Double, clock: any Clock, capture: Capture?) -> Result {
+        let (pid, rc) = spawn(command, environment: environment, capture: capture)
+        guard rc == 0 else { return .cannotStart(String(cString: strerror(rc))) }
+        return waitForExit(of: pid, timeout: timeout, clock: clock, capture: capture)
+    }
+
+    /// Starts the child in a group of its own with only stdin, stdout, stderr; returns its pid and posix_spawnp's result.
+    private static func spawn(_ command: HookCommand, environment: [String], capture: Capture?) -> (pid_t, Int32) {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -65,17 +74,8 @@ enum HookProcess {
         posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP))
         posix_spawnattr_setpgroup(&attributes, 0)
 
-        let names = Set(environment.compactMap { $0.split(separator: "=", maxSplits: 1).first.map(String.init) })
-        var inherited: [String] = []
-        var p = environ
-        while let entry = p.pointee {
-            let text = String(cString: entry)
-            let name = text.split(separator: "=", maxSplits: 1).first.map(String.init) ?? text
-            if !names.contains(name) && !withheld(name) { inherited.append(text) }
-            p += 1
-        }
         let argv = command.arguments.map { strdup($0) } + [nil]
-        let envp = (inherited + environment).map { strdup($0) } + [nil]
+        let envp = (inherited(besides: environment) + environment).map { strdup($0) } + [nil]
         defer {
             argv.forEach { free($0) }
             envp.forEach { free($0) }
@@ -86,7 +86,25 @@ enum HookProcess {
             close(capture.write)
             _ = fcntl(capture.read, F_SETFL, fcntl(capture.read, F_GETFL) | O_NONBLOCK)
         }
-        guard rc == 0 else { return .cannotStart(String(cString: strerror(rc))) }
+        return (pid, rc)
+    }
+
+    /// The variables of ferry's environment the child gets: neither withheld nor set by `environment`.
+    private static func inherited(besides environment: [String]) -> [String] {
+        let names = Set(environment.compactMap { $0.split(separator: "=", maxSplits: 1).first.map(String.init) })
+        var inherited: [String] = []
+        var p = environ
+        while let entry = p.pointee {
+            let text = String(cString: entry)
+            let name = text.split(separator: "=", maxSplits: 1).first.map(String.init) ?? text
+            if !names.contains(name) && !withheld(name) { inherited.append(text) }
+            p += 1
+        }
+        return inherited
+    }
+
+    /// How the child ended, its output taken as it comes; at `timeout` its group gets SIGTERM, 2 s later SIGKILL.
+    private static func waitForExit(of pid: pid_t, timeout: Double, clock: any Clock, capture: Capture?) -> Result {
         var taken = 0
         /// Takes what the child wrote so far (its pipe must not fill up while we wait).
         func drain() {

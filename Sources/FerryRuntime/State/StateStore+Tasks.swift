@@ -45,81 +45,121 @@ extension StateStore {
                                notBefore: Timestamp?) throws(FerryError) -> Queued {
         guard !entries.isEmpty else { return Queued() }
         let nowTime = clock.now()
-        let now = nowTime.rfc3339
         let delayUntil = notBefore.flatMap { $0 > nowTime ? $0 : nil }
         // Read and written in one transaction: a `ferry cancel` in between is never overwritten.
         return try db.transaction { () throws(FerryError) -> Queued in
-            var existing: [RelativePath: TransferTask] = [:]
-            let rows = try db.prepare("""
-                SELECT id, path, state, size, sha256, bytes_done, validator, attempts, created_at, not_before, url FROM tasks WHERE session = ?
-                """).bind(.text(session))
-            while try rows.step() {
-                let path = RelativePath(trusted: rows.text(1) ?? "")
-                existing[path] = TransferTask(
-                    id: rows.int(0), session: session, path: path, direction: .pull, state: TaskState(rawValue: rows.text(2) ?? "") ?? .queued,
-                    size: rows.isNull(3) ? nil : rows.int(3), sha256: rows.text(4) ?? "", bytesDone: rows.int(5), validator: rows.text(6),
-                    attempts: Int(rows.int(7)), lastError: nil, createdAt: rows.text(8).flatMap(Timestamp.init(rfc3339:)) ?? nowTime,
-                    updatedAt: Timestamp(seconds: 0), notBefore: rows.text(9).flatMap(Timestamp.init(rfc3339:)), url: rows.text(10))
+            let existing = try downloadTasks(session: session, now: nowTime)
+            let queue = try DownloadQueue(db, session: session, now: nowTime, delayUntil: delayUntil)
+            var out = Queued()
+            out.tasks.reserveCapacity(entries.count)
+            for e in entries {
+                if let t = existing[e.path] {
+                    out.tasks.append(try queue.update(t, to: e, urlFor: urlFor, due: &out.due))
+                } else {
+                    out.tasks.append(try queue.add(e, urlFor: urlFor))
+                }
             }
-            let insert = try db.prepare("""
+            return out
+        }
+    }
+
+    /// The session's tasks by path, as `queueDownloads` compares them with the entries.
+    private func downloadTasks(session: String, now nowTime: Timestamp) throws(FerryError) -> [RelativePath: TransferTask] {
+        var existing: [RelativePath: TransferTask] = [:]
+        let rows = try db.prepare("""
+            SELECT id, path, state, size, sha256, bytes_done, validator, attempts, created_at, not_before, url FROM tasks WHERE session = ?
+            """).bind(.text(session))
+        while try rows.step() {
+            let path = RelativePath(trusted: rows.text(1) ?? "")
+            existing[path] = TransferTask(
+                id: rows.int(0), session: session, path: path, direction: .pull, state: TaskState(rawValue: rows.text(2) ?? "") ?? .queued,
+                size: rows.isNull(3) ? nil : rows.int(3), sha256: rows.text(4) ?? "", bytesDone: rows.int(5), validator: rows.text(6),
+                attempts: Int(rows.int(7)), lastError: nil, createdAt: rows.text(8).flatMap(Timestamp.init(rfc3339:)) ?? nowTime,
+                updatedAt: Timestamp(seconds: 0), notBefore: rows.text(9).flatMap(Timestamp.init(rfc3339:)), url: rows.text(10))
+        }
+        return existing
+    }
+
+    /// One `queueDownloads`: its statements and times, shared by its entries.
+    private struct DownloadQueue {
+        let db: SQLiteDatabase
+        let session: String
+        let nowTime: Timestamp
+        let now: String
+        let delayUntil: Timestamp?
+        let delayedUntil: String?
+        let insert: SQLiteStatement
+        let reset: SQLiteStatement
+        let requeue: SQLiteStatement
+
+        init(_ db: SQLiteDatabase, session: String, now nowTime: Timestamp, delayUntil: Timestamp?) throws(FerryError) {
+            self.db = db
+            self.session = session
+            self.nowTime = nowTime
+            now = nowTime.rfc3339
+            self.delayUntil = delayUntil
+            delayedUntil = delayUntil?.rfc3339
+            insert = try db.prepare("""
                 INSERT INTO tasks (session, path, direction, state, size, sha256, bytes_done, validator, attempts, last_error, created_at, updated_at, not_before, url)
                 VALUES (?, ?, 'pull', ?, ?, ?, 0, NULL, 0, NULL, ?, ?, ?, ?)
                 """)
-            let reset = try db.prepare("""
+            reset = try db.prepare("""
                 UPDATE tasks SET state = ?, size = ?, sha256 = ?, bytes_done = 0, validator = NULL, attempts = 0,
                 last_error = NULL, created_at = ?, updated_at = ?, not_before = ?, url = ? WHERE id = ?
                 """)
-            let requeue = try db.prepare("UPDATE tasks SET state = \(StateStore.stateAfter(.queue)), not_before = NULL, url = NULL, updated_at = ? WHERE id = ?")
-            var out = Queued()
-            out.tasks.reserveCapacity(entries.count)
-            let delayedUntil = delayUntil?.rfc3339
-            for e in entries {
-                let sha256 = e.sha256.hex
-                guard var t = existing[e.path] else {
-                    let state: TaskState = delayUntil == nil ? .queued : .delayed
-                    let url = delayUntil == nil ? nil : urlFor(e)
-                    try insert.bind(.text(session), .text(e.path.string), .text(state.rawValue), .optional(e.size), .text(sha256),
-                                    .text(now), .text(now), .optional(delayedUntil), .optional(url)).run()
-                    out.tasks.append(TransferTask(id: sqlite3_last_insert_rowid(db.handle), session: session, path: e.path, direction: .pull,
-                                                  state: state, size: e.size, sha256: sha256, bytesDone: 0, validator: nil, attempts: 0,
-                                                  lastError: nil, createdAt: nowTime, updatedAt: nowTime, notBefore: delayUntil, url: url))
-                    continue
-                }
-                let sameContent = t.sha256 == sha256 && t.size == e.size
-                if t.state == .delayed, let due = t.notBefore, due > nowTime {
-                    // Not due yet: left as it is; revalidated when it comes due.
-                } else if t.state == .delayed {
-                    let (disposition, reason) = DelayedRequest.disposition(for: t, entry: e, url: urlFor(e))
-                    out.due.append((e.path, disposition, reason))
-                    if disposition == .proceed {
-                        try requeue.bind(.text(now), .int(t.id)).run()
-                        t.state = .queued
-                        t.url = nil
-                    } else {
-                        try reset.bind(.text(TaskState.queued.rawValue), .optional(e.size), .text(sha256), .text(now), .text(now), nil, nil, .int(t.id)).run()
-                        t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: .queued, size: e.size, sha256: sha256,
-                                         bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: nowTime, updatedAt: nowTime, url: nil)
-                    }
-                    t.notBefore = nil
-                } else if sameContent && t.state == .suspended {
-                    // Suspended by `ferry cancel`: stays so, resume data and all, until `ferry resume`.
-                } else if sameContent && t.state != .done {
+            requeue = try db.prepare("UPDATE tasks SET state = \(StateStore.stateAfter(.queue)), not_before = NULL, url = NULL, updated_at = ? WHERE id = ?")
+        }
+
+        /// A new task for an entry no row holds: queued, or delayed with its URL kept.
+        func add(_ e: ManifestEntry, urlFor: (ManifestEntry) -> String) throws(FerryError) -> TransferTask {
+            let sha256 = e.sha256.hex
+            let state: TaskState = delayUntil == nil ? .queued : .delayed
+            let url = delayUntil == nil ? nil : urlFor(e)
+            try insert.bind(.text(session), .text(e.path.string), .text(state.rawValue), .optional(e.size), .text(sha256),
+                            .text(now), .text(now), .optional(delayedUntil), .optional(url)).run()
+            return TransferTask(id: sqlite3_last_insert_rowid(db.handle), session: session, path: e.path, direction: .pull,
+                                state: state, size: e.size, sha256: sha256, bytesDone: 0, validator: nil, attempts: 0,
+                                lastError: nil, createdAt: nowTime, updatedAt: nowTime, notBefore: delayUntil, url: url)
+        }
+
+        /// An existing task for an entry: left, requeued, revalidated when delayed and due (said in `due`), or reset for new content.
+        func update(_ existing: TransferTask, to e: ManifestEntry, urlFor: (ManifestEntry) -> String,
+                    due: inout [(path: RelativePath, disposition: DelayedRequest.Disposition, reason: String)]) throws(FerryError) -> TransferTask {
+            var t = existing
+            let sha256 = e.sha256.hex
+            let sameContent = t.sha256 == sha256 && t.size == e.size
+            if t.state == .delayed, let until = t.notBefore, until > nowTime {
+                // Not due yet: left as it is; revalidated when it comes due.
+            } else if t.state == .delayed {
+                let (disposition, reason) = DelayedRequest.disposition(for: t, entry: e, url: urlFor(e))
+                due.append((e.path, disposition, reason))
+                if disposition == .proceed {
                     try requeue.bind(.text(now), .int(t.id)).run()
                     t.state = .queued
                     t.url = nil
                 } else {
-                    // New content: no resume data. A suspended task stays suspended; a new task may be delayed.
-                    let state = t.state.after(delayUntil == nil ? .queue : .delay) ?? t.state
-                    let url = state == .delayed ? urlFor(e) : nil
-                    try reset.bind(.text(state.rawValue), .optional(e.size), .text(sha256), .text(now), .text(now),
-                                   .optional(state == .delayed ? delayUntil?.rfc3339 : nil), .optional(url), .int(t.id)).run()
-                    t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: state, size: e.size, sha256: sha256,
-                                     bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: nowTime, updatedAt: nowTime,
-                                     notBefore: state == .delayed ? delayUntil : nil, url: url)
+                    try reset.bind(.text(TaskState.queued.rawValue), .optional(e.size), .text(sha256), .text(now), .text(now), nil, nil, .int(t.id)).run()
+                    t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: .queued, size: e.size, sha256: sha256,
+                                     bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: nowTime, updatedAt: nowTime, url: nil)
                 }
-                out.tasks.append(t)
+                t.notBefore = nil
+            } else if sameContent && t.state == .suspended {
+                // Suspended by `ferry cancel`: stays so, resume data and all, until `ferry resume`.
+            } else if sameContent && t.state != .done {
+                try requeue.bind(.text(now), .int(t.id)).run()
+                t.state = .queued
+                t.url = nil
+            } else {
+                // New content: no resume data. A suspended task stays suspended; a new task may be delayed.
+                let state = t.state.after(delayUntil == nil ? .queue : .delay) ?? t.state
+                let url = state == .delayed ? urlFor(e) : nil
+                try reset.bind(.text(state.rawValue), .optional(e.size), .text(sha256), .text(now), .text(now),
+                               .optional(state == .delayed ? delayUntil?.rfc3339 : nil), .optional(url), .int(t.id)).run()
+                t = TransferTask(id: t.id, session: session, path: e.path, direction: .pull, state: state, size: e.size, sha256: sha256,
+                                 bytesDone: 0, validator: nil, attempts: 0, lastError: nil, createdAt: nowTime, updatedAt: nowTime,
+                                 notBefore: state == .delayed ? delayUntil : nil, url: url)
             }
-            return out
+            return t
         }
     }
 

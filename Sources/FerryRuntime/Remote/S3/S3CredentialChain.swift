@@ -31,48 +31,72 @@ public enum S3CredentialChain {
     /// Empty values count as unset (`AWS_PROFILE=` selects nothing).
     typealias Environment = (String) -> String?
 
-    static func resolve(_ session: SessionConfig, environment: Environment = S3Credentials.environment) throws(FerryError) -> Resolution {
-        func env(_ name: String) -> String? { environment(name).flatMap { $0.isEmpty ? nil : $0 } }
-        let options = session.s3
+    /// The session's credentials and region: from `s3-credentials` alone when it is set, else from the AWS chain.
+    static func resolve(_ session: SessionConfig, environment: @escaping Environment = S3Credentials.environment) throws(FerryError) -> Resolution {
         ConfigLoader.holdingSecrets()
-        if let file = options.credentials {
-            let profile = options.profile ?? "default"
-            let bytes = try ConfigLoader.readSecret(file, session: session, key: "s3-credentials", limit: 1 << 20)
-            let credentials: S3Credentials
-            do { credentials = try S3Credentials.parse(String(decoding: bytes, as: UTF8.self), profile: profile) } catch {
-                throw .usage("s3-credentials \(file) of session '\(session.name)': \(error.message)",
-                             hint: "the file holds sections like [\(profile)] with aws_access_key_id = and aws_secret_access_key = lines")
-            }
-            return Resolution(provider: S3CredentialProvider(fixed: credentials, source: "s3-credentials \(file) [\(profile)]"),
-                              region: options.region ?? S3Options.defaultRegion, regionOrigin: options.region == nil ? "the default" : "s3-region")
+        if let file = session.s3.credentials { return try named(file, session: session) }
+        return try Lookup(session.s3, environment: environment).firstSource()
+    }
+
+    /// The credentials of the file `s3-credentials` names: that file alone decides.
+    private static func named(_ file: String, session: SessionConfig) throws(FerryError) -> Resolution {
+        let options = session.s3
+        let profile = options.profile ?? "default"
+        let bytes = try ConfigLoader.readSecret(file, session: session, key: "s3-credentials", limit: 1 << 20)
+        let credentials: S3Credentials
+        do { credentials = try S3Credentials.parse(String(decoding: bytes, as: UTF8.self), profile: profile) } catch {
+            throw .usage("s3-credentials \(file) of session '\(session.name)': \(error.message)",
+                         hint: "the file holds sections like [\(profile)] with aws_access_key_id = and aws_secret_access_key = lines")
+        }
+        return Resolution(provider: S3CredentialProvider(fixed: credentials, source: "s3-credentials \(file) [\(profile)]"),
+                          region: options.region ?? S3Options.defaultRegion, regionOrigin: options.region == nil ? "the default" : "s3-region")
+    }
+
+    /// The AWS chain for one session: its profile, the AWS files and its region, read once for every source.
+    private struct Lookup {
+        /// The environment, an empty value counting as unset.
+        let env: Environment
+        let options: S3Options
+        let profileFromEnvironment: String?
+        let profile: String
+        let credentialsPath: String
+        let configPath: String
+        let credentialsFile: AWSProfiles?
+        let configFile: AWSProfiles?
+        let configSection: String
+        let region: String
+        let regionOrigin: String
+
+        init(_ options: S3Options, environment: @escaping Environment) throws(FerryError) {
+            let env: Environment = { environment($0).flatMap { $0.isEmpty ? nil : $0 } }
+            self.env = env
+            self.options = options
+            let home = env("HOME") ?? homeDirectory()
+            profileFromEnvironment = env("AWS_PROFILE")
+            profile = profileFromEnvironment ?? options.profile ?? "default"
+            credentialsPath = env("AWS_SHARED_CREDENTIALS_FILE") ?? home + "/.aws/credentials"
+            configPath = env("AWS_CONFIG_FILE") ?? home + "/.aws/config"
+            credentialsFile = try profiles(credentialsPath, .credentials)
+            configFile = try profiles(configPath, .config)
+            configSection = profile == "default" ? "[default]" : "[profile \(profile)]"
+            (region, regionOrigin) = try Lookup.region(options, config: configFile?.profile(profile), section: configSection, path: configPath)
         }
 
-        let home = env("HOME") ?? homeDirectory()
-        let profileFromEnvironment = env("AWS_PROFILE")
-        let profile = profileFromEnvironment ?? options.profile ?? "default"
-        let credentialsPath = env("AWS_SHARED_CREDENTIALS_FILE") ?? home + "/.aws/credentials"
-        let configPath = env("AWS_CONFIG_FILE") ?? home + "/.aws/config"
-        let credentialsFile = try profiles(credentialsPath, .credentials)
-        let configFile = try profiles(configPath, .config)
-        let shared = credentialsFile?.profile(profile)
-        let config = configFile?.profile(profile)
-        let configSection = profile == "default" ? "[default]" : "[profile \(profile)]"
-        func problem(_ message: String, hint: String) -> FerryError {
-            .usage("S3 credentials: \(message)", hint: hint)
-        }
-
-        var region = S3Options.defaultRegion
-        var regionOrigin = "the default"
-        if let explicit = options.region {
-            (region, regionOrigin) = (explicit, "s3-region")
-        } else if let named = config?["region"], !named.isEmpty {
+        /// The session's region: `s3-region`, else the profile's `region` in the config file, else the default.
+        private static func region(_ options: S3Options, config: [String: String]?, section: String,
+                                   path: String) throws(FerryError) -> (String, String) {
+            if let explicit = options.region { return (explicit, "s3-region") }
+            guard let named = config?["region"], !named.isEmpty else { return (S3Options.defaultRegion, "the default") }
             guard S3Endpoint.isValidRegion(named) else {
-                throw problem("the region of \(configSection) in \(configPath) is not a region name like us-east-1", hint: "fix region = there, or set s3-region")
+                throw problem("the region of \(section) in \(path) is not a region name like us-east-1", hint: "fix region = there, or set s3-region")
             }
-            (region, regionOrigin) = (named, "region of \(configSection) in \(configPath)")
+            return (named, "region of \(section) in \(path)")
         }
-        func resolved(_ provider: S3CredentialProvider) -> Resolution { Resolution(provider: provider, region: region, regionOrigin: regionOrigin) }
-        func fixed(_ values: [String: String], names: (key: String, secret: String, token: String), source: String) throws(FerryError) -> Resolution {
+
+        private func resolved(_ provider: S3CredentialProvider) -> Resolution { Resolution(provider: provider, region: region, regionOrigin: regionOrigin) }
+
+        /// Static keys found in `values` under `names`: both of them, or a refusal naming `source`.
+        private func fixed(_ values: [String: String], names: (key: String, secret: String, token: String), source: String) throws(FerryError) -> Resolution {
             do {
                 let credentials = try S3Credentials.checked(accessKey: values[names.key], secretKey: values[names.secret], sessionToken: values[names.token], names: names)
                 return resolved(S3CredentialProvider(fixed: credentials, source: source))
@@ -80,31 +104,61 @@ public enum S3CredentialChain {
                 throw problem("\(source) \(error.message)", hint: "give both the access key id and the secret access key there, or neither")
             }
         }
-        var tried: [String] = []
 
-        // 1. The environment.
-        let environmentNames = (key: "AWS_ACCESS_KEY_ID", secret: "AWS_SECRET_ACCESS_KEY", token: "AWS_SESSION_TOKEN")
-        if env(environmentNames.key) != nil || env(environmentNames.secret) != nil {
-            var values: [String: String] = [:]
-            for name in [environmentNames.key, environmentNames.secret, environmentNames.token] { values[name] = env(name) }
-            return try fixed(values, names: environmentNames, source: "environment")
-        }
-        tried.append("the environment (AWS_ACCESS_KEY_ID is not set)")
-        if shared == nil && config == nil && (profileFromEnvironment != nil || options.profile != nil) {
-            let from = profileFromEnvironment != nil ? "AWS_PROFILE" : "s3-profile"
-            throw problem("the profile '\(profile)' (\(from)) is neither in \(credentialsPath) nor in \(configPath)",
-                          hint: "add [\(profile)] to \(credentialsPath) or \(configSection) to \(configPath), or name a profile they hold")
+        /// The first of the six sources that holds credentials (those that hold none named in the last resort's hint).
+        func firstSource() throws(FerryError) -> Resolution {
+            let shared = credentialsFile?.profile(profile)
+            let config = configFile?.profile(profile)
+            var tried: [String] = []
+
+            // 1. The environment.
+            let environmentNames = (key: "AWS_ACCESS_KEY_ID", secret: "AWS_SECRET_ACCESS_KEY", token: "AWS_SESSION_TOKEN")
+            if env(environmentNames.key) != nil || env(environmentNames.secret) != nil {
+                var values: [String: String] = [:]
+                for name in [environmentNames.key, environmentNames.secret, environmentNames.token] { values[name] = env(name) }
+                return try fixed(values, names: environmentNames, source: "environment")
+            }
+            tried.append("the environment (AWS_ACCESS_KEY_ID is not set)")
+            if shared == nil && config == nil && (profileFromEnvironment != nil || options.profile != nil) {
+                let from = profileFromEnvironment != nil ? "AWS_PROFILE" : "s3-profile"
+                throw problem("the profile '\(profile)' (\(from)) is neither in \(credentialsPath) nor in \(configPath)",
+                              hint: "add [\(profile)] to \(credentialsPath) or \(configSection) to \(configPath), or name a profile they hold")
+            }
+
+            // 2. The shared credentials file.
+            let keyNames = S3Credentials.fileNames
+            if let shared, shared[keyNames.key] != nil || shared[keyNames.secret] != nil {
+                return try fixed(shared, names: keyNames, source: "shared credentials file \(credentialsPath) [\(profile)]")
+            }
+            tried.append(credentialsFile == nil ? "\(credentialsPath) (no such file)" : "\(credentialsPath) (no keys in [\(profile)])")
+
+            // 3. The config file.
+            if let config, let found = try fromConfig(config) { return found }
+            tried.append(configFile == nil ? "\(configPath) (no such file)" : "\(configPath) (no keys or web identity in \(configSection))")
+
+            // 4. Web identity from the environment.
+            if let tokenFile = env("AWS_WEB_IDENTITY_TOKEN_FILE"), let role = env("AWS_ROLE_ARN") {
+                return resolved(try webIdentity(role: role, tokenFile: tokenFile, sessionName: env("AWS_ROLE_SESSION_NAME"), region: region,
+                                                env: env))
+            }
+            tried.append("web identity (AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN are not both set)")
+
+            // 5. Container credentials.
+            if let url = try containerURL(env: env) {
+                let tokenFile = env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE")
+                let token = env("AWS_CONTAINER_AUTHORIZATION_TOKEN")
+                let source = "container credentials \(url)"
+                return resolved(kept("container|\(url)|\(tokenFile ?? "")|\(token != nil)", source: source) { () throws(FerryError) -> S3Credentials in
+                    try S3CredentialFetch.container(url: url, tokenFile: tokenFile, token: token, source: source)
+                })
+            }
+            tried.append("container credentials (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI and _FULL_URI are not set)")
+            return try instanceMetadata(tried: tried)
         }
 
-        // 2. The shared credentials file.
-        let keyNames = S3Credentials.fileNames
-        if let shared, shared[keyNames.key] != nil || shared[keyNames.secret] != nil {
-            return try fixed(shared, names: keyNames, source: "shared credentials file \(credentialsPath) [\(profile)]")
-        }
-        tried.append(credentialsFile == nil ? "\(credentialsPath) (no such file)" : "\(credentialsPath) (no keys in [\(profile)])")
-
-        // 3. The config file: static keys, or a role to assume with a web identity token.
-        if let config {
+        /// The config file's profile: static keys, a web identity, nil for neither, a refusal for a way ferry does not take.
+        private func fromConfig(_ config: [String: String]) throws(FerryError) -> Resolution? {
+            let keyNames = S3Credentials.fileNames
             let source = "config file \(configPath) \(configSection)"
             if config[keyNames.key] != nil || config[keyNames.secret] != nil {
                 return try fixed(config, names: keyNames, source: source)
@@ -121,47 +175,36 @@ public enum S3CredentialChain {
                 throw problem("\(source) gets its credentials through \(unsupported), which ferry does not run",
                               hint: "give the profile static keys or a web_identity_token_file, or put the credentials in the environment")
             }
+            return nil
         }
-        tried.append(configFile == nil ? "\(configPath) (no such file)" : "\(configPath) (no keys or web identity in \(configSection))")
 
-        // 4. Web identity from the environment.
-        if let tokenFile = env("AWS_WEB_IDENTITY_TOKEN_FILE"), let role = env("AWS_ROLE_ARN") {
-            return resolved(try webIdentity(role: role, tokenFile: tokenFile, sessionName: env("AWS_ROLE_SESSION_NAME"), region: region,
-                                            env: env))
-        }
-        tried.append("web identity (AWS_WEB_IDENTITY_TOKEN_FILE and AWS_ROLE_ARN are not both set)")
-
-        // 5. Container credentials.
-        if let url = try containerURL(env: env) {
-            let tokenFile = env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE")
-            let token = env("AWS_CONTAINER_AUTHORIZATION_TOKEN")
-            let source = "container credentials \(url)"
-            return resolved(kept("container|\(url)|\(tokenFile ?? "")|\(token != nil)", source: source) { () throws(FerryError) -> S3Credentials in
-                try S3CredentialFetch.container(url: url, tokenFile: tokenFile, token: token, source: source)
+        /// 6. EC2 instance metadata, the last resort (none when `AWS_EC2_METADATA_DISABLED=true`); `tried` names the others.
+        private func instanceMetadata(tried: [String]) throws(FerryError) -> Resolution {
+            if env("AWS_EC2_METADATA_DISABLED")?.lowercased() == "true" {
+                throw problem("none found: the session has no s3-credentials, and no source of the AWS chain holds any",
+                              hint: hint(tried + ["EC2 instance metadata (AWS_EC2_METADATA_DISABLED=true)"]))
+            }
+            var named = env("AWS_EC2_METADATA_SERVICE_ENDPOINT") ?? "http://169.254.169.254"
+            while named.hasSuffix("/") { named.removeLast() }
+            let endpoint = named
+            guard endpoint.lowercased().hasPrefix("http://") || endpoint.lowercased().hasPrefix("https://") else {
+                throw problem("AWS_EC2_METADATA_SERVICE_ENDPOINT is not an http:// or https:// address", hint: "fix it, or unset it for http://169.254.169.254")
+            }
+            let source = "EC2 instance metadata (IMDSv2) \(endpoint)"
+            let lastResort = hint(tried + [source])
+            return resolved(kept("imds|\(endpoint)", source: source) { () throws(FerryError) -> S3Credentials in
+                do throws(FerryError) { return try S3CredentialFetch.instanceMetadata(endpoint: endpoint, source: source) } catch {
+                    // Nothing answers: most often not an EC2 instance, so the other sources are worth naming too.
+                    guard case .network = error.cause else { throw error }
+                    throw FerryError(error.category, error.message, hint: lastResort, cause: error.cause)
+                }
             })
         }
-        tried.append("container credentials (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI and _FULL_URI are not set)")
+    }
 
-        // 6. EC2 instance metadata: the last resort, asked only when nothing else holds credentials.
-        if env("AWS_EC2_METADATA_DISABLED")?.lowercased() == "true" {
-            tried.append("EC2 instance metadata (AWS_EC2_METADATA_DISABLED=true)")
-            throw problem("none found: the session has no s3-credentials, and no source of the AWS chain holds any", hint: hint(tried))
-        }
-        var named = env("AWS_EC2_METADATA_SERVICE_ENDPOINT") ?? "http://169.254.169.254"
-        while named.hasSuffix("/") { named.removeLast() }
-        let endpoint = named
-        guard endpoint.lowercased().hasPrefix("http://") || endpoint.lowercased().hasPrefix("https://") else {
-            throw problem("AWS_EC2_METADATA_SERVICE_ENDPOINT is not an http:// or https:// address", hint: "fix it, or unset it for http://169.254.169.254")
-        }
-        let source = "EC2 instance metadata (IMDSv2) \(endpoint)"
-        let lastResort = hint(tried + [source])
-        return resolved(kept("imds|\(endpoint)", source: source) { () throws(FerryError) -> S3Credentials in
-            do throws(FerryError) { return try S3CredentialFetch.instanceMetadata(endpoint: endpoint, source: source) } catch {
-                // Nothing answers: most often not an EC2 instance, so the other sources are worth naming too.
-                guard case .network = error.cause else { throw error }
-                throw FerryError(error.category, error.message, hint: lastResort, cause: error.cause)
-            }
-        })
+    /// A refusal of the AWS chain: what it found wrong, and the fix.
+    private static func problem(_ message: String, hint: String) -> FerryError {
+        .usage("S3 credentials: \(message)", hint: hint)
     }
 
     /// The hint of a session without credentials: every source the chain looked at, and why it had none.

@@ -277,104 +277,128 @@ final class S3Multipart: Placement {
     }
 
     func next(after previous: Transfer?) throws(FerryError) -> Transfer? {
-        guard let previous else {
-            if let journaled = try journal.load() {
-                if journaled.content == content {
-                    uploadID = journaled.uploadID
-                    recorded = Dictionary(journaled.parts.map { ($0.number, $0) }, uniquingKeysWith: { _, b in b })
-                    listedUpTo = 0
-                    return try listParts(after: 0)
-                }
-                remote.abandon(journaled)
-                try journal.clear()
-            }
-            return try create()
-        }
+        guard let previous else { return try begin() }
         switch previous {
-        case let s as Step:
-            switch s.kind {
-            case .create:
-                guard let id = S3XML.element("UploadId", in: s.body) else {
-                    throw FerryError(.remote, "the store started a multipart upload of \(Printable.name(key)) without saying its id", cause: .http(status: 502))
-                }
-                uploadID = id
-                try journal.begin(uploadID: id, content: content)
-                return try nextPart()
-            case .list:
-                if s.status == 404 {
-                    // The store no longer has it (aborted, expired, or completed by a run whose
-                    // answer was lost): a new upload.
-                    try journal.clear()
-                    (uploadID, recorded) = (nil, [:])
-                    return try create()
-                }
-                var last = 0
-                for block in S3XML.blocks("Part", in: s.body) {
-                    guard let number = S3XML.element("PartNumber", in: block).flatMap({ Int($0) }) else { continue }
-                    last = max(last, number)
-                    let etag = S3XML.element("ETag", in: block)
-                    let size = S3XML.element("Size", in: block).flatMap { Int64($0) }
-                    // Only a part recorded as acknowledged, with the same ETag and size, counts:
-                    // one the store took as the run died is sent again.
-                    if let mine = recorded[number], mine.etag == etag, mine.size == size, mine.size == range(number).count64 {
-                        held[number] = mine
-                    }
-                }
-                guard S3XML.element("IsTruncated", in: s.body) == "true" else { return try nextPart() }
-                return try nextListPage(after: listedUpTo, next: S3XML.element("NextPartNumberMarker", in: s.body).flatMap { Int($0) } ?? last)
-            case .complete:
-                // The store answers 200 before it knows, and puts a failure in the body.
-                if S3XML.element("Code", in: s.body) != nil, S3XML.blocks("Error", in: s.body).count > 0 {
-                    let why = S3Errors.explain(status: 500, body: s.body, bucket: remote.bucket, key: key, region: remote.region, credentials: remote.signer.credentials.source)?.text ?? "an error"
-                    throw FerryError(.remote, "completing the upload of \(Printable.name(key)) failed: \(why)", cause: .http(status: 500))
-                }
-                try journal.clear()
-                uploadID = nil
-                // The completion's answer says what the store computed over the parts it joined
-                // (AWS, SeaweedFS); without it, a HEAD asks.
-                if let said = try verdict(S3XML.element("ChecksumSHA256", in: s.body), type: S3XML.element("ChecksumType", in: s.body),
-                                          etag: S3XML.element("ETag", in: s.body), size: nil) {
-                    check = said
-                    return nil
-                }
-                return try step(.head, method: "HEAD", query: [], headers: [("x-amz-checksum-mode", "ENABLED")])
-            case .head:
-                let h = s.headers.headers
-                check = try verdict(h.extensions["x-amz-checksum-sha256"], type: h.extensions["x-amz-checksum-type"], etag: h.etag, size: h.contentLength)
-                    ?? .readBack
-                return nil
+        case let s as Step: return try answered(s)
+        case let hash as RangeHash: return try hashed(hash)
+        case let upload as Upload: return try sent(upload)
+        default: return nil
+        }
+    }
+
+    /// The first request: resume the journal's upload when it is for this content (ListParts), else create one.
+    private func begin() throws(FerryError) -> Transfer {
+        if let journaled = try journal.load() {
+            if journaled.content == content {
+                uploadID = journaled.uploadID
+                recorded = Dictionary(journaled.parts.map { ($0.number, $0) }, uniquingKeysWith: { _, b in b })
+                listedUpTo = 0
+                return try listParts(after: 0)
             }
-        case let hash as RangeHash:
-            guard let part = hashing, part.hash === hash, let sha = hash.digest else { return nil }
-            hashing = nil
-            sending = (part.number, sha)
-            let upload = Upload(task: file.task, entry: file.entry, stat: file.stat, expecting: sha, file: file.file, range: range(part.number),
-                                destination: .request(try remote.request("PUT", key: key,
-                                                                     query: [("partNumber", String(part.number)), ("uploadId", uploadID!)],
-                                                                     headers: [("x-amz-checksum-sha256", sha.base64)], payloadHash: sha.hex)))
-            upload.explain = remote.explainer(key)
-            inFlight = upload
-            return upload
-        case let upload as Upload:
-            defer { upload.release() }
-            inFlight = nil
-            guard let (number, sha) = sending, let etag = upload.responseHeaders.etag else {
-                throw FerryError(.remote, "the store took a part of \(Printable.name(key)) without giving its ETag", cause: .http(status: 502))
+            remote.abandon(journaled)
+            try journal.clear()
+        }
+        return try create()
+    }
+
+    /// After a multipart request: the next one, or nil once the upload's check is known.
+    private func answered(_ s: Step) throws(FerryError) -> Transfer? {
+        switch s.kind {
+        case .create:
+            guard let id = S3XML.element("UploadId", in: s.body) else {
+                throw FerryError(.remote, "the store started a multipart upload of \(Printable.name(key)) without saying its id", cause: .http(status: 502))
             }
-            sending = nil
-            // A store that says it computed another SHA-256 over the part than was sent holds
-            // other bytes: the file fails (the part goes with the upload).
-            if let said = upload.responseHeaders.extensions["x-amz-checksum-sha256"], said != sha.base64 {
-                throw S3Checksum.mismatch(key, said: "part \(number): \(Printable.name(said))")
-            }
-            partsSent += upload.sent
-            let part = UploadedPart(number: number, size: upload.range.count64, etag: etag, sha256: sha)
-            try journal.record(part)
-            held[number] = part
+            uploadID = id
+            try journal.begin(uploadID: id, content: content)
             return try nextPart()
-        default:
+        case .list:
+            return try listed(s)
+        case .complete:
+            return try completed(s)
+        case .head:
+            let h = s.headers.headers
+            check = try verdict(h.extensions["x-amz-checksum-sha256"], type: h.extensions["x-amz-checksum-type"], etag: h.etag, size: h.contentLength)
+                ?? .readBack
             return nil
         }
+    }
+
+    /// A page of `ListParts`: which recorded parts the store holds; then the next page or part, or a new upload.
+    private func listed(_ s: Step) throws(FerryError) -> Transfer {
+        if s.status == 404 {
+            // The store no longer has it (aborted, expired, or completed by a run whose
+            // answer was lost): a new upload.
+            try journal.clear()
+            (uploadID, recorded) = (nil, [:])
+            return try create()
+        }
+        var last = 0
+        for block in S3XML.blocks("Part", in: s.body) {
+            guard let number = S3XML.element("PartNumber", in: block).flatMap({ Int($0) }) else { continue }
+            last = max(last, number)
+            let etag = S3XML.element("ETag", in: block)
+            let size = S3XML.element("Size", in: block).flatMap { Int64($0) }
+            // Only a part recorded as acknowledged, with the same ETag and size, counts:
+            // one the store took as the run died is sent again.
+            if let mine = recorded[number], mine.etag == etag, mine.size == size, mine.size == range(number).count64 {
+                held[number] = mine
+            }
+        }
+        guard S3XML.element("IsTruncated", in: s.body) == "true" else { return try nextPart() }
+        return try nextListPage(after: listedUpTo, next: S3XML.element("NextPartNumberMarker", in: s.body).flatMap { Int($0) } ?? last)
+    }
+
+    /// The completion's answer: a failure in its body throws; its checksum settles the check, else a HEAD asks.
+    private func completed(_ s: Step) throws(FerryError) -> Transfer? {
+        // The store answers 200 before it knows, and puts a failure in the body.
+        if S3XML.element("Code", in: s.body) != nil, S3XML.blocks("Error", in: s.body).count > 0 {
+            let why = S3Errors.explain(status: 500, body: s.body, bucket: remote.bucket, key: key, region: remote.region, credentials: remote.signer.credentials.source)?.text ?? "an error"
+            throw FerryError(.remote, "completing the upload of \(Printable.name(key)) failed: \(why)", cause: .http(status: 500))
+        }
+        try journal.clear()
+        uploadID = nil
+        // The completion's answer says what the store computed over the parts it joined
+        // (AWS, SeaweedFS); without it, a HEAD asks.
+        if let said = try verdict(S3XML.element("ChecksumSHA256", in: s.body), type: S3XML.element("ChecksumType", in: s.body),
+                                  etag: S3XML.element("ETag", in: s.body), size: nil) {
+            check = said
+            return nil
+        }
+        return try step(.head, method: "HEAD", query: [], headers: [("x-amz-checksum-mode", "ENABLED")])
+    }
+
+    /// A part's hash is known: its upload, signed and checked by it (nil for a hash not this part's).
+    private func hashed(_ hash: RangeHash) throws(FerryError) -> Transfer? {
+        guard let part = hashing, part.hash === hash, let sha = hash.digest else { return nil }
+        hashing = nil
+        sending = (part.number, sha)
+        let upload = Upload(task: file.task, entry: file.entry, stat: file.stat, expecting: sha, file: file.file, range: range(part.number),
+                            destination: .request(try remote.request("PUT", key: key,
+                                                                 query: [("partNumber", String(part.number)), ("uploadId", uploadID!)],
+                                                                 headers: [("x-amz-checksum-sha256", sha.base64)], payloadHash: sha.hex)))
+        upload.explain = remote.explainer(key)
+        inFlight = upload
+        return upload
+    }
+
+    /// A part sent: recorded as held when the store gave its ETag and the SHA-256 sent; then the next part.
+    private func sent(_ upload: Upload) throws(FerryError) -> Transfer {
+        defer { upload.release() }
+        inFlight = nil
+        guard let (number, sha) = sending, let etag = upload.responseHeaders.etag else {
+            throw FerryError(.remote, "the store took a part of \(Printable.name(key)) without giving its ETag", cause: .http(status: 502))
+        }
+        sending = nil
+        // A store that says it computed another SHA-256 over the part than was sent holds
+        // other bytes: the file fails (the part goes with the upload).
+        if let said = upload.responseHeaders.extensions["x-amz-checksum-sha256"], said != sha.base64 {
+            throw S3Checksum.mismatch(key, said: "part \(number): \(Printable.name(said))")
+        }
+        partsSent += upload.sent
+        let part = UploadedPart(number: number, size: upload.range.count64, etag: etag, sha256: sha)
+        try journal.record(part)
+        held[number] = part
+        return try nextPart()
     }
 
     /// What the store says it computed over the whole upload (`value`, `type`), against the file's
