@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import FerryCore
+import FerryRuntime
 
 /// The manual pages and the completion are made from the help text (issue 22 §1): these tests
 /// read what `ferry help` prints for each command and fail when a page or the completion does not
@@ -46,6 +47,14 @@ struct ManualTests {
             #expect(rendered.contains(String(usage)), "ferry(1) lacks the usage of \(c.words): \(usage)")
             for o in c.options { #expect(rendered.contains("       \(o)"), "ferry(1) lacks \(c.words) \(o)") }
         }
+        // REMOTES: each backend as it describes itself, with every key only it takes.
+        let remotes = rendered.components(separatedBy: "\nREMOTES\n").last?.components(separatedBy: "\nENVIRONMENT\n").first ?? ""
+        for backend in Backends.descriptions {
+            #expect(remotes.contains("remote = \(backend.example)"), "ferry(1) REMOTES lack \(backend.name)")
+            for key in backend.keys { #expect(remotes.contains("\n       \(key.name)\n"), "ferry(1) REMOTES lack \(key.name)") }
+            for ability in backend.abilities.names { #expect(remotes.contains(ability), "ferry(1) REMOTES lack \(backend.name)'s \(ability)") }
+        }
+        #expect(remotes.contains("s3-endpoint") && remotes.contains("EC2 instance metadata"), "\(remotes)")
         // EXAMPLES: each of the things an operator does first, as commands and config lines.
         let examples = rendered.components(separatedBy: "\nEXAMPLES\n").last?.components(separatedBy: "\nSEE ALSO\n").first ?? ""
         for wanted in ["ferry sync now", "trusted-keys", "layout = generations", "remote = s3://", "direction = push", "ferry config units",

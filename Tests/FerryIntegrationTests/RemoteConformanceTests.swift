@@ -9,31 +9,51 @@ import FerryCore
 /// `TransferEngine`. The write side runs against every remote a push can write (all of them).
 @Suite(.serialized)
 struct RemoteConformanceTests {
+    /// The remotes tried, each a `ConformanceFixture`.
     enum Kind: String, CaseIterable {
         case http, https, apache, file, s3, moto
 
-        /// An S3 store: what holds for S3 holds for each of them.
-        var isS3: Bool { self == .s3 || self == .moto }
+        func fixture() throws -> any ConformanceFixture {
+            switch self {
+            case .http: try NginxFixture(tls: false)
+            case .https: try NginxFixture(tls: true)
+            case .apache: try ApacheFixture()
+            case .file: DirectoryFixture()
+            case .s3: try S3Fixture(.seaweedfs)
+            case .moto: try S3Fixture(.moto)
+            }
+        }
 
-        /// The S3 store of an S3 kind, one per test process.
-        func store() throws -> any S3TestStore {
-            try (self == .moto ? S3Implementation.moto : .seaweedfs).shared()
+        /// Where its store answers differently (without starting it).
+        var dialect: ConformanceDialect {
+            switch self {
+            case .http, .https: NginxFixture.dialect
+            case .apache: ApacheFixture.dialect
+            case .file: DirectoryFixture.dialect
+            case .s3: S3Fixture.dialect(.seaweedfs)
+            case .moto: S3Fixture.dialect(.moto)
+            }
+        }
+
+        /// What its backend can do, as the backend itself says (without starting a server).
+        var abilities: RemoteAbilities {
+            let scheme = ["http": "http", "https": "https", "apache": "http", "file": "file", "s3": "s3", "moto": "s3"][rawValue]!
+            return Backends.descriptions.first { $0.schemes.contains(scheme) }!.abilities
         }
     }
     /// The remotes a push can publish to.
-    static let writers: [Kind] = [.http, .https, .apache, .file, .s3, .moto]
-    static let s3: [Kind] = Kind.allCases.filter(\.isS3)
+    static let writers: [Kind] = Kind.allCases
+    /// The remotes whose backend replaces a small object on a condition, atomically.
+    static let conditional: [Kind] = Kind.allCases.filter { $0.abilities.contains(.conditionalWrites) }
+    /// The remotes whose backend sends a large file in parts, each signed over its own hash.
+    static let multipart: [Kind] = Kind.allCases.filter { $0.abilities.contains(.hashesBeforeSending) }
 
     /// A published tree (a manifest and a 3 MB file) and the session that reaches it.
     final class World {
         let kind: Kind
-        let nginx: NginxServer?
-        let apache: ApacheServer?
-        /// S3: the bucket, and the key prefix under it.
-        var bucket = ""
-        let prefix = "pre+fix~/"
-        /// The remote's directory (S3: the tree put into the bucket at the start).
-        let root: String
+        let fixture: any ConformanceFixture
+        /// The remote's directory: where the tree is written (and, `writesUnderRoot`, where writes land).
+        var root: String { fixture.root }
         let session: SessionConfig
         let remote: Remote
         let content = randomData(3_000_000, seed: 77)
@@ -43,17 +63,8 @@ struct RemoteConformanceTests {
 
         init(_ kind: Kind, partSize: String? = nil) throws {
             self.kind = kind
-            switch kind {
-            case .file, .s3, .moto:
-                (nginx, apache) = (nil, nil)
-                root = Harness.temporaryDirectory("conformance-remote")
-            case .apache:
-                (nginx, apache) = (nil, try ApacheServer())
-                root = apache!.root
-            case .http, .https:
-                (nginx, apache) = (try NginxServer(), nil)
-                root = nginx!.root
-            }
+            fixture = try kind.fixture()
+            let root = fixture.root
             try content.write(to: URL(fileURLWithPath: root + "/data.bin"))
             entry = ManifestEntry(path: RelativePath(trusted: "data.bin"), size: Int64(content.count), sha256: sha256(of: content))
             manifest = Array(ManifestWriter.render(version: 1, generated: SystemClock().now(), entries: [entry]).utf8)
@@ -61,35 +72,16 @@ struct RemoteConformanceTests {
             // Published an hour ago: validators of a file changed within the last second do not
             // hold (`ResponsePolicy.validatorsHold`), and that has a case of its own.
             for name in ["data.bin", "manifest.json"] { World.age(root + "/" + name) }
-            let url: String
-            switch kind {
-            case .http: url = nginx!.url
-            case .https: url = nginx!.tlsURL
-            case .apache: url = apache!.url
-            case .file: url = "file://" + root + "/"
-            case .s3, .moto: url = ""
-            }
             var lines = ["[agent]", "state = \(scratch)/state", "", "[session c]", "local = \(scratch)/local"]
-            if kind.isS3 {
-                // The same objects, in a bucket of the test's own under a prefix.
-                let store = try kind.store()
-                bucket = try store.newBucket("conformance")
-                try store.putTree(root, bucket: bucket, prefix: prefix)
-                lines += ["remote = s3://\(bucket)/\(prefix)", "s3-endpoint = \(store.endpoint)", "s3-credentials = \(try store.credentialsFile(in: scratch))"]
-            } else {
-                lines.append("remote = \(url)")
-            }
-            if kind == .https { lines.append("ca-file = \(try TestCertificates.shared().caCertificate)") }
+            lines += try fixture.publish(scratch: scratch)
             if let partSize { lines.append("upload-part-size = \(partSize)") }
             session = try ConfigParser.parse(lines.joined(separator: "\n") + "\n", path: scratch + "/ferry.conf").sessions[0]
             remote = try Remotes.open(session, clock: SystemClock())
         }
 
         deinit {
-            nginx?.stop()
-            apache?.stop()
+            fixture.stop()
             Harness.remove(scratch)
-            Harness.remove(root)
         }
 
         /// Sets a file's mtime an hour back.
@@ -163,22 +155,8 @@ struct RemoteConformanceTests {
         return bytes
     }
 
-    /// What a push left on the remote: files in the remote's `.ferry/` besides its directories;
-    /// on S3, multipart uploads still pending in the bucket.
-    func leftovers(_ w: World) -> [String] {
-        if w.kind.isS3 {
-            guard let s3 = w.remote as? S3Remote,
-                  let answer = try? S3Exchange.perform(s3.request("GET", key: nil, query: [("uploads", "")]), what: "list uploads") else { return ["?"] }
-            return S3XML.blocks("Upload", in: answer.body).map { S3XML.element("Key", in: $0) ?? "?" }
-        }
-        guard let walker = FileManager.default.enumerator(atPath: w.root + "/.ferry") else { return [] }
-        var out: [String] = []
-        while let p = walker.nextObject() as? String {
-            var isDirectory: ObjCBool = false
-            if FileManager.default.fileExists(atPath: w.root + "/.ferry/" + p, isDirectory: &isDirectory), !isDirectory.boolValue { out.append(p) }
-        }
-        return out
-    }
+    /// What a push left on the remote (`ConformanceFixture.leftovers`).
+    func leftovers(_ w: World) -> [String] { w.fixture.leftovers(w.remote) }
 
     /// The write side (push): an atomic write to a final name in directories that do not exist yet
     /// (with a name that needs encoding), one that replaces, removes that tolerate a file already
@@ -197,7 +175,7 @@ struct RemoteConformanceTests {
         #expect(read(w, final) == Array("second\n".utf8), "a write replaces what the final name held")
 
         let directory = RelativePath(trusted: "new dir/sub")
-        #expect(try writer.removeDirectoryIfEmpty(directory) == kind.isS3, "a directory holding a file stays")
+        #expect(try writer.removeDirectoryIfEmpty(directory) == !w.fixture.dialect.hasDirectories, "a directory holding a file stays")
         #expect(read(w, final) == Array("second\n".utf8))
         try writer.remove(final)
         #expect(read(w, final) == nil)
@@ -209,11 +187,10 @@ struct RemoteConformanceTests {
 
     /// Where the remote writes conditionally (S3), a write for "nothing there" fails once something
     /// is, and one for the ETag read fails once another writer replaced it: as a value, not an error.
-    @Test(arguments: s3)
+    @Test(arguments: conditional)
     func writesConditionallyWhereTheRemoteCan(kind: Kind) throws {
         let w = try World(kind)
         let writer = try #require(w.remote as? RemoteWriting)
-        #expect(w.session.remote.backend.abilities.contains(.conditionalWrites))
         let path = RelativePath(trusted: "cond/manifest.json")
         #expect(try writer.write(Array("mine\n".utf8), at: path, condition: .absent) == .written)
         #expect(try writer.write(Array("theirs\n".utf8), at: path, condition: .absent) == .preconditionFailed)
@@ -304,7 +281,7 @@ struct RemoteConformanceTests {
         #expect(try send(statOf(localPath)) == "placed")
         #expect(read(w, entry.path).map { Data($0) } == content)
         #expect(leftovers(w).isEmpty, "\(leftovers(w))")
-        if kind == .file {
+        if w.fixture.dialect.keepsModes {
             var st = Glibc.stat()
             #expect(lstat(w.root + "/up/up.bin", &st) == 0 && st.st_mode & 0o777 == 0o640)
         }
@@ -313,8 +290,8 @@ struct RemoteConformanceTests {
         let states = try RemoteProbes.run([entry.path], writer: writer, session: w.session, engine: TransferEngine(concurrency: 2, clock: SystemClock()))
         let state = try #require(states[entry.path])
         #expect(state.mismatch(with: entry) == nil, "\(state)")
-        if kind == .s3 { #expect(state.sha256 == entry.sha256, "S3 gives back the SHA-256 it checked") }
-        if kind == .moto {
+        if w.fixture.dialect.saysSHA256 { #expect(state.sha256 == entry.sha256, "the store gives back the SHA-256 it checked") }
+        if w.fixture.dialect.keepsUnsignedBody {
             // moto computes no checksum of what it keeps (it neither checks nor keeps the
             // `x-amz-checksum-sha256` of a PUT): it says none, so a push reads the object back.
             #expect(state.sha256 == nil, "moto says no SHA-256: \(state)")
@@ -336,7 +313,7 @@ struct RemoteConformanceTests {
         // noticed it or the store refused the body for its hash (S3).
         #expect(changed.hasPrefix("failed") && changed.contains("changed while it was sent"), "\(changed)")
         #expect(leftovers(w).isEmpty, "\(leftovers(w))")
-        if kind == .moto {
+        if w.fixture.dialect.keepsUnsignedBody {
             // S3 refuses a body that is not the one signed (`x-amz-content-sha256`, and
             // `x-amz-checksum-sha256`): SeaweedFS does, AWS does (BadDigest). moto checks neither
             // and keeps the edited bytes at the key, which a single PUT goes straight to. What ferry
@@ -356,7 +333,7 @@ struct RemoteConformanceTests {
     /// acknowledges them. Dropped after its second part (a `kill -9`), the next placement asks the
     /// store what it holds and sends only the last part; one for other content (the file changed)
     /// aborts the recorded upload, so nothing is left pending.
-    @Test(arguments: s3)
+    @Test(arguments: multipart)
     func resumesAnUploadInPartsAndAbortsOneForOtherContent(kind: Kind) throws {
         let w = try World(kind, partSize: "5M")
         let store = try StateStore(directory: w.scratch + "/state", clock: SystemClock())
@@ -398,7 +375,7 @@ struct RemoteConformanceTests {
     /// answer gives none, so the next fetch asks for the whole manifest instead of trusting a 304
     /// (nginx derives its ETag from the mtime in seconds and the size). A local directory's
     /// validator has nanoseconds and the inode, and always holds.
-    @Test(arguments: [Kind.http, .https])
+    @Test(arguments: Kind.allCases.filter(\.dialect.validatorsInSeconds))
     func givesNoValidatorsForAManifestChangedWithinTheSecond(kind: Kind) throws {
         let w = try World(kind)
         var times = [timespec(tv_sec: time(nil) + 30, tv_nsec: 0), timespec(tv_sec: time(nil) + 30, tv_nsec: 0)]
@@ -483,19 +460,20 @@ struct RemoteConformanceTests {
         let run = try w.download(missing)
         #expect(run.outcome.hasPrefix("failed(never)"), "\(run.outcome)")
         #expect(run.outcome.contains("404") || run.outcome.contains("No such file"), "\(run.outcome)")
-        if kind.isS3 { #expect(run.outcome.contains("NoSuchKey"), "S3's own error code is said: \(run.outcome)") }
+        if let word = w.fixture.dialect.missingWord { #expect(run.outcome.contains(word), "the store's own error code is said: \(run.outcome)") }
     }
 
     /// A partial kept under a validator the remote no longer holds (the file was replaced since)
     /// is never continued with the new file's bytes: nginx answers the `If-Range` with the whole
     /// new file; S3 refuses the `If-Match` (412) and the file starts again from zero.
-    @Test(arguments: [Kind.http, .https, .s3, .moto])
+    @Test(arguments: Kind.allCases.filter { $0.dialect.staleRange != nil })
     func aResumeUnderAStaleValidatorNeverMixesVersions(kind: Kind) throws {
         let w = try World(kind)
+        let answer = try #require(kind.dialect.staleRange)
         let kept = w.content.prefix(1_000_000)
         let stale = "\"0123456789abcdef0123456789abcdef\""
         let run = try w.download(w.entry, resumeFrom: kept, validator: stale)
-        if kind.isS3 {
+        if answer == .refused {
             #expect(run.outcome.hasPrefix("failed(later)") && run.outcome.contains("412"), "\(run.outcome)")
             #expect(run.download.received == 0)
             let again = try w.download(w.entry)

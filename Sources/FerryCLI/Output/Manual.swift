@@ -40,6 +40,7 @@ enum Manual {
                                 ("6", "busy: another ferry process holds the session")] {
             out += ".TP\n.B \(code)\n\(escape(meaning))\n"
         }
+        out += remotes()
         out += ".SH ENVIRONMENT\n"
         for (name, meaning) in [("FERRY_CONFIG", "the config file when \\-\\-config is not given"),
                                 ("AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN", "S3 credentials for sessions without s3\\-credentials"),
@@ -58,6 +59,25 @@ enum Manual {
             out += ".PP\n" + escape(title) + "\n.PP\n.RS 4\n.EX\n" + lines.map(escape).joined(separator: "\n") + "\n.EE\n.RE\n"
         }
         out += ".SH SEE ALSO\n.BR ferry.conf (5),\n.BR systemctl (1),\n.BR journalctl (1)\n"
+        return out
+    }
+
+    /// REMOTES: each backend as it describes itself (`BackendDescription`): its URL, the keys
+    /// only it takes with their help, the transport keys it takes, where its credentials come
+    /// from and what it can do.
+    private static func remotes() -> String {
+        var out = ".SH REMOTES\n"
+        out += text("The remote = URL of a session names its kind of remote by its scheme; each kind takes the keys below besides the common ones (ferry.conf(5)).")
+        for backend in Backends.descriptions {
+            out += ".SS \"\(escape(backend.name))\"\n.B remote = \(escape(backend.example))\n.PP\n"
+            for key in backend.keys {
+                out += ".TP\n.B \(escape(key.name))\n\(escape(key.help))\n"
+            }
+            let transport = ConfigKey.transport.filter(backend.transportKeys.contains)
+            out += ".TP\nAlso takes\n\(escape(transport.isEmpty ? "none of ca-file, basic-auth-file, bearer-token-file" : transport.joined(separator: ", ")))\n"
+            out += ".TP\nCredentials\n\(escape(backend.credentialSources.joined(separator: "; ")))\n"
+            out += ".TP\nAbilities\n\(escape(backend.abilities.names.joined(separator: ", ")))\n"
+        }
         return out
     }
 

@@ -69,14 +69,11 @@ public struct RemoteAbilities: OptionSet, Sendable {
     /// What the remote holds can be checked on every run at little cost (a local directory), not
     /// only once `verify-interval` has passed.
     public static let cheapInspection = RemoteAbilities(rawValue: 1 << 3)
-    /// The store computes a checksum of what it stored and says it (S3's `x-amz-checksum-sha256`),
-    /// so an upload is vouched for by the store's answer instead of being read back.
-    public static let storeChecksums = RemoteAbilities(rawValue: 1 << 4)
 
     /// Each ability with its name, for `config show` and the docs.
     public static let named: [(RemoteAbilities, String)] = [
         (.rangedReads, "ranged-reads"), (.conditionalWrites, "conditional-writes"), (.hashesBeforeSending, "hashes-before-sending"),
-        (.cheapInspection, "cheap-inspection"), (.storeChecksums, "store-checksums"),
+        (.cheapInspection, "cheap-inspection"),
     ]
 
     public var names: [String] { Self.named.filter { contains($0.0) }.map(\.1) }

@@ -30,7 +30,7 @@ enum S3Backend: Backend {
         transportKeys: ["ca-file"],
         credentialSources: ["s3-credentials (a shared-credentials file)", "the environment (AWS_ACCESS_KEY_ID...)", "~/.aws/credentials and ~/.aws/config",
                             "a web identity (STS)", "container credentials", "EC2 instance metadata (IMDSv2)"],
-        abilities: [.rangedReads, .conditionalWrites, .hashesBeforeSending, .storeChecksums],
+        abilities: [.rangedReads, .conditionalWrites, .hashesBeforeSending],
         checkAddress: { rest throws(ConfigProblem) in
             let bucket = String(rest.prefix { $0 != "/" })
             guard isValidBucket(bucket) else {
