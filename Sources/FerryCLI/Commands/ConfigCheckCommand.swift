@@ -54,7 +54,7 @@ struct ConfigCheckCommand: Command {
             Console.err("ferry: \(path): \(Plural.count(problems.count, "problem")); the config is not usable as it is")
             return .usage
         }
-        for session in config.sessions { _ = try ConfigLoader.httpSettings(for: session) }
+        for session in config.sessions { _ = try HTTPSettings.of(session) }
         Console.out("\(path): OK — state \(config.agent.state), \(config.agent.transfers) transfers"
                     + (config.agent.bwlimit.map { ", bwlimit \($0)" } ?? ""))
         if let switched { Console.out("  checked as \(switched.user), the owner of the state directory (the user the services run as)") }

@@ -16,7 +16,7 @@ enum HTTPBackend: Backend {
         })
 
     static func open(_ session: SessionConfig, clock: any Clock, stop: StopCondition?) throws(FerryError) -> Remote {
-        var settings = try ConfigLoader.httpSettings(for: session)
+        var settings = try HTTPSettings.of(session)
         settings.stop = stop
         return HTTPRemote(base: session.remote, settings: settings, clock: clock)
     }

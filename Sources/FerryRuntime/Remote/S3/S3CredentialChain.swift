@@ -33,7 +33,7 @@ public enum S3CredentialChain {
 
     /// The session's credentials and region: from `s3-credentials` alone when it is set, else from the AWS chain.
     static func resolve(_ session: SessionConfig, environment: @escaping Environment = S3Credentials.environment) throws(FerryError) -> Resolution {
-        ConfigLoader.holdingSecrets()
+        Secrets.holdingSecrets()
         if let file = session.s3.credentials { return try named(file, session: session) }
         return try Lookup(session.s3, environment: environment).firstSource()
     }
@@ -42,7 +42,7 @@ public enum S3CredentialChain {
     private static func named(_ file: String, session: SessionConfig) throws(FerryError) -> Resolution {
         let options = session.s3
         let profile = options.profile ?? "default"
-        let bytes = try ConfigLoader.readSecret(file, session: session, key: "s3-credentials", limit: 1 << 20)
+        let bytes = try Secrets.readSecret(file, session: session, key: "s3-credentials", limit: 1 << 20)
         let credentials: S3Credentials
         do { credentials = try S3Credentials.parse(String(decoding: bytes, as: UTF8.self), profile: profile) } catch {
             throw .usage("s3-credentials \(file) of session '\(session.name)': \(error.message)",

@@ -33,7 +33,7 @@ struct S3Remote: Remote {
         prefix = session.remote.keyPrefix
         options = session.s3
         partSize = session.uploadPartSize
-        var settings = try ConfigLoader.httpSettings(for: session)
+        var settings = try HTTPSettings.of(session)
         settings.stop = stop
         self.settings = settings
         let chain = try S3CredentialChain.resolve(session)
