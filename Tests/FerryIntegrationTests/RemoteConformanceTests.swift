@@ -158,6 +158,31 @@ struct RemoteConformanceTests {
     /// What a push left on the remote (`ConformanceFixture.leftovers`).
     func leftovers(_ w: World) -> [String] { w.fixture.leftovers(w.remote) }
 
+    /// A server the tests start leaves the directories above its own as they were, but for the
+    /// search bit its user needs: /tmp stays 1777.
+    @Test func apacheLeavesItsParentsModesAlone() throws {
+        func modes(above directory: String) -> [String: mode_t] {
+            var out: [String: mode_t] = [:]
+            var path = (directory as NSString).deletingLastPathComponent
+            while path != "/" && !path.isEmpty {
+                var st = Glibc.stat()
+                if stat(path, &st) == 0 { out[path] = st.st_mode & 0o7777 }
+                path = (path as NSString).deletingLastPathComponent
+            }
+            return out
+        }
+        let probe = Harness.temporaryDirectory("probe")
+        defer { Harness.remove(probe) }
+        let before = modes(above: probe)
+        let apache = try ApacheServer()
+        defer { apache.stop() }
+        let after = modes(above: apache.root)
+        for (path, mode) in before where after[path] != nil {
+            #expect(after[path]! == mode | (getuid() == 0 ? 0o001 : 0), "\(path): \(String(mode, radix: 8)) became \(String(after[path]!, radix: 8))")
+        }
+        #expect(!before.isEmpty)
+    }
+
     /// The write side (push): an atomic write to a final name in directories that do not exist yet
     /// (with a name that needs encoding), one that replaces, removes that tolerate a file already
     /// gone, and a directory removed only once it holds nothing (S3 has none). Read back through

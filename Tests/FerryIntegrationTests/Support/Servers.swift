@@ -284,10 +284,15 @@ final class ApacheServer {
         for d in [root, directory + "/lock"] { try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true) }
         let user = getuid() == 0 ? "User www-data\nGroup www-data" : ""
         if getuid() == 0 {
-            // www-data must reach the tree through every parent, and own what it writes.
-            var path = directory
+            // www-data must reach the tree through every parent, and own what it writes. Its
+            // own directory is opened to it; a parent only gains the search bit it lacks, every
+            // other bit kept (a chmod 0755 of each parent once took /tmp's 1777 away, sticky bit
+            // and all).
+            chmod(directory, 0o755)
+            var path = (directory as NSString).deletingLastPathComponent
             while path != "/" && !path.isEmpty {
-                chmod(path, 0o755)
+                var st = stat()
+                if stat(path, &st) == 0 && st.st_mode & 0o001 == 0 { chmod(path, (st.st_mode & 0o7777) | 0o001) }
                 path = (path as NSString).deletingLastPathComponent
             }
             for d in [root, directory + "/lock"] { _ = runProcess("/bin/chown", ["-R", "www-data:www-data", d]) }
