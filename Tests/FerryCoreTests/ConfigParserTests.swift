@@ -233,4 +233,56 @@ struct ConfigParserTests {
         #expect(s.manifest == "manifest.json")
         #expect(s.allowRollback == false)
     }
+
+    /// The parser knows of schemes and backend keys only what the descriptions it is given say: a
+    /// backend that is a description and nothing else is parsed, checked and refused like the
+    /// built-in ones.
+    @Test func aBackendIsWhatItsDescriptionSays() throws {
+        let demo = BackendDescription(
+            name: "Demo", schemes: ["demo"], example: "demo://HOST/", called: "a demo:// remote",
+            keys: [ConfigKey("demo-token", .secret, help: "a token file"),
+                   ConfigKey("demo-zone", .word, help: "a zone", check: { text throws(ConfigProblem) in
+                       guard text.allSatisfy(\.isLetter) else { throw ConfigProblem("'\(text)' is not a zone", hint: "letters only") }
+                       return text.lowercased()
+                   }),
+                   ConfigKey("demo-fast", .flag, help: "go fast")],
+            transportKeys: ["ca-file"], credentialSources: ["demo-token"], abilities: [.rangedReads],
+            checkAddress: { rest throws(ConfigProblem) in
+                if rest.hasPrefix("/") { throw ConfigProblem("a demo:// URL names a host first") }
+            },
+            finish: { session throws(ConfigProblem) in
+                if session.direction == .push { throw ConfigProblem("a demo:// remote cannot be published to", key: "direction") }
+            })
+        let backends = Backends.descriptions + [demo]
+        func parse(_ lines: String) throws(FerryError) -> SessionConfig {
+            try ConfigParser.parse("[session d]\nlocal = /srv/d\n" + lines, path: "/etc/ferry/ferry.conf", backends: backends).sessions[0]
+        }
+        let s = try parse("remote = DEMO://h/x\ndemo-token = tok\ndemo-zone = North\ndemo-fast = on\nca-file = /ca.pem\n")
+        #expect(s.remote.scheme == "demo" && s.remote.url == "DEMO://h/x/" && s.remote.backend.name == "Demo")
+        #expect(s.remoteOptions == ["demo-token": "/etc/ferry/tok", "demo-zone": "north", "demo-fast": "yes"])
+        #expect(s.secretFiles.map(\.key) == ["demo-token"] && s.caFile == "/ca.pem")
+        for (lines, message) in [("remote = demo:///x\n", "names a host first"),
+                                 ("remote = demo://h/\ndemo-zone = n0rth\n", "key 'demo-zone': 'n0rth' is not a zone"),
+                                 ("remote = demo://h/\nbearer-token-file = /t\n", "a demo:// remote does not take it; it authenticates with demo-token"),
+                                 ("remote = demo://h/\ndirection = push\n", ":4: [session d] key 'direction': a demo:// remote cannot be published to"),
+                                 ("remote = https://h/\ndemo-zone = north\n", "applies only to a demo:// remote"),
+                                 ("remote = demo://h/\ndemo-token = ~/t\n", "starts with ~")] {
+            #expect(throws: FerryError.self) { try parse(lines) }
+            do { _ = try parse(lines) } catch { #expect(error.message.contains(message), "\(error.message)") }
+        }
+        // Without its description the scheme and its keys are unknown.
+        let without = #expect(throws: FerryError.self) {
+            try ConfigParser.parse("[session d]\nlocal = /srv/d\nremote = demo://h/\n", path: "f", backends: Backends.descriptions)
+        }
+        #expect(without?.message.contains("unsupported scheme 'demo'") == true)
+    }
+
+    @Test func aFileRemoteTakesNoTransportKey() {
+        for key in ConfigKey.transport {
+            let error = #expect(throws: FerryError.self) {
+                try ConfigParser.parse("[session a]\nremote = file:///x\nlocal = /y\n\(key) = /z\n", path: "f")
+            }
+            #expect(error?.message.contains("key '\(key)': a file:// remote does not take it") == true, "\(String(describing: error))")
+        }
+    }
 }
