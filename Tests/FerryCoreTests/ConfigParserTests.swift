@@ -285,4 +285,22 @@ struct ConfigParserTests {
             #expect(error?.message.contains("key '\(key)': a file:// remote does not take it") == true, "\(String(describing: error))")
         }
     }
+
+    /// The backends ferry has do not step on each other or on the common keys: each scheme names
+    /// one backend, and a backend's key is no common key and no other backend's.
+    @Test func theBackendsAreConsistent() {
+        let schemes = Backends.descriptions.flatMap(\.schemes)
+        #expect(Set(schemes).count == schemes.count, "\(schemes)")
+        let keys = Backends.descriptions.flatMap { $0.keys.map(\.name) }
+        #expect(Set(keys).count == keys.count, "\(keys)")
+        #expect(Set(keys).isDisjoint(with: ConfigParser.agentKeys + ConfigParser.sessionKeys), "\(keys)")
+        for backend in Backends.descriptions {
+            #expect(backend.transportKeys.isSubset(of: ConfigKey.transport) && !backend.credentialSources.isEmpty, "\(backend.name)")
+        }
+    }
+
+    @Test func aFileURLIsADirectoryWhateverTheCaseOfItsScheme() throws {
+        let s = try ConfigParser.parse("[session a]\nremote = FILE:///srv/pub\nlocal = /y\n", path: "f").sessions[0]
+        #expect(s.remote.localDirectory == "/srv/pub/")
+    }
 }

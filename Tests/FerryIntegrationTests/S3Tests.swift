@@ -118,6 +118,15 @@ struct S3Tests {
         #expect(refusal("s3://bucket/", ["s3-endpoint = ftp://h"]).contains("http://"))
         #expect(refusal("s3://bucket/", ["basic-auth-file = /x"]).contains("s3-credentials"))
         #expect(refusal("s3://bucket/", ["manifest = https://elsewhere/m.json"]).contains("under its prefix"))
+        // What stands before an @ may be a secret: refused, never quoted.
+        for (remote, lines) in [("s3://bucket/", ["s3-endpoint = http://AKIA:s3cr3t@10.0.0.5:8333"]), ("s3://AKIA:s3cr3t@bucket/", [])] {
+            let message = refusal(remote, lines)
+            #expect(message.contains("carries no credentials") && !message.contains("s3cr3t"), "\(message)")
+        }
+        #expect(refusal("s3://bucket/", ["s3-endpoint = http://h:1#x"]).contains("not a host and port"))
+        #expect(try parse("s3://bucket/", ["s3-endpoint = HTTP://[::1]:8333/"]).get().s3.endpoint == "http://[::1]:8333")
+        // Each key is checked in the order of the lines: the first bad one is named.
+        #expect(refusal("s3://bucket/", ["s3-region = not/a/region", "poll = soon"]).contains("key 's3-region'"))
     }
 
     // MARK: Pull from SeaweedFS

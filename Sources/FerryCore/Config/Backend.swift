@@ -1,7 +1,7 @@
 /// A kind of remote as the config, the docs and the sessions know it: the URL schemes it answers,
 /// the config keys only it takes, where its credentials come from, and what it can do. Each
 /// backend's folder under the runtime's `Remote/` declares one; the parser, `config show`,
-/// `config check`, the manual and the shell completion read them, so nothing outside that folder
+/// `config check` and the manual (ferry(1), REMOTES) read them, so nothing outside that folder
 /// names a scheme or a backend's key.
 public struct BackendDescription: Sendable {
     /// A name for people: `S3`, `WebDAV/HTTP`.
@@ -97,7 +97,7 @@ public struct ConfigKey: Sendable {
 
     public let name: String
     public let kind: Kind
-    /// What the key does, one sentence (`config show --help`, the completion's description).
+    /// What the key does, one sentence (ferry(1), REMOTES).
     public let help: String
     /// The value normalized (`http://host:8333/` → `http://host:8333`), or the problem with it.
     let check: @Sendable (String) throws(ConfigProblem) -> String

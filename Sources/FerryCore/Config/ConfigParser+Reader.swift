@@ -85,8 +85,9 @@ extension ConfigParser {
             }
         }
 
-        /// A `[session NAME]` section: its remote and local, then every key, then the rules
-        /// between keys, then its backend's own keys and checks.
+        /// A `[session NAME]` section: its remote and local, then every key in the order of its
+        /// lines (the backend's own read by it), then the rules between keys and the backend's
+        /// checks of the whole session.
         func session(backends: [BackendDescription]) throws(FerryError) -> SessionConfig {
             guard let remoteLine = section.find("remote") else {
                 throw failSection("is missing the required key 'remote'", hint: "add a line like: remote = https://mirror.example.net/assets/")
@@ -98,7 +99,10 @@ extension ConfigParser {
             }
             var session = SessionConfig(name: section.sessionName!, remote: remote, local: try path(localLine))
             for line in section.lines {
-                if remote.backend.keys.contains(where: { $0.name == line.key }) { continue }
+                if let key = remote.backend.keys.first(where: { $0.name == line.key }) {
+                    try readBackendKey(key, line, &session)
+                    continue
+                }
                 var known = try readWhat(line, &session, backends)
                 if !known { known = try readWhen(line, &session) }
                 if !known { known = try readHow(line, &session) }
@@ -313,22 +317,23 @@ extension ConfigParser {
             }
         }
 
-        /// The keys the session's backend declares, checked by it into `remoteOptions`; the
-        /// transport keys it does not take; then its checks of the whole session.
+        /// A key the session's backend declares, read by its kind and checked by the backend
+        /// into `remoteOptions`.
+        private func readBackendKey(_ key: ConfigKey, _ line: Line, _ session: inout SessionConfig) throws(FerryError) {
+            var value = line.value
+            switch key.kind {
+            case .path, .secret: value = try path(line)
+            case .flag: value = try bool(line) ? "yes" : "no"
+            case .word, .url: break
+            }
+            do { session.remoteOptions[key.name] = try key.check(value) } catch { throw fail(line, error.message, hint: error.hint) }
+        }
+
+        /// The transport keys the session's backend does not take; then its checks of the whole session.
         private func readBackendKeys(_ backend: BackendDescription, _ session: inout SessionConfig) throws(FerryError) {
             for line in section.lines where ConfigKey.transport.contains(line.key) && !backend.transportKeys.contains(line.key) {
                 throw fail(line, "\(backend.called) does not take it; it authenticates with " + backend.credentialSources.joined(separator: ", "),
                            hint: "remove this line")
-            }
-            for key in backend.keys {
-                guard let line = section.find(key.name) else { continue }
-                var value = line.value
-                switch key.kind {
-                case .path, .secret: value = try path(line)
-                case .flag: value = try bool(line) ? "yes" : "no"
-                case .word, .url: break
-                }
-                do { session.remoteOptions[key.name] = try key.check(value) } catch { throw fail(line, error.message, hint: error.hint) }
             }
             do { try backend.finish(&session) } catch {
                 guard let key = error.key, let line = section.find(key) else { throw failSection(error.message, hint: error.hint) }

@@ -5,7 +5,8 @@
 /// Syntax: `[agent]`, `[session NAME]`, `key = value`, comments from `#` or `;` at the start of a
 /// line or from ` #` after a value. Relative paths are resolved against the config file's directory.
 public enum ConfigParser {
-    /// Every key, per section kind. The one place keys are defined; `config/ferry.conf` documents them.
+    /// The keys of `[agent]` and the keys every session takes, whatever its remote; each backend
+    /// declares its own (`BackendDescription.keys`). `config/ferry.conf` documents them all.
     public static let agentKeys = ["state", "transfers", "stop-timeout", "metrics", "metrics-listen", "bwlimit", "network-metered", "log-level"]
     public static let sessionKeys = [
         "remote", "manifest", "local", "direction", "poll", "delete", "max-delete", "allow-rollback", "allow-empty",
@@ -24,8 +25,6 @@ public enum ConfigParser {
     static let pullKeys = ["layout", "keep-generations", "require-expiry"]
     /// Keys whose value is a command line, split into words by `HookCommand` (quotes and all).
     static let hookKeys: Set<String> = ["on-file-done", "on-session-done"]
-    /// Keys whose value is a path on this machine.
-    static let pathKeys: Set<String> = ["state", "metrics", "local", "ca-file", "basic-auth-file", "bearer-token-file", "sign-key"]
     /// The conditions of a discretionary session: set only with `discretionary = yes`.
     static let discretionKeys = ["window", "require-ac-power", "require-unmetered", "max-load", "min-free-space"]
 

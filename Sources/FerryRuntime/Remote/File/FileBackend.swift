@@ -18,7 +18,7 @@ enum FileBackend: Backend {
 
     /// The path a `file://` URL names (percent-decoded), or nil for anything else.
     static func directory(of url: String) -> String? {
-        guard url.hasPrefix("file://") else { return nil }
+        guard url.prefix(7).lowercased() == "file://" else { return nil }
         return String(url.dropFirst("file://".count)).removingPercentEncoding()
     }
 }

@@ -33,6 +33,8 @@ enum S3Backend: Backend {
         abilities: [.rangedReads, .conditionalWrites, .hashesBeforeSending],
         checkAddress: { rest throws(ConfigProblem) in
             let bucket = String(rest.prefix { $0 != "/" })
+            // Never quoted: what stands before an @ may be a secret.
+            if bucket.contains("@") { throw ConfigProblem("an s3:// URL carries no credentials; they come from s3-credentials or the AWS chain") }
             guard isValidBucket(bucket) else {
                 throw ConfigProblem("'\(bucket)' is not an S3 bucket name (3-63 letters, digits, '.', '-' or '_'); expected s3://BUCKET/PREFIX/")
             }
@@ -147,8 +149,10 @@ enum S3Endpoint {
         }
         let rest = text.dropFirst(scheme.count + 3)
         let authority = rest.prefix { $0 != "/" }
-        if authority.isEmpty || authority.contains(where: { $0 == "@" || $0 == "?" || $0 == "#" || $0.isWhitespace || $0.asciiValue.map { $0 < 0x20 } == true }) {
-            throw ConfigProblem("'\(text)' is not a host and port, like http://10.0.0.5:8333 (no credentials, query or spaces)")
+        // Never quoted: what stands before an @ may be a secret.
+        if authority.contains("@") { throw ConfigProblem("an endpoint carries no credentials; they come from s3-credentials or the AWS chain") }
+        if authority.isEmpty || authority.contains(where: { $0 == "?" || $0 == "#" || $0.isWhitespace || $0.asciiValue.map { $0 < 0x20 } == true }) {
+            throw ConfigProblem("'\(text)' is not a host and port, like http://10.0.0.5:8333 (no query or spaces)")
         }
         guard rest.dropFirst(authority.count).allSatisfy({ $0 == "/" }), rest.dropFirst(authority.count).count <= 1 else {
             throw ConfigProblem("an endpoint is a scheme, host and port, without a path (the bucket goes in remote = s3://BUCKET/)")
