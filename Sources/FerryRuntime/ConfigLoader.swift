@@ -73,7 +73,7 @@ public enum ConfigLoader {
                 out.append(.usage("\(where_) local = \(session.local): layout = generations keeps its versions beside it, in \(session.local).generations, and replaces it with a symlink, but its directory: \(why)",
                                   hint: "let ferry's user write the directory holding local, or set layout = in-place"))
             }
-            for (key, file) in [("ca-file", session.caFile)].compactMap({ key, path in path.map { (key, $0) } }) + session.secretFiles {
+            for (key, file) in (session.caFile.map { [("ca-file", $0)] } ?? []) + session.secretFiles {
                 do { _ = try FileSystem.readFile(file, limit: 16 << 20) } catch {
                     out.append(.usage("\(where_) \(key) = \(file): \(error.message)", hint: key == "ca-file" ? "create the file, or fix '\(key) ='" : Secrets.unreadableHint(file, key: key)))
                 }

@@ -9,7 +9,7 @@ enum S3Backend: Backend {
         keys: [
             ConfigKey("s3-endpoint", .url, help: "the store's address, scheme://host[:port] without a path; unset: AWS",
                       check: { text throws(ConfigProblem) in try S3Endpoint.parse(text) },
-                      unset: { s in "AWS: " + S3Options(s).effectiveEndpoint(region: S3Options(s).region ?? "REGION") }),
+                      unset: { s in let o = S3Options(s); return "AWS: " + o.effectiveEndpoint(region: o.region ?? "REGION") }),
             ConfigKey("s3-region", .word, help: "the region requests are signed for",
                       check: { text throws(ConfigProblem) in
                           guard S3Endpoint.isValidRegion(text) else { throw ConfigProblem("'\(text)' is not a region name like us-east-1") }
