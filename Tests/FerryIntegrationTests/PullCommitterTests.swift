@@ -21,7 +21,7 @@ struct PullCommitterTests {
 
     func verifiedDownload(_ root: LocalRoot, source: RemoteTree, _ entry: ManifestEntry, task: TransferTask) throws -> Download {
         let (partial, _) = try root.openPartial(taskID: task.id)
-        let download = try Download(task: task, entry: entry, reason: .missing, origin: .file(tree: source, path: entry.path), partial: partial,
+        let download = try Download(task: task, entry: entry, reason: .missing, origin: .stepped(FileSource(tree: source, path: entry.path)), partial: partial,
                                     resumeFrom: 0, validator: nil, clock: SystemClock())
         var outcome: TransferOutcome?
         while outcome == nil { outcome = download.step() }

@@ -14,16 +14,15 @@ final class Download: Transfer {
         /// A request the remote builds (URL, headers, signing) for the bytes from an offset under
         /// a validator, made when the transfer starts.
         case request(ReadRequest)
-        /// A file of a `file://` remote, opened through its tree (never through a symlink) and
-        /// read with pread (no libcurl).
-        case file(tree: RemoteTree, path: RelativePath)
+        /// A source the engine's steps read (a `file://` remote's file, a file over SFTP).
+        case stepped(SteppedSource)
 
-        var isLocal: Bool { if case .file = self { return true } else { return false } }
+        var stepped: SteppedSource? { if case let .stepped(source) = self { return source } else { return nil } }
     }
     let origin: Origin
     let fd: Int32
-    /// A local origin: read from any offset without a validator, by the engine's steps.
-    var isLocal: Bool { origin.isLocal }
+    /// Read from any offset without a validator (a local file), by the engine's steps.
+    var readsAnyOffset: Bool { origin.stepped.map { !$0.checksValidator } ?? false }
     /// The offset asked for with `Range` (0 = the whole file).
     let requestedOffset: Int64
     /// The validator the range request is made under (the remote sends it as `If-Range` or `If-Match`).
@@ -67,7 +66,8 @@ final class Download: Transfer {
         self.reason = reason
         self.origin = origin
         fd = partial.fd
-        let isLocal = origin.isLocal
+        let stepped = origin.stepped != nil
+        let anyOffset = origin.stepped.map { !$0.checksValidator } ?? false
         var offset = resumeFrom
         let onDisk = partial.length
         if onDisk < offset { offset = 0 }
@@ -75,10 +75,10 @@ final class Download: Transfer {
         // that failed) is verified from disk first: no request at all if it is right (data-safety
         // rule 4).
         if let size = entry.size, size > 0, onDisk == size { offset = size }
-        // Over HTTP a range is asked for only under a validator (If-Range): without one, the bytes
-        // on disk might belong to another version of the file. A local file is read from the offset
-        // (and the whole is verified by hash all the same).
-        if !isLocal && validator == nil && offset != entry.size { offset = 0 }
+        // Over the network a range is asked for only under a validator (If-Range, or the SFTP
+        // file's size and mtime): without one, the bytes on disk might belong to another version of
+        // the file. A local file is read from the offset (and the whole is verified by hash all the same).
+        if !anyOffset && validator == nil && offset != entry.size { offset = 0 }
         // An empty partial (a new one, the common case) has nothing to cut, and is written from 0.
         if onDisk > 0 || offset > 0 {
             if ftruncate(fd, off_t(offset)) != 0 {
@@ -98,9 +98,9 @@ final class Download: Transfer {
         requestedOffset = offset
         written = offset
         checkpointed = offset
-        ifRange = offset > 0 && !isLocal ? validator : nil
+        ifRange = offset > 0 && !anyOffset ? validator : nil
         self.validator = validator
-        if isLocal {
+        if stepped {
             decided = true
             accepting = true
         }
@@ -110,7 +110,8 @@ final class Download: Transfer {
     /// If it does not verify, it is discarded and fetched again (a retry).
     var isAlreadyComplete: Bool { entry.size.map { requestedOffset == $0 && $0 > 0 } ?? false }
 
-    var mode: TransferMode { isLocal ? .steps : .curl }
+    var mode: TransferMode { origin.stepped == nil ? .curl : .steps }
+    var waitingOn: (fd: Int32, events: Int16)? { origin.stepped?.waitingOn }
 
     /// The request, built as the transfer starts (`outcomeWithoutRequest`), for `prepare`.
     private var request: HTTPRequest?
@@ -138,35 +139,49 @@ final class Download: Transfer {
         easy.set(CURLOPT_HEADERDATA, pointer: context)
     }
 
-    /// The source file of a local origin, and the buffer its bytes pass through.
-    private var sourceFD: Int32 = -1
+    /// The buffer a stepped origin's bytes pass through, and whether the source was opened.
     private var stepBuffer: UnsafeMutableRawPointer?
+    private var sourceOpened = false
     static let stepSize = 1 << 20
 
-    /// A local origin: reads the next MiB of the source file at the partial's length and takes it
-    /// in exactly as bytes from the network (size check, hash, checkpoints).
+    /// A stepped origin: opens the source, then reads what it has at the partial's length (up to
+    /// a MiB a step) and takes it in exactly as bytes from libcurl (size check, hash, checkpoints).
     func step() -> TransferOutcome? {
-        guard case let .file(tree, path) = origin else { return nil }
-        func readFailure() -> TransferOutcome {
-            let code = errno
-            return .failed(TransferFailure(message: "cannot read \(Printable.name(tree.path + "/" + path.string)): \(FileSystem.errorText(code))",
-                                           keepPartial: true, cause: .local(errno: code)))
-        }
-        if sourceFD < 0 {
-            let (fd, error) = tree.openForReading(path)
-            guard fd >= 0 else {
-                return .failed(TransferFailure(message: error?.message ?? "cannot open it", keepPartial: true, cause: error?.cause ?? .local(errno: EIO)))
+        guard let source = origin.stepped else { return nil }
+        if !sourceOpened {
+            switch source.open() {
+            case .wait: return nil
+            case let .failed(failure): return .failed(failure)
+            case let .ready(validator, size):
+                sourceOpened = true
+                if let size, let expected = entry.size, size != expected {
+                    return .failed(TransferFailure(message: "the remote's file is \(size) bytes, the manifest says \(expected)", keepPartial: false, cause: .wrongLength))
+                }
+                if source.checksValidator {
+                    if requestedOffset > 0 && validator != ifRange {
+                        guard startOver(validator: validator, restart: "the file changed on the remote since its partial was fetched") else {
+                            return .failed(TransferFailure(message: failure ?? "cannot truncate the partial file", keepPartial: false, cause: failureCause))
+                        }
+                    }
+                    self.validator = validator
+                }
             }
-            sourceFD = fd
         }
         let buffer = stepBuffer ?? UnsafeMutableRawPointer.allocate(byteCount: Download.stepSize, alignment: 16)
         stepBuffer = buffer
-        let n = pread(sourceFD, buffer, Download.stepSize, off_t(written))
-        if n < 0 { return errno == EINTR ? nil : readFailure() }
-        if n == 0 { return verify() }
-        throttle?.take(n)
-        guard receive(buffer, count: n) == n else {
-            return .failed(TransferFailure(message: failure ?? "cannot take the file in", keepPartial: !discardPartial, cause: failureCause))
+        var taken = 0
+        while taken < Download.stepSize {
+            switch source.read(into: buffer, count: Download.stepSize - taken, at: written) {
+            case .wait: return nil
+            case .end: return verify()
+            case let .failed(failure): return .failed(failure)
+            case let .bytes(n):
+                throttle?.take(n)
+                taken += n
+                guard receive(buffer, count: n) == n else {
+                    return .failed(TransferFailure(message: failure ?? "cannot take the file in", keepPartial: !discardPartial, cause: failureCause))
+                }
+            }
         }
         return nil
     }
@@ -293,33 +308,40 @@ final class Download: Transfer {
             accepting = true
             self.validator = validator
         case let .replace(validator, restart):
-            if requestedOffset > 0 {
-                if ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) < 0 {
-                    fail("cannot truncate the partial file: \(FileSystem.errorText())", discard: true, cause: .local(errno: errno))
-                    return
-                }
-                if let inlineHasher {
-                    inlineHasher.reset()
-                } else {
-                    if let buffer = pending { backgroundHasher?.release(buffer) }
-                    pending = nil
-                    pendingCount = 0
-                    backgroundHasher?.cancel()
-                    backgroundHasher = BackgroundHasher(fd: fd, prefix: 0)
-                }
-                written = 0
-                checkpointed = 0
-            }
-            restartReason = restart
+            guard startOver(validator: validator, restart: restart) else { return }
             accepting = true
-            self.validator = validator
-            // The old offset no longer describes the partial: record the restart before new bytes land.
-            if restart != nil { onCheckpoint?(self) }
         case let .refuse(message, cause):
             fail(message, discard: true, cause: cause)
         case .errorStatus:
             accepting = false
         }
+    }
+
+    /// Takes the partial back to zero when bytes from the start replace a resumed prefix (the
+    /// file changed since): false when it cannot be truncated.
+    private func startOver(validator: String?, restart: String?) -> Bool {
+        if requestedOffset > 0 {
+            if ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) < 0 {
+                fail("cannot truncate the partial file: \(FileSystem.errorText())", discard: true, cause: .local(errno: errno))
+                return false
+            }
+            if let inlineHasher {
+                inlineHasher.reset()
+            } else {
+                if let buffer = pending { backgroundHasher?.release(buffer) }
+                pending = nil
+                pendingCount = 0
+                backgroundHasher?.cancel()
+                backgroundHasher = BackgroundHasher(fd: fd, prefix: 0)
+            }
+            written = 0
+            checkpointed = 0
+        }
+        restartReason = restart
+        self.validator = validator
+        // The old offset no longer describes the partial: record the restart before new bytes land.
+        if restart != nil { onCheckpoint?(self) }
+        return true
     }
 
     /// The validator of the response (`ResponseHeaders.rangeValidator`).
@@ -392,7 +414,7 @@ final class Download: Transfer {
         backgroundHasher?.cancel()
         backgroundHasher = nil
         Glibc.close(fd)
-        if sourceFD >= 0 { Glibc.close(sourceFD) }
+        origin.stepped?.close()
         stepBuffer?.deallocate()
         stepBuffer = nil
     }

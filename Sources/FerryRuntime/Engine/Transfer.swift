@@ -25,6 +25,11 @@ protocol Transfer: AnyObject {
     /// The bandwidth limits over it, set by the engine before `prepare` when any limit is
     /// configured; the transfer takes its bytes through it (`Throttle.admit`, `take`).
     var throttle: Throttle? { get set }
+    /// `.steps`: what the last `step` waits for before it can go on (a socket to become readable
+    /// or writable, `poll`'s events); nil when it can go on at once. The engine polls it beside
+    /// libcurl's sockets and steps the transfer when it is ready (and twice a second regardless,
+    /// so a transfer can notice that it stalled).
+    var waitingOn: (fd: Int32, events: Int16)? { get }
 }
 
 extension Transfer {
@@ -33,12 +38,46 @@ extension Transfer {
     func outcomeWithoutRequest() -> TransferOutcome? { nil }
     func step() -> TransferOutcome? { nil }
     func tick() {}
+    var waitingOn: (fd: Int32, events: Int16)? { nil }
+}
+
+/// Where a download's steps read from themselves, without libcurl: a file of a `file://` remote
+/// (pread), a file over SFTP (packets over a socket the engine polls). Called on the engine's thread.
+protocol SteppedSource: AnyObject {
+    /// Whether a resume needs the partial's validator to equal the file's (a file read over the
+    /// network, which another version may replace); false: read from any offset, the whole
+    /// verified by its hash all the same (a local file).
+    var checksValidator: Bool { get }
+    /// Gets ready to read (opens the file).
+    func open() -> SteppedOpen
+    /// Reads up to `count` bytes at `offset` into `buffer`.
+    func read(into buffer: UnsafeMutableRawPointer, count: Int, at offset: Int64) -> SteppedRead
+    /// What the last call waits for (`Transfer.waitingOn`).
+    var waitingOn: (fd: Int32, events: Int16)? { get }
+    /// Done with it (closes the file; returns a connection that is fit for more).
+    func close()
+}
+
+enum SteppedOpen {
+    /// Not yet: call again once `waitingOn` is ready.
+    case wait
+    /// Open: the file's validator and size, where the source knows them.
+    case ready(validator: String?, size: Int64?)
+    case failed(TransferFailure)
+}
+
+enum SteppedRead {
+    case bytes(Int)
+    case end
+    case wait
+    case failed(TransferFailure)
 }
 
 enum TransferMode {
     /// A request through the engine's libcurl multi handle.
     case curl
-    /// Local work (a `file://` remote) the engine advances a piece at a time between its polls.
+    /// Work the engine advances a piece at a time between its polls, without libcurl (a
+    /// `file://` remote's file, a file over SFTP).
     case steps
 }
 

@@ -113,6 +113,10 @@ final class TransferEngine: @unchecked Sendable {
     private var throttled = 0
     private var idle: [EasyHandle] = []
     private var lastTick = 0.0
+    /// `.steps` transfers waiting on a socket (`Transfer.waitingOn`) that the last poll found
+    /// ready, and when the waiting ones were last stepped regardless (so one can see it stalled).
+    private var ready = Set<UnsafeMutableRawPointer>()
+    private var lastSweep = 0.0
 
     /// How many sessions share the engine (the sessions of a `sync now`, or of the agent's config):
     /// each source of the global pool leaves a slot for each of the others, up to half of the
@@ -190,10 +194,13 @@ final class TransferEngine: @unchecked Sendable {
             }
             var stepped = false
             if stepping > 0 {
+                let sweep = now - lastSweep >= 0.5
+                if sweep { lastSweep = now }
                 for (key, a) in active where a.easy == nil && a.transfer.throttle?.open != false {
-                    stepped = true
-                    if let outcome = a.transfer.step() { end(key, a, outcome) }
+                    if a.transfer.waitingOn != nil && !ready.contains(key) && !sweep { continue }
+                    if let outcome = a.transfer.step() { end(key, a, outcome) } else if a.transfer.waitingOn == nil { stepped = true }
                 }
+                ready.removeAll()
             }
             deliver()
             // A source that what it was just handed made stop stops now; the slots that freed up
@@ -204,7 +211,15 @@ final class TransferEngine: @unchecked Sendable {
             for a in active.values { a.transfer.tick() }
             tick(after)
             let stepsDue = self.stepsDue()
-            if !active.isEmpty && (running > 0 || !stepsDue) {
+            // Steps that wait on a socket of their own (`Transfer.waitingOn`) are polled with libcurl's.
+            var waits: [curl_waitfd] = []
+            var waiting: [UnsafeMutableRawPointer] = []
+            for (key, a) in active where a.easy == nil && a.transfer.throttle?.open != false {
+                guard let (fd, events) = a.transfer.waitingOn else { continue }
+                waits.append(curl_waitfd(fd: fd, events: events, revents: 0))
+                waiting.append(key)
+            }
+            if !active.isEmpty && (running > 0 || !stepsDue || !waits.isEmpty) {
                 // Local steps keep going between polls: with one due (including one `fill` just
                 // started), only look for network readiness. Waiting here instead held each new
                 // step up to 100 ms: an S3 part's hash (`RangeHash`) for every part of a multipart
@@ -212,15 +227,18 @@ final class TransferEngine: @unchecked Sendable {
                 // emptied its bucket: the next round, at once, refills the buckets and sees it held.
                 // Paused transfers are looked at again soon, when their buckets have refilled.
                 var numfds: Int32 = 0
-                curl_multi_poll(multi, nil, 0, stepsDue || stepped ? 0 : (throttled ? 10 : 100), &numfds)
+                let timeout: Int32 = stepsDue || stepped ? 0 : (throttled ? 10 : 100)
+                _ = waits.withUnsafeMutableBufferPointer { curl_multi_poll(multi, $0.baseAddress, UInt32($0.count), timeout, &numfds) }
+                for (i, wait) in waits.enumerated() where wait.revents != 0 { ready.insert(waiting[i]) }
             }
         }
         stopped.signal()
     }
 
-    /// Whether a running `.steps` transfer may take a step now (its bandwidth allows it).
+    /// Whether a running `.steps` transfer may take a step now: its bandwidth allows it and it
+    /// waits on no socket.
     private func stepsDue() -> Bool {
-        stepping > 0 && active.values.contains { $0.easy == nil && $0.transfer.throttle?.open != false }
+        stepping > 0 && active.values.contains { $0.easy == nil && $0.transfer.throttle?.open != false && $0.transfer.waitingOn == nil }
     }
 
     /// Stops the sources that must stop (a deadline, a signal, a failing store): their running

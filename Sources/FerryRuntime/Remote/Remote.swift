@@ -40,7 +40,7 @@ extension Backend {
 /// The backends ferry has.
 public enum Backends {
     /// Every backend: the one line a new one is added to.
-    static let all: [any Backend.Type] = [HTTPBackend.self, FileBackend.self, S3Backend.self]
+    static let all: [any Backend.Type] = [HTTPBackend.self, FileBackend.self, S3Backend.self, SFTPBackend.self]
 
     /// What the config parser is given: each backend's description.
     public static let descriptions: [BackendDescription] = all.map { $0.description }

@@ -125,6 +125,23 @@ final class S3Fixture: ConformanceFixture {
     func stop() { Harness.remove(root) }
 }
 
+/// OpenSSH's sshd (`SSHServer`) over SFTP, logged in with a key of the test's own and checked
+/// against a known_hosts file that holds the server's key. The manifest's validator is its
+/// content's hash, so a change within the second is seen.
+final class SFTPFixture: ConformanceFixture {
+    let server: SSHServer
+    var root: String { server.root }
+    static let dialect = ConformanceDialect(staleRange: .wholeFile)
+    var dialect: ConformanceDialect { Self.dialect }
+
+    init() throws { server = try SSHServer() }
+    func publish(scratch: String) throws -> [String] {
+        ["remote = \(server.url)", "sftp-key = \(server.clientKey)", "sftp-known-hosts = \(server.knownHosts)"]
+    }
+    func leftovers(_ remote: Remote) -> [String] { filesUnder(root + "/.ferry") }
+    func stop() { server.stop() }
+}
+
 /// The files (not directories) under `directory`, relative to it.
 private func filesUnder(_ directory: String) -> [String] {
     guard let walker = FileManager.default.enumerator(atPath: directory) else { return [] }

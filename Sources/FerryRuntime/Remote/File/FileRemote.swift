@@ -62,7 +62,7 @@ struct FileRemote: Remote {
 
     func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into partial: PartialFile,
                   resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
-        try Download(task: task, entry: entry, reason: reason, origin: .file(tree: tree, path: source), partial: partial,
+        try Download(task: task, entry: entry, reason: reason, origin: .stepped(FileSource(tree: tree, path: source)), partial: partial,
                      resumeFrom: Remotes.resumeOffset(base, resumeFrom), validator: validator, clock: clock)
     }
 
@@ -204,5 +204,45 @@ final class FileReadBack: StateProbe {
             state = RemoteFileState(exists: true, size: entry.size, validator: FileRemote.validator(entry), sha256: hash.digest, verified: .readBack)
         }
         return outcome
+    }
+}
+
+/// A file of a `file://` remote as a download's source: opened through the remote's tree (never
+/// through a symlink) and read with pread, from any offset.
+final class FileSource: SteppedSource {
+    let tree: RemoteTree
+    let path: RelativePath
+    private var fd: Int32 = -1
+
+    init(tree: RemoteTree, path: RelativePath) {
+        self.tree = tree
+        self.path = path
+    }
+
+    var checksValidator: Bool { false }
+    var waitingOn: (fd: Int32, events: Int16)? { nil }
+
+    func open() -> SteppedOpen {
+        let (fd, error) = tree.openForReading(path)
+        guard fd >= 0 else {
+            return .failed(TransferFailure(message: error?.message ?? "cannot open it", keepPartial: true, cause: error?.cause ?? .local(errno: EIO)))
+        }
+        self.fd = fd
+        return .ready(validator: nil, size: nil)
+    }
+
+    func read(into buffer: UnsafeMutableRawPointer, count: Int, at offset: Int64) -> SteppedRead {
+        let n = pread(fd, buffer, count, off_t(offset))
+        if n > 0 { return .bytes(n) }
+        if n == 0 { return .end }
+        let code = errno
+        if code == EINTR { return .bytes(0) }
+        return .failed(TransferFailure(message: "cannot read \(Printable.name(tree.path + "/" + path.string)): \(FileSystem.errorText(code))",
+                                       keepPartial: true, cause: .local(errno: code)))
+    }
+
+    func close() {
+        if fd >= 0 { Glibc.close(fd) }
+        fd = -1
     }
 }

@@ -1,0 +1,121 @@
+import Glibc
+import FerryCore
+
+/// `sftp://[USER@]HOST[:PORT]/PATH/`: a directory on an SSH server, over SFTP. The login is by key
+/// only (`sftp-key`; no password ever sits in a config), and the server's host key is checked
+/// against `sftp-known-hosts` before anything is sent. A path starting `/~/` is under the login
+/// directory. The user defaults to the one ferry runs as, as with ssh.
+enum SFTPBackend: Backend {
+    static let description = BackendDescription(
+        name: "SFTP", schemes: ["sftp"], example: "sftp://USER@HOST[:PORT]/PATH/", called: "an sftp:// remote",
+        keys: [
+            ConfigKey("sftp-key", .secret, help: "the private key to log in with (OpenSSH format, without a passphrase); required",
+                      unset: { _ in "none: required" }),
+            ConfigKey("sftp-known-hosts", .path, help: "the known_hosts file the server's host key must be in; unset: ~/.ssh/known_hosts",
+                      unset: { _ in SFTPBackend.defaultKnownHosts() }),
+        ],
+        transportKeys: [], credentialSources: ["sftp-key (a private key file)"],
+        abilities: [.rangedReads],
+        checkAddress: { rest throws(ConfigProblem) in _ = try SFTPAddress(String(rest)) },
+        finish: { session throws(ConfigProblem) in
+            if session.remoteOptions["sftp-key"] == nil {
+                throw ConfigProblem("an sftp:// remote needs sftp-key = FILE (the private key ferry logs in with)", key: "sftp-key",
+                                    hint: "make one with ssh-keygen -t ed25519 -N '' -f FILE and add FILE.pub to the server's authorized_keys")
+            }
+            if session.manifest.contains("://") {
+                throw ConfigProblem("an sftp:// remote's manifest is a file under its directory, named relative to it (like manifest.json)", key: "manifest")
+            }
+        })
+
+    static func open(_ session: SessionConfig, clock: any Clock, stop: StopCondition?) throws(FerryError) -> Remote {
+        let address: SFTPAddress
+        do { address = try SFTPAddress(String(session.remote.url.dropFirst("sftp://".count))) } catch {
+            throw FerryError(.usage, error.message)
+        }
+        let endpoint = SSHEndpoint(host: address.host, port: address.port, user: address.user ?? currentUser(),
+                                   key: session.remoteOptions["sftp-key"] ?? "", knownHosts: session.remoteOptions["sftp-known-hosts"] ?? defaultKnownHosts())
+        for (file, key) in [(endpoint.key, "sftp-key"), (endpoint.knownHosts, "sftp-known-hosts")] where access(file, R_OK) != 0 {
+            throw FerryError(.usage, "cannot read \(Printable.name(file)) (\(key)): \(FileSystem.errorText())",
+                             hint: key == "sftp-key" ? "point sftp-key at the private key ferry logs in with, readable by the user ferry runs as"
+                                                     : "point sftp-known-hosts at a file holding the server's host key (ssh-keyscan prints it; check its fingerprint)")
+        }
+        return SFTPRemote(base: session.remote, endpoint: endpoint, directory: address.path, connections: SSHConnections(keep: 8),
+                          clock: clock, stop: stop, connectTimeout: session.connectTimeout, stallTimeout: session.stallTimeout)
+    }
+
+    static func describe(_ session: SessionConfig) -> [String: String] {
+        ["sftp-known-hosts": defaultKnownHosts()]
+    }
+
+    /// `~/.ssh/known_hosts` of the user ferry runs as.
+    static func defaultKnownHosts() -> String {
+        let home = getpwuid(geteuid()).flatMap { $0.pointee.pw_dir.map { String(cString: $0) } } ?? "/root"
+        return home + "/.ssh/known_hosts"
+    }
+
+    static func currentUser() -> String {
+        getpwuid(geteuid()).flatMap { $0.pointee.pw_name.map { String(cString: $0) } } ?? "root"
+    }
+}
+
+/// What an `sftp://` URL says after the scheme: `[USER@]HOST[:PORT]/PATH/`.
+struct SFTPAddress {
+    let user: String?
+    /// A name or address; an IPv6 address is written in brackets and kept without them.
+    let host: String
+    let port: Int
+    /// The directory on the server, percent-decoded, ending in `/`; relative to the login
+    /// directory (empty for it) when the URL's path starts `/~/`.
+    let path: String
+
+    init(_ rest: String) throws(ConfigProblem) {
+        guard let slash = rest.firstIndex(of: "/") else {
+            throw ConfigProblem("an sftp:// URL needs a path after the host, like sftp://user@host/srv/content/")
+        }
+        var authority = String(rest[..<slash])
+        let rawPath = String(rest[slash...])
+        if let at = authority.lastIndex(of: "@") {
+            let user = String(authority[..<at])
+            // Never quoted: what stands before an @ may be a password.
+            if user.contains(":") { throw ConfigProblem("an sftp:// URL carries no password; ferry logs in with sftp-key") }
+            guard !user.isEmpty, let decoded = user.removingPercentEncoding(), decoded.allSatisfy({ $0.isLetter || $0.isNumber || "._-".contains($0) }) else {
+                throw ConfigProblem("the user in an sftp:// URL must be a login name (letters, digits, '.', '_', '-')")
+            }
+            self.user = decoded
+            authority = String(authority[authority.index(after: at)...])
+        } else {
+            user = nil
+        }
+        var port = 22
+        if authority.hasPrefix("[") {
+            guard let close = authority.firstIndex(of: "]") else { throw ConfigProblem("'\(authority)' opens an IPv6 address with '[' but never closes it") }
+            host = String(authority[authority.index(after: authority.startIndex)..<close])
+            let after = authority[authority.index(after: close)...]
+            if !after.isEmpty {
+                guard after.hasPrefix(":"), let p = Int(after.dropFirst()), (1...65535).contains(p) else { throw ConfigProblem("'\(after)' is not a port") }
+                port = p
+            }
+        } else {
+            let parts = authority.split(separator: ":", omittingEmptySubsequences: false)
+            guard parts.count <= 2 else { throw ConfigProblem("'\(authority)' is not HOST[:PORT]; write an IPv6 address in brackets") }
+            host = String(parts[0])
+            if parts.count == 2 {
+                guard let p = Int(parts[1]), (1...65535).contains(p) else { throw ConfigProblem("'\(parts[1])' is not a port (1-65535)") }
+                port = p
+            }
+        }
+        guard !host.isEmpty, host.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || ".-:".contains($0)) }) else {
+            throw ConfigProblem("'\(host)' is not a host name or address")
+        }
+        self.port = port
+        guard let decoded = rawPath.removingPercentEncoding(), !decoded.contains("\0") else {
+            throw ConfigProblem("the path of an sftp:// URL is not valid percent-encoded text")
+        }
+        if decoded.split(separator: "/").contains(where: { $0 == ".." || $0 == "." }) || decoded.contains("//") {
+            throw ConfigProblem("the path of an sftp:// URL may not hold '.', '..' or an empty segment")
+        }
+        var path = decoded.hasSuffix("/") ? decoded : decoded + "/"
+        if path == "/~/" { path = "" } else if path.hasPrefix("/~/") { path = String(path.dropFirst(3)) }
+        self.path = path
+    }
+}

@@ -1,0 +1,192 @@
+import Glibc
+import Synchronization
+import FerryCore
+
+/// An `sftp://` remote: a directory on an SSH server, read over SFTP (`SSHConnection`, `SFTP`).
+/// The manifest is read whole on the session's thread, its validator the SHA-256 of its bytes (an
+/// SFTP server gives mtimes in seconds and no clock of its own, so nothing cheaper is exact). A
+/// file is read by the engine's steps, several reads in flight, resumed from an offset only while
+/// its size and mtime are those the partial was fetched under; the whole is verified by its hash.
+/// A name that is a symlink or anything but a regular file on the server is refused.
+struct SFTPRemote: Remote {
+    let base: RemoteLocation
+    let endpoint: SSHEndpoint
+    /// The remote's directory on the server, ending in `/` (empty: the login directory).
+    let directory: String
+    let connections: SSHConnections
+    let clock: any Clock
+    let stop: StopCondition?
+    let connectTimeout: Double
+    let stallTimeout: Double
+
+    /// The server's path of `path` under the remote.
+    func serverPath(_ path: RelativePath) -> String { directory + path.string }
+
+    /// The path under the remote that `url` names (percent-decoded), or nil for a URL elsewhere.
+    func relativePath(of url: String) -> RelativePath? {
+        guard url.hasPrefix(base.url), let decoded = String(url.dropFirst(base.url.count)).removingPercentEncoding() else { return nil }
+        return try? RelativePath(validating: decoded)
+    }
+
+    func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {
+        guard let path = relativePath(of: url) else {
+            throw FerryError(.usage, "the manifest \(Printable.name(url)) is not under the remote \(base.url)",
+                             hint: "name the manifest relative to 'remote =' (like manifest.json)")
+        }
+        return try connections.with(self) { connection throws(FerryError) -> ManifestFetch in
+            let reader = SFTPCalls(remote: self, connection: connection)
+            let attributes: SFTP.Attributes
+            do throws(FerryError) { attributes = try reader.lstat(path, for: "read the manifest") } catch {
+                if error.cause == .local(errno: ENOENT) { return .missing(error) }
+                throw error
+            }
+            try reader.requireRegularFile(attributes, path, "as the manifest")
+            if let size = attributes.size, size > maximumSize { throw Remotes.tooLarge(url, maximumSize: maximumSize, announced: size) }
+            let bytes = try reader.readWhole(path, limit: maximumSize, url: url)
+            let validator = "sha256:" + SHA256Hasher.digest(of: bytes).hex
+            if validator == etag { return .unchanged }
+            return .fetched(bytes: bytes, etag: validator, lastModified: nil)
+        }
+    }
+
+    func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into partial: PartialFile,
+                  resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
+        try Download(task: task, entry: entry, reason: reason, origin: .stepped(SFTPFileSource(remote: self, path: source)), partial: partial,
+                     resumeFrom: Remotes.resumeOffset(base, resumeFrom), validator: validator, clock: clock)
+    }
+}
+
+/// The idle connections of a remote, reused by its next request or transfer (a new SSH login
+/// costs a handshake, ~0.2 s on a busy machine): a borrower owns its connection alone, and gives
+/// it back only when it ended cleanly. The address is resolved once.
+final class SSHConnections: Sendable {
+    private struct Idle: @unchecked Sendable {
+        var connections: [SSHConnection] = []
+        var addresses: [SocketAddress]?
+    }
+    private let idle = Mutex(Idle())
+    /// Idle connections kept at most.
+    let keep: Int
+
+    init(keep: Int) { self.keep = keep }
+
+    /// An idle connection to `endpoint`, or a new one (not yet connected: `SSHConnection.advance`).
+    func borrow(_ endpoint: SSHEndpoint) throws(FerryError) -> SSHConnection {
+        if let connection = idle.withLock({ $0.connections.popLast() }) { return connection }
+        let known = idle.withLock { $0.addresses }
+        let addresses: [SocketAddress]
+        if let known { addresses = known } else {
+            addresses = try SocketAddress.resolve(endpoint)
+            idle.withLock { $0.addresses = addresses }
+        }
+        return SSHConnection(endpoint, addresses: addresses)
+    }
+
+    /// Takes a connection back: kept for the next borrower if it is sound, else closed.
+    func giveBack(_ connection: SSHConnection) {
+        guard connection.isReady else { return connection.close() }
+        let kept = idle.withLock { idle -> Bool in
+            guard idle.connections.count < keep else { return false }
+            idle.connections.append(connection)
+            return true
+        }
+        if !kept { connection.close() }
+    }
+
+    /// Runs `body` with a connection, set up on the calling thread; a connection that failed is
+    /// not given back.
+    func with<T>(_ remote: SFTPRemote, _ body: (SSHConnection) throws(FerryError) -> T) throws(FerryError) -> T {
+        let connection = try borrow(remote.endpoint)
+        do {
+            try connection.establish(within: remote.connectTimeout, clock: remote.clock, stop: remote.stop)
+            let result = try body(connection)
+            giveBack(connection)
+            return result
+        } catch {
+            connection.close()
+            throw error
+        }
+    }
+}
+
+/// Requests made one at a time on a session's thread, each waiting for its reply.
+struct SFTPCalls {
+    let remote: SFTPRemote
+    let connection: SSHConnection
+    var endpoint: SSHEndpoint { remote.endpoint }
+
+    func call(_ kind: SFTP.Kind, _ fields: (inout SFTP.Packet) -> Void) throws(FerryError) -> SFTP.Reply {
+        try connection.call(kind, within: remote.stallTimeout, clock: remote.clock, stop: remote.stop, fields)
+    }
+
+    /// What the server says of the name itself (a symlink is not followed).
+    func lstat(_ path: RelativePath, for what: String) throws(FerryError) -> SFTP.Attributes {
+        let full = remote.serverPath(path)
+        let reply = try call(.lstat) { $0.string(full) }
+        switch reply {
+        case let .attrs(_, attributes): return attributes
+        case let .status(_, status, code, message): throw SFTPErrors.status(endpoint, status, code: code, message: message, what, full)
+        default: throw unexpected(reply, "LSTAT")
+        }
+    }
+
+    func requireRegularFile(_ attributes: SFTP.Attributes, _ path: RelativePath, _ role: String) throws(FerryError) {
+        guard !attributes.isRegularFile else { return }
+        throw SFTPErrors.notAFile(endpoint, remote.serverPath(path), attributes, role)
+    }
+
+    /// The whole of a file, at most `limit` bytes (more is refused).
+    func readWhole(_ path: RelativePath, limit: Int64, url: String) throws(FerryError) -> [UInt8] {
+        let full = remote.serverPath(path)
+        let handle = try open(full, .read, for: "read")
+        var bytes: [UInt8] = []
+        var failure: FerryError?
+        while true {
+            let offset = UInt64(bytes.count)
+            let reply = try call(.read) { p in p.string(handle); p.u64(offset); p.u32(UInt32(SFTP.readSize)) }
+            if case let .data(_, data) = reply {
+                guard data.count <= SFTP.readSize else { failure = SFTPErrors.tooMuch(endpoint, full); break }
+                bytes += data
+                if Int64(bytes.count) > limit {
+                    failure = Remotes.tooLarge(url, maximumSize: limit, announced: nil)
+                    break
+                }
+                continue
+            }
+            if case .status(_, .eof, _, _) = reply { break }
+            if case let .status(_, status, code, message) = reply { failure = SFTPErrors.status(endpoint, status, code: code, message: message, "read", full) }
+            else { failure = unexpected(reply, "READ") }
+            break
+        }
+        try close(handle, full)
+        if let failure { throw failure }
+        return bytes
+    }
+
+    func open(_ full: String, _ flags: SFTP.OpenFlags, for what: String, mode: UInt32? = nil) throws(FerryError) -> [UInt8] {
+        let reply = try call(.open) { p in
+            p.string(full)
+            p.u32(flags.rawValue)
+            p.attributes(SFTP.Attributes(permissions: mode))
+        }
+        switch reply {
+        case let .handle(_, handle): return handle
+        case let .status(_, status, code, message): throw SFTPErrors.status(endpoint, status, code: code, message: message, what, full)
+        default: throw unexpected(reply, "OPEN")
+        }
+    }
+
+    func close(_ handle: [UInt8], _ full: String) throws(FerryError) {
+        let reply = try call(.close) { $0.string(handle) }
+        try requireOK(reply, "close", full)
+    }
+
+    func requireOK(_ reply: SFTP.Reply, _ what: String, _ full: String) throws(FerryError) {
+        guard case let .status(_, status, code, message) = reply else { throw unexpected(reply, what) }
+        if status != .ok { throw SFTPErrors.status(endpoint, status, code: code, message: message, what, full) }
+    }
+
+    func unexpected(_ reply: SFTP.Reply, _ what: String) -> FerryError {
+        SFTPErrors.malformed(endpoint, SFTP.Malformed(what: "an answer to \(what) of the wrong kind"))
+    }
+}
