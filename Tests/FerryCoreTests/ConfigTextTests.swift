@@ -45,6 +45,11 @@ struct ConfigTextTests {
         conflict = local-wins
         session-transfers = 3
         max-duration = 1h30m
+
+        [session sftp]
+        remote = sftp://deploy@mirror.example:2222/srv/content/
+        local = /srv/s
+        sftp-key = /etc/ferry/sftp_ed25519
         """
 
     @Test func theShownConfigReadsBackToTheSameSettings() throws {

@@ -253,6 +253,72 @@ struct EngineTests {
         #expect(source.outcomes == ["w0": "succeeded"])
         #expect(source.ticks >= 3, "ticked while waiting: \(source.ticks)")
     }
+
+    /// A step that waits on a socket of its own (an SFTP download) is not stepped while it waits
+    /// (the engine polls its descriptor, and sweeps it twice a second), and is stepped once its
+    /// descriptor is ready: here a pipe its source writes to after about a second of ticks.
+    @Test func aStepWaitingOnADescriptorDoesNotSpinAndRunsWhenItIsReady() {
+        final class Waiter: Transfer {
+            let fd: Int32
+            var steps = 0
+            var cancelRequested = false
+            var throttle: Throttle?
+            init(fd: Int32) { self.fd = fd }
+            var mode: TransferMode { .steps }
+            var waitingOn: (fd: Int32, events: Int16)? { (fd, Int16(POLLIN)) }
+            func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {}
+            func finish(code: CURLcode, errorText: String?) -> TransferOutcome { .succeeded }
+            func step() -> TransferOutcome? {
+                steps += 1
+                var byte: UInt8 = 0
+                return read(fd, &byte, 1) == 1 ? .succeeded : nil
+            }
+        }
+        final class Feeder: TransferSource, @unchecked Sendable {
+            var waiter: Waiter?
+            let writeEnd: Int32
+            var ticks = 0, stepsWhenFed = -1
+            var outcome = "none"
+            let running: Waiter
+            init(_ waiter: Waiter, writeEnd: Int32) {
+                self.waiter = waiter
+                running = waiter
+                self.writeEnd = writeEnd
+            }
+            func next() -> TransferEngine.Next {
+                guard let w = waiter else { return .none }
+                waiter = nil
+                return .start(w)
+            }
+            func finished(_ batch: [(Transfer, TransferOutcome)]) {
+                if case .succeeded = batch[0].1 { outcome = "succeeded" } else { outcome = "other" }
+            }
+            func tick(_ running: [Transfer]) {
+                ticks += 1
+                if ticks == 10 {
+                    stepsWhenFed = self.running.steps
+                    var byte: UInt8 = 1
+                    _ = write(writeEnd, &byte, 1)
+                }
+            }
+            var shouldStop: Bool { false }
+            var limit: Int { 1 }
+        }
+        var fds: [Int32] = [0, 0]
+        #expect(pipe(&fds) == 0)
+        _ = fcntl(fds[0], F_SETFL, O_NONBLOCK)
+        defer { close(fds[0]); close(fds[1]) }
+        let engine = try! TransferEngine(concurrency: 2, clock: SystemClock())
+        defer { engine.shutdown() }
+        let waiter = Waiter(fd: fds[0])
+        let source = Feeder(waiter, writeEnd: fds[1])
+        engine.run(source)
+        #expect(source.outcome == "succeeded")
+        // Ten ticks are about a second: a first step, two sweeps a second, a little slack; a loop
+        // that spun would have stepped thousands of times.
+        #expect(source.stepsWhenFed >= 1 && source.stepsWhenFed <= 8, "stepped \(source.stepsWhenFed) times while it waited")
+        #expect(waiter.steps <= source.stepsWhenFed + 3, "stepped \(waiter.steps) times in all")
+    }
 }
 
 /// Hands a value to another thread that alone uses it from then on.

@@ -165,6 +165,10 @@ struct ManualTests {
             [session h]
             remote = https://example.net/
             local = /srv/h
+            [session s]
+            remote = sftp://deploy@mirror.example:2222/srv/content/
+            local = /srv/s
+            sftp-key = /etc/ferry/sftp_ed25519
             """.writeReplacing(dir + "/all.conf")
         let shown = ferry(["config", "show", "--config", dir + "/all.conf"]).stdout
         let keys = Set(shown.split(separator: "\n").compactMap { line -> String? in

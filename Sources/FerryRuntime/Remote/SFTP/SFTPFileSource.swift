@@ -70,7 +70,7 @@ final class SFTPFileSource: SteppedSource {
         let calls = SFTPCalls(remote: remote, connection: connection)
         switch (phase, reply) {
         case let (.lstat(id), .attrs(replyID, attributes)) where id == replyID:
-            try calls.requireRegularFile(attributes, path, "as a download's source")
+            try calls.requireRegularFile(attributes, full, "as a download's source")
             named = attributes
             phase = .open(connection.request(.open) { p in p.string(full); p.u32(SFTP.OpenFlags.read.rawValue); p.u32(0) })
         case let (.open(id), .handle(replyID, handle)) where id == replyID:
@@ -103,6 +103,8 @@ final class SFTPFileSource: SteppedSource {
                     if n < chunk.count { chunks[offset + Int64(n)] = Array(chunk[n...]) }
                     position = offset + Int64(n)
                     waitingOn = nil
+                    // Time spent held by a bandwidth limit is not the server's stall.
+                    lastProgress = remote.clock.monotonic()
                     return .bytes(n)
                 }
                 if let end, offset >= end {

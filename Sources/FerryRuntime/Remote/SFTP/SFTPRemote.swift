@@ -22,27 +22,30 @@ struct SFTPRemote: Remote {
     /// The server's path of `path` under the remote.
     func serverPath(_ path: RelativePath) -> String { directory + path.string }
 
-    /// The path under the remote that `url` names (percent-decoded), or nil for a URL elsewhere.
-    func relativePath(of url: String) -> RelativePath? {
-        guard url.hasPrefix(base.url), let decoded = String(url.dropFirst(base.url.count)).removingPercentEncoding() else { return nil }
-        return try? RelativePath(validating: decoded)
+    /// The server's path of a URL under the remote (percent-decoded; a manifest, or a metadata
+    /// object under `.ferry/`), or nil for a URL elsewhere or one that climbs out.
+    func serverPath(ofURL url: String) -> String? {
+        guard url.hasPrefix(base.url), let decoded = String(url.dropFirst(base.url.count)).removingPercentEncoding(),
+              !decoded.isEmpty, !decoded.hasPrefix("/"), !decoded.contains("\0"),
+              !decoded.split(separator: "/", omittingEmptySubsequences: false).contains(where: { $0.isEmpty || $0 == "." || $0 == ".." }) else { return nil }
+        return directory + decoded
     }
 
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {
-        guard let path = relativePath(of: url) else {
-            throw FerryError(.usage, "the manifest \(Printable.name(url)) is not under the remote \(base.url)",
+        guard let full = serverPath(ofURL: url) else {
+            throw FerryError(.usage, "\(Printable.name(url)) is not a file under the remote \(base.url)",
                              hint: "name the manifest relative to 'remote =' (like manifest.json)")
         }
         return try connections.with(self) { connection throws(FerryError) -> ManifestFetch in
             let reader = SFTPCalls(remote: self, connection: connection)
             let attributes: SFTP.Attributes
-            do throws(FerryError) { attributes = try reader.lstat(path, for: "read the manifest") } catch {
+            do throws(FerryError) { attributes = try reader.lstat(full, for: "read the manifest") } catch {
                 if error.cause == .local(errno: ENOENT) { return .missing(error) }
                 throw error
             }
-            try reader.requireRegularFile(attributes, path, "as the manifest")
+            try reader.requireRegularFile(attributes, full, "as the manifest")
             if let size = attributes.size, size > maximumSize { throw Remotes.tooLarge(url, maximumSize: maximumSize, announced: size) }
-            let bytes = try reader.readWhole(path, limit: maximumSize, url: url)
+            let bytes = try reader.readWhole(full, limit: maximumSize, url: url)
             let validator = "sha256:" + SHA256Hasher.digest(of: bytes).hex
             if validator == etag { return .unchanged }
             return .fetched(bytes: bytes, etag: validator, lastModified: nil)
@@ -120,8 +123,7 @@ struct SFTPCalls {
     }
 
     /// What the server says of the name itself (a symlink is not followed).
-    func lstat(_ path: RelativePath, for what: String) throws(FerryError) -> SFTP.Attributes {
-        let full = remote.serverPath(path)
+    func lstat(_ full: String, for what: String) throws(FerryError) -> SFTP.Attributes {
         let reply = try call(.lstat) { $0.string(full) }
         switch reply {
         case let .attrs(_, attributes): return attributes
@@ -130,14 +132,13 @@ struct SFTPCalls {
         }
     }
 
-    func requireRegularFile(_ attributes: SFTP.Attributes, _ path: RelativePath, _ role: String) throws(FerryError) {
+    func requireRegularFile(_ attributes: SFTP.Attributes, _ full: String, _ role: String) throws(FerryError) {
         guard !attributes.isRegularFile else { return }
-        throw SFTPErrors.notAFile(endpoint, remote.serverPath(path), attributes, role)
+        throw SFTPErrors.notAFile(endpoint, full, attributes, role)
     }
 
     /// The whole of a file, at most `limit` bytes (more is refused).
-    func readWhole(_ path: RelativePath, limit: Int64, url: String) throws(FerryError) -> [UInt8] {
-        let full = remote.serverPath(path)
+    func readWhole(_ full: String, limit: Int64, url: String) throws(FerryError) -> [UInt8] {
         let handle = try open(full, .read, for: "read")
         var bytes: [UInt8] = []
         var failure: FerryError?

@@ -1,0 +1,139 @@
+import Foundation
+import Testing
+
+/// `sftp://` end to end, through the ferry binary, against OpenSSH's sshd (`SSHServer`): a pull
+/// that `kill -9` interrupts at random moments never leaves a wrong byte at a final path and
+/// resumes; a server whose host key is not the one known, or that is not known at all, or that
+/// refuses the key, is refused with an error of its own, once; a symlink on the server is never
+/// followed.
+@Suite(.serialized)
+struct SFTPTests {
+    /// A sandbox whose published tree is the server's, and a config that reaches it.
+    static func world(_ label: String, _ server: SSHServer, knownHosts: String? = nil, key: String? = nil, session: [String] = [],
+                      agent: [String] = []) -> Sandbox {
+        let box = Sandbox(label, published: server.root)
+        box.configure(remote: server.url, session: ["sftp-key = \(key ?? server.clientKey)", "sftp-known-hosts = \(knownHosts ?? server.knownHosts)"] + session,
+                      agent: agent)
+        return box
+    }
+
+    @Test func killNineDuringASFTPPullNeverLeavesABadFileAndResumes() throws {
+        let env = ProcessInfo.processInfo.environment
+        let kills = Int(env["FERRY_KILLS"] ?? "") ?? (env["FERRY_SOAK"] != nil ? 40 : 8)
+        let seed = UInt64(env["FERRY_SEED"] ?? "") ?? UInt64(Date().timeIntervalSince1970 * 1000)
+        var random = CrashTests.SeededRandom(state: seed)
+        let server = try SSHServer()
+        defer { server.stop() }
+        // The bandwidth limit makes the transfers last long enough for kills to land mid-file.
+        let box = Self.world("sftp-kill9", server, agent: ["bwlimit = 6M"])
+        var versions: [String: Set<UInt64>] = [:]
+        func publish(_ path: String, _ data: Data) {
+            box.publish(path, data)
+            versions[path, default: []].insert(fnv1a(data))
+        }
+        publish("big/one.bin", randomData(6_000_000, seed: seed &+ 1))
+        publish("big/two.bin", randomData(4_000_000, seed: seed &+ 2))
+        for i in 0..<60 { publish("small/d\(i % 6)/s\(i).txt", randomData(1500 + i * 17, seed: seed &+ 100 &+ UInt64(i))) }
+        box.buildManifest()
+
+        var outputs: [String] = []
+        for i in 0..<kills {
+            let out = box.directory + "/run\(i).jsonl"
+            outputs.append(out)
+            let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--json"], stdout: out, stderr: box.directory + "/err\(i)")
+            let (status, moment) = CrashTests.kill(child, within: 0.1...1.2, using: &random)
+            CrashTests.expectVersions(under: box.local, versions, "after kill \(i + 1) \(moment): %@ holds bytes the server never published (seed \(seed))")
+            if status == 0 {
+                publish("big/two.bin", randomData(4_000_000, seed: seed &+ 1000 &+ UInt64(i)))
+                box.buildManifest()
+            }
+        }
+        let final = box.sync(["--json"], timeout: 300)
+        #expect(final.exitCode == 0, "\(final.output)")
+        outputs.append(box.directory + "/final.jsonl")
+        try final.stdout.writeReplacing(outputs.last!)
+        expectIdentical(box.published, box.local)
+
+        var resumed = 0
+        for out in outputs {
+            let events = FerryRun(exitCode: 0, stdout: (try? String(contentsOfFile: out, encoding: .utf8)) ?? "", stderr: "").events
+            for r in events where r["event"] as? String == "file-resumed" {
+                #expect((r["offset"] as? Int ?? 0) > 0)
+                resumed += 1
+            }
+        }
+        #expect(resumed > 0, "at least one kill left resume data that a relaunch used (seed \(seed))")
+    }
+
+    @Test func aServerThatIsNotTheKnownOneIsRefusedBeforeAnythingIsSent() throws {
+        let server = try SSHServer()
+        defer { server.stop() }
+        let probe = Sandbox("sftp-probe", published: server.root)
+        probe.publish("a.txt", "hello\n")
+        probe.buildManifest()
+        let empty = server.directory + "/empty_known_hosts"
+        try "".writeReplacing(empty)
+
+        let cases: [(String, Sandbox, [String])] = [
+            ("another host key", Self.world("sftp-other", server, knownHosts: server.otherKnownHosts), ["is not the one", "SHA256:", "refused, nothing was sent"]),
+            ("no host key", Self.world("sftp-unknown", server, knownHosts: empty), ["holds no key", "ssh-keyscan -p \(server.port) 127.0.0.1"]),
+            ("a key the server refuses", Self.world("sftp-badkey", server, key: server.directory + "/other_host_key"), ["refused the key", "sftp-key"]),
+        ]
+        for (what, box, words) in cases {
+            let run = box.sync([])
+            #expect(run.exitCode != 0, "\(what): \(run.output)")
+            for word in words { #expect(run.stderr.contains(word), "\(what): '\(word)' in \(run.stderr)") }
+            #expect(run.stderr.components(separatedBy: "error:").count <= 2, "\(what): one error, not one per file: \(run.stderr)")
+            #expect(!FileManager.default.fileExists(atPath: box.local + "/a.txt"), "\(what)")
+        }
+        let missing = Self.world("sftp-nofile", server, knownHosts: server.directory + "/no-such-file")
+        let run = missing.sync([])
+        #expect(run.exitCode == 2 && run.stderr.contains("sftp-known-hosts"), "\(run.output)")
+    }
+
+    /// A server that takes the connection and never says a word (the kernel completes the TCP
+    /// handshake of a socket that listens and never accepts) is given up after connect-timeout,
+    /// with an error that says so, once.
+    @Test func aServerThatNeverAnswersIsGivenUpAfterTheConnectTimeout() throws {
+        let server = try SSHServer()
+        defer { server.stop() }
+        let silent = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(silent) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { p -> Bool in
+            bind(silent, p, length) == 0 && listen(silent, 8) == 0 && getsockname(silent, p, &length) == 0
+        } }
+        #expect(bound)
+        let port = UInt16(bigEndian: address.sin_port)
+        let box = Sandbox("sftp-silent")
+        box.configure(remote: "sftp://\(server.user)@127.0.0.1:\(port)/srv/",
+                      session: ["sftp-key = \(server.clientKey)", "sftp-known-hosts = \(server.knownHosts)", "connect-timeout = 2s"])
+        let run = box.sync([], timeout: 60)
+        #expect(run.exitCode != 0, "\(run.output)")
+        #expect(run.stderr.contains("did not answer in time (connecting)"), "\(run.stderr)")
+        #expect(run.stderr.components(separatedBy: "error:").count == 2, "one error: \(run.stderr)")
+    }
+
+    /// A name the manifest lists that is a symlink on the server (to a file outside the remote,
+    /// or inside it) is refused: its bytes are never read, the local file never written.
+    @Test func aSymlinkOnTheServerIsNeverFollowed() throws {
+        let server = try SSHServer()
+        defer { server.stop() }
+        let box = Self.world("sftp-symlink", server)
+        let secret = server.directory + "/outside-secret.txt"
+        try "secret\n".writeReplacing(secret)
+        box.publish("plain.txt", "plain\n")
+        box.publish("link.txt", "secret\n")
+        box.buildManifest()
+        unlink(server.root + "/link.txt")
+        symlink(secret, server.root + "/link.txt")
+        let run = box.sync([])
+        #expect(run.exitCode == 1, "\(run.output)")
+        #expect(run.stderr.contains("is a symlink"), "\(run.stderr)")
+        #expect(FileManager.default.contents(atPath: box.local + "/plain.txt") == Data("plain\n".utf8))
+        #expect(!FileManager.default.fileExists(atPath: box.local + "/link.txt"))
+    }
+}
