@@ -42,6 +42,37 @@ struct CrashTests {
         }
     }
 
+    /// After a kill loop whose runs wrote `outputs` (`--json`): a last run completes and leaves
+    /// the mirror identical to what was published; every resume started past zero, and a resumed
+    /// file that finished in the same run fetched only the rest; the task table holds nothing
+    /// open. Returns the number of resumes.
+    static func finishAndCheckResumes(_ box: Sandbox, outputs: [String], seed: UInt64, timeout: Double = 120) -> Int {
+        let final = box.sync(["--json"], timeout: timeout)
+        #expect(final.exitCode == 0, "\(final.output)")
+        let outputs = outputs + [box.directory + "/final.jsonl"]
+        try? final.stdout.writeReplacing(outputs.last!)
+        expectIdentical(box.published, box.local)
+        var resumed = 0
+        for out in outputs {
+            let events = FerryRun(exitCode: 0, stdout: (try? String(contentsOfFile: out, encoding: .utf8)) ?? "", stderr: "").events
+            for r in events where r["event"] as? String == "file-resumed" {
+                let offset = r["offset"] as? Int ?? 0
+                #expect(offset > 0)
+                resumed += 1
+                let path = r["path"] as? String
+                if let done = events.first(where: { $0["event"] as? String == "file-done" && $0["path"] as? String == path }),
+                   events.contains(where: { $0["event"] as? String == "file-restarted" && $0["path"] as? String == path }) == false {
+                    #expect(done["fetched"] as? Int == (done["size"] as? Int ?? 0) - offset, "\(path ?? ""): fetched only the rest")
+                }
+            }
+        }
+        #expect(resumed > 0, "at least one kill left resume data that a relaunch used (seed \(seed))")
+        // Whatever the kills left in the task table, the run that completed settled it.
+        let counts = box.statusSessions().first?["task_counts"] as? [String: Int] ?? [:]
+        #expect(counts.filter { $0.key != "done" }.allSatisfy { $0.value == 0 }, "no task left open: \(counts) (seed \(seed))")
+        return resumed
+    }
+
     @Test func killNineAtRandomMomentsNeverLeavesABadFileAndResumes() throws {
         let env = ProcessInfo.processInfo.environment
         let kills = Int(env["FERRY_KILLS"] ?? "") ?? (env["FERRY_SOAK"] != nil ? 60 : 12)
@@ -88,32 +119,7 @@ struct CrashTests {
         }
 
         server.setFaults([:])
-        let final = box.sync(["--json"])
-        #expect(final.exitCode == 0, "\(final.output)")
-        outputs.append(box.directory + "/final.jsonl")
-        try final.stdout.writeReplacing(outputs.last!)
-        expectIdentical(box.published, box.local)
-
-        // Resumed, not fetched again from zero: every resume started past zero, and a resumed file
-        // that finished in the same run fetched only the rest.
-        var resumed = 0
-        for out in outputs {
-            let events = FerryRun(exitCode: 0, stdout: (try? String(contentsOfFile: out, encoding: .utf8)) ?? "", stderr: "").events
-            for r in events where r["event"] as? String == "file-resumed" {
-                let offset = r["offset"] as? Int ?? 0
-                #expect(offset > 0)
-                resumed += 1
-                let path = r["path"] as? String
-                if let done = events.first(where: { $0["event"] as? String == "file-done" && $0["path"] as? String == path }),
-                   events.contains(where: { $0["event"] as? String == "file-restarted" && $0["path"] as? String == path }) == false {
-                    #expect(done["fetched"] as? Int == (done["size"] as? Int ?? 0) - offset, "\(path ?? ""): fetched only the rest")
-                }
-            }
-        }
-        #expect(resumed > 0, "at least one kill left resume data that a relaunch used (seed \(seed))")
-        // Whatever the kills left in the task table, the run that completed settled it.
-        let counts = box.statusSessions().first?["task_counts"] as? [String: Int] ?? [:]
-        #expect(counts.filter { $0.key != "done" }.allSatisfy { $0.value == 0 }, "no task left open: \(counts) (seed \(seed))")
+        let resumed = CrashTests.finishAndCheckResumes(box, outputs: outputs, seed: seed)
         print("kill -9 test: \(kills) kills, \(completed) runs finished before their kill, \(resumed) resumes")
     }
 

@@ -48,21 +48,7 @@ struct SFTPTests {
                 box.buildManifest()
             }
         }
-        let final = box.sync(["--json"], timeout: 300)
-        #expect(final.exitCode == 0, "\(final.output)")
-        outputs.append(box.directory + "/final.jsonl")
-        try final.stdout.writeReplacing(outputs.last!)
-        expectIdentical(box.published, box.local)
-
-        var resumed = 0
-        for out in outputs {
-            let events = FerryRun(exitCode: 0, stdout: (try? String(contentsOfFile: out, encoding: .utf8)) ?? "", stderr: "").events
-            for r in events where r["event"] as? String == "file-resumed" {
-                #expect((r["offset"] as? Int ?? 0) > 0)
-                resumed += 1
-            }
-        }
-        #expect(resumed > 0, "at least one kill left resume data that a relaunch used (seed \(seed))")
+        _ = CrashTests.finishAndCheckResumes(box, outputs: outputs, seed: seed, timeout: 300)
     }
 
     @Test func aServerThatIsNotTheKnownOneIsRefusedBeforeAnythingIsSent() throws {
