@@ -24,15 +24,16 @@ struct SFTPTests {
         var random = CrashTests.SeededRandom(state: seed)
         let server = try SSHServer()
         defer { server.stop() }
-        // The bandwidth limit makes the transfers last long enough for kills to land mid-file.
-        let box = Self.world("sftp-kill9", server, agent: ["bwlimit = 6M"])
+        // The bandwidth limit makes the transfers last (about 5 s in all) long enough for kills to
+        // land mid-file after a checkpoint, even on a loaded machine where a start takes long.
+        let box = Self.world("sftp-kill9", server, agent: ["bwlimit = 3M"])
         var versions: [String: Set<UInt64>] = [:]
         func publish(_ path: String, _ data: Data) {
             box.publish(path, data)
             versions[path, default: []].insert(fnv1a(data))
         }
-        publish("big/one.bin", randomData(6_000_000, seed: seed &+ 1))
-        publish("big/two.bin", randomData(4_000_000, seed: seed &+ 2))
+        publish("big/one.bin", randomData(8_000_000, seed: seed &+ 1))
+        publish("big/two.bin", randomData(6_000_000, seed: seed &+ 2))
         for i in 0..<60 { publish("small/d\(i % 6)/s\(i).txt", randomData(1500 + i * 17, seed: seed &+ 100 &+ UInt64(i))) }
         box.buildManifest()
 
@@ -41,10 +42,10 @@ struct SFTPTests {
             let out = box.directory + "/run\(i).jsonl"
             outputs.append(out)
             let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--json"], stdout: out, stderr: box.directory + "/err\(i)")
-            let (status, moment) = CrashTests.kill(child, within: 0.1...1.2, using: &random)
+            let (status, moment) = CrashTests.kill(child, within: 0.3...2.0, using: &random)
             CrashTests.expectVersions(under: box.local, versions, "after kill \(i + 1) \(moment): %@ holds bytes the server never published (seed \(seed))")
             if status == 0 {
-                publish("big/two.bin", randomData(4_000_000, seed: seed &+ 1000 &+ UInt64(i)))
+                publish("big/two.bin", randomData(6_000_000, seed: seed &+ 1000 &+ UInt64(i)))
                 box.buildManifest()
             }
         }
@@ -101,6 +102,18 @@ struct SFTPTests {
         #expect(run.exitCode != 0, "\(run.output)")
         #expect(run.stderr.contains("did not answer in time (connecting)"), "\(run.stderr)")
         #expect(run.stderr.components(separatedBy: "error:").count == 2, "one error: \(run.stderr)")
+    }
+
+    /// A server that answers every read with nothing, or a byte at a time, cannot keep a run
+    /// going: the manifest's read is refused with words that say what the server did.
+    @Test(arguments: [("empty", "an empty answer"), ("dribble", "a little at a time")])
+    func aServerThatAnswersReadsWithNothingOrDribblesIsRefused(mode: String, words: String) throws {
+        let server = try SSHServer(sftpSubsystem: "/usr/bin/python3 \(Harness.packageRoot)/scripts/sftpfaults.py \(mode)")
+        defer { server.stop() }
+        let box = Self.world("sftp-hostile", server, session: ["retries = 1"])
+        let run = box.sync([], timeout: 60)
+        #expect(run.exitCode != 0, "\(run.output)")
+        #expect(run.stderr.contains(words), "\(run.stderr)")
     }
 
     /// A name the manifest lists that is a symlink on the server (to a file outside the remote,

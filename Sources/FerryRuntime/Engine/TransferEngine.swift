@@ -117,6 +117,8 @@ final class TransferEngine: @unchecked Sendable {
     /// ready, and when the waiting ones were last stepped regardless (so one can see it stalled).
     private var ready = Set<UnsafeMutableRawPointer>()
     private var lastSweep = 0.0
+    /// How often the waiting ones are stepped regardless (seconds); set before any `run`.
+    var sweepInterval = 0.5
 
     /// How many sessions share the engine (the sessions of a `sync now`, or of the agent's config):
     /// each source of the global pool leaves a slot for each of the others, up to half of the
@@ -194,7 +196,7 @@ final class TransferEngine: @unchecked Sendable {
             }
             var stepped = false
             if stepping > 0 {
-                let sweep = now - lastSweep >= 0.5
+                let sweep = now - lastSweep >= sweepInterval
                 if sweep { lastSweep = now }
                 for (key, a) in active where a.easy == nil && a.transfer.throttle?.open != false {
                     if a.transfer.waitingOn != nil && !ready.contains(key) && !sweep { continue }

@@ -21,7 +21,9 @@ final class SSHServer {
 
     static let binary = "/usr/sbin/sshd"
 
-    init() throws {
+    /// `sftpSubsystem`: a command sshd runs as the sftp subsystem in place of its own (a hostile
+    /// server of the tests', `scripts/sftpfaults.py`).
+    init(sftpSubsystem: String? = nil) throws {
         directory = Harness.temporaryDirectory("sshd")
         root = directory + "/root"
         port = freePort()
@@ -58,7 +60,7 @@ final class SSHServer {
                 UsePAM no
                 StrictModes no
                 MaxStartups 100
-                Subsystem sftp internal-sftp
+                Subsystem sftp \(sftpSubsystem ?? "internal-sftp")
                 LogLevel VERBOSE
 
                 """.writeReplacing(directory + "/sshd_config")

@@ -50,6 +50,35 @@ enum HostKeys {
         }
     }
 
+    /// Before the handshake: asks the server for a host key of a type the known hosts hold for
+    /// it (as ssh does), so a server with several host keys shows the one the file knows. Hashed
+    /// lines name no host and are not looked at; without a plain line for the host, libssh2's own
+    /// order stands.
+    static func prefer(_ session: OpaquePointer, _ endpoint: SSHEndpoint) {
+        guard let hosts = libssh2_knownhost_init(session) else { return }
+        defer { libssh2_knownhost_free(hosts) }
+        guard libssh2_knownhost_readfile(hosts, endpoint.knownHosts, LIBSSH2_KNOWNHOST_FILE_OPENSSH) > 0 else { return }
+        let names: Set<String> = endpoint.port == 22 ? [endpoint.host] : ["[\(endpoint.host)]:\(endpoint.port)", endpoint.host]
+        var methods: [String] = []
+        var previous: UnsafeMutablePointer<libssh2_knownhost>?
+        var entry: UnsafeMutablePointer<libssh2_knownhost>?
+        while libssh2_knownhost_get(hosts, &entry, previous) == 0, let current = entry {
+            previous = current
+            guard let name = current.pointee.name.map({ String(cString: $0) }),
+                  name.split(separator: ",").contains(where: { names.contains(String($0)) }) else { continue }
+            let named: [String] = switch current.pointee.typemask & LIBSSH2_KNOWNHOST_KEY_MASK {
+            case LIBSSH2_KNOWNHOST_KEY_ED25519: ["ssh-ed25519"]
+            case LIBSSH2_KNOWNHOST_KEY_ECDSA_256: ["ecdsa-sha2-nistp256"]
+            case LIBSSH2_KNOWNHOST_KEY_ECDSA_384: ["ecdsa-sha2-nistp384"]
+            case LIBSSH2_KNOWNHOST_KEY_ECDSA_521: ["ecdsa-sha2-nistp521"]
+            case LIBSSH2_KNOWNHOST_KEY_SSHRSA: ["rsa-sha2-512", "rsa-sha2-256", "ssh-rsa"]
+            default: []
+            }
+            for method in named where !methods.contains(method) { methods.append(method) }
+        }
+        if !methods.isEmpty { _ = libssh2_session_method_pref(session, LIBSSH2_METHOD_HOSTKEY, methods.joined(separator: ",")) }
+    }
+
     /// OpenSSH's form: `SHA256:` and the unpadded base64 of the key's hash.
     static func fingerprint(_ session: OpaquePointer) -> String {
         guard let hash = libssh2_hostkey_hash(session, LIBSSH2_HOSTKEY_HASH_SHA256) else { return "a key" }
@@ -110,8 +139,13 @@ enum SFTPErrors {
                           hint: "publish a regular file at that name", cause: .local(errno: attributes.isSymlink ? ELOOP : EINVAL))
     }
 
+    static func dribbles(_ endpoint: SSHEndpoint, _ path: String) -> FerryError {
+        FerryError(.remote, "\(endpoint.shown) answers reads of \(Printable.name(path)) a little at a time, over and over: refused",
+                   hint: "check that 'remote =' names an OpenSSH (or compatible) SFTP server", cause: .unusable)
+    }
+
     static func tooMuch(_ endpoint: SSHEndpoint, _ path: String) -> FerryError {
-        FerryError(.remote, "\(endpoint.shown) sent more bytes for \(Printable.name(path)) than were asked: refused",
+        FerryError(.remote, "\(endpoint.shown) sent an empty answer, or more bytes than were asked, for \(Printable.name(path)): refused",
                    hint: "check that 'remote =' names an OpenSSH (or compatible) SFTP server", cause: .unusable)
     }
 }

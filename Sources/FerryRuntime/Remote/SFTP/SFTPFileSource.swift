@@ -28,6 +28,12 @@ final class SFTPFileSource: SteppedSource {
     private(set) var waitingOn: (fd: Int32, events: Int16)?
     /// Reads in flight (and answers not taken) at most: 2 MiB, enough to fill a link whose round trip is 50 ms at 40 MB/s.
     static let window = 16
+    /// Answers shorter than asked (not at the end) a file may take: OpenSSH answers each read
+    /// whole, and a server that dribbles would keep a read going for ever.
+    static let shortReads = 64
+    private var short = 0
+    /// Set once an attempt failed for any reason: its connection is not given back.
+    private var failed = false
 
     init(remote: SFTPRemote, path: RelativePath) {
         self.remote = remote
@@ -49,6 +55,7 @@ final class SFTPFileSource: SteppedSource {
             while true {
                 if case .connecting = phase {
                     guard try connection.advance() else { return try waiting(connection, "connecting", limit: remote.connectTimeout) }
+                    lastProgress = remote.clock.monotonic()
                     phase = .lstat(connection.request(.lstat) { $0.string(full) })
                 }
                 if case .reading = phase { return .ready(validator: "sftp:\(size):\(named.mtime ?? 0)", size: size) }
@@ -61,6 +68,7 @@ final class SFTPFileSource: SteppedSource {
                 for reply in replies { try take(reply, connection) }
             }
         } catch {
+            failed = true
             return .failed(TransferFailure(message: error.message, keepPartial: true, cause: error.cause ?? .unusable))
         }
     }
@@ -96,7 +104,8 @@ final class SFTPFileSource: SteppedSource {
         guard let connection else { return .failed(TransferFailure(message: "not open", keepPartial: true, cause: .unusable)) }
         if offset != position { restart(at: offset, connection) }
         do throws(FerryError) {
-            while true {
+            // A bounded piece of work per call: the engine thread serves every other transfer too.
+            for _ in 0..<32 {
                 if let chunk = chunks.removeValue(forKey: offset) {
                     let n = min(count, chunk.count)
                     chunk.withUnsafeBytes { buffer.copyMemory(from: $0.baseAddress!, byteCount: n) }
@@ -109,6 +118,7 @@ final class SFTPFileSource: SteppedSource {
                 }
                 if let end, offset >= end {
                     waitingOn = nil
+                    release()
                     return .end
                 }
                 while inFlight.count + chunks.count < Self.window && nextOffset <= size {
@@ -119,15 +129,17 @@ final class SFTPFileSource: SteppedSource {
                 let replies = try connection.exchange()
                 if replies.isEmpty {
                     if connection.waitingOn == nil { continue }
-                    switch try waiting(connection, "data", limit: remote.stallTimeout) {
-                    case .failed(let failure): return .failed(failure)
-                    default: return .wait
-                    }
+                    _ = try waiting(connection, "data", limit: remote.stallTimeout)
+                    return .wait
                 }
                 lastProgress = remote.clock.monotonic()
                 for reply in replies { try take(reply, reading: connection) }
             }
+            // Replies kept coming and none was at this offset yet: the engine steps again at once.
+            waitingOn = nil
+            return .wait
         } catch {
+            failed = true
             return .failed(TransferFailure(message: error.message, keepPartial: true, cause: error.cause ?? .unusable))
         }
     }
@@ -143,6 +155,8 @@ final class SFTPFileSource: SteppedSource {
             chunks[offset] = bytes
             if bytes.count < length {
                 // A short read that is not the end: the rest is asked again.
+                short += 1
+                guard short <= Self.shortReads else { throw SFTPErrors.dribbles(endpoint, full) }
                 let (at, rest) = (offset + Int64(bytes.count), length - bytes.count)
                 inFlight[connection.request(.read) { p in p.string(handle); p.u64(UInt64(at)); p.u32(UInt32(rest)) }] = (at, rest)
             }
@@ -173,13 +187,17 @@ final class SFTPFileSource: SteppedSource {
         return .wait
     }
 
-    func close() {
+    func close() { release() }
+
+    /// Done with the connection: given back for the next file once every request is accounted for
+    /// (between reads; replies still to come are dropped by id) and nothing failed, else closed.
+    /// At the file's end it goes back at once, not when the download is committed.
+    private func release() {
         guard let connection else { return }
         self.connection = nil
-        // Only between reads is every request accounted for: a connection left while a file was
-        // being opened is closed.
-        guard case .reading = phase, connection.isReady else { return connection.close() }
+        guard case .reading = phase, connection.isReady, !failed else { return connection.close() }
         for id in inFlight.keys { connection.ignore(id) }
+        inFlight.removeAll()
         connection.ignore(connection.request(.close) { $0.string(handle) })
         remote.connections.giveBack(connection)
     }

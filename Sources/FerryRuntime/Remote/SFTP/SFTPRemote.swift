@@ -137,16 +137,23 @@ struct SFTPCalls {
         throw SFTPErrors.notAFile(endpoint, full, attributes, role)
     }
 
-    /// The whole of a file, at most `limit` bytes (more is refused).
+    /// The whole of a file, at most `limit` bytes (more is refused). A server that answers with
+    /// nothing, or with less than asked more than `SFTPFileSource.shortReads` times, is refused:
+    /// either would keep the read going for ever.
     func readWhole(_ full: String, limit: Int64, url: String) throws(FerryError) -> [UInt8] {
         let handle = try open(full, .read, for: "read")
         var bytes: [UInt8] = []
         var failure: FerryError?
+        var short = 0
         while true {
             let offset = UInt64(bytes.count)
             let reply = try call(.read) { p in p.string(handle); p.u64(offset); p.u32(UInt32(SFTP.readSize)) }
             if case let .data(_, data) = reply {
-                guard data.count <= SFTP.readSize else { failure = SFTPErrors.tooMuch(endpoint, full); break }
+                guard data.count <= SFTP.readSize, !data.isEmpty else { failure = SFTPErrors.tooMuch(endpoint, full); break }
+                if data.count < SFTP.readSize {
+                    short += 1
+                    guard short <= SFTPFileSource.shortReads else { failure = SFTPErrors.dribbles(endpoint, full); break }
+                }
                 bytes += data
                 if Int64(bytes.count) > limit {
                     failure = Remotes.tooLarge(url, maximumSize: limit, announced: nil)

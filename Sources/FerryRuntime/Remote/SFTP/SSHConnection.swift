@@ -29,7 +29,7 @@ final class SSHConnection {
     let endpoint: SSHEndpoint
     private let addresses: [SocketAddress]
     private var addressIndex = 0
-    private enum Phase { case connect, connecting, handshake, authenticate, channel, subsystem, version, ready }
+    private enum Phase { case connect, connecting, handshake, authenticate, channel, quietStderr, subsystem, version, ready }
     private var phase = Phase.connect
     private(set) var fd: Int32 = -1
     private var session: OpaquePointer?
@@ -51,9 +51,18 @@ final class SSHConnection {
     var isReady: Bool { phase == .ready && broken == nil }
 
     init(_ endpoint: SSHEndpoint, addresses: [SocketAddress]) {
+        _ = SSHConnection.library
         self.endpoint = endpoint
         self.addresses = addresses
     }
+
+    /// libssh2's global set-up, done once before the first session (its own lazy one is not
+    /// thread-safe, and two sessions may connect at once).
+    private static let library: Void = { _ = libssh2_init(0) }()
+
+    /// Channel writes in a row that took nothing: a server that confirmed a channel with no room
+    /// (a maximum packet of 0) would have them go on for ever.
+    private var emptyWrites = 0
 
     deinit {
         close()
@@ -62,6 +71,7 @@ final class SSHConnection {
 
     /// Ends the connection (the socket first, so nothing libssh2 still sends reaches a reused descriptor).
     func close() {
+        if broken == nil { broken = SFTPErrors.lost(endpoint, "the connection was closed") }
         if fd >= 0 { shutdown(fd, Int32(SHUT_RDWR)) }
         if let channel { libssh2_channel_free(channel) }
         if let session { libssh2_session_free(session) }
@@ -96,8 +106,9 @@ final class SSHConnection {
             try startConnect()
             return true
         case .connecting:
+            // A connect that fails wakes the poll with an error, which reads as readable too.
             var pfd = pollfd(fd: fd, events: Int16(POLLOUT), revents: 0)
-            guard poll(&pfd, 1, 0) > 0 else { waitingOn = (fd, Int16(POLLOUT)); return false }
+            guard poll(&pfd, 1, 0) > 0 else { waitingOn = (fd, Int16(POLLOUT | POLLIN)); return false }
             var code: Int32 = 0
             var length = socklen_t(MemoryLayout<Int32>.size)
             getsockopt(fd, SOL_SOCKET, SO_ERROR, &code, &length)
@@ -112,6 +123,7 @@ final class SSHConnection {
             guard let session = ferry_ssh_session_init() else { throw SFTPErrors.connect(endpoint, errno: ENOMEM) }
             self.session = session
             libssh2_session_set_blocking(session, 0)
+            HostKeys.prefer(session, endpoint)
             phase = .handshake
             return true
         case .handshake:
@@ -132,6 +144,13 @@ final class SSHConnection {
                 return wait()
             }
             channel = opened
+            phase = .quietStderr
+            return true
+        case .quietStderr:
+            // What the server writes on the channel's stderr is dropped as it comes, and its room in
+            // the channel's window given back: kept, it would fill the window and stall the replies.
+            let rc = libssh2_channel_handle_extended_data2(channel, LIBSSH2_CHANNEL_EXTENDED_DATA_IGNORE)
+            guard try done(rc, "setting up the channel") else { return false }
             phase = .subsystem
             return true
         case .subsystem:
@@ -271,6 +290,12 @@ final class SSHConnection {
             }
             if n == Int(LIBSSH2_ERROR_EAGAIN) { return }
             if n < 0 { throw SFTPErrors.lost(endpoint, "sending: " + lastError) }
+            if n == 0 {
+                emptyWrites += 1
+                guard emptyWrites < 64 else { throw SFTPErrors.malformed(endpoint, SFTP.Malformed(what: "a channel that takes no bytes")) }
+                return
+            }
+            emptyWrites = 0
             sent += n
         }
     }
