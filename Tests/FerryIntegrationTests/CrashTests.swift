@@ -29,6 +29,20 @@ struct CrashTests {
         return (status, "at \(Int(delay * 1000)) ms (exit \(status ?? -1))")
     }
 
+    /// What a kill loop published, by path: every version of each, to check the files at final
+    /// paths against (`expectVersions`).
+    final class Published {
+        let box: Sandbox
+        private(set) var versions: [String: Set<UInt64>] = [:]
+        init(_ box: Sandbox) { self.box = box }
+
+        /// Publishes `data` at `path` in the box and records it as one of the path's versions.
+        func callAsFunction(_ path: String, _ data: Data) {
+            box.publish(path, data)
+            versions[path, default: []].insert(fnv1a(data))
+        }
+    }
+
     /// Every regular file under `root` (outside .ferry/, but for `except`) holds one of the
     /// versions recorded for its path; `message` names the path at `%@`.
     static func expectVersions(under root: String, _ versions: [String: Set<UInt64>], _ message: String, except: String? = nil) {
@@ -81,11 +95,7 @@ struct CrashTests {
         print("kill -9 test: \(kills) kills, FERRY_SEED=\(seed)")
 
         let box = Sandbox("kill9")
-        var versions: [String: Set<UInt64>] = [:]
-        func publish(_ path: String, _ data: Data) {
-            box.publish(path, data)
-            versions[path, default: []].insert(fnv1a(data))
-        }
+        let publish = Published(box)
         publish("big/one.bin", randomData(16_000_000, seed: seed &+ 1))
         publish("big/two.bin", randomData(12_000_000, seed: seed &+ 2))
         for i in 0..<5 { publish("medium/m\(i).bin", randomData(1_000_000 + i * 1000, seed: seed &+ 10 &+ UInt64(i))) }
@@ -98,7 +108,7 @@ struct CrashTests {
 
         /// Every file at a final path is a version the remote published for that path.
         func checkTree(_ moment: String) {
-            CrashTests.expectVersions(under: box.local, versions, "after \(moment): %@ holds bytes the remote never published")
+            CrashTests.expectVersions(under: box.local, publish.versions, "after \(moment): %@ holds bytes the remote never published")
         }
 
         var outputs: [String] = []

@@ -27,11 +27,7 @@ struct SFTPTests {
         // The bandwidth limit makes the transfers last (about 5 s in all) long enough for kills to
         // land mid-file after a checkpoint, even on a loaded machine where a start takes long.
         let box = Self.world("sftp-kill9", server, agent: ["bwlimit = 3M"])
-        var versions: [String: Set<UInt64>] = [:]
-        func publish(_ path: String, _ data: Data) {
-            box.publish(path, data)
-            versions[path, default: []].insert(fnv1a(data))
-        }
+        let publish = CrashTests.Published(box)
         publish("big/one.bin", randomData(8_000_000, seed: seed &+ 1))
         publish("big/two.bin", randomData(6_000_000, seed: seed &+ 2))
         for i in 0..<60 { publish("small/d\(i % 6)/s\(i).txt", randomData(1500 + i * 17, seed: seed &+ 100 &+ UInt64(i))) }
@@ -43,7 +39,7 @@ struct SFTPTests {
             outputs.append(out)
             let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--json"], stdout: out, stderr: box.directory + "/err\(i)")
             let (status, moment) = CrashTests.kill(child, within: 0.3...2.0, using: &random)
-            CrashTests.expectVersions(under: box.local, versions, "after kill \(i + 1) \(moment): %@ holds bytes the server never published (seed \(seed))")
+            CrashTests.expectVersions(under: box.local, publish.versions, "after kill \(i + 1) \(moment): %@ holds bytes the server never published (seed \(seed))")
             if status == 0 {
                 publish("big/two.bin", randomData(6_000_000, seed: seed &+ 1000 &+ UInt64(i)))
                 box.buildManifest()

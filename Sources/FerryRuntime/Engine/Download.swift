@@ -18,11 +18,11 @@ final class Download: Transfer {
         case stepped(SteppedSource)
 
         var stepped: SteppedSource? { if case let .stepped(source) = self { return source } else { return nil } }
+        /// Read from any offset without a validator (a local file), by the engine's steps.
+        var readsAnyOffset: Bool { stepped.map { !$0.checksValidator } ?? false }
     }
     let origin: Origin
     let fd: Int32
-    /// Read from any offset without a validator (a local file), by the engine's steps.
-    var readsAnyOffset: Bool { origin.stepped.map { !$0.checksValidator } ?? false }
     /// The offset asked for with `Range` (0 = the whole file).
     let requestedOffset: Int64
     /// The validator the range request is made under (the remote sends it as `If-Range` or `If-Match`).
@@ -67,7 +67,7 @@ final class Download: Transfer {
         self.origin = origin
         fd = partial.fd
         let stepped = origin.stepped != nil
-        let anyOffset = origin.stepped.map { !$0.checksValidator } ?? false
+        let anyOffset = origin.readsAnyOffset
         var offset = resumeFrom
         let onDisk = partial.length
         if onDisk < offset { offset = 0 }

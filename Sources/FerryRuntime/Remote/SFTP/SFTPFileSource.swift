@@ -80,7 +80,7 @@ final class SFTPFileSource: SteppedSource {
         case let (.lstat(id), .attrs(replyID, attributes)) where id == replyID:
             try calls.requireRegularFile(attributes, full, "as a download's source")
             named = attributes
-            phase = .open(connection.request(.open) { p in p.string(full); p.u32(SFTP.OpenFlags.read.rawValue); p.u32(0) })
+            phase = .open(connection.request(.open) { $0.open(full, .read) })
         case let (.open(id), .handle(replyID, handle)) where id == replyID:
             self.handle = handle
             phase = .fstat(connection.request(.fstat) { $0.string(handle) })
@@ -122,9 +122,8 @@ final class SFTPFileSource: SteppedSource {
                     return .end
                 }
                 while inFlight.count + chunks.count < Self.window && nextOffset <= size {
-                    let (at, length) = (nextOffset, SFTP.readSize)
-                    inFlight[connection.request(.read) { p in p.string(handle); p.u64(UInt64(at)); p.u32(UInt32(length)) }] = (at, length)
-                    nextOffset += Int64(length)
+                    ask(connection, at: nextOffset, length: SFTP.readSize)
+                    nextOffset += Int64(SFTP.readSize)
                 }
                 let replies = try connection.exchange()
                 if replies.isEmpty {
@@ -157,8 +156,7 @@ final class SFTPFileSource: SteppedSource {
                 // A short read that is not the end: the rest is asked again.
                 short += 1
                 guard short <= Self.shortReads else { throw SFTPErrors.dribbles(endpoint, full) }
-                let (at, rest) = (offset + Int64(bytes.count), length - bytes.count)
-                inFlight[connection.request(.read) { p in p.string(handle); p.u64(UInt64(at)); p.u32(UInt32(rest)) }] = (at, rest)
+                ask(connection, at: offset + Int64(bytes.count), length: length - bytes.count)
             }
         case .status(_, .eof, _, _):
             end = min(end ?? offset, offset)
@@ -167,6 +165,11 @@ final class SFTPFileSource: SteppedSource {
         default:
             throw SFTPCalls(remote: remote, connection: connection).unexpected(reply, "READ")
         }
+    }
+
+    /// Sends a READ of `length` bytes at `offset`, kept in flight until its reply comes.
+    private func ask(_ connection: SSHConnection, at offset: Int64, length: Int) {
+        inFlight[connection.request(.read) { $0.read(handle, at: offset, length: length) }] = (offset, length)
     }
 
     /// Reads asked from elsewhere than where the download now reads (it started over): their

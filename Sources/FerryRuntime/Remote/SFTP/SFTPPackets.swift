@@ -88,6 +88,20 @@ enum SFTP {
             if let mtime = a.mtime { u32(UInt32(truncatingIfNeeded: mtime)); u32(UInt32(truncatingIfNeeded: mtime)) }
         }
 
+        /// OPEN's fields: the path, the flags, and the mode a created file gets (nil: none said).
+        mutating func open(_ path: String, _ flags: OpenFlags, mode: UInt32? = nil) {
+            string(path)
+            u32(flags.rawValue)
+            attributes(Attributes(permissions: mode))
+        }
+
+        /// READ's fields: the handle, the offset, the length asked.
+        mutating func read(_ handle: [UInt8], at offset: Int64, length: Int) {
+            string(handle)
+            u64(UInt64(offset))
+            u32(UInt32(length))
+        }
+
         /// The bytes to send, the length filled in.
         var finished: [UInt8] {
             var out = bytes

@@ -146,8 +146,8 @@ struct SFTPCalls {
         var failure: FerryError?
         var short = 0
         while true {
-            let offset = UInt64(bytes.count)
-            let reply = try call(.read) { p in p.string(handle); p.u64(offset); p.u32(UInt32(SFTP.readSize)) }
+            let offset = Int64(bytes.count)
+            let reply = try call(.read) { $0.read(handle, at: offset, length: SFTP.readSize) }
             if case let .data(_, data) = reply {
                 guard data.count <= SFTP.readSize, !data.isEmpty else { failure = SFTPErrors.tooMuch(endpoint, full); break }
                 if data.count < SFTP.readSize {
@@ -172,11 +172,7 @@ struct SFTPCalls {
     }
 
     func open(_ full: String, _ flags: SFTP.OpenFlags, for what: String, mode: UInt32? = nil) throws(FerryError) -> [UInt8] {
-        let reply = try call(.open) { p in
-            p.string(full)
-            p.u32(flags.rawValue)
-            p.attributes(SFTP.Attributes(permissions: mode))
-        }
+        let reply = try call(.open) { $0.open(full, flags, mode: mode) }
         switch reply {
         case let .handle(_, handle): return handle
         case let .status(_, status, code, message): throw SFTPErrors.status(endpoint, status, code: code, message: message, what, full)
