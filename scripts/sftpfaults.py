@@ -4,7 +4,8 @@ the channel). It speaks just enough SFTP v3 to be asked for a file, then answers
 the way MODE says:
   empty    DATA with no bytes (a client that asks again at the same offset never ends)
   dribble  DATA with one byte (a client without a bound makes a round trip per byte)
-Every file is a regular file of 1 MiB."""
+  missing  no file at any name, and no extensions (a server without posix-rename@openssh.com)
+Every file is a regular file of 1 MiB (but with `missing`)."""
 import struct
 import sys
 
@@ -44,7 +45,9 @@ while True:
         send(2, struct.pack(">I", 3))
         continue
     rid = struct.unpack(">I", body[:4])[0]
-    if kind in (7, 8, 17):  # LSTAT, FSTAT, STAT
+    if kind in (7, 17) and MODE == "missing":  # LSTAT, STAT
+        status(rid, 2)  # NO_SUCH_FILE
+    elif kind in (7, 8, 17):  # LSTAT, FSTAT, STAT
         send(105, struct.pack(">I", rid) + attrs())
     elif kind == 3:  # OPEN
         send(102, struct.pack(">I", rid) + struct.pack(">I", 1) + b"h")

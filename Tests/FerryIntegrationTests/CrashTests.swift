@@ -232,16 +232,21 @@ struct CrashTests {
     ///
     /// 8 kills by default; FERRY_SOAK=1 makes it 40, FERRY_KILLS=N sets N. FERRY_SEED=S replays a run.
     @Test func killNineDuringAPushNeverLeavesAPartialFileAndTheNextRunCompletes() throws {
+        let server = try NginxServer()
+        defer { server.stop() }
+        try Self.pushKillLoop("push-kill9", remote: server.url + "site/", keys: [], remoteRoot: server.root + "/site")
+    }
+
+    /// The push kill loop against the remote `remote` (with its session `keys`), whose files a
+    /// test reads under `remoteRoot`.
+    static func pushKillLoop(_ label: String, remote: String, keys: [String], remoteRoot: String) throws {
         let env = ProcessInfo.processInfo.environment
         let kills = Int(env["FERRY_KILLS"] ?? "") ?? (env["FERRY_SOAK"] != nil ? 40 : 8)
         let seed = UInt64(env["FERRY_SEED"] ?? "") ?? UInt64(Date().timeIntervalSince1970 * 1000)
         var random = SeededRandom(state: seed)
-        print("push kill -9 test: \(kills) kills, FERRY_SEED=\(seed)")
+        print("push kill -9 test (\(label)): \(kills) kills, FERRY_SEED=\(seed)")
 
-        let server = try NginxServer()
-        defer { server.stop() }
-        let remoteRoot = server.root + "/site"
-        let box = Sandbox("push-kill9")
+        let box = Sandbox(label)
         let src = box.directory + "/src"
         var versions: [String: Set<UInt64>] = [:]
         func write(_ path: String, _ data: Data) {
@@ -253,19 +258,21 @@ struct CrashTests {
         write("big/one.bin", randomData(9_000_000, seed: seed &+ 1))
         for i in 0..<4 { write("medium/m\(i).bin", randomData(700_000 + i * 1000, seed: seed &+ 10 &+ UInt64(i))) }
         for i in 0..<200 { write("small/d\(i % 10)/s\(i).txt", randomData(1500 + i * 7, seed: seed &+ 100 &+ UInt64(i))) }
+        let extra = keys.map { $0 + "\n" }.joined()
         try """
             [agent]
             state = \(box.state)
             [session up]
             direction = push
-            remote = \(server.url)site/
+            remote = \(remote)
             local = \(src)
             delete = yes
             bwlimit = 6M
-            [session down]
-            remote = \(server.url)site/
+            \(extra)[session down]
+            remote = \(remote)
             local = \(box.directory)/dst
             delete = yes
+            \(extra)
             """.writeReplacing(box.config)
 
         func checkRemote(_ moment: String) {
@@ -300,6 +307,6 @@ struct CrashTests {
         let down = box.sync(["--session", "down"])
         #expect(down.exitCode == 0, "the published manifest matches the remote: \(down.output)")
         expectIdentical(src, box.directory + "/dst")
-        print("push kill -9 test: \(kills) kills, \(completed) pushes finished before their kill")
+        print("push kill -9 test (\(label)): \(kills) kills, \(completed) pushes finished before their kill")
     }
 }

@@ -131,4 +131,73 @@ struct SFTPTests {
         #expect(FileManager.default.contents(atPath: box.local + "/plain.txt") == Data("plain\n".utf8))
         #expect(!FileManager.default.fileExists(atPath: box.local + "/link.txt"))
     }
+
+    // MARK: push
+
+    /// The push kill loop (`CrashTests.pushKillLoop`) against sshd: after every kill each file at a
+    /// final name holds a version the local tree had, never part of an upload; at the end one run
+    /// completes, nothing is left in `.ferry/upload`, and a pull of the remote is byte-identical.
+    @Test func killNineDuringASFTPPushNeverLeavesAPartialFileAndTheNextRunCompletes() throws {
+        let server = try SSHServer()
+        defer { server.stop() }
+        try CrashTests.pushKillLoop("sftp-push-kill9", remote: server.url, keys: ["sftp-key = \(server.clientKey)", "sftp-known-hosts = \(server.knownHosts)"],
+                                    remoteRoot: server.root)
+    }
+
+    /// A symlink planted on the server, where a directory on a file's way or the remote's
+    /// `.ferry` should be, and pointing outside the remote: the push is refused with words that
+    /// say so, and nothing outside the remote is written or removed (a deletion through it neither).
+    @Test func aPushNeverWritesOrRemovesThroughASymlinkOnTheServer() throws {
+        let server = try SSHServer()
+        defer { server.stop() }
+        let box = Self.world("sftp-push-symlink", server, session: ["direction = push", "delete = yes", "retries = 1"])
+        box.publish("unused", "")
+        let fm = FileManager.default
+        func put(_ path: String, _ text: String) {
+            try! fm.createDirectory(atPath: ((box.local + "/" + path) as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try! text.writeReplacing(box.local + "/" + path)
+        }
+        put("sub/victim.txt", "mine\n")
+        put("top.txt", "top\n")
+        let first = box.sync([])
+        #expect(first.exitCode == 0, "\(first.output)")
+        #expect(fm.contents(atPath: server.root + "/sub/victim.txt") == Data("mine\n".utf8))
+
+        let outside = server.directory + "/outside"
+        try fm.createDirectory(atPath: outside, withIntermediateDirectories: true)
+        try "theirs\n".writeReplacing(outside + "/victim.txt")
+        try fm.removeItem(atPath: server.root + "/sub")
+        symlink(outside, server.root + "/sub")
+        try fm.removeItem(atPath: box.local + "/sub/victim.txt")
+        put("sub/new.txt", "new\n")
+        let second = box.sync([])
+        #expect(second.exitCode != 0, "\(second.output)")
+        #expect(second.stderr.contains("is a symlink"), "\(second.stderr)")
+        #expect(fm.contents(atPath: outside + "/victim.txt") == Data("theirs\n".utf8), "nothing removed through the symlink")
+        #expect(!fm.fileExists(atPath: outside + "/new.txt"), "nothing written through the symlink")
+
+        unlink(server.root + "/sub")
+        try fm.removeItem(atPath: server.root + "/.ferry")
+        symlink(outside, server.root + "/.ferry")
+        put("top.txt", "top, again\n")
+        let third = box.sync([])
+        #expect(third.exitCode != 0, "\(third.output)")
+        #expect(third.stderr.contains("is a symlink"), "\(third.stderr)")
+        #expect(try fm.contentsOfDirectory(atPath: outside) == ["victim.txt"], "no upload made through .ferry")
+        #expect(fm.contents(atPath: server.root + "/top.txt") == Data("top\n".utf8))
+    }
+
+    /// A server without `posix-rename@openssh.com` cannot replace a file atomically: the push is
+    /// refused before any byte is sent, with one error that names what is missing.
+    @Test func aPushToAServerWithoutAtomicRenameIsRefused() throws {
+        let server = try SSHServer(sftpSubsystem: "/usr/bin/python3 \(Harness.packageRoot)/scripts/sftpfaults.py missing")
+        defer { server.stop() }
+        let box = Self.world("sftp-no-rename", server, session: ["direction = push", "retries = 1"])
+        try FileManager.default.createDirectory(atPath: box.local, withIntermediateDirectories: true)
+        try "data\n".writeReplacing(box.local + "/a.txt")
+        let run = box.sync([], timeout: 60)
+        #expect(run.exitCode != 0, "\(run.output)")
+        #expect(run.stderr.contains("lacks posix-rename@openssh.com"), "\(run.stderr)")
+        #expect(run.stderr.components(separatedBy: "error:").count == 2, "one error: \(run.stderr)")
+    }
 }

@@ -58,6 +58,29 @@ protocol SteppedSource: AnyObject {
     func close()
 }
 
+/// Where an upload's steps write themselves, without libcurl: a file over SFTP (packets over a
+/// socket the engine polls). It takes the bytes first; once the upload verified them (the hash it
+/// expected, a local file that held still) it puts them at their final name. Called on the engine's thread.
+protocol SteppedSink: AnyObject {
+    /// Takes the next bytes from `next` (at most its argument; an empty buffer at the end; nil:
+    /// none now, the bandwidth is spent or the file could not be read) as far as the remote takes
+    /// them; `.done` once it holds all of them where they wait to be placed.
+    func send(_ next: (Int) -> UnsafeRawBufferPointer?) -> SteppedWrite
+    /// Puts what was sent at its final name.
+    func place() -> SteppedWrite
+    /// What the last call waits for (`Transfer.waitingOn`).
+    var waitingOn: (fd: Int32, events: Int16)? { get }
+    /// The upload is over without being placed: what it left on the remote goes, where that can
+    /// be done without waiting (else a later run's `removeLeftovers` takes it).
+    func discard()
+}
+
+enum SteppedWrite {
+    case wait
+    case done
+    case failed(TransferFailure)
+}
+
 enum SteppedOpen {
     /// Not yet: call again once `waitingOn` is ready.
     case wait

@@ -30,6 +30,8 @@ final class Upload: Transfer {
         /// A temporary file of a `file://` remote (`LocalRoot.createUpload`: its descriptor, and
         /// its name in the remote's `.ferry/upload/`), written with write(2) by the engine's steps.
         case file(fd: Int32, staged: String)
+        /// A remote the steps write to themselves (SFTP), which also places the file.
+        case stepped(SteppedSink)
     }
     let destination: Destination
     let fd: Int32
@@ -75,7 +77,9 @@ final class Upload: Transfer {
         return nil
     }
 
-    var mode: TransferMode { if case .file = destination { return .steps } else { return .curl } }
+    var mode: TransferMode { if case .request = destination { return .curl } else { return .steps } }
+
+    var waitingOn: (fd: Int32, events: Int16)? { if case let .stepped(sink) = destination { sink.waitingOn } else { nil } }
 
     func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
         guard case let .request(request) = destination else { return }
@@ -147,8 +151,10 @@ final class Upload: Transfer {
     }
 
     /// `file://`: copies the next piece into the temporary file; at the end verifies what was
-    /// read (the session syncs the file as it moves it into place).
+    /// read (the session syncs the file as it moves it into place). A stepped remote: hands it the
+    /// next bytes, and once it holds them all and they verified, has it place them.
     func step() -> TransferOutcome? {
+        if case let .stepped(sink) = destination { return step(sink) }
         guard case let .file(target, staged) = destination else { return nil }
         guard let (chunk, n) = nextChunk(max: BackgroundHasher.bufferSize) else { return verify() }
         if n == 0 { return verify() }
@@ -165,6 +171,33 @@ final class Upload: Transfer {
             offset += w
         }
         return nil
+    }
+
+    /// Set once a stepped remote holds every byte and they verified: what is left is placing them.
+    private var verified = false
+
+    private func step(_ sink: SteppedSink) -> TransferOutcome? {
+        if !verified {
+            let sending = sink.send { max in
+                // Over a bandwidth limit: the engine steps the upload again once it may go on.
+                guard throttle?.open != false, let (chunk, n) = nextChunk(max: max) else { return nil }
+                return UnsafeRawBufferPointer(start: chunk, count: n)
+            }
+            if failure != nil { return verify() }
+            switch sending {
+            case .wait: return nil
+            case let .failed(failure): return .failed(failure)
+            case .done:
+                let checked = verify()
+                guard case .succeeded = checked else { return checked }
+                verified = true
+            }
+        }
+        switch sink.place() {
+        case .wait: return nil
+        case let .failed(failure): return .failed(failure)
+        case .done: return .succeeded
+        }
     }
 
     func finish(code: CURLcode, errorText: String?) -> TransferOutcome {

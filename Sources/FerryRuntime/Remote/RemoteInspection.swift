@@ -172,7 +172,7 @@ final class RemoteProbes: TransferSource {
     }
 
     func finished(_ batch: [(Transfer, TransferOutcome)]) {
-        for case let (probe as RemoteProbe, outcome) in batch {
+        for case let (probe as StateProbe, outcome) in batch {
             switch outcome {
             case .succeeded: states[probe.path] = probe.state
             case let .failed(f): failure = failure ?? FerryError(.remote, f.message, cause: f.cause)

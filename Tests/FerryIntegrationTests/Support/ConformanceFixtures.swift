@@ -131,7 +131,7 @@ final class S3Fixture: ConformanceFixture {
 final class SFTPFixture: ConformanceFixture {
     let server: SSHServer
     var root: String { server.root }
-    static let dialect = ConformanceDialect(staleRange: .wholeFile)
+    static let dialect = ConformanceDialect(keepsModes: true, staleRange: .wholeFile)
     var dialect: ConformanceDialect { Self.dialect }
 
     init() throws { server = try SSHServer() }

@@ -139,6 +139,18 @@ enum SFTPErrors {
                           hint: "publish a regular file at that name", cause: .local(errno: attributes.isSymlink ? ELOOP : EINVAL))
     }
 
+    static func notADirectory(_ endpoint: SSHEndpoint, _ path: String, _ attributes: SFTP.Attributes) -> FerryError {
+        let what = attributes.isSymlink ? "a symlink" : "not a directory"
+        return FerryError(.remote, "\(Printable.name(path)) on \(endpoint.shown) is \(what): refused as a directory of the remote (ferry follows no symlink on a remote)",
+                          hint: "make it a directory, or move what is there out of the way", cause: .local(errno: attributes.isSymlink ? ELOOP : ENOTDIR))
+    }
+
+    static func noAtomicRename(_ endpoint: SSHEndpoint) -> FerryError {
+        FerryError(.remote, "the SFTP server of \(endpoint.shown) lacks posix-rename@openssh.com, the atomic replace ferry publishes with: nothing was sent",
+                   hint: "push to an OpenSSH server (its sftp-server has it); plain SFTP cannot replace a file without a moment where it is missing",
+                   cause: .local(errno: EOPNOTSUPP))
+    }
+
     static func dribbles(_ endpoint: SSHEndpoint, _ path: String) -> FerryError {
         FerryError(.remote, "\(endpoint.shown) answers reads of \(Printable.name(path)) a little at a time, over and over: refused",
                    hint: "check that 'remote =' names an OpenSSH (or compatible) SFTP server", cause: .unusable)

@@ -58,7 +58,10 @@ final class SFTPFileSource: SteppedSource {
                     lastProgress = remote.clock.monotonic()
                     phase = .lstat(connection.request(.lstat) { $0.string(full) })
                 }
-                if case .reading = phase { return .ready(validator: "sftp:\(size):\(named.mtime ?? 0)", size: size) }
+                if case .reading = phase {
+                    waitingOn = nil
+                    return .ready(validator: named.validator, size: size)
+                }
                 let replies = try connection.exchange()
                 if replies.isEmpty {
                     if connection.waitingOn == nil { continue }

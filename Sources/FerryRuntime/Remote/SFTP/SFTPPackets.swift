@@ -46,6 +46,8 @@ enum SFTP {
         var isRegularFile: Bool { permissions.map { $0 & UInt32(S_IFMT) == UInt32(S_IFREG) } ?? false }
         var isDirectory: Bool { permissions.map { $0 & UInt32(S_IFMT) == UInt32(S_IFDIR) } ?? false }
         var isSymlink: Bool { permissions.map { $0 & UInt32(S_IFMT) == UInt32(S_IFLNK) } ?? false }
+        /// What changes when the file does, as far as SFTP says: its size and mtime (whole seconds).
+        var validator: String { "sftp:\(size ?? 0):\(mtime ?? 0)" }
     }
 
     /// A reply, with the id of the request it answers.
@@ -100,6 +102,13 @@ enum SFTP {
             string(handle)
             u64(UInt64(offset))
             u32(UInt32(length))
+        }
+
+        /// WRITE's fields: the handle, the offset, the bytes.
+        mutating func write(_ handle: [UInt8], at offset: Int64, _ data: UnsafeRawBufferPointer) {
+            string(handle)
+            u64(UInt64(offset))
+            string(data)
         }
 
         /// The bytes to send, the length filled in.

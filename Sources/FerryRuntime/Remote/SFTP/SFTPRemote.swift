@@ -18,6 +18,8 @@ struct SFTPRemote: Remote {
     let stop: StopCondition?
     let connectTimeout: Double
     let stallTimeout: Double
+    /// Directories a push looked at (or made) this run.
+    let directories = SFTPDirectories()
 
     /// The server's path of `path` under the remote.
     func serverPath(_ path: RelativePath) -> String { directory + path.string }
