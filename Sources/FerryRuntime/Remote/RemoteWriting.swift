@@ -10,6 +10,10 @@ import FerryCore
 /// PUT or a multipart upload that survives a restart (`S3/`). "Not found" and "precondition
 /// failed" come back as values. Paths are relative to the remote.
 protocol RemoteWriting {
+    /// Before the first file of a run is sent: what every write needs, checked once (SFTP: a
+    /// server that can replace a file atomically, a staging directory that is one), so that a
+    /// remote unfit for any write stops the run with one error instead of failing each file alike.
+    func prepareToWrite() throws(FerryError)
     /// The steps that place `file` (open, owned by the placement from now on) at `file.destination`.
     func placement(for file: LocalUpload, journal: UploadJournal) throws(FerryError) -> Placement
     /// Puts `bytes` at `path` as one object that readers see whole or not at all (the manifest),
@@ -46,6 +50,8 @@ protocol RemoteWriting {
 }
 
 extension RemoteWriting {
+    func prepareToWrite() throws(FerryError) {}
+
     func writeObject(_ bytes: [UInt8], at path: RelativePath) throws(FerryError) -> Bool {
         _ = try write(bytes, at: path, condition: .none)
         return false

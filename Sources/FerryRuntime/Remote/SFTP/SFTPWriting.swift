@@ -22,6 +22,17 @@ extension SFTPRemote: RemoteWriting {
         return SinglePlacement(upload: upload, file: file.file, cleanup: { sink.discard() }, vouch: { _ in .readBack })
     }
 
+    /// What every write needs, once, before the first file is sent: `posix-rename@openssh.com`,
+    /// and the remote's directory and its `.ferry/upload/` as directories (none a symlink, but
+    /// the remote's own directory may be one).
+    func prepareToWrite() throws(FerryError) {
+        try connections.with(self) { connection throws(FerryError) in
+            guard connection.extensions.contains(SFTPUpload.rename) else { throw SFTPErrors.noAtomicRename(endpoint) }
+            let calls = SFTPCalls(remote: self, connection: connection)
+            for path in sharedDirectories { try calls.makeSureOfDirectory(path) }
+        }
+    }
+
     func write(_ bytes: [UInt8], at path: RelativePath, condition: WriteCondition) throws(FerryError) -> WriteOutcome {
         let sink = SFTPUpload(remote: self, owner: "manifest", destination: path, mode: nil, mtime: nil)
         defer { sink.discard() }
@@ -147,6 +158,9 @@ extension SFTPRemote {
         return (1..<max(parts.count, 1)).map { directory + parts[..<$0].joined(separator: "/") }
     }
 
+    /// The directories every upload goes through: the remote's own, `.ferry`, `.ferry/upload`.
+    var sharedDirectories: [String] { (ownDirectory.map { [$0] } ?? []) + parents(of: LocalRoot.uploadPath + "/x") }
+
     /// The remote's own directory, which may be a symlink (the operator's choice, like the
     /// directory a `file://` remote names): nil for the login directory.
     var ownDirectory: String? {
@@ -155,7 +169,68 @@ extension SFTPRemote {
     }
 }
 
+/// Makes sure a directory of the remote is one, a request at a time: looks at it (STAT for the
+/// remote's own directory, which may be a symlink to one, the operator's choice; LSTAT under it,
+/// where a symlink is refused), makes it when it is missing, and looks again when making it
+/// failed (another upload may have made it first; if it is still missing, the MKDIR's failure
+/// is the error).
+struct SFTPDirectoryCheck {
+    let path: String
+    private let follow: Bool
+    private enum Look { case look, make, again(FerryError) }
+    private var look = Look.look
+
+    init(_ path: String, _ remote: SFTPRemote) {
+        self.path = path
+        follow = path == remote.ownDirectory
+    }
+
+    /// The next request's kind and fields.
+    var kind: SFTP.Kind {
+        if case .make = look { return .mkdir }
+        return follow ? .stat : .lstat
+    }
+
+    func fields(_ packet: inout SFTP.Packet) {
+        packet.string(path)
+        if case .make = look { packet.attributes(SFTP.Attributes(permissions: 0o755)) }
+    }
+
+    /// Takes the reply to the last request: true once the directory is one; false when another
+    /// request is due (`kind`, `fields`).
+    mutating func take(_ reply: SFTP.Reply, _ calls: SFTPCalls) throws(FerryError) -> Bool {
+        switch (look, reply) {
+        case (.make, .status(_, .ok, _, _)):
+            return true
+        case (.make, _):
+            do throws(FerryError) { try calls.requireOK(reply, "make the directory", path) } catch {
+                look = .again(error)
+            }
+            return false
+        case let (_, .attrs(_, attributes)):
+            guard attributes.isDirectory else { throw SFTPErrors.notADirectory(calls.endpoint, path, attributes) }
+            return true
+        case let (.again(failure), .status(_, .noSuchFile, _, _)):
+            throw failure
+        case (.look, .status(_, .noSuchFile, _, _)):
+            look = .make
+            return false
+        default:
+            try calls.requireOK(reply, "look at", path)
+            throw calls.unexpected(reply, "LSTAT")
+        }
+    }
+}
+
 extension SFTPCalls {
+    /// Makes sure `path` is a directory (`SFTPDirectoryCheck`), on the calling thread.
+    func makeSureOfDirectory(_ path: String) throws(FerryError) {
+        guard !remote.directories.contains(path) else { return }
+        var check = SFTPDirectoryCheck(path, remote)
+        while try !check.take(call(check.kind, check.fields), self) {}
+        remote.directories.insert(path)
+    }
+
     /// LSTAT, nil when nothing is at the name.
     func lstatIfPresent(_ full: String, for what: String) throws(FerryError) -> SFTP.Attributes? {
         let reply = try call(.lstat) { $0.string(full) }
@@ -227,10 +302,7 @@ final class SFTPUpload: SteppedSink {
     /// Directories to look at (and make) before the file is opened, outermost first.
     private var directories: [String]
     private var connection: SSHConnection?
-    private enum Phase { case connecting, directory(Look), open(tries: Int), writing, attributes, sync, closing, sent, renaming, placed }
-    /// A directory on the way: looked at, being made (missing), looked at again (another upload
-    /// made it first: the MKDIR's failure, said if it is still missing).
-    private enum Look { case look, make, again(FerryError) }
+    private enum Phase { case connecting, directory(SFTPDirectoryCheck), open(tries: Int), writing, attributes, sync, closing, sent, renaming, placed }
     private var phase = Phase.connecting
     /// The request the phase waits on (outside `.writing`).
     private var asked: UInt32?
@@ -253,7 +325,7 @@ final class SFTPUpload: SteppedSink {
         self.owner = owner
         final = remote.serverPath(destination)
         attributes = SFTP.Attributes(permissions: (mode ?? 0o644) & 0o7777, mtime: mtime)
-        var wanted = (remote.ownDirectory.map { [$0] } ?? []) + remote.parents(of: LocalRoot.uploadPath + "/x")
+        var wanted = remote.sharedDirectories
         for parent in remote.parents(of: destination.string) where !wanted.contains(parent) { wanted.append(parent) }
         directories = wanted.filter { !remote.directories.contains($0) }
         lastProgress = remote.clock.monotonic()
@@ -347,27 +419,11 @@ final class SFTPUpload: SteppedSink {
         guard reply.id == asked else { throw unasked(reply) }
         asked = nil
         switch phase {
-        case let .directory(look):
-            let path = directories[0]
-            switch (look, reply) {
-            case (.make, .status(_, .ok, _, _)):
-                break
-            case (.make, _):
-                do throws(FerryError) { try calls.requireOK(reply, "make the directory", path) } catch {
-                    return lookAt(path, connection, .again(error))
-                }
-            case let (_, .attrs(_, attributes)):
-                // The remote's own directory may be a symlink to one (it was STATed); none under it may.
-                guard attributes.isDirectory else { throw SFTPErrors.notADirectory(endpoint, path, attributes) }
-            case let (.again(failure), .status(_, .noSuchFile, _, _)):
-                throw failure
-            case (.look, .status(_, .noSuchFile, _, _)):
-                phase = .directory(.make)
-                asked = connection.request(.mkdir) { $0.string(path); $0.attributes(SFTP.Attributes(permissions: 0o755)) }
+        case var .directory(check):
+            guard try check.take(reply, calls) else {
+                phase = .directory(check)
+                asked = connection.request(check.kind, check.fields)
                 return
-            default:
-                try calls.requireOK(reply, "look at", path)
-                throw calls.unexpected(reply, "LSTAT")
             }
             remote.directories.insert(directories.removeFirst())
             nextDirectory(connection)
@@ -411,12 +467,9 @@ final class SFTPUpload: SteppedSink {
 
     private func nextDirectory(_ connection: SSHConnection) {
         guard let path = directories.first else { return open(connection, tries: 1) }
-        lookAt(path, connection, .look)
-    }
-
-    private func lookAt(_ path: String, _ connection: SSHConnection, _ look: Look) {
-        phase = .directory(look)
-        asked = connection.request(path == remote.ownDirectory ? .stat : .lstat) { $0.string(path) }
+        let check = SFTPDirectoryCheck(path, remote)
+        phase = .directory(check)
+        asked = connection.request(check.kind, check.fields)
     }
 
     private func open(_ connection: SSHConnection, tries: Int) {

@@ -323,6 +323,7 @@ final class PushSync: SessionWork {
             retired.retire(uploads.map(\.entry.sha256.hex), now: clock.now())
             try retired.save()
         }
+        if !uploads.isEmpty { try writer.prepareToWrite() }
         let transfers = PushTransfers(session: session, store: store, writer: writer, root: scan.root,
                                       destination: { [session] in layout.location(of: $0, manifest: session.manifest) }, observer: observer,
                                       emit: { [unowned self] in self.emit($0) }, stop: options.stop, gate: gate)
