@@ -5,7 +5,9 @@ import Testing
 /// that `kill -9` interrupts at random moments never leaves a wrong byte at a final path and
 /// resumes; a server whose host key is not the one known, or that is not known at all, or that
 /// refuses the key, is refused with an error of its own, once; a symlink on the server is never
-/// followed.
+/// followed. A push that `kill -9` interrupts never leaves part of a file at a final name; a symlink
+/// planted on the server is never written or removed through; a server that cannot rename
+/// atomically is refused once, before anything is sent.
 @Suite(.serialized)
 struct SFTPTests {
     /// A sandbox whose published tree is the server's, and a config that reaches it.

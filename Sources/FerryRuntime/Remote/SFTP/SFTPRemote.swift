@@ -7,7 +7,8 @@ import FerryCore
 /// SFTP server gives mtimes in seconds and no clock of its own, so nothing cheaper is exact). A
 /// file is read by the engine's steps, several reads in flight, resumed from an offset only while
 /// its size and mtime are those the partial was fetched under; the whole is verified by its hash.
-/// A name that is a symlink or anything but a regular file on the server is refused.
+/// A name that is a symlink or anything but a regular file on the server is refused. A push writes
+/// through `SFTPWriting.swift`.
 struct SFTPRemote: Remote {
     let base: RemoteLocation
     let endpoint: SSHEndpoint
