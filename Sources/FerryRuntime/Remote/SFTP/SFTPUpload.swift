@@ -210,8 +210,10 @@ final class SFTPUpload: SteppedSink {
         return .wait
     }
 
-    /// The temporary name goes (REMOVE, its reply dropped) and the connection is given back, if
-    /// it is fit; else it is closed and the next run's `removeLeftovers` removes the name.
+    /// The temporary name goes and the connection is given back, if it is fit (the REMOVE's answer
+    /// is waited for, at most `discardWait` seconds: what is left behind once the upload ended is
+    /// gone, not merely asked to go); else it is closed and the next run's `removeLeftovers`
+    /// removes the name.
     func discard() {
         guard let connection else { return }
         self.connection = nil
@@ -223,9 +225,15 @@ final class SFTPUpload: SteppedSink {
         writes.removeAll()
         if let asked { connection.ignore(asked) }
         if !handle.isEmpty { connection.ignore(connection.request(.close) { $0.string(handle) }) }
-        if !temporary.isEmpty { connection.ignore(connection.request(.remove) { $0.string(temporary) }) }
-        // Sent now, not when the connection is next used.
-        _ = try? connection.exchange()
+        if !temporary.isEmpty {
+            let name = temporary
+            // A server that does not answer soon keeps the engine's thread no longer.
+            guard (try? connection.call(.remove, within: Self.discardWait, clock: remote.clock, stop: nil, { $0.string(name) })) != nil else {
+                return connection.close()
+            }
+        }
         remote.connections.giveBack(connection)
     }
+
+    static let discardWait = 5.0
 }

@@ -135,6 +135,10 @@ final class SSHConnection {
         case .authenticate:
             let rc = ferry_ssh_userauth_publickey_fromfile(session, endpoint.user, endpoint.key)
             if rc == LIBSSH2_ERROR_EAGAIN { return wait() }
+            // A connection that broke while logging in is not a refused key (which is never retried).
+            if [LIBSSH2_ERROR_SOCKET_SEND, LIBSSH2_ERROR_SOCKET_RECV, LIBSSH2_ERROR_SOCKET_DISCONNECT, LIBSSH2_ERROR_TIMEOUT].contains(rc) {
+                throw SFTPErrors.lost(endpoint, "logging in: " + lastError)
+            }
             if rc != 0 { throw SFTPErrors.login(endpoint, libssh2: lastError) }
             phase = .channel
             return true
@@ -258,21 +262,41 @@ final class SSHConnection {
     func exchange(budget: Int = 4 << 20) throws(FerryError) -> [SFTP.Reply] {
         if let broken { throw broken }
         do throws(FerryError) {
-            try flush()
             var replies: [SFTP.Reply] = []
             var taken = 0
-            var drained = false
-            while taken < budget {
-                guard let body = try receivePacket() else { drained = true; break }
-                taken += body.count
-                let reply: SFTP.Reply
-                do { reply = try SFTP.parse(body) } catch { throw SFTPErrors.malformed(endpoint, error) }
-                if ignored.remove(reply.id) == nil { replies.append(reply) }
+            /// Reads whole packets until the socket has nothing more or the budget is spent; how
+            /// many came, and whether the socket was read to its end.
+            func receive() throws(FerryError) -> (count: Int, drained: Bool) {
+                var count = 0
+                while taken < budget {
+                    guard let body = try receivePacket() else { return (count, true) }
+                    taken += body.count
+                    count += 1
+                    let reply: SFTP.Reply
+                    do { reply = try SFTP.parse(body) } catch { throw SFTPErrors.malformed(endpoint, error) }
+                    if ignored.remove(reply.id) == nil { replies.append(reply) }
+                }
+                return (count, false)
             }
-            // What came in may have opened the channel's window for what is still queued.
-            try flush()
             waitingOn = nil
-            if drained { _ = wait() }
+            try flush()
+            while true {
+                guard try receive().drained else { waitingOn = nil; return replies }
+                // What came in may have opened the channel's window for what is still queued.
+                guard unsent > 0 else { break }
+                let before = sent
+                try flush()
+                if sent == before {
+                    // The channel took nothing. Trying to write, libssh2 may have read replies off
+                    // the socket into its own queue, where a wait on the socket would not see them:
+                    // read once more, and wait only once a read found nothing.
+                    let (count, drained) = try receive()
+                    guard drained else { waitingOn = nil; return replies }
+                    if count == 0 { break }
+                }
+            }
+            // The last call was a read that found the socket empty: waiting on it is sound.
+            _ = wait()
             return replies
         } catch {
             broken = error
