@@ -146,6 +146,46 @@ struct SFTPTests {
                                     remoteRoot: server.root)
     }
 
+    /// `remote-layout = objects` over SFTP: each file's bytes go to one object per content under
+    /// `.ferry/data/`, the metadata under `.ferry/meta/`; a pull of the published manifest
+    /// (another session, through the same server) is byte-identical, and a second push of the
+    /// unchanged tree uploads nothing.
+    @Test func aPushOfContentObjectsRoundTripsThroughAPull() throws {
+        let server = try SSHServer()
+        defer { server.stop() }
+        let box = Sandbox("sftp-objects")
+        let src = box.directory + "/src"
+        for (i, size) in [0, 1, 70_000, 1_300_000].enumerated() {
+            try FileManager.default.createDirectory(atPath: src + "/d\(i % 2)", withIntermediateDirectories: true)
+            try randomData(size, seed: UInt64(40 + i)).write(to: URL(fileURLWithPath: src + "/d\(i % 2)/f\(i).bin"))
+        }
+        let keys = "sftp-key = \(server.clientKey)\nsftp-known-hosts = \(server.knownHosts)\n"
+        try """
+            [agent]
+            state = \(box.state)
+            [session up]
+            direction = push
+            remote = \(server.url)
+            local = \(src)
+            remote-layout = objects
+            \(keys)[session down]
+            remote = \(server.url)
+            local = \(box.directory)/dst
+            \(keys)
+            """.writeReplacing(box.config)
+        let up = box.sync(["--session", "up"])
+        #expect(up.exitCode == 0, "\(up.output)")
+        let objects = try FileManager.default.subpathsOfDirectory(atPath: server.root + "/.ferry/data")
+        #expect(objects.count >= 4, "content objects under .ferry/data: \(objects)")
+        #expect(!FileManager.default.fileExists(atPath: server.root + "/d1/f3.bin"), "no file at its path in the objects layout")
+        let down = box.sync(["--session", "down"])
+        #expect(down.exitCode == 0, "\(down.output)")
+        expectIdentical(src, box.directory + "/dst")
+        let again = box.sync(["--session", "up", "--json"])
+        #expect(again.exitCode == 0, "\(again.output)")
+        #expect(!again.stdout.contains("\"file-started\""), "nothing uploaded again: \(again.stdout.prefix(2000))")
+    }
+
     /// A symlink planted on the server, where a directory on a file's way or the remote's
     /// `.ferry` should be, and pointing outside the remote: the push is refused with words that
     /// say so, and nothing outside the remote is written or removed (a deletion through it neither).
