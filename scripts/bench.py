@@ -9,6 +9,7 @@ import argparse
 import hashlib
 import json
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -132,6 +133,107 @@ http {{
     def stop(self):
         self.proc.terminate()
         self.proc.wait()
+
+
+class SSHD:
+    """A real OpenSSH sshd on 127.0.0.1 serving SFTP (`internal-sftp`), set up as the integration
+    tests' SSHServer is: an ed25519 host key and client key of its own, key login for the current
+    user only, no password, no PAM; everything under BASE/sshd. SFTP paths are the server's
+    absolute paths. `cpu()`: its user + system seconds so far, every connection's included."""
+    name = "sshd"
+
+    def __init__(self):
+        self.dir = fresh(BASE + "/sshd")
+        self.port = free_port()
+        self.user = pwd.getpwuid(os.geteuid()).pw_name
+        for key in ("host_key", "client_key"):
+            subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ferry-bench", "-f", f"{self.dir}/{key}"], check=True)
+        self.key = self.dir + "/client_key"
+        shutil.copy(self.key + ".pub", self.dir + "/authorized_keys")
+        kind, blob = open(self.dir + "/host_key.pub").read().split()[:2]
+        self.known_hosts = self.dir + "/known_hosts"
+        open(self.known_hosts, "w").write(f"[127.0.0.1]:{self.port} {kind} {blob}\n")
+        # curl (libssh2) checks the host key by its SHA-256, unpadded base64 as ssh-keygen -l prints it.
+        printed = subprocess.run(["ssh-keygen", "-l", "-E", "sha256", "-f", self.dir + "/host_key.pub"], capture_output=True, text=True, check=True)
+        self.fingerprint = printed.stdout.split()[1].removeprefix("SHA256:")
+        if os.geteuid() == 0:
+            os.makedirs("/run/sshd", 0o755, exist_ok=True)  # sshd run as root insists on it
+        # StrictModes off: the keys sit on tmpfs under directories sshd would judge. MaxStartups up
+        # from 10: 16 parallel transfers open their connections at once. SHLVL=1: bash, run by sshd
+        # for a command (rclone's md5sum of each file it sent), would otherwise source the user's
+        # ~/.bashrc, which on a developer's machine can cost more than the transfer (root's here runs
+        # `pyenv init`: 1,000 files took rclone 121 s, 157 ms of sshd's CPU a file).
+        open(self.dir + "/sshd_config", "w").write(f"""ListenAddress 127.0.0.1:{self.port}
+HostKey {self.dir}/host_key
+PidFile {self.dir}/sshd.pid
+AuthorizedKeysFile {self.dir}/authorized_keys
+AllowUsers {self.user}
+PermitRootLogin prohibit-password
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+MaxStartups 100
+SetEnv SHLVL=1
+Subsystem sftp internal-sftp
+""")
+        # sshd re-executes itself, so it is named by its absolute path; -D -e: foreground, log on stderr.
+        self.proc = subprocess.Popen(["/usr/sbin/sshd", "-D", "-e", "-f", self.dir + "/sshd_config"],
+                                     stdout=subprocess.DEVNULL, stderr=open(self.dir + "/sshd.log", "w"))
+        try:
+            wait_port(self.port)
+        except SystemExit:
+            self.stop()
+            raise SystemExit("sshd did not start: " + open(self.dir + "/sshd.log").read()[-2000:])
+        self.url = f"sftp://{self.user}@127.0.0.1:{self.port}"
+
+    def session(self):
+        """A ferry session's sftp keys."""
+        return f"sftp-key = {self.key}\nsftp-known-hosts = {self.known_hosts}\n"
+
+    def curl(self, args):
+        """curl over SFTP (its libssh2), logging in with the client key and checking the host key
+        by its SHA-256 (--hostpubsha256), as ferry checks known_hosts."""
+        return ["curl", "-sS", "--key", self.key, "--hostpubsha256", self.fingerprint] + args
+
+    def rclone(self, args):
+        """rclone with an on-the-fly :sftp: remote on this server, host key checked against known_hosts."""
+        return ["rclone", "--config", "/dev/null"] + args + ["--sftp-host", "127.0.0.1", "--sftp-port", str(self.port), "--sftp-user",
+                                                              self.user, "--sftp-key-file", self.key, "--sftp-known-hosts-file", self.known_hosts]
+
+    def cpu(self, settle=5):
+        """The listener's CPU and its descendants': each connection is a process of its own, whose
+        CPU moves into the listener's children's time once it has ended and been reaped. Waits (up
+        to `settle` seconds) for the connections of the run just measured to end first."""
+        deadline = time.time() + settle
+        while True:
+            stats = {}
+            for pid in os.listdir("/proc"):
+                if pid.isdigit():
+                    try:
+                        stats[int(pid)] = proc_stat(pid)
+                    except OSError:
+                        pass
+            tree, queue = [], [self.proc.pid]
+            while queue:
+                pid = queue.pop()
+                tree.append(pid)
+                queue += [p for p, fields in stats.items() if int(fields[1]) == pid]
+            if len(tree) == 1 or time.time() > deadline:
+                break
+            time.sleep(0.02)
+        # utime, stime, cutime, cstime: a process's own and its reaped children's.
+        ticks = sum(int(stats[pid][i]) for pid in tree if pid in stats for i in (11, 12, 13, 14))
+        return ticks / os.sysconf("SC_CLK_TCK")
+
+    def stop(self):
+        self.proc.terminate()
+        try:
+            self.proc.wait(5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def ferry_config(path, remote, local, state, transfers, session=""):
@@ -567,6 +669,92 @@ def push_sections(ferry, runs):
     return sections
 
 
+def sftp_sections(ferry, runs):
+    """SFTP on a real OpenSSH sshd on 127.0.0.1 (SSHD): 1 GiB pulled against curl and rclone, 1 GiB
+    pushed against curl -T and rclone, 10,000 × 4 KiB pushed against rclone. Each row also says
+    how much CPU sshd spent (on 2 cores, the encryption on its side competes with the client)."""
+    src = fresh(BASE + "/sftp-src")
+    big, small = make_workloads(src)
+    served = fresh(BASE + "/sftp-served")
+    sshd = SSHD()
+    try:
+        return sftp_measured(ferry, runs, sshd, big, small, served)
+    finally:
+        sshd.stop()
+        for path in (src, served, BASE + "/sftp-out", BASE + "/sftp-state"):
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def sftp_measured(ferry, runs, sshd, big, small, served):
+    sections = []
+    out, state, cfg = BASE + "/sftp-out", BASE + "/sftp-state", BASE + "/ferry-sftp.conf"
+    ferry_run = lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"]
+    measure_sshd = lambda name, tools, n=runs, warmup=True: measure(name, tools, n, warmup=warmup, server=sshd)
+    checks = ("ferry verifies every file's size and SHA-256 against the manifest, fsyncs it and renames it into place, and "
+              "records it in its state; ")
+
+    # ---- pull: the served directory holds the file (a hard link to the workload's) and the manifest
+    # ferry manifest build wrote for it.
+    pull = fresh(served + "/pull")
+    os.link(big + "/1GiB.bin", pull + "/1GiB.bin")
+    subprocess.run([ferry, "manifest", "build", pull, "--quiet"], check=True)
+
+    def pull_clean():
+        fresh(out)
+        shutil.rmtree(state, ignore_errors=True)
+        ferry_config(cfg, f"{sshd.url}{pull}/", out + "/ferry", state, 8, sshd.session())
+
+    tools = [
+        ("ferry sync now (pull)", pull_clean, ferry_run),
+        ("curl -o (sftp)", lambda: fresh(out), lambda: sshd.curl(["-o", out + "/curl.bin", f"{sshd.url}{pull}/1GiB.bin"])),
+        ("rclone copy (sftp)", lambda: fresh(out), lambda: sshd.rclone(["copy", f":sftp:{pull}/1GiB.bin", out + "/rclone"])),
+    ]
+    sections.append(("SFTP pull: 1 GiB file from OpenSSH sshd", measure_sshd("SFTP pull 1 GiB", tools), "curl -o (sftp)", 1.1,
+                     "wall ≤ 1.1 × curl over the same SSH server",
+                     checks + "curl writes the bytes it receives and checks nothing; rclone (1.60) writes to the final name "
+                     "and compares the MD5 it computed with one `md5sum` runs on the server over an SSH exec channel (counted in sshd's "
+                     "CPU). The host key is checked by all three: ferry and rclone against known_hosts, curl by its SHA-256 "
+                     "(--hostpubsha256)."))
+
+    # ---- push: fresh destinations on the server for every run
+    push = served + "/push"
+
+    def push_clean(local):
+        fresh(push)
+        for d in ("ferry", "curl", "rclone"):
+            os.makedirs(f"{push}/{d}")
+        shutil.rmtree(state, ignore_errors=True)
+        open(cfg, "w").write(f"[agent]\nstate = {state}\ntransfers = 16\n\n[session bench]\ndirection = push\n"
+                             f"remote = {sshd.url}{push}/ferry/\nlocal = {local}\nconflict = local-wins\n{sshd.session()}")
+
+    push_note = ("ferry sends each file to a temporary name under the remote's .ferry/upload/, sets its mode and mtime, has the "
+                 "server fsync it (fsync@openssh.com), reads it back and checks its SHA-256, then renames it over its final name "
+                 "(posix-rename@openssh.com), and publishes its manifest the same way. ")
+    tools = [
+        ("ferry sync now (push)", lambda: push_clean(big), ferry_run),
+        ("curl -T (sftp)", lambda: push_clean(big),
+         lambda: sshd.curl(["--ftp-create-dirs", "-T", big + "/1GiB.bin", f"{sshd.url}{push}/curl/1GiB.bin"])),
+        ("rclone copy (sftp)", lambda: push_clean(big), lambda: sshd.rclone(["copy", big, f":sftp:{push}/rclone"])),
+    ]
+    sections.append(("SFTP push: 1 GiB file to OpenSSH sshd", measure_sshd("SFTP push 1 GiB", tools), "curl -T (sftp)", 1.1,
+                     "wall ≤ 1.1 × curl -T over the same SSH server",
+                     push_note + "curl -T writes the final name in place (O_TRUNC) and checks nothing; rclone (1.60) also writes "
+                     "the final name in place, then runs `md5sum` on the server over an SSH exec channel and compares (that read "
+                     "is in sshd's CPU). Neither asks the server to fsync."))
+
+    # ---- push: 10,000 × 4 KiB, 16 at once
+    table = measure_sshd("SFTP push 10,000 × 4 KiB", [("ferry sync now (push, 16)", lambda: push_clean(small), ferry_run)])
+    rclone_label = "rclone copy --transfers 16 (sftp)"
+    table.update(measure_sshd("SFTP push 10,000 × 4 KiB (rclone)", [(rclone_label, lambda: push_clean(small),
+                                                                     lambda: sshd.rclone(["copy", small, f":sftp:{push}/rclone",
+                                                                                          "--transfers", "16"]))]))
+    sections.append(("SFTP push: 10,000 × 4 KiB files to OpenSSH sshd", table, rclone_label, 0.6,
+                     "wall ≤ 0.6 × rclone copy --transfers 16 to the same server",
+                     push_note + "rclone writes each final name in place and runs one `md5sum` per file on the server "
+                     "(an SSH exec channel and a process each)."))
+    return sections
+
+
 class Weed:
     """SeaweedFS (`weed mini`, from the project's .venv) on 127.0.0.1 with its data on tmpfs and an
     S3 identity of its own; every port named. `cpu()`: its user + system seconds so far."""
@@ -940,13 +1128,13 @@ def main():
     ap.add_argument("--ferry", required=True)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--output", required=True)
-    ap.add_argument("--only", choices=["push", "s3", "formats", "generations", "realtree", "small", "million"], help="measure these sections alone and replace them in the existing report")
+    ap.add_argument("--only", choices=["push", "s3", "sftp", "formats", "generations", "realtree", "small", "million"], help="measure these sections alone and replace them in the existing report")
     a = ap.parse_args()
     ferry = a.ferry
     shutil.rmtree(BASE, ignore_errors=True)
     if a.only:
         os.makedirs(BASE, exist_ok=True)
-        merge_report(a.output, {"push": push_sections, "s3": s3_sections, "formats": format_sections,
+        merge_report(a.output, {"push": push_sections, "s3": s3_sections, "sftp": sftp_sections, "formats": format_sections,
                                  "generations": generations_sections, "realtree": lambda f, r: [real_tree_section(f, r)], "small": small_only,
                                  "million": million_sections}[a.only](ferry, a.runs), a.runs)
         shutil.rmtree(BASE, ignore_errors=True)
@@ -1027,10 +1215,12 @@ def main():
 
     sections += push_sections(ferry, a.runs)
     sections += s3_sections(ferry, a.runs)
+    sections += sftp_sections(ferry, a.runs)
 
     versions = {}
     for tool, cmd in [("curl", ["curl", "--version"]), ("aria2c", ["aria2c", "--version"]), ("rclone", ["rclone", "--version"]),
-                      ("wget", ["wget", "--version"]), ("nginx", ["nginx", "-v"])]:
+                      ("wget", ["wget", "--version"]), ("nginx", ["nginx", "-v"]),
+                      ("sshd", ["/usr/sbin/sshd", "-V"])]:
         p = subprocess.run(cmd, capture_output=True, text=True)
         versions[tool] = ((p.stdout or p.stderr).splitlines() or ["?"])[0]
     write_report(a.output, sections, a.runs, versions)
@@ -1228,7 +1418,7 @@ def write_report(path, sections, runs, versions):
                       "without checking that the file is the same one; aria2c -c without its control file starts over.", ""]
             continue
         store = any(len(v) == 4 for v in table.values())
-        server, which = ("store", "weed") if title.startswith("S3") else ("server", "nginx")
+        server, which = ("store", "weed") if title.startswith("S3") else ("server", "sshd") if title.startswith("SFTP") else ("server", "nginx")
         cores = os.cpu_count()
         lines += [f"## {title}", "", f"Target: {target_text}.", "",
                   "| tool | median wall | peak RSS | ferry ÷ tool |" + (f" tool CPU | {server} CPU ({which}) | CPU floor ({cores} cores) |" if store else " median CPU (user + system) |"),

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Benchmarks ferry against curl, aria2c, rclone and wget on loopback nginx, output on tmpfs
+# Benchmarks ferry against curl, aria2c, rclone and wget on loopback nginx (and OpenSSH's sshd for
+# SFTP), output on tmpfs
 # (/dev/shm), and writes docs/benchmarks.md. Not a test: it asserts nothing, it measures.
 #   scripts/bench.sh            medians of 7 alternated runs per workload (after a warm-up round)
 #   BENCH_RUNS=9 scripts/bench.sh
-#   scripts/bench.sh --only push   the push rows alone, replaced in docs/benchmarks.md (also: s3, formats,
+#   scripts/bench.sh --only push   the push rows alone, replaced in docs/benchmarks.md (also: s3, sftp, formats,
 #                                  generations, realtree, small, million)
 set -euo pipefail
 cd "$(dirname "$0")/.."
