@@ -148,6 +148,19 @@ struct SharedCauseTests {
         #expect(SharedCause.of("cannot open /srv/m/d: Permission denied") == nil)
         #expect(SharedCause.of("HTTP 404 Not Found") == nil)
     }
+
+    /// Two tries of one failure differ only in the time libcurl says they took: one failure.
+    /// Another port, another status, another cause stay apart.
+    @Test func aRetriedFailureIsTheSameWhateverTimeItTook() {
+        let connect = { (port: Int, ms: Int) in
+            "cannot fetch the manifest http://127.0.0.1:\(port)/m.json: Failed to connect to 127.0.0.1 port \(port) after \(ms) ms: Couldn't connect to server"
+        }
+        #expect(SharedCause.retryIdentity(connect(13835, 3)) == SharedCause.retryIdentity(connect(13835, 0)))
+        #expect(SharedCause.retryIdentity(connect(13835, 3)) != SharedCause.retryIdentity(connect(13836, 3)))
+        #expect(SharedCause.retryIdentity("Operation timed out after 30001 milliseconds with 0 bytes received")
+                == SharedCause.retryIdentity("Operation timed out after 30002 milliseconds with 0 bytes received"))
+        #expect(SharedCause.retryIdentity("HTTP 503 Service Unavailable") != SharedCause.retryIdentity("HTTP 500 Internal Server Error"))
+    }
 }
 
 struct ResponsePolicyTests {

@@ -63,8 +63,9 @@ final class SyncReporter: EventSink {
     /// Whether this retry is the first with this error for its manifest or file in this run.
     private func firstRetry(_ session: String, _ path: String?, _ error: String) -> Bool {
         let key = Retried(session: session, path: path)
-        guard retried[key] != error else { return false }
-        if retried.count < 10_000 { retried[key] = error }
+        let identity = SharedCause.retryIdentity(error)
+        guard retried[key] != identity else { return false }
+        if retried.count < 10_000 { retried[key] = identity }
         return true
     }
 

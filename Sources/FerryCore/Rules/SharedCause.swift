@@ -13,4 +13,11 @@ public enum SharedCause {
     public static func of(_ error: String) -> String? {
         diskWide.first { error.contains($0) }
     }
+
+    /// What tells one retried failure from another: its text without the time libcurl says it
+    /// took ("after 3 ms", "after 30001 milliseconds"), which differs from try to try of the same
+    /// failure. The terminal says a retry once per distinct failure.
+    public static func retryIdentity(_ error: String) -> String {
+        error.replacing(/after [0-9]+ (ms|milliseconds)/, with: "after some time")
+    }
 }
