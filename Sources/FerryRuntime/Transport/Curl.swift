@@ -1,15 +1,20 @@
+import CCrypto
 import CCurl
 import Glibc
 import Synchronization
 import FerryCore
 
 /// libcurl's process-wide setup. `curl_global_init` must run before any other thread starts, so
-/// the executable calls `Curl.initialize()` first thing.
+/// the executable calls `Curl.initialize()` first thing. OpenSSL (libcurl's, libssh2's and ferry's
+/// own hashing) is told first not to clean itself up at exit: the process may exit while a
+/// session's thread still frees an SSH connection's ciphers, and OpenSSL's exit handler freeing
+/// its state under that thread corrupted the heap (a loaded run aborted in malloc after a pull).
 public enum Curl {
     nonisolated(unsafe) private static var initialized = false
 
     public static func initialize() {
         if !initialized {
+            _ = OPENSSL_init_crypto(UInt64(OPENSSL_INIT_NO_ATEXIT), nil)
             curl_global_init(Int(CURL_GLOBAL_DEFAULT))
             initialized = true
         }
