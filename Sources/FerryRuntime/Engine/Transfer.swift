@@ -71,7 +71,7 @@ protocol SteppedSink: AnyObject {
     /// What the last call waits for (`Transfer.waitingOn`).
     var waitingOn: (fd: Int32, events: Int16)? { get }
     /// The upload is over without being placed: what it left on the remote goes, where that can
-    /// be done without waiting (else a later run's `removeLeftovers` takes it).
+    /// be done soon (a short, bounded wait); else a later run's `removeLeftovers` takes it.
     func discard()
 }
 
