@@ -6,7 +6,7 @@ import FerryRuntime
 struct ManifestBuildCommand: Command {
     static let words = ["manifest", "build"]
     static let summary = "Write the manifest (path, size, SHA-256, mtime, mode of every file) for a directory."
-    static let usage = "manifest build DIR [--output F] [--version N [--allow-rollback]] [--sign KEY] [--expires D|never] [--format 1|2] [--grace D] [--sha256sums] [--exclude PATTERN]... [--json] [--quiet|-q]"
+    static let usage = "manifest build DIR [--output F] [--version N [--allow-rollback]] [--sign KEY] [--expires D|never] [--format 1|2] [--grace D] [--delta-min-size SIZE|off] [--sha256sums] [--exclude PATTERN]... [--json] [--quiet|-q]"
     static let details = """
         The manifest goes to DIR/manifest.json unless --output says otherwise; it never lists itself,
         .ferry/ or anything but regular files. Without --version, the version is one more than the
@@ -30,6 +30,13 @@ struct ManifestBuildCommand: Command {
         (default 1d), so readers that took the previous root a moment ago still find theirs.
         --format 1 writes the whole list into one ferry-manifest/1 file, which every ferry reads.
 
+        Format 2 also describes every file from --delta-min-size (default 1M; off: none) by its
+        content: a content index, kept as objects under .ferry/meta/ like the tree's. A mirror
+        that holds an older version of such a file fetches only the parts that changed (range
+        requests), verifies each piece against the index and the whole file against its SHA-256.
+        Mirrors older than this ferry refuse a manifest with indexes: upgrade them first, or
+        build with --delta-min-size off.
+
         --exclude PATTERN leaves out what a gitignore-style glob matches (*.tmp, .git/,
         logs/**/*.gz), as a session's exclude = does; repeat it for more patterns.
         """
@@ -40,6 +47,7 @@ struct ManifestBuildCommand: Command {
                           OptionSpec("--expires", value: "D|never", "make it expire D from now (90m, 12h, 7d; with --sign the default is 7d)"),
                           OptionSpec("--format", value: "1|2", "2: a root and metadata objects under .ferry/meta/ (default); 1: one flat file"),
                           OptionSpec("--grace", value: "D", "format 2: keep objects no root names for D before removing them (default 1d)"),
+                          OptionSpec("--delta-min-size", value: "SIZE|off", "format 2: index files from this size for delta transfers (default 1M; off: none)"),
                           OptionSpec("--sha256sums", "also write SHA256SUMS beside the manifest (coreutils sha256sum format, paths relative to DIR)"),
                           OptionSpec("--exclude", value: "PATTERN", repeatable: true, "leave out what this gitignore-style glob matches (repeat for more)"),
                           CommonOptions.json, CommonOptions.quiet, CommonOptions.help]
@@ -54,6 +62,8 @@ struct ManifestBuildCommand: Command {
     let expires: Double?
     let format: Int
     let grace: Double
+    /// Files from this size get a content index; nil: none.
+    let deltaMinimum: Int64?
     let mode: OutputMode
     /// Every time the command reads comes from it.
     let clock: any Clock = SystemClock()
@@ -100,6 +110,15 @@ struct ManifestBuildCommand: Command {
         } else {
             grace = ManifestBuilder.defaultGrace
         }
+        switch arguments.value("--delta-min-size") {
+        case nil: deltaMinimum = ManifestBuilder.defaultDeltaMinimum
+        case "off": deltaMinimum = nil
+        case let text?:
+            guard let size = Units.parseSize(text), size >= Int64(ContentChunker.maximum) else {
+                throw .usage("ferry manifest build: --delta-min-size wants a size of at least 12K, like 1M or 64M (or off); got '\(text)'")
+            }
+            deltaMinimum = size
+        }
         do throws(PathFilter.PatternProblem) {
             filter = try PathFilter(exclude: arguments.all("--exclude"))
         } catch {
@@ -122,7 +141,8 @@ struct ManifestBuildCommand: Command {
         let key = try sign.map { (file) throws(FerryError) -> SigningKey in try SigningKey(file: file, use: "--sign") }
         let result = try ManifestBuilder(clock: clock).build(directory: directory, output: output, version: version,
                                                  allowRollback: allowRollback, signingKey: key, expires: expires, format: format,
-                                                 grace: grace, sha256sums: sha256sums, filter: filter) { done, total in
+                                                 grace: grace, sha256sums: sha256sums, filter: filter,
+                                                 deltaMinimum: deltaMinimum) { done, total in
             var p = SyncProgress(session: "hashing")
             p.filesDone = done
             p.filesTotal = total

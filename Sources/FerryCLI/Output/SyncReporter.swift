@@ -182,8 +182,9 @@ final class SyncReporter: EventSink {
             line("\(s): \(name(path)): stopped at \(Units.formatBytes(offset)), kept for the next run")
         case let .fileStarted(path, size, reason) where level >= .debug:
             line("\(s): \(pushing.contains(event.session) ? "uploading" : "downloading") \(name(path))" + (size.map { " (\(Units.formatBytes($0)), \(reason.rawValue))" } ?? " (\(reason.rawValue))"))
-        case let .fileDone(path, size, fetched) where level >= .debug:
-            let moved = fetched == size ? Units.formatBytes(size) : "\(Units.formatBytes(size)), \(Units.formatBytes(fetched)) of it transferred"
+        case let .fileDone(path, size, fetched, reused) where level >= .debug:
+            var moved = fetched == size ? Units.formatBytes(size) : "\(Units.formatBytes(size)), \(Units.formatBytes(fetched)) of it transferred"
+            if reused > 0 { moved += ", \(Units.formatBytes(reused)) reused from local data" }
             line("\(s): \(pushing.contains(event.session) ? "uploaded" : "done") \(name(path)) (\(moved))")
         case let .metadataFixed(path) where level >= .debug:
             line("\(s): set the mode and mtime of \(name(path))")

@@ -82,7 +82,8 @@ public struct Event: Sendable {
         case sessionHeld(files: Int, waitsFor: String)
         /// Stopped by a deadline or signal with `offset` bytes kept as resume data.
         case fileInterrupted(path: RelativePath, offset: Int64)
-        case fileDone(path: RelativePath, size: Int64, fetched: Int64)
+        /// `reused`: bytes a delta took from data the mirror held (0 for any other download).
+        case fileDone(path: RelativePath, size: Int64, fetched: Int64, reused: Int64 = 0)
         case fileFailed(path: RelativePath, error: String)
         /// A push's placed objects this run (files, content and metadata objects), by how each was
         /// found to hold what was sent: the store's own checksum, a read-back, the size only.
@@ -229,8 +230,9 @@ private struct JSONFields {
             s("path", path.string); s("disposition", disposition.rawValue); s("reason", reason)
         case let .fileWaiting(path, error):
             s("path", path.string); s("error", error)
-        case let .fileDone(path, size, fetched):
+        case let .fileDone(path, size, fetched, reused):
             s("path", path.string); n("size", size); n("fetched", fetched)
+            if reused > 0 { n("reused", reused) }
         case let .fileFailed(path, error):
             s("path", path.string); s("error", error)
         case let .metadataFixed(path), let .fileDeleted(path):

@@ -54,7 +54,7 @@ private struct EventFields {
             return .delayedDue(path: p, disposition: d, reason: reason)
         case "file-done":
             guard let p = path(), let size = int64("size"), let fetched = int64("fetched") else { return nil }
-            return .fileDone(path: p, size: size, fetched: fetched)
+            return .fileDone(path: p, size: size, fetched: fetched, reused: int64("reused") ?? 0)
         case "file-failed":
             guard let p = path(), let error = text("error") else { return nil }
             return .fileFailed(path: p, error: error)

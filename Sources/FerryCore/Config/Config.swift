@@ -177,6 +177,9 @@ public struct SessionConfig: Sendable, Equatable {
     public var allowRollback: Bool = false
     /// Accept a manifest that lists no files even when the mirror holds files.
     public var allowEmpty: Bool = false
+    /// Pull: a changed large file whose manifest entry has a content index is assembled from the
+    /// data the mirror holds and ranges of the remote (`DeltaPlan`).
+    public var delta: Bool = true
     /// A manifest larger than this is refused before it is read (it is held in memory to parse).
     public var maxManifestSize: Int64 = 256 << 20
     /// Permission bits a manifest may not set (like a umask): `022` keeps files from being

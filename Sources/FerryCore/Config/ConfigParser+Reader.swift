@@ -138,6 +138,7 @@ extension ConfigParser {
             case "delete": session.delete = try bool(line)
             case "allow-rollback": session.allowRollback = try bool(line)
             case "allow-empty": session.allowEmpty = try bool(line)
+            case "delta": session.delta = try bool(line)
             case "max-delete":
                 guard let cap = DeletionCap(parsing: line.value) else {
                     throw fail(line, "'\(line.value)' is neither a count (1000) nor a percentage (50%)")

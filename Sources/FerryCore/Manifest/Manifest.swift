@@ -7,13 +7,17 @@ public struct ManifestEntry: Sendable, Equatable {
     public let mtime: Timestamp?
     /// Permission bits only (`& 0o777`): a remote never sets setuid, setgid or sticky bits here.
     public let mode: UInt32?
+    /// Format 2: the content index of a large file (`ContentIndex`), for delta transfers.
+    public let index: ContentIndex.Reference?
 
-    public init(path: RelativePath, size: Int64?, sha256: SHA256Digest, mtime: Timestamp? = nil, mode: UInt32? = nil) {
+    public init(path: RelativePath, size: Int64?, sha256: SHA256Digest, mtime: Timestamp? = nil, mode: UInt32? = nil,
+                index: ContentIndex.Reference? = nil) {
         self.path = path
         self.size = size
         self.sha256 = sha256
         self.mtime = mtime
         self.mode = mode
+        self.index = index
     }
 }
 

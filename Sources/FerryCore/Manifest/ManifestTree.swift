@@ -134,8 +134,8 @@ public enum ManifestTree {
 
         /// A leaf record: the length of the path it shares with the entry before it in the leaf,
         /// the rest of its path (length, bytes), the SHA-256 (32 bytes), the size, a flags byte
-        /// (1: an mtime follows, 2: a mode follows), the mtime (seconds zigzag-encoded,
-        /// nanoseconds), the mode.
+        /// (1: an mtime follows, 2: a mode follows, 4: a content index follows), the mtime
+        /// (seconds zigzag-encoded, nanoseconds), the mode, the index's top object (32 bytes) and level.
         mutating func addEntry(_ e: ManifestEntry, after previous: RelativePath?) {
             count += 1
             e.path.withBytes { path in
@@ -149,12 +149,16 @@ public enum ManifestTree {
             }
             body.append(contentsOf: e.sha256.bytes)
             putVarint(UInt64(e.size ?? 0))
-            body.append((e.mtime == nil ? 0 : 1) | (e.mode == nil ? 0 : 2))
+            body.append((e.mtime == nil ? 0 : 1) | (e.mode == nil ? 0 : 2) | (e.index == nil ? 0 : 4))
             if let m = e.mtime {
                 putVarint(UInt64(bitPattern: (m.seconds << 1) ^ (m.seconds >> 63)))
                 putVarint(UInt64(m.nanoseconds))
             }
             if let mode = e.mode { putVarint(UInt64(mode)) }
+            if let index = e.index {
+                body.append(contentsOf: index.sha256.bytes)
+                putVarint(UInt64(index.level))
+            }
         }
 
         /// A node record: the child's SHA-256 (32 bytes), the files under it.
@@ -289,7 +293,7 @@ public enum ManifestTree {
             totalSize += size
             guard totalSize <= Manifest.maximumTotalSize else { throw Problem(text: "the sizes of its files add up to more than 4 EiB") }
             let flags = try r.byte()
-            guard flags & ~3 == 0 else { throw Problem(text: "entry \(n) has unknown flags \(flags)") }
+            guard flags & ~7 == 0 else { throw Problem(text: "entry \(n) has unknown flags \(flags)") }
             var mtime: Timestamp?
             if flags & 1 != 0 {
                 let z = try r.varint("an mtime")
@@ -300,7 +304,14 @@ public enum ManifestTree {
             }
             var mode: UInt32?
             if flags & 2 != 0 { mode = UInt32(try r.varint(max: 0o777, "the mode of \(Printable.quoted(text))")) }
-            entries.append(ManifestEntry(path: checked, size: size, sha256: digest, mtime: mtime, mode: mode))
+            var index: ContentIndex.Reference?
+            if flags & 4 != 0 {
+                let top = try r.digest()
+                let level = Int(try r.varint(max: UInt64(ContentIndex.maximumLevel), "the index level of \(Printable.quoted(text))"))
+                guard size > 0 else { throw Problem(text: "the empty file \(Printable.quoted(text)) names a content index") }
+                index = ContentIndex.Reference(sha256: top, level: level)
+            }
+            entries.append(ManifestEntry(path: checked, size: size, sha256: digest, mtime: mtime, mode: mode, index: index))
         }
         guard r.atEnd else { throw Problem(text: "it has bytes after its last entry") }
     }

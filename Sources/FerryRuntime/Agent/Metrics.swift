@@ -49,7 +49,7 @@ public final class Metrics: EventSink, @unchecked Sendable {
     public func event(_ event: Event) {
         let s = event.session
         switch event.body {
-        case let .fileDone(_, _, fetched):
+        case let .fileDone(_, _, fetched, _):
             counts.withLock { $0.bytes[s, default: 0] += fetched; $0.files[s, default: 0] += 1 }
         case let .manifestFetched(_, _, _, _, _, metadataBytes, _):
             counts.withLock { $0.metadataBytes[s, default: 0] += metadataBytes }

@@ -4,8 +4,9 @@ import FerryCore
 
 /// One file's download in flight: the partial file it writes, the SHA-256 it computes while the
 /// bytes stream in, and the rules for what a response may do to the partial (docs/design.md,
-/// data-safety rules 3 and 4). The engine feeds it; it never touches the final path.
-final class Download: Transfer {
+/// data-safety rules 3 and 4). The engine feeds it; it never touches the final path. A delta
+/// (`DeltaDownload`) is one too, assembling the partial from local bytes and ranges.
+class Download: Transfer {
     let task: TransferTask
     let entry: ManifestEntry
     let reason: Plan.Reason
@@ -37,7 +38,9 @@ final class Download: Transfer {
     /// Bytes in the partial file (resumed prefix plus bytes received).
     private(set) var written: Int64
     /// Bytes fetched over the network by this attempt.
-    private(set) var received: Int64 = 0
+    var received: Int64 = 0
+    /// Bytes taken from local files (a delta) by this attempt.
+    var reused: Int64 { 0 }
     /// Bytes known synced to disk and recorded.
     var checkpointed: Int64
     /// Set when `ferry cancel` suspended the task: the engine stops it as interrupted.
@@ -48,10 +51,10 @@ final class Download: Transfer {
     /// When the last checkpoint was taken (monotonic seconds).
     var checkpointTime: Double
     /// The validator of the response the partial now holds.
-    private(set) var validator: String?
-    private var failure: String?
-    private var failureCause = FailureCause.unusable
-    private var discardPartial = false
+    var validator: String?
+    private(set) var failure: String?
+    private(set) var failureCause = FailureCause.unusable
+    private(set) var discardPartial = false
     /// Why the download began again from zero, if it did.
     private(set) var restartReason: String?
     private var errorBody: [UInt8] = []
@@ -111,6 +114,8 @@ final class Download: Transfer {
     var isAlreadyComplete: Bool { entry.size.map { requestedOffset == $0 && $0 > 0 } ?? false }
 
     var mode: TransferMode { origin.stepped == nil ? .curl : .steps }
+    /// A download is one request (or one run of steps); a delta's go on (`Transfer.continues`).
+    var continues: Bool { false }
     var waitingOn: (fd: Int32, events: Int16)? { origin.stepped?.waitingOn }
 
     /// The request, built as the transfer starts (`outcomeWithoutRequest`), for `prepare`.
@@ -205,6 +210,14 @@ final class Download: Transfer {
             fail("the server sent more than the manifest's \(size) bytes", discard: true, cause: .wrongLength)
             return 0
         }
+        guard append(bytes, count: count) else { return 0 }
+        received += Int64(count)
+        return count
+    }
+
+    /// Writes the next bytes of the file to the partial and hashes them (checkpoints included).
+    /// false when they could not be written (`failure` says why).
+    func append(_ bytes: UnsafeRawPointer, count: Int) -> Bool {
         if let backgroundHasher {
             // Large file: gather libcurl's 16 KiB pieces into 1 MiB buffers for the hashing thread.
             var taken = 0
@@ -214,18 +227,17 @@ final class Download: Transfer {
                 pending!.advanced(by: pendingCount).copyMemory(from: bytes + taken, byteCount: n)
                 pendingCount += n
                 taken += n
-                if pendingCount == BackgroundHasher.bufferSize && !flush() { return 0 }
+                if pendingCount == BackgroundHasher.bufferSize && !flush() { return false }
             }
         } else {
-            guard writeAll(bytes, count) else { return 0 }
+            guard writeAll(bytes, count) else { return false }
             inlineHasher?.update(bytes, count: count)
         }
         written += Int64(count)
-        received += Int64(count)
         // Checkpoint from here, not from the engine loop: one curl_multi_perform call can take in
         // tens of MiB on a fast link before the loop runs again.
         if written - checkpointed >= TransferEngine.checkpointInterval { takeCheckpoint() }
-        return count
+        return failure == nil
     }
 
     /// Called after each checkpoint (set by the session's source): records `checkpointed` in the task table.
@@ -288,7 +300,7 @@ final class Download: Transfer {
     /// errno of a local write failure (disk full...), which is a local I/O error, not the remote's.
     private(set) var localIOFailure: Int32?
 
-    private func fail(_ message: String, discard: Bool, cause: FailureCause) {
+    func fail(_ message: String, discard: Bool, cause: FailureCause) {
         if failure == nil {
             failure = message
             failureCause = cause

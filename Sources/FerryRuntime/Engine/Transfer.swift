@@ -30,6 +30,10 @@ protocol Transfer: AnyObject {
     /// libcurl's sockets and steps the transfer when it is ready (and twice a second regardless,
     /// so a transfer can notice that it stalled).
     var waitingOn: (fd: Int32, events: Int16)? { get }
+    /// Read when a request or a step ends `.succeeded`: true when the transfer goes on with
+    /// another request or more steps (a delta's next range, after the local bytes before it), in
+    /// whatever `mode` it now says; the engine then starts it again in the same slot.
+    var continues: Bool { get }
 }
 
 extension Transfer {
@@ -39,6 +43,7 @@ extension Transfer {
     func step() -> TransferOutcome? { nil }
     func tick() {}
     var waitingOn: (fd: Int32, events: Int16)? { nil }
+    var continues: Bool { false }
 }
 
 /// Where a download's steps read from themselves, without libcurl: a file of a `file://` remote

@@ -306,6 +306,38 @@ final class TransferEngine: @unchecked Sendable {
             transfer.throttle = Throttle([turn.runBucket ?? global, turn.bucket])
             throttled += 1
         }
+        attach(transfer, retained, turn)
+        turn.running += 1
+        if turn.runTransfers != nil { activeOnOwnLimit += 1 }
+    }
+
+    private func end(_ handle: UnsafeMutableRawPointer, _ a: Active, _ outcome: TransferOutcome) {
+        var outcome = outcome
+        if let easy = a.easy {
+            curl_multi_remove_handle(multi, handle)
+            idle.append(easy)
+        } else {
+            stepping -= 1
+        }
+        active.removeValue(forKey: handle)
+        // One that goes on (`Transfer.continues`) starts its next request or steps in the slot
+        // it holds: its turn, throttle and counts stay as they are.
+        if case .succeeded = outcome, a.transfer.continues {
+            guard let now = a.transfer.outcomeWithoutRequest() else {
+                attach(a.transfer, a.retained, a.turn)
+                return
+            }
+            outcome = now
+        }
+        if a.transfer.throttle != nil { throttled -= 1 }
+        a.turn.running -= 1
+        if a.turn.runTransfers != nil { activeOnOwnLimit -= 1 }
+        a.turn.finished.append((a.transfer, outcome))
+        a.retained.release()
+    }
+
+    /// Runs a started transfer as its `mode` says: an easy handle in the multi handle, or steps.
+    private func attach(_ transfer: Transfer, _ retained: Unmanaged<AnyObject>, _ turn: Turn) {
         switch transfer.mode {
         case .curl:
             let easy = idle.popLast() ?? EasyHandle()
@@ -316,23 +348,6 @@ final class TransferEngine: @unchecked Sendable {
             active[retained.toOpaque()] = Active(easy: nil, transfer: transfer, retained: retained, turn: turn)
             stepping += 1
         }
-        turn.running += 1
-        if turn.runTransfers != nil { activeOnOwnLimit += 1 }
-    }
-
-    private func end(_ handle: UnsafeMutableRawPointer, _ a: Active, _ outcome: TransferOutcome) {
-        if let easy = a.easy {
-            curl_multi_remove_handle(multi, handle)
-            idle.append(easy)
-        } else {
-            stepping -= 1
-        }
-        active.removeValue(forKey: handle)
-        if a.transfer.throttle != nil { throttled -= 1 }
-        a.turn.running -= 1
-        if a.turn.runTransfers != nil { activeOnOwnLimit -= 1 }
-        a.turn.finished.append((a.transfer, outcome))
-        a.retained.release()
     }
 
     /// Refills the bandwidth buckets (setting the rates in force from the schedules once a second)

@@ -8,11 +8,24 @@ protocol Remote: Sendable {
     /// The manifest at `url`, `.unchanged` when the validators still hold, or `.missing`. A
     /// manifest larger than `maximumSize` is refused as soon as that is known.
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch
+    /// Where the bytes of the file at `source` under the remote (`RemoteLayout.location`) are read
+    /// from: a request the engine makes, or a source its steps read.
+    func origin(of source: RelativePath) -> Download.Origin
+    /// Where the remote is (its URL and backend).
+    var base: RemoteLocation { get }
+    /// The run's clock, which its downloads keep their checkpoints on.
+    var clock: any Clock { get }
+}
+
+extension Remote {
     /// The transfer that brings `entry`, whose bytes are at `source` under the remote
     /// (`RemoteLayout.location`), into `partial`, whose first `resumeFrom` bytes were recorded
-    /// under `validator`.
+    /// under `validator` (kept only where the remote reads ranges).
     func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into partial: PartialFile,
-                  resumeFrom: Int64, validator: String?) throws(FerryError) -> Download
+                  resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
+        try Download(task: task, entry: entry, reason: reason, origin: origin(of: source), partial: partial,
+                     resumeFrom: Remotes.resumeOffset(base, resumeFrom), validator: validator, clock: clock)
+    }
 }
 
 /// A kind of remote: what the config and the docs know of it (`BackendDescription`: its schemes,

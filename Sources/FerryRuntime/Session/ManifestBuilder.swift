@@ -23,6 +23,8 @@ public struct ManifestBuilder {
     /// How long an object no root names stays, by default: readers that took the last root a
     /// moment ago (or a CDN that still serves it) still find what it names.
     public static let defaultGrace: Double = 86_400
+    /// Files from this size get a content index (format 2), for delta transfers.
+    public static let defaultDeltaMinimum: Int64 = 1 << 20
 
     /// Where the manifest's times (its version, generated, expires) and the objects' retirement come from.
     public let clock: any Clock
@@ -32,7 +34,7 @@ public struct ManifestBuilder {
     /// `signingKey`: sign the manifest (`ManifestEnvelope`); `expires`: seconds from now it stays valid.
     public func build(directory: String, output: String?, version explicitVersion: Int64?, allowRollback: Bool = false,
                       signingKey: SigningKey? = nil, expires: Double? = nil, format: Int = 2, grace: Double = ManifestBuilder.defaultGrace,
-                      sha256sums: Bool = false, filter: PathFilter = PathFilter(),
+                      sha256sums: Bool = false, filter: PathFilter = PathFilter(), deltaMinimum: Int64? = ManifestBuilder.defaultDeltaMinimum,
                       progress: (Int, Int) -> Void = { _, _ in }) throws(FerryError) -> Result {
         let outputPath = output ?? directory + "/manifest.json"
         // One build of a directory at a time (two cron jobs): each would remove objects the other's root names.
@@ -80,22 +82,37 @@ public struct ManifestBuilder {
         var entries: [ManifestEntry] = []
         entries.reserveCapacity(files.count)
         var total: Int64 = 0
+        // A large file is read once for its hash and its content index (format 2 only).
+        let indexFrom = format == 2 ? deltaMinimum : nil
+        var indexObjects: [(sha256: SHA256Digest, bytes: [UInt8])] = []
         for (i, (path, entry)) in files.enumerated() {
-            let hashed = try root.hash(path)
-            entries.append(ManifestEntry(path: path, size: hashed.size, sha256: hashed.sha256, mtime: entry.mtime, mode: entry.mode & 0o777))
-            total += hashed.size
+            if let indexFrom, entry.size >= indexFrom {
+                let fd = try root.open(path, for: "to index it")
+                defer { close(fd) }
+                let scanned = try ContentScan.index(fd, what: root.display(path))
+                entries.append(ManifestEntry(path: path, size: scanned.size, sha256: scanned.sha256, mtime: entry.mtime, mode: entry.mode & 0o777,
+                                             index: scanned.index?.reference))
+                indexObjects += scanned.index?.objects ?? []
+                total += scanned.size
+            } else {
+                let hashed = try root.hash(path)
+                entries.append(ManifestEntry(path: path, size: hashed.size, sha256: hashed.sha256, mtime: entry.mtime, mode: entry.mode & 0o777))
+                total += hashed.size
+            }
             progress(i + 1, files.count)
         }
         let manifest = try Manifests.publishable(version: version, entries: entries, lifetime: expires, key: signingKey, format: format, now: clock.now())
         let objects = ManifestTree.objectDirectory(beside: outputPath)
         var written = 0
         if let tree = manifest.tree {
-            // Every object is in place, and on disk, before the root that names them.
-            written = try writeObjects(tree, into: objects)
+            // Every object is in place, and on disk, before the root that names them: the tree's
+            // and the content indexes' (named by the tree's entries).
+            written = try writeObjects(tree.objects + indexObjects, into: objects)
         }
         if sha256sums { try FileSystem.writeAtomically(sumsPath, bytes: ManifestBuilder.sha256sums(entries)) }
         try FileSystem.writeAtomically(outputPath, bytes: manifest.bytes)
-        let removed = collect(tree: manifest.tree, in: objects, grace: grace, warnings: &warnings)
+        let named = (manifest.tree?.objects ?? []) + indexObjects
+        let removed = collect(named: Set(named.map(\.sha256.hex)), in: objects, grace: grace, warnings: &warnings)
         return Result(output: outputPath, version: version, files: entries.count, bytes: total, warnings: warnings,
                       objectsWritten: written, objectsRemoved: removed, sha256sums: sha256sums ? sumsPath : nil)
     }
@@ -122,10 +139,10 @@ public struct ManifestBuilder {
     }
 
     /// Writes the objects the directory lacks (or holds damaged), then syncs the filesystem once.
-    private func writeObjects(_ tree: ManifestTree.Built, into directory: String) throws(FerryError) -> Int {
+    private func writeObjects(_ objects: [(sha256: SHA256Digest, bytes: [UInt8])], into directory: String) throws(FerryError) -> Int {
         try FileSystem.makeDirectories(directory)
         var written = 0
-        for (digest, bytes) in tree.objects {
+        for (digest, bytes) in objects {
             let path = directory + "/" + digest.hex
             if let existing = try? FileSystem.readFile(path, limit: ManifestTree.maximumObjectSize), existing == bytes { continue }
             try FileSystem.writeAtomically(path, bytes: bytes, mode: 0o644, synced: false)
@@ -135,16 +152,17 @@ public struct ManifestBuilder {
         return written
     }
 
-    /// Retires every object the new root does not name (the previous root's, what a failed build left),
-    /// and removes what has been retired for `grace`. Returns how many went. A failure here leaves
-    /// objects behind, never takes one the new root names: it is a warning.
-    private func collect(tree: ManifestTree.Built?, in directory: String, grace: Double,
+    /// Retires every object the new root does not name (`named`: its tree's and its files'
+    /// indexes'; the previous root's, what a failed build left), and removes what has been retired
+    /// for `grace`. Returns how many went. A failure here leaves objects behind, never takes one
+    /// the new root names: it is a warning.
+    private func collect(named: Set<String>, in directory: String, grace: Double,
                          warnings: inout [String]) -> Int {
         guard FileSystem.exists(directory) else { return 0 }
         let now = clock.now()
         // `.ferry/retired`, beside `.ferry/meta` (`directory` always ends in `/meta`).
         var retired = RetiredObjects(path: String(directory[..<directory.lastIndex(of: "/")!]) + "/retired")
-        retired.update(present: FileSystem.names(in: directory), current: Set(tree?.objects.map(\.sha256.hex) ?? []), now: now)
+        retired.update(present: FileSystem.names(in: directory), current: named, now: now)
         var removed = 0
         for name in retired.expired(now: now, grace: grace, versions: 1) {
             if unlink(directory + "/" + name) == 0 || errno == ENOENT {

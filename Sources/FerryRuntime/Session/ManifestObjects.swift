@@ -43,7 +43,7 @@ final class ManifestObjects {
     }
 
     /// The bytes of each object, from the cache or the remote.
-    private func load(_ batch: [SHA256Digest], source: String) throws(FerryError) -> [[UInt8]] {
+    func load(_ batch: [SHA256Digest], source: String) throws(FerryError) -> [[UInt8]] {
         var out = [[UInt8]](repeating: [], count: batch.count)
         var missing: [Int] = []
         for (i, digest) in batch.enumerated() {

@@ -60,11 +60,7 @@ struct FileRemote: Remote {
         return .fetched(bytes: bytes, etag: validator, lastModified: nil)
     }
 
-    func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into partial: PartialFile,
-                  resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
-        try Download(task: task, entry: entry, reason: reason, origin: .stepped(FileSource(tree: tree, path: source)), partial: partial,
-                     resumeFrom: Remotes.resumeOffset(base, resumeFrom), validator: validator, clock: clock)
-    }
+    func origin(of source: RelativePath) -> Download.Origin { .stepped(FileSource(tree: tree, path: source)) }
 
     /// The path under the remote that `url` names, or nil when it names a file elsewhere.
     private func relativePath(of url: String) -> RelativePath? {

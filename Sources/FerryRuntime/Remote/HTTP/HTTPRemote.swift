@@ -13,15 +13,12 @@ struct HTTPRemote: Remote {
     /// The collections a push's WebDAV requests know to exist.
     let dav = DAVCollections()
 
-    func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into partial: PartialFile,
-                  resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
+    func origin(of source: RelativePath) -> Download.Origin {
         let url = base.url(for: source)
-        let read = ReadRequest { [settings] offset, validator in
+        return .request(ReadRequest { [settings] offset, validator in
             // A range is resumed under If-Range: a server whose file changed answers 200 with all of it.
             HTTPRequest(url: url, headers: offset > 0 ? validator.map { ["If-Range: \($0)"] } ?? [] : [], settings: settings)
-        }
-        return try Download(task: task, entry: entry, reason: reason, origin: .request(read), partial: partial,
-                            resumeFrom: Remotes.resumeOffset(base, resumeFrom), validator: validator, clock: clock)
+        })
     }
 
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {

@@ -90,16 +90,13 @@ struct S3Remote: Remote {
         }
     }
 
-    func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into partial: PartialFile,
-                  resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
+    func origin(of source: RelativePath) -> Download.Origin {
         let key = self.key(source.string)
-        let read = ReadRequest(build: { (offset: Int64, validator: String?) throws(FerryError) -> HTTPRequest in
+        return .request(ReadRequest(build: { (offset: Int64, validator: String?) throws(FerryError) -> HTTPRequest in
             try request("GET", key: key, headers: offset > 0 ? validator.map { [("If-Match", $0)] } ?? [] : [])
         }, explain: { [bucket, region, source = signer.credentials.source] status, body in
             S3Errors.explain(status: status, body: body, bucket: bucket, key: key, region: region, credentials: source)?.text
-        }, contentETags: true)
-        return try Download(task: task, entry: entry, reason: reason, origin: .request(read), partial: partial,
-                            resumeFrom: Remotes.resumeOffset(base, resumeFrom), validator: validator, clock: clock)
+        }, contentETags: true))
     }
 }
 

@@ -55,11 +55,7 @@ struct SFTPRemote: Remote {
         }
     }
 
-    func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into partial: PartialFile,
-                  resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
-        try Download(task: task, entry: entry, reason: reason, origin: .stepped(SFTPFileSource(remote: self, path: source)), partial: partial,
-                     resumeFrom: Remotes.resumeOffset(base, resumeFrom), validator: validator, clock: clock)
-    }
+    func origin(of source: RelativePath) -> Download.Origin { .stepped(SFTPFileSource(remote: self, path: source)) }
 }
 
 /// The idle connections of a remote, reused by its next request or transfer (a new SSH login

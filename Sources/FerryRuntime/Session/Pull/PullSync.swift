@@ -29,15 +29,20 @@ final class PullSync: SessionWork {
         // The objects of the tree taken stay cached; those of trees before it go when the run
         // ends, whichever way it ends (not before: the objects just fetched are being written into
         // the cache meanwhile, on a thread of their own).
-        defer { if !options.dryRun { fetched.objects.sweep(keeping: fetched.names) } }
+        // With them, the content indexes of the files it lists (`DeltaPreparation`).
+        var indexObjects: [SHA256Digest] = []
+        defer { if !options.dryRun { fetched.objects.sweep(keeping: fetched.names + indexObjects) } }
         let plan = try self.plan(fetched.manifest, mirror: &mirror, root: &root, tree: &tree, store: store, result: &result)
         guard !options.dryRun, let root else { return reportDryRun(plan, scan: tree, result: &result) }
 
         let tasks = try queue(plan, manifest: fetched.manifest, locate: locate, root: root, store: store)
         var unstorableMtimes = try fixMetadata(plan, root: root, store: store, result: &result)
+        let deltas = DeltaPreparation(session: session, root: root, objects: fetched.objects, remote: remote, emit: { [unowned self] in self.emit($0) })
+            .prepare(plan.downloads, manifest: fetched.manifest)
+        indexObjects = deltas.keep
         var localIOError: String?
-        let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, remote: remote, locate: locate, result: &result,
-                                   localIOError: &localIOError, unstorableMtimes: &unstorableMtimes)
+        let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, remote: remote, locate: locate, deltas: deltas.plans,
+                                   result: &result, localIOError: &localIOError, unstorableMtimes: &unstorableMtimes)
         sayUnstorable(unstorableMtimes)
 
         try commitDeletions(plan, root: root, stopped: stopped, store: store, result: &result)
@@ -209,10 +214,10 @@ final class PullSync: SessionWork {
     /// Transfer: the downloads through the engine (`PullTransfers`; `tasks`: the task of each, in
     /// the same order), their counts added to the run's; returns why it stopped early, if it did.
     private func transfer(plan: Plan, tasks: [TransferTask], root: LocalRoot, store: StateStore, remote: Remote,
-                          locate: @escaping (ManifestEntry) -> RelativePath, result: inout SyncResult, localIOError: inout String?,
+                          locate: @escaping (ManifestEntry) -> RelativePath, deltas: [RelativePath: DeltaPlan], result: inout SyncResult, localIOError: inout String?,
                           unstorableMtimes: inout [(RelativePath, CachedHash)]) throws(FerryError) -> String? {
         guard !plan.downloads.isEmpty else { return options.stop.reason }
-        let transfers = PullTransfers(session: session, root: root, store: store, remote: remote, locate: locate,
+        let transfers = PullTransfers(session: session, root: root, store: store, remote: remote, locate: locate, deltas: deltas,
                                       observer: observer, emit: { [unowned self] in self.emit($0) }, plan: plan, stop: options.stop,
                                       gate: DiscretionGate(session: session, agent: agent, clock: clock))
         transfers.runLimits = options.limits

@@ -25,6 +25,10 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     private let remote: Remote
     /// Where a file's bytes are under the remote (`RemoteLayout.location`).
     private let locate: (ManifestEntry) -> RelativePath
+    /// The files a delta assembles (`DeltaPreparation`), by path; those whose delta stopped this
+    /// run are fetched whole (`deltaStopped`, by task).
+    private let deltas: [RelativePath: DeltaPlan]
+    private var deltaStopped = Set<Int64>()
 
     /// Downloads that neither finished, failed, wait nor are suspended, delayed or held: only a stop leaves any.
     var unfinished: Int { progress.filesTotal - counts.transferred - counts.failed - counts.notDone }
@@ -38,11 +42,13 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     /// Puts verified downloads in place, a group at a time, beside the engine thread.
     private let committer: PullCommitter
 
-    init(session: SessionConfig, root: LocalRoot, store: StateStore, remote: Remote, locate: @escaping (ManifestEntry) -> RelativePath, observer: EventSink,
+    init(session: SessionConfig, root: LocalRoot, store: StateStore, remote: Remote, locate: @escaping (ManifestEntry) -> RelativePath,
+         deltas: [RelativePath: DeltaPlan] = [:], observer: EventSink,
          emit: @escaping (Event.Body) -> Void, plan: Plan, stop: StopCondition, gate: DiscretionGate?) {
         self.root = root
         self.remote = remote
         self.locate = locate
+        self.deltas = deltas
         committer = PullCommitter(root: root, store: store, session: session.name, clock: stop.clock)
         super.init(session: session, store: store, observer: observer, emit: emit, stop: stop, gate: gate)
         progress.filesTotal = plan.downloads.count
@@ -139,8 +145,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                 item.task.validator = nil
             }
             do throws(FerryError) {
-                let download = try remote.download(task: item.task, entry: entry, from: locate(entry), reason: item.download.reason, into: partial,
-                                                   resumeFrom: item.task.bytesDone, validator: item.task.validator)
+                let download = try makeDownload(item, into: partial)
                 download.onCheckpoint = { [unowned self] in self.checkpoint($0) }
                 items[item.task.id] = item
                 if item.triesThisRun == 1 { emit(.fileStarted(path: entry.path, size: entry.size, reason: item.download.reason)) }
@@ -155,6 +160,23 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             fail(entry.path, item.task, error.message)
             return nil
         }
+    }
+
+    /// A delta where one was planned and has not stopped this run (and the old version still
+    /// opens); otherwise the remote's download of the whole file.
+    private func makeDownload(_ item: Item, into partial: PartialFile) throws(FerryError) -> Download {
+        let entry = item.download.entry
+        if let plan = deltas[entry.path], !deltaStopped.contains(item.task.id), let old = try? root.open(entry.path, for: "to reuse its bytes") {
+            do throws(FerryError) {
+                return try DeltaDownload(task: item.task, entry: entry, reason: item.download.reason, origin: remote.origin(of: locate(entry)),
+                                         partial: partial, resumeFrom: item.task.bytesDone, plan: plan, sources: [old], clock: remote.clock)
+            } catch {
+                close(old)
+                throw error
+            }
+        }
+        return try remote.download(task: item.task, entry: entry, from: locate(entry), reason: item.download.reason, into: partial,
+                                   resumeFrom: item.task.bytesDone, validator: item.task.validator)
     }
 
     private func checkpoint(_ download: Download) {
@@ -199,6 +221,19 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             case let .failed(failure):
                 // What came over the network counts, kept or not.
                 counts.bytes += download.received
+                if let delta = download as? DeltaDownload, let why = delta.deltaStopped, var item = items.removeValue(forKey: download.task.id) {
+                    // Not a failed try: the file is fetched whole at once.
+                    emit(.warning(message: "\(Printable.name(path.string)): \(why); fetching the whole file"))
+                    root.removePartial(taskID: download.task.id)
+                    deltaStopped.insert(item.task.id)
+                    item.task.bytesDone = 0
+                    item.task.validator = nil
+                    item.triesThisRun -= 1
+                    item.notBefore = 0
+                    backingOff.insertByDue(item)
+                    download.close()
+                    continue
+                }
                 if let code = download.localIOFailure, code == ENOSPC || code == EDQUOT || code == EROFS || code == EIO {
                     localIOError = localIOError ?? "\(session.local): \(failure.message)"
                 }
@@ -249,7 +284,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                 counts.bytes += d.received
                 completedBytes += d.entry.size ?? d.written
                 progress.filesDone += 1
-                emit(.fileDone(path: d.entry.path, size: d.written, fetched: d.received))
+                emit(.fileDone(path: d.entry.path, size: d.written, fetched: d.received, reused: d.reused))
             case let .failed(download, error, kept):
                 if error.category == .localIO { localIOError = localIOError ?? error.message }
                 items.removeValue(forKey: download.task.id)

@@ -1,0 +1,293 @@
+/// A large file's content index (design.md "Delta"): what a mirror needs to find, in data it
+/// already holds, the bytes of a new version, and to verify them piece by piece. Kept as
+/// immutable objects named by their SHA-256 beside the manifest tree's (`.ferry/meta/`), and named
+/// by the file's manifest entry, so a signed root signs it too. Pure: the caller hashes.
+///
+/// The file is cut into chunks (`ContentChunker`); consecutive chunks form **pieces** (about
+/// 290 KiB), each one object holding the piece's SHA-256 and, per chunk, its length and the first
+/// 4 bytes of its SHA-256. Nodes above hold their children's names and the bytes each covers.
+/// Where a piece or a node ends is decided by what it holds, so one change rewrites the piece that
+/// holds it and a node per level, and an insertion moves boundaries only near it.
+public enum ContentIndex {
+    /// What a manifest entry names: the top object and its level (0: a single piece).
+    public struct Reference: Sendable, Equatable, Hashable {
+        public let sha256: SHA256Digest
+        public let level: Int
+        public init(sha256: SHA256Digest, level: Int) {
+            self.sha256 = sha256
+            self.level = level
+        }
+    }
+
+    /// A chunk as the index knows it: its length and the first 4 bytes of its SHA-256 (enough to
+    /// find candidates; the piece's full hash is what is trusted).
+    public struct Chunk: Sendable, Equatable, Hashable {
+        public let length: Int
+        public let hash: UInt32
+        public init(length: Int, hash: UInt32) {
+            self.length = length
+            self.hash = hash
+        }
+        /// The first 4 bytes of a chunk's SHA-256, as the index keeps them.
+        public init(length: Int, digest: SHA256Digest) {
+            let b = digest.bytes
+            self.init(length: length, hash: UInt32(b[0]) | UInt32(b[1]) << 8 | UInt32(b[2]) << 16 | UInt32(b[3]) << 24)
+        }
+    }
+
+    /// A piece: where it sits in the file, its SHA-256, its chunks.
+    public struct Piece: Sendable, Equatable {
+        public let offset: Int64
+        public let length: Int
+        public let sha256: SHA256Digest
+        public let chunks: [Chunk]
+    }
+
+    static let pieceMagic: [UInt8] = Array("fdC1".utf8)
+    static let nodeMagic: [UInt8] = Array("fdN1".utf8)
+    /// A piece ends after a chunk whose hash is 0 mod 64 once it holds 16 chunks, and at 256.
+    public static let piecesMinimumChunks = 16
+    public static let pieceMaximumChunks = 256
+    /// A node ends after a child whose name is 0 mod 8 once it holds 8 children, and at 64.
+    static let nodeMinimum = 8
+    static let nodeMaximum = 64
+    static let maximumLevel = 12
+
+    /// The most index bytes a file of `size` bytes may take: far above what ferry writes
+    /// (about 0.19% of the file), and what bounds what a hostile index can make a mirror read.
+    public static func maximumBytes(forFileOf size: Int64) -> Int64 { size / 64 + (64 << 10) }
+
+    // MARK: building
+
+    /// Builds an index chunk by chunk: `add` each chunk in order; when it says the piece ended,
+    /// `endPiece` with the piece's SHA-256 (the caller hashes the bytes as it reads them).
+    public struct Builder {
+        var pieces: [(sha256: SHA256Digest, length: Int, chunks: [Chunk])] = []
+        var chunks: [Chunk] = []
+        var length = 0
+
+        public init() {}
+
+        /// Takes the next chunk; true when the piece ends with it.
+        public mutating func add(_ chunk: Chunk) -> Bool {
+            chunks.append(chunk)
+            length += chunk.length
+            return chunks.count >= ContentIndex.pieceMaximumChunks
+                || (chunks.count >= ContentIndex.piecesMinimumChunks && chunk.hash % 64 == 0)
+        }
+
+        /// Whether chunks wait for `endPiece` (the file's end ends the last piece).
+        public var pieceOpen: Bool { !chunks.isEmpty }
+
+        public mutating func endPiece(sha256: SHA256Digest) {
+            pieces.append((sha256, length, chunks))
+            chunks = []
+            length = 0
+        }
+
+        /// The objects, each once, and the reference to the top one. An empty file has no index.
+        public func finish(hash: (UnsafeRawBufferPointer) -> SHA256Digest) -> (reference: Reference, objects: [(sha256: SHA256Digest, bytes: [UInt8])])? {
+            precondition(chunks.isEmpty, "the last piece is ended before the index is")
+            guard !pieces.isEmpty else { return nil }
+            var objects: [(sha256: SHA256Digest, bytes: [UInt8])] = []
+            var seen = Set<SHA256Digest>()
+            func seal(_ bytes: [UInt8]) -> SHA256Digest {
+                let digest = bytes.withUnsafeBytes { hash($0) }
+                if seen.insert(digest).inserted { objects.append((digest, bytes)) }
+                return digest
+            }
+            var level: [(sha256: SHA256Digest, bytes: Int64)] = pieces.map { piece in
+                var out = ContentIndex.pieceMagic
+                out += piece.sha256.bytes
+                varint(UInt64(piece.chunks.count), into: &out)
+                for c in piece.chunks {
+                    varint(UInt64(c.length), into: &out)
+                    out += [UInt8(c.hash & 0xFF), UInt8(c.hash >> 8 & 0xFF), UInt8(c.hash >> 16 & 0xFF), UInt8(c.hash >> 24)]
+                }
+                return (seal(out), Int64(piece.length))
+            }
+            var height = 0
+            while level.count > 1 {
+                height += 1
+                var next: [(sha256: SHA256Digest, bytes: Int64)] = []
+                var group: [(sha256: SHA256Digest, bytes: Int64)] = []
+                func close() {
+                    var out = ContentIndex.nodeMagic + [UInt8(height)]
+                    varint(UInt64(group.count), into: &out)
+                    for child in group {
+                        out += child.sha256.bytes
+                        varint(UInt64(child.bytes), into: &out)
+                    }
+                    next.append((seal(out), group.reduce(0) { $0 + $1.bytes }))
+                    group = []
+                }
+                for child in level {
+                    group.append(child)
+                    if group.count >= ContentIndex.nodeMaximum || (group.count >= ContentIndex.nodeMinimum && child.sha256.bytes[7] % 8 == 0) { close() }
+                }
+                if !group.isEmpty { close() }
+                level = next
+            }
+            return (Reference(sha256: level[0].sha256, level: height), objects)
+        }
+    }
+
+    static func varint(_ value: UInt64, into out: inout [UInt8]) {
+        var v = value
+        while v >= 0x80 {
+            out.append(UInt8(v & 0x7F) | 0x80)
+            v >>= 7
+        }
+        out.append(UInt8(v))
+    }
+
+    // MARK: reading
+
+    /// The pieces of the index `reference` names for a file of `size` bytes, in order, and the
+    /// name of every object read. `load` gives the bytes of a batch of objects, each already
+    /// checked against its name. Every object is checked as it is read: its kind and level, the
+    /// bytes it covers against what its parent says, its chunks' lengths; what the whole index may
+    /// take is bounded by the file's size (`maximumBytes`). `source` names the file in errors.
+    public static func resolve(_ reference: Reference, size: Int64, source: String,
+                               load: ([SHA256Digest]) throws(FerryError) -> [[UInt8]]) throws(FerryError) -> (pieces: [Piece], objects: [SHA256Digest]) {
+        func refused(_ digest: SHA256Digest?, _ text: String) -> FerryError {
+            .manifest("the content index of \(source)\(digest.map { " (object \($0.hex))" } ?? "") is refused: \(text)",
+                      hint: "the publisher's index is damaged or was tampered with: publish it again (ferry manifest build, or a push)")
+        }
+        guard reference.level <= maximumLevel, size > 0 else { throw refused(nil, "it names a tree of level \(reference.level) for a file of \(size) bytes") }
+        let bound = maximumBytes(forFileOf: size)
+        var loaded: Int64 = 0
+        var current: [(SHA256Digest, Int64)] = [(reference.sha256, size)]
+        var named: Set<SHA256Digest> = [reference.sha256]
+        var objects: [SHA256Digest] = []
+        var level = reference.level
+        while level > 0 {
+            var next: [(SHA256Digest, Int64)] = []
+            for batch in batches(current) {
+                let bodies = try load(batch.map(\.0))
+                for ((digest, covers), bytes) in zip(batch, bodies) {
+                    objects.append(digest)
+                    loaded += Int64(bytes.count)
+                    guard loaded <= bound else { throw refused(digest, "it takes more than \(bound) bytes for a file of \(size) bytes") }
+                    do throws(ManifestTree.Problem) {
+                        for child in try readNode(bytes, level: level, covers: covers) {
+                            guard named.insert(child.0).inserted else { throw ManifestTree.Problem(text: "it names object \(child.0.hex) twice") }
+                            next.append(child)
+                        }
+                    } catch {
+                        throw refused(digest, error.text)
+                    }
+                }
+            }
+            current = next
+            level -= 1
+        }
+        var pieces: [Piece] = []
+        pieces.reserveCapacity(current.count)
+        var offset: Int64 = 0
+        for batch in batches(current) {
+            let bodies = try load(batch.map(\.0))
+            for ((digest, covers), bytes) in zip(batch, bodies) {
+                objects.append(digest)
+                loaded += Int64(bytes.count)
+                guard loaded <= bound else { throw refused(digest, "it takes more than \(bound) bytes for a file of \(size) bytes") }
+                do throws(ManifestTree.Problem) {
+                    let (sha, chunks) = try readPiece(bytes, covers: covers)
+                    pieces.append(Piece(offset: offset, length: Int(covers), sha256: sha, chunks: chunks))
+                    offset += covers
+                } catch {
+                    throw refused(digest, error.text)
+                }
+            }
+        }
+        return (pieces, objects)
+    }
+
+    static func batches(_ items: [(SHA256Digest, Int64)]) -> [ArraySlice<(SHA256Digest, Int64)>] {
+        stride(from: 0, to: items.count, by: 1024).map { items[$0..<min($0 + 1024, items.count)] }
+    }
+
+    static func readNode(_ bytes: [UInt8], level: Int, covers: Int64) throws(ManifestTree.Problem) -> [(SHA256Digest, Int64)] {
+        try bytes.withUnsafeBufferPointer { (b) throws(ManifestTree.Problem) -> [(SHA256Digest, Int64)] in
+            var r = ManifestTree.ObjectReader(b)
+            try r.expect(nodeMagic, "an index node (level \(level))")
+            let stated = Int(try r.byte())
+            guard stated == level else { throw ManifestTree.Problem(text: "it says it is at level \(stated) where level \(level) belongs") }
+            let count = Int(try r.varint(max: UInt64(nodeMaximum), "its count of children"))
+            guard count > 0 else { throw ManifestTree.Problem(text: "it is a node without children") }
+            var children: [(SHA256Digest, Int64)] = []
+            var sum: Int64 = 0
+            for _ in 0..<count {
+                let digest = try r.digest()
+                let n = Int64(try r.varint(max: UInt64(covers), "the bytes a child covers"))
+                guard n > 0 else { throw ManifestTree.Problem(text: "it names a child that covers no bytes") }
+                sum += n
+                guard sum <= covers else { throw ManifestTree.Problem(text: "its children cover more than the \(covers) bytes its parent says") }
+                children.append((digest, n))
+            }
+            guard sum == covers else { throw ManifestTree.Problem(text: "its children cover \(sum) bytes, not the \(covers) its parent says") }
+            guard r.atEnd else { throw ManifestTree.Problem(text: "it has bytes after its last child") }
+            return children
+        }
+    }
+
+    static func readPiece(_ bytes: [UInt8], covers: Int64) throws(ManifestTree.Problem) -> (SHA256Digest, [Chunk]) {
+        guard covers <= Int64(pieceMaximumChunks * ContentChunker.maximum) else {
+            throw ManifestTree.Problem(text: "its parent says it covers \(covers) bytes, more than a piece holds")
+        }
+        return try bytes.withUnsafeBufferPointer { (b) throws(ManifestTree.Problem) -> (SHA256Digest, [Chunk]) in
+            var r = ManifestTree.ObjectReader(b)
+            try r.expect(pieceMagic, "an index piece")
+            let sha = try r.digest()
+            let count = Int(try r.varint(max: UInt64(pieceMaximumChunks), "its count of chunks"))
+            guard count > 0 else { throw ManifestTree.Problem(text: "it is a piece without chunks") }
+            var chunks: [Chunk] = []
+            chunks.reserveCapacity(count)
+            var sum: Int64 = 0
+            for _ in 0..<count {
+                let length = Int(try r.varint(max: UInt64(ContentChunker.maximum), "a chunk's length"))
+                guard length > 0 else { throw ManifestTree.Problem(text: "it holds an empty chunk") }
+                let h = try r.take(4)
+                chunks.append(Chunk(length: length, hash: UInt32(h[0]) | UInt32(h[1]) << 8 | UInt32(h[2]) << 16 | UInt32(h[3]) << 24))
+                sum += Int64(length)
+            }
+            guard sum == covers else { throw ManifestTree.Problem(text: "its chunks cover \(sum) bytes, not the \(covers) its parent says") }
+            guard r.atEnd else { throw ManifestTree.Problem(text: "it has bytes after its last chunk") }
+            return (sha, chunks)
+        }
+    }
+
+    /// The names of the objects of the index `reference` names that `node` can give (a cached
+    /// node's bytes, nil when it has none): the top, the nodes under it, and the pieces the lowest
+    /// nodes name. What a mirror's cache keeps for a file it holds; unchecked (a damaged object is
+    /// found when it is read, and fetched again).
+    public static func names(_ reference: Reference, node: (SHA256Digest) -> [UInt8]?) -> [SHA256Digest] {
+        var out = [reference.sha256]
+        var current = [reference.sha256]
+        var level = reference.level
+        while level > 0 && !current.isEmpty {
+            var next: [SHA256Digest] = []
+            for digest in current {
+                if let bytes = node(digest) { next += children(bytes) }
+            }
+            out += next
+            current = next
+            level -= 1
+        }
+        return out
+    }
+
+    /// The children a node names, read without checking what they cover.
+    static func children(_ bytes: [UInt8]) -> [SHA256Digest] {
+        bytes.withUnsafeBufferPointer { b -> [SHA256Digest] in
+            var r = ManifestTree.ObjectReader(b)
+            guard (try? r.expect(nodeMagic, "")) != nil, (try? r.byte()) != nil, let count = try? r.varint(max: UInt64(nodeMaximum), "") else { return [] }
+            var out: [SHA256Digest] = []
+            for _ in 0..<count {
+                guard let d = try? r.digest(), (try? r.varint("")) != nil else { break }
+                out.append(d)
+            }
+            return out
+        }
+    }
+}

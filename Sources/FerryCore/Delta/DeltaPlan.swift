@@ -1,0 +1,94 @@
+/// Where each byte of a new version of a large file comes from: bytes the mirror already holds
+/// (a chunk of an old file with the same length and hash) or the remote. Made from the new
+/// version's index and the chunks of the local files; the unit it is verified by is the piece
+/// (`ContentIndex.Piece`), whose SHA-256 every assembled piece must match. Pure.
+public struct DeltaPlan: Sendable {
+    /// Bytes held locally: which file (an index into the files the plan was made from) and where.
+    public struct Location: Sendable, Equatable {
+        public let file: Int
+        public let offset: Int64
+        public init(file: Int, offset: Int64) {
+            self.file = file
+            self.offset = offset
+        }
+    }
+    /// A run of a piece's bytes, from one place: `from` nil means fetched from the remote.
+    public struct Segment: Sendable, Equatable {
+        public var length: Int
+        public let from: Location?
+    }
+    public struct Piece: Sendable {
+        public let offset: Int64
+        public let length: Int
+        public let sha256: SHA256Digest
+        public internal(set) var segments: [Segment]
+        /// Whether any of its bytes are local (a piece that fails its check is then fetched whole).
+        public var reusesLocalBytes: Bool { segments.contains { $0.from != nil } }
+    }
+    /// A chunk of a local file, where it is.
+    public struct LocalChunk: Sendable {
+        public let chunk: ContentIndex.Chunk
+        public let at: Location
+        public init(_ chunk: ContentIndex.Chunk, at: Location) {
+            self.chunk = chunk
+            self.at = at
+        }
+    }
+
+    public private(set) var pieces: [Piece]
+
+    /// Bytes the plan takes from local files, and from the remote.
+    public var reused: Int64 { pieces.reduce(0) { $0 + $1.segments.reduce(0) { $0 + ($1.from == nil ? 0 : Int64($1.length)) } } }
+    public var fetched: Int64 { pieces.reduce(0) { $0 + $1.segments.reduce(0) { $0 + ($1.from == nil ? Int64($1.length) : 0) } } }
+    public var size: Int64 { pieces.last.map { $0.offset + Int64($0.length) } ?? 0 }
+
+    /// Each chunk of `pieces` found among `local` (same length and hash; the first found wins)
+    /// is taken from there, the rest fetched; neighbouring runs from one place are merged.
+    public init(pieces indexed: [ContentIndex.Piece], local: [LocalChunk]) {
+        var known: [ContentIndex.Chunk: Location] = [:]
+        known.reserveCapacity(local.count)
+        for c in local where known[c.chunk] == nil { known[c.chunk] = c.at }
+        pieces = indexed.map { piece in
+            var segments: [Segment] = []
+            for chunk in piece.chunks {
+                DeltaPlan.append(Segment(length: chunk.length, from: known[chunk]), to: &segments)
+            }
+            return Piece(offset: piece.offset, length: piece.length, sha256: piece.sha256, segments: segments)
+        }
+    }
+
+    static func append(_ segment: Segment, to segments: inout [Segment]) {
+        if var last = segments.last {
+            let joins: Bool
+            switch (last.from, segment.from) {
+            case (nil, nil): joins = true
+            case let (a?, b?): joins = a.file == b.file && a.offset + Int64(last.length) == b.offset
+            default: joins = false
+            }
+            if joins {
+                last.length += segment.length
+                segments[segments.count - 1] = last
+                return
+            }
+        }
+        segments.append(segment)
+    }
+
+    /// Piece `i` is fetched whole from now on (its local bytes did not verify).
+    public mutating func fetchWhole(_ i: Int) {
+        pieces[i].segments = [Segment(length: pieces[i].length, from: nil)]
+    }
+
+    /// The index of the piece that holds byte `offset` (the plan's end: `pieces.count`).
+    public func piece(at offset: Int64) -> Int {
+        var lo = 0, hi = pieces.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if pieces[mid].offset + Int64(pieces[mid].length) <= offset { lo = mid + 1 } else { hi = mid }
+        }
+        return lo
+    }
+
+    /// Whether the plan saves enough to be worth its requests: at least 1/16 of the file reused.
+    public var worthIt: Bool { reused * 16 >= size && reused > 0 }
+}

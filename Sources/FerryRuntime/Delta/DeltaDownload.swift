@@ -1,0 +1,333 @@
+import CCurl
+import Glibc
+import FerryCore
+
+/// A download that assembles a new version of a large file from bytes the mirror already holds
+/// and ranges of the remote (`DeltaPlan`), piece by piece: a piece's bytes gather in memory (a
+/// piece is at most 3 MiB), and only once they match the piece's SHA-256 from the signed index do
+/// they go to the partial file, in order, where `Download` hashes them for the whole-file check
+/// and checkpoints them. So the partial only ever holds verified pieces, and a relaunch resumes
+/// at the last checkpoint (a piece boundary), whatever the remote's validators.
+///
+/// Local runs are copied in the engine's steps; each run of fetched bytes is one request for
+/// exactly that range (a 206 whose Content-Range is that range of a file of the manifest's size),
+/// or reads at those offsets where the engine's steps read the remote themselves (`file://`,
+/// SFTP). A piece made with local bytes that does not verify is fetched whole; a fetched piece that
+/// fails twice, or a server that will not answer a range as asked, stops the delta
+/// (`deltaStopped`): the file is then fetched whole as any other.
+final class DeltaDownload: Download {
+    private(set) var plan: DeltaPlan
+    /// The local files the plan takes bytes from, by `DeltaPlan.Location.file`.
+    private let sources: [Int32]
+    /// Where the assembly is: the piece, the segment in it, the bytes of that segment done.
+    private var piece = 0
+    private var segment = 0
+    private var segmentDone = 0
+    /// The piece's bytes gathered so far.
+    private let memory = PieceMemory()
+    private var buffer: UnsafeMutableRawPointer { memory.bytes }
+    private var filled = 0
+    private let pieceHasher = SHA256Hasher()
+    /// Tries of each fetched piece whose bytes did not match.
+    private var mismatches: [Int: Int] = [:]
+    private var reusedBytes: Int64 = 0
+    override var reused: Int64 { reusedBytes }
+    /// Why the delta stopped (the file is fetched whole next), when it did.
+    private(set) var deltaStopped: String?
+
+    /// The range being fetched by the current request: its first byte and length, what arrived.
+    private var run: (start: Int64, length: Int64)?
+    private var runReceived: Int64 = 0
+    private var checkedAnswer = false
+    /// The request ended early on purpose (a piece to fetch again): its next one starts there.
+    private var restartRun = false
+    private var request: HTTPRequest?
+    private var more = false
+    private var sourceOpened = false
+
+    static let maximumPiece = ContentIndex.pieceMaximumChunks * ContentChunker.maximum
+
+    /// `resumeFrom`: bytes of the partial kept from an earlier attempt; the assembly goes on from
+    /// the start of the piece that holds that offset.
+    init(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, origin: Origin, partial: PartialFile, resumeFrom: Int64,
+         plan: DeltaPlan, sources: [Int32], clock: any Clock) throws(FerryError) {
+        self.plan = plan
+        self.sources = sources
+        let index = plan.piece(at: min(resumeFrom, partial.length))
+        let start = index < plan.pieces.count ? plan.pieces[index].offset : plan.size
+        piece = index
+        // Any validator keeps the offset: what the partial holds was verified piece by piece.
+        try super.init(task: task, entry: entry, reason: reason, origin: origin, partial: partial, resumeFrom: start,
+                       validator: "delta", clock: clock)
+        validator = nil
+    }
+
+    /// The memory a piece gathers in (a piece is at most 256 chunks of 12 KiB).
+    private final class PieceMemory {
+        let bytes = UnsafeMutableRawPointer.allocate(byteCount: DeltaDownload.maximumPiece, alignment: 16)
+        deinit { bytes.deallocate() }
+    }
+
+    // MARK: where the assembly is
+
+    private enum Work {
+        case local(DeltaPlan.Location, Int)
+        case remote(Int64, Int)
+        case done
+    }
+
+    /// The next bytes to take: from a local file, from the remote (at that offset, that many
+    /// bytes, up to the end of the current segment), or nothing more.
+    private var work: Work {
+        guard piece < plan.pieces.count else { return .done }
+        let p = plan.pieces[piece]
+        let s = p.segments[segment]
+        let left = s.length - segmentDone
+        if let from = s.from { return .local(DeltaPlan.Location(file: from.file, offset: from.offset + Int64(segmentDone)), left) }
+        return .remote(written + Int64(filled), left)
+    }
+
+    /// The fetched range that starts where the assembly is: up to the next local bytes.
+    private func remoteRun() -> (start: Int64, length: Int64) {
+        let start = written + Int64(filled)
+        var end = start
+        var (i, j, done) = (piece, segment, segmentDone)
+        while i < plan.pieces.count {
+            let s = plan.pieces[i].segments[j]
+            if s.from != nil { break }
+            end += Int64(s.length - done)
+            done = 0
+            j += 1
+            if j == plan.pieces[i].segments.count { i += 1; j = 0 }
+        }
+        return (start, end - start)
+    }
+
+    /// Takes `count` bytes of the current segment into the piece; ends the piece when full.
+    /// A failure outcome when the delta cannot go on.
+    private func take(_ bytes: UnsafeRawPointer, count: Int) -> TransferOutcome? {
+        (buffer + filled).copyMemory(from: bytes, byteCount: count)
+        return advance(count)
+    }
+
+    private func advance(_ count: Int) -> TransferOutcome? {
+        filled += count
+        segmentDone += count
+        let p = plan.pieces[piece]
+        guard segmentDone == p.segments[segment].length else { return nil }
+        segment += 1
+        segmentDone = 0
+        guard segment == p.segments.count else { return nil }
+        return endPiece()
+    }
+
+    /// The piece is whole: written to the partial if it matches its hash; otherwise fetched
+    /// whole (local bytes), or once more (fetched bytes), or the delta stops.
+    private func endPiece() -> TransferOutcome? {
+        let p = plan.pieces[piece]
+        pieceHasher.update(buffer, count: filled)
+        let matches = pieceHasher.finalize() == p.sha256
+        segment = 0
+        segmentDone = 0
+        if matches {
+            let local = p.segments.reduce(0) { $0 + ($1.from == nil ? 0 : Int64($1.length)) }
+            let count = filled
+            filled = 0
+            guard append(buffer, count: count) else {
+                return .failed(TransferFailure(message: failure ?? "cannot write the partial file", keepPartial: !discardPartial, cause: failureCause))
+            }
+            reusedBytes += local
+            piece += 1
+            return nil
+        }
+        filled = 0
+        restartRun = true
+        if p.reusesLocalBytes {
+            plan.fetchWhole(piece)
+            return nil
+        }
+        mismatches[piece, default: 0] += 1
+        if mismatches[piece]! < 2 { return nil }
+        return stop("the bytes the remote sent for \(Units.formatBytes(Int64(p.length))) at offset \(p.offset) did not match the file's index twice")
+    }
+
+    /// Stops the delta: the file is fetched whole next (its verified pieces are not kept, as a
+    /// whole download starts from zero without a validator).
+    private func stop(_ why: String) -> TransferOutcome {
+        deltaStopped = why
+        return .failed(TransferFailure(message: why + "; fetching the whole file", keepPartial: false, cause: .rangeNotHonoured))
+    }
+
+    // MARK: Transfer
+
+    override var mode: TransferMode {
+        if origin.stepped != nil { return .steps }
+        if case .remote = work { return .curl }
+        return .steps
+    }
+
+    override var continues: Bool { more }
+
+    override func outcomeWithoutRequest() -> TransferOutcome? {
+        more = false
+        restartRun = false
+        switch work {
+        case .done: return verify()
+        case .local: return nil
+        case .remote:
+            guard case let .request(read) = origin else { return nil }
+            run = remoteRun()
+            runReceived = 0
+            checkedAnswer = false
+            do { request = try read.build(0, nil) } catch {
+                return .failed(TransferFailure(message: error.message, keepPartial: true, cause: error.cause ?? .unusable))
+            }
+            return nil
+        }
+    }
+
+    override func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
+        guard let request, let run else { return }
+        headers = ResponseHeaders()
+        easy.configure(url: request.url, settings: request.settings, extraHeaders: request.headers)
+        easy.set(CURLOPT_RANGE, "\(run.start)-\(run.start + run.length - 1)")
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, downloadWriteCallback)
+        easy.set(CURLOPT_WRITEDATA, pointer: context)
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, downloadHeaderCallback)
+        easy.set(CURLOPT_HEADERDATA, pointer: context)
+    }
+
+    /// The answer to a range must be exactly that range of a file of the manifest's size.
+    private var answerProblem: String? {
+        guard let run else { return "no range was asked" }
+        if headers.status != 206 {
+            return headers.status == 200 ? "the server answered a range request with the whole file (HTTP 200)" : "the server answered a range request with HTTP \(headers.status)"
+        }
+        let expected = (run.start, run.start + run.length - 1, entry.size)
+        guard let text = headers.contentRange, let got = ResponsePolicy.parseContentRange(text),
+              got.first == expected.0, got.last == expected.1, got.total == expected.2 else {
+            return "the server answered bytes \(run.start)-\(run.start + run.length - 1) with Content-Range \(Printable.quoted(headers.contentRange ?? "(none)"))"
+        }
+        return nil
+    }
+
+    private var outcomeOfReceive: TransferOutcome?
+
+    override func receive(_ bytes: UnsafeRawPointer, count: Int) -> Int {
+        if !checkedAnswer {
+            checkedAnswer = true
+            if let problem = answerProblem {
+                outcomeOfReceive = headers.status >= 400 && headers.status != 416
+                    ? .failed(TransferFailure(message: "HTTP \(headers.status) \(headers.reason)".trimmingSpaces() + " to a range request",
+                                              keepPartial: true, cause: .http(status: headers.status)))
+                    : stop(problem)
+                return 0
+            }
+        }
+        guard outcomeOfReceive == nil, let run else { return 0 }
+        guard runReceived + Int64(count) <= run.length else {
+            outcomeOfReceive = stop("the server sent more than the \(run.length) bytes asked for")
+            return 0
+        }
+        runReceived += Int64(count)
+        received += Int64(count)
+        var taken = 0
+        while taken < count {
+            guard case let .remote(_, left) = work else {
+                outcomeOfReceive = stop("the server sent bytes past the range asked for")
+                return 0
+            }
+            let n = min(left, count - taken)
+            if let outcome = take(bytes + taken, count: n) {
+                outcomeOfReceive = outcome
+                return 0
+            }
+            // A piece to fetch again: this request ends, the next starts at the piece.
+            if restartRun { return 0 }
+            taken += n
+        }
+        return count
+    }
+
+    override func finish(code: CURLcode, errorText: String?) -> TransferOutcome {
+        if let outcome = outcomeOfReceive {
+            outcomeOfReceive = nil
+            return outcome
+        }
+        if restartRun {
+            more = true
+            return .succeeded
+        }
+        guard code == CURLE_OK else {
+            var text = Curl.describe(code, errorText: errorText, headers: headers)
+            if code == CURLE_OPERATION_TIMEDOUT && text.contains("too slow") { text = "stalled: " + text }
+            return .failed(TransferFailure(message: text, keepPartial: true, cause: Curl.cause(code, errorText: errorText, headers: headers)))
+        }
+        if !checkedAnswer, let problem = answerProblem { return stop(problem) }
+        if let run, runReceived < run.length {
+            return .failed(TransferFailure(message: "the server sent \(runReceived) of the \(run.length) bytes asked for (truncated)", keepPartial: true, cause: .truncated))
+        }
+        more = true
+        return .succeeded
+    }
+
+    /// Copies local bytes, or reads the remote where the engine's steps read it, a MiB at most;
+    /// hands over to a request when fetched bytes come next.
+    override func step() -> TransferOutcome? {
+        var budget = Download.stepSize
+        while budget > 0 {
+            switch work {
+            case .done:
+                return verify()
+            case let .local(at, left):
+                let n = min(left, budget)
+                let got = pread(sources[at.file], buffer + filled, n, off_t(at.offset))
+                if got < 0 && errno == EINTR { continue }
+                if got <= 0 {
+                    // The local file shrank or cannot be read: what it lacks is fetched instead.
+                    plan.fetchWhole(piece)
+                    filled = 0
+                    segment = 0
+                    segmentDone = 0
+                    continue
+                }
+                budget -= got
+                if let outcome = advance(got) { return outcome }
+            case let .remote(offset, left):
+                guard let source = origin.stepped else {
+                    more = true
+                    return .succeeded
+                }
+                if !sourceOpened {
+                    switch source.open() {
+                    case .wait: return nil
+                    case let .failed(failure): return .failed(failure)
+                    case let .ready(_, size):
+                        if let size, size != entry.size {
+                            return stop("the remote's file is \(size) bytes, the manifest says \(entry.size ?? 0)")
+                        }
+                        sourceOpened = true
+                    }
+                }
+                if let throttle, !throttle.open { return nil }
+                switch source.read(into: buffer + filled, count: min(left, budget), at: offset) {
+                case .wait: return nil
+                case .end: return stop("the remote's file ended at \(offset) bytes")
+                case let .failed(failure): return .failed(failure)
+                case let .bytes(n):
+                    throttle?.take(n)
+                    received += Int64(n)
+                    budget -= n
+                    if let outcome = advance(n) { return outcome }
+                    restartRun = false
+                }
+            }
+        }
+        return nil
+    }
+
+    override func close() {
+        for fd in sources { Glibc.close(fd) }
+        super.close()
+    }
+}

@@ -1,0 +1,65 @@
+import Glibc
+import FerryCore
+
+/// Before a pull's transfers: the content index of each large file to download (its objects
+/// from the session's cache, the rest fetched like the tree's), and, where an older version of
+/// the file is at its path, the plan that takes its bytes from there (`DeltaPlan`). A file whose
+/// index cannot be read, or whose old version holds too little of the new one, is downloaded
+/// whole as before. Runs on the session's thread.
+struct DeltaPreparation {
+    let session: SessionConfig
+    let root: LocalRoot
+    let objects: ManifestObjects
+    let remote: Remote
+    let emit: (Event.Body) -> Void
+
+    struct Prepared {
+        /// The plans, by path, of the files a delta brings.
+        var plans: [RelativePath: DeltaPlan] = [:]
+        /// The index objects the session's cache keeps: those of every indexed file the manifest
+        /// lists that the cache holds, and those read now.
+        var keep: [SHA256Digest] = []
+    }
+
+    func prepare(_ downloads: [Plan.Download], manifest: Manifest) -> Prepared {
+        var prepared = Prepared()
+        let downloading = Set(downloads.map(\.entry.path))
+        for entry in manifest.entries where !downloading.contains(entry.path) {
+            if let index = entry.index { prepared.keep += ContentIndex.names(index) { objects.bytes(of: $0) } }
+        }
+        guard session.delta, remote.base.backend.abilities.contains(.rangedReads) else { return prepared }
+        var refused: [(RelativePath, FerryError)] = []
+        for download in downloads {
+            let entry = download.entry
+            guard let index = entry.index, let size = entry.size, size > 0 else { continue }
+            let pieces: [ContentIndex.Piece]
+            do throws(FerryError) {
+                let read = try ContentIndex.resolve(index, size: size, source: Printable.name(entry.path.string)) { (batch) throws(FerryError) in
+                    try objects.load(batch, source: session.manifestURL)
+                }
+                pieces = read.pieces
+                prepared.keep += read.objects
+            } catch {
+                refused.append((entry.path, error))
+                continue
+            }
+            guard let local = localChunks(of: entry.path) else { continue }
+            let plan = DeltaPlan(pieces: pieces, local: local)
+            if plan.worthIt { prepared.plans[entry.path] = plan }
+        }
+        // One warning for the cause, however many files share it.
+        if let (path, error) = refused.first {
+            let others = refused.count > 1 ? " (and \(Plural.count(refused.count - 1, "more file")))" : ""
+            emit(.warning(message: "\(Printable.name(path.string))\(others): no delta, the whole file is fetched: \(error.message)"))
+        }
+        return prepared
+    }
+
+    /// The chunks of the version of `path` the mirror holds, when it holds a regular file there.
+    private func localChunks(of path: RelativePath) -> [DeltaPlan.LocalChunk]? {
+        guard let held = root.stat(path), held.kind == .file, held.size > 0 else { return nil }
+        guard let fd = try? root.open(path, for: "to reuse its bytes") else { return nil }
+        defer { close(fd) }
+        return try? ContentScan.localChunks(fd, file: 0, what: root.display(path))
+    }
+}
