@@ -22,6 +22,8 @@ Faults (per path, "*" for all):
   "header_bytes": N      add a response header N bytes long (X-Padding)
   "ignore_range": true   answer range requests with 200 and the whole body
   "wrong_range": N       answer range requests with a Content-Range starting N bytes off
+  "flip_ranges": N       flip the first byte of the body of the first N answers to a range
+                         request for the path (-1: of every one), as a cache serving bad bytes
   "etag": "\"x\""        use this ETag (change it to simulate a changed file)
   "no_validators": true  send neither ETag nor Last-Modified
   "no_etag": true        send Last-Modified only (as Python's http.server does)
@@ -279,16 +281,18 @@ class Handler(BaseHTTPRequestHandler):
         if not faults.get("no_validators") and self.headers.get("If-None-Match") == etag:
             return self.simple(304, validators)
 
-        start, status = 0, 200
+        start, end, status = 0, size, 200
         rng = self.headers.get("Range")
         if rng and rng.startswith("bytes=") and not faults.get("ignore_range"):
             if_range = self.headers.get("If-Range")
             if if_range is None or if_range in (etag, last_modified):
-                first = rng[6:].split("-", 1)[0]
+                first, _, last = rng[6:].partition("-")
                 if first.isdigit():
                     start = int(first)
                     if start >= size:
                         return self.simple(416, {"Content-Range": "bytes */%d" % size})
+                    if last.isdigit():
+                        end = min(size, int(last) + 1)
                     status = 206
         headers = dict(validators)
         headers["Accept-Ranges"] = "bytes"
@@ -298,12 +302,12 @@ class Handler(BaseHTTPRequestHandler):
             headers["Repr-Digest"] = "sha-256=:%s:" % digest
         if status == 206:
             shown = start + int(faults.get("wrong_range", 0))
-            headers["Content-Range"] = "bytes %d-%d/%d" % (shown, size - 1, size)
+            headers["Content-Range"] = "bytes %d-%d/%d" % (shown, end - 1, size)
         self.record(status)
         self.send_response(status)
         for k, v in headers.items():
             self.send_header(k, v)
-        self.send_header("Content-Length", str(size - start))
+        self.send_header("Content-Length", str(end - start))
         if "header_bytes" in faults:
             self.send_header("X-Padding", "p" * int(faults["header_bytes"]))
         self.end_headers()
@@ -311,7 +315,13 @@ class Handler(BaseHTTPRequestHandler):
             return
         if "only_first" in faults and n >= faults["only_first"]:
             faults = {k: v for k, v in faults.items() if k not in ("reset_after", "truncate_after", "stall_after")}
-        self.send_body(full, start, size, faults)
+        flips = faults.get("flip_ranges", 0)
+        if status == 206 and flips:
+            with State.lock:
+                done = State.counts.get(("FLIP", path), 0)
+                State.counts[("FLIP", path)] = done + 1
+            faults = dict(faults, flip=flips < 0 or done < flips)
+        self.send_body(full, start, end, faults)
 
     def send_body(self, full, start, size, faults):
         track = faults.get("log_overlap")
@@ -350,7 +360,7 @@ class Handler(BaseHTTPRequestHandler):
             f.seek(start)
             began = time.monotonic()
             while start + sent < size:
-                limit = chunk
+                limit = min(chunk, size - start - sent)
                 for cut in (reset_after, truncate_after, stall_after):
                     if cut is not None:
                         limit = min(limit, max(0, cut - sent))
@@ -367,6 +377,8 @@ class Handler(BaseHTTPRequestHandler):
                     break
                 if start + sent + len(data) >= size:
                     done()
+                if sent == 0 and faults.get("flip"):
+                    data = bytes([data[0] ^ 0xFF]) + data[1:]
                 try:
                     self.wfile.write(data)
                 except (BrokenPipeError, ConnectionResetError):

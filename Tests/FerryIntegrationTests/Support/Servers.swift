@@ -144,6 +144,23 @@ final class NginxServer {
 
     func clearLog() { try? "".write(toFile: accessLog, atomically: false, encoding: .utf8) }
 
+    /// The body bytes nginx sent (its own count, `$body_bytes_sent`) for requests whose path
+    /// `matches`, and how many requests those were.
+    func bytesSent(_ matches: (String) -> Bool) -> (bytes: Int, requests: Int) {
+        guard let text = try? String(contentsOfFile: accessLog, encoding: .utf8) else { return (0, 0) }
+        var total = (bytes: 0, requests: 0)
+        for line in text.split(separator: "\n") {
+            let quoted = line.split(separator: "\"")
+            guard quoted.count >= 3 else { continue }
+            let request = quoted[1].split(separator: " ")
+            let fields = quoted[2].split(separator: " ")
+            guard request.count >= 2, matches(String(request[1])), fields.count >= 2, let bytes = Int(fields[1]) else { continue }
+            total.bytes += bytes
+            total.requests += 1
+        }
+        return total
+    }
+
     /// A proxy's requests with what signed them: the access key and region of the SigV4
     /// `Authorization` header (nil: unsigned) and the session token sent (nil: none).
     func signedRequests() -> [(method: String, path: String, status: Int, accessKey: String?, region: String?, token: String?)] {

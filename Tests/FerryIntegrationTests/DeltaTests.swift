@@ -1,0 +1,181 @@
+import Foundation
+import Testing
+
+/// Delta transfers end to end, through the binary: a changed large file costs a mirror about
+/// what changed (the server's own count), every byte verified; a remote that serves wrong bytes
+/// for a range, or will not answer ranges, never gets a wrong byte placed.
+@Suite(.serialized)
+struct DeltaTests {
+    /// Bytes from a fixed seed: the same in every run.
+    static func bytes(_ count: Int, seed: UInt64) -> [UInt8] {
+        var state = seed
+        var out = [UInt8](repeating: 0, count: count)
+        var i = 0
+        while i < count {
+            state &+= 0x9e37_79b9_7f4a_7c15
+            var z = state
+            z = (z ^ (z >> 30)) &* 0xbf58_476d_1ce4_e5b9
+            z = (z ^ (z >> 27)) &* 0x94d0_49bb_1331_11eb
+            z ^= z >> 31
+            for k in 0..<8 where i + k < count { out[i + k] = UInt8(truncatingIfNeeded: z >> (8 * UInt64(k))) }
+            i += 8
+        }
+        return out
+    }
+
+    static let size = 6 << 20
+
+    /// The new version: a 64 KiB run rewritten, three 4 KiB writes, 1 KiB inserted (77 KiB in all).
+    static func changed(_ old: [UInt8]) -> [UInt8] {
+        var data = old
+        data.replaceSubrange((1 << 20)..<((1 << 20) + 65_536), with: bytes(65_536, seed: 11))
+        for (i, at) in [2_600_000, 3_400_000, 4_200_000].enumerated() {
+            data.replaceSubrange(at..<(at + 4096), with: bytes(4096, seed: 20 + UInt64(i)))
+        }
+        data.insert(contentsOf: bytes(1024, seed: 30), at: 5 << 20)
+        return data
+    }
+    static let changedBytes = 65_536 + 3 * 4096 + 1024
+
+    /// Publishes the first version, mirrors it, then publishes the changed one.
+    static func mirrorThenChange(_ box: Sandbox, session: [String] = [], remote: String) -> (old: [UInt8], new: [UInt8]) {
+        let old = bytes(size, seed: 1)
+        box.publish("big.bin", Data(old))
+        box.publish("small.txt", "small\n")
+        box.buildManifest()
+        box.configure(remote: remote, session: session)
+        let first = box.sync(["--json"])
+        #expect(first.exitCode == 0, "\(first.output)")
+        #expect(FileManager.default.contents(atPath: box.localPath("big.bin")) == Data(old))
+        let new = changed(old)
+        box.publish("big.bin", Data(new))
+        box.publish("small.txt", "small, changed\n")
+        box.buildManifest()
+        return (old, new)
+    }
+
+    static func fileDone(_ run: FerryRun, _ path: String = "big.bin") -> (fetched: Int, reused: Int)? {
+        guard let e = run.events(named: "file-done").first(where: { $0["path"] as? String == path }) else { return nil }
+        return ((e["fetched"] as? Int) ?? -1, (e["reused"] as? Int) ?? 0)
+    }
+
+    @Test func aChangedLargeFileCostsAboutWhatChangedOverHTTP() throws {
+        let server = try NginxServer()
+        defer { server.stop() }
+        let box = Sandbox("delta-http", published: server.root)
+        let (_, new) = Self.mirrorThenChange(box, remote: server.url)
+        let indexObjects = (try? FileManager.default.contentsOfDirectory(atPath: server.root + "/.ferry/meta"))?.count ?? 0
+        server.clearLog()
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(FileManager.default.contents(atPath: box.localPath("big.bin")) == Data(new), "the new version, byte for byte")
+        let done = try #require(Self.fileDone(run), "\(run.output)")
+        #expect(done.reused + done.fetched == new.count, "every byte either reused or fetched: \(done)")
+        #expect(done.fetched < Self.changedBytes + 100_000, "fetched about what changed: \(done.fetched) for \(Self.changedBytes)")
+        // nginx's own count of what it sent for the file, every request a bounded range.
+        let sent = server.bytesSent { $0 == "/big.bin" }
+        #expect(sent.bytes == done.fetched && sent.requests >= 2, "\(sent)")
+        #expect(server.requests().filter { $0.path == "/big.bin" }.allSatisfy { $0.status == 206 }, "ranges only")
+        // The index: only the objects that changed came over the network.
+        let meta = server.bytesSent { $0.hasPrefix("/.ferry/meta/") }
+        #expect(meta.requests > 0 && meta.requests < indexObjects / 2, "\(meta.requests) of \(indexObjects) objects fetched")
+        #expect(meta.bytes < 20_000, "\(meta.bytes) bytes of metadata")
+        // In sync: a second run fetches nothing.
+        server.clearLog()
+        #expect(box.sync().exitCode == 0)
+        #expect(server.bytesSent { $0 == "/big.bin" }.requests == 0)
+    }
+
+    @Test func aRangeServedWithAFlippedByteIsFetchedAgain() throws {
+        let box = Sandbox("delta-flip")
+        let server = try PythonServer(directory: box.published)
+        defer { server.stop() }
+        let (_, new) = Self.mirrorThenChange(box, remote: server.url)
+        server.setFaults(["/big.bin": ["flip_ranges": 1]])
+        server.clearLog()
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(FileManager.default.contents(atPath: box.localPath("big.bin")) == Data(new))
+        let done = try #require(Self.fileDone(run), "\(run.output)")
+        #expect(done.reused > Self.size / 2, "still a delta: \(done)")
+        #expect(run.events(named: "warning").isEmpty, "a piece fetched again is not worth a word: \(run.output)")
+        let ranges = server.requests().filter { $0["path"] as? String == "/big.bin" }.compactMap { $0["range"] as? String }
+        #expect(ranges.allSatisfy { $0.range(of: #"^bytes=\d+-\d+$"#, options: .regularExpression) != nil }, "bounded ranges: \(ranges)")
+        let starts = Self.ranges(server).map(\.first)
+        #expect(zip(starts, starts.dropFirst()).contains { $1 <= $0 }, "the bad piece was asked for again: \(starts)")
+    }
+
+    /// The ranges the test server was asked for the file, in order.
+    static func ranges(_ server: PythonServer) -> [(first: Int, last: Int)] {
+        server.requests().filter { $0["path"] as? String == "/big.bin" }.compactMap { $0["range"] as? String }.compactMap { text in
+            let parts = text.dropFirst("bytes=".count).split(separator: "-")
+            guard parts.count == 2, let a = Int(parts[0]), let b = Int(parts[1]) else { return nil }
+            return (a, b)
+        }
+    }
+
+    @Test func aServerThatAlwaysServesWrongBytesGetsTheWholeFileFetched() throws {
+        let box = Sandbox("delta-liar")
+        let server = try PythonServer(directory: box.published)
+        defer { server.stop() }
+        let (_, new) = Self.mirrorThenChange(box, remote: server.url)
+        server.setFaults(["/big.bin": ["flip_ranges": -1]])
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(FileManager.default.contents(atPath: box.localPath("big.bin")) == Data(new), "no wrong byte placed")
+        let warnings = run.events(named: "warning").compactMap { $0["message"] as? String }
+        #expect(warnings.count == 1 && warnings[0].contains("did not match the file's index twice; fetching the whole file"), "\(warnings)")
+        let done = try #require(Self.fileDone(run))
+        #expect(done.reused == 0 && done.fetched == new.count, "fetched whole: \(done)")
+    }
+
+    @Test func aServerThatIgnoresRangesGetsTheWholeFileFetched() throws {
+        let box = Sandbox("delta-norange")
+        let server = try PythonServer(directory: box.published)
+        defer { server.stop() }
+        let (_, new) = Self.mirrorThenChange(box, remote: server.url)
+        server.setFaults(["/big.bin": ["ignore_range": true]])
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(FileManager.default.contents(atPath: box.localPath("big.bin")) == Data(new))
+        let warnings = run.events(named: "warning").compactMap { $0["message"] as? String }
+        #expect(warnings.count == 1 && warnings[0].contains("answered a range request with the whole file (HTTP 200)"), "\(warnings)")
+    }
+
+    @Test func damagedLocalBytesAreFetchedNotPlaced() throws {
+        let box = Sandbox("delta-damaged")
+        let server = try PythonServer(directory: box.published)
+        defer { server.stop() }
+        let (_, new) = Self.mirrorThenChange(box, remote: server.url)
+        server.clearLog()
+        // The mirror's old version is damaged in place: a piece built from it does not verify
+        // and is fetched whole.
+        let fd = open(box.localPath("big.bin"), O_WRONLY)
+        var junk = [UInt8](repeating: 0x5A, count: 100)
+        _ = pwrite(fd, &junk, 100, 400_000)
+        close(fd)
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(FileManager.default.contents(atPath: box.localPath("big.bin")) == Data(new))
+        let done = try #require(Self.fileDone(run))
+        #expect(done.reused > Self.size / 2 && done.fetched < 400_000, "\(done)")
+        #expect(Self.ranges(server).contains { $0.first <= 400_000 && $0.last >= 400_099 }, "the damaged bytes came from the remote")
+    }
+
+    @Test func deltaNoFetchesWholeFilesAndFileRemotesTakeDeltasToo() throws {
+        let off = Sandbox("delta-off")
+        _ = Self.mirrorThenChange(off, session: ["delta = no"], remote: "file://" + off.published + "/")
+        let plain = off.sync(["--json"])
+        #expect(plain.exitCode == 0, "\(plain.output)")
+        let whole = try #require(Self.fileDone(plain))
+        #expect(whole.reused == 0 && whole.fetched > Self.size, "\(whole)")
+
+        let on = Sandbox("delta-file")
+        let (_, new) = Self.mirrorThenChange(on, remote: "file://" + on.published + "/")
+        let run = on.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(FileManager.default.contents(atPath: on.localPath("big.bin")) == Data(new))
+        let done = try #require(Self.fileDone(run))
+        #expect(done.reused > Self.size - 200_000 && done.fetched < Self.changedBytes + 100_000, "\(done)")
+    }
+}
