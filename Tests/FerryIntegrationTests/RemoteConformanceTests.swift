@@ -509,6 +509,46 @@ struct RemoteConformanceTests {
         if let word = w.fixture.dialect.missingWord { #expect(run.outcome.contains(word), "the store's own error code is said: \(run.outcome)") }
     }
 
+    /// A delta (`DeltaDownload`) on every remote: the published file assembled from an older
+    /// version held locally and ranges of the remote (or reads at offsets), run alone on an engine
+    /// that sweeps once a minute; the old version is damaged after it was planned from, so a
+    /// piece built from local bytes fails its check and is fetched whole; the result is the
+    /// published file, and about what changed crossed the network.
+    @Test(arguments: Kind.allCases)
+    func assemblesADeltaFromLocalBytesAndTheRemote(kind: Kind) throws {
+        let w = try World(kind)
+        let fd = open(w.root + "/data.bin", O_RDONLY)
+        let indexed = try ContentScan.index(fd, what: "data.bin")
+        close(fd)
+        let store = Dictionary(indexed.index!.objects.map { ($0.sha256, $0.bytes) }, uniquingKeysWith: { a, _ in a })
+        let pieces = try ContentIndex.resolve(indexed.index!.reference, size: indexed.size, source: "data.bin") { $0.map { store[$0] ?? [] } }.pieces
+        var old = w.content
+        old.replaceSubrange(500_000..<510_000, with: randomData(10_000, seed: 5))
+        old.replaceSubrange(2_000_000..<2_004_096, with: randomData(4096, seed: 6))
+        let oldPath = w.scratch + "/old.bin"
+        try old.write(to: URL(fileURLWithPath: oldPath))
+        let oldFD = open(oldPath, O_RDWR)
+        let plan = DeltaPlan(pieces: pieces, local: try ContentScan.localChunks(oldFD, file: 0, what: "old.bin"))
+        #expect(plan.worthIt && plan.fetched < 60_000, "\(plan.fetched)")
+        var junk = [UInt8](repeating: 0xA5, count: 64)
+        _ = pwrite(oldFD, &junk, 64, 1_500_000)
+        let entry = ManifestEntry(path: w.entry.path, size: w.entry.size, sha256: w.entry.sha256, index: indexed.index!.reference)
+        let partial = w.partial()
+        let delta = try DeltaDownload(task: w.task(), entry: entry, reason: .changed, origin: w.remote.origin(of: entry.path),
+                                      partial: PartialFile(fd: partial, length: 0), resumeFrom: 0, plan: plan, sources: [oldFD], clock: SystemClock())
+        let run = try OneShot.alone(delta)
+        _ = delta.syncData()
+        var bytes = Data(count: Int(delta.bytesOnDisk))
+        bytes.withUnsafeMutableBytes { _ = pread(partial, $0.baseAddress, $0.count, 0) }
+        delta.close()
+        #expect(run.outcome == "succeeded", "\(run.outcome)")
+        #expect(w.holdsContent(bytes), "\(bytes.count) bytes")
+        let damagedPiece = pieces.first { $0.offset <= 1_500_000 && $0.offset + Int64($0.length) > 1_500_000 }!
+        #expect(delta.received >= Int64(damagedPiece.length) && delta.received < plan.fetched + Int64(damagedPiece.length) + 1,
+                "the changes and the damaged piece came from the remote: \(delta.received)")
+        #expect(delta.reused + delta.received == Int64(w.content.count))
+    }
+
     /// A partial kept under a validator the remote no longer holds (the file was replaced since)
     /// is never continued with the new file's bytes: nginx answers the `If-Range` with the whole
     /// new file; S3 refuses the `If-Match` (412) and the file starts again from zero.
