@@ -162,6 +162,62 @@ struct DeltaTests {
         #expect(Self.ranges(server).contains { $0.first <= 400_000 && $0.last >= 400_099 }, "the damaged bytes came from the remote")
     }
 
+    /// `kill -9` at random moments of a delta (the server sends 400 KB/s, so the delta takes a
+    /// few seconds): the file at its path is always the old version or the new one, a relaunch
+    /// resumes the assembly from its last checkpoint, and what the kills cost is bounded.
+    @Test func killNineDuringADeltaNeverMixesVersionsAndResumes() throws {
+        let env = ProcessInfo.processInfo.environment
+        let kills = Int(env["FERRY_KILLS"] ?? "") ?? (env["FERRY_SOAK"] != nil ? 40 : 10)
+        let seed = UInt64(env["FERRY_SEED"] ?? "") ?? UInt64(Date().timeIntervalSince1970 * 1000)
+        var random = CrashTests.SeededRandom(state: seed)
+        print("delta kill -9 test: \(kills) kills, FERRY_SEED=\(seed)")
+        let box = Sandbox("delta-kill")
+        let old = Self.bytes(8 << 20, seed: 41)
+        var new = old
+        // 1.5 MB changed in 48 runs of 32 KiB, spread over the file.
+        for k in 0..<48 {
+            let at = 100_000 + k * 170_000
+            new.replaceSubrange(at..<(at + 32_768), with: Self.bytes(32_768, seed: 100 + UInt64(k)))
+        }
+        box.publish("big.bin", Data(old))
+        box.buildManifest()
+        let server = try PythonServer(directory: box.published)
+        defer { server.stop() }
+        box.configure(remote: server.url)
+        #expect(box.sync().exitCode == 0)
+
+        // What the delta costs without a kill, measured on a copy of the mirror.
+        let reference = Sandbox("delta-kill-ref", published: box.published)
+        reference.configure(remote: server.url)
+        #expect(reference.sync().exitCode == 0)
+        box.publish("big.bin", Data(new))
+        box.buildManifest()
+        let uninterrupted = try #require(Self.fileDone(reference.sync(["--json"])))
+        #expect(uninterrupted.reused > 6_000_000, "\(uninterrupted)")
+
+        server.setFaults(["/big.bin": ["rate": 400_000]])
+        server.clearLog()
+        let versions: Set<Data> = [Data(old), Data(new)]
+        var outputs: [String] = []
+        for i in 0..<kills {
+            let out = box.directory + "/run\(i).jsonl"
+            outputs.append(out)
+            let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--json"], stdout: out, stderr: box.directory + "/err\(i)")
+            let (_, moment) = CrashTests.kill(child, within: 0.3...1.6, using: &random)
+            let held = FileManager.default.contents(atPath: box.localPath("big.bin")) ?? Data()
+            #expect(versions.contains(held), "after kill \(i + 1) \(moment): big.bin is neither version (seed \(seed))")
+        }
+        server.setFaults([:])
+        let resumed = CrashTests.finishAndCheckResumes(box, outputs: outputs, seed: seed)
+        #expect(FileManager.default.contents(atPath: box.localPath("big.bin")) == Data(new))
+        // Every range asked for, over all the runs: at most what the uninterrupted delta fetched
+        // plus what each kill can lose (up to 64 KiB fetched since the last checkpoint, the piece
+        // being gathered, the range being asked).
+        let asked = Self.ranges(server).reduce(0) { $0 + $1.last - $1.first + 1 }
+        print("delta kill -9 test: \(resumed) resumes; ranges asked \(asked) bytes against \(uninterrupted.fetched) uninterrupted")
+        #expect(asked <= uninterrupted.fetched + kills * 150_000, "\(asked) asked for an uninterrupted \(uninterrupted.fetched) (seed \(seed))")
+    }
+
     @Test func deltaNoFetchesWholeFilesAndFileRemotesTakeDeltasToo() throws {
         let off = Sandbox("delta-off")
         _ = Self.mirrorThenChange(off, session: ["delta = no"], remote: "file://" + off.published + "/")

@@ -31,6 +31,8 @@ final class DeltaDownload: Download {
     /// Tries of each fetched piece whose bytes did not match.
     private var mismatches: [Int: Int] = [:]
     private var reusedBytes: Int64 = 0
+    private var receivedAtCheckpoint: Int64 = 0
+    static let fetchedCheckpoint: Int64 = 64 << 10
     override var reused: Int64 { reusedBytes }
     /// Why the delta stopped (the file is fetched whole next), when it did.
     private(set) var deltaStopped: String?
@@ -138,6 +140,12 @@ final class DeltaDownload: Download {
             }
             reusedBytes += local
             piece += 1
+            // Fetched bytes are what a kill would cost again: checkpointed every 64 KiB of them
+            // (at a piece's end, where the partial can end), besides every 2 MiB written.
+            if received - receivedAtCheckpoint >= DeltaDownload.fetchedCheckpoint {
+                receivedAtCheckpoint = received
+                takeCheckpoint()
+            }
             return nil
         }
         filled = 0
