@@ -22,6 +22,8 @@ Faults (per path, "*" for all):
   "header_bytes": N      add a response header N bytes long (X-Padding)
   "ignore_range": true   answer range requests with 200 and the whole body
   "wrong_range": N       answer range requests with a Content-Range starting N bytes off
+  "log_sent": true       log {"sent": N, "sent_path": path} once a body ends (sent whole or cut
+                         short by the client): the bytes that really left
   "flip_ranges": N       flip the first byte of the body of the first N answers to a range
                          request for the path (-1: of every one), as a cache serving bad bytes
   "etag": "\"x\""        use this ETag (change it to simulate a changed file)
@@ -338,15 +340,19 @@ class Handler(BaseHTTPRequestHandler):
         def done():
             with State.lock:
                 State.sending.pop(id(me), None)
+        sent = [0]
         try:
-            self.send_bytes(full, start, size, faults, done)
+            self.send_bytes(full, start, size, faults, done, sent)
         finally:
             done()
+            if faults.get("log_sent") and State.options.log:
+                with State.lock, open(State.options.log, "a") as f:
+                    f.write(json.dumps({"sent": sent[0], "sent_path": self.path}) + "\n")
             if counted and State.options.log:
                 with State.lock, open(State.options.log, "a") as f:
                     f.write(json.dumps({"method": "BODY", "path": self.path, "overlapped": overlapped[0]}) + "\n")
 
-    def send_bytes(self, full, start, size, faults, done=lambda: None):
+    def send_bytes(self, full, start, size, faults, done=lambda: None, counted=None):
         """done() is called before the last piece is written: the client can start its next
         request only after it has that piece, so a busy host that runs this thread late never
         makes the next body look overlapped."""
@@ -384,6 +390,8 @@ class Handler(BaseHTTPRequestHandler):
                 except (BrokenPipeError, ConnectionResetError):
                     return
                 sent += len(data)
+                if counted is not None:
+                    counted[0] = sent
                 # No pacing after the last byte: the body is sent, and a client that starts its
                 # next request now must not see this one as still sending ("overlapped").
                 if rate and start + sent < size:
@@ -403,6 +411,9 @@ def main():
     parser.add_argument("--dav", action="store_true")
     parser.add_argument("--digests", action="store_true")
     State.options = parser.parse_args()
+    # A listen backlog like nginx's: with Python's default of 5, a client opening several
+    # connections at once has some of its SYNs dropped and retried a second later.
+    ThreadingHTTPServer.request_queue_size = 128
     server = ThreadingHTTPServer(("127.0.0.1", State.options.port), Handler)
     server.daemon_threads = True
     server.serve_forever()

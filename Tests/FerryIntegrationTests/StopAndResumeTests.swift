@@ -25,7 +25,7 @@ struct StopAndResumeTests {
         let stopped = box.sync(["--max-duration", "1s", "--json"])
         #expect(stopped.exitCode == 3, "\(stopped.output)")
         #expect(Date().timeIntervalSince(started) < 10, "stopped near the deadline")
-        let interrupted = try #require(stopped.events(named: "file-interrupted").first)
+        let interrupted = try #require(stopped.events(named: "file-interrupted").first, "\(stopped.output)")
         let kept = try #require(interrupted["offset"] as? Int)
         #expect(kept > 0 && kept < content.count)
         #expect(!FileManager.default.fileExists(atPath: box.localPath("slow.bin")), "no partial bytes at the final path")

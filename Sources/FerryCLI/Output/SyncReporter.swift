@@ -120,7 +120,7 @@ final class SyncReporter: EventSink {
         case .replaced, .fileResumed, .fileRestarted, .fileFailed, .fileDeleted, .fileRetrying, .fileWaiting, .fileDelayed, .delayedDue,
              .fileSuspended, .fileInterrupted, .fileStarted, .fileDone, .metadataFixed:
             humanFile(event)
-        case .manifestFetched, .planned, .planItem, .checked, .manifestBuilt:
+        case .manifestFetched, .planned, .deltaPlanned, .planItem, .checked, .manifestBuilt:
             humanPlan(event)
         case .sessionState, .agent, .uploadsVerified, .generationSwitched, .warning, .syncFinished, .manifestRetrying, .syncStarted,
              .checkFinished, .sessionHeld:
@@ -214,6 +214,13 @@ final class SyncReporter: EventSink {
             if p.extrasKept > 0 { parts.append("\(Plural.count(p.extrasKept, "extra local file")) kept (delete = no)") }
             if p.skipped > 0 { parts.append("\(p.skipped) not publishable (symlinks, special files or names a manifest cannot carry)") }
             line("\(s): " + parts.joined(separator: ", "))
+        case let .deltaPlanned(files, reused, fetch, whole):
+            var parts: [String] = []
+            if files > 0 {
+                parts.append("delta for \(Plural.count(files, "file")): \(Units.formatBytes(reused)) reused from local data, \(Units.formatBytes(fetch)) to fetch")
+            }
+            if whole > 0 { parts.append("\(Plural.count(whole, "indexed file")) fetched whole (too little of \(whole == 1 ? "it" : "them") held locally)") }
+            line("\(s): " + parts.joined(separator: "; "))
         case let .planItem(action, path, reason, size):
             let verb: String
             switch action {

@@ -58,6 +58,10 @@ public struct Event: Sendable {
         /// A manifest fetch failed in a way that may pass (`RetryClass`); try `attempt` follows after `delay` seconds.
         case manifestRetrying(url: String, attempt: Int, delay: Double, error: String)
         case planned(PlanSummary)
+        /// Delta (pull): `files` changed large files are assembled from `reused` bytes the mirror
+        /// holds and `fetch` bytes of ranges; `whole` indexed files are fetched whole, too little
+        /// of them being held locally.
+        case deltaPlanned(files: Int, reused: Int64, fetch: Int64, whole: Int)
         /// One line of a dry run's plan: `action` is download, replace, delete, refused-delete,
         /// fix-metadata or blocked; `reason` says why.
         case planItem(action: String, path: RelativePath, reason: String?, size: Int64?)
@@ -131,6 +135,7 @@ public struct Event: Sendable {
         case .manifestFetched: return "manifest-fetched"
         case .manifestRetrying: return "manifest-retrying"
         case .planned: return "planned"
+        case .deltaPlanned: return "delta-planned"
         case .planItem: return "plan-item"
         case .manifestBuilt: return "manifest-built"
         case .checked: return "checked"
@@ -185,7 +190,7 @@ public struct Event: Sendable {
         case .replaced, .fileStarted, .fileResumed, .fileInterrupted, .fileSuspended, .fileRestarted, .fileRetrying, .fileDelayed, .delayedDue,
              .fileWaiting, .fileDone, .fileFailed, .metadataFixed, .fileDeleted:
             fields.appendFile(body)
-        case .syncStarted, .manifestFetched, .manifestRetrying, .planned, .planItem, .uploadsVerified, .generationSwitched, .warning,
+        case .syncStarted, .manifestFetched, .manifestRetrying, .planned, .deltaPlanned, .planItem, .uploadsVerified, .generationSwitched, .warning,
              .manifestBuilt, .checked, .checkFinished, .sessionState, .sessionHeld, .agent, .syncFinished:
             fields.appendRun(body)
         }
@@ -258,6 +263,8 @@ private struct JSONFields {
             n("downloads", Int64(p.transfers)); n("bytes", p.bytes); n("unknown_sizes", Int64(p.unknownSizes)); n("metadata_fixes", Int64(p.metadataFixes))
             n("deletions", Int64(p.deletions)); n("up_to_date", Int64(p.upToDate)); n("hashed", Int64(p.hashed)); n("extras_kept", Int64(p.extrasKept))
             n("skipped", Int64(p.skipped))
+        case let .deltaPlanned(files, reused, fetch, whole):
+            n("files", Int64(files)); n("reused", reused); n("fetch", fetch); n("whole", Int64(whole))
         case let .planItem(action, path, reason, size):
             s("action", action); s("path", path.string)
             if let reason { s("reason", reason) }
@@ -325,7 +332,7 @@ extension Event.Body {
             return unchanged ? .debug : .info
         case let .planned(summary):
             return summary.isIdle ? .debug : .info
-        case .planItem, .replaced, .fileResumed, .fileRestarted, .fileDelayed, .delayedDue, .fileSuspended, .sessionHeld,
+        case .deltaPlanned, .planItem, .replaced, .fileResumed, .fileRestarted, .fileDelayed, .delayedDue, .fileSuspended, .sessionHeld,
              .fileInterrupted, .fileDone, .uploadsVerified, .metadataFixed, .fileDeleted, .generationSwitched, .manifestBuilt, .checked:
             return .info
         }

@@ -84,6 +84,9 @@ private struct EventFields {
                   let upToDate = int("up_to_date"), let hashed = int("hashed"), let extras = int("extras_kept") else { return nil }
             return .planned(PlanSummary(transfers: downloads, bytes: bytes, unknownSizes: int("unknown_sizes") ?? 0, metadataFixes: fixes,
                                         deletions: deletions, upToDate: upToDate, hashed: hashed, extrasKept: extras, skipped: int("skipped") ?? 0))
+        case "delta-planned":
+            guard let files = int("files"), let reused = int64("reused"), let fetch = int64("fetch"), let whole = int("whole") else { return nil }
+            return .deltaPlanned(files: files, reused: reused, fetch: fetch, whole: whole)
         case "plan-item":
             guard let action = text("action"), let p = path() else { return nil }
             return .planItem(action: action, path: p, reason: text("reason"), size: int64("size"))

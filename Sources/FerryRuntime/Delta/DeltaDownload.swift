@@ -32,7 +32,7 @@ final class DeltaDownload: Download {
     private var mismatches: [Int: Int] = [:]
     private var reusedBytes: Int64 = 0
     private var receivedAtCheckpoint: Int64 = 0
-    static let fetchedCheckpoint: Int64 = 64 << 10
+    static let fetchedCheckpoint: Int64 = 32 << 10
     override var reused: Int64 { reusedBytes }
     /// Why the delta stopped (the file is fetched whole next), when it did.
     private(set) var deltaStopped: String?
@@ -140,7 +140,7 @@ final class DeltaDownload: Download {
             }
             reusedBytes += local
             piece += 1
-            // Fetched bytes are what a kill would cost again: checkpointed every 64 KiB of them
+            // Fetched bytes are what a kill would cost again: checkpointed every 32 KiB of them
             // (at a piece's end, where the partial can end), besides every 2 MiB written.
             if received - receivedAtCheckpoint >= DeltaDownload.fetchedCheckpoint {
                 receivedAtCheckpoint = received

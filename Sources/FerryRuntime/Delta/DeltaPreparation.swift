@@ -19,6 +19,8 @@ struct DeltaPreparation {
         /// The index objects the session's cache keeps: those of every indexed file the manifest
         /// lists that the cache holds, and those read now.
         var keep: [SHA256Digest] = []
+        /// The files whose index was read.
+        var resolved = Set<RelativePath>()
     }
 
     func prepare(_ downloads: [Plan.Download], manifest: Manifest) -> Prepared {
@@ -29,23 +31,29 @@ struct DeltaPreparation {
         }
         guard session.delta, remote.base.backend.abilities.contains(.rangedReads) else { return prepared }
         var refused: [(RelativePath, FerryError)] = []
+        var whole = 0
         for download in downloads {
             let entry = download.entry
-            guard let index = entry.index, let size = entry.size, size > 0 else { continue }
+            // Only a file with an older version at its path can take a delta now; the index of
+            // any other is read after the transfers (`cacheIndexes`), for its next update.
+            guard let index = entry.index, let size = entry.size, size > 0, let held = root.stat(entry.path), held.kind == .file, held.size > 0 else { continue }
             let pieces: [ContentIndex.Piece]
             do throws(FerryError) {
-                let read = try ContentIndex.resolve(index, size: size, source: Printable.name(entry.path.string)) { (batch) throws(FerryError) in
-                    try objects.load(batch, source: session.manifestURL)
-                }
+                let read = try resolve(index, of: entry.path, size: size)
                 pieces = read.pieces
                 prepared.keep += read.objects
             } catch {
                 refused.append((entry.path, error))
                 continue
             }
+            prepared.resolved.insert(entry.path)
             guard let local = localChunks(of: entry.path) else { continue }
             let plan = DeltaPlan(pieces: pieces, local: local)
-            if plan.worthIt { prepared.plans[entry.path] = plan }
+            if plan.worthIt { prepared.plans[entry.path] = plan } else { whole += 1 }
+        }
+        if !prepared.plans.isEmpty || whole > 0 {
+            let plans = prepared.plans.values
+            emit(.deltaPlanned(files: plans.count, reused: plans.reduce(0) { $0 + $1.reused }, fetch: plans.reduce(0) { $0 + $1.fetched }, whole: whole))
         }
         // One warning for the cause, however many files share it.
         if let (path, error) = refused.first {
@@ -53,6 +61,25 @@ struct DeltaPreparation {
             emit(.warning(message: "\(Printable.name(path.string))\(others): no delta, the whole file is fetched: \(error.message)"))
         }
         return prepared
+    }
+
+    /// After the transfers: the indexes of the files fetched whole, read into the cache so their
+    /// next update fetches only the index objects that changed. Returns the objects read; one that
+    /// cannot be read now is read when the file next changes.
+    func cacheIndexes(_ downloads: [Plan.Download], skipping prepared: Prepared) -> [SHA256Digest] {
+        guard session.delta, remote.base.backend.abilities.contains(.rangedReads) else { return [] }
+        var read: [SHA256Digest] = []
+        for download in downloads where !prepared.resolved.contains(download.entry.path) {
+            guard let index = download.entry.index, let size = download.entry.size, size > 0 else { continue }
+            if let objects = try? resolve(index, of: download.entry.path, size: size).objects { read += objects }
+        }
+        return read
+    }
+
+    private func resolve(_ index: ContentIndex.Reference, of path: RelativePath, size: Int64) throws(FerryError) -> (pieces: [ContentIndex.Piece], objects: [SHA256Digest]) {
+        try ContentIndex.resolve(index, size: size, source: Printable.name(path.string)) { (batch) throws(FerryError) in
+            try objects.load(batch, source: session.manifestURL)
+        }
     }
 
     /// The chunks of the version of `path` the mirror holds, when it holds a regular file there.

@@ -37,13 +37,14 @@ final class PullSync: SessionWork {
 
         let tasks = try queue(plan, manifest: fetched.manifest, locate: locate, root: root, store: store)
         var unstorableMtimes = try fixMetadata(plan, root: root, store: store, result: &result)
-        let deltas = DeltaPreparation(session: session, root: root, objects: fetched.objects, remote: remote, emit: { [unowned self] in self.emit($0) })
-            .prepare(plan.downloads, manifest: fetched.manifest)
+        let preparation = DeltaPreparation(session: session, root: root, objects: fetched.objects, remote: remote, emit: { [unowned self] in self.emit($0) })
+        let deltas = preparation.prepare(plan.downloads, manifest: fetched.manifest)
         indexObjects = deltas.keep
         var localIOError: String?
         let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, remote: remote, locate: locate, deltas: deltas.plans,
                                    result: &result, localIOError: &localIOError, unstorableMtimes: &unstorableMtimes)
         sayUnstorable(unstorableMtimes)
+        if stopped == nil { indexObjects += preparation.cacheIndexes(plan.downloads, skipping: deltas) }
 
         try commitDeletions(plan, root: root, stopped: stopped, store: store, result: &result)
         let outcome = RunOutcome(localIOFailed: localIOError != nil, counts: result.counts, deletionsRefused: plan.refusedDeletions != nil,
