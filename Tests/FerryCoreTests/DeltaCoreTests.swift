@@ -199,5 +199,7 @@ struct DeltaCoreTests {
                        ManifestEntry(path: RelativePath(trusted: "b.txt"), size: 5, sha256: reference.sha256)]
         let built = ManifestTree.build(entries, hash: ManifestTreeTests.digest)
         #expect(try ManifestTreeTests.resolve(built) == entries)
+        // A million entries are held at once: the index costs an entry without one a pointer.
+        #expect(MemoryLayout<ManifestEntry>.stride <= 96, "\(MemoryLayout<ManifestEntry>.stride) bytes an entry")
     }
 }

@@ -9,14 +9,21 @@
 /// Where a piece or a node ends is decided by what it holds, so one change rewrites the piece that
 /// holds it and a node per level, and an insertion moves boundaries only near it.
 public enum ContentIndex {
-    /// What a manifest entry names: the top object and its level (0: a single piece).
-    public struct Reference: Sendable, Equatable, Hashable {
+    /// What a manifest entry names: the top object and its level (0: a single piece). A class,
+    /// so an entry without one (most of a million) carries 8 bytes for it, not 48.
+    public final class Reference: Sendable, Hashable, CustomStringConvertible {
         public let sha256: SHA256Digest
         public let level: Int
         public init(sha256: SHA256Digest, level: Int) {
             self.sha256 = sha256
             self.level = level
         }
+        public static func == (a: Reference, b: Reference) -> Bool { a.sha256 == b.sha256 && a.level == b.level }
+        public func hash(into hasher: inout Hasher) {
+            hasher.combine(sha256)
+            hasher.combine(level)
+        }
+        public var description: String { "\(sha256.hex)@\(level)" }
     }
 
     /// A chunk as the index knows it: its length and the first 4 bytes of its SHA-256 (enough to
