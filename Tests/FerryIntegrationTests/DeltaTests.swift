@@ -251,6 +251,70 @@ struct DeltaTests {
         #expect(sent.bytes > 3 * 4096 && sent.bytes < 3 * (4096 + 2 * 12_288), "the damaged chunks only: \(sent)")
     }
 
+    /// A push indexes the large files it publishes: a mirror of it takes a delta; the push sends
+    /// only the index objects that changed, and an unchanged push sends none. For each layout.
+    @Test(arguments: ["tree", "objects"])
+    func aMirrorOfAPushTakesDeltas(layout: String) throws {
+        let server = try NginxServer()
+        defer { server.stop() }
+        let box = Sandbox("delta-push")
+        let src = box.directory + "/src", dst = box.directory + "/dst"
+        try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+        let old = Self.bytes(Self.size, seed: 71)
+        try Data(old).write(to: URL(fileURLWithPath: src + "/big.bin"))
+        try Data("small\n".utf8).write(to: URL(fileURLWithPath: src + "/small.txt"))
+        try """
+            [agent]
+            state = \(box.state)
+            [session up]
+            direction = push
+            remote = \(server.url)site/
+            local = \(src)
+            remote-layout = \(layout)
+            object-grace = 0s
+            keep-versions = 1
+            [session down]
+            remote = \(server.url)site/
+            local = \(dst)
+            """.writeReplacing(box.config)
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        #expect(box.sync(["--session", "down"]).exitCode == 0)
+        let indexObjects = try FileManager.default.contentsOfDirectory(atPath: server.root + "/site/.ferry/meta").count
+
+        let new = Self.changed(old)
+        try Data(new).write(to: URL(fileURLWithPath: src + "/big.bin"))
+        server.clearLog()
+        let up = box.sync(["--session", "up"])
+        #expect(up.exitCode == 0, "\(up.output)")
+        let metaPuts = server.requests().filter { $0.method == "PUT" && $0.path.contains("/.ferry/meta/") }
+        #expect(metaPuts.count > 0 && metaPuts.count < indexObjects / 2, "\(metaPuts.count) objects sent of \(indexObjects)")
+        server.clearLog()
+        let down = box.sync(["--session", "down", "--json"])
+        #expect(down.exitCode == 0, "\(down.output)")
+        #expect(FileManager.default.contents(atPath: dst + "/big.bin") == Data(new))
+        let done = try #require(Self.fileDone(down), "\(down.output)")
+        #expect(done.reused > Self.size - 300_000 && done.fetched < Self.changedBytes + 100_000, "\(done)")
+        #expect(server.requests().filter { $0.method == "GET" && !$0.path.contains("/.ferry/meta/") && $0.path.hasSuffix(".json") == false }.allSatisfy { $0.status == 206 },
+                "the file came in ranges")
+
+        // Nothing changed: nothing is sent. Objects are collected at once (object-grace = 0s), and
+        // a new mirror still finds every one the manifest names, the indexes' among them.
+        server.clearLog()
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        #expect(server.requests().filter { $0.method == "PUT" }.isEmpty, "\(server.requests())")
+        let fresh = Sandbox("delta-push-fresh")
+        fresh.configure(remote: server.url + "site/")
+        server.clearLog()
+        let cold = fresh.sync()
+        let metaGets = server.requests().filter { $0.method == "GET" && $0.path.contains("/.ferry/meta/") }
+        #expect(metaGets.count > 2 && metaGets.allSatisfy { $0.status == 200 }, "the tree and the index read whole: \(metaGets)")
+        #expect(cold.exitCode == 0, "\(cold.output)")
+        #expect(FileManager.default.contents(atPath: fresh.localPath("big.bin")) == Data(new))
+        #expect(!cold.output.contains("warning"), "every index object is there: \(cold.output)")
+        let left = try FileManager.default.contentsOfDirectory(atPath: server.root + "/site/.ferry/meta").count
+        #expect(left < indexObjects + metaPuts.count, "what the old index alone named was collected: \(left)")
+    }
+
     /// A file that shares too little with the version held is fetched whole, and the run says so.
     @Test func tooLittleInCommonIsFetchedWholeAndSaid() throws {
         let box = Sandbox("delta-whole")

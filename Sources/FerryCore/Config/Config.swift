@@ -180,6 +180,8 @@ public struct SessionConfig: Sendable, Equatable {
     /// Pull: a changed large file whose manifest entry has a content index is assembled from the
     /// data the mirror holds and ranges of the remote (`DeltaPlan`).
     public var delta: Bool = true
+    /// Push: files from this size get a content index in the published manifest (nil: none).
+    public var deltaMinimum: Int64? = 1 << 20
     /// A manifest larger than this is refused before it is read (it is held in memory to parse).
     public var maxManifestSize: Int64 = 256 << 20
     /// Permission bits a manifest may not set (like a umask): `022` keeps files from being

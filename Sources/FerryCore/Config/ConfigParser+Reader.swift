@@ -252,6 +252,15 @@ extension ConfigParser {
             case "object-grace", "metadata-grace": session.objectGrace = try duration(line, minimum: 0)
             case "remote-layout": session.remoteLayout = try choice(line, "tree or objects")
             case "keep-versions": session.keepVersions = try integer(line, in: 1...1000)
+            case "delta-min-size":
+                if line.value.lowercased() == "off" {
+                    session.deltaMinimum = nil
+                } else {
+                    guard let size = Units.parseSize(line.value), size >= Int64(ContentChunker.maximum) else {
+                        throw fail(line, "'\(line.value)' is neither off nor a size of at least 12K, like 1M or 64M")
+                    }
+                    session.deltaMinimum = size
+                }
             case "layout": session.layout = try choice(line, "in-place or generations")
             case "keep-generations": session.keepGenerations = try integer(line, in: 0...100)
             default: return false

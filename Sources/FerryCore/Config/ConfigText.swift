@@ -108,6 +108,7 @@ public enum ConfigText {
         case "object-grace": return shown(duration(s.objectGrace))
         case "remote-layout": return shown(s.remoteLayout.rawValue)
         case "keep-versions": return shown(String(s.keepVersions))
+        case "delta-min-size": return shown(s.deltaMinimum.map(size) ?? "off")
         case "layout": return shown(s.layout.rawValue)
         case "keep-generations": return shown(String(s.keepGenerations))
         case "exclude": return shown(s.filter.excludes.isEmpty ? nil : s.filter.excludes.map(\.text).joined(separator: " "), unset: "nothing")

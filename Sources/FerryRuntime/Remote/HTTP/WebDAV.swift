@@ -110,6 +110,10 @@ extension HTTPRemote: RemoteWriting {
                 try makeRemoteDirectory()
                 made = try request("MKCOL", directory, collection: true)
             }
+            // Another of the run's writes may be making the same collection this moment (a push
+            // sends objects 8 at once): Apache refuses the second MKCOL with 403, not 405. A
+            // refusal is asked once more, and a collection that now exists answers 405.
+            if made == 403 { made = try request("MKCOL", directory, collection: true) }
             // 405: it exists already.
             guard (200..<300).contains(made) || made == 405 else { throw failure("MKCOL", directory, made) }
             dav.made(directory)

@@ -12,11 +12,12 @@ extension PushSync {
         RelativePath(trusted: ManifestTree.objectDirectory(beside: session.manifest) + "/" + digest)
     }
 
-    /// Sends the objects of `tree` the remote does not hold. Each is listed as retired before it
-    /// goes (`RetiredObjects`): if the root that names it is never published, it is collected
-    /// after the grace period like any other object no root names.
-    func sendObjects(_ tree: ManifestTree.Built, objects: ManifestObjects, writer: RemoteWriting) throws(FerryError) {
-        let missing = tree.objects.filter { !objects.has($0.sha256) }
+    /// Sends the objects of a publication (its tree's, its content indexes') the remote does not
+    /// hold. Each is listed as retired before it goes (`RetiredObjects`): if the root that names it
+    /// is never published, it is collected after the grace period like any other object no root names.
+    func sendObjects(_ all: [(sha256: SHA256Digest, bytes: [UInt8])], objects: ManifestObjects, writer: RemoteWriting) throws(FerryError) {
+        var seen = Set<SHA256Digest>()
+        let missing = all.filter { !objects.has($0.sha256) && seen.insert($0.sha256).inserted }
         guard !missing.isEmpty else { return }
         var retired = RetiredObjects(path: manifests.path + ".retired")
         retired.retire(missing.map(\.sha256.hex), now: clock.now())
@@ -70,21 +71,21 @@ extension PushSync {
         emit(.warning(message: "\(Plural.count(written.count, "metadata object")) of the published manifest \(written.count == 1 ? "was" : "were") missing or damaged on the remote (\(Printable.name(objectPath(wrong[0].hex).string))\(wrong.count > 1 ? " and others" : "")): written again"))
     }
 
-    /// After `tree` was published: every object this session placed that it does not name is
-    /// retired now (unless it was already), and those no manifest of the last `keep-versions`
-    /// names, retired for `object-grace`, are removed
-    /// from the remote. A failure leaves objects behind for the next run, never removes one the
+    /// After a publication whose tree and indexes are the objects `naming`: every object this
+    /// session placed that it does not name is retired now (unless it was already), and those no
+    /// manifest of the last `keep-versions` names, retired for `object-grace`, are removed from
+    /// the remote. A failure leaves objects behind for the next run, never removes one the
     /// published root names.
-    func collectObjects(_ tree: ManifestTree.Built, objects: ManifestObjects, writer: RemoteWriting) {
+    func collectObjects(naming: [SHA256Digest], objects: ManifestObjects, writer: RemoteWriting) {
         let now = clock.now()
         var retired = RetiredObjects(path: manifests.path + ".retired")
-        retired.update(present: objects.names(), current: Set(tree.objects.map(\.sha256.hex)), now: now)
+        retired.update(present: objects.names(), current: Set(naming.map(\.hex)), now: now)
         for name in retired.expired(now: now, grace: session.objectGrace, versions: session.keepVersions) {
             guard (try? writer.remove(objectPath(name))) != nil else { break }
             retired.removed(name)
         }
         do { try retired.save() } catch { emit(.warning(message: "cannot keep the list of retired metadata objects: \(error.message)")) }
-        objects.sweep(keeping: tree.objects.map(\.sha256))
+        objects.sweep(keeping: naming)
     }
 
     // MARK: content objects (remote-layout = objects)

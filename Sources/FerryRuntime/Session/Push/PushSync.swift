@@ -401,10 +401,12 @@ final class PushSync: SessionWork {
     private func publish(_ entries: [ManifestEntry], version: Int64, _ observed: Observed, _ sent: Sent, store: StateStore,
                          result: inout SyncResult) throws(FerryError) -> Bool {
         let (remote, writer, published, layout) = (observed.remote, observed.writer, observed.published, session.remoteLayout)
+        let objects = manifests.objects(remote: remote)
+        let indexes = indexed(entries, published: published, objects: objects, root: observed.scan.root)
+        let entries = indexes.entries
         let (text, expires, tree) = try Manifests.publishable(version: version, entries: entries, lifetime: session.expires, key: signingKey,
                                                               layout: layout, now: clock.now())
-        let objects = manifests.objects(remote: remote)
-        if let tree { try sendObjects(tree, objects: objects, writer: writer) }
+        if let tree { try sendObjects(tree.objects + indexes.new, objects: objects, writer: writer) }
         sayVerified(sent.transfers.verifications.merging(objectVerifications, uniquingKeysWith: +))
         // Another writer that published while this run uploaded is not overwritten: the files this
         // run placed are on the remote, but readers go on seeing the other writer's manifest (a file
@@ -425,7 +427,7 @@ final class PushSync: SessionWork {
             emit(.warning(message: result.message!))
             return false
         }
-        if let tree { collectObjects(tree, objects: objects, writer: writer) }
+        if let tree { collectObjects(naming: tree.objects.map(\.sha256) + indexes.names, objects: objects, writer: writer) }
         // What this session placed: the objects recorded before this run, and this run's uploads
         // (content objects only in this layout).
         var placedContent = Set(observed.placedObjects.values.map(\.digest))

@@ -1,0 +1,75 @@
+import Glibc
+import FerryCore
+
+/// The content indexes a push publishes (design.md "Delta"): every listed file from
+/// `delta-min-size` gets one, so mirrors that hold an older version fetch only what changed. A
+/// file whose content was published with an index keeps it (its objects are on the remote and in
+/// the session's cache); another is read once more for its index, which is kept only if the file
+/// still holds the content that was sent.
+extension PushSync {
+    struct Indexes {
+        /// The entries to publish, with their indexes.
+        var entries: [ManifestEntry]
+        /// Index objects the remote does not hold yet, to send with the tree's.
+        var new: [(sha256: SHA256Digest, bytes: [UInt8])] = []
+        /// Every index object the publication names (what collection keeps).
+        var names: [SHA256Digest] = []
+    }
+
+    func indexed(_ entries: [ManifestEntry], published: Manifest?, objects: ManifestObjects, root: LocalRoot) -> Indexes {
+        guard let minimum = session.deltaMinimum else {
+            // delta-min-size = off: no entry names an index (an old one kept for a failed file neither).
+            return Indexes(entries: entries.map { $0.index == nil ? $0 : ManifestEntry(path: $0.path, size: $0.size, sha256: $0.sha256, mtime: $0.mtime, mode: $0.mode) })
+        }
+        var known: [SHA256Digest: ContentIndex.Reference] = [:]
+        for e in published?.entries ?? [] { if let index = e.index { known[e.sha256] = index } }
+        var out = Indexes(entries: [])
+        out.entries.reserveCapacity(entries.count)
+        var named = Set<SHA256Digest>()
+        // Each content is indexed once a run, whatever number of paths hold it.
+        var scanned: [SHA256Digest: ContentIndex.Reference?] = [:]
+        for entry in entries {
+            guard let size = entry.size, size >= minimum else {
+                out.entries.append(entry)
+                continue
+            }
+            var index: ContentIndex.Reference?
+            // Kept (a failed file's last published entry), or published before with this content:
+            // its objects are named from the cache.
+            if let kept = entry.index ?? known[entry.sha256], let names = cachedNames(kept, objects) {
+                index = kept
+                named.formUnion(names)
+            } else if let done = scanned[entry.sha256] {
+                index = done
+            } else if let made = scan(entry, root: root) {
+                index = made.reference
+                scanned[entry.sha256] = made.reference
+                for object in made.objects {
+                    named.insert(object.sha256)
+                    if !objects.has(object.sha256) { out.new.append(object) }
+                }
+            } else {
+                scanned[entry.sha256] = .some(nil)
+            }
+            out.entries.append(ManifestEntry(path: entry.path, size: entry.size, sha256: entry.sha256, mtime: entry.mtime, mode: entry.mode, index: index))
+        }
+        out.names = Array(named)
+        return out
+    }
+
+    /// The names of an index's objects when the session's cache holds every one of them (the
+    /// remote then holds them too: the cache holds what this session placed); nil otherwise.
+    private func cachedNames(_ index: ContentIndex.Reference, _ objects: ManifestObjects) -> [SHA256Digest]? {
+        let names = ContentIndex.names(index) { objects.bytes(of: $0) }
+        // The walk stops at a node the cache lacks: every name it found must be there.
+        return names.allSatisfy { objects.has($0) } ? names : nil
+    }
+
+    /// The index of the local file `entry` lists, when it still holds that content.
+    private func scan(_ entry: ManifestEntry, root: LocalRoot) -> (reference: ContentIndex.Reference, objects: [(sha256: SHA256Digest, bytes: [UInt8])])? {
+        guard let fd = try? root.open(entry.path, for: "to index it") else { return nil }
+        defer { close(fd) }
+        guard let scanned = try? ContentScan.index(fd, what: root.display(entry.path)), scanned.sha256 == entry.sha256, scanned.size == entry.size else { return nil }
+        return scanned.index
+    }
+}
