@@ -529,6 +529,153 @@ def format_sections(ferry, runs):
     return [("manifest formats: what a change costs a mirror", lines + [""] + verdicts, "text", None, None)]
 
 
+def delta_patterns(size):
+    """The four change patterns of issue 41, each 1% of `size` (insertions: 104 × 1 KiB per GiB),
+    as functions that turn the old bytes into the new ones in place (a bytearray)."""
+    import random
+    rng = random.Random(41)
+    one = size // 100
+
+    def one_run(b):
+        at = size // 2
+        b[at:at + one] = os.urandom(one)
+
+    def runs_100k(b):
+        n = max(1, one // (100 << 10))
+        for k in range(n):
+            at = (k * 2 + 1) * size // (2 * n)
+            b[at:at + (100 << 10)] = os.urandom(100 << 10)
+
+    def scattered(b):
+        for at in sorted(rng.sample(range(0, size - 4096, 4096), one // 4096)):
+            b[at:at + 4096] = os.urandom(4096)
+
+    def insertions(b):
+        n = max(1, 104 * size // (1 << 30))
+        for at in sorted(rng.sample(range(1 << 20, size - (1 << 20)), n), reverse=True):
+            b[at:at] = os.urandom(1024)
+
+    return [("one 1% run", one_run), ("1% in 100 KiB runs", runs_100k), ("1% in scattered 4 KiB writes", scattered),
+            (f"{max(1, 104 * size // (1 << 30))} × 1 KiB insertions", insertions)]
+
+
+def delta_sections(ferry, runs):
+    """A large file with 1% changed, four ways: bytes on the wire (nginx's own count), wall, client
+    CPU and peak RSS for ferry's delta beside zsync (4 KiB blocks, HTTP ranges) and casync (its
+    chunk store over HTTP), each seeded with the old version; the index bytes each fetched, cold
+    and per update. BENCH_DELTA_MIB sets the size (default 256)."""
+    mib = int(os.environ.get("BENCH_DELTA_MIB", "256"))
+    size = mib << 20
+    www = fresh(BASE + "/delta-www")
+    work = fresh(BASE + "/delta-work")
+    nginx = Nginx(www, log=True)
+    log = nginx.dir + "/access.log"
+    print(f"== delta: making {mib} MiB...", file=sys.stderr)
+    old = bytearray(os.urandom(size))
+    os.makedirs(www + "/old")
+    open(www + "/old/big.bin", "wb").write(old)
+    subprocess.run([ferry, "manifest", "build", www + "/old", "--version", "1", "--quiet"], check=True)
+    open(work + "/seed.bin", "wb").write(old)
+
+    def wire(prefix):
+        total, requests = 0, 0
+        for line in open(log, errors="replace"):
+            parts = line.split()
+            if len(parts) >= 5 and parts[1].startswith(prefix):
+                total += int(parts[-1])
+                requests += 1
+        return total, requests
+
+    rows = []
+    verdicts = []
+    for label, change in delta_patterns(size):
+        new = bytearray(old)
+        change(new)
+        d = fresh(www + "/new")
+        open(d + "/big.bin", "wb").write(new)
+        subprocess.run([ferry, "manifest", "build", d, "--version", "2", "--quiet"], check=True)
+        subprocess.run(["zsyncmake", "-b", "4096", "-u", "big.bin", "-o", d + "/big.zsync", d + "/big.bin"], check=True,
+                       stdout=subprocess.DEVNULL, cwd=d)
+        subprocess.run(["casync", "make", "--store=" + www + "/new.castr", www + "/new.caibx", d + "/big.bin"], check=True,
+                       stdout=subprocess.DEVNULL)
+        mirror, state, cfg = work + "/mirror", work + "/state", work + "/ferry.conf"
+
+        def ferry_prepare():
+            # A mirror in sync with the old version (its index cached, as after any earlier
+            # sync), then the remote moves to the new one.
+            fresh(mirror)
+            fresh(state)
+            shutil.copyfile(work + "/seed.bin", mirror + "/big.bin")
+            if os.path.lexists(www + "/cur"):
+                os.unlink(www + "/cur")
+            os.symlink("old", www + "/cur")
+            ferry_config(cfg, nginx.url + "cur/", mirror, state, 8)
+            subprocess.run([ferry, "sync", "now", "--config", cfg, "--quiet"], check=True)
+            os.unlink(www + "/cur")
+            os.symlink("new", www + "/cur")
+            open(log, "w").close()
+
+        def seed_prepare(target):
+            if os.path.exists(target):
+                os.unlink(target)
+            open(log, "w").close()
+
+        tools = [
+            ("ferry sync now", ferry_prepare, lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"], "/cur/"),
+            ("zsync", lambda: seed_prepare(work + "/zsync.bin"),
+             lambda: ["zsync", "-q", "-i", work + "/seed.bin", "-o", work + "/zsync.bin", nginx.url + "new/big.zsync"], "/new/"),
+            ("casync extract", lambda: seed_prepare(work + "/casync.bin"),
+             lambda: ["casync", "extract", "--store=" + nginx.url + "new.castr", "--seed=" + work + "/seed.bin",
+                      nginx.url + "new.caibx", work + "/casync.bin"], "/new"),
+        ]
+        results = {name: [] for name, _, _, _ in tools}
+        for r in range(runs):
+            for name, prepare, command, prefix in tools:
+                prepare()
+                wall, rss, code, cpu = run(command())
+                sent, requests = wire(prefix)
+                index = wire("/cur/.ferry/meta/")[0] if name.startswith("ferry") else wire("/new/big.zsync")[0] if name == "zsync" else wire("/new.caibx")[0]
+                if code == 0:
+                    results[name].append((sent, wall, cpu, rss, requests, index))
+                print(f"  {label} run {r + 1} {name:16s} {sent / 1e6:8.2f} MB {requests:6d} requests {wall:6.2f} s {cpu:6.2f} s CPU {rss:6.1f} MiB",
+                      file=sys.stderr)
+        for name, values in results.items():
+            if not values:
+                continue
+            med = lambda i: statistics.median(v[i] for v in values)
+            rows.append((label, name, med(0), med(5), med(1), med(2), max(v[3] for v in values), med(4)))
+        same = all(open(p, "rb").read() == bytes(new) for p in (mirror + "/big.bin", work + "/zsync.bin", work + "/casync.bin"))
+        verdicts.append(f"{label}: every tool's result is the new version byte for byte: {'yes' if same else 'NO'}.")
+        shutil.rmtree(www + "/new.castr", ignore_errors=True)
+    # The index a cold mirror fetches: every metadata object of a fresh sync of the last version.
+    cold_state, cold_mirror = fresh(work + "/cold-state"), fresh(work + "/cold")
+    ferry_config(cfg, nginx.url + "new/", cold_mirror, cold_state, 8)
+    open(log, "w").close()
+    subprocess.run([ferry, "sync", "now", "--config", cfg, "--quiet"], check=True)
+    cold = wire("/new/.ferry/meta/")[0]
+    zsync_index = os.path.getsize(www + "/new/big.zsync")
+    nginx.stop()
+    targets = {"one 1% run": 12, "1% in 100 KiB runs": 12, "1% in scattered 4 KiB writes": 32}
+    lines = [f"A {mib} MiB file with 1% of it changed, four ways; each tool starts from the old version (ferry: a mirror in sync "
+             "with it; zsync and casync: it as their seed) and fetches the new one from nginx on 127.0.0.1. On the wire: nginx's "
+             "own count of body bytes for the tool's requests (index included), medians of "
+             f"{runs} alternated runs. Targets at 1 GiB (issue 41), scaled to the size: ≤ 12 MB for one run and for 100 KiB runs, "
+             "≤ 32 MB for scattered 4 KiB writes, ≤ 3 MB for 104 insertions; client CPU ≤ 5 s/GiB; peak RSS ≤ 128 MiB; wall ≤ zsync's.", "",
+             "| change | tool | on the wire | of it index | requests | wall | client CPU | peak RSS |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for label, name, sent, index, wall, cpu, rss, requests in rows:
+        lines.append(f"| {label} | {name} | {sent / 1e6:,.2f} MB | {index / 1e6:,.2f} MB | {requests:,.0f} | {wall:.2f} s | {cpu:.2f} s | {rss:.0f} MiB |")
+    scale = size / (1 << 30)
+    for label, name, sent, *_ in rows:
+        if name.startswith("ferry"):
+            target = targets.get(label, 3) * 1e6 * scale
+            verdicts.append(f"ferry, {label}: {sent / 1e6:.2f} MB against a target of {target / 1e6:.2f} MB at this size: "
+                            f"{'meets' if sent <= target else 'misses'} it.")
+    verdicts.append(f"The index a cold mirror fetches: {cold:,} B of metadata objects ({cold / size * 100:.3f}% of the file; "
+                    f"zsync's .zsync file: {zsync_index:,} B, {zsync_index / size * 100:.3f}%, fetched whole on every update).")
+    return [(f"delta: a {mib} MiB file, 1% changed", lines + [""] + verdicts, "text", None, None)]
+
+
 def make_workloads(root):
     """Under `root`: big/1GiB.bin, and small/ with 10,000 files of 4 KiB in 100 directories, all
     random. Returns (big, small)."""
@@ -1128,7 +1275,7 @@ def main():
     ap.add_argument("--ferry", required=True)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--output", required=True)
-    ap.add_argument("--only", choices=["push", "s3", "sftp", "formats", "generations", "realtree", "small", "million"], help="measure these sections alone and replace them in the existing report")
+    ap.add_argument("--only", choices=["push", "s3", "sftp", "formats", "generations", "realtree", "small", "million", "delta"], help="measure these sections alone and replace them in the existing report")
     a = ap.parse_args()
     ferry = a.ferry
     shutil.rmtree(BASE, ignore_errors=True)
@@ -1136,7 +1283,7 @@ def main():
         os.makedirs(BASE, exist_ok=True)
         merge_report(a.output, {"push": push_sections, "s3": s3_sections, "sftp": sftp_sections, "formats": format_sections,
                                  "generations": generations_sections, "realtree": lambda f, r: [real_tree_section(f, r)], "small": small_only,
-                                 "million": million_sections}[a.only](ferry, a.runs), a.runs)
+                                 "million": million_sections, "delta": delta_sections}[a.only](ferry, a.runs), a.runs)
         shutil.rmtree(BASE, ignore_errors=True)
         return
     www = fresh(BASE + "/www")
@@ -1216,11 +1363,12 @@ def main():
     sections += push_sections(ferry, a.runs)
     sections += s3_sections(ferry, a.runs)
     sections += sftp_sections(ferry, a.runs)
+    sections += delta_sections(ferry, a.runs)
 
     versions = {}
     for tool, cmd in [("curl", ["curl", "--version"]), ("aria2c", ["aria2c", "--version"]), ("rclone", ["rclone", "--version"]),
                       ("wget", ["wget", "--version"]), ("nginx", ["nginx", "-v"]),
-                      ("sshd", ["/usr/sbin/sshd", "-V"])]:
+                      ("sshd", ["/usr/sbin/sshd", "-V"]), ("zsync", ["zsync", "-V"]), ("casync", ["casync", "--version"])]:
         p = subprocess.run(cmd, capture_output=True, text=True)
         versions[tool] = ((p.stdout or p.stderr).splitlines() or ["?"])[0]
     write_report(a.output, sections, a.runs, versions)

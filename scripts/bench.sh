@@ -5,7 +5,7 @@
 #   scripts/bench.sh            medians of 7 alternated runs per workload (after a warm-up round)
 #   BENCH_RUNS=9 scripts/bench.sh
 #   scripts/bench.sh --only push   the push rows alone, replaced in docs/benchmarks.md (also: s3, sftp, formats,
-#                                  generations, realtree, small, million)
+#                                  generations, realtree, small, million, delta; BENCH_DELTA_MIB=1024 for 1 GiB)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --bench

@@ -315,6 +315,34 @@ struct DeltaTests {
         #expect(left < indexObjects + metaPuts.count, "what the old index alone named was collected: \(left)")
     }
 
+    /// A file that came before its index (published without one, then indexed) has its index
+    /// read while it is in sync, so its next update fetches only the index objects that changed.
+    @Test func aFileInSyncHasItsIndexReadForItsNextUpdate() throws {
+        let server = try NginxServer()
+        defer { server.stop() }
+        let box = Sandbox("delta-insync", published: server.root)
+        let old = Self.bytes(Self.size, seed: 81)
+        box.publish("big.bin", Data(old))
+        box.buildManifest(["--delta-min-size", "off"])
+        box.configure(remote: server.url)
+        #expect(box.sync().exitCode == 0)
+        box.buildManifest()
+        let indexObjects = try FileManager.default.contentsOfDirectory(atPath: server.root + "/.ferry/meta").count
+        server.clearLog()
+        let insync = box.sync(["--json"])
+        #expect(insync.exitCode == 0 && insync.events(named: "file-done").isEmpty, "\(insync.output)")
+        #expect(server.bytesSent { $0.hasPrefix("/.ferry/meta/") }.requests >= indexObjects - 2, "the index was read")
+        let new = Self.changed(old)
+        box.publish("big.bin", Data(new))
+        box.buildManifest()
+        server.clearLog()
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(FileManager.default.contents(atPath: box.localPath("big.bin")) == Data(new))
+        #expect(server.bytesSent { $0.hasPrefix("/.ferry/meta/") }.requests < indexObjects / 2, "only the changed index objects")
+        #expect((Self.fileDone(run)?.reused ?? 0) > Self.size / 2)
+    }
+
     /// A file that shares too little with the version held is fetched whole, and the run says so.
     @Test func tooLittleInCommonIsFetchedWholeAndSaid() throws {
         let box = Sandbox("delta-whole")

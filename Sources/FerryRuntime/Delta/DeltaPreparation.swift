@@ -21,13 +21,20 @@ struct DeltaPreparation {
         var keep: [SHA256Digest] = []
         /// The files whose index was read.
         var resolved = Set<RelativePath>()
+        /// Files in sync whose index is not all in the cache.
+        var uncached: [ManifestEntry] = []
     }
 
     func prepare(_ downloads: [Plan.Download], manifest: Manifest) -> Prepared {
         var prepared = Prepared()
         let downloading = Set(downloads.map(\.entry.path))
         for entry in manifest.entries where !downloading.contains(entry.path) {
-            if let index = entry.index { prepared.keep += ContentIndex.names(index) { objects.bytes(of: $0) } }
+            guard let index = entry.index else { continue }
+            let names = ContentIndex.names(index) { objects.bytes(of: $0) }
+            prepared.keep += names
+            // A file in sync whose index the cache lacks (it came before its index did, or the
+            // cache was lost): read after the transfers, for the file's next update.
+            if !names.allSatisfy({ objects.has($0) }) { prepared.uncached.append(entry) }
         }
         guard session.delta, remote.base.backend.abilities.contains(.rangedReads) else { return prepared }
         var refused: [(RelativePath, FerryError)] = []
@@ -63,15 +70,16 @@ struct DeltaPreparation {
         return prepared
     }
 
-    /// After the transfers: the indexes of the files fetched whole, read into the cache so their
-    /// next update fetches only the index objects that changed. Returns the objects read; one that
-    /// cannot be read now is read when the file next changes.
+    /// After the transfers: the indexes of the files fetched whole, and of files in sync whose
+    /// index the cache lacks, read into the cache so their next update fetches only the index
+    /// objects that changed. Returns the objects read; one that cannot be read now is read when
+    /// the file next changes.
     func cacheIndexes(_ downloads: [Plan.Download], skipping prepared: Prepared) -> [SHA256Digest] {
         guard session.delta, remote.base.backend.abilities.contains(.rangedReads) else { return [] }
         var read: [SHA256Digest] = []
-        for download in downloads where !prepared.resolved.contains(download.entry.path) {
-            guard let index = download.entry.index, let size = download.entry.size, size > 0 else { continue }
-            if let objects = try? resolve(index, of: download.entry.path, size: size).objects { read += objects }
+        for entry in downloads.map(\.entry) + prepared.uncached where !prepared.resolved.contains(entry.path) {
+            guard let index = entry.index, let size = entry.size, size > 0 else { continue }
+            if let objects = try? resolve(index, of: entry.path, size: size).objects { read += objects }
         }
         return read
     }
