@@ -623,7 +623,8 @@ def delta_sections(ferry, runs):
         tools = [
             ("ferry sync now", ferry_prepare, lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"], "/cur/"),
             ("zsync", lambda: seed_prepare(work + "/zsync.bin"),
-             lambda: ["zsync", "-q", "-i", work + "/seed.bin", "-o", work + "/zsync.bin", nginx.url + "new/big.zsync"], "/new/"),
+             # From the output's directory: zsync renames its temporary file from there.
+             lambda: ["sh", "-c", f"cd {work} && exec zsync -q -i seed.bin -o zsync.bin {nginx.url}new/big.zsync"], "/new/"),
             ("casync extract", lambda: seed_prepare(work + "/casync.bin"),
              lambda: ["casync", "extract", "--store=" + nginx.url + "new.castr", "--seed=" + work + "/seed.bin",
                       nginx.url + "new.caibx", work + "/casync.bin"], "/new"),

@@ -63,6 +63,9 @@ public enum ContentIndex {
     /// The most index bytes a file of `size` bytes may take: far above what ferry writes
     /// (about 0.19% of the file), and what bounds what a hostile index can make a mirror read.
     public static func maximumBytes(forFileOf size: Int64) -> Int64 { size / 64 + (64 << 10) }
+    /// No index object is larger: a piece of 256 chunks takes 1,574 bytes, a node of 64 children
+    /// 2,694. What a reader fetches of one is bounded by it.
+    public static let maximumObjectSize = 4096
 
     // MARK: building
 
@@ -170,7 +173,7 @@ public enum ContentIndex {
         var level = reference.level
         while level > 0 {
             var next: [(SHA256Digest, Int64)] = []
-            for batch in batches(current) {
+            for batch in batches(current, room: bound - loaded) {
                 let bodies = try load(batch.map(\.0))
                 for ((digest, covers), bytes) in zip(batch, bodies) {
                     objects.append(digest)
@@ -192,7 +195,7 @@ public enum ContentIndex {
         var pieces: [Piece] = []
         pieces.reserveCapacity(current.count)
         var offset: Int64 = 0
-        for batch in batches(current) {
+        for batch in batches(current, room: bound - loaded) {
             let bodies = try load(batch.map(\.0))
             for ((digest, covers), bytes) in zip(batch, bodies) {
                 objects.append(digest)
@@ -210,8 +213,11 @@ public enum ContentIndex {
         return (pieces, objects)
     }
 
-    static func batches(_ items: [(SHA256Digest, Int64)]) -> [ArraySlice<(SHA256Digest, Int64)>] {
-        stride(from: 0, to: items.count, by: 1024).map { items[$0..<min($0 + 1024, items.count)] }
+    /// Batches of at most 1,024 objects, and no more than `room` bytes of objects of the
+    /// largest size allow (at least one): what a batch loads stays within the bound.
+    static func batches(_ items: [(SHA256Digest, Int64)], room: Int64) -> [ArraySlice<(SHA256Digest, Int64)>] {
+        let size = Int(max(1, min(1024, room / Int64(maximumObjectSize))))
+        return stride(from: 0, to: items.count, by: size).map { items[$0..<min($0 + size, items.count)] }
     }
 
     static func readNode(_ bytes: [UInt8], level: Int, covers: Int64) throws(ManifestTree.Problem) -> [(SHA256Digest, Int64)] {
@@ -270,12 +276,16 @@ public enum ContentIndex {
     /// found when it is read, and fetched again).
     public static func names(_ reference: Reference, node: (SHA256Digest) -> [UInt8]?) -> [SHA256Digest] {
         var out = [reference.sha256]
+        var seen: Set<SHA256Digest> = [reference.sha256]
         var current = [reference.sha256]
         var level = reference.level
-        while level > 0 && !current.isEmpty {
+        // Each object once, and no more of them than an index of the largest file could hold
+        // (cached nodes are checked only when read: a damaged set of them must not multiply).
+        while level > 0 && !current.isEmpty && out.count < maximumNames {
             var next: [SHA256Digest] = []
             for digest in current {
-                if let bytes = node(digest) { next += children(bytes) }
+                guard let bytes = node(digest) else { continue }
+                for child in children(bytes) where seen.insert(child).inserted { next.append(child) }
             }
             out += next
             current = next
@@ -283,6 +293,9 @@ public enum ContentIndex {
         }
         return out
     }
+
+    /// More objects than an index of a 4 EiB file... far more than any real index: a bound on a walk.
+    static let maximumNames = 1 << 22
 
     /// The children a node names, read without checking what they cover.
     static func children(_ bytes: [UInt8]) -> [SHA256Digest] {

@@ -23,9 +23,9 @@ final class DeltaDownload: Download {
     private var piece = 0
     private var segment = 0
     private var segmentDone = 0
-    /// The piece's bytes gathered so far.
-    private let memory = PieceMemory()
-    private var buffer: UnsafeMutableRawPointer { memory.bytes }
+    /// The piece's bytes gathered so far (given back at `close`).
+    private var memory: PieceMemory? = PieceMemory()
+    private var buffer: UnsafeMutableRawPointer { memory!.bytes }
     private var filled = 0
     private let pieceHasher = SHA256Hasher()
     /// Tries of each fetched piece whose bytes did not match.
@@ -62,6 +62,9 @@ final class DeltaDownload: Download {
         try super.init(task: task, entry: entry, reason: reason, origin: origin, partial: partial, resumeFrom: start,
                        validator: "delta", clock: clock)
         validator = nil
+        // A partial that already holds the whole file (a kill after its last piece) is verified
+        // as it is: the assembly starts where the partial ends.
+        piece = plan.piece(at: written)
     }
 
     /// The memory a piece gathers in (a piece is at most 256 chunks of 12 KiB).
@@ -145,6 +148,7 @@ final class DeltaDownload: Download {
             if received - receivedAtCheckpoint >= DeltaDownload.fetchedCheckpoint {
                 receivedAtCheckpoint = received
                 takeCheckpoint()
+                if let failure { return .failed(TransferFailure(message: failure, keepPartial: !discardPartial, cause: failureCause)) }
             }
             return nil
         }
@@ -221,16 +225,23 @@ final class DeltaDownload: Download {
 
     private var outcomeOfReceive: TransferOutcome?
 
+    /// What the answer's status and Content-Range mean, before its body is taken: nil to take
+    /// it; an error status fails the attempt as any download's would (retried by the same rules);
+    /// any other answer than the range asked stops the delta.
+    private func judgeAnswer() -> TransferOutcome? {
+        checkedAnswer = true
+        guard let problem = answerProblem else { return nil }
+        guard headers.status >= 400 && headers.status != 416 else { return stop(problem) }
+        var message = "HTTP \(headers.status) \(headers.reason)".trimmingSpaces() + " to a range request"
+        if case let .request(read) = origin, let why = read.explain?(headers.status, []) { message += ": " + why }
+        let after = (headers.status == 429 || headers.status == 503) ? headers.retryAfter.flatMap(ResponseHeaders.parseRetryAfter) : nil
+        return .failed(TransferFailure(message: message, keepPartial: true, cause: .http(status: headers.status), retryAfter: after))
+    }
+
     override func receive(_ bytes: UnsafeRawPointer, count: Int) -> Int {
-        if !checkedAnswer {
-            checkedAnswer = true
-            if let problem = answerProblem {
-                outcomeOfReceive = headers.status >= 400 && headers.status != 416
-                    ? .failed(TransferFailure(message: "HTTP \(headers.status) \(headers.reason)".trimmingSpaces() + " to a range request",
-                                              keepPartial: true, cause: .http(status: headers.status)))
-                    : stop(problem)
-                return 0
-            }
+        if !checkedAnswer, let outcome = judgeAnswer() {
+            outcomeOfReceive = outcome
+            return 0
         }
         guard outcomeOfReceive == nil, let run else { return 0 }
         guard runReceived + Int64(count) <= run.length else {
@@ -271,9 +282,10 @@ final class DeltaDownload: Download {
             if code == CURLE_OPERATION_TIMEDOUT && text.contains("too slow") { text = "stalled: " + text }
             return .failed(TransferFailure(message: text, keepPartial: true, cause: Curl.cause(code, errorText: errorText, headers: headers)))
         }
-        if !checkedAnswer, let problem = answerProblem { return stop(problem) }
+        if !checkedAnswer, let outcome = judgeAnswer() { return outcome }
         if let run, runReceived < run.length {
-            return .failed(TransferFailure(message: "the server sent \(runReceived) of the \(run.length) bytes asked for (truncated)", keepPartial: true, cause: .truncated))
+            // The answer ended cleanly short of the range its Content-Range announced.
+            return stop("the server sent \(runReceived) of the \(run.length) bytes of a range it announced whole")
         }
         more = true
         return .succeeded
@@ -318,6 +330,8 @@ final class DeltaDownload: Download {
                     }
                 }
                 if let throttle, !throttle.open { return nil }
+                let run = remoteRun()
+                source.limitReadAhead(to: run.start + run.length)
                 switch source.read(into: buffer + filled, count: min(left, budget), at: offset) {
                 case .wait: return nil
                 case .end: return stop("the remote's file ended at \(offset) bytes")
@@ -336,6 +350,17 @@ final class DeltaDownload: Download {
 
     override func close() {
         for fd in sources { Glibc.close(fd) }
+        memory = nil
         super.close()
+    }
+
+    /// The whole file checked as any download's is; one whose every piece matched its index but
+    /// not its SHA-256 has an index that does not describe it: the delta stops.
+    override func verify() -> TransferOutcome {
+        let outcome = super.verify()
+        if case let .failed(failure) = outcome, case .contentMismatch = failure.cause {
+            return stop("the file assembled from pieces that each matched the index does not match its SHA-256 (the index does not describe the file)")
+        }
+        return outcome
     }
 }

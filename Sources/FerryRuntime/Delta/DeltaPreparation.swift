@@ -78,7 +78,8 @@ struct DeltaPreparation {
         guard session.delta, remote.base.backend.abilities.contains(.rangedReads) else { return [] }
         var read: [SHA256Digest] = []
         for entry in downloads.map(\.entry) + prepared.uncached where !prepared.resolved.contains(entry.path) {
-            guard let index = entry.index, let size = entry.size, size > 0 else { continue }
+            // Only for a file the mirror now holds whole: what it reads is bounded by what was fetched.
+            guard let index = entry.index, let size = entry.size, size > 0, let held = root.stat(entry.path), held.kind == .file, held.size == size else { continue }
             if let objects = try? resolve(index, of: entry.path, size: size).objects { read += objects }
         }
         return read
@@ -86,7 +87,7 @@ struct DeltaPreparation {
 
     private func resolve(_ index: ContentIndex.Reference, of path: RelativePath, size: Int64) throws(FerryError) -> (pieces: [ContentIndex.Piece], objects: [SHA256Digest]) {
         try ContentIndex.resolve(index, size: size, source: Printable.name(path.string)) { (batch) throws(FerryError) in
-            try objects.load(batch, source: session.manifestURL)
+            try objects.load(batch, source: session.manifestURL, maximumSize: ContentIndex.maximumObjectSize)
         }
     }
 

@@ -389,6 +389,8 @@ class Download: Transfer {
 
     /// Size and hash against the manifest, for every path that yields a file (data-safety rule 4).
     func verify() -> TransferOutcome {
+        // A checkpoint that failed (its sync) left nothing to trust.
+        if let failure { return .failed(TransferFailure(message: failure, keepPartial: !discardPartial, cause: failureCause)) }
         if let size = entry.size, written != size {
             return .failed(TransferFailure(message: "the server sent \(written) of \(size) bytes (truncated)", keepPartial: written < size,
                                    cause: written < size ? .truncated : .wrongLength))

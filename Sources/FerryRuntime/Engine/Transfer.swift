@@ -61,6 +61,13 @@ protocol SteppedSource: AnyObject {
     var waitingOn: (fd: Int32, events: Int16)? { get }
     /// Done with it (closes the file; returns a connection that is fit for more).
     func close()
+    /// The reads that follow stop at `end` (a delta's range): a source that reads ahead asks for
+    /// nothing past it.
+    func limitReadAhead(to end: Int64)
+}
+
+extension SteppedSource {
+    func limitReadAhead(to end: Int64) {}
 }
 
 /// Where an upload's steps write themselves, without libcurl: a file over SFTP (packets over a

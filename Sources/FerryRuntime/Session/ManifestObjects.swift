@@ -42,8 +42,9 @@ final class ManifestObjects {
         return (try manifest.resolving(entries, source: source), objects)
     }
 
-    /// The bytes of each object, from the cache or the remote.
-    func load(_ batch: [SHA256Digest], source: String) throws(FerryError) -> [[UInt8]] {
+    /// The bytes of each object, from the cache or the remote (where one larger than
+    /// `maximumSize` is refused).
+    func load(_ batch: [SHA256Digest], source: String, maximumSize: Int = ManifestTree.maximumObjectSize) throws(FerryError) -> [[UInt8]] {
         var out = [[UInt8]](repeating: [], count: batch.count)
         var missing: [Int] = []
         for (i, digest) in batch.enumerated() {
@@ -55,7 +56,7 @@ final class ManifestObjects {
                             hint: "run ferry sync now for the session first: it fetches what the manifest names")
         }
         let digests = missing.map { batch[$0] }
-        let fetched = try ManifestObjects.fetch(digests, from: remote, prefix: prefix, source: source)
+        let fetched = try ManifestObjects.fetch(digests, from: remote, prefix: prefix, source: source, maximumSize: maximumSize)
         for (i, bytes) in zip(missing, fetched) {
             out[i] = bytes
             fetchedBytes += Int64(bytes.count)
@@ -173,17 +174,19 @@ final class ManifestObjects {
     }
 
     /// Fetches objects, up to 8 at once, each checked against its name.
-    private static func fetch(_ digests: [SHA256Digest], from remote: Remote, prefix: String, source: String) throws(FerryError) -> [[UInt8]] {
+    private static func fetch(_ digests: [SHA256Digest], from remote: Remote, prefix: String, source: String,
+                              maximumSize: Int) throws(FerryError) -> [[UInt8]] {
         let (results, error) = Lanes.run(digests.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) in
-            try fetchOne(digests[i], from: remote, prefix: prefix, source: source)
+            try fetchOne(digests[i], from: remote, prefix: prefix, source: source, maximumSize: maximumSize)
         }
         if let error { throw error }
         return results.map { $0! }
     }
 
-    private static func fetchOne(_ digest: SHA256Digest, from remote: Remote, prefix: String, source: String) throws(FerryError) -> [UInt8] {
+    private static func fetchOne(_ digest: SHA256Digest, from remote: Remote, prefix: String, source: String,
+                                 maximumSize: Int) throws(FerryError) -> [UInt8] {
         let url = prefix + digest.hex
-        switch try remote.fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: Int64(ManifestTree.maximumObjectSize)) {
+        switch try remote.fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: Int64(maximumSize)) {
         case let .fetched(bytes, _, _, _):
             guard SHA256Hasher.digest(of: bytes) == digest else {
                 throw .manifest("the metadata object \(url) that manifest \(source) names does not match its hash (it holds \(Units.formatBytes(Int64(bytes.count))) of something else): refused, nothing was changed",

@@ -22,6 +22,10 @@ final class SFTPFileSource: SteppedSource {
     private var chunks: [Int64: [UInt8]] = [:]
     /// The offset the next READ asks from, the one the next `read` is expected at, and where the file ended.
     private var nextOffset: Int64 = 0
+    /// Where read-ahead stops (`limitReadAhead`): a delta's range; nil: the file's end.
+    private var readLimit: Int64?
+
+    func limitReadAhead(to end: Int64) { readLimit = end }
     private var position: Int64 = -1
     private var end: Int64?
     private var lastProgress: Double
@@ -124,9 +128,18 @@ final class SFTPFileSource: SteppedSource {
                     release()
                     return .end
                 }
-                while inFlight.count + chunks.count < Self.window && nextOffset <= size {
-                    ask(connection, at: nextOffset, length: SFTP.readSize)
-                    nextOffset += Int64(SFTP.readSize)
+                // Up to the file's end (a read there answers EOF), or short of a delta's range end.
+                if let limit = readLimit, limit > offset, limit < size {
+                    while inFlight.count + chunks.count < Self.window && nextOffset < limit {
+                        let length = Int(min(Int64(SFTP.readSize), limit - nextOffset))
+                        ask(connection, at: nextOffset, length: length)
+                        nextOffset += Int64(length)
+                    }
+                } else {
+                    while inFlight.count + chunks.count < Self.window && nextOffset <= size {
+                        ask(connection, at: nextOffset, length: SFTP.readSize)
+                        nextOffset += Int64(SFTP.readSize)
+                    }
                 }
                 let replies = try connection.exchange()
                 if replies.isEmpty {

@@ -29,9 +29,10 @@ final class PullSync: SessionWork {
         // The objects of the tree taken stay cached; those of trees before it go when the run
         // ends, whichever way it ends (not before: the objects just fetched are being written into
         // the cache meanwhile, on a thread of their own).
-        // With them, the content indexes of the files it lists (`DeltaPreparation`).
-        var indexObjects: [SHA256Digest] = []
-        defer { if !options.dryRun { fetched.objects.sweep(keeping: fetched.names + indexObjects) } }
+        // With them, the content indexes of the files it lists (`DeltaPreparation`): a run that
+        // ends before it knows them sweeps nothing (the next one does).
+        var indexObjects: [SHA256Digest]?
+        defer { if !options.dryRun, let indexObjects { fetched.objects.sweep(keeping: fetched.names + indexObjects) } }
         let plan = try self.plan(fetched.manifest, mirror: &mirror, root: &root, tree: &tree, store: store, result: &result)
         guard !options.dryRun, let root else { return reportDryRun(plan, scan: tree, result: &result) }
 
@@ -44,7 +45,7 @@ final class PullSync: SessionWork {
         let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, remote: remote, locate: locate, deltas: deltas.plans,
                                    result: &result, localIOError: &localIOError, unstorableMtimes: &unstorableMtimes)
         sayUnstorable(unstorableMtimes)
-        if stopped == nil { indexObjects += preparation.cacheIndexes(plan.downloads, skipping: deltas) }
+        if stopped == nil { indexObjects? += preparation.cacheIndexes(plan.downloads, skipping: deltas) }
 
         try commitDeletions(plan, root: root, stopped: stopped, store: store, result: &result)
         let outcome = RunOutcome(localIOFailed: localIOError != nil, counts: result.counts, deletionsRefused: plan.refusedDeletions != nil,

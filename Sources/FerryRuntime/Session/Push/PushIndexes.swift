@@ -17,10 +17,13 @@ extension PushSync {
     }
 
     func indexed(_ entries: [ManifestEntry], published: Manifest?, objects: ManifestObjects, root: LocalRoot) -> Indexes {
-        guard let minimum = session.deltaMinimum else {
-            // delta-min-size = off: no entry names an index (an old one kept for a failed file neither).
-            return Indexes(entries: entries.map { $0.index == nil ? $0 : ManifestEntry(path: $0.path, size: $0.size, sha256: $0.sha256, mtime: $0.mtime, mode: $0.mode) })
+        // No entry names an index the publication does not name (collection would take its
+        // objects): below delta-min-size, or with it off, an index kept from the last publication
+        // (a failed file's entry, a file kept on the remote) goes.
+        func plain(_ e: ManifestEntry) -> ManifestEntry {
+            e.index == nil ? e : ManifestEntry(path: e.path, size: e.size, sha256: e.sha256, mtime: e.mtime, mode: e.mode)
         }
+        guard let minimum = session.deltaMinimum else { return Indexes(entries: entries.map(plain)) }
         var known: [SHA256Digest: ContentIndex.Reference] = [:]
         for e in published?.entries ?? [] { if let index = e.index { known[e.sha256] = index } }
         var out = Indexes(entries: [])
@@ -30,7 +33,7 @@ extension PushSync {
         var scanned: [SHA256Digest: ContentIndex.Reference?] = [:]
         for entry in entries {
             guard let size = entry.size, size >= minimum else {
-                out.entries.append(entry)
+                out.entries.append(plain(entry))
                 continue
             }
             var index: ContentIndex.Reference?
