@@ -75,6 +75,9 @@ struct DeltaTests {
         let planned = try #require(run.events(named: "delta-planned").first, "\(run.output)")
         #expect(planned["files"] as? Int == 1 && planned["whole"] as? Int == 0, "\(planned)")
         #expect(planned["fetch"] as? Int == done.fetched && planned["reused"] as? Int == done.reused, "the plan is what happened: \(planned)")
+        // The version held was known by the cached index of its content (the hash cache vouches
+        // for the file): it was not read to plan.
+        #expect(planned["read"] as? Int == 0, "\(planned)")
         // nginx's own count of what it sent for the file, every request a bounded range.
         let sent = server.bytesSent { $0 == "/big.bin" }
         #expect(sent.bytes == done.fetched && sent.requests >= 2, "\(sent)")
@@ -163,6 +166,7 @@ struct DeltaTests {
         let done = try #require(Self.fileDone(run))
         #expect(done.reused > Self.size / 2 && done.fetched < 400_000, "\(done)")
         #expect(Self.ranges(server).contains { $0.first <= 400_000 && $0.last >= 400_099 }, "the damaged bytes came from the remote")
+        #expect(run.events(named: "delta-planned").first?["read"] as? Int == 1, "a file the hash cache cannot vouch for is read to plan")
     }
 
     /// `kill -9` at random moments of a delta (the server sends 400 KB/s, so the delta takes a

@@ -214,7 +214,7 @@ final class SyncReporter: EventSink {
             if p.extrasKept > 0 { parts.append("\(Plural.count(p.extrasKept, "extra local file")) kept (delete = no)") }
             if p.skipped > 0 { parts.append("\(p.skipped) not publishable (symlinks, special files or names a manifest cannot carry)") }
             line("\(s): " + parts.joined(separator: ", "))
-        case let .deltaPlanned(files, reused, fetch, whole):
+        case let .deltaPlanned(files, reused, fetch, whole, _):
             var parts: [String] = []
             if files > 0 {
                 parts.append("delta for \(Plural.count(files, "file")): \(Units.formatBytes(reused)) reused from local data, \(Units.formatBytes(fetch)) to fetch")

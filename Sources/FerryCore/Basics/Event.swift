@@ -60,8 +60,9 @@ public struct Event: Sendable {
         case planned(PlanSummary)
         /// Delta (pull): `files` changed large files are assembled from `reused` bytes the mirror
         /// holds and `fetch` bytes of ranges; `whole` indexed files are fetched whole, too little
-        /// of them being held locally.
-        case deltaPlanned(files: Int, reused: Int64, fetch: Int64, whole: Int)
+        /// of them being held locally. `read`: held versions read to plan (the others were known by
+        /// the cached index of their content).
+        case deltaPlanned(files: Int, reused: Int64, fetch: Int64, whole: Int, read: Int = 0)
         /// One line of a dry run's plan: `action` is download, replace, delete, refused-delete,
         /// fix-metadata or blocked; `reason` says why.
         case planItem(action: String, path: RelativePath, reason: String?, size: Int64?)
@@ -263,8 +264,8 @@ private struct JSONFields {
             n("downloads", Int64(p.transfers)); n("bytes", p.bytes); n("unknown_sizes", Int64(p.unknownSizes)); n("metadata_fixes", Int64(p.metadataFixes))
             n("deletions", Int64(p.deletions)); n("up_to_date", Int64(p.upToDate)); n("hashed", Int64(p.hashed)); n("extras_kept", Int64(p.extrasKept))
             n("skipped", Int64(p.skipped))
-        case let .deltaPlanned(files, reused, fetch, whole):
-            n("files", Int64(files)); n("reused", reused); n("fetch", fetch); n("whole", Int64(whole))
+        case let .deltaPlanned(files, reused, fetch, whole, read):
+            n("files", Int64(files)); n("reused", reused); n("fetch", fetch); n("whole", Int64(whole)); n("read", Int64(read))
         case let .planItem(action, path, reason, size):
             s("action", action); s("path", path.string)
             if let reason { s("reason", reason) }

@@ -86,7 +86,7 @@ private struct EventFields {
                                         deletions: deletions, upToDate: upToDate, hashed: hashed, extrasKept: extras, skipped: int("skipped") ?? 0))
         case "delta-planned":
             guard let files = int("files"), let reused = int64("reused"), let fetch = int64("fetch"), let whole = int("whole") else { return nil }
-            return .deltaPlanned(files: files, reused: reused, fetch: fetch, whole: whole)
+            return .deltaPlanned(files: files, reused: reused, fetch: fetch, whole: whole, read: int("read") ?? 0)
         case "plan-item":
             guard let action = text("action"), let p = path() else { return nil }
             return .planItem(action: action, path: p, reason: text("reason"), size: int64("size"))

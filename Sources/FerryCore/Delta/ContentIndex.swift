@@ -58,7 +58,7 @@ public enum ContentIndex {
     /// A node ends after a child whose name is 0 mod 8 once it holds 8 children, and at 64.
     static let nodeMinimum = 8
     static let nodeMaximum = 64
-    static let maximumLevel = 12
+    public static let maximumLevel = 12
 
     /// The most index bytes a file of `size` bytes may take: far above what ferry writes
     /// (about 0.19% of the file), and what bounds what a hostile index can make a mirror read.

@@ -12,6 +12,10 @@ struct DeltaPreparation {
     let objects: ManifestObjects
     let remote: Remote
     let emit: (Event.Body) -> Void
+    /// The SHA-256 the hash cache vouches for of a local file (nil: none).
+    let localHash: (RelativePath) -> SHA256Digest?
+    /// Where the session keeps which index describes which content (`IndexMap`).
+    let mapPath: String
 
     struct Prepared {
         /// The plans, by path, of the files a delta brings.
@@ -37,8 +41,10 @@ struct DeltaPreparation {
             if !names.allSatisfy({ objects.has($0) }) { prepared.uncached.append(entry) }
         }
         guard session.delta, remote.base.backend.abilities.contains(.rangedReads) else { return prepared }
+        let known = IndexMap.read(mapPath)
         var refused: [(RelativePath, FerryError)] = []
         var whole = 0
+        var read = 0
         for download in downloads {
             let entry = download.entry
             // Only a file with an older version at its path can take a delta now; the index of
@@ -54,13 +60,15 @@ struct DeltaPreparation {
                 continue
             }
             prepared.resolved.insert(entry.path)
-            guard let local = localChunks(of: entry.path) else { continue }
+            guard let (local, wasRead) = localChunks(of: entry.path, size: held.size, known: known) else { continue }
+            if wasRead { read += 1 }
             let plan = DeltaPlan(pieces: pieces, local: local)
             if plan.worthIt { prepared.plans[entry.path] = plan } else { whole += 1 }
         }
         if !prepared.plans.isEmpty || whole > 0 {
             let plans = prepared.plans.values
-            emit(.deltaPlanned(files: plans.count, reused: plans.reduce(0) { $0 + $1.reused }, fetch: plans.reduce(0) { $0 + $1.fetched }, whole: whole))
+            emit(.deltaPlanned(files: plans.count, reused: plans.reduce(0) { $0 + $1.reused }, fetch: plans.reduce(0) { $0 + $1.fetched }, whole: whole,
+                               read: read))
         }
         // One warning for the cause, however many files share it.
         if let (path, error) = refused.first {
@@ -91,11 +99,65 @@ struct DeltaPreparation {
         }
     }
 
-    /// The chunks of the version of `path` the mirror holds, when it holds a regular file there.
-    private func localChunks(of path: RelativePath) -> [DeltaPlan.LocalChunk]? {
-        guard let held = root.stat(path), held.kind == .file, held.size > 0 else { return nil }
+    /// The chunks of the version of `path` the mirror holds: from the cached index of its content
+    /// when the hash cache vouches for what it holds and an earlier manifest indexed that content
+    /// (nothing is read), else read from the file (`ContentScan.localChunks`).
+    private func localChunks(of path: RelativePath, size: Int64, known: [SHA256Digest: ContentIndex.Reference]) -> (chunks: [DeltaPlan.LocalChunk], read: Bool)? {
+        if let held = localHash(path), let index = known[held] {
+            let cached = try? ContentIndex.resolve(index, size: size, source: Printable.name(path.string)) { (batch) throws(FerryError) -> [[UInt8]] in
+                try batch.map { (digest) throws(FerryError) -> [UInt8] in
+                    guard let bytes = objects.bytes(of: digest) else { throw FerryError(.manifest, "not cached") }
+                    return bytes
+                }
+            }
+            if let pieces = cached?.pieces {
+                var out: [DeltaPlan.LocalChunk] = []
+                for piece in pieces {
+                    var at = piece.offset
+                    for chunk in piece.chunks {
+                        out.append(DeltaPlan.LocalChunk(chunk, at: DeltaPlan.Location(file: 0, offset: at)))
+                        at += Int64(chunk.length)
+                    }
+                }
+                return (out, false)
+            }
+        }
         guard let fd = try? root.open(path, for: "to reuse its bytes") else { return nil }
         defer { close(fd) }
-        return try? ContentScan.localChunks(fd, file: 0, what: root.display(path))
+        return (try? ContentScan.localChunks(fd, file: 0, what: root.display(path))).map { ($0, true) }
+    }
+}
+
+/// Which index describes which content, from the manifests a session took: the file
+/// `<state>/manifests/<session>.manifest.index-map`, a line per content (`<sha256> <top> <level>`),
+/// rewritten after each pull. A delta takes the chunks of the version a mirror holds from the
+/// cached index of its content instead of reading the file. Not synced: a torn one is read as far
+/// as it goes, and a wrong line costs only pieces that do not verify.
+enum IndexMap {
+    static func read(_ path: String) -> [SHA256Digest: ContentIndex.Reference] {
+        guard let bytes = try? FileSystem.readFile(path, limit: 256 << 20) else { return [:] }
+        var out: [SHA256Digest: ContentIndex.Reference] = [:]
+        for line in bytes.split(separator: 0x0A) {
+            let fields = line.split(separator: 0x20)
+            guard fields.count == 3, let content = SHA256Digest(hex: String(decoding: fields[0], as: UTF8.self)),
+                  let top = SHA256Digest(hex: String(decoding: fields[1], as: UTF8.self)),
+                  let level = Int(String(decoding: fields[2], as: UTF8.self)), level >= 0, level <= ContentIndex.maximumLevel else { continue }
+            out[content] = ContentIndex.Reference(sha256: top, level: level)
+        }
+        return out
+    }
+
+    /// The map of `entries` (none indexed: no file).
+    static func write(_ path: String, _ entries: [ManifestEntry]) {
+        var text: [UInt8] = []
+        for e in entries {
+            guard let index = e.index else { continue }
+            text += Array("\(e.sha256.hex) \(index.sha256.hex) \(index.level)\n".utf8)
+        }
+        if text.isEmpty {
+            unlink(path)
+        } else {
+            try? FileSystem.writeAtomically(path, bytes: text, mode: 0o600, synced: false)
+        }
     }
 }

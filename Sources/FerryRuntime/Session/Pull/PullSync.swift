@@ -32,13 +32,21 @@ final class PullSync: SessionWork {
         // With them, the content indexes of the files it lists (`DeltaPreparation`): a run that
         // ends before it knows them sweeps nothing (the next one does).
         var indexObjects: [SHA256Digest]?
-        defer { if !options.dryRun, let indexObjects { fetched.objects.sweep(keeping: fetched.names + indexObjects) } }
+        let indexMap = manifests.path + ".index-map"
+        defer {
+            if !options.dryRun, let indexObjects {
+                fetched.objects.sweep(keeping: fetched.names + indexObjects)
+                IndexMap.write(indexMap, fetched.manifest.entries)
+            }
+        }
         let plan = try self.plan(fetched.manifest, mirror: &mirror, root: &root, tree: &tree, store: store, result: &result)
         guard !options.dryRun, let root else { return reportDryRun(plan, scan: tree, result: &result) }
 
         let tasks = try queue(plan, manifest: fetched.manifest, locate: locate, root: root, store: store)
         var unstorableMtimes = try fixMetadata(plan, root: root, store: store, result: &result)
-        let preparation = DeltaPreparation(session: session, root: root, objects: fetched.objects, remote: remote, emit: { [unowned self] in self.emit($0) })
+        let hashes = tree
+        let preparation = DeltaPreparation(session: session, root: root, objects: fetched.objects, remote: remote, emit: { [unowned self] in self.emit($0) },
+                                           localHash: { path in hashes.index(of: path).flatMap { hashes.items[$0].verified } }, mapPath: indexMap)
         let deltas = preparation.prepare(plan.downloads, manifest: fetched.manifest)
         indexObjects = deltas.keep
         var localIOError: String?
