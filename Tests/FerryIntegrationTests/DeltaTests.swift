@@ -319,6 +319,61 @@ struct DeltaTests {
         #expect(left < indexObjects + metaPuts.count, "what the old index alone named was collected: \(left)")
     }
 
+    /// Besides the older version at the path, a delta takes bytes from the same path under a
+    /// `seed` directory, from a file this run deletes that looks like the new one's old name, and
+    /// with `layout = generations` from the current generation.
+    @Test func seedsRenamesAndTheCurrentGenerationAreReused() throws {
+        let old = Self.bytes(Self.size, seed: 101)
+        let new = Self.changed(old)
+
+        // A new mirror with a seed that holds the old version.
+        let seeded = Sandbox("delta-seed")
+        let seed = seeded.directory + "/seed"
+        try FileManager.default.createDirectory(atPath: seed + "/images", withIntermediateDirectories: true)
+        try Data(old).write(to: URL(fileURLWithPath: seed + "/images/big.bin"))
+        seeded.publish("images/big.bin", Data(new))
+        seeded.buildManifest()
+        seeded.configure(remote: "file://" + seeded.published + "/", session: ["seed = /nonexistent-seed \(seed)"])
+        let first = seeded.sync(["--json"])
+        #expect(first.exitCode == 0, "\(first.output)")
+        #expect(FileManager.default.contents(atPath: seeded.localPath("images/big.bin")) == Data(new))
+        let fromSeed = try #require(Self.fileDone(first, "images/big.bin"))
+        #expect(fromSeed.reused > Self.size - 300_000, "from the seed: \(fromSeed)")
+        #expect(first.events(named: "warning").compactMap { $0["message"] as? String }.contains { $0.contains("seed /nonexistent-seed cannot be read, so a delta takes nothing from it: No such file or directory") },
+                "\(first.output)")
+        #expect(FileManager.default.contents(atPath: seed + "/images/big.bin") == Data(old), "a seed is only read")
+
+        // The remote renames the file (and changes it): the mirror's copy under the old name is used.
+        let renamed = Sandbox("delta-rename")
+        renamed.publish("a/big.bin", Data(old))
+        renamed.buildManifest()
+        renamed.configure(remote: "file://" + renamed.published + "/", session: ["delete = yes", "max-delete = 100%"])
+        #expect(renamed.sync().exitCode == 0)
+        renamed.unpublish("a/big.bin")
+        renamed.publish("b/moved.bin", Data(new))
+        renamed.buildManifest()
+        let moved = renamed.sync(["--json"])
+        #expect(moved.exitCode == 0, "\(moved.output)")
+        #expect(FileManager.default.contents(atPath: renamed.localPath("b/moved.bin")) == Data(new))
+        #expect(!FileManager.default.fileExists(atPath: renamed.localPath("a/big.bin")), "the old name went")
+        let fromRename = try #require(Self.fileDone(moved, "b/moved.bin"))
+        #expect(fromRename.reused > Self.size - 300_000, "from the old name: \(fromRename)")
+
+        // Generations: the current generation holds the old version.
+        let generations = Sandbox("delta-generations")
+        generations.publish("big.bin", Data(old))
+        generations.buildManifest()
+        generations.configure(remote: "file://" + generations.published + "/", session: ["layout = generations"])
+        #expect(generations.sync().exitCode == 0)
+        generations.publish("big.bin", Data(new))
+        generations.buildManifest()
+        let switched = generations.sync(["--json"])
+        #expect(switched.exitCode == 0, "\(switched.output)")
+        #expect(FileManager.default.contents(atPath: generations.localPath("big.bin")) == Data(new))
+        let fromGeneration = try #require(Self.fileDone(switched))
+        #expect(fromGeneration.reused > Self.size - 300_000, "from the current generation: \(fromGeneration)")
+    }
+
     /// A file that came before its index (published without one, then indexed) has its index
     /// read while it is in sync, so its next update fetches only the index objects that changed.
     @Test func aFileInSyncHasItsIndexReadForItsNextUpdate() throws {

@@ -180,6 +180,8 @@ public struct SessionConfig: Sendable, Equatable {
     /// Pull: a changed large file whose manifest entry has a content index is assembled from the
     /// data the mirror holds and ranges of the remote (`DeltaPlan`).
     public var delta: Bool = true
+    /// Pull: more directories whose file at the same relative path a delta may take bytes from.
+    public var seeds: [String] = []
     /// Push: files from this size get a content index in the published manifest (nil: none).
     public var deltaMinimum: Int64? = 1 << 20
     /// A manifest larger than this is refused before it is read (it is held in memory to parse).

@@ -139,6 +139,11 @@ extension ConfigParser {
             case "allow-rollback": session.allowRollback = try bool(line)
             case "allow-empty": session.allowEmpty = try bool(line)
             case "delta": session.delta = try bool(line)
+            case "seed":
+                // Directories, separated by spaces.
+                for word in line.value.split(separator: " ", omittingEmptySubsequences: true) {
+                    session.seeds.append(try path(Line(number: line.number, key: line.key, value: String(word))))
+                }
             case "max-delete":
                 guard let cap = DeletionCap(parsing: line.value) else {
                     throw fail(line, "'\(line.value)' is neither a count (1000) nor a percentage (50%)")

@@ -61,6 +61,7 @@ public enum ConfigText {
         case "allow-rollback": return shown(yes(s.allowRollback))
         case "allow-empty": return shown(yes(s.allowEmpty))
         case "delta": return shown(yes(s.delta))
+        case "seed": return shown(s.seeds.isEmpty ? nil : s.seeds.joined(separator: " "), unset: "none")
         case "max-manifest-size": return shown(size(s.maxManifestSize))
         case "mode-mask": return shown("0" + String(s.modeMask, radix: 8))
         case "ca-file": return shown(s.caFile, unset: "the system's CAs")

@@ -2,10 +2,12 @@ import Glibc
 import FerryCore
 
 /// Before a pull's transfers: the content index of each large file to download (its objects
-/// from the session's cache, the rest fetched like the tree's), and, where an older version of
-/// the file is at its path, the plan that takes its bytes from there (`DeltaPlan`). A file whose
-/// index cannot be read, or whose old version holds too little of the new one, is downloaded
-/// whole as before. Runs on the session's thread.
+/// from the session's cache, the rest fetched like the tree's), and, where the mirror holds data
+/// of it, the plan that takes its bytes from there (`DeltaPlan`). Where it looks (`sources`): the
+/// older version at the file's path, the current generation's (`layout = generations`), a file
+/// this run deletes that looks like a rename, and the same path under each `seed` directory. A
+/// file whose index cannot be read, or of which the mirror holds too little, is downloaded whole
+/// as before. Runs on the session's thread.
 struct DeltaPreparation {
     let session: SessionConfig
     let root: LocalRoot
@@ -16,10 +18,23 @@ struct DeltaPreparation {
     let localHash: (RelativePath) -> SHA256Digest?
     /// Where the session keeps which index describes which content (`IndexMap`).
     let mapPath: String
+    /// The current generation, when the root is a generation being built.
+    var current: LocalRoot? = nil
+    /// Files this run deletes (a rename's old name is among them).
+    var deletions: [RelativePath] = []
+
+    /// A delta's plan and the files it takes bytes from.
+    typealias Planned = (plan: DeltaPlan, sources: [Source])
+
+    /// A local file a plan takes bytes from (`DeltaPlan.Location.file` is its place in the list).
+    struct Source {
+        let root: LocalRoot
+        let path: RelativePath
+    }
 
     struct Prepared {
-        /// The plans, by path, of the files a delta brings.
-        var plans: [RelativePath: DeltaPlan] = [:]
+        /// The plans, by path, of the files a delta brings, with the files each takes bytes from.
+        var plans: [RelativePath: Planned] = [:]
         /// The index objects the session's cache keeps: those of every indexed file the manifest
         /// lists that the cache holds, and those read now.
         var keep: [SHA256Digest] = []
@@ -45,11 +60,18 @@ struct DeltaPreparation {
         var refused: [(RelativePath, FerryError)] = []
         var whole = 0
         var read = 0
+        let seeds = openSeeds()
+        // A deleted file is still where the mirror (or, while a generation is built, the current
+        // one) holds it: deletions come after the transfers.
+        let holder = current ?? root
+        let deleted = deletions.compactMap { path in holder.stat(path).flatMap { $0.kind == .file && $0.size > 0 ? (path, $0.size) : nil } }
         for download in downloads {
             let entry = download.entry
-            // Only a file with an older version at its path can take a delta now; the index of
-            // any other is read after the transfers (`cacheIndexes`), for its next update.
-            guard let index = entry.index, let size = entry.size, size > 0, let held = root.stat(entry.path), held.kind == .file, held.size > 0 else { continue }
+            // Only a file the mirror holds data of can take a delta now; the index of any other
+            // is read after the transfers (`cacheIndexes`), for its next update.
+            guard let index = entry.index, let size = entry.size, size > 0 else { continue }
+            let sources = candidates(for: entry.path, size: size, deleted: deleted, seeds: seeds)
+            guard !sources.isEmpty else { continue }
             let pieces: [ContentIndex.Piece]
             do throws(FerryError) {
                 let read = try resolve(index, of: entry.path, size: size)
@@ -60,13 +82,19 @@ struct DeltaPreparation {
                 continue
             }
             prepared.resolved.insert(entry.path)
-            guard let (local, wasRead) = localChunks(of: entry.path, size: held.size, known: known) else { continue }
-            if wasRead { read += 1 }
+            var local: [DeltaPlan.LocalChunk] = []
+            var usable: [Source] = []
+            for source in sources {
+                guard let (chunks, wasRead) = localChunks(of: source, file: usable.count, known: known) else { continue }
+                if wasRead { read += 1 }
+                usable.append(source)
+                local += chunks
+            }
             let plan = DeltaPlan(pieces: pieces, local: local)
-            if plan.worthIt { prepared.plans[entry.path] = plan } else { whole += 1 }
+            if plan.worthIt { prepared.plans[entry.path] = (plan, usable) } else { whole += 1 }
         }
         if !prepared.plans.isEmpty || whole > 0 {
-            let plans = prepared.plans.values
+            let plans = prepared.plans.values.map(\.plan)
             emit(.deltaPlanned(files: plans.count, reused: plans.reduce(0) { $0 + $1.reused }, fetch: plans.reduce(0) { $0 + $1.fetched }, whole: whole,
                                read: read))
         }
@@ -99,12 +127,41 @@ struct DeltaPreparation {
         }
     }
 
-    /// The chunks of the version of `path` the mirror holds: from the cached index of its content
-    /// when the hash cache vouches for what it holds and an earlier manifest indexed that content
-    /// (nothing is read), else read from the file (`ContentScan.localChunks`).
-    private func localChunks(of path: RelativePath, size: Int64, known: [SHA256Digest: ContentIndex.Reference]) -> (chunks: [DeltaPlan.LocalChunk], read: Bool)? {
-        if let held = localHash(path), let index = known[held] {
-            let cached = try? ContentIndex.resolve(index, size: size, source: Printable.name(path.string)) { (batch) throws(FerryError) -> [[UInt8]] in
+    /// The seed directories that can be opened (one that cannot is said once a run).
+    private func openSeeds() -> [LocalRoot] {
+        session.seeds.compactMap { seed in
+            do throws(FerryError) {
+                return try LocalRoot(path: seed, create: false, role: .remote)
+            } catch {
+                var why = error.message
+                if case let .local(code)? = error.cause { why = FileSystem.errorText(code) }
+                emit(.warning(message: "seed \(Printable.name(seed)) cannot be read, so a delta takes nothing from it: \(why)"))
+                return nil
+            }
+        }
+    }
+
+    /// Where the mirror may hold bytes of the file at `path` of `size` bytes, in the order a plan
+    /// prefers them: its older version at the path, the current generation's, up to two files
+    /// this run deletes that look like its old name (the same name elsewhere, else about its size:
+    /// within 1/8), and the same path under each seed.
+    private func candidates(for path: RelativePath, size: Int64, deleted: [(RelativePath, Int64)], seeds: [LocalRoot]) -> [Source] {
+        var out: [Source] = []
+        func regular(_ root: LocalRoot, _ p: RelativePath) -> Bool { root.stat(p).map { $0.kind == .file && $0.size > 0 } ?? false }
+        if regular(root, path) { out.append(Source(root: root, path: path)) }
+        if let current, regular(current, path) { out.append(Source(root: current, path: path)) }
+        let renamed = deleted.filter { $0.0.name == path.name } + deleted.filter { $0.0.name != path.name && abs($0.1 - size) <= size / 8 }
+        for (old, _) in renamed.prefix(2) { out.append(Source(root: current ?? root, path: old)) }
+        for seed in seeds where regular(seed, path) { out.append(Source(root: seed, path: path)) }
+        return out
+    }
+
+    /// The chunks of a source, as file `file` of a plan: from the cached index of its content when
+    /// it is the mirror's own file, the hash cache vouches for what it holds and an earlier manifest
+    /// indexed that content (nothing is read), else read from the file (`ContentScan.localChunks`).
+    private func localChunks(of source: Source, file: Int, known: [SHA256Digest: ContentIndex.Reference]) -> (chunks: [DeltaPlan.LocalChunk], read: Bool)? {
+        if source.root === root, let held = localHash(source.path), let index = known[held], let size = root.stat(source.path)?.size {
+            let cached = try? ContentIndex.resolve(index, size: size, source: Printable.name(source.path.string)) { (batch) throws(FerryError) -> [[UInt8]] in
                 try batch.map { (digest) throws(FerryError) -> [UInt8] in
                     guard let bytes = objects.bytes(of: digest) else { throw FerryError(.manifest, "not cached") }
                     return bytes
@@ -115,16 +172,16 @@ struct DeltaPreparation {
                 for piece in pieces {
                     var at = piece.offset
                     for chunk in piece.chunks {
-                        out.append(DeltaPlan.LocalChunk(chunk, at: DeltaPlan.Location(file: 0, offset: at)))
+                        out.append(DeltaPlan.LocalChunk(chunk, at: DeltaPlan.Location(file: file, offset: at)))
                         at += Int64(chunk.length)
                     }
                 }
                 return (out, false)
             }
         }
-        guard let fd = try? root.open(path, for: "to reuse its bytes") else { return nil }
+        guard let fd = try? source.root.open(source.path, for: "to reuse its bytes") else { return nil }
         defer { close(fd) }
-        return (try? ContentScan.localChunks(fd, file: 0, what: root.display(path))).map { ($0, true) }
+        return (try? ContentScan.localChunks(fd, file: file, what: source.root.display(source.path))).map { ($0, true) }
     }
 }
 

@@ -45,8 +45,11 @@ final class PullSync: SessionWork {
         let tasks = try queue(plan, manifest: fetched.manifest, locate: locate, root: root, store: store)
         var unstorableMtimes = try fixMetadata(plan, root: root, store: store, result: &result)
         let hashes = tree
-        let preparation = DeltaPreparation(session: session, root: root, objects: fetched.objects, remote: remote, emit: { [unowned self] in self.emit($0) },
+        var preparation = DeltaPreparation(session: session, root: root, objects: fetched.objects, remote: remote, emit: { [unowned self] in self.emit($0) },
                                            localHash: { path in hashes.index(of: path).flatMap { hashes.items[$0].verified } }, mapPath: indexMap)
+        preparation.deletions = plan.deletions
+        // While a generation is built, the version readers see is in the current one.
+        if mirror.building != nil, let current = mirror.current { preparation.current = try? LocalRoot(path: current, create: false, role: .remote) }
         let deltas = preparation.prepare(plan.downloads, manifest: fetched.manifest)
         indexObjects = deltas.keep
         var localIOError: String?
@@ -224,7 +227,7 @@ final class PullSync: SessionWork {
     /// Transfer: the downloads through the engine (`PullTransfers`; `tasks`: the task of each, in
     /// the same order), their counts added to the run's; returns why it stopped early, if it did.
     private func transfer(plan: Plan, tasks: [TransferTask], root: LocalRoot, store: StateStore, remote: Remote,
-                          locate: @escaping (ManifestEntry) -> RelativePath, deltas: [RelativePath: DeltaPlan], result: inout SyncResult, localIOError: inout String?,
+                          locate: @escaping (ManifestEntry) -> RelativePath, deltas: [RelativePath: DeltaPreparation.Planned], result: inout SyncResult, localIOError: inout String?,
                           unstorableMtimes: inout [(RelativePath, CachedHash)]) throws(FerryError) -> String? {
         guard !plan.downloads.isEmpty else { return options.stop.reason }
         let transfers = PullTransfers(session: session, root: root, store: store, remote: remote, locate: locate, deltas: deltas,

@@ -27,7 +27,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     private let locate: (ManifestEntry) -> RelativePath
     /// The files a delta assembles (`DeltaPreparation`), by path; those whose delta stopped this
     /// run are fetched whole (`deltaStopped`, by task).
-    private let deltas: [RelativePath: DeltaPlan]
+    private let deltas: [RelativePath: DeltaPreparation.Planned]
     private var deltaStopped = Set<Int64>()
 
     /// Downloads that neither finished, failed, wait nor are suspended, delayed or held: only a stop leaves any.
@@ -43,7 +43,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     private let committer: PullCommitter
 
     init(session: SessionConfig, root: LocalRoot, store: StateStore, remote: Remote, locate: @escaping (ManifestEntry) -> RelativePath,
-         deltas: [RelativePath: DeltaPlan] = [:], observer: EventSink,
+         deltas: [RelativePath: DeltaPreparation.Planned] = [:], observer: EventSink,
          emit: @escaping (Event.Body) -> Void, plan: Plan, stop: StopCondition, gate: DiscretionGate?) {
         self.root = root
         self.remote = remote
@@ -162,18 +162,26 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         }
     }
 
-    /// A delta where one was planned and has not stopped this run (and the old version still
-    /// opens); otherwise the remote's download of the whole file.
+    /// A delta where one was planned and has not stopped this run (and the files it takes bytes
+    /// from still open); otherwise the remote's download of the whole file.
     private func makeDownload(_ item: Item, into partial: PartialFile) throws(FerryError) -> Download {
         let entry = item.download.entry
-        if let plan = deltas[entry.path], !deltaStopped.contains(item.task.id), let old = try? root.open(entry.path, for: "to reuse its bytes") {
-            do throws(FerryError) {
-                return try DeltaDownload(task: item.task, entry: entry, reason: item.download.reason, origin: remote.origin(of: locate(entry)),
-                                         partial: partial, resumeFrom: item.task.bytesDone, plan: plan, sources: [old], clock: remote.clock)
-            } catch {
-                close(old)
-                throw error
+        if let (plan, sources) = deltas[entry.path], !deltaStopped.contains(item.task.id) {
+            var opened: [Int32] = []
+            for source in sources {
+                guard let fd = try? source.root.open(source.path, for: "to reuse its bytes") else { break }
+                opened.append(fd)
             }
+            if opened.count == sources.count {
+                do throws(FerryError) {
+                    return try DeltaDownload(task: item.task, entry: entry, reason: item.download.reason, origin: remote.origin(of: locate(entry)),
+                                             partial: partial, resumeFrom: item.task.bytesDone, plan: plan, sources: opened, clock: remote.clock)
+                } catch {
+                    for fd in opened { close(fd) }
+                    throw error
+                }
+            }
+            for fd in opened { close(fd) }
         }
         return try remote.download(task: item.task, entry: entry, from: locate(entry), reason: item.download.reason, into: partial,
                                    resumeFrom: item.task.bytesDone, validator: item.task.validator)
