@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import FerryCore
 
 /// Delta transfers end to end, through the binary: a changed large file costs a mirror about
 /// what changed (the server's own count), every byte verified; a remote that serves wrong bytes
@@ -86,6 +87,12 @@ struct DeltaTests {
         let meta = server.bytesSent { $0.hasPrefix("/.ferry/meta/") }
         #expect(meta.requests > 0 && meta.requests < indexObjects / 2, "\(meta.requests) of \(indexObjects) objects fetched")
         #expect(meta.bytes < 20_000, "\(meta.bytes) bytes of metadata")
+        // Status says what the last run fetched and reused.
+        let bytes = try #require(run.events(named: "sync-finished").first?["bytes"] as? Int)
+        let summary = box.statusText()
+        #expect(summary.contains("exit 0, \(Units.formatBytes(Int64(bytes))) fetched, \(Units.formatBytes(Int64(done.reused))) reused from local data"), "\(summary)")
+        let session = box.statusSessions().first ?? [:]
+        #expect(session["last_reused"] as? Int == done.reused && session["last_fetched"] as? Int == bytes, "\(session)")
         // In sync: a second run fetches nothing.
         server.clearLog()
         #expect(box.sync().exitCode == 0)

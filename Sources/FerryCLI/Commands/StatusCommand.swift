@@ -304,6 +304,10 @@ struct StatusCommand: Command {
             var text = st.runningPID != nil ? "started \(LocalTime.text(time))" : LocalTime.text(time)
             if st.runningPID == nil, let code = r.lastExitCode {
                 text += ", exit \(code)"
+                // What a delta saved is said beside what came over the network.
+                if let reused = r.lastReused, reused > 0 {
+                    text += ", \(Units.formatBytes(r.lastFetched ?? 0)) fetched, \(Units.formatBytes(reused)) reused from local data"
+                }
                 if code != 0, let message = r.lastMessage { text += ": \(message)" }
             }
             out.add("last run", text, maxLines: StatusCommand.messageLines)
@@ -438,6 +442,8 @@ struct StatusCommand: Command {
             f.append("\"last_run_finished\":" + (r?.lastRunFinished.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"last_exit_code\":" + (r?.lastExitCode.map { String($0) } ?? "null"))
             f.append("\"last_message\":" + (r?.lastMessage.map(JSONText.quote) ?? "null"))
+            f.append("\"last_fetched\":" + (r?.lastFetched.map { String($0) } ?? "null"))
+            f.append("\"last_reused\":" + (r?.lastReused.map { String($0) } ?? "null"))
             f.append("\"agent_pid\":" + (st.agentPID.map { String($0) } ?? "null"))
             f.append("\"next_poll\":" + (st.agentPID != nil ? r?.nextPoll.map { JSONText.quote($0.rfc3339) } ?? "null" : "null"))
             f.append("\"held_for\":" + (r?.heldFor.map(JSONText.quote) ?? "null"))

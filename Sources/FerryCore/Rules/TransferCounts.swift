@@ -14,6 +14,8 @@ public struct TransferCounts: Sendable, Equatable {
     /// Bytes of files that went over the network this run: of those done, and of those that failed
     /// or stopped (what a stop keeps is resume data, and counts).
     public var bytes: Int64 = 0
+    /// Bytes of files placed that a delta took from data the mirror held (pull), not the network.
+    public var reused: Int64 = 0
     /// Files waiting for connectivity: the remote could not be reached for them.
     public var waiting = 0
     /// Files suspended by `ferry cancel`.
@@ -49,6 +51,7 @@ public struct TransferCounts: Sendable, Equatable {
         run.failed += stage.failed
         run.deleted += stage.deleted
         run.bytes += stage.bytes
+        run.reused += stage.reused
         run.waiting += stage.waiting
         run.suspended += stage.suspended
         run.delayed += stage.delayed

@@ -149,7 +149,8 @@ final class SessionRun: SessionWork {
         }
         // A run refused as busy never ran: the status belongs to the process that holds the session.
         if let store, !options.dryRun, result.error?.category != .busy {
-            try? store.recordRunFinished(session: session.name, exitCode: result.exitCode.rawValue, message: result.message)
+            try? store.recordRunFinished(session: session.name, exitCode: result.exitCode.rawValue, message: result.message,
+                                         fetched: result.counts.bytes, reused: result.counts.reused)
             try? store.recordHold(session: session.name, waitsFor: result.counts.heldFor)
         }
         emit(.syncFinished(exitCode: result.exitCode.rawValue, transferred: result.counts.transferred, failed: result.counts.failed,

@@ -201,6 +201,12 @@ extension StateStore {
         ALTER TABLE sessions ADD COLUMN manifest_signer TEXT;
         ALTER TABLE sessions ADD COLUMN manifest_expires TEXT;
         """,
+        // 12: what the last run moved: bytes over the network, and bytes a delta took from data
+        // the mirror held, for status.
+        """
+        ALTER TABLE sessions ADD COLUMN last_fetched INTEGER;
+        ALTER TABLE sessions ADD COLUMN last_reused INTEGER;
+        """,
     ]
 
     /// `TaskState.after(event)` as SQL: the expression a row's new state is set to, so the table

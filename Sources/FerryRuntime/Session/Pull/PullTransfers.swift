@@ -290,6 +290,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                 if cache.wantedMtime != nil { unstorableMtimes.append((d.entry.path, cache)) }
                 counts.transferred += 1
                 counts.bytes += d.received
+                counts.reused += d.reused
                 completedBytes += d.entry.size ?? d.written
                 progress.filesDone += 1
                 emit(.fileDone(path: d.entry.path, size: d.written, fetched: d.received, reused: d.reused))
