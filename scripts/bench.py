@@ -672,6 +672,13 @@ def delta_sections(ferry, runs):
             target = targets.get(label, 3) * 1e6 * scale
             verdicts.append(f"ferry, {label}: {sent / 1e6:.2f} MB against a target of {target / 1e6:.2f} MB at this size: "
                             f"{'meets' if sent <= target else 'misses'} it.")
+    walls = {(label, name): wall for label, name, _, _, wall, *_ in rows}
+    faster = [label for label, _ in delta_patterns(size) if walls.get((label, "ferry sync now"), 1e9) <= walls.get((label, "zsync"), 0)]
+    verdicts.append(f"Wall ≤ zsync's in {len(faster)} of 4 patterns ({', '.join(faster) or 'none'}). ferry's wall is a whole `sync now` "
+                    "(manifest, plan, state); the version it holds is known by the cached index of its content, so it reads only the "
+                    "bytes it reuses. Each run of fetched bytes is a request of its own, where zsync asks for many ranges in one: on "
+                    "loopback (64 KiB segments) nginx's `tcp_nopush` holds the last segment of a response of more than one segment "
+                    "until the client's delayed ACK, 40 ms a request.")
     verdicts.append(f"The index a cold mirror fetches: {cold:,} B of metadata objects ({cold / size * 100:.3f}% of the file; "
                     f"zsync's .zsync file: {zsync_index:,} B, {zsync_index / size * 100:.3f}%, fetched whole on every update).")
     return [(f"delta: a {mib} MiB file, 1% changed", lines + [""] + verdicts, "text", None, None)]

@@ -381,6 +381,30 @@ struct DeltaTests {
         #expect(fromGeneration.reused > Self.size - 300_000, "from the current generation: \(fromGeneration)")
     }
 
+    /// A seed is read as a remote is: never through a symlink (to a file or on the way), never a
+    /// FIFO that would block.
+    @Test func aSeedIsNeverReadThroughASymlinkOrAFIFO() throws {
+        let box = Sandbox("delta-evil-seed")
+        let old = Self.bytes(Self.size, seed: 111)
+        let outside = box.directory + "/outside"
+        try FileManager.default.createDirectory(atPath: outside + "/images", withIntermediateDirectories: true)
+        try Data(old).write(to: URL(fileURLWithPath: outside + "/images/big.bin"))
+        let links = box.directory + "/links", dirLink = box.directory + "/dirlink", fifo = box.directory + "/fifo"
+        try FileManager.default.createDirectory(atPath: links + "/images", withIntermediateDirectories: true)
+        symlink(outside + "/images/big.bin", links + "/images/big.bin")
+        try FileManager.default.createDirectory(atPath: dirLink, withIntermediateDirectories: true)
+        symlink(outside + "/images", dirLink + "/images")
+        try FileManager.default.createDirectory(atPath: fifo + "/images", withIntermediateDirectories: true)
+        mkfifo(fifo + "/images/big.bin", 0o644)
+        box.publish("images/big.bin", Data(Self.changed(old)))
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published + "/", session: ["seed = \(links) \(dirLink) \(fifo)"])
+        let run = box.sync(["--json"], timeout: 60)
+        #expect(run.exitCode == 0, "\(run.output)")
+        let done = try #require(Self.fileDone(run, "images/big.bin"))
+        #expect(done.reused == 0 && run.events(named: "delta-planned").isEmpty, "nothing taken from a symlink or a FIFO: \(run.output)")
+    }
+
     /// A file that came before its index (published without one, then indexed) has its index
     /// read while it is in sync, so its next update fetches only the index objects that changed.
     @Test func aFileInSyncHasItsIndexReadForItsNextUpdate() throws {
