@@ -22,6 +22,9 @@ Faults (per path, "*" for all):
   "header_bytes": N      add a response header N bytes long (X-Padding)
   "ignore_range": true   answer range requests with 200 and the whole body
   "wrong_range": N       answer range requests with a Content-Range starting N bytes off
+  "no_multipart": true   answer a request for several ranges as one for the first of them only
+                         (its Content-Range says so), as a server without multipart/byteranges
+  "multipart_swap": true answer a request for several ranges with its first two parts swapped
   "log_sent": true       log {"sent": N, "sent_path": path} once a body ends (sent whole or cut
                          short by the client): the bytes that really left
   "flip_ranges": N       flip the first byte of the body of the first N answers to a range
@@ -285,6 +288,10 @@ class Handler(BaseHTTPRequestHandler):
 
         start, end, status = 0, size, 200
         rng = self.headers.get("Range")
+        if rng and rng.startswith("bytes=") and "," in rng and not faults.get("ignore_range") and not faults.get("no_multipart"):
+            return self.multipart(full, size, rng[6:], validators, faults, path)
+        if rng and rng.startswith("bytes=") and "," in rng and faults.get("no_multipart"):
+            rng = rng.split(",")[0]
         if rng and rng.startswith("bytes=") and not faults.get("ignore_range"):
             if_range = self.headers.get("If-Range")
             if if_range is None or if_range in (etag, last_modified):
@@ -324,6 +331,56 @@ class Handler(BaseHTTPRequestHandler):
                 State.counts[("FLIP", path)] = done + 1
             faults = dict(faults, flip=flips < 0 or done < flips)
         self.send_body(full, start, end, faults)
+
+    def multipart(self, full, size, spec, validators, faults, path):
+        """A 206 multipart/byteranges answer to a request for several ranges (at most 200)."""
+        ranges = []
+        for item in spec.split(",")[:200]:
+            a, _, b = item.strip().partition("-")
+            if not (a.isdigit() and b.isdigit()) or int(a) > int(b) or int(a) >= size:
+                return self.simple(416, {"Content-Range": "bytes */%d" % size})
+            ranges.append((int(a), min(int(b), size - 1)))
+        if faults.get("multipart_swap") and len(ranges) >= 2:
+            ranges[0], ranges[1] = ranges[1], ranges[0]
+        boundary = "ferrytestboundary"
+        body = b""
+        flips = faults.get("flip_ranges", 0)
+        with State.lock:
+            done = State.counts.get(("FLIP", path), 0)
+            State.counts[("FLIP", path)] = done + 1
+        flip = flips and (flips < 0 or done < flips)
+        with open(full, "rb") as f:
+            for k, (a, b) in enumerate(ranges):
+                f.seek(a)
+                data = f.read(b - a + 1)
+                if k == 0 and flip:
+                    data = bytes([data[0] ^ 0xFF]) + data[1:]
+                body += ("\r\n--%s\r\nContent-Type: application/octet-stream\r\nContent-Range: bytes %d-%d/%d\r\n\r\n"
+                         % (boundary, a, b, size)).encode() + data
+        body += ("\r\n--%s--\r\n" % boundary).encode()
+        self.record(206)
+        self.send_response(206)
+        for k, v in validators.items():
+            self.send_header(k, v)
+        self.send_header("Content-Type", "multipart/byteranges; boundary=" + boundary)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        # Paced like a single range's body under "rate".
+        rate, sent, began = faults.get("rate"), 0, time.monotonic()
+        step = 16384 if rate else len(body)
+        try:
+            while sent < len(body):
+                self.wfile.write(body[sent:sent + step])
+                sent += len(body[sent:sent + step])
+                if rate and sent < len(body):
+                    ahead = sent / rate - (time.monotonic() - began)
+                    if ahead > 0:
+                        time.sleep(ahead)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        if faults.get("log_sent") and State.options.log:
+            with State.lock, open(State.options.log, "a") as f:
+                f.write(json.dumps({"sent": sent, "sent_path": self.path}) + "\n")
 
     def send_body(self, full, start, size, faults):
         track = faults.get("log_overlap")

@@ -193,6 +193,63 @@ struct DeltaCoreTests {
         #expect(plan.piece(at: plan.pieces[3].offset) == 3 && plan.piece(at: plan.pieces[3].offset - 1) == 2)
     }
 
+    /// A multipart body as a server writes it: each part a range of `data`, in `order`.
+    static func multipart(_ data: [UInt8], _ parts: [(first: Int64, last: Int64)], boundary: String = "b0und",
+                          header: (Int) -> String = { _ in "" }) -> [UInt8] {
+        var out: [UInt8] = []
+        for (k, p) in parts.enumerated() {
+            out += Array("\r\n--\(boundary)\r\nContent-Type: application/octet-stream\r\n\(header(k))Content-Range: bytes \(p.first)-\(p.last)/\(data.count)\r\n\r\n".utf8)
+            out += data[Int(p.first)...Int(p.last)]
+        }
+        return out + Array("\r\n--\(boundary)--\r\n".utf8)
+    }
+
+    /// Reads `body` in slices of `slice` bytes; the parts' bytes, or the refusal.
+    static func read(_ body: [UInt8], asked: [(first: Int64, last: Int64)], total: Int, slice: Int) -> (parts: [[UInt8]], finished: Bool, problem: String?) {
+        var reader = MultipartRanges(boundary: "b0und", ranges: asked, total: Int64(total))
+        var parts = [[UInt8]](repeating: [], count: asked.count)
+        do {
+            var at = 0
+            while at < body.count {
+                let end = min(body.count, at + slice)
+                _ = try body[at..<end].withUnsafeBytes { bytes in
+                    try reader.feed(bytes) { index, data in
+                        parts[index] += data
+                        return true
+                    }
+                }
+                at = end
+            }
+        } catch {
+            return (parts, reader.finished, (error as? MultipartRanges.Problem)?.text ?? "\(error)")
+        }
+        return (parts, reader.finished, nil)
+    }
+
+    @Test func aMultipartAnswerIsReadPartByPartAndALieIsRefused() {
+        let data = Self.bytes(100_000, seed: 12)
+        let asked: [(first: Int64, last: Int64)] = [(10, 4095), (20_000, 20_000), (50_000, 99_999)]
+        for slice in [1, 7, 4096, 1 << 20] {
+            let read = Self.read(Self.multipart(data, asked), asked: asked, total: data.count, slice: slice)
+            #expect(read.problem == nil && read.finished, "\(slice): \(read.problem ?? "")")
+            #expect(read.parts == asked.map { Array(data[Int($0.first)...Int($0.last)]) }, "slices of \(slice)")
+        }
+        func refusal(_ body: [UInt8]) -> String { Self.read(body, asked: asked, total: data.count, slice: 13).problem ?? "taken" }
+        #expect(refusal(Self.multipart(data, [asked[1], asked[0], asked[2]])).contains("part 1 is bytes 20000-20000/100000, where 10-4095/100000 was asked"))
+        #expect(refusal(Self.multipart(data, Array(asked.prefix(2)))).contains("it ends after 2 of the 3 ranges asked"))
+        #expect(refusal(Self.multipart(data, asked + [(0, 1)])).contains("more parts than the 3 ranges asked"))
+        #expect(refusal(Self.multipart(data, asked, header: { $0 == 1 ? String(repeating: "X-Pad: y\r\n", count: 600) : "" })).contains("headers take more than 4096 bytes"))
+        #expect(refusal(Array("\r\n--b0und\r\nContent-Type: x\r\n\r\nabc".utf8)).contains("part 1 has no Content-Range"))
+        #expect(refusal([UInt8](repeating: 0x41, count: 2000)).contains("more than 1024 bytes come between its parts"))
+        var cut = Self.multipart(data, asked)
+        cut.removeLast(10)
+        #expect(!Self.read(cut, asked: asked, total: data.count, slice: 100).finished, "no closing delimiter: not finished")
+        #expect(MultipartRanges.boundary(ofContentType: "multipart/byteranges; boundary=00000000000000000001") == "00000000000000000001")
+        #expect(MultipartRanges.boundary(ofContentType: "Multipart/Byteranges;boundary=\"a b\"") == "a b")
+        #expect(MultipartRanges.boundary(ofContentType: "application/octet-stream") == nil)
+        #expect(MultipartRanges.boundary(ofContentType: "multipart/byteranges; boundary=" + String(repeating: "x", count: 71)) == nil)
+    }
+
     @Test func aLeafCarriesTheIndexOfAnEntry() throws {
         let reference = ContentIndex.Reference(sha256: [UInt8](repeating: 7, count: 32).withUnsafeBytes { SHA256Digest(bytes: $0) }, level: 2)
         let entries = [ManifestEntry(path: RelativePath(trusted: "a.bin"), size: 5 << 20, sha256: reference.sha256, index: reference),

@@ -71,17 +71,19 @@ struct DeltaTests {
         #expect(run.exitCode == 0, "\(run.output)")
         #expect(FileManager.default.contents(atPath: box.localPath("big.bin")) == Data(new), "the new version, byte for byte")
         let done = try #require(Self.fileDone(run), "\(run.output)")
-        #expect(done.reused + done.fetched == new.count, "every byte either reused or fetched: \(done)")
+        // Every byte either reused or fetched (the fetched ones in parts of one multipart answer,
+        // whose framing counts as fetched).
+        #expect(done.reused + done.fetched >= new.count && done.reused + done.fetched < new.count + 5_000, "\(done)")
         #expect(done.fetched < Self.changedBytes + 100_000, "fetched about what changed: \(done.fetched) for \(Self.changedBytes)")
         let planned = try #require(run.events(named: "delta-planned").first, "\(run.output)")
         #expect(planned["files"] as? Int == 1 && planned["whole"] as? Int == 0, "\(planned)")
-        #expect(planned["fetch"] as? Int == done.fetched && planned["reused"] as? Int == done.reused, "the plan is what happened: \(planned)")
+        #expect((planned["fetch"] as? Int ?? .max) <= done.fetched && planned["reused"] as? Int == done.reused, "the plan is what happened: \(planned)")
         // The version held was known by the cached index of its content (the hash cache vouches
         // for the file): it was not read to plan.
         #expect(planned["read"] as? Int == 0, "\(planned)")
         // nginx's own count of what it sent for the file, every request a bounded range.
         let sent = server.bytesSent { $0 == "/big.bin" }
-        #expect(sent.bytes == done.fetched && sent.requests >= 2, "\(sent)")
+        #expect(sent.bytes == done.fetched && sent.requests == 1, "the ranges asked at once: \(sent)")
         #expect(server.requests().filter { $0.path == "/big.bin" }.allSatisfy { $0.status == 206 }, "ranges only")
         // The index: only the objects that changed came over the network.
         let meta = server.bytesSent { $0.hasPrefix("/.ferry/meta/") }
@@ -113,17 +115,26 @@ struct DeltaTests {
         #expect(done.reused > Self.size / 2, "still a delta: \(done)")
         #expect(run.events(named: "warning").isEmpty, "a piece fetched again is not worth a word: \(run.output)")
         let ranges = server.requests().filter { $0["path"] as? String == "/big.bin" }.compactMap { $0["range"] as? String }
-        #expect(ranges.allSatisfy { $0.range(of: #"^bytes=\d+-\d+$"#, options: .regularExpression) != nil }, "bounded ranges: \(ranges)")
-        let starts = Self.ranges(server).map(\.first)
+        #expect(ranges.allSatisfy { $0.range(of: #"^bytes=\d+-\d+(,\d+-\d+)*$"#, options: .regularExpression) != nil }, "bounded ranges: \(ranges)")
+        let starts = Self.firstRanges(server)
         #expect(zip(starts, starts.dropFirst()).contains { $1 <= $0 }, "the bad piece was asked for again: \(starts)")
     }
 
-    /// The ranges the test server was asked for the file, in order.
+    /// The ranges the test server was asked for the file, in order (several a request, in turn).
     static func ranges(_ server: PythonServer) -> [(first: Int, last: Int)] {
+        server.requests().filter { $0["path"] as? String == "/big.bin" }.compactMap { $0["range"] as? String }.flatMap { text in
+            text.dropFirst("bytes=".count).split(separator: ",").compactMap { item -> (first: Int, last: Int)? in
+                let parts = item.split(separator: "-")
+                guard parts.count == 2, let a = Int(parts[0]), let b = Int(parts[1]) else { return nil }
+                return (a, b)
+            }
+        }
+    }
+
+    /// The first range of each request the test server was asked for the file.
+    static func firstRanges(_ server: PythonServer) -> [Int] {
         server.requests().filter { $0["path"] as? String == "/big.bin" }.compactMap { $0["range"] as? String }.compactMap { text in
-            let parts = text.dropFirst("bytes=".count).split(separator: "-")
-            guard parts.count == 2, let a = Int(parts[0]), let b = Int(parts[1]) else { return nil }
-            return (a, b)
+            text.dropFirst("bytes=".count).split(separator: "-").first.flatMap { Int($0) }
         }
     }
 
@@ -153,6 +164,38 @@ struct DeltaTests {
         #expect(FileManager.default.contents(atPath: box.localPath("big.bin")) == Data(new))
         let warnings = run.events(named: "warning").compactMap { $0["message"] as? String }
         #expect(warnings.count == 1 && warnings[0].contains("answered a range request with the whole file (HTTP 200)"), "\(warnings)")
+    }
+
+    /// Several ranges are asked in one request where the server serves them as parts; one that
+    /// answers with a single range is asked one range at a time (still a delta, nothing said); one
+    /// whose parts are not the ranges asked has the file fetched whole, said once.
+    @Test func manyRangesAreAskedAtOnceAndAServerThatCannotIsAskedOneAtATime() throws {
+        let box = Sandbox("delta-multipart")
+        let server = try PythonServer(directory: box.published)
+        defer { server.stop() }
+        let (old, new) = Self.mirrorThenChange(box, remote: server.url)
+        server.setFaults(["/big.bin": ["no_multipart": true]])
+        server.clearLog()
+        let single = box.sync(["--json"])
+        #expect(single.exitCode == 0 && single.events(named: "warning").isEmpty, "\(single.output)")
+        #expect(FileManager.default.contents(atPath: box.localPath("big.bin")) == Data(new))
+        #expect((Self.fileDone(single)?.reused ?? 0) > Self.size / 2)
+        let asked = server.requests().filter { $0["path"] as? String == "/big.bin" }.compactMap { $0["range"] as? String }
+        #expect(asked.first?.contains(",") == true && asked.dropFirst().allSatisfy { !$0.contains(",") } && asked.count > 2, "\(asked)")
+
+        // Back to the old version, then the new one from a server that swaps its parts.
+        box.publish("big.bin", Data(old))
+        box.buildManifest()
+        server.setFaults([:])
+        #expect(box.sync().exitCode == 0)
+        box.publish("big.bin", Data(new))
+        box.buildManifest()
+        server.setFaults(["/big.bin": ["multipart_swap": true]])
+        let swapped = box.sync(["--json"])
+        #expect(swapped.exitCode == 0, "\(swapped.output)")
+        #expect(FileManager.default.contents(atPath: box.localPath("big.bin")) == Data(new), "no wrong byte placed")
+        let warnings = swapped.events(named: "warning").compactMap { $0["message"] as? String }
+        #expect(warnings.count == 1 && warnings[0].contains("is refused: part 1 is bytes"), "\(warnings)")
     }
 
     @Test func damagedLocalBytesAreFetchedNotPlaced() throws {

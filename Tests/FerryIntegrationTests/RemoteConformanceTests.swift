@@ -544,9 +544,12 @@ struct RemoteConformanceTests {
         #expect(run.outcome == "succeeded", "\(run.outcome)")
         #expect(w.holdsContent(bytes), "\(bytes.count) bytes")
         let damagedPiece = pieces.first { $0.offset <= 1_500_000 && $0.offset + Int64($0.length) > 1_500_000 }!
-        #expect(delta.received >= Int64(damagedPiece.length) && delta.received < plan.fetched + Int64(damagedPiece.length) + 1,
+        // What came over the network: the changes and the damaged piece (and, where the ranges were
+        // asked at once, the multipart framing of the answer).
+        // (The answer cut short to fetch the damaged piece whole counts too.)
+        #expect(delta.received >= Int64(damagedPiece.length) && delta.received < plan.fetched + Int64(damagedPiece.length) + 20_000,
                 "the changes and the damaged piece came from the remote: \(delta.received)")
-        #expect(delta.reused + delta.received == Int64(w.content.count))
+        #expect(delta.reused + delta.received >= Int64(w.content.count) && delta.reused + delta.received < Int64(w.content.count) + 20_000)
     }
 
     /// A partial kept under a validator the remote no longer holds (the file was replaced since)

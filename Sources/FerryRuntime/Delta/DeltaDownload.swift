@@ -40,6 +40,13 @@ final class DeltaDownload: Download {
     /// The range being fetched by the current request: its first byte and length, what arrived.
     private var run: (start: Int64, length: Int64)?
     private var runReceived: Int64 = 0
+    /// Several ranges in one request (`multipart/byteranges`), where the remote may be asked for
+    /// them; false once the server answers such a request otherwise.
+    private var multipleRanges = false
+    /// The ranges of the current request when it asks several, and its answer's reader.
+    private var runs: [(first: Int64, last: Int64)] = []
+    private var parts: MultipartRanges?
+    static let rangesPerRequest = 64
     private var checkedAnswer = false
     /// The request ended early on purpose (a piece to fetch again): its next one starts there.
     private var restartRun = false
@@ -58,6 +65,7 @@ final class DeltaDownload: Download {
         let index = plan.piece(at: min(resumeFrom, partial.length))
         let start = index < plan.pieces.count ? plan.pieces[index].offset : plan.size
         piece = index
+        if case let .request(read) = origin { multipleRanges = read.multipleRanges }
         // Any validator keeps the offset: what the partial holds was verified piece by piece.
         try super.init(task: task, entry: entry, reason: reason, origin: origin, partial: partial, resumeFrom: start,
                        validator: "delta", clock: clock)
@@ -90,6 +98,34 @@ final class DeltaDownload: Download {
         let left = s.length - segmentDone
         if let from = s.from { return .local(DeltaPlan.Location(file: from.file, offset: from.offset + Int64(segmentDone)), left) }
         return .remote(written + Int64(filled), left)
+    }
+
+    /// The fetched ranges from where the assembly is (which is at fetched bytes), each up to the
+    /// next local bytes: at most `limit` of them.
+    private func remoteRuns(limit: Int) -> [(first: Int64, last: Int64)] {
+        var out: [(first: Int64, last: Int64)] = []
+        var at = written + Int64(filled)
+        var current: Int64?
+        var (i, j, done) = (piece, segment, segmentDone)
+        while i < plan.pieces.count {
+            let s = plan.pieces[i].segments[j]
+            let length = Int64(s.length - done)
+            if s.from == nil {
+                if current == nil {
+                    guard out.count < limit else { break }
+                    current = at
+                }
+            } else if let start = current {
+                out.append((start, at - 1))
+                current = nil
+            }
+            at += length
+            done = 0
+            j += 1
+            if j == plan.pieces[i].segments.count { i += 1; j = 0 }
+        }
+        if let start = current { out.append((start, at - 1)) }
+        return out
     }
 
     /// The fetched range that starts where the assembly is: up to the next local bytes.
@@ -191,6 +227,9 @@ final class DeltaDownload: Download {
             run = remoteRun()
             runReceived = 0
             checkedAnswer = false
+            runs = multipleRanges ? remoteRuns(limit: DeltaDownload.rangesPerRequest) : []
+            if runs.count < 2 { runs = [] }
+            parts = nil
             do { request = try read.build(0, nil) } catch {
                 return .failed(TransferFailure(message: error.message, keepPartial: true, cause: error.cause ?? .unusable))
             }
@@ -202,7 +241,11 @@ final class DeltaDownload: Download {
         guard let request, let run else { return }
         headers = ResponseHeaders()
         easy.configure(url: request.url, settings: request.settings, extraHeaders: request.headers)
-        easy.set(CURLOPT_RANGE, "\(run.start)-\(run.start + run.length - 1)")
+        if runs.isEmpty {
+            easy.set(CURLOPT_RANGE, "\(run.start)-\(run.start + run.length - 1)")
+        } else {
+            easy.set(CURLOPT_RANGE, runs.map { "\($0.first)-\($0.last)" }.joined(separator: ","))
+        }
         ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, downloadWriteCallback)
         easy.set(CURLOPT_WRITEDATA, pointer: context)
         ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, downloadHeaderCallback)
@@ -239,6 +282,7 @@ final class DeltaDownload: Download {
     }
 
     override func receive(_ bytes: UnsafeRawPointer, count: Int) -> Int {
+        if !runs.isEmpty { return receiveParts(bytes, count: count) }
         if !checkedAnswer, let outcome = judgeAnswer() {
             outcomeOfReceive = outcome
             return 0
@@ -277,6 +321,21 @@ final class DeltaDownload: Download {
             more = true
             return .succeeded
         }
+        if !runs.isEmpty {
+            guard code == CURLE_OK else {
+                var text = Curl.describe(code, errorText: errorText, headers: headers)
+                if code == CURLE_OPERATION_TIMEDOUT && text.contains("too slow") { text = "stalled: " + text }
+                return .failed(TransferFailure(message: text, keepPartial: true, cause: Curl.cause(code, errorText: errorText, headers: headers)))
+            }
+            if parts == nil, let outcome = judgeParts() { return outcome }
+            if restartRun {
+                more = true
+                return .succeeded
+            }
+            guard parts?.finished == true else { return stop("the server's answer to \(runs.count) ranges ended before all of them came") }
+            more = true
+            return .succeeded
+        }
         guard code == CURLE_OK else {
             var text = Curl.describe(code, errorText: errorText, headers: headers)
             if code == CURLE_OPERATION_TIMEDOUT && text.contains("too slow") { text = "stalled: " + text }
@@ -289,6 +348,93 @@ final class DeltaDownload: Download {
         }
         more = true
         return .succeeded
+    }
+
+    /// The answer to a request for several ranges: a 206 `multipart/byteranges` is read part by
+    /// part; a single range or the whole file says the server does not serve several at once
+    /// (it is asked for one range at a time from now on); an error status fails the attempt.
+    private func judgeParts() -> TransferOutcome? {
+        checkedAnswer = true
+        if headers.status >= 400 && headers.status != 416 { return judgeAnswer() }
+        guard headers.status == 206, let type = headers.contentType, let boundary = MultipartRanges.boundary(ofContentType: type) else {
+            multipleRanges = false
+            restartRun = true
+            return nil
+        }
+        parts = MultipartRanges(boundary: boundary, ranges: runs, total: entry.size ?? 0)
+        return nil
+    }
+
+    /// Takes a multipart answer's bytes: the local bytes before each part are copied as its first
+    /// bytes arrive, then the part's bytes are taken as a single range's are.
+    private func receiveParts(_ bytes: UnsafeRawPointer, count: Int) -> Int {
+        if parts == nil {
+            if let outcome = judgeParts() {
+                outcomeOfReceive = outcome
+                return 0
+            }
+            if restartRun { return 0 }
+        }
+        guard outcomeOfReceive == nil, var reader = parts else { return 0 }
+        received += Int64(count)
+        var outcome: TransferOutcome?
+        let taken: Bool
+        do throws(MultipartRanges.Problem) {
+            taken = try reader.feed(UnsafeRawBufferPointer(start: bytes, count: count)) { index, data in
+                let start = runs[index].first
+                var offset = 0
+                // Before a part's first byte: the local bytes up to it.
+                if written + Int64(filled) < start {
+                    if let failed = copyLocal(upTo: start) { outcome = failed; return false }
+                    if restartRun { return false }
+                }
+                while offset < data.count {
+                    guard case let .remote(_, left) = work, written + Int64(filled) >= start else {
+                        outcome = stop("the server sent bytes the plan does not fetch")
+                        return false
+                    }
+                    let n = min(left, data.count - offset)
+                    if let failed = take(data.baseAddress! + offset, count: n) { outcome = failed; return false }
+                    if restartRun { return false }
+                    offset += n
+                }
+                return true
+            }
+        } catch {
+            outcomeOfReceive = stop("the server's answer to \(runs.count) ranges is refused: \(error.text)")
+            return 0
+        }
+        parts = reader
+        if let outcome {
+            outcomeOfReceive = outcome
+            return 0
+        }
+        return taken ? count : 0
+    }
+
+    /// Copies the local bytes from where the assembly is up to `end` (all of them local: a piece
+    /// to fetch whole now, or a local file that cannot be read, ends the request to start again).
+    private func copyLocal(upTo end: Int64) -> TransferOutcome? {
+        while written + Int64(filled) < end {
+            guard case let .local(at, left) = work else {
+                restartRun = true
+                return nil
+            }
+            let n = Int(min(Int64(min(left, Download.stepSize)), end - (written + Int64(filled))))
+            let got = pread(sources[at.file], buffer + filled, n, off_t(at.offset))
+            if got < 0 && errno == EINTR { continue }
+            if got <= 0 {
+                plan.fetchWhole(piece)
+                filled = 0
+                segment = 0
+                segmentDone = 0
+                restartRun = true
+                return nil
+            }
+            if let outcome = advance(got) { return outcome }
+            if restartRun { return nil }
+        }
+        return nil
     }
 
     /// Copies local bytes, or reads the remote where the engine's steps read it, a MiB at most;

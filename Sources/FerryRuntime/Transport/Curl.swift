@@ -137,6 +137,7 @@ struct ResponseHeaders {
     var etag: String?
     var lastModified: String?
     var contentRange: String?
+    var contentType: String?
     var contentLength: Int64?
     var retryAfter: String?
     var date: String?
@@ -193,6 +194,8 @@ struct ResponseHeaders {
             lastModified = value(after: 14)
         } else if ResponseHeaders.hasPrefix(bytes, "content-range:") {
             contentRange = value(after: 14)
+        } else if ResponseHeaders.hasPrefix(bytes, "content-type:") {
+            contentType = value(after: 13)
         } else if ResponseHeaders.hasPrefix(bytes, "content-length:") {
             contentLength = Int64(value(after: 15))
         } else if ResponseHeaders.hasPrefix(bytes, "retry-after:") {

@@ -20,4 +20,7 @@ struct ReadRequest {
     /// The remote's ETags are derived from the content (S3): one holds as a validator even for an
     /// object written within the last second, which a time-derived one (nginx) does not.
     var contentETags = false
+    /// The server may be asked for several ranges at once (`multipart/byteranges`); one that
+    /// answers otherwise is asked for one range at a time. S3 serves one range per request.
+    var multipleRanges = false
 }

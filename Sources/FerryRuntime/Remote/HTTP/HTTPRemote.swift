@@ -15,10 +15,12 @@ struct HTTPRemote: Remote {
 
     func origin(of source: RelativePath) -> Download.Origin {
         let url = base.url(for: source)
-        return .request(ReadRequest { [settings] offset, validator in
+        var read = ReadRequest { [settings] offset, validator in
             // A range is resumed under If-Range: a server whose file changed answers 200 with all of it.
             HTTPRequest(url: url, headers: offset > 0 ? validator.map { ["If-Range: \($0)"] } ?? [] : [], settings: settings)
-        })
+        }
+        read.multipleRanges = true
+        return .request(read)
     }
 
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {
