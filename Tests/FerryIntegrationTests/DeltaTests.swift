@@ -8,21 +8,7 @@ import FerryCore
 @Suite(.serialized)
 struct DeltaTests {
     /// Bytes from a fixed seed: the same in every run.
-    static func bytes(_ count: Int, seed: UInt64) -> [UInt8] {
-        var state = seed
-        var out = [UInt8](repeating: 0, count: count)
-        var i = 0
-        while i < count {
-            state &+= 0x9e37_79b9_7f4a_7c15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xbf58_476d_1ce4_e5b9
-            z = (z ^ (z >> 27)) &* 0x94d0_49bb_1331_11eb
-            z ^= z >> 31
-            for k in 0..<8 where i + k < count { out[i + k] = UInt8(truncatingIfNeeded: z >> (8 * UInt64(k))) }
-            i += 8
-        }
-        return out
-    }
+    static func bytes(_ count: Int, seed: UInt64) -> [UInt8] { Array(randomData(count, seed: seed)) }
 
     static let size = 6 << 20
 

@@ -18,6 +18,13 @@ struct SyncNowCommand: Command {
         manifest no longer lists are removed after every transfer succeeded (at most max-delete).
         Every file's transfer is recorded, so an interrupted run resumes where it stopped.
 
+        A changed large file whose manifest entry has a content index (manifest build and push write
+        one from 1M) is assembled from the data the mirror holds (its older version, the current
+        generation, a renamed file, the session's seed directories) and range requests for the rest,
+        each piece checked against the index: a small change costs about what changed. delta = no
+        in the session turns it off; the run's delta-planned event and each file-done say what was
+        reused and what fetched.
+
         At the --max-duration deadline (or the session's max-duration), or on SIGTERM/SIGINT, ferry starts
         nothing new, keeps what running transfers have fetched as resume data, and exits 3 (within
         stop-timeout, default 5s). The next run continues from there.

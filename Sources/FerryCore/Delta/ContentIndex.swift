@@ -142,14 +142,7 @@ public enum ContentIndex {
         }
     }
 
-    static func varint(_ value: UInt64, into out: inout [UInt8]) {
-        var v = value
-        while v >= 0x80 {
-            out.append(UInt8(v & 0x7F) | 0x80)
-            v >>= 7
-        }
-        out.append(UInt8(v))
-    }
+    static func varint(_ value: UInt64, into out: inout [UInt8]) { ManifestTree.ObjectWriter.varint(value, into: &out) }
 
     // MARK: reading
 
@@ -171,22 +164,24 @@ public enum ContentIndex {
         var named: Set<SHA256Digest> = [reference.sha256]
         var objects: [SHA256Digest] = []
         var level = reference.level
-        while level > 0 {
-            var next: [(SHA256Digest, Int64)] = []
+        /// Loads `current` in batches within the bound, handing each object to `read`.
+        func each(_ read: (SHA256Digest, Int64, [UInt8]) throws(ManifestTree.Problem) -> Void) throws(FerryError) {
             for batch in batches(current, room: bound - loaded) {
                 let bodies = try load(batch.map(\.0))
                 for ((digest, covers), bytes) in zip(batch, bodies) {
                     objects.append(digest)
                     loaded += Int64(bytes.count)
                     guard loaded <= bound else { throw refused(digest, "it takes more than \(bound) bytes for a file of \(size) bytes") }
-                    do throws(ManifestTree.Problem) {
-                        for child in try readNode(bytes, level: level, covers: covers) {
-                            guard named.insert(child.0).inserted else { throw ManifestTree.Problem(text: "it names object \(child.0.hex) twice") }
-                            next.append(child)
-                        }
-                    } catch {
-                        throw refused(digest, error.text)
-                    }
+                    do throws(ManifestTree.Problem) { try read(digest, covers, bytes) } catch { throw refused(digest, error.text) }
+                }
+            }
+        }
+        while level > 0 {
+            var next: [(SHA256Digest, Int64)] = []
+            try each { (_, covers, bytes) throws(ManifestTree.Problem) in
+                for child in try readNode(bytes, level: level, covers: covers) {
+                    guard named.insert(child.0).inserted else { throw ManifestTree.Problem(text: "it names object \(child.0.hex) twice") }
+                    next.append(child)
                 }
             }
             current = next
@@ -195,20 +190,10 @@ public enum ContentIndex {
         var pieces: [Piece] = []
         pieces.reserveCapacity(current.count)
         var offset: Int64 = 0
-        for batch in batches(current, room: bound - loaded) {
-            let bodies = try load(batch.map(\.0))
-            for ((digest, covers), bytes) in zip(batch, bodies) {
-                objects.append(digest)
-                loaded += Int64(bytes.count)
-                guard loaded <= bound else { throw refused(digest, "it takes more than \(bound) bytes for a file of \(size) bytes") }
-                do throws(ManifestTree.Problem) {
-                    let (sha, chunks) = try readPiece(bytes, covers: covers)
-                    pieces.append(Piece(offset: offset, length: Int(covers), sha256: sha, chunks: chunks))
-                    offset += covers
-                } catch {
-                    throw refused(digest, error.text)
-                }
-            }
+        try each { (_, covers, bytes) throws(ManifestTree.Problem) in
+            let (sha, chunks) = try readPiece(bytes, covers: covers)
+            pieces.append(Piece(offset: offset, length: Int(covers), sha256: sha, chunks: chunks))
+            offset += covers
         }
         return (pieces, objects)
     }

@@ -17,6 +17,8 @@ public final class Metrics: EventSink, @unchecked Sendable {
         var errors: [String: [String: Int]] = [:]
         var polls: [String: Int] = [:]
         var metadataBytes: [String: Int64] = [:]
+        /// Bytes a delta took from data the mirror held.
+        var reusedBytes: [String: Int64] = [:]
     }
 
     /// The textfile, if the config names one.
@@ -49,8 +51,12 @@ public final class Metrics: EventSink, @unchecked Sendable {
     public func event(_ event: Event) {
         let s = event.session
         switch event.body {
-        case let .fileDone(_, _, fetched, _):
-            counts.withLock { $0.bytes[s, default: 0] += fetched; $0.files[s, default: 0] += 1 }
+        case let .fileDone(_, _, fetched, reused):
+            counts.withLock {
+                $0.bytes[s, default: 0] += fetched
+                $0.files[s, default: 0] += 1
+                $0.reusedBytes[s, default: 0] += reused
+            }
         case let .manifestFetched(_, _, _, _, _, metadataBytes, _):
             counts.withLock { $0.metadataBytes[s, default: 0] += metadataBytes }
         case .fileFailed:
@@ -91,6 +97,8 @@ public final class Metrics: EventSink, @unchecked Sendable {
         func moved(_ s: SessionState) -> String { label(s) + ",direction=\"\(s.direction.rawValue)\"" }
         metric("ferry_transferred_bytes_total", "counter", "Bytes downloaded (pull) or uploaded (push) since the agent started.",
                sessions.map { (moved($0), String(c.bytes[$0.name] ?? 0)) })
+        metric("ferry_reused_bytes_total", "counter", "Bytes of changed files a delta took from data the mirror held instead of the network (pull), since the agent started.",
+               sessions.filter { $0.direction == .pull }.map { (label($0), String(c.reusedBytes[$0.name] ?? 0)) })
         metric("ferry_transferred_files_total", "counter", "Files downloaded and placed (pull) or uploaded and moved into place (push) since the agent started.",
                sessions.map { (moved($0), String(c.files[$0.name] ?? 0)) })
         metric("ferry_failed_files_total", "counter", "Files that failed since the agent started.",

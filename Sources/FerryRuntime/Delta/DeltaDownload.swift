@@ -162,6 +162,15 @@ final class DeltaDownload: Download {
         return endPiece()
     }
 
+    /// The current piece is fetched whole from its start (its local bytes could not be read, or
+    /// did not verify): what was gathered of it goes.
+    private func refetchPiece() {
+        plan.fetchWhole(piece)
+        filled = 0
+        segment = 0
+        segmentDone = 0
+    }
+
     /// The piece is whole: written to the partial if it matches its hash; otherwise fetched
     /// whole (local bytes), or once more (fetched bytes), or the delta stops.
     private func endPiece() -> TransferOutcome? {
@@ -191,7 +200,7 @@ final class DeltaDownload: Download {
         filled = 0
         restartRun = true
         if p.reusesLocalBytes {
-            plan.fetchWhole(piece)
+            refetchPiece()
             return nil
         }
         mismatches[piece, default: 0] += 1
@@ -424,10 +433,7 @@ final class DeltaDownload: Download {
             let got = pread(sources[at.file], buffer + filled, n, off_t(at.offset))
             if got < 0 && errno == EINTR { continue }
             if got <= 0 {
-                plan.fetchWhole(piece)
-                filled = 0
-                segment = 0
-                segmentDone = 0
+                refetchPiece()
                 restartRun = true
                 return nil
             }
@@ -451,10 +457,7 @@ final class DeltaDownload: Download {
                 if got < 0 && errno == EINTR { continue }
                 if got <= 0 {
                     // The local file shrank or cannot be read: what it lacks is fetched instead.
-                    plan.fetchWhole(piece)
-                    filled = 0
-                    segment = 0
-                    segmentDone = 0
+                    refetchPiece()
                     continue
                 }
                 budget -= got
