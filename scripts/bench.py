@@ -83,7 +83,7 @@ def cpu_seconds(fields):
 
 
 class Nginx:
-    def __init__(self, root, log=False, tls=None, dav=False):
+    def __init__(self, root, log=False, tls=None, dav=False, slow=None):
         """tls: (certificate, key) to serve HTTPS with HTTP/2. dav: accept WebDAV writes, with
         PROPFIND (Debian's dav-ext module) for rclone."""
         self.dir = fresh(BASE + ("/nginx-tls" if tls else "/nginx-dav" if dav else "/nginx"))
@@ -94,6 +94,8 @@ class Nginx:
         load = f"load_module {dav_ext};" if dav else ""
         methods = ("dav_methods PUT DELETE MKCOL COPY MOVE; dav_ext_methods PROPFIND OPTIONS; create_full_put_path on; "
                    "client_max_body_size 0;") if dav else ""
+        # slow: /slow/ serves the same files paced by nginx at that rate (limit_rate).
+        slow_location = ("location /slow/ { alias %s/; limit_rate %s; }" % (root, slow)) if slow else ""
         conf = f"""
 {user}
 {load}
@@ -106,6 +108,7 @@ http {{
   uwsgi_temp_path {self.dir}/u; scgi_temp_path {self.dir}/s;
   default_type application/octet-stream; sendfile on; tcp_nopush on; keepalive_requests 1000000;
   server {{ listen 127.0.0.1:{self.port}{" ssl http2" if tls else ""}; root {root}; autoindex on; index .no-index-page; {methods}
+           {slow_location}
            {f"ssl_certificate {tls[0]}; ssl_certificate_key {tls[1]};" if tls else ""} }}
 }}"""
         open(self.dir + "/nginx.conf", "w").write(conf)
@@ -559,6 +562,47 @@ def delta_patterns(size):
             (f"{max(1, 104 * size // (1 << 30))} × 1 KiB insertions", insertions)]
 
 
+def delta_kills_and_repair(ferry, prepare, cfg, mirror, new, wire, log, uninterrupted, url, state):
+    """On the one-run pattern: 10 kill -9s during the delta, served by nginx paced to about a
+    tenth of it a second (`/slow/`: the link is the bottleneck, as over a network), then a run that
+    completes: what nginx sent for it all against an uninterrupted delta (target ≤ 1.05×); and
+    `check --repair` of three 4 KiB spots damaged in the new version (target ≤ 1 MB fetched).
+    Returns the report's lines."""
+    import random
+    rng = random.Random(7)
+    prepare()
+    ferry_config(cfg, url + "slow/cur/", mirror, state, 8)
+    kills, finished = 10, 0
+    for _ in range(kills):
+        p = subprocess.Popen([ferry, "sync", "now", "--config", cfg, "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 1.5))
+        if p.poll() is not None:
+            finished += 1
+        p.kill()
+        p.wait()
+    subprocess.run([ferry, "sync", "now", "--config", cfg, "--quiet"], check=True)
+    total = wire("/slow/cur/")[0]
+    right = open(mirror + "/big.bin", "rb").read() == new
+    lines = [f"{kills} kill -9s during the one-run delta (nginx paced to a tenth of it a second, {finished} of the runs ended before their kill), "
+             f"then a run that completes: nginx sent {total / 1e6:.2f} MB in all, "
+             f"{total / uninterrupted:.3f} × an uninterrupted delta's {uninterrupted / 1e6:.2f} MB (target ≤ 1.05×: "
+             f"{'meets' if total <= 1.05 * uninterrupted else 'misses'} it); the result is the new version: {'yes' if right else 'NO'}."]
+    size = len(new)
+    with open(mirror + "/big.bin", "r+b") as f:
+        for at in (size // 10, size // 2, size * 9 // 10):
+            f.seek(at)
+            f.write(os.urandom(4096))
+    open(log, "w").close()
+    start = time.monotonic()
+    subprocess.run([ferry, "check", "--config", cfg, "--repair", "--quiet"], check=True)
+    wall = time.monotonic() - start
+    fetched = wire("/slow/cur/")[0]
+    right = open(mirror + "/big.bin", "rb").read() == new
+    lines.append(f"`check --repair` of three 4 KiB spots damaged in the file: {fetched:,} B fetched (target ≤ 1 MB at 1 GiB: "
+                 f"{'meets' if fetched <= 1e6 else 'misses'} it), {wall:.2f} s with the hash of the whole tree (over the paced link); repaired: {'yes' if right else 'NO'}.")
+    return lines
+
+
 def delta_sections(ferry, runs):
     """A large file with 1% changed, four ways: bytes on the wire (nginx's own count), wall, client
     CPU and peak RSS for ferry's delta beside zsync (4 KiB blocks, HTTP ranges) and casync (its
@@ -568,7 +612,8 @@ def delta_sections(ferry, runs):
     size = mib << 20
     www = fresh(BASE + "/delta-www")
     work = fresh(BASE + "/delta-work")
-    nginx = Nginx(www, log=True)
+    # /slow/ serves the same files paced by the server (the kill loop's link).
+    nginx = Nginx(www, log=True, slow=f"{max(64, int(size / 100 / 10) >> 10)}k")
     log = nginx.dir + "/access.log"
     print(f"== delta: making {mib} MiB...", file=sys.stderr)
     old = bytearray(os.urandom(size))
@@ -588,6 +633,7 @@ def delta_sections(ferry, runs):
 
     rows = []
     verdicts = []
+    extras = []
     for label, change in delta_patterns(size):
         new = bytearray(old)
         change(new)
@@ -652,6 +698,9 @@ def delta_sections(ferry, runs):
                 continue
             med = lambda i: statistics.median(v[i] for v in values)
             rows.append((label, name, med(0), med(5), med(1), med(2), max(v[3] for v in values), med(4)))
+        if label == "one 1% run":
+            extras = delta_kills_and_repair(ferry, ferry_prepare, cfg, mirror, bytes(new), wire, log,
+                                            statistics.median(v[0] for v in results["ferry sync now"]), nginx.url, state)
         same = all(open(p, "rb").read() == bytes(new) for p in (mirror + "/big.bin", work + "/zsync.bin", work + "/casync.bin"))
         verdicts.append(f"{label}: every tool's result is the new version byte for byte: {'yes' if same else 'NO'}.")
         shutil.rmtree(www + "/new.castr", ignore_errors=True)
@@ -686,6 +735,7 @@ def delta_sections(ferry, runs):
                     "bytes it reuses; it asks for up to 64 ranges in a request (multipart/byteranges), as zsync asks for many. One "
                     "range a request (S3) would cost 40 ms a request here: on loopback (64 KiB segments) nginx's `tcp_nopush` holds "
                     "the last segment of an answer of more than one until the client's delayed ACK.")
+    verdicts += extras
     verdicts.append(f"The index a cold mirror fetches: {cold:,} B of metadata objects ({cold / size * 100:.3f}% of the file; "
                     f"zsync's .zsync file: {zsync_index:,} B, {zsync_index / size * 100:.3f}%, fetched whole on every update).")
     return [(f"delta: a {mib} MiB file, 1% changed", lines + [""] + verdicts, "text", None, None)]
