@@ -37,8 +37,8 @@ final class DeltaDownload: Download {
     /// Why the delta stopped (the file is fetched whole next), when it did.
     private(set) var deltaStopped: String?
 
-    /// The range being fetched by the current request: its first byte and length, what arrived.
-    private var run: (start: Int64, length: Int64)?
+    /// The range being fetched by the current request: its first and last byte, what arrived.
+    private var run: (first: Int64, last: Int64)?
     private var runReceived: Int64 = 0
     /// Several ranges in one request (`multipart/byteranges`), where the remote may be asked for
     /// them; false once the server answers such a request otherwise.
@@ -118,6 +118,7 @@ final class DeltaDownload: Download {
             } else if let start = current {
                 out.append((start, at - 1))
                 current = nil
+                if out.count == limit { break }
             }
             at += length
             done = 0
@@ -126,22 +127,6 @@ final class DeltaDownload: Download {
         }
         if let start = current { out.append((start, at - 1)) }
         return out
-    }
-
-    /// The fetched range that starts where the assembly is: up to the next local bytes.
-    private func remoteRun() -> (start: Int64, length: Int64) {
-        let start = written + Int64(filled)
-        var end = start
-        var (i, j, done) = (piece, segment, segmentDone)
-        while i < plan.pieces.count {
-            let s = plan.pieces[i].segments[j]
-            if s.from != nil { break }
-            end += Int64(s.length - done)
-            done = 0
-            j += 1
-            if j == plan.pieces[i].segments.count { i += 1; j = 0 }
-        }
-        return (start, end - start)
     }
 
     /// Takes `count` bytes of the current segment into the piece; ends the piece when full.
@@ -183,9 +168,7 @@ final class DeltaDownload: Download {
             let local = p.segments.reduce(0) { $0 + ($1.from == nil ? 0 : Int64($1.length)) }
             let count = filled
             filled = 0
-            guard append(buffer, count: count) else {
-                return .failed(TransferFailure(message: failure ?? "cannot write the partial file", keepPartial: !discardPartial, cause: failureCause))
-            }
+            guard append(buffer, count: count) else { return recordedFailure(or: "cannot write the partial file") }
             reusedBytes += local
             piece += 1
             // Fetched bytes are what a kill would cost again: checkpointed every 32 KiB of them
@@ -193,7 +176,7 @@ final class DeltaDownload: Download {
             if received - receivedAtCheckpoint >= DeltaDownload.fetchedCheckpoint {
                 receivedAtCheckpoint = received
                 takeCheckpoint()
-                if let failure { return .failed(TransferFailure(message: failure, keepPartial: !discardPartial, cause: failureCause)) }
+                if failure != nil { return recordedFailure(or: "") }
             }
             return nil
         }
@@ -233,7 +216,7 @@ final class DeltaDownload: Download {
         case .local: return nil
         case .remote:
             guard case let .request(read) = origin else { return nil }
-            run = remoteRun()
+            run = remoteRuns(limit: 1).first
             runReceived = 0
             checkedAnswer = false
             runs = multipleRanges ? remoteRuns(limit: DeltaDownload.rangesPerRequest) : []
@@ -251,7 +234,7 @@ final class DeltaDownload: Download {
         headers = ResponseHeaders()
         easy.configure(url: request.url, settings: request.settings, extraHeaders: request.headers)
         if runs.isEmpty {
-            easy.set(CURLOPT_RANGE, "\(run.start)-\(run.start + run.length - 1)")
+            easy.set(CURLOPT_RANGE, "\(run.first)-\(run.last)")
         } else {
             easy.set(CURLOPT_RANGE, runs.map { "\($0.first)-\($0.last)" }.joined(separator: ","))
         }
@@ -267,10 +250,9 @@ final class DeltaDownload: Download {
         if headers.status != 206 {
             return headers.status == 200 ? "the server answered a range request with the whole file (HTTP 200)" : "the server answered a range request with HTTP \(headers.status)"
         }
-        let expected = (run.start, run.start + run.length - 1, entry.size)
         guard let text = headers.contentRange, let got = ResponsePolicy.parseContentRange(text),
-              got.first == expected.0, got.last == expected.1, got.total == expected.2 else {
-            return "the server answered bytes \(run.start)-\(run.start + run.length - 1) with Content-Range \(Printable.quoted(headers.contentRange ?? "(none)"))"
+              got.first == run.first, got.last == run.last, got.total == entry.size else {
+            return "the server answered bytes \(run.first)-\(run.last) with Content-Range \(Printable.quoted(headers.contentRange ?? "(none)"))"
         }
         return nil
     }
@@ -297,8 +279,8 @@ final class DeltaDownload: Download {
             return 0
         }
         guard outcomeOfReceive == nil, let run else { return 0 }
-        guard runReceived + Int64(count) <= run.length else {
-            outcomeOfReceive = stop("the server sent more than the \(run.length) bytes asked for")
+        guard runReceived + Int64(count) <= run.last - run.first + 1 else {
+            outcomeOfReceive = stop("the server sent more than the \(run.last - run.first + 1) bytes asked for")
             return 0
         }
         runReceived += Int64(count)
@@ -330,31 +312,18 @@ final class DeltaDownload: Download {
             more = true
             return .succeeded
         }
-        if !runs.isEmpty {
-            guard code == CURLE_OK else {
-                var text = Curl.describe(code, errorText: errorText, headers: headers)
-                if code == CURLE_OPERATION_TIMEDOUT && text.contains("too slow") { text = "stalled: " + text }
-                return .failed(TransferFailure(message: text, keepPartial: true, cause: Curl.cause(code, errorText: errorText, headers: headers)))
-            }
-            if parts == nil, let outcome = judgeParts() { return outcome }
-            if restartRun {
-                more = true
-                return .succeeded
-            }
-            guard parts?.finished == true else { return stop("the server's answer to \(runs.count) ranges ended before all of them came") }
+        guard code == CURLE_OK else { return transportFailure(code, errorText: errorText) }
+        // An answer without a body is judged here.
+        if !checkedAnswer, let outcome = runs.isEmpty ? judgeAnswer() : judgeParts() { return outcome }
+        if restartRun {
             more = true
             return .succeeded
         }
-        guard code == CURLE_OK else {
-            var text = Curl.describe(code, errorText: errorText, headers: headers)
-            if code == CURLE_OPERATION_TIMEDOUT && text.contains("too slow") { text = "stalled: " + text }
-            return .failed(TransferFailure(message: text, keepPartial: true, cause: Curl.cause(code, errorText: errorText, headers: headers)))
-        }
-        if !checkedAnswer, let outcome = judgeAnswer() { return outcome }
-        if let run, runReceived < run.length {
+        if runs.isEmpty, let run, runReceived < run.last - run.first + 1 {
             // The answer ended cleanly short of the range its Content-Range announced.
-            return stop("the server sent \(runReceived) of the \(run.length) bytes of a range it announced whole")
+            return stop("the server sent \(runReceived) of the \(run.last - run.first + 1) bytes of a range it announced whole")
         }
+        if !runs.isEmpty, parts?.finished != true { return stop("the server's answer to \(runs.count) ranges ended before all of them came") }
         more = true
         return .succeeded
     }
@@ -429,11 +398,8 @@ final class DeltaDownload: Download {
                 restartRun = true
                 return nil
             }
-            let n = Int(min(Int64(min(left, Download.stepSize)), end - (written + Int64(filled))))
-            let got = pread(sources[at.file], buffer + filled, n, off_t(at.offset))
-            if got < 0 && errno == EINTR { continue }
-            if got <= 0 {
-                refetchPiece()
+            let got = readLocal(at, count: Int(min(Int64(min(left, Download.stepSize)), end - (written + Int64(filled)))))
+            if got == 0 {
                 restartRun = true
                 return nil
             }
@@ -441,6 +407,20 @@ final class DeltaDownload: Download {
             if restartRun { return nil }
         }
         return nil
+    }
+
+    /// Reads up to `count` local bytes at `at` into the piece; 0 when the file shrank or cannot be
+    /// read, and the piece is then fetched whole instead.
+    private func readLocal(_ at: DeltaPlan.Location, count: Int) -> Int {
+        while true {
+            let got = pread(sources[at.file], buffer + filled, count, off_t(at.offset))
+            if got < 0 && errno == EINTR { continue }
+            if got <= 0 {
+                refetchPiece()
+                return 0
+            }
+            return got
+        }
     }
 
     /// Copies local bytes, or reads the remote where the engine's steps read it, a MiB at most;
@@ -452,14 +432,8 @@ final class DeltaDownload: Download {
             case .done:
                 return verify()
             case let .local(at, left):
-                let n = min(left, budget)
-                let got = pread(sources[at.file], buffer + filled, n, off_t(at.offset))
-                if got < 0 && errno == EINTR { continue }
-                if got <= 0 {
-                    // The local file shrank or cannot be read: what it lacks is fetched instead.
-                    refetchPiece()
-                    continue
-                }
+                let got = readLocal(at, count: min(left, budget))
+                if got == 0 { continue }
                 budget -= got
                 if let outcome = advance(got) { return outcome }
             case let .remote(offset, left):
@@ -479,8 +453,7 @@ final class DeltaDownload: Download {
                     }
                 }
                 if let throttle, !throttle.open { return nil }
-                let run = remoteRun()
-                source.limitReadAhead(to: run.start + run.length)
+                if let run = remoteRuns(limit: 1).first { source.limitReadAhead(to: run.last + 1) }
                 switch source.read(into: buffer + filled, count: min(left, budget), at: offset) {
                 case .wait: return nil
                 case .end: return stop("the remote's file ended at \(offset) bytes")

@@ -47,13 +47,15 @@ struct DeltaPreparation {
     func prepare(_ downloads: [Plan.Download], manifest: Manifest) -> Prepared {
         var prepared = Prepared()
         let downloading = Set(downloads.map(\.entry.path))
+        // What the cache holds, listed once (not a lookup per object of every index).
+        lazy var cached = Set(objects.names())
         for entry in manifest.entries where !downloading.contains(entry.path) {
             guard let index = entry.index else { continue }
             let names = ContentIndex.names(index) { objects.bytes(of: $0) }
             prepared.keep += names
             // A file in sync whose index the cache lacks (it came before its index did, or the
             // cache was lost): read after the transfers, for the file's next update.
-            if !names.allSatisfy({ objects.has($0) }) { prepared.uncached.append(entry) }
+            if !names.allSatisfy({ cached.contains($0.hex) }) { prepared.uncached.append(entry) }
         }
         guard session.delta, remote.base.backend.abilities.contains(.rangedReads) else { return prepared }
         let known = IndexMap.read(mapPath)

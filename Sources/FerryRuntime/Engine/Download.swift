@@ -183,9 +183,7 @@ class Download: Transfer {
             case let .bytes(n):
                 throttle?.take(n)
                 taken += n
-                guard receive(buffer, count: n) == n else {
-                    return .failed(TransferFailure(message: failure ?? "cannot take the file in", keepPartial: !discardPartial, cause: failureCause))
-                }
+                guard receive(buffer, count: n) == n else { return recordedFailure(or: "cannot take the file in") }
             }
         }
         return nil
@@ -366,11 +364,7 @@ class Download: Transfer {
     func finish(code: CURLcode, errorText: String?) -> TransferOutcome {
         if !decided && code == CURLE_OK { decide() }
         if let failure { return .failed(TransferFailure(message: failure, keepPartial: !discardPartial, cause: failureCause)) }
-        guard code == CURLE_OK else {
-            var text = Curl.describe(code, errorText: errorText, headers: headers)
-            if code == CURLE_OPERATION_TIMEDOUT && text.contains("too slow") { text = "stalled: " + text }
-            return .failed(TransferFailure(message: text, keepPartial: true, cause: Curl.cause(code, errorText: errorText, headers: headers)))
-        }
+        guard code == CURLE_OK else { return transportFailure(code, errorText: errorText) }
         if headers.status != 200 && headers.status != 206 {
             let status = headers.status
             if status == 412 && requestedOffset > 0 {
@@ -387,10 +381,22 @@ class Download: Transfer {
         return verify()
     }
 
+    /// A request libcurl ended with an error: what it says, retried by its cause; the bytes kept.
+    func transportFailure(_ code: CURLcode, errorText: String?) -> TransferOutcome {
+        var text = Curl.describe(code, errorText: errorText, headers: headers)
+        if code == CURLE_OPERATION_TIMEDOUT && text.contains("too slow") { text = "stalled: " + text }
+        return .failed(TransferFailure(message: text, keepPartial: true, cause: Curl.cause(code, errorText: errorText, headers: headers)))
+    }
+
+    /// The failure this download recorded (`fail`), or `fallback` when none was.
+    func recordedFailure(or fallback: String) -> TransferOutcome {
+        .failed(TransferFailure(message: failure ?? fallback, keepPartial: !discardPartial, cause: failureCause))
+    }
+
     /// Size and hash against the manifest, for every path that yields a file (data-safety rule 4).
     func verify() -> TransferOutcome {
         // A checkpoint that failed (its sync) left nothing to trust.
-        if let failure { return .failed(TransferFailure(message: failure, keepPartial: !discardPartial, cause: failureCause)) }
+        if failure != nil { return recordedFailure(or: "") }
         if let size = entry.size, written != size {
             return .failed(TransferFailure(message: "the server sent \(written) of \(size) bytes (truncated)", keepPartial: written < size,
                                    cause: written < size ? .truncated : .wrongLength))

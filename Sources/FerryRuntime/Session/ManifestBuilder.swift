@@ -86,19 +86,19 @@ public struct ManifestBuilder {
         let indexFrom = format == 2 ? deltaMinimum : nil
         var indexObjects: [(sha256: SHA256Digest, bytes: [UInt8])] = []
         for (i, (path, entry)) in files.enumerated() {
+            let (size, sha256, index): (Int64, SHA256Digest, ContentIndex.Reference?)
             if let indexFrom, entry.size >= indexFrom {
                 let fd = try root.open(path, for: "to index it")
                 defer { close(fd) }
                 let scanned = try ContentScan.index(fd, what: root.display(path))
-                entries.append(ManifestEntry(path: path, size: scanned.size, sha256: scanned.sha256, mtime: entry.mtime, mode: entry.mode & 0o777,
-                                             index: scanned.index?.reference))
+                (size, sha256, index) = (scanned.size, scanned.sha256, scanned.index?.reference)
                 indexObjects += scanned.index?.objects ?? []
-                total += scanned.size
             } else {
                 let hashed = try root.hash(path)
-                entries.append(ManifestEntry(path: path, size: hashed.size, sha256: hashed.sha256, mtime: entry.mtime, mode: entry.mode & 0o777))
-                total += hashed.size
+                (size, sha256, index) = (hashed.size, hashed.sha256, nil)
             }
+            entries.append(ManifestEntry(path: path, size: size, sha256: sha256, mtime: entry.mtime, mode: entry.mode & 0o777, index: index))
+            total += size
             progress(i + 1, files.count)
         }
         let manifest = try Manifests.publishable(version: version, entries: entries, lifetime: expires, key: signingKey, format: format, now: clock.now())

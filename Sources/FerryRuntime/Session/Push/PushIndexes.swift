@@ -28,6 +28,8 @@ extension PushSync {
         for e in published?.entries ?? [] { if let index = e.index { known[e.sha256] = index } }
         var out = Indexes(entries: [])
         out.entries.reserveCapacity(entries.count)
+        // What the session's cache holds, listed once (not a lookup per object of every index).
+        let cached = Set(objects.names())
         var named = Set<SHA256Digest>()
         // Each content is indexed once a run, whatever number of paths hold it.
         var scanned: [SHA256Digest: ContentIndex.Reference?] = [:]
@@ -39,7 +41,7 @@ extension PushSync {
             var index: ContentIndex.Reference?
             // Kept (a failed file's last published entry), or published before with this content:
             // its objects are named from the cache.
-            if let kept = entry.index ?? known[entry.sha256], let names = cachedNames(kept, objects) {
+            if let kept = entry.index ?? known[entry.sha256], let names = cachedNames(kept, objects, cached: cached) {
                 index = kept
                 named.formUnion(names)
             } else if let done = scanned[entry.sha256] {
@@ -49,7 +51,7 @@ extension PushSync {
                 scanned[entry.sha256] = made.reference
                 for object in made.objects {
                     named.insert(object.sha256)
-                    if !objects.has(object.sha256) { out.new.append(object) }
+                    if !cached.contains(object.sha256.hex) { out.new.append(object) }
                 }
             } else {
                 scanned[entry.sha256] = .some(nil)
@@ -62,10 +64,10 @@ extension PushSync {
 
     /// The names of an index's objects when the session's cache holds every one of them (the
     /// remote then holds them too: the cache holds what this session placed); nil otherwise.
-    private func cachedNames(_ index: ContentIndex.Reference, _ objects: ManifestObjects) -> [SHA256Digest]? {
+    private func cachedNames(_ index: ContentIndex.Reference, _ objects: ManifestObjects, cached: Set<String>) -> [SHA256Digest]? {
         let names = ContentIndex.names(index) { objects.bytes(of: $0) }
         // The walk stops at a node the cache lacks: every name it found must be there.
-        return names.allSatisfy { objects.has($0) } ? names : nil
+        return names.allSatisfy { cached.contains($0.hex) } ? names : nil
     }
 
     /// The index of the local file `entry` lists, when it still holds that content.
