@@ -259,4 +259,29 @@ struct DeltaCoreTests {
         // A million entries are held at once: the index costs an entry without one a pointer.
         #expect(MemoryLayout<ManifestEntry>.stride <= 96, "\(MemoryLayout<ManifestEntry>.stride) bytes an entry")
     }
+
+    /// Whether a file is stored as its pieces is part of its entry (flag 8, only beside an index):
+    /// it reads back, and differs from the same index without it; flag 8 alone is refused.
+    @Test func aLeafSaysWhetherAFileIsStoredAsItsPieces() throws {
+        let top = [UInt8](repeating: 7, count: 32).withUnsafeBytes { SHA256Digest(bytes: $0) }
+        let pieces = ContentIndex.Reference(sha256: top, level: 1, storedAsPieces: true)
+        #expect(pieces != pieces.stored(asPieces: false) && pieces.stored(asPieces: false).stored(asPieces: true) == pieces)
+        let content = [UInt8](repeating: 9, count: 32).withUnsafeBytes { SHA256Digest(bytes: $0) }
+        let entries = [ManifestEntry(path: RelativePath(trusted: "a.bin"), size: 5 << 20, sha256: content, index: pieces)]
+        let built = ManifestTree.build(entries, hash: ManifestTreeTests.digest)
+        let read = try ManifestTreeTests.resolve(built)
+        #expect(read == entries && read[0].index?.storedAsPieces == true)
+
+        // The flags byte follows the content's SHA-256 and the size (4 bytes of varint): 4 | 8.
+        let leaf = try #require(built.objects.first { $0.sha256 == built.root.sha256 })
+        let at = try #require((0...(leaf.bytes.count - 32)).first { Array(leaf.bytes[$0..<($0 + 32)]) == content.bytes }) + 32 + 4
+        #expect(leaf.bytes[at] == 12)
+        for flags: UInt8 in [8, 16 | 4] {
+            var bytes = leaf.bytes
+            bytes[at] = flags
+            #expect(throws: FerryError.self, "flags \(flags)") {
+                _ = try ManifestTree.resolve(built.root, source: "test", maximumBytes: 1 << 20) { batch in batch.map { _ in bytes } }
+            }
+        }
+    }
 }

@@ -162,6 +162,154 @@ struct ObjectLayoutTests {
         #expect(again.exitCode == 0 && again.output.contains("nothing to transfer"), "\(again.output)")
     }
 
+    /// The bytes of content objects the remote holds, by name.
+    func objectSizes(_ target: PushTarget) -> [String: Int] {
+        var out: [String: Int] = [:]
+        for (path, data) in target.files() where path.hasPrefix(RemoteLayout.contentDirectory + "/") {
+            out[String(path.split(separator: "/").last!)] = data.count
+        }
+        return out
+    }
+
+    /// `file-done`'s `fetched` for `path` (for a push: the bytes it sent).
+    func moved(_ run: FerryRun, _ path: String) -> Int? {
+        run.events(named: "file-done").first { $0["path"] as? String == path }.flatMap { $0["fetched"] as? Int }
+    }
+
+    /// A file from `delta-min-size` goes up as the pieces of its content index, not as one object,
+    /// and a fresh mirror assembles it from them; a change of 1% sends the pieces it touched (about
+    /// that much), a mirror that holds the old version fetches about the change, and the pieces
+    /// only the old version named are collected (object-grace = 0s, keep-versions = 1).
+    @Test(arguments: ["nginx", "apache", "file", "s3"])
+    func largeFilesAreStoredAsPiecesAndAChangeSendsWhatChanged(kind: String) throws {
+        let box = Sandbox("pieces-\(kind)")
+        let target = try PushTarget(kind, scratch: box.directory)
+        try configure(box, target, up: ["remote-layout = objects", "object-grace = 0s", "keep-versions = 1"])
+        let size = 4 << 20
+        let old = randomData(size, seed: 91)
+        write(box, "big.bin", old)
+        write(box, "small.txt", Data("small\n".utf8))
+
+        let first = box.sync(["--session", "up", "--json"])
+        #expect(first.exitCode == 0, "\(first.output)")
+        let before = objectSizes(target)
+        _ = target.contentObjects()
+        #expect(before[sha256(of: old).hex] == nil, "the large file is not stored as one object")
+        #expect(before.count > 6 && before.values.reduce(0, +) == size + 6, "its pieces hold its bytes once: \(before.count) objects")
+        #expect(moved(first, "big.bin") == size, "\(first.stdout)")
+        let manifest = try Manifest.parse(Array(try #require(target.files()["manifest.json"])), source: "manifest.json")
+        #expect(manifest.layout == .objects)
+        expectMirrored(box)
+
+        // 1%: 40 KB in the middle.
+        var new = old
+        new.replaceSubrange((2 << 20)..<((2 << 20) + 40_000), with: randomData(40_000, seed: 92))
+        write(box, "big.bin", new)
+        let second = box.sync(["--session", "up", "--json"])
+        #expect(second.exitCode == 0, "\(second.output)")
+        let after = objectSizes(target)
+        let added = after.filter { before[$0.key] == nil }
+        let sent = try #require(moved(second, "big.bin"), "\(second.stdout)")
+        #expect(sent == added.values.reduce(0, +), "what was sent is the new pieces: \(sent), \(added)")
+        #expect(added.count >= 1 && added.count <= 3 && sent >= 40_000 && sent < 1_000_000, "about the change went up: \(sent) bytes in \(added.count) pieces")
+        #expect(after[sha256(of: new).hex] == nil)
+        #expect(!before.filter({ after[$0.key] == nil }).isEmpty, "the pieces only the old version named were collected")
+
+        let down = box.sync(["--session", "down", "--json"])
+        #expect(down.exitCode == 0, "\(down.output)")
+        #expect(FileManager.default.contents(atPath: box.directory + "/dst/big.bin") == new)
+        let fetched = try #require(moved(down, "big.bin"), "\(down.stdout)")
+        #expect(fetched >= 40_000 && fetched < 150_000, "the mirror fetched about the change: \(fetched)")
+
+        // A new mirror assembles the new version from the pieces of both pushes.
+        let fresh = Sandbox("pieces-\(kind)-fresh")
+        try (["[agent]", "state = \(fresh.state)", "", "[session down]", "remote = \(target.url)", "local = \(fresh.directory)/dst"] + target.lines)
+            .joined(separator: "\n").appending("\n").writeReplacing(fresh.config)
+        let cold = fresh.sync()
+        #expect(cold.exitCode == 0, "\(cold.output)")
+        #expect(FileManager.default.contents(atPath: fresh.directory + "/dst/big.bin") == new)
+        #expect(!cold.output.contains("warning"), "\(cold.output)")
+
+        let again = box.sync(["--session", "up"])
+        #expect(again.exitCode == 0 && again.output.contains("nothing to transfer"), "\(again.output)")
+    }
+
+    /// A piece the remote lost or damaged: a mirror refuses the file (it is never placed, the
+    /// run fails naming it) and the version it held stays; the next push, which checks what it
+    /// placed, sends the piece again, and the mirror then takes the file.
+    @Test func aDamagedPieceIsRefusedAndTheNextPushSendsItAgain() throws {
+        let box = Sandbox("pieces-damaged")
+        let target = try PushTarget("file", scratch: box.directory)
+        try configure(box, target)
+        let data = randomData(3 << 20, seed: 93)
+        write(box, "big.bin", data)
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        let remote = box.directory + "/remote/"
+        let piece = try #require(objectSizes(target).filter { $0.value > 100_000 }.keys.sorted().first)
+        let path = remote + RemoteLayout.contentPath(try #require(SHA256Digest(hex: piece)), beside: "manifest.json").string
+        var bytes = try #require(FileManager.default.contents(atPath: path))
+        bytes[bytes.count / 2] ^= 0x5A
+        try bytes.write(to: URL(fileURLWithPath: path))
+
+        let down = box.sync(["--session", "down"])
+        #expect(down.exitCode != 0, "\(down.output)")
+        #expect(!FileManager.default.fileExists(atPath: box.directory + "/dst/big.bin"), "a file with a damaged piece is never placed")
+        #expect(down.output.contains("big.bin") && down.output.contains("does not hold the bytes its name says"), "\(down.output)")
+
+        let repair = box.sync(["--session", "up", "--json"])
+        #expect(repair.exitCode == 0, "\(repair.output)")
+        #expect(repair.output.contains("changed or vanished"), "the push saw the damaged piece: \(repair.output)")
+        let sent = try #require(moved(repair, "big.bin"), "\(repair.stdout)")
+        #expect(sent < 3 << 20, "only what was damaged went again: \(sent)")
+        _ = target.contentObjects()
+        expectMirrored(box)
+    }
+
+    /// A push whose cache of metadata objects was lost cannot tell which pieces a published file
+    /// is made of: it sends that file's pieces again rather than list it as one object, and the
+    /// manifest it publishes still assembles on a new mirror.
+    @Test func aPushThatLostItsCacheStillPublishesFilesAMirrorCanAssemble() throws {
+        let box = Sandbox("pieces-cache-lost")
+        let target = try PushTarget("file", scratch: box.directory)
+        try configure(box, target)
+        let data = randomData(2 << 20, seed: 95)
+        write(box, "big.bin", data)
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        let cache = box.state + "/manifests/up.manifest.objects"
+        #expect(FileManager.default.fileExists(atPath: cache))
+        try FileManager.default.removeItem(atPath: cache)
+        write(box, "other.txt", Data("a change elsewhere\n".utf8))
+        let again = box.sync(["--session", "up", "--json"])
+        #expect(again.exitCode == 0, "\(again.output)")
+        #expect(objectSizes(target)[sha256(of: data).hex] == nil, "still stored as pieces")
+        _ = target.contentObjects()
+        expectMirrored(box)
+    }
+
+    /// A push of a file stored as pieces killed with SIGKILL midway goes on from the pieces it
+    /// placed: the next run sends the rest, not the whole file again.
+    @Test func aKilledPushOfPiecesGoesOnFromThePiecesPlaced() throws {
+        let box = Sandbox("pieces-kill")
+        let target = try PushTarget("file", scratch: box.directory)
+        try configure(box, target, agent: ["bwlimit = 4M"])
+        let size = 16 << 20
+        write(box, "big.bin", randomData(size, seed: 94))
+        let push = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--session", "up"],
+                             stdout: box.directory + "/push.out", stderr: box.directory + "/push.err")
+        #expect(eventually(60) { objectSizes(target).values.reduce(0, +) >= 6 << 20 }, "pieces were placed")
+        push.signal(SIGKILL)
+        _ = push.wait(timeout: 10)
+        let placed = objectSizes(target).values.reduce(0, +)
+
+        try configure(box, target)
+        let rest = box.sync(["--session", "up", "--json"])
+        #expect(rest.exitCode == 0, "\(rest.output)")
+        let sent = try #require(moved(rest, "big.bin"), "\(rest.stdout)")
+        #expect(sent <= size - placed + (2 << 20), "the pieces placed before the kill were not sent again: \(sent) sent, \(placed) were placed")
+        _ = target.contentObjects()
+        expectMirrored(box)
+    }
+
     /// Objects leave once none of the last `keep-versions` manifests names them and the grace
     /// period passed: never one a recent manifest names, even after its content moved to another
     /// path; with a grace period that has not passed, none.

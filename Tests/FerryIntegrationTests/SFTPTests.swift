@@ -147,7 +147,7 @@ struct SFTPTests {
     }
 
     /// `remote-layout = objects` over SFTP: each file's bytes go to one object per content under
-    /// `.ferry/data/`, the metadata under `.ferry/meta/`; a pull of the published manifest
+    /// `.ferry/data/` (the large one's as its pieces), the metadata under `.ferry/meta/`; a pull of the published manifest
     /// (another session, through the same server) is byte-identical, and a second push of the
     /// unchanged tree uploads nothing.
     @Test func aPushOfContentObjectsRoundTripsThroughAPull() throws {
@@ -177,6 +177,9 @@ struct SFTPTests {
         #expect(up.exitCode == 0, "\(up.output)")
         let objects = try FileManager.default.subpathsOfDirectory(atPath: server.root + "/.ferry/data")
         #expect(objects.count >= 4, "content objects under .ferry/data: \(objects)")
+        // From delta-min-size (1 MiB) a file is stored as its pieces, each an object of its own.
+        let large = sha256(of: randomData(1_300_000, seed: 43)).hex
+        #expect(!objects.contains { $0.hasSuffix(large) } && objects.filter { $0.count > 3 }.count > 5, "the large file went as pieces: \(objects)")
         #expect(!FileManager.default.fileExists(atPath: server.root + "/d1/f3.bin"), "no file at its path in the objects layout")
         let down = box.sync(["--session", "down"])
         #expect(down.exitCode == 0, "\(down.output)")

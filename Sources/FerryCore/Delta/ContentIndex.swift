@@ -11,19 +11,31 @@
 public enum ContentIndex {
     /// What a manifest entry names: the top object and its level (0: a single piece). A class,
     /// so an entry without one (most of a million) carries 8 bytes for it, not 48.
+    ///
+    /// `storedAsPieces`: with `remote-layout = objects`, the file's bytes are not one content object
+    /// but its pieces, each a content object named by the piece's SHA-256 (`RemoteLayout`), so a
+    /// push of a change sends the pieces that changed; a mirror assembles the file from them.
     public final class Reference: Sendable, Hashable, CustomStringConvertible {
         public let sha256: SHA256Digest
         public let level: Int
-        public init(sha256: SHA256Digest, level: Int) {
+        public let storedAsPieces: Bool
+        public init(sha256: SHA256Digest, level: Int, storedAsPieces: Bool = false) {
             self.sha256 = sha256
             self.level = level
+            self.storedAsPieces = storedAsPieces
         }
-        public static func == (a: Reference, b: Reference) -> Bool { a.sha256 == b.sha256 && a.level == b.level }
+        /// The same index, stored as pieces or not.
+        public func stored(asPieces: Bool) -> Reference {
+            asPieces == storedAsPieces ? self : Reference(sha256: sha256, level: level, storedAsPieces: asPieces)
+        }
+        public static func == (a: Reference, b: Reference) -> Bool {
+            a.sha256 == b.sha256 && a.level == b.level && a.storedAsPieces == b.storedAsPieces
+        }
         public func hash(into hasher: inout Hasher) {
             hasher.combine(sha256)
             hasher.combine(level)
         }
-        public var description: String { "\(sha256.hex)@\(level)" }
+        public var description: String { "\(sha256.hex)@\(level)\(storedAsPieces ? " as pieces" : "")" }
     }
 
     /// A chunk as the index knows it: its length and the first 4 bytes of its SHA-256 (enough to

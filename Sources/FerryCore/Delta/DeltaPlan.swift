@@ -79,6 +79,13 @@ public struct DeltaPlan: Sendable {
         pieces[i].segments = [Segment(length: pieces[i].length, from: nil)]
     }
 
+    /// The same pieces, every one fetched whole.
+    public func fetchingAll() -> DeltaPlan {
+        var all = self
+        for i in all.pieces.indices { all.fetchWhole(i) }
+        return all
+    }
+
     /// The index of the piece that holds byte `offset` (the plan's end: `pieces.count`).
     public func piece(at offset: Int64) -> Int {
         var lo = 0, hi = pieces.count

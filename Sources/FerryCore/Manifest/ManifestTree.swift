@@ -134,8 +134,9 @@ public enum ManifestTree {
 
         /// A leaf record: the length of the path it shares with the entry before it in the leaf,
         /// the rest of its path (length, bytes), the SHA-256 (32 bytes), the size, a flags byte
-        /// (1: an mtime follows, 2: a mode follows, 4: a content index follows), the mtime
-        /// (seconds zigzag-encoded, nanoseconds), the mode, the index's top object (32 bytes) and level.
+        /// (1: an mtime follows, 2: a mode follows, 4: a content index follows, 8: with it, the
+        /// file is stored as its pieces), the mtime (seconds zigzag-encoded, nanoseconds), the
+        /// mode, the index's top object (32 bytes) and level.
         mutating func addEntry(_ e: ManifestEntry, after previous: RelativePath?) {
             count += 1
             e.path.withBytes { path in
@@ -149,7 +150,7 @@ public enum ManifestTree {
             }
             body.append(contentsOf: e.sha256.bytes)
             putVarint(UInt64(e.size ?? 0))
-            body.append((e.mtime == nil ? 0 : 1) | (e.mode == nil ? 0 : 2) | (e.index == nil ? 0 : 4))
+            body.append((e.mtime == nil ? 0 : 1) | (e.mode == nil ? 0 : 2) | (e.index == nil ? 0 : 4) | (e.index?.storedAsPieces == true ? 8 : 0))
             if let m = e.mtime {
                 putVarint(UInt64(bitPattern: (m.seconds << 1) ^ (m.seconds >> 63)))
                 putVarint(UInt64(m.nanoseconds))
@@ -293,7 +294,7 @@ public enum ManifestTree {
             totalSize += size
             guard totalSize <= Manifest.maximumTotalSize else { throw Problem(text: "the sizes of its files add up to more than 4 EiB") }
             let flags = try r.byte()
-            guard flags & ~7 == 0 else { throw Problem(text: "entry \(n) has unknown flags \(flags)") }
+            guard flags & ~15 == 0, flags & 12 != 8 else { throw Problem(text: "entry \(n) has unknown flags \(flags)") }
             var mtime: Timestamp?
             if flags & 1 != 0 {
                 let z = try r.varint("an mtime")
@@ -309,7 +310,7 @@ public enum ManifestTree {
                 let top = try r.digest()
                 let level = Int(try r.varint(max: UInt64(ContentIndex.maximumLevel), "the index level of \(Printable.quoted(text))"))
                 guard size > 0 else { throw Problem(text: "the empty file \(Printable.quoted(text)) names a content index") }
-                index = ContentIndex.Reference(sha256: top, level: level)
+                index = ContentIndex.Reference(sha256: top, level: level, storedAsPieces: flags & 8 != 0)
             }
             entries.append(ManifestEntry(path: checked, size: size, sha256: digest, mtime: mtime, mode: mode, index: index))
         }

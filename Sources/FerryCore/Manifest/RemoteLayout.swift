@@ -3,7 +3,9 @@
 /// by its SHA-256, under `.ferry/data/` beside the manifest (the metadata objects of format 2 are
 /// under `.ferry/meta/` there), written once and never rewritten; a published version is then
 /// whole from the moment its manifest is, and stays whole while a later push runs. The manifest
-/// says which (`"layout": "objects"`); a pull follows it, whatever its session says.
+/// says which (`"layout": "objects"`); a pull follows it, whatever its session says. In the
+/// objects layout a large file may be stored as its pieces instead
+/// (`ContentIndex.Reference.storedAsPieces`), each piece a content object named by its SHA-256.
 public enum RemoteLayout: String, Sendable, CaseIterable {
     case tree
     case objects

@@ -15,6 +15,10 @@ import FerryCore
 /// SFTP). A piece made with local bytes that does not verify is fetched whole; a fetched piece that
 /// fails twice, or a server that will not answer a range as asked, stops the delta
 /// (`deltaStopped`): the file is then fetched whole as any other.
+///
+/// A file stored as its pieces (`ContentIndex.Reference.storedAsPieces`) has no whole to fetch:
+/// each piece is an object of its own (`pieces` gives where), its fetched bytes are ranges of that
+/// object, and what would stop a delta fails the attempt instead (the verified pieces are kept).
 final class DeltaDownload: Download {
     private(set) var plan: DeltaPlan
     /// The local files the plan takes bytes from, by `DeltaPlan.Location.file`.
@@ -52,20 +56,30 @@ final class DeltaDownload: Download {
     private var restartRun = false
     private var request: HTTPRequest?
     private var more = false
+    /// The source the engine's steps read (the file's, or the current piece's), and whether it
+    /// was opened; for a file stored as its pieces, the piece it reads.
+    private var source: SteppedSource?
+    private var sourcePiece = -1
     private var sourceOpened = false
+    /// Where each piece is, for a file stored as its pieces (nil: the file is one object).
+    private let pieces: ((SHA256Digest) -> Origin)?
+    /// A server that answered a range of a piece with the whole of it: pieces are asked whole.
+    private var wholePieces = false
 
     static let maximumPiece = ContentIndex.pieceMaximumChunks * ContentChunker.maximum
 
     /// `resumeFrom`: bytes of the partial kept from an earlier attempt; the assembly goes on from
     /// the start of the piece that holds that offset.
     init(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, origin: Origin, partial: PartialFile, resumeFrom: Int64,
-         plan: DeltaPlan, sources: [Int32], clock: any Clock) throws(FerryError) {
+         plan: DeltaPlan, sources: [Int32], pieces: ((SHA256Digest) -> Origin)? = nil, clock: any Clock) throws(FerryError) {
         self.plan = plan
         self.sources = sources
+        self.pieces = pieces
         let index = plan.piece(at: min(resumeFrom, partial.length))
         let start = index < plan.pieces.count ? plan.pieces[index].offset : plan.size
         piece = index
         if case let .request(read) = origin { multipleRanges = read.multipleRanges }
+        source = pieces == nil ? origin.stepped : nil
         // Any validator keeps the offset: what the partial holds was verified piece by piece.
         try super.init(task: task, entry: entry, reason: reason, origin: origin, partial: partial, resumeFrom: start,
                        validator: "delta", clock: clock)
@@ -82,6 +96,13 @@ final class DeltaDownload: Download {
     }
 
     // MARK: where the assembly is
+
+    /// Where the remote's bytes of the current piece are: offsets in the file (0), or in the
+    /// piece's own object; and how long what they are read from is.
+    private var base: Int64 { pieces == nil ? 0 : plan.pieces[piece].offset }
+    private var remoteSize: Int64 { pieces == nil ? entry.size ?? 0 : Int64(plan.pieces[piece].length) }
+    /// Where the current bytes come from on the remote: the file, or the current piece's object.
+    private var remoteOrigin: Origin { pieces.map { $0(plan.pieces[piece].sha256) } ?? origin }
 
     private enum Work {
         case local(DeltaPlan.Location, Int)
@@ -107,7 +128,8 @@ final class DeltaDownload: Download {
         var at = written + Int64(filled)
         var current: Int64?
         var (i, j, done) = (piece, segment, segmentDone)
-        while i < plan.pieces.count {
+        // A piece's object holds that piece only.
+        while i < plan.pieces.count && (pieces == nil || i == piece) {
             let s = plan.pieces[i].segments[j]
             let length = Int64(s.length - done)
             if s.from == nil {
@@ -188,12 +210,22 @@ final class DeltaDownload: Download {
         }
         mismatches[piece, default: 0] += 1
         if mismatches[piece]! < 2 { return nil }
-        return stop("the bytes the remote sent for \(Units.formatBytes(Int64(p.length))) at offset \(p.offset) did not match the file's index twice")
+        if pieces != nil {
+            return stop("the remote's object of the piece of \(Units.formatBytes(Int64(p.length))) at offset \(p.offset) (\(p.sha256.hex.prefix(16))…) does not hold the bytes its name says; the publisher's next push checks its objects and sends it again",
+                        cause: .contentMismatch(afterResume: false))
+        }
+        return stop("the bytes the remote sent for \(Units.formatBytes(Int64(p.length))) at offset \(p.offset) did not match the file's index twice",
+                    cause: .contentMismatch(afterResume: false))
     }
 
     /// Stops the delta: the file is fetched whole next (its verified pieces are not kept, as a
     /// whole download starts from zero without a validator).
-    private func stop(_ why: String) -> TransferOutcome {
+    private func stop(_ why: String, keepPieces: Bool = true, cause: FailureCause = .rangeNotHonoured) -> TransferOutcome {
+        guard pieces == nil else {
+            // Stored as pieces: the attempt fails, what was verified kept; tried again unless the
+            // piece's object itself is wrong (a later run tries again, as for a whole file).
+            return .failed(TransferFailure(message: why, keepPartial: keepPieces, cause: cause))
+        }
         deltaStopped = why
         return .failed(TransferFailure(message: why + "; fetching the whole file", keepPartial: false, cause: .rangeNotHonoured))
     }
@@ -215,7 +247,9 @@ final class DeltaDownload: Download {
         case .done: return verify()
         case .local: return nil
         case .remote:
-            guard case let .request(read) = origin else { return nil }
+            guard case let .request(read) = remoteOrigin else { return nil }
+            // A server that will not serve part of a piece is asked for whole pieces.
+            if pieces != nil && wholePieces && plan.pieces[piece].segments.count > 1 { refetchPiece() }
             run = remoteRuns(limit: 1).first
             runReceived = 0
             checkedAnswer = false
@@ -234,9 +268,10 @@ final class DeltaDownload: Download {
         headers = ResponseHeaders()
         easy.configure(url: request.url, settings: request.settings, extraHeaders: request.headers)
         if runs.isEmpty {
-            easy.set(CURLOPT_RANGE, "\(run.first)-\(run.last)")
+            // A whole piece's object is asked for without a range.
+            if !asksWholeObject { easy.set(CURLOPT_RANGE, "\(run.first - base)-\(run.last - base)") }
         } else {
-            easy.set(CURLOPT_RANGE, runs.map { "\($0.first)-\($0.last)" }.joined(separator: ","))
+            easy.set(CURLOPT_RANGE, runs.map { "\($0.first - base)-\($0.last - base)" }.joined(separator: ","))
         }
         ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, downloadWriteCallback)
         easy.set(CURLOPT_WRITEDATA, pointer: context)
@@ -244,15 +279,23 @@ final class DeltaDownload: Download {
         easy.set(CURLOPT_HEADERDATA, pointer: context)
     }
 
-    /// The answer to a range must be exactly that range of a file of the manifest's size.
+    /// The current request is for the whole of a piece's object (no range asked).
+    private var asksWholeObject: Bool {
+        guard pieces != nil, runs.isEmpty, let run else { return false }
+        return run.first == base && run.last - base == remoteSize - 1
+    }
+
+    /// The answer to a range must be exactly that range of a file of the manifest's size (of the
+    /// piece's size, for a piece's object); a whole piece's, a 200.
     private var answerProblem: String? {
         guard let run else { return "no range was asked" }
+        if asksWholeObject && headers.status == 200 { return nil }
         if headers.status != 206 {
             return headers.status == 200 ? "the server answered a range request with the whole file (HTTP 200)" : "the server answered a range request with HTTP \(headers.status)"
         }
         guard let text = headers.contentRange, let got = ResponsePolicy.parseContentRange(text),
-              got.first == run.first, got.last == run.last, got.total == entry.size else {
-            return "the server answered bytes \(run.first)-\(run.last) with Content-Range \(Printable.quoted(headers.contentRange ?? "(none)"))"
+              got.first == run.first - base, got.last == run.last - base, got.total == remoteSize else {
+            return "the server answered bytes \(run.first - base)-\(run.last - base) with Content-Range \(Printable.quoted(headers.contentRange ?? "(none)"))"
         }
         return nil
     }
@@ -265,6 +308,12 @@ final class DeltaDownload: Download {
     private func judgeAnswer() -> TransferOutcome? {
         checkedAnswer = true
         guard let problem = answerProblem else { return nil }
+        if pieces != nil && headers.status == 200 && !wholePieces {
+            // Part of a piece answered with all of it: pieces are asked whole from now on.
+            wholePieces = true
+            restartRun = true
+            return nil
+        }
         guard headers.status >= 400 && headers.status != 416 else { return stop(problem) }
         var message = "HTTP \(headers.status) \(headers.reason)".trimmingSpaces() + " to a range request"
         if case let .request(read) = origin, let why = read.explain?(headers.status, []) { message += ": " + why }
@@ -278,6 +327,7 @@ final class DeltaDownload: Download {
             outcomeOfReceive = outcome
             return 0
         }
+        if restartRun { return 0 }
         guard outcomeOfReceive == nil, let run else { return 0 }
         guard runReceived + Int64(count) <= run.last - run.first + 1 else {
             outcomeOfReceive = stop("the server sent more than the \(run.last - run.first + 1) bytes asked for")
@@ -339,7 +389,7 @@ final class DeltaDownload: Download {
             restartRun = true
             return nil
         }
-        parts = MultipartRanges(boundary: boundary, ranges: runs, total: entry.size ?? 0)
+        parts = MultipartRanges(boundary: boundary, ranges: runs.map { ($0.first - base, $0.last - base) }, total: remoteSize)
         return nil
     }
 
@@ -437,26 +487,35 @@ final class DeltaDownload: Download {
                 budget -= got
                 if let outcome = advance(got) { return outcome }
             case let .remote(offset, left):
-                guard let source = origin.stepped else {
+                guard origin.stepped != nil else {
                     more = true
                     return .succeeded
                 }
+                // A file stored as its pieces reads each piece's object in turn.
+                if pieces != nil && sourcePiece != piece {
+                    source?.close()
+                    source = remoteOrigin.stepped
+                    sourcePiece = piece
+                    sourceOpened = false
+                }
+                guard let source else { return stop("the remote cannot read this piece's object at offsets") }
                 if !sourceOpened {
                     switch source.open() {
                     case .wait: return nil
                     case let .failed(failure): return .failed(failure)
                     case let .ready(_, size):
-                        if let size, size != entry.size {
-                            return stop("the remote's file is \(size) bytes, the manifest says \(entry.size ?? 0)")
+                        if let size, size != remoteSize {
+                            return stop(pieces == nil ? "the remote's file is \(size) bytes, the manifest says \(entry.size ?? 0)"
+                                                      : "the remote's object of the piece at offset \(base) is \(size) bytes, the index says \(remoteSize)")
                         }
                         sourceOpened = true
                     }
                 }
                 if let throttle, !throttle.open { return nil }
-                if let run = remoteRuns(limit: 1).first { source.limitReadAhead(to: run.last + 1) }
-                switch source.read(into: buffer + filled, count: min(left, budget), at: offset) {
+                if let run = remoteRuns(limit: 1).first { source.limitReadAhead(to: run.last + 1 - base) }
+                switch source.read(into: buffer + filled, count: min(left, budget), at: offset - base) {
                 case .wait: return nil
-                case .end: return stop("the remote's file ended at \(offset) bytes")
+                case .end: return stop("the remote's file ended at \(offset - base) bytes")
                 case let .failed(failure): return .failed(failure)
                 case let .bytes(n):
                     throttle?.take(n)
@@ -470,7 +529,11 @@ final class DeltaDownload: Download {
         return nil
     }
 
+    override var waitingOn: (fd: Int32, events: Int16)? { source?.waitingOn }
+
     override func close() {
+        if pieces != nil { source?.close() }
+        source = nil
         for fd in sources { Glibc.close(fd) }
         memory = nil
         super.close()
@@ -481,7 +544,8 @@ final class DeltaDownload: Download {
     override func verify() -> TransferOutcome {
         let outcome = super.verify()
         if case let .failed(failure) = outcome, case .contentMismatch = failure.cause {
-            return stop("the file assembled from pieces that each matched the index does not match its SHA-256 (the index does not describe the file)")
+            return stop("the file assembled from pieces that each matched the index does not match its SHA-256 (the index does not describe the file)",
+                        keepPieces: false)
         }
         return outcome
     }

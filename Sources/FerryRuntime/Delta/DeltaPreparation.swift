@@ -7,7 +7,10 @@ import FerryCore
 /// older version at the file's path, the current generation's (`layout = generations`), a file
 /// this run deletes that looks like a rename, and the same path under each `seed` directory. A
 /// file whose index cannot be read, or of which the mirror holds too little, is downloaded whole
-/// as before. Runs on the session's thread.
+/// as before. A file stored as its pieces (`ContentIndex.Reference.storedAsPieces`, in a manifest
+/// of the objects layout) is always assembled from them, whatever `delta` says: its plan takes what
+/// the mirror holds where it may (nothing otherwise), and one whose index cannot be read cannot be
+/// fetched. Runs on the session's thread.
 struct DeltaPreparation {
     let session: SessionConfig
     let root: LocalRoot
@@ -42,6 +45,13 @@ struct DeltaPreparation {
         var resolved = Set<RelativePath>()
         /// Files in sync whose index is not all in the cache.
         var uncached: [ManifestEntry] = []
+        /// Files stored as their pieces whose index cannot be read: they cannot be fetched.
+        var unfetchable: [RelativePath: FerryError] = [:]
+        /// Where a piece's object is, by its SHA-256, when the manifest stores files as pieces.
+        var piecesAt: ((SHA256Digest) -> RelativePath)?
+
+        /// Whether the file `entry` is stored as its pieces.
+        func storedAsPieces(_ entry: ManifestEntry) -> Bool { piecesAt != nil && entry.index?.storedAsPieces == true }
     }
 
     func prepare(_ downloads: [Plan.Download], manifest: Manifest) -> Prepared {
@@ -57,7 +67,11 @@ struct DeltaPreparation {
             // cache was lost): read after the transfers, for the file's next update.
             if !names.allSatisfy({ cached.contains($0.hex) }) { prepared.uncached.append(entry) }
         }
-        guard session.delta, remote.base.backend.abilities.contains(.rangedReads) else { return prepared }
+        if manifest.layout == .objects, let beside = session.manifestPath {
+            prepared.piecesAt = { RemoteLayout.contentPath($0, beside: beside) }
+        }
+        let reuses = session.delta && remote.base.backend.abilities.contains(.rangedReads)
+        guard reuses || downloads.contains(where: { prepared.storedAsPieces($0.entry) }) else { return prepared }
         let known = IndexMap.read(mapPath)
         var refused: [(RelativePath, FerryError)] = []
         var whole = 0
@@ -72,15 +86,16 @@ struct DeltaPreparation {
             // Only a file the mirror holds data of can take a delta now; the index of any other
             // is read after the transfers (`cacheIndexes`), for its next update.
             guard let index = entry.index, let size = entry.size, size > 0 else { continue }
-            let sources = candidates(for: entry.path, size: size, deleted: deleted, seeds: seeds)
-            guard !sources.isEmpty else { continue }
+            let asPieces = prepared.storedAsPieces(entry)
+            let sources = reuses ? candidates(for: entry.path, size: size, deleted: deleted, seeds: seeds) : []
+            guard !sources.isEmpty || asPieces else { continue }
             let pieces: [ContentIndex.Piece]
             do throws(FerryError) {
                 let read = try resolve(index, of: entry.path, size: size)
                 pieces = read.pieces
                 prepared.keep += read.objects
             } catch {
-                refused.append((entry.path, error))
+                if asPieces { prepared.unfetchable[entry.path] = error } else { refused.append((entry.path, error)) }
                 continue
             }
             prepared.resolved.insert(entry.path)
@@ -93,10 +108,16 @@ struct DeltaPreparation {
                 local += chunks
             }
             let plan = DeltaPlan(pieces: pieces, local: local)
-            if plan.worthIt { prepared.plans[entry.path] = (plan, usable) } else { whole += 1 }
+            // Stored as pieces: every byte saved is worth it (a whole fetch costs a request a piece too).
+            if plan.worthIt || (asPieces && plan.reused > 0) {
+                prepared.plans[entry.path] = (plan, usable)
+            } else {
+                if asPieces { prepared.plans[entry.path] = (plan, []) }
+                if !sources.isEmpty { whole += 1 }
+            }
         }
-        if !prepared.plans.isEmpty || whole > 0 {
-            let plans = prepared.plans.values.map(\.plan)
+        let plans = prepared.plans.values.map(\.plan).filter { $0.reused > 0 }
+        if !plans.isEmpty || whole > 0 {
             emit(.deltaPlanned(files: plans.count, reused: plans.reduce(0) { $0 + $1.reused }, fetch: plans.reduce(0) { $0 + $1.fetched }, whole: whole,
                                read: read))
         }

@@ -86,6 +86,9 @@ struct LocalUpload {
     let hashKnown: Bool
     /// Opened by the session (`LocalRoot.open`); the placement closes it.
     let file: Int32
+    /// The bytes of the file that `entry` describes, when not all of it: a piece of a file stored
+    /// as its pieces (`ContentIndex.Reference.storedAsPieces`).
+    var range: Range<Int64>? = nil
 }
 
 /// The steps that put one local file at its final name, as the remote plans them: each is an

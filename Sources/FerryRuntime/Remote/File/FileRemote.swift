@@ -74,7 +74,7 @@ extension FileRemote: RemoteWriting {
     func placement(for file: LocalUpload, journal: UploadJournal) throws(FerryError) -> Placement {
         let (fd, name) = try tree.withRoot(create: true) { root throws(FerryError) in try root.createUpload(owner: String(file.task.id)) }
         let upload = Upload(task: file.task, entry: file.entry, stat: file.stat, expecting: file.hashKnown ? file.entry.sha256 : nil,
-                            file: file.file, destination: .file(fd: fd, staged: name))
+                            file: file.file, range: file.range, destination: .file(fd: fd, staged: name))
         let (entry, destination) = (file.entry, file.destination)
         return SinglePlacement(upload: upload, file: file.file, finish: { [tree] _ throws(FerryError) -> Transfer? in
             _ = try tree.withRoot(create: true) { root throws(FerryError) -> LocalEntry in

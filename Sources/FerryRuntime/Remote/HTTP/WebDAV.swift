@@ -21,7 +21,7 @@ extension HTTPRemote: RemoteWriting {
         // nginx and Apache answer 409 to a PUT whose collection is missing: made first, once per run.
         try makeCollections(for: temporary)
         let upload = Upload(task: file.task, entry: file.entry, stat: file.stat, expecting: file.hashKnown ? file.entry.sha256 : nil,
-                            file: file.file, destination: .request(HTTPRequest(url: base.url(for: temporary), method: "PUT", settings: settings)))
+                            file: file.file, range: file.range, destination: .request(HTTPRequest(url: base.url(for: temporary), method: "PUT", settings: settings)))
         let path = file.destination
         var mended = false
         return SinglePlacement(upload: upload, file: file.file, finish: { _ in move(temporary, to: path) }, mend: { step, failure in

@@ -28,11 +28,11 @@ extension S3Remote: RemoteWriting {
             throw FerryError(.remote, "\(Printable.name(file.entry.path.string)) would go to S3 without its hash known first", cause: .sourceChanged)
         }
         let key = self.key(file.destination.string)
-        if file.stat.size > partSize {
+        if file.range == nil && file.stat.size > partSize {
             return S3Multipart(remote: self, file: file, key: key, journal: journal)
         }
         let sha = file.entry.sha256
-        let upload = Upload(task: file.task, entry: file.entry, stat: file.stat, expecting: sha, file: file.file,
+        let upload = Upload(task: file.task, entry: file.entry, stat: file.stat, expecting: sha, file: file.file, range: file.range,
                             destination: .request(try request("PUT", key: key, headers: S3Remote.contentHeaders(sha), payloadHash: sha.hex)))
         upload.explain = explainer(key)
         // A store that computes the SHA-256 of what it keeps answers with it: equal to what was

@@ -17,7 +17,7 @@ extension SFTPRemote: RemoteWriting {
         let sink = SFTPUpload(remote: self, owner: String(file.task.id), destination: file.destination, mode: file.entry.mode,
                               mtime: file.entry.mtime?.seconds)
         let upload = Upload(task: file.task, entry: file.entry, stat: file.stat, expecting: file.hashKnown ? file.entry.sha256 : nil,
-                            file: file.file, destination: .stepped(sink))
+                            file: file.file, range: file.range, destination: .stepped(sink))
         return SinglePlacement(upload: upload, file: file.file, cleanup: { sink.discard() }, vouch: { _ in .readBack })
     }
 

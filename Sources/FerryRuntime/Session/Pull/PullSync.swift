@@ -53,7 +53,7 @@ final class PullSync: SessionWork {
         let deltas = preparation.prepare(plan.downloads, manifest: fetched.manifest)
         indexObjects = deltas.keep
         var localIOError: String?
-        let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, remote: remote, locate: locate, deltas: deltas.plans,
+        let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, remote: remote, locate: locate, deltas: deltas,
                                    result: &result, localIOError: &localIOError, unstorableMtimes: &unstorableMtimes)
         sayUnstorable(unstorableMtimes)
         if stopped == nil { indexObjects? += preparation.cacheIndexes(plan.downloads, skipping: deltas) }
@@ -227,7 +227,7 @@ final class PullSync: SessionWork {
     /// Transfer: the downloads through the engine (`PullTransfers`; `tasks`: the task of each, in
     /// the same order), their counts added to the run's; returns why it stopped early, if it did.
     private func transfer(plan: Plan, tasks: [TransferTask], root: LocalRoot, store: StateStore, remote: Remote,
-                          locate: @escaping (ManifestEntry) -> RelativePath, deltas: [RelativePath: DeltaPreparation.Planned], result: inout SyncResult, localIOError: inout String?,
+                          locate: @escaping (ManifestEntry) -> RelativePath, deltas: DeltaPreparation.Prepared, result: inout SyncResult, localIOError: inout String?,
                           unstorableMtimes: inout [(RelativePath, CachedHash)]) throws(FerryError) -> String? {
         guard !plan.downloads.isEmpty else { return options.stop.reason }
         let transfers = PullTransfers(session: session, root: root, store: store, remote: remote, locate: locate, deltas: deltas,

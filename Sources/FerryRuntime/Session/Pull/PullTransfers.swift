@@ -26,8 +26,8 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     /// Where a file's bytes are under the remote (`RemoteLayout.location`).
     private let locate: (ManifestEntry) -> RelativePath
     /// The files a delta assembles (`DeltaPreparation`), by path; those whose delta stopped this
-    /// run are fetched whole (`deltaStopped`, by task).
-    private let deltas: [RelativePath: DeltaPreparation.Planned]
+    /// run are fetched whole (`deltaStopped`, by task). Files stored as their pieces are all among them.
+    private let deltas: DeltaPreparation.Prepared
     private var deltaStopped = Set<Int64>()
 
     /// Downloads that neither finished, failed, wait nor are suspended, delayed or held: only a stop leaves any.
@@ -43,7 +43,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     private let committer: PullCommitter
 
     init(session: SessionConfig, root: LocalRoot, store: StateStore, remote: Remote, locate: @escaping (ManifestEntry) -> RelativePath,
-         deltas: [RelativePath: DeltaPreparation.Planned] = [:], observer: EventSink,
+         deltas: DeltaPreparation.Prepared = .init(), observer: EventSink,
          emit: @escaping (Event.Body) -> Void, plan: Plan, stop: StopCondition, gate: DiscretionGate?) {
         self.root = root
         self.remote = remote
@@ -166,16 +166,25 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     /// from still open); otherwise the remote's download of the whole file.
     private func makeDownload(_ item: Item, into partial: PartialFile) throws(FerryError) -> Download {
         let entry = item.download.entry
-        if let (plan, sources) = deltas[entry.path], !deltaStopped.contains(item.task.id) {
+        if let error = deltas.unfetchable[entry.path] { throw error }
+        let asPieces = deltas.storedAsPieces(entry)
+        if var (plan, sources) = deltas.plans[entry.path], !deltaStopped.contains(item.task.id) {
             var opened: [Int32] = []
             for source in sources {
                 guard let fd = try? source.root.open(source.path, for: "to reuse its bytes") else { break }
                 opened.append(fd)
             }
+            if opened.count < sources.count && asPieces {
+                // Stored as pieces: without the local files, every piece is fetched.
+                for fd in opened { close(fd) }
+                (plan, sources, opened) = (plan.fetchingAll(), [], [])
+            }
             if opened.count == sources.count {
+                let piecesAt = deltas.piecesAt
+                let pieces: ((SHA256Digest) -> Download.Origin)? = asPieces ? { [remote] in remote.origin(of: piecesAt!($0)) } : nil
                 do throws(FerryError) {
                     return try DeltaDownload(task: item.task, entry: entry, reason: item.download.reason, origin: remote.origin(of: locate(entry)),
-                                             partial: partial, resumeFrom: item.task.bytesDone, plan: plan, sources: opened, clock: remote.clock)
+                                             partial: partial, resumeFrom: item.task.bytesDone, plan: plan, sources: opened, pieces: pieces, clock: remote.clock)
                 } catch {
                     for fd in opened { close(fd) }
                     throw error

@@ -16,14 +16,20 @@ extension PushSync {
         var names: [SHA256Digest] = []
     }
 
-    func indexed(_ entries: [ManifestEntry], published: Manifest?, objects: ManifestObjects, root: LocalRoot) -> Indexes {
+    ///
+    /// With `remote-layout = objects`, a content stored as its pieces keeps the index that says so
+    /// whatever `delta-min-size` says now (`pieces`: those sent this run; else the index it was
+    /// published with): it is the only way to its bytes. Any other index says the file is one
+    /// content object (always, with the tree layout).
+    func indexed(_ entries: [ManifestEntry], published: Manifest?, pieces: [SHA256Digest: PieceUpload], objects: ManifestObjects,
+                 root: LocalRoot) -> Indexes {
+        let layout = session.remoteLayout
         // No entry names an index the publication does not name (collection would take its
         // objects): below delta-min-size, or with it off, an index kept from the last publication
         // (a failed file's entry, a file kept on the remote) goes.
-        func plain(_ e: ManifestEntry) -> ManifestEntry {
-            e.index == nil ? e : ManifestEntry(path: e.path, size: e.size, sha256: e.sha256, mtime: e.mtime, mode: e.mode)
+        func with(_ e: ManifestEntry, _ index: ContentIndex.Reference?) -> ManifestEntry {
+            e.index == index ? e : ManifestEntry(path: e.path, size: e.size, sha256: e.sha256, mtime: e.mtime, mode: e.mode, index: index)
         }
-        guard let minimum = session.deltaMinimum else { return Indexes(entries: entries.map(plain)) }
         var known: [SHA256Digest: ContentIndex.Reference] = [:]
         for e in published?.entries ?? [] { if let index = e.index { known[e.sha256] = index } }
         var out = Indexes(entries: [])
@@ -33,15 +39,32 @@ extension PushSync {
         var named = Set<SHA256Digest>()
         // Each content is indexed once a run, whatever number of paths hold it.
         var scanned: [SHA256Digest: ContentIndex.Reference?] = [:]
+        var sent = Set<SHA256Digest>()
         for entry in entries {
-            guard let size = entry.size, size >= minimum else {
-                out.entries.append(plain(entry))
+            if layout == .objects {
+                // Stored as pieces: sent so this run, or published so before.
+                if let upload = pieces[entry.sha256] {
+                    out.entries.append(with(entry, upload.reference))
+                    for object in upload.objects {
+                        named.insert(object.sha256)
+                        if !cached.contains(object.sha256.hex) && sent.insert(object.sha256).inserted { out.new.append(object) }
+                    }
+                    continue
+                }
+                if let kept = entry.index ?? known[entry.sha256], kept.storedAsPieces, let names = cachedNames(kept, objects, cached: cached) {
+                    out.entries.append(with(entry, kept))
+                    named.formUnion(names)
+                    continue
+                }
+            }
+            guard let minimum = session.deltaMinimum, let size = entry.size, size >= minimum else {
+                out.entries.append(with(entry, nil))
                 continue
             }
             var index: ContentIndex.Reference?
             // Kept (a failed file's last published entry), or published before with this content:
             // its objects are named from the cache.
-            if let kept = entry.index ?? known[entry.sha256], let names = cachedNames(kept, objects, cached: cached) {
+            if let kept = (entry.index ?? known[entry.sha256])?.stored(asPieces: false), let names = cachedNames(kept, objects, cached: cached) {
                 index = kept
                 named.formUnion(names)
             } else if let done = scanned[entry.sha256] {
@@ -56,7 +79,7 @@ extension PushSync {
             } else {
                 scanned[entry.sha256] = .some(nil)
             }
-            out.entries.append(ManifestEntry(path: entry.path, size: entry.size, sha256: entry.sha256, mtime: entry.mtime, mode: entry.mode, index: index))
+            out.entries.append(with(entry, index))
         }
         out.names = Array(named)
         return out

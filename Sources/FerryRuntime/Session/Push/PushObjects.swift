@@ -114,9 +114,9 @@ extension PushSync {
     /// objects are asked after, as placed files are: one changed or gone on the remote is no
     /// longer counted (and no longer recorded as placed), so it is sent again.
     func storedContent(published: Manifest?, placed: [RelativePath: (digest: SHA256Digest, record: PlacedFile)], checking: Bool,
-                               writer: RemoteWriting, store: StateStore) throws(FerryError) -> Set<SHA256Digest> {
+                       objects: ManifestObjects, writer: RemoteWriting, store: StateStore) throws(FerryError) -> Set<SHA256Digest> {
         var stored = Set(placed.values.map(\.digest))
-        if let published, published.layout == .objects { for e in published.entries { stored.insert(e.sha256) } }
+        if let published { stored.formUnion(contentNames(published, objects: objects)) }
         guard checking, !placed.isEmpty else { return stored }
         let states = try RemoteProbes.run(placed.keys.sorted(), writer: writer, session: session, engine: engine)
         // Changed, gone, or holding other bytes by the store's own checksum.
@@ -126,8 +126,27 @@ extension PushSync {
         guard !damaged.isEmpty else { return stored }
         emit(.warning(message: "\(Plural.count(damaged.count, "stored object")) changed or vanished on the remote since ferry placed \(damaged.count == 1 ? "it" : "them") (\(Printable.name(damaged[0].string))\(damaged.count > 1 ? " and others" : "")): sent again"))
         for path in damaged { stored.remove(placed[path]!.digest) }
+        // A file stored as its pieces is stored only while all of them are.
+        if let published, published.layout == .objects {
+            let lost = Set(damaged.map { placed[$0]!.digest })
+            for e in published.entries where e.index?.storedAsPieces == true {
+                guard let size = e.size, let pieces = cachedPieces(e.index!, size: size, objects: objects),
+                      pieces.contains(where: { lost.contains($0.sha256) }) else { continue }
+                stored.remove(e.sha256)
+            }
+        }
         if !options.dryRun { try store.forgetPlaced(session: session.name, damaged) }
         return stored
+    }
+
+    /// The content objects a manifest of the objects layout names (`contentNames`): each file's,
+    /// or for a file stored as its pieces, each piece's (and its own SHA-256, for what is stored);
+    /// none for the tree layout. The pieces are read from the indexes the session's cache holds.
+    func contentNames(_ manifest: Manifest, objects: ManifestObjects) -> Set<SHA256Digest> {
+        guard manifest.layout == .objects else { return [] }
+        // A file stored as pieces counts as stored only when its pieces can be read (`pieceContent`).
+        return Set(manifest.entries.lazy.filter { $0.index?.storedAsPieces != true }.map(\.sha256))
+            .union(pieceContent(of: manifest.entries, objects: objects))
     }
 
     /// Collects content objects. After a manifest naming `publishing` was published (nil: none was
@@ -135,17 +154,15 @@ extension PushSync {
     /// does not name are retired (`RetiredObjects`); those no manifest of the last `keep-versions`
     /// names, retired for `object-grace`, are removed. Never one the new manifest names: it left the
     /// list just now. A failure leaves objects for a later run: a warning at most.
-    func collectContent(publishing: Set<String>?, placed: Set<SHA256Digest>, previous: Manifest?, writer: RemoteWriting, store: StateStore) {
+    func collectContent(publishing: Set<String>?, placed: Set<SHA256Digest>, previous: Set<String>, writer: RemoteWriting, store: StateStore) {
         let now = clock.now()
         var retired = RetiredObjects(path: retiredContentPath)
         if let publishing {
-            var present = Set(placed.map(\.hex))
-            if let previous, previous.layout == .objects { present.formUnion(previous.entries.map(\.sha256.hex)) }
-            retired.update(present: present, current: publishing, now: now)
+            retired.update(present: Set(placed.map(\.hex)).union(previous), current: publishing, now: now)
         }
         // Never one the manifest on the remote names (on a run that published nothing it may be
         // another publisher's, read this run): it is named again.
-        let named = previous.map { $0.layout == .objects ? Set($0.entries.map(\.sha256.hex)) : [] } ?? []
+        let named = publishing == nil ? previous : []
         for name in retired.expired(now: now, grace: session.objectGrace, versions: session.keepVersions) {
             if publishing == nil && named.contains(name) {
                 retired.removed(name)

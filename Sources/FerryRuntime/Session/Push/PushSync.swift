@@ -162,7 +162,8 @@ final class PushSync: SessionWork {
         let checkedAt = clock.now()
         let lastCheck = try store.remoteChecked(session: session.name)
         let checkAll = session.remote.backend.abilities.contains(.cheapInspection) || lastCheck.map { checkedAt.timeInterval - $0.timeInterval >= session.verifyInterval } ?? true
-        let stored = layout == .objects ? try storedContent(published: published, placed: placedObjects, checking: checkAll, writer: writer, store: store) : []
+        let stored = layout == .objects ? try storedContent(published: published, placed: placedObjects, checking: checkAll,
+                                                            objects: manifests.objects(remote: remote), writer: writer, store: store) : []
         return Observed(remote: remote, writer: writer, reissue: reissue, published: published, changedOnRemote: changedOnRemote,
                         lastVersion: lastVersion, scan: scan, placedFiles: placed, placedObjects: placedObjects, checkAll: checkAll,
                         checkedAt: checkedAt, stored: stored)
@@ -296,6 +297,10 @@ final class PushSync: SessionWork {
         /// end though nothing stopped the run (`unfinished`).
         let notDone: Int
         let unfinished: Int
+        /// Files stored as their pieces (`PushPieces`): their indexes, by content; and the contents
+        /// whose every piece the remote already stored (not sent).
+        let pieces: [SHA256Digest: PieceUpload]
+        let storedAsPieces: Set<SHA256Digest>
 
         /// Nothing is left for later: the manifest may be published (a file that failed for good
         /// does not hold it back).
@@ -310,9 +315,12 @@ final class PushSync: SessionWork {
         let gate = DiscretionGate(session: session, agent: agent, clock: clock)
         let blocked = try clearTheWay(plan, local: present, writer: writer, store: store, held: !plan.uploads.isEmpty && gate?.waitsFor() != nil,
                                       result: &result)
-        let uploads = plan.uploads.filter { blocked[$0.entry.path] == nil }
+        var uploads = plan.uploads.filter { blocked[$0.entry.path] == nil }
         for (path, error) in blocked { emit(.fileFailed(path: path, error: error)) }
         result.counts.failed += blocked.count
+        // Large files go as the pieces the remote lacks; one whose every piece it stores needs nothing.
+        let (pieces, storedAsPieces) = indexForPieces(uploads, stored: observed.stored, root: scan.root)
+        uploads.removeAll { storedAsPieces.contains($0.entry.sha256) }
 
         let notBefore = (options.notBefore ?? session.earliestBegin)?.time(from: clock.now())
         let tasks = try store.queueUploads(session: session.name, entries: uploads.map(\.entry), notBefore: notBefore)
@@ -320,7 +328,7 @@ final class PushSync: SessionWork {
             // Listed as retired before they go: objects of a version never published are
             // collected like any other no manifest names.
             var retired = RetiredObjects(path: retiredContentPath)
-            retired.retire(uploads.map(\.entry.sha256.hex), now: clock.now())
+            retired.retire(uploads.map(\.entry.sha256.hex) + pieces.values.flatMap { $0.pieces.map(\.sha256.hex) }, now: clock.now())
             try retired.save()
         }
         if !uploads.isEmpty { try writer.prepareToWrite() }
@@ -330,7 +338,9 @@ final class PushSync: SessionWork {
         transfers.runLimits = options.limits
         transfers.run(uploads.compactMap { u in
             tasks[u.entry.path].flatMap { task in
-                scan.stats[u.entry.path].map { PushTransfers.Item(entry: u.entry, task: task, stat: $0, hashKnown: !scan.unhashed.contains(u.entry.path)) }
+                scan.stats[u.entry.path].map {
+                    PushTransfers.Item(entry: u.entry, task: task, stat: $0, hashKnown: !scan.unhashed.contains(u.entry.path), pieces: pieces[u.entry.sha256]?.pieces)
+                }
             }
         }, localRoot: session.local, engine: engine)
         result.counts += transfers.counts
@@ -343,7 +353,8 @@ final class PushSync: SessionWork {
         var unfinished = notDone
         let ended = transfers.counts.transferred + transfers.vanished.count + transfers.counts.failed
         if stopped == nil && unfinished == 0 && ended < uploads.count { unfinished = uploads.count - ended }
-        return Sent(transfers: transfers, uploads: uploads, blocked: blocked, stopped: stopped, notDone: notDone, unfinished: unfinished)
+        return Sent(transfers: transfers, uploads: uploads, blocked: blocked, stopped: stopped, notDone: notDone, unfinished: unfinished,
+                    pieces: pieces, storedAsPieces: storedAsPieces)
     }
 
     // MARK: commit and publish
@@ -384,7 +395,9 @@ final class PushSync: SessionWork {
         guard session.remoteLayout == .objects else { return entries }
         // Each entry names content the remote stores, or the file keeps its last published entry.
         let placedNow = transfers.placedContent
-        let (listable, lost) = PushPlanner.listable(entries, published: published) { observed.stored.contains($0) || placedNow.contains($0) }
+        let (listable, lost) = PushPlanner.listable(entries, published: published) {
+            observed.stored.contains($0) || placedNow.contains($0) || sent.storedAsPieces.contains($0)
+        }
         guard lost.isEmpty else {
             result.exitCode = .someFilesFailed
             result.message = "\(Plural.count(lost.count, "file")) the remote lists could not be stored as objects (\(Printable.name(lost[0].string)) and others): version \(version) was not published, so readers keep version \(published?.version.map(String.init) ?? "none")"
@@ -402,7 +415,9 @@ final class PushSync: SessionWork {
                          result: inout SyncResult) throws(FerryError) -> Bool {
         let (remote, writer, published, layout) = (observed.remote, observed.writer, observed.published, session.remoteLayout)
         let objects = manifests.objects(remote: remote)
-        let indexes = indexed(entries, published: published, objects: objects, root: observed.scan.root)
+        let indexes = indexed(entries, published: published, pieces: sent.pieces, objects: objects, root: observed.scan.root)
+        // What the last publication named, read before collection sweeps the cache of its indexes.
+        let previous = Set((published.map { contentNames($0, objects: objects) } ?? []).map(\.hex))
         let entries = indexes.entries
         let (text, expires, tree) = try Manifests.publishable(version: version, entries: entries, lifetime: session.expires, key: signingKey,
                                                               layout: layout, now: clock.now())
@@ -432,8 +447,8 @@ final class PushSync: SessionWork {
         // (content objects only in this layout).
         var placedContent = Set(observed.placedObjects.values.map(\.digest))
         if layout == .objects { placedContent.formUnion(sent.transfers.placedContent) }
-        collectContent(publishing: layout == .objects ? Set(entries.map(\.sha256.hex)) : [], placed: placedContent, previous: published,
-                       writer: writer, store: store)
+        let naming = layout == .objects ? Set(entries.map(\.sha256.hex)).union(pieceContent(of: entries, objects: objects).map(\.hex)) : []
+        collectContent(publishing: naming, placed: placedContent, previous: previous, writer: writer, store: store)
         if layout == .objects, let published, published.layout == .tree, !published.entries.isEmpty {
             removeTreeFiles(of: published, writer: writer, store: store)
         }
@@ -461,7 +476,8 @@ final class PushSync: SessionWork {
     /// changes were files that could not be read, or deletions max-delete refuses: the run is not
     /// in sync, and the next one (the agent's too, through its exit code) tries again.
     private func endUnchanged(_ plan: PushPlan, _ observed: Observed, store: StateStore, result: inout SyncResult) {
-        collectContent(publishing: nil, placed: [], previous: observed.published, writer: observed.writer, store: store)
+        let named = observed.published.map { contentNames($0, objects: manifests.objects(remote: observed.remote)) } ?? []
+        collectContent(publishing: nil, placed: [], previous: Set(named.map(\.hex)), writer: observed.writer, store: store)
         var reasons: [String] = []
         let failed = result.counts.failed
         if failed > 0 {

@@ -23,6 +23,8 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
         var readBack = false
         /// What the remote said of the file once it was placed.
         var placed: PlacedFile?
+        /// A file stored as its pieces (`PiecesPlacement`): the pieces to send.
+        var pieces: [ContentIndex.Piece]?
         var path: RelativePath { entry.path }
     }
 
@@ -225,7 +227,8 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     /// someone else's change.
     private func checked(_ item: Item, _ state: RemoteFileState) {
         var item = item
-        item.placed = state.placed(as: item.entry)
+        // A file stored as its pieces is at no name of its own: its pieces were recorded as placed.
+        item.placed = item.pieces == nil ? state.placed(as: item.entry) : nil
         if let why = state.mismatch(with: item.entry) {
             do throws(FerryError) {
                 if let placed = item.placed { try store.recordPlaced(session: session.name, [(destination(item.entry), placed)]) }
@@ -276,10 +279,14 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
                                  cause: .sourceChanged)
             }
             let placement: Placement
-            do {
-                placement = try writer.placement(for: LocalUpload(task: item.task, entry: item.entry, destination: destination(item.entry), stat: item.stat,
-                                                                             hashKnown: item.hashKnown, file: file),
-                                                 journal: UploadJournal(store: store, task: item.task))
+            do throws(FerryError) {
+                if let pieces = pieces(of: item, file: file) {
+                    placement = pieces
+                } else {
+                    placement = try writer.placement(for: LocalUpload(task: item.task, entry: item.entry, destination: destination(item.entry), stat: item.stat,
+                                                                      hashKnown: item.hashKnown, file: file),
+                                                     journal: UploadJournal(store: store, task: item.task))
+                }
             } catch {
                 close(file)
                 throw error
@@ -302,6 +309,30 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
             failed(item, TransferFailure(message: error.message, keepPartial: false, cause: error.cause ?? .http(status: 500)), opening: true)
             return nil
         }
+    }
+
+    /// The placement of a file stored as its pieces: each piece the remote's usual placement of a
+    /// range of the file, on a descriptor of its own, at the content object of the piece.
+    private func pieces(of item: Item, file: Int32) -> Placement? {
+        guard let pieces = item.pieces else { return nil }
+        let (task, stat, manifest) = (item.task, item.stat, session.manifest)
+        let path = { (piece: ContentIndex.Piece) in RemoteLayout.contentPath(piece.sha256, beside: manifest) }
+        return PiecesPlacement(entry: item.entry, pieces: pieces, file: file, writer: writer, verifyUploads: session.verifyUploads, path: path,
+                               place: { [writer, store] (piece) throws(FerryError) -> Placement in
+            let own = dup(file)
+            guard own >= 0 else { throw FerryError(.localIO, "cannot open the file once more to send a piece of it: \(FileSystem.errorText())", cause: .local(errno: errno)) }
+            do throws(FerryError) {
+                return try writer.placement(for: LocalUpload(task: task, entry: ManifestEntry(path: path(piece), size: Int64(piece.length), sha256: piece.sha256),
+                                                             destination: path(piece), stat: stat, hashKnown: true, file: own,
+                                                             range: piece.offset..<(piece.offset + Int64(piece.length))),
+                                            journal: UploadJournal(store: store, task: task))
+            } catch {
+                close(own)
+                throw error
+            }
+        }, record: { [unowned self] placed in
+            do throws(FerryError) { try store.recordPlaced(session: session.name, placed) } catch { storeError = error }
+        })
     }
 
     /// The run's error when the server refused a write in a way every file would meet: no WebDAV
