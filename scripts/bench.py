@@ -102,7 +102,7 @@ class Nginx:
 daemon off; worker_processes 2; pid {self.dir}/nginx.pid; error_log {self.dir}/error.log;
 events {{ worker_connections 1024; }}
 http {{
-  log_format bench '$request $status $body_bytes_sent';
+  log_format bench '$request $status $body_bytes_sent $request_length';
   {access}
   client_body_temp_path {self.dir}/b; proxy_temp_path {self.dir}/p; fastcgi_temp_path {self.dir}/f;
   uwsgi_temp_path {self.dir}/u; scgi_temp_path {self.dir}/s;
@@ -626,8 +626,8 @@ def delta_sections(ferry, runs):
         total, requests = 0, 0
         for line in open(log, errors="replace"):
             parts = line.split()
-            if len(parts) >= 5 and parts[1].startswith(prefix):
-                total += int(parts[-1])
+            if len(parts) >= 6 and parts[1].startswith(prefix):
+                total += int(parts[-2])
                 requests += 1
         return total, requests
 
@@ -736,9 +736,46 @@ def delta_sections(ferry, runs):
                     "range a request (S3) would cost 40 ms a request here: on loopback (64 KiB segments) nginx's `tcp_nopush` holds "
                     "the last segment of an answer of more than one until the client's delayed ACK.")
     verdicts += extras
+    verdicts += delta_push(ferry, size, old, work)
     verdicts.append(f"The index a cold mirror fetches: {cold:,} B of metadata objects ({cold / size * 100:.3f}% of the file; "
                     f"zsync's .zsync file: {zsync_index:,} B, {zsync_index / size * 100:.3f}%, fetched whole on every update).")
     return [(f"delta: a {mib} MiB file, 1% changed", lines + [""] + verdicts, "text", None, None)]
+
+
+def delta_push(ferry, size, old, work):
+    """A push of each change pattern with remote-layout = objects (the file stored as its pieces)
+    to nginx's WebDAV, from a push of the old version: the bytes nginx received for the push's
+    PUTs (headers included), against the whole file a push with the tree layout sends. Between
+    patterns the source goes back to the old version (whose pieces the remote still stores)."""
+    root = fresh(BASE + "/delta-push-www")
+    dav = Nginx(root, log=True, dav=True)
+    log = dav.dir + "/access.log"
+    src, state, cfg = fresh(work + "/push-src"), fresh(work + "/push-state"), work + "/push.conf"
+    open(cfg, "w").write(f"[agent]\nstate = {state}\ntransfers = 8\n\n[session up]\ndirection = push\nremote = {dav.url}\n"
+                         f"local = {src}\nremote-layout = objects\n")
+    open(src + "/big.bin", "wb").write(old)
+    subprocess.run([ferry, "sync", "now", "--config", cfg, "--quiet"], check=True)
+    first = received_bytes(log)[0]
+    lines = []
+    for label, change in delta_patterns(size):
+        new = bytearray(old)
+        change(new)
+        open(src + "/big.bin", "wb").write(new)
+        open(log, "w").close()
+        wall, rss, code, cpu = run([ferry, "sync", "now", "--config", cfg, "--quiet"])
+        sent, puts = received_bytes(log)
+        target = 15e6 * size / (1 << 30)
+        verdict = f" (target for a 1% change, ≤ {target / 1e6:.2f} MB at this size: {'meets' if sent <= target else 'misses'} it)" if label == "one 1% run" else ""
+        lines.append(f"Push, objects layout, {label}: {sent / 1e6:,.2f} MB received by the server in {puts:,} PUTs{verdict}, "
+                     f"{wall:.2f} s, {cpu:.2f} s CPU, {rss:.0f} MiB peak RSS{'' if code == 0 else ', FAILED'}.")
+        print(f"  push {label}: {sent / 1e6:.2f} MB in {puts} PUTs, {wall:.2f} s", file=sys.stderr)
+        open(src + "/big.bin", "wb").write(old)
+        subprocess.run([ferry, "sync", "now", "--config", cfg, "--quiet"], check=True)
+    dav.stop()
+    lines.append(f"(The first push of the old version sent {first / 1e6:,.2f} MB; with the tree layout every change sends the "
+                 f"whole {size / 1e6:,.0f} MB file. A piece is about 290 KiB: a change touches the pieces that hold it, so one "
+                 "run of 1% costs about 1%, while 4 KiB writes scattered over the file touch most pieces.)")
+    return lines
 
 
 def make_workloads(root):
@@ -1547,12 +1584,25 @@ def kill_and_resume(ferry, www, out, big_sha, runs):
 
 
 def sent_bytes(log):
+    """The body bytes nginx sent, by its log (format `bench`: ... body_bytes_sent request_length)."""
     total = 0
     for line in open(log):
         parts = line.split()
-        if parts and parts[-1].isdigit():
-            total += int(parts[-1])
+        if len(parts) >= 2 and parts[-2].isdigit():
+            total += int(parts[-2])
     return total
+
+
+def received_bytes(log, method="PUT"):
+    """The bytes of requests of `method` nginx received (request line, headers and body), and how
+    many there were, by its log (format `bench`)."""
+    total, requests = 0, 0
+    for line in open(log):
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] == method and parts[-1].isdigit():
+            total += int(parts[-1])
+            requests += 1
+    return total, requests
 
 
 def sha256_of(path):

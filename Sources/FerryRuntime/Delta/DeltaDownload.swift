@@ -34,6 +34,10 @@ final class DeltaDownload: Download {
     private let pieceHasher = SHA256Hasher()
     /// Tries of each fetched piece whose bytes did not match.
     private var mismatches: [Int: Int] = [:]
+    /// The piece gathered from what an earlier attempt left (`restore`), and the fetched bytes
+    /// taken from there (counted as reused: local data, not fetched by this attempt).
+    private var restoredPiece: Int?
+    private var restoredBytes: Int64 = 0
     private var reusedBytes: Int64 = 0
     private var receivedAtCheckpoint: Int64 = 0
     static let fetchedCheckpoint: Int64 = 32 << 10
@@ -68,15 +72,21 @@ final class DeltaDownload: Download {
 
     static let maximumPiece = ContentIndex.pieceMaximumChunks * ContentChunker.maximum
 
-    /// `resumeFrom`: bytes of the partial kept from an earlier attempt; the assembly goes on from
-    /// the start of the piece that holds that offset.
+    /// `resumeFrom`: bytes of the partial kept from an earlier attempt (its last checkpoint); the
+    /// assembly goes on from the start of the piece that holds that offset. Pieces the partial
+    /// holds whole after it (appended before a kill, not yet checkpointed) are kept if they match
+    /// their SHA-256, and the fetched bytes of the piece after them, which go to the partial as
+    /// they come (`keepFetched`), are taken again: a kill costs about what was in flight.
     init(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, origin: Origin, partial: PartialFile, resumeFrom: Int64,
          plan: DeltaPlan, sources: [Int32], pieces: ((SHA256Digest) -> Origin)? = nil, clock: any Clock) throws(FerryError) {
         self.plan = plan
         self.sources = sources
         self.pieces = pieces
-        let index = plan.piece(at: min(resumeFrom, partial.length))
+        let index = DeltaDownload.verifiedPieces(plan, from: plan.piece(at: min(resumeFrom, partial.length)), partial: partial)
         let start = index < plan.pieces.count ? plan.pieces[index].offset : plan.size
+        // The bytes after them, up to less than a piece (a whole one did not match).
+        let tail = index < plan.pieces.count ? DeltaDownload.read(partial.fd, at: start, count: min(partial.length - start, Int64(plan.pieces[index].length - 1)))
+                                             : []
         piece = index
         if case let .request(read) = origin { multipleRanges = read.multipleRanges }
         source = pieces == nil ? origin.stepped : nil
@@ -87,6 +97,82 @@ final class DeltaDownload: Download {
         // A partial that already holds the whole file (a kill after its last piece) is verified
         // as it is: the assembly starts where the partial ends.
         piece = plan.piece(at: written)
+        if piece == index && written == start && !tail.isEmpty { restore(tail) }
+    }
+
+    /// From piece `first`: the first piece the partial does not hold whole and as its hash says.
+    private static func verifiedPieces(_ plan: DeltaPlan, from first: Int, partial: PartialFile) -> Int {
+        var i = first
+        let hasher = SHA256Hasher()
+        while i < plan.pieces.count {
+            let p = plan.pieces[i]
+            guard p.offset + Int64(p.length) <= partial.length else { break }
+            let bytes = read(partial.fd, at: p.offset, count: Int64(p.length))
+            guard bytes.count == p.length else { break }
+            bytes.withUnsafeBytes { hasher.update($0.baseAddress!, count: $0.count) }
+            guard hasher.finalize() == p.sha256 else { break }
+            i += 1
+        }
+        return i
+    }
+
+    /// Up to `count` bytes of `fd` at `offset` (fewer where it ends or cannot be read).
+    private static func read(_ fd: Int32, at offset: Int64, count: Int64) -> [UInt8] {
+        guard count > 0 else { return [] }
+        var out = [UInt8](repeating: 0, count: Int(count))
+        var got = 0
+        out.withUnsafeMutableBytes { raw in
+            while got < raw.count {
+                let n = pread(fd, raw.baseAddress! + got, raw.count - got, off_t(offset) + off_t(got))
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { break }
+                got += n
+            }
+        }
+        return Array(out.prefix(got))
+    }
+
+    /// The piece being gathered when an attempt ended: its fetched bytes from what the partial
+    /// holds after the verified pieces (`tail`), its local bytes read again, as far as the tail
+    /// goes. The piece's hash judges them as any: one that does not match is fetched whole.
+    private func restore(_ tail: [UInt8]) {
+        restoredPiece = piece
+        let p = plan.pieces[piece]
+        var at = 0
+        tail.withUnsafeBytes { raw in
+            for s in p.segments {
+                guard at < raw.count else { return }
+                let n = min(s.length, raw.count - at)
+                if let from = s.from {
+                    var done = 0
+                    while done < n {
+                        let got = readLocal(DeltaPlan.Location(file: from.file, offset: from.offset + Int64(done)), count: n - done)
+                        // Fetched whole now (the source could not be read).
+                        if got == 0 { return }
+                        _ = advance(got)
+                        done += got
+                    }
+                } else {
+                    (buffer + filled).copyMemory(from: raw.baseAddress! + at, byteCount: n)
+                    _ = advance(n)
+                    restoredBytes += Int64(n)
+                }
+                at += n
+            }
+        }
+    }
+
+    /// Fetched bytes go to the partial where they belong as they come (beyond the verified
+    /// pieces, which `append` writes again once their piece matched), so that an attempt that ends
+    /// mid-piece, a kill among them, does not have to fetch them again (`restore`). Best effort.
+    private func keepFetched(_ bytes: UnsafeRawPointer, count: Int) {
+        var done = 0
+        while done < count {
+            let n = pwrite(fd, bytes + done, count - done, off_t(written + Int64(filled + done)))
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return }
+            done += n
+        }
     }
 
     /// The memory a piece gathers in (a piece is at most 256 chunks of 12 KiB).
@@ -154,6 +240,7 @@ final class DeltaDownload: Download {
     /// Takes `count` bytes of the current segment into the piece; ends the piece when full.
     /// A failure outcome when the delta cannot go on.
     private func take(_ bytes: UnsafeRawPointer, count: Int) -> TransferOutcome? {
+        keepFetched(bytes, count: count)
         (buffer + filled).copyMemory(from: bytes, byteCount: count)
         return advance(count)
     }
@@ -192,6 +279,10 @@ final class DeltaDownload: Download {
             filled = 0
             guard append(buffer, count: count) else { return recordedFailure(or: "cannot write the partial file") }
             reusedBytes += local
+            if restoredPiece == piece {
+                reusedBytes += restoredBytes
+                restoredPiece = nil
+            }
             piece += 1
             // Fetched bytes are what a kill would cost again: checkpointed every 32 KiB of them
             // (at a piece's end, where the partial can end), besides every 2 MiB written.
@@ -204,7 +295,9 @@ final class DeltaDownload: Download {
         }
         filled = 0
         restartRun = true
-        if p.reusesLocalBytes {
+        // Local bytes, or bytes an earlier attempt left, that do not verify: fetched whole.
+        if p.reusesLocalBytes || restoredPiece == piece {
+            restoredPiece = nil
             refetchPiece()
             return nil
         }
@@ -519,6 +612,7 @@ final class DeltaDownload: Download {
                 case let .failed(failure): return .failed(failure)
                 case let .bytes(n):
                     throttle?.take(n)
+                    keepFetched(buffer + filled, count: n)
                     received += Int64(n)
                     budget -= n
                     if let outcome = advance(n) { return outcome }
