@@ -778,6 +778,142 @@ def delta_push(ferry, size, old, work):
     return lines
 
 
+class SiteCache:
+    """nginx as a site cache in front of `origin` (a base URL): examples/site-cache/site-cache.conf
+    as shipped, its values filled in; its log says HIT or MISS for every answer."""
+
+    def __init__(self, origin):
+        self.dir = fresh(BASE + "/site-cache")
+        self.port = free_port()
+        conf = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "site-cache", "site-cache.conf")).read()
+        conf = conf.replace("@LISTEN@", f"127.0.0.1:{self.port}").replace("@ORIGIN@", origin.rstrip("/")).replace("@CACHE@", self.dir + "/cache")
+        open(self.dir + "/site.conf", "w").write(conf)
+        user = "user root;" if os.getuid() == 0 else ""
+        open(self.dir + "/nginx.conf", "w").write(f"""
+{user}
+daemon off; worker_processes 2; pid {self.dir}/nginx.pid; error_log {self.dir}/error.log;
+events {{ worker_connections 4096; }}
+http {{
+  log_format cache '$request $status $body_bytes_sent $upstream_cache_status';
+  access_log {self.dir}/access.log cache;
+  client_body_temp_path {self.dir}/b; proxy_temp_path {self.dir}/p; fastcgi_temp_path {self.dir}/f;
+  uwsgi_temp_path {self.dir}/u; scgi_temp_path {self.dir}/s;
+  default_type application/octet-stream; sendfile on;
+  include {self.dir}/site.conf;
+}}""")
+        self.proc = subprocess.Popen(["nginx", "-c", self.dir + "/nginx.conf", "-p", self.dir + "/"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_port(self.port)
+        self.url = f"http://127.0.0.1:{self.port}/"
+
+    def hits(self):
+        statuses = [line.split()[-1] for line in open(self.dir + "/access.log") if line.strip()]
+        return sum(1 for x in statuses if x in ("HIT", "REVALIDATED")), len(statuses)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+def fleet_sections(ferry, runs):
+    """A fleet behind a site cache (issue 42): N agents (separate processes, state and mirrors,
+    started at once) with the origin as their remote and examples/site-cache's nginx as their
+    mirror, fetching a release with BENCH_FLEET_MIB (default 256) MiB of new content: what the
+    origin sent (its own count), the cache's hit ratio, each agent's wall against a lone agent's
+    through a cold cache; then 20 agents with the cache killed mid-run. BENCH_FLEET_AGENTS (default
+    5,10,20) sets the fleet sizes."""
+    mib = int(os.environ.get("BENCH_FLEET_MIB", "256"))
+    sizes = [int(x) for x in os.environ.get("BENCH_FLEET_AGENTS", "5,10,20").split(",")]
+    www = fresh(BASE + "/fleet-www")
+    os.makedirs(www + "/small")
+    print(f"== fleet: making a {mib} MiB release...", file=sys.stderr)
+    with open(www + "/release.bin", "wb") as f:
+        for _ in range(mib):
+            f.write(os.urandom(1 << 20))
+    for n in range(100):
+        open(f"{www}/small/{n}.txt", "w").write(f"release 1, file {n}\n")
+    subprocess.run([ferry, "manifest", "build", www, "--version", "1", "--quiet"], check=True)
+    release = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(www) if "/.ferry" not in d for f in fs
+                  if f != "manifest.json")
+    origin = Nginx(www, log=True)
+    log = origin.dir + "/access.log"
+
+    def origin_sent():
+        total = 0
+        for line in open(log):
+            parts = line.split()
+            if len(parts) >= 6 and parts[-2].isdigit() and parts[1] != "/manifest.json" and not parts[1].startswith("/.ferry/"):
+                total += int(parts[-2])
+        return total
+
+    def fleet(n, kill_cache_at=None):
+        """n agents at once through a cold cache: (origin bytes, cache hits, answers, walls, failed files, exit codes)."""
+        cache = SiteCache(origin.url)
+        open(log, "w").close()
+        root = fresh(BASE + "/fleet-agents")
+        procs = []
+        for i in range(n):
+            d = f"{root}/{i}"
+            os.makedirs(d)
+            open(d + "/ferry.conf", "w").write(f"[agent]\nstate = {d}/state\ntransfers = 4\n\n[session site]\nremote = {origin.url}\n"
+                                               f"mirrors = {cache.url}\nlocal = {d}/mirror\nretry-delay = 0.2s\n")
+        began = time.monotonic()
+        for i in range(n):
+            d = f"{root}/{i}"
+            out = open(d + "/run.jsonl", "w")
+            procs.append((subprocess.Popen([ferry, "sync", "now", "--config", d + "/ferry.conf", "--json"], stdout=out, stderr=subprocess.DEVNULL), out))
+        walls = [None] * n
+        killed = False
+        while any(w is None for w in walls):
+            for i, (p, _) in enumerate(procs):
+                if walls[i] is None and p.poll() is not None:
+                    walls[i] = time.monotonic() - began
+            if kill_cache_at is not None and not killed and origin_sent() + sum(int(l.split()[-2]) for l in open(cache.dir + "/access.log")
+                                                                                  if l.split() and l.split()[-2].isdigit()) >= kill_cache_at:
+                cache.stop()
+                killed = True
+            time.sleep(0.01)
+        hits, answers = cache.hits()
+        cache.stop()
+        failed, codes, same = 0, [], True
+        for i, (p, out) in enumerate(procs):
+            out.close()
+            codes.append(p.returncode)
+            for line in open(f"{root}/{i}/run.jsonl"):
+                if '"file-failed"' in line:
+                    failed += 1
+            same = same and open(f"{root}/{i}/mirror/release.bin", "rb").read(1 << 20) == open(www + "/release.bin", "rb").read(1 << 20)
+        return origin_sent(), hits, answers, walls, failed, codes, same
+
+    lone = fleet(1)
+    print(f"  lone agent: {lone[3][0]:.2f} s, origin sent {lone[0] / 1e6:.1f} MB", file=sys.stderr)
+    lines = [f"A release of {release / 1e6:,.1f} MB (one {mib} MiB file of new bytes and 100 small files) fetched by N agents at once, each "
+             "its own process, state and mirror, with the origin (nginx) as `remote` and a site cache (examples/site-cache/site-cache.conf, "
+             "nginx, cold) as `mirrors`. The origin's bytes are its own count of the files' bodies (manifest and metadata objects aside). "
+             "Targets (issue 42): origin ≤ 1.25 × the release for 20 agents, not growing with N; the slowest agent ≤ 2 × a lone agent's "
+             "time through the same (cold) cache; the cache killed mid-run: every agent converges from the origin, 0 failed files.", "",
+             "| agents | origin sent | × the release | cache hits | slowest agent | × a lone agent | median agent | failed files | every agent exit 0 |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    verdicts = []
+    for n in sizes:
+        sent, hits, answers, walls, failed, codes, same = fleet(n)
+        print(f"  {n} agents: origin {sent / 1e6:.1f} MB, hits {hits}/{answers}, slowest {max(walls):.2f} s", file=sys.stderr)
+        lines.append(f"| {n} | {sent / 1e6:,.1f} MB | {sent / release:.2f} | {hits}/{answers} | {max(walls):.2f} s | {max(walls) / lone[3][0]:.2f} | "
+                     f"{statistics.median(walls):.2f} s | {failed} | {'yes' if all(c == 0 for c in codes) and same else 'NO'} |")
+        if n == max(sizes):
+            verdicts.append(f"{n} agents: the origin sent {sent / release:.2f} × the release (target ≤ 1.25: {'meets' if sent <= 1.25 * release else 'misses'} it); "
+                            f"the slowest agent took {max(walls) / lone[3][0]:.2f} × a lone agent (target ≤ 2: {'meets' if max(walls) <= 2 * lone[3][0] else 'misses'} it).")
+    n = max(sizes)
+    sent, hits, answers, walls, failed, codes, same = fleet(n, kill_cache_at=release * 2)
+    verdicts.append(f"{n} agents, the cache killed once it had served about two releases' worth: every agent exit 0: "
+                    f"{'yes' if all(c == 0 for c in codes) and same else 'NO'}, {failed} failed files (target 0), the origin sent "
+                    f"{sent / release:.2f} × the release, the slowest agent {max(walls):.2f} s.")
+    origin.stop()
+    lines.append(f"Lone agent through the cold cache: {lone[3][0]:.2f} s; the origin sent {lone[0] / 1e6:,.1f} MB.")
+    return [("fleet: agents behind a site cache", lines + [""] + verdicts, "text", None, None)]
+
+
 def make_workloads(root):
     """Under `root`: big/1GiB.bin, and small/ with 10,000 files of 4 KiB in 100 directories, all
     random. Returns (big, small)."""
@@ -1377,7 +1513,7 @@ def main():
     ap.add_argument("--ferry", required=True)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--output", required=True)
-    ap.add_argument("--only", choices=["push", "s3", "sftp", "formats", "generations", "realtree", "small", "million", "delta"], help="measure these sections alone and replace them in the existing report")
+    ap.add_argument("--only", choices=["push", "s3", "sftp", "formats", "generations", "realtree", "small", "million", "delta", "fleet"], help="measure these sections alone and replace them in the existing report")
     a = ap.parse_args()
     ferry = a.ferry
     shutil.rmtree(BASE, ignore_errors=True)
@@ -1385,7 +1521,7 @@ def main():
         os.makedirs(BASE, exist_ok=True)
         merge_report(a.output, {"push": push_sections, "s3": s3_sections, "sftp": sftp_sections, "formats": format_sections,
                                  "generations": generations_sections, "realtree": lambda f, r: [real_tree_section(f, r)], "small": small_only,
-                                 "million": million_sections, "delta": delta_sections}[a.only](ferry, a.runs), a.runs)
+                                 "million": million_sections, "delta": delta_sections, "fleet": fleet_sections}[a.only](ferry, a.runs), a.runs)
         shutil.rmtree(BASE, ignore_errors=True)
         return
     www = fresh(BASE + "/www")
@@ -1466,6 +1602,7 @@ def main():
     sections += s3_sections(ferry, a.runs)
     sections += sftp_sections(ferry, a.runs)
     sections += delta_sections(ferry, a.runs)
+    sections += fleet_sections(ferry, a.runs)
 
     versions = {}
     for tool, cmd in [("curl", ["curl", "--version"]), ("aria2c", ["aria2c", "--version"]), ("rclone", ["rclone", "--version"]),

@@ -277,7 +277,7 @@ struct AgentTests {
         let agent = try RunningAgent(box)
         #expect(eventually { (fileContents(metrics) ?? "").contains("ferry_transferred_files_total{session=\"test\",direction=\"pull\"} 2") }, "\(agent.output)")
         let text = fileContents(metrics) ?? ""
-        for line in ["# TYPE ferry_transferred_bytes_total counter", "ferry_transferred_bytes_total{session=\"test\",direction=\"pull\"} 10",
+        for line in ["# TYPE ferry_transferred_bytes_total counter", "ferry_transferred_bytes_total{session=\"test\",direction=\"pull\",source=\"origin\"} 10",
                      "ferry_manifest_version{session=\"test\"} 7", "# TYPE ferry_reused_bytes_total counter", "ferry_reused_bytes_total{session=\"test\"} 0", "ferry_tasks{session=\"test\",state=\"queued\"} 0",
                      "ferry_session_waiting{session=\"test\"} 0", "ferry_last_successful_poll_timestamp_seconds{session=\"test\"} "] {
             #expect(text.contains(line), "missing \(line) in:\n\(text)")

@@ -73,7 +73,7 @@ struct MetricsEndpointTests {
             return Self.value(page, "ferry_transferred_files_total{session=\"test\",direction=\"pull\"}") == 1
                 && Self.value(page, "ferry_polls_total{session=\"down\"}") == 1
         }, "\(page)")
-        for zero in ["ferry_transferred_files_total{session=\"down\",direction=\"pull\"}", "ferry_transferred_bytes_total{session=\"down\",direction=\"pull\"}",
+        for zero in ["ferry_transferred_files_total{session=\"down\",direction=\"pull\"}", "ferry_transferred_bytes_total{session=\"down\",direction=\"pull\",source=\"origin\"}",
                      "ferry_failed_files_total{session=\"down\"}", "ferry_errors_total{session=\"test\",kind=\"file\"}"] {
             #expect(Self.value(page, zero) == 0, "\(zero) at 0: \(page)")
         }

@@ -311,6 +311,14 @@ struct StatusCommand: Command {
                 if code != 0, let message = r.lastMessage { text += ": \(message)" }
             }
             out.add("last run", text, maxLines: StatusCommand.messageLines)
+            // With mirrors: where the last run's bytes came from, and what that saved the origin.
+            if st.runningPID == nil, !r.lastSources.isEmpty {
+                let total = max(1, r.lastSources.reduce(0) { $0 + $1.bytes })
+                let parts = r.lastSources.map { s in
+                    "\(s.source) \(Units.formatBytes(s.bytes)) (\(s.bytes * 100 / total)%)" + (s.demoted.map { ", demoted: \($0)" } ?? "")
+                }
+                out.add("sources", parts.joined(separator: "; "), maxLines: StatusCommand.messageLines)
+            }
         } else {
             out.add("last run", "never run")
         }
@@ -444,6 +452,9 @@ struct StatusCommand: Command {
             f.append("\"last_message\":" + (r?.lastMessage.map(JSONText.quote) ?? "null"))
             f.append("\"last_fetched\":" + (r?.lastFetched.map { String($0) } ?? "null"))
             f.append("\"last_reused\":" + (r?.lastReused.map { String($0) } ?? "null"))
+            f.append("\"last_sources\":[" + (r?.lastSources ?? []).map { s in
+                "{\"source\":\(JSONText.quote(s.source)),\"bytes\":\(s.bytes),\"requests\":\(s.requests),\"demoted\":\(s.demoted.map(JSONText.quote) ?? "null")}"
+            }.joined(separator: ",") + "]")
             f.append("\"agent_pid\":" + (st.agentPID.map { String($0) } ?? "null"))
             f.append("\"next_poll\":" + (st.agentPID != nil ? r?.nextPoll.map { JSONText.quote($0.rfc3339) } ?? "null" : "null"))
             f.append("\"held_for\":" + (r?.heldFor.map(JSONText.quote) ?? "null"))

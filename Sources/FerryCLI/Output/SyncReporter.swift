@@ -120,7 +120,7 @@ final class SyncReporter: EventSink {
         case .replaced, .fileResumed, .fileRestarted, .fileFailed, .fileDeleted, .fileRetrying, .fileWaiting, .fileDelayed, .delayedDue,
              .fileSuspended, .fileInterrupted, .fileStarted, .fileDone, .metadataFixed:
             humanFile(event)
-        case .manifestFetched, .planned, .deltaPlanned, .planItem, .checked, .manifestBuilt:
+        case .manifestFetched, .planned, .deltaPlanned, .sourceServed, .planItem, .checked, .manifestBuilt:
             humanPlan(event)
         case .sessionState, .agent, .uploadsVerified, .generationSwitched, .warning, .syncFinished, .manifestRetrying, .syncStarted,
              .checkFinished, .sessionHeld:
@@ -182,7 +182,7 @@ final class SyncReporter: EventSink {
             line("\(s): \(name(path)): stopped at \(Units.formatBytes(offset)), kept for the next run")
         case let .fileStarted(path, size, reason) where level >= .debug:
             line("\(s): \(pushing.contains(event.session) ? "uploading" : "downloading") \(name(path))" + (size.map { " (\(Units.formatBytes($0)), \(reason.rawValue))" } ?? " (\(reason.rawValue))"))
-        case let .fileDone(path, size, fetched, reused) where level >= .debug:
+        case let .fileDone(path, size, fetched, reused, _) where level >= .debug:
             var moved = fetched == size ? Units.formatBytes(size) : "\(Units.formatBytes(size)), \(Units.formatBytes(fetched)) of it transferred"
             if reused > 0 { moved += ", \(Units.formatBytes(reused)) reused from local data" }
             line("\(s): \(pushing.contains(event.session) ? "uploaded" : "done") \(name(path)) (\(moved))")
@@ -221,6 +221,10 @@ final class SyncReporter: EventSink {
             }
             if whole > 0 { parts.append("\(Plural.count(whole, "indexed file")) fetched whole (too little of \(whole == 1 ? "it" : "them") held locally)") }
             line("\(s): " + parts.joined(separator: "; "))
+        case let .sourceServed(source, bytes, requests, share, demoted):
+            var text = "\(s): from \(source): \(Units.formatBytes(bytes)) in \(Plural.count(requests, "request")) (\(Units.formatFixed(share * 100, digits: 0))% of the bytes)"
+            if let demoted { text += "; not used after it \(demoted)" }
+            line(text)
         case let .planItem(action, path, reason, size):
             let verb: String
             switch action {

@@ -33,6 +33,38 @@ public struct PlanSummary: Sendable, Equatable {
     public var isIdle: Bool { transfers + metadataFixes + deletions + hashed == 0 }
 }
 
+/// What one source of a pull (`origin`, or a mirror's URL) served in a run: the bytes and
+/// requests, and why it was demoted if it was.
+public struct SourceCount: Sendable, Equatable {
+    public let source: String
+    public let bytes: Int64
+    public let requests: Int
+    public let demoted: String?
+
+    public init(source: String, bytes: Int64, requests: Int, demoted: String? = nil) {
+        self.source = source
+        self.bytes = bytes
+        self.requests = requests
+        self.demoted = demoted
+    }
+
+    /// As the state keeps them: a line each, `<bytes> <requests> <source>` and a tab before why
+    /// it was demoted (a URL holds neither spaces nor tabs, and the reason no newline).
+    public static func text(_ counts: [SourceCount]) -> String {
+        counts.map { "\($0.bytes) \($0.requests) \($0.source)" + ($0.demoted.map { "\t" + $0.split(separator: "\n").joined(separator: " ") } ?? "") }
+            .joined(separator: "\n")
+    }
+
+    public static func parse(_ text: String) -> [SourceCount] {
+        text.split(separator: "\n").compactMap { line in
+            let (main, demoted) = line.firstIndex(of: "\t").map { (line[..<$0], String(line[line.index(after: $0)...])) } ?? (line[...], nil)
+            let fields = main.split(separator: " ", maxSplits: 2)
+            guard fields.count == 3, let bytes = Int64(fields[0]), let requests = Int(fields[1]) else { return nil }
+            return SourceCount(source: String(fields[2]), bytes: bytes, requests: requests, demoted: demoted)
+        }
+    }
+}
+
 /// A file a generation switch made current that is new or differs from the generation before.
 public struct GenerationFile: Sendable, Equatable {
     public let path: RelativePath
@@ -63,6 +95,9 @@ public struct Event: Sendable {
         /// of them being held locally. `read`: held versions read to plan (the others were known by
         /// the cached index of their content).
         case deltaPlanned(files: Int, reused: Int64, fetch: Int64, whole: Int, read: Int = 0)
+        /// A pull with `mirrors`, after its transfers: what one source (`origin`, or a mirror's URL)
+        /// served this run, its `share` of all the bytes fetched (0...1), and why it was demoted if it was.
+        case sourceServed(source: String, bytes: Int64, requests: Int, share: Double, demoted: String?)
         /// One line of a dry run's plan: `action` is download, replace, delete, refused-delete,
         /// fix-metadata or blocked; `reason` says why.
         case planItem(action: String, path: RelativePath, reason: String?, size: Int64?)
@@ -88,7 +123,8 @@ public struct Event: Sendable {
         /// Stopped by a deadline or signal with `offset` bytes kept as resume data.
         case fileInterrupted(path: RelativePath, offset: Int64)
         /// `reused`: bytes a delta took from data the mirror held (0 for any other download).
-        case fileDone(path: RelativePath, size: Int64, fetched: Int64, reused: Int64 = 0)
+        /// `source`: with `mirrors`, where the file came from (`origin`, or the mirror's URL).
+        case fileDone(path: RelativePath, size: Int64, fetched: Int64, reused: Int64 = 0, source: String? = nil)
         case fileFailed(path: RelativePath, error: String)
         /// A push's placed objects this run (files, content and metadata objects), by how each was
         /// found to hold what was sent: the store's own checksum, a read-back, the size only.
@@ -137,6 +173,7 @@ public struct Event: Sendable {
         case .manifestRetrying: return "manifest-retrying"
         case .planned: return "planned"
         case .deltaPlanned: return "delta-planned"
+        case .sourceServed: return "source-served"
         case .planItem: return "plan-item"
         case .manifestBuilt: return "manifest-built"
         case .checked: return "checked"
@@ -192,7 +229,7 @@ public struct Event: Sendable {
              .fileWaiting, .fileDone, .fileFailed, .metadataFixed, .fileDeleted:
             fields.appendFile(body)
         case .syncStarted, .manifestFetched, .manifestRetrying, .planned, .deltaPlanned, .planItem, .uploadsVerified, .generationSwitched, .warning,
-             .manifestBuilt, .checked, .checkFinished, .sessionState, .sessionHeld, .agent, .syncFinished:
+             .manifestBuilt, .checked, .checkFinished, .sessionState, .sessionHeld, .agent, .syncFinished, .sourceServed:
             fields.appendRun(body)
         }
         fields.out.append(UInt8(ascii: "}"))
@@ -236,9 +273,10 @@ private struct JSONFields {
             s("path", path.string); s("disposition", disposition.rawValue); s("reason", reason)
         case let .fileWaiting(path, error):
             s("path", path.string); s("error", error)
-        case let .fileDone(path, size, fetched, reused):
+        case let .fileDone(path, size, fetched, reused, source):
             s("path", path.string); n("size", size); n("fetched", fetched)
             if reused > 0 { n("reused", reused) }
+            if let source { s("source", source) }
         case let .fileFailed(path, error):
             s("path", path.string); s("error", error)
         case let .metadataFixed(path), let .fileDeleted(path):
@@ -266,6 +304,9 @@ private struct JSONFields {
             n("skipped", Int64(p.skipped))
         case let .deltaPlanned(files, reused, fetch, whole, read):
             n("files", Int64(files)); n("reused", reused); n("fetch", fetch); n("whole", Int64(whole)); n("read", Int64(read))
+        case let .sourceServed(source, bytes, requests, share, demoted):
+            s("source", source); n("bytes", bytes); n("requests", Int64(requests)); raw("share", Units.formatFixed(share, digits: 3))
+            if let demoted { s("demoted", demoted) }
         case let .planItem(action, path, reason, size):
             s("action", action); s("path", path.string)
             if let reason { s("reason", reason) }
@@ -333,7 +374,7 @@ extension Event.Body {
             return unchanged ? .debug : .info
         case let .planned(summary):
             return summary.isIdle ? .debug : .info
-        case .deltaPlanned, .planItem, .replaced, .fileResumed, .fileRestarted, .fileDelayed, .delayedDue, .fileSuspended, .sessionHeld,
+        case .deltaPlanned, .sourceServed, .planItem, .replaced, .fileResumed, .fileRestarted, .fileDelayed, .delayedDue, .fileSuspended, .sessionHeld,
              .fileInterrupted, .fileDone, .uploadsVerified, .metadataFixed, .fileDeleted, .generationSwitched, .manifestBuilt, .checked:
             return .info
         }

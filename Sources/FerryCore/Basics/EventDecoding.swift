@@ -54,7 +54,7 @@ private struct EventFields {
             return .delayedDue(path: p, disposition: d, reason: reason)
         case "file-done":
             guard let p = path(), let size = int64("size"), let fetched = int64("fetched") else { return nil }
-            return .fileDone(path: p, size: size, fetched: fetched, reused: int64("reused") ?? 0)
+            return .fileDone(path: p, size: size, fetched: fetched, reused: int64("reused") ?? 0, source: text("source"))
         case "file-failed":
             guard let p = path(), let error = text("error") else { return nil }
             return .fileFailed(path: p, error: error)
@@ -96,6 +96,9 @@ private struct EventFields {
         case "uploads-verified":
             guard let store = int("store_checksum"), let read = int("read_back"), let size = int("size_only") else { return nil }
             return .uploadsVerified(storeChecksum: store, readBack: read, sizeOnly: size)
+        case "source-served":
+            guard let source = text("source"), let bytes = int64("bytes"), let requests = int("requests") else { return nil }
+            return .sourceServed(source: source, bytes: bytes, requests: requests, share: double("share") ?? 0, demoted: text("demoted"))
         case "generation-switched":
             guard let generation = text("generation"), let directory = text("directory"), let changed = int("changed") else { return nil }
             return .generationSwitched(generation: generation, directory: directory, previous: text("previous"), changed: changed)

@@ -156,6 +156,20 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
     public var localDirectory: String? { backend.localDirectory(self) }
 }
 
+extension SessionConfig {
+    /// The session as its mirror `index` is read: that remote, with the session's keys of its kind
+    /// and its `ca-file`, but none of the origin's HTTP credentials (a cache or a replica is
+    /// another host: `basic-auth-file` and `bearer-token-file` are the origin's).
+    public func reading(mirror index: Int) -> SessionConfig {
+        var copy = self
+        copy.remote = mirrors[index]
+        copy.mirrors = []
+        copy.basicAuthFile = nil
+        copy.bearerTokenFile = nil
+        return copy
+    }
+}
+
 /// One `[session NAME]` section.
 public struct SessionConfig: Sendable, Equatable {
     /// The session identifier; every task row carries it.
@@ -182,6 +196,9 @@ public struct SessionConfig: Sendable, Equatable {
     public var delta: Bool = true
     /// Pull: more directories whose file at the same relative path a delta may take bytes from.
     public var seeds: [String] = []
+    /// Pull: copies of the remote (site caches, CDNs, replicas) tried in order for files before
+    /// it; the remote stays the authority for the manifest. Any kind of remote.
+    public var mirrors: [RemoteLocation] = []
     /// Push: files from this size get a content index in the published manifest (nil: none).
     public var deltaMinimum: Int64? = 1 << 20
     /// A manifest larger than this is refused before it is read (it is held in memory to parse).

@@ -98,8 +98,12 @@ extension ConfigParser {
                 throw failSection("is missing the required key 'local'", hint: "add a line like: local = /srv/assets")
             }
             var session = SessionConfig(name: section.sessionName!, remote: remote, local: try path(localLine))
+            if let line = section.find("mirrors") { session.mirrors = try mirrors(line, remote: remote, backends) }
+            // The keys of the remote's kind, and of each mirror's.
+            var kinds = [remote.backend]
+            for mirror in session.mirrors where !kinds.contains(where: { $0.called == mirror.backend.called }) { kinds.append(mirror.backend) }
             for line in section.lines {
-                if let key = remote.backend.keys.first(where: { $0.name == line.key }) {
+                if let key = kinds.lazy.compactMap({ $0.keys.first { $0.name == line.key } }).first {
                     try readBackendKey(key, line, &session)
                     continue
                 }
@@ -118,8 +122,25 @@ extension ConfigParser {
                 // What a signed manifest says stops counting after a while, unless told otherwise.
                 session.expires = ManifestEnvelope.defaultLifetime
             }
-            try readBackendKeys(remote.backend, &session)
+            try readBackendKeys(kinds, &session)
             return session
+        }
+
+        /// `mirrors`: URLs of any kind, separated by spaces, each once and none the remote itself.
+        private func mirrors(_ line: Line, remote: RemoteLocation, _ backends: [BackendDescription]) throws(FerryError) -> [RemoteLocation] {
+            var out: [RemoteLocation] = []
+            for word in line.value.split(separator: " ", omittingEmptySubsequences: true) {
+                let mirror: RemoteLocation
+                do { mirror = try RemoteLocation(parsing: String(word), backends: backends) } catch { throw fail(line, error.message) }
+                if mirror == remote { throw fail(line, "names the remote itself (\(mirror.url)); a mirror is another copy of it") }
+                if out.contains(mirror) { throw fail(line, "names \(mirror.url) twice") }
+                out.append(mirror)
+            }
+            guard !out.isEmpty, out.count <= 8 else {
+                throw fail(line, out.isEmpty ? "names no mirror" : "names \(out.count) mirrors; at most 8 are tried",
+                           hint: "write URLs separated by spaces, like mirrors = http://cache.site1/assets/ s3://replica/assets/")
+            }
+            return out
         }
 
         /// What is synced, where and which way: the manifest, the local side, deletion and the
@@ -344,13 +365,22 @@ extension ConfigParser {
             do { session.remoteOptions[key.name] = try key.check(value) } catch { throw fail(line, error.message, hint: error.hint) }
         }
 
-        /// The transport keys the session's backend does not take; then its checks of the whole session.
-        private func readBackendKeys(_ backend: BackendDescription, _ session: inout SessionConfig) throws(FerryError) {
-            for line in section.lines where ConfigKey.transport.contains(line.key) && !backend.transportKeys.contains(line.key) {
+        /// The transport keys none of the session's kinds of remote takes (the remote's first, then
+        /// its mirrors'); then each kind's checks of the whole session (a mirror's, of the session
+        /// as that mirror is read: `SessionConfig.reading`).
+        private func readBackendKeys(_ kinds: [BackendDescription], _ session: inout SessionConfig) throws(FerryError) {
+            let backend = kinds[0]
+            for line in section.lines where ConfigKey.transport.contains(line.key) && !kinds.contains(where: { $0.transportKeys.contains(line.key) }) {
                 throw fail(line, "\(backend.called) does not take it; it authenticates with " + backend.credentialSources.joined(separator: ", "),
                            hint: "remove this line")
             }
-            do { try backend.finish(&session) } catch {
+            do throws(ConfigProblem) {
+                try backend.finish(&session)
+                for i in session.mirrors.indices {
+                    var mirror = session.reading(mirror: i)
+                    try mirror.remote.backend.finish(&mirror)
+                }
+            } catch {
                 guard let key = error.key, let line = section.find(key) else { throw failSection(error.message, hint: error.hint) }
                 throw fail(line, error.message, hint: error.hint)
             }

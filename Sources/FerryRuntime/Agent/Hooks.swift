@@ -68,7 +68,7 @@ public final class HookRunner: EventSink, @unchecked Sendable {
         // Most events start no hook: the session is looked up only for those that may.
         let file: (path: RelativePath, bytes: Int64, result: String, error: String?)
         switch event.body {
-        case let .fileDone(path, size, _, _):
+        case let .fileDone(path, size, _, _, _):
             // With layout = generations a file is done once the generation holding it is current
             // (below); until then it sits in one being built.
             if sessions.withLock({ $0[event.session]?.layout }) == .generations { return }

@@ -11,6 +11,8 @@ import FerryCore
 public final class Metrics: EventSink, @unchecked Sendable {
     private struct Counts {
         var bytes: [String: Int64] = [:]
+        /// Bytes of the files placed, by session and source (`origin`, or a mirror's URL).
+        var bySource: [String: [String: Int64]] = [:]
         var files: [String: Int] = [:]
         var failedFiles: [String: Int] = [:]
         /// Errors by session and kind: a failed file ("file"), or a run's exit code name.
@@ -51,9 +53,10 @@ public final class Metrics: EventSink, @unchecked Sendable {
     public func event(_ event: Event) {
         let s = event.session
         switch event.body {
-        case let .fileDone(_, _, fetched, reused):
+        case let .fileDone(_, _, fetched, reused, source):
             counts.withLock {
                 $0.bytes[s, default: 0] += fetched
+                $0.bySource[s, default: [:]][source ?? "origin", default: 0] += fetched
                 $0.files[s, default: 0] += 1
                 $0.reusedBytes[s, default: 0] += reused
             }
@@ -95,8 +98,14 @@ public final class Metrics: EventSink, @unchecked Sendable {
         func label(_ s: SessionState) -> String { "session=\"\(Metrics.escape(s.name))\"" }
         metric("ferry_build_info", "gauge", "Always 1; the labels say which ferry this is.", [("version=\"\(Metrics.escape(FerryVersion.string))\"", "1")])
         func moved(_ s: SessionState) -> String { label(s) + ",direction=\"\(s.direction.rawValue)\"" }
-        metric("ferry_transferred_bytes_total", "counter", "Bytes downloaded (pull) or uploaded (push) since the agent started.",
-               sessions.map { (moved($0), String(c.bytes[$0.name] ?? 0)) })
+        // By source: `origin` (the remote), or each mirror a pull took files from.
+        metric("ferry_transferred_bytes_total", "counter", "Bytes downloaded (pull) or uploaded (push) since the agent started, by source (origin, or a mirror's URL).",
+               sessions.flatMap { s in
+                   let by = c.bySource[s.name] ?? [:]
+                   return (["origin"] + by.keys.filter { $0 != "origin" }.sorted()).map { source in
+                       (moved(s) + ",source=\"\(Metrics.escape(source))\"", String(by[source] ?? 0))
+                   }
+               })
         metric("ferry_reused_bytes_total", "counter", "Bytes of changed files a delta took from data the mirror held instead of the network (pull), since the agent started.",
                sessions.filter { $0.direction == .pull }.map { (label($0), String(c.reusedBytes[$0.name] ?? 0)) })
         metric("ferry_transferred_files_total", "counter", "Files downloaded and placed (pull) or uploaded and moved into place (push) since the agent started.",

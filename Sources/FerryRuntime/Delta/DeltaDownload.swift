@@ -352,6 +352,7 @@ final class DeltaDownload: Download {
             do { request = try read.build(0, nil) } catch {
                 return .failed(TransferFailure(message: error.message, keepPartial: true, cause: error.cause ?? .unusable))
             }
+            requests += 1
             return nil
         }
     }
@@ -602,6 +603,7 @@ final class DeltaDownload: Download {
                                                       : "the remote's object of the piece at offset \(base) is \(size) bytes, the index says \(remoteSize)")
                         }
                         sourceOpened = true
+                        requests += 1
                     }
                 }
                 if let throttle, !throttle.open { return nil }

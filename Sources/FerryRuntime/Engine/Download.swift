@@ -41,6 +41,8 @@ class Download: Transfer {
     var received: Int64 = 0
     /// Bytes taken from local files (a delta) by this attempt.
     var reused: Int64 { 0 }
+    /// Requests this attempt made (a stepped source opened counts as one).
+    var requests = 0
     /// Bytes known synced to disk and recorded.
     var checkpointed: Int64
     /// Set when `ferry cancel` suspended the task: the engine stops it as interrupted.
@@ -129,6 +131,7 @@ class Download: Transfer {
         do { request = try read.build(requestedOffset, ifRange) } catch {
             return .failed(TransferFailure(message: error.message, keepPartial: true, cause: error.cause ?? .unusable))
         }
+        requests += 1
         return nil
     }
 
@@ -159,6 +162,7 @@ class Download: Transfer {
             case let .failed(failure): return .failed(failure)
             case let .ready(validator, size):
                 sourceOpened = true
+                requests += 1
                 if let size, let expected = entry.size, size != expected {
                     return .failed(TransferFailure(message: "the remote's file is \(size) bytes, the manifest says \(expected)", keepPartial: false, cause: .wrongLength))
                 }

@@ -1,4 +1,5 @@
 import Glibc
+import Synchronization
 import FerryCore
 
 /// The metadata objects of a session's format-2 manifests (`ManifestTree`): read from the
@@ -24,12 +25,21 @@ final class ManifestObjects {
     private(set) var fetchedBytes: Int64 = 0
     private(set) var fetchedObjects = 0
     private(set) var damaged = 0
+    /// A pull's mirrors (`PullSources`), asked for an object before the remote: each opened when
+    /// first needed, with where its objects are. A mirror that fails an object is skipped for
+    /// it; one that sends an object other than its name says is not asked again (`demoted`).
+    private let mirrors: () -> [(remote: Remote, prefix: String)]
+    private final class Demoted: Sendable { let names = Mutex<[Int: String]>([:]) }
+    private let demotedMirrors = Demoted()
+    /// The mirrors (by their place in the list) that sent a wrong object, and which.
+    var demoted: [Int: String] { demotedMirrors.names.withLock { $0 } }
 
-    init(session: SessionConfig, state: String, remote: Remote?, keeps: Bool = true) {
+    init(session: SessionConfig, state: String, remote: Remote?, keeps: Bool = true, mirrors: @escaping () -> [(remote: Remote, prefix: String)] = { [] }) {
         directory = StateStore.cachedManifestPath(state: state, session: session.name) + ".objects"
         let prefix = ManifestTree.objectDirectory(beside: session.manifestURL) + "/"
         self.remote = remote.map { ($0, prefix) }
         self.keeps = keeps
+        self.mirrors = mirrors
     }
 
     /// `manifest` with the entries of the tree it names (as it is, for format 1); the hashes of
@@ -56,7 +66,7 @@ final class ManifestObjects {
                             hint: "run ferry sync now for the session first: it fetches what the manifest names")
         }
         let digests = missing.map { batch[$0] }
-        let fetched = try ManifestObjects.fetch(digests, from: remote, prefix: prefix, source: source, maximumSize: maximumSize)
+        let fetched = try fetch(digests, from: remote, prefix: prefix, source: source, maximumSize: maximumSize)
         for (i, bytes) in zip(missing, fetched) {
             out[i] = bytes
             fetchedBytes += Int64(bytes.count)
@@ -174,10 +184,22 @@ final class ManifestObjects {
     }
 
     /// Fetches objects, up to 8 at once, each checked against its name.
-    private static func fetch(_ digests: [SHA256Digest], from remote: Remote, prefix: String, source: String,
-                              maximumSize: Int) throws(FerryError) -> [[UInt8]] {
+    /// Each object from the first mirror that has it as named, else from the remote.
+    private func fetch(_ digests: [SHA256Digest], from remote: Remote, prefix: String, source: String,
+                       maximumSize: Int) throws(FerryError) -> [[UInt8]] {
+        let mirrors = self.mirrors()
+        let demoted = demotedMirrors
         let (results, error) = Lanes.run(digests.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) in
-            try fetchOne(digests[i], from: remote, prefix: prefix, source: source, maximumSize: maximumSize)
+            for (k, mirror) in mirrors.enumerated() where demoted.names.withLock({ $0[k] == nil }) {
+                do throws(FerryError) {
+                    return try ManifestObjects.fetchOne(digests[i], from: mirror.remote, prefix: mirror.prefix, source: source, maximumSize: maximumSize)
+                } catch {
+                    if case .contentMismatch? = error.cause {
+                        demoted.names.withLock { if $0[k] == nil { $0[k] = "sent a wrong metadata object (\(digests[i].hex))" } }
+                    }
+                }
+            }
+            return try ManifestObjects.fetchOne(digests[i], from: remote, prefix: prefix, source: source, maximumSize: maximumSize)
         }
         if let error { throw error }
         return results.map { $0! }
@@ -189,8 +211,9 @@ final class ManifestObjects {
         switch try remote.fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: Int64(maximumSize)) {
         case let .fetched(bytes, _, _, _):
             guard SHA256Hasher.digest(of: bytes) == digest else {
-                throw .manifest("the metadata object \(url) that manifest \(source) names does not match its hash (it holds \(Units.formatBytes(Int64(bytes.count))) of something else): refused, nothing was changed",
-                                hint: "the remote's copy was altered or damaged: a push writes it again when it next verifies what it published (verify-interval, or ferry sync now on the publisher); after ferry manifest build, run it again")
+                throw FerryError(.manifest, "the metadata object \(url) that manifest \(source) names does not match its hash (it holds \(Units.formatBytes(Int64(bytes.count))) of something else): refused, nothing was changed",
+                                 hint: "the remote's copy was altered or damaged: a push writes it again when it next verifies what it published (verify-interval, or ferry sync now on the publisher); after ferry manifest build, run it again",
+                                 cause: .contentMismatch(afterResume: false))
             }
             return bytes
         case let .missing(error):

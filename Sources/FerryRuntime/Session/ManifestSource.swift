@@ -38,8 +38,8 @@ struct ManifestSource {
 
     /// The session's metadata objects (format 2): cached, or fetched from `remote`; a dry run
     /// (`keeps: false`) keeps what it fetches in memory only.
-    func objects(remote: Remote?, keeps: Bool = true) -> ManifestObjects {
-        ManifestObjects(session: session, state: state, remote: remote, keeps: keeps)
+    func objects(remote: Remote?, keeps: Bool = true, mirrors: @escaping () -> [(remote: Remote, prefix: String)] = { [] }) -> ManifestObjects {
+        ManifestObjects(session: session, state: state, remote: remote, keeps: keeps, mirrors: mirrors)
     }
 
     /// A manifest's bytes, parsed, and its tree read through `objects` (format 2); with the hashes

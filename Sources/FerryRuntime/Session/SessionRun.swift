@@ -59,6 +59,8 @@ public struct SyncResult: Sendable {
     /// What the run did with its files (`TransferCounts`): the transfer stage's counts, and the
     /// cycle's own (files that could not be read, a path in the way, deletions).
     public var counts = TransferCounts()
+    /// A pull with mirrors: what each source served (`PullSources`).
+    public var sources: [SourceCount] = []
     public var hashed = 0
     public var plan: Plan?
     /// The run-level error, if the run could not go on.
@@ -150,7 +152,7 @@ final class SessionRun: SessionWork {
         // A run refused as busy never ran: the status belongs to the process that holds the session.
         if let store, !options.dryRun, result.error?.category != .busy {
             try? store.recordRunFinished(session: session.name, exitCode: result.exitCode.rawValue, message: result.message,
-                                         fetched: result.counts.bytes, reused: result.counts.reused)
+                                         fetched: result.counts.bytes, reused: result.counts.reused, sources: result.sources)
             try? store.recordHold(session: session.name, waitsFor: result.counts.heldFor)
         }
         emit(.syncFinished(exitCode: result.exitCode.rawValue, transferred: result.counts.transferred, failed: result.counts.failed,

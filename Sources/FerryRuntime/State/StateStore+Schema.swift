@@ -207,6 +207,10 @@ extension StateStore {
         ALTER TABLE sessions ADD COLUMN last_fetched INTEGER;
         ALTER TABLE sessions ADD COLUMN last_reused INTEGER;
         """,
+        // 13: what each source served the last run of a pull with mirrors (`SourceCount.text`), for status.
+        """
+        ALTER TABLE sessions ADD COLUMN last_sources TEXT;
+        """,
     ]
 
     /// `TaskState.after(event)` as SQL: the expression a row's new state is set to, so the table

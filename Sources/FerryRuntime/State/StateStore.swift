@@ -36,6 +36,8 @@ public struct SessionRecord: Sendable {
     /// Bytes the last run moved over the network, and took from local data (a delta).
     public var lastFetched: Int64?
     public var lastReused: Int64?
+    /// What each source served the last run (a pull with mirrors; empty otherwise).
+    public var lastSources: [SourceCount] = []
 }
 
 /// The SQLite state of all sessions (WAL mode): sessions, the task table and the hash cache.
@@ -88,7 +90,7 @@ public final class StateStore {
             SELECT manifest_url, manifest_etag, manifest_last_modified, manifest_version, last_run_started,
                    last_run_finished, last_exit_code, last_message, running_pid, deadline,
                    agent_pid, agent_state, next_poll, last_poll_ok, held_for, manifest_files, manifest_signer, manifest_expires,
-                   last_fetched, last_reused FROM sessions WHERE name = ?
+                   last_fetched, last_reused, last_sources FROM sessions WHERE name = ?
             """).bind(.text(name))
         guard try s.step() else { return nil }
         return SessionRecord(
@@ -99,7 +101,8 @@ public final class StateStore {
             agentPID: s.isNull(10) ? nil : Int32(s.int(10)), agentState: s.text(11), nextPoll: s.text(12).flatMap(Timestamp.init(rfc3339:)),
             lastPollOK: s.text(13).flatMap(Timestamp.init(rfc3339:)), heldFor: s.text(14), manifestFiles: s.isNull(15) ? nil : Int(s.int(15)),
             manifestSigner: s.text(16).flatMap(PublicKey.init(text:)), manifestExpires: s.text(17).flatMap(Timestamp.init(rfc3339:)),
-            lastFetched: s.isNull(18) ? nil : s.int(18), lastReused: s.isNull(19) ? nil : s.int(19))
+            lastFetched: s.isNull(18) ? nil : s.int(18), lastReused: s.isNull(19) ? nil : s.int(19),
+            lastSources: s.text(20).map(SourceCount.parse) ?? [])
     }
 
     /// What the agent `pid` says of a session between runs; a nil pid says no agent schedules it.
@@ -149,13 +152,15 @@ public final class StateStore {
             .bind(.text(clock.now().rfc3339), .int(Int64(pid)), .optional(deadline?.rfc3339), .text(session)).run()
     }
 
-    public func recordRunFinished(session: String, exitCode: Int32, message: String?, fetched: Int64 = 0, reused: Int64 = 0) throws(FerryError) {
+    public func recordRunFinished(session: String, exitCode: Int32, message: String?, fetched: Int64 = 0, reused: Int64 = 0,
+                                  sources: [SourceCount] = []) throws(FerryError) {
         try ensureSession(session)
         try db.prepare("""
             UPDATE sessions SET last_run_finished = ?, last_exit_code = ?, last_message = ?, running_pid = NULL, deadline = NULL,
-                                last_fetched = ?, last_reused = ? WHERE name = ?
+                                last_fetched = ?, last_reused = ?, last_sources = ? WHERE name = ?
             """)
-            .bind(.text(clock.now().rfc3339), .int(Int64(exitCode)), .optional(message), .int(fetched), .int(reused), .text(session)).run()
+            .bind(.text(clock.now().rfc3339), .int(Int64(exitCode)), .optional(message), .int(fetched), .int(reused),
+                  .optional(sources.isEmpty ? nil : SourceCount.text(sources)), .text(session)).run()
     }
 
     // MARK: notices said once

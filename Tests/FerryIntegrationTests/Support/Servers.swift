@@ -24,7 +24,10 @@ final class NginxServer {
     /// its Host header, so a signature over it holds), logging each: a count of what a client asks
     /// of a store that keeps no access log of its own, with the credential each was signed with
     /// (`signedRequests`).
-    init(proxyTo upstream: UInt16? = nil) throws {
+    /// `cacheFor`: a site cache in front of the server on that port (`proxy_cache`: each object
+    /// fetched from it once however many clients miss at once, ranges served from the cache),
+    /// as `examples/site-cache/` runs one; its log says HIT or MISS (`cacheStatuses`).
+    init(proxyTo upstream: UInt16? = nil, cacheFor origin: UInt16? = nil) throws {
         directory = Harness.temporaryDirectory("nginx")
         root = directory + "/www"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
@@ -39,7 +42,16 @@ final class NginxServer {
         try "\(Self.basicUser):{PLAIN}\(Self.basicPassword)\n".writeReplacing(directory + "/htpasswd")
         let user = getuid() == 0 ? "user root;" : ""
         let dav = "dav_methods PUT DELETE MKCOL COPY MOVE; dav_ext_methods PROPFIND OPTIONS; create_full_put_path on;"
-        let locations = upstream.map { """
+        // The site cache is the one examples/site-cache/ ships, as shipped.
+        let cache = try origin.map { origin throws in
+            try String(contentsOfFile: Harness.packageRoot + "/examples/site-cache/site-cache.conf", encoding: .utf8)
+                .replacingOccurrences(of: "@LISTEN@", with: "127.0.0.1:\(port)")
+                .replacingOccurrences(of: "@ORIGIN@", with: "http://127.0.0.1:\(origin)")
+                .replacingOccurrences(of: "@CACHE@", with: directory + "/cache")
+        } ?? ""
+        let locations = origin.map { _ in """
+                location / { return 404; }
+            """ } ?? upstream.map { """
                 location / { proxy_pass http://127.0.0.1:\($0); proxy_set_header Host $http_host; proxy_http_version 1.1;
                              proxy_set_header Connection ""; proxy_request_buffering off; proxy_buffering off; }
             """ } ?? """
@@ -61,7 +73,10 @@ final class NginxServer {
             http {
                 log_format signed '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" '
                                   '"$http_user_agent" "$http_authorization" "$http_x_amz_security_token"';
-                access_log \(accessLog) \(upstream == nil ? "combined" : "signed");
+                log_format cached '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" '
+                                  '"$http_user_agent" "$upstream_cache_status"';
+                access_log \(accessLog) \(upstream != nil ? "signed" : origin != nil ? "cached" : "combined");
+            \(cache)
                 client_body_temp_path \(directory)/body;
                 client_max_body_size 0;
                 proxy_temp_path \(directory)/proxy;
@@ -71,10 +86,7 @@ final class NginxServer {
                 default_type application/octet-stream;
                 sendfile on;
                 keepalive_requests 100000;
-                server {
-                    listen 127.0.0.1:\(port);
-            \(locations)
-                }
+            \(origin == nil ? "server {\n        listen 127.0.0.1:\(port);\n\(locations)\n    }" : "")
                 server {
                     listen 127.0.0.1:\(tlsPort) ssl http2;
                     ssl_certificate \(tls.serverCertificate);

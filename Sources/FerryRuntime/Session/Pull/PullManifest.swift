@@ -40,11 +40,26 @@ extension PullSync {
         return record?.manifestSigner.map(session.trustedKeys.contains) ?? false
     }
 
-    /// Asks the remote for the manifest, conditionally when the cache holds the last one.
+    /// Asks the remote for the manifest, conditionally when the cache holds the last one. When the
+    /// remote cannot be had for a reason that may pass (unreachable, a server error) and the
+    /// session trusts only signed manifests (`trusted-keys`), a mirror's copy is taken instead:
+    /// it is checked as the remote's would be (its signature, no rollback, expiry), so a site
+    /// goes on with its origin down. Its validators are not kept (they are the mirror's).
     func requestManifest(record: SessionRecord?, remote: Remote) throws(FerryError) -> ManifestFetch {
         let manifests = self.manifests
-        return try manifests.fetch(from: remote, record: record, cached: record?.manifestURL == session.manifestURL && FileSystem.exists(manifests.path),
-                                   options: options, emit: { [unowned self] in self.emit($0) }).required()
+        do {
+            return try manifests.fetch(from: remote, record: record, cached: record?.manifestURL == session.manifestURL && FileSystem.exists(manifests.path),
+                                       options: options, emit: { [unowned self] in self.emit($0) }).required()
+        } catch {
+            guard !session.trustedKeys.isEmpty, !session.mirrors.isEmpty, error.retryClass != .never else { throw error }
+            for mirror in sources(remote).all.dropLast() where mirror.demoted == nil {
+                guard case let .fetched(bytes, _, _, _)? = try? mirror.remote.fetchManifest(url: mirror.manifestURL, etag: nil, lastModified: nil,
+                                                                                          maximumSize: session.maxManifestSize) else { continue }
+                emit(.warning(message: "the remote's manifest cannot be had (\(error.message)); taken from mirror \(mirror.name), as signed by a trusted key"))
+                return .fetched(bytes: bytes, etag: nil, lastModified: nil, redirectedTo: nil)
+            }
+            throw error
+        }
     }
 
     /// The manifest an answer stands for, parsed (the cached one for a 304), with the tree of a
@@ -53,11 +68,17 @@ extension PullSync {
     /// caller checks the whole manifest against the mirror before anything is recorded.
     func readManifest(_ fetched: ManifestFetch, record: SessionRecord?, remote: Remote) throws(FerryError) -> Fetched {
         let url = session.manifestURL
-        let objects = manifests.objects(remote: remote, keeps: !options.dryRun)
+        // Objects not cached come from the mirrors first, if the session has any.
+        let objects = manifests.objects(remote: remote, keeps: !options.dryRun, mirrors: session.mirrors.isEmpty ? { [] } : { [unowned self] in
+            self.sources(remote).mirrorObjects
+        })
         func resolved(_ root: Manifest) throws(FerryError) -> (Manifest, [SHA256Digest]) {
             guard root.tree != nil else { return (root, []) }
             try acceptance(record, localFiles: 0).check(root, source: url)
             let read = try objects.resolve(root, source: url, maximumSize: session.maxManifestSize)
+            for (k, why) in objects.demoted.sorted(by: { $0.key < $1.key }) where sources(remote).demote(k, why: why) {
+                emit(.warning(message: "mirror \(sources(remote).all[k].name) \(why): not used again this run; what it would serve comes from the next source"))
+            }
             if objects.damaged > 0 {
                 emit(.warning(message: "\(Plural.count(objects.damaged, "cached metadata object")) of session '\(session.name)' did not match \(objects.damaged == 1 ? "its" : "their") hash (damaged on this machine's disk): fetched again"))
             }

@@ -15,6 +15,17 @@ import FerryCore
 /// 5. **commit**: deletions once every transfer succeeded, capped; with generations, the switch;
 /// 6. **report**: the outcome, its exit code and every reason it is not in sync.
 final class PullSync: SessionWork {
+    /// The remote and the session's mirrors (`PullSources`), opened when first needed: a poll that
+    /// finds nothing new opens no mirror.
+    private var opened: PullSources?
+    func sources(_ remote: Remote) -> PullSources {
+        if let opened { return opened }
+        let sources = PullSources(session: session, remote: remote, clock: clock, stop: options.stop)
+        for (url, why) in sources.unopened { emit(.warning(message: "mirror \(url) cannot be used this run: \(why); its files come from the next source")) }
+        opened = sources
+        return sources
+    }
+
     func cycle(store: StateStore, result: inout SyncResult) throws(FerryError) {
         let remote = try Remotes.open(session, clock: clock, stop: options.stop)
         let record = try store.session(session.name)
@@ -230,12 +241,22 @@ final class PullSync: SessionWork {
                           locate: @escaping (ManifestEntry) -> RelativePath, deltas: DeltaPreparation.Prepared, result: inout SyncResult, localIOError: inout String?,
                           unstorableMtimes: inout [(RelativePath, CachedHash)]) throws(FerryError) -> String? {
         guard !plan.downloads.isEmpty else { return options.stop.reason }
-        let transfers = PullTransfers(session: session, root: root, store: store, remote: remote, locate: locate, deltas: deltas,
+        let sources = sources(remote)
+        let transfers = PullTransfers(session: session, root: root, store: store, sources: sources, locate: locate, deltas: deltas,
                                       observer: observer, emit: { [unowned self] in self.emit($0) }, plan: plan, stop: options.stop,
                                       gate: DiscretionGate(session: session, agent: agent, clock: clock))
         transfers.runLimits = options.limits
+        transfers.contentAddressed = deltas.piecesAt != nil
         transfers.run(plan.downloads, tasks: tasks, engine: engine)
         result.counts += transfers.counts
+        if sources.hasMirrors {
+            // What each source served, and its share of the bytes: what the mirrors saved the origin.
+            result.sources = sources.summary
+            let total = max(1, result.sources.reduce(0) { $0 + $1.bytes })
+            for s in result.sources {
+                emit(.sourceServed(source: s.source, bytes: s.bytes, requests: s.requests, share: Double(s.bytes) / Double(total), demoted: s.demoted))
+            }
+        }
         unstorableMtimes += transfers.unstorableMtimes
         if let error = transfers.localIOError { localIOError = localIOError ?? error }
         if let error = transfers.storeError { throw error }

@@ -22,7 +22,11 @@ import FerryCore
 /// before its data is on disk.
 final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     private let root: LocalRoot
-    private let remote: Remote
+    /// The remote, and the mirrors tried before it (`PullSources`).
+    let sources: PullSources
+    /// Files are named by their content on the remote (`remote-layout = objects`): a mirror that
+    /// sends other bytes under such a name is wrong, not stale.
+    var contentAddressed = false
     /// Where a file's bytes are under the remote (`RemoteLayout.location`).
     private let locate: (ManifestEntry) -> RelativePath
     /// The files a delta assembles (`DeltaPreparation`), by path; those whose delta stopped this
@@ -42,11 +46,11 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     /// Puts verified downloads in place, a group at a time, beside the engine thread.
     private let committer: PullCommitter
 
-    init(session: SessionConfig, root: LocalRoot, store: StateStore, remote: Remote, locate: @escaping (ManifestEntry) -> RelativePath,
+    init(session: SessionConfig, root: LocalRoot, store: StateStore, sources: PullSources, locate: @escaping (ManifestEntry) -> RelativePath,
          deltas: DeltaPreparation.Prepared = .init(), observer: EventSink,
          emit: @escaping (Event.Body) -> Void, plan: Plan, stop: StopCondition, gate: DiscretionGate?) {
         self.root = root
-        self.remote = remote
+        self.sources = sources
         self.locate = locate
         self.deltas = deltas
         committer = PullCommitter(root: root, store: store, session: session.name, clock: stop.clock)
@@ -61,6 +65,9 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         var task: TransferTask
         var notBefore: Double = 0
         var triesThisRun = 0
+        /// The source of the current attempt (`PullSources`), and the mirrors that failed it this run.
+        var source = 0
+        var skipped = Set<Int>()
         var path: RelativePath { download.entry.path }
     }
 
@@ -125,6 +132,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         var item = item
         item.task.attempts += 1
         item.triesThisRun += 1
+        item.source = sources.pick(skipping: item.skipped, now: stop.clock.monotonic())
         let entry = item.download.entry
         let opened: (partial: PartialFile, stray: LocalEntry.Kind?)
         do throws(FerryError) {
@@ -166,6 +174,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     /// from still open); otherwise the remote's download of the whole file.
     private func makeDownload(_ item: Item, into partial: PartialFile) throws(FerryError) -> Download {
         let entry = item.download.entry
+        let remote = sources.all[item.source].remote
         if let error = deltas.unfetchable[entry.path] { throw error }
         let asPieces = deltas.storedAsPieces(entry)
         if var (plan, sources) = deltas.plans[entry.path], !deltaStopped.contains(item.task.id) {
@@ -194,6 +203,46 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         }
         return try remote.download(task: item.task, entry: entry, from: locate(entry), reason: item.download.reason, into: partial,
                                    resumeFrom: item.task.bytesDone, validator: item.task.validator)
+    }
+
+    /// An attempt from a mirror failed: the file goes to the next source at once (not a try of
+    /// its own). A mirror that sent wrong bytes for a name that is its content's (the objects
+    /// layout: a content object or a piece) is not used again this run, said once; wrong bytes at a
+    /// file's path may be a cache's stale copy, which costs that file one refetch. A mirror that
+    /// failed otherwise rests (not for a file it lacks). What it sent is kept for the next source
+    /// unless it was wrong: a delta's verified pieces, or a file's bytes under their validator,
+    /// which the next source resumes only if it gives the same (a cache passes the origin's on).
+    private func mirrorFailed(_ item: Item, _ download: Download, _ failure: TransferFailure) {
+        var item = item
+        let mirror = sources.all[item.source].name
+        let delta = download as? DeltaDownload
+        var wrongBytes = false
+        if case .contentMismatch = failure.cause { wrongBytes = true }
+        if delta?.deltaStopped != nil { wrongBytes = true }
+        if wrongBytes && !contentAddressed {
+            // A stale copy at a path, or a wrong one: this file only.
+        } else if wrongBytes {
+            let what = delta?.deltaStopped == nil ? "sent wrong bytes for" : "did not answer ranges as asked for"
+            if sources.demote(item.source, why: "\(what) \(Printable.name(download.entry.path.string))") {
+                emit(.warning(message: "mirror \(mirror) \(what) \(Printable.name(download.entry.path.string)) (\(delta?.deltaStopped ?? failure.message)): not used again this run; the files come from the next source"))
+            }
+        } else if failure.cause != .http(status: 404) && failure.cause != .http(status: 410) {
+            // A mirror that lacks a file (a replica behind, a cache that was not told) is only
+            // skipped for it; one in trouble rests.
+            sources.failed(item.source, now: stop.clock.monotonic())
+        }
+        item.skipped.insert(item.source)
+        var kept: Int64 = 0
+        if (delta != nil || !wrongBytes) && failure.keepPartial && download.syncData() {
+            kept = min(download.written, download.bytesOnDisk)
+        } else {
+            root.removePartial(taskID: download.task.id)
+        }
+        item.task.bytesDone = kept
+        item.task.validator = kept > 0 && delta == nil ? download.validator : nil
+        item.triesThisRun -= 1
+        item.notBefore = 0
+        backingOff.insertByDue(item)
     }
 
     private func checkpoint(_ download: Download) {
@@ -238,6 +287,18 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             case let .failed(failure):
                 // What came over the network counts, kept or not.
                 counts.bytes += download.received
+                if let item = items[download.task.id] {
+                    sources.count(item.source, bytes: download.received, requests: download.requests)
+                    // This machine's own failures (its disk) are no mirror's doing.
+                    var local = false
+                    if case .local = failure.cause { local = true }
+                    if !sources.all[item.source].isOrigin && !local {
+                        items[download.task.id] = nil
+                        mirrorFailed(item, download, failure)
+                        download.close()
+                        continue
+                    }
+                }
                 if let delta = download as? DeltaDownload, let why = delta.deltaStopped, var item = items.removeValue(forKey: download.task.id) {
                     // Not a failed try: the file is fetched whole at once.
                     emit(.warning(message: "\(Printable.name(path.string)): \(why); fetching the whole file"))
@@ -267,6 +328,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                 }
             case .interrupted:
                 counts.bytes += download.received
+                if let item = items[download.task.id] { sources.count(item.source, bytes: download.received, requests: download.requests) }
                 var kept: Int64 = 0
                 if download.syncData() {
                     kept = min(download.written, download.bytesOnDisk)
@@ -295,17 +357,24 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                 // Not recorded done: the run stops (`storeError`), and the next one verifies the file by hash.
                 items.removeValue(forKey: d.task.id)
             case let .placed(d, cache):
-                items.removeValue(forKey: d.task.id)
+                var source: String?
+                if let item = items.removeValue(forKey: d.task.id) {
+                    sources.count(item.source, bytes: d.received, requests: d.requests)
+                    sources.served(item.source)
+                    if sources.hasMirrors { source = sources.all[item.source].name }
+                }
                 if cache.wantedMtime != nil { unstorableMtimes.append((d.entry.path, cache)) }
                 counts.transferred += 1
                 counts.bytes += d.received
                 counts.reused += d.reused
                 completedBytes += d.entry.size ?? d.written
                 progress.filesDone += 1
-                emit(.fileDone(path: d.entry.path, size: d.written, fetched: d.received, reused: d.reused))
+                emit(.fileDone(path: d.entry.path, size: d.written, fetched: d.received, reused: d.reused, source: source))
             case let .failed(download, error, kept):
                 if error.category == .localIO { localIOError = localIOError ?? error.message }
-                items.removeValue(forKey: download.task.id)
+                if let item = items.removeValue(forKey: download.task.id) {
+                    sources.count(item.source, bytes: download.received, requests: download.requests)
+                }
                 fail(download.entry.path, download.task, error.message, bytesDone: kept, validator: kept > 0 ? download.validator : nil)
             }
         }

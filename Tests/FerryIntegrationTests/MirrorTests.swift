@@ -1,0 +1,264 @@
+import Foundation
+import Testing
+import FerryCore
+import FerryRuntime
+
+/// `mirrors` (issue 42): copies of the remote tried in order before it for each file, the
+/// remote staying the authority for the manifest. Nothing a mirror sends is trusted: a mirror that
+/// fails a file is skipped for it, one that sends wrong bytes is demoted for the run, and every
+/// file is checked as ever. What each source served is counted and said.
+@Suite(.serialized)
+struct MirrorTests {
+    /// A published tree: a few small files and two large ones, with its manifest, in `root`.
+    static func publishTree(_ root: String, version: Int, seed: UInt64) -> [String: Data] {
+        var files: [String: Data] = [:]
+        for i in 0..<4 { files["small/\(i).txt"] = Data("version \(version), file \(i)\n".utf8) }
+        files["big/a.bin"] = randomData(1_500_000, seed: seed)
+        files["big/b.bin"] = randomData(700_000, seed: seed + 1)
+        for (path, data) in files {
+            let full = root + "/" + path
+            try! FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+            try! data.write(to: URL(fileURLWithPath: full))
+        }
+        let built = ferry(["manifest", "build", root, "--version", String(version)])
+        #expect(built.exitCode == 0, "\(built.output)")
+        return files
+    }
+
+    /// What `url` serves now (python3's urllib, outside ferry).
+    static func fetch(_ url: String, into path: String) -> Data? {
+        let run = runProcess("/usr/bin/python3", ["-c", "import sys, urllib.request; open(sys.argv[2], 'wb').write(urllib.request.urlopen(sys.argv[1]).read())", url, path])
+        return run.exitCode == 0 ? FileManager.default.contents(atPath: path) : nil
+    }
+
+    /// The `source-served` events of a run, by source: bytes, requests, demoted.
+    static func served(_ run: FerryRun) -> [String: (bytes: Int, requests: Int, demoted: String?)] {
+        var out: [String: (Int, Int, String?)] = [:]
+        for e in run.events(named: "source-served") {
+            out[e["source"] as? String ?? "?"] = (e["bytes"] as? Int ?? -1, e["requests"] as? Int ?? -1, e["demoted"] as? String)
+        }
+        return out
+    }
+
+    /// Agents behind an nginx site cache: the first fetches every file through the cache, the
+    /// others find them there, so the origin serves each file once however many agents there are;
+    /// the runs, `status` and the files say which source served what. With the cache gone, agents
+    /// are served by the origin with nothing failed.
+    @Test func agentsBehindASiteCacheCostTheOriginEachFileOnce() throws {
+        let origin = try NginxServer()
+        defer { origin.stop() }
+        let cache = try NginxServer(cacheFor: origin.port)
+        defer { cache.stop() }
+        let files = Self.publishTree(origin.root, version: 1, seed: 7)
+        let total = files.values.reduce(0) { $0 + $1.count }
+        var agents: [Sandbox] = []
+        for i in 0..<3 {
+            let box = Sandbox("mirror-agent\(i)")
+            box.configure(remote: origin.url, session: ["mirrors = \(cache.url)"])
+            agents.append(box)
+        }
+        for box in agents {
+            let run = box.sync(["--json"])
+            #expect(run.exitCode == 0, "\(run.output)")
+            for (path, data) in files { #expect(FileManager.default.contents(atPath: box.localPath(path)) == data, "\(path)") }
+            let served = Self.served(run)
+            #expect(served[cache.url]?.bytes == total && served[cache.url]?.requests == files.count, "every file from the cache: \(served)")
+            #expect(served["origin"]?.bytes == 0, "\(served)")
+            #expect(run.events(named: "file-done").allSatisfy { $0["source"] as? String == cache.url })
+        }
+        // The origin's own count: each file once (the root and the tree's objects aside; the
+        // cache asks again after a second, answered 304 with no body).
+        let content = origin.bytesSent { !$0.hasPrefix("/.ferry/") && $0 != "/manifest.json" }
+        let whole = origin.requests().filter { !$0.path.hasPrefix("/.ferry/") && $0.path != "/manifest.json" && $0.status == 200 }
+        #expect(content.bytes == total && whole.count == files.count, "the origin served each file once for 3 agents: \(content), \(whole.count) answers")
+        let status = agents[2].statusSessions().first ?? [:]
+        let sources = status["last_sources"] as? [[String: Any]] ?? []
+        #expect(sources.map { $0["source"] as? String } == [cache.url, "origin"] && sources.first?["bytes"] as? Int == total, "\(status)")
+        let text = agents[2].statusText()
+        #expect(text.contains("sources") && text.contains("\(cache.url) \(Units.formatBytes(Int64(total))) (100%); origin 0 B (0%)"), "\(text)")
+
+        // A change inside the large file: each agent's delta asks the cache for ranges, and the
+        // cache fetches the new version from the origin once.
+        var changed = files["big/a.bin"]!
+        changed.replaceSubrange(500_000..<540_000, with: randomData(40_000, seed: 99))
+        try changed.write(to: URL(fileURLWithPath: origin.root + "/big/a.bin"))
+        // nginx's validators are the mtime in seconds and the size: a file rewritten within the
+        // second at the same size looks unchanged to a cache that asks (and stays stale there).
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(60)], ofItemAtPath: origin.root + "/big/a.bin")
+        #expect(ferry(["manifest", "build", origin.root, "--version", "2"]).exitCode == 0)
+        origin.clearLog()
+        // The cache keeps a file at its path a second before it asks the origin again: until
+        // then it serves the old copy (an agent would fetch it once more from the origin).
+        #expect(eventually(10) { Self.fetch(cache.url + "big/a.bin", into: origin.directory + "/probe") == changed })
+        for box in agents {
+            let run = box.sync(["--json"])
+            #expect(run.exitCode == 0, "\(run.output)")
+            #expect(FileManager.default.contents(atPath: box.localPath("big/a.bin")) == changed)
+            let done = run.events(named: "file-done").first { $0["path"] as? String == "big/a.bin" }
+            #expect((done?["reused"] as? Int ?? 0) > 1_000_000 && done?["source"] as? String == cache.url, "a delta through the cache: \(done ?? [:])")
+        }
+        let once = origin.requests().filter { $0.path == "/big/a.bin" && $0.status == 200 }
+        #expect(Self.served(agents[0].sync(["--json"])).isEmpty, "in sync: nothing to fetch, nothing to say")
+        #expect(once.count == 1 && origin.bytesSent { $0 == "/big/a.bin" }.bytes == changed.count, "the origin sent the new version once: \(once)")
+
+        // The cache goes away: a new version comes from the origin, nothing fails, said once a run.
+        cache.goAway()
+        let second = Self.publishTree(origin.root, version: 3, seed: 9)
+        let run = agents[0].sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        for (path, data) in second { #expect(FileManager.default.contents(atPath: agents[0].localPath(path)) == data, "\(path)") }
+        let served = Self.served(run)
+        #expect(served[cache.url]?.bytes == 0 && (served["origin"]?.bytes ?? 0) >= 2_200_000, "\(served)")
+        #expect(run.events(named: "file-failed").isEmpty && run.events(named: "file-retrying").isEmpty, "a mirror's failure is not a try: \(run.stdout)")
+    }
+
+    /// A mirror that serves other bytes at every file's path (a cache holding stale or damaged
+    /// copies): no wrong file is placed, each costs one refetch from the origin (a stale copy at a
+    /// path looks the same as a wrong one, so the mirror is not demoted for it). A mirror that
+    /// lacks a file (404) is skipped for that file only.
+    @Test func aMirrorWithWrongBytesAtPathsCostsOneRefetchAFile() throws {
+        let box = Sandbox("mirror-hostile")
+        let files = Self.publishTree(box.published, version: 1, seed: 11)
+        let origin = try PythonServer(directory: box.published)
+        defer { origin.stop() }
+        // The bad mirror: the same tree, each file with one byte changed.
+        let bad = box.directory + "/bad"
+        try FileManager.default.copyItem(atPath: box.published, toPath: bad)
+        for path in files.keys {
+            var data = files[path]!
+            data[data.count / 2] ^= 0x20
+            try data.write(to: URL(fileURLWithPath: bad + "/" + path))
+        }
+        let mirror = try PythonServer(directory: bad)
+        defer { mirror.stop() }
+        box.configure(remote: origin.url, session: ["mirrors = \(mirror.url)", "session-transfers = 1"])
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        for (path, data) in files { #expect(FileManager.default.contents(atPath: box.localPath(path)) == data, "\(path): exactly the published bytes") }
+        let fromMirror = mirror.requests().filter { ($0["path"] as? String).map { !$0.hasPrefix("/.ferry/") && $0 != "/manifest.json" } ?? false }
+        #expect(fromMirror.count == files.count, "each file asked of the mirror once: \(fromMirror.count)")
+        let fromOrigin = origin.requests().filter { ($0["path"] as? String).map { !$0.hasPrefix("/.ferry/") && $0 != "/manifest.json" } ?? false }
+        #expect(fromOrigin.count == files.count, "and once of the origin: \(fromOrigin.count)")
+        #expect(Self.served(run)[mirror.url]?.demoted == nil)
+        #expect(run.events(named: "file-done").allSatisfy { $0["source"] as? String == "origin" })
+        #expect(run.events(named: "file-retrying").isEmpty && run.events(named: "file-failed").isEmpty)
+
+        // A mirror that lacks one file: that file from the origin, the rest from the mirror.
+        let good = box.directory + "/good"
+        let published = Self.publishTree(box.published, version: 2, seed: 13)
+        try FileManager.default.copyItem(atPath: box.published, toPath: good)
+        try FileManager.default.removeItem(atPath: good + "/big/b.bin")
+        let partial = try PythonServer(directory: good)
+        defer { partial.stop() }
+        box.configure(remote: origin.url, session: ["mirrors = \(partial.url)", "session-transfers = 1"])
+        let second = box.sync(["--json"])
+        #expect(second.exitCode == 0, "\(second.output)")
+        for (path, data) in published { #expect(FileManager.default.contents(atPath: box.localPath(path)) == data, "\(path)") }
+        let sources = Dictionary(second.events(named: "file-done").map { ($0["path"] as? String ?? "", $0["source"] as? String ?? "") }, uniquingKeysWith: { a, _ in a })
+        #expect(sources["big/b.bin"] == "origin" && sources["big/a.bin"] == partial.url, "\(sources)")
+        #expect(Self.served(second)[partial.url]?.demoted == nil)
+    }
+
+    /// With `remote-layout = objects` every name is its content's: a mirror (here a directory) that
+    /// holds other bytes under one is wrong, not stale. It is demoted after its first bad object
+    /// (said once, in the run and in status), that one object is fetched again from the remote, the
+    /// rest come from there, and no wrong file is placed.
+    @Test func aMirrorThatServesWrongContentObjectsIsDemoted() throws {
+        let box = Sandbox("mirror-objects")
+        let src = box.directory + "/src", remote = box.directory + "/remote", bad = box.directory + "/bad"
+        var files: [String: Data] = [:]
+        for i in 0..<6 { files["f\(i).bin"] = randomData(200_000 + i, seed: 30 + UInt64(i)) }
+        try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+        for (path, data) in files { try data.write(to: URL(fileURLWithPath: src + "/" + path)) }
+        try """
+            [agent]
+            state = \(box.state)
+            [session up]
+            direction = push
+            remote = file://\(remote)/
+            local = \(src)
+            remote-layout = objects
+            [session down]
+            remote = file://\(remote)/
+            mirrors = file://\(bad)/
+            local = \(box.local)
+            session-transfers = 1
+            """.writeReplacing(box.config)
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        try FileManager.default.copyItem(atPath: remote, toPath: bad)
+        for object in try FileManager.default.subpathsOfDirectory(atPath: bad + "/.ferry/data") where object.count > 3 {
+            var data = try #require(FileManager.default.contents(atPath: bad + "/.ferry/data/" + object))
+            data[data.count / 3] ^= 0x10
+            try data.write(to: URL(fileURLWithPath: bad + "/.ferry/data/" + object))
+        }
+        let run = box.sync(["--session", "down", "--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        for (path, data) in files { #expect(FileManager.default.contents(atPath: box.localPath(path)) == data, "\(path): exactly the published bytes") }
+        let warnings = run.events(named: "warning").compactMap { $0["message"] as? String }.filter { $0.contains("mirror") }
+        #expect(warnings.count == 1 && warnings[0].contains("sent wrong bytes"), "said once: \(warnings)")
+        let served = Self.served(run)
+        #expect(served[bad.hasSuffix("/") ? "file://" + bad : "file://" + bad + "/"]?.demoted?.contains("sent wrong bytes") == true, "\(served)")
+        let sources = run.events(named: "file-done").map { $0["source"] as? String ?? "" }
+        #expect(sources.count == files.count && sources.allSatisfy { $0 == "origin" }, "after the first bad object, every file from the remote: \(sources)")
+        let requests = served.values.reduce(0) { $0 + $1.requests }
+        #expect(requests == files.count + 1, "one object fetched again for the demotion: \(requests) requests for \(files.count) files")
+        #expect(box.statusText().contains("demoted"), "\(box.statusText())")
+    }
+
+    /// A session that trusts only signed manifests takes the root from a mirror while its origin
+    /// cannot be reached, and the tree's objects and the files from there too: a site goes on with
+    /// its origin down. An unsigned root from a mirror is never taken, and a mirror whose metadata
+    /// object is wrong is demoted, the object taken from the origin.
+    @Test func aSignedRootComesFromAMirrorWhileTheOriginIsDown() throws {
+        let box = Sandbox("mirror-origin-down")
+        let key = box.directory + "/publisher.key"
+        let publicKey = SignedManifestTests.generateKey(key)
+        let origin = try NginxServer()
+        defer { origin.stop() }
+        let cache = try NginxServer(cacheFor: origin.port)
+        defer { cache.stop() }
+        let files = Self.publishTree(origin.root, version: 1, seed: 17)
+        #expect(ferry(["manifest", "build", origin.root, "--version", "2", "--sign", key]).exitCode == 0)
+        box.configure(remote: origin.url, session: ["mirrors = \(cache.url)", "trusted-keys = \(publicKey)", "retries = 1", "retry-delay = 0.1s"])
+        // Another agent warms the cache (the root passes through it too).
+        let warm = Sandbox("mirror-origin-down-warm")
+        warm.configure(remote: cache.url, session: ["trusted-keys = \(publicKey)"])
+        #expect(warm.sync().exitCode == 0)
+        origin.goAway()
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        for (path, data) in files { #expect(FileManager.default.contents(atPath: box.localPath(path)) == data, "\(path)") }
+        #expect(run.output.contains("taken from mirror \(cache.url)"), "\(run.output)")
+
+        // Unsigned, a mirror's root is refused (exit 4) and nothing changes.
+        let plain = box.directory + "/plain"
+        _ = Self.publishTree(plain, version: 5, seed: 19)
+        let mirror = try PythonServer(directory: plain)
+        defer { mirror.stop() }
+        let unsigned = Sandbox("mirror-unsigned")
+        unsigned.configure(remote: origin.url, session: ["mirrors = \(mirror.url)", "trusted-keys = \(publicKey)", "retries = 1", "retry-delay = 0.1s"])
+        let refused = unsigned.sync()
+        #expect(refused.exitCode == 4, "\(refused.output)")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: unsigned.local)) ?? []).filter { !$0.hasPrefix(".") }.isEmpty)
+    }
+
+    /// The key: URLs of any kind, none the remote itself nor twice, on pulls only; an HTTP mirror
+    /// is never sent the origin's credentials.
+    @Test func theMirrorsKeyIsCheckedAndCarriesNoCredentials() throws {
+        let box = Sandbox("mirror-config")
+        func check(_ lines: [String], direction: String = "pull") -> FerryRun {
+            try! (["[agent]", "state = \(box.state)", "", "[session s]", "remote = https://origin.example/a/", "local = \(box.directory)/l",
+                   "direction = \(direction)"] + lines).joined(separator: "\n").appending("\n").writeReplacing(box.config)
+            return ferry(["config", "check", "--config", box.config])
+        }
+        #expect(check(["mirrors = http://cache.site/a/ file:///srv/copy/"]).exitCode == 0)
+        #expect(check(["mirrors = https://origin.example/a/"]).output.contains("names the remote itself"))
+        #expect(check(["mirrors = http://c/a/ http://c/a"]).output.contains("twice"))
+        #expect(check(["mirrors = ftp://c/a/"]).exitCode == 2)
+        #expect(check(["mirrors = http://c/a/"], direction: "push").output.contains("applies to a pull session"))
+        var session = try ConfigParser.parse(try String(contentsOfFile: box.config, encoding: .utf8).replacingOccurrences(of: "direction = push", with: "")
+            + "basic-auth-file = \(box.directory)/auth\n", path: box.config).sessions[0]
+        session.mirrors = try [RemoteLocation(parsing: "http://c/a/", backends: Backends.descriptions)]
+        #expect(session.basicAuthFile != nil && session.reading(mirror: 0).basicAuthFile == nil && session.reading(mirror: 0).remote.url == "http://c/a/")
+    }
+}
