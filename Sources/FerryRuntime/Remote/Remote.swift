@@ -11,6 +11,11 @@ protocol Remote: Sendable {
     /// Where the bytes of the file at `source` under the remote (`RemoteLayout.location`) are read
     /// from: a request the engine makes, or a source its steps read.
     func origin(of source: RelativePath) -> Download.Origin
+    /// The same, as a mirror is asked for a file at its path that must hold `content`
+    /// (`PullSources`): an HTTP cache keys what it keeps by the version asked for, so a file
+    /// changed at its path is never served from an older copy (`?ferry_sha256=`, which a static
+    /// server ignores). Other kinds read the path as it is.
+    func origin(of source: RelativePath, content: SHA256Digest) -> Download.Origin
     /// Where the remote is (its URL and backend).
     var base: RemoteLocation { get }
     /// The run's clock, which its downloads keep their checkpoints on.
@@ -18,13 +23,16 @@ protocol Remote: Sendable {
 }
 
 extension Remote {
+    func origin(of source: RelativePath, content: SHA256Digest) -> Download.Origin { origin(of: source) }
+
     /// The transfer that brings `entry`, whose bytes are at `source` under the remote
     /// (`RemoteLayout.location`), into `partial`, whose first `resumeFrom` bytes were recorded
-    /// under `validator` (kept only where the remote reads ranges).
+    /// under `validator` (kept only where the remote reads ranges). `versioned`: asked as a
+    /// mirror is (`origin(of:content:)`).
     func download(task: TransferTask, entry: ManifestEntry, from source: RelativePath, reason: Plan.Reason, into partial: PartialFile,
-                  resumeFrom: Int64, validator: String?) throws(FerryError) -> Download {
-        try Download(task: task, entry: entry, reason: reason, origin: origin(of: source), partial: partial,
-                     resumeFrom: Remotes.resumeOffset(base, resumeFrom), validator: validator, clock: clock)
+                  resumeFrom: Int64, validator: String?, versioned: Bool = false) throws(FerryError) -> Download {
+        try Download(task: task, entry: entry, reason: reason, origin: versioned ? origin(of: source, content: entry.sha256) : origin(of: source),
+                     partial: partial, resumeFrom: Remotes.resumeOffset(base, resumeFrom), validator: validator, clock: clock)
     }
 }
 

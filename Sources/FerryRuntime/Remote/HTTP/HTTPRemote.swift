@@ -13,8 +13,13 @@ struct HTTPRemote: Remote {
     /// The collections a push's WebDAV requests know to exist.
     let dav = DAVCollections()
 
-    func origin(of source: RelativePath) -> Download.Origin {
-        let url = base.url(for: source)
+    func origin(of source: RelativePath) -> Download.Origin { origin(url: base.url(for: source)) }
+
+    func origin(of source: RelativePath, content: SHA256Digest) -> Download.Origin {
+        origin(url: base.url(for: source) + "?ferry_sha256=" + content.hex)
+    }
+
+    private func origin(url: String) -> Download.Origin {
         var read = ReadRequest { [settings] offset, validator in
             // A range is resumed under If-Range: a server whose file changed answers 200 with all of it.
             HTTPRequest(url: url, headers: offset > 0 ? validator.map { ["If-Range: \($0)"] } ?? [] : [], settings: settings)

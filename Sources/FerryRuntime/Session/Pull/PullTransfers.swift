@@ -175,6 +175,9 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     private func makeDownload(_ item: Item, into partial: PartialFile) throws(FerryError) -> Download {
         let entry = item.download.entry
         let remote = sources.all[item.source].remote
+        // A mirror is asked for a file at its path by the version it must hold (an HTTP cache
+        // then never serves an older copy of it).
+        let versioned = !sources.all[item.source].isOrigin && !contentAddressed
         if let error = deltas.unfetchable[entry.path] { throw error }
         let asPieces = deltas.storedAsPieces(entry)
         if var (plan, sources) = deltas.plans[entry.path], !deltaStopped.contains(item.task.id) {
@@ -192,7 +195,8 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                 let piecesAt = deltas.piecesAt
                 let pieces: ((SHA256Digest) -> Download.Origin)? = asPieces ? { [remote] in remote.origin(of: piecesAt!($0)) } : nil
                 do throws(FerryError) {
-                    return try DeltaDownload(task: item.task, entry: entry, reason: item.download.reason, origin: remote.origin(of: locate(entry)),
+                    let origin = versioned ? remote.origin(of: locate(entry), content: entry.sha256) : remote.origin(of: locate(entry))
+                    return try DeltaDownload(task: item.task, entry: entry, reason: item.download.reason, origin: origin,
                                              partial: partial, resumeFrom: item.task.bytesDone, plan: plan, sources: opened, pieces: pieces, clock: remote.clock)
                 } catch {
                     for fd in opened { close(fd) }
@@ -202,7 +206,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             for fd in opened { close(fd) }
         }
         return try remote.download(task: item.task, entry: entry, from: locate(entry), reason: item.download.reason, into: partial,
-                                   resumeFrom: item.task.bytesDone, validator: item.task.validator)
+                                   resumeFrom: item.task.bytesDone, validator: item.task.validator, versioned: versioned)
     }
 
     /// An attempt from a mirror failed: the file goes to the next source at once (not a try of
