@@ -773,7 +773,7 @@ def delta_push(ferry, size, old, work):
         subprocess.run([ferry, "sync", "now", "--config", cfg, "--quiet"], check=True)
     dav.stop()
     lines.append(f"(The first push of the old version sent {first / 1e6:,.2f} MB; with the tree layout every change sends the "
-                 f"whole {size / 1e6:,.0f} MB file. A piece is about 290 KiB: a change touches the pieces that hold it, so one "
+                 f"whole {size / 1e6:,.0f} MB file. A piece is about 145 KiB: a change touches the pieces that hold it, so one "
                  "run of 1% costs about 1%, while 4 KiB writes scattered over the file touch most pieces.)")
     return lines
 
@@ -811,8 +811,10 @@ http {{
         return sum(1 for x in statuses if x in ("HIT", "REVALIDATED")), len(statuses)
 
     def stop(self):
+        """A fast shutdown (SIGTERM): the master closes its workers' connections and waits for
+        them (a SIGKILL to the master alone would leave the workers serving)."""
         if self.proc.poll() is None:
-            self.proc.kill()
+            self.proc.terminate()
             self.proc.wait()
 
 
@@ -847,8 +849,22 @@ def fleet_sections(ferry, runs):
                 total += int(parts[-2])
         return total
 
+    def received(root, n):
+        """What the agents' partial files hold now (bytes on their way in)."""
+        total = 0
+        for i in range(n):
+            d = f"{root}/{i}/mirror/.ferry/partial"
+            for name in (os.listdir(d) if os.path.isdir(d) else []):
+                try:
+                    total += os.path.getsize(os.path.join(d, name))
+                except OSError:
+                    pass
+        return total
+
     def fleet(n, kill_cache_at=None):
-        """n agents at once through a cold cache: (origin bytes, cache hits, answers, walls, failed files, exit codes)."""
+        """n agents at once through a cold cache: (origin bytes, cache hits, answers, walls, failed
+        files, exit codes, mirrors right). `kill_cache_at`: the cache is killed once the agents'
+        partial files hold that many bytes."""
         cache = SiteCache(origin.url)
         open(log, "w").close()
         root = fresh(BASE + "/fleet-agents")
@@ -869,8 +885,7 @@ def fleet_sections(ferry, runs):
             for i, (p, _) in enumerate(procs):
                 if walls[i] is None and p.poll() is not None:
                     walls[i] = time.monotonic() - began
-            if kill_cache_at is not None and not killed and origin_sent() + sum(int(l.split()[-2]) for l in open(cache.dir + "/access.log")
-                                                                                  if l.split() and l.split()[-2].isdigit()) >= kill_cache_at:
+            if kill_cache_at is not None and not killed and received(root, n) >= kill_cache_at:
                 cache.stop()
                 killed = True
             time.sleep(0.01)
@@ -892,21 +907,25 @@ def fleet_sections(ferry, runs):
              "its own process, state and mirror, with the origin (nginx) as `remote` and a site cache (examples/site-cache/site-cache.conf, "
              "nginx, cold) as `mirrors`. The origin's bytes are its own count of the files' bodies (manifest and metadata objects aside). "
              "Targets (issue 42): origin ≤ 1.25 × the release for 20 agents, not growing with N; the slowest agent ≤ 2 × a lone agent's "
-             "time through the same (cold) cache; the cache killed mid-run: every agent converges from the origin, 0 failed files.", "",
-             "| agents | origin sent | × the release | cache hits | slowest agent | × a lone agent | median agent | failed files | every agent exit 0 |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+             "time through the same (cold) cache; the cache killed mid-run: every agent converges from the origin, 0 failed files. "
+             f"Here every agent shares this machine's {os.cpu_count()} cores (each hashes and writes the whole release), so N agents "
+             f"cannot take less than a lone agent's time × N / {os.cpu_count()}: the floor column.", "",
+             "| agents | origin sent | × the release | cache hits | slowest agent | × a lone agent | × the floor | median agent | failed files | every agent exit 0 |",
+             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
     verdicts = []
     for n in sizes:
         sent, hits, answers, walls, failed, codes, same = fleet(n)
         print(f"  {n} agents: origin {sent / 1e6:.1f} MB, hits {hits}/{answers}, slowest {max(walls):.2f} s", file=sys.stderr)
+        floor = lone[3][0] * n / os.cpu_count()
         lines.append(f"| {n} | {sent / 1e6:,.1f} MB | {sent / release:.2f} | {hits}/{answers} | {max(walls):.2f} s | {max(walls) / lone[3][0]:.2f} | "
-                     f"{statistics.median(walls):.2f} s | {failed} | {'yes' if all(c == 0 for c in codes) and same else 'NO'} |")
+                     f"{max(walls) / max(floor, lone[3][0]):.2f} | {statistics.median(walls):.2f} s | {failed} | {'yes' if all(c == 0 for c in codes) and same else 'NO'} |")
         if n == max(sizes):
             verdicts.append(f"{n} agents: the origin sent {sent / release:.2f} × the release (target ≤ 1.25: {'meets' if sent <= 1.25 * release else 'misses'} it); "
-                            f"the slowest agent took {max(walls) / lone[3][0]:.2f} × a lone agent (target ≤ 2: {'meets' if max(walls) <= 2 * lone[3][0] else 'misses'} it).")
+                            f"the slowest agent took {max(walls) / lone[3][0]:.2f} × a lone agent (target ≤ 2: {'meets' if max(walls) <= 2 * lone[3][0] else 'misses'} it "
+                            f"on one machine), {max(walls) / max(floor, lone[3][0]):.2f} × the floor of {n} agents sharing {os.cpu_count()} cores.")
     n = max(sizes)
-    sent, hits, answers, walls, failed, codes, same = fleet(n, kill_cache_at=release * 2)
-    verdicts.append(f"{n} agents, the cache killed once it had served about two releases' worth: every agent exit 0: "
+    sent, hits, answers, walls, failed, codes, same = fleet(n, kill_cache_at=int(release * n * 0.3))
+    verdicts.append(f"{n} agents, the cache killed once they held 30% of the release: every agent exit 0: "
                     f"{'yes' if all(c == 0 for c in codes) and same else 'NO'}, {failed} failed files (target 0), the origin sent "
                     f"{sent / release:.2f} × the release, the slowest agent {max(walls):.2f} s.")
     origin.stop()

@@ -4,8 +4,8 @@
 /// by the file's manifest entry, so a signed root signs it too. Pure: the caller hashes.
 ///
 /// The file is cut into chunks (`ContentChunker`); consecutive chunks form **pieces** (about
-/// 290 KiB), each one object holding the piece's SHA-256 and, per chunk, its length and the first
-/// 4 bytes of its SHA-256. Nodes above hold their children's names and the bytes each covers.
+/// 145 KiB), each one object holding the piece's SHA-256 and, per chunk, its length and the first
+/// 3 bytes of its SHA-256. Nodes above hold their children's names and the bytes each covers.
 /// Where a piece or a node ends is decided by what it holds, so one change rewrites the piece that
 /// holds it and a node per level, and an insertion moves boundaries only near it.
 public enum ContentIndex {
@@ -38,8 +38,9 @@ public enum ContentIndex {
         public var description: String { "\(sha256.hex)@\(level)\(storedAsPieces ? " as pieces" : "")" }
     }
 
-    /// A chunk as the index knows it: its length and the first 4 bytes of its SHA-256 (enough to
-    /// find candidates; the piece's full hash is what is trusted).
+    /// A chunk as the index knows it: its length and the first 3 bytes of its SHA-256 (enough to
+    /// find candidates among a file's chunks, 24 bits beside a length of about 13; the piece's full
+    /// hash is what is trusted, so a false candidate costs that piece a fetch).
     public struct Chunk: Sendable, Equatable, Hashable {
         public let length: Int
         public let hash: UInt32
@@ -47,10 +48,10 @@ public enum ContentIndex {
             self.length = length
             self.hash = hash
         }
-        /// The first 4 bytes of a chunk's SHA-256, as the index keeps them.
+        /// The first 3 bytes of a chunk's SHA-256, as the index keeps them.
         public init(length: Int, digest: SHA256Digest) {
             let b = digest.bytes
-            self.init(length: length, hash: UInt32(b[0]) | UInt32(b[1]) << 8 | UInt32(b[2]) << 16 | UInt32(b[3]) << 24)
+            self.init(length: length, hash: UInt32(b[0]) | UInt32(b[1]) << 8 | UInt32(b[2]) << 16)
         }
     }
 
@@ -62,10 +63,15 @@ public enum ContentIndex {
         public let chunks: [Chunk]
     }
 
-    static let pieceMagic: [UInt8] = Array("fdC1".utf8)
+    /// `fdC2`: chunk hashes of 3 bytes (`fdC1`, of 4, is no longer read: its index is refused, the
+    /// file fetched whole once, and the publisher's next build or push writes `fdC2`).
+    static let pieceMagic: [UInt8] = Array("fdC2".utf8)
     static let nodeMagic: [UInt8] = Array("fdN1".utf8)
-    /// A piece ends after a chunk whose hash is 0 mod 64 once it holds 16 chunks, and at 256.
-    public static let piecesMinimumChunks = 16
+    /// A piece ends after a chunk whose hash is 0 mod 32 once it holds 8 chunks, and at 256:
+    /// about 40 chunks, 145 KiB. What a change costs a mirror's index and a push of the objects
+    /// layout is about the pieces it touches.
+    public static let piecesMinimumChunks = 8
+    static let pieceBoundary: UInt32 = 32
     public static let pieceMaximumChunks = 256
     /// A node ends after a child whose name is 0 mod 8 once it holds 8 children, and at 64.
     static let nodeMinimum = 8
@@ -75,7 +81,7 @@ public enum ContentIndex {
     /// The most index bytes a file of `size` bytes may take: far above what ferry writes
     /// (about 0.19% of the file), and what bounds what a hostile index can make a mirror read.
     public static func maximumBytes(forFileOf size: Int64) -> Int64 { size / 64 + (64 << 10) }
-    /// No index object is larger: a piece of 256 chunks takes 1,574 bytes, a node of 64 children
+    /// No index object is larger: a piece of 256 chunks takes 1,318 bytes, a node of 64 children
     /// 2,694. What a reader fetches of one is bounded by it.
     public static let maximumObjectSize = 4096
 
@@ -95,7 +101,7 @@ public enum ContentIndex {
             chunks.append(chunk)
             length += chunk.length
             return chunks.count >= ContentIndex.pieceMaximumChunks
-                || (chunks.count >= ContentIndex.piecesMinimumChunks && chunk.hash % 64 == 0)
+                || (chunks.count >= ContentIndex.piecesMinimumChunks && chunk.hash % ContentIndex.pieceBoundary == 0)
         }
 
         /// Whether chunks wait for `endPiece` (the file's end ends the last piece).
@@ -124,7 +130,7 @@ public enum ContentIndex {
                 varint(UInt64(piece.chunks.count), into: &out)
                 for c in piece.chunks {
                     varint(UInt64(c.length), into: &out)
-                    out += [UInt8(c.hash & 0xFF), UInt8(c.hash >> 8 & 0xFF), UInt8(c.hash >> 16 & 0xFF), UInt8(c.hash >> 24)]
+                    out += [UInt8(c.hash & 0xFF), UInt8(c.hash >> 8 & 0xFF), UInt8(c.hash >> 16 & 0xFF)]
                 }
                 return (seal(out), Int64(piece.length))
             }
@@ -257,8 +263,8 @@ public enum ContentIndex {
             for _ in 0..<count {
                 let length = Int(try r.varint(max: UInt64(ContentChunker.maximum), "a chunk's length"))
                 guard length > 0 else { throw ManifestTree.Problem(text: "it holds an empty chunk") }
-                let h = try r.take(4)
-                chunks.append(Chunk(length: length, hash: UInt32(h[0]) | UInt32(h[1]) << 8 | UInt32(h[2]) << 16 | UInt32(h[3]) << 24))
+                let h = try r.take(3)
+                chunks.append(Chunk(length: length, hash: UInt32(h[0]) | UInt32(h[1]) << 8 | UInt32(h[2]) << 16))
                 sum += Int64(length)
             }
             guard sum == covers else { throw ManifestTree.Problem(text: "its chunks cover \(sum) bytes, not the \(covers) its parent says") }

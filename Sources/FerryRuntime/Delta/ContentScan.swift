@@ -1,7 +1,7 @@
 import Glibc
 import FerryCore
 
-/// One read of a file for delta: its chunks (`ContentChunker`, each with the first 4 bytes of
+/// One read of a file for delta: its chunks (`ContentChunker`, each with the first 3 bytes of
 /// its SHA-256) and, for a publisher, its pieces and whole SHA-256 in the same pass
 /// (`ContentIndex.Builder`).
 enum ContentScan {
