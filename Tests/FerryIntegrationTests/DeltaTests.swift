@@ -41,6 +41,16 @@ struct DeltaTests {
         return (old, new)
     }
 
+    /// Publishes `big.bin` holding `data`, serves it with ferry's test server and mirrors it.
+    static func mirrorOverPython(_ box: Sandbox, _ data: Data) throws -> PythonServer {
+        box.publish("big.bin", data)
+        box.buildManifest()
+        let server = try PythonServer(directory: box.published)
+        box.configure(remote: server.url)
+        #expect(box.sync().exitCode == 0)
+        return server
+    }
+
     static func fileDone(_ run: FerryRun, _ path: String = "big.bin") -> (fetched: Int, reused: Int)? {
         guard let e = run.events(named: "file-done").first(where: { $0["path"] as? String == path }) else { return nil }
         return ((e["fetched"] as? Int) ?? -1, (e["reused"] as? Int) ?? 0)
@@ -222,12 +232,8 @@ struct DeltaTests {
             let at = 100_000 + k * 170_000
             new.replaceSubrange(at..<(at + 32_768), with: Self.bytes(32_768, seed: 100 + UInt64(k)))
         }
-        box.publish("big.bin", Data(old))
-        box.buildManifest()
-        let server = try PythonServer(directory: box.published)
+        let server = try Self.mirrorOverPython(box, Data(old))
         defer { server.stop() }
-        box.configure(remote: server.url)
-        #expect(box.sync().exitCode == 0)
 
         // What the delta costs without a kill, measured on a copy of the mirror.
         let reference = Sandbox("delta-kill-ref", published: box.published)
@@ -270,12 +276,8 @@ struct DeltaTests {
         let box = Sandbox("delta-partial")
         let old = Self.bytes(Self.size, seed: 121)
         let new = Self.changed(old)
-        box.publish("big.bin", Data(old))
-        box.buildManifest()
-        let server = try PythonServer(directory: box.published)
+        let server = try Self.mirrorOverPython(box, Data(old))
         defer { server.stop() }
-        box.configure(remote: server.url)
-        #expect(box.sync().exitCode == 0)
         box.publish("big.bin", Data(new))
         box.buildManifest()
         server.setFaults(["/big.bin": ["rate": 20_000]])

@@ -234,16 +234,23 @@ struct ObjectLayoutTests {
         #expect(again.exitCode == 0 && again.output.contains("nothing to transfer"), "\(again.output)")
     }
 
+    /// A sandbox whose push session sent one large file, `big.bin`, to a file:// remote (so as
+    /// its pieces); with the remote and the file's bytes.
+    func pushedLargeFile(_ name: String, size: Int, seed: UInt64) throws -> (Sandbox, PushTarget, Data) {
+        let box = Sandbox(name)
+        let target = try PushTarget("file", scratch: box.directory)
+        try configure(box, target)
+        let data = randomData(size, seed: seed)
+        write(box, "big.bin", data)
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        return (box, target, data)
+    }
+
     /// A piece the remote lost or damaged: a mirror refuses the file (it is never placed, the
     /// run fails naming it) and the version it held stays; the next push, which checks what it
     /// placed, sends the piece again, and the mirror then takes the file.
     @Test func aDamagedPieceIsRefusedAndTheNextPushSendsItAgain() throws {
-        let box = Sandbox("pieces-damaged")
-        let target = try PushTarget("file", scratch: box.directory)
-        try configure(box, target)
-        let data = randomData(3 << 20, seed: 93)
-        write(box, "big.bin", data)
-        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        let (box, target, _) = try pushedLargeFile("pieces-damaged", size: 3 << 20, seed: 93)
         let remote = box.directory + "/remote/"
         let piece = try #require(objectSizes(target).filter { $0.value > 100_000 }.keys.sorted().first)
         let path = remote + RemoteLayout.contentPath(try #require(SHA256Digest(hex: piece)), beside: "manifest.json").string
@@ -269,12 +276,7 @@ struct ObjectLayoutTests {
     /// is made of: it sends that file's pieces again rather than list it as one object, and the
     /// manifest it publishes still assembles on a new mirror.
     @Test func aPushThatLostItsCacheStillPublishesFilesAMirrorCanAssemble() throws {
-        let box = Sandbox("pieces-cache-lost")
-        let target = try PushTarget("file", scratch: box.directory)
-        try configure(box, target)
-        let data = randomData(2 << 20, seed: 95)
-        write(box, "big.bin", data)
-        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        let (box, target, data) = try pushedLargeFile("pieces-cache-lost", size: 2 << 20, seed: 95)
         let cache = box.state + "/manifests/up.manifest.objects"
         #expect(FileManager.default.fileExists(atPath: cache))
         try FileManager.default.removeItem(atPath: cache)
