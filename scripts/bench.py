@@ -571,7 +571,7 @@ def delta_kills_and_repair(ferry, prepare, cfg, mirror, new, wire, log, uninterr
     import random
     rng = random.Random(7)
     prepare()
-    ferry_config(cfg, url + "slow/cur/", mirror, state, 8)
+    open(log, "w").close()
     kills, finished = 10, 0
     for _ in range(kills):
         p = subprocess.Popen([ferry, "sync", "now", "--config", cfg, "--quiet"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -650,9 +650,10 @@ def delta_sections(ferry, runs):
                        stdout=subprocess.DEVNULL)
         mirror, state, cfg = work + "/mirror", work + "/state", work + "/ferry.conf"
 
-        def ferry_prepare():
+        def ferry_prepare(path="cur/"):
             # A mirror in sync with the old version (its index cached, as after any earlier
-            # sync), then the remote moves to the new one.
+            # sync), then the remote moves to the new one. `path`: under nginx (the kill loop's
+            # is the paced /slow/cur/, so that its runs find the old index cached, as a mirror would).
             fresh(mirror)
             fresh(state)
             shutil.copyfile(work + "/seed.bin", mirror + "/big.bin")
@@ -662,7 +663,7 @@ def delta_sections(ferry, runs):
             if os.path.lexists(www + "/cur"):
                 os.unlink(www + "/cur")
             os.symlink("old", www + "/cur")
-            ferry_config(cfg, nginx.url + "cur/", mirror, state, 8)
+            ferry_config(cfg, nginx.url + path, mirror, state, 8)
             subprocess.run([ferry, "sync", "now", "--config", cfg, "--quiet"], check=True)
             os.unlink(www + "/cur")
             os.symlink("new", www + "/cur")
@@ -699,7 +700,7 @@ def delta_sections(ferry, runs):
             med = lambda i: statistics.median(v[i] for v in values)
             rows.append((label, name, med(0), med(5), med(1), med(2), max(v[3] for v in values), med(4)))
         if label == "one 1% run":
-            extras = delta_kills_and_repair(ferry, ferry_prepare, cfg, mirror, bytes(new), wire, log,
+            extras = delta_kills_and_repair(ferry, lambda: ferry_prepare("slow/cur/"), cfg, mirror, bytes(new), wire, log,
                                             statistics.median(v[0] for v in results["ferry sync now"]), nginx.url, state)
         same = all(open(p, "rb").read() == bytes(new) for p in (mirror + "/big.bin", work + "/zsync.bin", work + "/casync.bin"))
         verdicts.append(f"{label}: every tool's result is the new version byte for byte: {'yes' if same else 'NO'}.")

@@ -65,17 +65,24 @@ final class ManifestObjects {
             throw .manifest("the metadata object \(batch[missing[0]].hex) of manifest \(source) is not in the cache \(Printable.name(directory))",
                             hint: "run ferry sync now for the session first: it fetches what the manifest names")
         }
-        let digests = missing.map { batch[$0] }
-        let fetched = try fetch(digests, from: remote, prefix: prefix, source: source, maximumSize: maximumSize)
-        for (i, bytes) in zip(missing, fetched) {
-            out[i] = bytes
-            fetchedBytes += Int64(bytes.count)
-            fetchedObjects += 1
-            if !keeps { fetchedInMemory[batch[i]] = bytes }
+        // In groups, each cached as it comes: a run killed while a large tree or index is fetched
+        // over a slow link keeps what it had (the next fetches the rest).
+        for group in stride(from: 0, to: missing.count, by: ManifestObjects.group).map({ Array(missing[$0..<min($0 + ManifestObjects.group, missing.count)]) }) {
+            let digests = group.map { batch[$0] }
+            let fetched = try fetch(digests, from: remote, prefix: prefix, source: source, maximumSize: maximumSize)
+            for (i, bytes) in zip(group, fetched) {
+                out[i] = bytes
+                fetchedBytes += Int64(bytes.count)
+                fetchedObjects += 1
+                if !keeps { fetchedInMemory[batch[i]] = bytes }
+            }
+            if keeps, let directory = cacheDirectory() { cache(zip(digests, fetched), in: directory) }
         }
-        if keeps, let directory = cacheDirectory() { cache(zip(digests, fetched), in: directory) }
         return out
     }
+
+    /// Objects fetched and cached together, at most.
+    static let group = 128
 
     /// Writes fetched objects into the cache on a thread of their own, while the run goes on:
     /// 1,200 small files written from the fetching lanes (one directory, so one lock) took a
