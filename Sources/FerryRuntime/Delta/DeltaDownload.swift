@@ -153,6 +153,9 @@ final class DeltaDownload: Download {
                         done += got
                     }
                 } else {
+                    // Written back: opening the attempt cut the partial at the verified pieces,
+                    // and a kill before this piece ends must find these bytes there again.
+                    keepFetched(raw.baseAddress! + at, count: n)
                     (buffer + filled).copyMemory(from: raw.baseAddress! + at, byteCount: n)
                     _ = advance(n)
                     restoredBytes += Int64(n)
