@@ -25,6 +25,11 @@ struct MirrorTests {
         return files
     }
 
+    /// How many requests `server` had for files (not the manifest or its metadata objects).
+    static func fileRequests(_ server: PythonServer) -> Int {
+        server.requests().filter { ($0["path"] as? String).map { !$0.hasPrefix("/.ferry/") && $0 != "/manifest.json" } ?? false }.count
+    }
+
     /// The `source-served` events of a run, by source: bytes, requests, demoted.
     static func served(_ run: FerryRun) -> [String: (bytes: Int, requests: Int, demoted: String?)] {
         var out: [String: (Int, Int, String?)] = [:]
@@ -126,10 +131,10 @@ struct MirrorTests {
         let run = box.sync(["--json"])
         #expect(run.exitCode == 0, "\(run.output)")
         for (path, data) in files { #expect(FileManager.default.contents(atPath: box.localPath(path)) == data, "\(path): exactly the published bytes") }
-        let fromMirror = mirror.requests().filter { ($0["path"] as? String).map { !$0.hasPrefix("/.ferry/") && $0 != "/manifest.json" } ?? false }
-        #expect(fromMirror.count == files.count, "each file asked of the mirror once: \(fromMirror.count)")
-        let fromOrigin = origin.requests().filter { ($0["path"] as? String).map { !$0.hasPrefix("/.ferry/") && $0 != "/manifest.json" } ?? false }
-        #expect(fromOrigin.count == files.count, "and once of the origin: \(fromOrigin.count)")
+        let fromMirror = Self.fileRequests(mirror)
+        #expect(fromMirror == files.count, "each file asked of the mirror once: \(fromMirror)")
+        let fromOrigin = Self.fileRequests(origin)
+        #expect(fromOrigin == files.count, "and once of the origin: \(fromOrigin)")
         #expect(Self.served(run)[mirror.url]?.demoted == nil)
         #expect(run.events(named: "file-done").allSatisfy { $0["source"] as? String == "origin" })
         #expect(run.events(named: "file-retrying").isEmpty && run.events(named: "file-failed").isEmpty)

@@ -69,9 +69,7 @@ extension PullSync {
     func readManifest(_ fetched: ManifestFetch, record: SessionRecord?, remote: Remote) throws(FerryError) -> Fetched {
         let url = session.manifestURL
         // Objects not cached come from the mirrors first, if the session has any.
-        let objects = manifests.objects(remote: remote, keeps: !options.dryRun, mirrors: session.mirrors.isEmpty ? { [] } : { [unowned self] in
-            self.sources(remote).mirrorObjects
-        })
+        let objects = manifests.objects(remote: remote, keeps: !options.dryRun, mirrors: { [unowned self] in self.sources(remote).mirrorObjects })
         func resolved(_ root: Manifest) throws(FerryError) -> (Manifest, [SHA256Digest]) {
             guard root.tree != nil else { return (root, []) }
             try acceptance(record, localFiles: 0).check(root, source: url)

@@ -246,7 +246,6 @@ final class PullSync: SessionWork {
                                       observer: observer, emit: { [unowned self] in self.emit($0) }, plan: plan, stop: options.stop,
                                       gate: DiscretionGate(session: session, agent: agent, clock: clock))
         transfers.runLimits = options.limits
-        transfers.contentAddressed = deltas.piecesAt != nil
         transfers.run(plan.downloads, tasks: tasks, engine: engine)
         result.counts += transfers.counts
         if sources.hasMirrors {

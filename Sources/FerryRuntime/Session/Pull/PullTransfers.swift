@@ -24,9 +24,9 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     private let root: LocalRoot
     /// The remote, and the mirrors tried before it (`PullSources`).
     let sources: PullSources
-    /// Files are named by their content on the remote (`remote-layout = objects`): a mirror that
-    /// sends other bytes under such a name is wrong, not stale.
-    var contentAddressed = false
+    /// Files are named by their content on the remote (`remote-layout = objects`, where pieces
+    /// have a place): a mirror that sends other bytes under such a name is wrong, not stale.
+    private var contentAddressed: Bool { deltas.piecesAt != nil }
     /// Where a file's bytes are under the remote (`RemoteLayout.location`).
     private let locate: (ManifestEntry) -> RelativePath
     /// The files a delta assembles (`DeltaPreparation`), by path; those whose delta stopped this
@@ -223,11 +223,10 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         var wrongBytes = false
         if case .contentMismatch = failure.cause { wrongBytes = true }
         if delta?.deltaStopped != nil { wrongBytes = true }
-        if wrongBytes && !contentAddressed {
-            // A stale copy at a path, or a wrong one: this file only.
-        } else if wrongBytes {
+        if wrongBytes {
+            // At a file's path it may be a stale copy: this file only. Under a content name, wrong.
             let what = delta?.deltaStopped == nil ? "sent wrong bytes for" : "did not answer ranges as asked for"
-            if sources.demote(item.source, why: "\(what) \(Printable.name(download.entry.path.string))") {
+            if contentAddressed && sources.demote(item.source, why: "\(what) \(Printable.name(download.entry.path.string))") {
                 emit(.warning(message: "mirror \(mirror) \(what) \(Printable.name(download.entry.path.string)) (\(delta?.deltaStopped ?? failure.message)): not used again this run; the files come from the next source"))
             }
         } else if failure.cause != .http(status: 404) && failure.cause != .http(status: 410) {

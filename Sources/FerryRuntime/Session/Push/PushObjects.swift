@@ -113,10 +113,10 @@ extension PushSync {
     /// is of the objects layout) and the objects this session placed. With `checking`, the placed
     /// objects are asked after, as placed files are: one changed or gone on the remote is no
     /// longer counted (and no longer recorded as placed), so it is sent again.
-    func storedContent(published: Manifest?, placed: [RelativePath: (digest: SHA256Digest, record: PlacedFile)], checking: Bool,
-                       objects: ManifestObjects, writer: RemoteWriting, store: StateStore) throws(FerryError) -> Set<SHA256Digest> {
+    func storedContent(published: Manifest?, pieces: [SHA256Digest: [SHA256Digest]], placed: [RelativePath: (digest: SHA256Digest, record: PlacedFile)],
+                       checking: Bool, writer: RemoteWriting, store: StateStore) throws(FerryError) -> Set<SHA256Digest> {
         var stored = Set(placed.values.map(\.digest))
-        if let published { stored.formUnion(contentNames(published, objects: objects)) }
+        if let published { stored.formUnion(contentNames(published, pieces: pieces)) }
         guard checking, !placed.isEmpty else { return stored }
         let states = try RemoteProbes.run(placed.keys.sorted(), writer: writer, session: session, engine: engine)
         // Changed, gone, or holding other bytes by the store's own checksum.
@@ -127,26 +127,24 @@ extension PushSync {
         emit(.warning(message: "\(Plural.count(damaged.count, "stored object")) changed or vanished on the remote since ferry placed \(damaged.count == 1 ? "it" : "them") (\(Printable.name(damaged[0].string))\(damaged.count > 1 ? " and others" : "")): sent again"))
         for path in damaged { stored.remove(placed[path]!.digest) }
         // A file stored as its pieces is stored only while all of them are.
-        if let published, published.layout == .objects {
-            let lost = Set(damaged.map { placed[$0]!.digest })
-            for e in published.entries where e.index?.storedAsPieces == true {
-                guard let size = e.size, let pieces = cachedPieces(e.index!, size: size, objects: objects),
-                      pieces.contains(where: { lost.contains($0.sha256) }) else { continue }
-                stored.remove(e.sha256)
-            }
-        }
+        let lost = Set(damaged.map { placed[$0]!.digest })
+        for (content, its) in pieces where its.contains(where: lost.contains) { stored.remove(content) }
         if !options.dryRun { try store.forgetPlaced(session: session.name, damaged) }
         return stored
     }
 
-    /// The content objects a manifest of the objects layout names (`contentNames`): each file's,
-    /// or for a file stored as its pieces, each piece's (and its own SHA-256, for what is stored);
-    /// none for the tree layout. The pieces are read from the indexes the session's cache holds.
-    func contentNames(_ manifest: Manifest, objects: ManifestObjects) -> Set<SHA256Digest> {
+    /// The content objects a manifest of the objects layout names: each file's, or for a file
+    /// stored as its pieces, each piece's and its own SHA-256 (what counts as stored), as `pieces`
+    /// (`storedPieces` of its entries) knows them; a file whose pieces it does not know counts for
+    /// nothing. None for the tree layout.
+    func contentNames(_ manifest: Manifest, pieces: [SHA256Digest: [SHA256Digest]]) -> Set<SHA256Digest> {
         guard manifest.layout == .objects else { return [] }
-        // A file stored as pieces counts as stored only when its pieces can be read (`pieceContent`).
-        return Set(manifest.entries.lazy.filter { $0.index?.storedAsPieces != true }.map(\.sha256))
-            .union(pieceContent(of: manifest.entries, objects: objects))
+        var names = Set(manifest.entries.lazy.filter { $0.index?.storedAsPieces != true }.map(\.sha256))
+        for (content, its) in pieces {
+            names.insert(content)
+            names.formUnion(its)
+        }
+        return names
     }
 
     /// Collects content objects. After a manifest naming `publishing` was published (nil: none was

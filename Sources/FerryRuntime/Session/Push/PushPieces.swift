@@ -27,17 +27,15 @@ extension PushSync {
         }.pieces
     }
 
-    /// The content objects the entries stored as pieces name (each piece), when the cache holds
-    /// their indexes, and each such entry's own SHA-256 (what `storedContent` counts as stored:
-    /// every piece of it is). An entry whose index the cache lacks counts for nothing.
-    func pieceContent(of entries: [ManifestEntry], objects: ManifestObjects) -> Set<SHA256Digest> {
-        var out = Set<SHA256Digest>()
+    /// By content, the pieces (their SHA-256s) of each entry stored as its pieces whose index the
+    /// session's cache holds; an entry whose index the cache lacks is left out.
+    func storedPieces(of entries: [ManifestEntry], objects: ManifestObjects) -> [SHA256Digest: [SHA256Digest]] {
+        var out: [SHA256Digest: [SHA256Digest]] = [:]
         var done = Set<SHA256Digest>()
         for e in entries {
             guard let index = e.index, index.storedAsPieces, let size = e.size, done.insert(e.sha256).inserted,
                   let pieces = cachedPieces(index, size: size, objects: objects) else { continue }
-            for p in pieces { out.insert(p.sha256) }
-            out.insert(e.sha256)
+            out[e.sha256] = pieces.map(\.sha256)
         }
         return out
     }

@@ -117,6 +117,9 @@ final class PushSync: SessionWork {
         let checkedAt: Timestamp
         /// `remote-layout = objects`: the content the remote stores, by SHA-256 (`storedContent`).
         let stored: Set<SHA256Digest>
+        /// The pieces of the published files stored as their pieces (`storedPieces`), read once a
+        /// run from the session's cache (before collection sweeps it).
+        let publishedPieces: [SHA256Digest: [SHA256Digest]]
 
         /// Files that could not be read: the remote keeps (and the manifest lists) what it has.
         var unreadable: Set<RelativePath> { Set(scan.unreadable.map(\.path)) }
@@ -162,11 +165,12 @@ final class PushSync: SessionWork {
         let checkedAt = clock.now()
         let lastCheck = try store.remoteChecked(session: session.name)
         let checkAll = session.remote.backend.abilities.contains(.cheapInspection) || lastCheck.map { checkedAt.timeInterval - $0.timeInterval >= session.verifyInterval } ?? true
-        let stored = layout == .objects ? try storedContent(published: published, placed: placedObjects, checking: checkAll,
-                                                            objects: manifests.objects(remote: remote), writer: writer, store: store) : []
+        let publishedPieces = published.map { $0.layout == .objects ? storedPieces(of: $0.entries, objects: manifests.objects(remote: remote)) : [:] } ?? [:]
+        let stored = layout == .objects ? try storedContent(published: published, pieces: publishedPieces, placed: placedObjects, checking: checkAll,
+                                                            writer: writer, store: store) : []
         return Observed(remote: remote, writer: writer, reissue: reissue, published: published, changedOnRemote: changedOnRemote,
                         lastVersion: lastVersion, scan: scan, placedFiles: placed, placedObjects: placedObjects, checkAll: checkAll,
-                        checkedAt: checkedAt, stored: stored)
+                        checkedAt: checkedAt, stored: stored, publishedPieces: publishedPieces)
     }
 
     // MARK: plan and resolve
@@ -416,8 +420,6 @@ final class PushSync: SessionWork {
         let (remote, writer, published, layout) = (observed.remote, observed.writer, observed.published, session.remoteLayout)
         let objects = manifests.objects(remote: remote)
         let indexes = indexed(entries, published: published, pieces: sent.pieces, objects: objects, root: observed.scan.root)
-        // What the last publication named, read before collection sweeps the cache of its indexes.
-        let previous = Set((published.map { contentNames($0, objects: objects) } ?? []).map(\.hex))
         let entries = indexes.entries
         let (text, expires, tree) = try Manifests.publishable(version: version, entries: entries, lifetime: session.expires, key: signingKey,
                                                               layout: layout, now: clock.now())
@@ -447,14 +449,19 @@ final class PushSync: SessionWork {
         // (content objects only in this layout).
         var placedContent = Set(observed.placedObjects.values.map(\.digest))
         if layout == .objects { placedContent.formUnion(sent.transfers.placedContent) }
-        let naming = layout == .objects ? Set(entries.map(\.sha256.hex)).union(pieceContent(of: entries, objects: objects).map(\.hex)) : []
-        collectContent(publishing: naming, placed: placedContent, previous: previous, writer: writer, store: store)
+        let naming = layout == .objects ? Set(entries.map(\.sha256)).union(storedPieces(of: entries, objects: objects).values.joined()) : []
+        collectContent(publishing: Set(naming.map(\.hex)), placed: placedContent, previous: previousContent(observed), writer: writer, store: store)
         if layout == .objects, let published, published.layout == .tree, !published.entries.isEmpty {
             removeTreeFiles(of: published, writer: writer, store: store)
         }
         emit(.manifestBuilt(output: session.manifestURL, version: version, files: entries.count,
                             bytes: entries.reduce(0) { $0 + ($1.size ?? 0) }, signedBy: signingKey?.publicKey.description))
         return true
+    }
+
+    /// The content objects the manifest on the remote names (`contentNames`), by name.
+    private func previousContent(_ observed: Observed) -> Set<String> {
+        Set((observed.published.map { contentNames($0, pieces: observed.publishedPieces) } ?? []).map(\.hex))
     }
 
     // MARK: report
@@ -476,8 +483,7 @@ final class PushSync: SessionWork {
     /// changes were files that could not be read, or deletions max-delete refuses: the run is not
     /// in sync, and the next one (the agent's too, through its exit code) tries again.
     private func endUnchanged(_ plan: PushPlan, _ observed: Observed, store: StateStore, result: inout SyncResult) {
-        let named = observed.published.map { contentNames($0, objects: manifests.objects(remote: observed.remote)) } ?? []
-        collectContent(publishing: nil, placed: [], previous: Set(named.map(\.hex)), writer: observed.writer, store: store)
+        collectContent(publishing: nil, placed: [], previous: previousContent(observed), writer: observed.writer, store: store)
         var reasons: [String] = []
         let failed = result.counts.failed
         if failed > 0 {
