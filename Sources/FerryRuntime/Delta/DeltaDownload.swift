@@ -67,6 +67,10 @@ final class DeltaDownload: Download {
     private var sourceOpened = false
     /// Where each piece is, for a file stored as its pieces (nil: the file is one object).
     private let pieces: ((SHA256Digest) -> Origin)?
+    /// How often a piece's fetched bytes may fail its hash before the delta stops: twice from the
+    /// remote (the second fetch rules out damage on the way), once from a mirror, whose wrong
+    /// bytes send the file to the next source at once.
+    private let mismatchesAllowed: Int
     /// A server that answered a range of a piece with the whole of it: pieces are asked whole.
     private var wholePieces = false
 
@@ -78,8 +82,9 @@ final class DeltaDownload: Download {
     /// their SHA-256, and the fetched bytes of the piece after them, which go to the partial as
     /// they come (`keepFetched`), are taken again: a kill costs about what was in flight.
     init(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, origin: Origin, partial: PartialFile, resumeFrom: Int64,
-         plan: DeltaPlan, sources: [Int32], pieces: ((SHA256Digest) -> Origin)? = nil, clock: any Clock) throws(FerryError) {
+         plan: DeltaPlan, sources: [Int32], pieces: ((SHA256Digest) -> Origin)? = nil, fromMirror: Bool = false, clock: any Clock) throws(FerryError) {
         self.plan = plan
+        mismatchesAllowed = fromMirror ? 1 : 2
         self.sources = sources
         self.pieces = pieces
         let index = DeltaDownload.verifiedPieces(plan, from: plan.piece(at: min(resumeFrom, partial.length)), partial: partial)
@@ -305,7 +310,7 @@ final class DeltaDownload: Download {
             return nil
         }
         mismatches[piece, default: 0] += 1
-        if mismatches[piece]! < 2 { return nil }
+        if mismatches[piece]! < mismatchesAllowed { return nil }
         if pieces != nil {
             return stop("the remote's object of the piece of \(Units.formatBytes(Int64(p.length))) at offset \(p.offset) (\(p.sha256.hex.prefix(16))…) does not hold the bytes its name says; the publisher's next push checks its objects and sends it again",
                         cause: .contentMismatch(afterResume: false))

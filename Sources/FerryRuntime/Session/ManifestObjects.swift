@@ -29,10 +29,24 @@ final class ManifestObjects {
     /// first needed, with where its objects are. A mirror that fails an object is skipped for
     /// it; one that sends an object other than its name says is not asked again (`demoted`).
     private let mirrors: () -> [(remote: Remote, prefix: String)]
-    private final class Demoted: Sendable { let names = Mutex<[Int: String]>([:]) }
-    private let demotedMirrors = Demoted()
-    /// The mirrors (by their place in the list) that sent a wrong object, and which.
-    var demoted: [Int: String] { demotedMirrors.names.withLock { $0 } }
+    /// What each source did for the objects fetched, by its place in `PullSources.all` (the
+    /// mirrors in order, then the remote), counted by the fetching lanes.
+    struct Served {
+        var bytes: Int64 = 0
+        var requests = 0
+        /// Why a mirror is not asked again: it sent an object other than its name says.
+        var demoted: String?
+    }
+    private final class Tally: Sendable { let sources = Mutex<[Int: Served]>([:]) }
+    private let tally = Tally()
+    /// What each source served (bytes and requests) since this was last asked, and the mirrors that
+    /// sent a wrong object (they stay demoted).
+    func takeServed() -> [Int: Served] {
+        tally.sources.withLock { sources in
+            defer { for k in sources.keys { sources[k]!.bytes = 0; sources[k]!.requests = 0 } }
+            return sources
+        }
+    }
 
     init(session: SessionConfig, state: String, remote: Remote?, keeps: Bool = true, mirrors: @escaping () -> [(remote: Remote, prefix: String)] = { [] }) {
         directory = StateStore.cachedManifestPath(state: state, session: session.name) + ".objects"
@@ -195,18 +209,32 @@ final class ManifestObjects {
     private func fetch(_ digests: [SHA256Digest], from remote: Remote, prefix: String, source: String,
                        maximumSize: Int) throws(FerryError) -> [[UInt8]] {
         let mirrors = self.mirrors()
-        let demoted = demotedMirrors
-        let (results, error) = Lanes.run(digests.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) in
-            for (k, mirror) in mirrors.enumerated() where demoted.names.withLock({ $0[k] == nil }) {
-                do throws(FerryError) {
-                    return try ManifestObjects.fetchOne(digests[i], from: mirror.remote, prefix: mirror.prefix, source: source, maximumSize: maximumSize)
-                } catch {
-                    if case .contentMismatch? = error.cause {
-                        demoted.names.withLock { if $0[k] == nil { $0[k] = "sent a wrong metadata object (\(digests[i].hex))" } }
+        let tally = self.tally
+        // Each answer counted for its source; a mirror that sends other bytes than a name says is demoted.
+        func counted(_ k: Int, _ digest: SHA256Digest, _ fetch: () throws(FerryError) -> [UInt8]) throws(FerryError) -> [UInt8] {
+            do throws(FerryError) {
+                let bytes = try fetch()
+                tally.sources.withLock { $0[k, default: Served()].bytes += Int64(bytes.count); $0[k, default: Served()].requests += 1 }
+                return bytes
+            } catch {
+                tally.sources.withLock {
+                    $0[k, default: Served()].requests += 1
+                    if case .contentMismatch? = error.cause, k < mirrors.count, $0[k]?.demoted == nil {
+                        $0[k]?.demoted = "sent a wrong metadata object (\(digest.hex))"
                     }
                 }
+                throw error
             }
-            return try ManifestObjects.fetchOne(digests[i], from: remote, prefix: prefix, source: source, maximumSize: maximumSize)
+        }
+        let (results, error) = Lanes.run(digests.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) in
+            for (k, mirror) in mirrors.enumerated() where tally.sources.withLock({ $0[k]?.demoted == nil }) {
+                if let bytes = try? counted(k, digests[i], { () throws(FerryError) in
+                    try ManifestObjects.fetchOne(digests[i], from: mirror.remote, prefix: mirror.prefix, source: source, maximumSize: maximumSize)
+                }) { return bytes }
+            }
+            return try counted(mirrors.count, digests[i]) { () throws(FerryError) in
+                try ManifestObjects.fetchOne(digests[i], from: remote, prefix: prefix, source: source, maximumSize: maximumSize)
+            }
         }
         if let error { throw error }
         return results.map { $0! }

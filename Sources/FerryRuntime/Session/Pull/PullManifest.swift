@@ -62,6 +62,17 @@ extension PullSync {
         }
     }
 
+    /// What each source served of the metadata objects fetched since the last call counts with the
+    /// files it serves; a mirror that sent a wrong one is demoted for the files too, said once.
+    func countServed(_ objects: ManifestObjects, remote: Remote) {
+        for (k, served) in objects.takeServed().sorted(by: { $0.key < $1.key }) {
+            sources(remote).count(k, bytes: served.bytes, requests: served.requests)
+            if let why = served.demoted, sources(remote).demote(k, why: why) {
+                emit(.warning(message: "mirror \(sources(remote).all[k].name) \(why): not used again this run; what it would serve comes from the next source"))
+            }
+        }
+    }
+
     /// The manifest an answer stands for, parsed (the cached one for a 304), with the tree of a
     /// format-2 root read: its objects from the cache, or fetched. A root this session would
     /// refuse (unsigned, rolled back, expired) is refused before any object is fetched; the
@@ -74,9 +85,7 @@ extension PullSync {
             guard root.tree != nil else { return (root, []) }
             try acceptance(record, localFiles: 0).check(root, source: url)
             let read = try objects.resolve(root, source: url, maximumSize: session.maxManifestSize)
-            for (k, why) in objects.demoted.sorted(by: { $0.key < $1.key }) where sources(remote).demote(k, why: why) {
-                emit(.warning(message: "mirror \(sources(remote).all[k].name) \(why): not used again this run; what it would serve comes from the next source"))
-            }
+            countServed(objects, remote: remote)
             if objects.damaged > 0 {
                 emit(.warning(message: "\(Plural.count(objects.damaged, "cached metadata object")) of session '\(session.name)' did not match \(objects.damaged == 1 ? "its" : "their") hash (damaged on this machine's disk): fetched again"))
             }

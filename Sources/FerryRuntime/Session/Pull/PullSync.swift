@@ -62,6 +62,7 @@ final class PullSync: SessionWork {
         // While a generation is built, the version readers see is in the current one.
         if mirror.building != nil, let current = mirror.current { preparation.current = try? LocalRoot(path: current, create: false, role: .remote) }
         let deltas = preparation.prepare(plan.downloads, manifest: fetched.manifest)
+        countServed(fetched.objects, remote: remote)
         indexObjects = deltas.keep
         var localIOError: String?
         let stopped = try transfer(plan: plan, tasks: tasks, root: root, store: store, remote: remote, locate: locate, deltas: deltas,

@@ -197,7 +197,8 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                 do throws(FerryError) {
                     let origin = versioned ? remote.origin(of: locate(entry), content: entry.sha256) : remote.origin(of: locate(entry))
                     return try DeltaDownload(task: item.task, entry: entry, reason: item.download.reason, origin: origin,
-                                             partial: partial, resumeFrom: item.task.bytesDone, plan: plan, sources: opened, pieces: pieces, clock: remote.clock)
+                                             partial: partial, resumeFrom: item.task.bytesDone, plan: plan, sources: opened, pieces: pieces,
+                                             fromMirror: !self.sources.all[item.source].isOrigin, clock: remote.clock)
                 } catch {
                     for fd in opened { close(fd) }
                     throw error
@@ -217,7 +218,6 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     /// unless it was wrong: a delta's verified pieces, or a file's bytes under their validator,
     /// which the next source resumes only if it gives the same (a cache passes the origin's on).
     private func mirrorFailed(_ item: Item, _ download: Download, _ failure: TransferFailure) {
-        var item = item
         let mirror = sources.all[item.source].name
         let delta = download as? DeltaDownload
         var wrongBytes = false
@@ -234,19 +234,29 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             // skipped for it; one in trouble rests.
             sources.failed(item.source, now: stop.clock.monotonic())
         }
+        toNextSource(item, download, keeping: (delta != nil || !wrongBytes) && failure.keepPartial)
+    }
+
+    /// The file goes to the next source at once (not a try of its own), with what it kept.
+    private func toNextSource(_ item: Item, _ download: Download, keeping: Bool) {
+        var item = item
         item.skipped.insert(item.source)
         var kept: Int64 = 0
-        if (delta != nil || !wrongBytes) && failure.keepPartial && download.syncData() {
+        if keeping && download.syncData() {
             kept = min(download.written, download.bytesOnDisk)
         } else {
             root.removePartial(taskID: download.task.id)
         }
         item.task.bytesDone = kept
-        item.task.validator = kept > 0 && delta == nil ? download.validator : nil
+        item.task.validator = kept > 0 && !(download is DeltaDownload) ? download.validator : nil
+        try? store.checkpoint(item.task.id, bytesDone: kept, validator: item.task.validator)
         item.triesThisRun -= 1
         item.notBefore = 0
         backingOff.insertByDue(item)
     }
+
+    /// Downloads cancelled because their mirror was demoted while they ran.
+    private var abandoned = Set<Int64>()
 
     private func checkpoint(_ download: Download) {
         markRunning([download])
@@ -260,6 +270,13 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     private func tick(downloads active: [Download]) {
         applySuspensions(running: active.map(\.task.id), recordFinished: flush) { ids in
             for d in active where ids.contains(d.task.id) { d.cancelRequested = true }
+        }
+        // What a demoted mirror is still sending is not waited for: each such file goes to the next source.
+        for d in active where !d.cancelRequested {
+            if let item = items[d.task.id], sources.all[item.source].demoted != nil {
+                d.cancelRequested = true
+                abandoned.insert(d.task.id)
+            }
         }
         markRunning(active)
         progress.active = active.map { SyncProgress.Active(path: $0.entry.path, done: $0.written, size: $0.entry.size) }
@@ -332,6 +349,12 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             case .interrupted:
                 counts.bytes += download.received
                 if let item = items[download.task.id] { sources.count(item.source, bytes: download.received, requests: download.requests) }
+                if abandoned.remove(download.task.id) != nil, let item = items.removeValue(forKey: download.task.id) {
+                    // Only a delta's verified pieces are kept from a mirror that sent wrong bytes.
+                    toNextSource(item, download, keeping: download is DeltaDownload)
+                    download.close()
+                    continue
+                }
                 var kept: Int64 = 0
                 if download.syncData() {
                     kept = min(download.written, download.bytesOnDisk)
