@@ -781,7 +781,8 @@ def delta_push(ferry, size, old, work):
 
 class SiteCache:
     """nginx as a site cache in front of `origin` (a base URL): examples/site-cache/site-cache.conf
-    as shipped, its values filled in; its log says HIT or MISS for every answer."""
+    as shipped, its values filled in; its log says, for every answer, HIT or MISS and what it took
+    from the origin for it."""
 
     def __init__(self, origin):
         self.dir = fresh(BASE + "/site-cache")
@@ -795,7 +796,7 @@ class SiteCache:
 daemon off; worker_processes 2; pid {self.dir}/nginx.pid; error_log {self.dir}/error.log;
 events {{ worker_connections 4096; }}
 http {{
-  log_format cache '$request $status $body_bytes_sent $upstream_cache_status';
+  log_format cache '$upstream_cache_status|$upstream_bytes_received|$uri';
   access_log {self.dir}/access.log cache;
   client_body_temp_path {self.dir}/b; proxy_temp_path {self.dir}/p; fastcgi_temp_path {self.dir}/f;
   uwsgi_temp_path {self.dir}/u; scgi_temp_path {self.dir}/s;
@@ -807,9 +808,22 @@ http {{
         wait_port(self.port)
         self.url = f"http://127.0.0.1:{self.port}/"
 
+    def lines(self):
+        return [line.rstrip("\n").split("|", 2) for line in open(self.dir + "/access.log") if line.count("|") >= 2]
+
     def hits(self):
-        statuses = [line.split()[-1] for line in open(self.dir + "/access.log") if line.strip()]
+        statuses = [status for status, _, _ in self.lines()]
         return sum(1 for x in statuses if x in ("HIT", "REVALIDATED")), len(statuses)
+
+    def from_origin(self):
+        """What the cache took from the origin for files (the root manifest and metadata objects
+        aside): the bodies and headers of its upstream answers."""
+        total = 0
+        for _, received, uri in self.lines():
+            if uri.endswith("/manifest.json") or "/.ferry/meta/" in uri:
+                continue
+            total += sum(int(x) for x in received.replace(",", " ").replace(":", " ").split() if x.isdigit())
+        return total
 
     def stop(self):
         """A fast shutdown (SIGTERM): the master closes its workers' connections and waits for
@@ -823,11 +837,16 @@ def fleet_sections(ferry, runs):
     """A fleet behind a site cache (issue 42): N agents (separate processes, state and mirrors,
     started at once) with the origin as their remote and examples/site-cache's nginx as their
     mirror, fetching a release with BENCH_FLEET_MIB (default 256) MiB of new content: what the
-    origin sent (its own count), the cache's hit ratio, each agent's wall against a lone agent's
-    through a cold cache; then 20 agents with the cache killed mid-run. BENCH_FLEET_AGENTS (default
-    5,10,20) sets the fleet sizes."""
+    origin sent, the cache's hit ratio, each agent's wall against a lone agent's through a cold
+    cache, every file checked; with an nginx origin for BENCH_FLEET_AGENTS (default 5,10,20)
+    agents, then the most with the cache killed mid-run; with an S3 origin (SeaweedFS, a bucket
+    anyone may read, which the cache fronts); and with a hostile mirror that serves every content
+    object wrong."""
+    for name in [k for k in os.environ if k.startswith("AWS_")]:
+        del os.environ[name]
     mib = int(os.environ.get("BENCH_FLEET_MIB", "256"))
     sizes = [int(x) for x in os.environ.get("BENCH_FLEET_AGENTS", "5,10,20").split(",")]
+    most = max(sizes)
     www = fresh(BASE + "/fleet-www")
     os.makedirs(www + "/small")
     print(f"== fleet: making a {mib} MiB release...", file=sys.stderr)
@@ -836,17 +855,21 @@ def fleet_sections(ferry, runs):
             f.write(os.urandom(1 << 20))
     for n in range(100):
         open(f"{www}/small/{n}.txt", "w").write(f"release 1, file {n}\n")
+    wanted = {}
+    for d, _, fs in os.walk(www):
+        for f in fs:
+            path = os.path.join(d, f)
+            wanted[os.path.relpath(path, www)] = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    release = sum(os.path.getsize(os.path.join(www, p)) for p in wanted)
     subprocess.run([ferry, "manifest", "build", www, "--version", "1", "--quiet"], check=True)
-    release = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(www) if "/.ferry" not in d for f in fs
-                  if f != "manifest.json")
     origin = Nginx(www, log=True)
-    log = origin.dir + "/access.log"
+    origin.log = origin.dir + "/access.log"
 
-    def origin_sent():
+    def nginx_sent(log):
         total = 0
         for line in open(log):
             parts = line.split()
-            if len(parts) >= 6 and parts[-2].isdigit() and parts[1] != "/manifest.json" and not parts[1].startswith("/.ferry/"):
+            if len(parts) >= 6 and parts[-2].isdigit() and parts[1] != "/manifest.json" and not parts[1].startswith("/.ferry/meta/"):
                 total += int(parts[-2])
         return total
 
@@ -862,19 +885,18 @@ def fleet_sections(ferry, runs):
                     pass
         return total
 
-    def fleet(n, kill_cache_at=None):
-        """n agents at once through a cold cache: (origin bytes, cache hits, answers, walls, failed
-        files, exit codes, mirrors right). `kill_cache_at`: the cache is killed once the agents'
-        partial files hold that many bytes."""
-        cache = SiteCache(origin.url)
-        open(log, "w").close()
+    def fleet(n, session, mirror, cache=None, kill_cache_at=None):
+        """n agents at once, each with `session`'s lines and `mirror` as its mirror: walls, exit
+        codes, failed files, wrong or missing files (every file hashed against the release), and
+        what each source served each agent (its `source-served` events). `kill_cache_at`: the
+        cache is killed once the agents' partial files hold that many bytes."""
         root = fresh(BASE + "/fleet-agents")
         procs = []
         for i in range(n):
             d = f"{root}/{i}"
             os.makedirs(d)
-            open(d + "/ferry.conf", "w").write(f"[agent]\nstate = {d}/state\ntransfers = 4\n\n[session site]\nremote = {origin.url}\n"
-                                               f"mirrors = {cache.url}\nlocal = {d}/mirror\nretry-delay = 0.2s\n")
+            open(d + "/ferry.conf", "w").write(f"[agent]\nstate = {d}/state\ntransfers = 4\n\n[session site]\n{session}\n"
+                                               f"mirrors = {mirror}\nlocal = {d}/mirror\nretry-delay = 0.2s\n")
         began = time.monotonic()
         for i in range(n):
             d = f"{root}/{i}"
@@ -890,48 +912,168 @@ def fleet_sections(ferry, runs):
                 cache.stop()
                 killed = True
             time.sleep(0.01)
-        hits, answers = cache.hits()
-        cache.stop()
-        failed, codes, same = 0, [], True
+        r = {"walls": walls, "codes": [], "failed": 0, "wrong": 0, "served": []}
         for i, (p, out) in enumerate(procs):
             out.close()
-            codes.append(p.returncode)
+            r["codes"].append(p.returncode)
+            served = {}
             for line in open(f"{root}/{i}/run.jsonl"):
                 if '"file-failed"' in line:
-                    failed += 1
-            same = same and open(f"{root}/{i}/mirror/release.bin", "rb").read(1 << 20) == open(www + "/release.bin", "rb").read(1 << 20)
-        return origin_sent(), hits, answers, walls, failed, codes, same
+                    r["failed"] += 1
+                if '"source-served"' in line:
+                    e = json.loads(line)
+                    served[e["source"]] = e
+            r["served"].append(served)
+            for path, digest in wanted.items():
+                try:
+                    with open(f"{root}/{i}/mirror/{path}", "rb") as f:
+                        good = hashlib.file_digest(f, "sha256").hexdigest() == digest
+                except OSError:
+                    good = False
+                r["wrong"] += 0 if good else 1
+        r["ok"] = all(c == 0 for c in r["codes"]) and r["wrong"] == 0
+        shutil.rmtree(root, ignore_errors=True)
+        return r
 
-    lone = fleet(1)
-    print(f"  lone agent: {lone[3][0]:.2f} s, origin sent {lone[0] / 1e6:.1f} MB", file=sys.stderr)
+    def from_origin_by_agents(r):
+        """What the agents took from the origin themselves (their own count, files and metadata objects)."""
+        return sum(s.get("origin", {}).get("bytes", 0) for s in r["served"])
+
+    print("  nginx origin...", file=sys.stderr)
+    through = lambda cache: fleet(1, f"remote = {origin.url}", cache.url, cache)
+    cache = SiteCache(origin.url)
+    open(origin.log, "w").close()
+    lone = through(cache)
+    cache.stop()
+    lone_wall, lone_sent = lone["walls"][0], nginx_sent(origin.log)
+    print(f"  lone agent: {lone_wall:.2f} s, origin sent {lone_sent / 1e6:.1f} MB", file=sys.stderr)
     lines = [f"A release of {release / 1e6:,.1f} MB (one {mib} MiB file of new bytes and 100 small files) fetched by N agents at once, each "
-             "its own process, state and mirror, with the origin (nginx) as `remote` and a site cache (examples/site-cache/site-cache.conf, "
-             "nginx, cold) as `mirrors`. The origin's bytes are its own count of the files' bodies (manifest and metadata objects aside). "
+             "its own process, state and mirror, with the origin as `remote` and a site cache (examples/site-cache/site-cache.conf, "
+             "nginx, cold) as `mirrors`. Every agent's every file is hashed against the release afterwards (wrong or missing files). "
+             "For the nginx origin, its bytes are its own count of the files' bodies; for the S3 origin (SeaweedFS), they are what "
+             "the cache took from it (nginx's `$upstream_bytes_received`) and what the agents took from it themselves (their "
+             "`source-served` counts); the root manifest and metadata objects aside. "
              "Targets (issue 42): origin ≤ 1.25 × the release for 20 agents, not growing with N; the slowest agent ≤ 2 × a lone agent's "
-             "time through the same (cold) cache; the cache killed mid-run: every agent converges from the origin, 0 failed files. "
+             "time through the same (cold) cache; the cache killed mid-run: every agent converges from the origin, 0 failed files; "
+             "a mirror that serves wrong bytes: 0 wrong files, demoted after its first bad object, ≤ 1 object refetched per demotion. "
              f"Here every agent shares this machine's {os.cpu_count()} cores (each hashes and writes the whole release), so N agents "
              f"cannot take less than a lone agent's time × N / {os.cpu_count()}: the floor column.", "",
-             "| agents | origin sent | × the release | cache hits | slowest agent | × a lone agent | × the floor | median agent | failed files | every agent exit 0 |",
-             "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
-    verdicts = []
+             "| origin | agents | origin sent | × the release | cache hits | slowest agent | × a lone agent | × the floor | median agent | failed files | wrong files | every agent exit 0 |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    verdicts, notes = [], []
+
+    def row(kind, n, r, sent, hits, answers, lone_wall):
+        walls = r["walls"]
+        floor = lone_wall * n / os.cpu_count()
+        print(f"  {kind}, {n} agents: origin {sent / 1e6:.1f} MB, hits {hits}/{answers}, slowest {max(walls):.2f} s, wrong {r['wrong']}", file=sys.stderr)
+        lines.append(f"| {kind} | {n} | {sent / 1e6:,.1f} MB | {sent / release:.2f} | {hits}/{answers} | {max(walls):.2f} s | {max(walls) / lone_wall:.2f} | "
+                     f"{max(walls) / max(floor, lone_wall):.2f} | {statistics.median(walls):.2f} s | {r['failed']} | {r['wrong']} | {'yes' if r['ok'] else 'NO'} |")
+        if n == most:
+            verdicts.append(f"{kind}, {n} agents: the origin sent {sent / release:.2f} × the release (target ≤ 1.25: {'meets' if sent <= 1.25 * release else 'misses'} it); "
+                            f"the slowest agent took {max(walls) / lone_wall:.2f} × a lone agent (target ≤ 2: {'meets' if max(walls) <= 2 * lone_wall else 'misses'} it "
+                            f"on one machine), {max(walls) / max(floor, lone_wall):.2f} × the floor of {n} agents sharing {os.cpu_count()} cores.")
+
     for n in sizes:
-        sent, hits, answers, walls, failed, codes, same = fleet(n)
-        print(f"  {n} agents: origin {sent / 1e6:.1f} MB, hits {hits}/{answers}, slowest {max(walls):.2f} s", file=sys.stderr)
-        floor = lone[3][0] * n / os.cpu_count()
-        lines.append(f"| {n} | {sent / 1e6:,.1f} MB | {sent / release:.2f} | {hits}/{answers} | {max(walls):.2f} s | {max(walls) / lone[3][0]:.2f} | "
-                     f"{max(walls) / max(floor, lone[3][0]):.2f} | {statistics.median(walls):.2f} s | {failed} | {'yes' if all(c == 0 for c in codes) and same else 'NO'} |")
-        if n == max(sizes):
-            verdicts.append(f"{n} agents: the origin sent {sent / release:.2f} × the release (target ≤ 1.25: {'meets' if sent <= 1.25 * release else 'misses'} it); "
-                            f"the slowest agent took {max(walls) / lone[3][0]:.2f} × a lone agent (target ≤ 2: {'meets' if max(walls) <= 2 * lone[3][0] else 'misses'} it "
-                            f"on one machine), {max(walls) / max(floor, lone[3][0]):.2f} × the floor of {n} agents sharing {os.cpu_count()} cores.")
-    n = max(sizes)
-    sent, hits, answers, walls, failed, codes, same = fleet(n, kill_cache_at=int(release * n * 0.3))
-    verdicts.append(f"{n} agents, the cache killed once they held 30% of the release: every agent exit 0: "
-                    f"{'yes' if all(c == 0 for c in codes) and same else 'NO'}, {failed} failed files (target 0), the origin sent "
-                    f"{sent / release:.2f} × the release, the slowest agent {max(walls):.2f} s.")
+        cache = SiteCache(origin.url)
+        open(origin.log, "w").close()
+        r = fleet(n, f"remote = {origin.url}", cache.url, cache)
+        hits, answers = cache.hits()
+        cache.stop()
+        row("nginx", n, r, nginx_sent(origin.log), hits, answers, lone_wall)
+    cache = SiteCache(origin.url)
+    open(origin.log, "w").close()
+    r = fleet(most, f"remote = {origin.url}", cache.url, cache, kill_cache_at=int(release * most * 0.3))
+    cache.stop()
+    sent = nginx_sent(origin.log)
+    verdicts.append(f"nginx, {most} agents, the cache killed once they held 30% of the release: every agent exit 0 with every file right: "
+                    f"{'yes' if r['ok'] else 'NO'}, {r['failed']} failed files (target 0), the origin sent "
+                    f"{sent / release:.2f} × the release, the slowest agent {max(r['walls']):.2f} s.")
+    notes.append(f"Lone agent through the cold cache, nginx origin: {lone_wall:.2f} s; the origin sent {lone_sent / 1e6:,.1f} MB.")
+
+    # S3: the release pushed to a bucket anyone may read; the agents read it with credentials, the
+    # cache (at the bucket's path) without.
+    print("  S3 origin...", file=sys.stderr)
+    weed = Weed(BASE + "/fleet-weed", public=True)
+    try:
+        creds = BASE + "/fleet-s3-credentials"
+        open(creds, "w").write(f"[default]\naws_access_key_id = {weed.KEY}\naws_secret_access_key = {weed.SECRET}\n")
+        os.chmod(creds, 0o600)
+        subprocess.run(weed.rclone(["mkdir", ":s3:fleet"]), check=True, capture_output=True)
+        s3 = f"remote = s3://fleet/\ns3-endpoint = {weed.endpoint}\ns3-credentials = {creds}"
+        push = BASE + "/fleet-push.conf"
+        open(push, "w").write(f"[agent]\nstate = {BASE}/fleet-push-state\n\n[session up]\ndirection = push\n{s3}\nlocal = {www}\n")
+        shutil.rmtree(BASE + "/fleet-push-state", ignore_errors=True)
+        subprocess.run([ferry, "sync", "now", "--config", push, "--quiet"], check=True)
+        s3_lone_wall = None
+        for n in [1, most]:
+            cache = SiteCache(weed.endpoint)
+            r = fleet(n, s3, cache.url + "fleet/", cache)
+            hits, answers = cache.hits()
+            cache.stop()
+            sent = cache.from_origin() + from_origin_by_agents(r)
+            if n == 1:
+                s3_lone_wall = r["walls"][0]
+                notes.append(f"Lone agent through the cold cache, S3 origin: {s3_lone_wall:.2f} s; the origin sent {sent / 1e6:,.1f} MB.")
+            else:
+                row("S3", n, r, sent, hits, answers, s3_lone_wall)
+    finally:
+        weed.stop()
+
+    # A hostile mirror: the release in the objects layout (each file or piece an object named by
+    # its SHA-256) on the nginx origin, and the project's own test server serving a copy of it
+    # with every content object's bytes flipped, each body's bytes logged.
+    print("  hostile mirror...", file=sys.stderr)
     origin.stop()
-    lines.append(f"Lone agent through the cold cache: {lone[3][0]:.2f} s; the origin sent {lone[0] / 1e6:,.1f} MB.")
-    return [("fleet: agents behind a site cache", lines + [""] + verdicts, "text", None, None)]
+    objects = fresh(BASE + "/fleet-objects")
+    push = BASE + "/fleet-objects.conf"
+    open(push, "w").write(f"[agent]\nstate = {BASE}/fleet-objects-state\n\n[session up]\ndirection = push\nremote = file://{objects}/\n"
+                          f"local = {www}\nremote-layout = objects\n")
+    shutil.rmtree(BASE + "/fleet-objects-state", ignore_errors=True)
+    subprocess.run([ferry, "sync", "now", "--config", push, "--quiet"], check=True)
+    bad = BASE + "/fleet-hostile"
+    shutil.rmtree(bad, ignore_errors=True)
+    shutil.copytree(objects, bad)
+    bad_objects = {}
+    for d, _, fs in os.walk(bad + "/.ferry/data"):
+        for f in fs:
+            path = os.path.join(d, f)
+            with open(path, "r+b") as h:
+                size = os.path.getsize(path)
+                h.seek(size // 3)
+                byte = h.read(1)
+                h.seek(size // 3)
+                h.write(bytes([byte[0] ^ 0x10]))
+            bad_objects["/" + os.path.relpath(path, bad)] = size
+    log = BASE + "/fleet-hostile.jsonl"
+    faults = BASE + "/fleet-hostile-faults.json"
+    json.dump({"*": {"log_sent": True}}, open(faults, "w"))
+    open(log, "w").close()
+    port = free_port()
+    hostile = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "testserver.py"), "--port", str(port),
+                                "--directory", bad, "--log", log, "--faults", faults], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_port(port)
+    objects_origin = Nginx(objects, log=True)
+    objects_origin.log = objects_origin.dir + "/access.log"
+    try:
+        r = fleet(most, f"remote = {objects_origin.url}", f"http://127.0.0.1:{port}/")
+    finally:
+        objects_origin.stop()
+        hostile.terminate()
+        hostile.wait()
+    sent = nginx_sent(objects_origin.log)
+    bodies = [json.loads(line) for line in open(log) if '"sent_path"' in line]
+    bodies = [b for b in bodies if b["sent_path"] in bad_objects]
+    whole = sum(1 for b in bodies if b["sent"] >= bad_objects[b["sent_path"]])
+    demoted = sum(1 for s in r["served"] if any(v.get("demoted") for k, v in s.items() if k != "origin"))
+    lines.append(f"| nginx, a hostile mirror | {most} | {sent / 1e6:,.1f} MB | {sent / release:.2f} | | {max(r['walls']):.2f} s | | | "
+                 f"{statistics.median(r['walls']):.2f} s | {r['failed']} | {r['wrong']} | {'yes' if r['ok'] else 'NO'} |")
+    verdicts.append(f"nginx, {most} agents with a mirror that serves every content object wrong (the release in the objects layout): "
+                    f"{r['wrong']} wrong files (target 0), {r['failed']} failed files, the mirror demoted by {demoted} of {most} agents; it sent "
+                    f"{len(bodies)} object bodies ({sum(b['sent'] for b in bodies) / 1e6:.2f} MB), {whole} of them whole: "
+                    f"{whole / max(1, demoted):.2f} whole wrong objects per demotion (target ≤ 1; the rest were stopped in flight).")
+    shutil.rmtree(objects, ignore_errors=True)
+    shutil.rmtree(bad, ignore_errors=True)
+    return [("fleet: agents behind a site cache", lines + [""] + notes + [""] + verdicts, "text", None, None)]
 
 
 def make_workloads(root):
@@ -1166,12 +1308,16 @@ class Weed:
     KEY, SECRET = "BENCHKEY", "bench-secret"
     name = "weed"
 
-    def __init__(self, root):
-        self.root = root
+    def __init__(self, root, public=False):
+        """`public`: anyone may read (an `anonymous` identity), as a bucket a CDN or cache fronts."""
+        self.root, self.public = root, public
         self.dir = fresh(root)
         os.makedirs(self.dir + "/data")
-        open(self.dir + "/s3.json", "w").write('{"identities":[{"name":"bench","credentials":[{"accessKey":"%s","secretKey":"%s"}],'
-                                               '"actions":["Admin","Read","Write","List","Tagging"]}]}' % (self.KEY, self.SECRET))
+        identities = [{"name": "bench", "credentials": [{"accessKey": self.KEY, "secretKey": self.SECRET}],
+                       "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]
+        if public:
+            identities.append({"name": "anonymous", "actions": ["Read"]})
+        open(self.dir + "/s3.json", "w").write(json.dumps({"identities": identities}))
         self.port = free_port()
         self.ports = [self.port]
         args = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".venv", "bin", "weed"), "mini", f"-dir={self.dir}/data",
@@ -1197,7 +1343,7 @@ class Weed:
         deleted object's space comes back only when SeaweedFS compacts its volume), and 12 GiB of
         pushed copies make the next rows pay for the kernel reclaiming memory."""
         self.stop()
-        self.__init__(self.root)
+        self.__init__(self.root, self.public)
 
     def rclone(self, args):
         return ["rclone", "--config", "/dev/null"] + args + ["--s3-provider", "Other", "--s3-endpoint", self.endpoint, "--s3-access-key-id", self.KEY,

@@ -211,9 +211,10 @@ struct MirrorTests {
     }
 
     /// `files` pushed with `remote-layout = objects` (from `src`, with `push` lines added) into
-    /// `remote`, and a copy of it with every content object damaged, served by the project's own
+    /// `remote`, and a copy of it with every content object damaged (but those of a size
+    /// `intact` says), served by the project's own
     /// server with `faults(object path, size)` per object and every body's bytes logged.
-    static func hostileMirror(_ box: Sandbox, _ files: [String: Data], push: [String] = [],
+    static func hostileMirror(_ box: Sandbox, _ files: [String: Data], push: [String] = [], intact: (Int) -> Bool = { _ in false },
                               faults: (String, Int) -> [String: Any] = { _, _ in [:] }) throws -> (remote: String, mirror: PythonServer) {
         let src = box.directory + "/src", remote = box.directory + "/remote", bad = box.directory + "/bad"
         try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
@@ -226,8 +227,10 @@ struct MirrorTests {
         var table: [String: [String: Any]] = [:]
         for object in try FileManager.default.subpathsOfDirectory(atPath: bad + "/.ferry/data") where object.count > 3 {
             var data = try #require(FileManager.default.contents(atPath: bad + "/.ferry/data/" + object))
-            data[data.count / 3] ^= 0x10
-            try data.write(to: URL(fileURLWithPath: bad + "/.ferry/data/" + object))
+            if !intact(data.count) {
+                data[data.count / 3] ^= 0x10
+                try data.write(to: URL(fileURLWithPath: bad + "/.ferry/data/" + object))
+            }
             table["/.ferry/data/" + object] = faults("/.ferry/data/" + object, data.count).merging(["log_sent": true]) { a, _ in a }
         }
         let mirror = try PythonServer(directory: bad)
@@ -244,16 +247,37 @@ struct MirrorTests {
         return data("sent_path").map { ($0["sent_path"] as! String, $0["sent"] as? Int ?? 0) }
     }
 
+    /// Until a mirror has sent one file that verified, one file at a time comes from it, the
+    /// smallest first: a mirror whose every object is wrong is asked for one, however many
+    /// transfers the session runs, and demoted.
+    @Test func aMirrorsFirstFileComesAlone() throws {
+        let box = Sandbox("mirror-first-alone")
+        var files: [String: Data] = [:]
+        for i in 0..<6 { files["f\(i).bin"] = randomData(30_000 - 1_000 * i, seed: 70 + UInt64(i)) }
+        let (remote, mirror) = try Self.hostileMirror(box, files)
+        defer { mirror.stop() }
+        box.configure(remote: "file://\(remote)/", session: ["mirrors = \(mirror.url)", "session-transfers = 4"])
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        for (path, data) in files { #expect(FileManager.default.contents(atPath: box.localPath(path)) == data, "\(path)") }
+        let bodies = Self.objectBodies(mirror)
+        #expect(bodies.count == 1 && bodies.first?.sent == 25_000, "one object asked of it, the smallest: \(bodies)")
+        #expect(Self.served(run)[mirror.url]?.demoted?.contains("f5.bin") == true, "\(Self.served(run))")
+    }
+
     /// A mirror demoted while other files are still coming from it (`session-transfers = 4`):
     /// those downloads are stopped, not waited for and checked, so the demotion costs the one bad
-    /// object it took to see it. Here three 1.5 MB objects drip at 40 KB/s from the hostile
-    /// mirror while the small one comes at once and is wrong.
+    /// object it took to see it. Here the mirror sends the smallest file right (so it is trusted
+    /// with four at once), then three 1.5 MB objects dripping at 40 KB/s and a small one at once,
+    /// wrong.
     @Test func aDemotedMirrorsDownloadsInFlightAreStopped() throws {
         let box = Sandbox("mirror-demoted-inflight")
-        var files: [String: Data] = ["small.txt": randomData(20_000, seed: 50)]
+        var files: [String: Data] = ["first.txt": randomData(10_000, seed: 49), "small.txt": randomData(20_000, seed: 50)]
         for i in 0..<3 { files["large\(i).bin"] = randomData(1_500_000 + i, seed: 51 + UInt64(i)) }
         // Stored whole: each file one object.
-        let (remote, mirror) = try Self.hostileMirror(box, files, push: ["delta-min-size = 64MiB"]) { _, size in size > 1_000_000 ? ["rate": 40_000] : [:] }
+        let (remote, mirror) = try Self.hostileMirror(box, files, push: ["delta-min-size = 64MiB"], intact: { $0 == 10_000 }) { _, size in
+            size > 1_000_000 ? ["rate": 40_000] : [:]
+        }
         defer { mirror.stop() }
         box.configure(remote: "file://\(remote)/", session: ["mirrors = \(mirror.url)", "session-transfers = 4"])
         let run = box.sync(["--json"])
@@ -262,13 +286,13 @@ struct MirrorTests {
         let warnings = run.events(named: "warning").compactMap { $0["message"] as? String }.filter { $0.contains("mirror") }
         #expect(warnings.count == 1 && warnings[0].contains("sent wrong bytes for small.txt"), "said once: \(warnings)")
         #expect(Self.served(run)[mirror.url]?.demoted != nil)
-        // What left the mirror: the wrong object, and what was in flight beside it when it was
-        // seen (each drip starts with 16 KiB at once). Waited for, 4.5 MB.
+        // What left the mirror: the good object, the wrong one, and what was in flight beside it
+        // when it was seen (each drip starts with 16 KiB at once). Waited for, 4.5 MB.
         let bodies = Self.objectBodies(mirror)
         let sent = bodies.reduce(0) { $0 + $1.sent }
-        #expect(bodies.count == 4 && sent < 200_000, "the objects in flight were stopped once the mirror was demoted: \(bodies)")
-        let sources = run.events(named: "file-done").map { $0["source"] as? String ?? "" }
-        #expect(sources.count == files.count && sources.allSatisfy { $0 == "origin" }, "\(sources)")
+        #expect(bodies.count == 5 && sent < 200_000, "the objects in flight were stopped once the mirror was demoted: \(bodies)")
+        let sources = Dictionary(run.events(named: "file-done").map { ($0["path"] as? String ?? "", $0["source"] as? String ?? "") }) { a, _ in a }
+        #expect(sources.count == files.count && sources.allSatisfy { $0.value == ($0.key == "first.txt" ? mirror.url : "origin") }, "\(sources)")
     }
 
     /// A file stored as pieces, from a mirror whose pieces are all wrong: the first wrong piece

@@ -10,6 +10,9 @@ import FerryCore
 ///   there, longer after each failure in a row (1 s doubling up to a minute);
 /// - a mirror that sends wrong bytes (the hash does not match) is demoted: not used again this
 ///   run, said once.
+/// - until a mirror has sent one file that verified this run, one file at a time comes from it
+///   (the others wait for that one), so a mirror that sends wrong bytes costs one file before it is
+///   demoted, not one per transfer; the first file a run fetches is its smallest for that reason.
 /// The origin is never skipped: its failures follow the session's retry rules. What each source
 /// served, and how many requests it took, is counted for the run's summary, `status` and metrics.
 final class PullSources {
@@ -24,6 +27,9 @@ final class PullSources {
         /// Why it is not used again this run, once it is not.
         var demoted: String?
         var failuresInARow = 0
+        /// It sent a file that verified this run; until then one file at a time comes from it.
+        var proven = false
+        var inFlight = 0
         var restsUntil = 0.0
         var bytes: Int64 = 0
         var requests = 0
@@ -58,11 +64,22 @@ final class PullSources {
     var originIndex: Int { all.count - 1 }
 
     /// The source a file starts from: the first that neither rests nor was demoted and that
-    /// `skipping` (the sources that failed it this run) does not name; the origin otherwise.
-    func pick(skipping: Set<Int>, now: Double) -> Int {
-        all.indices.first { i in
+    /// `skipping` (the sources that failed it this run) does not name; the origin otherwise. Nil:
+    /// that source is a mirror still sending its first file, which the file waits for.
+    func pick(skipping: Set<Int>, now: Double) -> Int? {
+        let i = all.indices.first { i in
             all[i].isOrigin || (all[i].demoted == nil && all[i].restsUntil <= now && !skipping.contains(i))
         } ?? originIndex
+        return all[i].isOrigin || all[i].proven || all[i].inFlight == 0 ? i : nil
+    }
+
+    /// A file started from `source`.
+    func started(_ source: Int) { all[source].inFlight += 1 }
+
+    /// A file from `source` ended; `verified`: its bytes are the manifest's.
+    func ended(_ source: Int, verified: Bool) {
+        all[source].inFlight -= 1
+        if verified { all[source].proven = true }
     }
 
     /// An attempt at `source` moved `bytes` in `requests` requests.

@@ -75,7 +75,12 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     /// engine; returns when all have ended or the run must stop.
     func run(_ downloads: [Plan.Download], tasks: [TransferTask], engine: TransferEngine) {
         precondition(downloads.count == tasks.count, "a task for each download")
-        ready = ArraySlice(runnable(zip(downloads, tasks).map { Item(download: $0, task: $1) }))
+        var items = runnable(zip(downloads, tasks).map { Item(download: $0, task: $1) })
+        if sources.hasMirrors, let smallest = items.indices.min(by: { items[$0].download.entry.size ?? .max < items[$1].download.entry.size ?? .max }) {
+            // A mirror's first file is fetched alone (`PullSources.pick`): the smallest, so the others wait least.
+            items.swapAt(items.startIndex, smallest)
+        }
+        ready = ArraySlice(items)
         if (try? root.openStaging()) != nil {
             // Without it, each download opens its own partial and says why it cannot.
             committer.expect(ready.map(\.task.id))
@@ -112,11 +117,18 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     // MARK: TransferSource (called on the engine thread while `run` waits)
 
     override func next() -> TransferEngine.Next {
-        while let item = nextDue() {
-            if let download = start(item) { return .start(download) }
+        while let item = waitingForMirror.take() ?? nextDue() {
+            guard let source = sources.pick(skipping: item.skipped, now: stop.clock.monotonic()) else {
+                waitingForMirror = item
+                return .notYet
+            }
+            if let download = start(item, from: source) { return .start(download) }
         }
         return backingOff.isEmpty ? .none : .notYet
     }
+
+    /// The next file, waiting for a mirror's first file to verify (`PullSources.pick`).
+    private var waitingForMirror: Item?
 
     override func finished(_ batch: [(Transfer, TransferOutcome)]) {
         finish(batch.map { ($0.0 as! Download, $0.1) })
@@ -128,11 +140,11 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
 
     private var items: [Int64: Item] = [:]
 
-    private func start(_ item: Item) -> Download? {
+    private func start(_ item: Item, from source: Int) -> Download? {
         var item = item
         item.task.attempts += 1
         item.triesThisRun += 1
-        item.source = sources.pick(skipping: item.skipped, now: stop.clock.monotonic())
+        item.source = source
         let entry = item.download.entry
         let opened: (partial: PartialFile, stray: LocalEntry.Kind?)
         do throws(FerryError) {
@@ -156,6 +168,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                 let download = try makeDownload(item, into: partial)
                 download.onCheckpoint = { [unowned self] in self.checkpoint($0) }
                 items[item.task.id] = item
+                sources.started(source)
                 if item.triesThisRun == 1 { emit(.fileStarted(path: entry.path, size: entry.size, reason: item.download.reason)) }
                 if download.requestedOffset > 0 { emit(.fileResumed(path: entry.path, offset: download.requestedOffset)) }
                 return download
@@ -299,6 +312,11 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     private func finish(_ batch: [(Download, TransferOutcome)]) {
         for (download, outcome) in batch {
             let path = download.entry.path
+            if let item = items[download.task.id] {
+                var verified = false
+                if case .succeeded = outcome { verified = true }
+                sources.ended(item.source, verified: verified)
+            }
             if let reason = download.restartReason { emit(.fileRestarted(path: path, reason: reason)) }
             switch outcome {
             case .succeeded:
