@@ -1033,6 +1033,7 @@ def fleet_sections(ferry, runs):
     bad = BASE + "/fleet-hostile"
     shutil.rmtree(bad, ignore_errors=True)
     shutil.copytree(objects, bad)
+    # Each file, or each piece of one stored as pieces, is an object the agents ask for once.
     bad_objects = {}
     for d, _, fs in os.walk(bad + "/.ferry/data"):
         for f in fs:
@@ -1054,9 +1055,13 @@ def fleet_sections(ferry, runs):
     wait_port(port)
     objects_origin = Nginx(objects, log=True)
     objects_origin.log = objects_origin.dir + "/access.log"
+    cache = SiteCache(objects_origin.url)
     try:
-        r = fleet(most, f"remote = {objects_origin.url}", f"http://127.0.0.1:{port}/")
+        # The hostile mirror first, then the site cache: once it is demoted, the cache serves.
+        r = fleet(most, f"remote = {objects_origin.url}", f"http://127.0.0.1:{port}/ {cache.url}")
+        hits, answers = cache.hits()
     finally:
+        cache.stop()
         objects_origin.stop()
         hostile.terminate()
         hostile.wait()
@@ -1065,9 +1070,9 @@ def fleet_sections(ferry, runs):
     bodies = [b for b in bodies if b["sent_path"] in bad_objects]
     whole = sum(1 for b in bodies if b["sent"] >= bad_objects[b["sent_path"]])
     demoted = sum(1 for s in r["served"] if any(v.get("demoted") for k, v in s.items() if k != "origin"))
-    lines.append(f"| nginx, a hostile mirror | {most} | {sent / 1e6:,.1f} MB | {sent / release:.2f} | | {max(r['walls']):.2f} s | | | "
+    lines.append(f"| nginx, objects layout, a hostile mirror before the cache | {most} | {sent / 1e6:,.1f} MB | {sent / release:.2f} | {hits}/{answers} | {max(r['walls']):.2f} s | | | "
                  f"{statistics.median(r['walls']):.2f} s | {r['failed']} | {r['wrong']} | {'yes' if r['ok'] else 'NO'} |")
-    verdicts.append(f"nginx, {most} agents with a mirror that serves every content object wrong (the release in the objects layout): "
+    verdicts.append(f"nginx, {most} agents with a mirror that serves every content object wrong before the site cache (the release in the objects layout): "
                     f"{r['wrong']} wrong files (target 0), {r['failed']} failed files, the mirror demoted by {demoted} of {most} agents; it sent "
                     f"{len(bodies)} object bodies ({sum(b['sent'] for b in bodies) / 1e6:.2f} MB), {whole} of them whole: "
                     f"{whole / max(1, demoted):.2f} whole wrong objects per demotion (target ≤ 1; the rest were stopped in flight).")
