@@ -31,8 +31,8 @@ public enum ConfigLoader {
                     config.warnings.append("credentials file \(file) of session '\(session.name)' is readable by every user; run: chmod 600 \(file)")
                 }
             }
-            if let key = session.signKey, let warning = SigningKey.exposure(of: key, use: SigningKey.use(in: session)) {
-                config.warnings.append(warning)
+            for key in session.signKeys {
+                if let warning = SigningKey.exposure(of: key, use: SigningKey.use(in: session)) { config.warnings.append(warning) }
             }
         }
         return config

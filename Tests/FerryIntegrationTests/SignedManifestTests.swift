@@ -40,7 +40,7 @@ struct SignedManifestTests {
     /// before it is signed.
     static func signed(_ box: Sandbox, key: String, version: Int64, expires: Timestamp? = inAnHour(),
                        edit: (String) -> String = { $0 }) throws -> String {
-        let bytes = try SigningKey(file: key, use: "test").signManifest(Array(edit(rendered(version: version, expires: expires)).utf8))
+        let bytes = try SigningKey.sign(manifest: Array(edit(rendered(version: version, expires: expires)).utf8), with: [SigningKey(file: key, use: "test")])
         return String(decoding: bytes, as: UTF8.self)
     }
 
@@ -181,6 +181,86 @@ struct SignedManifestTests {
         #expect(treeSnapshot(box.local).count == 3)
     }
 
+    /// k-of-n (`trust-threshold`): with three trusted keys and a threshold of 2, a manifest one
+    /// of them signed is refused naming how many valid signatures it had, two signatures by the
+    /// same key count once, a foreign key's signature counts for nothing, and two trusted
+    /// signatures are taken. `manifest build --sign A --sign B` and a push with two sign-key
+    /// files make such manifests; an unchanged poll stands only while the threshold still holds.
+    @Test func twoOfThreeTrustedKeysMustSign() throws {
+        let box = Self.world("threshold")
+        var keys: [String] = [], publics: [String] = []
+        for name in ["k1", "k2", "k3", "foreign"] {
+            keys.append(box.directory + "/\(name).key")
+            publics.append(Self.generateKey(keys.last!))
+        }
+        let trusted = ["trusted-keys = \(publics[0]) \(publics[1]) \(publics[2])", "trust-threshold = 2"]
+        box.configure(remote: "file://" + box.published, session: trusted)
+        func signed(by which: [Int]) throws -> String {
+            let bytes = try SigningKey.sign(manifest: Array(Self.rendered(version: 10).utf8), with: which.map { try SigningKey(file: keys[$0], use: "test") })
+            return String(decoding: bytes, as: UTF8.self)
+        }
+        try box.writeManifest(signed(by: [0]))
+        try Self.expectNothingChanged(box, box.sync(), saying: "carries 1 valid signature by a trusted key (\(publics[0])), and session 'test' takes only manifests signed by 2 of its 3 trusted keys")
+        try box.writeManifest(signed(by: [0, 0]))
+        try Self.expectNothingChanged(box, box.sync(), saying: "carries 1 valid signature by a trusted key")
+        try box.writeManifest(signed(by: [1, 3]))
+        try Self.expectNothingChanged(box, box.sync(), saying: "carries 1 valid signature by a trusted key (\(publics[1]))")
+        // A second trusted signature altered after signing is no signature.
+        let altered = try signed(by: [0, 2])
+        let json = try JSONSerialization.jsonObject(with: Data(altered.utf8)) as! [String: Any]
+        let second = (json["signatures"] as! [[String: Any]])[1]["sig"] as! String
+        var sig = Array(Data(base64Encoded: second)!)
+        sig[0] ^= 1
+        try box.writeManifest(altered.replacingOccurrences(of: second, with: Data(sig).base64EncodedString()))
+        try Self.expectNothingChanged(box, box.sync(), saying: "carries 1 valid signature by a trusted key (\(publics[0]))")
+
+        try box.writeManifest(signed(by: [2, 3, 0]))
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(run.events(named: "manifest-fetched").first?["signed_by"] as? String == "\(publics[2]) \(publics[0])")
+        let status = try JSONSerialization.jsonObject(with: Data(box.status(["--json"]).stdout.utf8)) as? [String: Any]
+        let session = (status?["sessions"] as? [[String: Any]])?.first
+        #expect(session?["manifest_signers"] as? [String] == [publics[2], publics[0]], "\(String(describing: session))")
+        #expect(box.statusText(["-v"]).contains("signed by \(publics[2]) and \(publics[0])"), "\(box.statusText(["-v"]))")
+        // The manifest unchanged, but the config no longer trusts one of its two signers: not taken as it stands.
+        box.configure(remote: "file://" + box.published, session: ["trusted-keys = \(publics[0]) \(publics[1])", "trust-threshold = 2"])
+        let unchanged = box.sync()
+        #expect(unchanged.exitCode == 4 && unchanged.stderr.contains("carries 1 valid signature by a trusted key"), "\(unchanged.output)")
+
+        // manifest build with two keys.
+        box.configure(remote: "file://" + box.published, session: trusted)
+        let built = ferry(["manifest", "build", box.published, "--version", "11", "--sign", keys[1], "--sign", keys[2], "--json"])
+        #expect(built.exitCode == 0, "\(built.output)")
+        #expect(built.events(named: "manifest-built").first?["signed_by"] as? String == "\(publics[1]) \(publics[2])")
+        #expect(box.sync().exitCode == 0)
+        #expect(ferry(["manifest", "build", box.published, "--sign", keys[1], "--sign", keys[1]]).output.contains("names one key twice"))
+
+        // A push signing with two keys, pulled by a session that wants two.
+        let remote = box.directory + "/pushed", src = box.directory + "/src", dst = box.directory + "/dst"
+        try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+        try "pushed\n".writeReplacing(src + "/p.txt")
+        try """
+            [agent]
+            state = \(box.state)
+            [session up]
+            direction = push
+            remote = file://\(remote)
+            local = \(src)
+            sign-key = \(keys[0]) \(keys[1])
+            [session down]
+            remote = file://\(remote)
+            local = \(dst)
+            trusted-keys = \(publics[0]) \(publics[1]) \(publics[2])
+            trust-threshold = 2
+            """.writeReplacing(box.config)
+        #expect(ferry(["sync", "now", "--config", box.config, "--session", "up"]).exitCode == 0)
+        let pulled = ferry(["sync", "now", "--config", box.config, "--session", "down"])
+        #expect(pulled.exitCode == 0 && fileContents(dst + "/p.txt") == "pushed\n", "\(pulled.output)")
+        // Nothing changed: not published again while the same two keys sign.
+        let quiet = ferry(["sync", "now", "--config", box.config, "--session", "up", "--json"])
+        #expect(quiet.exitCode == 0 && quiet.events(named: "manifest-built").isEmpty, "\(quiet.stdout)")
+    }
+
     /// Rotation: trust the new key beside the old, sign with the new, then drop the old one; a
     /// manifest only the old key signed is then refused, even the one already taken.
     @Test func keysRotate() throws {
@@ -265,6 +345,13 @@ struct SignedManifestTests {
         box.configure(remote: "file://" + box.published, session: ["sign-key = /nonexistent.key"])
         let pullSigns = box.sync()
         #expect(pullSigns.exitCode == 2 && pullSigns.stderr.contains("key 'sign-key': applies to a push session"), "\(pullSigns.output)")
+        // A threshold needs trusted keys, and no more than they are.
+        let one = Self.generateKey(box.directory + "/one.key")
+        box.configure(remote: "file://" + box.published, session: ["trust-threshold = 2"])
+        #expect(box.sync().stderr.contains("key 'trust-threshold': applies to a session with trusted-keys"))
+        box.configure(remote: "file://" + box.published, session: ["trusted-keys = \(one)", "trust-threshold = 2"])
+        let unreachable = box.sync()
+        #expect(unreachable.exitCode == 2 && unreachable.stderr.contains("asks for 2 signatures, but trusted-keys lists 1 key"), "\(unreachable.output)")
         // A signing key others can read is said once, when the config is read.
         let key = box.directory + "/open.key"
         _ = Self.generateKey(key)

@@ -6,7 +6,7 @@ import FerryRuntime
 struct ManifestBuildCommand: Command {
     static let words = ["manifest", "build"]
     static let summary = "Write the manifest (path, size, SHA-256, mtime, mode of every file) for a directory."
-    static let usage = "manifest build DIR [--output F] [--version N [--allow-rollback]] [--sign KEY] [--expires D|never] [--format 1|2] [--grace D] [--delta-min-size SIZE|off] [--sha256sums] [--exclude PATTERN]... [--json] [--quiet|-q]"
+    static let usage = "manifest build DIR [--output F] [--version N [--allow-rollback]] [--sign KEY]... [--expires D|never] [--format 1|2] [--grace D] [--delta-min-size SIZE|off] [--sha256sums] [--exclude PATTERN]... [--json] [--quiet|-q]"
     static let details = """
         The manifest goes to DIR/manifest.json unless --output says otherwise; it never lists itself,
         .ferry/ or anything but regular files. Without --version, the version is one more than the
@@ -16,7 +16,8 @@ struct ManifestBuildCommand: Command {
         --allow-rollback says it is intended. Serve DIR (with the manifest) over HTTP(S), or point a
         session at it with a file:// remote. --sign KEY signs it with an Ed25519 key (ferry key
         generate makes one); mirrors whose session lists the key's public half in trusted-keys then
-        take only manifests that key signed. --expires D (like 7d) makes it expire D from now: a
+        take only manifests that key signed. Repeat --sign for several signatures: a session
+        with trust-threshold = N takes a manifest only when N of its trusted keys signed it. --expires D (like 7d) makes it expire D from now: a
         mirror refuses it after that, so an old manifest cannot be replayed forever, and a server
         stuck on one is noticed. A signed manifest expires in 7d unless --expires says otherwise
         (--expires never: no expiry, which mirrors with trusted-keys refuse unless their session
@@ -43,7 +44,7 @@ struct ManifestBuildCommand: Command {
     static let options = [OptionSpec("--output", value: "F", "where to write the manifest (default: DIR/manifest.json)"),
                           OptionSpec("--version", value: "N", "the manifest's version (default: previous + 1, at least the Unix time)"),
                           OptionSpec("--allow-rollback", "write a --version lower than the existing manifest's"),
-                          OptionSpec("--sign", value: "KEY", "sign it with this Ed25519 private key (PEM)"),
+                          OptionSpec("--sign", value: "KEY", repeatable: true, "sign it with this Ed25519 private key (PEM; repeat for more signatures)"),
                           OptionSpec("--expires", value: "D|never", "make it expire D from now (90m, 12h, 7d; with --sign the default is 7d)"),
                           OptionSpec("--format", value: "1|2", "2: a root and metadata objects under .ferry/meta/ (default); 1: one flat file"),
                           OptionSpec("--grace", value: "D", "format 2: keep objects no root names for D before removing them (default 1d)"),
@@ -58,7 +59,7 @@ struct ManifestBuildCommand: Command {
     let output: String?
     let version: Int64?
     let allowRollback: Bool
-    let sign: String?
+    let sign: [String]
     let expires: Double?
     let format: Int
     let grace: Double
@@ -83,7 +84,11 @@ struct ManifestBuildCommand: Command {
         if allowRollback && version == nil {
             throw .usage("ferry manifest build: --allow-rollback goes with --version N", hint: "see: ferry help manifest build")
         }
-        sign = arguments.value("--sign")
+        sign = arguments.all("--sign")
+        if Set(sign).count < sign.count { throw .usage("ferry manifest build: --sign names one key twice") }
+        if sign.count > ManifestEnvelope.maximumSignatures {
+            throw .usage("ferry manifest build: \(sign.count) --sign keys; a manifest carries at most \(ManifestEnvelope.maximumSignatures) signatures")
+        }
         if let text = arguments.value("--expires") {
             if text.lowercased() == "never" {
                 expires = nil
@@ -95,7 +100,7 @@ struct ManifestBuildCommand: Command {
             }
         } else {
             // A signed manifest's word stops counting after a while unless the publisher says otherwise.
-            expires = sign == nil ? nil : ManifestEnvelope.defaultLifetime
+            expires = sign.isEmpty ? nil : ManifestEnvelope.defaultLifetime
         }
         switch arguments.value("--format") {
         case nil, "2": format = 2
@@ -138,9 +143,9 @@ struct ManifestBuildCommand: Command {
         }
         let bars = mode == .human && Console.stderrIsTerminal ? ProgressBars(clock: clock) : nil
         // The key is read before anything is hashed: a wrong path fails at once.
-        let key = try sign.map { (file) throws(FerryError) -> SigningKey in try SigningKey(file: file, use: "--sign") }
+        let keys = try sign.map { (file) throws(FerryError) -> SigningKey in try SigningKey(file: file, use: "--sign") }
         let result = try ManifestBuilder(clock: clock).build(directory: directory, output: output, version: version,
-                                                 allowRollback: allowRollback, signingKey: key, expires: expires, format: format,
+                                                 allowRollback: allowRollback, signingKeys: keys, expires: expires, format: format,
                                                  grace: grace, sha256sums: sha256sums, filter: filter,
                                                  deltaMinimum: deltaMinimum) { done, total in
             var p = SyncProgress(session: "hashing")
@@ -151,13 +156,13 @@ struct ManifestBuildCommand: Command {
         bars?.clear()
         // Through the same event type and sink as a sync: one renderer for human and --json output.
         let reporter = SyncReporter(mode: mode, clock: clock)
-        if let sign, let warning = SigningKey.exposure(of: sign, use: "--sign") {
-            reporter.event(Event(time: clock.now(), session: "", body: .warning(message: warning)))
+        for file in sign {
+            if let warning = SigningKey.exposure(of: file, use: "--sign") { reporter.event(Event(time: clock.now(), session: "", body: .warning(message: warning))) }
         }
         for w in result.warnings { reporter.event(Event(time: clock.now(), session: "", body: .warning(message: w))) }
         reporter.event(Event(time: clock.now(), session: "", body: .manifestBuilt(output: result.output, version: result.version,
                                                                                     files: result.files, bytes: result.bytes,
-                                                                                    signedBy: key?.publicKey.description,
+                                                                                    signedBy: keys.isEmpty ? nil : keys.map(\.publicKey.description).joined(separator: " "),
                                                                                     sha256sums: result.sha256sums)))
         return .inSync
     }

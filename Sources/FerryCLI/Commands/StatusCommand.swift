@@ -31,7 +31,8 @@ struct StatusCommand: Command {
         --json prints one object {"sessions":[...]}, one member per session, bounded the same way:
           name, direction, remote, local, state, state_detail, running_pid, seconds_left, deadline,
           agent_pid, next_poll, held_for, last_run_started, last_run_finished, last_exit_code,
-          last_message, last_poll_ok, manifest_version, manifest_signer, manifest_expires, and for
+          last_message, last_poll_ok, manifest_version, manifest_signers (the keys whose signatures
+          it was taken on), manifest_signer (the first of them), manifest_expires, and for
           generations: generation, generations_kept, generation_building;
           task_counts: {"queued":N,"running":N,"done":N,"failed":N,"waiting":N,"suspended":N,"delayed":N};
           running_tasks: up to 10 running tasks; running_tasks_omitted: how many more;
@@ -329,7 +330,7 @@ struct StatusCommand: Command {
         if let r, r.manifestVersion != nil || r.manifestSigner != nil {
             var text = r.manifestVersion.map { "v\($0)" } ?? "unversioned"
             if let files = r.manifestFiles { text += ", " + Units.formatCount(files) + " " + Plural.noun(files, "file") }
-            if let signer = r.manifestSigner { text += ", signed by \(signer)" }
+            if !r.manifestSigners.isEmpty { text += ", signed by \(r.manifestSigners.map(\.description).joined(separator: " and "))" }
             if let expires = r.manifestExpires { text += ", expires \(LocalTime.text(expires))" }
             out.add("manifest", text, maxLines: 2)
         }
@@ -445,6 +446,7 @@ struct StatusCommand: Command {
             f.append("\"deadline\":" + (r?.deadline.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"manifest_version\":" + (r?.manifestVersion.map(String.init) ?? "null"))
             f.append("\"manifest_signer\":" + (r?.manifestSigner.map { JSONText.quote($0.description) } ?? "null"))
+            f.append("\"manifest_signers\":[" + (r?.manifestSigners ?? []).map { JSONText.quote($0.description) }.joined(separator: ",") + "]")
             f.append("\"manifest_expires\":" + (r?.manifestExpires.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"last_run_started\":" + (r?.lastRunStarted.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"last_run_finished\":" + (r?.lastRunFinished.map { JSONText.quote($0.rfc3339) } ?? "null"))

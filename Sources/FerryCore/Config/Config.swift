@@ -258,8 +258,10 @@ public struct SessionConfig: Sendable, Equatable {
     /// Pull, with `trusted-keys`: a manifest without `expires` is refused (a server frozen on one
     /// signed manifest would otherwise go unnoticed for ever).
     public var requireExpiry = true
-    /// Push: the Ed25519 private key (PEM file) that signs what is published.
-    public var signKey: String?
+    /// Pull, with `trusted-keys`: how many of them must have signed a manifest (`trust-threshold`).
+    public var trustThreshold = 1
+    /// Push: the Ed25519 private keys (PEM files) that each sign what is published (`sign-key`).
+    public var signKeys: [String] = []
     /// Push: how long a published manifest stays valid (its `expires`), in seconds; with `sign-key`
     /// `ManifestEnvelope.defaultLifetime` unless `expires = never`.
     public var expires: Double?

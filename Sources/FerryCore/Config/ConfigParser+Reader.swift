@@ -118,7 +118,7 @@ extension ConfigParser {
             }
             try readDiscretion(&session)
             try checkDirection(session)
-            if session.signKey != nil && section.find("expires") == nil {
+            if !session.signKeys.isEmpty && section.find("expires") == nil {
                 // What a signed manifest says stops counting after a while, unless told otherwise.
                 session.expires = ManifestEnvelope.defaultLifetime
             }
@@ -272,7 +272,17 @@ extension ConfigParser {
                     if !session.trustedKeys.contains(key) { session.trustedKeys.append(key) }
                 }
             case "require-expiry": session.requireExpiry = try bool(line)
-            case "sign-key": session.signKey = try path(line)
+            case "trust-threshold": session.trustThreshold = try integer(line, in: 1...ManifestEnvelope.maximumSignatures)
+            case "sign-key":
+                // Several keys, separated by spaces: each signs (for mirrors with a trust-threshold).
+                for word in line.value.split(whereSeparator: { $0 == " " || $0 == "\t" }) {
+                    let file = try path(Line(number: line.number, key: line.key, value: String(word)))
+                    if session.signKeys.contains(file) { throw fail(line, "names \(word) twice") }
+                    session.signKeys.append(file)
+                }
+                if session.signKeys.count > ManifestEnvelope.maximumSignatures {
+                    throw fail(line, "names \(session.signKeys.count) keys; a manifest carries at most \(ManifestEnvelope.maximumSignatures) signatures")
+                }
             case "expires": session.expires = line.value.lowercased() == "never" ? nil : try duration(line, minimum: 60)
             // `metadata-grace`: its name before content objects (remote-layout = objects) shared it.
             case "object-grace", "metadata-grace": session.objectGrace = try duration(line, minimum: 0)
@@ -327,6 +337,14 @@ extension ConfigParser {
 
         /// Keys that apply to one direction only, and the defaults that follow from others.
         private func checkDirection(_ session: SessionConfig) throws(FerryError) {
+            if session.trustedKeys.isEmpty, session.direction == .pull, let line = section.find("trust-threshold") {
+                throw fail(line, "applies to a session with trusted-keys: it says how many of them must have signed",
+                           hint: "add trusted-keys, or remove this line")
+            }
+            if session.trustThreshold > session.trustedKeys.count, let line = section.find("trust-threshold") {
+                throw fail(line, "asks for \(session.trustThreshold) signatures, but trusted-keys lists \(Plural.count(session.trustedKeys.count, "key")): no manifest could be taken",
+                           hint: "list at least \(session.trustThreshold) keys in trusted-keys, or lower trust-threshold")
+            }
             if session.trustedKeys.isEmpty, session.direction == .pull, let line = section.find("require-expiry") {
                 throw fail(line, "applies to a session with trusted-keys: only a signed manifest's expiry can be relied on",
                            hint: "remove this line, or add trusted-keys")

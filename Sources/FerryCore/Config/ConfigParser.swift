@@ -16,13 +16,13 @@ public enum ConfigParser {
         "on-file-done", "on-session-done", "hook-timeout", "verify-interval",
         "discretionary", "window", "require-ac-power", "require-unmetered", "max-load", "min-free-space", "bwlimit", "priority",
         "conflict", "verify-uploads", "upload-part-size",
-        "trusted-keys", "require-expiry", "sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions",
+        "trusted-keys", "trust-threshold", "require-expiry", "sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions",
         "layout", "keep-generations", "exclude", "include", "delta", "delta-min-size", "seed", "mirrors",
     ]
     /// Keys about what a push publishes.
     static let pushKeys = ["verify-uploads", "sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions", "delta-min-size"]
     /// Keys about how a pull keeps its mirror.
-    static let pullKeys = ["layout", "keep-generations", "require-expiry", "delta", "seed", "mirrors"]
+    static let pullKeys = ["layout", "keep-generations", "require-expiry", "trust-threshold", "delta", "seed", "mirrors"]
     /// Keys whose value is a command line, split into words by `HookCommand` (quotes and all).
     static let hookKeys: Set<String> = ["on-file-done", "on-session-done"]
     /// The conditions of a discretionary session: set only with `discretionary = yes`.

@@ -105,7 +105,8 @@ public enum ConfigText {
         case "upload-part-size": return shown(size(s.uploadPartSize))
         case "trusted-keys": return shown(s.trustedKeys.isEmpty ? nil : s.trustedKeys.map(\.description).joined(separator: " "), unset: "signatures are not required")
         case "require-expiry": return shown(yes(s.requireExpiry))
-        case "sign-key": return shown(s.signKey, unset: "unsigned")
+        case "trust-threshold": return shown(String(s.trustThreshold))
+        case "sign-key": return shown(s.signKeys.isEmpty ? nil : s.signKeys.joined(separator: " "), unset: "unsigned")
         case "expires": return shown(s.expires.map(duration), unset: "never")
         case "object-grace": return shown(duration(s.objectGrace))
         case "remote-layout": return shown(s.remoteLayout.rawValue)
@@ -124,7 +125,7 @@ public enum ConfigText {
         if key == "metadata-grace" { return false }  // the old name of object-grace
         if key == "upload-part-size" || key == "conflict" { return s.direction == .push }
         if ConfigParser.pushKeys.contains(key) { return s.direction == .push }
-        if key == "require-expiry" { return s.direction == .pull && !s.trustedKeys.isEmpty }
+        if key == "require-expiry" || key == "trust-threshold" { return s.direction == .pull && !s.trustedKeys.isEmpty }
         if ConfigParser.pullKeys.contains(key) || key == "trusted-keys" { return s.direction == .pull }
         if ConfigParser.discretionKeys.contains(key) { return s.discretion != nil }
         if ConfigKey.transport.contains(key) { return s.remote.backend.transportKeys.contains(key) }

@@ -62,7 +62,15 @@ public struct Manifest: Sendable {
     /// envelope may carry valid signatures by keys nobody trusts, in any order); without, the
     /// first signature that verified, which vouches for nothing (signatures are informational).
     public func signer(trusting trusted: [PublicKey]) -> PublicKey? {
-        signatures.first { $0.check == .valid && (trusted.isEmpty || trusted.contains($0.key)) }?.key
+        signers(trusting: trusted).first
+    }
+
+    /// Each key whose signature verified, once, in the order they are carried: with `trusted`
+    /// keys, only those (what `trust-threshold` counts); without, any.
+    public func signers(trusting trusted: [PublicKey]) -> [PublicKey] {
+        var out: [PublicKey] = []
+        for s in signatures where s.check == .valid && (trusted.isEmpty || trusted.contains(s.key)) && !out.contains(s.key) { out.append(s.key) }
+        return out
     }
 
     /// Sorts `entries` when they are not in path order; they must not list a path twice.

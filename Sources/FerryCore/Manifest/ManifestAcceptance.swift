@@ -15,10 +15,13 @@ public struct ManifestAcceptance: Sendable {
     public var trustedKeys: [PublicKey]
     /// `require-expiry`: with `trusted-keys`, a manifest without `expires` is refused.
     public var requireExpiry: Bool
+    /// `trust-threshold`: how many of `trustedKeys` must have signed (each counted once).
+    public var threshold: Int
 
     public init(session: String, now: Timestamp, appliedVersion: Int64?, localFiles: Int, allowRollback: Bool, allowEmpty: Bool,
-                trustedKeys: [PublicKey] = [], requireExpiry: Bool = true) {
+                trustedKeys: [PublicKey] = [], threshold: Int = 1, requireExpiry: Bool = true) {
         self.trustedKeys = trustedKeys
+        self.threshold = threshold
         self.requireExpiry = requireExpiry
         self.session = session
         self.now = now
@@ -49,13 +52,19 @@ public struct ManifestAcceptance: Sendable {
         }
     }
 
-    /// With `trusted-keys`, a manifest is taken only with a signature by one of them that verifies
-    /// over the signed bytes (design.md, "Signed manifests"); without, signatures are informational.
+    /// With `trusted-keys`, a manifest is taken only with signatures by `threshold` of them (one
+    /// by default) that verify over the signed bytes (design.md, "Signed manifests"); without,
+    /// signatures are informational.
     public func checkSignature(_ manifest: Manifest, source: String) throws(FerryError) {
         guard !trustedKeys.isEmpty else { return }
         let trusted = Set(trustedKeys)
         let keys = "'\(session)' trusts \(trustedKeys.map(\.description).joined(separator: ", "))"
-        if manifest.signer(trusting: trustedKeys) != nil { return }
+        let signers = manifest.signers(trusting: trustedKeys)
+        if signers.count >= threshold { return }
+        if !signers.isEmpty {
+            throw .manifest("manifest \(source) carries \(Plural.count(signers.count, "valid signature")) by a trusted key (\(signers.map(\.description).joined(separator: ", "))), and session '\(session)' takes only manifests signed by \(threshold) of its \(trustedKeys.count) trusted keys: refused, nothing was changed",
+                            hint: "the publisher must sign it with \(threshold - signers.count) more of them (ferry manifest build --sign A --sign B, or several sign-key files in the push session), or lower trust-threshold of session '\(session)'")
+        }
         if manifest.signatures.isEmpty {
             throw .manifest("manifest \(source) is not signed, and session \(keys): refused, nothing was changed",
                             hint: "sign it where it is published (ferry manifest build --sign KEY, or sign-key in the push session), or remove trusted-keys from session '\(session)'")
@@ -64,8 +73,8 @@ public struct ManifestAcceptance: Sendable {
             throw .manifest("manifest \(source) carries a signature by the trusted key \(broken.key) that does not match its content: it was changed after it was signed (or damaged on the way); refused, nothing was changed",
                             hint: "publish it again from the publisher that holds the key; if it keeps failing, someone between the publisher and this machine is altering it")
         }
-        let signers = manifest.signatures.map(\.key.description).joined(separator: ", ")
-        throw .manifest("manifest \(source) is signed by \(signers), which session \(keys) does not trust: refused, nothing was changed",
+        let others = manifest.signatures.map(\.key.description).joined(separator: ", ")
+        throw .manifest("manifest \(source) is signed by \(others), which session \(keys) does not trust: refused, nothing was changed",
                         hint: "if the publisher moved to a new key, add it to trusted-keys of session '\(session)' (keep the old one until every publisher signs with the new); if not, the manifest is not your publisher's")
     }
 }

@@ -31,9 +31,9 @@ public struct ManifestBuilder {
 
     public init(clock: any Clock) { self.clock = clock }
 
-    /// `signingKey`: sign the manifest (`ManifestEnvelope`); `expires`: seconds from now it stays valid.
+    /// `signingKeys`: each signs the manifest (`ManifestEnvelope`); `expires`: seconds from now it stays valid.
     public func build(directory: String, output: String?, version explicitVersion: Int64?, allowRollback: Bool = false,
-                      signingKey: SigningKey? = nil, expires: Double? = nil, format: Int = 2, grace: Double = ManifestBuilder.defaultGrace,
+                      signingKeys: [SigningKey] = [], expires: Double? = nil, format: Int = 2, grace: Double = ManifestBuilder.defaultGrace,
                       sha256sums: Bool = false, filter: PathFilter = PathFilter(), deltaMinimum: Int64? = ManifestBuilder.defaultDeltaMinimum,
                       progress: (Int, Int) -> Void = { _, _ in }) throws(FerryError) -> Result {
         let outputPath = output ?? directory + "/manifest.json"
@@ -101,7 +101,7 @@ public struct ManifestBuilder {
             total += size
             progress(i + 1, files.count)
         }
-        let manifest = try Manifests.publishable(version: version, entries: entries, lifetime: expires, key: signingKey, format: format, now: clock.now())
+        let manifest = try Manifests.publishable(version: version, entries: entries, lifetime: expires, keys: signingKeys, format: format, now: clock.now())
         let objects = ManifestTree.objectDirectory(beside: outputPath)
         var written = 0
         if let tree = manifest.tree {

@@ -193,8 +193,8 @@ extension StateStore {
             PRIMARY KEY (task, number)
         ) WITHOUT ROWID;
         """,
-        // 11: the key whose signature vouched for the manifest last applied or published
-        // (`ed25519:BASE64`; NULL: unsigned), for status, and so that an unchanged poll after
+        // 11: the keys whose signatures vouched for the manifest last applied or published
+        // (`ed25519:BASE64`, separated by spaces; NULL: unsigned), for status, and so that an unchanged poll after
         // trusted-keys dropped that key does not stand for an accepted manifest; and when that
         // manifest expires, so a push re-issues it in time without parsing it.
         """

@@ -29,8 +29,10 @@ public struct SessionRecord: Sendable {
     public var heldFor: String?
     /// How many files the manifest last applied lists.
     public var manifestFiles: Int?
-    /// The key that signed the manifest last applied or published (nil: unsigned).
-    public var manifestSigner: PublicKey?
+    /// The keys whose signatures vouched for the manifest last applied or published (empty: unsigned).
+    public var manifestSigners: [PublicKey] = []
+    /// The first of them, as status shows it.
+    public var manifestSigner: PublicKey? { manifestSigners.first }
     /// When that manifest expires, if it says.
     public var manifestExpires: Timestamp?
     /// Bytes the last run moved over the network, and took from local data (a delta).
@@ -100,7 +102,7 @@ public final class StateStore {
             lastMessage: s.text(7), runningPID: s.isNull(8) ? nil : Int32(s.int(8)), deadline: s.text(9).flatMap(Timestamp.init(rfc3339:)),
             agentPID: s.isNull(10) ? nil : Int32(s.int(10)), agentState: s.text(11), nextPoll: s.text(12).flatMap(Timestamp.init(rfc3339:)),
             lastPollOK: s.text(13).flatMap(Timestamp.init(rfc3339:)), heldFor: s.text(14), manifestFiles: s.isNull(15) ? nil : Int(s.int(15)),
-            manifestSigner: s.text(16).flatMap(PublicKey.init(text:)), manifestExpires: s.text(17).flatMap(Timestamp.init(rfc3339:)),
+            manifestSigners: (s.text(16) ?? "").split(separator: " ").compactMap { PublicKey(text: String($0)) }, manifestExpires: s.text(17).flatMap(Timestamp.init(rfc3339:)),
             lastFetched: s.isNull(18) ? nil : s.int(18), lastReused: s.isNull(19) ? nil : s.int(19),
             lastSources: s.text(20).map(SourceCount.parse) ?? [])
     }
@@ -129,13 +131,13 @@ public final class StateStore {
     }
 
     public func saveManifest(session: String, url: String, etag: String?, lastModified: String?, version: Int64?, files: Int,
-                             signer: PublicKey?, expires: Timestamp?) throws(FerryError) {
+                             signers: [PublicKey], expires: Timestamp?) throws(FerryError) {
         try ensureSession(session)
         try db.prepare("""
             UPDATE sessions SET manifest_url = ?, manifest_etag = ?, manifest_last_modified = ?, manifest_version = ?, manifest_files = ?,
                                 manifest_signer = ?, manifest_expires = ? WHERE name = ?
             """)
-            .bind(.text(url), .optional(etag), .optional(lastModified), .optional(version), .int(Int64(files)), .optional(signer?.description),
+            .bind(.text(url), .optional(etag), .optional(lastModified), .optional(version), .int(Int64(files)), .optional(signers.isEmpty ? nil : signers.map(\.description).joined(separator: " ")),
                   .optional(expires?.rfc3339), .text(session)).run()
     }
 

@@ -125,9 +125,12 @@ public final class SigningKey: @unchecked Sendable {
         return signature
     }
 
-    /// `manifest`, rendered, wrapped in a signed envelope (`ManifestEnvelope`).
-    public func signManifest(_ manifest: [UInt8]) throws(FerryError) -> [UInt8] {
-        ManifestEnvelope.wrap(manifest, signatures: [(publicKey, try sign(ManifestEnvelope.signedBytes(of: manifest)))])
+    /// `manifest`, rendered, wrapped in a signed envelope (`ManifestEnvelope`) with a signature by each of `keys`.
+    public static func sign(manifest: [UInt8], with keys: [SigningKey]) throws(FerryError) -> [UInt8] {
+        let message = ManifestEnvelope.signedBytes(of: manifest)
+        var signatures: [(key: PublicKey, signature: [UInt8])] = []
+        for key in keys { signatures.append((key.publicKey, try key.sign(message))) }
+        return ManifestEnvelope.wrap(manifest, signatures: signatures)
     }
 }
 
@@ -139,9 +142,10 @@ public enum Manifests {
     }
 
     /// A manifest as `manifest build` and a push publish it: generated `now`, expiring `lifetime`
-    /// seconds later when one is given, signed by `key` when one is given; format 2 (a root
+    /// seconds later when one is given, signed by `keys` when any are given; format 2 (a root
     /// and the tree of objects it names) unless `format` is 1. `entries` are in path order.
-    static func publishable(version: Int64, entries: [ManifestEntry], lifetime: Double?, key: SigningKey?,
+    /// Signed by each of `keys`.
+    static func publishable(version: Int64, entries: [ManifestEntry], lifetime: Double?, keys: [SigningKey],
                             format: Int = 2, layout: RemoteLayout = .tree, now: Timestamp) throws(FerryError) -> (bytes: [UInt8], expires: Timestamp?, tree: ManifestTree.Built?) {
         let expires = lifetime.map { Timestamp(seconds: now.seconds + Int64($0)) }
         var tree: ManifestTree.Built?
@@ -154,6 +158,6 @@ public enum Manifests {
             tree = built
             text = Array(ManifestWriter.renderRoot(version: version, generated: now, expires: expires, layout: layout, tree: built.root).utf8)
         }
-        return (try key.map { (key) throws(FerryError) in try key.signManifest(text) } ?? text, expires, tree)
+        return (keys.isEmpty ? text : try SigningKey.sign(manifest: text, with: keys), expires, tree)
     }
 }

@@ -27,18 +27,21 @@ extension PullSync {
         ManifestAcceptance(session: session.name, now: clock.now(),
                            appliedVersion: record?.manifestURL == session.manifestURL ? record?.manifestVersion : nil,
                            localFiles: localFiles, allowRollback: session.allowRollback, allowEmpty: session.allowEmpty,
-                           trustedKeys: session.trustedKeys, requireExpiry: session.requireExpiry)
+                           trustedKeys: session.trustedKeys, threshold: session.trustThreshold, requireExpiry: session.requireExpiry)
     }
 
     /// Whether the manifest last taken (as the state records it) would still be taken as it is:
-    /// signed by a key `trusted-keys` still lists (when it lists any), with an expiry when the
-    /// session requires one, and not expired.
+    /// signed by as many keys `trusted-keys` still lists as `trust-threshold` asks (when it lists
+    /// any), with an expiry when the session requires one, and not expired.
     func stillTrusted(_ record: SessionRecord?) -> Bool {
         if let expires = record?.manifestExpires, expires < clock.now() { return false }
         guard !session.trustedKeys.isEmpty else { return true }
         if session.requireExpiry && record?.manifestExpires == nil { return false }
-        return record?.manifestSigner.map(session.trustedKeys.contains) ?? false
+        return (record?.manifestSigners ?? []).filter(session.trustedKeys.contains).count >= session.trustThreshold
     }
+
+    /// Keys as events name them: separated by spaces (nil: none).
+    static func named(_ keys: [PublicKey]) -> String? { keys.isEmpty ? nil : keys.map(\.description).joined(separator: " ") }
 
     /// Asks the remote for the manifest, conditionally when the cache holds the last one. When the
     /// remote cannot be had for a reason that may pass (unreachable, a server error) and the

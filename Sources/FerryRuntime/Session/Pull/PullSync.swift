@@ -103,7 +103,7 @@ final class PullSync: SessionWork {
                 var files = record?.manifestFiles ?? 0
                 if record?.manifestFiles == nil { files = try store.hashCacheCount(session: session.name) }
                 emit(.manifestFetched(url: url, version: record?.manifestVersion, files: files, unchanged: true,
-                                      signedBy: record?.manifestSigner?.description))
+                                      signedBy: Self.named(record?.manifestSigners ?? [])))
                 return nil
             }
             early = answer
@@ -154,10 +154,10 @@ final class PullSync: SessionWork {
             try manifests.commit(staged: accepted)
             staged = nil
             try store.saveManifest(session: session.name, url: url, etag: fetched.etag, lastModified: fetched.lastModified, version: manifest.version,
-                                  files: manifest.entries.count, signer: manifest.signer(trusting: session.trustedKeys), expires: manifest.expires)
+                                  files: manifest.entries.count, signers: manifest.signers(trusting: session.trustedKeys), expires: manifest.expires)
         }
         emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: !fetched.changed,
-                              signedBy: manifest.signer(trusting: session.trustedKeys)?.description, metadataBytes: fetched.metadataBytes,
+                              signedBy: Self.named(manifest.signers(trusting: session.trustedKeys)), metadataBytes: fetched.metadataBytes,
                               redirectedTo: fetched.redirectedTo))
         return locate
     }

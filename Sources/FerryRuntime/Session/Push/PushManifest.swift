@@ -10,8 +10,9 @@ extension PushSync {
     /// expires within half of `expires` (or says no expiry when the session wants one).
     func reissueReason(_ record: SessionRecord?) -> String? {
         guard let record, record.manifestVersion != nil else { return nil }
-        if record.manifestSigner != signingKey?.publicKey {
-            return signingKey.map { "is not signed by sign-key (\($0.publicKey))" } ?? "is signed, and the session no longer signs"
+        let keys = signingKeys.map(\.publicKey)
+        if record.manifestSigners != keys {
+            return keys.isEmpty ? "is signed, and the session no longer signs" : "is not signed by sign-key (\(keys.map(\.description).joined(separator: ", ")))"
         }
         if let lifetime = session.expires {
             guard let at = record.manifestExpires else { return "carries no expiry" }
@@ -50,7 +51,7 @@ extension PushSync {
     /// Writes `bytes` as the remote's manifest and remembers it; false when the remote no longer
     /// holds the manifest this run read (`publishCondition`). When the write fails, the remote is
     /// asked once: holding these very bytes, it was published (the answer was lost).
-    func writeManifest(_ bytes: [UInt8], version: Int64, files: Int, signer: PublicKey?, expires: Timestamp?, writer: RemoteWriting,
+    func writeManifest(_ bytes: [UInt8], version: Int64, files: Int, signers: [PublicKey], expires: Timestamp?, writer: RemoteWriting,
                        remote: Remote, store: StateStore) throws(FerryError) -> Bool {
         let manifests = self.manifests
         try manifests.beginPublishing(bytes)
@@ -63,13 +64,13 @@ extension PushSync {
             guard case let .fetched(now, _, _, _)? = manifests.now(from: remote), now == bytes else { throw error }
             emit(.warning(message: "publishing version \(version) got no answer (\(error.message)), but the remote holds it: published"))
         }
-        try remember(published: bytes, version: version, files: files, signer: signer, expires: expires, remote: remote, store: store)
+        try remember(published: bytes, version: version, files: files, signers: signers, expires: expires, remote: remote, store: store)
         return true
     }
 
     /// Keeps what was just published, and the remote's validators for it, so the next run can
     /// tell whether someone else changed the remote meanwhile.
-    func remember(published bytes: [UInt8], version: Int64?, files: Int, signer: PublicKey?, expires: Timestamp?, remote: Remote,
+    func remember(published bytes: [UInt8], version: Int64?, files: Int, signers: [PublicKey], expires: Timestamp?, remote: Remote,
                           store: StateStore) throws(FerryError) {
         let manifests = self.manifests
         try manifests.keep(bytes)
@@ -83,7 +84,7 @@ extension PushSync {
             }
         }
         try store.saveManifest(session: session.name, url: session.manifestURL, etag: etag, lastModified: lastModified, version: version, files: files,
-                               signer: signer, expires: expires)
+                               signers: signers, expires: expires)
     }
 
     /// The remote's manifest now; the paths it says differently from the manifest this session
@@ -119,7 +120,7 @@ extension PushSync {
                 if pending == bytes, let mine = try? manifests.read(bytes, source: url, objects: objects).manifest {
                     // This session published it; the answer was lost (a reset, kill -9).
                     emit(.warning(message: "the remote holds version \(mine.version.map(String.init) ?? "?") that an earlier run published without learning it had: taken as published"))
-                    try remember(published: bytes, version: mine.version, files: mine.entries.count, signer: mine.signer(trusting: signingKey.map { [$0.publicKey] } ?? []), expires: mine.expires,
+                    try remember(published: bytes, version: mine.version, files: mine.entries.count, signers: mine.signers(trusting: signingKeys.map(\.publicKey)), expires: mine.expires,
                                  remote: remote, store: store)
                     return (mine, [], mine.version)
                 }

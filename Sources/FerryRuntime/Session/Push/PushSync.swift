@@ -27,7 +27,7 @@ import FerryCore
 /// Plain WebDAV cannot continue a PUT: an interrupted upload starts again from zero.
 final class PushSync: SessionWork {
     /// `sign-key`, read at the start of each cycle.
-    var signingKey: SigningKey?
+    var signingKeys: [SigningKey] = []
     /// The remote's manifest as this run read it (`remoteState`), to publish over only that.
     var seen: Seen?
     /// How the metadata objects this run wrote were verified.
@@ -39,7 +39,7 @@ final class PushSync: SessionWork {
         defer { withExtendedLifetime(publishing) {} }
         // The key that signs what this run publishes: read before anything is sent, so a key that
         // cannot be read stops the run at once.
-        signingKey = try session.signKey.map { (file) throws(FerryError) -> SigningKey in
+        signingKeys = try session.signKeys.map { (file) throws(FerryError) -> SigningKey in
             try SigningKey(file: file, use: SigningKey.use(in: session))
         }
         guard let observed = try observe(remote: remote, writer: writer, store: store, result: &result) else { return }
@@ -421,7 +421,7 @@ final class PushSync: SessionWork {
         let objects = manifests.objects(remote: remote)
         let indexes = indexed(entries, published: published, pieces: sent.pieces, objects: objects, root: observed.scan.root)
         let entries = indexes.entries
-        let (text, expires, tree) = try Manifests.publishable(version: version, entries: entries, lifetime: session.expires, key: signingKey,
+        let (text, expires, tree) = try Manifests.publishable(version: version, entries: entries, lifetime: session.expires, keys: signingKeys,
                                                               layout: layout, now: clock.now())
         if let tree { try sendObjects(tree.objects + indexes.new, objects: objects, writer: writer) }
         sayVerified(sent.transfers.verifications.merging(objectVerifications, uniquingKeysWith: +))
@@ -433,7 +433,7 @@ final class PushSync: SessionWork {
         var written = false
         let changed = session.remote.backend.abilities.contains(.conditionalWrites) ? false : try changedSinceRead(remote)
         if !changed {
-            written = try writeManifest(text, version: version, files: entries.count, signer: signingKey?.publicKey, expires: expires,
+            written = try writeManifest(text, version: version, files: entries.count, signers: signingKeys.map(\.publicKey), expires: expires,
                                         writer: writer, remote: remote, store: store)
         }
         if !written {
@@ -455,7 +455,7 @@ final class PushSync: SessionWork {
             removeTreeFiles(of: published, writer: writer, store: store)
         }
         emit(.manifestBuilt(output: session.manifestURL, version: version, files: entries.count,
-                            bytes: entries.reduce(0) { $0 + ($1.size ?? 0) }, signedBy: signingKey?.publicKey.description))
+                            bytes: entries.reduce(0) { $0 + ($1.size ?? 0) }, signedBy: PullSync.named(signingKeys.map(\.publicKey))))
         return true
     }
 
