@@ -45,11 +45,11 @@ struct SignedManifestTests {
     }
 
     /// The published tree's manifest as `manifest build` renders it (format 1).
-    static func rendered(version: Int64, expires: Timestamp? = inAnHour()) -> String {
+    static func rendered(version: Int64, expires: Timestamp? = inAnHour(), generated: Timestamp = SystemClock().now()) -> String {
         let entries = ["a.txt": "alpha\n", "dir/b.txt": "bravo\n", "dir/sub/c.txt": "charlie\n"].map { path, text in
             ManifestEntry(path: RelativePath(trusted: path), size: Int64(text.utf8.count), sha256: digest(text), mode: 0o644)
         }
-        return ManifestWriter.render(version: version, generated: SystemClock().now(), expires: expires, entries: entries)
+        return ManifestWriter.render(version: version, generated: generated, expires: expires, entries: entries)
     }
 
     static func inAnHour() -> Timestamp { Timestamp(seconds: Int64(time(nil)) + 3600) }
@@ -259,6 +259,53 @@ struct SignedManifestTests {
         // Nothing changed: not published again while the same two keys sign.
         let quiet = ferry(["sync", "now", "--config", box.config, "--session", "up", "--json"])
         #expect(quiet.exitCode == 0 && quiet.events(named: "manifest-built").isEmpty, "\(quiet.stdout)")
+    }
+
+    /// The time floor: a session with trusted-keys never takes a manifest generated (by its signed
+    /// time) before the newest it took, whatever its version or allow-rollback say, and judges
+    /// expiry by the later of its clock and that time. A publisher whose clock runs ahead raises
+    /// the floor only to this machine's time, so its next manifests are still taken.
+    @Test func aManifestOlderThanOneTakenIsRefusedByTheTimeFloor() throws {
+        let box = Self.world("time-floor")
+        let key = box.directory + "/publisher.key"
+        let trusted = Self.generateKey(key)
+        box.configure(remote: "file://" + box.published, session: ["trusted-keys = \(trusted)", "allow-rollback = yes"])
+        let now = Int64(time(nil))
+        func signed(version: Int64, generated: Int64, expires: Int64) throws -> String {
+            let text = Self.rendered(version: version, expires: Timestamp(seconds: expires), generated: Timestamp(seconds: generated))
+            return String(decoding: try SigningKey.sign(manifest: Array(text.utf8), with: [SigningKey(file: key, use: "test")]), as: UTF8.self)
+        }
+        let older = try signed(version: 20, generated: now - 7200, expires: now + 3600)
+        try box.writeManifest(signed(version: 10, generated: now - 60, expires: now + 3600))
+        #expect(box.sync().exitCode == 0)
+        // A higher version, allow-rollback or not: signed two hours ago, before the one taken.
+        try box.writeManifest(older)
+        let replay = box.sync()
+        #expect(replay.exitCode == 4 && replay.stderr.contains("refused as a replay of an older one"), "\(replay.output)")
+        #expect(try StateStore(directory: box.state, clock: SystemClock()).session("test")?.manifestVersion == 10, "nothing was taken")
+
+        // A publisher a day ahead: taken, and the floor stops at this machine's time.
+        try box.writeManifest(signed(version: 30, generated: now + 86_400, expires: now + 90_000))
+        #expect(box.sync().exitCode == 0)
+        let floor = try StateStore(directory: box.state, clock: SystemClock()).session("test")?.trustFloor?.seconds ?? 0
+        #expect(floor >= now && floor <= Int64(time(nil)), "the floor is this machine's time when it took it: \(floor - now)")
+        try box.writeManifest(signed(version: 31, generated: Int64(time(nil)) + 1, expires: now + 3600))
+        #expect(box.sync().exitCode == 0, "the publisher's next manifest, on a right clock, is taken")
+
+        // This machine's clock set back three hours: the older manifest is still refused, though
+        // by that clock it would be fresh, and the one taken expires by the floor's time, not the clock's.
+        try box.writeManifest(older)
+        let config = try ConfigLoader.load(path: box.config)
+        let clock = ManualClock(wall: Timestamp(seconds: now - 3 * 3600))
+        let job = SessionRunner.Job(session: config.sessions[0], options: SyncOptions(stop: StopCondition(clock: clock, maxDuration: nil)))
+        let result = try SessionRunner(agent: config.agent, clock: clock).run([job], sinks: [])[0]
+        #expect(result.exitCode == .remoteOrManifest && (result.message ?? "").contains("refused as a replay"), "\(String(describing: result.message))")
+        let acceptance = ManifestAcceptance(session: "test", now: Timestamp(seconds: now - 3 * 3600), appliedVersion: nil, localFiles: 0,
+                                            allowRollback: true, allowEmpty: true, trustedKeys: [PublicKey(text: trusted)!],
+                                            floor: Timestamp(seconds: now))
+        let stale = try Manifests.parse(Array(signed(version: 40, generated: now, expires: now - 60).utf8), source: "stale")
+        #expect(throws: FerryError.self) { try acceptance.check(stale, source: "stale") }
+        #expect(acceptance.judgedNow == Timestamp(seconds: now))
     }
 
     /// Rotation: trust the new key beside the old, sign with the new, then drop the old one; a

@@ -17,10 +17,16 @@ public struct ManifestAcceptance: Sendable {
     public var requireExpiry: Bool
     /// `trust-threshold`: how many of `trustedKeys` must have signed (each counted once).
     public var threshold: Int
+    /// With `trustedKeys`: the newest signed `generated` time this session took from the same
+    /// manifest URL (`raisedFloor`). An older manifest is refused (a replay, a stale mirror), and
+    /// expiry is judged by the later of `now` and it, so a clock set back does not revive an
+    /// expired manifest.
+    public var floor: Timestamp?
 
     public init(session: String, now: Timestamp, appliedVersion: Int64?, localFiles: Int, allowRollback: Bool, allowEmpty: Bool,
-                trustedKeys: [PublicKey] = [], threshold: Int = 1, requireExpiry: Bool = true) {
+                trustedKeys: [PublicKey] = [], threshold: Int = 1, floor: Timestamp? = nil, requireExpiry: Bool = true) {
         self.trustedKeys = trustedKeys
+        self.floor = trustedKeys.isEmpty ? nil : floor
         self.threshold = threshold
         self.requireExpiry = requireExpiry
         self.session = session
@@ -38,8 +44,13 @@ public struct ManifestAcceptance: Sendable {
             throw .manifest("manifest \(source) carries no \"expires\", and session '\(session)' takes only signed manifests that do (a server stuck on one would otherwise go unnoticed): refused, nothing was changed",
                             hint: "publish it with an expiry (ferry manifest build --sign KEY sets one of 7d unless --expires says otherwise; a push session with sign-key too, unless expires = never), or set require-expiry = no for session '\(session)'")
         }
-        if let expires = manifest.expires, expires < now {
-            throw .manifest("manifest \(source) expired at \(expires.rfc3339): refused, nothing was changed",
+        if let floor, manifest.generated.map({ $0 < floor }) ?? true {
+            throw .manifest("manifest \(source) was generated \(manifest.generated.map { "at \($0.rfc3339)" } ?? "at no time it says"), before \(floor.rfc3339), when the newest manifest session '\(session)' took was: refused as a replay of an older one (a stale mirror or cache, or someone serving an old signed manifest); nothing was changed",
+                            hint: "a fresh manifest from the publisher is taken (a push publishes one when anything changes, and re-issues it before it expires; or run ferry manifest build --sign again)")
+        }
+        if let expires = manifest.expires, expires < judgedNow {
+            let clock = judgedNow == now ? "" : " (this machine's clock says \(now.rfc3339), but a manifest signed at \(judgedNow.rfc3339) was taken: the clock was set back)"
+            throw .manifest("manifest \(source) expired at \(expires.rfc3339)\(clock): refused, nothing was changed",
                             hint: "the publisher must publish a fresh one (a push session re-issues it before it expires; ferry manifest build --expires D sets a new expiry)")
         }
         if let old = appliedVersion, let new = manifest.version, new < old, !allowRollback {
@@ -50,6 +61,22 @@ public struct ManifestAcceptance: Sendable {
             throw .manifest("manifest \(source) lists no files, and the mirror holds \(localFiles): refused, so that a publishing mistake cannot empty it; nothing was changed",
                             hint: "if the remote is meant to be empty, set allow-empty = yes for session '\(session)' (deletions stay capped by max-delete)")
         }
+    }
+
+    /// The time expiry is judged by: the later of `now` and `floor`.
+    public var judgedNow: Timestamp { floor.map { $0 > now ? $0 : now } ?? now }
+
+    /// The floor once `manifest` is taken: raised to its signed `generated` time, but never past
+    /// `now` (a publisher whose clock runs ahead would otherwise lock out its own next manifests)
+    /// and never lowered. Nil without `trustedKeys`.
+    public func raisedFloor(taking manifest: Manifest) -> Timestamp? {
+        guard !trustedKeys.isEmpty else { return nil }
+        var raised = floor
+        if let generated = manifest.generated {
+            let capped = generated < now ? generated : now
+            if raised == nil || raised! < capped { raised = capped }
+        }
+        return raised
     }
 
     /// With `trusted-keys`, a manifest is taken only with signatures by `threshold` of them (one

@@ -211,6 +211,12 @@ extension StateStore {
         """
         ALTER TABLE sessions ADD COLUMN last_sources TEXT;
         """,
+        // 14: the time floor of a pull with trusted-keys: the newest signed `generated` it took
+        // (never later than this machine's clock when it took it), below which no manifest is taken
+        // and by which expiry is judged when the clock says earlier.
+        """
+        ALTER TABLE sessions ADD COLUMN trust_floor TEXT;
+        """,
     ]
 
     /// `TaskState.after(event)` as SQL: the expression a row's new state is set to, so the table

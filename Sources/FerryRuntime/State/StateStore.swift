@@ -40,6 +40,8 @@ public struct SessionRecord: Sendable {
     public var lastReused: Int64?
     /// What each source served the last run (a pull with mirrors; empty otherwise).
     public var lastSources: [SourceCount] = []
+    /// A pull with trusted-keys: the newest signed `generated` time it took (`ManifestAcceptance.floor`).
+    public var trustFloor: Timestamp?
 }
 
 /// The SQLite state of all sessions (WAL mode): sessions, the task table and the hash cache.
@@ -92,7 +94,7 @@ public final class StateStore {
             SELECT manifest_url, manifest_etag, manifest_last_modified, manifest_version, last_run_started,
                    last_run_finished, last_exit_code, last_message, running_pid, deadline,
                    agent_pid, agent_state, next_poll, last_poll_ok, held_for, manifest_files, manifest_signer, manifest_expires,
-                   last_fetched, last_reused, last_sources FROM sessions WHERE name = ?
+                   last_fetched, last_reused, last_sources, trust_floor FROM sessions WHERE name = ?
             """).bind(.text(name))
         guard try s.step() else { return nil }
         return SessionRecord(
@@ -104,7 +106,7 @@ public final class StateStore {
             lastPollOK: s.text(13).flatMap(Timestamp.init(rfc3339:)), heldFor: s.text(14), manifestFiles: s.isNull(15) ? nil : Int(s.int(15)),
             manifestSigners: (s.text(16) ?? "").split(separator: " ").compactMap { PublicKey(text: String($0)) }, manifestExpires: s.text(17).flatMap(Timestamp.init(rfc3339:)),
             lastFetched: s.isNull(18) ? nil : s.int(18), lastReused: s.isNull(19) ? nil : s.int(19),
-            lastSources: s.text(20).map(SourceCount.parse) ?? [])
+            lastSources: s.text(20).map(SourceCount.parse) ?? [], trustFloor: s.text(21).flatMap(Timestamp.init(rfc3339:)))
     }
 
     /// What the agent `pid` says of a session between runs; a nil pid says no agent schedules it.
@@ -131,14 +133,14 @@ public final class StateStore {
     }
 
     public func saveManifest(session: String, url: String, etag: String?, lastModified: String?, version: Int64?, files: Int,
-                             signers: [PublicKey], expires: Timestamp?) throws(FerryError) {
+                             signers: [PublicKey], expires: Timestamp?, trustFloor: Timestamp? = nil) throws(FerryError) {
         try ensureSession(session)
         try db.prepare("""
             UPDATE sessions SET manifest_url = ?, manifest_etag = ?, manifest_last_modified = ?, manifest_version = ?, manifest_files = ?,
-                                manifest_signer = ?, manifest_expires = ? WHERE name = ?
+                                manifest_signer = ?, manifest_expires = ?, trust_floor = ? WHERE name = ?
             """)
             .bind(.text(url), .optional(etag), .optional(lastModified), .optional(version), .int(Int64(files)), .optional(signers.isEmpty ? nil : signers.map(\.description).joined(separator: " ")),
-                  .optional(expires?.rfc3339), .text(session)).run()
+                  .optional(expires?.rfc3339), .optional(trustFloor?.rfc3339), .text(session)).run()
     }
 
     /// New validators for the manifest the session already has (the remote sent the same bytes

@@ -27,14 +27,15 @@ extension PullSync {
         ManifestAcceptance(session: session.name, now: clock.now(),
                            appliedVersion: record?.manifestURL == session.manifestURL ? record?.manifestVersion : nil,
                            localFiles: localFiles, allowRollback: session.allowRollback, allowEmpty: session.allowEmpty,
-                           trustedKeys: session.trustedKeys, threshold: session.trustThreshold, requireExpiry: session.requireExpiry)
+                           trustedKeys: session.trustedKeys, threshold: session.trustThreshold,
+                           floor: record?.manifestURL == session.manifestURL ? record?.trustFloor : nil, requireExpiry: session.requireExpiry)
     }
 
     /// Whether the manifest last taken (as the state records it) would still be taken as it is:
     /// signed by as many keys `trusted-keys` still lists as `trust-threshold` asks (when it lists
     /// any), with an expiry when the session requires one, and not expired.
     func stillTrusted(_ record: SessionRecord?) -> Bool {
-        if let expires = record?.manifestExpires, expires < clock.now() { return false }
+        if let expires = record?.manifestExpires, expires < acceptance(record, localFiles: 0).judgedNow { return false }
         guard !session.trustedKeys.isEmpty else { return true }
         if session.requireExpiry && record?.manifestExpires == nil { return false }
         return (record?.manifestSigners ?? []).filter(session.trustedKeys.contains).count >= session.trustThreshold

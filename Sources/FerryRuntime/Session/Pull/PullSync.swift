@@ -149,12 +149,14 @@ final class PullSync: SessionWork {
                         store: StateStore) throws(FerryError) -> (ManifestEntry) -> RelativePath {
         let (url, manifest) = (session.manifestURL, fetched.manifest)
         let locate = try contentLocator(manifest)
-        try acceptance(record, localFiles: localFiles).check(manifest, source: url)
+        let acceptance = acceptance(record, localFiles: localFiles)
+        try acceptance.check(manifest, source: url)
         if let accepted = staged {
             try manifests.commit(staged: accepted)
             staged = nil
             try store.saveManifest(session: session.name, url: url, etag: fetched.etag, lastModified: fetched.lastModified, version: manifest.version,
-                                  files: manifest.entries.count, signers: manifest.signers(trusting: session.trustedKeys), expires: manifest.expires)
+                                  files: manifest.entries.count, signers: manifest.signers(trusting: session.trustedKeys), expires: manifest.expires,
+                                  trustFloor: acceptance.raisedFloor(taking: manifest))
         }
         emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: !fetched.changed,
                               signedBy: Self.named(manifest.signers(trusting: session.trustedKeys)), metadataBytes: fetched.metadataBytes,
