@@ -165,6 +165,7 @@ struct ManualTests {
             [session h]
             remote = https://example.net/
             local = /srv/h
+            layout = generations
             [session s]
             remote = sftp://deploy@mirror.example:2222/srv/content/
             local = /srv/s

@@ -32,7 +32,8 @@ struct StatusCommand: Command {
           name, direction, remote, local, state, state_detail, running_pid, seconds_left, deadline,
           agent_pid, next_poll, held_for, last_run_started, last_run_finished, last_exit_code,
           last_message, last_poll_ok, manifest_version, manifest_signers (the keys whose signatures
-          it was taken on), manifest_signer (the first of them), manifest_expires, and for
+          it was taken on), manifest_signer (the first of them), manifest_expires, rejected_version
+          and rejected_reason (what on-switch-check rolled back), rollbacks, and for
           generations: generation, generations_kept, generation_building;
           task_counts: {"queued":N,"running":N,"done":N,"failed":N,"waiting":N,"suspended":N,"delayed":N};
           running_tasks: up to 10 running tasks; running_tasks_omitted: how many more;
@@ -341,6 +342,10 @@ struct StatusCommand: Command {
             if let b = g.building { text += "; \(b) is being built (the next run goes on with it)" }
             out.add("generation", text, maxLines: 2)
         }
+        if let r, let version = r.rejectedVersion, s.onSwitchCheck != nil {
+            out.add("rolled back", "version \(version) failed on-switch-check (\(r.rejectedReason ?? "")) and is not taken again here; "
+                    + Plural.count(r.rollbacks, "rollback") + " in all", maxLines: 2)
+        }
     }
 
     /// The tasks counted by state, the largest running ones with their progress, and the last error.
@@ -448,6 +453,9 @@ struct StatusCommand: Command {
             f.append("\"manifest_signer\":" + (r?.manifestSigner.map { JSONText.quote($0.description) } ?? "null"))
             f.append("\"manifest_signers\":[" + (r?.manifestSigners ?? []).map { JSONText.quote($0.description) }.joined(separator: ",") + "]")
             f.append("\"manifest_expires\":" + (r?.manifestExpires.map { JSONText.quote($0.rfc3339) } ?? "null"))
+            f.append("\"rejected_version\":" + (r?.rejectedVersion.map(String.init) ?? "null"))
+            f.append("\"rejected_reason\":" + (r?.rejectedReason.map(JSONText.quote) ?? "null"))
+            f.append("\"rollbacks\":\(r?.rollbacks ?? 0)")
             f.append("\"last_run_started\":" + (r?.lastRunStarted.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"last_run_finished\":" + (r?.lastRunFinished.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"last_exit_code\":" + (r?.lastExitCode.map { String($0) } ?? "null"))

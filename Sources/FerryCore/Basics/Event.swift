@@ -135,6 +135,9 @@ public struct Event: Sendable {
         /// `directory`; `changed` files of it are new or differ from the generation before
         /// (`previous`). `files` lists them for hooks; only their count is written out.
         case generationSwitched(generation: String, directory: String, previous: String?, changed: Int, files: [GenerationFile] = [])
+        /// `on-switch-check` failed after a switch to `generation` (of manifest `version`): `local`
+        /// names `previous` again, and that version is not taken again on this machine.
+        case rolledBack(generation: String, previous: String, version: Int64?, reason: String)
         case warning(message: String)
         /// `ferry manifest build` wrote a manifest.
         case manifestBuilt(output: String, version: Int64, files: Int, bytes: Int64, signedBy: String? = nil, sha256sums: String? = nil)
@@ -195,6 +198,7 @@ public struct Event: Sendable {
         case .metadataFixed: return "metadata-fixed"
         case .fileDeleted: return "file-deleted"
         case .generationSwitched: return "generation-switched"
+        case .rolledBack: return "rolled-back"
         case .warning: return "warning"
         case .syncFinished: return "sync-finished"
         case .sessionState: return "session-state"
@@ -228,7 +232,7 @@ public struct Event: Sendable {
         case .replaced, .fileStarted, .fileResumed, .fileInterrupted, .fileSuspended, .fileRestarted, .fileRetrying, .fileDelayed, .delayedDue,
              .fileWaiting, .fileDone, .fileFailed, .metadataFixed, .fileDeleted:
             fields.appendFile(body)
-        case .syncStarted, .manifestFetched, .manifestRetrying, .planned, .deltaPlanned, .planItem, .uploadsVerified, .generationSwitched, .warning,
+        case .syncStarted, .manifestFetched, .manifestRetrying, .planned, .deltaPlanned, .planItem, .uploadsVerified, .generationSwitched, .rolledBack, .warning,
              .manifestBuilt, .checked, .checkFinished, .sessionState, .sessionHeld, .agent, .syncFinished, .sourceServed:
             fields.appendRun(body)
         }
@@ -321,6 +325,10 @@ private struct JSONFields {
             s("generation", generation); s("directory", directory)
             if let previous { s("previous", previous) }
             n("changed", Int64(changed))
+        case let .rolledBack(generation, previous, version, reason):
+            s("generation", generation); s("previous", previous)
+            if let version { n("version", version) }
+            s("reason", reason)
         case let .warning(message):
             s("message", message)
         case let .manifestBuilt(output, version, files, bytes, signedBy, sha256sums):
@@ -366,7 +374,7 @@ extension Event.Body {
             return action == "reload-refused" ? .error : .info
         case let .sessionState(state, _):
             return state.isFailed ? .error : state.isWaiting ? .warning : .info
-        case .warning, .fileWaiting, .manifestRetrying, .fileRetrying:
+        case .warning, .rolledBack, .fileWaiting, .manifestRetrying, .fileRetrying:
             return .warning
         case .syncStarted, .fileStarted:
             return .debug

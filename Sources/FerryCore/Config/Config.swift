@@ -234,7 +234,11 @@ public struct SessionConfig: Sendable, Equatable {
     public var onFileDone: HookCommand?
     /// Run when a run has finished all the session's work (the analogue of `urlSessionDidFinishEvents`).
     public var onSessionDone: HookCommand?
-    /// A hook still running after this long is stopped and reported.
+    /// Pull, `layout = generations`: run after each switch to a new generation; when it fails (or
+    /// outlasts `hook-timeout`) the previous generation is made current again and that version is
+    /// not taken again on this machine.
+    public var onSwitchCheck: HookCommand?
+    /// A hook (or the switch check) still running after this long is stopped and reported.
     public var hookTimeout: Double = 60
     /// The agent scans the local tree at least this often, even when inotify saw nothing.
     public var verifyInterval: Double = 3600

@@ -221,6 +221,10 @@ extension ConfigParser {
                     throw fail(line, error.message, hint: "write the program and its arguments, like: /usr/local/bin/notify --quiet; the file's name reaches it as $FERRY_PATH")
                 }
                 if line.key == "on-file-done" { session.onFileDone = command } else { session.onSessionDone = command }
+            case "on-switch-check":
+                do { session.onSwitchCheck = try HookCommand(parsing: line.value) } catch {
+                    throw fail(line, error.message, hint: "write the program and its arguments, like: /usr/local/bin/health-check --quick; exit 0 keeps the new generation")
+                }
             case "session-transfers": session.transfers = try integer(line, in: RunLimits.transfersRange)
             case "discretionary":
                 if try bool(line) { session.discretion = session.discretion ?? Discretion() }
@@ -357,6 +361,10 @@ extension ConfigParser {
                 throw fail(line, "applies to a push session: it is about the manifests it publishes",
                            hint: line.key == "remote-layout" ? "a pull reads the layout from the manifest; remove this line"
                                                               : "remove this line, or set direction = push")
+            }
+            if session.layout != .generations, let line = section.find("on-switch-check") {
+                throw fail(line, "applies to a pull session with layout = generations: a failed check switches back to the generation before",
+                           hint: "set layout = generations (and direction = pull), or remove this line")
             }
             if session.layout == .generations && session.local == "/", let line = section.find("layout") {
                 throw fail(line, "needs local to be a directory with a parent, where its generations are kept beside it (local = /)")

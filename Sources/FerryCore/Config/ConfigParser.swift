@@ -13,7 +13,7 @@ public enum ConfigParser {
         "max-manifest-size", "mode-mask",
         "ca-file", "basic-auth-file", "bearer-token-file", "connect-timeout", "min-speed", "stall-timeout", "max-duration",
         "retries", "retry-delay", "resource-timeout", "earliest-begin", "session-transfers",
-        "on-file-done", "on-session-done", "hook-timeout", "verify-interval",
+        "on-file-done", "on-session-done", "on-switch-check", "hook-timeout", "verify-interval",
         "discretionary", "window", "require-ac-power", "require-unmetered", "max-load", "min-free-space", "bwlimit", "priority",
         "conflict", "verify-uploads", "upload-part-size",
         "trusted-keys", "trust-threshold", "require-expiry", "sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions",
@@ -22,9 +22,9 @@ public enum ConfigParser {
     /// Keys about what a push publishes.
     static let pushKeys = ["verify-uploads", "sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions", "delta-min-size"]
     /// Keys about how a pull keeps its mirror.
-    static let pullKeys = ["layout", "keep-generations", "require-expiry", "trust-threshold", "delta", "seed", "mirrors"]
+    static let pullKeys = ["layout", "keep-generations", "on-switch-check", "require-expiry", "trust-threshold", "delta", "seed", "mirrors"]
     /// Keys whose value is a command line, split into words by `HookCommand` (quotes and all).
-    static let hookKeys: Set<String> = ["on-file-done", "on-session-done"]
+    static let hookKeys: Set<String> = ["on-file-done", "on-session-done", "on-switch-check"]
     /// The conditions of a discretionary session: set only with `discretionary = yes`.
     static let discretionKeys = ["window", "require-ac-power", "require-unmetered", "max-load", "min-free-space"]
 

@@ -84,6 +84,7 @@ public enum ConfigText {
         case "session-transfers": return shown(s.transfers.map(String.init), unset: "within [agent] transfers")
         case "on-file-done": return shown(s.onFileDone?.description)
         case "on-session-done": return shown(s.onSessionDone?.description)
+        case "on-switch-check": return shown(s.onSwitchCheck?.description, unset: "none")
         case "hook-timeout": return shown(duration(s.hookTimeout))
         case "verify-interval": return shown(duration(s.verifyInterval))
         case "discretionary": return shown(yes(s.discretion != nil))
@@ -125,6 +126,7 @@ public enum ConfigText {
         if key == "metadata-grace" { return false }  // the old name of object-grace
         if key == "upload-part-size" || key == "conflict" { return s.direction == .push }
         if ConfigParser.pushKeys.contains(key) { return s.direction == .push }
+        if key == "on-switch-check" { return s.direction == .pull && s.layout == .generations }
         if key == "require-expiry" || key == "trust-threshold" { return s.direction == .pull && !s.trustedKeys.isEmpty }
         if ConfigParser.pullKeys.contains(key) || key == "trusted-keys" { return s.direction == .pull }
         if ConfigParser.discretionKeys.contains(key) { return s.discretion != nil }

@@ -18,6 +18,7 @@ public final class Metrics: EventSink, @unchecked Sendable {
         /// Errors by session and kind: a failed file ("file"), or a run's exit code name.
         var errors: [String: [String: Int]] = [:]
         var polls: [String: Int] = [:]
+        var rollbacks: [String: Int] = [:]
         var metadataBytes: [String: Int64] = [:]
         /// Bytes a delta took from data the mirror held.
         var reusedBytes: [String: Int64] = [:]
@@ -64,6 +65,8 @@ public final class Metrics: EventSink, @unchecked Sendable {
             counts.withLock { $0.metadataBytes[s, default: 0] += metadataBytes }
         case .fileFailed:
             counts.withLock { $0.failedFiles[s, default: 0] += 1; $0.errors[s, default: [:]]["file", default: 0] += 1 }
+        case .rolledBack:
+            counts.withLock { $0.rollbacks[s, default: 0] += 1 }
         case let .syncFinished(code, _, _, _, _, _, _, _, dryRun) where !dryRun:
             counts.withLock { c in
                 c.polls[s, default: 0] += 1
@@ -116,6 +119,8 @@ public final class Metrics: EventSink, @unchecked Sendable {
                sessions.map { (label($0), String(c.metadataBytes[$0.name] ?? 0)) })
         metric("ferry_polls_total", "counter", "Cycles run since the agent started.",
                sessions.map { (label($0), String(c.polls[$0.name] ?? 0)) })
+        metric("ferry_rollbacks_total", "counter", "Times on-switch-check failed and the generation before was made current again, since the agent started.",
+               sessions.filter { $0.direction == .pull }.map { (label($0), String(c.rollbacks[$0.name] ?? 0)) })
         var errorRows: [(String, String)] = []
         for s in sessions {
             // "file" is there from the start, so the counter exists at 0 before the first error.

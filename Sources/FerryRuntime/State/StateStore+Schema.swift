@@ -217,6 +217,16 @@ extension StateStore {
         """
         ALTER TABLE sessions ADD COLUMN trust_floor TEXT;
         """,
+        // 15: on-switch-check: the switch whose check has not ended (`SwitchCheck.text`: set
+        // before the switch, cleared once the check passed or the previous generation is current
+        // again), so a run killed meanwhile is finished by the next; and the version a failed
+        // check rolled back on this machine, why, and how many rollbacks there were.
+        """
+        ALTER TABLE sessions ADD COLUMN switch_check TEXT;
+        ALTER TABLE sessions ADD COLUMN rejected_version INTEGER;
+        ALTER TABLE sessions ADD COLUMN rejected_reason TEXT;
+        ALTER TABLE sessions ADD COLUMN rollbacks INTEGER NOT NULL DEFAULT 0;
+        """,
     ]
 
     /// `TaskState.after(event)` as SQL: the expression a row's new state is set to, so the table

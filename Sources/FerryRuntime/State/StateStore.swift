@@ -42,6 +42,13 @@ public struct SessionRecord: Sendable {
     public var lastSources: [SourceCount] = []
     /// A pull with trusted-keys: the newest signed `generated` time it took (`ManifestAcceptance.floor`).
     public var trustFloor: Timestamp?
+    /// `on-switch-check`: a switch whose check has not ended (a run was killed meanwhile).
+    public var switchCheck: SwitchCheck?
+    /// The version a failed check rolled back on this machine (not taken again), and why.
+    public var rejectedVersion: Int64?
+    public var rejectedReason: String?
+    /// How many times a failed check switched back, ever.
+    public var rollbacks = 0
 }
 
 /// The SQLite state of all sessions (WAL mode): sessions, the task table and the hash cache.
@@ -94,7 +101,8 @@ public final class StateStore {
             SELECT manifest_url, manifest_etag, manifest_last_modified, manifest_version, last_run_started,
                    last_run_finished, last_exit_code, last_message, running_pid, deadline,
                    agent_pid, agent_state, next_poll, last_poll_ok, held_for, manifest_files, manifest_signer, manifest_expires,
-                   last_fetched, last_reused, last_sources, trust_floor FROM sessions WHERE name = ?
+                   last_fetched, last_reused, last_sources, trust_floor, switch_check, rejected_version, rejected_reason, rollbacks
+            FROM sessions WHERE name = ?
             """).bind(.text(name))
         guard try s.step() else { return nil }
         return SessionRecord(
@@ -106,7 +114,9 @@ public final class StateStore {
             lastPollOK: s.text(13).flatMap(Timestamp.init(rfc3339:)), heldFor: s.text(14), manifestFiles: s.isNull(15) ? nil : Int(s.int(15)),
             manifestSigners: (s.text(16) ?? "").split(separator: " ").compactMap { PublicKey(text: String($0)) }, manifestExpires: s.text(17).flatMap(Timestamp.init(rfc3339:)),
             lastFetched: s.isNull(18) ? nil : s.int(18), lastReused: s.isNull(19) ? nil : s.int(19),
-            lastSources: s.text(20).map(SourceCount.parse) ?? [], trustFloor: s.text(21).flatMap(Timestamp.init(rfc3339:)))
+            lastSources: s.text(20).map(SourceCount.parse) ?? [], trustFloor: s.text(21).flatMap(Timestamp.init(rfc3339:)),
+            switchCheck: s.text(22).flatMap(SwitchCheck.init(text:)), rejectedVersion: s.isNull(23) ? nil : s.int(23), rejectedReason: s.text(24),
+            rollbacks: Int(s.int(25)))
     }
 
     /// What the agent `pid` says of a session between runs; a nil pid says no agent schedules it.
@@ -141,6 +151,19 @@ public final class StateStore {
             """)
             .bind(.text(url), .optional(etag), .optional(lastModified), .optional(version), .int(Int64(files)), .optional(signers.isEmpty ? nil : signers.map(\.description).joined(separator: " ")),
                   .optional(expires?.rfc3339), .optional(trustFloor?.rfc3339), .text(session)).run()
+    }
+
+    /// A switch whose check is about to run (nil: it ended).
+    public func recordSwitchCheck(session: String, _ check: SwitchCheck?) throws(FerryError) {
+        try ensureSession(session)
+        try db.prepare("UPDATE sessions SET switch_check = ? WHERE name = ?").bind(.optional(check?.text), .text(session)).run()
+    }
+
+    /// A failed check switched back from `version`: not taken again. Ends the check in the same transaction.
+    public func recordRollback(session: String, version: Int64?, reason: String) throws(FerryError) {
+        try ensureSession(session)
+        try db.prepare("UPDATE sessions SET switch_check = NULL, rejected_version = ?, rejected_reason = ?, rollbacks = rollbacks + 1 WHERE name = ?")
+            .bind(.optional(version), .text(reason), .text(session)).run()
     }
 
     /// New validators for the manifest the session already has (the remote sent the same bytes

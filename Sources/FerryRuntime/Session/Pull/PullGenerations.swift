@@ -130,12 +130,13 @@ extension PullSync {
         return (root, built)
     }
 
-    /// Makes the finished generation current (`Generations.switchTo`), says so with the files it
-    /// made new (for hooks), and removes generations beyond `keep-generations`. Not when a file
-    /// it linked changed since (an edit in place in the current generation reaches the build
+    /// Makes the finished generation current (`Generations.switchTo`), runs `on-switch-check`
+    /// (`runSwitchCheck`: a failure switches back and is said in `checkFailed`), says so with the
+    /// files it made new (for hooks), and removes generations beyond `keep-generations`. Not when a
+    /// file it linked changed since (an edit in place in the current generation reaches the build
     /// through the shared inode): returns how many, and the next run sees to them.
-    func switchGeneration(_ g: Generations, to number: Int, mirror: Mirror, root: LocalRoot, tree: LocalTree, plan: Plan,
-                                  store: StateStore) throws(FerryError) -> Int? {
+    func switchGeneration(_ g: Generations, to number: Int, mirror: Mirror, root: LocalRoot, tree: LocalTree, plan: Plan, version: Int64?,
+                          store: StateStore, checkFailed: inout String?) throws(FerryError) -> Int? {
         var touched = Set(plan.downloads.map(\.entry.path)).union(plan.metadataFixes.map(\.path)).union(plan.deletions).union(plan.replacedByDirectory)
         for files in plan.directoriesToReplace.values { touched.formUnion(files) }
         var moved = 0
@@ -145,7 +146,16 @@ extension PullSync {
         }
         if moved > 0 { return moved }
         try root.syncDirectories()
+        // Where a failed check returns to: the current generation, or the directory a conversion
+        // moves to the number below.
+        let previous = mirror.at == .directory ? number - 1 : mirror.current == nil ? nil : mirror.number
+        let check = session.onSwitchCheck.map { _ in SwitchCheck(generation: number, previous: previous, version: version) }
+        if let check { try store.recordSwitchCheck(session: session.name, check) }
         try g.switchTo(number, from: mirror.at)
+        if let check, let failure = try runSwitchCheck(check, g, store: store) {
+            checkFailed = failure
+            return nil
+        }
         let deleted = Set(plan.deletions)
         var files = mirror.changedEarlier.filter { !deleted.contains($0.path) && root.stat($0.path) != nil }
         let earlier = Set(files.map(\.path))

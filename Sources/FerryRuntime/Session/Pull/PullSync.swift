@@ -28,7 +28,14 @@ final class PullSync: SessionWork {
 
     func cycle(store: StateStore, result: inout SyncResult) throws(FerryError) {
         let remote = try Remotes.open(session, clock: clock, stop: options.stop)
-        let record = try store.session(session.name)
+        var record = try store.session(session.name)
+        if !options.dryRun, let failed = try finishSwitchCheck(record, store: store) {
+            // A run killed during on-switch-check: that check ran now, and failed.
+            result.exitCode = .someFilesFailed
+            result.message = failed
+            return
+        }
+        if record?.switchCheck != nil { record = try store.session(session.name) }
         var mirror = try prepareMirror(store: store)
         guard var observed = try observe(remote: remote, record: record, mirror: mirror, store: store) else { return }
         let fetched = observed.fetched
@@ -37,6 +44,11 @@ final class PullSync: SessionWork {
         defer { if let staged { unlink(staged) } }
         var (root, tree) = try takeLocal(&observed.local, mirror: mirror, store: store)
         let locate = try accept(fetched, record: record, localFiles: tree.fileCount, staged: &staged, store: store)
+        if session.onSwitchCheck != nil, let version = fetched.manifest.version, version == record?.rejectedVersion {
+            // Rolled back here by its check: the generation before stays until a newer version.
+            result.message = "version \(version) failed on-switch-check on this machine (\(record?.rejectedReason ?? "")) and was rolled back: \(Printable.name(session.local)) stays on the generation before until a newer version is published"
+            return
+        }
         // The objects of the tree taken stay cached; those of trees before it go when the run
         // ends, whichever way it ends (not before: the objects just fetched are being written into
         // the cache meanwhile, on a thread of their own).
@@ -74,7 +86,7 @@ final class PullSync: SessionWork {
         let outcome = RunOutcome(localIOFailed: localIOError != nil, counts: result.counts, deletionsRefused: plan.refusedDeletions != nil,
                                  stopped: stopped != nil)
         result.exitCode = outcome.exitCode
-        let unswitched = try commitGeneration(mirror, root: root, tree: tree, plan: plan, store: store, result: &result)
+        let unswitched = try commitGeneration(mirror, root: root, tree: tree, plan: plan, version: fetched.manifest.version, store: store, result: &result)
         report(plan, outcome: outcome, generation: unswitched, stopped: stopped, localIOError: localIOError, result: &result)
     }
 
@@ -316,13 +328,18 @@ final class PullSync: SessionWork {
 
     /// Commit, with `layout = generations`: the generation built becomes current once the run is
     /// otherwise in sync (`switchGeneration`). Returns why it did not, if it did not.
-    private func commitGeneration(_ mirror: Mirror, root: LocalRoot, tree: LocalTree, plan: Plan, store: StateStore,
+    private func commitGeneration(_ mirror: Mirror, root: LocalRoot, tree: LocalTree, plan: Plan, version: Int64?, store: StateStore,
                                   result: inout SyncResult) throws(FerryError) -> String? {
         guard let g = mirror.generations, let number = mirror.building else { return nil }
         guard result.exitCode == .inSync else {
             return "generation \(g.name(number)) is not complete, so \(Printable.name(session.local)) still shows the one before; the next run goes on with it"
         }
-        guard let moved = try switchGeneration(g, to: number, mirror: mirror, root: root, tree: tree, plan: plan, store: store) else { return nil }
+        var checkFailed: String?
+        guard let moved = try switchGeneration(g, to: number, mirror: mirror, root: root, tree: tree, plan: plan, version: version, store: store,
+                                               checkFailed: &checkFailed) else {
+            if checkFailed != nil { result.exitCode = .someFilesFailed }
+            return checkFailed
+        }
         result.exitCode = .incomplete
         return "\(Plural.count(moved, "file")) of the current generation changed while generation \(g.name(number)) was built from it (edited in place?), so it was not switched to; the next run hashes \(moved == 1 ? "it" : "them") and goes on with it"
     }

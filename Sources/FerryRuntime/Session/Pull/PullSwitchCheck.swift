@@ -1,0 +1,93 @@
+import Glibc
+import FerryCore
+
+/// A switch whose `on-switch-check` has not ended: the generation switched to, the one to return
+/// to if the check fails (nil: there was none), and the manifest version it holds. Recorded
+/// (`StateStore.recordSwitchCheck`) before the switch and cleared once the check passed or the
+/// previous generation is current again, so a run killed in between is finished by the next.
+public struct SwitchCheck: Sendable, Equatable {
+    public let generation: Int
+    public let previous: Int?
+    public let version: Int64?
+
+    /// `g<N> g<M>|- <version>|-`, as the state keeps it.
+    var text: String { "g\(generation) \(previous.map { "g\($0)" } ?? "-") \(version.map(String.init) ?? "-")" }
+
+    init(generation: Int, previous: Int?, version: Int64?) {
+        self.generation = generation
+        self.previous = previous
+        self.version = version
+    }
+
+    init?(text: String) {
+        let words = text.split(separator: " ").map(String.init)
+        guard words.count == 3, let generation = Generations.number(words[0]) else { return nil }
+        self.generation = generation
+        previous = Generations.number(words[1])
+        version = Int64(words[2])
+    }
+}
+
+/// `on-switch-check` (`layout = generations`): after a switch the session's command runs, with the
+/// environment of a hook and bounded by `hook-timeout`; if it fails, the previous generation is
+/// made current again (one rename, as any switch), the version is recorded as rejected on this
+/// machine (`rejected_version`: a run that finds it still published stays on the generation
+/// before; a newer version is taken), and the rollback is said once (a `rolled-back` event,
+/// `status`, `ferry_rollbacks_total`). Readers see one whole generation or the other at every
+/// moment; a kill between the switch and the end of the check leaves the check to the next run.
+extension PullSync {
+    /// Runs the check after a switch to `check.generation`; nil when it passed, else why it failed
+    /// (the previous generation is current again if there was one).
+    func runSwitchCheck(_ check: SwitchCheck, _ g: Generations, store: StateStore) throws(FerryError) -> String? {
+        guard let command = session.onSwitchCheck else {
+            try store.recordSwitchCheck(session: session.name, nil)
+            return nil
+        }
+        var environment = ["FERRY_SESSION=" + session.name, "FERRY_LOCAL=" + session.local, "FERRY_GENERATION=" + g.name(check.generation),
+                           "FERRY_GENERATION_DIR=" + g.path(check.generation), "FERRY_VERSION=" + (check.version.map(String.init) ?? "")]
+        if let previous = check.previous { environment.append("FERRY_PREVIOUS_GENERATION=" + g.name(previous)) }
+        let failure: String
+        switch HookProcess.run(command, environment: environment, timeout: session.hookTimeout, clock: clock) {
+        case .exited(0):
+            try store.recordSwitchCheck(session: session.name, nil)
+            return nil
+        case let .exited(code): failure = "it exited with code \(code)"
+        case let .signalled(signal): failure = "it was killed by signal \(signal)"
+        case .timedOut: failure = "it did not finish within hook-timeout (\(Units.formatDuration(session.hookTimeout)))"
+        case let .cannotStart(why): failure = "it could not be started: \(why)"
+        }
+        return try rollBack(check, g, because: failure, store: store)
+    }
+
+    /// Makes the generation before current again and records the version as rejected. Without one
+    /// (the first generation), the new one stays: there is nothing else to show.
+    func rollBack(_ check: SwitchCheck, _ g: Generations, because failure: String, store: StateStore) throws(FerryError) -> String {
+        let name = g.name(check.generation)
+        guard let previous = check.previous, FileSystem.exists(g.path(previous)) else {
+            try store.recordSwitchCheck(session: session.name, nil)
+            return "generation \(name) failed on-switch-check (\(failure)), and there is no generation before it to return to: it stays current"
+        }
+        if g.current() == .generation(check.generation) { try g.switchTo(previous, from: .generation(check.generation)) }
+        try store.recordRollback(session: session.name, version: check.version, reason: failure)
+        emit(.rolledBack(generation: name, previous: g.name(previous), version: check.version, reason: failure))
+        return "generation \(name)\(check.version.map { " (version \($0))" } ?? "") failed on-switch-check (\(failure)): \(Printable.name(session.local)) shows generation \(g.name(previous)) again, and that version is not taken again on this machine"
+    }
+
+    /// What a run killed during a check left (`record.switchCheck`): the check runs again if the
+    /// generation it was about is still current, and a rollback that was under way is recorded.
+    /// Returns why the run fails (the check failed), if it does.
+    func finishSwitchCheck(_ record: SessionRecord?, store: StateStore) throws(FerryError) -> String? {
+        guard let check = record?.switchCheck else { return nil }
+        let g = Generations(local: session.local)
+        switch g.current() {
+        case .generation(check.generation) where session.layout == .generations:
+            return try runSwitchCheck(check, g, store: store)
+        case let .generation(n) where n == check.previous:
+            // Switched back, not yet recorded.
+            return try rollBack(check, g, because: "it failed; the run that ran it was stopped before it recorded why", store: store)
+        default:
+            try store.recordSwitchCheck(session: session.name, nil)
+            return nil
+        }
+    }
+}
