@@ -45,11 +45,11 @@ struct SignedManifestTests {
     }
 
     /// The published tree's manifest as `manifest build` renders it (format 1).
-    static func rendered(version: Int64, expires: Timestamp? = inAnHour(), generated: Timestamp = SystemClock().now()) -> String {
+    static func rendered(version: Int64, expires: Timestamp? = inAnHour(), generated: Timestamp = SystemClock().now(), keySet: Int64? = nil) -> String {
         let entries = ["a.txt": "alpha\n", "dir/b.txt": "bravo\n", "dir/sub/c.txt": "charlie\n"].map { path, text in
             ManifestEntry(path: RelativePath(trusted: path), size: Int64(text.utf8.count), sha256: digest(text), mode: 0o644)
         }
-        return ManifestWriter.render(version: version, generated: generated, expires: expires, entries: entries)
+        return ManifestWriter.render(version: version, generated: generated, expires: expires, keySet: keySet, entries: entries)
     }
 
     static func inAnHour() -> Timestamp { Timestamp(seconds: Int64(time(nil)) + 3600) }
@@ -306,6 +306,127 @@ struct SignedManifestTests {
         let stale = try Manifests.parse(Array(signed(version: 40, generated: now, expires: now - 60).utf8), source: "stale")
         #expect(throws: FerryError.self) { try acceptance.check(stale, source: "stale") }
         #expect(acceptance.judgedNow == Timestamp(seconds: now))
+    }
+
+    /// Keys that change in band (`ferry key set`): the mirrors start from 2-of-{K1, K2, K3}; the
+    /// publisher writes key set 2 = 2-of-{K2, K3, K4} signed by K2, K3 and K4, and builds with K2 and
+    /// K4. The mirror takes set 2 at its next run without a config change, and from then on a root
+    /// signed by K1 and K2 is refused (under set 2, or under set 1), one by K2 and K4 taken; a set 3
+    /// signed by the revoked K1 is refused; the chain is kept in the state, and edited trusted-keys
+    /// start it again.
+    @Test func keysRotateInBandAndARevokedKeySignsNothing() throws {
+        let box = Self.world("rotation")
+        var keys: [String] = [], publics: [String] = []
+        for name in ["k1", "k2", "k3", "k4", "k5"] {
+            keys.append(box.directory + "/\(name).key")
+            publics.append(Self.generateKey(keys.last!))
+        }
+        let config = ["trusted-keys = \(publics[0]) \(publics[1]) \(publics[2])", "trust-threshold = 2"]
+        box.configure(remote: "file://" + box.published, session: config)
+        func build(_ version: Int, signedBy which: [Int]) -> FerryRun {
+            ferry(["manifest", "build", box.published, "--version", String(version)] + which.flatMap { ["--sign", keys[$0]] })
+        }
+        #expect(build(10, signedBy: [0, 1]).exitCode == 0)
+        #expect(box.sync().exitCode == 0)
+
+        let keysDir = box.published + "/.ferry/keys"
+        // Not enough of the new set's own keys: refused before anything is written.
+        let short = ferry(["key", "set", keysDir, "--key", publics[1], "--key", publics[2], "--key", publics[3], "--threshold", "2", "--sign", keys[1]])
+        #expect(short.exitCode == 2 && short.stderr.contains("would be refused by mirrors"), "\(short.output)")
+        let written = ferry(["key", "set", keysDir, "--key", publics[1], "--key", publics[2], "--key", publics[3], "--threshold", "2",
+                             "--sign", keys[1], "--sign", keys[2], "--sign", keys[3], "--json"])
+        #expect(written.exitCode == 0 && written.stdout.contains("\"version\":2"), "\(written.output)")
+        // The publisher cannot build a manifest the new set would refuse.
+        let stale = build(11, signedBy: [0, 1])
+        #expect(stale.exitCode == 2 && stale.stderr.contains("would be refused by mirrors that took key set 2"), "\(stale.output)")
+        #expect(build(11, signedBy: [1, 3]).exitCode == 0)
+        #expect(fileContents(box.published + "/manifest.json")?.contains("\"keys\": 2") == true)
+
+        let moved = box.sync(["--json"])
+        #expect(moved.exitCode == 0, "\(moved.output)")
+        #expect(moved.events(named: "warning").contains { ($0["message"] as? String)?.contains("took key set 2") == true }, "\(moved.stdout)")
+        #expect(FileManager.default.fileExists(atPath: box.state + "/manifests/test.manifest.keys/2.json"), "the chain is kept")
+        #expect(box.statusText(["-v"]).contains("key set 2 (taken from the publisher): 2 of \(publics[1]), \(publics[2]), \(publics[3])"), "\(box.statusText(["-v"]))")
+        let status = try JSONSerialization.jsonObject(with: Data(box.status(["--json"]).stdout.utf8)) as? [String: Any]
+        let keySet = ((status?["sessions"] as? [[String: Any]])?.first?["key_set"] as? [String: Any])
+        #expect(keySet?["version"] as? Int == 2 && keySet?["threshold"] as? Int == 2, "\(String(describing: keySet))")
+
+        // K1 is revoked: with K2, under set 2 or under set 1, it is one signature short or refused.
+        func publish(_ version: Int64, keySet: Int64?, signedBy which: [Int]) throws {
+            let text = Self.rendered(version: version, keySet: keySet)
+            let bytes = try SigningKey.sign(manifest: Array(text.utf8), with: which.map { try SigningKey(file: keys[$0], use: "test") })
+            try box.writeManifest(String(decoding: bytes, as: UTF8.self))
+        }
+        try publish(12, keySet: 2, signedBy: [0, 1])
+        let underTwo = box.sync()
+        #expect(underTwo.exitCode == 4 && underTwo.stderr.contains("carries 1 valid signature by a trusted key (\(publics[1]))"), "\(underTwo.output)")
+        try publish(12, keySet: nil, signedBy: [0, 1])
+        let underOne = box.sync()
+        #expect(underOne.exitCode == 4 && underOne.stderr.contains("signed under key set 1, but session 'test' has moved on to key set 2"), "\(underOne.output)")
+        try publish(12, keySet: 2, signedBy: [3, 1])
+        #expect(box.sync().exitCode == 0, "K2 and the new K4: taken")
+
+        // A set 3 signed by the revoked K1 and a new K5 alone: refused, the session stays on set 2.
+        let forged = box.directory + "/forged"
+        try FileManager.default.createDirectory(atPath: forged, withIntermediateDirectories: true)
+        let unsigned = KeySet(version: 3, keys: [PublicKey(text: publics[4])!, PublicKey(text: publics[0])!], threshold: 1)
+        let forgedBytes = try SigningKey.sign(manifest: Array(unsigned.render().utf8), with: [SigningKey(file: keys[0], use: "t"), SigningKey(file: keys[4], use: "t")])
+        try Data(forgedBytes).write(to: URL(fileURLWithPath: keysDir + "/3.json"))
+        try publish(13, keySet: 3, signedBy: [4])
+        let takeover = box.sync()
+        #expect(takeover.exitCode == 4 && takeover.stderr.contains("key set") && takeover.stderr.contains("is refused: it carries 0 valid signatures by the keys of key set 2"),
+                "\(takeover.output)")
+        #expect(!FileManager.default.fileExists(atPath: box.state + "/manifests/test.manifest.keys/3.json"))
+
+        // Edited trusted-keys: the chain starts again from them.
+        box.configure(remote: "file://" + box.published, session: ["trusted-keys = \(publics[4])"])
+        try publish(14, keySet: nil, signedBy: [4])
+        #expect(box.sync().exitCode == 0, "the operator's keys are where trust starts")
+        #expect(!FileManager.default.fileExists(atPath: box.state + "/manifests/test.manifest.keys/2.json"))
+    }
+
+    /// A push session with keys-dir publishes the key sets beside its manifest and names the
+    /// newest; a new set re-issues the manifest though no file changed, and the mirror follows.
+    @Test func aPushPublishesItsKeySets() throws {
+        let box = Sandbox("push-rotation")
+        let remote = box.directory + "/remote", src = box.directory + "/src", dst = box.directory + "/dst", keysDir = box.directory + "/keys"
+        try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+        try "pushed\n".writeReplacing(src + "/p.txt")
+        let a = box.directory + "/a.key", b = box.directory + "/b.key"
+        let aPublic = Self.generateKey(a), bPublic = Self.generateKey(b)
+        func configure(signKey: String) throws {
+            try """
+                [agent]
+                state = \(box.state)
+                [session up]
+                direction = push
+                remote = file://\(remote)
+                local = \(src)
+                sign-key = \(signKey)
+                keys-dir = \(keysDir)
+                [session down]
+                remote = file://\(remote)
+                local = \(dst)
+                trusted-keys = \(aPublic)
+                """.writeReplacing(box.config)
+        }
+        try configure(signKey: a)
+        #expect(ferry(["sync", "now", "--config", box.config, "--session", "up"]).exitCode == 0)
+        #expect(ferry(["sync", "now", "--config", box.config, "--session", "down"]).exitCode == 0)
+        // Key set 2: A or B, signed by A (the set before) and B; the manifest names it at once.
+        #expect(ferry(["key", "set", keysDir, "--key", aPublic, "--key", bPublic, "--sign", a, "--sign", b]).exitCode == 0)
+        let reissued = ferry(["sync", "now", "--config", box.config, "--session", "up", "--json"])
+        #expect(reissued.exitCode == 0 && reissued.stdout.contains("names key set 1, and keys-dir holds key set 2"), "\(reissued.output)")
+        #expect(FileManager.default.fileExists(atPath: remote + "/.ferry/keys/2.json"))
+        #expect(ferry(["sync", "now", "--config", box.config, "--session", "down"]).exitCode == 0)
+        // Set 3: B alone. The mirror follows to it with the next manifest, B's.
+        #expect(ferry(["key", "set", keysDir, "--key", bPublic, "--sign", a, "--sign", b]).exitCode == 0)
+        try configure(signKey: b)
+        try "changed\n".writeReplacing(src + "/p.txt")
+        #expect(ferry(["sync", "now", "--config", box.config, "--session", "up"]).exitCode == 0)
+        let pulled = ferry(["sync", "now", "--config", box.config, "--session", "down"])
+        #expect(pulled.exitCode == 0 && fileContents(dst + "/p.txt") == "changed\n", "\(pulled.output)")
+        #expect(FileManager.default.fileExists(atPath: box.state + "/manifests/down.manifest.keys/3.json"))
     }
 
     /// Rotation: trust the new key beside the old, sign with the new, then drop the old one; a

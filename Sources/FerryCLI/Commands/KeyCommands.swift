@@ -62,3 +62,66 @@ struct KeyPublicCommand: Command {
         return .inSync
     }
 }
+
+/// `ferry key set DIR`: the next key set mirrors trust, signed in band.
+struct KeySetCommand: Command {
+    static let words = ["key", "set"]
+    static let summary = "Write the next key set (keys and threshold) mirrors move to at their next poll, without a config change."
+    static let usage = "key set DIR --key PUB [--key PUB]... [--threshold N] --sign KEY [--sign KEY]... [--json]"
+    static let details = """
+        Mirrors start from their session's trusted-keys and trust-threshold (key set 1). To add,
+        remove or replace keys, or change the threshold, write the next set into DIR: for ferry
+        manifest build, the .ferry/keys directory beside the manifest; for a push session, its
+        keys-dir. It is DIR/<N>.json, one after the newest there, signed with each --sign key: by
+        enough keys of the set before it (its threshold) and by its own threshold of its own keys,
+        or mirrors refuse it. Manifests built or pushed from then on name it and must be signed by
+        its keys; a mirror takes it (and every set between) at its next poll, keeps the chain in its
+        state, and from then on a key the set no longer lists signs nothing there. The first set
+        written (2) is checked against its own keys only: it must also carry trust-threshold
+        signatures by the keys the mirrors' trusted-keys list.
+        """
+    static let options = [OptionSpec("--key", value: "PUB", repeatable: true, "a public key of the new set (ed25519:BASE64; repeat for each)"),
+                          OptionSpec("--threshold", value: "N", "how many of them must sign a manifest (default 1)"),
+                          OptionSpec("--sign", value: "KEY", repeatable: true, "sign the set with this private key (repeat)"),
+                          CommonOptions.json, CommonOptions.help]
+
+    let directory: String
+    let keys: [PublicKey]
+    let threshold: Int
+    let signers: [String]
+    let json: Bool
+
+    init(arguments: Arguments) throws(FerryError) {
+        try arguments.expectPositionals(1...1, command: Self.name, what: "the directory of key sets (DIR)")
+        directory = arguments.positionals[0]
+        var keys: [PublicKey] = []
+        for text in arguments.all("--key") {
+            guard let key = PublicKey(text: text) else {
+                throw .usage("ferry key set: '\(text)' is not a public key like ed25519:BASE64", hint: "ferry key public KEYFILE prints it")
+            }
+            if keys.contains(key) { throw .usage("ferry key set: --key \(text) is given twice") }
+            keys.append(key)
+        }
+        guard !keys.isEmpty, keys.count <= KeySet.maximumKeys else { throw .usage("ferry key set: list the set's keys, 1 to \(KeySet.maximumKeys), with --key") }
+        let threshold = arguments.value("--threshold").map { Int($0) ?? 0 } ?? 1
+        guard threshold >= 1 && threshold <= keys.count else { throw .usage("ferry key set: --threshold must be from 1 to the \(keys.count) keys listed") }
+        self.keys = keys
+        self.threshold = threshold
+        signers = arguments.all("--sign")
+        guard !signers.isEmpty else { throw .usage("ferry key set: sign it with --sign KEY (keys of the set before and of this one)") }
+        json = arguments.has("--json")
+    }
+
+    func run() throws(FerryError) -> ExitCode {
+        let signing = try signers.map { (file) throws(FerryError) -> SigningKey in try SigningKey(file: file, use: "--sign") }
+        let (path, set, previous) = try KeySets.write(into: directory, keys: keys, threshold: threshold, signers: signing)
+        if json {
+            Console.json("{\"event\":\"key-set-written\",\"path\":\(JSONText.quote(path)),\"version\":\(set.version),\"threshold\":\(set.threshold),\"keys\":["
+                         + set.keys.map { JSONText.quote($0.description) }.joined(separator: ",") + "]}")
+        } else {
+            Console.out("wrote key set \(set.version) to \(path): \(set.threshold) of \(Plural.count(set.keys.count, "key")) must sign"
+                        + (previous == nil ? " (it must also carry enough signatures by the keys the mirrors' trusted-keys list)" : ""))
+        }
+        return .inSync
+    }
+}

@@ -33,7 +33,8 @@ struct StatusCommand: Command {
           agent_pid, next_poll, held_for, last_run_started, last_run_finished, last_exit_code,
           last_message, last_poll_ok, manifest_version, manifest_signers (the keys whose signatures
           it was taken on), manifest_signer (the first of them), manifest_expires, rejected_version
-          and rejected_reason (what on-switch-check rolled back), rollbacks, and for
+          and rejected_reason (what on-switch-check rolled back), rollbacks, key_set (with
+          trusted-keys: the set trusted now, {"version":N,"threshold":N,"keys":[...]}), and for
           generations: generation, generations_kept, generation_building;
           task_counts: {"queued":N,"running":N,"done":N,"failed":N,"waiting":N,"suspended":N,"delayed":N};
           running_tasks: up to 10 running tasks; running_tasks_omitted: how many more;
@@ -80,6 +81,8 @@ struct StatusCommand: Command {
         let session: SessionConfig
         let record: SessionRecord?
         let tasks: [TransferTask]
+        /// A pull with trusted-keys: the key set it trusts now (`KeyChain`).
+        var keySet: KeySet?
     }
 
     func run() throws(FerryError) -> ExitCode {
@@ -95,7 +98,8 @@ struct StatusCommand: Command {
         let store = try StateStore(directory: config.agent.state, clock: clock)
         var rows: [Row] = []
         for s in sessions {
-            rows.append(Row(session: s, record: try store.session(s.name), tasks: try store.tasks(session: s.name)))
+            rows.append(Row(session: s, record: try store.session(s.name), tasks: try store.tasks(session: s.name),
+                            keySet: s.direction == .pull && !s.trustedKeys.isEmpty ? KeyChain.trusted(by: s, state: config.agent.state) : nil))
         }
         if json { printJSON(rows) } else { printHuman(rows, width: Columns.standardOutput()) }
         return .inSync
@@ -254,6 +258,9 @@ struct StatusCommand: Command {
         addProcesses(st, r, to: &out)
         addLastRun(st, r, to: &out)
         addContent(s, r, to: &out)
+        if let set = row.keySet, set.version > 1 {
+            out.add("trust", "key set \(set.version) (taken from the publisher): \(set.threshold) of \(set.keys.map(\.description).joined(separator: ", "))", maxLines: 3)
+        }
         addTasks(tasks, st, to: &out)
         return (out.lines, out.cut)
     }
@@ -456,6 +463,7 @@ struct StatusCommand: Command {
             f.append("\"rejected_version\":" + (r?.rejectedVersion.map(String.init) ?? "null"))
             f.append("\"rejected_reason\":" + (r?.rejectedReason.map(JSONText.quote) ?? "null"))
             f.append("\"rollbacks\":\(r?.rollbacks ?? 0)")
+            f.append("\"key_set\":" + (row.keySet.map { "{\"version\":\($0.version),\"threshold\":\($0.threshold),\"keys\":[" + $0.keys.map { JSONText.quote($0.description) }.joined(separator: ",") + "]}" } ?? "null"))
             f.append("\"last_run_started\":" + (r?.lastRunStarted.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"last_run_finished\":" + (r?.lastRunFinished.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"last_exit_code\":" + (r?.lastExitCode.map { String($0) } ?? "null"))

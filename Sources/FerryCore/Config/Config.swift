@@ -266,6 +266,9 @@ public struct SessionConfig: Sendable, Equatable {
     public var trustThreshold = 1
     /// Push: the Ed25519 private keys (PEM files) that each sign what is published (`sign-key`).
     public var signKeys: [String] = []
+    /// Push: the directory of key-set documents (`ferry key set`) published beside the manifest;
+    /// the manifest names the newest (`keys-dir`).
+    public var keysDirectory: String?
     /// Push: how long a published manifest stays valid (its `expires`), in seconds; with `sign-key`
     /// `ManifestEnvelope.defaultLifetime` unless `expires = never`.
     public var expires: Double?

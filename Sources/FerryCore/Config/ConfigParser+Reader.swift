@@ -276,6 +276,7 @@ extension ConfigParser {
                     if !session.trustedKeys.contains(key) { session.trustedKeys.append(key) }
                 }
             case "require-expiry": session.requireExpiry = try bool(line)
+            case "keys-dir": session.keysDirectory = try path(line)
             case "trust-threshold": session.trustThreshold = try integer(line, in: 1...ManifestEnvelope.maximumSignatures)
             case "sign-key":
                 // Several keys, separated by spaces: each signs (for mirrors with a trust-threshold).

@@ -16,11 +16,11 @@ public enum ConfigParser {
         "on-file-done", "on-session-done", "on-switch-check", "hook-timeout", "verify-interval",
         "discretionary", "window", "require-ac-power", "require-unmetered", "max-load", "min-free-space", "bwlimit", "priority",
         "conflict", "verify-uploads", "upload-part-size",
-        "trusted-keys", "trust-threshold", "require-expiry", "sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions",
+        "trusted-keys", "trust-threshold", "require-expiry", "sign-key", "keys-dir", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions",
         "layout", "keep-generations", "exclude", "include", "delta", "delta-min-size", "seed", "mirrors",
     ]
     /// Keys about what a push publishes.
-    static let pushKeys = ["verify-uploads", "sign-key", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions", "delta-min-size"]
+    static let pushKeys = ["verify-uploads", "sign-key", "keys-dir", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions", "delta-min-size"]
     /// Keys about how a pull keeps its mirror.
     static let pullKeys = ["layout", "keep-generations", "on-switch-check", "require-expiry", "trust-threshold", "delta", "seed", "mirrors"]
     /// Keys whose value is a command line, split into words by `HookCommand` (quotes and all).

@@ -107,6 +107,7 @@ public enum ConfigText {
         case "trusted-keys": return shown(s.trustedKeys.isEmpty ? nil : s.trustedKeys.map(\.description).joined(separator: " "), unset: "signatures are not required")
         case "require-expiry": return shown(yes(s.requireExpiry))
         case "trust-threshold": return shown(String(s.trustThreshold))
+        case "keys-dir": return shown(s.keysDirectory, unset: "none: mirrors keep their trusted-keys")
         case "sign-key": return shown(s.signKeys.isEmpty ? nil : s.signKeys.joined(separator: " "), unset: "unsigned")
         case "expires": return shown(s.expires.map(duration), unset: "never")
         case "object-grace": return shown(duration(s.objectGrace))

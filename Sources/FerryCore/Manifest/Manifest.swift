@@ -43,6 +43,8 @@ public struct Manifest: Sendable {
     public let signatures: [ManifestSignature]
     /// Where the remote keeps the files' bytes (`"layout"`; SHA256SUMS: at their paths).
     public let layout: RemoteLayout
+    /// The key set it is signed under (`"keys"`, `KeySet`; nil: set 1, the config's `trusted-keys`).
+    public private(set) var keySet: Int64?
 
     /// The files the manifest lists, whether or not its tree was read yet.
     public var fileCount: Int { tree?.files ?? entries.count }
@@ -51,8 +53,9 @@ public struct Manifest: Sendable {
     /// each once), checked as a parsed manifest is.
     public func resolving(_ entries: [ManifestEntry], source: String) throws(FerryError) -> Manifest {
         precondition(tree != nil && entries.count == tree!.files)
-        let whole = Manifest(format: format, version: version, generated: generated, expires: expires, sorted: entries, signatures: signatures, tree: tree,
+        var whole = Manifest(format: format, version: version, generated: generated, expires: expires, sorted: entries, signatures: signatures, tree: tree,
                              layout: layout)
+        whole.keySet = keySet
         try Manifest.checkTree(whole, source: source)
         return whole
     }
@@ -191,6 +194,7 @@ public struct Manifest: Sendable {
         var sawFiles = false
         var tree: ManifestTree.Reference?
         var layout = RemoteLayout.tree
+        var keySet: Int64?
         /// Whether any member of a manifest (not an unknown one) was read.
         var sawField = false
         var totalSize: Int64 = 0
@@ -209,6 +213,10 @@ public struct Manifest: Sendable {
                 let text = try r.readString()
                 guard let t = Timestamp(rfc3339: text) else { throw r.problem("\"\(key)\" is not an RFC 3339 time: \(Printable.quoted(text))") }
                 if key == "generated" { generated = t } else { expires = t }
+            case "keys":
+                let n = try r.readCount("\"keys\"")
+                if n < 1 || n > Manifest.maximumVersion { throw r.problem("\"keys\" must name a key set from 1 on") }
+                keySet = n
             case "layout":
                 let text = try r.readString()
                 guard let l = RemoteLayout(rawValue: text) else {
@@ -299,24 +307,7 @@ public struct Manifest: Sendable {
                     signed = start..<r.offset
                 case "signatures":
                     sawSignatures = true
-                    try r.readArray { (r: inout JSONReader, i: Int) throws(JSONReader.Failure) in
-                        if i >= ManifestEnvelope.maximumSignatures { throw r.problem("carries more than \(ManifestEnvelope.maximumSignatures) signatures") }
-                        var keyText: String?, sigText: String?
-                        try r.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
-                            switch key {
-                            case "key": keyText = try r.readString()
-                            case "sig": sigText = try r.readString()
-                            default: try r.skipValue()
-                            }
-                        }
-                        guard let keyText, let key = PublicKey(text: keyText) else {
-                            throw r.problem("signatures[\(i)].key must be \"ed25519:\" and the base64 of 32 bytes")
-                        }
-                        guard let sigText, let sig = Base64.decode(sigText), sig.count == 64 else {
-                            throw r.problem("signatures[\(i)].sig must be the base64 of a 64-byte Ed25519 signature")
-                        }
-                        signatures.append((key, sig))
-                    }
+                    signatures = try ManifestEnvelope.readSignatures(&r)
                 default:
                     guard signed != nil else { return try fields.read(&r, key: key) }
                     // After `signed`, a member must not be a manifest field: read apart, and refused if it is one.
@@ -347,16 +338,11 @@ public struct Manifest: Sendable {
         }
         let (entries, duplicate) = fields.collector.finish()
         if let duplicate { throw .manifest("manifest \(source) lists \(Printable.quoted(duplicate.string)) twice") }
-        var checks: [ManifestSignature] = []
-        if let signed {
-            let message = UnsafeBufferPointer(rebasing: bytes[signed])
-            for s in signatures {
-                let check: ManifestSignature.Check = verifier.map { $0.verify(signature: s.signature, by: s.key, of: message) ? .valid : .invalid } ?? .unchecked
-                checks.append(ManifestSignature(key: s.key, check: check))
-            }
-        }
-        return Manifest(format: fields.tree == nil ? .ferry : .tree, version: version, generated: fields.generated, expires: fields.expires, sorted: entries,
-                        signatures: checks, tree: fields.tree, layout: fields.layout)
+        let checks = signed.map { ManifestEnvelope.check(signatures, over: UnsafeBufferPointer(rebasing: bytes[$0]), verifier: verifier) } ?? []
+        var manifest = Manifest(format: fields.tree == nil ? .ferry : .tree, version: version, generated: fields.generated, expires: fields.expires,
+                                sorted: entries, signatures: checks, tree: fields.tree, layout: fields.layout)
+        manifest.keySet = fields.keySet
+        return manifest
     }
 
     /// SHA256SUMS as `sha256sum` writes it, one file per line:
@@ -486,9 +472,9 @@ public struct Manifest: Sendable {
 /// Renders a manifest as `ferry-manifest/1` JSON: sorted by path, one file per line, so two builds
 /// of the same tree are byte-identical and diffs stay readable.
 public enum ManifestWriter {
-    public static func render(version: Int64, generated: Timestamp, expires: Timestamp? = nil, layout: RemoteLayout = .tree,
+    public static func render(version: Int64, generated: Timestamp, expires: Timestamp? = nil, layout: RemoteLayout = .tree, keySet: Int64? = nil,
                               entries: [ManifestEntry]) -> String {
-        var out = header(Manifest.formatName, version: version, generated: generated, expires: expires, layout: layout)
+        var out = header(Manifest.formatName, version: version, generated: generated, expires: expires, layout: layout, keySet: keySet)
         out += "\n  \"files\": ["
         let sorted = entries.sorted { $0.path < $1.path }
         for (i, e) in sorted.enumerated() {
@@ -507,18 +493,19 @@ public enum ManifestWriter {
     }
 
     /// Renders a `ferry-manifest/2` root naming `tree`.
-    public static func renderRoot(version: Int64, generated: Timestamp, expires: Timestamp? = nil, layout: RemoteLayout = .tree,
+    public static func renderRoot(version: Int64, generated: Timestamp, expires: Timestamp? = nil, layout: RemoteLayout = .tree, keySet: Int64? = nil,
                                   tree: ManifestTree.Reference) -> String {
-        var out = header(ManifestTree.formatName, version: version, generated: generated, expires: expires, layout: layout)
+        var out = header(ManifestTree.formatName, version: version, generated: generated, expires: expires, layout: layout, keySet: keySet)
         out += "\n  \"tree\": {\"sha256\": \"\(tree.sha256)\", \"level\": \(tree.level), \"files\": \(tree.files)}\n}\n"
         return out
     }
 
     /// The members both formats open with; `layout` only when it is not the default (a tree-layout
-    /// manifest reads as it always did, for every ferry).
-    private static func header(_ format: String, version: Int64, generated: Timestamp, expires: Timestamp?, layout: RemoteLayout) -> String {
+    /// manifest reads as it always did, for every ferry), `keys` only after a rotation.
+    private static func header(_ format: String, version: Int64, generated: Timestamp, expires: Timestamp?, layout: RemoteLayout, keySet: Int64?) -> String {
         var out = "{\n  \"format\": \"\(format)\",\n  \"version\": \(version),\n  \"generated\": \"\(generated.rfc3339)\","
         if let expires { out += "\n  \"expires\": \"\(expires.rfc3339)\"," }
+        if let keySet { out += "\n  \"keys\": \(keySet)," }
         if layout != .tree { out += "\n  \"layout\": \"\(layout.rawValue)\"," }
         return out
     }

@@ -72,6 +72,38 @@ public enum ManifestEnvelope {
         return out
     }
 
+    /// The `signatures` member: at most `maximumSignatures` objects `{"key": "ed25519:…", "sig": "…"}`.
+    static func readSignatures(_ r: inout JSONReader) throws(JSONReader.Failure) -> [(key: PublicKey, signature: [UInt8])] {
+        var signatures: [(key: PublicKey, signature: [UInt8])] = []
+        try r.readArray { (r: inout JSONReader, i: Int) throws(JSONReader.Failure) in
+            if i >= maximumSignatures { throw r.problem("carries more than \(maximumSignatures) signatures") }
+            var keyText: String?, sigText: String?
+            try r.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
+                switch key {
+                case "key": keyText = try r.readString()
+                case "sig": sigText = try r.readString()
+                default: try r.skipValue()
+                }
+            }
+            guard let keyText, let key = PublicKey(text: keyText) else {
+                throw r.problem("signatures[\(i)].key must be \"ed25519:\" and the base64 of 32 bytes")
+            }
+            guard let sigText, let sig = Base64.decode(sigText), sig.count == 64 else {
+                throw r.problem("signatures[\(i)].sig must be the base64 of a 64-byte Ed25519 signature")
+            }
+            signatures.append((key, sig))
+        }
+        return signatures
+    }
+
+    /// Each signature checked over `message` (`.unchecked` without a verifier).
+    static func check(_ signatures: [(key: PublicKey, signature: [UInt8])], over message: UnsafeBufferPointer<UInt8>,
+                      verifier: (any SignatureVerifier)?) -> [ManifestSignature] {
+        signatures.map { s in
+            ManifestSignature(key: s.key, check: verifier.map { $0.verify(signature: s.signature, by: s.key, of: message) ? .valid : .invalid } ?? .unchecked)
+        }
+    }
+
     /// The bytes a signature over `manifest` covers: the rendered manifest without trailing whitespace.
     public static func signedBytes(of manifest: [UInt8]) -> [UInt8] {
         var end = manifest.count

@@ -101,7 +101,11 @@ public struct ManifestBuilder {
             total += size
             progress(i + 1, files.count)
         }
-        let manifest = try Manifests.publishable(version: version, entries: entries, lifetime: expires, keys: signingKeys, format: format, now: clock.now())
+        // A key set beside the manifest (`ferry key set`): the root names the newest, whose keys must sign it.
+        let keySet = try KeySets.newest(in: ConfigParser.directoryName(of: outputPath) + "/.ferry/keys")
+        if let keySet { try KeySets.check(signers: signingKeys, against: keySet, what: "ferry manifest build: the manifest") }
+        let manifest = try Manifests.publishable(version: version, entries: entries, lifetime: expires, keys: signingKeys, keySet: keySet?.version,
+                                                 format: format, now: clock.now())
         let objects = ManifestTree.objectDirectory(beside: outputPath)
         var written = 0
         if let tree = manifest.tree {

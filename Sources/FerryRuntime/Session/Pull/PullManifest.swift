@@ -27,7 +27,7 @@ extension PullSync {
         ManifestAcceptance(session: session.name, now: clock.now(),
                            appliedVersion: record?.manifestURL == session.manifestURL ? record?.manifestVersion : nil,
                            localFiles: localFiles, allowRollback: session.allowRollback, allowEmpty: session.allowEmpty,
-                           trustedKeys: session.trustedKeys, threshold: session.trustThreshold,
+                           trustedKeys: trust.keys, threshold: trust.threshold,
                            floor: record?.manifestURL == session.manifestURL ? record?.trustFloor : nil, requireExpiry: session.requireExpiry)
     }
 
@@ -38,7 +38,43 @@ extension PullSync {
         if let expires = record?.manifestExpires, expires < acceptance(record, localFiles: 0).judgedNow { return false }
         guard !session.trustedKeys.isEmpty else { return true }
         if session.requireExpiry && record?.manifestExpires == nil { return false }
-        return (record?.manifestSigners ?? []).filter(session.trustedKeys.contains).count >= session.trustThreshold
+        return (record?.manifestSigners ?? []).filter(trust.keys.contains).count >= trust.threshold
+    }
+
+    /// The key set this session trusts now: the config's, or the last one it took (`KeyChain`).
+    var trust: KeySet {
+        if chain == nil { chain = KeyChain(session: session, state: agent.state, keeps: !options.dryRun) }
+        return chain!.current
+    }
+
+    /// Follows the key sets from the one trusted to the one `manifest` says it is signed under,
+    /// each fetched from beside the remote's manifest (or a mirror's: each is checked against the
+    /// one before) and kept; a manifest under an older set is refused. Said once per set taken.
+    func followKeys(of manifest: Manifest, remote: Remote) throws(FerryError) {
+        guard !session.trustedKeys.isEmpty else { return }
+        let target = manifest.keySet ?? 1
+        guard target != trust.version else { return }
+        let sources = sources(remote)
+        let places = [(sources.all[sources.originIndex].remote, session.manifestURL)] + sources.all.dropLast().filter { $0.demoted == nil }.map { ($0.remote, $0.manifestURL) }
+        let taken = try chain!.advance(to: target, source: session.manifestURL, session: session.name) { (version) throws(FerryError) -> [UInt8] in
+            var reasons: [String] = []
+            for (remote, manifestURL) in places {
+                let url = (manifestURL.lastIndex(of: "/").map { String(manifestURL[...$0]) } ?? "") + KeySet.path(version)
+                do throws(FerryError) {
+                    if case let .fetched(bytes, _, _, _) = try remote.fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: Int64(KeySet.maximumSize)) {
+                        return bytes
+                    }
+                    reasons.append("\(url): not there")
+                } catch {
+                    reasons.append("\(url): \(error.message)")
+                }
+            }
+            throw .manifest("key set \(version), which manifest \(self.session.manifestURL) is signed under, cannot be had (\(reasons.joined(separator: "; "))): refused, nothing was changed",
+                            hint: "the publisher must publish \(KeySet.path(version)) beside the manifest (ferry key set writes it; a push uploads keys-dir)")
+        }
+        for version in taken {
+            emit(.warning(message: "took key set \(version): session '\(session.name)' now trusts \(trust.keys.map(\.description).joined(separator: ", ")) (\(trust.threshold) of them must sign); keys it no longer lists sign nothing"))
+        }
     }
 
     /// Keys as events name them: separated by spaces (nil: none).
@@ -87,6 +123,7 @@ extension PullSync {
         let objects = manifests.objects(remote: remote, keeps: !options.dryRun, mirrors: { [unowned self] in self.sources(remote).mirrorObjects })
         func resolved(_ root: Manifest) throws(FerryError) -> (Manifest, [SHA256Digest]) {
             guard root.tree != nil else { return (root, []) }
+            try followKeys(of: root, remote: remote)
             try acceptance(record, localFiles: 0).check(root, source: url)
             let read = try objects.resolve(root, source: url, maximumSize: session.maxManifestSize)
             countServed(objects, remote: remote)

@@ -18,6 +18,8 @@ final class PullSync: SessionWork {
     /// The remote and the session's mirrors (`PullSources`), opened when first needed: a poll that
     /// finds nothing new opens no mirror.
     private var opened: PullSources?
+    /// The key sets this session trusts (`KeyChain`), read from the state when first needed.
+    var chain: KeyChain?
     func sources(_ remote: Remote) -> PullSources {
         if let opened { return opened }
         let sources = PullSources(session: session, remote: remote, clock: clock, stop: options.stop)
@@ -43,7 +45,7 @@ final class PullSync: SessionWork {
         var staged = fetched.staged
         defer { if let staged { unlink(staged) } }
         var (root, tree) = try takeLocal(&observed.local, mirror: mirror, store: store)
-        let locate = try accept(fetched, record: record, localFiles: tree.fileCount, staged: &staged, store: store)
+        let locate = try accept(fetched, record: record, localFiles: tree.fileCount, staged: &staged, remote: remote, store: store)
         if session.onSwitchCheck != nil, let version = fetched.manifest.version, version == record?.rejectedVersion {
             // Rolled back here by its check: the generation before stays until a newer version.
             result.message = "version \(version) failed on-switch-check on this machine (\(record?.rejectedReason ?? "")) and was rolled back: \(Printable.name(session.local)) stays on the generation before until a newer version is published"
@@ -157,21 +159,22 @@ final class PullSync: SessionWork {
     /// Accept: the manifest is checked only now, against what the mirror holds (`localFiles`),
     /// and only then remembered; a refused manifest changes nothing. Returns where the bytes of
     /// each file it lists are under the remote.
-    private func accept(_ fetched: Fetched, record: SessionRecord?, localFiles: Int, staged: inout String?,
+    private func accept(_ fetched: Fetched, record: SessionRecord?, localFiles: Int, staged: inout String?, remote: Remote,
                         store: StateStore) throws(FerryError) -> (ManifestEntry) -> RelativePath {
         let (url, manifest) = (session.manifestURL, fetched.manifest)
         let locate = try contentLocator(manifest)
+        try followKeys(of: manifest, remote: remote)
         let acceptance = acceptance(record, localFiles: localFiles)
         try acceptance.check(manifest, source: url)
         if let accepted = staged {
             try manifests.commit(staged: accepted)
             staged = nil
             try store.saveManifest(session: session.name, url: url, etag: fetched.etag, lastModified: fetched.lastModified, version: manifest.version,
-                                  files: manifest.entries.count, signers: manifest.signers(trusting: session.trustedKeys), expires: manifest.expires,
+                                  files: manifest.entries.count, signers: manifest.signers(trusting: trust.keys), expires: manifest.expires,
                                   trustFloor: acceptance.raisedFloor(taking: manifest))
         }
         emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: !fetched.changed,
-                              signedBy: Self.named(manifest.signers(trusting: session.trustedKeys)), metadataBytes: fetched.metadataBytes,
+                              signedBy: Self.named(manifest.signers(trusting: trust.keys)), metadataBytes: fetched.metadataBytes,
                               redirectedTo: fetched.redirectedTo))
         return locate
     }

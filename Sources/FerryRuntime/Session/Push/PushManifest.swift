@@ -14,6 +14,11 @@ extension PushSync {
         if record.manifestSigners != keys {
             return keys.isEmpty ? "is signed, and the session no longer signs" : "is not signed by sign-key (\(keys.map(\.description).joined(separator: ", ")))"
         }
+        if let directory = session.keysDirectory, let newest = try? KeySets.newest(in: directory)?.version,
+           let cached = try? FileSystem.readFile(manifests.path, limit: Int(session.maxManifestSize)),
+           let published = try? Manifests.parse(cached, source: manifests.path), published.keySet != newest {
+            return "names key set \(published.keySet ?? 1), and keys-dir holds key set \(newest)"
+        }
         if let lifetime = session.expires {
             guard let at = record.manifestExpires else { return "carries no expiry" }
             if Double(at.seconds - clock.now().seconds) < lifetime / 2 { return "expires at \(at.rfc3339)" }

@@ -8,6 +8,23 @@ extension PushSync {
     // MARK: metadata objects (format 2)
 
     /// Where metadata object `digest` goes on the remote: `.ferry/meta/` beside the manifest.
+    /// `keys-dir`: each key-set document in it the remote does not hold as it is goes to
+    /// `.ferry/keys/<N>.json` beside the manifest, before the manifest that names the newest
+    /// (returned); the signing keys must satisfy that set, or nothing is published.
+    func sendKeySets(writer: RemoteWriting, remote: Remote) throws(FerryError) -> Int64? {
+        guard let directory = session.keysDirectory, let newest = try KeySets.newest(in: directory) else { return nil }
+        try KeySets.check(signers: signingKeys, against: newest, what: "session '\(session.name)': the manifest")
+        let base = session.manifestURL.lastIndex(of: "/").map { String(session.manifestURL[...$0]) } ?? ""
+        let prefix = session.manifest.lastIndex(of: "/").map { String(session.manifest[...$0]) } ?? ""
+        for version in 2...newest.version {
+            let bytes = try FileSystem.readFile(directory + "/\(version).json", limit: KeySet.maximumSize)
+            if case let .fetched(held, _, _, _)? = try? remote.fetchManifest(url: base + KeySet.path(version), etag: nil, lastModified: nil,
+                                                                            maximumSize: Int64(KeySet.maximumSize)), held == bytes { continue }
+            _ = try writer.writeObject(bytes, at: RelativePath(trusted: prefix + KeySet.path(version)))
+        }
+        return newest.version
+    }
+
     func objectPath(_ digest: String) -> RelativePath {
         RelativePath(trusted: ManifestTree.objectDirectory(beside: session.manifest) + "/" + digest)
     }

@@ -421,7 +421,8 @@ final class PushSync: SessionWork {
         let objects = manifests.objects(remote: remote)
         let indexes = indexed(entries, published: published, pieces: sent.pieces, objects: objects, root: observed.scan.root)
         let entries = indexes.entries
-        let (text, expires, tree) = try Manifests.publishable(version: version, entries: entries, lifetime: session.expires, keys: signingKeys,
+        let keySet = try sendKeySets(writer: writer, remote: remote)
+        let (text, expires, tree) = try Manifests.publishable(version: version, entries: entries, lifetime: session.expires, keys: signingKeys, keySet: keySet,
                                                               layout: layout, now: clock.now())
         if let tree { try sendObjects(tree.objects + indexes.new, objects: objects, writer: writer) }
         sayVerified(sent.transfers.verifications.merging(objectVerifications, uniquingKeysWith: +))
