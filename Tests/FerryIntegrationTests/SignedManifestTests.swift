@@ -35,6 +35,13 @@ struct SignedManifestTests {
         return "ed25519:" + bytes.suffix(32).base64EncodedString()
     }
 
+    /// A config of two sessions over one file:// remote: `up` pushes `src` there, `down` pulls it
+    /// into `dst`, each with its own extra lines.
+    static func publisherAndMirror(_ box: Sandbox, remote: String, src: String, dst: String, up: [String], down: [String]) throws {
+        try (["[agent]", "state = \(box.state)", "[session up]", "direction = push", "remote = file://\(remote)", "local = \(src)"] + up
+             + ["[session down]", "remote = file://\(remote)", "local = \(dst)"] + down).joined(separator: "\n").appending("\n").writeReplacing(box.config)
+    }
+
     /// A manifest of the published tree signed by `key` (through ferry's own signing code), expiring
     /// in an hour unless `expires` says otherwise, with `edit` applied to the rendered manifest
     /// before it is signed.
@@ -239,20 +246,8 @@ struct SignedManifestTests {
         let remote = box.directory + "/pushed", src = box.directory + "/src", dst = box.directory + "/dst"
         try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
         try "pushed\n".writeReplacing(src + "/p.txt")
-        try """
-            [agent]
-            state = \(box.state)
-            [session up]
-            direction = push
-            remote = file://\(remote)
-            local = \(src)
-            sign-key = \(keys[0]) \(keys[1])
-            [session down]
-            remote = file://\(remote)
-            local = \(dst)
-            trusted-keys = \(publics[0]) \(publics[1]) \(publics[2])
-            trust-threshold = 2
-            """.writeReplacing(box.config)
+        try Self.publisherAndMirror(box, remote: remote, src: src, dst: dst, up: ["sign-key = \(keys[0]) \(keys[1])"],
+                                    down: ["trusted-keys = \(publics[0]) \(publics[1]) \(publics[2])", "trust-threshold = 2"])
         #expect(ferry(["sync", "now", "--config", box.config, "--session", "up"]).exitCode == 0)
         let pulled = ferry(["sync", "now", "--config", box.config, "--session", "down"])
         #expect(pulled.exitCode == 0 && fileContents(dst + "/p.txt") == "pushed\n", "\(pulled.output)")
@@ -377,6 +372,10 @@ struct SignedManifestTests {
         #expect(takeover.exitCode == 4 && takeover.stderr.contains("key set") && takeover.stderr.contains("is refused: it carries 0 valid signatures by the keys of key set 2"),
                 "\(takeover.output)")
         #expect(!FileManager.default.fileExists(atPath: box.state + "/manifests/test.manifest.keys/3.json"))
+        // Endless data: a key set larger than 64 KiB is not read.
+        try Data(repeating: 0x20, count: 200_000).write(to: URL(fileURLWithPath: keysDir + "/3.json"))
+        let endless = box.sync()
+        #expect(endless.exitCode == 4 && endless.stderr.contains("key set 3, which manifest") && endless.stderr.contains("cannot be had"), "\(endless.output)")
 
         // Edited trusted-keys: the chain starts again from them.
         box.configure(remote: "file://" + box.published, session: ["trusted-keys = \(publics[4])"])
@@ -395,20 +394,8 @@ struct SignedManifestTests {
         let a = box.directory + "/a.key", b = box.directory + "/b.key"
         let aPublic = Self.generateKey(a), bPublic = Self.generateKey(b)
         func configure(signKey: String) throws {
-            try """
-                [agent]
-                state = \(box.state)
-                [session up]
-                direction = push
-                remote = file://\(remote)
-                local = \(src)
-                sign-key = \(signKey)
-                keys-dir = \(keysDir)
-                [session down]
-                remote = file://\(remote)
-                local = \(dst)
-                trusted-keys = \(aPublic)
-                """.writeReplacing(box.config)
+            try Self.publisherAndMirror(box, remote: remote, src: src, dst: dst, up: ["sign-key = \(signKey)", "keys-dir = \(keysDir)"],
+                                        down: ["trusted-keys = \(aPublic)"])
         }
         try configure(signKey: a)
         #expect(ferry(["sync", "now", "--config", box.config, "--session", "up"]).exitCode == 0)
@@ -463,20 +450,8 @@ struct SignedManifestTests {
         let first = box.directory + "/first.key", second = box.directory + "/second.key"
         let firstPublic = Self.generateKey(first), secondPublic = Self.generateKey(second)
         func configure(signKey: String, trusting: String, expires: String = "1h") throws {
-            try """
-                [agent]
-                state = \(box.state)
-                [session up]
-                direction = push
-                remote = file://\(remote)
-                local = \(src)
-                sign-key = \(signKey)
-                expires = \(expires)
-                [session down]
-                remote = file://\(remote)
-                local = \(dst)
-                trusted-keys = \(trusting)
-                """.writeReplacing(box.config)
+            try Self.publisherAndMirror(box, remote: remote, src: src, dst: dst, up: ["sign-key = \(signKey)", "expires = \(expires)"],
+                                        down: ["trusted-keys = \(trusting)"])
         }
         try configure(signKey: first, trusting: firstPublic)
         let push = ferry(["sync", "now", "--config", box.config, "--session", "up"])

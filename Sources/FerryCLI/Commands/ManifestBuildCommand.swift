@@ -6,7 +6,7 @@ import FerryRuntime
 struct ManifestBuildCommand: Command {
     static let words = ["manifest", "build"]
     static let summary = "Write the manifest (path, size, SHA-256, mtime, mode of every file) for a directory."
-    static let usage = "manifest build DIR [--output F] [--version N [--allow-rollback]] [--sign KEY]... [--expires D|never] [--format 1|2] [--grace D] [--delta-min-size SIZE|off] [--sha256sums] [--exclude PATTERN]... [--json] [--quiet|-q]"
+    static let usage = "manifest build DIR [--output F] [--version N [--allow-rollback]] [--sign KEY]... [--rollout P%] [--expires D|never] [--format 1|2] [--grace D] [--delta-min-size SIZE|off] [--sha256sums] [--exclude PATTERN]... [--json] [--quiet|-q]"
     static let details = """
         The manifest goes to DIR/manifest.json unless --output says otherwise; it never lists itself,
         .ferry/ or anything but regular files. Without --version, the version is one more than the
@@ -16,7 +16,9 @@ struct ManifestBuildCommand: Command {
         --allow-rollback says it is intended. Serve DIR (with the manifest) over HTTP(S), or point a
         session at it with a file:// remote. --sign KEY signs it with an Ed25519 key (ferry key
         generate makes one); mirrors whose session lists the key's public half in trusted-keys then
-        take only manifests that key signed. Repeat --sign for several signatures: a session
+        take only manifests that key signed. --rollout P% gives the release to P% of machines (each
+        decides by its machine-id; raising P for the same files only adds machines); the others stay
+        on the release before, which the signed root names. Repeat --sign for several signatures: a session
         with trust-threshold = N takes a manifest only when N of its trusted keys signed it. --expires D (like 7d) makes it expire D from now: a
         mirror refuses it after that, so an old manifest cannot be replayed forever, and a server
         stuck on one is noticed. A signed manifest expires in 7d unless --expires says otherwise
@@ -45,6 +47,7 @@ struct ManifestBuildCommand: Command {
                           OptionSpec("--version", value: "N", "the manifest's version (default: previous + 1, at least the Unix time)"),
                           OptionSpec("--allow-rollback", "write a --version lower than the existing manifest's"),
                           OptionSpec("--sign", value: "KEY", repeatable: true, "sign it with this Ed25519 private key (PEM; repeat for more signatures)"),
+                          OptionSpec("--rollout", value: "P%", "give this release to P% of machines (1 to 100); the others stay on the release before"),
                           OptionSpec("--expires", value: "D|never", "make it expire D from now (90m, 12h, 7d; with --sign the default is 7d)"),
                           OptionSpec("--format", value: "1|2", "2: a root and metadata objects under .ferry/meta/ (default); 1: one flat file"),
                           OptionSpec("--grace", value: "D", "format 2: keep objects no root names for D before removing them (default 1d)"),
@@ -60,6 +63,7 @@ struct ManifestBuildCommand: Command {
     let version: Int64?
     let allowRollback: Bool
     let sign: [String]
+    let rollout: Int
     let expires: Double?
     let format: Int
     let grace: Double
@@ -85,6 +89,14 @@ struct ManifestBuildCommand: Command {
             throw .usage("ferry manifest build: --allow-rollback goes with --version N", hint: "see: ferry help manifest build")
         }
         sign = arguments.all("--sign")
+        if let text = arguments.value("--rollout") {
+            guard let p = Int(text.hasSuffix("%") ? String(text.dropLast()) : text), (1...100).contains(p) else {
+                throw .usage("ferry manifest build: --rollout wants a share of machines from 1% to 100%, like 10%; got '\(text)'")
+            }
+            rollout = p
+        } else {
+            rollout = 100
+        }
         if Set(sign).count < sign.count { throw .usage("ferry manifest build: --sign names one key twice") }
         if sign.count > ManifestEnvelope.maximumSignatures {
             throw .usage("ferry manifest build: \(sign.count) --sign keys; a manifest carries at most \(ManifestEnvelope.maximumSignatures) signatures")
@@ -147,7 +159,7 @@ struct ManifestBuildCommand: Command {
         let result = try ManifestBuilder(clock: clock).build(directory: directory, output: output, version: version,
                                                  allowRollback: allowRollback, signingKeys: keys, expires: expires, format: format,
                                                  grace: grace, sha256sums: sha256sums, filter: filter,
-                                                 deltaMinimum: deltaMinimum) { done, total in
+                                                 deltaMinimum: deltaMinimum, rollout: rollout) { done, total in
             var p = SyncProgress(session: "hashing")
             p.filesDone = done
             p.filesTotal = total

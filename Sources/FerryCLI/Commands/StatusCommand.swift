@@ -33,7 +33,8 @@ struct StatusCommand: Command {
           agent_pid, next_poll, held_for, last_run_started, last_run_finished, last_exit_code,
           last_message, last_poll_ok, manifest_version, manifest_signers (the keys whose signatures
           it was taken on), manifest_signer (the first of them), manifest_expires, rejected_version
-          and rejected_reason (what on-switch-check rolled back), rollbacks, key_set (with
+          and rejected_reason (what on-switch-check rolled back), rollbacks, rollout (the last
+          phased rollout seen: {"version","percent","inside","taking"}), key_set (with
           trusted-keys: the set trusted now, {"version":N,"threshold":N,"keys":[...]}), and for
           generations: generation, generations_kept, generation_building;
           task_counts: {"queued":N,"running":N,"done":N,"failed":N,"waiting":N,"suspended":N,"delayed":N};
@@ -349,6 +350,10 @@ struct StatusCommand: Command {
             if let b = g.building { text += "; \(b) is being built (the next run goes on with it)" }
             out.add("generation", text, maxLines: 2)
         }
+        if let r, let rollout = r.rollout, s.direction == .pull {
+            out.add("rollout", "version \(rollout.version) goes to \(rollout.percent)% of machines; this one is "
+                    + (rollout.inside ? "in it" : "not in it and stays on version \(rollout.taking)"), maxLines: 2)
+        }
         if let r, let version = r.rejectedVersion, s.onSwitchCheck != nil {
             out.add("rolled back", "version \(version) failed on-switch-check (\(r.rejectedReason ?? "")) and is not taken again here; "
                     + Plural.count(r.rollbacks, "rollback") + " in all", maxLines: 2)
@@ -463,6 +468,7 @@ struct StatusCommand: Command {
             f.append("\"rejected_version\":" + (r?.rejectedVersion.map(String.init) ?? "null"))
             f.append("\"rejected_reason\":" + (r?.rejectedReason.map(JSONText.quote) ?? "null"))
             f.append("\"rollbacks\":\(r?.rollbacks ?? 0)")
+            f.append("\"rollout\":" + (r?.rollout.map { "{\"version\":\($0.version),\"percent\":\($0.percent),\"inside\":\($0.inside),\"taking\":\($0.taking)}" } ?? "null"))
             f.append("\"key_set\":" + (row.keySet.map { "{\"version\":\($0.version),\"threshold\":\($0.threshold),\"keys\":[" + $0.keys.map { JSONText.quote($0.description) }.joined(separator: ",") + "]}" } ?? "null"))
             f.append("\"last_run_started\":" + (r?.lastRunStarted.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"last_run_finished\":" + (r?.lastRunFinished.map { JSONText.quote($0.rfc3339) } ?? "null"))

@@ -122,7 +122,7 @@ final class SyncReporter: EventSink {
             humanFile(event)
         case .manifestFetched, .planned, .deltaPlanned, .sourceServed, .planItem, .checked, .manifestBuilt:
             humanPlan(event)
-        case .sessionState, .agent, .uploadsVerified, .generationSwitched, .rolledBack, .warning, .syncFinished, .manifestRetrying, .syncStarted,
+        case .sessionState, .agent, .uploadsVerified, .generationSwitched, .rolledBack, .rollout, .warning, .syncFinished, .manifestRetrying, .syncStarted,
              .checkFinished, .sessionHeld:
             humanRun(event)
         }
@@ -275,6 +275,8 @@ final class SyncReporter: EventSink {
         case let .generationSwitched(generation, directory, previous, changed, _):
             let from = previous.map { " (was \($0))" } ?? ""
             line("\(s): switched to generation \(generation)\(from): \(Plural.count(changed, "file")) new or changed, in \(Printable.name(directory))")
+        case let .rollout(version, percent, inside, taking):
+            line("\(s): version \(version) goes to \(percent)% of machines; this one is \(inside ? "in it" : "not, and stays on version \(taking)")")
         case let .rolledBack(generation, previous, version, reason):
             warn("\(s): generation \(generation)\(version.map { " (version \($0))" } ?? "") failed on-switch-check (\(reason)): back on generation \(previous); that version is not taken again here")
         case let .warning(message):

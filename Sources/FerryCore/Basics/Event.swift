@@ -138,6 +138,9 @@ public struct Event: Sendable {
         /// `on-switch-check` failed after a switch to `generation` (of manifest `version`): `local`
         /// names `previous` again, and that version is not taken again on this machine.
         case rolledBack(generation: String, previous: String, version: Int64?, reason: String)
+        /// A phased rollout: `version` goes to `percent`% of machines; this one is `inside` it or
+        /// not, and takes version `taking` (the one before, when it is not).
+        case rollout(version: Int64, percent: Int, inside: Bool, taking: Int64)
         case warning(message: String)
         /// `ferry manifest build` wrote a manifest.
         case manifestBuilt(output: String, version: Int64, files: Int, bytes: Int64, signedBy: String? = nil, sha256sums: String? = nil)
@@ -199,6 +202,7 @@ public struct Event: Sendable {
         case .fileDeleted: return "file-deleted"
         case .generationSwitched: return "generation-switched"
         case .rolledBack: return "rolled-back"
+        case .rollout: return "rollout"
         case .warning: return "warning"
         case .syncFinished: return "sync-finished"
         case .sessionState: return "session-state"
@@ -232,7 +236,7 @@ public struct Event: Sendable {
         case .replaced, .fileStarted, .fileResumed, .fileInterrupted, .fileSuspended, .fileRestarted, .fileRetrying, .fileDelayed, .delayedDue,
              .fileWaiting, .fileDone, .fileFailed, .metadataFixed, .fileDeleted:
             fields.appendFile(body)
-        case .syncStarted, .manifestFetched, .manifestRetrying, .planned, .deltaPlanned, .planItem, .uploadsVerified, .generationSwitched, .rolledBack, .warning,
+        case .syncStarted, .manifestFetched, .manifestRetrying, .planned, .deltaPlanned, .planItem, .uploadsVerified, .generationSwitched, .rolledBack, .rollout, .warning,
              .manifestBuilt, .checked, .checkFinished, .sessionState, .sessionHeld, .agent, .syncFinished, .sourceServed:
             fields.appendRun(body)
         }
@@ -325,6 +329,8 @@ private struct JSONFields {
             s("generation", generation); s("directory", directory)
             if let previous { s("previous", previous) }
             n("changed", Int64(changed))
+        case let .rollout(version, percent, inside, taking):
+            n("version", version); n("percent", Int64(percent)); b("inside", inside); n("taking", taking)
         case let .rolledBack(generation, previous, version, reason):
             s("generation", generation); s("previous", previous)
             if let version { n("version", version) }
@@ -383,7 +389,7 @@ extension Event.Body {
         case let .planned(summary):
             return summary.isIdle ? .debug : .info
         case .deltaPlanned, .sourceServed, .planItem, .replaced, .fileResumed, .fileRestarted, .fileDelayed, .delayedDue, .fileSuspended, .sessionHeld,
-             .fileInterrupted, .fileDone, .uploadsVerified, .metadataFixed, .fileDeleted, .generationSwitched, .manifestBuilt, .checked:
+             .fileInterrupted, .fileDone, .uploadsVerified, .metadataFixed, .fileDeleted, .generationSwitched, .manifestBuilt, .checked, .rollout:
             return .info
         }
     }

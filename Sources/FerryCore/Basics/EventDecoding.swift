@@ -102,6 +102,9 @@ private struct EventFields {
         case "generation-switched":
             guard let generation = text("generation"), let directory = text("directory"), let changed = int("changed") else { return nil }
             return .generationSwitched(generation: generation, directory: directory, previous: text("previous"), changed: changed)
+        case "rollout":
+            guard let version = int64("version"), let percent = int("percent"), let inside = bool("inside"), let taking = int64("taking") else { return nil }
+            return .rollout(version: version, percent: percent, inside: inside, taking: taking)
         case "rolled-back":
             guard let generation = text("generation"), let previous = text("previous"), let reason = text("reason") else { return nil }
             return .rolledBack(generation: generation, previous: previous, version: int64("version"), reason: reason)

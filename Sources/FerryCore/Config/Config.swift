@@ -29,6 +29,8 @@ public struct AgentConfig: Sendable, Equatable {
     public var metricsListen: ListenAddress?
     /// What the agent logs (`log-level`; `--log-level` overrides it).
     public var logLevel: LogLevel = .info
+    /// This machine's identity for phased rollouts (`machine-id`; nil: /etc/machine-id's).
+    public var machineID: String?
 }
 
 /// `log-level`: which of the agent's events reach its log (stderr, the journal under systemd).
@@ -269,6 +271,9 @@ public struct SessionConfig: Sendable, Equatable {
     /// Push: the directory of key-set documents (`ferry key set`) published beside the manifest;
     /// the manifest names the newest (`keys-dir`).
     public var keysDirectory: String?
+    /// Push: the share of machines, in percent, that take what this session publishes (`rollout`);
+    /// the others stay on the last release published at 100%.
+    public var rollout = 100
     /// Push: how long a published manifest stays valid (its `expires`), in seconds; with `sign-key`
     /// `ManifestEnvelope.defaultLifetime` unless `expires = never`.
     public var expires: Double?

@@ -81,6 +81,11 @@ extension ConfigParser {
             case "metrics-listen":
                 do { agent.metricsListen = try ListenAddress(parsing: line.value) } catch { throw fail(line, error.message) }
             case "log-level": agent.logLevel = try choice(line, "error, warning, info or debug")
+            case "machine-id":
+                guard !line.value.isEmpty, line.value.utf8.count <= 256, !line.value.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7F }) else {
+                    throw fail(line, "must be a name of 1 to 256 printable characters, like the 32 hex digits of /etc/machine-id")
+                }
+                agent.machineID = line.value
             default: break
             }
         }
@@ -277,6 +282,10 @@ extension ConfigParser {
                 }
             case "require-expiry": session.requireExpiry = try bool(line)
             case "keys-dir": session.keysDirectory = try path(line)
+            case "rollout":
+                let text = line.value.hasSuffix("%") ? String(line.value.dropLast()) : line.value
+                guard let p = Int(text), (1...100).contains(p) else { throw fail(line, "'\(line.value)' is not a share of machines from 1% to 100%, like 10%") }
+                session.rollout = p
             case "trust-threshold": session.trustThreshold = try integer(line, in: 1...ManifestEnvelope.maximumSignatures)
             case "sign-key":
                 // Several keys, separated by spaces: each signs (for mirrors with a trust-threshold).
@@ -362,6 +371,10 @@ extension ConfigParser {
                 throw fail(line, "applies to a push session: it is about the manifests it publishes",
                            hint: line.key == "remote-layout" ? "a pull reads the layout from the manifest; remove this line"
                                                               : "remove this line, or set direction = push")
+            }
+            if session.rollout < 100 && session.remoteLayout != .objects, let line = section.find("rollout") {
+                throw fail(line, "needs remote-layout = objects: the files of the release before must stay on the remote beside the new ones for the machines outside the rollout",
+                           hint: "set remote-layout = objects (and publish one release to every machine with it first)")
             }
             if session.layout != .generations, let line = section.find("on-switch-check") {
                 throw fail(line, "applies to a pull session with layout = generations: a failed check switches back to the generation before",

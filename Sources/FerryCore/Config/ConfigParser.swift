@@ -7,7 +7,7 @@
 public enum ConfigParser {
     /// The keys of `[agent]` and the keys every session takes, whatever its remote; each backend
     /// declares its own (`BackendDescription.keys`). `config/ferry.conf` documents them all.
-    public static let agentKeys = ["state", "transfers", "stop-timeout", "metrics", "metrics-listen", "bwlimit", "network-metered", "log-level"]
+    public static let agentKeys = ["state", "transfers", "stop-timeout", "metrics", "metrics-listen", "bwlimit", "network-metered", "log-level", "machine-id"]
     public static let sessionKeys = [
         "remote", "manifest", "local", "direction", "poll", "delete", "max-delete", "allow-rollback", "allow-empty",
         "max-manifest-size", "mode-mask",
@@ -16,11 +16,11 @@ public enum ConfigParser {
         "on-file-done", "on-session-done", "on-switch-check", "hook-timeout", "verify-interval",
         "discretionary", "window", "require-ac-power", "require-unmetered", "max-load", "min-free-space", "bwlimit", "priority",
         "conflict", "verify-uploads", "upload-part-size",
-        "trusted-keys", "trust-threshold", "require-expiry", "sign-key", "keys-dir", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions",
+        "trusted-keys", "trust-threshold", "require-expiry", "sign-key", "keys-dir", "rollout", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions",
         "layout", "keep-generations", "exclude", "include", "delta", "delta-min-size", "seed", "mirrors",
     ]
     /// Keys about what a push publishes.
-    static let pushKeys = ["verify-uploads", "sign-key", "keys-dir", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions", "delta-min-size"]
+    static let pushKeys = ["verify-uploads", "sign-key", "keys-dir", "rollout", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions", "delta-min-size"]
     /// Keys about how a pull keeps its mirror.
     static let pullKeys = ["layout", "keep-generations", "on-switch-check", "require-expiry", "trust-threshold", "delta", "seed", "mirrors"]
     /// Keys whose value is a command line, split into words by `HookCommand` (quotes and all).

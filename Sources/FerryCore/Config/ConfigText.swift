@@ -44,6 +44,7 @@ public enum ConfigText {
         case "bwlimit": return shown(a.bwlimit?.description, unset: "no limit")
         case "network-metered": return shown(a.networkMetered.rawValue)
         case "log-level": return shown(a.logLevel.rawValue)
+        case "machine-id": return shown(a.machineID, unset: "/etc/machine-id")
         default: return shown(nil, unset: "not shown")
         }
     }
@@ -108,6 +109,7 @@ public enum ConfigText {
         case "require-expiry": return shown(yes(s.requireExpiry))
         case "trust-threshold": return shown(String(s.trustThreshold))
         case "keys-dir": return shown(s.keysDirectory, unset: "none: mirrors keep their trusted-keys")
+        case "rollout": return shown("\(s.rollout)%")
         case "sign-key": return shown(s.signKeys.isEmpty ? nil : s.signKeys.joined(separator: " "), unset: "unsigned")
         case "expires": return shown(s.expires.map(duration), unset: "never")
         case "object-grace": return shown(duration(s.objectGrace))

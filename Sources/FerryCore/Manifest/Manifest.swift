@@ -45,6 +45,9 @@ public struct Manifest: Sendable {
     public let layout: RemoteLayout
     /// The key set it is signed under (`"keys"`, `KeySet`; nil: set 1, the config's `trusted-keys`).
     public private(set) var keySet: Int64?
+    /// A phased rollout (`"rollout"` and `"previous"`): the share of machines that take this
+    /// release, and the one the others stay on. nil: every machine takes it.
+    public private(set) var rollout: Rollout?
 
     /// The files the manifest lists, whether or not its tree was read yet.
     public var fileCount: Int { tree?.files ?? entries.count }
@@ -56,6 +59,7 @@ public struct Manifest: Sendable {
         var whole = Manifest(format: format, version: version, generated: generated, expires: expires, sorted: entries, signatures: signatures, tree: tree,
                              layout: layout)
         whole.keySet = keySet
+        whole.rollout = rollout
         try Manifest.checkTree(whole, source: source)
         return whole
     }
@@ -74,6 +78,17 @@ public struct Manifest: Sendable {
         var out: [PublicKey] = []
         for s in signatures where s.check == .valid && (trusted.isEmpty || trusted.contains(s.key)) && !out.contains(s.key) { out.append(s.key) }
         return out
+    }
+
+    /// The release a rollout keeps the other machines on, as a root whose tree is still to be read
+    /// (`resolving`): trusted because this signed root names its tree by hash, so it carries this
+    /// root's signatures, expiry and key set.
+    public func previousRelease() -> Manifest? {
+        guard let p = rollout?.previous else { return nil }
+        var previous = Manifest(format: .tree, version: p.version, generated: generated, expires: expires, sorted: [], signatures: signatures,
+                                tree: p.tree, layout: p.layout)
+        previous.keySet = keySet
+        return previous
     }
 
     /// Sorts `entries` when they are not in path order; they must not list a path twice.
@@ -195,6 +210,8 @@ public struct Manifest: Sendable {
         var tree: ManifestTree.Reference?
         var layout = RemoteLayout.tree
         var keySet: Int64?
+        var rolloutPercent: Int64?
+        var previous: Rollout.Previous?
         /// Whether any member of a manifest (not an unknown one) was read.
         var sawField = false
         var totalSize: Int64 = 0
@@ -224,21 +241,26 @@ public struct Manifest: Sendable {
                 }
                 layout = l
             case "tree":
-                var sha: String?, level: Int64?, files: Int64?
+                tree = try Fields.readTree(&r, "\"tree\"")
+            case "rollout":
+                let p = try r.readCount("\"rollout\"")
+                guard Rollout.percents.contains(Int(clamping: p)) else { throw r.problem("\"rollout\" must be a share of machines from 1 to 99 (percent)") }
+                rolloutPercent = p
+            case "previous":
+                var version: Int64?, layout = RemoteLayout.tree, previousTree: ManifestTree.Reference?
                 try r.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
                     switch key {
-                    case "sha256": sha = try r.readString()
-                    case "level": level = try r.readCount("\"tree\".level")
-                    case "files": files = try r.readCount("\"tree\".files")
+                    case "version": version = try r.readCount("\"previous\".version")
+                    case "layout":
+                        let text = try r.readString()
+                        guard let l = RemoteLayout(rawValue: text) else { throw r.problem("\"previous\".layout \(Printable.quoted(text)) is not tree or objects") }
+                        layout = l
+                    case "tree": previousTree = try Fields.readTree(&r, "\"previous\".tree")
                     default: try r.skipValue()
                     }
                 }
-                guard let sha, let digest = SHA256Digest(hex: sha) else { throw r.problem("\"tree\".sha256 must be 64 hex digits") }
-                guard let level, (0...Int64(ManifestTree.maximumLevel)).contains(level) else {
-                    throw r.problem("\"tree\".level must be 0 to \(ManifestTree.maximumLevel)")
-                }
-                guard let files, files <= Int64(Int32.max) else { throw r.problem("\"tree\".files must be a count of files") }
-                tree = ManifestTree.Reference(sha256: digest, level: Int(level), files: Int(files))
+                guard let version, version <= Manifest.maximumVersion, let previousTree else { throw r.problem("\"previous\" must name a version and a tree") }
+                previous = Rollout.Previous(version: version, layout: layout, tree: previousTree)
             case "files":
                 sawFiles = true
                 try r.readArray { (r: inout JSONReader, i: Int) throws(JSONReader.Failure) in try readEntry(&r, i) }
@@ -247,6 +269,25 @@ public struct Manifest: Sendable {
                 return
             }
             sawField = true
+        }
+
+        /// `{"sha256": HEX, "level": N, "files": N}`: a tree's root object.
+        static func readTree(_ r: inout JSONReader, _ what: String) throws(JSONReader.Failure) -> ManifestTree.Reference {
+            var sha: String?, level: Int64?, files: Int64?
+            try r.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
+                switch key {
+                case "sha256": sha = try r.readString()
+                case "level": level = try r.readCount("\(what).level")
+                case "files": files = try r.readCount("\(what).files")
+                default: try r.skipValue()
+                }
+            }
+            guard let sha, let digest = SHA256Digest(hex: sha) else { throw r.problem("\(what).sha256 must be 64 hex digits") }
+            guard let level, (0...Int64(ManifestTree.maximumLevel)).contains(level) else {
+                throw r.problem("\(what).level must be 0 to \(ManifestTree.maximumLevel)")
+            }
+            guard let files, files <= Int64(Int32.max) else { throw r.problem("\(what).files must be a count of files") }
+            return ManifestTree.Reference(sha256: digest, level: Int(level), files: Int(files))
         }
 
         private mutating func readEntry(_ r: inout JSONReader, _ i: Int) throws(JSONReader.Failure) {
@@ -342,6 +383,13 @@ public struct Manifest: Sendable {
         var manifest = Manifest(format: fields.tree == nil ? .ferry : .tree, version: version, generated: fields.generated, expires: fields.expires,
                                 sorted: entries, signatures: checks, tree: fields.tree, layout: fields.layout)
         manifest.keySet = fields.keySet
+        switch (fields.rolloutPercent, fields.previous) {
+        case (nil, nil): break
+        case let (percent?, previous?) where fields.tree != nil:
+            manifest.rollout = Rollout(percent: Int(percent), previous: previous)
+        default:
+            throw .manifest("manifest \(source) must give \"rollout\" and \"previous\" together, in a \(ManifestTree.formatName) root")
+        }
         return manifest
     }
 
@@ -494,8 +542,9 @@ public enum ManifestWriter {
 
     /// Renders a `ferry-manifest/2` root naming `tree`.
     public static func renderRoot(version: Int64, generated: Timestamp, expires: Timestamp? = nil, layout: RemoteLayout = .tree, keySet: Int64? = nil,
-                                  tree: ManifestTree.Reference) -> String {
+                                  rollout: Rollout? = nil, tree: ManifestTree.Reference) -> String {
         var out = header(ManifestTree.formatName, version: version, generated: generated, expires: expires, layout: layout, keySet: keySet)
+        if let rollout { out += rollout.rendered() }
         out += "\n  \"tree\": {\"sha256\": \"\(tree.sha256)\", \"level\": \(tree.level), \"files\": \(tree.files)}\n}\n"
         return out
     }

@@ -19,6 +19,8 @@ public final class Metrics: EventSink, @unchecked Sendable {
         var errors: [String: [String: Int]] = [:]
         var polls: [String: Int] = [:]
         var rollbacks: [String: Int] = [:]
+        /// A phased rollout seen: 1 when this machine is inside it, 0 when not.
+        var rolloutInside: [String: Int] = [:]
         var metadataBytes: [String: Int64] = [:]
         /// Bytes a delta took from data the mirror held.
         var reusedBytes: [String: Int64] = [:]
@@ -67,6 +69,8 @@ public final class Metrics: EventSink, @unchecked Sendable {
             counts.withLock { $0.failedFiles[s, default: 0] += 1; $0.errors[s, default: [:]]["file", default: 0] += 1 }
         case .rolledBack:
             counts.withLock { $0.rollbacks[s, default: 0] += 1 }
+        case let .rollout(_, _, inside, _):
+            counts.withLock { $0.rolloutInside[s] = inside ? 1 : 0 }
         case let .syncFinished(code, _, _, _, _, _, _, _, dryRun) where !dryRun:
             counts.withLock { c in
                 c.polls[s, default: 0] += 1
@@ -119,6 +123,8 @@ public final class Metrics: EventSink, @unchecked Sendable {
                sessions.map { (label($0), String(c.metadataBytes[$0.name] ?? 0)) })
         metric("ferry_polls_total", "counter", "Cycles run since the agent started.",
                sessions.map { (label($0), String(c.polls[$0.name] ?? 0)) })
+        metric("ferry_rollout_inside", "gauge", "Whether this machine takes the version being rolled out (1) or stays on the one before (0), for sessions whose last manifest had a rollout.",
+               sessions.compactMap { s in c.rolloutInside[s.name].map { (label(s), String($0)) } })
         metric("ferry_rollbacks_total", "counter", "Times on-switch-check failed and the generation before was made current again, since the agent started.",
                sessions.filter { $0.direction == .pull }.map { (label($0), String(c.rollbacks[$0.name] ?? 0)) })
         var errorRows: [(String, String)] = []

@@ -35,7 +35,7 @@ public struct ManifestBuilder {
     public func build(directory: String, output: String?, version explicitVersion: Int64?, allowRollback: Bool = false,
                       signingKeys: [SigningKey] = [], expires: Double? = nil, format: Int = 2, grace: Double = ManifestBuilder.defaultGrace,
                       sha256sums: Bool = false, filter: PathFilter = PathFilter(), deltaMinimum: Int64? = ManifestBuilder.defaultDeltaMinimum,
-                      progress: (Int, Int) -> Void = { _, _ in }) throws(FerryError) -> Result {
+                      rollout percent: Int = 100, progress: (Int, Int) -> Void = { _, _ in }) throws(FerryError) -> Result {
         let outputPath = output ?? directory + "/manifest.json"
         // One build of a directory at a time (two cron jobs): each would remove objects the other's root names.
         let lock = try SessionLock.publisher(directory: ConfigParser.directoryName(of: outputPath), what: "ferry manifest build")
@@ -64,10 +64,12 @@ public struct ManifestBuilder {
         }.map { ($0.path, $0.entry) }
 
         var previous: Int64?
+        var existing: Manifest?
         if FileSystem.exists(outputPath) {
             let bytes = try FileSystem.readFile(outputPath, limit: 1 << 30)
             do {
-                previous = try Manifests.parse(bytes, source: outputPath).version
+                existing = try Manifests.parse(bytes, source: outputPath)
+                previous = existing?.version
             } catch {
                 guard explicitVersion != nil else {
                     throw .usage("cannot read the version of the existing manifest \(outputPath): \(error.message)",
@@ -104,9 +106,13 @@ public struct ManifestBuilder {
         // A key set beside the manifest (`ferry key set`): the root names the newest, whose keys must sign it.
         let keySet = try KeySets.newest(in: ConfigParser.directoryName(of: outputPath) + "/.ferry/keys")
         if let keySet { try KeySets.check(signers: signingKeys, against: keySet, what: "ferry manifest build: the manifest") }
-        let manifest = try Manifests.publishable(version: version, entries: entries, lifetime: expires, keys: signingKeys, keySet: keySet?.version,
-                                                 format: format, now: clock.now())
         let objects = ManifestTree.objectDirectory(beside: outputPath)
+        let (rollout, previousObjects) = try phasedRollout(percent, replacing: existing, format: format, objects: objects, output: outputPath)
+        if let rollout {
+            warnings.append("version \(version) goes to \(rollout.percent)% of machines; the others stay on version \(rollout.previous.version). A machine outside it that does not hold version \(rollout.previous.version) cannot get the files that changed since (the directory holds only the new ones); a push with remote-layout = objects keeps both")
+        }
+        let manifest = try Manifests.publishable(version: version, entries: entries, lifetime: expires, keys: signingKeys, keySet: keySet?.version,
+                                                 rollout: rollout, format: format, now: clock.now())
         var written = 0
         if let tree = manifest.tree {
             // Every object is in place, and on disk, before the root that names them: the tree's
@@ -115,7 +121,8 @@ public struct ManifestBuilder {
         }
         if sha256sums { try FileSystem.writeAtomically(sumsPath, bytes: ManifestBuilder.sha256sums(entries)) }
         try FileSystem.writeAtomically(outputPath, bytes: manifest.bytes)
-        let named = (manifest.tree?.objects ?? []) + indexObjects
+        // The release a rollout keeps the other machines on stays readable as long as a root names it.
+        let named = (manifest.tree?.objects ?? []) + indexObjects + previousObjects.map { (sha256: $0, bytes: [UInt8]()) }
         let removed = collect(named: Set(named.map(\.sha256.hex)), in: objects, grace: grace, warnings: &warnings)
         return Result(output: outputPath, version: version, files: entries.count, bytes: total, warnings: warnings,
                       objectsWritten: written, objectsRemoved: removed, sha256sums: sha256sums ? sumsPath : nil)
@@ -140,6 +147,29 @@ public struct ManifestBuilder {
             out.append(0x0A)
         }
         return out
+    }
+
+    /// `--rollout P`: the release before (the manifest at the output, or the one its own rollout
+    /// kept the others on) and the metadata objects of its tree, which must still be there.
+    private func phasedRollout(_ percent: Int, replacing existing: Manifest?, format: Int, objects: String,
+                               output: String) throws(FerryError) -> (Rollout?, [SHA256Digest]) {
+        guard percent < 100 else { return (nil, []) }
+        guard format == 2 else { throw .usage("ferry manifest build: --rollout needs format 2, whose root names the release before by the hash of its tree") }
+        guard let previous = Rollout.previous(replacing: existing) else {
+            throw .usage("ferry manifest build: --rollout \(percent)%: nothing was published at \(Printable.name(output)) before, so there is no release for the other machines to stay on",
+                         hint: "publish the first release to every machine (no --rollout)")
+        }
+        do throws(FerryError) {
+            let read = try ManifestTree.resolve(previous.tree, source: output, maximumBytes: 1 << 40) { (batch) throws(FerryError) -> [[UInt8]] in
+                var out: [[UInt8]] = []
+                for digest in batch { out.append(try FileSystem.readFile(objects + "/" + digest.hex, limit: ManifestTree.maximumObjectSize)) }
+                return out
+            }
+            return (Rollout(percent: percent, previous: previous), read.objects)
+        } catch {
+            throw .usage("ferry manifest build: --rollout: the tree of version \(previous.version), the release before, cannot be read from \(Printable.name(objects)) (\(error.message))",
+                         hint: "its objects were removed after the grace period; publish to every machine (no --rollout)")
+        }
     }
 
     /// Writes the objects the directory lacks (or holds damaged), then syncs the filesystem once.

@@ -227,6 +227,11 @@ extension StateStore {
         ALTER TABLE sessions ADD COLUMN rejected_reason TEXT;
         ALTER TABLE sessions ADD COLUMN rollbacks INTEGER NOT NULL DEFAULT 0;
         """,
+        // 16: a pull's place in the last phased rollout it saw (`RolloutStanding.text`; NULL: the
+        // manifest had none), for status.
+        """
+        ALTER TABLE sessions ADD COLUMN rollout TEXT;
+        """,
     ]
 
     /// `TaskState.after(event)` as SQL: the expression a row's new state is set to, so the table

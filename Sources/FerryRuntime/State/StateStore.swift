@@ -49,6 +49,8 @@ public struct SessionRecord: Sendable {
     public var rejectedReason: String?
     /// How many times a failed check switched back, ever.
     public var rollbacks = 0
+    /// This machine's place in the last phased rollout it saw (nil: the manifest had none).
+    public var rollout: RolloutStanding?
 }
 
 /// The SQLite state of all sessions (WAL mode): sessions, the task table and the hash cache.
@@ -101,8 +103,8 @@ public final class StateStore {
             SELECT manifest_url, manifest_etag, manifest_last_modified, manifest_version, last_run_started,
                    last_run_finished, last_exit_code, last_message, running_pid, deadline,
                    agent_pid, agent_state, next_poll, last_poll_ok, held_for, manifest_files, manifest_signer, manifest_expires,
-                   last_fetched, last_reused, last_sources, trust_floor, switch_check, rejected_version, rejected_reason, rollbacks
-            FROM sessions WHERE name = ?
+                   last_fetched, last_reused, last_sources, trust_floor, switch_check, rejected_version, rejected_reason, rollbacks,
+                   rollout FROM sessions WHERE name = ?
             """).bind(.text(name))
         guard try s.step() else { return nil }
         return SessionRecord(
@@ -116,7 +118,7 @@ public final class StateStore {
             lastFetched: s.isNull(18) ? nil : s.int(18), lastReused: s.isNull(19) ? nil : s.int(19),
             lastSources: s.text(20).map(SourceCount.parse) ?? [], trustFloor: s.text(21).flatMap(Timestamp.init(rfc3339:)),
             switchCheck: s.text(22).flatMap(SwitchCheck.init(text:)), rejectedVersion: s.isNull(23) ? nil : s.int(23), rejectedReason: s.text(24),
-            rollbacks: Int(s.int(25)))
+            rollbacks: Int(s.int(25)), rollout: s.text(26).flatMap(RolloutStanding.init(text:)))
     }
 
     /// What the agent `pid` says of a session between runs; a nil pid says no agent schedules it.
@@ -151,6 +153,12 @@ public final class StateStore {
             """)
             .bind(.text(url), .optional(etag), .optional(lastModified), .optional(version), .int(Int64(files)), .optional(signers.isEmpty ? nil : signers.map(\.description).joined(separator: " ")),
                   .optional(expires?.rfc3339), .optional(trustFloor?.rfc3339), .text(session)).run()
+    }
+
+    /// This machine's place in the rollout of the manifest just taken (nil: it had none).
+    public func recordRollout(session: String, _ standing: RolloutStanding?) throws(FerryError) {
+        try ensureSession(session)
+        try db.prepare("UPDATE sessions SET rollout = ? WHERE name = ?").bind(.optional(standing?.text), .text(session)).run()
     }
 
     /// A switch whose check is about to run (nil: it ended).

@@ -146,7 +146,7 @@ public enum Manifests {
     /// and the tree of objects it names) unless `format` is 1. `entries` are in path order.
     /// Signed by each of `keys`.
     static func publishable(version: Int64, entries: [ManifestEntry], lifetime: Double?, keys: [SigningKey], keySet: Int64? = nil,
-                            format: Int = 2, layout: RemoteLayout = .tree, now: Timestamp) throws(FerryError) -> (bytes: [UInt8], expires: Timestamp?, tree: ManifestTree.Built?) {
+                            rollout: Rollout? = nil, format: Int = 2, layout: RemoteLayout = .tree, now: Timestamp) throws(FerryError) -> (bytes: [UInt8], expires: Timestamp?, tree: ManifestTree.Built?) {
         let expires = lifetime.map { Timestamp(seconds: now.seconds + Int64($0)) }
         var tree: ManifestTree.Built?
         let text: [UInt8]
@@ -156,7 +156,7 @@ public enum Manifests {
             let hasher = SHA256Hasher()
             let built = ManifestTree.build(entries) { hasher.digest(of: $0) }
             tree = built
-            text = Array(ManifestWriter.renderRoot(version: version, generated: now, expires: expires, layout: layout, keySet: keySet, tree: built.root).utf8)
+            text = Array(ManifestWriter.renderRoot(version: version, generated: now, expires: expires, layout: layout, keySet: keySet, rollout: rollout, tree: built.root).utf8)
         }
         return (keys.isEmpty ? text : try SigningKey.sign(manifest: text, with: keys), expires, tree)
     }

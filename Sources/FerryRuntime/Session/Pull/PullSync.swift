@@ -45,8 +45,12 @@ final class PullSync: SessionWork {
         var staged = fetched.staged
         defer { if let staged { unlink(staged) } }
         var (root, tree) = try takeLocal(&observed.local, mirror: mirror, store: store)
-        let locate = try accept(fetched, record: record, localFiles: tree.fileCount, staged: &staged, remote: remote, store: store)
-        if session.onSwitchCheck != nil, let version = fetched.manifest.version, version == record?.rejectedVersion {
+        var locate = try accept(fetched, record: record, localFiles: tree.fileCount, staged: &staged, remote: remote, store: store)
+        // A phased rollout that leaves this machine out: the release before is what it takes.
+        var names = fetched.names
+        let manifest = try release(of: fetched.manifest, objects: fetched.objects, names: &names, store: store)
+        if manifest.version != fetched.manifest.version { locate = try contentLocator(manifest) }
+        if session.onSwitchCheck != nil, let version = manifest.version, version == record?.rejectedVersion {
             // Rolled back here by its check: the generation before stays until a newer version.
             result.message = "version \(version) failed on-switch-check on this machine (\(record?.rejectedReason ?? "")) and was rolled back: \(Printable.name(session.local)) stays on the generation before until a newer version is published"
             return
@@ -60,14 +64,15 @@ final class PullSync: SessionWork {
         let indexMap = manifests.path + ".index-map"
         defer {
             if !options.dryRun, let indexObjects {
-                fetched.objects.sweep(keeping: fetched.names + indexObjects)
-                IndexMap.write(indexMap, fetched.manifest.entries)
+                fetched.objects.sweep(keeping: names + indexObjects)
+                IndexMap.write(indexMap, manifest.entries)
             }
         }
-        let plan = try self.plan(fetched.manifest, mirror: &mirror, root: &root, tree: &tree, store: store, result: &result)
+        let plan = try self.plan(manifest, mirror: &mirror, root: &root, tree: &tree, store: store, result: &result)
+        try refuseUnfetchable(plan, taking: manifest, root: fetched.manifest)
         guard !options.dryRun, let root else { return reportDryRun(plan, scan: tree, result: &result) }
 
-        let tasks = try queue(plan, manifest: fetched.manifest, locate: locate, root: root, store: store)
+        let tasks = try queue(plan, manifest: manifest, locate: locate, root: root, store: store)
         var unstorableMtimes = try fixMetadata(plan, root: root, store: store, result: &result)
         let hashes = tree
         var preparation = DeltaPreparation(session: session, root: root, objects: fetched.objects, remote: remote, emit: { [unowned self] in self.emit($0) },
@@ -75,7 +80,7 @@ final class PullSync: SessionWork {
         preparation.deletions = plan.deletions
         // While a generation is built, the version readers see is in the current one.
         if mirror.building != nil, let current = mirror.current { preparation.current = try? LocalRoot(path: current, create: false, role: .remote) }
-        let deltas = preparation.prepare(plan.downloads, manifest: fetched.manifest)
+        let deltas = preparation.prepare(plan.downloads, manifest: manifest)
         countServed(fetched.objects, remote: remote)
         indexObjects = deltas.keep
         var localIOError: String?
@@ -88,7 +93,7 @@ final class PullSync: SessionWork {
         let outcome = RunOutcome(localIOFailed: localIOError != nil, counts: result.counts, deletionsRefused: plan.refusedDeletions != nil,
                                  stopped: stopped != nil)
         result.exitCode = outcome.exitCode
-        let unswitched = try commitGeneration(mirror, root: root, tree: tree, plan: plan, version: fetched.manifest.version, store: store, result: &result)
+        let unswitched = try commitGeneration(mirror, root: root, tree: tree, plan: plan, version: manifest.version, store: store, result: &result)
         report(plan, outcome: outcome, generation: unswitched, stopped: stopped, localIOError: localIOError, result: &result)
     }
 

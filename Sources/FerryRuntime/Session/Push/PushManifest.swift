@@ -19,6 +19,10 @@ extension PushSync {
            let published = try? Manifests.parse(cached, source: manifests.path), published.keySet != newest {
             return "names key set \(published.keySet ?? 1), and keys-dir holds key set \(newest)"
         }
+        if let cached = try? FileSystem.readFile(manifests.path, limit: Int(session.maxManifestSize)),
+           let published = try? Manifests.parse(cached, source: manifests.path), (published.rollout?.percent ?? 100) != session.rollout {
+            return "goes to \(published.rollout?.percent ?? 100)% of machines, and rollout = \(session.rollout)%"
+        }
         if let lifetime = session.expires {
             guard let at = record.manifestExpires else { return "carries no expiry" }
             if Double(at.seconds - clock.now().seconds) < lifetime / 2 { return "expires at \(at.rfc3339)" }

@@ -422,8 +422,9 @@ final class PushSync: SessionWork {
         let indexes = indexed(entries, published: published, pieces: sent.pieces, objects: objects, root: observed.scan.root)
         let entries = indexes.entries
         let keySet = try sendKeySets(writer: writer, remote: remote)
+        let phased = try phasedRollout(published: published, objects: objects)
         let (text, expires, tree) = try Manifests.publishable(version: version, entries: entries, lifetime: session.expires, keys: signingKeys, keySet: keySet,
-                                                              layout: layout, now: clock.now())
+                                                              rollout: phased.rollout, layout: layout, now: clock.now())
         if let tree { try sendObjects(tree.objects + indexes.new, objects: objects, writer: writer) }
         sayVerified(sent.transfers.verifications.merging(objectVerifications, uniquingKeysWith: +))
         // Another writer that published while this run uploaded is not overwritten: the files this
@@ -445,13 +446,13 @@ final class PushSync: SessionWork {
             emit(.warning(message: result.message!))
             return false
         }
-        if let tree { collectObjects(naming: tree.objects.map(\.sha256) + indexes.names, objects: objects, writer: writer) }
+        if let tree { collectObjects(naming: tree.objects.map(\.sha256) + indexes.names + phased.metadata, objects: objects, writer: writer) }
         // What this session placed: the objects recorded before this run, and this run's uploads
         // (content objects only in this layout).
         var placedContent = Set(observed.placedObjects.values.map(\.digest))
         if layout == .objects { placedContent.formUnion(sent.transfers.placedContent) }
         let naming = layout == .objects ? Set(entries.map(\.sha256)).union(storedPieces(of: entries, objects: objects).values.joined()) : []
-        collectContent(publishing: Set(naming.map(\.hex)), placed: placedContent, previous: previousContent(observed), writer: writer, store: store)
+        collectContent(publishing: Set(naming.map(\.hex)).union(phased.content), placed: placedContent, previous: previousContent(observed), writer: writer, store: store)
         if layout == .objects, let published, published.layout == .tree, !published.entries.isEmpty {
             removeTreeFiles(of: published, writer: writer, store: store)
         }
