@@ -122,18 +122,7 @@ struct RolloutTests {
             if let extra { try extra.writeReplacing(src + "/extra.txt") }
             // A fixed mtime: the same tree, so the same machines, on every run of the test.
             for name in ["v.txt", "extra.txt"] { Self.fix(src + "/" + name) }
-            try """
-                [agent]
-                state = \(box.state)
-                [session up]
-                direction = push
-                remote = file://\(remote)/
-                local = \(src)
-                remote-layout = objects
-                object-grace = 0s
-                keep-versions = 1
-                rollout = \(rollout)%
-                """.writeReplacing(box.config)
+            try box.configure(push: "file://\(remote)/", from: src, ["remote-layout = objects", "object-grace = 0s", "keep-versions = 1", "rollout = \(rollout)%"])
             return ferry(["sync", "now", "--config", box.config, "--session", "up"])
         }
         let refused = try push(rollout: 20, version: "release 1")
@@ -154,15 +143,7 @@ struct RolloutTests {
         #expect(fleet.holding("v.txt", "release 2\n").count == 20)
 
         // The tree layout cannot keep the release before.
-        try """
-            [agent]
-            state = \(box.state)
-            [session up]
-            direction = push
-            remote = file://\(remote)/
-            local = \(src)
-            rollout = 10%
-            """.writeReplacing(box.config)
+        try box.configure(push: "file://\(remote)/", from: src, ["rollout = 10%"])
         #expect(ferry(["config", "check", "--config", box.config]).stderr.contains("key 'rollout': needs remote-layout = objects"))
     }
 }

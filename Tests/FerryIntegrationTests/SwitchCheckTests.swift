@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 @testable import FerryRuntime
 import FerryCore
@@ -44,10 +45,35 @@ struct SwitchCheckTests {
         #expect(Self.current(box) == "version 1\n" && Generations.readLink(box.local) == "mirror.generations/g1")
         #expect(fileContents(log) == "test g1  1 version 1\n", "the check ran on the new generation, with no previous: \(fileContents(log) ?? "")")
 
-        // Version 2 fails its check: back on g1 in the same run, said once.
+        // Version 2 fails its check: back on g1 in the same run, said once. A reader that opens
+        // local meanwhile sees one whole version each time: v.txt and the data file of its version.
         Self.publish(box, version: 2)
         try "3".writeReplacing(verdict)
+        let local = box.local
+        let stop = Shared(Atomic<Bool>(false))
+        let views = Shared(Mutex<[String]>([]))
+        let reader = Thread {
+            while !stop.value.load(ordering: .relaxed) {
+                let dir = open(local, O_RDONLY | O_DIRECTORY)
+                guard dir >= 0 else { continue }
+                var buffer = [UInt8](repeating: 0, count: 64)
+                let fd = openat(dir, "v.txt", O_RDONLY)
+                let n = fd >= 0 ? read(fd, &buffer, buffer.count) : -1
+                if fd >= 0 { close(fd) }
+                let text = n > 0 ? String(decoding: buffer[..<n], as: UTF8.self) : "?"
+                let version = text.split(separator: " ").last.map { $0.trimmingCharacters(in: .newlines) } ?? "?"
+                var st = stat()
+                let whole = fstatat(dir, "data/\(version).bin", &st, 0) == 0 && st.st_size == 50_000
+                close(dir)
+                views.value.withLock { $0.append(whole ? version : "mixed: \(text)") }
+            }
+        }
+        reader.start()
         let failed = box.sync(["--json"])
+        stop.value.store(true, ordering: .relaxed)
+        #expect(eventually(30) { reader.isFinished })
+        let seen = views.value.withLock { $0 }
+        #expect(!seen.isEmpty && seen.allSatisfy { $0 == "1" || $0 == "2" }, "every open saw one whole version: \(Set(seen))")
         #expect(failed.exitCode == 1, "\(failed.output)")
         #expect(Self.current(box) == "version 1\n" && Generations.readLink(box.local) == "mirror.generations/g1")
         #expect(fileContents(log)?.hasSuffix("test g2 g1 2 version 2\n") == true, "the check saw version 2 in place: \(fileContents(log) ?? "")")

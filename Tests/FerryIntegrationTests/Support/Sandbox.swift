@@ -25,6 +25,12 @@ final class Sandbox {
     deinit { Harness.remove(directory) }
 
     /// Writes the config for one session `test` pulling from `remote`.
+    /// A config with one push session, `up`, publishing `src` to `remote` with `lines` added.
+    func configure(push remote: String, from src: String, _ lines: [String]) throws {
+        try (["[agent]", "state = \(state)", "[session up]", "direction = push", "remote = \(remote)", "local = \(src)"] + lines)
+            .joined(separator: "\n").appending("\n").writeReplacing(config)
+    }
+
     func configure(remote: String, session: [String] = [], agent: [String] = []) {
         let text = (["[agent]", "state = \(state)", "transfers = 4"] + agent
             + ["", "[session test]", "remote = \(remote)", "local = \(local)"] + session).joined(separator: "\n") + "\n"
