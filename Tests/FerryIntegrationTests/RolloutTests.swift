@@ -77,6 +77,9 @@ struct RolloutTests {
         #expect(rollout?["inside"] as? Bool == true && rollout?["percent"] as? Int == 10, "\(insideRun.stdout)")
         let status = ferry(["status", "--config", fleet.root + "/m\(outside)/ferry.conf", "-v"]).stdout
         #expect(status.contains("rollout") && status.contains("not in it") && status.contains("stays on version"), "\(status)")
+        // ferry check judges a machine outside by the release it holds: nothing differs.
+        let check = ferry(["check", "--config", fleet.root + "/m\(outside)/ferry.conf", "--json"])
+        #expect(check.exitCode == 0 && check.events(named: "check-finished").first?["message"] == nil, "\(check.output)")
 
         // Raised to 50% (the same files, a new version): every machine that had it keeps it.
         #expect(ferry(["manifest", "build", box.published, "--rollout", "50%"]).exitCode == 0)

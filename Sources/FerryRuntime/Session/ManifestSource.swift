@@ -30,10 +30,16 @@ struct ManifestSource {
     }
 
     /// The cached manifest, parsed, with its tree read from the cached objects (nil: none for
-    /// this URL); one that no longer parses throws.
+    /// this URL); one that no longer parses throws. For a machine its phased rollout left out
+    /// (`record.rollout`), the release before, which is what it holds.
     func cached(record: SessionRecord?) throws(FerryError) -> Manifest? {
         guard record?.manifestURL == session.manifestURL, FileSystem.exists(path) else { return nil }
-        return try read(FileSystem.readFile(path, limit: limit), source: path, objects: objects(remote: nil)).manifest
+        let objects = objects(remote: nil)
+        let root = try read(FileSystem.readFile(path, limit: limit), source: path, objects: objects).manifest
+        if let standing = record?.rollout, !standing.inside, standing.version == root.version, let previous = root.previousRelease() {
+            return try objects.resolve(previous, source: path + " (version \(standing.taking), the release before the rollout)", maximumSize: session.maxManifestSize).manifest
+        }
+        return root
     }
 
     /// The session's metadata objects (format 2): cached, or fetched from `remote`; a dry run
