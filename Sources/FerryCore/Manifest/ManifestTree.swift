@@ -12,8 +12,12 @@ public enum ManifestTree {
 
     /// The objects' directory for the manifest at `manifest` (a URL, a path relative to a
     /// remote, or a local path): `.ferry/meta` in the directory that holds it.
-    public static func objectDirectory(beside manifest: String) -> String {
-        (manifest.lastIndex(of: "/").map { String(manifest[...$0]) } ?? "") + objectDirectory
+    public static func objectDirectory(beside manifest: String) -> String { beside(manifest, objectDirectory) }
+
+    /// `relative` in the directory that holds the manifest at `manifest` (a URL, a path relative
+    /// to a remote, or a local path).
+    public static func beside(_ manifest: String, _ relative: String) -> String {
+        (manifest.lastIndex(of: "/").map { String(manifest[...$0]) } ?? "") + relative
     }
     /// No object ferry writes comes near this (a leaf stops growing at 16 KiB of paths).
     public static let maximumObjectSize = 1 << 20

@@ -19,8 +19,7 @@ public enum RemoteLayout: String, Sendable, CaseIterable {
     /// the objects.
     public static func contentPath(_ sha256: SHA256Digest, beside manifest: String) -> RelativePath {
         let hex = sha256.hex
-        let directory = manifest.lastIndex(of: "/").map { String(manifest[...$0]) } ?? ""
-        return RelativePath(trusted: directory + contentDirectory + "/" + hex.prefix(2) + "/" + hex)
+        return RelativePath(trusted: ManifestTree.beside(manifest, contentDirectory + "/" + hex.prefix(2) + "/" + hex))
     }
 
     /// The content object's hash that `path` names, when it is one (`contentPath`).

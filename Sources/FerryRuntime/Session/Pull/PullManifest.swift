@@ -59,7 +59,7 @@ extension PullSync {
         let taken = try chain!.advance(to: target, source: session.manifestURL, session: session.name) { (version) throws(FerryError) -> [UInt8] in
             var reasons: [String] = []
             for (remote, manifestURL) in places {
-                let url = (manifestURL.lastIndex(of: "/").map { String(manifestURL[...$0]) } ?? "") + KeySet.path(version)
+                let url = ManifestTree.beside(manifestURL, KeySet.path(version))
                 do throws(FerryError) {
                     if case let .fetched(bytes, _, _, _) = try remote.fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: Int64(KeySet.maximumSize)) {
                         return bytes

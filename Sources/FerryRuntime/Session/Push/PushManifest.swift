@@ -6,22 +6,24 @@ import FerryCore
 /// holds what this run read.
 extension PushSync {
     /// Why the manifest this session last published must be published again though nothing
-    /// changed (nil: it need not): it is signed by another key than `sign-key` (a rotation), or it
-    /// expires within half of `expires` (or says no expiry when the session wants one).
+    /// changed (nil: it need not): it is signed by other keys than `sign-key` (a rotation), names
+    /// another key set than the newest in `keys-dir` or another share than `rollout`, or it expires
+    /// within half of `expires` (or says no expiry when the session wants one).
     func reissueReason(_ record: SessionRecord?) -> String? {
         guard let record, record.manifestVersion != nil else { return nil }
         let keys = signingKeys.map(\.publicKey)
         if record.manifestSigners != keys {
             return keys.isEmpty ? "is signed, and the session no longer signs" : "is not signed by sign-key (\(keys.map(\.description).joined(separator: ", ")))"
         }
-        if let directory = session.keysDirectory, let newest = try? KeySets.newest(in: directory)?.version,
-           let cached = try? FileSystem.readFile(manifests.path, limit: Int(session.maxManifestSize)),
-           let published = try? Manifests.parse(cached, source: manifests.path), published.keySet != newest {
-            return "names key set \(published.keySet ?? 1), and keys-dir holds key set \(newest)"
-        }
+        // What the published root says (a push publishes a format-2 root: a small file).
         if let cached = try? FileSystem.readFile(manifests.path, limit: Int(session.maxManifestSize)),
-           let published = try? Manifests.parse(cached, source: manifests.path), (published.rollout?.percent ?? 100) != session.rollout {
-            return "goes to \(published.rollout?.percent ?? 100)% of machines, and rollout = \(session.rollout)%"
+           let published = try? Manifests.parse(cached, source: manifests.path) {
+            if let directory = session.keysDirectory, let newest = try? KeySets.newest(in: directory)?.version, published.keySet != newest {
+                return "names key set \(published.keySet ?? 1), and keys-dir holds key set \(newest)"
+            }
+            if (published.rollout?.percent ?? 100) != session.rollout {
+                return "goes to \(published.rollout?.percent ?? 100)% of machines, and rollout = \(session.rollout)%"
+            }
         }
         if let lifetime = session.expires {
             guard let at = record.manifestExpires else { return "carries no expiry" }

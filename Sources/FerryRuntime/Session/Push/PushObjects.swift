@@ -14,13 +14,11 @@ extension PushSync {
     func sendKeySets(writer: RemoteWriting, remote: Remote) throws(FerryError) -> Int64? {
         guard let directory = session.keysDirectory, let newest = try KeySets.newest(in: directory) else { return nil }
         try KeySets.check(signers: signingKeys, against: newest, what: "session '\(session.name)': the manifest")
-        let base = session.manifestURL.lastIndex(of: "/").map { String(session.manifestURL[...$0]) } ?? ""
-        let prefix = session.manifest.lastIndex(of: "/").map { String(session.manifest[...$0]) } ?? ""
         for version in 2...newest.version {
             let bytes = try FileSystem.readFile(directory + "/\(version).json", limit: KeySet.maximumSize)
-            if case let .fetched(held, _, _, _)? = try? remote.fetchManifest(url: base + KeySet.path(version), etag: nil, lastModified: nil,
-                                                                            maximumSize: Int64(KeySet.maximumSize)), held == bytes { continue }
-            _ = try writer.writeObject(bytes, at: RelativePath(trusted: prefix + KeySet.path(version)))
+            if case let .fetched(held, _, _, _)? = try? remote.fetchManifest(url: ManifestTree.beside(session.manifestURL, KeySet.path(version)), etag: nil,
+                                                                            lastModified: nil, maximumSize: Int64(KeySet.maximumSize)), held == bytes { continue }
+            _ = try writer.writeObject(bytes, at: RelativePath(trusted: ManifestTree.beside(session.manifest, KeySet.path(version))))
         }
         return newest.version
     }
