@@ -87,9 +87,11 @@ class Nginx:
         """tls: (certificate, key) to serve HTTPS with HTTP/2. dav: accept WebDAV writes, with
         PROPFIND (Debian's dav-ext module) for rclone."""
         self.dir = fresh(BASE + ("/nginx-tls" if tls else "/nginx-dav" if dav else "/nginx"))
+        # With `log`: its access log, a line per answer ('$request $status $body_bytes_sent $request_length').
+        self.log = self.dir + "/access.log"
         self.port = free_port()
         user = "user root;" if os.getuid() == 0 else ""
-        access = f"access_log {self.dir}/access.log bench;" if log else "access_log off;"
+        access = f"access_log {self.log} bench;" if log else "access_log off;"
         dav_ext = "/usr/lib/nginx/modules/ngx_http_dav_ext_module.so"
         load = f"load_module {dav_ext};" if dav else ""
         methods = ("dav_methods PUT DELETE MKCOL COPY MOVE; dav_ext_methods PROPFIND OPTIONS; create_full_put_path on; "
@@ -614,7 +616,7 @@ def delta_sections(ferry, runs):
     work = fresh(BASE + "/delta-work")
     # /slow/ serves the same files paced by the server (the kill loop's link).
     nginx = Nginx(www, log=True, slow=f"{max(64, int(size / 100 / 10) >> 10)}k")
-    log = nginx.dir + "/access.log"
+    log = nginx.log
     print(f"== delta: making {mib} MiB...", file=sys.stderr)
     old = bytearray(os.urandom(size))
     os.makedirs(www + "/old")
@@ -750,7 +752,7 @@ def delta_push(ferry, size, old, work):
     patterns the source goes back to the old version (whose pieces the remote still stores)."""
     root = fresh(BASE + "/delta-push-www")
     dav = Nginx(root, log=True, dav=True)
-    log = dav.dir + "/access.log"
+    log = dav.log
     src, state, cfg = fresh(work + "/push-src"), fresh(work + "/push-state"), work + "/push.conf"
     open(cfg, "w").write(f"[agent]\nstate = {state}\ntransfers = 8\n\n[session up]\ndirection = push\nremote = {dav.url}\n"
                          f"local = {src}\nremote-layout = objects\n")
@@ -863,7 +865,6 @@ def fleet_sections(ferry, runs):
     release = sum(os.path.getsize(os.path.join(www, p)) for p in wanted)
     subprocess.run([ferry, "manifest", "build", www, "--version", "1", "--quiet"], check=True)
     origin = Nginx(www, log=True)
-    origin.log = origin.dir + "/access.log"
 
     def nginx_sent(log):
         total = 0
@@ -1054,7 +1055,6 @@ def fleet_sections(ferry, runs):
                                 "--directory", bad, "--log", log, "--faults", faults], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_port(port)
     objects_origin = Nginx(objects, log=True)
-    objects_origin.log = objects_origin.dir + "/access.log"
     cache = SiteCache(objects_origin.url)
     try:
         # The hostile mirror first, then the site cache: once it is demoted, the cache serves.
@@ -1864,7 +1864,7 @@ def kill_and_resume(ferry, www, out, big_sha, runs):
             fresh(out)
             if prepare:
                 prepare()
-            open(nginx.dir + "/access.log", "w").close()
+            open(nginx.log, "w").close()
             proc = subprocess.Popen(first, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             while progress() < size // 2 and proc.poll() is None:
                 time.sleep(0.002)
@@ -1872,12 +1872,12 @@ def kill_and_resume(ferry, www, out, big_sha, runs):
             proc.wait()
             on_disk = progress()
             deadline = time.time() + 10
-            while time.time() < deadline and not open(nginx.dir + "/access.log").read().strip():
+            while time.time() < deadline and not open(nginx.log).read().strip():
                 time.sleep(0.01)  # nginx logs the cut-off request once it notices the client is gone
-            sent_first = sent_bytes(nginx.dir + "/access.log")
-            open(nginx.dir + "/access.log", "w").close()
+            sent_first = sent_bytes(nginx.log)
+            open(nginx.log, "w").close()
             subprocess.run(second, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            sent_second = sent_bytes(nginx.dir + "/access.log")
+            sent_second = sent_bytes(nginx.log)
             ok = digest() == big_sha
             mib = 1 << 20
             again = (sent_first + sent_second - size) / mib

@@ -169,33 +169,11 @@ struct MirrorTests {
     /// rest come from there, and no wrong file is placed.
     @Test func aMirrorThatServesWrongContentObjectsIsDemoted() throws {
         let box = Sandbox("mirror-objects")
-        let src = box.directory + "/src", remote = box.directory + "/remote", bad = box.directory + "/bad"
         var files: [String: Data] = [:]
         for i in 0..<6 { files["f\(i).bin"] = randomData(200_000 + i, seed: 30 + UInt64(i)) }
-        try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
-        for (path, data) in files { try data.write(to: URL(fileURLWithPath: src + "/" + path)) }
-        try """
-            [agent]
-            state = \(box.state)
-            [session up]
-            direction = push
-            remote = file://\(remote)/
-            local = \(src)
-            remote-layout = objects
-            [session down]
-            remote = file://\(remote)/
-            mirrors = file://\(bad)/
-            local = \(box.local)
-            session-transfers = 1
-            """.writeReplacing(box.config)
-        #expect(box.sync(["--session", "up"]).exitCode == 0)
-        try FileManager.default.copyItem(atPath: remote, toPath: bad)
-        for object in try FileManager.default.subpathsOfDirectory(atPath: bad + "/.ferry/data") where object.count > 3 {
-            var data = try #require(FileManager.default.contents(atPath: bad + "/.ferry/data/" + object))
-            data[data.count / 3] ^= 0x10
-            try data.write(to: URL(fileURLWithPath: bad + "/.ferry/data/" + object))
-        }
-        let run = box.sync(["--session", "down", "--json"])
+        let (remote, bad, _) = try Self.damagedCopy(box, files)
+        box.configure(remote: "file://\(remote)/", session: ["mirrors = file://\(bad)/", "session-transfers = 1"])
+        let run = box.sync(["--json"])
         #expect(run.exitCode == 0, "\(run.output)")
         for (path, data) in files { #expect(FileManager.default.contents(atPath: box.localPath(path)) == data, "\(path): exactly the published bytes") }
         let warnings = run.events(named: "warning").compactMap { $0["message"] as? String }.filter { $0.contains("mirror") }
@@ -211,30 +189,36 @@ struct MirrorTests {
     }
 
     /// `files` pushed with `remote-layout = objects` (from `src`, with `push` lines added) into
-    /// `remote`, and a copy of it with every content object damaged (but those of a size
-    /// `intact` says), served by the project's own
-    /// server with `faults(object path, size)` per object and every body's bytes logged.
-    static func hostileMirror(_ box: Sandbox, _ files: [String: Data], push: [String] = [], intact: (Int) -> Bool = { _ in false },
-                              faults: (String, Int) -> [String: Any] = { _, _ in [:] }) throws -> (remote: String, mirror: PythonServer) {
+    /// `remote`, and a copy of it, `bad`, with every content object damaged but those of a size
+    /// `intact` says; with each object's path on a server and its size.
+    static func damagedCopy(_ box: Sandbox, _ files: [String: Data], push: [String] = [],
+                            intact: (Int) -> Bool = { _ in false }) throws -> (remote: String, bad: String, objects: [(path: String, size: Int)]) {
         let src = box.directory + "/src", remote = box.directory + "/remote", bad = box.directory + "/bad"
         try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
         for (path, data) in files { try data.write(to: URL(fileURLWithPath: src + "/" + path)) }
-        try (["[agent]", "state = \(box.state)", "[session up]", "direction = push", "remote = file://\(remote)/", "local = \(src)",
-              "remote-layout = objects"] + push).joined(separator: "\n").appending("\n").writeReplacing(box.config)
+        try box.configure(push: "file://\(remote)/", from: src, ["remote-layout = objects"] + push)
         let pushed = box.sync(["--session", "up"])
         #expect(pushed.exitCode == 0, "\(pushed.output)")
         try FileManager.default.copyItem(atPath: remote, toPath: bad)
-        var table: [String: [String: Any]] = [:]
+        var objects: [(path: String, size: Int)] = []
         for object in try FileManager.default.subpathsOfDirectory(atPath: bad + "/.ferry/data") where object.count > 3 {
             var data = try #require(FileManager.default.contents(atPath: bad + "/.ferry/data/" + object))
             if !intact(data.count) {
                 data[data.count / 3] ^= 0x10
                 try data.write(to: URL(fileURLWithPath: bad + "/.ferry/data/" + object))
             }
-            table["/.ferry/data/" + object] = faults("/.ferry/data/" + object, data.count).merging(["log_sent": true]) { a, _ in a }
+            objects.append(("/.ferry/data/" + object, data.count))
         }
+        return (remote, bad, objects)
+    }
+
+    /// `damagedCopy`, served by the project's own server with `faults(object path, size)` per
+    /// object and every body's bytes logged.
+    static func hostileMirror(_ box: Sandbox, _ files: [String: Data], push: [String] = [], intact: (Int) -> Bool = { _ in false },
+                              faults: (String, Int) -> [String: Any] = { _, _ in [:] }) throws -> (remote: String, mirror: PythonServer) {
+        let (remote, bad, objects) = try damagedCopy(box, files, push: push, intact: intact)
         let mirror = try PythonServer(directory: bad)
-        mirror.setFaults(table)
+        mirror.setFaults(Dictionary(uniqueKeysWithValues: objects.map { ($0.path, faults($0.path, $0.size).merging(["log_sent": true]) { a, _ in a }) }))
         return (remote, mirror)
     }
 

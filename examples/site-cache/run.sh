@@ -28,37 +28,32 @@ mkdir -p "$work/origin/www" "$work/agents" "$work/nginx-origin" "$work/nginx-cac
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 user=""; [ "$(id -u)" -eq 0 ] && user="user root;"
-temps() { echo "client_body_temp_path $1/b; proxy_temp_path $1/p; fastcgi_temp_path $1/f; uwsgi_temp_path $1/u; scgi_temp_path $1/s;"; }
+# nginx_conf DIR LOG_FORMAT SERVER: DIR/nginx.conf, its log DIR/access.log in LOG_FORMAT, and
+# SERVER (a server block, or an include) inside its http block.
+nginx_conf() {
+    cat > "$1/nginx.conf" <<CONF
+$user
+daemon off; worker_processes 2; pid $1/nginx.pid; error_log $1/error.log;
+events { worker_connections 1024; }
+http {
+  log_format fleet '$2';
+  access_log $1/access.log fleet;
+  client_body_temp_path $1/b; proxy_temp_path $1/p; fastcgi_temp_path $1/f; uwsgi_temp_path $1/u; scgi_temp_path $1/s;
+  sendfile on; default_type application/octet-stream;
+  $3
+}
+CONF
+}
 
 # The origin: a plain nginx serving the published tree; its log counts what it sent.
 origin_port=$(free_port)
-cat > "$work/nginx-origin/nginx.conf" <<CONF
-$user
-daemon off; worker_processes 2; pid $work/nginx-origin/nginx.pid; error_log $work/nginx-origin/error.log;
-events { worker_connections 1024; }
-http {
-  log_format sent '\$request \$status \$body_bytes_sent';
-  access_log $work/nginx-origin/access.log sent; $(temps "$work/nginx-origin")
-  sendfile on; default_type application/octet-stream;
-  server { listen 127.0.0.1:$origin_port; root $work/origin/www; }
-}
-CONF
+nginx_conf "$work/nginx-origin" '$request $status $body_bytes_sent' "server { listen 127.0.0.1:$origin_port; root $work/origin/www; }"
 
 # The site cache: site-cache.conf as shipped, its three values filled in.
 cache_port=$(free_port)
 sed -e "s|@LISTEN@|127.0.0.1:$cache_port|" -e "s|@ORIGIN@|http://127.0.0.1:$origin_port|" -e "s|@CACHE@|$work/nginx-cache/cache|" \
     "$here/site-cache.conf" > "$work/nginx-cache/site-cache.conf"
-cat > "$work/nginx-cache/nginx.conf" <<CONF
-$user
-daemon off; worker_processes 2; pid $work/nginx-cache/nginx.pid; error_log $work/nginx-cache/error.log;
-events { worker_connections 1024; }
-http {
-  log_format cache '\$request \$status \$body_bytes_sent \$upstream_cache_status';
-  access_log $work/nginx-cache/access.log cache; $(temps "$work/nginx-cache")
-  sendfile on; default_type application/octet-stream;
-  include $work/nginx-cache/site-cache.conf;
-}
-CONF
+nginx_conf "$work/nginx-cache" '$request $status $body_bytes_sent $upstream_cache_status' "include $work/nginx-cache/site-cache.conf;"
 
 nginx -c "$work/nginx-origin/nginx.conf" -p "$work/nginx-origin/" & origin_pid=$!
 nginx -c "$work/nginx-cache/nginx.conf" -p "$work/nginx-cache/" & cache_pid=$!
