@@ -17,6 +17,10 @@ import re
 import sys
 from collections import defaultdict
 
+# FerryRuntime's folders as layers, the lowest first: each uses only those before it
+# (`scripts/shape.py` fails the build otherwise). docs/design.md says what each holds.
+LAYERS = ['Local', 'Transport', 'Engine', 'State', 'Remote', 'Trust', 'Delta', 'Setup', 'Session', 'Agent']
+
 DECLARATION = re.compile(
     r'^(?:(?:public|internal|private|fileprivate|package|final|indirect|nonisolated|'
     r'@\w+(?:\([^)]*\))?)\s+)*'
@@ -121,8 +125,8 @@ def cycles(graph):
     return groups
 
 
-def main():
-    root = sys.argv[1] if len(sys.argv) > 1 else 'Sources/FerryRuntime'
+def folder_uses(root):
+    """folder -> folder it uses -> the names it uses of it; and the folders."""
     texts = {path: without_comments_and_strings(open(path, encoding='utf-8').read())
              for path in swift_files(root)}
     declared = defaultdict(set)  # name -> folders
@@ -159,8 +163,12 @@ def main():
             other = owner.get(name)
             if other and other != folder:
                 uses[folder][other].add(name)
+    return uses, sorted({folder_of(root, path) for path in texts})
 
-    folders = sorted({folder_of(root, path) for path in texts})
+
+def main():
+    root = sys.argv[1] if len(sys.argv) > 1 else 'Sources/FerryRuntime'
+    uses, folders = folder_uses(root)
     graph = {folder: set(uses[folder]) for folder in folders}
     for folder in folders:
         targets = uses[folder]

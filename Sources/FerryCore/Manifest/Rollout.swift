@@ -59,3 +59,28 @@ public struct Rollout: Sendable, Equatable {
             + "\"tree\": {\"sha256\": \"\(previous.tree.sha256)\", \"level\": \(previous.tree.level), \"files\": \(previous.tree.files)}},"
     }
 }
+
+/// This machine's place in a phased rollout, as the state keeps it for status:
+/// `<version> <percent> in|out <version taken>`.
+public struct RolloutStanding: Sendable, Equatable {
+    public let version: Int64
+    public let percent: Int
+    public let inside: Bool
+    public let taking: Int64
+
+    public var text: String { "\(version) \(percent) \(inside ? "in" : "out") \(taking)" }
+
+    public init(version: Int64, percent: Int, inside: Bool, taking: Int64) {
+        self.version = version
+        self.percent = percent
+        self.inside = inside
+        self.taking = taking
+    }
+
+    public init?(text: String) {
+        let w = text.split(separator: " ").map(String.init)
+        guard w.count == 4, let version = Int64(w[0]), let percent = Int(w[1]), w[2] == "in" || w[2] == "out",
+              let taking = Int64(w[3]) else { return nil }
+        self.init(version: version, percent: percent, inside: w[2] == "in", taking: taking)
+    }
+}

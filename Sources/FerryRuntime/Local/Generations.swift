@@ -57,15 +57,10 @@ struct Generations {
     }
 
     func path(_ n: Int) -> String { directory + "/g\(n)" }
-    func name(_ n: Int) -> String { "g\(n)" }
+    func name(_ n: Int) -> String { GenerationName.of(n) }
 
-    /// `g<N>` → N.
-    static func number(_ name: String) -> Int? {
-        guard name.hasPrefix("g"), name.count > 1, name.count < 19 else { return nil }
-        let digits = name.dropFirst()
-        guard digits.allSatisfy({ $0 >= "0" && $0 <= "9" }), digits.first != "0" || digits.count == 1 else { return nil }
-        return Int(digits)
-    }
+    /// `g<N>` → N (`GenerationName`).
+    static func number(_ name: String) -> Int? { GenerationName.number(name) }
 
     /// The generations present, by number: directories named `g<N>` (a conversion back to in
     /// place leaves a symlink under such a name for a moment).

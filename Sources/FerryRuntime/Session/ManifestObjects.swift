@@ -49,7 +49,7 @@ final class ManifestObjects {
     }
 
     init(session: SessionConfig, state: String, remote: Remote?, keeps: Bool = true, mirrors: @escaping () -> [(remote: Remote, prefix: String)] = { [] }) {
-        directory = StateStore.cachedManifestPath(state: state, session: session.name) + ".objects"
+        directory = StatePaths.cachedManifest(state: state, session: session.name) + ".objects"
         let prefix = ManifestTree.objectDirectory(beside: session.manifestURL) + "/"
         self.remote = remote.map { ($0, prefix) }
         self.keeps = keeps

@@ -17,7 +17,7 @@ struct ManifestSource {
     init(session: SessionConfig, state: String) {
         self.session = session
         self.state = state
-        path = StateStore.cachedManifestPath(state: state, session: session.name)
+        path = StatePaths.cachedManifest(state: state, session: session.name)
         directory = state + "/manifests"
     }
 

@@ -219,8 +219,3 @@ public final class StateStore {
     }
 }
 
-extension StateStore {
-    /// Where a session keeps the manifest it last accepted (the one a 304 stands for); for a push
-    /// session, the one it last published.
-    static func cachedManifestPath(state: String, session: String) -> String { state + "/manifests/" + session + ".manifest" }
-}

@@ -16,7 +16,7 @@ public struct KeyChain {
     private let baseStamp: [UInt8]
 
     init(session: SessionConfig, state: String, keeps: Bool = true) {
-        directory = StateStore.cachedManifestPath(state: state, session: session.name) + ".keys"
+        directory = StatePaths.cachedManifest(state: state, session: session.name) + ".keys"
         self.keeps = keeps
         let base = KeySet(version: 1, keys: session.trustedKeys, threshold: session.trustThreshold)
         current = base

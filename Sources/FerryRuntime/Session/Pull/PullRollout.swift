@@ -1,30 +1,6 @@
 import Glibc
 import FerryCore
 
-/// This machine's place in a phased rollout, as the state keeps it for status:
-/// `<version> <percent> in|out <version taken>`.
-public struct RolloutStanding: Sendable, Equatable {
-    public let version: Int64
-    public let percent: Int
-    public let inside: Bool
-    public let taking: Int64
-
-    var text: String { "\(version) \(percent) \(inside ? "in" : "out") \(taking)" }
-
-    init(version: Int64, percent: Int, inside: Bool, taking: Int64) {
-        self.version = version
-        self.percent = percent
-        self.inside = inside
-        self.taking = taking
-    }
-
-    init?(text: String) {
-        let w = text.split(separator: " ").map(String.init)
-        guard w.count == 4, let version = Int64(w[0]), let percent = Int(w[1]), w[2] == "in" || w[2] == "out", let taking = Int64(w[3]) else { return nil }
-        self.init(version: version, percent: percent, inside: w[2] == "in", taking: taking)
-    }
-}
-
 /// A phased rollout on the pulling side (`Rollout`): the machine decides by its identity whether
 /// it takes the release the root names or the one before, whose tree the root names by hash.
 extension PullSync {

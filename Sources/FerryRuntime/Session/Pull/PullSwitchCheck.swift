@@ -1,33 +1,6 @@
 import Glibc
 import FerryCore
 
-/// A switch whose `on-switch-check` has not ended: the generation switched to, the one to return
-/// to if the check fails (nil: there was none), and the manifest version it holds. Recorded
-/// (`StateStore.recordSwitchCheck`) before the switch and cleared once the check passed or the
-/// previous generation is current again, so a run killed in between is finished by the next.
-public struct SwitchCheck: Sendable, Equatable {
-    public let generation: Int
-    public let previous: Int?
-    public let version: Int64?
-
-    /// `g<N> g<M>|- <version>|-`, as the state keeps it.
-    var text: String { "g\(generation) \(previous.map { "g\($0)" } ?? "-") \(version.map(String.init) ?? "-")" }
-
-    init(generation: Int, previous: Int?, version: Int64?) {
-        self.generation = generation
-        self.previous = previous
-        self.version = version
-    }
-
-    init?(text: String) {
-        let words = text.split(separator: " ").map(String.init)
-        guard words.count == 3, let generation = Generations.number(words[0]) else { return nil }
-        self.generation = generation
-        previous = Generations.number(words[1])
-        version = Int64(words[2])
-    }
-}
-
 /// `on-switch-check` (`layout = generations`): after a switch the session's command runs, with the
 /// environment of a hook and bounded by `hook-timeout`; if it fails, the previous generation is
 /// made current again (one rename, as any switch), the version is recorded as rejected on this
