@@ -509,7 +509,7 @@ struct RemoteConformanceTests {
         if let word = w.fixture.dialect.missingWord { #expect(run.outcome.contains(word), "the store's own error code is said: \(run.outcome)") }
     }
 
-    /// A delta (`DeltaDownload`) on every remote: the published file assembled from an older
+    /// A delta (`DeltaAssembly`) on every remote: the published file assembled from an older
     /// version held locally and ranges of the remote (or reads at offsets), run alone on an engine
     /// that sweeps once a minute; the old version is damaged after it was planned from, so a
     /// piece built from local bytes fails its check and is fetched whole; the result is the
@@ -534,7 +534,7 @@ struct RemoteConformanceTests {
         _ = pwrite(oldFD, &junk, 64, 1_500_000)
         let entry = ManifestEntry(path: w.entry.path, size: w.entry.size, sha256: w.entry.sha256, index: indexed.index!.reference)
         let partial = w.partial()
-        let delta = try DeltaDownload(task: w.task(), entry: entry, reason: .changed, origin: w.remote.origin(of: entry.path),
+        let delta = try DeltaAssembly.download(task: w.task(), entry: entry, reason: .changed, origin: w.remote.origin(of: entry.path),
                                       partial: PartialFile(fd: partial, length: 0), resumeFrom: 0, plan: plan, sources: [oldFD], clock: SystemClock())
         let run = try OneShot.alone(delta)
         _ = delta.syncData()

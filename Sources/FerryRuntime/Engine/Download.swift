@@ -3,10 +3,11 @@ import Glibc
 import FerryCore
 
 /// One file's download in flight: the partial file it writes, the SHA-256 it computes while the
-/// bytes stream in, and the rules for what a response may do to the partial (docs/design.md,
-/// data-safety rules 3 and 4). The engine feeds it; it never touches the final path. A delta
-/// (`DeltaDownload`) is one too, assembling the partial from local bytes and ranges.
-class Download: Transfer {
+/// bytes come in, its checkpoints, and the final check (docs/design.md, data-safety rules 2 and
+/// 4). How the bytes are asked for and taken in is its `strategy`: the whole file (`WholeFile`,
+/// resumed under a validator), or a new version assembled from local bytes and ranges of the
+/// file or its pieces (`DeltaAssembly`). The engine feeds it; it never touches the final path.
+final class Download: Transfer {
     let task: TransferTask
     let entry: ManifestEntry
     let reason: Plan.Reason
@@ -24,6 +25,8 @@ class Download: Transfer {
     }
     let origin: Origin
     let fd: Int32
+    /// How the bytes are asked for and taken in.
+    let strategy: DownloadStrategy
     /// The offset asked for with `Range` (0 = the whole file).
     let requestedOffset: Int64
     /// The validator the range request is made under (the remote sends it as `If-Range` or `If-Match`).
@@ -32,15 +35,14 @@ class Download: Transfer {
     /// Small files are hashed inline as bytes arrive; large ones on a second thread (`BackgroundHasher`).
     private let inlineHasher: SHA256Hasher?
     private var backgroundHasher: BackgroundHasher?
+    /// The headers of the answer to the current request.
     var headers = ResponseHeaders()
-    private var decided = false
-    private var accepting = false
     /// Bytes in the partial file (resumed prefix plus bytes received).
     private(set) var written: Int64
     /// Bytes fetched over the network by this attempt.
     var received: Int64 = 0
     /// Bytes taken from local files (a delta) by this attempt.
-    var reused: Int64 { 0 }
+    var reused: Int64 { strategy.reused }
     /// Requests this attempt made (a stepped source opened counts as one).
     var requests = 0
     /// Bytes known synced to disk and recorded.
@@ -59,33 +61,32 @@ class Download: Transfer {
     private(set) var discardPartial = false
     /// Why the download began again from zero, if it did.
     private(set) var restartReason: String?
-    private var errorBody: [UInt8] = []
+    /// The most a download's steps take at once (a MiB).
+    static let stepSize = 1 << 20
+
+    /// The whole file (`WholeFile`), its first `resumeFrom` bytes taken from the partial.
+    convenience init(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, origin: Origin, partial: PartialFile,
+                     resumeFrom: Int64, validator: String?, clock: any Clock) throws(FerryError) {
+        try self.init(task: task, entry: entry, reason: reason, origin: origin, partial: partial, resumeFrom: resumeFrom,
+                      validator: validator, clock: clock, strategy: WholeFile(stepped: origin.stepped != nil))
+    }
 
     /// `resumeFrom` bytes of the partial are already valid (hashed here before any network I/O).
     init(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, origin: Origin, partial: PartialFile,
-         resumeFrom: Int64, validator: String?, clock: any Clock) throws(FerryError) {
+         resumeFrom: Int64, validator: String?, clock: any Clock, strategy: DownloadStrategy) throws(FerryError) {
         self.clock = clock
         checkpointTime = clock.monotonic()
         self.task = task
         self.entry = entry
         self.reason = reason
         self.origin = origin
+        self.strategy = strategy
         fd = partial.fd
-        let stepped = origin.stepped != nil
         let anyOffset = origin.readsAnyOffset
-        var offset = resumeFrom
-        let onDisk = partial.length
-        if onDisk < offset { offset = 0 }
-        // A partial that already holds the manifest's size (a crash after the last byte, a commit
-        // that failed) is verified from disk first: no request at all if it is right (data-safety
-        // rule 4).
-        if let size = entry.size, size > 0, onDisk == size { offset = size }
-        // Over the network a range is asked for only under a validator (If-Range, or the SFTP
-        // file's size and mtime): without one, the bytes on disk might belong to another version of
-        // the file. A local file is read from the offset (and the whole is verified by hash all the same).
-        if !anyOffset && validator == nil && offset != entry.size { offset = 0 }
+        let offset = Download.resumeOffset(resumeFrom, onDisk: partial.length, size: entry.size, validator: validator,
+                                           anyOffset: anyOffset)
         // An empty partial (a new one, the common case) has nothing to cut, and is written from 0.
-        if onDisk > 0 || offset > 0 {
+        if partial.length > 0 || offset > 0 {
             if ftruncate(fd, off_t(offset)) != 0 {
                 throw .localIO("cannot truncate the partial file for \(Printable.name(entry.path.string)): \(FileSystem.errorText())")
             }
@@ -105,117 +106,59 @@ class Download: Transfer {
         checkpointed = offset
         ifRange = offset > 0 && !anyOffset ? validator : nil
         self.validator = validator
-        if stepped {
-            decided = true
-            accepting = true
-        }
+    }
+
+    /// Where a download resumes: `resumeFrom` when the partial holds it and a validator vouches
+    /// for it over the network; the whole length when the partial already holds the manifest's size
+    /// (a crash after the last byte, a commit that failed: verified from disk first, with no
+    /// request if it is right, data-safety rule 4); 0 otherwise. A local file is read from the
+    /// offset (and the whole is verified by hash all the same).
+    private static func resumeOffset(_ resumeFrom: Int64, onDisk: Int64, size: Int64?, validator: String?,
+                                     anyOffset: Bool) -> Int64 {
+        var offset = resumeFrom
+        if onDisk < offset { offset = 0 }
+        if let size, size > 0, onDisk == size { offset = size }
+        // Without a validator, the bytes on disk might belong to another version of the file.
+        if !anyOffset && validator == nil && offset != size { offset = 0 }
+        return offset
     }
 
     /// True when the partial already holds the whole file: verify it without asking the network.
     /// If it does not verify, it is discarded and fetched again (a retry).
     var isAlreadyComplete: Bool { entry.size.map { requestedOffset == $0 && $0 > 0 } ?? false }
 
-    var mode: TransferMode { origin.stepped == nil ? .curl : .steps }
-    /// A download is one request (or one run of steps); a delta's go on (`Transfer.continues`).
-    var continues: Bool { false }
-    var waitingOn: (fd: Int32, events: Int16)? { origin.stepped?.waitingOn }
+    /// Whether it fetches the whole file, or assembles it from ranges or pieces.
+    var kind: DownloadKind { strategy.kind }
+    /// Why a delta stopped, when it did: the file is fetched whole next.
+    var deltaStopped: String? { strategy.stopped }
 
-    /// The request, built as the transfer starts (`outcomeWithoutRequest`), for `prepare`.
-    private var request: HTTPRequest?
+    // MARK: Transfer: each call goes to the strategy
 
-    func outcomeWithoutRequest() -> TransferOutcome? {
-        if isAlreadyComplete { return verify() }
-        guard case let .request(read) = origin else { return nil }
-        // Built here, just before it is sent (its signature fresh), where a request that cannot be
-        // made fails the attempt with the reason, the partial data kept.
-        do { request = try read.build(requestedOffset, ifRange) } catch {
-            return .failed(TransferFailure(message: error.message, keepPartial: true, cause: error.cause ?? .unusable))
-        }
-        requests += 1
-        return nil
-    }
+    var mode: TransferMode { strategy.mode(of: self) }
+    var continues: Bool { strategy.continues }
+    var waitingOn: (fd: Int32, events: Int16)? { strategy.waitingOn(of: self) }
+    func outcomeWithoutRequest() -> TransferOutcome? { strategy.begin(self) }
+    func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) { strategy.prepare(self, easy, context: context) }
+    func step() -> TransferOutcome? { strategy.step(self) }
+    func finish(code: CURLcode, errorText: String?) -> TransferOutcome { strategy.finish(self, code: code, errorText: errorText) }
 
-    func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
-        guard let request else { return }
-        easy.configure(url: request.url, settings: request.settings, extraHeaders: request.headers)
-        if let range = rangeOption { easy.set(CURLOPT_RANGE, range) }
-        // Large reads for speed, unless a bandwidth limit is in force (a read is taken whole).
-        if (entry.size ?? 0) > 1 << 20 && throttle?.limiting != true { easy.set(CURLOPT_BUFFERSIZE, 512 * 1024) }
-        ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, downloadWriteCallback)
-        easy.set(CURLOPT_WRITEDATA, pointer: context)
-        ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, downloadHeaderCallback)
-        easy.set(CURLOPT_HEADERDATA, pointer: context)
-    }
-
-    /// The buffer a stepped origin's bytes pass through, and whether the source was opened.
-    private var stepBuffer: UnsafeMutableRawPointer?
-    private var sourceOpened = false
-    static let stepSize = 1 << 20
-
-    /// A stepped origin: opens the source, then reads what it has at the partial's length (up to
-    /// a MiB a step) and takes it in exactly as bytes from libcurl (size check, hash, checkpoints).
-    func step() -> TransferOutcome? {
-        guard let source = origin.stepped else { return nil }
-        if !sourceOpened {
-            switch source.open() {
-            case .wait: return nil
-            case let .failed(failure): return .failed(failure)
-            case let .ready(validator, size):
-                sourceOpened = true
-                requests += 1
-                if let size, let expected = entry.size, size != expected {
-                    return .failed(TransferFailure(message: "the remote's file is \(size) bytes, the manifest says \(expected)", keepPartial: false, cause: .wrongLength))
-                }
-                if source.checksValidator {
-                    if requestedOffset > 0 && validator != ifRange {
-                        guard startOver(validator: validator, restart: "the file changed on the remote since its partial was fetched") else {
-                            return .failed(TransferFailure(message: failure ?? "cannot truncate the partial file", keepPartial: false, cause: failureCause))
-                        }
-                    }
-                    self.validator = validator
-                }
-            }
-        }
-        let buffer = stepBuffer ?? UnsafeMutableRawPointer.allocate(byteCount: Download.stepSize, alignment: 16)
-        stepBuffer = buffer
-        var taken = 0
-        while taken < Download.stepSize {
-            switch source.read(into: buffer, count: Download.stepSize - taken, at: written) {
-            case .wait: return nil
-            case .end: return verify()
-            case let .failed(failure): return .failed(failure)
-            case let .bytes(n):
-                throttle?.take(n)
-                taken += n
-                guard receive(buffer, count: n) == n else { return recordedFailure(or: "cannot take the file in") }
-            }
-        }
-        return nil
-    }
+    /// Called by libcurl with body bytes. Returns `count` to go on, 0 to abort the transfer.
+    func receive(_ bytes: UnsafeRawPointer, count: Int) -> Int { strategy.receive(self, bytes, count: count) }
 
     /// Slow transfers are checkpointed every second; fast ones every 2 MiB from the write path.
     func tick() {
         if written > checkpointed && clock.monotonic() - checkpointTime >= TransferEngine.checkpointSeconds { takeCheckpoint() }
     }
 
-    var rangeOption: String? { requestedOffset > 0 ? "\(requestedOffset)-" : nil }
-
-    /// Called by libcurl with body bytes. Returns `count` to go on, 0 to abort the transfer.
-    func receive(_ bytes: UnsafeRawPointer, count: Int) -> Int {
-        if !decided { decide() }
-        if failure != nil { return 0 }
-        guard accepting else {
-            if errorBody.count < 4096 { errorBody.append(contentsOf: UnsafeRawBufferPointer(start: bytes, count: min(count, 4096 - errorBody.count))) }
-            return count
-        }
-        if let size = entry.size, written + Int64(count) > size {
-            fail("the server sent more than the manifest's \(size) bytes", discard: true, cause: .wrongLength)
-            return 0
-        }
-        guard append(bytes, count: count) else { return 0 }
-        received += Int64(count)
-        return count
+    /// Sets up libcurl's callbacks for the body and the headers of the current request.
+    func takeAnswer(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_WRITEFUNCTION, downloadWriteCallback)
+        easy.set(CURLOPT_WRITEDATA, pointer: context)
+        ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, downloadHeaderCallback)
+        easy.set(CURLOPT_HEADERDATA, pointer: context)
     }
+
+    // MARK: the partial file
 
     /// Writes the next bytes of the file to the partial and hashes them (checkpoints included).
     /// false when they could not be written (`failure` says why).
@@ -252,7 +195,8 @@ class Download: Transfer {
             // After a failed fdatasync the kernel may report later syncs as fine: trust nothing.
             let code = errno
             localIOFailure = localIOFailure ?? code
-            fail("could not sync the partial file to disk (\(FileSystem.errorText(code))); it will be fetched again", discard: true, cause: .local(errno: code))
+            fail("could not sync the partial file to disk (\(FileSystem.errorText(code))); it will be fetched again", discard: true,
+                 cause: .local(errno: code))
             return
         }
         checkpointed = written
@@ -310,30 +254,9 @@ class Download: Transfer {
         discardPartial = discardPartial || discard
     }
 
-    /// Decides, at the first body byte (or at the end for an empty body), what the response means
-    /// for the partial file.
-    private func decide() {
-        decided = true
-        let asked = ResponsePolicy.Asked(offset: requestedOffset, ifRange: ifRange, size: entry.size)
-        let answer = ResponsePolicy.Answer(status: headers.status, contentRange: headers.contentRange,
-                                           contentLength: headers.contentLength, validator: responseValidator)
-        switch ResponsePolicy.decide(asked, answer) {
-        case let .append(validator):
-            accepting = true
-            self.validator = validator
-        case let .replace(validator, restart):
-            guard startOver(validator: validator, restart: restart) else { return }
-            accepting = true
-        case let .refuse(message, cause):
-            fail(message, discard: true, cause: cause)
-        case .errorStatus:
-            accepting = false
-        }
-    }
-
     /// Takes the partial back to zero when bytes from the start replace a resumed prefix (the
     /// file changed since): false when it cannot be truncated.
-    private func startOver(validator: String?, restart: String?) -> Bool {
+    func startOver(validator: String?, restart: String?) -> Bool {
         if requestedOffset > 0 {
             if ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) < 0 {
                 fail("cannot truncate the partial file: \(FileSystem.errorText())", discard: true, cause: .local(errno: errno))
@@ -358,32 +281,7 @@ class Download: Transfer {
         return true
     }
 
-    /// The validator of the response (`ResponseHeaders.rangeValidator`).
-    private var responseValidator: String? {
-        if case let .request(read) = origin { return headers.rangeValidator(contentETags: read.contentETags) }
-        return headers.rangeValidator(contentETags: false)
-    }
-
-    /// The verdict once libcurl reports the transfer done.
-    func finish(code: CURLcode, errorText: String?) -> TransferOutcome {
-        if !decided && code == CURLE_OK { decide() }
-        if let failure { return .failed(TransferFailure(message: failure, keepPartial: !discardPartial, cause: failureCause)) }
-        guard code == CURLE_OK else { return transportFailure(code, errorText: errorText) }
-        if headers.status != 200 && headers.status != 206 {
-            let status = headers.status
-            if status == 412 && requestedOffset > 0 {
-                // A range asked under If-Match, for a file that changed since its partial was fetched.
-                return .failed(TransferFailure(message: "the file changed on the remote since its partial was fetched (HTTP 412); starting again from zero",
-                                               keepPartial: false, cause: .rangeNotHonoured))
-            }
-            var message = "HTTP \(status) \(headers.reason)".trimmingSpaces()
-            if status == 416 { message += " (range not satisfiable); starting again from zero" }
-            if case let .request(read) = origin, let why = read.explain?(status, errorBody) { message += ": " + why }
-            let after = (status == 429 || status == 503) ? headers.retryAfter.flatMap(ResponseHeaders.parseRetryAfter) : nil
-            return .failed(TransferFailure(message: message, keepPartial: status != 416, cause: .http(status: status), retryAfter: after))
-        }
-        return verify()
-    }
+    // MARK: outcomes
 
     /// A request libcurl ended with an error: what it says, retried by its cause; the bytes kept.
     func transportFailure(_ code: CURLcode, errorText: String?) -> TransferOutcome {
@@ -403,7 +301,7 @@ class Download: Transfer {
         if failure != nil { return recordedFailure(or: "") }
         if let size = entry.size, written != size {
             return .failed(TransferFailure(message: "the server sent \(written) of \(size) bytes (truncated)", keepPartial: written < size,
-                                   cause: written < size ? .truncated : .wrongLength))
+                                           cause: written < size ? .truncated : .wrongLength))
         }
         guard flush() else {
             return .failed(TransferFailure(message: failure ?? "cannot write the partial file", keepPartial: false, cause: failureCause))
@@ -411,18 +309,20 @@ class Download: Transfer {
         let digest = inlineHasher?.finalize() ?? backgroundHasher?.finish()
         backgroundHasher = nil
         guard let sha = digest else {
-            return .failed(TransferFailure(message: "cannot read back the partial file to hash it", keepPartial: false, cause: .local(errno: EIO)))
+            return .failed(TransferFailure(message: "cannot read back the partial file to hash it", keepPartial: false,
+                                           cause: .local(errno: EIO)))
         }
         guard sha == entry.sha256 else {
             if isAlreadyComplete && received == 0 {
-                return .failed(TransferFailure(message: "the kept partial file does not verify; fetching it again", keepPartial: false, cause: .contentMismatch(afterResume: true)))
+                return .failed(TransferFailure(message: "the kept partial file does not verify; fetching it again", keepPartial: false,
+                                               cause: .contentMismatch(afterResume: true)))
             }
             if requestedOffset > 0 && restartReason == nil {
                 return .failed(TransferFailure(message: "the resumed file does not verify (the server may have changed it); fetching it again from zero",
-                                       keepPartial: false, cause: .contentMismatch(afterResume: true)))
+                                               keepPartial: false, cause: .contentMismatch(afterResume: true)))
             }
             return .failed(TransferFailure(message: "content does not match the manifest: SHA-256 is \(sha), the manifest says \(entry.sha256)",
-                                   keepPartial: false, cause: .contentMismatch(afterResume: false)))
+                                           keepPartial: false, cause: .contentMismatch(afterResume: false)))
         }
         return .succeeded
     }
@@ -437,10 +337,8 @@ class Download: Transfer {
         pending = nil
         backgroundHasher?.cancel()
         backgroundHasher = nil
+        strategy.close(self)
         Glibc.close(fd)
-        origin.stepped?.close()
-        stepBuffer?.deallocate()
-        stepBuffer = nil
     }
 }
 

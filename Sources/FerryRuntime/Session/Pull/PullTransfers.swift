@@ -209,7 +209,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                 let pieces: ((SHA256Digest) -> Download.Origin)? = asPieces ? { [remote] in remote.origin(of: piecesAt!($0)) } : nil
                 do throws(FerryError) {
                     let origin = versioned ? remote.origin(of: locate(entry), content: entry.sha256) : remote.origin(of: locate(entry))
-                    return try DeltaDownload(task: item.task, entry: entry, reason: item.download.reason, origin: origin,
+                    return try DeltaAssembly.download(task: item.task, entry: entry, reason: item.download.reason, origin: origin,
                                              partial: partial, resumeFrom: item.task.bytesDone, plan: plan, sources: opened, pieces: pieces,
                                              fromMirror: !self.sources.all[item.source].isOrigin, clock: remote.clock)
                 } catch {
@@ -232,22 +232,22 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     /// which the next source resumes only if it gives the same (a cache passes the origin's on).
     private func mirrorFailed(_ item: Item, _ download: Download, _ failure: TransferFailure) {
         let mirror = sources.all[item.source].name
-        let delta = download as? DeltaDownload
+        let assembles = download.kind != .wholeFile
         var wrongBytes = false
         if case .contentMismatch = failure.cause { wrongBytes = true }
-        if delta?.deltaStopped != nil { wrongBytes = true }
+        if download.deltaStopped != nil { wrongBytes = true }
         if wrongBytes {
             // At a file's path it may be a stale copy: this file only. Under a content name, wrong.
-            let what = delta?.deltaStopped == nil ? "sent wrong bytes for" : "did not answer ranges as asked for"
+            let what = download.deltaStopped == nil ? "sent wrong bytes for" : "did not answer ranges as asked for"
             if contentAddressed && sources.demote(item.source, why: "\(what) \(Printable.name(download.entry.path.string))") {
-                emit(.warning(message: "mirror \(mirror) \(what) \(Printable.name(download.entry.path.string)) (\(delta?.deltaStopped ?? failure.message)): not used again this run; the files come from the next source"))
+                emit(.warning(message: "mirror \(mirror) \(what) \(Printable.name(download.entry.path.string)) (\(download.deltaStopped ?? failure.message)): not used again this run; the files come from the next source"))
             }
         } else if failure.cause != .http(status: 404) && failure.cause != .http(status: 410) {
             // A mirror that lacks a file (a replica behind, a cache that was not told) is only
             // skipped for it; one in trouble rests.
             sources.failed(item.source, now: stop.clock.monotonic())
         }
-        toNextSource(item, download, keeping: (delta != nil || !wrongBytes) && failure.keepPartial)
+        toNextSource(item, download, keeping: (assembles || !wrongBytes) && failure.keepPartial)
     }
 
     /// The file goes to the next source at once (not a try of its own), with what it kept.
@@ -261,7 +261,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             root.removePartial(taskID: download.task.id)
         }
         item.task.bytesDone = kept
-        item.task.validator = kept > 0 && !(download is DeltaDownload) ? download.validator : nil
+        item.task.validator = kept > 0 && download.kind == .wholeFile ? download.validator : nil
         try? store.checkpoint(item.task.id, bytesDone: kept, validator: item.task.validator)
         item.triesThisRun -= 1
         item.notBefore = 0
@@ -337,7 +337,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                         continue
                     }
                 }
-                if let delta = download as? DeltaDownload, let why = delta.deltaStopped, var item = items.removeValue(forKey: download.task.id) {
+                if let why = download.deltaStopped, var item = items.removeValue(forKey: download.task.id) {
                     // Not a failed try: the file is fetched whole at once.
                     emit(.warning(message: "\(Printable.name(path.string)): \(why); fetching the whole file"))
                     root.removePartial(taskID: download.task.id)
@@ -369,7 +369,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                 if let item = items[download.task.id] { sources.count(item.source, bytes: download.received, requests: download.requests) }
                 if abandoned.remove(download.task.id) != nil, let item = items.removeValue(forKey: download.task.id) {
                     // Only a delta's verified pieces are kept from a mirror that sent wrong bytes.
-                    toNextSource(item, download, keeping: download is DeltaDownload)
+                    toNextSource(item, download, keeping: download.kind != .wholeFile)
                     download.close()
                     continue
                 }
