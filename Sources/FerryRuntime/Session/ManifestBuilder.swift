@@ -42,67 +42,14 @@ public struct ManifestBuilder {
         defer { withExtendedLifetime(lock) {} }
         let sumsPath = ConfigParser.directoryName(of: outputPath) + "/SHA256SUMS"
         let root = try LocalRoot(path: directory, create: false)
-        let scan = try root.scan()
-        var warnings = scan.warnings
-        let excluded = relativePath(of: outputPath, under: directory)
-        let sumsExcluded = sha256sums ? relativePath(of: sumsPath, under: directory) : nil
-        var (publishable, skipped) = scan.tree.publishable()
-        if !filter.isEmpty {
-            publishable = publishable.filter { filter.admits($0.path) }
-            skipped = skipped.filter { filter.admits($0.item.path, isDirectory: $0.item.entry.kind == .directory) }
-        }
-        warnings += skipped.map(\.message)
-        // Its own output, and the temporary file another build is writing beside it, are not content.
-        // So are the objects and the list of retired ones beside it (`.ferry/` in a subdirectory).
-        let temporaryPrefix = excluded.map { e in (e.parent.map { $0.string + "/" } ?? "") + "." + e.name + ".tmp-" }
-        let ownPrefix = excluded.flatMap(\.parent).map { $0.string + "/" + RelativePath.reservedTopLevel + "/" }
-        let sumsTemporary = sumsExcluded.map { e in (e.parent.map { $0.string + "/" } ?? "") + "." + e.name + ".tmp-" }
-        let files = publishable.filter { item in
-            item.path != excluded && item.path != sumsExcluded && !(temporaryPrefix.map { item.path.string.hasPrefix($0) } ?? false)
-                && !(sumsTemporary.map { item.path.string.hasPrefix($0) } ?? false)
-                && !(ownPrefix.map { item.path.string.hasPrefix($0) } ?? false)
-        }.map { ($0.path, $0.entry) }
-
-        var previous: Int64?
-        var existing: Manifest?
-        if FileSystem.exists(outputPath) {
-            let bytes = try FileSystem.readFile(outputPath, limit: 1 << 30)
-            do {
-                existing = try Manifests.parse(bytes, source: outputPath)
-                previous = existing?.version
-            } catch {
-                guard explicitVersion != nil else {
-                    throw .usage("cannot read the version of the existing manifest \(outputPath): \(error.message)",
-                                 hint: "pass --version N, or remove the old manifest")
-                }
-            }
-        }
-        let (version, versionWarning) = try ManifestVersion.next(previous: previous, explicit: explicitVersion, now: clock.now(),
+        var (files, warnings) = try contentFiles(root, directory: directory, output: outputPath, sums: sha256sums ? sumsPath : nil,
+                                                 filter: filter)
+        let existing = try existingManifest(outputPath, explicitVersion: explicitVersion)
+        let (version, versionWarning) = try ManifestVersion.next(previous: existing?.version, explicit: explicitVersion, now: clock.now(),
                                                                  allowRollback: allowRollback, output: outputPath)
         if let versionWarning { warnings.append(versionWarning) }
-
-        var entries: [ManifestEntry] = []
-        entries.reserveCapacity(files.count)
-        var total: Int64 = 0
         // A large file is read once for its hash and its content index (format 2 only).
-        let indexFrom = format == 2 ? deltaMinimum : nil
-        var indexObjects: [(sha256: SHA256Digest, bytes: [UInt8])] = []
-        for (i, (path, entry)) in files.enumerated() {
-            let (size, sha256, index): (Int64, SHA256Digest, ContentIndex.Reference?)
-            if let indexFrom, entry.size >= indexFrom {
-                let fd = try root.open(path, for: "to index it")
-                defer { close(fd) }
-                let scanned = try ContentScan.index(fd, what: root.display(path))
-                (size, sha256, index) = (scanned.size, scanned.sha256, scanned.index?.reference)
-                indexObjects += scanned.index?.objects ?? []
-            } else {
-                let hashed = try root.hash(path)
-                (size, sha256, index) = (hashed.size, hashed.sha256, nil)
-            }
-            entries.append(ManifestEntry(path: path, size: size, sha256: sha256, mtime: entry.mtime, mode: entry.mode & 0o777, index: index))
-            total += size
-            progress(i + 1, files.count)
-        }
+        let (entries, total, indexObjects) = try describe(files, in: root, indexFrom: format == 2 ? deltaMinimum : nil, progress: progress)
         // A key set beside the manifest (`ferry key set`): the root names the newest, whose keys must sign it.
         let keySet = try KeySets.newest(in: ConfigParser.directoryName(of: outputPath) + "/.ferry/keys")
         if let keySet { try KeySets.check(signers: signingKeys, against: keySet, what: "ferry manifest build: the manifest") }
@@ -126,6 +73,77 @@ public struct ManifestBuilder {
         let removed = collect(named: Set(named.map(\.sha256.hex)), in: objects, grace: grace, warnings: &warnings)
         return Result(output: outputPath, version: version, files: entries.count, bytes: total, warnings: warnings,
                       objectsWritten: written, objectsRemoved: removed, sha256sums: sha256sums ? sumsPath : nil)
+    }
+
+    /// The files of `directory` a manifest lists: what can be published (`LocalTree.publishable`;
+    /// what cannot is a warning) and the filter admits, but for the build's own output beside them
+    /// (the manifest, SHA256SUMS, their temporary files, and the objects beside the manifest).
+    private func contentFiles(_ root: LocalRoot, directory: String, output outputPath: String, sums sumsPath: String?,
+                              filter: PathFilter) throws(FerryError) -> ([(RelativePath, LocalEntry)], [String]) {
+        let scan = try root.scan()
+        var warnings = scan.warnings
+        let excluded = relativePath(of: outputPath, under: directory)
+        let sumsExcluded = sumsPath.flatMap { relativePath(of: $0, under: directory) }
+        var (publishable, skipped) = scan.tree.publishable()
+        if !filter.isEmpty {
+            publishable = publishable.filter { filter.admits($0.path) }
+            skipped = skipped.filter { filter.admits($0.item.path, isDirectory: $0.item.entry.kind == .directory) }
+        }
+        warnings += skipped.map(\.message)
+        // Its own output, and the temporary file another build is writing beside it, are not content.
+        // So are the objects and the list of retired ones beside it (`.ferry/` in a subdirectory).
+        let temporaryPrefix = excluded.map { e in (e.parent.map { $0.string + "/" } ?? "") + "." + e.name + ".tmp-" }
+        let ownPrefix = excluded.flatMap(\.parent).map { $0.string + "/" + RelativePath.reservedTopLevel + "/" }
+        let sumsTemporary = sumsExcluded.map { e in (e.parent.map { $0.string + "/" } ?? "") + "." + e.name + ".tmp-" }
+        let files = publishable.filter { item in
+            item.path != excluded && item.path != sumsExcluded && !(temporaryPrefix.map { item.path.string.hasPrefix($0) } ?? false)
+                && !(sumsTemporary.map { item.path.string.hasPrefix($0) } ?? false)
+                && !(ownPrefix.map { item.path.string.hasPrefix($0) } ?? false)
+        }.map { ($0.path, $0.entry) }
+        return (files, warnings)
+    }
+
+    /// The manifest already at the output path, if any: the next version follows its. One that
+    /// cannot be read stops the build unless `--version` says which version comes next.
+    private func existingManifest(_ outputPath: String, explicitVersion: Int64?) throws(FerryError) -> Manifest? {
+        guard FileSystem.exists(outputPath) else { return nil }
+        let bytes = try FileSystem.readFile(outputPath, limit: 1 << 30)
+        do {
+            return try Manifests.parse(bytes, source: outputPath)
+        } catch {
+            guard explicitVersion != nil else {
+                throw .usage("cannot read the version of the existing manifest \(outputPath): \(error.message)",
+                             hint: "pass --version N, or remove the old manifest")
+            }
+            return nil
+        }
+    }
+
+    /// Each file's entry: its hash, and from `indexFrom` its content index (one read gives both),
+    /// with the index's objects; and the bytes in all.
+    private func describe(_ files: [(RelativePath, LocalEntry)], in root: LocalRoot, indexFrom: Int64?, progress: (Int, Int) -> Void)
+        throws(FerryError) -> ([ManifestEntry], Int64, [(sha256: SHA256Digest, bytes: [UInt8])]) {
+        var entries: [ManifestEntry] = []
+        entries.reserveCapacity(files.count)
+        var total: Int64 = 0
+        var indexObjects: [(sha256: SHA256Digest, bytes: [UInt8])] = []
+        for (i, (path, entry)) in files.enumerated() {
+            let (size, sha256, index): (Int64, SHA256Digest, ContentIndex.Reference?)
+            if let indexFrom, entry.size >= indexFrom {
+                let fd = try root.open(path, for: "to index it")
+                defer { close(fd) }
+                let scanned = try ContentScan.index(fd, what: root.display(path))
+                (size, sha256, index) = (scanned.size, scanned.sha256, scanned.index?.reference)
+                indexObjects += scanned.index?.objects ?? []
+            } else {
+                let hashed = try root.hash(path)
+                (size, sha256, index) = (hashed.size, hashed.sha256, nil)
+            }
+            entries.append(ManifestEntry(path: path, size: size, sha256: sha256, mtime: entry.mtime, mode: entry.mode & 0o777, index: index))
+            total += size
+            progress(i + 1, files.count)
+        }
+        return (entries, total, indexObjects)
     }
 
     /// The entries as coreutils `sha256sum` writes them (`HASH  PATH`, paths relative to the

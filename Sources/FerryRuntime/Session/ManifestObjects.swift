@@ -1,5 +1,4 @@
 import Glibc
-import Synchronization
 import FerryCore
 
 /// The metadata objects of a session's format-2 manifests (`ManifestTree`): read from the
@@ -25,30 +24,12 @@ final class ManifestObjects {
     private(set) var fetchedBytes: Int64 = 0
     private(set) var fetchedObjects = 0
     private(set) var damaged = 0
-    /// A pull's mirrors (`PullSources`), asked for an object before the remote: each opened when
-    /// first needed, with where its objects are. A mirror that fails an object is skipped for
-    /// it; one that sends an object other than its name says is not asked again (`demoted`).
-    private let mirrors: () -> [(remote: Remote, prefix: String)]
-    /// What each source did for the objects fetched, by its place in `PullSources.all` (the
-    /// mirrors in order, then the remote), counted by the fetching lanes.
-    struct Served {
-        var bytes: Int64 = 0
-        var requests = 0
-        /// Why a mirror is not asked again: it sent an object other than its name says.
-        var demoted: String?
-    }
-    private final class Tally: Sendable { let sources = Mutex<[Int: Served]>([:]) }
-    private let tally = Tally()
-    /// What each source served (bytes and requests) since this was last asked, and the mirrors that
-    /// sent a wrong object (they stay demoted).
-    func takeServed() -> [Int: Served] {
-        tally.sources.withLock { sources in
-            defer { for k in sources.keys { sources[k]!.bytes = 0; sources[k]!.requests = 0 } }
-            return sources
-        }
-    }
+    /// A pull's mirrors (`PullSources`), asked for an object before the remote, which count
+    /// what each source sent. A mirror that fails an object is skipped for it; one that sends an
+    /// object other than its name says is not asked again (`PullSources` demotes it).
+    private let mirrors: ObjectMirrors?
 
-    init(session: SessionConfig, state: String, remote: Remote?, keeps: Bool = true, mirrors: @escaping () -> [(remote: Remote, prefix: String)] = { [] }) {
+    init(session: SessionConfig, state: String, remote: Remote?, keeps: Bool = true, mirrors: ObjectMirrors? = nil) {
         directory = StatePaths.cachedManifest(state: state, session: session.name) + ".objects"
         let prefix = ManifestTree.objectDirectory(beside: session.manifestURL) + "/"
         self.remote = remote.map { ($0, prefix) }
@@ -208,31 +189,26 @@ final class ManifestObjects {
     /// Each object from the first mirror that has it as named, else from the remote.
     private func fetch(_ digests: [SHA256Digest], from remote: Remote, prefix: String, source: String,
                        maximumSize: Int) throws(FerryError) -> [[UInt8]] {
-        let mirrors = self.mirrors()
-        let tally = self.tally
-        // Each answer counted for its source; a mirror that sends other bytes than a name says is demoted.
-        func counted(_ k: Int, _ digest: SHA256Digest, _ fetch: () throws(FerryError) -> [UInt8]) throws(FerryError) -> [UInt8] {
+        let sources = self.mirrors
+        let mirrors = sources?.objectMirrors() ?? []
+        // Each answer counted for its source, which judges what a mirror's wrong object costs it.
+        func counted(_ place: Int, _ digest: SHA256Digest, _ fetch: () throws(FerryError) -> [UInt8]) throws(FerryError) -> [UInt8] {
             do throws(FerryError) {
                 let bytes = try fetch()
-                tally.sources.withLock { $0[k, default: Served()].bytes += Int64(bytes.count); $0[k, default: Served()].requests += 1 }
+                sources?.served(place, object: digest, bytes: Int64(bytes.count), failure: nil)
                 return bytes
             } catch {
-                tally.sources.withLock {
-                    $0[k, default: Served()].requests += 1
-                    if case .contentMismatch? = error.cause, k < mirrors.count, $0[k]?.demoted == nil {
-                        $0[k]?.demoted = "sent a wrong metadata object (\(digest.hex))"
-                    }
-                }
+                sources?.served(place, object: digest, bytes: 0, failure: error)
                 throw error
             }
         }
         let (results, error) = Lanes.run(digests.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) in
-            for (k, mirror) in mirrors.enumerated() where tally.sources.withLock({ $0[k]?.demoted == nil }) {
-                if let bytes = try? counted(k, digests[i], { () throws(FerryError) in
+            for mirror in mirrors where sources?.asks(mirror.place) == true {
+                if let bytes = try? counted(mirror.place, digests[i], { () throws(FerryError) in
                     try ManifestObjects.fetchOne(digests[i], from: mirror.remote, prefix: mirror.prefix, source: source, maximumSize: maximumSize)
                 }) { return bytes }
             }
-            return try counted(mirrors.count, digests[i]) { () throws(FerryError) in
+            return try counted(sources?.originPlace ?? 0, digests[i]) { () throws(FerryError) in
                 try ManifestObjects.fetchOne(digests[i], from: remote, prefix: prefix, source: source, maximumSize: maximumSize)
             }
         }

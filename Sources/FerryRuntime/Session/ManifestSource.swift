@@ -44,7 +44,7 @@ struct ManifestSource {
 
     /// The session's metadata objects (format 2): cached, or fetched from `remote`; a dry run
     /// (`keeps: false`) keeps what it fetches in memory only.
-    func objects(remote: Remote?, keeps: Bool = true, mirrors: @escaping () -> [(remote: Remote, prefix: String)] = { [] }) -> ManifestObjects {
+    func objects(remote: Remote?, keeps: Bool = true, mirrors: ObjectMirrors? = nil) -> ManifestObjects {
         ManifestObjects(session: session, state: state, remote: remote, keeps: keeps, mirrors: mirrors)
     }
 

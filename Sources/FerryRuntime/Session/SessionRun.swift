@@ -61,8 +61,6 @@ public struct SyncResult: Sendable {
     public var counts = TransferCounts()
     /// A pull with mirrors: what each source served (`PullSources`).
     public var sources: [SourceCount] = []
-    public var hashed = 0
-    public var plan: Plan?
     /// The run-level error, if the run could not go on.
     public var error: FerryError?
     /// Why the run did not end in sync (failed files, refused deletions), or what a dry run would do.
@@ -117,47 +115,52 @@ class SessionWork {
 
 /// One run of one session, either direction: the session's lock, the run recorded in the state
 /// store (started, finished, exit code, held), the direction's cycle (`PullSync`, `PushSync`),
-/// and the events that open and close it. The cycle fills in the result; a run-level error ends it.
+/// and the events that open and close it. A dry run's state is `DryRun`: it takes no lock and
+/// records nothing. The cycle hands back its result; a run-level error ends it, what it did counted.
 final class SessionRun: SessionWork {
     func run() -> SyncResult {
         let started = clock.monotonic()
         var result = SyncResult(session: session.name)
         emit(.syncStarted(direction: session.direction, dryRun: options.dryRun))
-        var store: StateStore?
+        var state: SessionState?
         do throws(FerryError) {
-            let state = try StateStore(directory: agent.state, clock: clock)
-            store = state
-            var lock: SessionLock?
-            if !options.dryRun {
-                lock = try SessionLock(stateDirectory: agent.state, session: session.name)
-                try state.recordRunStarted(session: session.name, pid: getpid(), deadline: options.stop.deadlineTime)
-            }
+            let store = try StateStore(directory: agent.state, clock: clock)
+            let stored = StoredState(store: store, session: session, stateDirectory: agent.state)
+            let kept: SessionState = options.dryRun ? DryRun(stored, session: session, stateDirectory: agent.state) : stored
+            state = kept
+            let lock = try kept.beginRun(pid: getpid(), deadline: options.stop.deadlineTime)
             switch session.direction {
             case .pull:
-                try PullSync(session: session, agent: agent, observer: observer, options: options, engine: engine).cycle(store: state, result: &result)
+                result = try PullSync(session: session, agent: agent, observer: observer, options: options, engine: engine).cycle(state: kept)
             case .push:
-                try PushSync(session: session, agent: agent, observer: observer, options: options, engine: engine).cycle(store: state, result: &result)
+                try PushSync(session: session, agent: agent, observer: observer, options: options, engine: engine).cycle(state: kept, result: &result)
             }
-            // A file that failed never leaves the run in sync, whichever way the cycle ended: the
-            // exit code is what tells a caller, and the agent, to try it again.
-            result.exitCode = ExitCode.worst([result.exitCode] + RunOutcome(counts: TransferCounts(failed: result.counts.failed)).codes)
+            if let error = result.error {
+                result.end(with: options.stop.explaining(error))
+            } else {
+                // A file that failed never leaves the run in sync, whichever way the cycle ended: the
+                // exit code is what tells a caller, and the agent, to try it again.
+                result.exitCode = ExitCode.worst([result.exitCode] + RunOutcome(counts: TransferCounts(failed: result.counts.failed)).codes)
+            }
             withExtendedLifetime(lock) {}
         } catch {
-            let error = options.stop.explaining(error)
-            result.error = error
-            result.exitCode = RunOutcome(error: error.category).exitCode
-            result.message = error.message
-            result.hint = error.hint
+            result.end(with: options.stop.explaining(error))
         }
         // A run refused as busy never ran: the status belongs to the process that holds the session.
-        if let store, !options.dryRun, result.error?.category != .busy {
-            try? store.recordRunFinished(session: session.name, exitCode: result.exitCode.rawValue, message: result.message,
-                                         fetched: result.counts.bytes, reused: result.counts.reused, sources: result.sources)
-            try? store.recordHold(session: session.name, waitsFor: result.counts.heldFor)
-        }
+        if let state, result.error?.category != .busy { state.endRun(result) }
         emit(.syncFinished(exitCode: result.exitCode.rawValue, transferred: result.counts.transferred, failed: result.counts.failed,
                            deleted: result.counts.deleted, bytes: result.counts.bytes, seconds: clock.monotonic() - started,
                            message: result.message, hint: result.hint, dryRun: options.dryRun))
         return result
+    }
+}
+
+extension SyncResult {
+    /// The run ended with `error`: its exit code, message and hint are the error's.
+    mutating func end(with error: FerryError) {
+        self.error = error
+        exitCode = RunOutcome(error: error.category).exitCode
+        message = error.message
+        hint = error.hint
     }
 }

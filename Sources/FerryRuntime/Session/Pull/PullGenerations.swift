@@ -4,89 +4,27 @@ import FerryCore
 /// `layout = generations` for a pull: the mirror as the last run left it, the generation a run
 /// builds beside the current one (hard links, then the plan's changes), and the switch to it once
 /// the run is in sync; the hash cache kept valid for the files the generations share.
-extension PullSync {
-    /// Where this cycle finds the version readers see, and, with `layout = generations`, the
-    /// generation it builds.
-    struct Mirror {
-        /// The directory readers see now; nil when there is none yet.
-        var current: String?
-        var generations: Generations?
-        var at: Generations.Current = .none
-        /// The generation being built: one an interrupted run left, or (once needed) this run's.
-        var building: Int?
-        /// Files of an interrupted build that are new or differ from the current generation.
-        var changedEarlier: [GenerationFile] = []
-
-        /// Nothing to convert: in place, or the symlink to a generation that is there.
-        var settled: Bool {
-            guard generations != nil else { return true }
-            if case .generation = at { return current != nil }
-            return false
-        }
-
-        var number: Int? {
-            if case let .generation(n) = at { return n }
-            return nil
-        }
-    }
-
-    /// Finds the mirror as the last run left it and makes it what `layout` says: a symlink to
-    /// ferry's generations turned back into a directory (`in-place`), and for `generations` what
-    /// an interrupted run left cleared away, but for the build it goes on with. A dry run changes
-    /// nothing.
-    func prepareMirror(store: StateStore) throws(FerryError) -> Mirror {
-        let g = Generations(local: session.local)
-        let at = g.current()
-        guard session.layout == .generations else {
-            guard !options.dryRun else { return Mirror(current: session.local) }
-            if case let .generation(n) = at, FileSystem.exists(g.path(n)) {
-                try g.makeInPlace(current: n)
-                emit(.warning(message: "\(Printable.name(session.local)) was a symlink to generation g\(n) (layout = generations); it is the directory again, and the other generations are removed"))
-            }
-            // The other generations go (also what a conversion cut short left); that moves the
-            // ctime of every file they share with this one: this run's scan renews their rows.
-            if g.current() == .directory && FileSystem.exists(g.directory) && g.holdsOnlyGenerations() {
-                try expectCtimeMoves()
-                try g.removeAll()
-            }
-            return Mirror(current: session.local)
-        }
-        var mirror = Mirror(generations: g, at: at)
-        switch at {
-        case let .foreign(what):
-            throw .localIO("local = \(session.local) is \(what), which layout = generations would replace with a symlink to its versions: nothing was changed",
-                           hint: "point local at a path ferry may create, or at a directory it keeps; or set layout = in-place")
-        case .none: break
-        case .directory: mirror.current = session.local
-        case let .generation(n): mirror.current = FileSystem.exists(g.path(n)) ? g.path(n) : nil
-        }
-        guard !options.dryRun else { return mirror }
-        if g.untidy(current: mirror.number) { try expectCtimeMoves() }
-        mirror.building = try g.tidy(current: mirror.number)
-        return mirror
-    }
-
+extension PullRun {
     /// The generation this run builds beside the current one: hard links to the current one's
     /// files, but for those the plan replaces (a file edited in the current one among them, once
     /// its hash shows it) or deletes, then the plan for it. An interrupted build is gone on with (what it holds stays, and
     /// it is scanned again). nil when the current generation already is what the manifest lists:
     /// an interrupted build is then dropped.
-    func buildGeneration(_ g: Generations, mirror: inout Mirror, from current: LocalRoot?, tree: LocalTree, plan: Plan,
-                                 store: StateStore) throws(FerryError) -> (root: LocalRoot, tree: LocalTree)? {
+    func buildGeneration(_ g: Generations, mirror: inout Mirror, from current: LocalRoot?, tree: LocalTree, plan: Plan) throws(FerryError) -> (root: LocalRoot, tree: LocalTree)? {
         guard !plan.isEmpty || !plan.directoryRemovals.isEmpty || !mirror.settled || mirror.building != nil else { return nil }
         if plan.isEmpty && plan.directoryRemovals.isEmpty && mirror.settled, let stale = mirror.building, let current {
             // The manifest went back to what the current generation holds.
-            try expectCtimeMoves()
+            try state.expectCtimeMoves()
             try g.discard(stale)
             mirror.building = nil
-            try renewHashes(tree, in: current, store: store)
+            try renewHashes(tree, in: current)
             return nil
         }
         // Generations that will be past keep-generations once this one is current go first:
         // removing a hard link moves the ctime of the file its other names share, which must
         // happen before the links are made and their cache rows written, not after.
         if let n = mirror.number, session.keepGenerations > 0, !g.prunable(current: n, keep: session.keepGenerations - 1).isEmpty {
-            try expectCtimeMoves()
+            try state.expectCtimeMoves()
             try g.prune(current: n, keep: session.keepGenerations - 1)
         }
         let resumed = mirror.building != nil
@@ -103,19 +41,19 @@ extension PullSync {
             built = try linker.link(tree, skip: { replaced.contains($0.path) }) { path, hash throws(FerryError) in
                 rows.append((path, hash))
                 if rows.count >= 8192 {
-                    try store.saveHashes(session: session.name, rows)
+                    try state.saveHashes(rows)
                     rows.removeAll(keepingCapacity: true)
                 }
             }
-            try store.saveHashes(session: session.name, rows)
+            try state.saveHashes(rows)
             // The paths the build leaves out are gone from the next generation: their rows go,
             // as an in-place pull's deletions' do (the current one's files need none: no
             // manifest entry asks for them).
             try store.forgetHashes(session: session.name, plan.deletions)
-            renewed()
+            state.ctimesRenewed()
         }
         if resumed {
-            built = try scan(root, expecting: tree.items.count, store: store).scan.tree
+            built = try scan(root, expecting: tree.items.count).tree
             // What the interrupted runs placed in it: new, or another file than the current
             // generation's with other bytes (a copy made to change a mode is not new).
             mirror.changedEarlier = built.items.compactMap { item in
@@ -136,7 +74,7 @@ extension PullSync {
     /// file it linked changed since (an edit in place in the current generation reaches the build
     /// through the shared inode): returns how many, and the next run sees to them.
     func switchGeneration(_ g: Generations, to number: Int, mirror: Mirror, root: LocalRoot, tree: LocalTree, plan: Plan, version: Int64?,
-                          store: StateStore, checkFailed: inout String?) throws(FerryError) -> Int? {
+                          checkFailed: inout String?) throws(FerryError) -> Int? {
         var touched = Set(plan.downloads.map(\.entry.path)).union(plan.metadataFixes.map(\.path)).union(plan.deletions).union(plan.replacedByDirectory)
         for files in plan.directoriesToReplace.values { touched.formUnion(files) }
         var moved = 0
@@ -152,7 +90,7 @@ extension PullSync {
         let check = session.onSwitchCheck.map { _ in SwitchCheck(generation: number, previous: previous, version: version) }
         if let check { try store.recordSwitchCheck(session: session.name, check) }
         try g.switchTo(number, from: mirror.at)
-        if let check, let failure = try runSwitchCheck(check, g, store: store) {
+        if let check, let failure = try runSwitchCheck(check, g) {
             checkFailed = failure
             return nil
         }
@@ -168,51 +106,28 @@ extension PullSync {
         // Only with keep-generations = 0, or after builds that did not finish: the files the
         // removed ones shared with this one have new ctimes, and their cache rows are renewed.
         if !g.prunable(current: number, keep: session.keepGenerations).isEmpty {
-            try expectCtimeMoves()
+            try state.expectCtimeMoves()
             try g.prune(current: number, keep: session.keepGenerations)
-            try renewHashes(tree, in: root, store: store)
+            try renewHashes(tree, in: root)
         }
         return nil
     }
 
-    /// Marks, durably, that ferry is about to move the ctime of files whose rows the hash cache
-    /// holds (removing hard links they share with the current generation): if the run is cut
-    /// short before it writes their rows again, the next scan takes rows that differ from the
-    /// file in ctime alone (`renewing`), and writes them again, instead of hashing every file.
-    func expectCtimeMoves() throws(FerryError) {
-        guard !renewalPending else { return }
-        // The manifests directory may not be there yet: a state directory replaced whole (a
-        // damaged database) meets old generations before any manifest was kept.
-        try FileSystem.makePrivateDirectory(manifests.directory)
-        try FileSystem.writeAtomically(renewalMarker, bytes: [])
-    }
-
-    /// The rows are written again: what `expectCtimeMoves` marked is done.
-    func renewed() {
-        if renewalPending {
-            unlink(renewalMarker)
-            FileSystem.syncDirectory(containing: renewalMarker)
-        }
-    }
-
-    var renewalMarker: String { manifests.path + ".renew-hashes" }
-    var renewalPending: Bool { FileSystem.exists(renewalMarker) }
-
     /// Renews the cache rows of the files of `tree` whose hash was valid when it was scanned or
     /// linked and whose inode, size and mtime are still those: ferry's own removal of another
     /// name of the same file moved only their ctime.
-    func renewHashes(_ tree: LocalTree, in root: LocalRoot, store: StateStore) throws(FerryError) {
+    func renewHashes(_ tree: LocalTree, in root: LocalRoot) throws(FerryError) {
         var rows: [(RelativePath, CachedHash)] = []
         for item in tree.items where item.entry.kind == .file {
             guard let sha = item.verified, let now = root.stat(item.path), now.inode == item.entry.inode, now.size == item.entry.size,
                   now.mtime == item.entry.mtime, now.ctime != item.entry.ctime else { continue }
             rows.append((item.path, CachedHash(now, sha256: sha, wanted: tree.wantedMtime(item.path))))
             if rows.count >= 8192 {
-                try store.saveHashes(session: session.name, rows)
+                try state.saveHashes(rows)
                 rows.removeAll(keepingCapacity: true)
             }
         }
-        try store.saveHashes(session: session.name, rows)
-        renewed()
+        try state.saveHashes(rows)
+        state.ctimesRenewed()
     }
 }

@@ -1,29 +1,40 @@
+import Synchronization
 import FerryCore
 
-/// Where a pull's files come from (`mirrors`): the session's mirrors in order, then its remote,
-/// the origin. A file starts at the first source that is not resting or demoted and that has not
-/// failed it this run. Nothing a source sends is trusted (every file is checked against the
-/// manifest, every piece of a delta against its index), so what a mirror does wrong costs a
-/// refetch, never a wrong file:
-/// - a mirror that fails a file (an error status, a network error, a stall, a timeout) is skipped
-///   for it, and (unless it only lacks the file: 404, 410) rests before another file is started
-///   there, longer after each failure in a row (1 s doubling up to a minute);
-/// - a mirror that sends wrong bytes (the hash does not match) is demoted: not used again this
-///   run, said once.
-/// - until a mirror has sent one file that verified this run, one file at a time comes from it
-///   (the others wait for that one), so a mirror that sends wrong bytes costs one file before it is
-///   demoted, not one per transfer; the first file a run fetches is its smallest for that reason.
-/// The origin is never skipped: its failures follow the session's retry rules. What each source
-/// served, and how many requests it took, is counted for the run's summary, `status` and metrics.
-final class PullSources {
+/// Where a pull's bytes come from, and the one owner of every rule about it: the session's
+/// mirrors in order, then its remote, the origin, which stays the authority for the manifest.
+/// Nothing a source sends is trusted (every file is checked against the manifest, every piece of
+/// a delta against its index, every metadata object against its name), so what a mirror does
+/// wrong costs a refetch, never a wrong file. This type decides:
+/// - **which source** a file starts from (`pick`): the first that neither rests nor was demoted
+///   and that has not failed it this run; until a mirror has sent one file that verified this
+///   run (**probation**), one file at a time comes from it;
+/// - **what a failure costs** a mirror (`judge`): wrong bytes under a content name demote it
+///   (not used again this run, said once), wrong bytes at a path (a stale copy) skip it for that
+///   file, a failure rests it (1 s doubling up to a minute; not for a file it lacks);
+/// - which sources **metadata objects and key sets** are asked of (`ObjectMirrors`,
+///   `keySetPlaces`), and that a mirror sending a wrong object is demoted for the files too;
+/// - when the **root** may come from a mirror (`rootFromMirror`): the origin cannot be had and the
+///   session takes signed manifests only;
+/// - the **accounting**: each source's bytes and requests, files and metadata objects alike, for
+///   the run's `source-served` events, `status` and metrics.
+/// Mirrors are opened when first needed, so a poll that finds nothing new opens none. The
+/// origin is never skipped: its failures follow the session's retry rules. Calls come from the
+/// session's thread, the engine's (while the session waits on it) and the lanes that fetch
+/// metadata objects (several at once): what they change is kept under a lock.
+final class PullSources: ObjectMirrors {
+    /// A source: how it is named (`origin`, or the mirror's URL), the remote, and its copy of the
+    /// manifest with where its metadata objects are (`.ferry/meta/` beside it).
     struct Source {
-        /// How the source is named in events, status and metrics: `origin`, or the mirror's URL.
         let name: String
         let remote: Remote
-        /// Its copy of the manifest, and where its metadata objects are (`.ferry/meta/` beside it).
-        var manifestURL = ""
-        var objectPrefix = ""
+        let manifestURL: String
+        let objectPrefix: String
         var isOrigin: Bool { name == PullSources.origin }
+    }
+
+    /// What the run has seen of a source so far.
+    struct Standing {
         /// Why it is not used again this run, once it is not.
         var demoted: String?
         var failuresInARow = 0
@@ -36,77 +47,201 @@ final class PullSources {
     }
 
     static let origin = "origin"
-    private(set) var all: [Source]
-    /// The mirrors that could not be opened (their credentials, their address), and why.
-    let unopened: [(url: String, why: String)]
+    private let session: SessionConfig
+    private let origin: Remote
+    private let clock: any Clock
+    private let stop: StopCondition
+    private let emit: (Event.Body) -> Void
+    private var opened: [Source]?
+    private let standings = Mutex<[Standing]>([])
+    /// Demotions for a wrong metadata object, found on a fetching lane, said on the session's thread.
+    private let unsaid = Mutex<[Int]>([])
 
-    /// The session's mirrors, each opened as the session reads it (`SessionConfig.reading`), then `remote`.
-    init(session: SessionConfig, remote: Remote, clock: any Clock, stop: StopCondition?) {
+    init(session: SessionConfig, remote: Remote, clock: any Clock, stop: StopCondition, emit: @escaping (Event.Body) -> Void) {
+        self.session = session
+        origin = remote
+        self.clock = clock
+        self.stop = stop
+        self.emit = emit
+    }
+
+    /// The sources in order: the mirrors (opened now if not yet, each as the session reads it,
+    /// `SessionConfig.reading`; one that cannot be opened is said once and left out), then the origin.
+    var all: [Source] {
+        if let opened { return opened }
         var sources: [Source] = []
-        var unopened: [(String, String)] = []
         for i in session.mirrors.indices {
             do throws(FerryError) {
                 let reading = session.reading(mirror: i)
                 sources.append(Source(name: session.mirrors[i].url, remote: try Remotes.open(reading, clock: clock, stop: stop),
-                                      manifestURL: reading.manifestURL, objectPrefix: ManifestTree.objectDirectory(beside: reading.manifestURL) + "/"))
+                                      manifestURL: reading.manifestURL,
+                                      objectPrefix: ManifestTree.objectDirectory(beside: reading.manifestURL) + "/"))
             } catch {
-                unopened.append((session.mirrors[i].url, error.message))
+                emit(.warning(message: "mirror \(session.mirrors[i].url) cannot be used this run: \(error.message); its files come from the next source"))
             }
         }
-        sources.append(Source(name: PullSources.origin, remote: remote))
-        all = sources
-        self.unopened = unopened
+        sources.append(Source(name: PullSources.origin, remote: origin, manifestURL: session.manifestURL,
+                              objectPrefix: ManifestTree.objectDirectory(beside: session.manifestURL) + "/"))
+        opened = sources
+        standings.withLock { $0 = Array(repeating: Standing(), count: sources.count) }
+        return sources
     }
 
-    var hasMirrors: Bool { all.count > 1 }
-    /// The mirrors as `ManifestObjects` asks them, in order (by their place in `all`).
-    var mirrorObjects: [(remote: Remote, prefix: String)] { all.dropLast().map { ($0.remote, $0.objectPrefix) } }
+    var hasMirrors: Bool { !session.mirrors.isEmpty && all.count > 1 }
     var originIndex: Int { all.count - 1 }
+    func isOrigin(_ source: Int) -> Bool { source == originIndex }
+    func demoted(_ source: Int) -> String? { standings.withLock { $0[source].demoted } }
+
+    // MARK: files
 
     /// The source a file starts from: the first that neither rests nor was demoted and that
     /// `skipping` (the sources that failed it this run) does not name; the origin otherwise. Nil:
     /// that source is a mirror still sending its first file, which the file waits for.
     func pick(skipping: Set<Int>, now: Double) -> Int? {
-        let i = all.indices.first { i in
-            all[i].isOrigin || (all[i].demoted == nil && all[i].restsUntil <= now && !skipping.contains(i))
-        } ?? originIndex
-        return all[i].isOrigin || all[i].proven || all[i].inFlight == 0 ? i : nil
+        let last = originIndex
+        return standings.withLock { s in
+            let i = s.indices.first { i in i == last || (s[i].demoted == nil && s[i].restsUntil <= now && !skipping.contains(i)) } ?? last
+            return i == last || s[i].proven || s[i].inFlight == 0 ? i : nil
+        }
     }
 
     /// A file started from `source`.
-    func started(_ source: Int) { all[source].inFlight += 1 }
+    func started(_ source: Int) { standings.withLock { $0[source].inFlight += 1 } }
 
     /// A file from `source` ended; `verified`: its bytes are the manifest's.
     func ended(_ source: Int, verified: Bool) {
-        all[source].inFlight -= 1
-        if verified { all[source].proven = true }
+        standings.withLock {
+            $0[source].inFlight -= 1
+            if verified { $0[source].proven = true }
+        }
     }
 
     /// An attempt at `source` moved `bytes` in `requests` requests.
     func count(_ source: Int, bytes: Int64, requests: Int) {
-        all[source].bytes += bytes
-        all[source].requests += requests
+        standings.withLock {
+            $0[source].bytes += bytes
+            $0[source].requests += requests
+        }
     }
 
     /// A file came whole from `source`: its run of failures ends.
-    func served(_ source: Int) { all[source].failuresInARow = 0 }
+    func served(_ source: Int) { standings.withLock { $0[source].failuresInARow = 0 } }
 
-    /// `source` failed a file: it rests, longer after each failure in a row.
-    func failed(_ source: Int, now: Double) {
-        guard !all[source].isOrigin else { return }
-        all[source].failuresInARow += 1
-        all[source].restsUntil = now + min(60, Double(1 << min(all[source].failuresInARow - 1, 6)))
+    /// What a mirror did wrong, as a failed attempt at a file shows it.
+    enum Fault {
+        /// Bytes other than the manifest's or the index's; `how` says it in a sentence.
+        case wrongBytes(how: String, detail: String)
+        /// It does not hold the file (404, 410): a replica behind, a cache not told of it.
+        case lacks
+        /// Any other failure: an error status, a network error, a stall, a timeout.
+        case failed
     }
 
-    /// `source` sent wrong bytes: not used again this run. True the first time (to be said once).
-    func demote(_ source: Int, why: String) -> Bool {
-        guard !all[source].isOrigin, all[source].demoted == nil else { return false }
-        all[source].demoted = why
-        return true
+    /// Judges a failed attempt at `path` from the mirror `source` (the file goes to the next source
+    /// at once, not a try of its own): wrong bytes under a name that is their content's
+    /// (`contentAddressed`: the objects layout) demote it, said once; at a path they may be a
+    /// cache's stale copy, which costs the file one refetch; a failure rests it, longer after each
+    /// in a row; a file it lacks only skips it.
+    func judge(_ source: Int, path: RelativePath, _ fault: Fault, contentAddressed: Bool) {
+        switch fault {
+        case let .wrongBytes(how, detail):
+            if contentAddressed && demote(source, why: "\(how) \(Printable.name(path.string))") {
+                emit(.warning(message: "mirror \(all[source].name) \(how) \(Printable.name(path.string)) (\(detail)): not used again this run; the files come from the next source"))
+            }
+        case .lacks:
+            break
+        case .failed:
+            let now = clock.monotonic()
+            standings.withLock { s in
+                s[source].failuresInARow += 1
+                s[source].restsUntil = now + min(60, Double(1 << min(s[source].failuresInARow - 1, 6)))
+            }
+        }
     }
 
-    /// What each source did this run, for the `sources` event and the state.
-    var summary: [SourceCount] {
-        all.map { SourceCount(source: $0.name, bytes: $0.bytes, requests: $0.requests, demoted: $0.demoted) }
+    /// `source` is not used again this run. True the first time (to be said once).
+    private func demote(_ source: Int, why: String) -> Bool {
+        guard source != originIndex else { return false }
+        return standings.withLock { s in
+            guard s[source].demoted == nil else { return false }
+            s[source].demoted = why
+            return true
+        }
     }
+
+    // MARK: metadata objects, key sets and the root
+
+    func objectMirrors() -> [(place: Int, remote: Remote, prefix: String)] {
+        all.dropLast().enumerated().map { ($0.offset, $0.element.remote, $0.element.objectPrefix) }
+    }
+
+    var originPlace: Int { originIndex }
+    func asks(_ place: Int) -> Bool { demoted(place) == nil }
+
+    /// Counts what a source sent for one metadata object; a mirror that sent another object than
+    /// its name says is demoted, said by `sayDemotions` on the session's thread.
+    func served(_ place: Int, object: SHA256Digest, bytes: Int64, failure: FerryError?) {
+        count(place, bytes: bytes, requests: 1)
+        guard case .contentMismatch? = failure?.cause, demote(place, why: "sent a wrong metadata object (\(object.hex))") else { return }
+        unsaid.withLock { $0.append(place) }
+    }
+
+    /// Says each mirror demoted for a wrong metadata object since the last call, once.
+    func sayDemotions() {
+        for place in unsaid.withLock({ u in defer { u = [] }; return u }).sorted() {
+            emit(.warning(message: "mirror \(all[place].name) \(demoted(place) ?? ""): not used again this run; what it would serve comes from the next source"))
+        }
+    }
+
+    /// Where the key-set documents are asked for: beside the origin's manifest, then each mirror's
+    /// not demoted (each set is checked against the one before, so where it came from does not matter).
+    var keySetPlaces: [(remote: Remote, manifestURL: String)] {
+        [(origin, session.manifestURL)] + all.indices.dropLast().filter { demoted($0) == nil }.map { (all[$0].remote, all[$0].manifestURL) }
+    }
+
+    /// A mirror's copy of the root, when the origin's cannot be had (`error`) for a reason that
+    /// may pass (unreachable, a server error) and the session takes signed manifests only
+    /// (`trusted-keys`): it is then checked as the origin's would be (signature, rollback,
+    /// expiry), so a site goes on with its origin down. Its validators are not kept (they are the
+    /// mirror's). nil: none to be had.
+    func rootFromMirror(after error: FerryError) -> ManifestFetch? {
+        guard !session.trustedKeys.isEmpty, !session.mirrors.isEmpty, error.retryClass != .never else { return nil }
+        for (i, mirror) in all.dropLast().enumerated() where demoted(i) == nil {
+            guard case let .fetched(bytes, _, _, _)? = try? mirror.remote.fetchManifest(url: mirror.manifestURL, etag: nil, lastModified: nil,
+                                                                                      maximumSize: session.maxManifestSize) else { continue }
+            emit(.warning(message: "the remote's manifest cannot be had (\(error.message)); taken from mirror \(mirror.name), as signed by a trusted key"))
+            return .fetched(bytes: bytes, etag: nil, lastModified: nil, redirectedTo: nil)
+        }
+        return nil
+    }
+
+    // MARK: the run's account
+
+    /// What each source did this run, said once per source (`source-served`: its bytes, requests,
+    /// share of the bytes and why it was demoted: what the mirrors saved the origin), for the state.
+    func account() -> [SourceCount] {
+        guard hasMirrors else { return [] }
+        let counts = standings.withLock { s in
+            zip(all, s).map { SourceCount(source: $0.name, bytes: $1.bytes, requests: $1.requests, demoted: $1.demoted) }
+        }
+        let total = max(1, counts.reduce(0) { $0 + $1.bytes })
+        for s in counts {
+            emit(.sourceServed(source: s.source, bytes: s.bytes, requests: s.requests, share: Double(s.bytes) / Double(total), demoted: s.demoted))
+        }
+        return counts
+    }
+}
+
+/// Where a pull's metadata objects may come from before the remote, and who keeps count of what
+/// each sent (`PullSources`). `asks` and `served` are called from the fetching lanes, several at once.
+protocol ObjectMirrors: AnyObject {
+    /// The mirrors to ask, in order: each one's place among the run's sources and where its
+    /// objects are.
+    func objectMirrors() -> [(place: Int, remote: Remote, prefix: String)]
+    /// The remote's place among the run's sources.
+    var originPlace: Int { get }
+    /// Whether the mirror at `place` is still asked (not demoted).
+    func asks(_ place: Int) -> Bool
+    /// What the source at `place` did for one object: the bytes it sent, or how it failed.
+    func served(_ place: Int, object: SHA256Digest, bytes: Int64, failure: FerryError?)
 }

@@ -8,10 +8,10 @@ import FerryCore
 /// before; a newer version is taken), and the rollback is said once (a `rolled-back` event,
 /// `status`, `ferry_rollbacks_total`). Readers see one whole generation or the other at every
 /// moment; a kill between the switch and the end of the check leaves the check to the next run.
-extension PullSync {
+extension PullRun {
     /// Runs the check after a switch to `check.generation`; nil when it passed, else why it failed
     /// (the previous generation is current again if there was one).
-    func runSwitchCheck(_ check: SwitchCheck, _ g: Generations, store: StateStore) throws(FerryError) -> String? {
+    func runSwitchCheck(_ check: SwitchCheck, _ g: Generations) throws(FerryError) -> String? {
         guard let command = session.onSwitchCheck else {
             try store.recordSwitchCheck(session: session.name, nil)
             return nil
@@ -29,12 +29,12 @@ extension PullSync {
         case .timedOut: failure = "it did not finish within hook-timeout (\(Units.formatDuration(session.hookTimeout)))"
         case let .cannotStart(why): failure = "it could not be started: \(why)"
         }
-        return try rollBack(check, g, because: failure, store: store)
+        return try rollBack(check, g, because: failure)
     }
 
     /// Makes the generation before current again and records the version as rejected. Without one
     /// (the first generation), the new one stays: there is nothing else to show.
-    func rollBack(_ check: SwitchCheck, _ g: Generations, because failure: String, store: StateStore) throws(FerryError) -> String {
+    func rollBack(_ check: SwitchCheck, _ g: Generations, because failure: String) throws(FerryError) -> String {
         let name = g.name(check.generation)
         guard let previous = check.previous, FileSystem.exists(g.path(previous)) else {
             try store.recordSwitchCheck(session: session.name, nil)
@@ -49,15 +49,15 @@ extension PullSync {
     /// What a run killed during a check left (`record.switchCheck`): the check runs again if the
     /// generation it was about is still current, and a rollback that was under way is recorded.
     /// Returns why the run fails (the check failed), if it does.
-    func finishSwitchCheck(_ record: SessionRecord?, store: StateStore) throws(FerryError) -> String? {
+    func finishSwitchCheck(_ record: SessionRecord?) throws(FerryError) -> String? {
         guard let check = record?.switchCheck else { return nil }
         let g = Generations(local: session.local)
         switch g.current() {
         case .generation(check.generation) where session.layout == .generations:
-            return try runSwitchCheck(check, g, store: store)
+            return try runSwitchCheck(check, g)
         case let .generation(n) where n == check.previous:
             // Switched back, not yet recorded.
-            return try rollBack(check, g, because: "it failed; the run that ran it was stopped before it recorded why", store: store)
+            return try rollBack(check, g, because: "it failed; the run that ran it was stopped before it recorded why")
         default:
             try store.recordSwitchCheck(session: session.name, nil)
             return nil

@@ -223,31 +223,26 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                                    resumeFrom: item.task.bytesDone, validator: item.task.validator, versioned: versioned)
     }
 
-    /// An attempt from a mirror failed: the file goes to the next source at once (not a try of
-    /// its own). A mirror that sent wrong bytes for a name that is its content's (the objects
-    /// layout: a content object or a piece) is not used again this run, said once; wrong bytes at a
-    /// file's path may be a cache's stale copy, which costs that file one refetch. A mirror that
-    /// failed otherwise rests (not for a file it lacks). What it sent is kept for the next source
-    /// unless it was wrong: a delta's verified pieces, or a file's bytes under their validator,
-    /// which the next source resumes only if it gives the same (a cache passes the origin's on).
+    /// An attempt from a mirror failed: `PullSources.judge` decides what that costs the mirror,
+    /// and the file goes to the next source at once (not a try of its own). What the mirror sent
+    /// is kept for the next source unless it was wrong: a delta's verified pieces, or a file's
+    /// bytes under their validator, which the next source resumes only if it gives the same (a
+    /// cache passes the origin's on).
     private func mirrorFailed(_ item: Item, _ download: Download, _ failure: TransferFailure) {
-        let mirror = sources.all[item.source].name
-        let assembles = download.kind != .wholeFile
-        var wrongBytes = false
-        if case .contentMismatch = failure.cause { wrongBytes = true }
-        if download.deltaStopped != nil { wrongBytes = true }
-        if wrongBytes {
-            // At a file's path it may be a stale copy: this file only. Under a content name, wrong.
-            let what = download.deltaStopped == nil ? "sent wrong bytes for" : "did not answer ranges as asked for"
-            if contentAddressed && sources.demote(item.source, why: "\(what) \(Printable.name(download.entry.path.string))") {
-                emit(.warning(message: "mirror \(mirror) \(what) \(Printable.name(download.entry.path.string)) (\(download.deltaStopped ?? failure.message)): not used again this run; the files come from the next source"))
-            }
-        } else if failure.cause != .http(status: 404) && failure.cause != .http(status: 410) {
-            // A mirror that lacks a file (a replica behind, a cache that was not told) is only
-            // skipped for it; one in trouble rests.
-            sources.failed(item.source, now: stop.clock.monotonic())
+        let fault: PullSources.Fault
+        if let stopped = download.deltaStopped {
+            fault = .wrongBytes(how: "did not answer ranges as asked for", detail: stopped)
+        } else if case .contentMismatch = failure.cause {
+            fault = .wrongBytes(how: "sent wrong bytes for", detail: failure.message)
+        } else if failure.cause == .http(status: 404) || failure.cause == .http(status: 410) {
+            fault = .lacks
+        } else {
+            fault = .failed
         }
-        toNextSource(item, download, keeping: (assembles || !wrongBytes) && failure.keepPartial)
+        sources.judge(item.source, path: download.entry.path, fault, contentAddressed: contentAddressed)
+        var wrongBytes = false
+        if case .wrongBytes = fault { wrongBytes = true }
+        toNextSource(item, download, keeping: (download.kind != .wholeFile || !wrongBytes) && failure.keepPartial)
     }
 
     /// The file goes to the next source at once (not a try of its own), with what it kept.
@@ -286,7 +281,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         }
         // What a demoted mirror is still sending is not waited for: each such file goes to the next source.
         for d in active where !d.cancelRequested {
-            if let item = items[d.task.id], sources.all[item.source].demoted != nil {
+            if let item = items[d.task.id], sources.demoted(item.source) != nil {
                 d.cancelRequested = true
                 abandoned.insert(d.task.id)
             }
@@ -311,84 +306,93 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
 
     private func finish(_ batch: [(Download, TransferOutcome)]) {
         for (download, outcome) in batch {
-            let path = download.entry.path
             if let item = items[download.task.id] {
                 var verified = false
                 if case .succeeded = outcome { verified = true }
                 sources.ended(item.source, verified: verified)
             }
-            if let reason = download.restartReason { emit(.fileRestarted(path: path, reason: reason)) }
+            if let reason = download.restartReason { emit(.fileRestarted(path: download.entry.path, reason: reason)) }
             switch outcome {
             case .succeeded:
                 committer.submit(download)
                 continue  // the committer closes it
             case let .failed(failure):
-                // What came over the network counts, kept or not.
-                counts.bytes += download.received
-                if let item = items[download.task.id] {
-                    sources.count(item.source, bytes: download.received, requests: download.requests)
-                    // This machine's own failures (its disk) are no mirror's doing.
-                    var local = false
-                    if case .local = failure.cause { local = true }
-                    if !sources.all[item.source].isOrigin && !local {
-                        items[download.task.id] = nil
-                        mirrorFailed(item, download, failure)
-                        download.close()
-                        continue
-                    }
-                }
-                if let why = download.deltaStopped, var item = items.removeValue(forKey: download.task.id) {
-                    // Not a failed try: the file is fetched whole at once.
-                    emit(.warning(message: "\(Printable.name(path.string)): \(why); fetching the whole file"))
-                    root.removePartial(taskID: download.task.id)
-                    deltaStopped.insert(item.task.id)
-                    item.task.bytesDone = 0
-                    item.task.validator = nil
-                    item.triesThisRun -= 1
-                    item.notBefore = 0
-                    backingOff.insertByDue(item)
-                    download.close()
-                    continue
-                }
-                if let code = download.localIOFailure, code == ENOSPC || code == EDQUOT || code == EROFS || code == EIO {
-                    localIOError = localIOError ?? "\(session.local): \(failure.message)"
-                }
-                var kept: Int64 = 0
-                if failure.keepPartial && download.syncData() {
-                    kept = min(download.written, download.bytesOnDisk)
-                } else {
-                    root.removePartial(taskID: download.task.id)
-                }
-                if var item = items.removeValue(forKey: download.task.id) {
-                    item.task.bytesDone = kept
-                    item.task.validator = failure.keepPartial ? download.validator : nil
-                    retryOrFail(item, failure)
-                }
+                failed(download, failure)
             case .interrupted:
-                counts.bytes += download.received
-                if let item = items[download.task.id] { sources.count(item.source, bytes: download.received, requests: download.requests) }
-                if abandoned.remove(download.task.id) != nil, let item = items.removeValue(forKey: download.task.id) {
-                    // Only a delta's verified pieces are kept from a mirror that sent wrong bytes.
-                    toNextSource(item, download, keeping: download.kind != .wholeFile)
-                    download.close()
-                    continue
-                }
-                var kept: Int64 = 0
-                if download.syncData() {
-                    kept = min(download.written, download.bytesOnDisk)
-                } else {
-                    root.removePartial(taskID: download.task.id)
-                }
-                try? store.checkpoint(download.task.id, bytesDone: kept, validator: kept > 0 ? download.validator : nil)
-                if var item = items.removeValue(forKey: download.task.id) {
-                    item.task.bytesDone = kept
-                    item.task.validator = kept > 0 ? download.validator : nil
-                    interrupted(item, offset: kept, cancelled: download.cancelRequested)
-                }
+                interrupted(download)
             }
             download.close()
         }
         record(committer.collect())
+    }
+
+    /// An attempt that failed: a mirror's goes to the next source (`mirrorFailed`), a delta that
+    /// stopped is fetched whole at once (neither a try of its own); otherwise it is retried or
+    /// fails by the session's rules, with what it kept.
+    private func failed(_ download: Download, _ failure: TransferFailure) {
+        // What came over the network counts, kept or not.
+        counts.bytes += download.received
+        if let item = items[download.task.id] {
+            sources.count(item.source, bytes: download.received, requests: download.requests)
+            // This machine's own failures (its disk) are no mirror's doing.
+            var local = false
+            if case .local = failure.cause { local = true }
+            if !sources.isOrigin(item.source) && !local {
+                items[download.task.id] = nil
+                mirrorFailed(item, download, failure)
+                return
+            }
+        }
+        if let why = download.deltaStopped, var item = items.removeValue(forKey: download.task.id) {
+            // Not a failed try: the file is fetched whole at once.
+            emit(.warning(message: "\(Printable.name(download.entry.path.string)): \(why); fetching the whole file"))
+            root.removePartial(taskID: download.task.id)
+            deltaStopped.insert(item.task.id)
+            item.task.bytesDone = 0
+            item.task.validator = nil
+            item.triesThisRun -= 1
+            item.notBefore = 0
+            backingOff.insertByDue(item)
+            return
+        }
+        if let code = download.localIOFailure, code == ENOSPC || code == EDQUOT || code == EROFS || code == EIO {
+            localIOError = localIOError ?? "\(session.local): \(failure.message)"
+        }
+        var kept: Int64 = 0
+        if failure.keepPartial && download.syncData() {
+            kept = min(download.written, download.bytesOnDisk)
+        } else {
+            root.removePartial(taskID: download.task.id)
+        }
+        if var item = items.removeValue(forKey: download.task.id) {
+            item.task.bytesDone = kept
+            item.task.validator = failure.keepPartial ? download.validator : nil
+            retryOrFail(item, failure)
+        }
+    }
+
+    /// An attempt stopped (a deadline, a signal, `ferry cancel`, a demoted mirror): what it wrote
+    /// is kept as resume data.
+    private func interrupted(_ download: Download) {
+        counts.bytes += download.received
+        if let item = items[download.task.id] { sources.count(item.source, bytes: download.received, requests: download.requests) }
+        if abandoned.remove(download.task.id) != nil, let item = items.removeValue(forKey: download.task.id) {
+            // Only a delta's verified pieces are kept from a mirror that sent wrong bytes.
+            toNextSource(item, download, keeping: download.kind != .wholeFile)
+            return
+        }
+        var kept: Int64 = 0
+        if download.syncData() {
+            kept = min(download.written, download.bytesOnDisk)
+        } else {
+            root.removePartial(taskID: download.task.id)
+        }
+        try? store.checkpoint(download.task.id, bytesDone: kept, validator: kept > 0 ? download.validator : nil)
+        if var item = items.removeValue(forKey: download.task.id) {
+            item.task.bytesDone = kept
+            item.task.validator = kept > 0 ? download.validator : nil
+            interrupted(item, offset: kept, cancelled: download.cancelRequested)
+        }
     }
 
     /// Counts and reports what the committer's groups gave: files in place (their tasks marked

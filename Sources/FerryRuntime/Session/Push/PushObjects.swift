@@ -144,7 +144,7 @@ extension PushSync {
         // A file stored as its pieces is stored only while all of them are.
         let lost = Set(damaged.map { placed[$0]!.digest })
         for (content, its) in pieces where its.contains(where: lost.contains) { stored.remove(content) }
-        if !options.dryRun { try store.forgetPlaced(session: session.name, damaged) }
+        try state.forgetPlaced(damaged)
         return stored
     }
 

@@ -33,9 +33,15 @@ final class PushSync: SessionWork {
     /// How the metadata objects this run wrote were verified.
     var objectVerifications: [UploadVerification: Int] = [:]
 
-    func cycle(store: StateStore, result: inout SyncResult) throws(FerryError) {
+    /// The session's state: for a dry run, `DryRun`, which keeps nothing.
+    private(set) var state: SessionState!
+
+    func cycle(state: SessionState, result: inout SyncResult) throws(FerryError) {
+        self.state = state
+        let store = state.store
         let (remote, writer) = try openRemote()
-        let publishing = try publisherLocks()
+        // One publisher of a remote at a time (`SessionState.lockPublisher`), held for the cycle.
+        let publishing = try state.lockPublisher()
         defer { withExtendedLifetime(publishing) {} }
         // The key that signs what this run publishes: read before anything is sent, so a key that
         // cannot be read stops the run at once.
@@ -75,23 +81,6 @@ final class PushSync: SessionWork {
             throw .usage("the remote of session '\(session.name)' cannot be written to")
         }
         return (remote, writer)
-    }
-
-    /// One publisher of a remote at a time: among the sessions of this state directory, and for
-    /// a file:// remote, with any other process that publishes that directory (manifest build,
-    /// a push from another state directory). Publishers on other machines are kept apart by
-    /// the conditional manifest write and the grace period before objects are collected. Held
-    /// for the cycle; a dry run takes none.
-    private func publisherLocks() throws(FerryError) -> [SessionLock] {
-        var publishing: [SessionLock] = []
-        if !options.dryRun {
-            publishing.append(try SessionLock.publisher(stateDirectory: agent.state, remote: session.remote.url, manifest: session.manifest,
-                                                        session: "session '\(session.name)'"))
-            if let directory = session.remote.localDirectory, FileSystem.exists(directory) {
-                publishing.append(try SessionLock.publisher(directory: directory, what: "ferry push of session '\(session.name)'"))
-            }
-        }
-        return publishing
     }
 
     // MARK: observe
@@ -146,7 +135,6 @@ final class PushSync: SessionWork {
         // Content objects are named by their hash: every file's is known before it is sent.
         let layout = session.remoteLayout
         let scan = try scanLocal(store: store, published: published, hashingEverything: session.remote.backend.abilities.contains(.hashesBeforeSending) || layout == .objects)
-        result.hashed = scan.hashed
         // A file that cannot be read fails alone: the remote keeps (and the manifest lists) what it has.
         for (path, error) in scan.unreadable { emit(.fileFailed(path: path, error: error)) }
         result.counts.failed += scan.unreadable.count
@@ -212,10 +200,10 @@ final class PushSync: SessionWork {
         // The published tree's metadata objects are read back on the same schedule; that check
         // starts the clock too, or a push that placed nothing (its state new, the tree already
         // there) would read them all back on every poll.
-        let repairs = observed.checkAll && !options.dryRun && published?.tree != nil
+        let repairs = observed.checkAll && state.repairsRemote && published?.tree != nil
         if repairs { try repairObjects(manifests.objects(remote: observed.remote), writer: writer) }
-        if observed.checkAll && !options.dryRun && (repairs || !(observed.placedFiles.isEmpty && observed.placedObjects.isEmpty)) {
-            try store.recordRemoteChecked(session: session.name, at: observed.checkedAt)
+        if observed.checkAll && (repairs || !(observed.placedFiles.isEmpty && observed.placedObjects.isEmpty)) {
+            try state.recordRemoteChecked(at: observed.checkedAt)
         }
         let resolution = PushPlanner.resolve(session.conflict, changedByAnotherWriter: observed.changedOnRemote, editedOnRemote: Set(edited.keys))
         var plan = plan
@@ -457,7 +445,7 @@ final class PushSync: SessionWork {
             removeTreeFiles(of: published, writer: writer, store: store)
         }
         emit(.manifestBuilt(output: session.manifestURL, version: version, files: entries.count,
-                            bytes: entries.reduce(0) { $0 + ($1.size ?? 0) }, signedBy: PullSync.named(signingKeys.map(\.publicKey))))
+                            bytes: entries.reduce(0) { $0 + ($1.size ?? 0) }, signedBy: TrustStage.named(signingKeys.map(\.publicKey))))
         return true
     }
 
