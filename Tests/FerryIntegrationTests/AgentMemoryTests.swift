@@ -129,6 +129,51 @@ struct AgentMemoryTests {
         return sorted[sorted.count / 2]
     }
 
+    /// A push over HTTPS to nginx, a pull of it into generations, and a push to S3, in one agent.
+    static func configure(_ box: Sandbox, nginx: NginxServer, store: SeaweedFS, bucket: String, web: Source, s3: Source,
+                          mirror: String) throws {
+        let tls = try TestCertificates.shared()
+        // poll = 1s: between changes every session polls over and over, each poll a cycle of its
+        // own. keep-versions and object-grace small: objects no manifest names go within the run.
+        let pushed = ["delete = yes", "poll = 1s", "keep-versions = 3", "object-grace = 30s"]
+        let web = ["", "[session web]", "direction = push", "remote = \(nginx.tlsURL)site/", "local = \(web.root)",
+                   "ca-file = \(tls.caCertificate)"] + pushed
+        let pull = ["", "[session mirror]", "remote = \(nginx.tlsURL)site/", "local = \(mirror)", "ca-file = \(tls.caCertificate)",
+                    "layout = generations", "delete = yes", "poll = 1s"]
+        let s3 = ["", "[session s3]", "direction = push", "remote = s3://\(bucket)/site/", "local = \(s3.root)",
+                  "s3-endpoint = \(store.endpoint)", "s3-credentials = \(try store.credentialsFile(in: box.directory))"] + pushed
+        try (["[agent]", "state = \(box.state)", "transfers = 8"] + web + pull + s3)
+            .joined(separator: "\n").appending("\n").writeReplacing(box.config)
+    }
+
+    /// The RSS after the warm-up against the end: within the ceiling, and grown no more than allowed.
+    static func judge(_ samples: [Sample], peak: Int, cycles: Int) {
+        // Cycle 0 is the first sync; the warm-up cycles follow it.
+        let measured = samples.dropFirst(1 + Self.warmUp)
+        guard samples.count == cycles + 1, measured.count >= 2 * Self.window else { return }
+        let start = Self.median(measured.prefix(Self.window))
+        let end = Self.median(measured.suffix(Self.window))
+        let highest = measured.max { $0.rss < $1.rss }!
+        Self.say("after the warm-up \(Self.mib(start)) (median of cycles \(measured.first!.cycle)-\(measured.first!.cycle + Self.window - 1)), "
+                 + "at the end \(Self.mib(end)) (median of the last \(Self.window)), highest \(Self.mib(highest.rss)) in cycle \(highest.cycle), "
+                 + "VmHWM \(Self.mib(peak)) over \(String(format: "%.0f", samples.last!.seconds)) s")
+        #expect(highest.rss <= Self.ceiling, "cycle \(highest.cycle): the agent's RSS is \(Self.mib(highest.rss)), above \(Self.mib(Self.ceiling))")
+        let series = samples.map { "\($0.cycle):\($0.rss >> 10)" }.joined(separator: " ")
+        #expect(end - start <= Self.allowedGrowth,
+                "the agent's RSS grew by \(Self.mib(end - start)) from \(Self.mib(start)) after the warm-up to \(Self.mib(end)) at the end: \(series) KiB")
+    }
+
+    /// Why a cycle did not settle: the files the mirror and the S3 manifest show otherwise.
+    static func unsettled(_ cycle: Int, mirror: String, at generation: String?, expected: [String: String], s3: Source,
+                          listing: [String: SHA256Digest]?) -> String {
+        let now = generation.map { treeSnapshot((mirror as NSString).deletingLastPathComponent + "/" + $0) } ?? [:]
+        let differing = Set(expected.keys).union(now.keys).filter { expected[$0] != now[$0] }.sorted().prefix(10)
+        let s3Differing = Set(s3.digests.keys).union((listing ?? [:]).keys).filter { s3.digests[$0] != listing?[$0] }.sorted().prefix(10)
+        return "cycle \(cycle) did not settle within 90 s: the mirror is at \(generation ?? "no generation") "
+            + "(differing: \(differing.joined(separator: ", "))); S3 lists \(listing.map { "\($0.count) files" } ?? "no readable manifest") "
+            + "(differing: \(s3Differing.joined(separator: ", ")))"
+    }
+
     @Test func stayFlatOverCyclesOfPushAndGenerationPull() throws {
         let plan = try Plan.fromEnvironment()
         let seed = UInt64(ProcessInfo.processInfo.environment["FERRY_SEED"] ?? "") ?? UInt64(Date().timeIntervalSince1970 * 1000)
@@ -143,17 +188,7 @@ struct AgentMemoryTests {
         let s3 = Source(box.directory + "/s3", files: 100, seed: seed &+ 1)
         let mirror = box.directory + "/mirror"
         let published = nginx.root + "/site"
-        let tls = try TestCertificates.shared()
-        // poll = 1s: between changes every session polls over and over, each poll a cycle of its
-        // own. keep-versions and object-grace small: objects no manifest names go within the run.
-        let pushed = ["delete = yes", "poll = 1s", "keep-versions = 3", "object-grace = 30s"]
-        try (["[agent]", "state = \(box.state)", "transfers = 8",
-              "", "[session web]", "direction = push", "remote = \(nginx.tlsURL)site/", "local = \(web.root)", "ca-file = \(tls.caCertificate)"] + pushed
-             + ["", "[session mirror]", "remote = \(nginx.tlsURL)site/", "local = \(mirror)", "ca-file = \(tls.caCertificate)",
-                "layout = generations", "delete = yes", "poll = 1s"]
-             + ["", "[session s3]", "direction = push", "remote = s3://\(bucket)/site/", "local = \(s3.root)",
-                "s3-endpoint = \(store.endpoint)", "s3-credentials = \(try store.credentialsFile(in: box.directory))"] + pushed)
-            .joined(separator: "\n").appending("\n").writeReplacing(box.config)
+        try Self.configure(box, nginx: nginx, store: store, bucket: bucket, web: web, s3: s3, mirror: mirror)
 
         let agent = try AgentTests.RunningAgent(box)
         let pid = agent.child.pid
@@ -192,14 +227,8 @@ struct AgentMemoryTests {
             }
             try #require(agent.child.isRunning, "the agent ended in cycle \(cycle): \(agent.output.suffix(3000))")
             guard settled else {
-                let now = comparedGeneration.map { treeSnapshot((mirror as NSString).deletingLastPathComponent + "/" + $0) } ?? [:]
-                let differing = Set(expected.keys).union(now.keys).filter { expected[$0] != now[$0] }.sorted().prefix(10)
-                let s3Differing = Set(s3.digests.keys).union((s3Listing ?? [:]).keys).filter { s3.digests[$0] != s3Listing?[$0] }.sorted().prefix(10)
-                Issue.record("""
-                    cycle \(cycle) did not settle within 90 s: the mirror is at \(comparedGeneration ?? "no generation") \
-                    (differing: \(differing.joined(separator: ", "))); S3 lists \(s3Listing.map { "\($0.count) files" } ?? "no readable manifest") \
-                    (differing: \(s3Differing.joined(separator: ", "))); agent: \(agent.output.suffix(3000))
-                    """)
+                Issue.record(Comment(rawValue: Self.unsettled(cycle, mirror: mirror, at: comparedGeneration, expected: expected, s3: s3,
+                                                              listing: s3Listing) + "; agent: \(agent.output.suffix(3000))"))
                 break
             }
             if cycle > 0 {
@@ -221,17 +250,6 @@ struct AgentMemoryTests {
         agent.child.signal(SIGTERM)
         #expect(agent.child.wait(timeout: 20) == 0, "the agent stops in order: \(agent.output.suffix(3000))")
 
-        // Cycle 0 is the first sync; the warm-up cycles follow it.
-        let measured = samples.dropFirst(1 + Self.warmUp)
-        guard samples.count == plan.cycles + 1, measured.count >= 2 * Self.window else { return }
-        let start = Self.median(measured.prefix(Self.window))
-        let end = Self.median(measured.suffix(Self.window))
-        let highest = measured.max { $0.rss < $1.rss }!
-        Self.say("after the warm-up \(Self.mib(start)) (median of cycles \(measured.first!.cycle)-\(measured.first!.cycle + Self.window - 1)), "
-                 + "at the end \(Self.mib(end)) (median of the last \(Self.window)), highest \(Self.mib(highest.rss)) in cycle \(highest.cycle), "
-                 + "VmHWM \(Self.mib(peak)) over \(String(format: "%.0f", samples.last!.seconds)) s")
-        #expect(highest.rss <= Self.ceiling, "cycle \(highest.cycle): the agent's RSS is \(Self.mib(highest.rss)), above \(Self.mib(Self.ceiling))")
-        #expect(end - start <= Self.allowedGrowth,
-                "the agent's RSS grew by \(Self.mib(end - start)) from \(Self.mib(start)) after the warm-up to \(Self.mib(end)) at the end: \(samples.map { "\($0.cycle):\($0.rss >> 10)" }.joined(separator: " ")) KiB")
+        Self.judge(samples, peak: peak, cycles: plan.cycles)
     }
 }

@@ -101,7 +101,11 @@ struct BoundedOutputTests {
         let limits = ferry(["events", "--config", box.config, "--json"]).events(named: "agent").filter { $0["action"] as? String == "run-limits" }
         #expect(limits.count == 1, "only the cycle handed over with --bwlimit had it: \(limits)")
 
-        // After: every file done, the same small summary.
+        try expectSmallOnceDone(box)
+    }
+
+    /// After: every file done, the same small summary; --files and a PATH list the tasks.
+    func expectSmallOnceDone(_ box: Sandbox) throws {
         let after = try counts(box)
         #expect(after["done"] == Self.files + 1 && after.filter { $0.key != "done" }.values.allSatisfy { $0 == 0 }, "\(after)")
         let done = box.status()
@@ -116,6 +120,22 @@ struct BoundedOutputTests {
         #expect(part.split(separator: "\n").filter { $0.contains(" done ") }.count == Self.files / 10, "PATH: the tasks under it: \(part)")
         let absolute = box.status([box.localPath("a.txt")]).stdout
         #expect(absolute.split(separator: "\n").filter { $0.contains(" done ") }.count == 1 && absolute.contains("a.txt"), "\(absolute)")
+    }
+
+    /// Limits no run could have are refused by the agent's control socket, the agent untouched.
+    func expectLimitsRefused(_ box: Sandbox) {
+        let refuse = """
+            import socket, sys
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            s.settimeout(30)
+            s.connect(sys.argv[1])
+            s.sendall(sys.argv[2].encode() + b'\\n')
+            print(s.makefile().readline().strip())
+            """
+        for bad in [#"{"command":"sync","sessions":"test","transfers":999}"#, #"{"command":"sync","sessions":"test","bwlimit":"fast"}"#] {
+            let answer = runProcess("/usr/bin/python3", ["-c", refuse, box.state + "/agent.sock", bad])
+            #expect(answer.stdout.contains("handover-refused") && answer.stdout.contains("not a request ferry understands"), "\(bad): \(answer.output)")
+        }
     }
 
     /// The control protocol as the agent speaks it: a client that asks for a bwlimit, a number of
@@ -139,19 +159,7 @@ struct BoundedOutputTests {
         box.buildManifest()
         let total = (4 << 20) + (2 << 20)
 
-        // Limits no run could have are refused, the agent untouched.
-        let refuse = """
-            import socket, sys
-            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            s.settimeout(30)
-            s.connect(sys.argv[1])
-            s.sendall(sys.argv[2].encode() + b'\\n')
-            print(s.makefile().readline().strip())
-            """
-        for bad in [#"{"command":"sync","sessions":"test","transfers":999}"#, #"{"command":"sync","sessions":"test","bwlimit":"fast"}"#] {
-            let answer = runProcess("/usr/bin/python3", ["-c", refuse, box.state + "/agent.sock", bad])
-            #expect(answer.stdout.contains("handover-refused") && answer.stdout.contains("not a request ferry understands"), "\(bad): \(answer.output)")
-        }
+        expectLimitsRefused(box)
 
         let client = """
             import json, socket, sys

@@ -136,6 +136,21 @@ struct CrashTests {
         print("kill -9 test: \(kills) kills, \(completed) runs finished before their kill, \(resumed) resumes")
     }
 
+    /// The thread an strace line names (`[pid N] `, `N ` or, the first one, not at all; strace
+    /// pads short pids with spaces) and the call after it.
+    static func thread(of raw: Substring) -> (pid: String, line: String) {
+        var rest = raw
+        var pid = "first"
+        if rest.hasPrefix("[pid"), let close = rest.firstIndex(of: "]") {
+            pid = String(rest[..<close])
+            rest = rest[rest.index(after: close)...].drop { $0 == " " }
+        } else if rest.first?.isNumber == true, let space = rest.firstIndex(of: " ") {
+            pid = String(rest[..<space])
+            rest = rest[space...].drop { $0 == " " }
+        }
+        return (pid, String(rest))
+    }
+
     /// What a kill -9 cannot show (the page cache outlives the process), the order of system
     /// calls can: traced with strace, every partial file renamed into place had its bytes synced
     /// (its own fsync, or a syncfs of the filesystem) after its last write and before the rename,
@@ -175,18 +190,7 @@ struct CrashTests {
         }
         for raw in text.split(separator: "\n") {
             step += 1
-            // Each line names its thread as `[pid N] `, `N ` or (the first one) not at all; strace
-            // pads short pids with spaces.
-            var rest = Substring(raw)
-            var pid = "first"
-            if rest.hasPrefix("[pid"), let close = rest.firstIndex(of: "]") {
-                pid = String(rest[..<close])
-                rest = rest[rest.index(after: close)...].drop { $0 == " " }
-            } else if rest.first?.isNumber == true, let space = rest.firstIndex(of: " ") {
-                pid = String(rest[..<space])
-                rest = rest[space...].drop { $0 == " " }
-            }
-            var line = String(rest)
+            var (pid, line) = Self.thread(of: raw)
             var resumed = false
             if line.hasPrefix("<... ") {
                 guard let begun = pending.removeValue(forKey: pid), let close = line.range(of: "resumed>") else { continue }
