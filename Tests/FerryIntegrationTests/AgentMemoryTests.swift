@@ -138,10 +138,11 @@ struct AgentMemoryTests {
         let pushed = ["delete = yes", "poll = 1s", "keep-versions = 3", "object-grace = 30s"]
         let web = ["", "[session web]", "direction = push", "remote = \(nginx.tlsURL)site/", "local = \(web.root)",
                    "ca-file = \(tls.caCertificate)"] + pushed
-        let pull = ["", "[session mirror]", "remote = \(nginx.tlsURL)site/", "local = \(mirror)", "ca-file = \(tls.caCertificate)",
-                    "layout = generations", "delete = yes", "poll = 1s"]
+        let pull = ["", "[session mirror]", "remote = \(nginx.tlsURL)site/", "local = \(mirror)",
+                    "ca-file = \(tls.caCertificate)", "layout = generations", "delete = yes", "poll = 1s"]
+        let credentials = try store.credentialsFile(in: box.directory)
         let s3 = ["", "[session s3]", "direction = push", "remote = s3://\(bucket)/site/", "local = \(s3.root)",
-                  "s3-endpoint = \(store.endpoint)", "s3-credentials = \(try store.credentialsFile(in: box.directory))"] + pushed
+                  "s3-endpoint = \(store.endpoint)", "s3-credentials = \(credentials)"] + pushed
         try (["[agent]", "state = \(box.state)", "transfers = 8"] + web + pull + s3)
             .joined(separator: "\n").appending("\n").writeReplacing(box.config)
     }
@@ -154,13 +155,16 @@ struct AgentMemoryTests {
         let start = Self.median(measured.prefix(Self.window))
         let end = Self.median(measured.suffix(Self.window))
         let highest = measured.max { $0.rss < $1.rss }!
-        Self.say("after the warm-up \(Self.mib(start)) (median of cycles \(measured.first!.cycle)-\(measured.first!.cycle + Self.window - 1)), "
-                 + "at the end \(Self.mib(end)) (median of the last \(Self.window)), highest \(Self.mib(highest.rss)) in cycle \(highest.cycle), "
+        let first = measured.first!.cycle
+        Self.say("after the warm-up \(Self.mib(start)) (median of cycles \(first)-\(first + Self.window - 1)), "
+                 + "at the end \(Self.mib(end)) (median of the last \(Self.window)), "
+                 + "highest \(Self.mib(highest.rss)) in cycle \(highest.cycle), "
                  + "VmHWM \(Self.mib(peak)) over \(String(format: "%.0f", samples.last!.seconds)) s")
-        #expect(highest.rss <= Self.ceiling, "cycle \(highest.cycle): the agent's RSS is \(Self.mib(highest.rss)), above \(Self.mib(Self.ceiling))")
+        let (highestRSS, ceiling) = (Self.mib(highest.rss), Self.mib(Self.ceiling))
+        #expect(highest.rss <= Self.ceiling, "cycle \(highest.cycle): the agent's RSS is \(highestRSS), above \(ceiling)")
         let series = samples.map { "\($0.cycle):\($0.rss >> 10)" }.joined(separator: " ")
-        #expect(end - start <= Self.allowedGrowth,
-                "the agent's RSS grew by \(Self.mib(end - start)) from \(Self.mib(start)) after the warm-up to \(Self.mib(end)) at the end: \(series) KiB")
+        let grew = "\(Self.mib(end - start)) from \(Self.mib(start)) after the warm-up to \(Self.mib(end)) at the end"
+        #expect(end - start <= Self.allowedGrowth, "the agent's RSS grew by \(grew): \(series) KiB")
     }
 
     /// Why a cycle did not settle: the files the mirror and the S3 manifest show otherwise.
@@ -168,9 +172,11 @@ struct AgentMemoryTests {
                           listing: [String: SHA256Digest]?) -> String {
         let now = generation.map { treeSnapshot((mirror as NSString).deletingLastPathComponent + "/" + $0) } ?? [:]
         let differing = Set(expected.keys).union(now.keys).filter { expected[$0] != now[$0] }.sorted().prefix(10)
-        let s3Differing = Set(s3.digests.keys).union((listing ?? [:]).keys).filter { s3.digests[$0] != listing?[$0] }.sorted().prefix(10)
+        let s3Differing = Set(s3.digests.keys).union((listing ?? [:]).keys).filter { s3.digests[$0] != listing?[$0] }
+            .sorted().prefix(10)
+        let lists = listing.map { "\($0.count) files" } ?? "no readable manifest"
         return "cycle \(cycle) did not settle within 90 s: the mirror is at \(generation ?? "no generation") "
-            + "(differing: \(differing.joined(separator: ", "))); S3 lists \(listing.map { "\($0.count) files" } ?? "no readable manifest") "
+            + "(differing: \(differing.joined(separator: ", "))); S3 lists \(lists) "
             + "(differing: \(s3Differing.joined(separator: ", ")))"
     }
 
@@ -227,8 +233,9 @@ struct AgentMemoryTests {
             }
             try #require(agent.child.isRunning, "the agent ended in cycle \(cycle): \(agent.output.suffix(3000))")
             guard settled else {
-                Issue.record(Comment(rawValue: Self.unsettled(cycle, mirror: mirror, at: comparedGeneration, expected: expected, s3: s3,
-                                                              listing: s3Listing) + "; agent: \(agent.output.suffix(3000))"))
+                let why = Self.unsettled(cycle, mirror: mirror, at: comparedGeneration, expected: expected, s3: s3,
+                                         listing: s3Listing)
+                Issue.record(Comment(rawValue: why + "; agent: \(agent.output.suffix(3000))"))
                 break
             }
             if cycle > 0 {

@@ -132,9 +132,11 @@ struct BoundedOutputTests {
             s.sendall(sys.argv[2].encode() + b'\\n')
             print(s.makefile().readline().strip())
             """
-        for bad in [#"{"command":"sync","sessions":"test","transfers":999}"#, #"{"command":"sync","sessions":"test","bwlimit":"fast"}"#] {
+        for bad in [#"{"command":"sync","sessions":"test","transfers":999}"#,
+                    #"{"command":"sync","sessions":"test","bwlimit":"fast"}"#] {
             let answer = runProcess("/usr/bin/python3", ["-c", refuse, box.state + "/agent.sock", bad])
-            #expect(answer.stdout.contains("handover-refused") && answer.stdout.contains("not a request ferry understands"), "\(bad): \(answer.output)")
+            #expect(answer.stdout.contains("handover-refused") && answer.stdout.contains("not a request ferry understands"),
+                    "\(bad): \(answer.output)")
         }
     }
 

@@ -99,11 +99,14 @@ struct GenerationsTests {
     /// path, whole files, the old version until the switch and the new one after, never back.
     static func expectOneVersionEach(views: [Set<Int?>], reads: [Int?]) {
         #expect(views.count >= 6, "the reader that opens local once ran throughout: \(views.count)")
-        for view in views { #expect(view.count == 1 && view.first! != nil, "one whole version per open directory: \(view)") }
+        for view in views {
+            #expect(view.count == 1 && view.first! != nil, "one whole version per open directory: \(view)")
+        }
         #expect(Set(views.compactMap { $0.first ?? nil }).count >= 3, "it saw the versions change")
         #expect(reads.allSatisfy { $0 != nil }, "every file read by path is whole")
         let rounds = reads.compactMap { $0 }
-        #expect(zip(rounds, rounds.dropFirst()).allSatisfy { $0 <= $1 }, "by path: the old version until the switch, the new one after, never back")
+        #expect(zip(rounds, rounds.dropFirst()).allSatisfy { $0 <= $1 },
+                "by path: the old version until the switch, the new one after, never back")
         #expect(Set(rounds).count >= 3)
     }
 
@@ -203,9 +206,11 @@ struct GenerationsTests {
             guard lstat(root + rel, &st) == 0, st.st_mode & S_IFMT == S_IFREG else { continue }
             seen[rel] = fnv1a(FileManager.default.contents(atPath: root + rel) ?? Data())
         }
-        #expect(rounds.contains { $0 == seen }, "after \(moment): local holds one whole published version (\(seen.count) files)")
+        #expect(rounds.contains { $0 == seen },
+                "after \(moment): local holds one whole published version (\(seen.count) files)")
         let builds = generations(box).filter { !$0.hasSuffix(".deleting") }
-        #expect(builds.count <= 3, "after \(moment): the current generation, one kept and at most one build: \(generations(box))")
+        #expect(builds.count <= 3,
+                "after \(moment): the current generation, one kept and at most one build: \(generations(box))")
     }
 
     /// `kill -9` at random moments of syncs that build generations: after every kill `local`

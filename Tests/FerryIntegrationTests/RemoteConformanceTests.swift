@@ -534,8 +534,10 @@ struct RemoteConformanceTests {
         _ = pwrite(oldFD, &junk, 64, 1_500_000)
         let entry = ManifestEntry(path: w.entry.path, size: w.entry.size, sha256: w.entry.sha256, index: indexed.index!.reference)
         let partial = w.partial()
-        let delta = try DeltaAssembly.download(task: w.task(), entry: entry, reason: .changed, origin: w.remote.origin(of: entry.path),
-                                      partial: PartialFile(fd: partial, length: 0), resumeFrom: 0, plan: plan, sources: [oldFD], clock: SystemClock())
+        let delta = try DeltaAssembly.download(task: w.task(), entry: entry, reason: .changed,
+                                               origin: w.remote.origin(of: entry.path),
+                                               partial: PartialFile(fd: partial, length: 0), resumeFrom: 0, plan: plan,
+                                               sources: [oldFD], clock: SystemClock())
         let run = try OneShot.alone(delta)
         _ = delta.syncData()
         var bytes = Data(count: Int(delta.bytesOnDisk))

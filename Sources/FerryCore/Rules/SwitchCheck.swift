@@ -36,7 +36,9 @@ public enum GenerationName {
     public static func number(_ name: String) -> Int? {
         guard name.hasPrefix("g"), name.count > 1, name.count < 19 else { return nil }
         let digits = name.dropFirst()
-        guard digits.allSatisfy({ $0 >= "0" && $0 <= "9" }), digits.first != "0" || digits.count == 1 else { return nil }
+        guard digits.allSatisfy({ $0 >= "0" && $0 <= "9" }), digits.first != "0" || digits.count == 1 else {
+            return nil
+        }
         return Int(digits)
     }
 }

@@ -11,12 +11,14 @@ extension DeltaAssembly {
     func judgeParts(_ d: Download) -> TransferOutcome? {
         checkedAnswer = true
         if d.headers.status >= 400 && d.headers.status != 416 { return judgeAnswer(d) }
-        guard d.headers.status == 206, let type = d.headers.contentType, let boundary = MultipartRanges.boundary(ofContentType: type) else {
+        guard d.headers.status == 206, let type = d.headers.contentType,
+              let boundary = MultipartRanges.boundary(ofContentType: type) else {
             multipleRanges = false
             restartRun = true
             return nil
         }
-        parts = MultipartRanges(boundary: boundary, ranges: runs.map { ($0.first - base, $0.last - base) }, total: remoteSize(d))
+        parts = MultipartRanges(boundary: boundary, ranges: runs.map { ($0.first - base, $0.last - base) },
+                                total: remoteSize(d))
         return nil
     }
 

@@ -61,7 +61,8 @@ extension DeltaAssembly {
             if runs.count < 2 { runs = [] }
             parts = nil
             do { request = try read.build(0, nil) } catch {
-                return .failed(TransferFailure(message: error.message, keepPartial: true, cause: error.cause ?? .unusable))
+                return .failed(TransferFailure(message: error.message, keepPartial: true,
+                                               cause: error.cause ?? .unusable))
             }
             d.requests += 1
             return nil
@@ -99,7 +100,8 @@ extension DeltaAssembly {
         }
         guard let text = d.headers.contentRange, let got = ResponsePolicy.parseContentRange(text),
               got.first == run.first - base, got.last == run.last - base, got.total == remoteSize(d) else {
-            return "the server answered bytes \(run.first - base)-\(run.last - base) with Content-Range \(Printable.quoted(d.headers.contentRange ?? "(none)"))"
+            return "the server answered bytes \(run.first - base)-\(run.last - base) with Content-Range "
+                   + "\(Printable.quoted(d.headers.contentRange ?? "(none)"))"
         }
         return nil
     }
@@ -120,8 +122,10 @@ extension DeltaAssembly {
         guard status >= 400 && status != 416 else { return stop(problem) }
         var message = "HTTP \(status) \(d.headers.reason)".trimmingSpaces() + " to a range request"
         if case let .request(read) = d.origin, let why = read.explain?(status, []) { message += ": " + why }
-        let after = (status == 429 || status == 503) ? d.headers.retryAfter.flatMap(ResponseHeaders.parseRetryAfter) : nil
-        return .failed(TransferFailure(message: message, keepPartial: true, cause: .http(status: status), retryAfter: after))
+        let after = status == 429 || status == 503 ? d.headers.retryAfter.flatMap(ResponseHeaders.parseRetryAfter)
+                                                   : nil
+        return .failed(TransferFailure(message: message, keepPartial: true, cause: .http(status: status),
+                                       retryAfter: after))
     }
 
     func receive(_ d: Download, _ bytes: UnsafeRawPointer, count: Int) -> Int {
@@ -168,9 +172,12 @@ extension DeltaAssembly {
         if restartRun { return goOn() }
         if runs.isEmpty, let run, runReceived < run.last - run.first + 1 {
             // The answer ended cleanly short of the range its Content-Range announced.
-            return stop("the server sent \(runReceived) of the \(run.last - run.first + 1) bytes of a range it announced whole")
+            return stop("the server sent \(runReceived) of the \(run.last - run.first + 1) bytes of a range it "
+                        + "announced whole")
         }
-        if !runs.isEmpty, parts?.finished != true { return stop("the server's answer to \(runs.count) ranges ended before all of them came") }
+        if !runs.isEmpty, parts?.finished != true {
+            return stop("the server's answer to \(runs.count) ranges ended before all of them came")
+        }
         return goOn()
     }
 
@@ -229,8 +236,10 @@ extension DeltaAssembly {
             case let .failed(failure): return .ended(.failed(failure))
             case let .ready(_, size):
                 if let size, size != remoteSize(d) {
-                    return .ended(stop(storedAsPieces ? "the remote's object of the piece at offset \(base) is \(size) bytes, the index says \(remoteSize(d))"
-                                                      : "the remote's file is \(size) bytes, the manifest says \(d.entry.size ?? 0)"))
+                    return .ended(stop(storedAsPieces ? "the remote's object of the piece at offset \(base) is \(size) "
+                                                        + "bytes, the index says \(remoteSize(d))"
+                                                      : "the remote's file is \(size) bytes, the manifest says "
+                                                        + "\(d.entry.size ?? 0)"))
                 }
                 sourceOpened = true
                 d.requests += 1

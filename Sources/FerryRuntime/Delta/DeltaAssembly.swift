@@ -103,20 +103,25 @@ final class DeltaAssembly: DownloadStrategy {
     /// holds whole after it (appended before a kill, not yet checkpointed) are kept if they match
     /// their SHA-256, and the fetched bytes of the piece after them, which go to the partial as
     /// they come (`keepFetched`), are taken again: a kill costs about what was in flight.
-    static func download(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, origin: Download.Origin, partial: PartialFile,
-                         resumeFrom: Int64, plan: DeltaPlan, sources: [Int32], pieces: ((SHA256Digest) -> Download.Origin)? = nil,
+    static func download(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, origin: Download.Origin,
+                         partial: PartialFile,
+                         resumeFrom: Int64, plan: DeltaPlan, sources: [Int32],
+                         pieces: ((SHA256Digest) -> Download.Origin)? = nil,
                          fromMirror: Bool = false, clock: any Clock) throws(FerryError) -> Download {
-        let assembly = DeltaAssembly(plan: plan, fetched: pieces.map(Fetched.pieces) ?? .ranges, sources: sources, fromMirror: fromMirror)
+        let assembly = DeltaAssembly(plan: plan, fetched: pieces.map(Fetched.pieces) ?? .ranges, sources: sources,
+                                     fromMirror: fromMirror)
         let index = verifiedPieces(plan, from: plan.piece(at: min(resumeFrom, partial.length)), partial: partial)
         let start = index < plan.pieces.count ? plan.pieces[index].offset : plan.size
         // The bytes after them, up to less than a piece (a whole one did not match).
         let tail = index < plan.pieces.count
-            ? PieceMemory.read(partial.fd, at: start, count: min(partial.length - start, Int64(plan.pieces[index].length - 1))) : []
+            ? PieceMemory.read(partial.fd, at: start, count: min(partial.length - start,
+                                                                 Int64(plan.pieces[index].length - 1))) : []
         assembly.piece = index
         if case let .request(read) = origin { assembly.multipleRanges = read.multipleRanges }
         assembly.source = pieces == nil ? origin.stepped : nil
         // Any validator keeps the offset: what the partial holds was verified piece by piece.
-        let d = try Download(task: task, entry: entry, reason: reason, origin: origin, partial: partial, resumeFrom: start,
+        let d = try Download(task: task, entry: entry, reason: reason, origin: origin, partial: partial,
+                             resumeFrom: start,
                              validator: "delta", clock: clock, strategy: assembly)
         d.validator = nil
         // A partial that already holds the whole file (a kill after its last piece) is verified
@@ -156,7 +161,8 @@ final class DeltaAssembly: DownloadStrategy {
                 if let from = s.from {
                     var done = 0
                     while done < n {
-                        let got = readLocal(DeltaPlan.Location(file: from.file, offset: from.offset + Int64(done)), count: n - done)
+                        let got = readLocal(DeltaPlan.Location(file: from.file, offset: from.offset + Int64(done)),
+                                            count: n - done)
                         // Fetched whole now (the source could not be read).
                         if got == 0 { return }
                         _ = advance(d, got)
@@ -215,7 +221,9 @@ final class DeltaAssembly: DownloadStrategy {
         guard piece < plan.pieces.count else { return .done }
         let s = plan.pieces[piece].segments[segment]
         let left = s.length - segmentDone
-        if let from = s.from { return .local(DeltaPlan.Location(file: from.file, offset: from.offset + Int64(segmentDone)), left) }
+        if let from = s.from {
+            return .local(DeltaPlan.Location(file: from.file, offset: from.offset + Int64(segmentDone)), left)
+        }
         return .remote(at(d), left)
     }
 
@@ -267,10 +275,13 @@ final class DeltaAssembly: DownloadStrategy {
         mismatches[piece, default: 0] += 1
         if mismatches[piece]! < mismatchesAllowed { return nil }
         if storedAsPieces {
-            return stop("the remote's object of the piece of \(Units.formatBytes(Int64(p.length))) at offset \(p.offset) (\(p.sha256.hex.prefix(16))…) does not hold the bytes its name says; the publisher's next push checks its objects and sends it again",
+            return stop("the remote's object of the piece of \(Units.formatBytes(Int64(p.length))) at offset "
+                        + "\(p.offset) (\(p.sha256.hex.prefix(16))…) does not hold the bytes its name says; the "
+                        + "publisher's next push checks its objects and sends it again",
                         cause: .contentMismatch(afterResume: false))
         }
-        return stop("the bytes the remote sent for \(Units.formatBytes(Int64(p.length))) at offset \(p.offset) did not match the file's index twice",
+        return stop("the bytes the remote sent for \(Units.formatBytes(Int64(p.length))) at offset \(p.offset) did not "
+                    + "match the file's index twice",
                     cause: .contentMismatch(afterResume: false))
     }
 
@@ -282,7 +293,9 @@ final class DeltaAssembly: DownloadStrategy {
         let local = p.segments.reduce(0) { $0 + ($1.from == nil ? 0 : Int64($1.length)) }
         let count = gathered.filled
         gathered.clear()
-        guard d.append(gathered.bytes, count: count) else { return d.recordedFailure(or: "cannot write the partial file") }
+        guard d.append(gathered.bytes, count: count) else {
+            return d.recordedFailure(or: "cannot write the partial file")
+        }
         reusedBytes += local
         if restoredPiece == piece {
             reusedBytes += restoredBytes
@@ -306,7 +319,8 @@ final class DeltaAssembly: DownloadStrategy {
             return .failed(TransferFailure(message: why, keepPartial: keepPieces, cause: cause))
         }
         stopped = why
-        return .failed(TransferFailure(message: why + "; fetching the whole file", keepPartial: false, cause: .rangeNotHonoured))
+        return .failed(TransferFailure(message: why + "; fetching the whole "
+                                                    + "file", keepPartial: false, cause: .rangeNotHonoured))
     }
 
     /// The whole file checked as any download's is; one whose every piece matched its index but
@@ -314,7 +328,8 @@ final class DeltaAssembly: DownloadStrategy {
     func verify(_ d: Download) -> TransferOutcome {
         let outcome = d.verify()
         if case let .failed(failure) = outcome, case .contentMismatch = failure.cause {
-            return stop("the file assembled from pieces that each matched the index does not match its SHA-256 (the index does not describe the file)",
+            return stop("the file assembled from pieces that each matched the index does not match its SHA-256 (the "
+                        + "index does not describe the file)",
                         keepPieces: false)
         }
         return outcome

@@ -65,9 +65,11 @@ final class Download: Transfer {
     static let stepSize = 1 << 20
 
     /// The whole file (`WholeFile`), its first `resumeFrom` bytes taken from the partial.
-    convenience init(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, origin: Origin, partial: PartialFile,
+    convenience init(task: TransferTask, entry: ManifestEntry, reason: Plan.Reason, origin: Origin,
+                     partial: PartialFile,
                      resumeFrom: Int64, validator: String?, clock: any Clock) throws(FerryError) {
-        try self.init(task: task, entry: entry, reason: reason, origin: origin, partial: partial, resumeFrom: resumeFrom,
+        try self.init(task: task, entry: entry, reason: reason, origin: origin, partial: partial,
+                      resumeFrom: resumeFrom,
                       validator: validator, clock: clock, strategy: WholeFile(stepped: origin.stepped != nil))
     }
 
@@ -88,10 +90,12 @@ final class Download: Transfer {
         // An empty partial (a new one, the common case) has nothing to cut, and is written from 0.
         if partial.length > 0 || offset > 0 {
             if ftruncate(fd, off_t(offset)) != 0 {
-                throw .localIO("cannot truncate the partial file for \(Printable.name(entry.path.string)): \(FileSystem.errorText())")
+                throw .localIO("cannot truncate the partial file for \(Printable.name(entry.path.string)): "
+                               + "\(FileSystem.errorText())")
             }
             if lseek(fd, off_t(offset), SEEK_SET) < 0 {
-                throw .localIO("cannot seek in the partial file for \(Printable.name(entry.path.string)): \(FileSystem.errorText())")
+                throw .localIO("cannot seek in the partial file for \(Printable.name(entry.path.string)): "
+                               + "\(FileSystem.errorText())")
             }
         }
         if (entry.size ?? Int64.max) >= BackgroundHasher.threshold {
@@ -138,16 +142,22 @@ final class Download: Transfer {
     var continues: Bool { strategy.continues }
     var waitingOn: (fd: Int32, events: Int16)? { strategy.waitingOn(of: self) }
     func outcomeWithoutRequest() -> TransferOutcome? { strategy.begin(self) }
-    func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) { strategy.prepare(self, easy, context: context) }
+    func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
+        strategy.prepare(self, easy, context: context)
+    }
     func step() -> TransferOutcome? { strategy.step(self) }
-    func finish(code: CURLcode, errorText: String?) -> TransferOutcome { strategy.finish(self, code: code, errorText: errorText) }
+    func finish(code: CURLcode, errorText: String?) -> TransferOutcome {
+        strategy.finish(self, code: code, errorText: errorText)
+    }
 
     /// Called by libcurl with body bytes. Returns `count` to go on, 0 to abort the transfer.
     func receive(_ bytes: UnsafeRawPointer, count: Int) -> Int { strategy.receive(self, bytes, count: count) }
 
     /// Slow transfers are checkpointed every second; fast ones every 2 MiB from the write path.
     func tick() {
-        if written > checkpointed && clock.monotonic() - checkpointTime >= TransferEngine.checkpointSeconds { takeCheckpoint() }
+        if written > checkpointed && clock.monotonic() - checkpointTime >= TransferEngine.checkpointSeconds {
+            takeCheckpoint()
+        }
     }
 
     /// Sets up libcurl's callbacks for the body and the headers of the current request.
@@ -195,7 +205,8 @@ final class Download: Transfer {
             // After a failed fdatasync the kernel may report later syncs as fine: trust nothing.
             let code = errno
             localIOFailure = localIOFailure ?? code
-            fail("could not sync the partial file to disk (\(FileSystem.errorText(code))); it will be fetched again", discard: true,
+            fail("could not sync the partial file to disk (\(FileSystem.errorText(code))); it will be fetched "
+                 + "again", discard: true,
                  cause: .local(errno: code))
             return
         }
@@ -234,7 +245,8 @@ final class Download: Transfer {
             if n < 0 {
                 if errno == EINTR { continue }
                 let code = errno
-                fail("cannot write the partial file: \(FileSystem.errorText(code))", discard: false, cause: .local(errno: code))
+                fail("cannot write the partial file: "
+                     + "\(FileSystem.errorText(code))", discard: false, cause: .local(errno: code))
                 localIOFailure = code
                 return false
             }
@@ -259,7 +271,8 @@ final class Download: Transfer {
     func startOver(validator: String?, restart: String?) -> Bool {
         if requestedOffset > 0 {
             if ftruncate(fd, 0) != 0 || lseek(fd, 0, SEEK_SET) < 0 {
-                fail("cannot truncate the partial file: \(FileSystem.errorText())", discard: true, cause: .local(errno: errno))
+                fail("cannot truncate the partial file: "
+                     + "\(FileSystem.errorText())", discard: true, cause: .local(errno: errno))
                 return false
             }
             if let inlineHasher {
@@ -287,7 +300,8 @@ final class Download: Transfer {
     func transportFailure(_ code: CURLcode, errorText: String?) -> TransferOutcome {
         var text = Curl.describe(code, errorText: errorText, headers: headers)
         if code == CURLE_OPERATION_TIMEDOUT && text.contains("too slow") { text = "stalled: " + text }
-        return .failed(TransferFailure(message: text, keepPartial: true, cause: Curl.cause(code, errorText: errorText, headers: headers)))
+        return .failed(TransferFailure(message: text, keepPartial: true,
+                                       cause: Curl.cause(code, errorText: errorText, headers: headers)))
     }
 
     /// The failure this download recorded (`fail`), or `fallback` when none was.
@@ -300,11 +314,13 @@ final class Download: Transfer {
         // A checkpoint that failed (its sync) left nothing to trust.
         if failure != nil { return recordedFailure(or: "") }
         if let size = entry.size, written != size {
-            return .failed(TransferFailure(message: "the server sent \(written) of \(size) bytes (truncated)", keepPartial: written < size,
+            return .failed(TransferFailure(message: "the server sent \(written) of \(size) bytes "
+                                                    + "(truncated)", keepPartial: written < size,
                                            cause: written < size ? .truncated : .wrongLength))
         }
         guard flush() else {
-            return .failed(TransferFailure(message: failure ?? "cannot write the partial file", keepPartial: false, cause: failureCause))
+            return .failed(TransferFailure(message: failure ?? "cannot write the partial "
+                                                               + "file", keepPartial: false, cause: failureCause))
         }
         let digest = inlineHasher?.finalize() ?? backgroundHasher?.finish()
         backgroundHasher = nil
@@ -314,14 +330,17 @@ final class Download: Transfer {
         }
         guard sha == entry.sha256 else {
             if isAlreadyComplete && received == 0 {
-                return .failed(TransferFailure(message: "the kept partial file does not verify; fetching it again", keepPartial: false,
+                return .failed(TransferFailure(message: "the kept partial file does not verify; fetching it "
+                                                        + "again", keepPartial: false,
                                                cause: .contentMismatch(afterResume: true)))
             }
             if requestedOffset > 0 && restartReason == nil {
-                return .failed(TransferFailure(message: "the resumed file does not verify (the server may have changed it); fetching it again from zero",
+                return .failed(TransferFailure(message: "the resumed file does not verify (the server may have changed "
+                                                        + "it); fetching it again from zero",
                                                keepPartial: false, cause: .contentMismatch(afterResume: true)))
             }
-            return .failed(TransferFailure(message: "content does not match the manifest: SHA-256 is \(sha), the manifest says \(entry.sha256)",
+            return .failed(TransferFailure(message: "content does not match the manifest: SHA-256 is \(sha), the "
+                                                    + "manifest says \(entry.sha256)",
                                            keepPartial: false, cause: .contentMismatch(afterResume: false)))
         }
         return .succeeded
@@ -353,6 +372,9 @@ let downloadWriteCallback: ferry_data_callback = { buffer, size, count, userdata
 let downloadHeaderCallback: ferry_data_callback = { buffer, size, count, userdata in
     let download = Unmanaged<Download>.fromOpaque(userdata!).takeUnretainedValue()
     let n = size * count
-    buffer.map { download.headers.consume(UnsafeBufferPointer(start: UnsafeRawPointer($0).assumingMemoryBound(to: UInt8.self), count: n)) }
+    buffer.map {
+        download.headers.consume(UnsafeBufferPointer(start: UnsafeRawPointer($0).assumingMemoryBound(to: UInt8.self),
+                                                     count: n))
+    }
     return n
 }

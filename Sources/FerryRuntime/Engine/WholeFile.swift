@@ -84,12 +84,14 @@ final class WholeFile: DownloadStrategy {
     /// under the validator its partial was fetched under.
     private func opened(_ d: Download, _ source: SteppedSource, validator: String?, size: Int64?) -> TransferOutcome? {
         if let size, let expected = d.entry.size, size != expected {
-            return .failed(TransferFailure(message: "the remote's file is \(size) bytes, the manifest says \(expected)", keepPartial: false,
+            return .failed(TransferFailure(message: "the remote's file is \(size) bytes, the manifest says "
+                                                    + "\(expected)", keepPartial: false,
                                            cause: .wrongLength))
         }
         guard source.checksValidator else { return nil }
         if d.requestedOffset > 0 && validator != d.ifRange {
-            guard d.startOver(validator: validator, restart: "the file changed on the remote since its partial was fetched") else {
+            guard d.startOver(validator: validator, restart: "the file changed on the remote since its partial was "
+                                                             + "fetched") else {
                 return d.recordedFailure(or: "cannot truncate the partial file")
             }
         }
@@ -102,7 +104,8 @@ final class WholeFile: DownloadStrategy {
         if d.failure != nil { return 0 }
         guard accepting else {
             if errorBody.count < 4096 {
-                errorBody.append(contentsOf: UnsafeRawBufferPointer(start: bytes, count: min(count, 4096 - errorBody.count)))
+                errorBody.append(contentsOf: UnsafeRawBufferPointer(start: bytes,
+                                                                    count: min(count, 4096 - errorBody.count)))
             }
             return count
         }
@@ -156,14 +159,17 @@ final class WholeFile: DownloadStrategy {
     private func errorStatus(_ d: Download, _ status: Int) -> TransferOutcome {
         if status == 412 && d.requestedOffset > 0 {
             // A range asked under If-Match, for a file that changed since its partial was fetched.
-            return .failed(TransferFailure(message: "the file changed on the remote since its partial was fetched (HTTP 412); starting again from zero",
+            return .failed(TransferFailure(message: "the file changed on the remote since its partial was fetched "
+                                                    + "(HTTP 412); starting again from zero",
                                            keepPartial: false, cause: .rangeNotHonoured))
         }
         var message = "HTTP \(status) \(d.headers.reason)".trimmingSpaces()
         if status == 416 { message += " (range not satisfiable); starting again from zero" }
         if case let .request(read) = d.origin, let why = read.explain?(status, errorBody) { message += ": " + why }
-        let after = (status == 429 || status == 503) ? d.headers.retryAfter.flatMap(ResponseHeaders.parseRetryAfter) : nil
-        return .failed(TransferFailure(message: message, keepPartial: status != 416, cause: .http(status: status), retryAfter: after))
+        let after = status == 429 || status == 503 ? d.headers.retryAfter.flatMap(ResponseHeaders.parseRetryAfter)
+                                                   : nil
+        return .failed(TransferFailure(message: message, keepPartial: status != 416, cause: .http(status: status),
+                                       retryAfter: after))
     }
 
     func close(_ d: Download) {

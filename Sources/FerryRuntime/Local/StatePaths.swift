@@ -2,5 +2,7 @@
 /// manifest, `<state>/manifests/<session>.manifest`, and the files named after it (`.new`,
 /// `.objects/`, `.keys/`, `.index-map`...).
 enum StatePaths {
-    static func cachedManifest(state: String, session: String) -> String { state + "/manifests/" + session + ".manifest" }
+    static func cachedManifest(state: String, session: String) -> String {
+        state + "/manifests/" + session + ".manifest"
+    }
 }

@@ -42,24 +42,32 @@ public struct ManifestBuilder {
         defer { withExtendedLifetime(lock) {} }
         let sumsPath = ConfigParser.directoryName(of: outputPath) + "/SHA256SUMS"
         let root = try LocalRoot(path: directory, create: false)
-        var (files, warnings) = try contentFiles(root, directory: directory, output: outputPath, sums: sha256sums ? sumsPath : nil,
-                                                 filter: filter)
+        var (files, warnings) = try contentFiles(root, directory: directory, output: outputPath,
+                                                 sums: sha256sums ? sumsPath : nil, filter: filter)
         let existing = try existingManifest(outputPath, explicitVersion: explicitVersion)
-        let (version, versionWarning) = try ManifestVersion.next(previous: existing?.version, explicit: explicitVersion, now: clock.now(),
-                                                                 allowRollback: allowRollback, output: outputPath)
+        let (version, versionWarning) = try ManifestVersion.next(previous: existing?.version, explicit: explicitVersion,
+                                                                 now: clock.now(), allowRollback: allowRollback,
+                                                                 output: outputPath)
         if let versionWarning { warnings.append(versionWarning) }
         // A large file is read once for its hash and its content index (format 2 only).
-        let (entries, total, indexObjects) = try describe(files, in: root, indexFrom: format == 2 ? deltaMinimum : nil, progress: progress)
+        let (entries, total, indexObjects) = try describe(files, in: root, indexFrom: format == 2 ? deltaMinimum : nil,
+                                                          progress: progress)
         // A key set beside the manifest (`ferry key set`): the root names the newest, whose keys must sign it.
         let keySet = try KeySets.newest(in: ConfigParser.directoryName(of: outputPath) + "/.ferry/keys")
-        if let keySet { try KeySets.check(signers: signingKeys, against: keySet, what: "ferry manifest build: the manifest") }
-        let objects = ManifestTree.objectDirectory(beside: outputPath)
-        let (rollout, previousObjects) = try phasedRollout(percent, replacing: existing, format: format, objects: objects, output: outputPath)
-        if let rollout {
-            warnings.append("version \(version) goes to \(rollout.percent)% of machines; the others stay on version \(rollout.previous.version). A machine outside it that does not hold version \(rollout.previous.version) cannot get the files that changed since (the directory holds only the new ones); a push with remote-layout = objects keeps both")
+        if let keySet {
+            try KeySets.check(signers: signingKeys, against: keySet, what: "ferry manifest build: the manifest")
         }
-        let manifest = try Manifests.publishable(version: version, entries: entries, lifetime: expires, keys: signingKeys, keySet: keySet?.version,
-                                                 rollout: rollout, format: format, now: clock.now())
+        let objects = ManifestTree.objectDirectory(beside: outputPath)
+        let (rollout, previousObjects) = try phasedRollout(percent, replacing: existing, format: format, objects: objects,
+                                                           output: outputPath)
+        if let rollout {
+            let before = rollout.previous.version
+            warnings.append("version \(version) goes to \(rollout.percent)% of machines; the others stay on version \(before). "
+                            + "A machine outside it that does not hold version \(before) cannot get the files that changed "
+                            + "since (the directory holds only the new ones); a push with remote-layout = objects keeps both")
+        }
+        let manifest = try Manifests.publishable(version: version, entries: entries, lifetime: expires, keys: signingKeys,
+                                                 keySet: keySet?.version, rollout: rollout, format: format, now: clock.now())
         var written = 0
         if let tree = manifest.tree {
             // Every object is in place, and on disk, before the root that names them: the tree's
@@ -69,7 +77,8 @@ public struct ManifestBuilder {
         if sha256sums { try FileSystem.writeAtomically(sumsPath, bytes: ManifestBuilder.sha256sums(entries)) }
         try FileSystem.writeAtomically(outputPath, bytes: manifest.bytes)
         // The release a rollout keeps the other machines on stays readable as long as a root names it.
-        let named = (manifest.tree?.objects ?? []) + indexObjects + previousObjects.map { (sha256: $0, bytes: [UInt8]()) }
+        let named = (manifest.tree?.objects ?? []) + indexObjects
+            + previousObjects.map { (sha256: $0, bytes: [UInt8]()) }
         let removed = collect(named: Set(named.map(\.sha256.hex)), in: objects, grace: grace, warnings: &warnings)
         return Result(output: outputPath, version: version, files: entries.count, bytes: total, warnings: warnings,
                       objectsWritten: written, objectsRemoved: removed, sha256sums: sha256sums ? sumsPath : nil)
@@ -121,8 +130,9 @@ public struct ManifestBuilder {
 
     /// Each file's entry: its hash, and from `indexFrom` its content index (one read gives both),
     /// with the index's objects; and the bytes in all.
-    private func describe(_ files: [(RelativePath, LocalEntry)], in root: LocalRoot, indexFrom: Int64?, progress: (Int, Int) -> Void)
-        throws(FerryError) -> ([ManifestEntry], Int64, [(sha256: SHA256Digest, bytes: [UInt8])]) {
+    private func describe(_ files: [(RelativePath, LocalEntry)], in root: LocalRoot, indexFrom: Int64?,
+                          progress: (Int, Int) -> Void) throws(FerryError)
+        -> ([ManifestEntry], Int64, [(sha256: SHA256Digest, bytes: [UInt8])]) {
         var entries: [ManifestEntry] = []
         entries.reserveCapacity(files.count)
         var total: Int64 = 0

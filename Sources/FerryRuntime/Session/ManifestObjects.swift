@@ -192,7 +192,8 @@ final class ManifestObjects {
         let sources = self.mirrors
         let mirrors = sources?.objectMirrors() ?? []
         // Each answer counted for its source, which judges what a mirror's wrong object costs it.
-        func counted(_ place: Int, _ digest: SHA256Digest, _ fetch: () throws(FerryError) -> [UInt8]) throws(FerryError) -> [UInt8] {
+        func counted(_ place: Int, _ digest: SHA256Digest,
+                     _ fetch: () throws(FerryError) -> [UInt8]) throws(FerryError) -> [UInt8] {
             do throws(FerryError) {
                 let bytes = try fetch()
                 sources?.served(place, object: digest, bytes: Int64(bytes.count), failure: nil)

@@ -126,21 +126,27 @@ final class SessionRun: SessionWork {
         do throws(FerryError) {
             let store = try StateStore(directory: agent.state, clock: clock)
             let stored = StoredState(store: store, session: session, stateDirectory: agent.state)
-            let kept: SessionState = options.dryRun ? DryRun(stored, session: session, stateDirectory: agent.state) : stored
+            let kept: SessionState = options.dryRun ? DryRun(stored, session: session, stateDirectory: agent.state)
+                                                    : stored
             state = kept
             let lock = try kept.beginRun(pid: getpid(), deadline: options.stop.deadlineTime)
             switch session.direction {
             case .pull:
-                result = try PullSync(session: session, agent: agent, observer: observer, options: options, engine: engine).cycle(state: kept)
+                let pull = PullSync(session: session, agent: agent, observer: observer, options: options,
+                                    engine: engine)
+                result = try pull.cycle(state: kept)
             case .push:
-                try PushSync(session: session, agent: agent, observer: observer, options: options, engine: engine).cycle(state: kept, result: &result)
+                let push = PushSync(session: session, agent: agent, observer: observer, options: options,
+                                    engine: engine)
+                try push.cycle(state: kept, result: &result)
             }
             if let error = result.error {
                 result.end(with: options.stop.explaining(error))
             } else {
                 // A file that failed never leaves the run in sync, whichever way the cycle ended: the
                 // exit code is what tells a caller, and the agent, to try it again.
-                result.exitCode = ExitCode.worst([result.exitCode] + RunOutcome(counts: TransferCounts(failed: result.counts.failed)).codes)
+                let failed = RunOutcome(counts: TransferCounts(failed: result.counts.failed))
+                result.exitCode = ExitCode.worst([result.exitCode] + failed.codes)
             }
             withExtendedLifetime(lock) {}
         } catch {

@@ -61,7 +61,8 @@ final class StoredState: SessionState {
 
     func endRun(_ result: SyncResult) {
         try? store.recordRunFinished(session: session.name, exitCode: result.exitCode.rawValue, message: result.message,
-                                     fetched: result.counts.bytes, reused: result.counts.reused, sources: result.sources)
+                                     fetched: result.counts.bytes, reused: result.counts.reused,
+                                     sources: result.sources)
         try? store.recordHold(session: session.name, waitsFor: result.counts.heldFor)
     }
 
@@ -70,18 +71,28 @@ final class StoredState: SessionState {
     /// directory). Publishers on other machines are kept apart by the conditional manifest write
     /// and the grace period before objects are collected.
     func lockPublisher() throws(FerryError) -> [SessionLock] {
-        var publishing = [try SessionLock.publisher(stateDirectory: stateDirectory, remote: session.remote.url, manifest: session.manifest,
+        var publishing = [try SessionLock.publisher(stateDirectory: stateDirectory, remote: session.remote.url,
+                                                    manifest: session.manifest,
                                                     session: "session '\(session.name)'")]
         if let directory = session.remote.localDirectory, FileSystem.exists(directory) {
-            publishing.append(try SessionLock.publisher(directory: directory, what: "ferry push of session '\(session.name)'"))
+            publishing.append(try SessionLock.publisher(directory: directory, what: "ferry push of session "
+                                                                                    + "'\(session.name)'"))
         }
         return publishing
     }
 
-    func saveHashes(_ rows: [(RelativePath, CachedHash)]) throws(FerryError) { try store.saveHashes(session: session.name, rows) }
-    func recordRollout(_ standing: RolloutStanding?) throws(FerryError) { try store.recordRollout(session: session.name, standing) }
-    func forgetPlaced(_ paths: [RelativePath]) throws(FerryError) { try store.forgetPlaced(session: session.name, paths) }
-    func recordRemoteChecked(at time: Timestamp) throws(FerryError) { try store.recordRemoteChecked(session: session.name, at: time) }
+    func saveHashes(_ rows: [(RelativePath, CachedHash)]) throws(FerryError) {
+        try store.saveHashes(session: session.name, rows)
+    }
+    func recordRollout(_ standing: RolloutStanding?) throws(FerryError) {
+        try store.recordRollout(session: session.name, standing)
+    }
+    func forgetPlaced(_ paths: [RelativePath]) throws(FerryError) {
+        try store.forgetPlaced(session: session.name, paths)
+    }
+    func recordRemoteChecked(at time: Timestamp) throws(FerryError) {
+        try store.recordRemoteChecked(session: session.name, at: time)
+    }
     var repairsRemote: Bool { true }
 
     func stage(_ manifest: [UInt8]) throws(FerryError) -> String? { try manifests.stage(manifest) }

@@ -80,7 +80,9 @@ struct DeltaPreparation {
         // A deleted file is still where the mirror (or, while a generation is built, the current
         // one) holds it: deletions come after the transfers.
         let holder = current ?? root
-        let deleted = deletions.compactMap { path in holder.stat(path).flatMap { $0.kind == .file && $0.size > 0 ? (path, $0.size) : nil } }
+        let deleted = deletions.compactMap { path in
+            holder.stat(path).flatMap { $0.kind == .file && $0.size > 0 ? (path, $0.size) : nil }
+        }
         for download in downloads {
             let entry = download.entry
             // Only a file the mirror holds data of can take a delta now; the index of any other
@@ -102,7 +104,9 @@ struct DeltaPreparation {
             var local: [DeltaPlan.LocalChunk] = []
             var usable: [Source] = []
             for source in sources {
-                guard let (chunks, wasRead) = localChunks(of: source, file: usable.count, known: known) else { continue }
+                guard let (chunks, wasRead) = localChunks(of: source, file: usable.count, known: known) else {
+                    continue
+                }
                 if wasRead { read += 1 }
                 usable.append(source)
                 local += chunks
@@ -118,13 +122,15 @@ struct DeltaPreparation {
         }
         let plans = prepared.plans.values.map(\.plan).filter { $0.reused > 0 }
         if !plans.isEmpty || whole > 0 {
-            emit(.deltaPlanned(files: plans.count, reused: plans.reduce(0) { $0 + $1.reused }, fetch: plans.reduce(0) { $0 + $1.fetched }, whole: whole,
+            emit(.deltaPlanned(files: plans.count, reused: plans.reduce(0) { $0 + $1.reused },
+                               fetch: plans.reduce(0) { $0 + $1.fetched }, whole: whole,
                                read: read))
         }
         // One warning for the cause, however many files share it.
         if let (path, error) = refused.first {
             let others = refused.count > 1 ? " (and \(Plural.count(refused.count - 1, "more file")))" : ""
-            emit(.warning(message: "\(Printable.name(path.string))\(others): no delta, the whole file is fetched: \(error.message)"))
+            emit(.warning(message: "\(Printable.name(path.string))\(others): no delta, the whole file is fetched: "
+                                   + "\(error.message)"))
         }
         return prepared
     }
@@ -138,13 +144,17 @@ struct DeltaPreparation {
         var read: [SHA256Digest] = []
         for entry in downloads.map(\.entry) + prepared.uncached where !prepared.resolved.contains(entry.path) {
             // Only for a file the mirror now holds whole: what it reads is bounded by what was fetched.
-            guard let index = entry.index, let size = entry.size, size > 0, let held = root.stat(entry.path), held.kind == .file, held.size == size else { continue }
+            guard let index = entry.index, let size = entry.size, size > 0, let held = root.stat(entry.path),
+                  held.kind == .file, held.size == size else {
+                continue
+            }
             if let objects = try? resolve(index, of: entry.path, size: size).objects { read += objects }
         }
         return read
     }
 
-    private func resolve(_ index: ContentIndex.Reference, of path: RelativePath, size: Int64) throws(FerryError) -> (pieces: [ContentIndex.Piece], objects: [SHA256Digest]) {
+    private func resolve(_ index: ContentIndex.Reference, of path: RelativePath,
+                         size: Int64) throws(FerryError) -> (pieces: [ContentIndex.Piece], objects: [SHA256Digest]) {
         try ContentIndex.resolve(index, size: size, source: Printable.name(path.string)) { (batch) throws(FerryError) in
             try objects.load(batch, source: session.manifestURL, maximumSize: ContentIndex.maximumObjectSize)
         }
@@ -158,7 +168,8 @@ struct DeltaPreparation {
             } catch {
                 var why = error.message
                 if case let .local(code)? = error.cause { why = FileSystem.errorText(code) }
-                emit(.warning(message: "seed \(Printable.name(seed)) cannot be read, so a delta takes nothing from it: \(why)"))
+                emit(.warning(message: "seed \(Printable.name(seed)) cannot be read, so a delta takes nothing from it: "
+                                       + "\(why)"))
                 return nil
             }
         }
@@ -168,12 +179,16 @@ struct DeltaPreparation {
     /// prefers them: its older version at the path, the current generation's, up to two files
     /// this run deletes that look like its old name (the same name elsewhere, else about its size:
     /// within 1/8), and the same path under each seed.
-    private func candidates(for path: RelativePath, size: Int64, deleted: [(RelativePath, Int64)], seeds: [LocalRoot]) -> [Source] {
+    private func candidates(for path: RelativePath, size: Int64, deleted: [(RelativePath, Int64)],
+                            seeds: [LocalRoot]) -> [Source] {
         var out: [Source] = []
-        func regular(_ root: LocalRoot, _ p: RelativePath) -> Bool { root.stat(p).map { $0.kind == .file && $0.size > 0 } ?? false }
+        func regular(_ root: LocalRoot, _ p: RelativePath) -> Bool {
+            root.stat(p).map { $0.kind == .file && $0.size > 0 } ?? false
+        }
         if regular(root, path) { out.append(Source(root: root, path: path)) }
         if let current, regular(current, path) { out.append(Source(root: current, path: path)) }
-        let renamed = deleted.filter { $0.0.name == path.name } + deleted.filter { $0.0.name != path.name && abs($0.1 - size) <= size / 8 }
+        let renamed = deleted.filter { $0.0.name == path.name }
+            + deleted.filter { $0.0.name != path.name && abs($0.1 - size) <= size / 8 }
         for (old, _) in renamed.prefix(2) { out.append(Source(root: current ?? root, path: old)) }
         for seed in seeds where regular(seed, path) { out.append(Source(root: seed, path: path)) }
         return out
@@ -182,9 +197,13 @@ struct DeltaPreparation {
     /// The chunks of a source, as file `file` of a plan: from the cached index of its content when
     /// it is the mirror's own file, the hash cache vouches for what it holds and an earlier manifest
     /// indexed that content (nothing is read), else read from the file (`ContentScan.localChunks`).
-    private func localChunks(of source: Source, file: Int, known: [SHA256Digest: ContentIndex.Reference]) -> (chunks: [DeltaPlan.LocalChunk], read: Bool)? {
-        if source.root === root, let held = localHash(source.path), let index = known[held], let size = root.stat(source.path)?.size {
-            let cached = try? ContentIndex.resolve(index, size: size, source: Printable.name(source.path.string)) { (batch) throws(FerryError) -> [[UInt8]] in
+    private func localChunks(of source: Source, file: Int,
+                             known: [SHA256Digest: ContentIndex.Reference]) -> (chunks: [DeltaPlan.LocalChunk],
+                                                                                read: Bool)? {
+        if source.root === root, let held = localHash(source.path), let index = known[held],
+           let size = root.stat(source.path)?.size {
+            let what = Printable.name(source.path.string)
+            let cached = try? ContentIndex.resolve(index, size: size, source: what) { (batch) throws(FerryError) in
                 try batch.map { (digest) throws(FerryError) -> [UInt8] in
                     guard let bytes = objects.bytes(of: digest) else { throw FerryError(.manifest, "not cached") }
                     return bytes
@@ -221,7 +240,10 @@ enum IndexMap {
             let fields = line.split(separator: 0x20)
             guard fields.count == 3, let content = SHA256Digest(hex: String(decoding: fields[0], as: UTF8.self)),
                   let top = SHA256Digest(hex: String(decoding: fields[1], as: UTF8.self)),
-                  let level = Int(String(decoding: fields[2], as: UTF8.self)), level >= 0, level <= ContentIndex.maximumLevel else { continue }
+                  let level = Int(String(decoding: fields[2], as: UTF8.self)), level >= 0,
+                  level <= ContentIndex.maximumLevel else {
+                      continue
+                  }
             out[content] = ContentIndex.Reference(sha256: top, level: level)
         }
         return out

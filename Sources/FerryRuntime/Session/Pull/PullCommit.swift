@@ -23,11 +23,14 @@ struct TransferStage {
     func run(_ prepared: Prepared) throws(FerryError) -> Onward<Transferred> {
         let plan = prepared.plan
         guard !plan.downloads.isEmpty else {
-            return .go(Transferred(prepared: prepared, counts: prepared.counts, sources: [], unstorableMtimes: prepared.unstorableMtimes,
+            return .go(Transferred(prepared: prepared, counts: prepared.counts, sources: [],
+                                   unstorableMtimes: prepared.unstorableMtimes,
                                    localIOError: nil, stopped: pull.options.stop.reason, failure: nil))
         }
-        let transfers = PullTransfers(session: pull.session, root: prepared.root, store: pull.store, sources: pull.sources, locate: prepared.locate,
-                                      deltas: prepared.deltas, observer: pull.observer, emit: { pull.emit($0) }, plan: plan, stop: pull.options.stop,
+        let transfers = PullTransfers(session: pull.session, root: prepared.root, store: pull.store,
+                                      sources: pull.sources, locate: prepared.locate,
+                                      deltas: prepared.deltas, observer: pull.observer, emit: { pull.emit($0) },
+                                      plan: plan, stop: pull.options.stop,
                                       gate: DiscretionGate(session: pull.session, agent: pull.agent, clock: pull.clock))
         transfers.runLimits = pull.options.limits
         transfers.run(plan.downloads, tasks: prepared.tasks, engine: pull.engine)
@@ -39,7 +42,8 @@ struct TransferStage {
             stopped = "\(Plural.count(transfers.unfinished, "download")) did not finish"
         }
         return .go(Transferred(prepared: prepared, counts: counts, sources: pull.sources.account(),
-                               unstorableMtimes: prepared.unstorableMtimes + transfers.unstorableMtimes, localIOError: transfers.localIOError,
+                               unstorableMtimes: prepared.unstorableMtimes + transfers.unstorableMtimes,
+                               localIOError: transfers.localIOError,
                                stopped: stopped, failure: transfers.storeError ?? transfers.abort))
     }
 }
@@ -77,12 +81,16 @@ struct CommitStage {
         }
         var counts = transferred.counts
         do throws(FerryError) {
-            let refused = try commitDeletions(prepared.plan, root: prepared.root, stopped: transferred.stopped, counts: &counts)
+            let refused = try commitDeletions(prepared.plan, root: prepared.root, stopped: transferred.stopped,
+                                              counts: &counts)
             let outcome = RunOutcome(localIOFailed: transferred.localIOError != nil, counts: counts,
-                                     deletionsRefused: prepared.plan.refusedDeletions != nil, stopped: transferred.stopped != nil)
+                                     deletionsRefused: prepared.plan.refusedDeletions != nil,
+                                     stopped: transferred.stopped != nil)
             let (exitCode, unswitched) = try commitGeneration(prepared, exitCode: outcome.exitCode)
-            return .go(Committed(plan: prepared.plan, outcome: outcome, counts: counts, sources: transferred.sources, exitCode: exitCode,
-                                 stopped: transferred.stopped, localIOError: transferred.localIOError, unswitched: unswitched,
+            return .go(Committed(plan: prepared.plan, outcome: outcome, counts: counts, sources: transferred.sources,
+                                 exitCode: exitCode,
+                                 stopped: transferred.stopped, localIOError: transferred.localIOError,
+                                 unswitched: unswitched,
                                  refusal: refused?.message, hint: refused?.hint))
         } catch {
             return .end(failed(error, counts, transferred.sources))
@@ -101,9 +109,12 @@ struct CommitStage {
     /// Said once a run: the mtimes the manifest gives that the filesystem could not store.
     private func sayUnstorable(_ unstorableMtimes: [(RelativePath, CachedHash)]) {
         if let (path, cache) = unstorableMtimes.first, let wanted = cache.wantedMtime {
-            let others = unstorableMtimes.count > 1 ? " (and \(Plural.count(unstorableMtimes.count - 1, "more file")))" : ""
-            pull.emit(.warning(message: "this filesystem cannot store the mtime the manifest gives \(Printable.name(path.string))\(others): "
-                + "it asked for \(wanted.rfc3339) and the filesystem stored \(cache.mtime.rfc3339); ferry keeps what was stored and does not set it again"))
+            let more = unstorableMtimes.count - 1
+            let others = more > 0 ? " (and \(Plural.count(more, "more file")))" : ""
+            pull.emit(.warning(message: "this filesystem cannot store the mtime the manifest gives "
+                                        + "\(Printable.name(path.string))\(others): "
+                + "it asked for \(wanted.rfc3339) and the filesystem stored \(cache.mtime.rfc3339); ferry keeps what "
+                + "was stored and does not set it again"))
         }
     }
 
@@ -114,16 +125,23 @@ struct CommitStage {
         let session = pull.session
         let unfinished = counts.failed + counts.notDone
         if let refused = plan.refusedDeletions {
-            let message = "refused to delete \(Plural.count(refused.count, "file")): more than max-delete = \(session.maxDelete) allows (\(refused.limit) of the \(Plural.count(refused.managed, "file")) in \(Printable.name(session.local))); nothing was deleted"
+            let message = "refused to delete \(Plural.count(refused.count, "file")): more than max-delete = "
+                          + "\(session.maxDelete) allows (\(refused.limit) of the "
+                          + "\(Plural.count(refused.managed, "file")) in \(Printable.name(session.local))); nothing "
+                          + "was deleted"
             pull.emit(.warning(message: message))
-            return (message, "if this is intended, raise max-delete for session '\(session.name)' (a count like \(refused.count), or a percentage like 100%)")
+            return (message, "if this is intended, raise max-delete for session '\(session.name)' (a count like "
+                             + "\(refused.count), or a percentage like 100%)")
         }
         guard !plan.deletions.isEmpty || !plan.directoryRemovals.isEmpty else { return nil }
         if let stopped {
-            if !plan.deletions.isEmpty { pull.emit(.warning(message: "\(Plural.count(plan.deletions.count, "deletion")) postponed: \(stopped)")) }
+            if !plan.deletions.isEmpty {
+                pull.emit(.warning(message: "\(Plural.count(plan.deletions.count, "deletion")) postponed: \(stopped)"))
+            }
         } else if unfinished > 0 {
             if !plan.deletions.isEmpty {
-                pull.emit(.warning(message: "\(Plural.count(plan.deletions.count, "deletion")) postponed because \(Plural.count(unfinished, "file")) did not arrive"))
+                pull.emit(.warning(message: "\(Plural.count(plan.deletions.count, "deletion")) postponed because "
+                                            + "\(Plural.count(unfinished, "file")) did not arrive"))
             }
         } else {
             for path in plan.deletions {
@@ -149,14 +167,18 @@ struct CommitStage {
         let mirror = prepared.mirror
         guard let g = mirror.generations, let number = mirror.building else { return (exitCode, nil) }
         guard exitCode == .inSync else {
-            return (exitCode, "generation \(g.name(number)) is not complete, so \(Printable.name(pull.session.local)) still shows the one before; the next run goes on with it")
+            return (exitCode, "generation \(g.name(number)) is not complete, so \(Printable.name(pull.session.local)) "
+                              + "still shows the one before; the next run goes on with it")
         }
         var checkFailed: String?
-        guard let moved = try pull.switchGeneration(g, to: number, mirror: mirror, root: prepared.root, tree: prepared.tree, plan: prepared.plan,
+        guard let moved = try pull.switchGeneration(g, to: number, mirror: mirror, root: prepared.root,
+                                                    tree: prepared.tree, plan: prepared.plan,
                                                    version: prepared.manifest.version, checkFailed: &checkFailed) else {
             return (checkFailed != nil ? .someFilesFailed : exitCode, checkFailed)
         }
-        return (.incomplete, "\(Plural.count(moved, "file")) of the current generation changed while generation \(g.name(number)) was built from it (edited in place?), so it was not switched to; the next run hashes \(moved == 1 ? "it" : "them") and goes on with it")
+        return (.incomplete, "\(Plural.count(moved, "file")) of the current generation changed while generation "
+                             + "\(g.name(number)) was built from it (edited in place?), so it was not switched to; the "
+                             + "next run hashes \(moved == 1 ? "it" : "them") and goes on with it")
     }
 }
 
@@ -175,12 +197,19 @@ struct ReportStage {
         var reasons: [String] = []
         if let generation = committed.unswitched { reasons.append(generation) }
         if let localIOError = committed.localIOError { reasons.append(localIOError) }
-        if result.counts.failed > 0 { reasons.append("\(result.counts.failed) of \(Plural.count(attempted, "file")) failed") }
+        if result.counts.failed > 0 {
+            reasons.append("\(result.counts.failed) of \(Plural.count(attempted, "file")) failed")
+        }
         if let refusal = committed.refusal { reasons.append(refusal) }
         let waiting = result.counts.waiting
         if waiting > 0 {
-            let text = "the remote could not be reached for \(Plural.count(waiting, "file")); \(waiting == 1 ? "it waits" : "they wait") for connectivity and the next run tries again"
-            if committed.outcome.exitCode == .remoteOrManifest { reasons.insert(text, at: 0) } else { reasons.append(text) }
+            let text = "the remote could not be reached for \(Plural.count(waiting, "file")); "
+                       + "\(waiting == 1 ? "it waits" : "they wait") for connectivity and the next run tries again"
+            if committed.outcome.exitCode == .remoteOrManifest {
+                reasons.insert(text, at: 0)
+            } else {
+                reasons.append(text)
+            }
         }
         if let stopped = committed.stopped { reasons.append("\(stopped); the next run resumes where this one stopped") }
         reasons += result.leftForLater("file")

@@ -7,11 +7,14 @@ import FerryCore
 extension PullRun {
     /// The generation this run builds beside the current one: hard links to the current one's
     /// files, but for those the plan replaces (a file edited in the current one among them, once
-    /// its hash shows it) or deletes, then the plan for it. An interrupted build is gone on with (what it holds stays, and
-    /// it is scanned again). nil when the current generation already is what the manifest lists:
-    /// an interrupted build is then dropped.
-    func buildGeneration(_ g: Generations, mirror: inout Mirror, from current: LocalRoot?, tree: LocalTree, plan: Plan) throws(FerryError) -> (root: LocalRoot, tree: LocalTree)? {
-        guard !plan.isEmpty || !plan.directoryRemovals.isEmpty || !mirror.settled || mirror.building != nil else { return nil }
+    /// its hash shows it) or deletes, then the plan for it. An interrupted build is gone on with
+    /// (what it holds stays, and it is scanned again). nil when the current generation already is
+    /// what the manifest lists: an interrupted build is then dropped.
+    func buildGeneration(_ g: Generations, mirror: inout Mirror, from current: LocalRoot?, tree: LocalTree,
+                         plan: Plan) throws(FerryError) -> (root: LocalRoot, tree: LocalTree)? {
+        guard !plan.isEmpty || !plan.directoryRemovals.isEmpty || !mirror.settled || mirror.building != nil else {
+            return nil
+        }
         if plan.isEmpty && plan.directoryRemovals.isEmpty && mirror.settled, let stale = mirror.building, let current {
             // The manifest went back to what the current generation holds.
             try state.expectCtimeMoves()
@@ -23,13 +26,18 @@ extension PullRun {
         // Generations that will be past keep-generations once this one is current go first:
         // removing a hard link moves the ctime of the file its other names share, which must
         // happen before the links are made and their cache rows written, not after.
-        if let n = mirror.number, session.keepGenerations > 0, !g.prunable(current: n, keep: session.keepGenerations - 1).isEmpty {
+        if let n = mirror.number, session.keepGenerations > 0, !g.prunable(current: n,
+                                                                           keep: session.keepGenerations - 1).isEmpty {
             try state.expectCtimeMoves()
             try g.prune(current: n, keep: session.keepGenerations - 1)
         }
         let resumed = mirror.building != nil
         let number: Int
-        if let going = mirror.building { number = going } else { number = try g.startBuild(above: mirror.number, leavingRoomBelow: mirror.at == .directory) }
+        if let going = mirror.building {
+            number = going
+        } else {
+            number = try g.startBuild(above: mirror.number, leavingRoomBelow: mirror.at == .directory)
+        }
         mirror.building = number
         let root = try LocalRoot(path: g.path(number), create: false)
         root.sharesInodes = true
@@ -60,7 +68,11 @@ extension PullRun {
                 guard item.entry.kind == .file else { return nil }
                 if let i = tree.index(of: item.path) {
                     let before = tree.items[i]
-                    if before.entry.inode == item.entry.inode || (item.verified != nil && before.verified == item.verified) { return nil }
+                    let same = before.entry.inode == item.entry.inode
+                        || (item.verified != nil && before.verified == item.verified)
+                    if same {
+                        return nil
+                    }
                 }
                 return GenerationFile(path: item.path, size: item.entry.size)
             }
@@ -73,9 +85,11 @@ extension PullRun {
     /// files it made new (for hooks), and removes generations beyond `keep-generations`. Not when a
     /// file it linked changed since (an edit in place in the current generation reaches the build
     /// through the shared inode): returns how many, and the next run sees to them.
-    func switchGeneration(_ g: Generations, to number: Int, mirror: Mirror, root: LocalRoot, tree: LocalTree, plan: Plan, version: Int64?,
+    func switchGeneration(_ g: Generations, to number: Int, mirror: Mirror, root: LocalRoot, tree: LocalTree,
+                          plan: Plan, version: Int64?,
                           checkFailed: inout String?) throws(FerryError) -> Int? {
-        var touched = Set(plan.downloads.map(\.entry.path)).union(plan.metadataFixes.map(\.path)).union(plan.deletions).union(plan.replacedByDirectory)
+        var touched = Set(plan.downloads.map(\.entry.path)).union(plan.metadataFixes.map(\.path))
+            .union(plan.deletions).union(plan.replacedByDirectory)
         for files in plan.directoriesToReplace.values { touched.formUnion(files) }
         var moved = 0
         for item in tree.items where item.entry.kind == .file && item.verified != nil && !touched.contains(item.path) {
@@ -87,7 +101,9 @@ extension PullRun {
         // Where a failed check returns to: the current generation, or the directory a conversion
         // moves to the number below.
         let previous = mirror.at == .directory ? number - 1 : mirror.current == nil ? nil : mirror.number
-        let check = session.onSwitchCheck.map { _ in SwitchCheck(generation: number, previous: previous, version: version) }
+        let check = session.onSwitchCheck.map { _ in
+            SwitchCheck(generation: number, previous: previous, version: version)
+        }
         if let check { try store.recordSwitchCheck(session: session.name, check) }
         try g.switchTo(number, from: mirror.at)
         if let check, let failure = try runSwitchCheck(check, g) {
@@ -101,7 +117,8 @@ extension PullRun {
             files.append(GenerationFile(path: d.entry.path, size: root.stat(d.entry.path)?.size ?? d.entry.size ?? 0))
         }
         files.sort { $0.path < $1.path }
-        emit(.generationSwitched(generation: g.name(number), directory: g.path(number), previous: mirror.current == nil ? nil : mirror.number.map(g.name),
+        emit(.generationSwitched(generation: g.name(number), directory: g.path(number),
+                                 previous: mirror.current == nil ? nil : mirror.number.map(g.name),
                                  changed: files.count, files: files))
         // Only with keep-generations = 0, or after builds that did not finish: the files the
         // removed ones shared with this one have new ctimes, and their cache rows are renewed.
@@ -119,7 +136,8 @@ extension PullRun {
     func renewHashes(_ tree: LocalTree, in root: LocalRoot) throws(FerryError) {
         var rows: [(RelativePath, CachedHash)] = []
         for item in tree.items where item.entry.kind == .file {
-            guard let sha = item.verified, let now = root.stat(item.path), now.inode == item.entry.inode, now.size == item.entry.size,
+            guard let sha = item.verified, let now = root.stat(item.path), now.inode == item.entry.inode,
+                  now.size == item.entry.size,
                   now.mtime == item.entry.mtime, now.ctime != item.entry.ctime else { continue }
             rows.append((item.path, CachedHash(now, sha256: sha, wanted: tree.wantedMtime(item.path))))
             if rows.count >= 8192 {

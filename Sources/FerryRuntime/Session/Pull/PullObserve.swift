@@ -76,7 +76,11 @@ struct ObserveStage {
             throw error
         }
         let local: LocalSide
-        if let reading { local = try reading.wait() } else { local = try pull.scan(current, expecting: expected, renewing: renewing) }
+        if let reading {
+            local = try reading.wait()
+        } else {
+            local = try pull.scan(current, expecting: expected, renewing: renewing)
+        }
         return .go(Observed(record: record, mirror: mirror, fetched: fetched, local: local))
     }
 
@@ -85,7 +89,8 @@ struct ObserveStage {
     private func unchanged(_ record: SessionRecord?) throws(FerryError) -> SyncResult {
         var files = record?.manifestFiles ?? 0
         if record?.manifestFiles == nil { files = try pull.store.hashCacheCount(session: pull.session.name) }
-        pull.emit(.manifestFetched(url: pull.session.manifestURL, version: record?.manifestVersion, files: files, unchanged: true,
+        pull.emit(.manifestFetched(url: pull.session.manifestURL, version: record?.manifestVersion, files: files,
+                                   unchanged: true,
                                   signedBy: TrustStage.named(record?.manifestSigners ?? [])))
         return pull.result()
     }
@@ -118,7 +123,10 @@ struct ObserveStage {
             let read = try objects.resolve(root, source: url, maximumSize: pull.session.maxManifestSize)
             pull.sources.sayDemotions()
             if objects.damaged > 0 {
-                pull.emit(.warning(message: "\(Plural.count(objects.damaged, "cached metadata object")) of session '\(pull.session.name)' did not match \(objects.damaged == 1 ? "its" : "their") hash (damaged on this machine's disk): fetched again"))
+                pull.emit(.warning(message: "\(Plural.count(objects.damaged, "cached metadata object")) of session "
+                                            + "'\(pull.session.name)' did not match "
+                                            + "\(objects.damaged == 1 ? "its" : "their") hash (damaged on this "
+                                            + "machine's disk): fetched again"))
             }
             return read
         }
@@ -126,7 +134,8 @@ struct ObserveStage {
         case .unchanged:
             let bytes = try FileSystem.readFile(pull.manifests.path, limit: Int(pull.session.maxManifestSize))
             let (manifest, names) = try resolved(try Manifests.parse(bytes, source: url))
-            return FetchedManifest(manifest: manifest, changed: false, staged: nil, etag: nil, lastModified: nil, objects: objects, names: names,
+            return FetchedManifest(manifest: manifest, changed: false, staged: nil, etag: nil, lastModified: nil,
+                                   objects: objects, names: names,
                            metadataBytes: objects.fetchedBytes)
         case let .missing(error):
             throw error
@@ -135,8 +144,10 @@ struct ObserveStage {
             let staged = try pull.state.stage(bytes)
             do {
                 let (manifest, names) = try resolved(try Manifests.parse(bytes, source: url))
-                return FetchedManifest(manifest: manifest, changed: true, staged: staged, etag: etag, lastModified: lastModified, objects: objects,
-                               names: names, metadataBytes: Int64(bytes.count) + objects.fetchedBytes, redirectedTo: redirectedTo)
+                return FetchedManifest(manifest: manifest, changed: true, staged: staged, etag: etag,
+                                       lastModified: lastModified, objects: objects,
+                               names: names, metadataBytes: Int64(bytes.count) + objects.fetchedBytes,
+                               redirectedTo: redirectedTo)
             } catch {
                 if let staged { unlink(staged) }
                 throw error

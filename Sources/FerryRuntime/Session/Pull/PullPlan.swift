@@ -22,8 +22,10 @@ struct PlanStage {
 
     func run(_ released: Released) throws(FerryError) -> Onward<Planned> {
         let local = released.local
-        let (plan, hashed) = try pull.plan(released.manifest, local: local, hashing: released.mirror.building == nil ? local.root : nil)
-        return .go(Planned(mirror: released.mirror, fetched: released.fetched, manifest: released.manifest, locate: released.locate,
+        let (plan, hashed) = try pull.plan(released.manifest, local: local,
+                                           hashing: released.mirror.building == nil ? local.root : nil)
+        return .go(Planned(mirror: released.mirror, fetched: released.fetched, manifest: released.manifest,
+                           locate: released.locate,
                            local: local, plan: plan, hashed: hashed))
     }
 }
@@ -39,7 +41,8 @@ struct BuildStage {
     func run(_ planned: Planned) throws(FerryError) -> Onward<Planned> {
         var (mirror, local, plan, hashed) = (planned.mirror, planned.local, planned.plan, planned.hashed)
         if let g = mirror.generations {
-            if let built = try pull.buildGeneration(g, mirror: &mirror, from: local.root, tree: local.tree, plan: plan) {
+            if let built = try pull.buildGeneration(g, mirror: &mirror, from: local.root, tree: local.tree,
+                                                    plan: plan) {
                 local = LocalSide(root: built.root, tree: built.tree, warnings: [])
                 let again = try pull.plan(planned.manifest, local: local, hashing: built.root)
                 (plan, hashed) = (again.plan, hashed + again.hashed)
@@ -54,7 +57,8 @@ struct BuildStage {
         }
         pull.sayPlanned(plan, hashed: hashed)
         try pull.refuseUnfetchable(plan, taking: planned.manifest, root: planned.fetched.manifest)
-        let built = Planned(mirror: mirror, fetched: planned.fetched, manifest: planned.manifest, locate: planned.locate, local: local,
+        let built = Planned(mirror: mirror, fetched: planned.fetched, manifest: planned.manifest,
+                            locate: planned.locate, local: local,
                             plan: plan, hashed: hashed)
         guard local.root != nil else { return .end(DryRunReport(pull: pull).report(built)) }
         return .go(built)
@@ -67,29 +71,36 @@ extension PullRun {
     /// hashes in place). With `layout = generations` this is what keeps an edit in the current
     /// generation out of the next one: a file whose stat moved is hashed, and if its bytes are not
     /// the manifest's it is planned as a download, so never linked. Returns how many were hashed.
-    func plan(_ manifest: Manifest, local: LocalSide, hashing root: LocalRoot?) throws(FerryError) -> (plan: Plan, hashed: Int) {
+    func plan(_ manifest: Manifest, local: LocalSide,
+              hashing root: LocalRoot?) throws(FerryError) -> (plan: Plan, hashed: Int) {
         let rules = DeletionRules(delete: session.delete, cap: session.maxDelete)
-        let plan = Reconciler.plan(manifest: manifest, local: local.tree, rules: rules, modeMask: session.modeMask, filter: session.filter)
+        let plan = Reconciler.plan(manifest: manifest, local: local.tree, rules: rules, modeMask: session.modeMask,
+                                   filter: session.filter)
         guard let root, !plan.unhashed.isEmpty else { return (plan, 0) }
         var fresh: [(RelativePath, CachedHash)] = []
         for path in plan.unhashed {
             guard let index = local.tree.index(of: path) else { continue }
-            if let reason = options.stop.reason { throw FerryError(.stopped, "\(reason) while hashing local files; nothing was changed") }
+            if let reason = options.stop.reason {
+                throw FerryError(.stopped, "\(reason) while hashing local files; nothing was changed")
+            }
             let h = try root.hash(path)
             local.tree.remember(h, at: index)
             fresh.append((path, h))
         }
         guard !fresh.isEmpty else { return (plan, 0) }
         try state.saveHashes(fresh)
-        return (Reconciler.plan(manifest: manifest, local: local.tree, rules: rules, modeMask: session.modeMask, filter: session.filter),
+        return (Reconciler.plan(manifest: manifest, local: local.tree, rules: rules, modeMask: session.modeMask,
+                                filter: session.filter),
                 fresh.count)
     }
 
     /// Says what the plan will do (`planned`).
     func sayPlanned(_ plan: Plan, hashed: Int) {
         emit(.planned(PlanSummary(transfers: plan.downloads.count, bytes: plan.downloadBytes,
-                                  unknownSizes: plan.downloads.filter { $0.entry.size == nil }.count, metadataFixes: plan.metadataFixes.count,
-                                  deletions: plan.deletions.count, upToDate: plan.upToDate, hashed: hashed, extrasKept: plan.extrasKept)))
+                                  unknownSizes: plan.downloads.filter { $0.entry.size == nil }.count,
+                                  metadataFixes: plan.metadataFixes.count,
+                                  deletions: plan.deletions.count, upToDate: plan.upToDate, hashed: hashed,
+                                  extrasKept: plan.extrasKept)))
     }
 
     /// Why a listed file cannot be placed, and what to do about it.
@@ -97,12 +108,17 @@ extension PullRun {
         let shown = Printable.name(session.local + "/" + path.string)
         switch why {
         case let .directoryKept(files):
-            return "\(shown) is a directory holding \(Plural.count(files, "file")) where the manifest has a file; delete = no keeps them: move them away, or set delete = yes"
+            return "\(shown) is a directory holding \(Plural.count(files, "file")) where the manifest has a file; "
+                   + "delete = no keeps them: move them away, or set delete = yes"
         case let .directoryOverCap(files):
-            let cap = plan.refusedDeletions.map { " (\(Plural.count($0.count, "deletion")) in all, \($0.limit) allowed)" } ?? ""
-            return "\(shown) is a directory holding \(Plural.count(files, "file")) where the manifest has a file; removing them would pass max-delete = \(session.maxDelete)\(cap): raise max-delete, or move the directory away"
+            let cap = plan.refusedDeletions.map { " (\(Plural.count($0.count, "deletion")) in all, \($0.limit) "
+                                                  + "allowed)" } ?? ""
+            return "\(shown) is a directory holding \(Plural.count(files, "file")) where the manifest has a file; "
+                   + "removing them would pass max-delete = \(session.maxDelete)\(cap): raise max-delete, or move the "
+                   + "directory away"
         case let .directoryHoldsExcluded(files):
-            return "\(shown) is a directory where the manifest has a file, and it holds \(Plural.count(files, "file")) that \(session.filter) keeps from being deleted: move them away, or change the patterns"
+            return "\(shown) is a directory where the manifest has a file, and it holds \(Plural.count(files, "file")) "
+                   + "that \(session.filter) keeps from being deleted: move them away, or change the patterns"
         }
     }
 }
@@ -135,7 +151,8 @@ struct DryRunReport {
         if !plan.blocked.isEmpty { parts.append("fail \(plan.blocked.count) (blocked)") }
         var text = parts.isEmpty ? "dry run: already in sync" : "dry run: would " + parts.joined(separator: ", ")
         if let refused = plan.refusedDeletions {
-            text += "; max-delete = \(session.maxDelete) would refuse \(Plural.count(refused.count, "deletion")) (\(refused.limit) of \(Plural.count(refused.managed, "file")) allowed)"
+            text += "; max-delete = \(session.maxDelete) would refuse \(Plural.count(refused.count, "deletion")) "
+                    + "(\(refused.limit) of \(Plural.count(refused.managed, "file")) allowed)"
         }
         return pull.result(message: text + "; nothing was changed")
     }
@@ -144,24 +161,32 @@ struct DryRunReport {
         for d in plan.downloads {
             if d.reason == .directoryInTheWay {
                 let files = plan.directoriesToReplace[d.entry.path]?.count ?? 0
-                pull.emit(.planItem(action: "replace", path: d.entry.path, reason: "a directory holding \(Plural.count(files, "file")) is where the manifest has a file",
+                pull.emit(.planItem(action: "replace", path: d.entry.path, reason: "a directory holding "
+                                                                                   + "\(Plural.count(files, "file")) "
+                                                                                   + "is where the manifest has a file",
                                    size: d.entry.size))
             } else {
-                pull.emit(.planItem(action: "download", path: d.entry.path, reason: d.reason.rawValue, size: d.entry.size))
+                pull.emit(.planItem(action: "download", path: d.entry.path, reason: d.reason.rawValue,
+                                    size: d.entry.size))
             }
         }
         for p in plan.replacedByDirectory {
             let kind = tree[p]?.kind.rawValue ?? "file"
-            pull.emit(.planItem(action: "replace", path: p, reason: "a \(kind) is where the manifest needs a directory", size: nil))
+            pull.emit(.planItem(action: "replace", path: p, reason: "a \(kind) is where the manifest needs a "
+                                                                    + "directory", size: nil))
         }
-        for e in plan.metadataFixes { pull.emit(.planItem(action: "fix-metadata", path: e.path, reason: nil, size: nil)) }
+        for e in plan.metadataFixes {
+            pull.emit(.planItem(action: "fix-metadata", path: e.path, reason: nil, size: nil))
+        }
         for (p, why) in plan.blocked {
             pull.emit(.planItem(action: "blocked", path: p, reason: pull.blockedMessage(p, why, plan: plan), size: nil))
         }
         for p in plan.deletions { pull.emit(.planItem(action: "delete", path: p, reason: nil, size: nil)) }
         if let refused = plan.refusedDeletions {
             for p in refused.paths {
-                pull.emit(.planItem(action: "refused-delete", path: p, reason: "max-delete = \(pull.session.maxDelete)", size: nil))
+                pull.emit(.planItem(action: "refused-delete", path: p, reason: "max-delete = "
+                                                                               + "\(pull.session.maxDelete)",
+                                                                               size: nil))
             }
         }
     }

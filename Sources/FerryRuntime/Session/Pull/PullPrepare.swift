@@ -32,8 +32,10 @@ struct PrepareStage {
         let (unstorable, counts) = try fixMetadata(plan, root: root)
         let tree = planned.local.tree
         let mapPath = pull.manifests.path + ".index-map"
-        var preparation = DeltaPreparation(session: pull.session, root: root, objects: planned.fetched.objects, remote: pull.remote,
-                                           emit: { pull.emit($0) }, localHash: { path in tree.index(of: path).flatMap { tree.items[$0].verified } },
+        var preparation = DeltaPreparation(session: pull.session, root: root, objects: planned.fetched.objects,
+                                           remote: pull.remote,
+                                           emit: { pull.emit($0) },
+                                           localHash: { tree.index(of: $0).flatMap { tree.items[$0].verified } },
                                            mapPath: mapPath)
         preparation.deletions = plan.deletions
         // While a generation is built, the version readers see is in the current one.
@@ -44,7 +46,8 @@ struct PrepareStage {
         pull.sources.sayDemotions()
         pull.caches.arm(planned.fetched.objects, entries: manifest.entries, mapPath: mapPath)
         pull.caches.keep(deltas.keep)
-        return .go(Prepared(mirror: mirror, manifest: manifest, locate: planned.locate, root: root, tree: tree, plan: plan, tasks: tasks,
+        return .go(Prepared(mirror: mirror, manifest: manifest, locate: planned.locate, root: root, tree: tree,
+                            plan: plan, tasks: tasks,
                             preparation: preparation, deltas: deltas, unstorableMtimes: unstorable, counts: counts))
     }
 
@@ -55,15 +58,20 @@ struct PrepareStage {
                        root: LocalRoot) throws(FerryError) -> [TransferTask] {
         let (session, store) = (pull.session, pull.store)
         let filter = session.filter
-        for gone in try store.pruneTasks(session: session.name, keeping: { manifest.lists($0) && filter.admits($0) }) where gone.delayed {
+        for gone in try store.pruneTasks(session: session.name,
+                                         keeping: { manifest.lists($0) && filter.admits($0) }) where gone.delayed {
             pull.emit(.delayedDue(path: gone.path, disposition: .cancel,
-                                 reason: manifest.lists(gone.path) ? "\(filter) leaves the file out" : "the file is no longer in the manifest"))
+                                 reason: manifest.lists(gone.path) ? "\(filter) leaves the file out"
+                                                                   : "the file is no longer in the manifest"))
         }
-        try store.settleTasks(session: session.name, transferring: Set(plan.downloads.map(\.entry.path) + plan.blocked.map(\.path)))
+        try store.settleTasks(session: session.name,
+                              transferring: Set(plan.downloads.map(\.entry.path) + plan.blocked.map(\.path)))
         let notBefore = (pull.options.notBefore ?? session.earliestBegin)?.time(from: pull.clock.now())
         let queued = try store.queueDownloads(session: session.name, entries: plan.downloads.map(\.entry),
                                               urlFor: { session.remote.url(for: locate($0)) }, notBefore: notBefore)
-        for due in queued.due { pull.emit(.delayedDue(path: due.path, disposition: due.disposition, reason: due.reason)) }
+        for due in queued.due {
+            pull.emit(.delayedDue(path: due.path, disposition: due.disposition, reason: due.reason))
+        }
         for t in try store.dropDueDelayedTasks(session: session.name, keeping: Set(plan.downloads.map(\.entry.path))) {
             pull.emit(.delayedDue(path: t.path, disposition: .cancel, reason: "the file is already in place"))
         }
@@ -75,7 +83,8 @@ struct PrepareStage {
     /// What moves no bytes goes first: the mode and mtime of files whose bytes are right; the
     /// files a path in the way blocks fail. Returns the files whose mtime the filesystem could
     /// not store, and what failed or was removed.
-    private func fixMetadata(_ plan: Plan, root: LocalRoot) throws(FerryError) -> ([(RelativePath, CachedHash)], TransferCounts) {
+    private func fixMetadata(_ plan: Plan, root: LocalRoot) throws(FerryError) -> ([(RelativePath, CachedHash)],
+                                                                                   TransferCounts) {
         var unstorableMtimes: [(RelativePath, CachedHash)] = []
         var counts = TransferCounts()
         for entry in plan.metadataFixes {
@@ -94,7 +103,8 @@ struct PrepareStage {
             counts.failed += 1
             pull.emit(.fileFailed(path: path, error: pull.blockedMessage(path, why, plan: plan)))
         }
-        counts.deleted += try PullTransfers.report(root.takeChanges(), session: pull.session.name, store: pull.store, emit: { pull.emit($0) })
+        counts.deleted += try PullTransfers.report(root.takeChanges(), session: pull.session.name, store: pull.store,
+                                                   emit: { pull.emit($0) })
         return (unstorableMtimes, counts)
     }
 }

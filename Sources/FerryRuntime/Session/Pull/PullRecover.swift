@@ -51,7 +51,9 @@ struct RecoverStage {
         guard pull.session.layout == .generations else {
             if case let .generation(n) = g.current(), FileSystem.exists(g.path(n)) {
                 try g.makeInPlace(current: n)
-                pull.emit(.warning(message: "\(Printable.name(pull.session.local)) was a symlink to generation g\(n) (layout = generations); it is the directory again, and the other generations are removed"))
+                pull.emit(.warning(message: "\(Printable.name(pull.session.local)) was a symlink to generation g\(n) "
+                                            + "(layout = generations); it is the directory again, and the other "
+                                            + "generations are removed"))
             }
             // The other generations go (also what a conversion cut short left); that moves the
             // ctime of every file they share with this one: this run's scan renews their rows.
@@ -87,8 +89,10 @@ extension PullRun {
         var mirror = Mirror(generations: g, at: g.current())
         switch mirror.at {
         case let .foreign(what):
-            throw .localIO("local = \(session.local) is \(what), which layout = generations would replace with a symlink to its versions: nothing was changed",
-                           hint: "point local at a path ferry may create, or at a directory it keeps; or set layout = in-place")
+            throw .localIO("local = \(session.local) is \(what), which layout = generations would replace with a "
+                           + "symlink to its versions: nothing was changed",
+                           hint: "point local at a path ferry may create, or at a directory it keeps; or set layout = "
+                                 + "in-place")
         case .none: break
         case .directory: mirror.current = session.local
         case let .generation(n): mirror.current = FileSystem.exists(g.path(n)) ? g.path(n) : nil

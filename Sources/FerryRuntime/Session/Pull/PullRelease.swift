@@ -26,9 +26,13 @@ struct ReleaseStage {
         let locate = manifest.version == fetched.manifest.version ? trusted.locate : try pull.contentLocator(manifest)
         if session.onSwitchCheck != nil, let version = manifest.version, version == trusted.record?.rejectedVersion {
             // Rolled back here by its check: the generation before stays until a newer version.
-            return .end(pull.result(message: "version \(version) failed on-switch-check on this machine (\(trusted.record?.rejectedReason ?? "")) and was rolled back: \(Printable.name(session.local)) stays on the generation before until a newer version is published"))
+            return .end(pull.result(message: "version \(version) failed on-switch-check on this machine "
+                                             + "(\(trusted.record?.rejectedReason ?? "")) and was rolled back: "
+                                             + "\(Printable.name(session.local)) stays on the generation before until "
+                                             + "a newer version is published"))
         }
-        return .go(Released(mirror: trusted.mirror, fetched: fetched, local: trusted.local, manifest: manifest, locate: locate))
+        return .go(Released(mirror: trusted.mirror, fetched: fetched, local: trusted.local, manifest: manifest,
+                            locate: locate))
     }
 
     /// This machine's identity for rollouts: `[agent] machine-id`, else /etc/machine-id.
@@ -38,8 +42,10 @@ struct ReleaseStage {
             let id = String(decoding: bytes.filter { $0 > 0x20 }, as: UTF8.self)
             if !id.isEmpty { return id }
         }
-        throw .manifest("manifest \(pull.session.manifestURL) is rolled out to a share of machines, and this machine has no identity to decide by: nothing was changed",
-                        hint: "set machine-id in [agent] (any name unique to this machine), or create /etc/machine-id (systemd-machine-id-setup)")
+        throw .manifest("manifest \(pull.session.manifestURL) is rolled out to a share of machines, and this machine "
+                        + "has no identity to decide by: nothing was changed",
+                        hint: "set machine-id in [agent] (any name unique to this machine), or create /etc/machine-id "
+                              + "(systemd-machine-id-setup)")
     }
 
     /// The manifest this machine takes from `root`: the root itself, or, when a rollout leaves
@@ -52,9 +58,11 @@ struct ReleaseStage {
         let inside = rollout.takes(machineID: try machineID(), release: tree.sha256) { SHA256Hasher.digest(of: $0) }
         let taking = inside ? version : rollout.previous.version
         pull.emit(.rollout(version: version, percent: rollout.percent, inside: inside, taking: taking))
-        try pull.state.recordRollout(RolloutStanding(version: version, percent: rollout.percent, inside: inside, taking: taking))
+        try pull.state.recordRollout(RolloutStanding(version: version, percent: rollout.percent, inside: inside,
+                                                     taking: taking))
         guard !inside, let previous = root.previousRelease() else { return root }
-        let read = try objects.resolve(previous, source: "\(pull.session.manifestURL) (version \(taking), the release before the rollout)",
+        let read = try objects.resolve(previous, source: "\(pull.session.manifestURL) (version \(taking), the release "
+                                                         + "before the rollout)",
                                        maximumSize: pull.session.maxManifestSize)
         pull.caches.keep(read.objects)
         return read.manifest
@@ -67,9 +75,18 @@ extension PullRun {
     /// is refused, naming it, before anything is fetched.
     func refuseUnfetchable(_ plan: Plan, taking manifest: Manifest, root: Manifest) throws(FerryError) {
         guard let rollout = root.rollout, manifest.version != root.version, manifest.layout == .tree else { return }
-        let gone = plan.downloads.filter { d in root.index(of: d.entry.path).map { root.entries[$0].sha256 != d.entry.sha256 } ?? true }
+        let gone = plan.downloads.filter { d in
+            root.index(of: d.entry.path).map { root.entries[$0].sha256 != d.entry.sha256 } ?? true
+        }
         guard let first = gone.first else { return }
-        throw .manifest("this machine is outside the rollout of version \(root.version ?? 0) (\(rollout.percent)%) and takes version \(manifest.version ?? 0), but \(Printable.name(first.entry.path.string))\(gone.count > 1 ? " and \(gone.count - 1) more" : "") of it \(gone.count > 1 ? "are" : "is") no longer on the remote: the tree layout keeps only the newest content at each path; nothing was changed",
-                        hint: "the publisher keeps both versions with remote-layout = objects (a push session); or raise the rollout to 100%")
+        let more = gone.count > 1 ? " and \(gone.count - 1) more" : ""
+        let name = Printable.name(first.entry.path.string)
+        throw .manifest("this machine is outside the rollout of version \(root.version ?? 0) (\(rollout.percent)%) and "
+                        + "takes version \(manifest.version ?? 0), but \(name)\(more) of it "
+                        + "\(gone.count > 1 ? "are" : "is") "
+                        + "no longer on the remote: the tree layout keeps only the newest content at each path; "
+                        + "nothing was changed",
+                        hint: "the publisher keeps both versions with remote-layout = objects (a push session); or "
+                              + "raise the rollout to 100%")
     }
 }

@@ -57,7 +57,8 @@ final class PullSources: ObjectMirrors {
     /// Demotions for a wrong metadata object, found on a fetching lane, said on the session's thread.
     private let unsaid = Mutex<[Int]>([])
 
-    init(session: SessionConfig, remote: Remote, clock: any Clock, stop: StopCondition, emit: @escaping (Event.Body) -> Void) {
+    init(session: SessionConfig, remote: Remote, clock: any Clock, stop: StopCondition,
+         emit: @escaping (Event.Body) -> Void) {
         self.session = session
         origin = remote
         self.clock = clock
@@ -73,11 +74,13 @@ final class PullSources: ObjectMirrors {
         for i in session.mirrors.indices {
             do throws(FerryError) {
                 let reading = session.reading(mirror: i)
-                sources.append(Source(name: session.mirrors[i].url, remote: try Remotes.open(reading, clock: clock, stop: stop),
+                sources.append(Source(name: session.mirrors[i].url,
+                                      remote: try Remotes.open(reading, clock: clock, stop: stop),
                                       manifestURL: reading.manifestURL,
                                       objectPrefix: ManifestTree.objectDirectory(beside: reading.manifestURL) + "/"))
             } catch {
-                emit(.warning(message: "mirror \(session.mirrors[i].url) cannot be used this run: \(error.message); its files come from the next source"))
+                emit(.warning(message: "mirror \(session.mirrors[i].url) cannot be used this run: \(error.message); "
+                                       + "its files come from the next source"))
             }
         }
         sources.append(Source(name: PullSources.origin, remote: origin, manifestURL: session.manifestURL,
@@ -100,7 +103,9 @@ final class PullSources: ObjectMirrors {
     func pick(skipping: Set<Int>, now: Double) -> Int? {
         let last = originIndex
         return standings.withLock { s in
-            let i = s.indices.first { i in i == last || (s[i].demoted == nil && s[i].restsUntil <= now && !skipping.contains(i)) } ?? last
+            let i = s.indices.first { i in
+                i == last || (s[i].demoted == nil && s[i].restsUntil <= now && !skipping.contains(i))
+            } ?? last
             return i == last || s[i].proven || s[i].inFlight == 0 ? i : nil
         }
     }
@@ -146,7 +151,8 @@ final class PullSources: ObjectMirrors {
         switch fault {
         case let .wrongBytes(how, detail):
             if contentAddressed && demote(source, why: "\(how) \(Printable.name(path.string))") {
-                emit(.warning(message: "mirror \(all[source].name) \(how) \(Printable.name(path.string)) (\(detail)): not used again this run; the files come from the next source"))
+                emit(.warning(message: "mirror \(all[source].name) \(how) \(Printable.name(path.string)) (\(detail)): "
+                                       + "not used again this run; the files come from the next source"))
             }
         case .lacks:
             break
@@ -182,21 +188,26 @@ final class PullSources: ObjectMirrors {
     /// its name says is demoted, said by `sayDemotions` on the session's thread.
     func served(_ place: Int, object: SHA256Digest, bytes: Int64, failure: FerryError?) {
         count(place, bytes: bytes, requests: 1)
-        guard case .contentMismatch? = failure?.cause, demote(place, why: "sent a wrong metadata object (\(object.hex))") else { return }
+        guard case .contentMismatch? = failure?.cause, demote(place, why: "sent a wrong metadata object "
+                                                                          + "(\(object.hex))") else {
+            return
+        }
         unsaid.withLock { $0.append(place) }
     }
 
     /// Says each mirror demoted for a wrong metadata object since the last call, once.
     func sayDemotions() {
         for place in unsaid.withLock({ u in defer { u = [] }; return u }).sorted() {
-            emit(.warning(message: "mirror \(all[place].name) \(demoted(place) ?? ""): not used again this run; what it would serve comes from the next source"))
+            emit(.warning(message: "mirror \(all[place].name) \(demoted(place) ?? ""): not used again this run; what "
+                                   + "it would serve comes from the next source"))
         }
     }
 
     /// Where the key-set documents are asked for: beside the origin's manifest, then each mirror's
     /// not demoted (each set is checked against the one before, so where it came from does not matter).
     var keySetPlaces: [(remote: Remote, manifestURL: String)] {
-        [(origin, session.manifestURL)] + all.indices.dropLast().filter { demoted($0) == nil }.map { (all[$0].remote, all[$0].manifestURL) }
+        let mirrors = all.indices.dropLast().filter { demoted($0) == nil }
+        return [(origin, session.manifestURL)] + mirrors.map { (all[$0].remote, all[$0].manifestURL) }
     }
 
     /// A mirror's copy of the root, when the origin's cannot be had (`error`) for a reason that
@@ -207,9 +218,11 @@ final class PullSources: ObjectMirrors {
     func rootFromMirror(after error: FerryError) -> ManifestFetch? {
         guard !session.trustedKeys.isEmpty, !session.mirrors.isEmpty, error.retryClass != .never else { return nil }
         for (i, mirror) in all.dropLast().enumerated() where demoted(i) == nil {
-            guard case let .fetched(bytes, _, _, _)? = try? mirror.remote.fetchManifest(url: mirror.manifestURL, etag: nil, lastModified: nil,
-                                                                                      maximumSize: session.maxManifestSize) else { continue }
-            emit(.warning(message: "the remote's manifest cannot be had (\(error.message)); taken from mirror \(mirror.name), as signed by a trusted key"))
+            let answer = try? mirror.remote.fetchManifest(url: mirror.manifestURL, etag: nil, lastModified: nil,
+                                                          maximumSize: session.maxManifestSize)
+            guard case let .fetched(bytes, _, _, _)? = answer else { continue }
+            emit(.warning(message: "the remote's manifest cannot be had (\(error.message)); taken from mirror "
+                                   + "\(mirror.name), as signed by a trusted key"))
             return .fetched(bytes: bytes, etag: nil, lastModified: nil, redirectedTo: nil)
         }
         return nil
@@ -222,11 +235,14 @@ final class PullSources: ObjectMirrors {
     func account() -> [SourceCount] {
         guard hasMirrors else { return [] }
         let counts = standings.withLock { s in
-            zip(all, s).map { SourceCount(source: $0.name, bytes: $1.bytes, requests: $1.requests, demoted: $1.demoted) }
+            zip(all, s).map {
+                SourceCount(source: $0.name, bytes: $1.bytes, requests: $1.requests, demoted: $1.demoted)
+            }
         }
         let total = max(1, counts.reduce(0) { $0 + $1.bytes })
         for s in counts {
-            emit(.sourceServed(source: s.source, bytes: s.bytes, requests: s.requests, share: Double(s.bytes) / Double(total), demoted: s.demoted))
+            emit(.sourceServed(source: s.source, bytes: s.bytes, requests: s.requests,
+                               share: Double(s.bytes) / Double(total), demoted: s.demoted))
         }
         return counts
     }

@@ -16,8 +16,10 @@ extension PullRun {
             try store.recordSwitchCheck(session: session.name, nil)
             return nil
         }
-        var environment = ["FERRY_SESSION=" + session.name, "FERRY_LOCAL=" + session.local, "FERRY_GENERATION=" + g.name(check.generation),
-                           "FERRY_GENERATION_DIR=" + g.path(check.generation), "FERRY_VERSION=" + (check.version.map(String.init) ?? "")]
+        var environment = ["FERRY_SESSION=" + session.name, "FERRY_LOCAL=" + session.local,
+                           "FERRY_GENERATION=" + g.name(check.generation),
+                           "FERRY_GENERATION_DIR=" + g.path(check.generation),
+                           "FERRY_VERSION=" + (check.version.map(String.init) ?? "")]
         if let previous = check.previous { environment.append("FERRY_PREVIOUS_GENERATION=" + g.name(previous)) }
         let failure: String
         switch HookProcess.run(command, environment: environment, timeout: session.hookTimeout, clock: clock) {
@@ -38,12 +40,17 @@ extension PullRun {
         let name = g.name(check.generation)
         guard let previous = check.previous, FileSystem.exists(g.path(previous)) else {
             try store.recordSwitchCheck(session: session.name, nil)
-            return "generation \(name) failed on-switch-check (\(failure)), and there is no generation before it to return to: it stays current"
+            return "generation \(name) failed on-switch-check (\(failure)), and there is no generation before it to "
+                   + "return to: it stays current"
         }
-        if g.current() == .generation(check.generation) { try g.switchTo(previous, from: .generation(check.generation)) }
+        if g.current() == .generation(check.generation) {
+            try g.switchTo(previous, from: .generation(check.generation))
+        }
         try store.recordRollback(session: session.name, version: check.version, reason: failure)
         emit(.rolledBack(generation: name, previous: g.name(previous), version: check.version, reason: failure))
-        return "generation \(name)\(check.version.map { " (version \($0))" } ?? "") failed on-switch-check (\(failure)): \(Printable.name(session.local)) shows generation \(g.name(previous)) again, and that version is not taken again on this machine"
+        return "generation \(name)\(check.version.map { " (version \($0))" } ?? "") failed on-switch-check "
+               + "(\(failure)): \(Printable.name(session.local)) shows generation \(g.name(previous)) again, and that "
+               + "version is not taken again on this machine"
     }
 
     /// What a run killed during a check left (`record.switchCheck`): the check runs again if the

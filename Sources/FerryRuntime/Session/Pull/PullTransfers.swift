@@ -46,7 +46,8 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     /// Puts verified downloads in place, a group at a time, beside the engine thread.
     private let committer: PullCommitter
 
-    init(session: SessionConfig, root: LocalRoot, store: StateStore, sources: PullSources, locate: @escaping (ManifestEntry) -> RelativePath,
+    init(session: SessionConfig, root: LocalRoot, store: StateStore, sources: PullSources,
+         locate: @escaping (ManifestEntry) -> RelativePath,
          deltas: DeltaPreparation.Prepared = .init(), observer: EventSink,
          emit: @escaping (Event.Body) -> Void, plan: Plan, stop: StopCondition, gate: DiscretionGate?) {
         self.root = root
@@ -76,7 +77,9 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     func run(_ downloads: [Plan.Download], tasks: [TransferTask], engine: TransferEngine) {
         precondition(downloads.count == tasks.count, "a task for each download")
         var items = runnable(zip(downloads, tasks).map { Item(download: $0, task: $1) })
-        if sources.hasMirrors, let smallest = items.indices.min(by: { items[$0].download.entry.size ?? .max < items[$1].download.entry.size ?? .max }) {
+        if sources.hasMirrors,
+           let smallest = items.indices.min(by: { (items[$0].download.entry.size ?? .max)
+                                                   < (items[$1].download.entry.size ?? .max) }) {
             // A mirror's first file is fetched alone (`PullSources.pick`): the smallest, so the others wait least.
             items.swapAt(items.startIndex, smallest)
         }
@@ -92,7 +95,8 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
 
     /// Turns what placing files changed in the local tree (replacements, repairs) into events and
     /// forgets the hashes of what is gone. Returns how many files were removed.
-    static func report(_ changes: [LocalRoot.Change], session: String, store: StateStore, emit: (Event.Body) -> Void) throws(FerryError) -> Int {
+    static func report(_ changes: [LocalRoot.Change], session: String, store: StateStore,
+                       emit: (Event.Body) -> Void) throws(FerryError) -> Int {
         var removed = 0
         var gone: [RelativePath] = []
         for change in changes {
@@ -149,18 +153,26 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         let opened: (partial: PartialFile, stray: LocalEntry.Kind?)
         do throws(FerryError) {
             // Most were made ahead by the committer's thread.
-            if let made = committer.takePartial(item.task.id) { opened = made } else { opened = try root.openPartial(taskID: item.task.id) }
+            if let made = committer.takePartial(item.task.id) {
+                opened = made
+            } else {
+                opened = try root.openPartial(taskID: item.task.id)
+            }
         } catch {
             // The directory for partial files cannot be written: every file would fail the same way.
             abort(FerryError(.localIO, error.message,
-                             hint: "ferry writes partial files in \(Printable.name(session.local))/.ferry/partial: let its user write \(Printable.name(session.local)) (a read-only or full filesystem, or another owner?), or fix 'local ='"),
+                             hint: "ferry writes partial files in \(Printable.name(session.local))/.ferry/partial: let "
+                                   + "its user write \(Printable.name(session.local)) (a read-only or full filesystem, "
+                                   + "or another owner?), or fix 'local ='"),
                   item)
             return nil
         }
         do throws(FerryError) {
             let (partial, stray) = opened
             if let stray {
-                emit(.warning(message: "\(Printable.name(entry.path.string)): its partial file in .ferry/partial was a \(stray.rawValue), not a file; removed it (not followed) and starting this file again"))
+                emit(.warning(message: "\(Printable.name(entry.path.string)): its partial file in .ferry/partial was a "
+                                       + "\(stray.rawValue), not a file; removed it (not followed) and starting this "
+                                       + "file again"))
                 item.task.bytesDone = 0
                 item.task.validator = nil
             }
@@ -169,8 +181,12 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                 download.onCheckpoint = { [unowned self] in self.checkpoint($0) }
                 items[item.task.id] = item
                 sources.started(source)
-                if item.triesThisRun == 1 { emit(.fileStarted(path: entry.path, size: entry.size, reason: item.download.reason)) }
-                if download.requestedOffset > 0 { emit(.fileResumed(path: entry.path, offset: download.requestedOffset)) }
+                if item.triesThisRun == 1 {
+                    emit(.fileStarted(path: entry.path, size: entry.size, reason: item.download.reason))
+                }
+                if download.requestedOffset > 0 {
+                    emit(.fileResumed(path: entry.path, offset: download.requestedOffset))
+                }
                 return download
             } catch {
                 close(partial.fd)
@@ -206,11 +222,15 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             }
             if opened.count == sources.count {
                 let piecesAt = deltas.piecesAt
-                let pieces: ((SHA256Digest) -> Download.Origin)? = asPieces ? { [remote] in remote.origin(of: piecesAt!($0)) } : nil
+                let pieces: ((SHA256Digest) -> Download.Origin)?
+                pieces = asPieces ? { [remote] in remote.origin(of: piecesAt!($0)) } : nil
                 do throws(FerryError) {
-                    let origin = versioned ? remote.origin(of: locate(entry), content: entry.sha256) : remote.origin(of: locate(entry))
-                    return try DeltaAssembly.download(task: item.task, entry: entry, reason: item.download.reason, origin: origin,
-                                             partial: partial, resumeFrom: item.task.bytesDone, plan: plan, sources: opened, pieces: pieces,
+                    let origin = versioned ? remote.origin(of: locate(entry),
+                                                           content: entry.sha256) : remote.origin(of: locate(entry))
+                    return try DeltaAssembly.download(task: item.task, entry: entry, reason: item.download.reason,
+                                                      origin: origin,
+                                             partial: partial, resumeFrom: item.task.bytesDone, plan: plan,
+                                             sources: opened, pieces: pieces,
                                              fromMirror: !self.sources.all[item.source].isOrigin, clock: remote.clock)
                 } catch {
                     for fd in opened { close(fd) }
@@ -219,8 +239,10 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             }
             for fd in opened { close(fd) }
         }
-        return try remote.download(task: item.task, entry: entry, from: locate(entry), reason: item.download.reason, into: partial,
-                                   resumeFrom: item.task.bytesDone, validator: item.task.validator, versioned: versioned)
+        return try remote.download(task: item.task, entry: entry, from: locate(entry), reason: item.download.reason,
+                                   into: partial,
+                                   resumeFrom: item.task.bytesDone, validator: item.task.validator,
+                                   versioned: versioned)
     }
 
     /// An attempt from a mirror failed: `PullSources.judge` decides what that costs the mirror,
@@ -375,7 +397,9 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     /// is kept as resume data.
     private func interrupted(_ download: Download) {
         counts.bytes += download.received
-        if let item = items[download.task.id] { sources.count(item.source, bytes: download.received, requests: download.requests) }
+        if let item = items[download.task.id] {
+            sources.count(item.source, bytes: download.received, requests: download.requests)
+        }
         if abandoned.remove(download.task.id) != nil, let item = items.removeValue(forKey: download.task.id) {
             // Only a delta's verified pieces are kept from a mirror that sent wrong bytes.
             toNextSource(item, download, keeping: download.kind != .wholeFile)
@@ -417,13 +441,15 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                 counts.reused += d.reused
                 completedBytes += d.entry.size ?? d.written
                 progress.filesDone += 1
-                emit(.fileDone(path: d.entry.path, size: d.written, fetched: d.received, reused: d.reused, source: source))
+                emit(.fileDone(path: d.entry.path, size: d.written, fetched: d.received, reused: d.reused,
+                               source: source))
             case let .failed(download, error, kept):
                 if error.category == .localIO { localIOError = localIOError ?? error.message }
                 if let item = items.removeValue(forKey: download.task.id) {
                     sources.count(item.source, bytes: download.received, requests: download.requests)
                 }
-                fail(download.entry.path, download.task, error.message, bytesDone: kept, validator: kept > 0 ? download.validator : nil)
+                fail(download.entry.path, download.task, error.message, bytesDone: kept,
+                     validator: kept > 0 ? download.validator : nil)
             }
         }
         if let error = results.storeError { storeError = storeError ?? error }

@@ -30,9 +30,11 @@ struct TrustStage {
         do throws(FerryError) {
             for w in observed.local.warnings { pull.emit(.warning(message: w)) }
             let locate = try pull.contentLocator(fetched.manifest)
-            let acceptance = try check(fetched.manifest, record: observed.record, localFiles: observed.local.tree.fileCount)
+            let acceptance = try check(fetched.manifest, record: observed.record,
+                                       localFiles: observed.local.tree.fileCount)
             try remember(fetched, floor: acceptance.raisedFloor(taking: fetched.manifest))
-            return .go(Trusted(record: observed.record, mirror: observed.mirror, fetched: fetched, local: observed.local, locate: locate))
+            return .go(Trusted(record: observed.record, mirror: observed.mirror, fetched: fetched,
+                               local: observed.local, locate: locate))
         } catch {
             if let staged = fetched.staged { unlink(staged) }
             throw error
@@ -45,9 +47,12 @@ struct TrustStage {
     /// The rules a manifest must pass for this session (`localFiles`: what the mirror holds).
     func acceptance(_ record: SessionRecord?, localFiles: Int) -> ManifestAcceptance {
         let same = record?.manifestURL == pull.session.manifestURL
-        return ManifestAcceptance(session: pull.session.name, now: pull.clock.now(), appliedVersion: same ? record?.manifestVersion : nil,
-                                  localFiles: localFiles, allowRollback: pull.session.allowRollback, allowEmpty: pull.session.allowEmpty,
-                                  trustedKeys: keys.keys, threshold: keys.threshold, floor: same ? record?.trustFloor : nil,
+        return ManifestAcceptance(session: pull.session.name, now: pull.clock.now(),
+                                  appliedVersion: same ? record?.manifestVersion : nil,
+                                  localFiles: localFiles, allowRollback: pull.session.allowRollback,
+                                  allowEmpty: pull.session.allowEmpty,
+                                  trustedKeys: keys.keys, threshold: keys.threshold,
+                                  floor: same ? record?.trustFloor : nil,
                                   requireExpiry: pull.session.requireExpiry)
     }
 
@@ -86,25 +91,29 @@ struct TrustStage {
         let target = manifest.keySet ?? 1
         guard target != keys.version else { return }
         let places = pull.sources.keySetPlaces
-        let taken = try pull.keys.advance(to: target, source: session.manifestURL, session: session.name) { (version) throws(FerryError) -> [UInt8] in
+        let taken = try pull.keys.advance(to: target, source: session.manifestURL,
+                                          session: session.name) { (version) throws(FerryError) -> [UInt8] in
             var reasons: [String] = []
             for (remote, manifestURL) in places {
                 let url = ManifestTree.beside(manifestURL, KeySet.path(version))
                 do throws(FerryError) {
-                    if case let .fetched(bytes, _, _, _) = try remote.fetchManifest(url: url, etag: nil, lastModified: nil,
-                                                                                  maximumSize: Int64(KeySet.maximumSize)) {
-                        return bytes
-                    }
+                    let answer = try remote.fetchManifest(url: url, etag: nil, lastModified: nil,
+                                                          maximumSize: Int64(KeySet.maximumSize))
+                    if case let .fetched(bytes, _, _, _) = answer { return bytes }
                     reasons.append("\(url): not there")
                 } catch {
                     reasons.append("\(url): \(error.message)")
                 }
             }
-            throw .manifest("key set \(version), which manifest \(session.manifestURL) is signed under, cannot be had (\(reasons.joined(separator: "; "))): refused, nothing was changed",
-                            hint: "the publisher must publish \(KeySet.path(version)) beside the manifest (ferry key set writes it; a push uploads keys-dir)")
+            throw .manifest("key set \(version), which manifest \(session.manifestURL) is signed under, cannot be had "
+                            + "(\(reasons.joined(separator: "; "))): refused, nothing was changed",
+                            hint: "the publisher must publish \(KeySet.path(version)) beside the manifest (ferry key "
+                                  + "set writes it; a push uploads keys-dir)")
         }
         for version in taken {
-            pull.emit(.warning(message: "took key set \(version): session '\(session.name)' now trusts \(keys.keys.map(\.description).joined(separator: ", ")) (\(keys.threshold) of them must sign); keys it no longer lists sign nothing"))
+            pull.emit(.warning(message: "took key set \(version): session '\(session.name)' now trusts "
+                                        + "\(keys.keys.map(\.description).joined(separator: ", ")) (\(keys.threshold) "
+                                        + "of them must sign); keys it no longer lists sign nothing"))
         }
     }
 
@@ -115,16 +124,22 @@ struct TrustStage {
         let signers = manifest.signers(trusting: keys.keys)
         if let staged = fetched.staged {
             try pull.manifests.commit(staged: staged)
-            try pull.store.saveManifest(session: pull.session.name, url: url, etag: fetched.etag, lastModified: fetched.lastModified,
-                                       version: manifest.version, files: manifest.entries.count, signers: signers, expires: manifest.expires,
+            try pull.store.saveManifest(session: pull.session.name, url: url, etag: fetched.etag,
+                                        lastModified: fetched.lastModified,
+                                       version: manifest.version, files: manifest.entries.count, signers: signers,
+                                       expires: manifest.expires,
                                        trustFloor: floor)
         }
-        pull.emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count, unchanged: !fetched.changed,
-                                  signedBy: TrustStage.named(signers), metadataBytes: fetched.metadataBytes, redirectedTo: fetched.redirectedTo))
+        pull.emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count,
+                                   unchanged: !fetched.changed,
+                                  signedBy: TrustStage.named(signers), metadataBytes: fetched.metadataBytes,
+                                  redirectedTo: fetched.redirectedTo))
     }
 
     /// Keys as events name them: separated by spaces (nil: none).
-    static func named(_ keys: [PublicKey]) -> String? { keys.isEmpty ? nil : keys.map(\.description).joined(separator: " ") }
+    static func named(_ keys: [PublicKey]) -> String? {
+        keys.isEmpty ? nil : keys.map(\.description).joined(separator: " ")
+    }
 }
 
 extension PullRun {
@@ -135,8 +150,11 @@ extension PullRun {
         let layout = manifest.layout
         guard layout != .tree else { return { $0.path } }
         guard let beside = session.manifestPath else {
-            throw .manifest("manifest \(session.manifestURL) says its files are stored as objects beside it (layout \(layout.rawValue)), but it is not under the remote \(session.remote.url): refused, nothing was changed",
-                            hint: "name the manifest relative to the remote (manifest = PATH), or set remote to the directory that holds it")
+            throw .manifest("manifest \(session.manifestURL) says its files are stored as objects beside it (layout "
+                            + "\(layout.rawValue)), but it is not under the remote \(session.remote.url): refused, "
+                            + "nothing was changed",
+                            hint: "name the manifest relative to the remote (manifest = PATH), or set remote to the "
+                                  + "directory that holds it")
         }
         return { layout.location(of: $0, manifest: beside) }
     }

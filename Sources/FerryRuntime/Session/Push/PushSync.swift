@@ -445,7 +445,8 @@ final class PushSync: SessionWork {
             removeTreeFiles(of: published, writer: writer, store: store)
         }
         emit(.manifestBuilt(output: session.manifestURL, version: version, files: entries.count,
-                            bytes: entries.reduce(0) { $0 + ($1.size ?? 0) }, signedBy: TrustStage.named(signingKeys.map(\.publicKey))))
+                            bytes: entries.reduce(0) { $0 + ($1.size ?? 0) },
+                            signedBy: TrustStage.named(signingKeys.map(\.publicKey))))
         return true
     }
 
