@@ -249,28 +249,10 @@ class Handler(BaseHTTPRequestHandler):
 
     def do_GET(self):
         path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
-        for rule in State.options.redirect:
-            prefix, target = rule.split("=", 1)
-            if self.path.startswith(prefix):
-                return self.simple(302, {"Location": target + self.path[len(prefix):]})
-        if State.options.require_basic:
-            expected = "Basic " + base64.b64encode(State.options.require_basic.encode()).decode()
-            if self.headers.get("Authorization") != expected:
-                return self.simple(401, {"WWW-Authenticate": 'Basic realm="ferry"'})
-        faults = load_faults(path)
-        with State.lock:
-            n = State.counts.get(path, 0)
-            State.counts[path] = n + 1
-            failing = State.failing_gets.get(path, 0)
-            if failing:
-                State.failing_gets[path] = failing - 1
-        if failing:
-            return self.simple(503, {}, b"injected failure after a move\n")
-        statuses = faults.get("statuses", [])
-        if n < len(statuses):
-            headers = {"Retry-After": str(faults["retry_after"])} if "retry_after" in faults else {}
-            body = faults["body"].encode() if "body" in faults else b"injected failure\n"
-            return self.simple(statuses[n], headers, body, faults.get("reason"))
+        admitted = self.admit(path)
+        if admitted is None:
+            return
+        faults, n = admitted
 
         full = os.path.realpath(os.path.join(State.options.directory, path.lstrip("/")))
         if not full.startswith(os.path.realpath(State.options.directory)) or not os.path.isfile(full):
@@ -331,6 +313,32 @@ class Handler(BaseHTTPRequestHandler):
                 State.counts[("FLIP", path)] = done + 1
             faults = dict(faults, flip=flips < 0 or done < flips)
         self.send_body(full, start, end, faults)
+
+    def admit(self, path):
+        """Answers a GET redirected, refused or failed by a fault (None); else (its faults, earlier GETs)."""
+        for rule in State.options.redirect:
+            prefix, target = rule.split("=", 1)
+            if self.path.startswith(prefix):
+                return self.simple(302, {"Location": target + self.path[len(prefix):]})
+        if State.options.require_basic:
+            expected = "Basic " + base64.b64encode(State.options.require_basic.encode()).decode()
+            if self.headers.get("Authorization") != expected:
+                return self.simple(401, {"WWW-Authenticate": 'Basic realm="ferry"'})
+        faults = load_faults(path)
+        with State.lock:
+            n = State.counts.get(path, 0)
+            State.counts[path] = n + 1
+            failing = State.failing_gets.get(path, 0)
+            if failing:
+                State.failing_gets[path] = failing - 1
+        if failing:
+            return self.simple(503, {}, b"injected failure after a move\n")
+        statuses = faults.get("statuses", [])
+        if n < len(statuses):
+            headers = {"Retry-After": str(faults["retry_after"])} if "retry_after" in faults else {}
+            body = faults["body"].encode() if "body" in faults else b"injected failure\n"
+            return self.simple(statuses[n], headers, body, faults.get("reason"))
+        return faults, n
 
     def multipart(self, full, size, spec, validators, faults, path):
         """A 206 multipart/byteranges answer to a request for several ranges (at most 200)."""
