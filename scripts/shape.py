@@ -116,7 +116,7 @@ def main():
     for problem in problems:
         print('shape: ' + problem, file=sys.stderr)
     if problems:
-        print(f'shape: {len(problems)} problem(s); docs/design.md ("The shape") says why these limits', file=sys.stderr)
+        print(f'shape: {len(problems)} problem(s); docs/design.md ("The shape CI keeps") says why these limits', file=sys.stderr)
         return 1
     print('shape: layers hold, no file over 600 lines, no function over 80')
     return 0
