@@ -51,6 +51,13 @@ struct DeltaTests {
         return server
     }
 
+    /// The run's `delta-fallback` events: each file fetched whole, why, and what said so.
+    static func fallbacks(_ run: FerryRun) -> [(path: String, reason: String, message: String)] {
+        run.events(named: "delta-fallback").map {
+            ($0["path"] as? String ?? "", $0["reason"] as? String ?? "", $0["message"] as? String ?? "")
+        }
+    }
+
     static func fileDone(_ run: FerryRun, _ path: String = "big.bin") -> (fetched: Int, reused: Int)? {
         guard let e = run.events(named: "file-done").first(where: { $0["path"] as? String == path }) else { return nil }
         return ((e["fetched"] as? Int) ?? -1, (e["reused"] as? Int) ?? 0)
@@ -143,8 +150,10 @@ struct DeltaTests {
         let run = box.sync(["--json"])
         #expect(run.exitCode == 0, "\(run.output)")
         #expect(FileManager.default.contents(atPath: box.localPath("big.bin")) == Data(new), "no wrong byte placed")
-        let warnings = run.events(named: "warning").compactMap { $0["message"] as? String }
-        #expect(warnings.count == 1 && warnings[0].contains("did not match the file's index twice; fetching the whole file"), "\(warnings)")
+        let said = Self.fallbacks(run)
+        #expect(said.count == 1 && said[0].reason == "pieces-wrong"
+                && said[0].message.contains("did not match the file's index twice"),
+                "said once, with why: \(said)")
         let done = try #require(Self.fileDone(run))
         #expect(done.reused == 0 && done.fetched == new.count, "fetched whole: \(done)")
     }
@@ -158,8 +167,9 @@ struct DeltaTests {
         let run = box.sync(["--json"])
         #expect(run.exitCode == 0, "\(run.output)")
         #expect(FileManager.default.contents(atPath: box.localPath("big.bin")) == Data(new))
-        let warnings = run.events(named: "warning").compactMap { $0["message"] as? String }
-        #expect(warnings.count == 1 && warnings[0].contains("answered a range request with the whole file (HTTP 200)"), "\(warnings)")
+        let said = Self.fallbacks(run)
+        #expect(said.count == 1 && said[0].reason == "ranges-refused"
+                && said[0].message.contains("answered a range request with the whole file (HTTP 200)"), "\(said)")
     }
 
     /// Several ranges are asked in one request where the server serves them as parts; one that
@@ -190,8 +200,10 @@ struct DeltaTests {
         let swapped = box.sync(["--json"])
         #expect(swapped.exitCode == 0, "\(swapped.output)")
         #expect(FileManager.default.contents(atPath: box.localPath("big.bin")) == Data(new), "no wrong byte placed")
-        let warnings = swapped.events(named: "warning").compactMap { $0["message"] as? String }
-        #expect(warnings.count == 1 && warnings[0].contains("is refused: part 1 is bytes"), "\(warnings)")
+        let said = Self.fallbacks(swapped)
+        #expect(said.count == 1 && said[0].reason == "ranges-refused"
+                && said[0].message.contains("is refused: part 1 is bytes"),
+                "\(said)")
     }
 
     @Test func damagedLocalBytesAreFetchedNotPlaced() throws {

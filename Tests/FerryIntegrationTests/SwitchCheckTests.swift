@@ -162,7 +162,7 @@ struct SwitchCheckTests {
         #expect(refused.exitCode == 2 && refused.stderr.contains("applies to a pull session with layout = generations"), "\(refused.output)")
         let metrics = Metrics(path: nil)
         metrics.event(Event(time: SystemClock().now(), session: "s", body: .rolledBack(generation: "g2", previous: "g1", version: 2, reason: "it exited with code 1")))
-        var state = Metrics.SessionState(name: "s", record: nil, taskCounts: [:], waiting: false)
+        var state = Metrics.Standing(name: "s", record: nil, taskCounts: [:], waiting: false)
         state.direction = .pull
         #expect(metrics.render([state]).contains("ferry_rollbacks_total{session=\"s\"} 1"))
         let line = Event(time: SystemClock().now(), session: "s", body: .rolledBack(generation: "g2", previous: "g1", version: 2, reason: "why")).json

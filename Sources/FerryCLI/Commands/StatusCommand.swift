@@ -329,9 +329,20 @@ struct StatusCommand: Command {
                 }
                 out.add("sources", parts.joined(separator: "; "), maxLines: StatusCommand.messageLines)
             }
+            // Large files the last run fetched whole: never silent.
+            if st.runningPID == nil, !r.lastFallbacks.isEmpty {
+                out.add("no delta", StatusCommand.fallbacks(r.lastFallbacks), maxLines: StatusCommand.messageLines)
+            }
         } else {
             out.add("last run", "never run")
         }
+    }
+
+    /// "2 files fetched whole: a.img (its index is damaged), b.img (…)", a few named.
+    static func fallbacks(_ records: [FallbackRecord]) -> String {
+        let named = records.prefix(3).map { "\(Printable.name($0.path)) (\($0.reason.said))" }
+        let more = records.count > 3 ? ", and \(records.count - 3) more" : ""
+        return "\(Plural.count(records.count, "file")) fetched whole: " + named.joined(separator: ", ") + more
     }
 
     /// The manifest last applied, and a pull's generations (layout = generations).
@@ -478,6 +489,9 @@ struct StatusCommand: Command {
             f.append("\"last_reused\":" + (r?.lastReused.map { String($0) } ?? "null"))
             f.append("\"last_sources\":[" + (r?.lastSources ?? []).map { s in
                 "{\"source\":\(JSONText.quote(s.source)),\"bytes\":\(s.bytes),\"requests\":\(s.requests),\"demoted\":\(s.demoted.map(JSONText.quote) ?? "null")}"
+            }.joined(separator: ",") + "]")
+            f.append("\"last_fallbacks\":[" + (r?.lastFallbacks ?? []).map { fallback in
+                "{\"path\":\(JSONText.quote(fallback.path)),\"reason\":\"\(fallback.reason.rawValue)\"}"
             }.joined(separator: ",") + "]")
             f.append("\"agent_pid\":" + (st.agentPID.map { String($0) } ?? "null"))
             f.append("\"next_poll\":" + (st.agentPID != nil ? r?.nextPoll.map { JSONText.quote($0.rfc3339) } ?? "null" : "null"))

@@ -72,6 +72,10 @@ final class SyncReporter: EventSink {
     /// The shared causes (`SharedCause`: a full disk) already said for a session in this run.
     private var causesSaid = Set<[String]>()
 
+    /// Files fetched whole, by session and reason, in this run: the first is said with its
+    /// detail, the others counted and said in one line as the run ends (one line per cause).
+    private var fallbacks: [String: [DeltaFallback: Int]] = [:]
+
     /// A failed file's line, or nil when its cause is the disk's and was said for this run.
     private func failureLine(_ event: Event, _ path: RelativePath, _ error: String) -> String? {
         let text = "ferry: \(Printable.name(event.session)): \(Printable.name(path.string)): \(error)"
@@ -118,7 +122,7 @@ final class SyncReporter: EventSink {
         // Every case named here, none by default: a new event cannot go unshown by mistake.
         switch event.body {
         case .replaced, .fileResumed, .fileRestarted, .fileFailed, .fileDeleted, .fileRetrying, .fileWaiting, .fileDelayed, .delayedDue,
-             .fileSuspended, .fileInterrupted, .fileStarted, .fileDone, .metadataFixed:
+             .fileSuspended, .fileInterrupted, .fileStarted, .fileDone, .metadataFixed, .deltaFallback:
             humanFile(event)
         case .manifestFetched, .planned, .deltaPlanned, .sourceServed, .planItem, .checked, .manifestBuilt:
             humanPlan(event)
@@ -167,6 +171,11 @@ final class SyncReporter: EventSink {
             Console.err(text)
         case let .fileDeleted(path):
             line("\(s): deleted \(name(path))")
+        case let .deltaFallback(path, reason, message):
+            let seen = fallbacks[event.session, default: [:]][reason, default: 0]
+            fallbacks[event.session, default: [:]][reason] = seen + 1
+            guard seen == 0 else { return }
+            warn("\(s): \(name(path)): no delta, the whole file is fetched: \(reason.said) (\(message))")
         case let .fileRetrying(path, attempt, delay, error):
             guard firstRetry(event.session, path.string, error) else { return }
             line("\(s): \(name(path)): \(error); trying again (try \(attempt) in \(Units.formatFixed(delay, digits: 1))s; further tries with this error are not shown)")
@@ -283,6 +292,10 @@ final class SyncReporter: EventSink {
             warn(s.isEmpty ? message : "\(s): \(message)")
         case let .syncFinished(code, transferred, failed, deleted, bytes, seconds, message, hint, dryRun):
             retried = retried.filter { $0.key.session != event.session }
+            let counts = (fallbacks.removeValue(forKey: event.session) ?? [:]).sorted(by: { $0.key < $1.key })
+            for (reason, count) in counts where count > 1 {
+                warn("\(s): \(Plural.count(count - 1, "more file")) fetched whole: \(reason.said)")
+            }
             bars?.remove(session: event.session)
             bars?.clear()
             finished(s, ExitCode(rawValue: code), verb: pushing.contains(event.session) ? "uploaded" : "downloaded", transferred: transferred, failed: failed, deleted: deleted, bytes: bytes,

@@ -95,6 +95,9 @@ public struct Event: Sendable {
         /// of them being held locally. `read`: held versions read to plan (the others were known by
         /// the cached index of their content).
         case deltaPlanned(files: Int, reused: Int64, fetch: Int64, whole: Int, read: Int = 0)
+        /// A large file with a content index is fetched whole, its delta not taken (`reason`), with
+        /// what said so: once per file and run.
+        case deltaFallback(path: RelativePath, reason: DeltaFallback, message: String)
         /// A pull with `mirrors`, after its transfers: what one source (`origin`, or a mirror's URL)
         /// served this run, its `share` of all the bytes fetched (0...1), and why it was demoted if it was.
         case sourceServed(source: String, bytes: Int64, requests: Int, share: Double, demoted: String?)
@@ -179,6 +182,7 @@ public struct Event: Sendable {
         case .manifestRetrying: return "manifest-retrying"
         case .planned: return "planned"
         case .deltaPlanned: return "delta-planned"
+        case .deltaFallback: return "delta-fallback"
         case .sourceServed: return "source-served"
         case .planItem: return "plan-item"
         case .manifestBuilt: return "manifest-built"
@@ -234,7 +238,7 @@ public struct Event: Sendable {
         // Every case named here, none by default: a new event cannot go without its fields.
         switch body {
         case .replaced, .fileStarted, .fileResumed, .fileInterrupted, .fileSuspended, .fileRestarted, .fileRetrying, .fileDelayed, .delayedDue,
-             .fileWaiting, .fileDone, .fileFailed, .metadataFixed, .fileDeleted:
+             .fileWaiting, .fileDone, .fileFailed, .metadataFixed, .fileDeleted, .deltaFallback:
             fields.appendFile(body)
         case .syncStarted, .manifestFetched, .manifestRetrying, .planned, .deltaPlanned, .planItem, .uploadsVerified, .generationSwitched, .rolledBack, .rollout, .warning,
              .manifestBuilt, .checked, .checkFinished, .sessionState, .sessionHeld, .agent, .syncFinished, .sourceServed:
@@ -287,6 +291,8 @@ private struct JSONFields {
             if let source { s("source", source) }
         case let .fileFailed(path, error):
             s("path", path.string); s("error", error)
+        case let .deltaFallback(path, reason, message):
+            s("path", path.string); s("reason", reason.rawValue); s("message", message)
         case let .metadataFixed(path), let .fileDeleted(path):
             s("path", path.string)
         default:
@@ -380,7 +386,7 @@ extension Event.Body {
             return action == "reload-refused" ? .error : .info
         case let .sessionState(state, _):
             return state.isFailed ? .error : state.isWaiting ? .warning : .info
-        case .warning, .rolledBack, .fileWaiting, .manifestRetrying, .fileRetrying:
+        case .warning, .rolledBack, .fileWaiting, .manifestRetrying, .fileRetrying, .deltaFallback:
             return .warning
         case .syncStarted, .fileStarted:
             return .debug

@@ -61,6 +61,12 @@ private struct EventFields {
         case "metadata-fixed", "file-deleted":
             guard let p = path() else { return nil }
             return name == "metadata-fixed" ? .metadataFixed(path: p) : .fileDeleted(path: p)
+        case "delta-fallback":
+            guard let p = path(), let reason = text("reason").flatMap(DeltaFallback.init(rawValue:)),
+                let message = text("message") else {
+                return nil
+            }
+            return .deltaFallback(path: p, reason: reason, message: message)
         default:
             return nil
         }

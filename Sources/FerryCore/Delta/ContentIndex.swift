@@ -164,56 +164,122 @@ public enum ContentIndex {
 
     // MARK: reading
 
+    /// The most pieces an index of a file of `size` bytes can hold: every piece but the last holds
+    /// at least `piecesMinimumChunks` chunks, and every chunk but the file's last at least
+    /// `ContentChunker.minimum` bytes. What bounds a reader's memory however often an index names
+    /// the same object (repeats are content: zeroed space, a file held twice).
+    public static func maximumPieces(forFileOf size: Int64) -> Int {
+        Int(size / Int64(piecesMinimumChunks * ContentChunker.minimum)) + 1
+    }
+
     /// The pieces of the index `reference` names for a file of `size` bytes, in order, and the
-    /// name of every object read. `load` gives the bytes of a batch of objects, each already
-    /// checked against its name. Every object is checked as it is read: its kind and level, the
-    /// bytes it covers against what its parent says, its chunks' lengths; what the whole index may
-    /// take is bounded by the file's size (`maximumBytes`). `source` names the file in errors.
+    /// name of every object read, each once. `load` gives the bytes of a batch of objects, each
+    /// already checked against its name. An object may be named many times (a file that repeats
+    /// itself has repeated pieces, and nodes over them): it is loaded and read once, and every
+    /// place that names it must agree on the bytes it covers. Every object is checked as it is
+    /// read: its kind and level, the bytes it covers against what its parent says, its chunks'
+    /// lengths within the chunker's bounds; what the index may load (`maximumBytes`) and how many
+    /// places it may name (`maximumPieces`) are bounded by the file's size. `source` names the
+    /// file in errors.
     public static func resolve(_ reference: Reference, size: Int64, source: String,
-                               load: ([SHA256Digest]) throws(FerryError) -> [[UInt8]]) throws(FerryError) -> (pieces: [Piece], objects: [SHA256Digest]) {
+                               load: ([SHA256Digest]) throws(FerryError) -> [[UInt8]])
+        throws(FerryError) -> (pieces: [Piece], objects: [SHA256Digest]) {
         func refused(_ digest: SHA256Digest?, _ text: String) -> FerryError {
             .manifest("the content index of \(source)\(digest.map { " (object \($0.hex))" } ?? "") is refused: \(text)",
                       hint: "the publisher's index is damaged or was tampered with: publish it again (ferry manifest build, or a push)")
         }
-        guard reference.level <= maximumLevel, size > 0 else { throw refused(nil, "it names a tree of level \(reference.level) for a file of \(size) bytes") }
-        let bound = maximumBytes(forFileOf: size)
-        var loaded: Int64 = 0
-        var current: [(SHA256Digest, Int64)] = [(reference.sha256, size)]
-        var named: Set<SHA256Digest> = [reference.sha256]
-        var objects: [SHA256Digest] = []
-        var level = reference.level
-        /// Loads `current` in batches within the bound, handing each object to `read`.
-        func each(_ read: (SHA256Digest, Int64, [UInt8]) throws(ManifestTree.Problem) -> Void) throws(FerryError) {
-            for batch in batches(current, room: bound - loaded) {
-                let bodies = try load(batch.map(\.0))
-                for ((digest, covers), bytes) in zip(batch, bodies) {
-                    objects.append(digest)
-                    loaded += Int64(bytes.count)
-                    guard loaded <= bound else { throw refused(digest, "it takes more than \(bound) bytes for a file of \(size) bytes") }
-                    do throws(ManifestTree.Problem) { try read(digest, covers, bytes) } catch { throw refused(digest, error.text) }
-                }
-            }
+        guard reference.level <= maximumLevel, size > 0 else {
+            throw refused(nil, "it names a tree of level \(reference.level) for a file of \(size) bytes")
         }
-        while level > 0 {
+        var reader = Reading(size: size, bound: maximumBytes(forFileOf: size), places: maximumPieces(forFileOf: size))
+        var current: [(SHA256Digest, Int64)] = [(reference.sha256, size)]
+        for level in stride(from: reference.level, to: 0, by: -1) {
+            let nodes = try reader.read(current, load: load, refused: refused) {
+                (bytes, covers) throws(ManifestTree.Problem) in
+                try readNode(bytes, level: level, covers: covers)
+            }
             var next: [(SHA256Digest, Int64)] = []
-            try each { (_, covers, bytes) throws(ManifestTree.Problem) in
-                for child in try readNode(bytes, level: level, covers: covers) {
-                    guard named.insert(child.0).inserted else { throw ManifestTree.Problem(text: "it names object \(child.0.hex) twice") }
-                    next.append(child)
-                }
+            for (digest, _) in current { next += nodes[digest]! }
+            guard next.count <= reader.places else {
+                throw refused(nil, "it names \(next.count) objects at level \(level - 1), more than a file of \(size) "
+                                   + "bytes holds")
             }
             current = next
-            level -= 1
+        }
+        let read = try reader.read(current, load: load, refused: refused) {
+            (bytes, covers) throws(ManifestTree.Problem) in
+            try readPiece(bytes, covers: covers)
         }
         var pieces: [Piece] = []
         pieces.reserveCapacity(current.count)
         var offset: Int64 = 0
-        try each { (_, covers, bytes) throws(ManifestTree.Problem) in
-            let (sha, chunks) = try readPiece(bytes, covers: covers)
+        for (i, (digest, covers)) in current.enumerated() {
+            let (sha, chunks) = read[digest]!
+            if let why = chunkProblem(chunks, lastPiece: i == current.count - 1) { throw refused(digest, why) }
             pieces.append(Piece(offset: offset, length: Int(covers), sha256: sha, chunks: chunks))
             offset += covers
         }
-        return (pieces, objects)
+        return (pieces, reader.objects)
+    }
+
+    /// What a reader of one index has loaded: each object once, and the bytes they took.
+    struct Reading {
+        let size: Int64
+        let bound: Int64
+        let places: Int
+        var loaded: Int64 = 0
+        var objects: [SHA256Digest] = []
+
+        /// Reads each object `named` names once (in batches within the bound), with `decode`,
+        /// checking that every place naming it says it covers the same bytes.
+        mutating func read<T>(_ named: [(SHA256Digest, Int64)], load: ([SHA256Digest]) throws(FerryError) -> [[UInt8]],
+                              refused: (SHA256Digest?, String) -> FerryError,
+                              decode: ([UInt8], Int64) throws(ManifestTree.Problem) -> T)
+            throws(FerryError) -> [SHA256Digest: T] {
+            var covers: [SHA256Digest: Int64] = [:]
+            var distinct: [(SHA256Digest, Int64)] = []
+            for (digest, n) in named {
+                if let earlier = covers[digest] {
+                    guard earlier == n else {
+                        throw refused(digest, "it is named as covering \(earlier) bytes in one place and \(n) in "
+                                              + "another")
+                    }
+                } else {
+                    covers[digest] = n
+                    distinct.append((digest, n))
+                }
+            }
+            var out: [SHA256Digest: T] = [:]
+            for batch in ContentIndex.batches(distinct, room: bound - loaded) {
+                let bodies = try load(batch.map(\.0))
+                for ((digest, n), bytes) in zip(batch, bodies) {
+                    objects.append(digest)
+                    loaded += Int64(bytes.count)
+                    guard loaded <= bound else {
+                        throw refused(digest, "it takes more than \(bound) bytes for a file of \(size) bytes")
+                    }
+                    do throws(ManifestTree.Problem) {
+                        out[digest] = try decode(bytes, n)
+                    } catch { throw refused(digest, error.text) }
+                }
+            }
+            return out
+        }
+    }
+
+    /// Why the chunks of a piece cannot be what the chunker cut (nil: they can): every piece but
+    /// the file's last holds at least `piecesMinimumChunks` chunks, every chunk but the file's
+    /// last at least `ContentChunker.minimum` bytes.
+    static func chunkProblem(_ chunks: [Chunk], lastPiece: Bool) -> String? {
+        if !lastPiece && chunks.count < piecesMinimumChunks {
+            return "a piece before the last holds \(chunks.count) chunks, fewer than \(piecesMinimumChunks)"
+        }
+        let short = lastPiece ? chunks.dropLast() : chunks[...]
+        if let chunk = short.first(where: { $0.length < ContentChunker.minimum }) {
+            return "it holds a chunk of \(chunk.length) bytes before the file's last, shorter than "
+                   + "\(ContentChunker.minimum)"
+        }
+        return nil
     }
 
     /// Batches of at most 1,024 objects, and no more than `room` bytes of objects of the

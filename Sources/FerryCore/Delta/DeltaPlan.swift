@@ -43,15 +43,28 @@ public struct DeltaPlan: Sendable {
     public var size: Int64 { pieces.last.map { $0.offset + Int64($0.length) } ?? 0 }
 
     /// Each chunk of `pieces` found among `local` (same length and hash; the first found wins)
-    /// is taken from there, the rest fetched; neighbouring runs from one place are merged.
-    public init(pieces indexed: [ContentIndex.Piece], local: [LocalChunk]) {
+    /// is taken from there, the rest fetched; neighbouring runs from one place are merged. With
+    /// `selfFile`, a chunk no local file holds but an earlier piece of the new version does (a file
+    /// that repeats itself: zeroed space, the same file twice in an archive) is taken from that
+    /// piece once it is assembled, as file `selfFile`: fetched once, however often it repeats.
+    public init(pieces indexed: [ContentIndex.Piece], local: [LocalChunk], selfFile: Int? = nil) {
         var known: [ContentIndex.Chunk: Location] = [:]
         known.reserveCapacity(local.count)
         for c in local where known[c.chunk] == nil { known[c.chunk] = c.at }
+        var earlier: [ContentIndex.Chunk: Location] = [:]
         pieces = indexed.map { piece in
             var segments: [Segment] = []
             for chunk in piece.chunks {
-                DeltaPlan.append(Segment(length: chunk.length, from: known[chunk]), to: &segments)
+                DeltaPlan.append(Segment(length: chunk.length, from: known[chunk] ?? earlier[chunk]), to: &segments)
+            }
+            if let selfFile {
+                var at = piece.offset
+                for chunk in piece.chunks {
+                    if known[chunk] == nil && earlier[chunk] == nil {
+                        earlier[chunk] = Location(file: selfFile, offset: at)
+                    }
+                    at += Int64(chunk.length)
+                }
             }
             return Piece(offset: piece.offset, length: piece.length, sha256: piece.sha256, segments: segments)
         }

@@ -419,10 +419,11 @@ public final class Agent: @unchecked Sendable {
     }
 
     /// The sessions' standing for metrics.
-    private func metricsStates() throws(FerryError) -> [Metrics.SessionState] {
-        var states: [Metrics.SessionState] = []
+    private func metricsStates() throws(FerryError) -> [Metrics.Standing] {
+        var states: [Metrics.Standing] = []
         for (name, slot) in slots.sorted(by: { $0.key < $1.key }) {
-            states.append(Metrics.SessionState(name: name, direction: slot.session.direction, record: try store.session(name),
+            states.append(Metrics.Standing(name: name, direction: slot.session.direction,
+                                           record: try store.session(name),
                                                taskCounts: try store.openTaskCounts(session: name),
                                                waiting: slot.state.lastPollFailed))
         }

@@ -24,20 +24,22 @@ public final class Metrics: EventSink, @unchecked Sendable {
         var metadataBytes: [String: Int64] = [:]
         /// Bytes a delta took from data the mirror held.
         var reusedBytes: [String: Int64] = [:]
+        /// Large files fetched whole, their delta not taken, by reason.
+        var fallbacks: [String: [DeltaFallback: Int]] = [:]
     }
 
     /// The textfile, if the config names one.
     public let path: String?
     private let counts = Mutex(Counts())
     /// The sessions' standing the agent gave last (for `/metrics` between its updates).
-    private let latest = Mutex<[SessionState]>([])
+    private let latest = Mutex<[Standing]>([])
     /// Set when `/metrics` was read since the agent last gave the sessions' standing.
     private let asked = Atomic<Bool>(false)
 
     public init(path: String?) { self.path = path }
 
     /// The newest standing of the sessions (the agent's loop); `/metrics` renders from it.
-    public func update(_ sessions: [SessionState]) {
+    public func update(_ sessions: [Standing]) {
         latest.withLock { $0 = sessions }
         asked.store(false, ordering: .relaxed)
     }
@@ -69,6 +71,8 @@ public final class Metrics: EventSink, @unchecked Sendable {
             counts.withLock { $0.failedFiles[s, default: 0] += 1; $0.errors[s, default: [:]]["file", default: 0] += 1 }
         case .rolledBack:
             counts.withLock { $0.rollbacks[s, default: 0] += 1 }
+        case let .deltaFallback(_, reason, _):
+            counts.withLock { $0.fallbacks[s, default: [:]][reason, default: 0] += 1 }
         case let .rollout(_, _, inside, _):
             counts.withLock { $0.rolloutInside[s] = inside ? 1 : 0 }
         case let .syncFinished(code, _, _, _, _, _, _, _, dryRun) where !dryRun:
@@ -84,7 +88,7 @@ public final class Metrics: EventSink, @unchecked Sendable {
     }
 
     /// One session's standing, from the store and the agent.
-    public struct SessionState: Sendable {
+    public struct Standing: Sendable {
         public var name: String
         /// pull or push: what the transfer counters count (downloads or uploads).
         public var direction: Direction = .pull
@@ -95,16 +99,16 @@ public final class Metrics: EventSink, @unchecked Sendable {
     }
 
     /// The file's text for `sessions`.
-    public func render(_ sessions: [SessionState]) -> String {
+    public func render(_ sessions: [Standing]) -> String {
         let c = counts.withLock { $0 }
         var out = ""
         func metric(_ name: String, _ type: String, _ help: String, _ rows: [(labels: String, value: String)]) {
             out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
             for row in rows { out += "\(name){\(row.labels)} \(row.value)\n" }
         }
-        func label(_ s: SessionState) -> String { "session=\"\(Metrics.escape(s.name))\"" }
+        func label(_ s: Standing) -> String { "session=\"\(Metrics.escape(s.name))\"" }
         metric("ferry_build_info", "gauge", "Always 1; the labels say which ferry this is.", [("version=\"\(Metrics.escape(FerryVersion.string))\"", "1")])
-        func moved(_ s: SessionState) -> String { label(s) + ",direction=\"\(s.direction.rawValue)\"" }
+        func moved(_ s: Standing) -> String { label(s) + ",direction=\"\(s.direction.rawValue)\"" }
         // By source: `origin` (the remote), or each mirror a pull took files from.
         metric("ferry_transferred_bytes_total", "counter", "Bytes downloaded (pull) or uploaded (push) since the agent started, by source (origin, or a mirror's URL).",
                sessions.flatMap { s in
@@ -115,6 +119,15 @@ public final class Metrics: EventSink, @unchecked Sendable {
                })
         metric("ferry_reused_bytes_total", "counter", "Bytes of changed files a delta took from data the mirror held instead of the network (pull), since the agent started.",
                sessions.filter { $0.direction == .pull }.map { (label($0), String(c.reusedBytes[$0.name] ?? 0)) })
+        let pulls = sessions.filter { $0.direction == .pull }
+        metric("ferry_delta_fallbacks_total", "counter",
+               "Large files with a content index fetched whole since the agent started, by why the delta was not "
+               + "taken.",
+               pulls.flatMap { s in
+                   DeltaFallback.allCases.map {
+                       (label(s) + ",reason=\"\($0.rawValue)\"", String(c.fallbacks[s.name]?[$0] ?? 0))
+                   }
+               })
         metric("ferry_transferred_files_total", "counter", "Files downloaded and placed (pull) or uploaded and moved into place (push) since the agent started.",
                sessions.map { (moved($0), String(c.files[$0.name] ?? 0)) })
         metric("ferry_failed_files_total", "counter", "Files that failed since the agent started.",
@@ -152,7 +165,7 @@ public final class Metrics: EventSink, @unchecked Sendable {
     }
 
     /// Writes the file atomically (readable by node_exporter: mode 0644), if there is one.
-    public func write(_ sessions: [SessionState]) throws(FerryError) {
+    public func write(_ sessions: [Standing]) throws(FerryError) {
         guard let path else { return }
         try FileSystem.writeAtomically(path, bytes: Array(render(sessions).utf8), mode: 0o644)
     }

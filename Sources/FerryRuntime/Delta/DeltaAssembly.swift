@@ -32,8 +32,10 @@ final class DeltaAssembly: DownloadStrategy {
 
     private(set) var plan: DeltaPlan
     let fetched: Fetched
-    /// The local files the plan takes bytes from, by `DeltaPlan.Location.file`.
+    /// The local files the plan takes bytes from, by `DeltaPlan.Location.file`; the file after
+    /// them is the partial itself, whose verified pieces a repeat takes its bytes from.
     let sources: [Int32]
+    private var partialFD: Int32 = -1
     /// Where the assembly is: the piece, the segment in it, the bytes of that segment done.
     var piece = 0
     var segment = 0
@@ -55,7 +57,7 @@ final class DeltaAssembly: DownloadStrategy {
     private var receivedAtCheckpoint: Int64 = 0
     static let fetchedCheckpoint: Int64 = 32 << 10
     /// Why the delta stopped (the file is fetched whole next), when it did.
-    private(set) var stopped: String?
+    private(set) var stopped: DeltaStop?
 
     /// The range being fetched by the current request: its first and last byte, what arrived.
     var run: (first: Int64, last: Int64)?
@@ -117,6 +119,7 @@ final class DeltaAssembly: DownloadStrategy {
             ? PieceMemory.read(partial.fd, at: start, count: min(partial.length - start,
                                                                  Int64(plan.pieces[index].length - 1))) : []
         assembly.piece = index
+        assembly.partialFD = partial.fd
         if case let .request(read) = origin { assembly.multipleRanges = read.multipleRanges }
         assembly.source = pieces == nil ? origin.stepped : nil
         // Any validator keeps the offset: what the partial holds was verified piece by piece.
@@ -278,11 +281,11 @@ final class DeltaAssembly: DownloadStrategy {
             return stop("the remote's object of the piece of \(Units.formatBytes(Int64(p.length))) at offset "
                         + "\(p.offset) (\(p.sha256.hex.prefix(16))…) does not hold the bytes its name says; the "
                         + "publisher's next push checks its objects and sends it again",
-                        cause: .contentMismatch(afterResume: false))
+                        cause: .contentMismatch(afterResume: false), reason: .piecesWrong)
         }
         return stop("the bytes the remote sent for \(Units.formatBytes(Int64(p.length))) at offset \(p.offset) did not "
                     + "match the file's index twice",
-                    cause: .contentMismatch(afterResume: false))
+                    cause: .contentMismatch(afterResume: false), reason: .piecesWrong)
     }
 
     /// A piece that matched its hash goes to the partial; fetched bytes are checkpointed every
@@ -312,13 +315,14 @@ final class DeltaAssembly: DownloadStrategy {
 
     /// Stops the delta: the file is fetched whole next (its verified pieces are not kept, as a
     /// whole download starts from zero without a validator).
-    func stop(_ why: String, keepPieces: Bool = true, cause: FailureCause = .rangeNotHonoured) -> TransferOutcome {
+    func stop(_ why: String, keepPieces: Bool = true, cause: FailureCause = .rangeNotHonoured,
+              reason: DeltaFallback = .rangesRefused) -> TransferOutcome {
         guard !storedAsPieces else {
             // Stored as pieces: the attempt fails, what was verified kept; tried again unless the
             // piece's object itself is wrong (a later run tries again, as for a whole file).
             return .failed(TransferFailure(message: why, keepPartial: keepPieces, cause: cause))
         }
-        stopped = why
+        stopped = DeltaStop(reason: reason, why: why)
         return .failed(TransferFailure(message: why + "; fetching the whole "
                                                     + "file", keepPartial: false, cause: .rangeNotHonoured))
     }
@@ -330,7 +334,7 @@ final class DeltaAssembly: DownloadStrategy {
         if case let .failed(failure) = outcome, case .contentMismatch = failure.cause {
             return stop("the file assembled from pieces that each matched the index does not match its SHA-256 (the "
                         + "index does not describe the file)",
-                        keepPieces: false)
+                        keepPieces: false, reason: .piecesWrong)
         }
         return outcome
     }
@@ -339,7 +343,8 @@ final class DeltaAssembly: DownloadStrategy {
     /// read, and the piece is then fetched whole instead.
     func readLocal(_ at: DeltaPlan.Location, count: Int) -> Int {
         while true {
-            let got = pread(sources[at.file], gathered.end, count, off_t(at.offset))
+            let got = pread(at.file < sources.count ? sources[at.file] : partialFD, gathered.end, count,
+                            off_t(at.offset))
             if got < 0 && errno == EINTR { continue }
             if got <= 0 {
                 refetchPiece()

@@ -134,7 +134,7 @@ final class Download: Transfer {
     /// Whether it fetches the whole file, or assembles it from ranges or pieces.
     var kind: DownloadKind { strategy.kind }
     /// Why a delta stopped, when it did: the file is fetched whole next.
-    var deltaStopped: String? { strategy.stopped }
+    var deltaStopped: DeltaStop? { strategy.stopped }
 
     // MARK: Transfer: each call goes to the strategy
 

@@ -1,4 +1,5 @@
 import CCurl
+import FerryCore
 
 /// How a `Download` asks for its bytes and takes them in, while the download keeps the partial
 /// file, its hash and checkpoints, and judges the whole at the end:
@@ -26,9 +27,15 @@ protocol DownloadStrategy: AnyObject {
     /// Bytes taken from local files by this attempt.
     var reused: Int64 { get }
     /// Why a delta stopped (the file is fetched whole next), when it did.
-    var stopped: String? { get }
+    var stopped: DeltaStop? { get }
     /// The download is done: what the strategy holds goes (sources, buffers).
     func close(_ download: Download)
+}
+
+/// Why a delta stopped: its reason as events and metrics name it, and what happened.
+struct DeltaStop {
+    let reason: DeltaFallback
+    let why: String
 }
 
 /// Which strategy a download has.

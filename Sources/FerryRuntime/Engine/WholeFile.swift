@@ -24,7 +24,7 @@ final class WholeFile: DownloadStrategy {
     var kind: DownloadKind { .wholeFile }
     var continues: Bool { false }
     var reused: Int64 { 0 }
-    var stopped: String? { nil }
+    var stopped: DeltaStop? { nil }
     func mode(of download: Download) -> TransferMode { download.origin.stepped == nil ? .curl : .steps }
     func waitingOn(of download: Download) -> (fd: Int32, events: Int16)? { download.origin.stepped?.waitingOn }
 

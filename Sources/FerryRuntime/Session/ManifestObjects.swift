@@ -28,8 +28,12 @@ final class ManifestObjects {
     /// what each source sent. A mirror that fails an object is skipped for it; one that sends an
     /// object other than its name says is not asked again (`PullSources` demotes it).
     private let mirrors: ObjectMirrors?
+    /// A pull's memory of objects the remote sent wrong (`BadObjects`): not fetched again soon.
+    let bad: BadObjects?
 
-    init(session: SessionConfig, state: String, remote: Remote?, keeps: Bool = true, mirrors: ObjectMirrors? = nil) {
+    init(session: SessionConfig, state: String, remote: Remote?, keeps: Bool = true, mirrors: ObjectMirrors? = nil,
+         bad: BadObjects? = nil) {
+        self.bad = bad
         directory = StatePaths.cachedManifest(state: state, session: session.name) + ".objects"
         let prefix = ManifestTree.objectDirectory(beside: session.manifestURL) + "/"
         self.remote = remote.map { ($0, prefix) }
@@ -48,8 +52,11 @@ final class ManifestObjects {
     }
 
     /// The bytes of each object, from the cache or the remote (where one larger than
-    /// `maximumSize` is refused).
-    func load(_ batch: [SHA256Digest], source: String, maximumSize: Int = ManifestTree.maximumObjectSize) throws(FerryError) -> [[UInt8]] {
+    /// `maximumSize` is refused). `index`: objects of a content index, which `bad` remembers
+    /// when the remote sends them wrong (a tree's are asked again on the next poll: a run that
+    /// cannot read its tree fails, and takes it as soon as the publisher repairs it).
+    func load(_ batch: [SHA256Digest], source: String, maximumSize: Int = ManifestTree.maximumObjectSize,
+              index: Bool = false) throws(FerryError) -> [[UInt8]] {
         var out = [[UInt8]](repeating: [], count: batch.count)
         var missing: [Int] = []
         for (i, digest) in batch.enumerated() {
@@ -64,7 +71,8 @@ final class ManifestObjects {
         // over a slow link keeps what it had (the next fetches the rest).
         for group in stride(from: 0, to: missing.count, by: ManifestObjects.group).map({ Array(missing[$0..<min($0 + ManifestObjects.group, missing.count)]) }) {
             let digests = group.map { batch[$0] }
-            let fetched = try fetch(digests, from: remote, prefix: prefix, source: source, maximumSize: maximumSize)
+            let fetched = try fetch(digests, from: remote, prefix: prefix, source: source, maximumSize: maximumSize,
+                                    bad: index ? bad : nil)
             for (i, bytes) in zip(group, fetched) {
                 out[i] = bytes
                 fetchedBytes += Int64(bytes.count)
@@ -188,7 +196,17 @@ final class ManifestObjects {
     /// Fetches objects, up to 8 at once, each checked against its name.
     /// Each object from the first mirror that has it as named, else from the remote.
     private func fetch(_ digests: [SHA256Digest], from remote: Remote, prefix: String, source: String,
-                       maximumSize: Int) throws(FerryError) -> [[UInt8]] {
+                       maximumSize: Int, bad: BadObjects?) throws(FerryError) -> [[UInt8]] {
+        if let bad, let (digest, since) = digests.lazy.compactMap({ d in bad.knownBad(d).map { (d, $0) } }).first {
+            throw FerryError(.manifest, "the metadata object \(prefix + digest.hex) that manifest \(source) names did "
+                                        + "not match its "
+                             + "hash when it was fetched at \(since.rfc3339); it is not fetched again before the "
+                             + "manifest changes or "
+                             + "verify-interval passes: refused, nothing was changed",
+                             hint: "the remote's copy was altered or damaged: the publisher's next verified push "
+                                   + "writes it again",
+                             cause: .contentMismatch(afterResume: false))
+        }
         let sources = self.mirrors
         let mirrors = sources?.objectMirrors() ?? []
         // Each answer counted for its source, which judges what a mirror's wrong object costs it.
@@ -209,8 +227,15 @@ final class ManifestObjects {
                     try ManifestObjects.fetchOne(digests[i], from: mirror.remote, prefix: mirror.prefix, source: source, maximumSize: maximumSize)
                 }) { return bytes }
             }
-            return try counted(sources?.originPlace ?? 0, digests[i]) { () throws(FerryError) in
-                try ManifestObjects.fetchOne(digests[i], from: remote, prefix: prefix, source: source, maximumSize: maximumSize)
+            do throws(FerryError) {
+                return try counted(sources?.originPlace ?? 0, digests[i]) { () throws(FerryError) in
+                    try ManifestObjects.fetchOne(digests[i], from: remote, prefix: prefix, source: source,
+                                                 maximumSize: maximumSize)
+                }
+            } catch {
+                // The origin's own copy is wrong: remembered, so the next poll does not ask again.
+                if case .contentMismatch? = error.cause { bad?.remember(digests[i]) }
+                throw error
             }
         }
         if let error { throw error }
@@ -229,8 +254,14 @@ final class ManifestObjects {
             }
             return bytes
         case let .missing(error):
-            throw .manifest("the metadata object \(url) that manifest \(source) names is not on the remote (\(error.message)): refused, nothing was changed",
-                            hint: "the publisher removed it too early or never wrote it: a push writes it again when it next verifies what it published (verify-interval, or ferry sync now on the publisher); after ferry manifest build, run it again")
+            throw FerryError(.manifest, "the metadata object \(url) that manifest \(source) names is not on the remote "
+                             + "(\(error.message)): refused, nothing was changed",
+                             hint: "the publisher removed it too early or never wrote it: a push writes it again when "
+                                   + "it next "
+                                   + "verifies what it published (verify-interval, or ferry sync now on the "
+                                   + "publisher); after "
+                                   + "ferry manifest build, run it again",
+                             cause: .http(status: 404))
         case .unchanged:
             throw .manifest("the remote answered 'not modified' to an unconditional request for \(url)")
         }

@@ -44,8 +44,9 @@ struct ManifestSource {
 
     /// The session's metadata objects (format 2): cached, or fetched from `remote`; a dry run
     /// (`keeps: false`) keeps what it fetches in memory only.
-    func objects(remote: Remote?, keeps: Bool = true, mirrors: ObjectMirrors? = nil) -> ManifestObjects {
-        ManifestObjects(session: session, state: state, remote: remote, keeps: keeps, mirrors: mirrors)
+    func objects(remote: Remote?, keeps: Bool = true, mirrors: ObjectMirrors? = nil,
+                 bad: BadObjects? = nil) -> ManifestObjects {
+        ManifestObjects(session: session, state: state, remote: remote, keeps: keeps, mirrors: mirrors, bad: bad)
     }
 
     /// A manifest's bytes, parsed, and its tree read through `objects` (format 2); with the hashes

@@ -61,6 +61,8 @@ public struct SyncResult: Sendable {
     public var counts = TransferCounts()
     /// A pull with mirrors: what each source served (`PullSources`).
     public var sources: [SourceCount] = []
+    /// A pull: the large files fetched whole, their delta not taken, and why.
+    public var fallbacks: [FallbackRecord] = []
     /// The run-level error, if the run could not go on.
     public var error: FerryError?
     /// Why the run did not end in sync (failed files, refused deletions), or what a dry run would do.

@@ -62,7 +62,7 @@ final class StoredState: SessionState {
     func endRun(_ result: SyncResult) {
         try? store.recordRunFinished(session: session.name, exitCode: result.exitCode.rawValue, message: result.message,
                                      fetched: result.counts.bytes, reused: result.counts.reused,
-                                     sources: result.sources)
+                                     sources: result.sources, fallbacks: result.fallbacks)
         try? store.recordHold(session: session.name, waitsFor: result.counts.heldFor)
     }
 
@@ -97,7 +97,9 @@ final class StoredState: SessionState {
 
     func stage(_ manifest: [UInt8]) throws(FerryError) -> String? { try manifests.stage(manifest) }
     func objects(remote: Remote?, mirrors: ObjectMirrors?) -> ManifestObjects {
-        manifests.objects(remote: remote, keeps: true, mirrors: mirrors)
+        let bad = BadObjects(path: manifests.path + ".bad-objects", keeps: true, clock: store.clock,
+                             interval: session.verifyInterval)
+        return manifests.objects(remote: remote, keeps: true, mirrors: mirrors, bad: bad)
     }
     func keyChain() -> KeyChain { KeyChain(session: session, state: stateDirectory, keeps: true) }
 
@@ -145,7 +147,10 @@ final class DryRun: SessionState {
     var repairsRemote: Bool { false }
     func stage(_ manifest: [UInt8]) throws(FerryError) -> String? { nil }
     func objects(remote: Remote?, mirrors: ObjectMirrors?) -> ManifestObjects {
-        ManifestSource(session: session, state: stateDirectory).objects(remote: remote, keeps: false, mirrors: mirrors)
+        let manifests = ManifestSource(session: session, state: stateDirectory)
+        let bad = BadObjects(path: manifests.path + ".bad-objects", keeps: false, clock: store.clock,
+                             interval: session.verifyInterval)
+        return manifests.objects(remote: remote, keeps: false, mirrors: mirrors, bad: bad)
     }
     func keyChain() -> KeyChain { KeyChain(session: session, state: stateDirectory, keeps: false) }
     func expectCtimeMoves() throws(FerryError) {}

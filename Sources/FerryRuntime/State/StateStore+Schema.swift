@@ -232,6 +232,11 @@ extension StateStore {
         """
         ALTER TABLE sessions ADD COLUMN rollout TEXT;
         """,
+        // 17: the large files the last run fetched whole, their delta not taken, and why
+        // (`FallbackRecord.text`: `<reason> <path>` lines; NULL: none), for status.
+        """
+        ALTER TABLE sessions ADD COLUMN last_fallbacks TEXT;
+        """,
     ]
 
     /// `TaskState.after(event)` as SQL: the expression a row's new state is set to, so the table

@@ -51,6 +51,8 @@ public struct SessionRecord: Sendable {
     public var rollbacks = 0
     /// This machine's place in the last phased rollout it saw (nil: the manifest had none).
     public var rollout: RolloutStanding?
+    /// The large files the last run fetched whole, their delta not taken, and why.
+    public var lastFallbacks: [FallbackRecord] = []
 }
 
 /// The SQLite state of all sessions (WAL mode): sessions, the task table and the hash cache.
@@ -104,7 +106,7 @@ public final class StateStore {
                    last_run_finished, last_exit_code, last_message, running_pid, deadline,
                    agent_pid, agent_state, next_poll, last_poll_ok, held_for, manifest_files, manifest_signer, manifest_expires,
                    last_fetched, last_reused, last_sources, trust_floor, switch_check, rejected_version, rejected_reason, rollbacks,
-                   rollout FROM sessions WHERE name = ?
+                   rollout, last_fallbacks FROM sessions WHERE name = ?
             """).bind(.text(name))
         guard try s.step() else { return nil }
         return SessionRecord(
@@ -118,7 +120,8 @@ public final class StateStore {
             lastFetched: s.isNull(18) ? nil : s.int(18), lastReused: s.isNull(19) ? nil : s.int(19),
             lastSources: s.text(20).map(SourceCount.parse) ?? [], trustFloor: s.text(21).flatMap(Timestamp.init(rfc3339:)),
             switchCheck: s.text(22).flatMap(SwitchCheck.init(text:)), rejectedVersion: s.isNull(23) ? nil : s.int(23), rejectedReason: s.text(24),
-            rollbacks: Int(s.int(25)), rollout: s.text(26).flatMap(RolloutStanding.init(text:)))
+            rollbacks: Int(s.int(25)), rollout: s.text(26).flatMap(RolloutStanding.init(text:)),
+            lastFallbacks: s.text(27).map(FallbackRecord.parse) ?? [])
     }
 
     /// What the agent `pid` says of a session between runs; a nil pid says no agent schedules it.
@@ -188,14 +191,15 @@ public final class StateStore {
     }
 
     public func recordRunFinished(session: String, exitCode: Int32, message: String?, fetched: Int64 = 0, reused: Int64 = 0,
-                                  sources: [SourceCount] = []) throws(FerryError) {
+                                  sources: [SourceCount] = [], fallbacks: [FallbackRecord] = []) throws(FerryError) {
         try ensureSession(session)
         try db.prepare("""
             UPDATE sessions SET last_run_finished = ?, last_exit_code = ?, last_message = ?, running_pid = NULL, deadline = NULL,
-                                last_fetched = ?, last_reused = ?, last_sources = ? WHERE name = ?
+                                last_fetched = ?, last_reused = ?, last_sources = ?, last_fallbacks = ? WHERE name = ?
             """)
             .bind(.text(clock.now().rfc3339), .int(Int64(exitCode)), .optional(message), .int(fetched), .int(reused),
-                  .optional(sources.isEmpty ? nil : SourceCount.text(sources)), .text(session)).run()
+                  .optional(sources.isEmpty ? nil : SourceCount.text(sources)),
+                  .optional(fallbacks.isEmpty ? nil : FallbackRecord.text(fallbacks)), .text(session)).run()
     }
 
     // MARK: notices said once

@@ -17,6 +17,8 @@ struct DeltaPreparation {
     let objects: ManifestObjects
     let remote: Remote
     let emit: (Event.Body) -> Void
+    /// Says a file fetched whole, its index not read (`DeltaFallback`), once per file and run.
+    let fallback: (RelativePath, DeltaFallback, String) -> Void
     /// The SHA-256 the hash cache vouches for of a local file (nil: none).
     let localHash: (RelativePath) -> SHA256Digest?
     /// Where the session keeps which index describes which content (`IndexMap`).
@@ -73,7 +75,6 @@ struct DeltaPreparation {
         let reuses = session.delta && remote.base.backend.abilities.contains(.rangedReads)
         guard reuses || downloads.contains(where: { prepared.storedAsPieces($0.entry) }) else { return prepared }
         let known = IndexMap.read(mapPath)
-        var refused: [(RelativePath, FerryError)] = []
         var whole = 0
         var read = 0
         let seeds = openSeeds()
@@ -97,7 +98,11 @@ struct DeltaPreparation {
                 pieces = read.pieces
                 prepared.keep += read.objects
             } catch {
-                if asPieces { prepared.unfetchable[entry.path] = error } else { refused.append((entry.path, error)) }
+                if asPieces {
+                    prepared.unfetchable[entry.path] = error
+                } else {
+                    fallback(entry.path, DeltaFallback.reading(error), error.message)
+                }
                 continue
             }
             prepared.resolved.insert(entry.path)
@@ -111,7 +116,8 @@ struct DeltaPreparation {
                 usable.append(source)
                 local += chunks
             }
-            let plan = DeltaPlan(pieces: pieces, local: local)
+            // A repeat of an earlier piece's bytes comes from the partial once that piece is in it.
+            let plan = DeltaPlan(pieces: pieces, local: local, selfFile: usable.count)
             // Stored as pieces: every byte saved is worth it (a whole fetch costs a request a piece too).
             if plan.worthIt || (asPieces && plan.reused > 0) {
                 prepared.plans[entry.path] = (plan, usable)
@@ -125,12 +131,6 @@ struct DeltaPreparation {
             emit(.deltaPlanned(files: plans.count, reused: plans.reduce(0) { $0 + $1.reused },
                                fetch: plans.reduce(0) { $0 + $1.fetched }, whole: whole,
                                read: read))
-        }
-        // One warning for the cause, however many files share it.
-        if let (path, error) = refused.first {
-            let others = refused.count > 1 ? " (and \(Plural.count(refused.count - 1, "more file")))" : ""
-            emit(.warning(message: "\(Printable.name(path.string))\(others): no delta, the whole file is fetched: "
-                                   + "\(error.message)"))
         }
         return prepared
     }
@@ -156,7 +156,8 @@ struct DeltaPreparation {
     private func resolve(_ index: ContentIndex.Reference, of path: RelativePath,
                          size: Int64) throws(FerryError) -> (pieces: [ContentIndex.Piece], objects: [SHA256Digest]) {
         try ContentIndex.resolve(index, size: size, source: Printable.name(path.string)) { (batch) throws(FerryError) in
-            try objects.load(batch, source: session.manifestURL, maximumSize: ContentIndex.maximumObjectSize)
+            try objects.load(batch, source: session.manifestURL, maximumSize: ContentIndex.maximumObjectSize,
+                             index: true)
         }
     }
 

@@ -28,8 +28,8 @@ struct TransferStage {
                                    localIOError: nil, stopped: pull.options.stop.reason, failure: nil))
         }
         let transfers = PullTransfers(session: pull.session, root: prepared.root, store: pull.store,
-                                      sources: pull.sources, locate: prepared.locate,
-                                      deltas: prepared.deltas, observer: pull.observer, emit: { pull.emit($0) },
+                                      sources: pull.sources, locate: prepared.locate, deltas: prepared.deltas,
+                                      fallbacks: pull.fallbacks, observer: pull.observer, emit: { pull.emit($0) },
                                       plan: plan, stop: pull.options.stop,
                                       gate: DiscretionGate(session: pull.session, agent: pull.agent, clock: pull.clock))
         transfers.runLimits = pull.options.limits
@@ -78,6 +78,7 @@ struct CommitStage {
         sayUnstorable(transferred.unstorableMtimes)
         if transferred.stopped == nil {
             pull.caches.keep(prepared.preparation.cacheIndexes(prepared.plan.downloads, skipping: prepared.deltas))
+            pull.sayWhatObjectsFound(prepared.preparation.objects)
         }
         var counts = transferred.counts
         do throws(FerryError) {
@@ -102,6 +103,7 @@ struct CommitStage {
         var result = pull.result()
         result.counts = counts
         result.sources = sources
+        result.fallbacks = pull.fallbacks.records
         result.error = error
         return result
     }
@@ -191,6 +193,7 @@ struct ReportStage {
         var result = pull.result(committed.exitCode)
         result.counts = committed.counts
         result.sources = committed.sources
+        result.fallbacks = pull.fallbacks.records
         result.hint = committed.hint
         let plan = committed.plan
         let attempted = plan.downloads.count + plan.metadataFixes.count + plan.blocked.count

@@ -121,7 +121,7 @@ struct ObserveStage {
             guard root.tree != nil else { return (root, []) }
             try TrustStage(pull: pull).precheck(root, record: record)
             let read = try objects.resolve(root, source: url, maximumSize: pull.session.maxManifestSize)
-            pull.sources.sayDemotions()
+            pull.sayWhatObjectsFound(objects)
             if objects.damaged > 0 {
                 pull.emit(.warning(message: "\(Plural.count(objects.damaged, "cached metadata object")) of session "
                                             + "'\(pull.session.name)' did not match "
@@ -133,6 +133,7 @@ struct ObserveStage {
         switch answer {
         case .unchanged:
             let bytes = try FileSystem.readFile(pull.manifests.path, limit: Int(pull.session.maxManifestSize))
+            objects.bad?.reading(root: SHA256Hasher.digest(of: bytes))
             let (manifest, names) = try resolved(try Manifests.parse(bytes, source: url))
             return FetchedManifest(manifest: manifest, changed: false, staged: nil, etag: nil, lastModified: nil,
                                    objects: objects, names: names,
@@ -142,6 +143,7 @@ struct ObserveStage {
         case let .fetched(bytes, etag, lastModified, redirectedTo):
             // Staged on disk before parsing, so the bytes are freed as soon as they are parsed.
             let staged = try pull.state.stage(bytes)
+            objects.bad?.reading(root: SHA256Hasher.digest(of: bytes))
             do {
                 let (manifest, names) = try resolved(try Manifests.parse(bytes, source: url))
                 return FetchedManifest(manifest: manifest, changed: true, staged: staged, etag: etag,

@@ -34,7 +34,7 @@ struct PrepareStage {
         let mapPath = pull.manifests.path + ".index-map"
         var preparation = DeltaPreparation(session: pull.session, root: root, objects: planned.fetched.objects,
                                            remote: pull.remote,
-                                           emit: { pull.emit($0) },
+                                           emit: { pull.emit($0) }, fallback: { pull.fallbacks.say($0, $1, $2) },
                                            localHash: { tree.index(of: $0).flatMap { tree.items[$0].verified } },
                                            mapPath: mapPath)
         preparation.deletions = plan.deletions
@@ -43,7 +43,7 @@ struct PrepareStage {
             preparation.current = try? LocalRoot(path: current, create: false, role: .remote)
         }
         let deltas = preparation.prepare(plan.downloads, manifest: manifest)
-        pull.sources.sayDemotions()
+        pull.sayWhatObjectsFound(planned.fetched.objects)
         pull.caches.arm(planned.fetched.objects, entries: manifest.entries, mapPath: mapPath)
         pull.caches.keep(deltas.keep)
         return .go(Prepared(mirror: mirror, manifest: manifest, locate: planned.locate, root: root, tree: tree,

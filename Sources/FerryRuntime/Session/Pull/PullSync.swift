@@ -60,6 +60,8 @@ final class PullRun {
     let remote: Remote
     let sources: PullSources
     let caches = SessionCaches()
+    /// The large files this run fetched whole, said once each (`DeltaFallbacks`).
+    let fallbacks: DeltaFallbacks
     /// The key sets this session trusts, read from the state when first needed (`TrustStage`).
     lazy var keys: KeyChain = state.keyChain()
 
@@ -72,9 +74,9 @@ final class PullRun {
         self.state = state
         remote = try Remotes.open(work.session, clock: work.clock, stop: work.options.stop)
         let (observer, name, clock) = (observer, work.session.name, work.clock)
-        sources = PullSources(session: session, remote: remote, clock: clock, stop: options.stop) { body in
-            observer.event(Event(time: clock.now(), session: name, body: body))
-        }
+        let emit: (Event.Body) -> Void = { body in observer.event(Event(time: clock.now(), session: name, body: body)) }
+        sources = PullSources(session: session, remote: remote, clock: clock, stop: options.stop, emit: emit)
+        fallbacks = DeltaFallbacks(emit: emit)
     }
 
     var store: StateStore { state.store }
@@ -85,6 +87,19 @@ final class PullRun {
 
     func emit(_ body: Event.Body) {
         observer.event(Event(time: clock.now(), session: session.name, body: body))
+    }
+
+    /// What fetching metadata objects found, said once each: mirrors demoted for a wrong object,
+    /// and objects the remote itself holds wrong (remembered, `BadObjects`, so not asked again).
+    func sayWhatObjectsFound(_ objects: ManifestObjects) {
+        sources.sayDemotions()
+        let bad = objects.bad?.takeNew() ?? []
+        guard let first = bad.first else { return }
+        let named = bad.count == 1 ? "object \(first.hex) does" : "objects \(first.hex) and \(bad.count - 1) more do"
+        emit(.warning(message: "the remote's metadata \(named) not match \(bad.count == 1 ? "its" : "their") hash: not "
+                               + "fetched "
+                               + "again before the manifest changes or verify-interval "
+                               + "(\(Units.formatDuration(session.verifyInterval))) passes"))
     }
 
     /// The run's result when it ends with nothing else to say of its files.
@@ -121,5 +136,22 @@ final class SessionCaches {
         guard let objects else { return }
         objects.sweep(keeping: kept)
         IndexMap.write(mapPath, entries)
+    }
+}
+
+/// The large files a run fetched whole, their delta not taken (`DeltaFallback`): each said once
+/// (a `delta-fallback` event) and kept for the run's result, which the state keeps for `status`.
+/// Called on the session's thread, or the engine's while the session waits on it.
+final class DeltaFallbacks {
+    private let emit: (Event.Body) -> Void
+    private(set) var records: [FallbackRecord] = []
+    private var said = Set<RelativePath>()
+
+    init(emit: @escaping (Event.Body) -> Void) { self.emit = emit }
+
+    func say(_ path: RelativePath, _ reason: DeltaFallback, _ message: String) {
+        guard said.insert(path).inserted else { return }
+        records.append(FallbackRecord(path: path.string, reason: reason))
+        emit(.deltaFallback(path: path, reason: reason, message: message))
     }
 }

@@ -33,6 +33,8 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     /// run are fetched whole (`deltaStopped`, by task). Files stored as their pieces are all among them.
     private let deltas: DeltaPreparation.Prepared
     private var deltaStopped = Set<Int64>()
+    /// Where a file fetched whole, its delta stopped, is said.
+    private let fallbacks: DeltaFallbacks
 
     /// Downloads that neither finished, failed, wait nor are suspended, delayed or held: only a stop leaves any.
     var unfinished: Int { progress.filesTotal - counts.transferred - counts.failed - counts.notDone }
@@ -48,9 +50,10 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
 
     init(session: SessionConfig, root: LocalRoot, store: StateStore, sources: PullSources,
          locate: @escaping (ManifestEntry) -> RelativePath,
-         deltas: DeltaPreparation.Prepared = .init(), observer: EventSink,
+         deltas: DeltaPreparation.Prepared = .init(), fallbacks: DeltaFallbacks, observer: EventSink,
          emit: @escaping (Event.Body) -> Void, plan: Plan, stop: StopCondition, gate: DiscretionGate?) {
         self.root = root
+        self.fallbacks = fallbacks
         self.sources = sources
         self.locate = locate
         self.deltas = deltas
@@ -253,7 +256,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     private func mirrorFailed(_ item: Item, _ download: Download, _ failure: TransferFailure) {
         let fault: PullSources.Fault
         if let stopped = download.deltaStopped {
-            fault = .wrongBytes(how: "did not answer ranges as asked for", detail: stopped)
+            fault = .wrongBytes(how: "did not answer ranges as asked for", detail: stopped.why)
         } else if case .contentMismatch = failure.cause {
             fault = .wrongBytes(how: "sent wrong bytes for", detail: failure.message)
         } else if failure.cause == .http(status: 404) || failure.cause == .http(status: 410) {
@@ -365,9 +368,9 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                 return
             }
         }
-        if let why = download.deltaStopped, var item = items.removeValue(forKey: download.task.id) {
-            // Not a failed try: the file is fetched whole at once.
-            emit(.warning(message: "\(Printable.name(download.entry.path.string)): \(why); fetching the whole file"))
+        if let stop = download.deltaStopped, var item = items.removeValue(forKey: download.task.id) {
+            // Not a failed try: the file is fetched whole at once, said once.
+            fallbacks.say(download.entry.path, stop.reason, stop.why)
             root.removePartial(taskID: download.task.id)
             deltaStopped.insert(item.task.id)
             item.task.bytesDone = 0
