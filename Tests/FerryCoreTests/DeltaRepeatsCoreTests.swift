@@ -42,7 +42,7 @@ struct DeltaRepeatsCoreTests {
 
     /// A piece object as the chunker could not have cut it: `count` chunks of `length` bytes.
     static func piece(chunks count: Int, length: Int) -> (SHA256Digest, [UInt8]) {
-        var out = ContentIndex.pieceMagic + [UInt8](repeating: 7, count: 32)
+        var out = ContentIndex.pieceMagic + [UInt8](repeating: 7, count: 32) + [0]  // no detail
         ContentIndex.varint(UInt64(count), into: &out)
         for i in 0..<count {
             ContentIndex.varint(UInt64(length), into: &out)

@@ -10,7 +10,7 @@ import FerryCore
 @Suite(.serialized)
 struct DeltaFallbackTests {
     /// Two large files mirrored from nginx, then a new version of each published: returns the
-    /// metadata objects of their new indexes' pieces (`fdC2`), by file, as the remote has them.
+    /// metadata objects of their new indexes' pieces (`fdC3`), by file, as the remote has them.
     static func twoChangedFiles(_ box: Sandbox, remote: String) throws -> [String: String] {
         let meta = box.published + "/.ferry/meta"
         for (name, seed) in [("big.bin", 1), ("big2.bin", 2)] { box.publish(name,
@@ -27,7 +27,7 @@ struct DeltaFallbackTests {
             box.buildManifest()
             let new = Set(try FileManager.default.contentsOfDirectory(atPath: meta)).subtracting(before)
             pieces[name] = try #require(new.sorted().first { name in
-                FileManager.default.contents(atPath: meta + "/" + name)?.prefix(4) == Data("fdC2".utf8)
+                FileManager.default.contents(atPath: meta + "/" + name)?.prefix(4) == Data("fdC3".utf8)
             }, "a new piece of \(name)'s index")
         }
         return pieces

@@ -55,17 +55,22 @@ public enum ContentIndex {
         }
     }
 
-    /// A piece: where it sits in the file, its SHA-256, its chunks.
+    /// A piece: where it sits in the file, its SHA-256, its chunks, and the object that holds its
+    /// detail (`PieceDetail`; nil in an index written before details were).
     public struct Piece: Sendable, Equatable {
         public let offset: Int64
         public let length: Int
         public let sha256: SHA256Digest
         public let chunks: [Chunk]
+        public var detail: SHA256Digest? = nil
     }
 
-    /// `fdC2`: chunk hashes of 3 bytes (`fdC1`, of 4, is no longer read: its index is refused, the
-    /// file fetched whole once, and the publisher's next build or push writes `fdC2`).
-    static let pieceMagic: [UInt8] = Array("fdC2".utf8)
+    /// `fdC3`: after the piece's SHA-256 a byte of flags (1: the name of its detail follows); the
+    /// chunks as in `fdC2`, which is still read (no detail). `fdC1` (chunk hashes of 4 bytes) is
+    /// not: its index is refused, the file fetched whole once, and the next build writes `fdC3`.
+    static let pieceMagic: [UInt8] = Array("fdC3".utf8)
+    static let pieceMagicWithoutDetail: [UInt8] = Array("fdC2".utf8)
+    static let pieceHasDetail: UInt8 = 1
     static let nodeMagic: [UInt8] = Array("fdN1".utf8)
     /// A piece ends after a chunk whose hash is 0 mod 32 once it holds 8 chunks, and at 256:
     /// about 40 chunks, 145 KiB. What a change costs a mirror's index and a push of the objects
@@ -81,7 +86,7 @@ public enum ContentIndex {
     /// The most index bytes a file of `size` bytes may take: far above what ferry writes
     /// (about 0.19% of the file), and what bounds what a hostile index can make a mirror read.
     public static func maximumBytes(forFileOf size: Int64) -> Int64 { size / 64 + (64 << 10) }
-    /// No index object is larger: a piece of 256 chunks takes 1,318 bytes, a node of 64 children
+    /// No index object is larger: a piece of 256 chunks takes 1,351 bytes, a detail at most 4,087, a node of 64 children
     /// 2,694. What a reader fetches of one is bounded by it.
     public static let maximumObjectSize = 4096
 
@@ -90,7 +95,7 @@ public enum ContentIndex {
     /// Builds an index chunk by chunk: `add` each chunk in order; when it says the piece ended,
     /// `endPiece` with the piece's SHA-256 (the caller hashes the bytes as it reads them).
     public struct Builder {
-        var pieces: [(sha256: SHA256Digest, length: Int, chunks: [Chunk])] = []
+        var pieces: [(sha256: SHA256Digest, length: Int, chunks: [Chunk], detail: [UInt8]?)] = []
         var chunks: [Chunk] = []
         var length = 0
 
@@ -107,8 +112,9 @@ public enum ContentIndex {
         /// Whether chunks wait for `endPiece` (the file's end ends the last piece).
         public var pieceOpen: Bool { !chunks.isEmpty }
 
-        public mutating func endPiece(sha256: SHA256Digest) {
-            pieces.append((sha256, length, chunks))
+        /// Ends the piece with its SHA-256 and its detail object (`PieceDetail.Hasher.finish`).
+        public mutating func endPiece(sha256: SHA256Digest, detail: [UInt8]? = nil) {
+            pieces.append((sha256, length, chunks, detail))
             chunks = []
             length = 0
         }
@@ -127,6 +133,11 @@ public enum ContentIndex {
             var level: [(sha256: SHA256Digest, bytes: Int64)] = pieces.map { piece in
                 var out = ContentIndex.pieceMagic
                 out += piece.sha256.bytes
+                if let detail = piece.detail {
+                    out += [ContentIndex.pieceHasDetail] + seal(detail).bytes
+                } else {
+                    out += [0]
+                }
                 varint(UInt64(piece.chunks.count), into: &out)
                 for c in piece.chunks {
                     varint(UInt64(c.length), into: &out)
@@ -214,9 +225,9 @@ public enum ContentIndex {
         pieces.reserveCapacity(current.count)
         var offset: Int64 = 0
         for (i, (digest, covers)) in current.enumerated() {
-            let (sha, chunks) = read[digest]!
+            let (sha, chunks, detail) = read[digest]!
             if let why = chunkProblem(chunks, lastPiece: i == current.count - 1) { throw refused(digest, why) }
-            pieces.append(Piece(offset: offset, length: Int(covers), sha256: sha, chunks: chunks))
+            pieces.append(Piece(offset: offset, length: Int(covers), sha256: sha, chunks: chunks, detail: detail))
             offset += covers
         }
         return (pieces, reader.objects)
@@ -313,14 +324,22 @@ public enum ContentIndex {
         }
     }
 
-    static func readPiece(_ bytes: [UInt8], covers: Int64) throws(ManifestTree.Problem) -> (SHA256Digest, [Chunk]) {
+    static func readPiece(_ bytes: [UInt8],
+                          covers: Int64) throws(ManifestTree.Problem) -> (SHA256Digest, [Chunk], SHA256Digest?) {
         guard covers <= Int64(pieceMaximumChunks * ContentChunker.maximum) else {
             throw ManifestTree.Problem(text: "its parent says it covers \(covers) bytes, more than a piece holds")
         }
-        return try bytes.withUnsafeBufferPointer { (b) throws(ManifestTree.Problem) -> (SHA256Digest, [Chunk]) in
+        return try bytes.withUnsafeBufferPointer { (b) throws(ManifestTree.Problem) -> (SHA256Digest, [Chunk], SHA256Digest?) in
             var r = ManifestTree.ObjectReader(b)
-            try r.expect(pieceMagic, "an index piece")
+            let old = b.count >= 4 && b.prefix(4).elementsEqual(pieceMagicWithoutDetail)
+            try r.expect(old ? pieceMagicWithoutDetail : pieceMagic, "an index piece")
             let sha = try r.digest()
+            var detail: SHA256Digest?
+            if !old {
+                let flags = try r.byte()
+                guard flags & ~pieceHasDetail == 0 else { throw ManifestTree.Problem(text: "it has flags \(flags) this ferry does not know") }
+                if flags & pieceHasDetail != 0 { detail = try r.digest() }
+            }
             let count = Int(try r.varint(max: UInt64(pieceMaximumChunks), "its count of chunks"))
             guard count > 0 else { throw ManifestTree.Problem(text: "it is a piece without chunks") }
             var chunks: [Chunk] = []
@@ -335,15 +354,17 @@ public enum ContentIndex {
             }
             guard sum == covers else { throw ManifestTree.Problem(text: "its chunks cover \(sum) bytes, not the \(covers) its parent says") }
             guard r.atEnd else { throw ManifestTree.Problem(text: "it has bytes after its last chunk") }
-            return (sha, chunks)
+            return (sha, chunks, detail)
         }
     }
 
     /// The names of the objects of the index `reference` names that `node` can give (a cached
     /// node's bytes, nil when it has none): the top, the nodes under it, and the pieces the lowest
-    /// nodes name. What a mirror's cache keeps for a file it holds; unchecked (a damaged object is
-    /// found when it is read, and fetched again).
-    public static func names(_ reference: Reference, node: (SHA256Digest) -> [UInt8]?) -> [SHA256Digest] {
+    /// nodes name; with `details`, the details those pieces name (what a publisher keeps; a
+    /// mirror fetches a detail for one update and does not keep it). What a mirror's cache keeps
+    /// for a file it holds; unchecked (a damaged object is found when it is read, and fetched again).
+    public static func names(_ reference: Reference, details: Bool = false,
+                             node: (SHA256Digest) -> [UInt8]?) -> [SHA256Digest] {
         var out = [reference.sha256]
         var seen: Set<SHA256Digest> = [reference.sha256]
         var current = [reference.sha256]
@@ -360,7 +381,22 @@ public enum ContentIndex {
             current = next
             level -= 1
         }
+        if details && level == 0 {
+            for piece in current {
+                if let detail = node(piece).flatMap(detailName), seen.insert(detail).inserted { out.append(detail) }
+            }
+        }
         return out
+    }
+
+    /// The detail a piece object names, read without checking the rest.
+    static func detailName(_ bytes: [UInt8]) -> SHA256Digest? {
+        bytes.withUnsafeBufferPointer { b -> SHA256Digest? in
+            var r = ManifestTree.ObjectReader(b)
+            guard (try? r.expect(pieceMagic, "")) != nil, (try? r.digest()) != nil,
+                  let flags = try? r.byte(), flags & pieceHasDetail != 0 else { return nil }
+            return try? r.digest()
+        }
     }
 
     /// More objects than an index of a 4 EiB file... far more than any real index: a bound on a walk.

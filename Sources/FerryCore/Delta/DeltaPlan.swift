@@ -35,7 +35,7 @@ public struct DeltaPlan: Sendable {
         }
     }
 
-    public private(set) var pieces: [Piece]
+    public internal(set) var pieces: [Piece]
 
     /// Bytes the plan takes from local files, and from the remote.
     public var reused: Int64 { pieces.reduce(0) { $0 + $1.segments.reduce(0) { $0 + ($1.from == nil ? 0 : Int64($1.length)) } } }

@@ -2,8 +2,8 @@ import Glibc
 import FerryCore
 
 /// One read of a file for delta: its chunks (`ContentChunker`, each with the first 3 bytes of
-/// its SHA-256) and, for a publisher, its pieces and whole SHA-256 in the same pass
-/// (`ContentIndex.Builder`).
+/// its SHA-256) and, for a publisher, its pieces, their details and whole SHA-256 in the same pass
+/// (`ContentIndex.Builder`, `PieceDetail.Hasher`).
 enum ContentScan {
     static let bufferSize = 1 << 20
 
@@ -18,14 +18,16 @@ enum ContentScan {
     static func index(_ fd: Int32, what: String) throws(FerryError) -> Indexed {
         let whole = SHA256Hasher()
         let piece = SHA256Hasher()
+        var detail = PieceDetail.Hasher()
         var builder = ContentIndex.Builder()
         let size = try chunks(fd, what: what, each: { bytes in
             whole.update(bytes.baseAddress!, count: bytes.count)
             piece.update(bytes.baseAddress!, count: bytes.count)
+            detail.update(bytes)
         }, chunk: { chunk, _ in
-            if builder.add(chunk) { builder.endPiece(sha256: piece.finalize()) }
+            if builder.add(chunk) { builder.endPiece(sha256: piece.finalize(), detail: detail.finish()) }
         })
-        if builder.pieceOpen { builder.endPiece(sha256: piece.finalize()) }
+        if builder.pieceOpen { builder.endPiece(sha256: piece.finalize(), detail: detail.finish()) }
         let built = builder.finish { SHA256Hasher().digest(of: $0) }
         return Indexed(sha256: whole.finalize(), size: size, index: built)
     }

@@ -117,7 +117,9 @@ struct DeltaPreparation {
                 local += chunks
             }
             // A repeat of an earlier piece's bytes comes from the partial once that piece is in it.
-            let plan = DeltaPlan(pieces: pieces, local: local, selfFile: usable.count)
+            // What changed in place of held bytes, made finer with the changed pieces' details.
+            let plan = refined(DeltaPlan(pieces: pieces, local: local, selfFile: usable.count), pieces: pieces,
+                               sources: usable, of: entry.path)
             // Stored as pieces: every byte saved is worth it (a whole fetch costs a request a piece too).
             if plan.worthIt || (asPieces && plan.reused > 0) {
                 prepared.plans[entry.path] = (plan, usable)

@@ -88,7 +88,7 @@ extension PushSync {
     /// The names of an index's objects when the session's cache holds every one of them (the
     /// remote then holds them too: the cache holds what this session placed); nil otherwise.
     func cachedNames(_ index: ContentIndex.Reference, _ objects: ManifestObjects, cached: Set<String>) -> [SHA256Digest]? {
-        let names = ContentIndex.names(index) { objects.bytes(of: $0) }
+        let names = ContentIndex.names(index, details: true) { objects.bytes(of: $0) }
         // The walk stops at a node the cache lacks: every name it found must be there.
         return names.allSatisfy { cached.contains($0.hex) } ? names : nil
     }
