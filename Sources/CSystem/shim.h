@@ -19,6 +19,12 @@ static inline int ferry_spawn_close_from(posix_spawn_file_actions_t *actions, in
 extern int syncfs(int fd);
 extern int renameat2(int olddirfd, const char *oldpath, int newdirfd, const char *newpath, unsigned int flags);
 
+extern int memfd_create(const char *name, unsigned int flags);
+
+/// An anonymous file in memory, closed on exec: the bytes of a piece stored compressed, sent
+/// through a remote's usual placement of a range of a file.
+static inline int ferry_memory_file(const char *name) { return memfd_create(name, 1u /* MFD_CLOEXEC */); }
+
 /// Flushes the filesystem holding `fd` to disk: many files, one call.
 static inline int ferry_syncfs(int fd) { return syncfs(fd); }
 

@@ -56,21 +56,43 @@ public enum ContentIndex {
     }
 
     /// A piece: where it sits in the file, its SHA-256, its chunks, and the object that holds its
-    /// detail (`PieceDetail`; nil in an index written before details were).
+    /// detail (`PieceDetail`; nil in an index written before details were), or how it is stored
+    /// compressed.
     public struct Piece: Sendable, Equatable {
         public let offset: Int64
         public let length: Int
         public let sha256: SHA256Digest
         public let chunks: [Chunk]
         public var detail: SHA256Digest? = nil
+        public var stored: Stored? = nil
+        /// The content object that holds the piece when the file is stored as its pieces.
+        public var object: SHA256Digest { stored?.sha256 ?? sha256 }
     }
 
-    /// `fdC3`: after the piece's SHA-256 a byte of flags (1: the name of its detail follows); the
-    /// chunks as in `fdC2`, which is still read (no detail). `fdC1` (chunk hashes of 4 bytes) is
+    /// A piece stored compressed (`remote-layout = objects`, where that saves space): each chunk
+    /// one zstd frame, the frames one after another in a content object named by their SHA-256
+    /// (as every content object is named by the bytes it holds), each frame's length here. The
+    /// piece's own SHA-256 is what the decompressed bytes must match.
+    public struct Stored: Sendable, Equatable {
+        public let sha256: SHA256Digest
+        public let lengths: [Int]
+        public init(sha256: SHA256Digest, lengths: [Int]) {
+            self.sha256 = sha256
+            self.lengths = lengths
+        }
+        public var size: Int { lengths.reduce(0, +) }
+        /// The most bytes a frame of `count` bytes takes (zstd's own bound for so small a frame).
+        public static func bound(_ count: Int) -> Int { count + count / 256 + 64 }
+    }
+
+    /// `fdC3`: after the piece's SHA-256 a byte of flags (1: the name of its detail follows; 2: the
+    /// name of the object that holds it compressed, and after each chunk's hash its frame's
+    /// length); the chunks as in `fdC2`, which is still read (no detail). `fdC1` (chunk hashes of 4 bytes) is
     /// not: its index is refused, the file fetched whole once, and the next build writes `fdC3`.
     static let pieceMagic: [UInt8] = Array("fdC3".utf8)
     static let pieceMagicWithoutDetail: [UInt8] = Array("fdC2".utf8)
     static let pieceHasDetail: UInt8 = 1
+    static let pieceStoredCompressed: UInt8 = 2
     static let nodeMagic: [UInt8] = Array("fdN1".utf8)
     /// A piece ends after a chunk whose hash is 0 mod 32 once it holds 8 chunks, and at 256:
     /// about 40 chunks, 145 KiB. What a change costs a mirror's index and a push of the objects
@@ -95,7 +117,7 @@ public enum ContentIndex {
     /// Builds an index chunk by chunk: `add` each chunk in order; when it says the piece ended,
     /// `endPiece` with the piece's SHA-256 (the caller hashes the bytes as it reads them).
     public struct Builder {
-        var pieces: [(sha256: SHA256Digest, length: Int, chunks: [Chunk], detail: [UInt8]?)] = []
+        var pieces: [(sha256: SHA256Digest, length: Int, chunks: [Chunk], detail: [UInt8]?, stored: Stored?)] = []
         var chunks: [Chunk] = []
         var length = 0
 
@@ -112,9 +134,11 @@ public enum ContentIndex {
         /// Whether chunks wait for `endPiece` (the file's end ends the last piece).
         public var pieceOpen: Bool { !chunks.isEmpty }
 
-        /// Ends the piece with its SHA-256 and its detail object (`PieceDetail.Hasher.finish`).
-        public mutating func endPiece(sha256: SHA256Digest, detail: [UInt8]? = nil) {
-            pieces.append((sha256, length, chunks, detail))
+        /// Ends the piece with its SHA-256 and its detail object (`PieceDetail.Hasher.finish`), or
+        /// how it is stored compressed (a frame a chunk).
+        public mutating func endPiece(sha256: SHA256Digest, detail: [UInt8]? = nil, stored: Stored? = nil) {
+            precondition(stored.map { $0.lengths.count == chunks.count } ?? true, "a frame a chunk")
+            pieces.append((sha256, length, chunks, detail, stored))
             chunks = []
             length = 0
         }
@@ -133,15 +157,16 @@ public enum ContentIndex {
             var level: [(sha256: SHA256Digest, bytes: Int64)] = pieces.map { piece in
                 var out = ContentIndex.pieceMagic
                 out += piece.sha256.bytes
-                if let detail = piece.detail {
-                    out += [ContentIndex.pieceHasDetail] + seal(detail).bytes
-                } else {
-                    out += [0]
-                }
+                let detail = piece.detail.map(seal)
+                out += [(detail == nil ? 0 : ContentIndex.pieceHasDetail)
+                        | (piece.stored == nil ? 0 : ContentIndex.pieceStoredCompressed)]
+                if let detail { out += detail.bytes }
+                if let stored = piece.stored { out += stored.sha256.bytes }
                 varint(UInt64(piece.chunks.count), into: &out)
-                for c in piece.chunks {
+                for (i, c) in piece.chunks.enumerated() {
                     varint(UInt64(c.length), into: &out)
                     out += [UInt8(c.hash & 0xFF), UInt8(c.hash >> 8 & 0xFF), UInt8(c.hash >> 16 & 0xFF)]
+                    if let stored = piece.stored { varint(UInt64(stored.lengths[i]), into: &out) }
                 }
                 return (seal(out), Int64(piece.length))
             }
@@ -225,9 +250,10 @@ public enum ContentIndex {
         pieces.reserveCapacity(current.count)
         var offset: Int64 = 0
         for (i, (digest, covers)) in current.enumerated() {
-            let (sha, chunks, detail) = read[digest]!
-            if let why = chunkProblem(chunks, lastPiece: i == current.count - 1) { throw refused(digest, why) }
-            pieces.append(Piece(offset: offset, length: Int(covers), sha256: sha, chunks: chunks, detail: detail))
+            let piece = read[digest]!
+            if let why = chunkProblem(piece.chunks, lastPiece: i == current.count - 1) { throw refused(digest, why) }
+            pieces.append(Piece(offset: offset, length: Int(covers), sha256: piece.sha256, chunks: piece.chunks,
+                                detail: piece.detail, stored: piece.stored))
             offset += covers
         }
         return (pieces, reader.objects)
@@ -324,25 +350,36 @@ public enum ContentIndex {
         }
     }
 
-    static func readPiece(_ bytes: [UInt8],
-                          covers: Int64) throws(ManifestTree.Problem) -> (SHA256Digest, [Chunk], SHA256Digest?) {
+    /// A piece object as read: its SHA-256, chunks, detail and how it is stored.
+    struct ReadPiece {
+        let sha256: SHA256Digest
+        let chunks: [Chunk]
+        let detail: SHA256Digest?
+        let stored: Stored?
+    }
+
+    static func readPiece(_ bytes: [UInt8], covers: Int64) throws(ManifestTree.Problem) -> ReadPiece {
         guard covers <= Int64(pieceMaximumChunks * ContentChunker.maximum) else {
             throw ManifestTree.Problem(text: "its parent says it covers \(covers) bytes, more than a piece holds")
         }
-        return try bytes.withUnsafeBufferPointer { (b) throws(ManifestTree.Problem) -> (SHA256Digest, [Chunk], SHA256Digest?) in
+        return try bytes.withUnsafeBufferPointer { (b) throws(ManifestTree.Problem) -> ReadPiece in
             var r = ManifestTree.ObjectReader(b)
             let old = b.count >= 4 && b.prefix(4).elementsEqual(pieceMagicWithoutDetail)
             try r.expect(old ? pieceMagicWithoutDetail : pieceMagic, "an index piece")
             let sha = try r.digest()
-            var detail: SHA256Digest?
+            var (detail, storedAs): (SHA256Digest?, SHA256Digest?) = (nil, nil)
             if !old {
                 let flags = try r.byte()
-                guard flags & ~pieceHasDetail == 0 else { throw ManifestTree.Problem(text: "it has flags \(flags) this ferry does not know") }
+                guard flags & ~(pieceHasDetail | pieceStoredCompressed) == 0 else {
+                    throw ManifestTree.Problem(text: "it has flags \(flags) this ferry does not know")
+                }
                 if flags & pieceHasDetail != 0 { detail = try r.digest() }
+                if flags & pieceStoredCompressed != 0 { storedAs = try r.digest() }
             }
             let count = Int(try r.varint(max: UInt64(pieceMaximumChunks), "its count of chunks"))
             guard count > 0 else { throw ManifestTree.Problem(text: "it is a piece without chunks") }
             var chunks: [Chunk] = []
+            var frames: [Int] = []
             chunks.reserveCapacity(count)
             var sum: Int64 = 0
             for _ in 0..<count {
@@ -351,10 +388,16 @@ public enum ContentIndex {
                 let h = try r.take(3)
                 chunks.append(Chunk(length: length, hash: UInt32(h[0]) | UInt32(h[1]) << 8 | UInt32(h[2]) << 16))
                 sum += Int64(length)
+                if storedAs != nil {
+                    let frame = Int(try r.varint(max: UInt64(Stored.bound(length)), "a frame's length"))
+                    guard frame > 0 else { throw ManifestTree.Problem(text: "it holds an empty frame") }
+                    frames.append(frame)
+                }
             }
             guard sum == covers else { throw ManifestTree.Problem(text: "its chunks cover \(sum) bytes, not the \(covers) its parent says") }
             guard r.atEnd else { throw ManifestTree.Problem(text: "it has bytes after its last chunk") }
-            return (sha, chunks, detail)
+            return ReadPiece(sha256: sha, chunks: chunks, detail: detail,
+                             stored: storedAs.map { Stored(sha256: $0, lengths: frames) })
         }
     }
 

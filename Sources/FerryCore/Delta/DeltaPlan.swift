@@ -22,8 +22,37 @@ public struct DeltaPlan: Sendable {
         public let length: Int
         public let sha256: SHA256Digest
         public internal(set) var segments: [Segment]
+        /// How the piece's object holds it when it is stored compressed (nil: as it is).
+        public var frames: Frames? = nil
         /// Whether any of its bytes are local (a piece that fails its check is then fetched whole).
         public var reusesLocalBytes: Bool { segments.contains { $0.from != nil } }
+        /// The content object that holds the piece when the file is stored as its pieces.
+        public var object: SHA256Digest { frames?.object ?? sha256 }
+        /// The bytes of that object.
+        public var storedLength: Int { frames?.stored.reduce(0, +) ?? length }
+    }
+
+    /// A piece stored compressed: its object, and each chunk's length and frame's length, in order.
+    /// A run of its bytes is fetched as the frames of the chunks it covers, whole.
+    public struct Frames: Sendable {
+        public let object: SHA256Digest
+        public let plain: [Int]
+        public let stored: [Int]
+
+        /// Where the frames of the piece's bytes `range` are in the object (nil: the range does not
+        /// start and end at a chunk's edge).
+        public func storedRange(of range: Range<Int>) -> Range<Int>? {
+            var (plainAt, storedAt) = (0, 0)
+            var start: Int?
+            for (p, s) in zip(plain, stored) {
+                if plainAt == range.lowerBound { start = storedAt }
+                plainAt += p
+                storedAt += s
+                if plainAt == range.upperBound { return start.map { $0..<storedAt } }
+                if plainAt > range.upperBound { return nil }
+            }
+            return nil
+        }
     }
     /// A chunk of a local file, where it is.
     public struct LocalChunk: Sendable {
@@ -66,7 +95,11 @@ public struct DeltaPlan: Sendable {
                     at += Int64(chunk.length)
                 }
             }
-            return Piece(offset: piece.offset, length: piece.length, sha256: piece.sha256, segments: segments)
+            let frames = piece.stored.map {
+                Frames(object: $0.sha256, plain: piece.chunks.map(\.length), stored: $0.lengths)
+            }
+            return Piece(offset: piece.offset, length: piece.length, sha256: piece.sha256, segments: segments,
+                         frames: frames)
         }
     }
 

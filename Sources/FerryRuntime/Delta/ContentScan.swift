@@ -14,20 +14,30 @@ enum ContentScan {
         let index: (reference: ContentIndex.Reference, objects: [(sha256: SHA256Digest, bytes: [UInt8])])?
     }
 
-    /// Reads `fd` from its start to its end once. `what` names the file in errors.
-    static func index(_ fd: Int32, what: String) throws(FerryError) -> Indexed {
+    /// Reads `fd` from its start to its end once. `what` names the file in errors. `compress`: a
+    /// piece that compression makes 1/16 smaller or more is stored so (`remote-layout = objects`),
+    /// without a detail (a frame is fetched whole).
+    static func index(_ fd: Int32, what: String, compress: Bool = false) throws(FerryError) -> Indexed {
         let whole = SHA256Hasher()
         let piece = SHA256Hasher()
         var detail = PieceDetail.Hasher()
+        var packing = compress ? PieceCompression() : nil
         var builder = ContentIndex.Builder()
+        func endPiece() {
+            let details = detail.finish()
+            let stored = packing?.endPiece()
+            builder.endPiece(sha256: piece.finalize(), detail: stored == nil ? details : nil, stored: stored)
+        }
         let size = try chunks(fd, what: what, each: { bytes in
             whole.update(bytes.baseAddress!, count: bytes.count)
             piece.update(bytes.baseAddress!, count: bytes.count)
             detail.update(bytes)
+            packing?.take(bytes)
         }, chunk: { chunk, _ in
-            if builder.add(chunk) { builder.endPiece(sha256: piece.finalize(), detail: detail.finish()) }
+            packing?.endChunk()
+            if builder.add(chunk) { endPiece() }
         })
-        if builder.pieceOpen { builder.endPiece(sha256: piece.finalize(), detail: detail.finish()) }
+        if builder.pieceOpen { endPiece() }
         let built = builder.finish { SHA256Hasher().digest(of: $0) }
         return Indexed(sha256: whole.finalize(), size: size, index: built)
     }

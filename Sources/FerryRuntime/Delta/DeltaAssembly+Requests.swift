@@ -55,9 +55,16 @@ extension DeltaAssembly {
             // A server that will not serve part of a piece is asked for whole pieces.
             if storedAsPieces && wholePieces && plan.pieces[piece].segments.count > 1 { refetchPiece() }
             run = remoteRuns(d, limit: 1).first
+            // Frames are fetched whole: a run that is not whole chunks (none is planned so) takes the piece.
+            if compressed, let r = run, remoteRange(r) == nil {
+                refetchPiece()
+                run = remoteRuns(d, limit: 1).first
+            }
+            asked = run.flatMap(remoteRange)
             runReceived = 0
+            packed.removeAll(keepingCapacity: true)
             checkedAnswer = false
-            runs = multipleRanges ? remoteRuns(d, limit: DeltaAssembly.rangesPerRequest) : []
+            runs = multipleRanges && !compressed ? remoteRuns(d, limit: DeltaAssembly.rangesPerRequest) : []
             if runs.count < 2 { runs = [] }
             parts = nil
             do { request = try read.build(0, nil) } catch {
@@ -70,12 +77,12 @@ extension DeltaAssembly {
     }
 
     func prepare(_ d: Download, _ easy: EasyHandle, context: UnsafeMutableRawPointer) {
-        guard let request, let run else { return }
+        guard let request, run != nil, let asked else { return }
         d.headers = ResponseHeaders()
         easy.configure(url: request.url, settings: request.settings, extraHeaders: request.headers)
         if runs.isEmpty {
             // A whole piece's object is asked for without a range.
-            if !asksWholeObject(d) { easy.set(CURLOPT_RANGE, "\(run.first - base)-\(run.last - base)") }
+            if !asksWholeObject(d) { easy.set(CURLOPT_RANGE, "\(asked.first)-\(asked.last)") }
         } else {
             easy.set(CURLOPT_RANGE, runs.map { "\($0.first - base)-\($0.last - base)" }.joined(separator: ","))
         }
@@ -84,14 +91,14 @@ extension DeltaAssembly {
 
     /// The current request is for the whole of a piece's object (no range asked).
     func asksWholeObject(_ d: Download) -> Bool {
-        guard storedAsPieces, runs.isEmpty, let run else { return false }
-        return run.first == base && run.last - base == remoteSize(d) - 1
+        guard storedAsPieces, runs.isEmpty, run != nil, let asked else { return false }
+        return asked.first == 0 && asked.last == remoteSize(d) - 1
     }
 
     /// The answer to a range must be exactly that range of a file of the manifest's size (of the
     /// piece's size, for a piece's object); a whole piece's, a 200.
     private func answerProblem(_ d: Download) -> String? {
-        guard let run else { return "no range was asked" }
+        guard run != nil, let asked else { return "no range was asked" }
         let status = d.headers.status
         if asksWholeObject(d) && status == 200 { return nil }
         if status != 206 {
@@ -99,8 +106,8 @@ extension DeltaAssembly {
                                  : "the server answered a range request with HTTP \(status)"
         }
         guard let text = d.headers.contentRange, let got = ResponsePolicy.parseContentRange(text),
-              got.first == run.first - base, got.last == run.last - base, got.total == remoteSize(d) else {
-            return "the server answered bytes \(run.first - base)-\(run.last - base) with Content-Range "
+              got.first == asked.first, got.last == asked.last, got.total == remoteSize(d) else {
+            return "the server answered bytes \(asked.first)-\(asked.last) with Content-Range "
                    + "\(Printable.quoted(d.headers.contentRange ?? "(none)"))"
         }
         return nil
@@ -135,29 +142,43 @@ extension DeltaAssembly {
             return 0
         }
         if restartRun { return 0 }
-        guard outcomeOfReceive == nil, let run else { return 0 }
-        guard runReceived + Int64(count) <= run.last - run.first + 1 else {
-            outcomeOfReceive = stop("the server sent more than the \(run.last - run.first + 1) bytes asked for")
+        guard outcomeOfReceive == nil, let run, let asked else { return 0 }
+        guard runReceived + Int64(count) <= asked.last - asked.first + 1 else {
+            outcomeOfReceive = stop("the server sent more than the \(asked.last - asked.first + 1) bytes asked for")
             return 0
         }
         runReceived += Int64(count)
         d.received += Int64(count)
+        guard compressed else { return takeFetched(d, bytes, count: count) ? count : 0 }
+        // Frames: taken once the run's have all come, decompressed.
+        packed.append(contentsOf: UnsafeRawBufferPointer(start: bytes, count: count))
+        guard runReceived == asked.last - asked.first + 1 else { return count }
+        guard let plain = unpacked(run) else {
+            outcomeOfReceive = fetchedBytesWrong()
+            return 0
+        }
+        return plain.withUnsafeBytes { takeFetched(d, $0.baseAddress!, count: $0.count) } ? count : 0
+    }
+
+    /// Takes fetched bytes of the current run into the pieces they belong to: false when the
+    /// request is to end (an outcome, or a piece to fetch again).
+    private func takeFetched(_ d: Download, _ bytes: UnsafeRawPointer, count: Int) -> Bool {
         var taken = 0
         while taken < count {
             guard case let .remote(_, left) = work(d) else {
                 outcomeOfReceive = stop("the server sent bytes past the range asked for")
-                return 0
+                return false
             }
             let n = min(left, count - taken)
             if let outcome = take(d, bytes + taken, count: n) {
                 outcomeOfReceive = outcome
-                return 0
+                return false
             }
             // A piece to fetch again: this request ends, the next starts at the piece.
-            if restartRun { return 0 }
+            if restartRun { return false }
             taken += n
         }
-        return count
+        return true
     }
 
     func finish(_ d: Download, code: CURLcode, errorText: String?) -> TransferOutcome {
@@ -170,9 +191,9 @@ extension DeltaAssembly {
         // An answer without a body is judged here.
         if !checkedAnswer, let outcome = runs.isEmpty ? judgeAnswer(d) : judgeParts(d) { return outcome }
         if restartRun { return goOn() }
-        if runs.isEmpty, let run, runReceived < run.last - run.first + 1 {
+        if runs.isEmpty, run != nil, let asked, runReceived < asked.last - asked.first + 1 {
             // The answer ended cleanly short of the range its Content-Range announced.
-            return stop("the server sent \(runReceived) of the \(run.last - run.first + 1) bytes of a range it "
+            return stop("the server sent \(runReceived) of the \(asked.last - asked.first + 1) bytes of a range it "
                         + "announced whole")
         }
         if !runs.isEmpty, parts?.finished != true {
@@ -246,6 +267,7 @@ extension DeltaAssembly {
             }
         }
         if let throttle = d.throttle, !throttle.open { return .ended(nil) }
+        if compressed { return readFrames(d, from: source) }
         if let run = remoteRuns(d, limit: 1).first { source.limitReadAhead(to: run.last + 1 - base) }
         switch source.read(into: gathered.end, count: count, at: offset - base) {
         case .wait: return .ended(nil)
@@ -257,5 +279,40 @@ extension DeltaAssembly {
             d.received += Int64(n)
             return .bytes(n)
         }
+    }
+
+    /// Reads the frames of the current run of a piece stored compressed where the engine's steps
+    /// read the remote; once all have come, their bytes go to the piece (`.bytes(0)`: the piece
+    /// starts again, its frames were not its bytes).
+    private func readFrames(_ d: Download, from source: SteppedSource) -> RemoteRead {
+        guard let run = remoteRuns(d, limit: 1).first, let asked = remoteRange(run) else {
+            refetchPiece()
+            return .bytes(0)
+        }
+        let want = Int(asked.last - asked.first + 1)
+        source.limitReadAhead(to: asked.last + 1)
+        while packed.count < want {
+            var buffer = [UInt8](repeating: 0, count: want - packed.count)
+            let read = buffer.withUnsafeMutableBytes {
+                source.read(into: $0.baseAddress!, count: $0.count, at: asked.first + Int64(packed.count))
+            }
+            switch read {
+            case .wait: return .ended(nil)
+            case .end: return .ended(stop("the remote's object of the piece at offset \(base) ended at "
+                                          + "\(asked.first + Int64(packed.count)) bytes"))
+            case let .failed(failure): return .ended(.failed(failure))
+            case let .bytes(n):
+                d.throttle?.take(n)
+                d.received += Int64(n)
+                packed += buffer[0..<n]
+            }
+        }
+        guard let plain = unpacked(run) else {
+            if let outcome = fetchedBytesWrong() { return .ended(outcome) }
+            return .bytes(0)
+        }
+        _ = plain.withUnsafeBytes { memcpy(gathered.end, $0.baseAddress!, $0.count) }
+        keepFetched(d, gathered.end, count: plain.count)
+        return .bytes(plain.count)
     }
 }

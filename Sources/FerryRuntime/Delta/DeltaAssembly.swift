@@ -20,7 +20,10 @@ import FerryCore
 ///   asked, stops the delta (`stopped`): the file is then fetched whole as any other;
 /// - **pieces**, for a file stored as its pieces (`ContentIndex.Reference.storedAsPieces`): each
 ///   piece is an object of its own, its fetched bytes are ranges of that object, and what would
-///   stop a delta fails the attempt instead (the verified pieces are kept): there is no whole.
+///   stop a delta fails the attempt instead (the verified pieces are kept): there is no whole. A
+///   piece stored compressed (`DeltaPlan.Frames`) is asked for the frames of the chunks a run
+///   covers, one range a request; they gather whole (`packed`) and are decompressed into exactly
+///   the run's bytes (no more: what bounds a bomb), which the piece's SHA-256 then judges.
 final class DeltaAssembly: DownloadStrategy {
     /// Where the fetched bytes are on the remote.
     enum Fetched {
@@ -59,8 +62,10 @@ final class DeltaAssembly: DownloadStrategy {
     /// Why the delta stopped (the file is fetched whole next), when it did.
     private(set) var stopped: DeltaStop?
 
-    /// The range being fetched by the current request: its first and last byte, what arrived.
+    /// The range being fetched by the current request: its first and last byte, where they are on
+    /// the remote (`remoteRange`), what arrived.
     var run: (first: Int64, last: Int64)?
+    var asked: (first: Int64, last: Int64)?
     var runReceived: Int64 = 0
     /// Several ranges in one request (`multipart/byteranges`), where the remote may be asked for
     /// them; false once the server answers such a request otherwise.
@@ -83,6 +88,9 @@ final class DeltaAssembly: DownloadStrategy {
     var sourceOpened = false
     /// A server that answered a range of a piece with the whole of it: pieces are asked whole.
     var wholePieces = false
+    /// The frames of the current run of a piece stored compressed, as they arrive.
+    var packed: [UInt8] = []
+    lazy var decompressor = Zstd.Decompressor()
 
     private init(plan: DeltaPlan, fetched: Fetched, sources: [Int32], fromMirror: Bool) {
         self.plan = plan
@@ -114,8 +122,9 @@ final class DeltaAssembly: DownloadStrategy {
                                      fromMirror: fromMirror)
         let index = verifiedPieces(plan, from: plan.piece(at: min(resumeFrom, partial.length)), partial: partial)
         let start = index < plan.pieces.count ? plan.pieces[index].offset : plan.size
-        // The bytes after them, up to less than a piece (a whole one did not match).
-        let tail = index < plan.pieces.count
+        // The bytes after them, up to less than a piece (a whole one did not match). A piece
+        // stored compressed is fetched in runs of whole frames: it starts again.
+        let tail = index < plan.pieces.count && plan.pieces[index].frames == nil
             ? PieceMemory.read(partial.fd, at: start, count: min(partial.length - start,
                                                                  Int64(plan.pieces[index].length - 1))) : []
         assembly.piece = index
@@ -205,11 +214,37 @@ final class DeltaAssembly: DownloadStrategy {
     /// Where the remote's bytes of the current piece are: offsets in the file (0), or in the
     /// piece's own object; and how long what they are read from is.
     var base: Int64 { storedAsPieces ? plan.pieces[piece].offset : 0 }
-    func remoteSize(_ d: Download) -> Int64 { storedAsPieces ? Int64(plan.pieces[piece].length) : d.entry.size ?? 0 }
+    func remoteSize(_ d: Download) -> Int64 {
+        storedAsPieces ? Int64(plan.pieces[piece].storedLength) : d.entry.size ?? 0
+    }
     /// Where the current bytes come from on the remote: the file, or the current piece's object.
     func remoteOrigin(_ d: Download) -> Download.Origin {
-        if case let .pieces(at) = fetched { return at(plan.pieces[piece].sha256) }
+        if case let .pieces(at) = fetched { return at(plan.pieces[piece].object) }
         return d.origin
+    }
+    /// Whether the current piece is stored compressed.
+    var compressed: Bool { storedAsPieces && piece < plan.pieces.count && plan.pieces[piece].frames != nil }
+
+    /// Where a run of the file's bytes is on the remote: the same offsets, or those in the piece's
+    /// object (its frames, for a piece stored compressed; nil when the run does not cover whole
+    /// chunks, which a plan never makes).
+    func remoteRange(_ run: (first: Int64, last: Int64)) -> (first: Int64, last: Int64)? {
+        guard let frames = storedAsPieces ? plan.pieces[piece].frames : nil else {
+            return (run.first - base, run.last - base)
+        }
+        return frames.storedRange(of: Int(run.first - base)..<Int(run.last - base + 1))
+            .map { (Int64($0.lowerBound), Int64($0.upperBound - 1)) }
+    }
+
+    /// The run's frames, all come, decompressed into exactly the run's bytes (nil: they are not
+    /// frames of that many bytes).
+    func unpacked(_ run: (first: Int64, last: Int64)) -> [UInt8]? {
+        var out = [UInt8](repeating: 0, count: Int(run.last - run.first + 1))
+        let done = packed.withUnsafeBytes { source in
+            out.withUnsafeMutableBytes { decompressor.decompress(source, into: $0) }
+        }
+        packed.removeAll(keepingCapacity: true)
+        return done ? out : nil
     }
 
     enum Work {
@@ -275,6 +310,17 @@ final class DeltaAssembly: DownloadStrategy {
             refetchPiece()
             return nil
         }
+        return fetchedBytesWrong()
+    }
+
+    /// The current piece's fetched bytes are not its own (they do not match its hash, or its
+    /// frames do not decompress to its bytes): fetched once more, or the delta stops.
+    func fetchedBytesWrong() -> TransferOutcome? {
+        let p = plan.pieces[piece]
+        gathered.clear()
+        segment = 0
+        segmentDone = 0
+        restartRun = true
         mismatches[piece, default: 0] += 1
         if mismatches[piece]! < mismatchesAllowed { return nil }
         if storedAsPieces {

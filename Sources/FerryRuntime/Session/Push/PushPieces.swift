@@ -1,3 +1,4 @@
+import CSystem
 import Glibc
 import FerryCore
 
@@ -35,7 +36,7 @@ extension PushSync {
         for e in entries {
             guard let index = e.index, index.storedAsPieces, let size = e.size, done.insert(e.sha256).inserted,
                   let pieces = cachedPieces(index, size: size, objects: objects) else { continue }
-            out[e.sha256] = pieces.map(\.sha256)
+            out[e.sha256] = pieces.map(\.object)
         }
         return out
     }
@@ -54,7 +55,8 @@ extension PushSync {
             guard let size = entry.size, size >= minimum, out[entry.sha256] == nil, !complete.contains(entry.sha256),
                   let fd = try? root.open(entry.path, for: "to index it") else { continue }
             defer { close(fd) }
-            guard let scanned = try? ContentScan.index(fd, what: root.display(entry.path)), scanned.sha256 == entry.sha256, scanned.size == size,
+            guard let scanned = try? ContentScan.index(fd, what: root.display(entry.path), compress: true),
+                  scanned.sha256 == entry.sha256, scanned.size == size,
                   let index = scanned.index else { continue }
             let bytes = Dictionary(index.objects.map { ($0.sha256, $0.bytes) }, uniquingKeysWith: { a, _ in a })
             guard let pieces = try? ContentIndex.resolve(index.reference, size: size, source: root.display(entry.path), load: { (batch) throws(FerryError) -> [[UInt8]] in
@@ -62,7 +64,7 @@ extension PushSync {
             }).pieces else { continue }
             // One content object per piece's content: a piece repeated in the file goes once.
             var sending = Set<SHA256Digest>()
-            let missing = pieces.filter { !stored.contains($0.sha256) && sending.insert($0.sha256).inserted }
+            let missing = pieces.filter { !stored.contains($0.object) && sending.insert($0.object).inserted }
             let reference = index.reference.stored(asPieces: true)
             if missing.isEmpty { complete.insert(entry.sha256) }
             out[entry.sha256] = PieceUpload(reference: reference, objects: index.objects, pieces: missing)
@@ -115,9 +117,9 @@ final class PiecesPlacement: Placement {
     var sent: Int64 { sentBefore + (current?.sent ?? 0) }
     var digest: SHA256Digest? { nil }
 
-    /// What a piece is as a content object.
+    /// What a piece is as a content object (its frames, when it is stored compressed).
     private func object(_ piece: ContentIndex.Piece) -> ManifestEntry {
-        ManifestEntry(path: path(piece), size: Int64(piece.length), sha256: piece.sha256)
+        ManifestEntry(path: path(piece), size: Int64(piece.stored?.size ?? piece.length), sha256: piece.object)
     }
 
     func next(after step: Transfer?) throws(FerryError) -> Transfer? {
@@ -155,7 +157,8 @@ final class PiecesPlacement: Placement {
     /// Asks the remote what it holds at the piece's name (or reads it back).
     private func ask(readBack: Bool) throws(FerryError) -> Transfer? {
         let piece = pieces[next]
-        switch readBack ? writer.readBack(path(piece), limit: Int64(piece.length)) : writer.inspect(path(piece)) {
+        switch readBack ? writer.readBack(path(piece), limit: Int64(piece.stored?.size ?? piece.length))
+            : writer.inspect(path(piece)) {
         case let .probe(step):
             probe = (step, readBack)
             return step
@@ -209,5 +212,52 @@ final class PiecesPlacement: Placement {
         current?.end(placed: false, keep: keep)
         current = nil
         close(file)
+    }
+}
+
+/// What a piece is sent from: a descriptor of its own and the range of it that holds the piece as
+/// stored. A piece stored as it is: the file itself, its range. A piece stored compressed: its
+/// frames made again from the file's bytes (they must be the ones the index names, or the file
+/// changed since it was indexed) in an anonymous file in memory, sent whole through the remote's
+/// usual placement.
+enum PieceSource {
+    static func open(_ piece: ContentIndex.Piece, file: Int32, stat: LocalEntry,
+                     shown: String) throws(FerryError) -> (fd: Int32, range: Range<Int64>, stat: LocalEntry) {
+        guard piece.stored != nil else {
+            let own = dup(file)
+            guard own >= 0 else {
+                throw FerryError(.localIO, "cannot open \(shown) once more to send a piece of it: "
+                                           + "\(FileSystem.errorText())", cause: .local(errno: errno))
+            }
+            return (own, piece.offset..<(piece.offset + Int64(piece.length)), stat)
+        }
+        let bytes = PieceMemory.read(file, at: piece.offset, count: Int64(piece.length))
+        let compressor = Zstd.Compressor()
+        let made = bytes.withUnsafeBytes { PieceCompression.frames(of: piece, bytes: $0, using: compressor) }
+        guard let frames = made else {
+            throw FerryError(.localIO, "\(shown): the piece at offset \(piece.offset) no longer compresses to what its "
+                                       + "index says (the file changed since it was read); it is read and sent again",
+                             cause: .sourceChanged)
+        }
+        let fd = ferry_memory_file("ferry-piece")
+        guard fd >= 0 else {
+            throw FerryError(.localIO, "cannot make a file in memory for a compressed piece of \(shown): "
+                                       + "\(FileSystem.errorText())", cause: .local(errno: errno))
+        }
+        var written = 0
+        while written < frames.count {
+            let n = frames.withUnsafeBytes { write(fd, $0.baseAddress! + written, frames.count - written) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else {
+                let code = errno
+                close(fd)
+                throw FerryError(.localIO, "cannot hold a compressed piece of \(shown) in memory: "
+                                           + "\(FileSystem.errorText(code))", cause: .local(errno: code))
+            }
+            written += n
+        }
+        var st = Glibc.stat()
+        fstat(fd, &st)
+        return (fd, 0..<Int64(frames.count), FileSystem.entry(from: st))
     }
 }

@@ -316,15 +316,17 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     private func pieces(of item: Item, file: Int32) -> Placement? {
         guard let pieces = item.pieces else { return nil }
         let (task, stat, manifest) = (item.task, item.stat, session.manifest)
-        let path = { (piece: ContentIndex.Piece) in RemoteLayout.contentPath(piece.sha256, beside: manifest) }
+        let path = { (piece: ContentIndex.Piece) in RemoteLayout.contentPath(piece.object, beside: manifest) }
+        let shown = Printable.name(item.entry.path.string)
         return PiecesPlacement(entry: item.entry, pieces: pieces, file: file, writer: writer, verifyUploads: session.verifyUploads, path: path,
                                place: { [writer, store] (piece) throws(FerryError) -> Placement in
-            let own = dup(file)
-            guard own >= 0 else { throw FerryError(.localIO, "cannot open the file once more to send a piece of it: \(FileSystem.errorText())", cause: .local(errno: errno)) }
+            let (own, range, held) = try PieceSource.open(piece, file: file, stat: stat, shown: shown)
             do throws(FerryError) {
-                return try writer.placement(for: LocalUpload(task: task, entry: ManifestEntry(path: path(piece), size: Int64(piece.length), sha256: piece.sha256),
-                                                             destination: path(piece), stat: stat, hashKnown: true, file: own,
-                                                             range: piece.offset..<(piece.offset + Int64(piece.length))),
+                let object = ManifestEntry(path: path(piece), size: range.upperBound - range.lowerBound,
+                                           sha256: piece.object)
+                let upload = LocalUpload(task: task, entry: object, destination: path(piece), stat: held,
+                                         hashKnown: true, file: own, range: range)
+                return try writer.placement(for: upload,
                                             journal: UploadJournal(store: store, task: task))
             } catch {
                 close(own)
