@@ -26,7 +26,7 @@ struct CompressedPiecesTests {
     }
     static let zstdMagic = Data([0x28, 0xB5, 0x2F, 0xFD])
 
-    @Test(arguments: ["nginx", "file", "s3"])
+    @Test(arguments: ["nginx", "file", "s3", "sftp"])
     func aCompressiblePieceTravelsCompressedAndComesBackExact(kind: String) throws {
         let box = Sandbox("compressed-\(kind)")
         let target = try ObjectLayoutTests.PushTarget(kind, scratch: box.directory)

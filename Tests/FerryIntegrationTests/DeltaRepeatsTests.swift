@@ -77,7 +77,7 @@ struct DeltaRepeatsTests {
 
     /// An archive (`tar`) holding one file five times, pushed with `remote-layout = objects`: the
     /// push sends the pieces once and a fresh mirror fetches them once, whatever remote holds them.
-    @Test(arguments: ["nginx", "file", "s3"])
+    @Test(arguments: ["nginx", "file", "s3", "sftp"])
     func aTarHoldingOneFileFiveTimesGoesAndComesAboutOnce(kind: String) throws {
         let box = Sandbox("repeat-tar-\(kind)")
         let target = try ObjectLayoutTests.PushTarget(kind, scratch: box.directory)

@@ -15,7 +15,8 @@ final class Shared<Value: ~Copyable>: Sendable where Value: Sendable {
 /// where it is killed; objects leave once no recent manifest names them.
 @Suite(.serialized)
 struct ObjectLayoutTests {
-    /// A remote a push can write: nginx's WebDAV, Apache's, a local directory, or S3 (SeaweedFS).
+    /// A remote a push can write: nginx's WebDAV, Apache's, a local directory, S3 (SeaweedFS), or
+    /// OpenSSH's sshd over SFTP.
     final class PushTarget {
         let kind: String
         let url: String
@@ -25,12 +26,14 @@ struct ObjectLayoutTests {
         private let nginx: NginxServer?
         private let apache: ApacheServer?
         private let store: SeaweedFS?
+        private let ssh: SSHServer?
         private let bucket: String
         static let prefix = "tree/"
 
         init(_ kind: String, scratch: String) throws {
             self.kind = kind
             var (nginx, apache, store): (NginxServer?, ApacheServer?, SeaweedFS?) = (nil, nil, nil)
+            var ssh: SSHServer?
             var lines: [String] = []
             var bucket = ""
             switch kind {
@@ -50,12 +53,18 @@ struct ObjectLayoutTests {
                 root = nil
                 url = "s3://\(bucket)/\(PushTarget.prefix)"
                 lines = ["s3-endpoint = \(store!.endpoint)", "s3-credentials = \(try store!.credentialsFile(in: scratch))"]
+            case "sftp":
+                let server = try SSHServer()
+                ssh = server
+                root = server.root
+                url = server.url
+                lines = ["sftp-key = \(server.clientKey)", "sftp-known-hosts = \(server.knownHosts)"]
             default:
                 root = scratch + "/remote"
                 try FileManager.default.createDirectory(atPath: root!, withIntermediateDirectories: true)
                 url = "file://" + root! + "/"
             }
-            (self.nginx, self.apache, self.store) = (nginx, apache, store)
+            (self.nginx, self.apache, self.store, self.ssh) = (nginx, apache, store, ssh)
             self.bucket = bucket
             self.lines = lines
         }
@@ -63,6 +72,7 @@ struct ObjectLayoutTests {
         deinit {
             nginx?.stop()
             apache?.stop()
+            ssh?.stop()
         }
 
         /// Every file the remote holds, by its path under the remote.
