@@ -24,13 +24,14 @@ struct CompressedPieceTests {
         return Array(out.prefix(count))
     }
 
-    static func index(_ data: [UInt8], compress: Bool) throws -> ContentScan.Indexed {
+    static func index(_ data: [UInt8], compress: Bool,
+                      known: [SHA256Digest: ContentIndex.Stored?] = [:]) throws -> ContentScan.Indexed {
         let path = NSTemporaryDirectory() + "/ferry-compressed-\(UUID().uuidString)"
         defer { unlink(path) }
         try Data(data).write(to: URL(fileURLWithPath: path))
         let fd = open(path, O_RDONLY)
         defer { close(fd) }
-        return try ContentScan.index(fd, what: "test", compress: compress)
+        return try ContentScan.index(fd, what: "test", compress: compress ? known : nil)
     }
 
     @Test func compressiblePiecesAreStoredAsFramesAndReadBack() throws {
@@ -63,6 +64,21 @@ struct CompressedPieceTests {
         // Random bytes do not compress: stored as they are, with a detail.
         let random = try Core.resolve(try Self.index(Core.bytes(1 << 20, seed: 2), compress: true))
         #expect(random.allSatisfy { $0.stored == nil && $0.detail != nil })
+    }
+
+    /// A piece the remote already stores keeps the form it is stored in (as it is, from a ferry
+    /// that did not compress; or its frames), without being compressed again.
+    @Test func aPieceStoredBeforeKeepsItsForm() throws {
+        let data = Self.text(1 << 20, seed: 4)
+        let first = try Core.resolve(try Self.index(data, compress: true))
+        #expect(first.count >= 3 && first.allSatisfy { $0.stored != nil })
+        let fake = ContentIndex.Stored(sha256: first[1].sha256, lengths: first[1].stored!.lengths)
+        var known: [SHA256Digest: ContentIndex.Stored?] = [first[1].sha256: fake]
+        known[first[0].sha256] = .some(nil)
+        let again = try Core.resolve(try Self.index(data, compress: true, known: known))
+        #expect(again[0].stored == nil && again[0].object == first[0].sha256, "stored as it is: kept so")
+        #expect(again[1].stored == fake, "the form the published index names, not compressed again")
+        #expect(Array(again.dropFirst(2).map(\.stored)) == Array(first.dropFirst(2).map(\.stored)))
     }
 
     @Test func aDecompressionGivesExactlyTheBytesAskedOrNothing() throws {

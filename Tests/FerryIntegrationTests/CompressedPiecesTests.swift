@@ -58,6 +58,8 @@ struct CompressedPiecesTests {
         layout.write(box, "big.txt", new)
         let second = box.sync(["--session", "up", "--json"])
         #expect(second.exitCode == 0, "\(second.output)")
+        let pushed = try #require(layout.moved(second, "big.txt"), "\(second.stdout)")
+        #expect(pushed < 200_000, "the changed pieces' frames went up, the others kept: \(pushed) bytes")
         let update = box.sync(["--session", "down", "--json"])
         #expect(update.exitCode == 0, "\(update.output)")
         #expect(FileManager.default.contents(atPath: box.directory + "/dst/big.txt") == new)

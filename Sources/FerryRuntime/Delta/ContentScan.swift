@@ -14,19 +14,22 @@ enum ContentScan {
         let index: (reference: ContentIndex.Reference, objects: [(sha256: SHA256Digest, bytes: [UInt8])])?
     }
 
-    /// Reads `fd` from its start to its end once. `what` names the file in errors. `compress`: a
-    /// piece that compression makes 1/16 smaller or more is stored so (`remote-layout = objects`),
-    /// without a detail (a frame is fetched whole).
-    static func index(_ fd: Int32, what: String, compress: Bool = false) throws(FerryError) -> Indexed {
+    /// Reads `fd` from its start to its end once. `what` names the file in errors. `compress`
+    /// (`remote-layout = objects`): a piece it names keeps the form it is stored in; any other that
+    /// compression makes 1/16 smaller or more is stored so, without a detail (a frame is fetched
+    /// whole).
+    static func index(_ fd: Int32, what: String,
+                      compress: [SHA256Digest: ContentIndex.Stored?]? = nil) throws(FerryError) -> Indexed {
         let whole = SHA256Hasher()
         let piece = SHA256Hasher()
         var detail = PieceDetail.Hasher()
-        var packing = compress ? PieceCompression() : nil
+        var packing = compress.map { PieceCompression(known: $0) }
         var builder = ContentIndex.Builder()
         func endPiece() {
             let details = detail.finish()
-            let stored = packing?.endPiece()
-            builder.endPiece(sha256: piece.finalize(), detail: stored == nil ? details : nil, stored: stored)
+            let sha = piece.finalize()
+            let stored = packing?.endPiece(sha)
+            builder.endPiece(sha256: sha, detail: stored == nil ? details : nil, stored: stored)
         }
         let size = try chunks(fd, what: what, each: { bytes in
             whole.update(bytes.baseAddress!, count: bytes.count)

@@ -60,34 +60,42 @@ enum Zstd {
     }
 }
 
-/// A piece stored compressed, as an index is built (`ContentScan.index`): its chunks' bytes, each
-/// compressed as it ends; at the piece's end, how it is stored (`ContentIndex.Stored`) when that
-/// saves 1/16 of it or more, else nil (stored as it is). `frames` makes the stored bytes again
-/// when the piece is sent: the same frames, checked against the index.
+/// A piece stored compressed, as an index is built (`ContentScan.index`): its bytes gather (a
+/// piece is at most 3 MiB) with where each chunk ends; at the piece's end, the form `known` says
+/// it is stored in, or its chunks compressed (a frame each) and stored so (`ContentIndex.Stored`)
+/// when that saves 1/16 of it or more, else nil (stored as it is). `frames` makes the stored bytes
+/// again when the piece is sent: the same frames, checked against the index.
 struct PieceCompression {
+    private let known: [SHA256Digest: ContentIndex.Stored?]
     private let compressor = Zstd.Compressor()
-    private var chunk: [UInt8] = []
-    private var frames: [Int] = []
-    private var plain = 0
     private let hasher = SHA256Hasher()
+    private var bytes: [UInt8] = []
+    private var chunkEnds: [Int] = []
 
-    mutating func take(_ bytes: UnsafeBufferPointer<UInt8>) { chunk += bytes }
+    init(known: [SHA256Digest: ContentIndex.Stored?]) { self.known = known }
 
-    mutating func endChunk() {
-        let frame = chunk.withUnsafeBytes { compressor.frame($0) }
-        frame.withUnsafeBytes { hasher.update($0.baseAddress!, count: $0.count) }
-        frames.append(frame.count)
-        plain += chunk.count
-        chunk.removeAll(keepingCapacity: true)
-    }
+    mutating func take(_ more: UnsafeBufferPointer<UInt8>) { bytes += more }
 
-    mutating func endPiece() -> ContentIndex.Stored? {
-        let digest = hasher.finalize()
+    mutating func endChunk() { chunkEnds.append(bytes.count) }
+
+    mutating func endPiece(_ sha256: SHA256Digest) -> ContentIndex.Stored? {
         defer {
-            frames = []
-            plain = 0
+            bytes.removeAll(keepingCapacity: true)
+            chunkEnds = []
         }
-        return frames.reduce(0, +) <= plain - plain / 16 ? ContentIndex.Stored(sha256: digest, lengths: frames) : nil
+        if let form = known[sha256] { return form }
+        var frames: [Int] = []
+        var start = 0
+        bytes.withUnsafeBytes { all in
+            for end in chunkEnds {
+                let frame = compressor.frame(UnsafeRawBufferPointer(rebasing: all[start..<end]))
+                frame.withUnsafeBytes { hasher.update($0.baseAddress!, count: $0.count) }
+                frames.append(frame.count)
+                start = end
+            }
+        }
+        let digest = hasher.finalize()
+        return frames.reduce(0, +) <= bytes.count - bytes.count / 16 ? ContentIndex.Stored(sha256: digest, lengths: frames) : nil
     }
 
     /// The stored bytes of `piece` whose `bytes` are given: a frame a chunk, which must be the

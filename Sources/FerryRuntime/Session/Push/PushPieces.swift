@@ -41,11 +41,27 @@ extension PushSync {
         return out
     }
 
+    /// How the pieces the published files are stored as are stored, by each piece's SHA-256:
+    /// compressed (their frames), or as they are (nil). A push that meets such a piece again takes
+    /// that form without compressing it: only the pieces that changed cost compression, and a
+    /// piece stored before (by a ferry that did not compress) is not sent again.
+    func storedForms(of entries: [ManifestEntry], objects: ManifestObjects) -> [SHA256Digest: ContentIndex.Stored?] {
+        var out: [SHA256Digest: ContentIndex.Stored?] = [:]
+        var done = Set<SHA256Digest>()
+        for e in entries {
+            guard let index = e.index, index.storedAsPieces, let size = e.size, done.insert(e.sha256).inserted,
+                  let pieces = cachedPieces(index, size: size, objects: objects) else { continue }
+            for piece in pieces { out[piece.sha256] = .some(piece.stored) }
+        }
+        return out
+    }
+
     /// The uploads of files from `delta-min-size` (with `remote-layout = objects`), each read once
     /// for its index: sent as the pieces the remote does not store (`stored`). Returns those by
     /// content, and the contents whose every piece the remote already stores (nothing to send). A
     /// file that cannot be read, or no longer holds what was hashed, is sent whole, as before.
-    func indexForPieces(_ uploads: [PushPlan.Upload], stored: Set<SHA256Digest>, root: LocalRoot)
+    func indexForPieces(_ uploads: [PushPlan.Upload], stored: Set<SHA256Digest>,
+                        forms: [SHA256Digest: ContentIndex.Stored?], root: LocalRoot)
         -> (pieces: [SHA256Digest: PieceUpload], complete: Set<SHA256Digest>) {
         guard session.remoteLayout == .objects, let minimum = session.deltaMinimum else { return ([:], []) }
         var out: [SHA256Digest: PieceUpload] = [:]
@@ -55,7 +71,7 @@ extension PushSync {
             guard let size = entry.size, size >= minimum, out[entry.sha256] == nil, !complete.contains(entry.sha256),
                   let fd = try? root.open(entry.path, for: "to index it") else { continue }
             defer { close(fd) }
-            guard let scanned = try? ContentScan.index(fd, what: root.display(entry.path), compress: true),
+            guard let scanned = try? ContentScan.index(fd, what: root.display(entry.path), compress: forms),
                   scanned.sha256 == entry.sha256, scanned.size == size,
                   let index = scanned.index else { continue }
             let bytes = Dictionary(index.objects.map { ($0.sha256, $0.bytes) }, uniquingKeysWith: { a, _ in a })

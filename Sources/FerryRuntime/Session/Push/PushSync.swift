@@ -311,7 +311,9 @@ final class PushSync: SessionWork {
         for (path, error) in blocked { emit(.fileFailed(path: path, error: error)) }
         result.counts.failed += blocked.count
         // Large files go as the pieces the remote lacks; one whose every piece it stores needs nothing.
-        let (pieces, storedAsPieces) = indexForPieces(uploads, stored: observed.stored, root: scan.root)
+        let forms = observed.published.map { $0.layout == .objects
+            ? storedForms(of: $0.entries, objects: manifests.objects(remote: observed.remote)) : [:] } ?? [:]
+        let (pieces, storedAsPieces) = indexForPieces(uploads, stored: observed.stored, forms: forms, root: scan.root)
         uploads.removeAll { storedAsPieces.contains($0.entry.sha256) }
 
         let notBefore = (options.notBefore ?? session.earliestBegin)?.time(from: clock.now())
