@@ -248,6 +248,13 @@ struct DeltaCoreTests {
         #expect(refusal(Self.multipart(data, asked, header: { $0 == 1 ? String(repeating: "X-Pad: y\r\n", count: 600) : "" })).contains("headers take more than 4096 bytes"))
         #expect(refusal(Array("\r\n--b0und\r\nContent-Type: x\r\n\r\nabc".utf8)).contains("part 1 has no Content-Range"))
         #expect(refusal([UInt8](repeating: 0x41, count: 2000)).contains("more than 1024 bytes come between its parts"))
+        #expect(refusal(Array("\r\n--b0undXY".utf8) + [UInt8](repeating: 0x41, count: 10)).contains("followed by neither CRLF nor --"))
+        #expect(refusal(Array("\r\n--b0und\r\nContent-Rangex: bytes 10-4095/100000\r\n\r\n".utf8)).contains("part 1 has no Content-Range"))
+        let shouted = Self.multipart(data, asked).split(separator: 0x0A, omittingEmptySubsequences: false).map { line in
+            line.starts(with: Array("Content-Range".utf8)) ? Array("cONTENT-rANGE".utf8) + line.dropFirst(13) : Array(line)
+        }.joined(separator: [0x0A]).map { $0 }
+        #expect(Self.read(shouted, asked: asked, total: data.count, slice: 5).parts == asked.map { Array(data[Int($0.first)...Int($0.last)]) },
+                "a header name in any case")
         var cut = Self.multipart(data, asked)
         cut.removeLast(10)
         #expect(!Self.read(cut, asked: asked, total: data.count, slice: 100).finished, "no closing delimiter: not finished")

@@ -66,33 +66,36 @@ public struct MultipartRanges {
                     state = .data(left: left - Int64(n))
                 }
             case .between:
-                pending.append(bytes[i])
-                i += 1
                 // CRLF, then the delimiter, then CRLF (a part follows) or "--" (the end).
-                if let end = MultipartRanges.find(delimiter, in: pending) {
-                    let after = pending.count - end
-                    if after >= 2 {
-                        let tail = Array(pending[end..<(end + 2)])
-                        if tail == [0x2D, 0x2D] {
-                            guard part == ranges.count else { throw Problem(text: "it ends after \(part) of the \(ranges.count) ranges asked") }
-                            state = .done
-                            pending = []
-                        } else if tail == [0x0D, 0x0A] {
-                            guard part < ranges.count else { throw Problem(text: "it has more parts than the \(ranges.count) ranges asked") }
-                            state = .headers
-                            pending = []
-                        } else {
-                            throw Problem(text: "a delimiter is followed by neither CRLF nor --")
-                        }
+                let (taken, end) = MultipartRanges.take(bytes, from: i, into: &pending,
+                                                        upTo: MultipartRanges.maximumBetween + 1) {
+                    MultipartRanges.delimiterEnd(delimiter, in: $0, from: $1)
+                }
+                i += taken
+                if let end {
+                    let tail = (pending[end - 2], pending[end - 1])
+                    if tail == (0x2D, 0x2D) {
+                        guard part == ranges.count else { throw Problem(text: "it ends after \(part) of the \(ranges.count) ranges asked") }
+                        state = .done
+                        pending = []
+                    } else if tail == (0x0D, 0x0A) {
+                        guard part < ranges.count else { throw Problem(text: "it has more parts than the \(ranges.count) ranges asked") }
+                        state = .headers
+                        pending = []
+                    } else {
+                        throw Problem(text: "a delimiter is followed by neither CRLF nor --")
                     }
                 } else if pending.count > MultipartRanges.maximumBetween {
                     throw Problem(text: "more than \(MultipartRanges.maximumBetween) bytes come between its parts")
                 }
             case .headers:
-                pending.append(bytes[i])
-                i += 1
-                if pending.count >= 4, pending[(pending.count - 4)...].elementsEqual([0x0D, 0x0A, 0x0D, 0x0A]) {
-                    let range = try partRange(String(decoding: pending, as: UTF8.self))
+                let (taken, end) = MultipartRanges.take(bytes, from: i, into: &pending,
+                                                        upTo: MultipartRanges.maximumHeaders + 1) {
+                    MultipartRanges.headersEnd(in: $0, from: $1)
+                }
+                i += taken
+                if let end {
+                    let range = try partRange(pending[..<end])
                     let asked = ranges[part]
                     guard range.first == asked.first, range.last == asked.last, range.total == total else {
                         throw Problem(text: "part \(part + 1) is bytes \(range.first)-\(range.last)/\(range.total.map(String.init) ?? "*"), where \(asked.first)-\(asked.last)/\(total) was asked")
@@ -107,26 +110,58 @@ public struct MultipartRanges {
         return true
     }
 
+    /// Moves bytes of `bytes` from `start` to `pending` until `end` finds what it looks for in
+    /// `pending` (searching from the offset it is given) or `pending` holds `limit` bytes: how many
+    /// bytes were taken, and the end `end` found (nil: not yet). Bytes after that end stay in
+    /// `bytes`, for the next state.
+    static func take(_ bytes: UnsafeRawBufferPointer, from start: Int, into pending: inout [UInt8], upTo limit: Int,
+                     end: ([UInt8], Int) -> Int?) -> (taken: Int, end: Int?) {
+        let before = pending.count
+        let n = max(0, min(bytes.count - start, limit - before))
+        pending.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start..<(start + n)]))
+        guard let found = end(pending, max(0, before - 8)) else { return (n, nil) }
+        let keep = found - before
+        guard keep < n else { return (n, found) }
+        pending.removeLast(n - max(0, keep))
+        return (max(0, keep), found)
+    }
+
+    /// Where the first blank line (CRLF CRLF) of `pending` at or after `from` ends.
+    static func headersEnd(in pending: [UInt8], from: Int) -> Int? {
+        var k = from
+        while k + 4 <= pending.count {
+            if pending[k] == 0x0D, pending[k + 1] == 0x0A, pending[k + 2] == 0x0D, pending[k + 3] == 0x0A { return k + 4 }
+            k += 1
+        }
+        return nil
+    }
+
+    /// Where the first `delimiter` of `pending` that starts at or after `from - delimiter.count` and
+    /// has two bytes after it ends, with those two bytes.
+    static func delimiterEnd(_ delimiter: [UInt8], in pending: [UInt8], from: Int) -> Int? {
+        var k = max(0, from - delimiter.count)
+        while k + delimiter.count + 2 <= pending.count {
+            if pending[k] == delimiter[0], pending[k..<(k + delimiter.count)].elementsEqual(delimiter) {
+                return k + delimiter.count + 2
+            }
+            k += 1
+        }
+        return nil
+    }
+
     /// The Content-Range of a part's headers.
-    private func partRange(_ headers: String) throws(Problem) -> (first: Int64, last: Int64, total: Int64?) {
-        for line in headers.split(separator: "\r\n") {
-            let kv = line.split(separator: ":", maxSplits: 1)
-            guard kv.count == 2, kv[0].lowercased() == "content-range" else { continue }
-            guard let range = ResponsePolicy.parseContentRange(String(kv[1]).trimmingSpaces()) else {
+    private func partRange(_ headers: ArraySlice<UInt8>) throws(Problem) -> (first: Int64, last: Int64, total: Int64?) {
+        let name = Array("content-range".utf8)
+        for line in headers.split(separator: 0x0A) {
+            guard let colon = line.firstIndex(of: 0x3A), colon - line.startIndex == name.count,
+                  line[..<colon].elementsEqual(name, by: { (0x41...0x5A).contains($0) ? $0 | 0x20 == $1 : $0 == $1 }) else { continue }
+            var value = line[(colon + 1)...]
+            if value.last == 0x0D { value = value.dropLast() }
+            guard let range = ResponsePolicy.parseContentRange(String(decoding: value, as: UTF8.self).trimmingSpaces()) else {
                 throw Problem(text: "part \(part + 1) has a Content-Range ferry cannot read")
             }
             return range
         }
         throw Problem(text: "part \(part + 1) has no Content-Range")
-    }
-
-    /// Where `needle` ends in `haystack`, found at its end (the bytes come one at a time).
-    static func find(_ needle: [UInt8], in haystack: [UInt8]) -> Int? {
-        // The delimiter and the two bytes after it: look for it ending 0 or 2 bytes before the end.
-        for back in [0, 1, 2] where haystack.count - back >= needle.count {
-            let start = haystack.count - back - needle.count
-            if haystack[start..<(start + needle.count)].elementsEqual(needle) { return start + needle.count }
-        }
-        return nil
     }
 }
