@@ -5,7 +5,9 @@
 #   scripts/bench.sh            medians of 7 alternated runs per workload (after a warm-up round)
 #   BENCH_RUNS=9 scripts/bench.sh
 #   scripts/bench.sh --only push   the push rows alone, replaced in docs/benchmarks.md (also: s3, sftp, formats,
-#                                  generations, realtree, small, million, delta; BENCH_DELTA_MIB=1024 for 1 GiB)
+#                                  generations, realtree, small, million, delta; BENCH_DELTA_MIB=1024 for 1 GiB;
+#                                  fleet; realdata: a Debian root as tar and ext4, SQLite, a native library, built
+#                                  once into /var/tmp/ferry-bench-data, BENCH_REALDATA_SETS=app.db for one set)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --bench

@@ -45,16 +45,11 @@ def delta_patterns(size):
             (f"{max(1, 104 * size // (1 << 30))} × 1 KiB insertions", insertions)]
 
 
-def delta_kills_and_repair(ferry, prepare, cfg, mirror, new, wire, log, uninterrupted, url, state):
-    """On the one-run pattern: 10 kill -9s during the delta, served by nginx paced to about a
-    tenth of it a second (`/slow/`: the link is the bottleneck, as over a network), then a run that
-    completes: what nginx sent for it all against an uninterrupted delta (target ≤ 1.05×); and
-    `check --repair` of three 4 KiB spots damaged in the new version (target ≤ 1 MB fetched).
-    Returns the report's lines."""
+def kill_loop(ferry, cfg, kills):
+    """`kills` kill -9s of `ferry sync now` (config `cfg`), each at a random moment 0.3 to 1.5 s
+    into its run, then a run that completes. Returns how many runs ended before their kill."""
     rng = random.Random(7)
-    prepare()
-    open(log, "w").close()
-    kills, finished = 10, 0
+    finished = 0
     for _ in range(kills):
         p = subprocess.Popen([ferry, "sync", "now", "--config", cfg, "--quiet"], stdout=subprocess.DEVNULL,
                              stderr=subprocess.DEVNULL)
@@ -64,6 +59,30 @@ def delta_kills_and_repair(ferry, prepare, cfg, mirror, new, wire, log, uninterr
         p.kill()
         p.wait()
     subprocess.run([ferry, "sync", "now", "--config", cfg, "--quiet"], check=True)
+    return finished
+
+
+def logged(log, prefix):
+    """(body bytes, requests) nginx logged (format `bench`) in `log` for paths under `prefix`."""
+    total, requests = 0, 0
+    for line in open(log, errors="replace"):
+        parts = line.split()
+        if len(parts) >= 6 and parts[1].startswith(prefix):
+            total += int(parts[-2])
+            requests += 1
+    return total, requests
+
+
+def delta_kills_and_repair(ferry, prepare, cfg, mirror, new, wire, log, uninterrupted, url, state):
+    """On the one-run pattern: 10 kill -9s during the delta, served by nginx paced to about a
+    tenth of it a second (`/slow/`: the link is the bottleneck, as over a network), then a run that
+    completes: what nginx sent for it all against an uninterrupted delta (target ≤ 1.05×); and
+    `check --repair` of three 4 KiB spots damaged in the new version (target ≤ 1 MB fetched).
+    Returns the report's lines."""
+    prepare()
+    open(log, "w").close()
+    kills = 10
+    finished = kill_loop(ferry, cfg, kills)
     total = wire("/slow/cur/")[0]
     right = open(mirror + "/big.bin", "rb").read() == new
     lines = [f"{kills} kill -9s during the one-run delta (nginx paced to a tenth of it a second, {finished} of the "
@@ -125,13 +144,7 @@ class DeltaBench:
 
     def wire(self, prefix):
         """(body bytes, requests) nginx logged for paths under `prefix`."""
-        total, requests = 0, 0
-        for line in open(self.log, errors="replace"):
-            parts = line.split()
-            if len(parts) >= 6 and parts[1].startswith(prefix):
-                total += int(parts[-2])
-                requests += 1
-        return total, requests
+        return logged(self.log, prefix)
 
     def publish_new(self, new):
         """The new version in new/: the file, ferry's manifest (version 2), zsync's .zsync, casync's index and store."""
