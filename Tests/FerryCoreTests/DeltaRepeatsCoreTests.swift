@@ -123,4 +123,30 @@ struct DeltaRepeatsCoreTests {
         let without = DeltaPlan(pieces: pieces, local: [])
         #expect(without.reused == 0, "without selfFile nothing is taken from the file itself")
     }
+
+    /// Two places hold chunks of one name (24 bits of hash and a length: other bytes that share
+    /// it, about twice per GiB): the plan takes the one that goes on from the bytes before it, or
+    /// the chunk's own place, not whichever was found first; a piece built from the other would
+    /// not verify and be fetched whole.
+    @Test func aSharedChunkNameIsTakenWhereItsNeighboursAre() {
+        let a = ContentIndex.Chunk(length: 4000, hash: 0xA1), b = ContentIndex.Chunk(length: 3000, hash: 0xB2)
+        let c = ContentIndex.Chunk(length: 5000, hash: 0xC3), x = ContentIndex.Chunk(length: 6000, hash: 0xD4)
+        let piece = ContentIndex.Piece(offset: 0, length: 12000, sha256: SHA256Hasher.digest(of: [1]), chunks: [a, b, c])
+        let somewhere = DeltaPlan.Location(file: 0, offset: 900_000)
+        // Another file's b first, then the file at the path: a, b, c in place.
+        let held = [DeltaPlan.LocalChunk(x, at: DeltaPlan.Location(file: 0, offset: 800_000)),
+                    DeltaPlan.LocalChunk(b, at: somewhere),
+                    DeltaPlan.LocalChunk(a, at: DeltaPlan.Location(file: 0, offset: 0)),
+                    DeltaPlan.LocalChunk(b, at: DeltaPlan.Location(file: 0, offset: 4000)),
+                    DeltaPlan.LocalChunk(c, at: DeltaPlan.Location(file: 0, offset: 7000))]
+        let plan = DeltaPlan(pieces: [piece], local: held)
+        #expect(plan.pieces[0].segments == [DeltaPlan.Segment(length: 12000, from: DeltaPlan.Location(file: 0, offset: 0))],
+                "\(plan.pieces[0].segments)")
+        // Its own place when nothing before it is held; the one place there is when that is all.
+        let second = ContentIndex.Piece(offset: 4000, length: 3000, sha256: SHA256Hasher.digest(of: [2]), chunks: [b])
+        let alone = DeltaPlan(pieces: [second], local: held)
+        #expect(alone.pieces[0].segments == [DeltaPlan.Segment(length: 3000, from: DeltaPlan.Location(file: 0, offset: 4000))])
+        let moved = DeltaPlan(pieces: [second], local: [DeltaPlan.LocalChunk(b, at: somewhere)])
+        #expect(moved.pieces[0].segments == [DeltaPlan.Segment(length: 3000, from: somewhere)])
+    }
 }

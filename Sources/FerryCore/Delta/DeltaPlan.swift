@@ -4,7 +4,7 @@
 /// (`ContentIndex.Piece`), whose SHA-256 every assembled piece must match. Pure.
 public struct DeltaPlan: Sendable {
     /// Bytes held locally: which file (an index into the files the plan was made from) and where.
-    public struct Location: Sendable, Equatable {
+    public struct Location: Sendable, Hashable {
         public let file: Int
         public let offset: Int64
         public init(file: Int, offset: Int64) {
@@ -71,7 +71,8 @@ public struct DeltaPlan: Sendable {
     public var fetched: Int64 { pieces.reduce(0) { $0 + $1.segments.reduce(0) { $0 + ($1.from == nil ? Int64($1.length) : 0) } } }
     public var size: Int64 { pieces.last.map { $0.offset + Int64($0.length) } ?? 0 }
 
-    /// Each chunk of `pieces` found among `local` (same length and hash; the first found wins)
+    /// Each chunk of `pieces` found among `local` (same length and hash; of several places, the
+    /// one that goes on from the chunk before, its own place in file 0, else the first found)
     /// is taken from there, the rest fetched; neighbouring runs from one place are merged. With
     /// `selfFile`, a chunk no local file holds but an earlier piece of the new version does (a file
     /// that repeats itself: zeroed space, the same file twice in an archive) is taken from that
@@ -79,12 +80,38 @@ public struct DeltaPlan: Sendable {
     public init(pieces indexed: [ContentIndex.Piece], local: [LocalChunk], selfFile: Int? = nil) {
         var known: [ContentIndex.Chunk: Location] = [:]
         known.reserveCapacity(local.count)
-        for c in local where known[c.chunk] == nil { known[c.chunk] = c.at }
+        // Where a chunk's name (24 bits of hash and its length) is held more than once: the same
+        // bytes repeated, or other bytes that share the name. There the plan takes the place that
+        // goes on from the bytes before it, or the chunk's own place in the first file, before
+        // any other: a name two pieces of other bytes share costs a piece that does not verify
+        // (fetched whole, with the rest of the request it came in), about twice a GiB.
+        var shared: [Location: ContentIndex.Chunk] = [:]
+        for c in local {
+            if let first = known[c.chunk] {
+                shared[first] = c.chunk
+                shared[c.at] = c.chunk
+            } else {
+                known[c.chunk] = c.at
+            }
+        }
         var earlier: [ContentIndex.Chunk: Location] = [:]
+        var next: Location?
         pieces = indexed.map { piece in
             var segments: [Segment] = []
+            var at = piece.offset
             for chunk in piece.chunks {
-                DeltaPlan.append(Segment(length: chunk.length, from: known[chunk] ?? earlier[chunk]), to: &segments)
+                var from = known[chunk]
+                if from != nil, !shared.isEmpty {
+                    if let n = next, shared[n] == chunk {
+                        from = n
+                    } else if shared[Location(file: 0, offset: at)] == chunk {
+                        from = Location(file: 0, offset: at)
+                    }
+                }
+                from = from ?? earlier[chunk]
+                DeltaPlan.append(Segment(length: chunk.length, from: from), to: &segments)
+                next = from.map { Location(file: $0.file, offset: $0.offset + Int64(chunk.length)) }
+                at += Int64(chunk.length)
             }
             if let selfFile {
                 var at = piece.offset
