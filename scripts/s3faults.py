@@ -7,7 +7,7 @@ otherwise. Options:
 
   --upstream PORT   the real store on 127.0.0.1
   --port PORT       where to listen (127.0.0.1 only)
-  --log FILE        one JSON line per request: method, path, query, status
+  --log FILE        one JSON line per request: method, path, query, status, its Expect header
   --faults FILE     JSON read on every request: a list of rules, each
                     {"method": "PUT", "key": "substring of the path", "query": "substring of the
                      query", "times": N, <faults>}; the first rule that matches applies ("times":
@@ -77,7 +77,8 @@ class Proxy(BaseHTTPRequestHandler):
             return
         path, _, query = self.path.partition("?")
         with State.lock, open(State.options.log, "a") as f:
-            f.write(json.dumps({"method": self.command, "path": path, "query": query, "status": status}) + "\n")
+            f.write(json.dumps({"method": self.command, "path": path, "query": query, "status": status,
+                                "expect": self.headers.get("Expect")}) + "\n")
 
     def answer(self, status, headers, body, length=None):
         self.send_response(status)

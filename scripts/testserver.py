@@ -4,7 +4,8 @@
 Serves a directory over HTTP/1.1 (keep-alive) with Range, If-Range and strong ETags, like nginx,
 and misbehaves on request. Options:
 
-  --log FILE                 append one JSON line per request: method, path, headers that matter, status
+  --log FILE                 append one JSON line per request: method, path, headers that matter
+                             (Authorization, Range, If-Range, If-None-Match, Expect), status
   --redirect PREFIX=URL      answer GETs under PREFIX with 302 to URL + the rest of the path
   --require-basic USER:PASS  answer 401 unless the request carries these basic credentials
   --faults FILE              JSON read on every request: {"<path>": {fault: value, ...}, "*": {...}}
@@ -99,7 +100,8 @@ class Handler(BaseHTTPRequestHandler):
             return
         entry = {"method": self.command, "path": self.path, "status": status,
                  "authorization": self.headers.get("Authorization"), "range": self.headers.get("Range"),
-                 "if_range": self.headers.get("If-Range"), "if_none_match": self.headers.get("If-None-Match")}
+                 "if_range": self.headers.get("If-Range"), "if_none_match": self.headers.get("If-None-Match"),
+                 "expect": self.headers.get("Expect")}
         with State.lock, open(State.options.log, "a") as f:
             f.write(json.dumps(entry) + "\n")
 

@@ -84,11 +84,10 @@ final class Upload: Transfer {
     func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {
         guard case let .request(request) = destination else { return }
         easy.configure(url: request.url, settings: request.settings, extraHeaders: request.headers)
-        easy.set(CURLOPT_UPLOAD, 1)
+        easy.upload(size: size)
         if request.method != "PUT" { easy.set(CURLOPT_CUSTOMREQUEST, request.method) }
         // A redirect would send the bytes elsewhere.
         easy.set(CURLOPT_FOLLOWLOCATION, 0)
-        ferry_easy_setopt_offt(easy.handle, CURLOPT_INFILESIZE_LARGE, curl_off_t(size))
         // Fewer, larger reads and sends for a large file, as for downloads (unless a limit paces it).
         if size > 1 << 20 && throttle?.limiting != true { easy.set(CURLOPT_UPLOAD_BUFFERSIZE, 512 * 1024) }
         ferry_easy_setopt_datacb(easy.handle, CURLOPT_READFUNCTION, uploadReadCallback)

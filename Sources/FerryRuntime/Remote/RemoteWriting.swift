@@ -214,9 +214,8 @@ class RemoteRequest: Transfer {
         ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, headerCallback)
         easy.set(CURLOPT_HEADERDATA, pointer: Unmanaged.passUnretained(headers).toOpaque())
         if let source {
-            easy.set(CURLOPT_UPLOAD, 1)
+            easy.upload(size: Int64(source.bytes.count))
             if method != "PUT" { easy.set(CURLOPT_CUSTOMREQUEST, method) }
-            ferry_easy_setopt_offt(easy.handle, CURLOPT_INFILESIZE_LARGE, curl_off_t(source.bytes.count))
             ferry_easy_setopt_datacb(easy.handle, CURLOPT_READFUNCTION, uploadBufferCallback)
             easy.set(CURLOPT_READDATA, pointer: Unmanaged.passUnretained(source).toOpaque())
         }

@@ -342,6 +342,22 @@ final class EasyHandle: @unchecked Sendable {
         if let headerList { ferry_easy_setopt_slist(handle, CURLOPT_HTTPHEADER, headerList) }
     }
 
+    /// Below this size a body goes with its request at once. libcurl otherwise sends every PUT
+    /// with `Expect: 100-continue` and waits a round trip for the server's go-ahead, which only
+    /// saves the body's bytes when the server refuses it: worth a round trip from about the bytes
+    /// a link carries in one (50 ms at 100 Mbit/s: 625 KB; 20 ms at 1 Gbit/s: 2.5 MB).
+    static let expectContinueFrom: Int64 = 1 << 20
+
+    /// The request uploads a body of `size` bytes (after `configure`): a PUT unless the caller
+    /// names another method; one under `expectContinueFrom` without `Expect: 100-continue`.
+    func upload(size: Int64) {
+        set(CURLOPT_UPLOAD, 1)
+        ferry_easy_setopt_offt(handle, CURLOPT_INFILESIZE_LARGE, curl_off_t(size))
+        guard size < EasyHandle.expectContinueFrom else { return }
+        headerList = curl_slist_append(headerList, "Expect:")
+        if let headerList { ferry_easy_setopt_slist(handle, CURLOPT_HTTPHEADER, headerList) }
+    }
+
     var responseCode: Int {
         var code = 0
         ferry_easy_getinfo_long(handle, CURLINFO_RESPONSE_CODE, &code)

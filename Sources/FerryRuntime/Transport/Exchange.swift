@@ -44,8 +44,7 @@ enum Exchange {
         ferry_easy_setopt_datacb(easy.handle, CURLOPT_HEADERFUNCTION, headerCallback)
         easy.set(CURLOPT_HEADERDATA, pointer: headerRef.toOpaque())
         if body != nil {
-            easy.set(CURLOPT_UPLOAD, 1)
-            ferry_easy_setopt_offt(easy.handle, CURLOPT_INFILESIZE_LARGE, curl_off_t(source.bytes.count))
+            easy.upload(size: Int64(source.bytes.count))
             ferry_easy_setopt_datacb(easy.handle, CURLOPT_READFUNCTION, uploadBufferCallback)
             easy.set(CURLOPT_READDATA, pointer: sourceRef.toOpaque())
         }

@@ -353,6 +353,15 @@ final class S3FaultProxy: S3TestStore {
         }
     }
 
+    /// The `Expect` header of each request it saw (nil: none), with its method and path.
+    func expectations() -> [(method: String, path: String, expect: String?)] {
+        guard let text = try? String(contentsOfFile: log, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            guard let o = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any] else { return nil }
+            return (o["method"] as? String ?? "", o["path"] as? String ?? "", o["expect"] as? String)
+        }
+    }
+
     func stop() {
         process.stop()
         Harness.remove(directory)
