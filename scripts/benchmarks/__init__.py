@@ -5,5 +5,6 @@ SeaweedFS, the site cache), and each other module one section or a family of the
 the unchanged tree, the agent at rest, the kill at half), `small` (10,000 small files, a real tree),
 `manifests` (1,000,000 entries, manifest formats, generations), `push`, `s3`, `sftp`, `delta`,
 `realdata` (with `realdata_sets`, which builds its data: a Debian root, a SQLite database, a native
-library) and `fleet`; `report` writes docs/benchmarks.md. A new section is a module with a function
-`(ferry, runs) -> [section, ...]`, listed in bench.py's SECTIONS."""
+library), `wan` (the same servers behind scripts/wanrelay.py) and `fleet`; `report` writes
+docs/benchmarks.md. A new section is a module with a function `(ferry, runs) -> [section, ...]`,
+listed in bench.py's SECTIONS."""

@@ -1,0 +1,115 @@
+"""A WAN in the lab: the same servers behind scripts/wanrelay.py, which adds a link's delay (each
+way) and bandwidth (each direction, shared by every connection). Two links: 50 ms round trip at
+100 Mbit/s, and 150 ms at 20 Mbit/s. Rows: a cold 10,000 × 4 KiB mirror from plain nginx (ferry
+beside curl --parallel --parallel-max 64 and rclone), and the real Debian tar's delta (ferry's
+plain layout beside zsync), its bytes and requests from nginx's log."""
+import os
+import statistics
+import subprocess
+import sys
+
+from .delta import logged
+from .realdata import PLAIN, RealDataBench
+from .realdata_sets import realdata_sets
+from .runners import BASE, SCRIPTS, ferry_config, fresh, make_small, measure, run, sha256_of
+from .servers import Nginx
+
+LINKS = [("50 ms, 100 Mbit/s", 25, 100), ("150 ms, 20 Mbit/s", 75, 20)]
+
+
+class Relay:
+    """scripts/wanrelay.py in front of 127.0.0.1:`port`, `delay_ms` each way, `rate` Mbit/s each direction."""
+
+    def __init__(self, port, delay_ms, rate):
+        self.process = subprocess.Popen([sys.executable, SCRIPTS + "/wanrelay.py", "--target", f"127.0.0.1:{port}",
+                                         "--delay-ms", str(delay_ms), "--rate-mbit", str(rate)],
+                                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        self.port = int(self.process.stdout.readline())
+        self.url = f"http://127.0.0.1:{self.port}/"
+
+    def stop(self):
+        self.process.kill()
+        self.process.wait()
+
+
+def small_over(ferry, runs, link, delay, rate, www, out):
+    """The 10,000-file cold mirror through one link: a measure() section."""
+    nginx = Nginx(www)
+    relay = Relay(nginx.port, delay, rate)
+    url = relay.url
+    curl_cfg = BASE + "/curl-wan.cfg"
+    with open(curl_cfg, "w") as f:
+        for d in range(100):
+            for i in range(100):
+                f.write(f'url = "{url}small/d{d:02}/f{i:03}.bin"\noutput = "{out}/curl/d{d:02}/f{i:03}.bin"\n')
+    cfg = BASE + "/ferry-wan.conf"
+    tools = [
+        ("ferry sync now (64)", lambda: (fresh(out), ferry_config(cfg, url + "small/", out + "/ferry",
+                                                                  out + "/ferry-state", 64)),
+         lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"]),
+        ("curl --parallel (64)", lambda: fresh(out),
+         lambda: ["curl", "-sf", "--parallel", "--parallel-max", "64", "--create-dirs", "-K", curl_cfg]),
+        ("rclone copy --transfers 64", lambda: fresh(out),
+         lambda: ["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone", "--http-url", url + "small/",
+                  "--transfers", "64", "--exclude", "manifest.json", "--exclude", ".ferry/**"]),
+    ]
+    try:
+        table = measure(f"WAN {link}: 10,000 × 4 KiB", tools, runs, warmup=False)
+    finally:
+        relay.stop()
+        nginx.stop()
+    return (f"WAN, {link}: 10,000 × 4 KiB files, cold", table, "curl --parallel (64)", 1.0,
+            "wall ≤ 1.0 × curl --parallel --parallel-max 64 over the same link (issue 56)",
+            "Through scripts/wanrelay.py in front of nginx on 127.0.0.1; every tool a fresh directory each run.")
+
+
+def tar_delta_over(ferry, runs, bench, link, delay, rate):
+    """The Debian tar's delta through one link, ferry plain beside zsync: the report's lines."""
+    relay = Relay(bench.nginx.port, delay, rate)
+    direct = bench.nginx.url
+    bench.nginx.url = relay.url
+    rows = {}
+    try:
+        for _ in range(runs):
+            for tool, prepare, command, log, prefix, index, output in bench.tools():
+                if tool not in (PLAIN, "zsync -b 4096"):
+                    continue
+                prepare()
+                wall, rss, code, cpu = run(command)
+                sent, requests = logged(log, prefix)
+                right = code == 0 and sha256_of(output) == bench.sha
+                rows.setdefault(tool, []).append((sent, logged(log, index)[1], requests, wall, cpu, right))
+                print(f"  WAN {link} {tool:22s} {sent / 1e6:8.2f} MB {requests:5d} requests {wall:6.2f} s"
+                      f"{'' if right else ' WRONG'}", file=sys.stderr)
+    finally:
+        bench.nginx.url = direct
+        relay.stop()
+    lines = [f"| {link} | {tool} | {statistics.median(v[0] for v in values) / 1e6:,.2f} MB | "
+             f"{statistics.median(v[1] for v in values):,.0f} | {statistics.median(v[2] for v in values):,.0f} | "
+             f"{statistics.median(v[3] for v in values):.2f} s | {statistics.median(v[4] for v in values):.2f} s | "
+             f"{'yes' if all(v[5] for v in values) else 'NO'} |" for tool, values in rows.items()]
+    return lines
+
+
+def wan_sections(ferry, runs):
+    """Both links: the 10,000-file rows, then the tar's delta (the real-data set built by realdata_sets)."""
+    runs = min(runs, 3)
+    www = fresh(BASE + "/wan-www")
+    small = make_small(www)
+    subprocess.run([ferry, "manifest", "build", small, "--quiet"], check=True)
+    sections = [small_over(ferry, runs, link, delay, rate, www, BASE + "/wan-out") for link, delay, rate in LINKS]
+    label, name, old, new, _ = next(s for s in realdata_sets() if s[1] == "root.tar")
+    bench = RealDataBench(ferry, runs, label, name, old, new)
+    lines = ["The real Debian root tar's delta (the real-data section's set: 121.5 → 158.2 MB) through each link: "
+             "ferry's plain layout (its mirror in sync with the old version, the index cached) beside "
+             "`zsync -b 4096` seeded with the old version. Bytes and requests from nginx's log; medians of "
+             f"{runs}. Targets (issue 56): the index in ≤ 8 requests and wall ≤ 1.0 × zsync's.", "",
+             "| link | tool | on the wire | index requests | requests | wall | client CPU | new version |",
+             "|---|---|---:|---:|---:|---:|---:|---|"]
+    try:
+        for link, delay, rate in LINKS:
+            lines += tar_delta_over(ferry, runs, bench, link, delay, rate)
+    finally:
+        bench.stop()
+    sections.append(("WAN: the real Debian tar's delta", lines, "text", None, None))
+    return sections
