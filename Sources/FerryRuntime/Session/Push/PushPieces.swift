@@ -28,31 +28,31 @@ extension PushSync {
         }.pieces
     }
 
-    /// By content, the pieces (their SHA-256s) of each entry stored as its pieces whose index the
-    /// session's cache holds; an entry whose index the cache lacks is left out.
-    func storedPieces(of entries: [ManifestEntry], objects: ManifestObjects) -> [SHA256Digest: [SHA256Digest]] {
-        var out: [SHA256Digest: [SHA256Digest]] = [:]
-        var done = Set<SHA256Digest>()
-        for e in entries {
-            guard let index = e.index, index.storedAsPieces, let size = e.size, done.insert(e.sha256).inserted,
+    /// By content, the pieces of each entry stored as its pieces whose index the session's cache
+    /// holds; an entry whose index the cache lacks is left out.
+    func publishedPieces(of entries: [ManifestEntry], objects: ManifestObjects) -> [SHA256Digest: [ContentIndex.Piece]] {
+        var out: [SHA256Digest: [ContentIndex.Piece]] = [:]
+        for e in entries where out[e.sha256] == nil {
+            guard let index = e.index, index.storedAsPieces, let size = e.size,
                   let pieces = cachedPieces(index, size: size, objects: objects) else { continue }
-            out[e.sha256] = pieces.map(\.object)
+            out[e.sha256] = pieces
         }
         return out
     }
 
-    /// How the pieces the published files are stored as are stored, by each piece's SHA-256:
+    /// By content, the objects (their SHA-256s) that hold the pieces of each entry stored as its
+    /// pieces whose index the session's cache holds (`publishedPieces`).
+    func storedPieces(of entries: [ManifestEntry], objects: ManifestObjects) -> [SHA256Digest: [SHA256Digest]] {
+        publishedPieces(of: entries, objects: objects).mapValues { $0.map(\.object) }
+    }
+
+    /// How the pieces of `published` (`publishedPieces`) are stored, by each piece's SHA-256:
     /// compressed (their frames), or as they are (nil). A push that meets such a piece again takes
     /// that form without compressing it: only the pieces that changed cost compression, and a
     /// piece stored before (by a ferry that did not compress) is not sent again.
-    func storedForms(of entries: [ManifestEntry], objects: ManifestObjects) -> [SHA256Digest: ContentIndex.Stored?] {
+    static func storedForms(_ published: [SHA256Digest: [ContentIndex.Piece]]) -> [SHA256Digest: ContentIndex.Stored?] {
         var out: [SHA256Digest: ContentIndex.Stored?] = [:]
-        var done = Set<SHA256Digest>()
-        for e in entries {
-            guard let index = e.index, index.storedAsPieces, let size = e.size, done.insert(e.sha256).inserted,
-                  let pieces = cachedPieces(index, size: size, objects: objects) else { continue }
-            for piece in pieces { out[piece.sha256] = .some(piece.stored) }
-        }
+        for piece in published.values.joined() { out[piece.sha256] = .some(piece.stored) }
         return out
     }
 

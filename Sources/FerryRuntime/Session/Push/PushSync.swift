@@ -109,6 +109,8 @@ final class PushSync: SessionWork {
         /// The pieces of the published files stored as their pieces (`storedPieces`), read once a
         /// run from the session's cache (before collection sweeps it).
         let publishedPieces: [SHA256Digest: [SHA256Digest]]
+        /// How those pieces are stored (`storedForms`), from the same read.
+        let storedForms: [SHA256Digest: ContentIndex.Stored?]
 
         /// Files that could not be read: the remote keeps (and the manifest lists) what it has.
         var unreadable: Set<RelativePath> { Set(scan.unreadable.map(\.path)) }
@@ -153,12 +155,14 @@ final class PushSync: SessionWork {
         let checkedAt = clock.now()
         let lastCheck = try store.remoteChecked(session: session.name)
         let checkAll = session.remote.backend.abilities.contains(.cheapInspection) || lastCheck.map { checkedAt.timeInterval - $0.timeInterval >= session.verifyInterval } ?? true
-        let publishedPieces = published.map { $0.layout == .objects ? storedPieces(of: $0.entries, objects: manifests.objects(remote: remote)) : [:] } ?? [:]
+        let pieceLists = published.map { $0.layout == .objects ? self.publishedPieces(of: $0.entries, objects: manifests.objects(remote: remote)) : [:] } ?? [:]
+        let publishedPieces = pieceLists.mapValues { $0.map(\.object) }
         let stored = layout == .objects ? try storedContent(published: published, pieces: publishedPieces, placed: placedObjects, checking: checkAll,
                                                             writer: writer, store: store) : []
         return Observed(remote: remote, writer: writer, reissue: reissue, published: published, changedOnRemote: changedOnRemote,
                         lastVersion: lastVersion, scan: scan, placedFiles: placed, placedObjects: placedObjects, checkAll: checkAll,
-                        checkedAt: checkedAt, stored: stored, publishedPieces: publishedPieces)
+                        checkedAt: checkedAt, stored: stored, publishedPieces: publishedPieces,
+                        storedForms: PushSync.storedForms(pieceLists))
     }
 
     // MARK: plan and resolve
@@ -311,9 +315,8 @@ final class PushSync: SessionWork {
         for (path, error) in blocked { emit(.fileFailed(path: path, error: error)) }
         result.counts.failed += blocked.count
         // Large files go as the pieces the remote lacks; one whose every piece it stores needs nothing.
-        let forms = observed.published.map { $0.layout == .objects
-            ? storedForms(of: $0.entries, objects: manifests.objects(remote: observed.remote)) : [:] } ?? [:]
-        let (pieces, storedAsPieces) = indexForPieces(uploads, stored: observed.stored, forms: forms, root: scan.root)
+        let (pieces, storedAsPieces) = indexForPieces(uploads, stored: observed.stored, forms: observed.storedForms,
+                                                      root: scan.root)
         uploads.removeAll { storedAsPieces.contains($0.entry.sha256) }
 
         let notBefore = (options.notBefore ?? session.earliestBegin)?.time(from: clock.now())
