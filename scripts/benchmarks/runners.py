@@ -247,6 +247,16 @@ def make_workloads(root):
     return big, make_small(root)
 
 
+def curl_list(path, url, out):
+    """Writes at `path` a `curl -K` list of make_small's 10,000 files under `url`small/, each into
+    `out`/curl/ at its place. Returns `path`."""
+    with open(path, "w") as f:
+        for d in range(100):
+            for i in range(100):
+                f.write(f'url = "{url}small/d{d:02}/f{i:03}.bin"\noutput = "{out}/curl/d{d:02}/f{i:03}.bin"\n')
+    return path
+
+
 def make_small(root):
     """`root`/small: 10,000 random files of 4 KiB in 100 directories."""
     small = fresh(root + "/small")

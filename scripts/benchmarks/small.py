@@ -4,7 +4,7 @@ import os
 import shutil
 import subprocess
 
-from .runners import BASE, ferry_config, fresh, make_small, measure, per_file_cpu, private_ca
+from .runners import BASE, curl_list, ferry_config, fresh, make_small, measure, per_file_cpu, private_ca
 from .servers import Nginx
 
 REAL_TREE_SOURCES = ["/usr/share/doc", "/usr/share/locale", "/usr/lib/python3.11"]
@@ -25,11 +25,7 @@ def small_file_sections(ferry, runs, www, out):
     url = nginx.url
     sections = []
     # ---- 10,000 × 4 KiB
-    curl_cfg = BASE + "/curl-small.cfg"
-    with open(curl_cfg, "w") as f:
-        for d in range(100):
-            for i in range(100):
-                f.write(f'url = "{url}small/d{d:02}/f{i:03}.bin"\noutput = "{out}/curl/d{d:02}/f{i:03}.bin"\n')
+    curl_cfg = curl_list(BASE + "/curl-small.cfg", url, out)
     aria_list = BASE + "/aria2-small.txt"
     with open(aria_list, "w") as f:
         for d in range(100):

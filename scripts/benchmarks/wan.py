@@ -11,7 +11,7 @@ import sys
 from .delta import logged
 from .realdata import PLAIN, RealDataBench
 from .realdata_sets import realdata_sets
-from .runners import BASE, SCRIPTS, ferry_config, fresh, make_small, measure, run, sha256_of
+from .runners import BASE, SCRIPTS, curl_list, ferry_config, fresh, make_small, measure, run, sha256_of
 from .servers import Nginx
 
 LINKS = [("50 ms, 100 Mbit/s", 25, 100), ("150 ms, 20 Mbit/s", 75, 20)]
@@ -37,11 +37,7 @@ def small_over(ferry, runs, link, delay, rate, www, out):
     nginx = Nginx(www)
     relay = Relay(nginx.port, delay, rate)
     url = relay.url
-    curl_cfg = BASE + "/curl-wan.cfg"
-    with open(curl_cfg, "w") as f:
-        for d in range(100):
-            for i in range(100):
-                f.write(f'url = "{url}small/d{d:02}/f{i:03}.bin"\noutput = "{out}/curl/d{d:02}/f{i:03}.bin"\n')
+    curl_cfg = curl_list(BASE + "/curl-wan.cfg", url, out)
     cfg = BASE + "/ferry-wan.conf"
     tools = [
         ("ferry sync now (64)", lambda: (fresh(out), ferry_config(cfg, url + "small/", out + "/ferry",
