@@ -70,14 +70,14 @@ struct DeltaDetailTests {
         }
     }
 
-    /// Every detail damaged at the origin: the delta is still taken (its chunks), said once as
-    /// damaged metadata, and the file is right.
+    /// Every detail damaged at the origin, and every bundle that would hold them: the delta is
+    /// still taken (its chunks), said once as damaged metadata, and the file is right.
     @Test func aDamagedDetailCostsOnlyWhatItWouldHaveSaved() throws {
         let (run, _, _, fixture) = try Self.update(.http, label: "detail-damaged") { meta in
             for name in try FileManager.default.contentsOfDirectory(atPath: meta) {
                 let path = meta + "/" + name
                 var bytes = try #require(FileManager.default.contents(atPath: path))
-                guard bytes.prefix(4) == Data("fdD1".utf8) else { continue }
+                guard bytes.prefix(4) == Data("fdD1".utf8) || bytes.prefix(4) == Data("fdB1".utf8) else { continue }
                 bytes[bytes.count - 1] ^= 0x5A
                 try bytes.write(to: URL(fileURLWithPath: path))
             }

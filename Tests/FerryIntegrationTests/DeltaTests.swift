@@ -499,15 +499,26 @@ struct DeltaTests {
         #expect(box.sync().exitCode == 0)
         box.buildManifest()
         // A mirror reads the index (the tree's objects and the pieces' details aside: a detail is
-        // fetched only for a piece that changed beside bytes the mirror holds).
+        // fetched only for a piece that changed beside bytes the mirror holds), in a few
+        // requests: its top, then the bundles it names.
         let meta = server.root + "/.ferry/meta/"
-        let indexObjects = try FileManager.default.contentsOfDirectory(atPath: meta).filter {
-            FileManager.default.contents(atPath: meta + $0)?.prefix(4) != Data("fdD1".utf8)
-        }.count
+        let kinds = try FileManager.default.contentsOfDirectory(atPath: meta).map {
+            (FileManager.default.contents(atPath: meta + $0) ?? Data()).prefix(4)
+        }
+        let indexObjects = kinds.filter { $0 == Data("fdC3".utf8) || $0 == Data("fdN1".utf8) }.count
+        #expect(indexObjects > 40 && kinds.contains(Data("fdB1".utf8)), "pieces and nodes, and their bundles")
         server.clearLog()
         let insync = box.sync(["--json"])
         #expect(insync.exitCode == 0 && insync.events(named: "file-done").isEmpty, "\(insync.output)")
-        #expect(server.bytesSent { $0.hasPrefix("/.ferry/meta/") }.requests >= indexObjects - 2, "the index was read")
+        let read = server.bytesSent { $0.hasPrefix("/.ferry/meta/") }
+        #expect(read.requests <= 5, "the index was read in a few requests: \(read.requests)")
+        let cache = box.state + "/manifests/test.manifest.objects/"
+        let cachedKinds = try FileManager.default.contentsOfDirectory(atPath: cache).map {
+            (FileManager.default.contents(atPath: cache + $0) ?? Data()).prefix(4)
+        }
+        #expect(cachedKinds.filter { $0 == Data("fdC3".utf8) || $0 == Data("fdN1".utf8) }.count == indexObjects
+                && cachedKinds.contains(Data("fdN2".utf8)), "the cache holds every piece and node")
+        #expect(!cachedKinds.contains(Data("fdB1".utf8)), "and no bundle")
         let new = Self.changed(old)
         box.publish("big.bin", Data(new))
         box.buildManifest()

@@ -144,45 +144,42 @@ public enum ContentIndex {
         }
 
         /// The objects, each once, and the reference to the top one. An empty file has no index.
+        /// Above a single piece the top (`fdN2`) names the bundles of the objects below it
+        /// (`IndexBundle`), which come last.
         public func finish(hash: (UnsafeRawBufferPointer) -> SHA256Digest) -> (reference: Reference, objects: [(sha256: SHA256Digest, bytes: [UInt8])])? {
             precondition(chunks.isEmpty, "the last piece is ended before the index is")
             guard !pieces.isEmpty else { return nil }
             var objects: [(sha256: SHA256Digest, bytes: [UInt8])] = []
             var seen = Set<SHA256Digest>()
-            func seal(_ bytes: [UInt8]) -> SHA256Digest {
+            // What the bundles hold: the nodes below the top (the highest first), then the
+            // pieces; and the details.
+            var pieceObjects: [[UInt8]] = [], details: [[UInt8]] = [], nodes: [[[UInt8]]] = []
+            func seal(_ bytes: [UInt8], into list: inout [[UInt8]]) -> SHA256Digest {
                 let digest = bytes.withUnsafeBytes { hash($0) }
-                if seen.insert(digest).inserted { objects.append((digest, bytes)) }
+                if seen.insert(digest).inserted {
+                    objects.append((digest, bytes))
+                    list.append(bytes)
+                }
                 return digest
             }
             var level: [(sha256: SHA256Digest, bytes: Int64)] = pieces.map { piece in
-                var out = ContentIndex.pieceMagic
-                out += piece.sha256.bytes
-                let detail = piece.detail.map(seal)
-                out += [(detail == nil ? 0 : ContentIndex.pieceHasDetail)
-                        | (piece.stored == nil ? 0 : ContentIndex.pieceStoredCompressed)]
-                if let detail { out += detail.bytes }
-                if let stored = piece.stored { out += stored.sha256.bytes }
-                varint(UInt64(piece.chunks.count), into: &out)
-                for (i, c) in piece.chunks.enumerated() {
-                    varint(UInt64(c.length), into: &out)
-                    out += [UInt8(c.hash & 0xFF), UInt8(c.hash >> 8 & 0xFF), UInt8(c.hash >> 16 & 0xFF)]
-                    if let stored = piece.stored { varint(UInt64(stored.lengths[i]), into: &out) }
-                }
-                return (seal(out), Int64(piece.length))
+                (seal(Builder.pieceObject(piece, detail: piece.detail.map { seal($0, into: &details) }),
+                      into: &pieceObjects), Int64(piece.length))
             }
+            guard level.count > 1 else { return (Reference(sha256: level[0].sha256, level: 0), objects) }
             var height = 0
-            while level.count > 1 {
+            while true {
                 height += 1
-                var next: [(sha256: SHA256Digest, bytes: Int64)] = []
+                var made: [(bytes: [UInt8], covers: Int64)] = []
                 var group: [(sha256: SHA256Digest, bytes: Int64)] = []
                 func close() {
-                    var out = ContentIndex.nodeMagic + [UInt8(height)]
+                    var out = [UInt8(height)]
                     varint(UInt64(group.count), into: &out)
                     for child in group {
                         out += child.sha256.bytes
                         varint(UInt64(child.bytes), into: &out)
                     }
-                    next.append((seal(out), group.reduce(0) { $0 + $1.bytes }))
+                    made.append((out, group.reduce(0) { $0 + $1.bytes }))
                     group = []
                 }
                 for child in level {
@@ -190,9 +187,53 @@ public enum ContentIndex {
                     if group.count >= ContentIndex.nodeMaximum || (group.count >= ContentIndex.nodeMinimum && child.sha256.bytes[7] % 8 == 0) { close() }
                 }
                 if !group.isEmpty { close() }
-                level = next
+                // The top is sealed last, once it names the bundles of all below it.
+                if made.count == 1 { return finish(top: made[0].bytes, height: height, nodes: nodes, pieces: pieceObjects,
+                                                  details: details, objects: objects, hash: hash) }
+                var sealed: [[UInt8]] = []
+                level = made.map { (seal(ContentIndex.nodeMagic + $0.bytes, into: &sealed), $0.covers) }
+                nodes.insert(sealed, at: 0)
             }
-            return (Reference(sha256: level[0].sha256, level: height), objects)
+        }
+
+        /// The top (`fdN2`: its level, then the lists of its bundles, then its children as a
+        /// node's) after the bundles of the objects below it.
+        private func finish(top: [UInt8], height: Int, nodes: [[[UInt8]]], pieces: [[UInt8]], details: [[UInt8]],
+                            objects: [(sha256: SHA256Digest, bytes: [UInt8])],
+                            hash: (UnsafeRawBufferPointer) -> SHA256Digest) -> (reference: Reference, objects: [(sha256: SHA256Digest, bytes: [UInt8])]) {
+            var objects = objects
+            var lists = IndexBundle.Lists()
+            func named(_ bundle: [UInt8]) -> IndexBundle.Named {
+                let digest = bundle.withUnsafeBytes { hash($0) }
+                objects.append((digest, bundle))
+                return IndexBundle.Named(sha256: digest, size: bundle.count)
+            }
+            lists.index = IndexBundle.pack(nodes.flatMap { $0 } + pieces).map(named)
+            lists.details = IndexBundle.pack(details).map(named)
+            var out = IndexBundle.topMagic + [UInt8(height)]
+            IndexBundle.write(lists, into: &out)
+            out += top.dropFirst()
+            let digest = out.withUnsafeBytes { hash($0) }
+            objects.append((digest, out))
+            return (Reference(sha256: digest, level: height), objects)
+        }
+
+        /// A piece's object (`fdC3`), naming its detail when it has one.
+        static func pieceObject(_ piece: (sha256: SHA256Digest, length: Int, chunks: [Chunk], detail: [UInt8]?, stored: Stored?),
+                                detail: SHA256Digest?) -> [UInt8] {
+            var out = ContentIndex.pieceMagic
+            out += piece.sha256.bytes
+            out += [(detail == nil ? 0 : ContentIndex.pieceHasDetail)
+                    | (piece.stored == nil ? 0 : ContentIndex.pieceStoredCompressed)]
+            if let detail { out += detail.bytes }
+            if let stored = piece.stored { out += stored.sha256.bytes }
+            varint(UInt64(piece.chunks.count), into: &out)
+            for (i, c) in piece.chunks.enumerated() {
+                varint(UInt64(c.length), into: &out)
+                out += [UInt8(c.hash & 0xFF), UInt8(c.hash >> 8 & 0xFF), UInt8(c.hash >> 16 & 0xFF)]
+                if let stored = piece.stored { varint(UInt64(stored.lengths[i]), into: &out) }
+            }
+            return out
         }
     }
 
@@ -232,7 +273,7 @@ public enum ContentIndex {
         for level in stride(from: reference.level, to: 0, by: -1) {
             let nodes = try reader.read(current, load: load, refused: refused) {
                 (bytes, covers) throws(ManifestTree.Problem) in
-                try readNode(bytes, level: level, covers: covers)
+                try readNode(bytes, level: level, covers: covers, top: level == reference.level)
             }
             var next: [(SHA256Digest, Int64)] = []
             for (digest, _) in current { next += nodes[digest]! }
@@ -326,12 +367,16 @@ public enum ContentIndex {
         return stride(from: 0, to: items.count, by: size).map { items[$0..<min($0 + size, items.count)] }
     }
 
-    static func readNode(_ bytes: [UInt8], level: Int, covers: Int64) throws(ManifestTree.Problem) -> [(SHA256Digest, Int64)] {
+    /// The children of a node; `top`: the index's top, which may name its bundles (`fdN2`).
+    static func readNode(_ bytes: [UInt8], level: Int, covers: Int64,
+                         top: Bool = false) throws(ManifestTree.Problem) -> [(SHA256Digest, Int64)] {
         try bytes.withUnsafeBufferPointer { (b) throws(ManifestTree.Problem) -> [(SHA256Digest, Int64)] in
             var r = ManifestTree.ObjectReader(b)
-            try r.expect(nodeMagic, "an index node (level \(level))")
+            let bundled = top && b.count >= 4 && b.prefix(4).elementsEqual(IndexBundle.topMagic)
+            try r.expect(bundled ? IndexBundle.topMagic : nodeMagic, "an index node (level \(level))")
             let stated = Int(try r.byte())
             guard stated == level else { throw ManifestTree.Problem(text: "it says it is at level \(stated) where level \(level) belongs") }
+            if bundled { _ = try IndexBundle.read(&r, bound: maximumBytes(forFileOf: covers)) }
             let count = Int(try r.varint(max: UInt64(nodeMaximum), "its count of children"))
             guard count > 0 else { throw ManifestTree.Problem(text: "it is a node without children") }
             var children: [(SHA256Digest, Int64)] = []
@@ -403,13 +448,17 @@ public enum ContentIndex {
 
     /// The names of the objects of the index `reference` names that `node` can give (a cached
     /// node's bytes, nil when it has none): the top, the nodes under it, and the pieces the lowest
-    /// nodes name; with `details`, the details those pieces name (what a publisher keeps; a
-    /// mirror fetches a detail for one update and does not keep it). What a mirror's cache keeps
+    /// nodes name; with `details`, the details those pieces name and the bundles the top names
+    /// (what a publisher keeps; a mirror fetches those for one update and does not keep them). What a mirror's cache keeps
     /// for a file it holds; unchecked (a damaged object is found when it is read, and fetched again).
     public static func names(_ reference: Reference, details: Bool = false,
                              node: (SHA256Digest) -> [UInt8]?) -> [SHA256Digest] {
         var out = [reference.sha256]
         var seen: Set<SHA256Digest> = [reference.sha256]
+        // A publisher keeps the bundles its top names; a mirror reads them, never keeps them.
+        if details, let lists = node(reference.sha256).flatMap(IndexBundle.lists(ofTop:)) {
+            for bundle in lists.all where seen.insert(bundle.sha256).inserted { out.append(bundle.sha256) }
+        }
         var current = [reference.sha256]
         var level = reference.level
         // Each object once, and no more of them than an index of the largest file could hold
@@ -449,7 +498,10 @@ public enum ContentIndex {
     static func children(_ bytes: [UInt8]) -> [SHA256Digest] {
         bytes.withUnsafeBufferPointer { b -> [SHA256Digest] in
             var r = ManifestTree.ObjectReader(b)
-            guard (try? r.expect(nodeMagic, "")) != nil, (try? r.byte()) != nil, let count = try? r.varint(max: UInt64(nodeMaximum), "") else { return [] }
+            let bundled = (try? r.expect(IndexBundle.topMagic, "")) != nil
+            guard bundled || (try? r.expect(nodeMagic, "")) != nil, (try? r.byte()) != nil,
+                  !bundled || (try? IndexBundle.read(&r, bound: Int64.max / 2)) != nil,
+                  let count = try? r.varint(max: UInt64(nodeMaximum), "") else { return [] }
             var out: [SHA256Digest] = []
             for _ in 0..<count {
                 guard let d = try? r.digest(), (try? r.varint("")) != nil else { break }

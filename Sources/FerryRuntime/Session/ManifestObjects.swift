@@ -148,6 +148,17 @@ final class ManifestObjects {
         return access(directory + "/" + digest.hex, F_OK) == 0
     }
 
+    /// Objects fetched whole, each checked against its name and at most `maximumSize` bytes, and
+    /// not cached: a content index's bundles, whose members the cache keeps instead (`keep`).
+    /// Through the mirrors first, as `load` fetches; what the remote sends wrong is remembered.
+    func fetchUncached(_ digests: [SHA256Digest], source: String, maximumSize: Int) throws(FerryError) -> [[UInt8]] {
+        guard let (remote, prefix) = self.remote, !digests.isEmpty else { return [] }
+        let fetched = try fetch(digests, from: remote, prefix: prefix, source: source, maximumSize: maximumSize, bad: bad)
+        fetchedObjects += fetched.count
+        fetchedBytes += fetched.reduce(0) { $0 + Int64($1.count) }
+        return fetched
+    }
+
     /// The names in the cache, once the objects being written are in.
     func names() -> [String] {
         finishCaching()

@@ -2,14 +2,15 @@ import Glibc
 import FerryCore
 
 /// A delta's plan made finer with the details of the pieces it fetches part of (`PieceDetail`,
-/// `DeltaPlan.refine`): the detail objects come like the index's (through the session's cache,
-/// which does not keep them), and the old bytes where a changed run stood are read from the
-/// plan's local files. A detail that cannot be had costs only the bytes it would have saved.
+/// `DeltaPlan.refine`): the detail objects come like the index's (`IndexLoader`: the cache does
+/// not keep them; many wanted come in the index's detail bundles), and the old bytes where a
+/// changed run stood are read from the plan's local files. A detail that cannot be had costs only the bytes it would have saved.
 extension DeltaPreparation {
     func refined(_ plan: DeltaPlan, pieces: [ContentIndex.Piece], sources: [Source],
-                 of path: RelativePath) -> DeltaPlan {
+                 loader: IndexLoader) -> DeltaPlan {
         let wanted = plan.detailsWanted(pieces, files: sources.count)
         guard !wanted.isEmpty else { return plan }
+        loader.expectDetails(Set(wanted.map { pieces[$0].detail! }).count)
         let files = sources.map { try? $0.root.open($0.path, for: "to reuse its bytes") }
         defer { for fd in files { if let fd { close(fd) } } }
         var plan = plan
@@ -19,10 +20,7 @@ extension DeltaPreparation {
         }) {
             var names: [SHA256Digest] = []
             for i in batch where !names.contains(pieces[i].detail!) { names.append(pieces[i].detail!) }
-            guard let loaded = try? objects.load(names, source: session.manifestURL,
-                                                 maximumSize: ContentIndex.maximumObjectSize, index: true) else {
-                continue
-            }
+            guard let loaded = try? loader.details(names) else { continue }
             let details = Dictionary(zip(names, loaded), uniquingKeysWith: { a, _ in a })
             for i in batch {
                 guard let bytes = details[pieces[i].detail!],

@@ -93,9 +93,10 @@ struct DeltaPreparation {
             let sources = reuses ? candidates(for: entry.path, size: size, deleted: deleted, seeds: seeds) : []
             guard !sources.isEmpty || asPieces else { continue }
             let pieces: [ContentIndex.Piece]
+            let loader: IndexLoader
             do throws(FerryError) {
                 let read = try resolve(index, of: entry.path, size: size)
-                pieces = read.pieces
+                (pieces, loader) = (read.pieces, read.loader)
                 prepared.keep += read.objects
             } catch {
                 if asPieces {
@@ -119,7 +120,7 @@ struct DeltaPreparation {
             // A repeat of an earlier piece's bytes comes from the partial once that piece is in it.
             // What changed in place of held bytes, made finer with the changed pieces' details.
             let plan = refined(DeltaPlan(pieces: pieces, local: local, selfFile: usable.count), pieces: pieces,
-                               sources: usable, of: entry.path)
+                               sources: usable, loader: loader)
             // Stored as pieces: every byte saved is worth it (a whole fetch costs a request a piece too).
             if plan.worthIt || (asPieces && plan.reused > 0) {
                 prepared.plans[entry.path] = (plan, usable)
@@ -155,12 +156,16 @@ struct DeltaPreparation {
         return read
     }
 
+    /// The index's pieces and objects, through a loader (`IndexLoader`) that later gives the
+    /// pieces' details the same way.
     private func resolve(_ index: ContentIndex.Reference, of path: RelativePath,
-                         size: Int64) throws(FerryError) -> (pieces: [ContentIndex.Piece], objects: [SHA256Digest]) {
-        try ContentIndex.resolve(index, size: size, source: Printable.name(path.string)) { (batch) throws(FerryError) in
-            try objects.load(batch, source: session.manifestURL, maximumSize: ContentIndex.maximumObjectSize,
-                             index: true)
+                         size: Int64) throws(FerryError) -> (pieces: [ContentIndex.Piece], objects: [SHA256Digest],
+                                                             loader: IndexLoader) {
+        let loader = IndexLoader(objects: objects, top: index.sha256, source: session.manifestURL)
+        let read = try ContentIndex.resolve(index, size: size, source: Printable.name(path.string)) {
+            (batch) throws(FerryError) in try loader.load(batch)
         }
+        return (read.pieces, read.objects, loader)
     }
 
     /// The seed directories that can be opened (one that cannot is said once a run).
