@@ -27,6 +27,13 @@ struct DeltaPreparation {
     var current: LocalRoot? = nil
     /// Files this run deletes (a rename's old name is among them).
     var deletions: [RelativePath] = []
+    /// Whether the run said that an index's bundles could not be had (once a run).
+    let bundlesUnread = Flag()
+
+    /// A mark a run sets once.
+    final class Flag {
+        var set = false
+    }
 
     /// A delta's plan and the files it takes bytes from.
     typealias Planned = (plan: DeltaPlan, sources: [Source])
@@ -161,7 +168,12 @@ struct DeltaPreparation {
     private func resolve(_ index: ContentIndex.Reference, of path: RelativePath,
                          size: Int64) throws(FerryError) -> (pieces: [ContentIndex.Piece], objects: [SHA256Digest],
                                                              loader: IndexLoader) {
-        let loader = IndexLoader(objects: objects, top: index.sha256, source: session.manifestURL)
+        let loader = IndexLoader(objects: objects, top: index.sha256, source: session.manifestURL) { [emit, bundlesUnread] error in
+            guard !bundlesUnread.set else { return }
+            bundlesUnread.set = true
+            emit(.warning(message: "the bundles of the content index of \(Printable.name(path.string)) cannot be read, so "
+                                   + "its objects are fetched one by one: \(error.message)"))
+        }
         let read = try ContentIndex.resolve(index, size: size, source: Printable.name(path.string)) {
             (batch) throws(FerryError) in try loader.load(batch)
         }

@@ -18,10 +18,15 @@ final class IndexLoader {
     private var members: [SHA256Digest: [UInt8]] = [:]
     private var tried = (index: false, details: false)
 
-    init(objects: ManifestObjects, top: SHA256Digest, source: String) {
+    /// Told when bundles cannot be had for another reason than bytes other than their name says
+    /// (which `BadObjects` remembers and the run says).
+    let unread: (FerryError) -> Void
+
+    init(objects: ManifestObjects, top: SHA256Digest, source: String, unread: @escaping (FerryError) -> Void = { _ in }) {
         self.objects = objects
         self.top = top
         self.source = source
+        self.unread = unread
     }
 
     /// More objects to fetch than this take the bundles: a request is worth about 32 KiB of
@@ -79,7 +84,11 @@ final class IndexLoader {
     /// that cannot be had or read adds nothing.
     private func take(_ bundles: [IndexBundle.Named]) {
         let largest = bundles.map(\.size).max() ?? 0
-        guard let fetched = try? objects.fetchUncached(bundles.map(\.sha256), source: source, maximumSize: largest) else {
+        let fetched: [[UInt8]]
+        do throws(FerryError) {
+            fetched = try objects.fetchUncached(bundles.map(\.sha256), source: source, maximumSize: largest)
+        } catch {
+            if case .contentMismatch? = error.cause {} else { unread(error) }
             return
         }
         let hasher = SHA256Hasher()

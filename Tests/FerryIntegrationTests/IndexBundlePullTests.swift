@@ -1,0 +1,75 @@
+import Foundation
+import Testing
+@testable import FerryCore
+
+/// A content index read through its bundles on a real server (nginx): a cold mirror reads it in
+/// a few requests, and a bundle the origin holds wrong (other bytes, or far more than the top
+/// says) costs requests, said once, never a wrong file or a refused index.
+@Suite(.serialized) struct IndexBundlePullTests {
+    typealias D = DeltaTests
+
+    /// The kinds of the objects in a directory of metadata objects, by name.
+    static func kinds(_ directory: String) throws -> [String: String] {
+        var out: [String: String] = [:]
+        for name in try FileManager.default.contentsOfDirectory(atPath: directory) {
+            let head = (FileManager.default.contents(atPath: directory + "/" + name) ?? Data()).prefix(4)
+            out[name] = String(decoding: head, as: UTF8.self)
+        }
+        return out
+    }
+
+    /// A cold mirror of one indexed file; `damage` changes the origin's bundles first.
+    static func coldMirror(_ label: String, damage: (String) throws -> Void = { _ in }) throws
+        -> (run: FerryRun, box: Sandbox, server: NginxServer, data: [UInt8], kinds: [String: String]) {
+        let server = try NginxServer()
+        let box = Sandbox(label, published: server.root)
+        let data = D.bytes(D.size, seed: 97)
+        box.publish("big.bin", Data(data))
+        box.buildManifest()
+        let meta = server.root + "/.ferry/meta"
+        let kinds = try Self.kinds(meta)
+        try damage(meta)
+        box.configure(remote: server.url)
+        server.clearLog()
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(FileManager.default.contents(atPath: box.localPath("big.bin")) == Data(data))
+        return (run, box, server, data, kinds)
+    }
+
+    @Test func aColdMirrorReadsTheIndexInAFewRequestsAndCachesIt() throws {
+        let (run, box, server, _, kinds) = try Self.coldMirror("bundles-cold")
+        defer { server.stop() }
+        #expect(run.events(named: "warning").isEmpty, "\(run.output)")
+        let pieces = kinds.values.filter { $0 == "fdC3" }.count
+        #expect(pieces > 30 && kinds.values.contains("fdB1"), "\(pieces) pieces, and bundles")
+        // The tree's leaf, the index's top, its bundle: not a request per piece.
+        let meta = server.bytesSent { $0.hasPrefix("/.ferry/meta/") }
+        #expect(meta.requests <= 4, "\(meta.requests) requests for \(pieces) pieces")
+        let cached = try Self.kinds(box.state + "/manifests/test.manifest.objects")
+        #expect(cached.values.filter { $0 == "fdC3" }.count == pieces, "every piece cached")
+        #expect(!cached.values.contains("fdB1") && !cached.values.contains("fdD1"), "no bundle, no detail")
+    }
+
+    /// Each bundle replaced by 3 MB (more than the top says it holds), then by other bytes of its
+    /// size: the index comes one object at a time, and the run says why once.
+    @Test(arguments: ["larger", "other"])
+    func aBundleHeldWrongCostsRequestsSaidOnce(wrong: String) throws {
+        let (run, _, server, _, kinds) = try Self.coldMirror("bundles-\(wrong)") { meta in
+            for (name, kind) in try Self.kinds(meta) where kind == "fdB1" {
+                let path = meta + "/" + name
+                let size = try #require(FileManager.default.contents(atPath: path)).count
+                let bytes = wrong == "larger" ? D.bytes(3 << 20, seed: 5) : D.bytes(size, seed: 6)
+                try Data(bytes).write(to: URL(fileURLWithPath: path))
+            }
+        }
+        defer { server.stop() }
+        let warnings = run.events(named: "warning").compactMap { $0["message"] as? String }
+        let said = wrong == "larger" ? "bundles of the content index of big.bin cannot be read" : "does not match its hash"
+        #expect(warnings.count == 1 && warnings[0].contains(said), "\(warnings)")
+        let pieces = kinds.values.filter { $0 == "fdC3" }.count
+        let meta = server.bytesSent { $0.hasPrefix("/.ferry/meta/") }
+        #expect(meta.requests > pieces, "one by one: \(meta.requests) requests")
+        #expect(run.events(named: "delta-fallback").isEmpty)
+    }
+}
