@@ -19,10 +19,10 @@ struct IndexBundleTests {
         var detailMembers: [SHA256Digest: [UInt8]] = [:]
         for bundle in lists.index {
             #expect(store[bundle.sha256]?.count == bundle.size)
-            members.merge(try #require(IndexBundle.members(store[bundle.sha256]!, hash: Self.hash))) { a, _ in a }
+            members.merge(try #require(ObjectBundle.members(store[bundle.sha256]!, largest: ContentIndex.maximumObjectSize, hash: Self.hash))) { a, _ in a }
         }
         for bundle in lists.details {
-            detailMembers.merge(try #require(IndexBundle.members(store[bundle.sha256]!, hash: Self.hash))) { a, _ in a }
+            detailMembers.merge(try #require(ObjectBundle.members(store[bundle.sha256]!, largest: ContentIndex.maximumObjectSize, hash: Self.hash))) { a, _ in a }
         }
         // The index bundles hold exactly what a mirror keeps but the top; the detail bundles the details.
         let mirror = Set(ContentIndex.names(index.reference) { store[$0] })
@@ -41,12 +41,12 @@ struct IndexBundleTests {
 
     @Test func bundlesStayWithinTheirBoundAndKeepTheirOrder() throws {
         let members = (0..<700).map { i in Core.bytes(3000 + i % 1000, seed: UInt64(i)) }
-        let packed = IndexBundle.pack(members)
+        let packed = ObjectBundle.pack(members)
         #expect(packed.count == 3, "about 2.4 MB of members: \(packed.count) bundles")
         var again: [[UInt8]] = []
         for bundle in packed {
-            #expect(bundle.count <= IndexBundle.maximumSize)
-            let read = try #require(IndexBundle.members(bundle, hash: Self.hash))
+            #expect(bundle.count <= ObjectBundle.maximumSize)
+            let read = try #require(ObjectBundle.members(bundle, largest: ContentIndex.maximumObjectSize, hash: Self.hash))
             again += members.filter { m in read[SHA256Hasher.digest(of: m)] == m }
         }
         #expect(again.count == members.count)
@@ -56,26 +56,26 @@ struct IndexBundleTests {
     /// larger than any index object, bytes after its end: none is read at all.
     @Test func aBundleThatLiesYieldsNothing() throws {
         let members = [Core.bytes(500, seed: 1), Core.bytes(700, seed: 2)]
-        let good = IndexBundle.pack(members)[0]
-        #expect(IndexBundle.members(good, hash: Self.hash)?.count == 2)
-        var overrun = IndexBundle.magic
+        let good = ObjectBundle.pack(members)[0]
+        #expect(ObjectBundle.members(good, largest: ContentIndex.maximumObjectSize, hash: Self.hash)?.count == 2)
+        var overrun = ObjectBundle.magic
         ContentIndex.varint(2, into: &overrun)
         ContentIndex.varint(1300, into: &overrun)  // over the second member too, and past the end
         overrun += members[0]
         ContentIndex.varint(700, into: &overrun)
         overrun += members[1]
-        #expect(IndexBundle.members(overrun, hash: Self.hash) == nil)
-        var bomb = IndexBundle.magic
+        #expect(ObjectBundle.members(overrun, largest: ContentIndex.maximumObjectSize, hash: Self.hash) == nil)
+        var bomb = ObjectBundle.magic
         ContentIndex.varint(1 << 40, into: &bomb)
         bomb += [1, 0]
-        #expect(IndexBundle.members(bomb, hash: Self.hash) == nil)
-        var large = IndexBundle.magic
+        #expect(ObjectBundle.members(bomb, largest: ContentIndex.maximumObjectSize, hash: Self.hash) == nil)
+        var large = ObjectBundle.magic
         ContentIndex.varint(1, into: &large)
         ContentIndex.varint(UInt64(ContentIndex.maximumObjectSize + 1), into: &large)
         large += [UInt8](repeating: 7, count: ContentIndex.maximumObjectSize + 1)
-        #expect(IndexBundle.members(large, hash: Self.hash) == nil)
-        #expect(IndexBundle.members(good + [0], hash: Self.hash) == nil)
-        #expect(IndexBundle.members(Array("fdB2".utf8) + good.dropFirst(4), hash: Self.hash) == nil)
+        #expect(ObjectBundle.members(large, largest: ContentIndex.maximumObjectSize, hash: Self.hash) == nil)
+        #expect(ObjectBundle.members(good + [0], largest: ContentIndex.maximumObjectSize, hash: Self.hash) == nil)
+        #expect(ObjectBundle.members(Array("fdB2".utf8) + good.dropFirst(4), largest: ContentIndex.maximumObjectSize, hash: Self.hash) == nil)
     }
 
     /// A top that names more bundle bytes than the file's index may take is refused as the index.

@@ -29,6 +29,11 @@ struct ManifestTreeTests {
         return try ManifestTree.resolve(built.root, source: "test", maximumBytes: 1 << 30) { batch in batch.map { store[$0] ?? [] } }.entries
     }
 
+    /// The tree's own objects (not its bundles or their list).
+    static func tree(_ built: ManifestTree.Built) -> [(sha256: SHA256Digest, bytes: [UInt8])] {
+        built.objects.filter { !$0.bytes.starts(with: Array("fdB1".utf8)) && !$0.bytes.starts(with: Array("fm2B".utf8)) }
+    }
+
     @Test(arguments: [0, 1, 7, 300, 20_000])
     func aTreeReadsBackAsTheEntriesItWasBuiltFrom(count: Int) throws {
         let entries = Self.entries(count)
@@ -36,7 +41,8 @@ struct ManifestTreeTests {
         #expect(built.root.files == count)
         #expect(try Self.resolve(built) == entries)
         #expect(Set(built.objects.map(\.sha256)).count == built.objects.count, "each object once")
-        #expect(built.objects.allSatisfy { $0.bytes.count < 4096 }, "small objects")
+        #expect(Self.tree(built).allSatisfy { $0.bytes.count < 4096 }, "small objects")
+        #expect((built.bundles == nil) == (built.objects.count == 1), "bundles for a tree of more than one object")
         #expect(ManifestTree.build(entries, hash: Self.digest).objects.map(\.sha256) == built.objects.map(\.sha256), "the same tree every time")
     }
 
@@ -44,7 +50,11 @@ struct ManifestTreeTests {
         let old = ManifestTree.build(Self.entries(20_000), hash: Self.digest)
         let names = Set(old.objects.map(\.sha256))
         let changed = ManifestTree.build(Self.entries(20_000, changed: [12_345]), hash: Self.digest)
-        #expect(changed.objects.filter { !names.contains($0.sha256) }.count == changed.root.level + 1)
+        #expect(Self.tree(changed).filter { !names.contains($0.sha256) }.count == changed.root.level + 1)
+        // The bundles that hold the changed leaf and nodes, and their list: not all of them.
+        let bundles = changed.objects.filter { !names.contains($0.sha256) }.count - (changed.root.level + 1)
+        let all = changed.objects.count - Self.tree(changed).count
+        #expect(bundles >= 2 && bundles <= changed.root.level + 2 && bundles < all, "\(bundles) of \(all)")
         var grown = Self.entries(20_000)
         grown.append(ManifestEntry(path: RelativePath(trusted: "dir3/sub/zz-new.bin"), size: 1, sha256: grown[0].sha256))
         grown.sort { $0.path < $1.path }

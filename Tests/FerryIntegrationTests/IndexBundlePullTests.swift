@@ -73,3 +73,58 @@ import Testing
         #expect(run.events(named: "delta-fallback").isEmpty)
     }
 }
+
+/// A format-2 tree read through its bundles (nginx): a cold mirror of 5,000 files reads its
+/// metadata in a handful of requests, an update of one file reads no bundle, and a list of
+/// bundles held wrong costs requests, said once.
+@Suite(.serialized) struct TreeBundlePullTests {
+    static func world(_ label: String) throws -> (box: Sandbox, server: NginxServer) {
+        let server = try NginxServer()
+        let box = Sandbox(label, published: server.root)
+        for i in 0..<5000 { box.publish("d\(i % 50)/file-\(i).txt", "content \(i)\n") }
+        box.buildManifest()
+        box.configure(remote: server.url)
+        return (box, server)
+    }
+
+    static func metaRequests(_ server: NginxServer) -> Int { server.bytesSent { $0.hasPrefix("/.ferry/meta/") }.requests }
+
+    @Test func aColdMirrorReadsItsTreeInAFewRequests() throws {
+        let (box, server) = try Self.world("tree-bundles-cold")
+        defer { server.stop() }
+        let published = try publishedTree(box.published)
+        #expect(published.manifest.treeBundles != nil)
+        let leaves = try IndexBundlePullTests.kinds(server.root + "/.ferry/meta").values.filter { $0 == "fm2L" }.count
+        server.clearLog()
+        let cold = box.sync(["--json"])
+        #expect(cold.exitCode == 0 && cold.events(named: "warning").isEmpty, "\(cold.output)")
+        expectIdentical(box.published, box.local)
+        #expect(leaves > 100 && Self.metaRequests(server) <= 8, "\(Self.metaRequests(server)) requests for \(leaves) leaves")
+        let cached = try IndexBundlePullTests.kinds(box.state + "/manifests/test.manifest.objects")
+        #expect(cached.values.filter { $0 == "fm2L" }.count == leaves && !cached.values.contains("fdB1"))
+
+        // One file changed: the objects on its path, one by one; no bundle.
+        box.publish("d7/file-307.txt", "changed\n")
+        box.buildManifest()
+        server.clearLog()
+        let one = box.sync(["--json"])
+        #expect(one.exitCode == 0, "\(one.output)")
+        expectIdentical(box.published, box.local)
+        let level = try readPublished(box.published).tree!.level
+        #expect(Self.metaRequests(server) == level + 1, "one object per level")
+    }
+
+    @Test func aListHeldWrongCostsRequestsSaidOnce() throws {
+        let (box, server) = try Self.world("tree-bundles-wrong")
+        defer { server.stop() }
+        let list = try #require(try publishedTree(box.published).manifest.treeBundles)
+        try Data(DeltaTests.bytes(2 << 20, seed: 3)).write(to: URL(fileURLWithPath: server.root + "/.ferry/meta/" + list.sha256.hex))
+        server.clearLog()
+        let cold = box.sync(["--json"])
+        #expect(cold.exitCode == 0, "\(cold.output)")
+        expectIdentical(box.published, box.local)
+        let warnings = cold.events(named: "warning").compactMap { $0["message"] as? String }
+        #expect(warnings.count == 1 && warnings[0].contains("the bundles of the tree of manifest"), "\(warnings)")
+        #expect(Self.metaRequests(server) > 100, "one by one")
+    }
+}

@@ -33,9 +33,15 @@ struct ManifestTreeTests {
         #expect(cold.exitCode == 0, "\(cold.output)")
         expectIdentical(box.published, box.local)
         #expect(!FileManager.default.fileExists(atPath: box.local + "/.ferry/meta"), "a pull never mirrors .ferry/")
-        let objects = publishedObjects(box.published)
-        let total = objects.reduce(0) { $0 + ((try? FileManager.default.attributesOfItem(atPath: box.published + "/.ferry/meta/" + $1)[.size] as? Int) ?? 0) }
-        #expect(Self.metadataBytes(cold) == total + root.utf8.count, "a cold mirror fetches the root and every object once")
+        // A cold mirror fetches the root, the tree's top, the list of its bundles and each bundle
+        // once: not each object.
+        let top = try readPublished(box.published).tree!.sha256.hex
+        var total = 0
+        for name in publishedObjects(box.published) {
+            let bytes = FileManager.default.contents(atPath: box.published + "/.ferry/meta/" + name) ?? Data()
+            if name == top || bytes.prefix(4) == Data("fdB1".utf8) || bytes.prefix(4) == Data("fm2B".utf8) { total += bytes.count }
+        }
+        #expect(Self.metadataBytes(cold) == total + root.utf8.count, "the root, the top, the bundles and their list")
 
         // One change: the root, one leaf and the nodes above it.
         box.publish("d7/file-307.txt", "changed\n")
@@ -185,13 +191,13 @@ struct ManifestTreeTests {
         let first = publishedObjects(box.published)
         box.publish("f5.txt", "five\n")
         box.buildManifest()
-        let second = try treeObjects(box.published)
+        let second = try treeObjects(box.published).union(publishedBundles(box.published))
         #expect(publishedObjects(box.published) == first.union(second), "within the grace period the old objects stay")
         let retired = try String(contentsOfFile: box.published + "/.ferry/retired", encoding: .utf8)
         #expect(Set(retired.split(separator: "\n").map { String($0.prefix(64)) }) == first.subtracting(second), "\(retired)")
         box.publish("f6.txt", "six\n")
         let run = box.buildManifest(["--grace", "0s", "--json"])
-        #expect(publishedObjects(box.published) == (try treeObjects(box.published)), "\(run.output)")
+        #expect(publishedObjects(box.published) == (try treeObjects(box.published).union(publishedBundles(box.published))), "\(run.output)")
 
         // A push session removes them the same way, on its remote.
         let remote = box.directory + "/remote"
@@ -200,13 +206,13 @@ struct ManifestTreeTests {
                     "direction = push", "object-grace = 0s", "keep-versions = 1"].joined(separator: "\n") + "\n"
         try text.writeReplacing(box.config)
         #expect(ferry(["sync", "now", "--config", box.config]).exitCode == 0)
-        let pushed = try treeObjects(remote)
+        let pushed = try treeObjects(remote).union(publishedBundles(remote))
         #expect(publishedObjects(remote) == pushed)
         #expect(try readPublished(remote).entries.count == 100)
         box.publish("f7.txt", "seven\n")
         let again = ferry(["sync", "now", "--config", box.config])
         #expect(again.exitCode == 0, "\(again.output)")
-        #expect(publishedObjects(remote) == (try treeObjects(remote)) && publishedObjects(remote) != pushed, "the push's old objects went")
+        #expect(publishedObjects(remote) == (try treeObjects(remote).union(publishedBundles(remote))) && publishedObjects(remote) != pushed, "the push's old objects went")
     }
 
     @Test func aDryRunFetchesButKeepsNothing() throws {

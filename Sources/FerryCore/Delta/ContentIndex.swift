@@ -208,8 +208,8 @@ public enum ContentIndex {
                 objects.append((digest, bundle))
                 return IndexBundle.Named(sha256: digest, size: bundle.count)
             }
-            lists.index = IndexBundle.pack(nodes.flatMap { $0 } + pieces).map(named)
-            lists.details = IndexBundle.pack(details).map(named)
+            lists.index = ObjectBundle.pack(nodes.flatMap { $0 } + pieces).map(named)
+            lists.details = ObjectBundle.pack(details).map(named)
             var out = IndexBundle.topMagic + [UInt8(height)]
             IndexBundle.write(lists, into: &out)
             out += top.dropFirst()

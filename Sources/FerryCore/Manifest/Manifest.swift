@@ -48,6 +48,8 @@ public struct Manifest: Sendable {
     /// A phased rollout (`"rollout"` and `"previous"`): the share of machines that take this
     /// release, and the one the others stay on. nil: every machine takes it.
     public private(set) var rollout: Rollout?
+    /// Format 2: the list of the tree's bundles (`"bundles"`, `ManifestTree.bundled`); nil: none.
+    public private(set) var treeBundles: ObjectBundle.Named?
 
     /// The files the manifest lists, whether or not its tree was read yet.
     public var fileCount: Int { tree?.files ?? entries.count }
@@ -60,6 +62,7 @@ public struct Manifest: Sendable {
                              layout: layout)
         whole.keySet = keySet
         whole.rollout = rollout
+        whole.treeBundles = treeBundles
         try Manifest.checkTree(whole, source: source)
         return whole
     }
@@ -212,6 +215,7 @@ public struct Manifest: Sendable {
         var keySet: Int64?
         var rolloutPercent: Int64?
         var previous: Rollout.Previous?
+        var bundles: ObjectBundle.Named?
         /// Whether any member of a manifest (not an unknown one) was read.
         var sawField = false
         var totalSize: Int64 = 0
@@ -242,6 +246,12 @@ public struct Manifest: Sendable {
                 layout = l
             case "tree":
                 tree = try Fields.readTree(&r, "\"tree\"")
+            case "bundles":
+                let named = try Fields.readTree(&r, "\"bundles\"", size: true)
+                guard named.files > ObjectBundle.magic.count, named.files <= ObjectBundle.maximumSize else {
+                    throw r.problem("\"bundles\".size must be from 5 to \(ObjectBundle.maximumSize)")
+                }
+                bundles = ObjectBundle.Named(sha256: named.sha256, size: named.files)
             case "rollout":
                 let p = try r.readCount("\"rollout\"")
                 guard Rollout.percents.contains(Int(clamping: p)) else { throw r.problem("\"rollout\" must be a share of machines from 1 to 99 (percent)") }
@@ -271,14 +281,16 @@ public struct Manifest: Sendable {
             sawField = true
         }
 
-        /// `{"sha256": HEX, "level": N, "files": N}`: a tree's root object.
-        static func readTree(_ r: inout JSONReader, _ what: String) throws(JSONReader.Failure) -> ManifestTree.Reference {
-            var sha: String?, level: Int64?, files: Int64?
+        /// `{"sha256": HEX, "level": N, "files": N}`: a tree's root object; with `size`,
+        /// `{"sha256": HEX, "size": N}` (the list of its bundles), the size read as `files`.
+        static func readTree(_ r: inout JSONReader, _ what: String,
+                             size: Bool = false) throws(JSONReader.Failure) -> ManifestTree.Reference {
+            var sha: String?, level: Int64? = size ? 0 : nil, files: Int64?
             try r.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
                 switch key {
                 case "sha256": sha = try r.readString()
-                case "level": level = try r.readCount("\(what).level")
-                case "files": files = try r.readCount("\(what).files")
+                case "level" where !size: level = try r.readCount("\(what).level")
+                case "files" where !size, "size" where size: files = try r.readCount("\(what).\(key)")
                 default: try r.skipValue()
                 }
             }
@@ -383,6 +395,7 @@ public struct Manifest: Sendable {
         var manifest = Manifest(format: fields.tree == nil ? .ferry : .tree, version: version, generated: fields.generated, expires: fields.expires,
                                 sorted: entries, signatures: checks, tree: fields.tree, layout: fields.layout)
         manifest.keySet = fields.keySet
+        manifest.treeBundles = fields.tree == nil ? nil : fields.bundles
         switch (fields.rolloutPercent, fields.previous) {
         case (nil, nil): break
         case let (percent?, previous?) where fields.tree != nil:
@@ -542,9 +555,11 @@ public enum ManifestWriter {
 
     /// Renders a `ferry-manifest/2` root naming `tree`.
     public static func renderRoot(version: Int64, generated: Timestamp, expires: Timestamp? = nil, layout: RemoteLayout = .tree, keySet: Int64? = nil,
-                                  rollout: Rollout? = nil, tree: ManifestTree.Reference) -> String {
+                                  rollout: Rollout? = nil, tree: ManifestTree.Reference,
+                                  bundles: ObjectBundle.Named? = nil) -> String {
         var out = header(ManifestTree.formatName, version: version, generated: generated, expires: expires, layout: layout, keySet: keySet)
         if let rollout { out += rollout.rendered() }
+        if let bundles { out += "\n  \"bundles\": {\"sha256\": \"\(bundles.sha256)\", \"size\": \(bundles.size)}," }
         out += "\n  \"tree\": {\"sha256\": \"\(tree.sha256)\", \"level\": \(tree.level), \"files\": \(tree.files)}\n}\n"
         return out
     }

@@ -39,7 +39,11 @@ public enum ManifestTree {
     /// A tree as `build` makes it: its root reference and every object, each once.
     public struct Built: Sendable {
         public let root: Reference
-        public let objects: [(sha256: SHA256Digest, bytes: [UInt8])]
+        /// Every object, each once: the tree's, then its bundles and their list.
+        public internal(set) var objects: [(sha256: SHA256Digest, bytes: [UInt8])]
+        /// The list of the tree's bundles (`ManifestTree.bundled`), which the root names; nil
+        /// for a tree of one object.
+        public internal(set) var bundles: ObjectBundle.Named? = nil
     }
 
     // MARK: where objects end
@@ -113,6 +117,7 @@ public enum ManifestTree {
             level = next
         }
         return Built(root: Reference(sha256: level[0].sha256, level: height, files: entries.count), objects: objects)
+            .bundled(hash: hash)
     }
 
     struct Child {

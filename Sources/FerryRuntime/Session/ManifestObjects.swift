@@ -45,8 +45,9 @@ final class ManifestObjects {
     /// the tree's objects come back too, for `sweep`.
     func resolve(_ manifest: Manifest, source: String, maximumSize: Int64) throws(FerryError) -> (manifest: Manifest, objects: [SHA256Digest]) {
         guard let tree = manifest.tree else { return (manifest, []) }
+        let loader = TreeLoader(objects: self, list: manifest.treeBundles, source: source, bound: maximumSize)
         let (entries, objects) = try ManifestTree.resolve(tree, source: source, maximumBytes: maximumSize) { (batch) throws(FerryError) in
-            try self.load(batch, source: source)
+            try loader.load(batch)
         }
         return (try manifest.resolving(entries, source: source), objects)
     }
@@ -157,6 +158,23 @@ final class ManifestObjects {
         fetchedObjects += fetched.count
         fetchedBytes += fetched.reduce(0) { $0 + Int64($1.count) }
         return fetched
+    }
+
+    /// Why bundles could not be had this run (said once, by the run: `takeBundleProblem`), when
+    /// not for bytes other than their names say (which `bad` remembers).
+    private var bundleProblem: (said: Bool, text: String?) = (false, nil)
+
+    /// Bundles of `what` could not be had: their objects come one by one.
+    func bundlesUnread(of what: String, _ error: FerryError) {
+        if case .contentMismatch? = error.cause { return }
+        guard !bundleProblem.said, bundleProblem.text == nil else { return }
+        bundleProblem.text = "the bundles of \(what) cannot be read, so its objects are fetched one by one: \(error.message)"
+    }
+
+    /// What `bundlesUnread` found, once a run.
+    func takeBundleProblem() -> String? {
+        defer { if bundleProblem.text != nil { bundleProblem = (true, nil) } }
+        return bundleProblem.text
     }
 
     /// The names in the cache, once the objects being written are in.

@@ -32,6 +32,17 @@ func publishedTree(root bytes: Data, name: String, object: (String) -> Data?) th
     return (try root.resolving(entries, source: name), Set(names.map(\.hex)))
 }
 
+/// What the manifest published in `directory` names besides its tree: the list of the tree's
+/// bundles and the bundles it names (empty without).
+func publishedBundles(_ directory: String) throws -> Set<String> {
+    let root = try Manifests.parse(Array(FileManager.default.contents(atPath: directory + "/manifest.json") ?? Data()),
+                                   source: "manifest.json")
+    guard let list = root.treeBundles,
+          let bytes = FileManager.default.contents(atPath: directory + "/.ferry/meta/" + list.sha256.hex),
+          let bundles = ObjectBundle.treeList(Array(bytes), bound: 1 << 30) else { return [] }
+    return Set([list.sha256.hex] + bundles.map(\.sha256.hex))
+}
+
 /// The metadata objects under `directory/.ferry/meta/`.
 func publishedObjects(_ directory: String) -> Set<String> {
     Set((try? FileManager.default.contentsOfDirectory(atPath: directory + "/.ferry/meta")) ?? [])

@@ -27,13 +27,6 @@ struct DeltaPreparation {
     var current: LocalRoot? = nil
     /// Files this run deletes (a rename's old name is among them).
     var deletions: [RelativePath] = []
-    /// Whether the run said that an index's bundles could not be had (once a run).
-    let bundlesUnread = Flag()
-
-    /// A mark a run sets once.
-    final class Flag {
-        var set = false
-    }
 
     /// A delta's plan and the files it takes bytes from.
     typealias Planned = (plan: DeltaPlan, sources: [Source])
@@ -106,9 +99,7 @@ struct DeltaPreparation {
                 (pieces, loader) = (read.pieces, read.loader)
                 prepared.keep += read.objects
             } catch {
-                if asPieces {
-                    prepared.unfetchable[entry.path] = error
-                } else {
+                if asPieces { prepared.unfetchable[entry.path] = error } else {
                     fallback(entry.path, DeltaFallback.reading(error), error.message)
                 }
                 continue
@@ -168,12 +159,8 @@ struct DeltaPreparation {
     private func resolve(_ index: ContentIndex.Reference, of path: RelativePath,
                          size: Int64) throws(FerryError) -> (pieces: [ContentIndex.Piece], objects: [SHA256Digest],
                                                              loader: IndexLoader) {
-        let loader = IndexLoader(objects: objects, top: index.sha256, source: session.manifestURL) { [emit, bundlesUnread] error in
-            guard !bundlesUnread.set else { return }
-            bundlesUnread.set = true
-            emit(.warning(message: "the bundles of the content index of \(Printable.name(path.string)) cannot be read, so "
-                                   + "its objects are fetched one by one: \(error.message)"))
-        }
+        let loader = IndexLoader(objects: objects, top: index.sha256, source: session.manifestURL,
+                                 what: "the content index of \(Printable.name(path.string))")
         let read = try ContentIndex.resolve(index, size: size, source: Printable.name(path.string)) {
             (batch) throws(FerryError) in try loader.load(batch)
         }

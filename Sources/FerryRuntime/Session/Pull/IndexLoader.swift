@@ -18,21 +18,14 @@ final class IndexLoader {
     private var members: [SHA256Digest: [UInt8]] = [:]
     private var tried = (index: false, details: false)
 
-    /// Told when bundles cannot be had for another reason than bytes other than their name says
-    /// (which `BadObjects` remembers and the run says).
-    let unread: (FerryError) -> Void
+    /// What the index is, for what the run says when its bundles cannot be had.
+    let what: String
 
-    init(objects: ManifestObjects, top: SHA256Digest, source: String, unread: @escaping (FerryError) -> Void = { _ in }) {
+    init(objects: ManifestObjects, top: SHA256Digest, source: String, what: String) {
         self.objects = objects
         self.top = top
         self.source = source
-        self.unread = unread
-    }
-
-    /// More objects to fetch than this take the bundles: a request is worth about 32 KiB of
-    /// bundle (at 50 ms and 100 Mbit/s, eight requests at once, a round trip carries ~600 KB).
-    static func worthBundles(missing: Int, of bundleBytes: Int) -> Bool {
-        missing > max(8, bundleBytes / (32 << 10))
+        self.what = what
     }
 
     /// Each object of `batch`, for `ContentIndex.resolve`. A batch of which the cache holds
@@ -40,7 +33,7 @@ final class IndexLoader {
     func load(_ batch: [SHA256Digest]) throws(FerryError) -> [[UInt8]] {
         if let lists, !tried.index, !lists.index.isEmpty {
             let missing = batch.count { members[$0] == nil && !objects.has($0) }
-            if IndexLoader.worthBundles(missing: missing, of: lists.indexBytes) || (missing == batch.count && missing > 1) {
+            if ManifestTree.worthBundles(missing: missing, of: batch.count, bundleBytes: lists.indexBytes) {
                 tried.index = true
                 take(lists.index)
             }
@@ -51,10 +44,10 @@ final class IndexLoader {
     }
 
     /// Before details are loaded: `count` of them are wanted; when that is many, the detail
-    /// bundles are fetched.
+    /// bundles are fetched (a wish, not a batch: none of it is cached, and that alone is not many).
     func expectDetails(_ count: Int) {
         guard let lists, !tried.details, !lists.details.isEmpty,
-              IndexLoader.worthBundles(missing: count, of: lists.detailBytes) else { return }
+              ManifestTree.worthBundles(missing: count, of: 0, bundleBytes: lists.detailBytes) else { return }
         tried.details = true
         take(lists.details)
     }
@@ -88,12 +81,13 @@ final class IndexLoader {
         do throws(FerryError) {
             fetched = try objects.fetchUncached(bundles.map(\.sha256), source: source, maximumSize: largest)
         } catch {
-            if case .contentMismatch? = error.cause {} else { unread(error) }
+            objects.bundlesUnread(of: what, error)
             return
         }
         let hasher = SHA256Hasher()
         for bytes in fetched {
-            guard let read = IndexBundle.members(bytes, hash: { hasher.digest(of: $0) }) else { continue }
+            guard let read = ObjectBundle.members(bytes, largest: ContentIndex.maximumObjectSize,
+                                                  hash: { hasher.digest(of: $0) }) else { continue }
             members.merge(read) { a, _ in a }
         }
     }

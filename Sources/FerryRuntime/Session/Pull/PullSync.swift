@@ -93,6 +93,7 @@ final class PullRun {
     /// and objects the remote itself holds wrong (remembered, `BadObjects`, so not asked again).
     func sayWhatObjectsFound(_ objects: ManifestObjects) {
         sources.sayDemotions()
+        if let problem = objects.takeBundleProblem() { emit(.warning(message: problem)) }
         let bad = objects.bad?.takeNew() ?? []
         guard let first = bad.first else { return }
         let named = bad.count == 1 ? "object \(first.hex) does" : "objects \(first.hex) and \(bad.count - 1) more do"
