@@ -198,10 +198,15 @@ struct PlacementTrustTests {
         #expect(first.exitCode == 0, "\(first.output)")
         #expect(verified(first).map { $0.readBack > 40 } == true, "files and metadata objects are read back: \(first.stdout)")
         let meta = remote + "/.ferry/meta"
+        // A tree object damaged, and the list of the tree's bundles gone (else a cold mirror takes
+        // the tree's objects from the bundles, which hold them intact).
+        func kind(_ name: String) -> Data { (FileManager.default.contents(atPath: meta + "/" + name) ?? Data()).prefix(4) }
         let objects = try FileManager.default.contentsOfDirectory(atPath: meta).sorted()
-        #expect(!objects.isEmpty)
-        try Data("damaged".utf8).write(to: URL(fileURLWithPath: meta + "/" + objects[0]))
-        if objects.count > 1 { try FileManager.default.removeItem(atPath: meta + "/" + objects[1]) }
+        let tree = objects.filter { kind($0) == Data("fm2L".utf8) || kind($0) == Data("fm2N".utf8) }
+        let list = try #require(objects.first { kind($0) == Data("fm2B".utf8) })
+        #expect(!tree.isEmpty)
+        try Data("damaged".utf8).write(to: URL(fileURLWithPath: meta + "/" + tree[0]))
+        try FileManager.default.removeItem(atPath: meta + "/" + list)
 
         let refused = box.sync(["--session", "down"])
         #expect(refused.exitCode == 4, "\(refused.output)")
