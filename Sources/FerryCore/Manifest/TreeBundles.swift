@@ -8,14 +8,6 @@
 extension ManifestTree {
     static let bundleListMagic: [UInt8] = Array("fm2B".utf8)
     static let bundleAtLeast = 256 << 10
-
-    /// Whether a reader that lacks `missing` of the objects it reads next, of a tree whose bundles
-    /// take `bundleBytes`, should take the bundles: when it lacks every one of several (a cold
-    /// mirror), or more than a request is worth (8, or one per 32 KiB of bundle: at 50 ms and
-    /// 100 Mbit/s a round trip of 8 requests carries about 600 KB).
-    public static func worthBundles(missing: Int, of batch: Int, bundleBytes: Int) -> Bool {
-        (missing == batch && missing > 1) || missing > max(8, bundleBytes / (32 << 10))
-    }
 }
 
 extension ManifestTree.Built {
