@@ -31,7 +31,9 @@ struct ManifestTreeTests {
 
     /// The tree's own objects (not its bundles or their list).
     static func tree(_ built: ManifestTree.Built) -> [(sha256: SHA256Digest, bytes: [UInt8])] {
-        built.objects.filter { !$0.bytes.starts(with: Array("fdB1".utf8)) && !$0.bytes.starts(with: Array("fm2B".utf8)) }
+        built.objects.filter {
+            !$0.bytes.starts(with: ObjectBundle.magic) && !$0.bytes.starts(with: ManifestTree.bundleListMagic)
+        }
     }
 
     @Test(arguments: [0, 1, 7, 300, 20_000])
@@ -174,5 +176,30 @@ struct ManifestTreeTests {
         #expect(whole.entries == Self.entries(50) && whole.lists(Self.entries(50)[7].path))
         let flat = try Manifest.parse(Array(ManifestWriter.render(version: 1, generated: Timestamp(seconds: 0), entries: Self.entries(5)).utf8), source: "t")
         #expect(flat.format == .ferry && flat.tree == nil && flat.fileCount == 5)
+    }
+
+    /// The root names the list of the tree's bundles, kept when its tree is read; a list named
+    /// with a size no list can have, or a name that is not one, refuses the root.
+    @Test func theRootNamesItsBundlesAndAMalformedListIsRefused() throws {
+        let built = ManifestTree.build(Self.entries(50), hash: Self.digest)
+        let bundles = try #require(built.bundles)
+        let text = ManifestWriter.renderRoot(version: 3, generated: Timestamp(seconds: 0), tree: built.root,
+                                             bundles: bundles)
+        let root = try Manifest.parse(Array(text.utf8), source: "t")
+        #expect(root.treeBundles == bundles)
+        #expect(try root.resolving(try Self.resolve(built), source: "t").treeBundles == bundles)
+        let named = "{\"sha256\": \"\(bundles.sha256)\", \"size\": \(bundles.size)}"
+        for (wrong, said) in [("{\"sha256\": \"\(bundles.sha256)\", \"size\": 4}", "\"bundles\".size must be"),
+                              ("{\"sha256\": \"\(bundles.sha256)\", \"size\": \(2 << 20)}", "\"bundles\".size must be"),
+                              ("{\"sha256\": \"xyz\", \"size\": 100}", "\"bundles\".sha256 must be")] {
+            let hostile = text.replacingOccurrences(of: named, with: wrong)
+            #expect(hostile != text)
+            do {
+                _ = try Manifest.parse(Array(hostile.utf8), source: "t")
+                Issue.record("taken: \(wrong)")
+            } catch {
+                #expect(error.message.contains(said), "\(error.message)")
+            }
+        }
     }
 }

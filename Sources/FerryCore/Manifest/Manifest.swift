@@ -247,11 +247,7 @@ public struct Manifest: Sendable {
             case "tree":
                 tree = try Fields.readTree(&r, "\"tree\"")
             case "bundles":
-                let named = try Fields.readTree(&r, "\"bundles\"", size: true)
-                guard named.files > ObjectBundle.magic.count, named.files <= ObjectBundle.maximumSize else {
-                    throw r.problem("\"bundles\".size must be from 5 to \(ObjectBundle.maximumSize)")
-                }
-                bundles = ObjectBundle.Named(sha256: named.sha256, size: named.files)
+                bundles = try Fields.readBundles(&r)
             case "rollout":
                 let p = try r.readCount("\"rollout\"")
                 guard Rollout.percents.contains(Int(clamping: p)) else { throw r.problem("\"rollout\" must be a share of machines from 1 to 99 (percent)") }
@@ -281,16 +277,33 @@ public struct Manifest: Sendable {
             sawField = true
         }
 
-        /// `{"sha256": HEX, "level": N, "files": N}`: a tree's root object; with `size`,
-        /// `{"sha256": HEX, "size": N}` (the list of its bundles), the size read as `files`.
-        static func readTree(_ r: inout JSONReader, _ what: String,
-                             size: Bool = false) throws(JSONReader.Failure) -> ManifestTree.Reference {
-            var sha: String?, level: Int64? = size ? 0 : nil, files: Int64?
+        /// `{"sha256": HEX, "size": N}`: the list of a tree's bundles (`ManifestTree.Built.bundled`).
+        static func readBundles(_ r: inout JSONReader) throws(JSONReader.Failure) -> ObjectBundle.Named {
+            var sha: String?, size: Int64?
             try r.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
                 switch key {
                 case "sha256": sha = try r.readString()
-                case "level" where !size: level = try r.readCount("\(what).level")
-                case "files" where !size, "size" where size: files = try r.readCount("\(what).\(key)")
+                case "size": size = try r.readCount("\"bundles\".size")
+                default: try r.skipValue()
+                }
+            }
+            guard let sha, let digest = SHA256Digest(hex: sha) else {
+                throw r.problem("\"bundles\".sha256 must be 64 hex digits")
+            }
+            guard let size, size > ObjectBundle.magic.count, size <= ObjectBundle.maximumSize else {
+                throw r.problem("\"bundles\".size must be from 5 to \(ObjectBundle.maximumSize)")
+            }
+            return ObjectBundle.Named(sha256: digest, size: Int(size))
+        }
+
+        /// `{"sha256": HEX, "level": N, "files": N}`: a tree's root object.
+        static func readTree(_ r: inout JSONReader, _ what: String) throws(JSONReader.Failure) -> ManifestTree.Reference {
+            var sha: String?, level: Int64?, files: Int64?
+            try r.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
+                switch key {
+                case "sha256": sha = try r.readString()
+                case "level": level = try r.readCount("\(what).level")
+                case "files": files = try r.readCount("\(what).files")
                 default: try r.skipValue()
                 }
             }
