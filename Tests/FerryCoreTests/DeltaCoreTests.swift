@@ -107,7 +107,8 @@ struct DeltaCoreTests {
         // same objects again, for a mirror that needs many of them.
         let details = Set(pieces.compactMap(\.detail))
         let objects = indexed.index!.objects
-        let lists = try #require(IndexBundle.lists(ofTop: objects.first { $0.sha256 == indexed.index!.reference.sha256 }!.bytes))
+        let top = objects.first { $0.sha256 == indexed.index!.reference.sha256 }!.bytes
+        let lists = try #require(IndexBundle.lists(ofTop: top))
         let bundles = Set(lists.all.map(\.sha256))
         let read = objects.filter { !details.contains($0.sha256) && !bundles.contains($0.sha256) }
             .reduce(0) { $0 + $1.bytes.count }

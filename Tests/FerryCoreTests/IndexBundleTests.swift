@@ -8,6 +8,10 @@ import Testing
 struct IndexBundleTests {
     typealias Core = DeltaCoreTests
     static func hash(_ bytes: UnsafeRawBufferPointer) -> SHA256Digest { SHA256Hasher().digest(of: bytes) }
+    /// The members of an index's bundle.
+    static func members(_ bytes: [UInt8]) -> [SHA256Digest: [UInt8]]? {
+        ObjectBundle.members(bytes, largest: ContentIndex.maximumObjectSize, hash: hash)
+    }
 
     @Test func theTopNamesBundlesThatHoldEveryObjectBelowIt() throws {
         let indexed = try Core.index(Core.bytes(6 << 20, seed: 91))
@@ -19,10 +23,10 @@ struct IndexBundleTests {
         var detailMembers: [SHA256Digest: [UInt8]] = [:]
         for bundle in lists.index {
             #expect(store[bundle.sha256]?.count == bundle.size)
-            members.merge(try #require(ObjectBundle.members(store[bundle.sha256]!, largest: ContentIndex.maximumObjectSize, hash: Self.hash))) { a, _ in a }
+            members.merge(try #require(Self.members(store[bundle.sha256]!))) { a, _ in a }
         }
         for bundle in lists.details {
-            detailMembers.merge(try #require(ObjectBundle.members(store[bundle.sha256]!, largest: ContentIndex.maximumObjectSize, hash: Self.hash))) { a, _ in a }
+            detailMembers.merge(try #require(Self.members(store[bundle.sha256]!))) { a, _ in a }
         }
         // The index bundles hold exactly what a mirror keeps but the top; the detail bundles the details.
         let mirror = Set(ContentIndex.names(index.reference) { store[$0] })
@@ -46,7 +50,7 @@ struct IndexBundleTests {
         var again: [[UInt8]] = []
         for bundle in packed {
             #expect(bundle.count <= ObjectBundle.maximumSize)
-            let read = try #require(ObjectBundle.members(bundle, largest: ContentIndex.maximumObjectSize, hash: Self.hash))
+            let read = try #require(Self.members(bundle))
             again += members.filter { m in read[SHA256Hasher.digest(of: m)] == m }
         }
         #expect(again.count == members.count)
@@ -57,25 +61,25 @@ struct IndexBundleTests {
     @Test func aBundleThatLiesYieldsNothing() throws {
         let members = [Core.bytes(500, seed: 1), Core.bytes(700, seed: 2)]
         let good = ObjectBundle.pack(members)[0]
-        #expect(ObjectBundle.members(good, largest: ContentIndex.maximumObjectSize, hash: Self.hash)?.count == 2)
+        #expect(Self.members(good)?.count == 2)
         var overrun = ObjectBundle.magic
         ContentIndex.varint(2, into: &overrun)
         ContentIndex.varint(1300, into: &overrun)  // over the second member too, and past the end
         overrun += members[0]
         ContentIndex.varint(700, into: &overrun)
         overrun += members[1]
-        #expect(ObjectBundle.members(overrun, largest: ContentIndex.maximumObjectSize, hash: Self.hash) == nil)
+        #expect(Self.members(overrun) == nil)
         var bomb = ObjectBundle.magic
         ContentIndex.varint(1 << 40, into: &bomb)
         bomb += [1, 0]
-        #expect(ObjectBundle.members(bomb, largest: ContentIndex.maximumObjectSize, hash: Self.hash) == nil)
+        #expect(Self.members(bomb) == nil)
         var large = ObjectBundle.magic
         ContentIndex.varint(1, into: &large)
         ContentIndex.varint(UInt64(ContentIndex.maximumObjectSize + 1), into: &large)
         large += [UInt8](repeating: 7, count: ContentIndex.maximumObjectSize + 1)
-        #expect(ObjectBundle.members(large, largest: ContentIndex.maximumObjectSize, hash: Self.hash) == nil)
-        #expect(ObjectBundle.members(good + [0], largest: ContentIndex.maximumObjectSize, hash: Self.hash) == nil)
-        #expect(ObjectBundle.members(Array("fdB2".utf8) + good.dropFirst(4), largest: ContentIndex.maximumObjectSize, hash: Self.hash) == nil)
+        #expect(Self.members(large) == nil)
+        #expect(Self.members(good + [0]) == nil)
+        #expect(Self.members(Array("fdB2".utf8) + good.dropFirst(4)) == nil)
     }
 
     /// A top that names more bundle bytes than the file's index may take is refused as the index.

@@ -502,23 +502,19 @@ struct DeltaTests {
         // fetched only for a piece that changed beside bytes the mirror holds), in a few
         // requests: its top, then the bundles it names.
         let meta = server.root + "/.ferry/meta/"
-        let kinds = try FileManager.default.contentsOfDirectory(atPath: meta).map {
-            (FileManager.default.contents(atPath: meta + $0) ?? Data()).prefix(4)
-        }
-        let indexObjects = kinds.filter { $0 == Data("fdC3".utf8) || $0 == Data("fdN1".utf8) }.count
-        #expect(indexObjects > 40 && kinds.contains(Data("fdB1".utf8)), "pieces and nodes, and their bundles")
+        let kinds = Array(try metadataKinds(meta).values)
+        let indexObjects = kinds.filter { $0 == "fdC3" || $0 == "fdN1" }.count
+        #expect(indexObjects > 40 && kinds.contains("fdB1"), "pieces and nodes, and their bundles")
         server.clearLog()
         let insync = box.sync(["--json"])
         #expect(insync.exitCode == 0 && insync.events(named: "file-done").isEmpty, "\(insync.output)")
         let read = server.bytesSent { $0.hasPrefix("/.ferry/meta/") }
         #expect(read.requests <= 5, "the index was read in a few requests: \(read.requests)")
         let cache = box.state + "/manifests/test.manifest.objects/"
-        let cachedKinds = try FileManager.default.contentsOfDirectory(atPath: cache).map {
-            (FileManager.default.contents(atPath: cache + $0) ?? Data()).prefix(4)
-        }
-        #expect(cachedKinds.filter { $0 == Data("fdC3".utf8) || $0 == Data("fdN1".utf8) }.count == indexObjects
-                && cachedKinds.contains(Data("fdN2".utf8)), "the cache holds every piece and node")
-        #expect(!cachedKinds.contains(Data("fdB1".utf8)), "and no bundle")
+        let cachedKinds = Array(try metadataKinds(cache).values)
+        #expect(cachedKinds.filter { $0 == "fdC3" || $0 == "fdN1" }.count == indexObjects
+                && cachedKinds.contains("fdN2"), "the cache holds every piece and node")
+        #expect(!cachedKinds.contains("fdB1"), "and no bundle")
         let new = Self.changed(old)
         box.publish("big.bin", Data(new))
         box.buildManifest()

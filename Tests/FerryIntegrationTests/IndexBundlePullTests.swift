@@ -8,16 +8,6 @@ import Testing
 @Suite(.serialized) struct IndexBundlePullTests {
     typealias D = DeltaTests
 
-    /// The kinds of the objects in a directory of metadata objects, by name.
-    static func kinds(_ directory: String) throws -> [String: String] {
-        var out: [String: String] = [:]
-        for name in try FileManager.default.contentsOfDirectory(atPath: directory) {
-            let head = (FileManager.default.contents(atPath: directory + "/" + name) ?? Data()).prefix(4)
-            out[name] = String(decoding: head, as: UTF8.self)
-        }
-        return out
-    }
-
     /// A cold mirror of one indexed file; `damage` changes the origin's bundles first.
     static func coldMirror(_ label: String, damage: (String) throws -> Void = { _ in }) throws
         -> (run: FerryRun, box: Sandbox, server: NginxServer, data: [UInt8], kinds: [String: String]) {
@@ -27,7 +17,7 @@ import Testing
         box.publish("big.bin", Data(data))
         box.buildManifest()
         let meta = server.root + "/.ferry/meta"
-        let kinds = try Self.kinds(meta)
+        let kinds = try metadataKinds(meta)
         try damage(meta)
         box.configure(remote: server.url)
         server.clearLog()
@@ -46,7 +36,7 @@ import Testing
         // The tree's leaf, the index's top, its bundle: not a request per piece.
         let meta = server.bytesSent { $0.hasPrefix("/.ferry/meta/") }
         #expect(meta.requests <= 4, "\(meta.requests) requests for \(pieces) pieces")
-        let cached = try Self.kinds(box.state + "/manifests/test.manifest.objects")
+        let cached = try metadataKinds(box.state + "/manifests/test.manifest.objects")
         #expect(cached.values.filter { $0 == "fdC3" }.count == pieces, "every piece cached")
         #expect(!cached.values.contains("fdB1") && !cached.values.contains("fdD1"), "no bundle, no detail")
     }
@@ -56,7 +46,7 @@ import Testing
     @Test(arguments: ["larger", "other"])
     func aBundleHeldWrongCostsRequestsSaidOnce(wrong: String) throws {
         let (run, _, server, _, kinds) = try Self.coldMirror("bundles-\(wrong)") { meta in
-            for (name, kind) in try Self.kinds(meta) where kind == "fdB1" {
+            for (name, kind) in try metadataKinds(meta) where kind == "fdB1" {
                 let path = meta + "/" + name
                 let size = try #require(FileManager.default.contents(atPath: path)).count
                 let bytes = wrong == "larger" ? D.bytes(3 << 20, seed: 5) : D.bytes(size, seed: 6)
@@ -65,7 +55,8 @@ import Testing
         }
         defer { server.stop() }
         let warnings = run.events(named: "warning").compactMap { $0["message"] as? String }
-        let said = wrong == "larger" ? "bundles of the content index of big.bin cannot be read" : "does not match its hash"
+        let said = wrong == "larger" ? "bundles of the content index of big.bin cannot be read"
+            : "does not match its hash"
         #expect(warnings.count == 1 && warnings[0].contains(said), "\(warnings)")
         let pieces = kinds.values.filter { $0 == "fdC3" }.count
         let meta = server.bytesSent { $0.hasPrefix("/.ferry/meta/") }
@@ -87,20 +78,23 @@ import Testing
         return (box, server)
     }
 
-    static func metaRequests(_ server: NginxServer) -> Int { server.bytesSent { $0.hasPrefix("/.ferry/meta/") }.requests }
+    static func metaRequests(_ server: NginxServer) -> Int {
+        server.bytesSent { $0.hasPrefix("/.ferry/meta/") }.requests
+    }
 
     @Test func aColdMirrorReadsItsTreeInAFewRequests() throws {
         let (box, server) = try Self.world("tree-bundles-cold")
         defer { server.stop() }
         let published = try publishedTree(box.published)
         #expect(published.manifest.treeBundles != nil)
-        let leaves = try IndexBundlePullTests.kinds(server.root + "/.ferry/meta").values.filter { $0 == "fm2L" }.count
+        let leaves = try metadataKinds(server.root + "/.ferry/meta").values.filter { $0 == "fm2L" }.count
         server.clearLog()
         let cold = box.sync(["--json"])
         #expect(cold.exitCode == 0 && cold.events(named: "warning").isEmpty, "\(cold.output)")
         expectIdentical(box.published, box.local)
-        #expect(leaves > 100 && Self.metaRequests(server) <= 8, "\(Self.metaRequests(server)) requests for \(leaves) leaves")
-        let cached = try IndexBundlePullTests.kinds(box.state + "/manifests/test.manifest.objects")
+        #expect(leaves > 100 && Self.metaRequests(server) <= 8,
+                "\(Self.metaRequests(server)) requests for \(leaves) leaves")
+        let cached = try metadataKinds(box.state + "/manifests/test.manifest.objects")
         #expect(cached.values.filter { $0 == "fm2L" }.count == leaves && !cached.values.contains("fdB1"))
 
         // One file changed: the objects on its path, one by one; no bundle.
@@ -118,7 +112,8 @@ import Testing
         let (box, server) = try Self.world("tree-bundles-wrong")
         defer { server.stop() }
         let list = try #require(try publishedTree(box.published).manifest.treeBundles)
-        try Data(DeltaTests.bytes(2 << 20, seed: 3)).write(to: URL(fileURLWithPath: server.root + "/.ferry/meta/" + list.sha256.hex))
+        let path = server.root + "/.ferry/meta/" + list.sha256.hex
+        try Data(DeltaTests.bytes(2 << 20, seed: 3)).write(to: URL(fileURLWithPath: path))
         server.clearLog()
         let cold = box.sync(["--json"])
         #expect(cold.exitCode == 0, "\(cold.output)")

@@ -200,10 +200,9 @@ struct PlacementTrustTests {
         let meta = remote + "/.ferry/meta"
         // A tree object damaged, and the list of the tree's bundles gone (else a cold mirror takes
         // the tree's objects from the bundles, which hold them intact).
-        func kind(_ name: String) -> Data { (FileManager.default.contents(atPath: meta + "/" + name) ?? Data()).prefix(4) }
-        let objects = try FileManager.default.contentsOfDirectory(atPath: meta).sorted()
-        let tree = objects.filter { kind($0) == Data("fm2L".utf8) || kind($0) == Data("fm2N".utf8) }
-        let list = try #require(objects.first { kind($0) == Data("fm2B".utf8) })
+        let kinds = try metadataKinds(meta)
+        let tree = kinds.keys.sorted().filter { kinds[$0] == "fm2L" || kinds[$0] == "fm2N" }
+        let list = try #require(kinds.first { $0.value == "fm2B" }?.key)
         #expect(!tree.isEmpty)
         try Data("damaged".utf8).write(to: URL(fileURLWithPath: meta + "/" + tree[0]))
         try FileManager.default.removeItem(atPath: meta + "/" + list)

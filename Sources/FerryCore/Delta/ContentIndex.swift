@@ -188,8 +188,10 @@ public enum ContentIndex {
                 }
                 if !group.isEmpty { close() }
                 // The top is sealed last, once it names the bundles of all below it.
-                if made.count == 1 { return finish(top: made[0].bytes, height: height, nodes: nodes, pieces: pieceObjects,
-                                                  details: details, objects: objects, hash: hash) }
+                if made.count == 1 {
+                    return finish(top: made[0].bytes, height: height, nodes: nodes, pieces: pieceObjects,
+                                  details: details, objects: objects, hash: hash)
+                }
                 var sealed: [[UInt8]] = []
                 level = made.map { (seal(ContentIndex.nodeMagic + $0.bytes, into: &sealed), $0.covers) }
                 nodes.insert(sealed, at: 0)
@@ -200,7 +202,8 @@ public enum ContentIndex {
         /// node's) after the bundles of the objects below it.
         private func finish(top: [UInt8], height: Int, nodes: [[[UInt8]]], pieces: [[UInt8]], details: [[UInt8]],
                             objects: [(sha256: SHA256Digest, bytes: [UInt8])],
-                            hash: (UnsafeRawBufferPointer) -> SHA256Digest) -> (reference: Reference, objects: [(sha256: SHA256Digest, bytes: [UInt8])]) {
+                            hash: (UnsafeRawBufferPointer) -> SHA256Digest)
+            -> (reference: Reference, objects: [(sha256: SHA256Digest, bytes: [UInt8])]) {
             var objects = objects
             var lists = IndexBundle.Lists()
             func named(_ bundle: [UInt8]) -> IndexBundle.Named {
@@ -219,7 +222,8 @@ public enum ContentIndex {
         }
 
         /// A piece's object (`fdC3`), naming its detail when it has one.
-        static func pieceObject(_ piece: (sha256: SHA256Digest, length: Int, chunks: [Chunk], detail: [UInt8]?, stored: Stored?),
+        static func pieceObject(_ piece: (sha256: SHA256Digest, length: Int, chunks: [Chunk], detail: [UInt8]?,
+                                          stored: Stored?),
                                 detail: SHA256Digest?) -> [UInt8] {
             var out = ContentIndex.pieceMagic
             out += piece.sha256.bytes
@@ -449,8 +453,9 @@ public enum ContentIndex {
     /// The names of the objects of the index `reference` names that `node` can give (a cached
     /// node's bytes, nil when it has none): the top, the nodes under it, and the pieces the lowest
     /// nodes name; with `details`, the details those pieces name and the bundles the top names
-    /// (what a publisher keeps; a mirror fetches those for one update and does not keep them). What a mirror's cache keeps
-    /// for a file it holds; unchecked (a damaged object is found when it is read, and fetched again).
+    /// (what a publisher keeps; a mirror fetches those for one update and does not keep them).
+    /// What a mirror's cache keeps for a file it holds; unchecked (a damaged object is found when
+    /// it is read, and fetched again).
     public static func names(_ reference: Reference, details: Bool = false,
                              node: (SHA256Digest) -> [UInt8]?) -> [SHA256Digest] {
         var out = [reference.sha256]

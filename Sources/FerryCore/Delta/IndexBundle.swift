@@ -42,7 +42,9 @@ public enum IndexBundle {
             for _ in 0..<count {
                 let digest = try r.digest()
                 let size = Int(try r.varint(max: UInt64(ObjectBundle.maximumSize), "the size of a bundle"))
-                guard size >= ObjectBundle.magic.count + 1 else { throw ManifestTree.Problem(text: "it names a bundle of \(size) bytes") }
+                guard size >= ObjectBundle.magic.count + 1 else {
+                    throw ManifestTree.Problem(text: "it names a bundle of \(size) bytes")
+                }
                 sum += Int64(size)
                 guard sum <= bound else {
                     throw ManifestTree.Problem(text: "its \(kind) bundles take more than \(bound) bytes")

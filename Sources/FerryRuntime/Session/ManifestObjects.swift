@@ -154,7 +154,8 @@ final class ManifestObjects {
     /// Through the mirrors first, as `load` fetches; what the remote sends wrong is remembered.
     func fetchUncached(_ digests: [SHA256Digest], source: String, maximumSize: Int) throws(FerryError) -> [[UInt8]] {
         guard let (remote, prefix) = self.remote, !digests.isEmpty else { return [] }
-        let fetched = try fetch(digests, from: remote, prefix: prefix, source: source, maximumSize: maximumSize, bad: bad)
+        let fetched = try fetch(digests, from: remote, prefix: prefix, source: source, maximumSize: maximumSize,
+                                bad: bad)
         fetchedObjects += fetched.count
         fetchedBytes += fetched.reduce(0) { $0 + Int64($1.count) }
         return fetched
@@ -168,7 +169,8 @@ final class ManifestObjects {
     func bundlesUnread(of what: String, _ error: FerryError) {
         if case .contentMismatch? = error.cause { return }
         guard !bundleProblem.said, bundleProblem.text == nil else { return }
-        bundleProblem.text = "the bundles of \(what) cannot be read, so its objects are fetched one by one: \(error.message)"
+        bundleProblem.text = "the bundles of \(what) cannot be read, so its objects are fetched one by one: "
+            + error.message
     }
 
     /// What `bundlesUnread` found, once a run.

@@ -156,8 +156,9 @@ public enum Manifests {
             let hasher = SHA256Hasher()
             let built = ManifestTree.build(entries) { hasher.digest(of: $0) }
             tree = built
-            text = Array(ManifestWriter.renderRoot(version: version, generated: now, expires: expires, layout: layout, keySet: keySet, rollout: rollout, tree: built.root,
-                                                        bundles: built.bundles).utf8)
+            text = Array(ManifestWriter.renderRoot(version: version, generated: now, expires: expires, layout: layout,
+                                                   keySet: keySet, rollout: rollout, tree: built.root,
+                                                   bundles: built.bundles).utf8)
         }
         return (keys.isEmpty ? text : try SigningKey.sign(manifest: text, with: keys), expires, tree)
     }

@@ -43,6 +43,17 @@ func publishedBundles(_ directory: String) throws -> Set<String> {
     return Set([list.sha256.hex] + bundles.map(\.sha256.hex))
 }
 
+/// The kind of each metadata object in `directory` (its first 4 bytes: `fm2L`, `fdC3`, `fdB1`,
+/// ...), by name: a publisher's `.ferry/meta`, or a session's cache.
+func metadataKinds(_ directory: String) throws -> [String: String] {
+    var out: [String: String] = [:]
+    for name in try FileManager.default.contentsOfDirectory(atPath: directory) {
+        let head = (FileManager.default.contents(atPath: directory + "/" + name) ?? Data()).prefix(4)
+        out[name] = String(decoding: head, as: UTF8.self)
+    }
+    return out
+}
+
 /// The metadata objects under `directory/.ferry/meta/`.
 func publishedObjects(_ directory: String) -> Set<String> {
     Set((try? FileManager.default.contentsOfDirectory(atPath: directory + "/.ferry/meta")) ?? [])

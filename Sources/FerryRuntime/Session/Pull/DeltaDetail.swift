@@ -4,7 +4,8 @@ import FerryCore
 /// A delta's plan made finer with the details of the pieces it fetches part of (`PieceDetail`,
 /// `DeltaPlan.refine`): the detail objects come like the index's (`IndexLoader`: the cache does
 /// not keep them; many wanted come in the index's detail bundles), and the old bytes where a
-/// changed run stood are read from the plan's local files. A detail that cannot be had costs only the bytes it would have saved.
+/// changed run stood are read from the plan's local files. A detail that cannot be had costs only
+/// the bytes it would have saved.
 extension DeltaPreparation {
     func refined(_ plan: DeltaPlan, pieces: [ContentIndex.Piece], sources: [Source],
                  loader: IndexLoader) -> DeltaPlan {
