@@ -39,19 +39,15 @@ def small_file_sections(ferry, runs, www, out):
     subprocess.run([ferry, "manifest", "build", www + "/small", "--format", "1", "--output",
                     www + "/small/.ferry/flat.json", "--exclude", "manifest.json", "--quiet"], check=True)
     fcfg = BASE + "/ferry-small-flat.conf"
+    ferry_row, curl_row, rclone_row = parallel_peers(ferry, scfg, curl_cfg, url, out, 16)
     tools = [
-        ("ferry sync now (16)",
-         lambda: (fresh(out), ferry_config(scfg, url + "small/", out + "/ferry", out + "/ferry-state", 16)),
-         lambda: [ferry, "sync", "now", "--config", scfg, "--quiet"]),
+        ferry_row,
         ("ferry sync now (16, format 1)",
          lambda: (fresh(out), ferry_config(fcfg, url + "small/", out + "/ferry", out + "/ferry-state", 16,
                                            "manifest = .ferry/flat.json\n")),
          lambda: [ferry, "sync", "now", "--config", fcfg, "--quiet"]),
-        ("curl --parallel (16)", lambda: fresh(out),
-         lambda: ["curl", "-sf", "--parallel", "--parallel-max", "16", "--create-dirs", "-K", curl_cfg]),
-        ("rclone copy --transfers 16", lambda: fresh(out),
-         lambda: ["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone", "--http-url", url + "small/",
-                  "--transfers", "16", "--exclude", "manifest.json", "--exclude", ".ferry/**"]),
+        curl_row,
+        rclone_row,
         ("aria2c -j16", lambda: fresh(out),
          lambda: ["aria2c", "-q", "-j16", "--file-allocation=none", "-d", out + "/aria2", "-i", aria_list]),
         ("wget -r", lambda: fresh(out),
@@ -68,6 +64,21 @@ def small_file_sections(ferry, runs, www, out):
     nginx.stop()
     sections.append(small_files_over_https(ferry, runs, www, out, curl_cfg, url))
     return sections
+
+
+def parallel_peers(ferry, cfg, curl_cfg, url, out, n):
+    """The 10,000 files at `url`small/ into a fresh `out`, `n` at a time: ferry (its config written
+    at `cfg`), curl --parallel (its list at `curl_cfg`) and rclone copy, as measure() rows."""
+    return [
+        (f"ferry sync now ({n})",
+         lambda: (fresh(out), ferry_config(cfg, url + "small/", out + "/ferry", out + "/ferry-state", n)),
+         lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"]),
+        (f"curl --parallel ({n})", lambda: fresh(out),
+         lambda: ["curl", "-sf", "--parallel", "--parallel-max", str(n), "--create-dirs", "-K", curl_cfg]),
+        (f"rclone copy --transfers {n}", lambda: fresh(out),
+         lambda: ["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone", "--http-url", url + "small/",
+                  "--transfers", str(n), "--exclude", "manifest.json", "--exclude", ".ferry/**"]),
+    ]
 
 
 def small_files_over_https(ferry, runs, www, out, curl_cfg, url):

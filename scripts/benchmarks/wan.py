@@ -11,8 +11,9 @@ import sys
 from .delta import logged
 from .realdata import PLAIN, RealDataBench
 from .realdata_sets import realdata_sets
-from .runners import BASE, SCRIPTS, curl_list, ferry_config, fresh, make_small, measure, run, sha256_of
+from .runners import BASE, SCRIPTS, curl_list, fresh, make_small, measure, run, sha256_of
 from .servers import Nginx
+from .small import parallel_peers
 
 LINKS = [("50 ms, 100 Mbit/s", 25, 100), ("150 ms, 20 Mbit/s", 75, 20)]
 
@@ -39,16 +40,7 @@ def small_over(ferry, runs, link, delay, rate, www, out):
     url = relay.url
     curl_cfg = curl_list(BASE + "/curl-wan.cfg", url, out)
     cfg = BASE + "/ferry-wan.conf"
-    tools = [
-        ("ferry sync now (64)", lambda: (fresh(out), ferry_config(cfg, url + "small/", out + "/ferry",
-                                                                  out + "/ferry-state", 64)),
-         lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"]),
-        ("curl --parallel (64)", lambda: fresh(out),
-         lambda: ["curl", "-sf", "--parallel", "--parallel-max", "64", "--create-dirs", "-K", curl_cfg]),
-        ("rclone copy --transfers 64", lambda: fresh(out),
-         lambda: ["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone", "--http-url", url + "small/",
-                  "--transfers", "64", "--exclude", "manifest.json", "--exclude", ".ferry/**"]),
-    ]
+    tools = parallel_peers(ferry, cfg, curl_cfg, url, out, 64)
     try:
         table = measure(f"WAN {link}: 10,000 × 4 KiB", tools, runs, warmup=False)
     finally:
