@@ -102,8 +102,30 @@ struct StatusCommand: Command {
             rows.append(Row(session: s, record: try store.session(s.name), tasks: try store.tasks(session: s.name),
                             keySet: s.direction == .pull && !s.trustedKeys.isEmpty ? KeyChain.trusted(by: s, state: config.agent.state) : nil))
         }
-        if json { printJSON(rows) } else { printHuman(rows, width: Columns.standardOutput()) }
+        var budget: BudgetStanding?
+        if let b = config.agent.budget { budget = try BudgetStanding(budget: b, at: clock.now(), store: store) }
+        if json { printJSON(rows, budget: budget) } else { printHuman(rows, budget: budget, width: Columns.standardOutput()) }
         return .inSync
+    }
+
+    /// The machine's byte budget in the period now: what all sessions used of it.
+    struct BudgetStanding {
+        let budget: ByteBudget
+        let window: ByteBudget.Window
+        let used: Int64
+        init(budget: ByteBudget, at time: Timestamp, store: StateStore) throws(FerryError) {
+            self.budget = budget
+            window = budget.window(at: time)
+            used = try store.budgetUsed(period: window.key)
+        }
+        var line: String {
+            "\(budget), \(Units.formatBytes(used)) used this \(budget.period.rawValue)"
+                + (used >= budget.bytes ? "; spent: counted sessions wait until \(window.end.rfc3339)" : "; the \(budget.period.rawValue) ends at \(window.end.rfc3339)")
+        }
+        var json: String {
+            "{\"bytes\":\(budget.bytes),\"period\":\"\(budget.period.rawValue)\",\"used\":\(used),\"spent\":\(used >= budget.bytes),"
+                + "\"period_end\":\(JSONText.quote(window.end.rfc3339))}"
+        }
     }
 
     // MARK: what is listed
@@ -229,7 +251,7 @@ struct StatusCommand: Command {
 
     // MARK: people
 
-    private func printHuman(_ rows: [Row], width: Int) {
+    private func printHuman(_ rows: [Row], budget: BudgetStanding?, width: Int) {
         var cut = false
         var unlisted = false
         for (i, row) in rows.enumerated() {
@@ -244,6 +266,7 @@ struct StatusCommand: Command {
                     || running(row.tasks).count > StatusCommand.runningShown
             }
         }
+        if let budget { Console.out(""); Console.out(Columns.cut("budget: " + budget.line, width)) }
         if unlisted { Console.out(Columns.cut("(-v lists each task not done, --files every task, PATH those under it)", width)) }
         if cut { Console.out(Columns.cut("(cut short: -v says all of it, --json too)", width)) }
     }
@@ -451,7 +474,7 @@ struct StatusCommand: Command {
                 "\"\(name)_omitted\":\(tasks.count - shown.count)"]
     }
 
-    private func printJSON(_ rows: [Row]) {
+    private func printJSON(_ rows: [Row], budget: BudgetStanding?) {
         var sessions: [String] = []
         for row in rows {
             let (s, r, tasks) = (row.session, row.record, row.tasks)
@@ -510,6 +533,6 @@ struct StatusCommand: Command {
             if listing { f.append("\"tasks\":[" + listed(row).map { taskJSON($0, r) }.joined(separator: ",") + "]") }
             sessions.append("{" + f.joined(separator: ",") + "}")
         }
-        Console.json("{\"sessions\":[" + sessions.joined(separator: ",") + "]}")
+        Console.json("{\"sessions\":[" + sessions.joined(separator: ",") + "],\"budget\":" + (budget?.json ?? "null") + "}")
     }
 }

@@ -31,6 +31,8 @@ public struct AgentConfig: Sendable, Equatable {
     public var logLevel: LogLevel = .info
     /// This machine's identity for phased rollouts (`machine-id`; nil: /etc/machine-id's).
     public var machineID: String?
+    /// The bytes all sessions together may move per day or month (`budget`; nil: no budget).
+    public var budget: ByteBudget?
 }
 
 /// `log-level`: which of the agent's events reach its log (stderr, the journal under systemd).
@@ -248,6 +250,9 @@ public struct SessionConfig: Sendable, Equatable {
     public var discretion: Discretion?
     /// The rate this session's transfers together may use, within `[agent] bwlimit` (nil: no limit of its own).
     public var bwlimit: BandwidthSchedule?
+    /// `budget = exempt`: the machine's byte budget never holds this session's transfers (what
+    /// they move still counts against it).
+    public var budgetExempt = false
     /// Sessions with a higher priority are given transfer slots first; equal ones take turns.
     public var priority: Int = 0
     /// Push: what to do when the remote changed since ferry last published there.

@@ -73,6 +73,11 @@ extension ConfigParser {
                 }
                 agent.metrics = try path(line)
             case "bwlimit": agent.bwlimit = try bandwidth(line)
+            case "budget":
+                if line.value.lowercased() == "none" { agent.budget = nil; break }
+                do { agent.budget = try ByteBudget(parsing: line.value) } catch {
+                    throw fail(line, error.message, hint: "write a size per day or month, like 2G/month or 100M/day, or none")
+                }
             case "network-metered":
                 guard let m = NetworkMetered(rawValue: line.value.lowercased()) else {
                     throw fail(line, "'\(line.value)' is not auto, yes or no", hint: "auto asks NetworkManager where it runs; yes or no says it outright")
@@ -237,6 +242,12 @@ extension ConfigParser {
                 break  // readDiscretion, once discretionary is known
             case "bwlimit": session.bwlimit = try bandwidth(line)
             case "priority": session.priority = try integer(line, in: -100...100)
+            case "budget":
+                switch line.value.lowercased() {
+                case "exempt": session.budgetExempt = true
+                case "counted": session.budgetExempt = false
+                default: throw fail(line, "'\(line.value)' is not exempt or counted", hint: "the machine's budget is set in [agent]; budget = exempt lets a critical tree go on when it is spent")
+                }
             default: return false
             }
             return true

@@ -7,14 +7,14 @@
 public enum ConfigParser {
     /// The keys of `[agent]` and the keys every session takes, whatever its remote; each backend
     /// declares its own (`BackendDescription.keys`). `config/ferry.conf` documents them all.
-    public static let agentKeys = ["state", "transfers", "stop-timeout", "metrics", "metrics-listen", "bwlimit", "network-metered", "log-level", "machine-id"]
+    public static let agentKeys = ["state", "transfers", "stop-timeout", "metrics", "metrics-listen", "bwlimit", "network-metered", "log-level", "machine-id", "budget"]
     public static let sessionKeys = [
         "remote", "manifest", "local", "direction", "poll", "delete", "max-delete", "allow-rollback", "allow-empty",
         "max-manifest-size", "mode-mask",
         "ca-file", "basic-auth-file", "bearer-token-file", "connect-timeout", "min-speed", "stall-timeout", "max-duration",
         "retries", "retry-delay", "resource-timeout", "earliest-begin", "session-transfers",
         "on-file-done", "on-session-done", "on-switch-check", "hook-timeout", "verify-interval",
-        "discretionary", "window", "require-ac-power", "require-unmetered", "max-load", "min-free-space", "bwlimit", "priority",
+        "discretionary", "window", "require-ac-power", "require-unmetered", "max-load", "min-free-space", "bwlimit", "priority", "budget",
         "conflict", "verify-uploads", "upload-part-size",
         "trusted-keys", "trust-threshold", "require-expiry", "sign-key", "keys-dir", "rollout", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions",
         "layout", "keep-generations", "exclude", "include", "delta", "delta-min-size", "seed", "mirrors",

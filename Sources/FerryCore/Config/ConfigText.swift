@@ -42,6 +42,7 @@ public enum ConfigText {
         case "metrics": return shown(a.metrics)
         case "metrics-listen": return shown(a.metricsListen?.description)
         case "bwlimit": return shown(a.bwlimit?.description, unset: "no limit")
+        case "budget": return shown(a.budget?.description, unset: "none")
         case "network-metered": return shown(a.networkMetered.rawValue)
         case "log-level": return shown(a.logLevel.rawValue)
         case "machine-id": return shown(a.machineID, unset: "/etc/machine-id")
@@ -102,6 +103,7 @@ public enum ConfigText {
             }
         case "bwlimit": return shown(s.bwlimit?.description, unset: "no limit of its own")
         case "priority": return shown(String(s.priority))
+        case "budget": return shown(s.budgetExempt ? "exempt" : "counted")
         case "conflict": return shown(s.conflict.rawValue)
         case "verify-uploads": return shown(s.verifyUploads.rawValue)
         case "upload-part-size": return shown(size(s.uploadPartSize))

@@ -23,9 +23,11 @@ public struct TransferCounts: Sendable, Equatable {
     /// Files delayed to a later run (`earliest-begin`, `--not-before`), and the earliest time one may begin.
     public var delayed = 0
     public var nextBegin: Timestamp?
-    /// Files a discretionary session holds until its conditions hold, and the conditions they wait for.
+    /// Files a discretionary session holds until its conditions hold, and the conditions they wait
+    /// for; or files the spent byte budget holds, and when its next period begins (`heldUntil`).
     public var held = 0
     public var heldFor: String?
+    public var heldUntil: Timestamp?
 
     public init(transferred: Int = 0, failed: Int = 0, deleted: Int = 0, bytes: Int64 = 0, waiting: Int = 0, suspended: Int = 0,
                 delayed: Int = 0, nextBegin: Timestamp? = nil, held: Int = 0, heldFor: String? = nil) {
@@ -58,5 +60,6 @@ public struct TransferCounts: Sendable, Equatable {
         if let begin = stage.nextBegin { run.nextBegin = min(run.nextBegin ?? begin, begin) }
         run.held += stage.held
         run.heldFor = stage.heldFor ?? run.heldFor
+        if let until = stage.heldUntil { run.heldUntil = max(run.heldUntil ?? until, until) }
     }
 }

@@ -148,6 +148,7 @@ public final class Agent: @unchecked Sendable {
         hub = EventHub(sinks + (hooks.map { [$0] } ?? []) + [followers] + (metrics.map { [$0] } ?? []))
         runner = try SessionRunner(agent: config.agent, clock: clock)
         runner.sessions = config.sessions.count
+        metrics?.budget = runner.budget
         store = try StateStore(directory: config.agent.state, clock: clock)
         let hub = self.hub
         hooks?.report = { hub.event($0) }
@@ -382,7 +383,8 @@ public final class Agent: @unchecked Sendable {
         guard var slot = slots[name] else { return }
         slot.running = nil
         slot.inSync = result.exitCode == .inSync
-        slot.held = result.counts.heldFor == nil ? nil : DiscretionGate(session: slot.session, agent: config.agent, clock: clock)
+        // Held by the spent byte budget: the cycle comes again when the next period begins.
+        slot.held = result.counts.heldFor == nil || result.counts.heldUntil != nil ? nil : DiscretionGate(session: slot.session, agent: config.agent, clock: clock)
         if !slot.following.isEmpty {
             let done = Set(slot.following.map { ObjectIdentifier($0.connection) })
             followers.bySession.withLock { $0[name]?.removeAll { done.contains(ObjectIdentifier($0.connection)) } }
@@ -398,8 +400,8 @@ public final class Agent: @unchecked Sendable {
         let outcome = PollSchedule.outcome(exitCode: result.exitCode, waiting: result.counts.waiting)
         var delay = slot.schedule.delay(after: outcome, random: random())
         let now = clock.now()
-        if let begin = result.counts.nextBegin {
-            // A delayed download comes due before the next poll: poll then.
+        if let begin = [result.counts.nextBegin, result.counts.heldUntil].compactMap({ $0 }).min() {
+            // A delayed download comes due, or the budget's next period begins, before the next poll: poll then.
             delay = min(delay, max(1, begin.timeInterval - now.timeInterval))
         }
         // A client asked for a cycle while this one ran: it starts now.
@@ -451,24 +453,6 @@ public final class Agent: @unchecked Sendable {
                 lastMetricsError = error.message
                 emit("", .warning(message: "metrics: \(error.message)"))
             }
-        }
-    }
-
-    /// What the agent says of a session after a cycle.
-    static func describe(_ result: SyncResult, outcome: PollSchedule.Outcome) -> PollState {
-        switch outcome {
-        case .reached:
-            if let heldFor = result.counts.heldFor { return .held("\(Plural.count(result.counts.held, "file")) \(result.counts.held == 1 ? "waits" : "wait") for \(heldFor)") }
-            return .idle
-        case .busy:
-            return .busy
-        case .failed:
-            // Only what connectivity can cure is "waiting": a refusal (HTTP 409, 403, a manifest
-            // that does not parse) is a failure that says what failed.
-            if result.error?.cause?.isConnectivity == true || result.counts.waiting > 0 {
-                return .waiting(result.message ?? "the remote could not be reached")
-            }
-            return .failed(result.message ?? "exit code \(result.exitCode.rawValue)")
         }
     }
 
@@ -537,9 +521,8 @@ public final class Agent: @unchecked Sendable {
                 add(session)
             }
         }
-        runner.transfers = fresh.agent.transfers
-        runner.sessions = fresh.sessions.count
-        runner.bandwidth = fresh.agent.bwlimit
+        runner.follow(fresh.agent, sessions: fresh.sessions.count)
+        metrics?.budget = runner.budget
         if fresh.agent.metrics != config.agent.metrics {
             emit("", .warning(message: "[agent] metrics changed; the change takes effect when the agent restarts"))
         }

@@ -38,6 +38,13 @@ public final class Metrics: EventSink, @unchecked Sendable {
 
     public init(path: String?) { self.path = path }
 
+    private let budgetMeter = Mutex<BudgetMeter?>(nil)
+    /// The machine's byte budget, whose standing the series show (nil: none configured).
+    public var budget: BudgetMeter? {
+        get { budgetMeter.withLock { $0 } }
+        set { budgetMeter.withLock { $0 = newValue } }
+    }
+
     /// The newest standing of the sessions (the agent's loop); `/metrics` renders from it.
     public func update(_ sessions: [Standing]) {
         latest.withLock { $0 = sessions }
@@ -161,6 +168,14 @@ public final class Metrics: EventSink, @unchecked Sendable {
                sessions.compactMap { s in s.record?.lastPollOK.map { (label(s), String($0.seconds)) } })
         metric("ferry_manifest_version", "gauge", "The version of the manifest last applied (pull) or published (push).",
                sessions.compactMap { s in s.record?.manifestVersion.map { (label(s), String($0)) } })
+        if let budget {
+            let (window, used) = budget.standing()
+            let period = "period=\"\(budget.budget.period.rawValue)\""
+            metric("ferry_budget_bytes", "gauge", "The bytes all sessions may move per period ([agent] budget).", [(period, String(budget.budget.bytes))])
+            metric("ferry_budget_used_bytes", "gauge", "The bytes all sessions moved in the period now, every process on this state together.", [(period, String(used))])
+            metric("ferry_budget_period_end_timestamp_seconds", "gauge", "When the period now ends and a spent budget is whole again (Unix time).",
+                   [(period, String(window.end.seconds))])
+        }
         return out
     }
 

@@ -34,21 +34,39 @@ final class RateBucket {
     }
 }
 
-/// A transfer's share of the limits over it: the global `bwlimit` and its session's. A transfer
-/// takes bytes only while every bucket is open; otherwise it pauses (libcurl keeps the bytes it
-/// offered) and the engine continues it once they are open again.
+/// What the machine's byte budget is to a source's transfers: nothing (a probe's few bytes), a
+/// count of what they move (`budget = exempt`), or also a hold on them once it is spent.
+enum BudgetRole {
+    case none, counted, held
+}
+
+/// A transfer's share of the limits over it: the global `bwlimit` and its session's, and the
+/// machine's byte budget. A transfer takes bytes only while every bucket is open, and the budget
+/// too when it holds the session; otherwise it pauses (libcurl keeps the bytes it offered) and the
+/// engine continues it once they are open again — or, the budget spent, its session stops.
 final class Throttle {
     private let buckets: [RateBucket]
+    /// Charged with every byte; `holds`: its being spent closes this transfer.
+    private let budget: BudgetMeter?
+    private let holds: Bool
     /// The transfer declined bytes and waits for the engine to continue it.
     var paused = false
 
-    init(_ buckets: [RateBucket]) { self.buckets = buckets }
+    init(_ buckets: [RateBucket], budget: BudgetMeter? = nil, holds: Bool = false) {
+        self.buckets = buckets
+        self.budget = budget
+        self.holds = holds && budget != nil
+    }
 
-    var open: Bool { buckets.allSatisfy(\.open) }
-    /// Whether any limit is in force now.
-    var limiting: Bool { buckets.contains { $0.rate != nil } }
+    var open: Bool { buckets.allSatisfy(\.open) && (!holds || budget!.open) }
+    /// Whether any limit is in force now: transfers then read in small pieces (libcurl's default
+    /// buffers), so a rate is kept smoothly and a budget is overrun by little.
+    var limiting: Bool { holds || buckets.contains { $0.rate != nil } }
 
-    func take(_ bytes: Int) { for b in buckets { b.take(bytes) } }
+    func take(_ bytes: Int) {
+        for b in buckets { b.take(bytes) }
+        budget?.charge(bytes)
+    }
 
     /// For a read or write callback: true when a limit is spent, and the transfer must pause
     /// until the engine continues it.

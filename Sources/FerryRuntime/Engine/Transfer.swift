@@ -172,10 +172,13 @@ protocol TransferSource: AnyObject {
     /// Limits of its run's own that take the place of the engine's global `transfers` and
     /// `bwlimit` for its transfers (`RunLimits`); nil: the global ones.
     var runLimits: RunLimits? { get }
+    /// What the machine's byte budget is to its transfers (`BudgetMeter`).
+    var budgetRole: BudgetRole { get }
 }
 
 extension TransferSource {
     func started() {}
+    var budgetRole: BudgetRole { .none }
     var priority: Int { 0 }
     var bandwidth: BandwidthSchedule? { nil }
     var runLimits: RunLimits? { nil }

@@ -65,6 +65,14 @@ final class TransferEngine: @unchecked Sendable {
         set { globalSchedule.withLock { $0 = newValue }; curl_multi_wakeup(multi) }
     }
 
+    private let budgetMeter = Mutex<BudgetMeter?>(nil)
+    /// The machine's byte budget, charged by the transfers of sources it counts (nil: none); a
+    /// reload may change it (running transfers keep the one they started with).
+    var budget: BudgetMeter? {
+        get { budgetMeter.withLock { $0 } }
+        set { budgetMeter.withLock { $0 = newValue } }
+    }
+
     // Engine thread only.
     private final class Turn {
         let handoff: Handoff
@@ -302,8 +310,10 @@ final class TransferEngine: @unchecked Sendable {
             return
         }
         let retained = Unmanaged<AnyObject>.passRetained(transfer)
-        if bandwidth != nil || turn.runBucket != nil || turn.source.bandwidth != nil {
-            transfer.throttle = Throttle([turn.runBucket ?? global, turn.bucket])
+        let role = turn.source.budgetRole
+        let budget = role == .none ? nil : self.budget
+        if bandwidth != nil || turn.runBucket != nil || turn.source.bandwidth != nil || budget != nil {
+            transfer.throttle = Throttle([turn.runBucket ?? global, turn.bucket], budget: budget, holds: role == .held)
             throttled += 1
         }
         attach(transfer, retained, turn)

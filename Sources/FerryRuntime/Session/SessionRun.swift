@@ -80,7 +80,9 @@ extension SyncResult {
         let (suspended, delayed, held) = (counts.suspended, counts.delayed, counts.held)
         if suspended > 0 { reasons.append("\(Plural.count(suspended, noun)) \(are(suspended)) suspended by ferry cancel; ferry resume continues \(suspended == 1 ? "it" : "them")") }
         if delayed > 0 { reasons.append("\(Plural.count(delayed, noun)) \(are(delayed)) delayed; the first may begin at \(counts.nextBegin?.rfc3339 ?? "?"), in a later run") }
-        if held > 0, let heldFor = counts.heldFor {
+        if held > 0, let heldFor = counts.heldFor, counts.heldUntil != nil {
+            reasons.append("\(Plural.count(held, noun)) \(held == 1 ? "waits" : "wait") for \(heldFor); \(held == 1 ? "it begins" : "they begin") then, in a later run")
+        } else if held > 0, let heldFor = counts.heldFor {
             reasons.append("\(Plural.count(held, noun)) \(held == 1 ? "waits" : "wait") for the session's discretionary conditions: \(heldFor); \(held == 1 ? "it begins" : "they begin") when the conditions hold")
         }
         return reasons

@@ -19,13 +19,16 @@ public final class SessionRunner {
 
     private var agent: AgentConfig
     private let engine: TransferEngine
+    private let clock: any Clock
 
     /// `clock`: the engine's (its buckets, its ticks, the bandwidth schedule); the runs go by their own
     /// (`SyncOptions.stop`), the same one where the runner is made.
     public init(agent: AgentConfig, clock: any Clock) throws(FerryError) {
         self.agent = agent
+        self.clock = clock
         engine = try TransferEngine(concurrency: agent.transfers, clock: clock)
         engine.bandwidth = agent.bwlimit
+        engine.budget = agent.budget.map { BudgetMeter(budget: $0, state: agent.state, clock: clock) }
     }
 
     deinit { engine.shutdown() }
@@ -54,23 +57,26 @@ public final class SessionRunner {
         }
     }
 
-    /// The global `bwlimit`, changed by a reload; running transfers follow the new rate.
-    public var bandwidth: BandwidthSchedule? {
-        get { engine.bandwidth }
-        set { engine.bandwidth = newValue }
+    /// A reload's `[agent]` limits: `transfers` (running transfers are not restarted), `bwlimit`
+    /// (running transfers follow the new rate) and `budget` (a changed one from the next transfer
+    /// on; what the period used stays in the state); and how many sessions share the transfers.
+    public func follow(_ fresh: AgentConfig, sessions: Int) {
+        engine.concurrency = fresh.transfers
+        engine.bandwidth = fresh.bwlimit
+        engine.sessions = sessions
+        if fresh.budget != engine.budget?.budget {
+            engine.budget = fresh.budget.map { BudgetMeter(budget: $0, state: agent.state, clock: clock) }
+        }
     }
+
+    /// The machine's byte budget, as the runs spend it (nil: none).
+    public var budget: BudgetMeter? { engine.budget }
 
     /// How many sessions share the transfers (the agent's: its config's), so that each leaves the
     /// others a share (`TransferEngine.share`).
     public var sessions: Int {
         get { engine.sessions }
         set { engine.sessions = newValue }
-    }
-
-    /// The global `transfers` limit, changed by a reload; running transfers are not restarted.
-    public var transfers: Int {
-        get { engine.concurrency }
-        set { engine.concurrency = newValue }
     }
 }
 

@@ -93,11 +93,13 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
     /// all of it has ended or the run must stop. What the conditions left undone is requeued,
     /// waiting for them.
     func run(engine: TransferEngine) {
-        if !ready.isEmpty, let reason = gate?.waitsFor() {
+        budget = engine.budget
+        if !ready.isEmpty, let reason = gate?.waitsFor() ?? budgetHold() {
             counts.heldFor = reason
         } else {
             engine.run(self)
         }
+        budget?.save()
         flush()
         suspensions.acknowledgeOpen()
         if let heldFor = counts.heldFor {
@@ -133,12 +135,26 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
             stopped = reason
             return true
         }
-        if let reason = gate?.waitsFor() {
-            // A discretionary condition ended: running transfers stop, and the rest waits.
+        if let reason = gate?.waitsFor() ?? budgetHold() {
+            // A discretionary condition ended, or the byte budget is spent: running transfers
+            // stop, and the rest waits.
             counts.heldFor = reason
             return true
         }
         return false
+    }
+
+    /// The machine's byte budget, for this run (the engine's); a session with `budget = exempt`
+    /// is counted, never held.
+    private var budget: BudgetMeter?
+    var budgetRole: BudgetRole { session.budgetExempt ? .counted : .held }
+
+    /// Why the spent budget holds this session now, nil when it does not; the time it resumes is
+    /// counted (`heldUntil`).
+    private func budgetHold() -> String? {
+        guard !session.budgetExempt, let hold = budget?.hold() else { return nil }
+        counts.heldUntil = hold.until
+        return hold.reason
     }
 
     /// `session-transfers`, within the engine's global `transfers`.

@@ -237,6 +237,14 @@ extension StateStore {
         """
         ALTER TABLE sessions ADD COLUMN last_fallbacks TEXT;
         """,
+        // 18: the machine's byte budget: the bytes each period used (`ByteBudget.Window.key`,
+        // such as `day:2026-11-29`), shared by every session and process of this state.
+        """
+        CREATE TABLE budget (
+            period TEXT PRIMARY KEY,
+            used INTEGER NOT NULL
+        ) WITHOUT ROWID;
+        """,
     ]
 
     /// `TaskState.after(event)` as SQL: the expression a row's new state is set to, so the table

@@ -130,6 +130,8 @@ struct TrustStage {
                                        expires: manifest.expires,
                                        trustFloor: floor)
         }
+        // Metadata counts against the machine's byte budget, which never holds it back.
+        pull.engine.budget?.charge(Int(clamping: fetched.metadataBytes))
         pull.emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count,
                                    unchanged: !fetched.changed,
                                   signedBy: TrustStage.named(signers), metadataBytes: fetched.metadataBytes,
