@@ -34,6 +34,25 @@ final class RateBucket {
     }
 }
 
+/// What transfers' bytes are charged to besides the rates: the machine's byte budget
+/// (`BudgetMeter`, kept in the state). Any thread.
+protocol TransferBudget: AnyObject, Sendable {
+    /// Counts bytes moved.
+    func charge(_ bytes: Int)
+    /// Whether held transfers may take more bytes now (no state access).
+    var open: Bool { get }
+    /// Why held sessions wait while it is spent, and until when; nil while bytes are left.
+    func hold() -> BudgetHold?
+    /// Puts what was charged in the state now.
+    func save()
+}
+
+/// Why a counted session's transfers wait on a spent budget, and when it is whole again.
+struct BudgetHold {
+    let reason: String
+    let until: Timestamp
+}
+
 /// What the machine's byte budget is to a source's transfers: nothing (a probe's few bytes), a
 /// count of what they move (`budget = exempt`), or also a hold on them once it is spent.
 enum BudgetRole {
@@ -47,12 +66,12 @@ enum BudgetRole {
 final class Throttle {
     private let buckets: [RateBucket]
     /// Charged with every byte; `holds`: its being spent closes this transfer.
-    private let budget: BudgetMeter?
+    private let budget: (any TransferBudget)?
     private let holds: Bool
     /// The transfer declined bytes and waits for the engine to continue it.
     var paused = false
 
-    init(_ buckets: [RateBucket], budget: BudgetMeter? = nil, holds: Bool = false) {
+    init(_ buckets: [RateBucket], budget: (any TransferBudget)? = nil, holds: Bool = false) {
         self.buckets = buckets
         self.budget = budget
         self.holds = holds && budget != nil

@@ -65,10 +65,10 @@ final class TransferEngine: @unchecked Sendable {
         set { globalSchedule.withLock { $0 = newValue }; curl_multi_wakeup(multi) }
     }
 
-    private let budgetMeter = Mutex<BudgetMeter?>(nil)
+    private let budgetMeter = Mutex<(any TransferBudget)?>(nil)
     /// The machine's byte budget, charged by the transfers of sources it counts (nil: none); a
     /// reload may change it (running transfers keep the one they started with).
-    var budget: BudgetMeter? {
+    var budget: (any TransferBudget)? {
         get { budgetMeter.withLock { $0 } }
         set { budgetMeter.withLock { $0 = newValue } }
     }

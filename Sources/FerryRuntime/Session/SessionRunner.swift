@@ -28,7 +28,8 @@ public final class SessionRunner {
         self.clock = clock
         engine = try TransferEngine(concurrency: agent.transfers, clock: clock)
         engine.bandwidth = agent.bwlimit
-        engine.budget = agent.budget.map { BudgetMeter(budget: $0, state: agent.state, clock: clock) }
+        budget = agent.budget.map { BudgetMeter(budget: $0, state: agent.state, clock: clock) }
+        engine.budget = budget
     }
 
     deinit { engine.shutdown() }
@@ -64,13 +65,14 @@ public final class SessionRunner {
         engine.concurrency = fresh.transfers
         engine.bandwidth = fresh.bwlimit
         engine.sessions = sessions
-        if fresh.budget != engine.budget?.budget {
-            engine.budget = fresh.budget.map { BudgetMeter(budget: $0, state: agent.state, clock: clock) }
+        if fresh.budget != budget?.budget {
+            budget = fresh.budget.map { BudgetMeter(budget: $0, state: agent.state, clock: clock) }
+            engine.budget = budget
         }
     }
 
     /// The machine's byte budget, as the runs spend it (nil: none).
-    public var budget: BudgetMeter? { engine.budget }
+    public private(set) var budget: BudgetMeter?
 
     /// How many sessions share the transfers (the agent's: its config's), so that each leaves the
     /// others a share (`TransferEngine.share`).

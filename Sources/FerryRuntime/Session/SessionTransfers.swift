@@ -146,7 +146,7 @@ class SessionTransfers<Item: SessionTransferItem>: TransferSource {
 
     /// The machine's byte budget, for this run (the engine's); a session with `budget = exempt`
     /// is counted, never held.
-    private var budget: BudgetMeter?
+    private var budget: (any TransferBudget)?
     var budgetRole: BudgetRole { session.budgetExempt ? .counted : .held }
 
     /// Why the spent budget holds this session now, nil when it does not; the time it resumes is

@@ -9,13 +9,7 @@ import FerryCore
 /// data checkpointed, and the session is held until the period ends (`hold`). A transfer may take
 /// one read past the budget (16 KiB with a budget in force: `Throttle.limiting`), so a period ends
 /// at most a read per running transfer above it.
-public final class BudgetMeter: Sendable {
-    /// Why a counted session's transfers wait, and until when.
-    public struct Hold: Sendable {
-        public let reason: String
-        public let until: Timestamp
-    }
-
+public final class BudgetMeter: TransferBudget {
     private struct Books {
         var store: StateStore?
         var window: ByteBudget.Window
@@ -49,11 +43,11 @@ public final class BudgetMeter: Sendable {
 
     /// The hold on counted sessions while the period's bytes are spent; nil while some are left.
     /// Brings the books up to date first when a second has passed or the period turned.
-    func hold() -> Hold? {
+    func hold() -> BudgetHold? {
         books.withLock { b in
             sync(&b, force: false)
             guard let reason = budget.spent(used: b.saved + b.pending, window: b.window) else { return nil }
-            return Hold(reason: reason, until: b.window.end)
+            return BudgetHold(reason: reason, until: b.window.end)
         }
     }
 
