@@ -34,6 +34,8 @@ Faults (per path, "*" for all):
   "no_validators": true  send neither ETag nor Last-Modified
   "no_etag": true        send Last-Modified only (as Python's http.server does)
   "stall_after": N       after N body bytes, send nothing more (until the client gives up)
+  "hang": true           accept the request and never answer it (logged with status 0), as a
+                         hung proxy does, until the client gives up
   "only_first": N        apply reset_after, truncate_after and stall_after to the first N
                          requests for the path only
   "store_truncate": N    WebDAV: a file PUT or MOVEd to the path keeps only its first N bytes
@@ -333,6 +335,13 @@ class Handler(BaseHTTPRequestHandler):
             failing = State.failing_gets.get(path, 0)
             if failing:
                 State.failing_gets[path] = failing - 1
+        if faults.get("hang"):
+            self.record(0)
+            # Nothing is ever sent: wait for the client to give up and close.
+            while self.connection.recv(65536):
+                pass
+            self.close_connection = True
+            return None
         if failing:
             return self.simple(503, {}, b"injected failure after a move\n")
         statuses = faults.get("statuses", [])

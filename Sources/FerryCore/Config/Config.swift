@@ -163,15 +163,24 @@ public struct RemoteLocation: Sendable, Equatable, CustomStringConvertible {
 extension SessionConfig {
     /// The session as its mirror `index` is read: that remote, with the session's keys of its kind
     /// and its `ca-file`, but none of the origin's HTTP credentials (a cache or a replica is
-    /// another host: `basic-auth-file` and `bearer-token-file` are the origin's).
+    /// another host: `basic-auth-file` and `bearer-token-file` are the origin's). A mirror gets
+    /// `mirrorPatience` to connect and to send again, not the origin's minute: a mirror is a
+    /// shortcut, the next source is always there, and a hung cache must cost seconds.
     public func reading(mirror index: Int) -> SessionConfig {
         var copy = self
         copy.remote = mirrors[index]
         copy.mirrors = []
         copy.basicAuthFile = nil
         copy.bearerTokenFile = nil
+        copy.connectTimeout = min(connectTimeout, SessionConfig.mirrorPatience)
+        copy.stallTimeout = min(stallTimeout, SessionConfig.mirrorPatience)
         return copy
     }
+
+    /// How long a mirror may take to connect, or send nothing (below `min-speed`), before it is
+    /// left for the run (`PullSources`): about 50 round trips of the slowest link ferry is made
+    /// for, and far above what a healthy cache takes to start an answer, even on a miss.
+    public static let mirrorPatience = 5.0
 }
 
 /// One `[session NAME]` section.

@@ -68,6 +68,9 @@ public enum FailureCause: Sendable, Equatable {
 
     /// True when the remote could not be reached at all.
     public var isConnectivity: Bool { retryClass == .connectivity }
+    /// True when a request ran out of time: a connect that took too long, or an answer that sent
+    /// nothing (below min-speed) for the stall time.
+    public var isTimeout: Bool { self == .network(curlCode: CurlCode.operationTimedOut) }
 }
 
 /// How long to wait before try number `attempt + 1` (attempt ≥ 1): exponential from `baseDelay`,

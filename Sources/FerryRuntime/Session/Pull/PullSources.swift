@@ -11,7 +11,9 @@ import FerryCore
 ///   run (**probation**), one file at a time comes from it;
 /// - **what a failure costs** a mirror (`judge`): wrong bytes under a content name demote it
 ///   (not used again this run, said once), wrong bytes at a path (a stale copy) skip it for that
-///   file, a failure rests it (1 s doubling up to a minute; not for a file it lacks);
+///   file, a mirror that sends nothing for `mirrorPatience` is left for the run like a demoted one
+///   (a hung cache costs the run seconds once, not a stall per file), another failure rests it
+///   (1 s doubling up to a minute; not for a file it lacks);
 /// - which sources **metadata objects and key sets** are asked of (`ObjectMirrors`,
 ///   `keySetPlaces`), and that a mirror sending a wrong object is demoted for the files too;
 /// - when the **root** may come from a mirror (`rootFromMirror`): the origin cannot be had and the
@@ -138,9 +140,20 @@ final class PullSources: ObjectMirrors {
         case wrongBytes(how: String, detail: String)
         /// It does not hold the file (404, 410): a replica behind, a cache not told of it.
         case lacks
-        /// Any other failure: an error status, a network error, a stall, a timeout.
+        /// It sent nothing for `mirrorPatience` (hung, or trickling below min-speed), or could not
+        /// connect within it.
+        case slow
+        /// Any other failure: an error status, a network error.
         case failed
+
+        /// The fault a failure from a mirror shows, when it is the mirror's pace.
+        static func isSlow(_ cause: FailureCause?) -> Bool {
+            cause?.isTimeout == true
+        }
     }
+
+    /// Why a slow mirror is left for the run, as said.
+    static let tooSlow = "sent nothing for \(Units.formatDuration(SessionConfig.mirrorPatience)) (hung, or slower than min-speed)"
 
     /// Judges a failed attempt at `path` from the mirror `source` (the file goes to the next source
     /// at once, not a try of its own): wrong bytes under a name that is their content's
@@ -156,6 +169,12 @@ final class PullSources: ObjectMirrors {
             }
         case .lacks:
             break
+        case .slow:
+            // Slow is slow for every file: the run does not wait on it again.
+            if demote(source, why: PullSources.tooSlow) {
+                emit(.warning(message: "mirror \(all[source].name) \(PullSources.tooSlow) for \(Printable.name(path.string)): "
+                                       + "not used again this run; the files come from the next source"))
+            }
         case .failed:
             let now = clock.monotonic()
             standings.withLock { s in
@@ -188,10 +207,10 @@ final class PullSources: ObjectMirrors {
     /// its name says is demoted, said by `sayDemotions` on the session's thread.
     func served(_ place: Int, object: SHA256Digest, bytes: Int64, failure: FerryError?) {
         count(place, bytes: bytes, requests: 1)
-        guard case .contentMismatch? = failure?.cause, demote(place, why: "sent a wrong metadata object "
-                                                                          + "(\(object.hex))") else {
-            return
-        }
+        var why: String?
+        if case .contentMismatch? = failure?.cause { why = "sent a wrong metadata object (\(object.hex))" }
+        if Fault.isSlow(failure?.cause) { why = PullSources.tooSlow + " for a metadata object" }
+        guard let why, demote(place, why: why) else { return }
         unsaid.withLock { $0.append(place) }
     }
 

@@ -261,6 +261,8 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             fault = .wrongBytes(how: "sent wrong bytes for", detail: failure.message)
         } else if failure.cause == .http(status: 404) || failure.cause == .http(status: 410) {
             fault = .lacks
+        } else if PullSources.Fault.isSlow(failure.cause) {
+            fault = .slow
         } else {
             fault = .failed
         }
