@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 import FerryCore
-import FerryRuntime
+@testable import FerryRuntime
 
 /// `mirrors` (issue 42): copies of the remote tried in order before it for each file, the
 /// remote staying the authority for the manifest. Nothing a mirror sends is trusted: a mirror that
@@ -116,10 +116,11 @@ struct MirrorTests {
         #expect(run.events(named: "file-failed").isEmpty && run.events(named: "file-retrying").isEmpty, "a mirror's failure is not a try: \(run.stdout)")
     }
 
-    /// A mirror that serves other bytes at every file's path (a cache holding stale or damaged
-    /// copies): no wrong file is placed, each costs one refetch from the origin (a stale copy at a
-    /// path looks the same as a wrong one, so the mirror is not demoted for it). A mirror that
-    /// lacks a file (404) is skipped for that file only.
+    /// A mirror that serves other bytes at every file's path: no wrong file is placed, each costs
+    /// one refetch from the origin, and once its wrong files reach 4 and outnumber its right ones
+    /// it is left for the run (said once). One that holds a few stale copies (of another size)
+    /// among right ones is kept, each stale file costing one refetch. A mirror that lacks a file
+    /// (404) is skipped for that file only.
     @Test func aMirrorWithWrongBytesAtPathsCostsOneRefetchAFile() throws {
         let box = Sandbox("mirror-hostile")
         let files = Self.publishTree(box.published, version: 1, seed: 11)
@@ -139,13 +140,33 @@ struct MirrorTests {
         let run = box.sync(["--json"])
         #expect(run.exitCode == 0, "\(run.output)")
         for (path, data) in files { #expect(FileManager.default.contents(atPath: box.localPath(path)) == data, "\(path): exactly the published bytes") }
+        // Wrong at every path: after 4 wrong files and none right it is lying or behind, and is
+        // left for the run; the last 2 files go to the origin without asking it.
         let fromMirror = Self.fileRequests(mirror)
-        #expect(fromMirror == files.count, "each file asked of the mirror once: \(fromMirror)")
+        #expect(fromMirror == PullSources.wrongAtPathLimit, "files asked of the mirror until it was left: \(fromMirror)")
         let fromOrigin = Self.fileRequests(origin)
-        #expect(fromOrigin == files.count, "and once of the origin: \(fromOrigin)")
-        #expect(Self.served(run)[mirror.url]?.demoted == nil)
+        #expect(fromOrigin == files.count, "each once of the origin: \(fromOrigin)")
+        #expect(Self.served(run)[mirror.url]?.demoted == "sent wrong bytes for 4 files at their paths", "\(Self.served(run))")
+        #expect(run.events(named: "warning").filter { ($0["message"] as? String)?.contains("sent wrong bytes for 4 files at their paths") == true }.count == 1)
         #expect(run.events(named: "file-done").allSatisfy { $0["source"] as? String == "origin" })
         #expect(run.events(named: "file-retrying").isEmpty && run.events(named: "file-failed").isEmpty)
+
+        // A cache holding a few stale copies among right ones is kept: each stale file costs one refetch.
+        let fewStale = box.directory + "/few-stale"
+        try FileManager.default.copyItem(atPath: box.published, toPath: fewStale)
+        let staleFiles = ["small/0.txt", "small/1.txt"]
+        for path in staleFiles { try Data("stale\n".utf8).write(to: URL(fileURLWithPath: fewStale + "/" + path)) }
+        let stale = try PythonServer(directory: fewStale)
+        defer { stale.stop() }
+        try FileManager.default.removeItem(atPath: box.local)
+        try FileManager.default.removeItem(atPath: box.state)
+        box.configure(remote: origin.url, session: ["mirrors = \(stale.url)", "session-transfers = 1"])
+        let kept = box.sync(["--json"])
+        #expect(kept.exitCode == 0, "\(kept.output)")
+        for (path, data) in files { #expect(FileManager.default.contents(atPath: box.localPath(path)) == data, "\(path)") }
+        #expect(Self.served(kept)[stale.url]?.demoted == nil, "\(Self.served(kept))")
+        let fromStale = Dictionary(kept.events(named: "file-done").map { ($0["path"] as? String ?? "", $0["source"] as? String ?? "") }, uniquingKeysWith: { a, _ in a })
+        #expect(fromStale.filter { $0.value == "origin" }.keys.sorted() == staleFiles, "only the stale files came from the origin: \(fromStale)")
 
         // A mirror that lacks one file: that file from the origin, the rest from the mirror.
         let good = box.directory + "/good"

@@ -11,7 +11,7 @@ import FerryCore
 ///   run (**probation**), one file at a time comes from it;
 /// - **what a failure costs** a mirror (`judge`): wrong bytes under a content name demote it
 ///   (not used again this run, said once), wrong bytes at a path (a stale copy) skip it for that
-///   file, a mirror that sends nothing for `mirrorPatience` is left for the run like a demoted one
+///   file until they come too often (`wrongAtPathLimit`, and more than its right ones), a mirror that sends nothing for `mirrorPatience` is left for the run like a demoted one
 ///   (a hung cache costs the run seconds once, not a stall per file), another failure rests it
 ///   (1 s doubling up to a minute; not for a file it lacks);
 /// - which sources **metadata objects and key sets** are asked of (`ObjectMirrors`,
@@ -42,6 +42,10 @@ final class PullSources: ObjectMirrors {
         var failuresInARow = 0
         /// It sent a file that verified this run; until then one file at a time comes from it.
         var proven = false
+        /// Files it sent this run that verified, and files whose bytes at their path were not the
+        /// manifest's (a stale copy, or a lie).
+        var verified = 0
+        var wrongAtPath = 0
         var inFlight = 0
         var restsUntil = 0.0
         var bytes: Int64 = 0
@@ -119,7 +123,10 @@ final class PullSources: ObjectMirrors {
     func ended(_ source: Int, verified: Bool) {
         standings.withLock {
             $0[source].inFlight -= 1
-            if verified { $0[source].proven = true }
+            if verified {
+                $0[source].proven = true
+                $0[source].verified += 1
+            }
         }
     }
 
@@ -166,6 +173,11 @@ final class PullSources: ObjectMirrors {
             if contentAddressed && demote(source, why: "\(how) \(Printable.name(path.string))") {
                 emit(.warning(message: "mirror \(all[source].name) \(how) \(Printable.name(path.string)) (\(detail)): "
                                        + "not used again this run; the files come from the next source"))
+            } else if !contentAddressed, let wrong = wrongAtPathTooOften(source),
+                      demote(source, why: "sent wrong bytes for \(Plural.count(wrong, "file")) at their paths") {
+                emit(.warning(message: "mirror \(all[source].name) sent wrong bytes for \(Plural.count(wrong, "file")) at their "
+                                       + "paths this run, the last \(Printable.name(path.string)), more than it sent right: "
+                                       + "not used again this run; the files come from the next source"))
             }
         case .lacks:
             break
@@ -183,6 +195,19 @@ final class PullSources: ObjectMirrors {
             }
         }
     }
+
+    /// A stale copy at a path costs one refetch, and a cache may hold a few; a mirror whose wrong
+    /// files this run reach `wrongAtPathLimit` and outnumber its right ones is behind or lying,
+    /// and every file it sends costs twice: the count then, nil before.
+    private func wrongAtPathTooOften(_ source: Int) -> Int? {
+        standings.withLock { s in
+            s[source].wrongAtPath += 1
+            let (wrong, right) = (s[source].wrongAtPath, s[source].verified)
+            return wrong >= PullSources.wrongAtPathLimit && wrong > right ? wrong : nil
+        }
+    }
+
+    static let wrongAtPathLimit = 4
 
     /// `source` is not used again this run. True the first time (to be said once).
     private func demote(_ source: Int, why: String) -> Bool {

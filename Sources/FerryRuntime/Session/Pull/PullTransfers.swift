@@ -259,6 +259,9 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             fault = .wrongBytes(how: "did not answer ranges as asked for", detail: stopped.why)
         } else if case .contentMismatch = failure.cause {
             fault = .wrongBytes(how: "sent wrong bytes for", detail: failure.message)
+        } else if failure.cause == .wrongLength {
+            // Another size than the manifest's at the path: a stale copy, as wrong as other bytes.
+            fault = .wrongBytes(how: "sent a file of another size for", detail: failure.message)
         } else if failure.cause == .http(status: 404) || failure.cause == .http(status: 410) {
             fault = .lacks
         } else if PullSources.Fault.isSlow(failure.cause) {
