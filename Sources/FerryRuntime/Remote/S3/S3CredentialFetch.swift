@@ -115,13 +115,15 @@ enum S3CredentialFetch {
     // MARK: Answers
 
     /// The credentials in a container or instance-metadata JSON document: `AccessKeyId`,
-    /// `SecretAccessKey`, `Token`, `Expiration` (and, from the instance metadata, `Code`: `Success`).
+    /// `SecretAccessKey`, `Token`, `Expiration`. The instance metadata's `Code`, when it is there,
+    /// must say `Success`; an answer without it (moto's emulation, some proxies) is taken on its
+    /// four fields, as the AWS CLI takes it.
     static func jsonCredentials(_ body: [UInt8], requireSuccess: Bool) throws(ConfigProblem) -> S3Credentials {
         let fields: [String: String]
         do { fields = try JSONReader.flatFields(body) } catch {
             throw ConfigProblem("is not one JSON object as RFC 8259 writes it: \(error.message) (line \(error.line), column \(error.column))")
         }
-        if requireSuccess, fields["Code"] != "Success" {
+        if requireSuccess, fields["Code"] != nil, fields["Code"] != "Success" {
             throw ConfigProblem("says Code \(fields["Code"].map { "'" + Printable.name(String($0.prefix(60))) + "'" } ?? "(none)"), not Success")
         }
         let credentials = try S3Credentials.checked(accessKey: fields["AccessKeyId"], secretKey: fields["SecretAccessKey"], sessionToken: fields["Token"],
