@@ -52,6 +52,34 @@ struct PlacementTrustTests {
         #expect(FileManager.default.contents(atPath: w.dst + "/a.bin") == a)
     }
 
+    /// With `remote-layout = objects`, a content object the store says it holds otherwise fails its
+    /// file, and the next push sends the object again: what a HEAD finds at a content name after a
+    /// failed check is not taken as stored. Before, it was recorded as placed, and every later push
+    /// published it unsent (exit 0, "nothing to transfer") while mirrors read what the store held.
+    @Test func aContentObjectThatFailedItsCheckIsSentAgain() throws {
+        let (proxy, w) = try hostile("objects-wedge", up: ["remote-layout = objects"])
+        defer { proxy.stop() }
+        let a = randomData(50_000, seed: 21)
+        w.write("a.bin", a)
+        w.write("b.txt", Data("b\n".utf8))
+        let hex = sha256(of: a).hex
+        func puts() -> Int { proxy.requests().filter { $0.method == "PUT" && $0.path.contains(hex) }.count }
+        proxy.setFaults([["method": "PUT", "key": hex, "echo_checksum": SHA256Hasher.digest(of: [1, 2, 3]).base64]])
+        let run = w.push(["--json"])
+        #expect(run.exitCode == 1, "\(run.output)")
+        #expect(run.events(named: "file-failed").count == 1, "\(run.stdout)")
+        let before = puts()
+        #expect(before >= 1)
+
+        proxy.setFaults([])
+        let again = w.push(["--json"])
+        #expect(again.exitCode == 0, "\(again.output)")
+        #expect(puts() > before, "the object was sent again, not taken as stored: \(again.output)")
+        #expect(again.events(named: "file-done").contains { $0["path"] as? String == "a.bin" }, "\(again.stdout)")
+        #expect(w.pull().exitCode == 0)
+        #expect(FileManager.default.contents(atPath: w.dst + "/a.bin") == a)
+    }
+
     /// A store that computes no checksum (none in its answers) is read back: each file is fetched
     /// and hashed, and the run says so; one whose bytes read back otherwise fails alone; with
     /// verify-uploads = size-only only the size is compared, and the run warns that it was.
