@@ -102,6 +102,41 @@ struct SFTPTests {
         #expect(run.stderr.components(separatedBy: "error:").count == 2, "one error: \(run.stderr)")
     }
 
+    /// `sftp-key` as OpenSSH takes a key: a FIFO (which used to hang the run) and a key others may
+    /// read are refused at once, by the run and by `config check`, with the fix; a missing
+    /// `sftp-known-hosts` is found by `config check`. Fixed, the run goes.
+    @Test func aKeyFileThatIsNotAPrivateRegularFileIsRefused() throws {
+        let server = try SSHServer()
+        defer { server.stop() }
+        let box = Sandbox("sftp-key-file", published: server.root)
+        box.publish("a.txt", "hello\n")
+        box.buildManifest()
+        let fifo = box.directory + "/fifo_key"
+        #expect(mkfifo(fifo, 0o600) == 0)
+        box.configure(remote: server.url, session: ["sftp-key = \(fifo)", "sftp-known-hosts = \(server.knownHosts)"])
+        var run = box.sync([], timeout: 60)
+        #expect(run.exitCode == 2 && run.stderr.contains("\(fifo) (sftp-key) is not a regular file"), "\(run.output)")
+        var check = ferry(["config", "check", "--config", box.config])
+        #expect(check.exitCode == 2 && check.output.contains("(sftp-key) is not a regular file"), "\(check.output)")
+
+        let open = box.directory + "/open_key"
+        try FileManager.default.copyItem(atPath: server.clientKey, toPath: open)
+        chmod(open, 0o644)
+        box.configure(remote: server.url, session: ["sftp-key = \(open)", "sftp-known-hosts = \(box.directory)/none"])
+        run = box.sync([], timeout: 60)
+        #expect(run.exitCode == 2 && run.stderr.contains("may be read by others (mode 0644): OpenSSH refuses such a key"), "\(run.output)")
+        #expect(run.stderr.contains("chmod 600 \(open)"), "\(run.output)")
+        check = ferry(["config", "check", "--config", box.config])
+        #expect(check.exitCode == 2 && check.output.contains("may be read by others") && check.output.contains("sftp-known-hosts = \(box.directory)/none"),
+                "\(check.output)")
+
+        chmod(open, 0o600)
+        box.configure(remote: server.url, session: ["sftp-key = \(open)", "sftp-known-hosts = \(server.knownHosts)"])
+        run = box.sync([], timeout: 60)
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(fileContents(box.localPath("a.txt")) == "hello\n")
+    }
+
     /// A server that answers every read with nothing, or a byte at a time, cannot keep a run
     /// going: the manifest's read is refused with words that say what the server did.
     @Test(arguments: [("empty", "an empty answer"), ("dribble", "a little at a time")])

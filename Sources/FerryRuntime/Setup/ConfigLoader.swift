@@ -78,6 +78,15 @@ public enum ConfigLoader {
                     out.append(.usage("\(where_) \(key) = \(file): \(error.message)", hint: key == "ca-file" ? "create the file, or fix '\(key) ='" : Secrets.unreadableHint(file, key: key)))
                 }
             }
+            if let key = session.remoteOptions["sftp-key"] {
+                // What the run would refuse: a key that is not a regular file, or that others may read.
+                do { try SFTPBackend.checkKeyFile(key) } catch { out.append(.usage("\(where_) \(error.message)", hint: error.hint)) }
+                let known = session.remoteOptions["sftp-known-hosts"] ?? SFTPBackend.defaultKnownHosts()
+                if access(known, R_OK) != 0 {
+                    out.append(.usage("\(where_) sftp-known-hosts = \(known): \(FileSystem.errorText())",
+                                      hint: "point sftp-known-hosts at a file holding the server's host key (ssh-keyscan prints it; check its fingerprint)"))
+                }
+            }
             for (key, hook) in [("on-file-done", session.onFileDone), ("on-session-done", session.onSessionDone)] {
                 guard let hook, let why = unrunnable(hook.program) else { continue }
                 out.append(.usage("\(where_) \(key): \(why)", hint: "install it, or give its full path"))

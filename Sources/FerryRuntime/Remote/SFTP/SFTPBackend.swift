@@ -34,6 +34,7 @@ enum SFTPBackend: Backend {
         }
         let endpoint = SSHEndpoint(host: address.host, port: address.port, user: address.user ?? currentUser(),
                                    key: session.remoteOptions["sftp-key"] ?? "", knownHosts: session.remoteOptions["sftp-known-hosts"] ?? defaultKnownHosts())
+        try checkKeyFile(endpoint.key)
         for (file, key) in [(endpoint.key, "sftp-key"), (endpoint.knownHosts, "sftp-known-hosts")] where access(file, R_OK) != 0 {
             throw FerryError(.usage, "cannot read \(Printable.name(file)) (\(key)): \(FileSystem.errorText())",
                              hint: key == "sftp-key" ? "point sftp-key at the private key ferry logs in with, readable by the user ferry runs as"
@@ -41,6 +42,30 @@ enum SFTPBackend: Backend {
         }
         return SFTPRemote(base: session.remote, endpoint: endpoint, directory: address.path, connections: SSHConnections(keep: 8),
                           clock: clock, stop: stop, connectTimeout: session.connectTimeout, stallTimeout: session.stallTimeout)
+    }
+
+    /// The private key is a regular file of at most 64 KiB (a FIFO or a device would hang or flood
+    /// the read libssh2 makes of it) that no one else may read, as OpenSSH requires of a key: one
+    /// owned by the user ferry runs as with any group or other bit, or one anyone may read.
+    static func checkKeyFile(_ file: String) throws(FerryError) {
+        var st = stat()
+        guard stat(file, &st) == 0 else {
+            throw FerryError(.usage, "cannot read \(Printable.name(file)) (sftp-key): \(FileSystem.errorText())")
+        }
+        let shown = Printable.name(file)
+        guard (st.st_mode & S_IFMT) == S_IFREG else {
+            throw FerryError(.usage, "\(shown) (sftp-key) is not a regular file",
+                             hint: "point sftp-key at the private key file itself, like one ssh-keygen -t ed25519 writes")
+        }
+        guard st.st_size <= 64 << 10 else {
+            throw FerryError(.usage, "\(shown) (sftp-key) is \(st.st_size) bytes, more than a private key's 64 KiB",
+                             hint: "point sftp-key at the private key file, like one ssh-keygen -t ed25519 writes")
+        }
+        let mode = st.st_mode & 0o777
+        if (st.st_uid == geteuid() && mode & 0o077 != 0) || mode & 0o004 != 0 {
+            throw FerryError(.usage, "\(shown) (sftp-key) may be read by others (mode 0\(String(mode, radix: 8))): OpenSSH refuses such a key, and so does ferry",
+                             hint: "run: chmod 600 \(file)")
+        }
     }
 
     static func describe(_ session: SessionConfig) -> [String: String] {
