@@ -353,11 +353,14 @@ struct AWSCredentialsTests {
         box.configure(remote: "s3://bucket/site/", session: ["s3-endpoint = http://127.0.0.1:1"])
         let env = ["AWS_EC2_METADATA_DISABLED": "", "AWS_EC2_METADATA_SERVICE_ENDPOINT": source.endpoint]
         let named = "EC2 instance metadata (IMDSv2) \(source.endpoint): "
+        let soon = Timestamp(seconds: unixSeconds() + 3)
         let cases: [([String: Any], String)] = [
             (["huge": 200_000], "the answer to \"fetch the credentials of role ferry-test-role\" is larger than 64 KiB; refused"),
             (["body": "{\"AccessKeyId\": "], "the credentials of role ferry-test-role is not one JSON object"),
             (["expiration": "in an hour"], "has an Expiration that is not an RFC 3339 time: 'in an hour'"),
             (["expiration": "2001-01-01T00:00:00Z"], "gave S3 credentials that expire at 2001-01-01T00:00:00Z, which is not after now"),
+            // Seconds from expiry: said as that, not as "not after now".
+            (["expiration": soon.rfc3339], "gave S3 credentials that expire at \(soon.rfc3339), "),
             (["code": "Failure"], "says Code 'Failure', not Success"),
             (["status": 500], "cannot fetch the credentials of role ferry-test-role: HTTP 500"),
             (["role": "bad role\u{1b}[31m"], "the instance's IAM role name is not 1 to 128 letters"),
@@ -372,6 +375,11 @@ struct AWSCredentialsTests {
             #expect(!run.output.contains("hostile-secret") && !run.output.contains("hostile-token") && !run.output.contains("\u{1b}"))
             #expect(!run.stderr.contains("ferry looked at"), "an answer, however bad, is not a missing source")
         }
+        source.configure(["expiration": Timestamp(seconds: unixSeconds() + 3).rfc3339,
+                          "credentials": [["AccessKeyId": "ASIAHOSTILE", "SecretAccessKey": "hostile-secret", "Token": "hostile-token"]]])
+        let near = ferry(["config", "check", "--config", box.config], environment: env)
+        #expect(near.stderr.contains("from now (") && near.stderr.contains("too soon to sign a request with (ferry wants 5s or more)")
+                && !near.stderr.contains("not after now"), "\(near.output)")
 
         // Not an EC2 instance: nothing answers, and the error says where else ferry looked.
         let closed = freePort()

@@ -130,6 +130,14 @@ struct SFTPTests {
         #expect(check.exitCode == 2 && check.output.contains("may be read by others") && check.output.contains("sftp-known-hosts = \(box.directory)/none"),
                 "\(check.output)")
 
+        // A key with a passphrase is said to be one, not "refused by the server".
+        let locked = box.directory + "/locked_key"
+        let made = runProcess("/usr/bin/ssh-keygen", ["-q", "-t", "ed25519", "-N", "a passphrase", "-f", locked])
+        #expect(made.exitCode == 0, "\(made.output)")
+        box.configure(remote: server.url, session: ["sftp-key = \(locked)", "sftp-known-hosts = \(server.knownHosts)"])
+        run = box.sync([], timeout: 60)
+        #expect(run.exitCode == 2 && run.stderr.contains("(sftp-key) is protected by a passphrase"), "\(run.output)")
+
         chmod(open, 0o600)
         box.configure(remote: server.url, session: ["sftp-key = \(open)", "sftp-known-hosts = \(server.knownHosts)"])
         run = box.sync([], timeout: 60)

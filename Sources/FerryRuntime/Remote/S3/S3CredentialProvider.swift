@@ -142,7 +142,10 @@ final class S3CredentialProvider: Sendable {
     /// wrong clock, or a hostile one).
     private static func take(_ fresh: S3Credentials, into state: inout State, now: Timestamp, source: String) throws(FerryError) -> S3Credentials {
         if let expiration = fresh.expiration, expiration.timeInterval - expiryMargin <= now.timeInterval {
-            throw FerryError(.remote, "\(source) gave S3 credentials that expire at \(expiration.rfc3339), which is not after now (\(now.rfc3339))",
+            let left = expiration.timeInterval - now.timeInterval
+            let said = left <= 0 ? "which is not after now (\(now.rfc3339))"
+                : "\(Units.formatDuration(left)) from now (\(now.rfc3339)), too soon to sign a request with (ferry wants \(Units.formatDuration(expiryMargin)) or more)"
+            throw FerryError(.remote, "\(source) gave S3 credentials that expire at \(expiration.rfc3339), \(said)",
                              hint: "check the clocks of this machine and of the credentials' source", cause: .unusable)
         }
         state.credentials = fresh

@@ -66,7 +66,31 @@ enum SFTPBackend: Backend {
             throw FerryError(.usage, "\(shown) (sftp-key) may be read by others (mode 0\(String(mode, radix: 8))): OpenSSH refuses such a key, and so does ferry",
                              hint: "run: chmod 600 \(file)")
         }
+        if encrypted(try FileSystem.readFile(file, limit: 64 << 10)) {
+            throw FerryError(.usage, "\(shown) (sftp-key) is protected by a passphrase, which ferry cannot type: it logs in with a key that has none",
+                             hint: "make a key for ferry without one (ssh-keygen -t ed25519 -N '' -f FILE) and add its .pub to the server's authorized_keys")
+        }
     }
+
+    /// Whether a private key is encrypted with a passphrase: an OpenSSH key whose cipher is not
+    /// `none`, or a PEM key that says it is encrypted.
+    static func encrypted(_ key: [UInt8]) -> Bool {
+        let lines = String(decoding: key, as: UTF8.self).split(whereSeparator: \.isNewline).map { String($0).trimmingSpaces() }
+        if lines.contains("Proc-Type: 4,ENCRYPTED") || lines.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") { return true }
+        guard let b = lines.firstIndex(of: "-----BEGIN OPENSSH PRIVATE KEY-----"),
+              let e = lines[b...].firstIndex(of: "-----END OPENSSH PRIVATE KEY-----"),
+              let body = Base64.decode(lines[(b + 1)..<e].joined()) else { return false }
+        // "openssh-key-v1\0", then the cipher's name as an SSH string (a 32-bit length first).
+        let magic: [UInt8] = Array("openssh-key-v1".utf8) + [0]
+        guard body.count >= magic.count + 4, Array(body[0..<magic.count]) == magic else { return false }
+        let at = magic.count
+        var length = 0
+        for k in 0..<4 { length = length << 8 | Int(body[at + k]) }
+        guard length <= 64, body.count >= at + 4 + length else { return false }
+        let cipher: [UInt8] = Array(body[(at + 4)..<(at + 4 + length)])
+        return cipher != Array("none".utf8)
+    }
+
 
     static func describe(_ session: SessionConfig) -> [String: String] {
         ["sftp-known-hosts": defaultKnownHosts()]
