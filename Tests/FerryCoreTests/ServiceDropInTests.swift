@@ -74,7 +74,8 @@ struct ServiceDropInTests {
         #expect(text.contains("PrivateTmp=yes"))
     }
 
-    @Test(arguments: [("/srv/a b", "/srv/a\\x20b"), ("/srv/100%", "/srv/100%%"), ("/srv/back\\slash", "/srv/back\\\\slash"), ("/srv/é", "/srv/é")])
+    @Test(arguments: [("/srv/a b", "/srv/a\\x20b"), ("/srv/100%", "/srv/100%%"), ("/srv/back\\slash", "/srv/back\\\\slash"), ("/srv/é", "/srv/é"),
+                            ("/srv/it's", "/srv/it\\x27s"), ("/srv/\"q\"", "/srv/\\x22q\\x22"), ("/srv/a\u{202E}b", "/srv/a\\u202eb")])
     func pathsAreEscapedForUnitFiles(path: String, written: String) {
         #expect(ServiceDropIn.escaped(path) == written)
     }

@@ -19,6 +19,29 @@ struct UnitFileTests {
         #expect(run.output.isEmpty, "systemd-analyze has remarks: \(run.output)")
     }
 
+    /// `ferry config units` for local directories named with quotes, a space, a `%` and a
+    /// right-to-left override: systemd takes every line (a raw quote made it drop the line, so the
+    /// drop-in granted less than it said), and the output shows no character raw that turns text
+    /// around on a terminal.
+    @Test func theDropInOfOddPathsVerifies() throws {
+        let box = Sandbox("units-odd")
+        let odd = ["it's", "say \"hi\"", "100% done", "bidi\u{202E}txt"]
+        var text = "[agent]\nstate = \(box.state)\n"
+        for (i, name) in odd.enumerated() { text += "[session s\(i)]\nremote = http://127.0.0.1:1/\nlocal = /srv/\(name)\n" }
+        try text.writeReplacing(box.config)
+        let units = ferry(["config", "units", "--config", box.config])
+        #expect(units.exitCode == 0, "\(units.output)")
+        #expect(!units.stdout.unicodeScalars.contains { $0.value == 0x202E }, "\(units.stdout)")
+        #expect(units.stdout.contains("ReadWritePaths=/srv/it\\x27s\n") && units.stdout.contains("ReadWritePaths=/srv/say\\x20\\x22hi\\x22\n")
+                && units.stdout.contains("ReadWritePaths=/srv/100%%\\x20done\n") && units.stdout.contains("ReadWritePaths=/srv/bidi\\u202etxt\n"),
+                "\(units.stdout)")
+        let unit = box.directory + "/odd.service"
+        try ("[Service]\nExecStart=\(Harness.ferryBinary) agent\n" + units.stdout.split(separator: "\n").drop { !$0.hasPrefix("[Service]") }.dropFirst()
+            .joined(separator: "\n") + "\n").writeReplacing(unit)
+        let run = runProcess("/usr/bin/systemd-analyze", ["verify", unit])
+        #expect(run.output.isEmpty, "systemd takes every line: \(run.output)")
+    }
+
     @Test func theAgentUnitSaysWhatTheAgentDoes() throws {
         let service = try String(contentsOfFile: Harness.packageRoot + "/config/ferry.service", encoding: .utf8)
         for line in ["Type=notify", "WatchdogSec=", "ProtectSystem=strict", "StateDirectory=ferry", "NoNewPrivileges=yes",

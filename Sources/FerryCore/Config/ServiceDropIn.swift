@@ -120,27 +120,32 @@ public enum ServiceDropIn {
         inner == outer || inner.hasPrefix(outer.hasSuffix("/") ? outer : outer + "/")
     }
 
-    /// A path as a shell command takes it, for the comments (control bytes shown as C escapes).
+    /// A path as a shell command takes it, for the comments (control and invisible characters
+    /// shown as C escapes, as the setting below has them).
     static func shellQuoted(_ path: String) -> String {
+        if path.unicodeScalars.contains(where: { $0.value < 0x20 || $0.value == 0x7f || Printable.isHidden($0.value) }) { return escaped(path) }
         if path.utf8.allSatisfy({ $0 > 0x20 && $0 != 0x7f }) && !path.contains(where: { "'\"\\$`;&|<>()*?[]{}~#!".contains($0) }) { return path }
-        // A control byte cannot be typed: shown escaped, as the setting below has it.
-        if path.utf8.contains(where: { $0 < 0x20 || $0 == 0x7f }) { return escaped(path) }
         return "'" + path.split(separator: "'", omittingEmptySubsequences: false).joined(separator: "'\\''") + "'"
     }
 
-    /// A path as a unit file takes it: systemd's specifiers (`%`) doubled, spaces and control
-    /// bytes and backslashes as C escapes (the settings split on spaces).
+    /// A path as a unit file takes it: systemd's specifiers (`%`) doubled; spaces, quotes, control
+    /// bytes and backslashes as C escapes (the settings split on spaces and take quotes as quoting,
+    /// so a raw `'` or `"` made systemd ignore the line); invisible and direction-changing
+    /// characters (a U+202E would show the path reversed) as `\u` escapes, which systemd reads back.
     static func escaped(_ path: String) -> String {
-        let hex = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        for byte in path.utf8 {
-            switch byte {
-            case UInt8(ascii: "%"): out += [byte, byte]
-            case UInt8(ascii: "\\"): out += [byte, byte]
-            case 0...0x20, 0x7f: out += [UInt8(ascii: "\\"), UInt8(ascii: "x"), hex[Int(byte >> 4)], hex[Int(byte & 15)]]
-            default: out.append(byte)
+        let hex = Array("0123456789abcdef")
+        func digits(_ v: UInt32, _ n: Int) -> String { String((0..<n).reversed().map { hex[Int((v >> UInt32(4 * $0)) & 15)] }) }
+        var out = ""
+        for scalar in path.unicodeScalars {
+            let v = scalar.value
+            switch v {
+            case 0x25: out += "%%"
+            case 0x5c: out += "\\\\"
+            case 0...0x20, 0x22, 0x27, 0x7f: out += "\\x" + digits(v, 2)
+            case _ where Printable.isHidden(v): out += v > 0xFFFF ? "\\U" + digits(v, 8) : "\\u" + digits(v, 4)
+            default: out.unicodeScalars.append(scalar)
             }
         }
-        return String(decoding: out, as: UTF8.self)
+        return out
     }
 }
