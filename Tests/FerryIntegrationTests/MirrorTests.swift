@@ -355,6 +355,9 @@ struct MirrorTests {
         unsigned.configure(remote: origin.url, session: ["mirrors = \(mirror.url)", "trusted-keys = \(publicKey)", "retries = 1", "retry-delay = 0.1s"])
         let refused = unsigned.sync()
         #expect(refused.exitCode == 4, "\(refused.output)")
+        // Refused as the mirror's, never announced as taken.
+        #expect(!refused.output.contains("taken from mirror"), "\(refused.output)")
+        #expect(refused.stderr.contains(mirror.url + "manifest.json") && !refused.stderr.contains("manifest \(origin.url)"), "\(refused.output)")
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: unsigned.local)) ?? []).filter { !$0.hasPrefix(".") }.isEmpty)
     }
 

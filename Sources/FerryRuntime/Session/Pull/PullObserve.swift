@@ -115,7 +115,8 @@ struct ObserveStage {
     /// fetched (`TrustStage.precheck`); the trust stage checks the whole manifest against the
     /// mirror before anything is recorded.
     func read(_ answer: ManifestFetch, record: SessionRecord?) throws(FerryError) -> FetchedManifest {
-        let url = pull.session.manifestURL
+        // A mirror's root standing for the origin's is named as the mirror's.
+        let url = pull.sources.rootSource
         let objects = pull.state.objects(remote: pull.remote, mirrors: pull.sources)
         func resolved(_ root: Manifest) throws(FerryError) -> (Manifest, [SHA256Digest]) {
             guard root.tree != nil else { return (root, []) }

@@ -265,11 +265,23 @@ final class PullSources: ObjectMirrors {
             let answer = try? mirror.remote.fetchManifest(url: mirror.manifestURL, etag: nil, lastModified: nil,
                                                           maximumSize: session.maxManifestSize)
             guard case let .fetched(bytes, _, _, _)? = answer else { continue }
-            emit(.warning(message: "the remote's manifest cannot be had (\(error.message)); taken from mirror "
-                                   + "\(mirror.name), as signed by a trusted key"))
+            rootStandIn = (mirror: mirror.name, manifestURL: mirror.manifestURL, why: error.message)
             return .fetched(bytes: bytes, etag: nil, lastModified: nil, redirectedTo: nil)
         }
         return nil
+    }
+
+    /// The mirror whose root stands for the origin's this run, and why (nil: the origin's).
+    private(set) var rootStandIn: (mirror: String, manifestURL: String, why: String)?
+
+    /// Where the root being read came from, as checks and refusals name it.
+    var rootSource: String { rootStandIn?.manifestURL ?? session.manifestURL }
+
+    /// Said once the root a mirror gave was taken (its signature and every rule passed), never before.
+    func sayRootTaken() {
+        guard let taken = rootStandIn else { return }
+        emit(.warning(message: "the remote's manifest cannot be had (\(taken.why)); taken from mirror \(taken.mirror), "
+                               + "as signed by a trusted key"))
     }
 
     // MARK: the run's account

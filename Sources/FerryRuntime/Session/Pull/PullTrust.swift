@@ -62,7 +62,7 @@ struct TrustStage {
     func check(_ manifest: Manifest, record: SessionRecord?, localFiles: Int) throws(FerryError) -> ManifestAcceptance {
         try followKeys(of: manifest)
         let acceptance = acceptance(record, localFiles: localFiles)
-        try acceptance.check(manifest, source: pull.session.manifestURL)
+        try acceptance.check(manifest, source: pull.sources.rootSource)
         return acceptance
     }
 
@@ -130,6 +130,7 @@ struct TrustStage {
                                        expires: manifest.expires,
                                        trustFloor: floor)
         }
+        pull.sources.sayRootTaken()
         // Metadata counts against the machine's byte budget, which never holds it back.
         pull.engine.budget?.charge(Int(clamping: fetched.metadataBytes))
         pull.emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count,
