@@ -416,6 +416,32 @@ struct SignedManifestTests {
         #expect(FileManager.default.fileExists(atPath: box.state + "/manifests/down.manifest.keys/3.json"))
     }
 
+    /// A mirror 70 key sets behind (more than the 64 a run follows) catches up: the first run takes
+    /// sets 2 to 65, each checked and kept, and refuses the manifest for now saying so; the next
+    /// goes on from 65 and takes the manifest. Before, each run refused with no progress, for ever.
+    @Test func aMirrorFarBehindOnKeySetsCatchesUpOverRuns() throws {
+        let box = Sandbox("key-chain-long")
+        let remote = box.directory + "/remote", src = box.directory + "/src", dst = box.directory + "/dst", keysDir = box.directory + "/keys"
+        try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+        try "signed far along\n".writeReplacing(src + "/p.txt")
+        let a = box.directory + "/a.key"
+        let aPublic = Self.generateKey(a)
+        for _ in 2...71 { #expect(ferry(["key", "set", keysDir, "--key", aPublic, "--sign", a]).exitCode == 0) }
+        try Self.publisherAndMirror(box, remote: remote, src: src, dst: dst, up: ["sign-key = \(a)", "keys-dir = \(keysDir)"],
+                                    down: ["trusted-keys = \(aPublic)"])
+        #expect(ferry(["sync", "now", "--config", box.config, "--session", "up"]).exitCode == 0)
+        let first = ferry(["sync", "now", "--config", box.config, "--session", "down"])
+        #expect(first.exitCode == 4, "\(first.output)")
+        #expect(first.stderr.contains("names key set 71, 70 sets after the one session 'down' trusted (1)")
+                && first.stderr.contains("took key sets 2 to 65") && first.stderr.contains("the next run goes on from key set 65"), "\(first.output)")
+        #expect(FileManager.default.fileExists(atPath: box.state + "/manifests/down.manifest.keys/65.json"))
+        #expect(!FileManager.default.fileExists(atPath: dst + "/p.txt"))
+        let second = ferry(["sync", "now", "--config", box.config, "--session", "down"])
+        #expect(second.exitCode == 0, "\(second.output)")
+        #expect(fileContents(dst + "/p.txt") == "signed far along\n")
+        #expect(FileManager.default.fileExists(atPath: box.state + "/manifests/down.manifest.keys/71.json"))
+    }
+
     /// Rotation: trust the new key beside the old, sign with the new, then drop the old one; a
     /// manifest only the old key signed is then refused, even the one already taken.
     @Test func keysRotate() throws {

@@ -47,19 +47,21 @@ public struct KeyChain {
     /// Moves the chain on to set `target` (a root names it), each set after the current one
     /// fetched with `fetch` (its document's bytes), checked against the one before and kept.
     /// A root under an older set than the current one is refused: the keys dropped since sign
-    /// nothing. Returns the versions taken.
+    /// nothing. A root more than `KeySet.maximumSteps` sets ahead is refused after that many were
+    /// taken and kept, so the next run goes on from there. Returns the versions taken.
     mutating func advance(to target: Int64, source: String, session: String,
                           fetch: (Int64) throws(FerryError) -> [UInt8]) throws(FerryError) -> [Int64] {
         if target < current.version {
             throw .manifest("manifest \(source) is signed under key set \(target), but session '\(session)' has moved on to key set \(current.version): the keys dropped since sign nothing; refused, nothing was changed",
                             hint: "the publisher must sign with the keys of key set \(current.version) and name it (ferry manifest build finds it in .ferry/keys/ beside the manifest; a push in keys-dir)")
         }
-        guard target - current.version <= Int64(KeySet.maximumSteps) else {
-            throw .manifest("manifest \(source) names key set \(target), \(target - current.version) sets after the one session '\(session)' trusts (\(current.version)); ferry follows at most \(KeySet.maximumSteps) at once: refused, nothing was changed",
-                            hint: "if the publisher really rotated that often, start the mirrors from a newer set: put its keys in trusted-keys")
-        }
+        // At most `maximumSteps` sets a run, each checked against the one before and kept: a mirror
+        // far behind catches up over a few runs, and a manifest naming an absurd set costs a run
+        // no more than that many fetches.
+        let start = current.version
+        let goal = min(target, start + Int64(KeySet.maximumSteps))
         var taken: [Int64] = []
-        while current.version < target {
+        while current.version < goal {
             let version = current.version + 1
             let bytes = try fetch(version)
             let where_ = "\(KeySet.path(version)) beside \(source)"
@@ -75,6 +77,10 @@ public struct KeyChain {
             }
             current = next
             taken.append(version)
+        }
+        if goal < target {
+            throw .manifest("manifest \(source) names key set \(target), \(target - start) sets after the one session '\(session)' trusted (\(start)); ferry follows at most \(KeySet.maximumSteps) a run, and took key sets \(start + 1) to \(goal), each checked against the one before: the manifest is refused for now, and the next run goes on from key set \(goal)",
+                            hint: "run again until the session reaches key set \(target) (or start the mirrors from a newer set: put its keys in trusted-keys)")
         }
         return taken
     }
