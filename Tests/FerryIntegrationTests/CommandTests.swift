@@ -54,8 +54,33 @@ struct CommandTests {
         let keys = ConfigParser.allKeys
         #expect(keys.count >= 25)
         for key in keys { #expect(text.contains("\n\(key) =") || text.contains("# \(key) ="), "config/ferry.conf documents \(key)") }
-        let check = ferry(["config", "check", "--config", Harness.packageRoot + "/config/ferry.conf"])
+        // Checked with a state of its own: where a ferry package is installed (or was removed without
+        // purge) /var/lib/ferry is the package's, and config check runs as its owner.
+        let box = Sandbox("shipped-config")
+        guard let line = text.split(separator: "\n", omittingEmptySubsequences: false).first(where: { $0.hasPrefix("state = ") }) else {
+            Issue.record("config/ferry.conf sets no state")
+            return
+        }
+        try text.replacingOccurrences(of: line + "\n", with: "state = \(box.state)\n").writeReplacing(box.config)
+        let check = ferry(["config", "check", "--config", box.config])
         #expect(check.exitCode == 0, "\(check.output)")
+    }
+
+    /// A state database that cannot be opened stops every run: config check finds it, with the fix,
+    /// and does not say OK.
+    @Test func configCheckOpensTheStateDatabase() throws {
+        let box = Sandbox("configcheck-state")
+        box.configure(remote: "https://mirror.example.net/a/")
+        try FileManager.default.createDirectory(atPath: box.state, withIntermediateDirectories: true)
+        try Data(repeating: 0x5A, count: 8192).write(to: URL(fileURLWithPath: box.state + "/ferry.db"))
+        let check = ferry(["config", "check", "--config", box.config])
+        #expect(check.exitCode == 2 && !check.stdout.contains("OK"), "\(check.output)")
+        #expect(check.stderr.contains("[agent] state = \(box.state): the state database cannot be opened as ") && check.stderr.contains("moved aside"),
+                "\(check.output)")
+        let sync = box.sync()
+        #expect(sync.exitCode != 0, "the run meets the same: \(sync.output)")
+        try FileManager.default.removeItem(atPath: box.state + "/ferry.db")
+        #expect(ferry(["config", "check", "--config", box.config]).exitCode == 0)
     }
 
     @Test func manifestBuildListsFilesOnlyAndCountsVersions() throws {

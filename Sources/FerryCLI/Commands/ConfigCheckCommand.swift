@@ -9,9 +9,11 @@ struct ConfigCheckCommand: Command {
     static let usage = "config check [--config F]"
     static let details = """
         Errors name the file, the line and the key. Beyond the syntax it checks that the state
-        directory and each pull's local directory can be written (or created), that each push's
+        directory and each pull's local directory can be written (or created), that the state
+        database opens (as the state's owner, the user the services run as), that each push's
         local directory can be read, that the ca-file and credential files are readable, that hook
-        programs can be run, and that the metrics directory exists. Each S3 session's credentials
+        programs can be run, that an sftp-key is a private regular file without a passphrase and
+        sftp-known-hosts is there, and that the metrics directory exists. Each S3 session's credentials
         are fetched from their source (s3-credentials, else the AWS chain: environment, shared
         credentials file, config file, web identity, container, EC2 instance metadata), which for
         the last three means asking STS, the container's endpoint or the instance metadata service
@@ -40,6 +42,16 @@ struct ConfigCheckCommand: Command {
         if let switched, access(path, R_OK) != 0 {
             problems.insert(.usage("\(switched.user) cannot read the config file: \(FileSystem.errorText())",
                                    hint: "chgrp \(switched.user) \(path) && chmod 640 \(path) (it holds no secret itself: credentials go in their own files)"), at: 0)
+        }
+        // The state database, opened as the runs open it (by the state's owner): one that cannot be
+        // opened (damaged, or another user's) stops every run. A state not made yet is made by the first.
+        let database = config.agent.state + "/ferry.db"
+        if FileSystem.exists(database) {
+            do { _ = try StateStore(directory: config.agent.state, clock: clock) } catch {
+                let user = switched?.user ?? StateOwner.userName(geteuid())
+                problems.append(.usage("[agent] state = \(config.agent.state): the state database cannot be opened as \(user): \(error.message)",
+                                       hint: "it must be \(user)'s to read and write (chown -R \(user): \(config.agent.state)); a damaged one can be moved aside, and the next run starts a new one"))
+            }
         }
         // Where each session's credentials come from (S3's chain): fetched now, so a source that
         // cannot give them is found here rather than by the first run.
