@@ -140,6 +140,47 @@ struct OperatorTests {
     }
 
     /// A user who neither owns the state nor is root is refused with the command that would work.
+    /// What an operator met after "config check: OK": a sign-key made by `ferry key generate` as
+    /// root (0600, root's), which the services' user cannot read, and a `file://` push target it
+    /// cannot write. config check, run as root, checks as the state's owner and finds both; the
+    /// run's error says the chown, not "make one" of a key that exists.
+    @Test func aRootMadeSignKeyAndAnUnwritableTargetAreFoundBeforeTheRun() throws {
+        guard getuid() == 0 else { return }
+        let box = Sandbox("root-sign-key")
+        chmod(box.directory, 0o755)
+        let src = box.directory + "/src", target = box.directory + "/target", key = box.directory + "/sign.pem"
+        try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: target, withIntermediateDirectories: true)
+        try "published\n".writeReplacing(src + "/p.txt")
+        chmod(src, 0o755)
+        chmod(src + "/p.txt", 0o644)
+        #expect(ferry(["key", "generate", "--output", key]).exitCode == 0)
+        try FileManager.default.createDirectory(atPath: box.state, withIntermediateDirectories: true)
+        chown(box.state, Self.nobody, Self.nobody)
+        try """
+            [agent]
+            state = \(box.state)
+            [session up]
+            direction = push
+            remote = file://\(target)/
+            local = \(src)
+            sign-key = \(key)
+            """.writeReplacing(box.config)
+        let check = ferry(["config", "check", "--config", box.config])
+        #expect(check.exitCode == 2 && !check.stdout.contains("OK"), "\(check.output)")
+        #expect(check.stderr.contains("sign-key: cannot read the signing key \(key) as nobody") && check.stderr.contains("chown nobody: \(key)"),
+                "\(check.output)")
+        #expect(check.stderr.contains("remote = file://\(target)/: a push writes there, but cannot write there"), "\(check.output)")
+        #expect(!check.stderr.contains("ferry key generate"), "the key exists: \(check.output)")
+
+        chown(key, Self.nobody, Self.nobody)
+        chown(target, Self.nobody, Self.nobody)
+        let fixed = ferry(["config", "check", "--config", box.config])
+        #expect(fixed.exitCode == 0, "\(fixed.output)")
+        #expect(box.sync().exitCode == 0)
+        #expect(fileContents(target + "/p.txt") == "published\n")
+    }
+
     @Test func anotherUserIsToldWhoOwnsTheState() throws {
         guard getuid() == 0 else { return }
         let box = Sandbox("other-user")

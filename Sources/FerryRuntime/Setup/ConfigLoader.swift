@@ -87,6 +87,14 @@ public enum ConfigLoader {
                                       hint: "point sftp-known-hosts at a file holding the server's host key (ssh-keyscan prints it; check its fingerprint)"))
                 }
             }
+            for key in session.signKeys where session.direction == .push {
+                // Read as the runs read it (config check runs as the state's owner).
+                do { _ = try SigningKey(file: key, use: "\(where_) sign-key") } catch { out.append(error) }
+            }
+            if session.direction == .push, let target = session.remote.localDirectory, let why = writableDirectory(target) {
+                out.append(.usage("\(where_) remote = \(session.remote.url): a push writes there, but \(why)",
+                                  hint: "let \(StateOwner.userName(geteuid())) write \(target) (chown or a group), or push elsewhere"))
+            }
             for (key, hook) in [("on-file-done", session.onFileDone), ("on-session-done", session.onSessionDone)] {
                 guard let hook, let why = unrunnable(hook.program) else { continue }
                 out.append(.usage("\(where_) \(key): \(why)", hint: "install it, or give its full path"))

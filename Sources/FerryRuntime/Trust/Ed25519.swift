@@ -57,8 +57,13 @@ public final class SigningKey: @unchecked Sendable {
     public convenience init(file: String, use: String) throws(FerryError) {
         let bytes: [UInt8]
         do { bytes = try FileSystem.readFile(file, limit: 1 << 16) } catch {
-            throw .usage("\(use): cannot read the signing key \(Printable.name(file)): \(error.message)",
-                         hint: "make one with: ferry key generate --output \(file)")
+            // One that is there but not this user's to read needs an owner, not a new key.
+            var st = stat()
+            let there = stat(file, &st) == 0
+            let user = StateOwner.userName(geteuid())
+            throw .usage("\(use): cannot read the signing key \(Printable.name(file)) as \(user): \(error.message)",
+                         hint: there ? "it is \(StateOwner.userName(st.st_uid))'s (mode 0\(String(st.st_mode & 0o777, radix: 8))); let \(user) read it: chown \(user): \(file)"
+                                     : "make one with: ferry key generate --output \(file)")
         }
         let text = String(decoding: bytes, as: UTF8.self)
         if text.contains("-----BEGIN ENCRYPTED PRIVATE KEY-----") {
