@@ -81,4 +81,27 @@ struct SlowSourceTests {
         #expect(trickled.count == 1, "one file trickled, the rest went to the origin: \(trickled.count)")
         #expect(Self.slowWarnings(second).count == 1, "\(Self.slowWarnings(second))")
     }
+
+    /// The agent says which source was left: `ferry_source_up` is 0 for the hung mirror and 1
+    /// for the origin, and `status` names the mirror and why.
+    @Test func theAgentsMetricsAndStatusSayWhichSourceWasLeft() throws {
+        let box = Sandbox("slow-metrics")
+        let files = Self.publish(box, count: 3, size: 4096)
+        let origin = try PythonServer(directory: box.published)
+        defer { origin.stop() }
+        let mirror = try PythonServer(directory: box.published)
+        defer { mirror.stop() }
+        mirror.setFaults(Dictionary(uniqueKeysWithValues: files.keys.map { ("/" + $0, ["hang": true] as [String: Any]) }))
+        let prom = box.directory + "/ferry.prom"
+        box.configure(remote: origin.url, session: ["mirrors = \(mirror.url)", "poll = 1h"], agent: ["metrics = \(prom)"])
+        let agent = try AgentTests.RunningAgent(box)
+        #expect(eventually(40) { files.allSatisfy { FileManager.default.contents(atPath: box.localPath($0.key)) == $0.value } }, "\(agent.output)")
+        let up = "ferry_source_up{session=\"test\",source=\"\(mirror.url)\"} 0"
+        #expect(eventually { fileContents(prom)?.contains(up) == true }, "\(fileContents(prom) ?? "")")
+        #expect(fileContents(prom)?.contains("ferry_source_up{session=\"test\",source=\"origin\"} 1") == true, "\(fileContents(prom) ?? "")")
+        let status = box.status(["--json"]).stdout
+        #expect(status.contains("sent nothing for 5s"), "\(status)")
+        agent.child.signal(SIGTERM)
+        #expect(agent.child.wait(timeout: 10) == 0)
+    }
 }

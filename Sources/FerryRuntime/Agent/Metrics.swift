@@ -26,6 +26,10 @@ public final class Metrics: EventSink, @unchecked Sendable {
         var reusedBytes: [String: Int64] = [:]
         /// Large files fetched whole, their delta not taken, by reason.
         var fallbacks: [String: [DeltaFallback: Int]] = [:]
+        /// Each source of a pull with mirrors at its last run: 1 used, 0 left for the run (demoted:
+        /// wrong bytes, or hung and slow); and the requests it answered since the agent started.
+        var sourceUp: [String: [String: Int]] = [:]
+        var sourceRequests: [String: [String: Int]] = [:]
     }
 
     /// The textfile, if the config names one.
@@ -80,6 +84,11 @@ public final class Metrics: EventSink, @unchecked Sendable {
             counts.withLock { $0.rollbacks[s, default: 0] += 1 }
         case let .deltaFallback(_, reason, _):
             counts.withLock { $0.fallbacks[s, default: [:]][reason, default: 0] += 1 }
+        case let .sourceServed(source, _, requests, _, demoted):
+            counts.withLock {
+                $0.sourceUp[s, default: [:]][source] = demoted == nil ? 1 : 0
+                $0.sourceRequests[s, default: [:]][source, default: 0] += requests
+            }
         case let .rollout(_, _, inside, _):
             counts.withLock { $0.rolloutInside[s] = inside ? 1 : 0 }
         case let .syncFinished(code, _, _, _, _, _, _, _, dryRun) where !dryRun:
@@ -135,6 +144,13 @@ public final class Metrics: EventSink, @unchecked Sendable {
                        (label(s) + ",reason=\"\($0.rawValue)\"", String(c.fallbacks[s.name]?[$0] ?? 0))
                    }
                })
+        func bySource(_ table: [String: [String: Int]]) -> [(labels: String, value: String)] {
+            sessions.flatMap { s in (table[s.name] ?? [:]).sorted { $0.key < $1.key }.map { (label(s) + ",source=\"\(Metrics.escape($0.key))\"", String($0.value)) } }
+        }
+        metric("ferry_source_up", "gauge", "For a pull with mirrors, each source at its last run: 1 used, 0 left for the run (wrong bytes, or hung or slower than min-speed for mirror patience; status says why).",
+               bySource(c.sourceUp))
+        metric("ferry_source_requests_total", "counter", "Requests each source of a pull with mirrors answered (files, ranges and metadata objects), since the agent started.",
+               bySource(c.sourceRequests))
         metric("ferry_transferred_files_total", "counter", "Files downloaded and placed (pull) or uploaded and moved into place (push) since the agent started.",
                sessions.map { (moved($0), String(c.files[$0.name] ?? 0)) })
         metric("ferry_failed_files_total", "counter", "Files that failed since the agent started.",
