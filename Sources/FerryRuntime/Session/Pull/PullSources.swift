@@ -271,6 +271,17 @@ final class PullSources: ObjectMirrors {
         return nil
     }
 
+    /// After a new root was taken from the origin, each HTTP mirror still used is asked for it too
+    /// (its answer is dropped): a site cache then holds the root, and carries the site through an
+    /// origin outage — a new machine can start from it alone (`rootFromMirror`). For sessions that
+    /// take signed roots only, which are the ones that may take a root from a mirror.
+    func keepRootAtMirrors() {
+        guard rootStandIn == nil, !session.trustedKeys.isEmpty, !session.mirrors.isEmpty else { return }
+        for (i, mirror) in all.dropLast().enumerated() where demoted(i) == nil && mirror.manifestURL.lowercased().hasPrefix("http") {
+            _ = try? mirror.remote.fetchManifest(url: mirror.manifestURL, etag: nil, lastModified: nil, maximumSize: session.maxManifestSize)
+        }
+    }
+
     /// The mirror whose root stands for the origin's this run, and why (nil: the origin's).
     private(set) var rootStandIn: (mirror: String, manifestURL: String, why: String)?
 

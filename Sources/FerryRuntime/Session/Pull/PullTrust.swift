@@ -131,6 +131,7 @@ struct TrustStage {
                                        trustFloor: floor)
         }
         pull.sources.sayRootTaken()
+        if fetched.changed { pull.sources.keepRootAtMirrors() }
         // Metadata counts against the machine's byte budget, which never holds it back.
         pull.engine.budget?.charge(Int(clamping: fetched.metadataBytes))
         pull.emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count,
