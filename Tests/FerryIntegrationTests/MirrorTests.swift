@@ -109,8 +109,22 @@ struct MirrorTests {
         #expect(!asked.isEmpty && asked.allSatisfy { $0.status == 206 }, "ranges, not the file: \(asked)")
         #expect(sent >= 40_000 && sent <= fetched + fetched / 2, "the origin sent about the change once for 3 agents: \(sent) bytes, an agent's delta \(fetched)")
 
-        // The three miss at once, on another change: still one request to the origin (the
-        // cache's lock holds the others until the first answer is kept).
+        try Self.missAtOnce(agents, origin: origin, changing: &changed)
+
+        // The cache goes away: a new version comes from the origin, nothing fails, said once a run.
+        cache.goAway()
+        let second = Self.publishTree(origin.root, version: 3, seed: 9)
+        let run = agents[0].sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        for (path, data) in second { #expect(FileManager.default.contents(atPath: agents[0].localPath(path)) == data, "\(path)") }
+        let served = Self.served(run)
+        #expect(served[cache.url]?.bytes == 0 && (served["origin"]?.bytes ?? 0) >= 2_200_000, "\(served)")
+        #expect(run.events(named: "file-failed").isEmpty && run.events(named: "file-retrying").isEmpty, "a mirror's failure is not a try: \(run.stdout)")
+    }
+
+    /// The agents miss at once, on another change to big/a.bin: still one request to the origin
+    /// (the cache's lock holds the others until the first answer is kept).
+    static func missAtOnce(_ agents: [Sandbox], origin: NginxServer, changing changed: inout Data) throws {
         changed.replaceSubrange(900_000..<930_000, with: randomData(30_000, seed: 98))
         try changed.write(to: URL(fileURLWithPath: origin.root + "/big/a.bin"))
         #expect(ferry(["manifest", "build", origin.root, "--version", "3"]).exitCode == 0)
@@ -122,16 +136,6 @@ struct MirrorTests {
         for box in agents { #expect(FileManager.default.contents(atPath: box.localPath("big/a.bin")) == changed, "\(fileContents(box.directory + "/burst.err") ?? "")") }
         let burst = origin.requests().filter { $0.path.hasPrefix("/big/a.bin?") }
         #expect(burst.count == 1 && burst.allSatisfy { $0.status == 206 }, "one request for the three: \(burst)")
-
-        // The cache goes away: a new version comes from the origin, nothing fails, said once a run.
-        cache.goAway()
-        let second = Self.publishTree(origin.root, version: 3, seed: 9)
-        let run = agents[0].sync(["--json"])
-        #expect(run.exitCode == 0, "\(run.output)")
-        for (path, data) in second { #expect(FileManager.default.contents(atPath: agents[0].localPath(path)) == data, "\(path)") }
-        let served = Self.served(run)
-        #expect(served[cache.url]?.bytes == 0 && (served["origin"]?.bytes ?? 0) >= 2_200_000, "\(served)")
-        #expect(run.events(named: "file-failed").isEmpty && run.events(named: "file-retrying").isEmpty, "a mirror's failure is not a try: \(run.stdout)")
     }
 
     /// A mirror that serves other bytes at every file's path: no wrong file is placed, each costs

@@ -6,7 +6,7 @@ import FerryRuntime
 struct ConfigCheckCommand: Command {
     static let words = ["config", "check"]
     static let summary = "Check the config: syntax, keys, values, and everything it names that can be checked here."
-    static let usage = "config check [--config F]"
+    static let usage = "config check [--config F] [--online]"
     static let details = """
         Errors name the file, the line and the key. Beyond the syntax it checks that the state
         directory and each pull's local directory can be written (or created), that the state
@@ -18,18 +18,25 @@ struct ConfigCheckCommand: Command {
         credentials file, config file, web identity, container, EC2 instance metadata), which for
         the last three means asking STS, the container's endpoint or the instance metadata service
         (short timeouts); their source and region are printed, and a session without any is a
-        problem whose hint lists every source tried. Nothing else uses the network. Every problem
-        is listed. Exit 0 when the config is usable, 2 when not.
+        problem whose hint lists every source tried. Nothing else uses the network, unless
+        --online: then each session's remote and each mirror is opened with its credentials (S3
+        keys, the SSH key and the server's host key) and asked for the manifest once, one line
+        each, so wrong keys or an unreachable server are found before the first run. Every
+        problem is listed. Exit 0 when the config is usable, 2 when not.
         """
-    static let options = [CommonOptions.config, CommonOptions.help]
+    static let options = [CommonOptions.config,
+                           OptionSpec("--online", "also ask each remote and mirror once, as a run would: credentials, host key, the manifest"),
+                           CommonOptions.help]
 
     let configPath: String?
+    let online: Bool
     /// Every time the command reads comes from it.
     let clock: any Clock = SystemClock()
 
     init(arguments: Arguments) throws(FerryError) {
         try arguments.expectPositionals(0...0, command: Self.name, what: "")
         configPath = arguments.value("--config")
+        online = arguments.has("--online")
     }
 
     func run() throws(FerryError) -> ExitCode {
@@ -61,6 +68,13 @@ struct ConfigCheckCommand: Command {
                 problems.append(FerryError(.usage, "[session \(s.name)] " + error.message, hint: error.hint))
             }
         }
+        var asked: [String: [OnlineCheck.Finding]] = [:]
+        if online && problems.isEmpty {
+            for s in config.sessions {
+                asked[s.name] = OnlineCheck.findings(for: s, clock: clock)
+                for f in asked[s.name]! where !f.ok { problems.append(FerryError(.usage, "[session \(s.name)] \(f.place): \(f.text)", hint: f.hint)) }
+            }
+        }
         for problem in problems { Console.error(FerryError(.usage, "\(path): " + problem.message, hint: problem.hint)) }
         if !problems.isEmpty {
             Console.err("ferry: \(path): \(Plural.count(problems.count, "problem")); the config is not usable as it is")
@@ -78,6 +92,7 @@ struct ConfigCheckCommand: Command {
             let flow = s.direction == .push ? "\(s.local) → \(s.manifestURL)" : "\(s.manifestURL) → \(s.local)"
             Console.out("  [session \(s.name)] \(s.direction.rawValue) \(flow)" + (notes.isEmpty ? "" : " (\(notes.joined(separator: ", ")))"))
             for line in credentials[s.name] ?? [] { Console.out("    " + line) }
+            for f in asked[s.name] ?? [] { Console.out("    online: \(f.place): \(f.text)") }
             if let discretion = s.discretion {
                 // What the conditions say right now, so a window or a threshold can be checked.
                 let unmet = discretion.unmet(HostProbe.shared.state(local: s.local, networkMetered: config.agent.networkMetered, clock: clock))
