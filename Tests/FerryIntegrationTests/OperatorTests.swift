@@ -154,7 +154,6 @@ struct OperatorTests {
         try "published\n".writeReplacing(src + "/p.txt")
         chmod(src, 0o755)
         chmod(src + "/p.txt", 0o644)
-        #expect(ferry(["key", "generate", "--output", key]).exitCode == 0)
         try FileManager.default.createDirectory(atPath: box.state, withIntermediateDirectories: true)
         chown(box.state, Self.nobody, Self.nobody)
         try """
@@ -166,6 +165,9 @@ struct OperatorTests {
             local = \(src)
             sign-key = \(key)
             """.writeReplacing(box.config)
+        let made = ferry(["key", "generate", "--output", key, "--config", box.config])
+        #expect(made.exitCode == 0 && made.stderr.contains("is root's (mode 0600); the services run as nobody") && made.stderr.contains("chown nobody: \(key)"),
+                "\(made.output)")
         let check = ferry(["config", "check", "--config", box.config])
         #expect(check.exitCode == 2 && !check.stdout.contains("OK"), "\(check.output)")
         #expect(check.stderr.contains("sign-key: cannot read the signing key \(key) as nobody") && check.stderr.contains("chown nobody: \(key)"),

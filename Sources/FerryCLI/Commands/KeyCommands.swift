@@ -1,3 +1,4 @@
+import Glibc
 import FerryCore
 import FerryRuntime
 
@@ -5,21 +6,25 @@ import FerryRuntime
 struct KeyGenerateCommand: Command {
     static let words = ["key", "generate"]
     static let summary = "Make an Ed25519 signing key for publishing signed manifests; print its public key."
-    static let usage = "key generate --output F [--json]"
+    static let usage = "key generate --output F [--config F] [--json]"
     static let details = """
         Writes the private key to F as PKCS#8 PEM, readable by its owner only (mode 0600), the format
         `openssl genpkey -algorithm ed25519` writes: either tool's keys work with the other. An
         existing F is never overwritten. Prints the public key, ed25519:BASE64: list it in
         trusted-keys of the mirrors' pull sessions, and sign with F (manifest build --sign F, or
-        sign-key in a push session).
+        sign-key in a push session). Run as root, it says the chown that lets the services' user
+        (the owner of the config's state directory) read the key.
         """
-    static let options = [OptionSpec("--output", value: "F", "where to write the private key (required)"), CommonOptions.json, CommonOptions.help]
+    static let options = [OptionSpec("--output", value: "F", "where to write the private key (required)"), CommonOptions.config, CommonOptions.json,
+                           CommonOptions.help]
 
     let output: String
     let json: Bool
+    let configPath: String?
 
     init(arguments: Arguments) throws(FerryError) {
         try arguments.expectPositionals(0...0, command: Self.name, what: "")
+        configPath = arguments.value("--config")
         guard let output = arguments.value("--output") else {
             throw .usage("ferry key generate: --output F says where to write the key", hint: "for example: ferry key generate --output /etc/ferry/publisher.key")
         }
@@ -30,6 +35,15 @@ struct KeyGenerateCommand: Command {
     func run() throws(FerryError) -> ExitCode {
         let key = try SigningKey.generate()
         try key.write(to: output)
+        // Made by root, the key is root's: a push run by the services (as the owner of the state)
+        // could not read it. Said with the chown, rather than found by the first run.
+        var st = stat()
+        if geteuid() == 0, let config = try? ConfigLoader.load(path: ConfigLoader.resolvePath(configPath), allowingNoSession: true),
+           stat(config.agent.state, &st) == 0, st.st_uid != 0 {
+            let user = StateOwner.userName(st.st_uid)
+            Console.warning("\(output) is root's (mode 0600); the services run as \(user), the owner of \(config.agent.state): "
+                            + "to sign with it there (sign-key), run: chown \(user): \(output)")
+        }
         if json {
             Console.json("{\"event\":\"key-generated\",\"output\":\(JSONText.quote(output)),\"public_key\":\(JSONText.quote(key.publicKey.description))}")
         } else {
