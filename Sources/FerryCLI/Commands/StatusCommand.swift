@@ -118,12 +118,14 @@ struct StatusCommand: Command {
             window = budget.window(at: time)
             used = try store.budgetUsed(period: window.key)
         }
+        /// `ByteBudget.spent` decides, as it does for the runs.
+        var spent: Bool { budget.spent(used: used, window: window) != nil }
         var line: String {
             "\(budget), \(Units.formatBytes(used)) used this \(budget.period.rawValue)"
-                + (used >= budget.bytes ? "; spent: counted sessions wait until \(window.end.rfc3339)" : "; the \(budget.period.rawValue) ends at \(window.end.rfc3339)")
+                + (spent ? "; spent: counted sessions wait until \(window.end.rfc3339)" : "; the \(budget.period.rawValue) ends at \(window.end.rfc3339)")
         }
         var json: String {
-            "{\"bytes\":\(budget.bytes),\"period\":\"\(budget.period.rawValue)\",\"used\":\(used),\"spent\":\(used >= budget.bytes),"
+            "{\"bytes\":\(budget.bytes),\"period\":\"\(budget.period.rawValue)\",\"used\":\(used),\"spent\":\(spent),"
                 + "\"period_end\":\(JSONText.quote(window.end.rfc3339))}"
         }
     }

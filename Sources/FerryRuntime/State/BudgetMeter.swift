@@ -64,11 +64,13 @@ public final class BudgetMeter: TransferBudget {
 
     /// A state that cannot be opened or written keeps the budget in this process only: the run's
     /// own store reports the same fault as its error.
+    /// Asked on every turn of the engine's loop (`hold`): the period is worked out again only when
+    /// the books are brought up to date, not on each call.
     private func sync(_ b: inout Books, force: Bool) {
         let now = clock.monotonic()
-        let window = budget.window(at: clock.now())
-        guard force || window.key != b.window.key || now - b.lastSync >= 1 else { return }
+        guard force || now - b.lastSync >= 1 || clock.now() >= b.window.end else { return }
         b.lastSync = now
+        let window = budget.window(at: clock.now())
         do throws(FerryError) {
             if b.store == nil { b.store = try StateStore(directory: directory, clock: clock) }
             guard let store = b.store else { return }
