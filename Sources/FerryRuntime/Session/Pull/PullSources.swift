@@ -152,11 +152,6 @@ final class PullSources: ObjectMirrors {
         case slow
         /// Any other failure: an error status, a network error.
         case failed
-
-        /// The fault a failure from a mirror shows, when it is the mirror's pace.
-        static func isSlow(_ cause: FailureCause?) -> Bool {
-            cause?.isTimeout == true
-        }
     }
 
     /// Why a slow mirror is left for the run, as said.
@@ -234,7 +229,7 @@ final class PullSources: ObjectMirrors {
         count(place, bytes: bytes, requests: 1)
         var why: String?
         if case .contentMismatch? = failure?.cause { why = "sent a wrong metadata object (\(object.hex))" }
-        if Fault.isSlow(failure?.cause) { why = PullSources.tooSlow + " for a metadata object" }
+        if failure?.cause?.isTimeout == true { why = PullSources.tooSlow + " for a metadata object" }
         guard let why, demote(place, why: why) else { return }
         unsaid.withLock { $0.append(place) }
     }

@@ -264,7 +264,7 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
             fault = .wrongBytes(how: "sent a file of another size for", detail: failure.message)
         } else if failure.cause == .http(status: 404) || failure.cause == .http(status: 410) {
             fault = .lacks
-        } else if PullSources.Fault.isSlow(failure.cause) {
+        } else if failure.cause.isTimeout {
             fault = .slow
         } else {
             fault = .failed
