@@ -7,11 +7,7 @@ import FerryCore
 /// the state so restarts and other processes spend the same budget; a spent budget holds counted
 /// sessions until the next period, and `budget = exempt` goes on.
 struct ByteBudgetTests {
-    final class Collector: EventSink, @unchecked Sendable {
-        var events: [Event] = []
-        func event(_ event: Event) { events.append(event) }
-        func progress(_ progress: SyncProgress) {}
-    }
+    typealias Collector = InjectedClockTests.Collector
 
     /// The largest read a transfer takes past a spent budget is libcurl's 16 KiB buffer, per running
     /// transfer; a piece (1 MiB) bounds it with room to spare.
