@@ -34,6 +34,7 @@ Faults (per path, "*" for all):
   "no_validators": true  send neither ETag nor Last-Modified
   "no_etag": true        send Last-Modified only (as Python's http.server does)
   "stall_after": N       after N body bytes, send nothing more (until the client gives up)
+  "delay": S             wait S seconds (a fraction allowed) before answering: a far or busy server
   "hang": true           accept the request and never answer it (logged with status 0), as a
                          hung proxy does, until the client gives up
   "only_first": N        apply reset_after, truncate_after and stall_after to the first N
@@ -335,6 +336,8 @@ class Handler(BaseHTTPRequestHandler):
             failing = State.failing_gets.get(path, 0)
             if failing:
                 State.failing_gets[path] = failing - 1
+        if faults.get("delay"):
+            time.sleep(float(faults["delay"]))
         if faults.get("hang"):
             self.record(0)
             # Nothing is ever sent: wait for the client to give up and close.

@@ -155,6 +155,9 @@ struct EventDecodingTests {
         .generationSwitched(generation: "g4", directory: "/srv/m.generations/g4", previous: "g3", changed: 2),
         .generationSwitched(generation: "g1", directory: "/srv/m.generations/g1", previous: nil, changed: 0),
         .warning(message: "line one\nline two"),
+        .sourceServed(SourceCount(source: "http://cache/", bytes: 5, requests: 2, demoted: "sent nothing for 8s",
+                                  firstByte: 0.0123, slowestFirstByte: 0.8), share: 0.25),
+        .sourceServed(SourceCount(source: "origin", bytes: 0, requests: 0), share: 0),
         .manifestBuilt(output: "/m.json", version: 2, files: 3, bytes: 4),
         .manifestBuilt(output: "/m.json", version: 2, files: 3, bytes: 4, signedBy: "ed25519:AAAA", sha256sums: "/SHA256SUMS"),
         .checked(version: 3, listed: 4, hashed: 5, differ: 1, unnoticed: 0),
@@ -254,5 +257,25 @@ struct DiscretionTests {
         #expect(try BandwidthSchedule(parsing: "1M").rate(at: at("03:00")) == 1 << 20)
         #expect(try BandwidthSchedule(parsing: "off").lowest == nil)
         #expect(s.description == "08:00,512K 12:00,2M 19:00,off")
+    }
+}
+
+/// What each source served, as the state keeps it for `status`: read back as written, times
+/// and all, and lines kept before the times were still read.
+struct SourceCountTextTests {
+    @Test func countsReadBackAsWritten() {
+        let counts = [SourceCount(source: "http://cache:8080/m/", bytes: 1 << 20, requests: 12, demoted: "sent wrong bytes\nfor 2 files",
+                                  firstByte: 0.0042, slowestFirstByte: 1.5),
+                      SourceCount(source: "origin", bytes: 7, requests: 1)]
+        let back = SourceCount.parse(SourceCount.text(counts))
+        #expect(back.count == 2)
+        #expect(back[0].source == "http://cache:8080/m/" && back[0].bytes == 1 << 20 && back[0].requests == 12)
+        #expect(back[0].firstByte == 0.0042 && back[0].slowestFirstByte == 1.5 && back[0].demoted == "sent wrong bytes for 2 files")
+        #expect(back[1] == counts[1])
+        let old = SourceCount.parse("10 2 http://m/\tsent nothing for 5s\n3 1 origin")
+        #expect(old == [SourceCount(source: "http://m/", bytes: 10, requests: 2, demoted: "sent nothing for 5s"),
+                        SourceCount(source: "origin", bytes: 3, requests: 1)])
+        #expect(SourceCount.parse("10 2 x/y http://m/").isEmpty, "times that are not two numbers are not read as a source")
+        #expect(SourceCount.seconds(0.0042) == "4 ms" && SourceCount.seconds(12.34) == "12.3 s")
     }
 }

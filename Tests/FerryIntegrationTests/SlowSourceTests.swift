@@ -1,7 +1,7 @@
 import Foundation
 import Testing
 import FerryCore
-import FerryRuntime
+@testable import FerryRuntime
 
 /// Sources that fail slowly: a mirror that accepts requests and never answers, or trickles below
 /// `min-speed`, is given `SessionConfig.mirrorPatience` (seconds), not the session's minute of
@@ -101,7 +101,108 @@ struct SlowSourceTests {
         #expect(fileContents(prom)?.contains("ferry_source_up{session=\"test\",source=\"origin\"} 1") == true, "\(fileContents(prom) ?? "")")
         let status = box.status(["--json"]).stdout
         #expect(status.contains("sent nothing for 5s"), "\(status)")
+        // How soon the origin answered (loopback: well under a second), told in both.
+        let firstByte = fileContents(prom)?.split(separator: "\n")
+            .first { $0.hasPrefix("ferry_source_first_byte_seconds{session=\"test\",source=\"origin\"} ") }
+            .flatMap { Double($0.split(separator: " ").last ?? "") }
+        #expect(firstByte.map { $0 > 0 && $0 < 5 } == true, "\(fileContents(prom) ?? "")")
+        #expect(status.contains("\"first_byte_seconds\":0."), "\(status)")
         agent.child.signal(SIGTERM)
         #expect(agent.child.wait(timeout: 10) == 0)
     }
+
+    /// An origin that hangs, for a session that takes signed roots only and has a mirror: the
+    /// root is asked of the origin once, with a mirror's patience, and after it the mirror's
+    /// signed root and files are taken. The session's stall-timeout is a minute and it retries;
+    /// the run's own deadline (40 s) would end it before one stall-timeout passed.
+    @Test func aHungOriginsRootIsTakenFromTheMirrorAfterItsPatience() throws {
+        let box = Sandbox("slow-hung-origin")
+        let key = box.directory + "/publisher.key"
+        let publicKey = SignedManifestTests.generateKey(key)
+        var files: [String: Data] = [:]
+        for i in 0..<5 { files["f\(i).bin"] = randomData(8192, seed: UInt64(300 + i)) }
+        for (path, data) in files { box.publish(path, data) }
+        #expect(ferry(["manifest", "build", box.published, "--version", "3", "--sign", key]).exitCode == 0)
+        let origin = try PythonServer(directory: box.published)
+        defer { origin.stop() }
+        let mirror = try PythonServer(directory: box.published)
+        defer { mirror.stop() }
+        origin.setFaults(["*": ["hang": true]])
+        box.configure(remote: origin.url, session: ["mirrors = \(mirror.url)", "trusted-keys = \(publicKey)", "stall-timeout = 60s",
+                                                    "retries = 3"])
+        let run = box.sync(["--json", "--max-duration", "40s"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        for (path, data) in files { #expect(FileManager.default.contents(atPath: box.localPath(path)) == data, "\(path)") }
+        #expect(origin.requests().count == 1, "the root asked once, not retried: \(origin.requests())")
+        let taken = run.events(named: "warning").compactMap { $0["message"] as? String }.filter { $0.contains("taken from mirror \(mirror.url)") }
+        #expect(taken.count == 1 && taken.first?.contains("(it sent nothing for 5s, hung or slower than min-speed)") == true, "\(run.output)")
+        #expect(run.events(named: "manifest-fetched").first?["url"] as? String == mirror.url + "manifest.json", "\(run.output)")
+        #expect(run.events(named: "file-done").allSatisfy { $0["source"] as? String == mirror.url }, "\(run.output)")
+        let served = run.events(named: "source-served").first { $0["source"] as? String == mirror.url }
+        #expect((served?["first_byte"] as? Double).map { $0 > 0 } == true, "\(String(describing: served))")
+    }
+
+    /// A hung cache in front of S3: the mirror is an HTTP cache whose store is the session's S3
+    /// bucket. It is waited on once, left, and the files come from the bucket.
+    @Test func aHungCacheInFrontOfS3CostsOneWait() throws {
+        let empty = Harness.temporaryDirectory("slow-s3-cache")
+        let cache = try PythonServer(directory: empty)
+        defer { cache.stop() }
+        cache.setFaults(["*": ["hang": true]])
+        let w = try S3PushTests.World("slow-cache", down: ["mirrors = \(cache.url)", "stall-timeout = 60s"])
+        var files: [String: Data] = [:]
+        for i in 0..<20 { files["f\(i).bin"] = randomData(4096, seed: UInt64(400 + i)) }
+        for (path, data) in files { w.write(path, data) }
+        #expect(w.push().exitCode == 0)
+        let run = w.pull(["--json", "--max-duration", "40s"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        for (path, data) in files { #expect(FileManager.default.contents(atPath: w.dst + "/" + path) == data, "\(path)") }
+        #expect(Self.slowWarnings(run).count == 1, "\(run.output)")
+        #expect(cache.requests().count <= 8, "waited on once per lane at most: \(cache.requests())")
+        #expect(run.events(named: "file-done").allSatisfy { $0["source"] as? String == "origin" }, "\(run.output)")
+    }
+
+    /// Patience follows what the run has seen: an origin whose answers take 0.8 s to start (a far
+    /// or busy server) gives a hung mirror about ten times that, not the 5 s floor, and the
+    /// warning says the patience it was given.
+    @Test func patienceFollowsTheSlowestFirstByteOfTheRun() throws {
+        let box = Sandbox("slow-patience")
+        let files = Self.publish(box, count: 4, size: 4096)
+        let origin = try PythonServer(directory: box.published)
+        defer { origin.stop() }
+        let mirror = try PythonServer(directory: box.published)
+        defer { mirror.stop() }
+        origin.setFaults(["*": ["delay": 0.8]])
+        mirror.setFaults(Dictionary(uniqueKeysWithValues: files.keys.map { ("/" + $0, ["hang": true] as [String: Any]) }))
+        box.configure(remote: origin.url, session: ["mirrors = \(mirror.url)", "stall-timeout = 60s"])
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        for (path, data) in files { #expect(FileManager.default.contents(atPath: box.localPath(path)) == data, "\(path)") }
+        let said = run.events(named: "warning").compactMap { $0["message"] as? String }.filter { $0.contains("mirror \(mirror.url) sent nothing for") }
+        let words = said.first?.split(separator: " ") ?? []
+        let patience = words.firstIndex(of: "for").flatMap { Int(words[$0 + 1].dropLast()) }
+        #expect(said.count == 1 && patience.map { (8...20).contains($0) } == true, "\(said)")
+        let origins = run.events(named: "source-served").first { $0["source"] as? String == "origin" }
+        #expect((origins?["slowest_first_byte"] as? Double).map { $0 >= 0.8 } == true, "\(String(describing: origins))")
+    }
+
+    /// The patience rule itself: the floor until something slower is seen, ten times the slowest
+    /// first byte of any source after, never above the session's stall-timeout (nor its
+    /// connect-timeout to connect), and a floor no higher than either.
+    @Test func patienceIsTenTimesTheSlowestFirstByteBetweenTheFloorAndTheSessionsTimeouts() {
+        let log = FirstBytes(floor: 5, stallTimeout: 60, connectTimeout: 30)
+        #expect(log.patience == 5)
+        log.record(0, seconds: 0.2)
+        #expect(log.patience == 5, "a quick link keeps the floor")
+        log.record(1, seconds: 1.2)
+        #expect(abs(log.patience - 12) < 1e-9, "another source's slow answer counts too")
+        log.record(0, seconds: 0)
+        log.record(0, seconds: .nan)
+        #expect(log.seen(0) == FirstBytes.Seen(count: 1, total: 0.2, slowest: 0.2), "no first byte is not a time")
+        log.record(2, seconds: 9)
+        #expect(log.patience == 60 && log.connectCeiling == 30)
+        let tight = FirstBytes(floor: 5, stallTimeout: 2, connectTimeout: 30)
+        #expect(tight.patience == 2, "a session's shorter stall-timeout stands")
+    }
 }
+

@@ -350,7 +350,8 @@ struct StatusCommand: Command {
             if st.runningPID == nil, !r.lastSources.isEmpty {
                 let total = max(1, r.lastSources.reduce(0) { $0 + $1.bytes })
                 let parts = r.lastSources.map { s in
-                    "\(s.source) \(Units.formatBytes(s.bytes)) (\(s.bytes * 100 / total)%)" + (s.demoted.map { ", demoted: \($0)" } ?? "")
+                    "\(s.source) \(Units.formatBytes(s.bytes)) (\(s.bytes * 100 / total)%)"
+                        + (s.firstByte.map { ", first byte \(SourceCount.seconds($0))" } ?? "") + (s.demoted.map { ", demoted: \($0)" } ?? "")
                 }
                 out.add("sources", parts.joined(separator: "; "), maxLines: StatusCommand.messageLines)
             }
@@ -513,7 +514,10 @@ struct StatusCommand: Command {
             f.append("\"last_fetched\":" + (r?.lastFetched.map { String($0) } ?? "null"))
             f.append("\"last_reused\":" + (r?.lastReused.map { String($0) } ?? "null"))
             f.append("\"last_sources\":[" + (r?.lastSources ?? []).map { s in
-                "{\"source\":\(JSONText.quote(s.source)),\"bytes\":\(s.bytes),\"requests\":\(s.requests),\"demoted\":\(s.demoted.map(JSONText.quote) ?? "null")}"
+                "{\"source\":\(JSONText.quote(s.source)),\"bytes\":\(s.bytes),\"requests\":\(s.requests),"
+                    + "\"first_byte_seconds\":\(s.firstByte.map { Units.formatFixed($0, digits: 4) } ?? "null"),"
+                    + "\"slowest_first_byte_seconds\":\(s.slowestFirstByte.map { Units.formatFixed($0, digits: 4) } ?? "null"),"
+                    + "\"demoted\":\(s.demoted.map(JSONText.quote) ?? "null")}"
             }.joined(separator: ",") + "]")
             f.append("\"last_fallbacks\":[" + (r?.lastFallbacks ?? []).map { fallback in
                 "{\"path\":\(JSONText.quote(fallback.path)),\"reason\":\"\(fallback.reason.rawValue)\"}"

@@ -230,9 +230,10 @@ final class SyncReporter: EventSink {
             }
             if whole > 0 { parts.append("\(Plural.count(whole, "indexed file")) fetched whole (too little of \(whole == 1 ? "it" : "them") held locally)") }
             line("\(s): " + parts.joined(separator: "; "))
-        case let .sourceServed(source, bytes, requests, share, demoted):
-            var text = "\(s): from \(source): \(Units.formatBytes(bytes)) in \(Plural.count(requests, "request")) (\(Units.formatFixed(share * 100, digits: 0))% of the bytes)"
-            if let demoted { text += "; not used after it \(demoted)" }
+        case let .sourceServed(c, share):
+            var text = "\(s): from \(c.source): \(Units.formatBytes(c.bytes)) in \(Plural.count(c.requests, "request")) (\(Units.formatFixed(share * 100, digits: 0))% of the bytes)"
+            if let firstByte = c.firstByte { text += ", first byte in \(SourceCount.seconds(firstByte))" }
+            if let demoted = c.demoted { text += "; not used after it \(demoted)" }
             line(text)
         case let .planItem(action, path, reason, size):
             let verb: String

@@ -34,33 +34,55 @@ public struct PlanSummary: Sendable, Equatable {
 }
 
 /// What one source of a pull (`origin`, or a mirror's URL) served in a run: the bytes and
-/// requests, and why it was demoted if it was.
+/// requests, how soon it answered (the mean and the slowest time to a first byte, over the
+/// requests that got one; nil: none did, or the source does not speak HTTP), and why it was
+/// demoted if it was.
 public struct SourceCount: Sendable, Equatable {
     public let source: String
     public let bytes: Int64
     public let requests: Int
     public let demoted: String?
+    public var firstByte: Double?
+    public var slowestFirstByte: Double?
 
-    public init(source: String, bytes: Int64, requests: Int, demoted: String? = nil) {
+    public init(source: String, bytes: Int64, requests: Int, demoted: String? = nil,
+                firstByte: Double? = nil, slowestFirstByte: Double? = nil) {
         self.source = source
         self.bytes = bytes
         self.requests = requests
         self.demoted = demoted
+        self.firstByte = firstByte
+        self.slowestFirstByte = slowestFirstByte
     }
 
-    /// As the state keeps them: a line each, `<bytes> <requests> <source>` and a tab before why
-    /// it was demoted (a URL holds neither spaces nor tabs, and the reason no newline).
+    /// As the state keeps them: a line each, `<bytes> <requests> [<mean>/<slowest> ]<source>` and
+    /// a tab before why it was demoted (a URL holds neither spaces nor tabs, and the reason no
+    /// newline). Lines kept before the times were (three fields) still read.
     public static func text(_ counts: [SourceCount]) -> String {
-        counts.map { "\($0.bytes) \($0.requests) \($0.source)" + ($0.demoted.map { "\t" + $0.split(separator: "\n").joined(separator: " ") } ?? "") }
-            .joined(separator: "\n")
+        counts.map { c in
+            let times = c.firstByte.map { "\(Units.formatFixed($0, digits: 4))/\(Units.formatFixed(c.slowestFirstByte ?? $0, digits: 4)) " } ?? ""
+            return "\(c.bytes) \(c.requests) \(times)\(c.source)" + (c.demoted.map { "\t" + $0.split(separator: "\n").joined(separator: " ") } ?? "")
+        }.joined(separator: "\n")
+    }
+
+    /// A time to a first byte as said: milliseconds below ten seconds, seconds above.
+    public static func seconds(_ value: Double) -> String {
+        value < 10 ? "\(Units.formatFixed(value * 1000, digits: 0)) ms" : "\(Units.formatFixed(value, digits: 1)) s"
     }
 
     public static func parse(_ text: String) -> [SourceCount] {
         text.split(separator: "\n").compactMap { line in
             let (main, demoted) = line.firstIndex(of: "\t").map { (line[..<$0], String(line[line.index(after: $0)...])) } ?? (line[...], nil)
-            let fields = main.split(separator: " ", maxSplits: 2)
-            guard fields.count == 3, let bytes = Int64(fields[0]), let requests = Int(fields[1]) else { return nil }
-            return SourceCount(source: String(fields[2]), bytes: bytes, requests: requests, demoted: demoted)
+            var fields = main.split(separator: " ", maxSplits: 3)
+            guard fields.count >= 3, let bytes = Int64(fields[0]), let requests = Int(fields[1]) else { return nil }
+            var times: [Double]?
+            if fields.count == 4 {
+                times = fields[2].split(separator: "/").compactMap { Double($0) }
+                guard times?.count == 2 else { return nil }
+                fields.remove(at: 2)
+            }
+            return SourceCount(source: fields[2...].joined(separator: " "), bytes: bytes, requests: requests, demoted: demoted,
+                               firstByte: times?[0], slowestFirstByte: times?[1])
         }
     }
 }
@@ -100,7 +122,7 @@ public struct Event: Sendable {
         case deltaFallback(path: RelativePath, reason: DeltaFallback, message: String)
         /// A pull with `mirrors`, after its transfers: what one source (`origin`, or a mirror's URL)
         /// served this run, its `share` of all the bytes fetched (0...1), and why it was demoted if it was.
-        case sourceServed(source: String, bytes: Int64, requests: Int, share: Double, demoted: String?)
+        case sourceServed(SourceCount, share: Double)
         /// One line of a dry run's plan: `action` is download, replace, delete, refused-delete,
         /// fix-metadata or blocked; `reason` says why.
         case planItem(action: String, path: RelativePath, reason: String?, size: Int64?)
@@ -318,9 +340,11 @@ private struct JSONFields {
             n("skipped", Int64(p.skipped))
         case let .deltaPlanned(files, reused, fetch, whole, read):
             n("files", Int64(files)); n("reused", reused); n("fetch", fetch); n("whole", Int64(whole)); n("read", Int64(read))
-        case let .sourceServed(source, bytes, requests, share, demoted):
-            s("source", source); n("bytes", bytes); n("requests", Int64(requests)); raw("share", Units.formatFixed(share, digits: 3))
-            if let demoted { s("demoted", demoted) }
+        case let .sourceServed(c, share):
+            s("source", c.source); n("bytes", c.bytes); n("requests", Int64(c.requests)); raw("share", Units.formatFixed(share, digits: 3))
+            if let firstByte = c.firstByte { raw("first_byte", Units.formatFixed(firstByte, digits: 4)) }
+            if let slowest = c.slowestFirstByte { raw("slowest_first_byte", Units.formatFixed(slowest, digits: 4)) }
+            if let demoted = c.demoted { s("demoted", demoted) }
         case let .planItem(action, path, reason, size):
             s("action", action); s("path", path.string)
             if let reason { s("reason", reason) }

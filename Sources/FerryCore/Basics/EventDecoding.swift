@@ -104,7 +104,9 @@ private struct EventFields {
             return .uploadsVerified(storeChecksum: store, readBack: read, sizeOnly: size)
         case "source-served":
             guard let source = text("source"), let bytes = int64("bytes"), let requests = int("requests") else { return nil }
-            return .sourceServed(source: source, bytes: bytes, requests: requests, share: double("share") ?? 0, demoted: text("demoted"))
+            return .sourceServed(SourceCount(source: source, bytes: bytes, requests: requests, demoted: text("demoted"),
+                                             firstByte: double("first_byte"), slowestFirstByte: double("slowest_first_byte")),
+                                 share: double("share") ?? 0)
         case "generation-switched":
             guard let generation = text("generation"), let directory = text("directory"), let changed = int("changed") else { return nil }
             return .generationSwitched(generation: generation, directory: directory, previous: text("previous"), changed: changed)

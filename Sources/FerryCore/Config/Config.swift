@@ -165,7 +165,9 @@ extension SessionConfig {
     /// and its `ca-file`, but none of the origin's HTTP credentials (a cache or a replica is
     /// another host: `basic-auth-file` and `bearer-token-file` are the origin's). A mirror gets
     /// `mirrorPatience` to connect and to send again, not the origin's minute: a mirror is a
-    /// shortcut, the next source is always there, and a hung cache must cost seconds.
+    /// shortcut, the next source is always there, and a hung cache must cost seconds. (An HTTP
+    /// mirror's requests wait the run's patience instead, which starts there and follows the
+    /// first bytes the run has seen: `FirstBytes`.)
     public func reading(mirror index: Int) -> SessionConfig {
         var copy = self
         copy.remote = mirrors[index]
@@ -178,8 +180,8 @@ extension SessionConfig {
     }
 
     /// How long a mirror may take to connect, or send nothing (below `min-speed`), before it is
-    /// left for the run (`PullSources`): about 50 round trips of the slowest link ferry is made
-    /// for, and far above what a healthy cache takes to start an answer, even on a miss.
+    /// left for the run (`PullSources`), at least: about 50 round trips of the slowest link ferry
+    /// is made for, and far above what a healthy cache takes to start an answer, even on a miss.
     public static let mirrorPatience = 5.0
 }
 

@@ -30,6 +30,8 @@ public final class Metrics: EventSink, @unchecked Sendable {
         /// wrong bytes, or hung and slow); and the requests it answered since the agent started.
         var sourceUp: [String: [String: Int]] = [:]
         var sourceRequests: [String: [String: Int]] = [:]
+        /// Each source's mean and slowest time to a first byte at its last run (nil: none came).
+        var sourceFirstByte: [String: [String: (mean: Double, slowest: Double)]] = [:]
     }
 
     /// The textfile, if the config names one.
@@ -84,10 +86,11 @@ public final class Metrics: EventSink, @unchecked Sendable {
             counts.withLock { $0.rollbacks[s, default: 0] += 1 }
         case let .deltaFallback(_, reason, _):
             counts.withLock { $0.fallbacks[s, default: [:]][reason, default: 0] += 1 }
-        case let .sourceServed(source, _, requests, _, demoted):
+        case let .sourceServed(c, _):
             counts.withLock {
-                $0.sourceUp[s, default: [:]][source] = demoted == nil ? 1 : 0
-                $0.sourceRequests[s, default: [:]][source, default: 0] += requests
+                $0.sourceUp[s, default: [:]][c.source] = c.demoted == nil ? 1 : 0
+                $0.sourceRequests[s, default: [:]][c.source, default: 0] += c.requests
+                $0.sourceFirstByte[s, default: [:]][c.source] = c.firstByte.map { ($0, c.slowestFirstByte ?? $0) }
             }
         case let .rollout(_, _, inside, _):
             counts.withLock { $0.rolloutInside[s] = inside ? 1 : 0 }
@@ -151,6 +154,17 @@ public final class Metrics: EventSink, @unchecked Sendable {
                bySource(c.sourceUp))
         metric("ferry_source_requests_total", "counter", "Requests each source of a pull with mirrors answered (files, ranges and metadata objects), since the agent started.",
                bySource(c.sourceRequests))
+        func firstBytes(_ value: ((mean: Double, slowest: Double)) -> Double) -> [(labels: String, value: String)] {
+            sessions.flatMap { s in
+                (c.sourceFirstByte[s.name] ?? [:]).sorted { $0.key < $1.key }.map {
+                    (label(s) + ",source=\"\(Metrics.escape($0.key))\"", Units.formatFixed(value($0.value), digits: 4))
+                }
+            }
+        }
+        metric("ferry_source_first_byte_seconds", "gauge", "For a pull with mirrors, each source's mean time from a request to its first byte at its last run (what sets a mirror's patience: ten times the slowest, at least 5 s).",
+               firstBytes(\.mean))
+        metric("ferry_source_first_byte_max_seconds", "gauge", "For a pull with mirrors, each source's slowest time from a request to its first byte at its last run.",
+               firstBytes(\.slowest))
         metric("ferry_transferred_files_total", "counter", "Files downloaded and placed (pull) or uploaded and moved into place (push) since the agent started.",
                sessions.map { (moved($0), String(c.files[$0.name] ?? 0)) })
         metric("ferry_failed_files_total", "counter", "Files that failed since the agent started.",

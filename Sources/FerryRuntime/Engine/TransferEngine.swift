@@ -200,6 +200,7 @@ final class TransferEngine: @unchecked Sendable {
             var left: Int32 = 0
             while let message = curl_multi_info_read(multi, &left) {
                 guard ferry_msg_is_done(message) != 0, let handle = ferry_msg_easy(message), let a = active[handle] else { continue }
+                a.easy?.recordFirstByte()
                 end(handle, a, a.transfer.finish(code: ferry_msg_result(message), errorText: a.easy?.errorText))
             }
             var stepped = false

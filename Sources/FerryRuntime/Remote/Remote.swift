@@ -43,8 +43,11 @@ protocol Backend: SendableMetatype {
     static var description: BackendDescription { get }
     /// The session's remote. `clock` is the run's: its downloads keep their checkpoints on it (S3
     /// signs with its time). `stop` abandons a request of the run's own thread when the run must
-    /// stop (`HTTPSettings.stop`). Credentials are read here, once per run.
-    static func open(_ session: SessionConfig, clock: any Clock, stop: StopCondition?) throws(FerryError) -> Remote
+    /// stop (`HTTPSettings.stop`). `meter`: the source this remote is in a pull with mirrors
+    /// (`HTTPSettings.meter`; kinds that do not speak HTTP ignore it). Credentials are read here,
+    /// once per run.
+    static func open(_ session: SessionConfig, clock: any Clock, stop: StopCondition?,
+                     meter: FirstBytes.Meter?) throws(FerryError) -> Remote
     /// For `config show`: what unset keys of the backend mean on this machine, found without the
     /// network (where the credentials would come from), by key.
     static func describe(_ session: SessionConfig) -> [String: String]
@@ -109,8 +112,9 @@ public enum ManifestFetch {
 
 enum Remotes {
     /// The remote of a session, opened by its backend (`Backend.open`).
-    static func open(_ session: SessionConfig, clock: any Clock, stop: StopCondition? = nil) throws(FerryError) -> Remote {
-        try Backends.of(session).open(session, clock: clock, stop: stop)
+    static func open(_ session: SessionConfig, clock: any Clock, stop: StopCondition? = nil,
+                     meter: FirstBytes.Meter? = nil) throws(FerryError) -> Remote {
+        try Backends.of(session).open(session, clock: clock, stop: stop, meter: meter)
     }
 
     /// Where the bytes of a download start: a remote that cannot read from an offset starts again.

@@ -58,8 +58,9 @@ struct ManifestSource {
     /// The remote's manifest, asked conditionally when the cache holds the last one (`cached`
     /// says whether it does). A failure that may pass is tried again `retries` times after the
     /// transfers' backoff, unless the caller's schedule is the retry (`SyncOptions.retryManifest`,
-    /// the agent) or the run must stop. Not there is an answer (`.missing`), not an error.
-    func fetch(from remote: Remote, record: SessionRecord?, cached: Bool, options: SyncOptions,
+    /// the agent) or the run must stop, or it timed out and a mirror's copy may stand in (`hedged`).
+    /// Not there is an answer (`.missing`), not an error.
+    func fetch(from remote: Remote, record: SessionRecord?, cached: Bool, options: SyncOptions, hedged: Bool = false,
                emit: (Event.Body) -> Void) throws(FerryError) -> ManifestFetch {
         let url = session.manifestURL
         let etag = cached ? record?.manifestETag : nil
@@ -69,7 +70,8 @@ struct ManifestSource {
             do throws(FerryError) {
                 return try remote.fetchManifest(url: url, etag: etag, lastModified: lastModified, maximumSize: session.maxManifestSize)
             } catch {
-                guard options.retryManifest, error.retryClass != .never, attempt <= session.retries else { throw error }
+                guard options.retryManifest, error.retryClass != .never, attempt <= session.retries,
+                      !(hedged && error.cause?.isTimeout == true) else { throw error }
                 let delay = retryDelay(attempt: attempt, baseDelay: session.retryDelay, retryAfter: nil, jitter: Double.random(in: 0.5...1.0))
                 attempt += 1
                 emit(.manifestRetrying(url: url, attempt: attempt, delay: delay, error: error.message))

@@ -105,6 +105,10 @@ public struct HTTPSettings: Sendable {
     /// server that never finishes an answer cannot hold a run past `--max-duration` or a SIGTERM.
     /// The engine's transfers stop by the engine's own rule instead.
     public var stop: StopCondition?
+    /// The source these requests are for, in a pull with mirrors: each request's first byte is
+    /// recorded there, and a patient source's requests wait `FirstBytes.patience`, not the
+    /// session's timeouts.
+    public var meter: FirstBytes.Meter?
     public static let userAgent = "ferry/\(FerryVersion.string)"
 
     public init(session: SessionConfig, basicAuth: String?, bearerToken: String?) {
@@ -282,6 +286,8 @@ final class EasyHandle: @unchecked Sendable {
     let handle: UnsafeMutableRawPointer
     let errorBuffer: UnsafeMutablePointer<CChar>
     private var headerList: UnsafeMutablePointer<curl_slist>?
+    /// Where the first byte of the request configured last is recorded (`recordFirstByte`).
+    private var meter: FirstBytes.Meter?
 
     init() {
         handle = curl_easy_init()
@@ -320,7 +326,13 @@ final class EasyHandle: @unchecked Sendable {
         // is HTTP/1.1 here, where waiting would only serialize the transfers.
         set(CURLOPT_PIPEWAIT, url.prefix(6).lowercased() == "https:" ? 1 : 0)
         set(CURLOPT_TCP_KEEPALIVE, 1)
-        set(CURLOPT_CONNECTTIMEOUT_MS, Int(settings.connectTimeout * 1000))
+        meter = settings.meter
+        var (connectTimeout, stallTimeout) = (settings.connectTimeout, settings.stallTimeout)
+        if let meter = settings.meter, meter.patient {
+            let patience = meter.log.patience
+            (connectTimeout, stallTimeout) = (min(meter.log.connectCeiling, patience), patience)
+        }
+        set(CURLOPT_CONNECTTIMEOUT_MS, Int(connectTimeout * 1000))
         if let ca = settings.caFile { set(CURLOPT_CAINFO, ca) }
         if let basic = settings.basicAuth {
             set(CURLOPT_HTTPAUTH, ferry_auth_basic())
@@ -332,9 +344,9 @@ final class EasyHandle: @unchecked Sendable {
         // Every request of a session is abandoned once it moves slower than min-speed (with
         // min-speed = 0: once nothing at all arrives) for stall-timeout, so a server that sends
         // its headers and then trickles or stops never holds a run, or an agent's session, for good.
-        if settings.stallTimeout > 0 {
+        if stallTimeout > 0 {
             set(CURLOPT_LOW_SPEED_LIMIT, Int(max(1, settings.minSpeed)))
-            set(CURLOPT_LOW_SPEED_TIME, max(1, Int(settings.stallTimeout)))
+            set(CURLOPT_LOW_SPEED_TIME, max(1, Int(stallTimeout.rounded(.up))))
         }
         if let headerList { curl_slist_free_all(headerList) }
         headerList = nil
@@ -365,6 +377,9 @@ final class EasyHandle: @unchecked Sendable {
     }
 
     var errorText: String? { errorBuffer.pointee == 0 ? nil : String(cString: errorBuffer) }
+
+    /// The request is done: its first byte's time goes to its source's meter, if it has one.
+    func recordFirstByte() { meter?.record(self) }
 }
 
 /// Receives response headers into a `ResponseHeaders` (userdata: Unmanaged<HeaderSink>).

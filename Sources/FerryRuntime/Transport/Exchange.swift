@@ -58,6 +58,7 @@ enum Exchange {
         }
         prepare(easy)
         let code = curl_easy_perform(easy.handle)
+        easy.recordFirstByte()
         var answer = Answer(code: code, errorText: easy.errorText, headers: headers.headers, body: sink.bytes,
                             overflowed: sink.overflowed || code == CURLE_FILESIZE_EXCEEDED)
         var redirects = 0

@@ -12,7 +12,8 @@ enum FileBackend: Backend {
         },
         localDirectory: { location in directory(of: location.url) })
 
-    static func open(_ session: SessionConfig, clock: any Clock, stop: StopCondition?) throws(FerryError) -> Remote {
+    static func open(_ session: SessionConfig, clock: any Clock, stop: StopCondition?,
+                     meter: FirstBytes.Meter?) throws(FerryError) -> Remote {
         FileRemote(base: session.remote, clock: clock)
     }
 

@@ -15,9 +15,11 @@ enum HTTPBackend: Backend {
             }
         })
 
-    static func open(_ session: SessionConfig, clock: any Clock, stop: StopCondition?) throws(FerryError) -> Remote {
+    static func open(_ session: SessionConfig, clock: any Clock, stop: StopCondition?,
+                     meter: FirstBytes.Meter?) throws(FerryError) -> Remote {
         var settings = try HTTPSettings.of(session)
         settings.stop = stop
+        settings.meter = meter
         return HTTPRemote(base: session.remote, settings: settings, clock: clock)
     }
 }

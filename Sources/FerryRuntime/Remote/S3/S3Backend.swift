@@ -51,8 +51,9 @@ enum S3Backend: Backend {
             }
         })
 
-    static func open(_ session: SessionConfig, clock: any Clock, stop: StopCondition?) throws(FerryError) -> Remote {
-        try S3Remote(session: session, clock: clock, stop: stop)
+    static func open(_ session: SessionConfig, clock: any Clock, stop: StopCondition?,
+                     meter: FirstBytes.Meter?) throws(FerryError) -> Remote {
+        try S3Remote(session: session, clock: clock, stop: stop, meter: meter)
     }
 
     /// Where the credentials come from and the region in force, without the network: a source

@@ -26,7 +26,7 @@ struct S3Remote: Remote {
     /// Files larger than this go as multipart uploads, in parts of this size (`upload-part-size`).
     let partSize: Int64
 
-    init(session: SessionConfig, clock: any Clock, stop: StopCondition? = nil) throws(FerryError) {
+    init(session: SessionConfig, clock: any Clock, stop: StopCondition? = nil, meter: FirstBytes.Meter? = nil) throws(FerryError) {
         base = session.remote
         self.clock = clock
         bucket = session.remote.bucket
@@ -35,6 +35,7 @@ struct S3Remote: Remote {
         partSize = session.uploadPartSize
         var settings = try HTTPSettings.of(session)
         settings.stop = stop
+        settings.meter = meter
         self.settings = settings
         let chain = try S3CredentialChain.resolve(session)
         region = chain.region

@@ -27,7 +27,8 @@ enum SFTPBackend: Backend {
             }
         })
 
-    static func open(_ session: SessionConfig, clock: any Clock, stop: StopCondition?) throws(FerryError) -> Remote {
+    static func open(_ session: SessionConfig, clock: any Clock, stop: StopCondition?,
+                     meter: FirstBytes.Meter?) throws(FerryError) -> Remote {
         let address: SFTPAddress
         do { address = try SFTPAddress(String(session.remote.url.dropFirst("sftp://".count))) } catch {
             throw FerryError(.usage, error.message)

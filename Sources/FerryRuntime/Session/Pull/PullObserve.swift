@@ -96,14 +96,18 @@ struct ObserveStage {
     }
 
     /// Asks the remote for the manifest, conditionally when the cache holds the last one; when the
-    /// remote cannot be had, a mirror's copy may stand for it (`PullSources.rootFromMirror`).
+    /// remote cannot be had, a mirror's copy may stand for it (`PullSources.rootFromMirror`). Where
+    /// one may, the origin is asked with a mirror's patience, and a timeout goes to the mirrors at
+    /// once (`PullSources.rootOrigin`).
     func requestManifest(record: SessionRecord?) throws(FerryError) -> ManifestFetch {
         let manifests = pull.manifests
+        let patient = pull.sources.rootOrigin()
         do {
             let cached = record?.manifestURL == pull.session.manifestURL && FileSystem.exists(manifests.path)
-            return try manifests.fetch(from: pull.remote, record: record, cached: cached, options: pull.options,
-                                       emit: { pull.emit($0) }).required()
+            return try manifests.fetch(from: patient ?? pull.remote, record: record, cached: cached, options: pull.options,
+                                       hedged: patient != nil, emit: { pull.emit($0) }).required()
         } catch {
+            if patient != nil, error.cause?.isTimeout == true { pull.sources.originTimedOut() }
             guard let copy = pull.sources.rootFromMirror(after: error) else { throw error }
             return copy
         }

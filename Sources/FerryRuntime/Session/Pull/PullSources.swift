@@ -11,13 +11,16 @@ import FerryCore
 ///   run (**probation**), one file at a time comes from it;
 /// - **what a failure costs** a mirror (`judge`): wrong bytes under a content name demote it
 ///   (not used again this run, said once), wrong bytes at a path (a stale copy) skip it for that
-///   file until they come too often (`wrongAtPathLimit`, and more than its right ones), a mirror that sends nothing for `mirrorPatience` is left for the run like a demoted one
-///   (a hung cache costs the run seconds once, not a stall per file), another failure rests it
-///   (1 s doubling up to a minute; not for a file it lacks);
+///   file until they come too often (`wrongAtPathLimit`, and more than its right ones), a mirror
+///   that sends nothing for its patience (`FirstBytes`: ten times the slowest first byte of the
+///   run, at least `mirrorPatience`) is left for the run like a demoted one (a hung cache costs
+///   the run seconds once, not a stall per file), another failure rests it (1 s doubling up to a
+///   minute; not for a file it lacks);
 /// - which sources **metadata objects and key sets** are asked of (`ObjectMirrors`,
 ///   `keySetPlaces`), and that a mirror sending a wrong object is demoted for the files too;
-/// - when the **root** may come from a mirror (`rootFromMirror`): the origin cannot be had and the
-///   session takes signed manifests only;
+/// - when the **root** may come from a mirror (`rootFromMirror`): the origin cannot be had, or
+///   is asked with a mirror's patience and sends nothing for it (`rootOrigin`), and the session
+///   takes signed manifests only;
 /// - the **accounting**: each source's bytes and requests, files and metadata objects alike, for
 ///   the run's `source-served` events, `status` and metrics.
 /// Mirrors are opened when first needed, so a poll that finds nothing new opens none. The
@@ -29,6 +32,9 @@ final class PullSources: ObjectMirrors {
     /// manifest with where its metadata objects are (`.ferry/meta/` beside it).
     struct Source {
         let name: String
+        /// Its place in the session's sources as configured (mirrors, then the origin), where its
+        /// first bytes are kept (`FirstBytes`).
+        let slot: Int
         let remote: Remote
         let manifestURL: String
         let objectPrefix: String
@@ -58,18 +64,33 @@ final class PullSources: ObjectMirrors {
     private let clock: any Clock
     private let stop: StopCondition
     private let emit: (Event.Body) -> Void
+    /// How soon each source answers this run, which sets the mirrors' patience.
+    let firstBytes: FirstBytes
     private var opened: [Source]?
     private let standings = Mutex<[Standing]>([])
     /// Demotions for a wrong metadata object, found on a fetching lane, said on the session's thread.
     private let unsaid = Mutex<[Int]>([])
 
-    init(session: SessionConfig, remote: Remote, clock: any Clock, stop: StopCondition,
+    /// `remote`: the origin, opened with `originMeter`.
+    init(session: SessionConfig, remote: Remote, firstBytes: FirstBytes, clock: any Clock, stop: StopCondition,
          emit: @escaping (Event.Body) -> Void) {
         self.session = session
         origin = remote
+        self.firstBytes = firstBytes
         self.clock = clock
         self.stop = stop
         self.emit = emit
+    }
+
+    /// The first bytes of a session's run: its sources' patience starts at `mirrorPatience`.
+    static func firstBytes(of session: SessionConfig) -> FirstBytes {
+        FirstBytes(floor: SessionConfig.mirrorPatience, stallTimeout: session.stallTimeout, connectTimeout: session.connectTimeout)
+    }
+
+    /// The meter the origin's remote is opened with: its first bytes are timed (in a pull with
+    /// mirrors, where they are told beside the mirrors'), and it keeps the session's timeouts.
+    static func originMeter(_ session: SessionConfig, _ firstBytes: FirstBytes) -> FirstBytes.Meter? {
+        session.mirrors.isEmpty ? nil : firstBytes.meter(source: session.mirrors.count, patient: false)
     }
 
     /// The sources in order: the mirrors (opened now if not yet, each as the session reads it,
@@ -80,8 +101,9 @@ final class PullSources: ObjectMirrors {
         for i in session.mirrors.indices {
             do throws(FerryError) {
                 let reading = session.reading(mirror: i)
-                sources.append(Source(name: session.mirrors[i].url,
-                                      remote: try Remotes.open(reading, clock: clock, stop: stop),
+                sources.append(Source(name: session.mirrors[i].url, slot: i,
+                                      remote: try Remotes.open(reading, clock: clock, stop: stop,
+                                                               meter: firstBytes.meter(source: i, patient: true)),
                                       manifestURL: reading.manifestURL,
                                       objectPrefix: ManifestTree.objectDirectory(beside: reading.manifestURL) + "/"))
             } catch {
@@ -89,7 +111,7 @@ final class PullSources: ObjectMirrors {
                                        + "its files come from the next source"))
             }
         }
-        sources.append(Source(name: PullSources.origin, remote: origin, manifestURL: session.manifestURL,
+        sources.append(Source(name: PullSources.origin, slot: session.mirrors.count, remote: origin, manifestURL: session.manifestURL,
                               objectPrefix: ManifestTree.objectDirectory(beside: session.manifestURL) + "/"))
         opened = sources
         standings.withLock { $0 = Array(repeating: Standing(), count: sources.count) }
@@ -147,15 +169,15 @@ final class PullSources: ObjectMirrors {
         case wrongBytes(how: String, detail: String)
         /// It does not hold the file (404, 410): a replica behind, a cache not told of it.
         case lacks
-        /// It sent nothing for `mirrorPatience` (hung, or trickling below min-speed), or could not
+        /// It sent nothing for its patience (hung, or trickling below min-speed), or could not
         /// connect within it.
         case slow
         /// Any other failure: an error status, a network error.
         case failed
     }
 
-    /// Why a slow mirror is left for the run, as said.
-    static let tooSlow = "sent nothing for \(Units.formatDuration(SessionConfig.mirrorPatience)) (hung, or slower than min-speed)"
+    /// Why a slow source is left for the run, as said: the patience in force.
+    var tooSlow: String { "sent nothing for \(Units.formatDuration(firstBytes.patience)) (hung, or slower than min-speed)" }
 
     /// Judges a failed attempt at `path` from the mirror `source` (the file goes to the next source
     /// at once, not a try of its own): wrong bytes under a name that is their content's
@@ -178,8 +200,9 @@ final class PullSources: ObjectMirrors {
             break
         case .slow:
             // Slow is slow for every file: the run does not wait on it again.
-            if demote(source, why: PullSources.tooSlow) {
-                emit(.warning(message: "mirror \(all[source].name) \(PullSources.tooSlow) for \(Printable.name(path.string)): "
+            let why = tooSlow
+            if demote(source, why: why) {
+                emit(.warning(message: "mirror \(all[source].name) \(why) for \(Printable.name(path.string)): "
                                        + "not used again this run; the files come from the next source"))
             }
         case .failed:
@@ -229,7 +252,7 @@ final class PullSources: ObjectMirrors {
         count(place, bytes: bytes, requests: 1)
         var why: String?
         if case .contentMismatch? = failure?.cause { why = "sent a wrong metadata object (\(object.hex))" }
-        if failure?.cause?.isTimeout == true { why = PullSources.tooSlow + " for a metadata object" }
+        if failure?.cause?.isTimeout == true { why = tooSlow + " for a metadata object" }
         guard let why, demote(place, why: why) else { return }
         unsaid.withLock { $0.append(place) }
     }
@@ -245,8 +268,8 @@ final class PullSources: ObjectMirrors {
     /// Where the key-set documents are asked for: beside the origin's manifest, then each mirror's
     /// not demoted (each set is checked against the one before, so where it came from does not matter).
     var keySetPlaces: [(remote: Remote, manifestURL: String)] {
-        let mirrors = all.indices.dropLast().filter { demoted($0) == nil }
-        return [(origin, session.manifestURL)] + mirrors.map { (all[$0].remote, all[$0].manifestURL) }
+        let mirrors = all.indices.dropLast().filter { demoted($0) == nil }.map { (all[$0].remote, all[$0].manifestURL) }
+        return originSlow ? mirrors + [(origin, session.manifestURL)] : [(origin, session.manifestURL)] + mirrors
     }
 
     /// A mirror's copy of the root, when the origin's cannot be had (`error`) for a reason that
@@ -260,11 +283,30 @@ final class PullSources: ObjectMirrors {
             let answer = try? mirror.remote.fetchManifest(url: mirror.manifestURL, etag: nil, lastModified: nil,
                                                           maximumSize: session.maxManifestSize)
             guard case let .fetched(bytes, _, _, _)? = answer else { continue }
-            rootStandIn = (mirror: mirror.name, manifestURL: mirror.manifestURL, why: error.message)
+            let why = error.cause?.isTimeout == true
+                ? "it sent nothing for \(Units.formatDuration(firstBytes.patience)), hung or slower than min-speed" : error.message
+            rootStandIn = (mirror: mirror.name, manifestURL: mirror.manifestURL, why: why)
             return .fetched(bytes: bytes, etag: nil, lastModified: nil, redirectedTo: nil)
         }
         return nil
     }
+
+    /// The origin as its root is asked for when a mirror may stand for it (the session takes
+    /// signed roots only, and has mirrors): with a mirror's patience, so a hung origin costs the
+    /// run seconds before the mirror's root is read (`rootFromMirror`), not the stall-timeout.
+    /// nil: the origin as it is (no stand-in, or a kind that does not speak HTTP).
+    func rootOrigin() -> Remote? {
+        let scheme = session.remote.url.prefix { $0 != ":" }.lowercased()
+        guard !session.trustedKeys.isEmpty, hasMirrors, ["http", "https", "s3"].contains(scheme) else { return nil }
+        return try? Remotes.open(session, clock: clock, stop: stop,
+                                 meter: firstBytes.meter(source: session.mirrors.count, patient: true))
+    }
+
+    /// The origin sent nothing for its patience this run (its root): what else is asked of it
+    /// (key sets) is asked of the mirrors first.
+    private var originSlow = false
+
+    func originTimedOut() { originSlow = true }
 
     /// After a new root was taken from the origin, each HTTP mirror still used is asked for it too
     /// (its answer is dropped): a site cache then holds the root, and carries the site through an
@@ -297,14 +339,15 @@ final class PullSources: ObjectMirrors {
     func account() -> [SourceCount] {
         guard hasMirrors else { return [] }
         let counts = standings.withLock { s in
-            zip(all, s).map {
-                SourceCount(source: $0.name, bytes: $1.bytes, requests: $1.requests, demoted: $1.demoted)
+            zip(all, s).map { source, standing in
+                let seen = firstBytes.seen(source.slot)
+                return SourceCount(source: source.name, bytes: standing.bytes, requests: standing.requests, demoted: standing.demoted,
+                                   firstByte: seen.count > 0 ? seen.mean : nil, slowestFirstByte: seen.count > 0 ? seen.slowest : nil)
             }
         }
         let total = max(1, counts.reduce(0) { $0 + $1.bytes })
         for s in counts {
-            emit(.sourceServed(source: s.source, bytes: s.bytes, requests: s.requests,
-                               share: Double(s.bytes) / Double(total), demoted: s.demoted))
+            emit(.sourceServed(s, share: Double(s.bytes) / Double(total)))
         }
         return counts
     }

@@ -72,10 +72,12 @@ final class PullRun {
         engine = work.engine
         observer = work.observer
         self.state = state
-        remote = try Remotes.open(work.session, clock: work.clock, stop: work.options.stop)
+        let firstBytes = PullSources.firstBytes(of: work.session)
+        remote = try Remotes.open(work.session, clock: work.clock, stop: work.options.stop,
+                                  meter: PullSources.originMeter(work.session, firstBytes))
         let (observer, name, clock) = (observer, work.session.name, work.clock)
         let emit: (Event.Body) -> Void = { body in observer.event(Event(time: clock.now(), session: name, body: body)) }
-        sources = PullSources(session: session, remote: remote, clock: clock, stop: options.stop, emit: emit)
+        sources = PullSources(session: session, remote: remote, firstBytes: firstBytes, clock: clock, stop: options.stop, emit: emit)
         fallbacks = DeltaFallbacks(emit: emit)
     }
 

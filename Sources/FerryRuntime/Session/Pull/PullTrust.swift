@@ -134,7 +134,7 @@ struct TrustStage {
         if fetched.changed { pull.sources.keepRootAtMirrors() }
         // Metadata counts against the machine's byte budget, which never holds it back.
         pull.engine.budget?.charge(Int(clamping: fetched.metadataBytes))
-        pull.emit(.manifestFetched(url: url, version: manifest.version, files: manifest.entries.count,
+        pull.emit(.manifestFetched(url: pull.sources.rootSource, version: manifest.version, files: manifest.entries.count,
                                    unchanged: !fetched.changed,
                                   signedBy: TrustStage.named(signers), metadataBytes: fetched.metadataBytes,
                                   redirectedTo: fetched.redirectedTo))
