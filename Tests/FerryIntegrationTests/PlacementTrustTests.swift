@@ -80,6 +80,36 @@ struct PlacementTrustTests {
         #expect(FileManager.default.contents(atPath: w.dst + "/a.bin") == a)
     }
 
+    /// The wedge of attack round 5: a store that says nothing of what it holds (no checksum in the
+    /// PUT's answer or a HEAD), whose content object reads back wrong, fails the file; the next
+    /// push, whose HEAD again says nothing but size and ETag, sends the object again. Before, the
+    /// failed object was recorded as placed, the HEAD matched the record, and every later push
+    /// published it unsent ("in sync", exit 0) while mirrors read what the store held.
+    @Test func aContentObjectThatReadBackWrongIsNotTakenAsStoredByAHead() throws {
+        let (proxy, w) = try hostile("objects-readback", up: ["remote-layout = objects"])
+        defer { proxy.stop() }
+        let a = randomData(50_000, seed: 23)
+        w.write("a.bin", a)
+        w.write("b.txt", Data("b\n".utf8))
+        let hex = sha256(of: a).hex
+        func puts() -> Int { proxy.requests().filter { $0.method == "PUT" && $0.path.contains(hex) }.count }
+        proxy.setFaults([["method": "GET", "key": hex, "flip_body": true, "drop_checksums": true, "times": 1],
+                         ["key": hex, "drop_checksums": true]])
+        let run = w.push(["--json"])
+        #expect(run.exitCode == 1, "\(run.output)")
+        #expect(run.events(named: "file-failed").count == 1, "\(run.stdout)")
+        let before = puts()
+        #expect(before >= 1)
+
+        proxy.setFaults([["key": hex, "drop_checksums": true]])
+        let again = w.push(["--json"])
+        #expect(again.exitCode == 0, "\(again.output)")
+        #expect(puts() > before, "the object was sent again, not taken as stored on a HEAD: \(again.output)")
+        #expect(again.events(named: "file-done").contains { $0["path"] as? String == "a.bin" }, "\(again.stdout)")
+        #expect(w.pull().exitCode == 0)
+        #expect(FileManager.default.contents(atPath: w.dst + "/a.bin") == a)
+    }
+
     /// A store that computes no checksum (none in its answers) is read back: each file is fetched
     /// and hashed, and the run says so; one whose bytes read back otherwise fails alone; with
     /// verify-uploads = size-only only the size is compared, and the run warns that it was.

@@ -224,14 +224,22 @@ final class PushTransfers: SessionTransfers<PushTransfers.Item> {
     /// A file placed and checked: done if the remote holds what was sent, else it fails alone (the
     /// manifest goes on listing what was there before, and the next run sends it again). Either way
     /// what the remote says of it now is recorded, so the next run does not take the file for
-    /// someone else's change.
+    /// someone else's change — except a content object (`remote-layout = objects`): a record says
+    /// the object holds the content it is named by (`PushObjects.storedContent`), so one that
+    /// failed its check is forgotten instead, and the next run sends it again rather than taking
+    /// it as stored for ever on a HEAD that matches the damaged bytes.
     private func checked(_ item: Item, _ state: RemoteFileState) {
         var item = item
         // A file stored as its pieces is at no name of its own: its pieces were recorded as placed.
         item.placed = item.pieces == nil ? state.placed(as: item.entry) : nil
         if let why = state.mismatch(with: item.entry) {
+            let at = destination(item.entry)
             do throws(FerryError) {
-                if let placed = item.placed { try store.recordPlaced(session: session.name, [(destination(item.entry), placed)]) }
+                if RemoteLayout.contentHash(at: at, beside: session.manifest) != nil {
+                    try store.forgetPlaced(session: session.name, [at])
+                } else if let placed = item.placed {
+                    try store.recordPlaced(session: session.name, [(at, placed)])
+                }
             } catch {
                 storeError = error
             }
