@@ -35,6 +35,8 @@ Faults (per path, "*" for all):
   "no_etag": true        send Last-Modified only (as Python's http.server does)
   "stall_after": N       after N body bytes, send nothing more (until the client gives up)
   "delay": S             wait S seconds (a fraction allowed) before answering: a far or busy server
+  "date_offset": S       the Date header S seconds off the real time (a server whose clock is wrong,
+                         or a client's)
   "hang": true           accept the request and never answer it (logged with status 0), as a
                          hung proxy does, until the client gives up
   "only_first": N        apply reset_after, truncate_after and stall_after to the first N
@@ -97,6 +99,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format, *args):
         pass
+
+    date_offset = 0
+
+    def date_time_string(self, timestamp=None):
+        return super().date_time_string((time.time() if timestamp is None else timestamp) + self.date_offset)
 
     def record(self, status):
         if not State.options.log:
@@ -336,6 +343,7 @@ class Handler(BaseHTTPRequestHandler):
             failing = State.failing_gets.get(path, 0)
             if failing:
                 State.failing_gets[path] = failing - 1
+        self.date_offset = float(faults.get("date_offset", 0))
         if faults.get("delay"):
             time.sleep(float(faults["delay"]))
         if faults.get("hang"):

@@ -82,7 +82,8 @@ struct MirrorTests {
         let sources = status["last_sources"] as? [[String: Any]] ?? []
         #expect(sources.map { $0["source"] as? String } == [cache.url, "origin"] && sources.first?["bytes"] as? Int == total, "\(status)")
         let text = agents[2].statusText()
-        #expect(text.contains("sources") && text.contains("\(cache.url) \(Units.formatBytes(Int64(total))) (100%); origin 0 B (0%)"), "\(text)")
+        #expect(text.contains("sources") && text.contains("\(cache.url) \(Units.formatBytes(Int64(total))) (100%), first byte ")
+                && text.contains("; origin 0 B (0%)"), "\(text)")
 
         // A change inside the large file: each agent's delta asks the cache for ranges, and the
         // cache asks the origin for those ranges once, not for the new version whole.

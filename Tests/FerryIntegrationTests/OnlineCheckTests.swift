@@ -21,6 +21,8 @@ struct OnlineCheckTests {
         #expect(good.exitCode == 0, "\(good.output)")
         #expect(good.stdout.contains("online: remote \(origin.url): answered: manifest.json ("), "\(good.output)")
         #expect(good.stdout.contains("online: mirror \(mirror.url): reached; no manifest.json there yet"), "\(good.output)")
+        #expect(good.stdout.contains("online: remote \(origin.url): ranges: answered (206)"), "\(good.output)")
+        #expect(good.stdout.contains("online: remote \(origin.url): clock: within a minute of the server's"), "\(good.output)")
 
         let dead = "http://127.0.0.1:\(freePort())/"
         box.configure(remote: dead)
@@ -28,6 +30,36 @@ struct OnlineCheckTests {
         let down = ferry(["config", "check", "--config", box.config, "--online"])
         #expect(down.exitCode == 2 && down.stderr.contains("[session test] remote \(dead): "), "\(down.output)")
         #expect(!down.stdout.contains("OK"), "\(down.output)")
+    }
+
+    /// A server that ignores ranges is said (a pull still works, resuming from zero), and a server
+    /// clock minutes off is said; 20 minutes off is a problem (S3 refuses such signatures).
+    @Test func rangesAndTheServersClockAreChecked() throws {
+        let box = Sandbox("online-range")
+        box.publish("a.txt", "a\n")
+        box.buildManifest()
+        let plain = try PythonServer(directory: box.published, plain: true)
+        defer { plain.stop() }
+        box.configure(remote: plain.url)
+        let noRanges = ferry(["config", "check", "--config", box.config, "--online"])
+        #expect(noRanges.exitCode == 0, "\(noRanges.output)")
+        #expect(noRanges.stdout.contains("online: remote \(plain.url): ranges: not answered (HTTP 200 to a range): an interrupted download starts again"),
+                "\(noRanges.output)")
+
+        let skewed = try PythonServer(directory: box.published)
+        defer { skewed.stop() }
+        box.configure(remote: skewed.url)
+        skewed.setFaults(["*": ["date_offset": 180]])
+        let minutes = ferry(["config", "check", "--config", box.config, "--online"])
+        #expect(minutes.exitCode == 0 && minutes.stdout.contains("online: remote \(skewed.url): ranges: answered (206)"), "\(minutes.output)")
+        #expect(minutes.stdout.contains("online: remote \(skewed.url): clock: this machine's clock is 2m5")
+                || minutes.stdout.contains("online: remote \(skewed.url): clock: this machine's clock is 3m0"), "\(minutes.output)")
+        #expect(minutes.stdout.contains("behind the server's; check its time"), "\(minutes.output)")
+        skewed.setFaults(["*": ["date_offset": -1200]])
+        let far = ferry(["config", "check", "--config", box.config, "--online"])
+        #expect(far.exitCode == 2 && (far.stderr.contains("clock: this machine's clock is 19m5") || far.stderr.contains("clock: this machine's clock is 20m0")),
+                "\(far.output)")
+        #expect(far.stderr.contains("ahead of the server's: S3 refuses") && far.stderr.contains("NTP"), "\(far.output)")
     }
 
     /// Static S3 keys the store does not know: config check found the file readable and said OK;
