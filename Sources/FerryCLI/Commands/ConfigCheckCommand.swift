@@ -21,11 +21,13 @@ struct ConfigCheckCommand: Command {
         problem whose hint lists every source tried. Nothing else uses the network, unless
         --online: then each session's remote and each mirror is opened with its credentials (S3
         keys, the SSH key and the server's host key) and asked for the manifest once, one line
-        each, so wrong keys or an unreachable server are found before the first run. Every
-        problem is listed. Exit 0 when the config is usable, 2 when not.
+        each, so wrong keys or an unreachable server are found before the first run; over HTTP
+        and S3 also for the manifest's first byte as a range (whether resumes and deltas can read
+        ranges) and the server's Date (this machine's clock more than 15 minutes off is a
+        problem; more than a minute is said). Every problem is listed. Exit 0 when the config is usable, 2 when not.
         """
     static let options = [CommonOptions.config,
-                           OptionSpec("--online", "also ask each remote and mirror once, as a run would: credentials, host key, the manifest"),
+                           OptionSpec("--online", "also ask each remote and mirror once, as a run would: credentials, host key, the manifest, ranges, clock"),
                            CommonOptions.help]
 
     let configPath: String?
