@@ -9,6 +9,7 @@
 #                                  fleet; realdata: a Debian root as tar and ext4, SQLite, a native library, built
 #                                  once into /var/tmp/ferry-bench-data, BENCH_REALDATA_SETS=app.db for one set)
 #                                  wan: through scripts/wanrelay.py (50 ms at 100 Mbit/s, 150 ms at 20 Mbit/s)
+#                                  fleet-delta: 30 agents take a 1% change through the site cache, BENCH_FLEET_DELTA_AGENTS=N
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --bench
