@@ -77,6 +77,13 @@ struct RolloutTests {
         #expect(rollout?["inside"] as? Bool == true && rollout?["percent"] as? Int == 10, "\(insideRun.stdout)")
         let status = ferry(["status", "--config", fleet.root + "/m\(outside)/ferry.conf", "-v"]).stdout
         #expect(status.contains("rollout") && status.contains("not in it") && status.contains("stays on version"), "\(status)")
+        // It serves the release before, not the newest it saw, and says why.
+        #expect(status.contains("serving    v") && status.contains("not this one)"), "\(status)")
+        let json = (try? JSONSerialization.jsonObject(with: Data(ferry(["status", "--config", fleet.root + "/m\(outside)/ferry.conf", "--json"]).stdout.utf8))) as? [String: Any]
+        let member = (json?["sessions"] as? [[String: Any]])?.first ?? [:]
+        let standing = member["rollout"] as? [String: Any] ?? [:]
+        #expect(member["served_version"] as? Int == standing["taking"] as? Int && member["manifest_version"] as? Int == standing["version"] as? Int
+                && member["served_version"] as? Int != member["manifest_version"] as? Int, "\(member)")
         // ferry check judges a machine outside by the release it holds: nothing differs.
         let check = ferry(["check", "--config", fleet.root + "/m\(outside)/ferry.conf", "--json"])
         #expect(check.exitCode == 0 && check.events(named: "check-finished").first?["message"] == nil, "\(check.output)")

@@ -36,6 +36,32 @@ struct SwitchCheckTests {
 
     static func current(_ box: Sandbox) -> String? { fileContents(box.local + "/v.txt") }
 
+    /// The session's member of `status --json`.
+    static func statusJSON(_ box: Sandbox) -> [String: Any] {
+        let object = try? JSONSerialization.jsonObject(with: Data(box.status(["--json"]).stdout.utf8)) as? [String: Any]
+        return (object?["sessions"] as? [[String: Any]])?.first ?? [:]
+    }
+
+    /// After version 2 was rolled back to version 1, status and metrics say one coherent thing: v1
+    /// served, v2 the newest seen and rolled back, the generation left on disk never taking it.
+    static func expectOneAccountOfTheRollback(_ box: Sandbox, status: String) throws {
+        #expect(status.contains("serving    v1 since") && status.contains("(v2 was rolled back here)"), "\(status)")
+        #expect(!status.contains("the next run goes on with it") && status.contains("version 2 never is"), "\(status)")
+        let json = Self.statusJSON(box)
+        #expect(json["served_version"] as? Int == 1 && json["manifest_version"] as? Int == 2 && json["rejected_version"] as? Int == 2, "\(json)")
+        let rolledBack = try Self.metrics(box)
+        for line in ["ferry_served_version{session=\"test\"} 1", "ferry_seen_version{session=\"test\"} 2",
+                     "ferry_rejected_version{session=\"test\"} 2", "ferry_manifest_version{session=\"test\"} 2"] {
+            #expect(rolledBack.contains(line + "\n"), "\(line): \(rolledBack)")
+        }
+    }
+
+    /// The metrics the agent would write for the session now, from its state.
+    static func metrics(_ box: Sandbox) throws -> String {
+        let store = try StateStore(directory: box.state, clock: SystemClock())
+        return Metrics(path: nil).render([Metrics.Standing(name: "test", record: try store.session("test"), taskCounts: [:], waiting: false)])
+    }
+
     @Test func aFailedCheckSwitchesBackAndTheVersionIsNotTakenAgain() throws {
         let box = Sandbox("switch-check")
         let (script, log, verdict, _) = try Self.checkScript(box)
@@ -43,6 +69,7 @@ struct SwitchCheckTests {
         box.configure(remote: "file://" + box.published, session: ["layout = generations", "on-switch-check = \(script)", "delete = yes"])
         #expect(box.sync().exitCode == 0)
         #expect(Self.current(box) == "version 1\n" && Generations.readLink(box.local) == "mirror.generations/g1")
+        #expect(Self.statusJSON(box)["served_version"] as? Int == 1, "\(Self.statusJSON(box))")
         #expect(fileContents(log) == "test g1  1 version 1\n", "the check ran on the new generation, with no previous: \(fileContents(log) ?? "")")
 
         // Version 2 fails its check: back on g1 in the same run, said once. A reader that opens
@@ -85,6 +112,7 @@ struct SwitchCheckTests {
         #expect(finished.contains("failed on-switch-check") && finished.contains("not taken again"), "\(finished)")
         let status = box.statusText(["-v"])
         #expect(status.contains("rolled back") && status.contains("version 2"), "\(status)")
+        try Self.expectOneAccountOfTheRollback(box, status: status)
 
         // Still published: not taken again, nothing fails, the check does not run.
         try? FileManager.default.removeItem(atPath: verdict)
@@ -100,6 +128,11 @@ struct SwitchCheckTests {
         let taken = box.sync()
         #expect(taken.exitCode == 0, "\(taken.output)")
         #expect(Self.current(box) == "version 3\n")
+        // A newer version passed: the rollback is over, said no more.
+        let after = box.statusText(["-v"])
+        #expect(after.contains("serving    v3 since") && !after.contains("rolled back") && !after.contains("never is"), "\(after)")
+        let passed = try Self.metrics(box)
+        #expect(passed.contains("ferry_served_version{session=\"test\"} 3\n") && !passed.contains("ferry_rejected_version{"), "\(passed)")
         expectIdentical(box.published, (box.local as NSString).deletingLastPathComponent + "/" + (Generations.readLink(box.local) ?? ""))
         let store = try StateStore(directory: box.state, clock: SystemClock())
         #expect(try store.session("test")?.rollbacks == 1)

@@ -31,8 +31,10 @@ struct StatusCommand: Command {
         --json prints one object {"sessions":[...]}, one member per session, bounded the same way:
           name, direction, remote, local, state, state_detail, running_pid, seconds_left, deadline,
           agent_pid, next_poll, held_for, last_run_started, last_run_finished, last_exit_code,
-          last_message, last_poll_ok, manifest_version, manifest_signers (the keys whose signatures
-          it was taken on), manifest_signer (the first of them), manifest_expires, rejected_version
+          last_message, last_poll_ok, manifest_version (the newest the remote offered),
+          served_version and served_since (the release a pull serves: whole in place and past
+          on-switch-check; null before its first complete run), manifest_signers (the keys whose
+          signatures it was taken on), manifest_signer (the first of them), manifest_expires, rejected_version
           and rejected_reason (what on-switch-check rolled back), rollbacks, rollout (the last
           phased rollout seen: {"version","percent","inside","taking"}), key_set (with
           trusted-keys: the set trusted now, {"version":N,"threshold":N,"keys":[...]}), and for
@@ -371,6 +373,22 @@ struct StatusCommand: Command {
         return "\(Plural.count(records.count, "file")) fetched whole: " + named.joined(separator: ", ") + more
     }
 
+    /// What a pull serves, against the newest version its remote offered (`manifest`), and why
+    /// they differ: a rollout that leaves this machine out, a version rolled back, a run not done.
+    static func serving(_ r: SessionRecord) -> String {
+        guard let since = r.servedSince else { return "not known yet (the next complete run says)" }
+        var text = (r.servedVersion.map { "v\($0)" } ?? "unversioned") + " since " + LocalTime.text(since)
+        guard let seen = r.manifestVersion, seen != r.servedVersion else { return text }
+        if let rollout = r.rollout, rollout.version == seen, !rollout.inside {
+            text += " (v\(seen) goes to \(rollout.percent)% of machines, not this one)"
+        } else if r.rejectedVersion == seen {
+            text += " (v\(seen) was rolled back here)"
+        } else {
+            text += " (v\(seen) is not in place yet)"
+        }
+        return text
+    }
+
     /// The manifest last applied, and a pull's generations (layout = generations).
     private func addContent(_ s: SessionConfig, _ r: SessionRecord?, to out: inout SummaryLines) {
         if let r, r.manifestVersion != nil || r.manifestSigner != nil {
@@ -380,11 +398,17 @@ struct StatusCommand: Command {
             if let expires = r.manifestExpires { text += ", expires \(LocalTime.text(expires))" }
             out.add("manifest", text, maxLines: 2)
         }
+        if let r, s.direction == .pull { out.add("serving", StatusCommand.serving(r), maxLines: 2) }
         if s.direction == .pull && s.layout == .generations {
             let g = GenerationStatus(local: s.local)
             var text = g.current.map { "\($0) is current" } ?? "none is current yet"
             if !g.kept.isEmpty { text += "; kept: " + g.kept.joined(separator: ", ") }
-            if let b = g.building { text += "; \(b) is being built (the next run goes on with it)" }
+            if let b = g.building {
+                // After a rollback the generation switched back from stays on disk; a newer version
+                // is built there, never the one rejected.
+                text += r?.rejectedVersion == nil ? "; \(b) is being built (the next run goes on with it)"
+                    : "; \(b) is left from a build (a newer version is built there; version \(r!.rejectedVersion!) never is)"
+            }
             out.add("generation", text, maxLines: 2)
         }
         if let r, let rollout = r.rollout, s.direction == .pull {
@@ -502,6 +526,8 @@ struct StatusCommand: Command {
             f.append("\"manifest_signer\":" + (r?.manifestSigner.map { JSONText.quote($0.description) } ?? "null"))
             f.append("\"manifest_signers\":[" + (r?.manifestSigners ?? []).map { JSONText.quote($0.description) }.joined(separator: ",") + "]")
             f.append("\"manifest_expires\":" + (r?.manifestExpires.map { JSONText.quote($0.rfc3339) } ?? "null"))
+            f.append("\"served_version\":" + (r?.servedVersion.map(String.init) ?? "null"))
+            f.append("\"served_since\":" + (r?.servedSince.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"rejected_version\":" + (r?.rejectedVersion.map(String.init) ?? "null"))
             f.append("\"rejected_reason\":" + (r?.rejectedReason.map(JSONText.quote) ?? "null"))
             f.append("\"rollbacks\":\(r?.rollbacks ?? 0)")

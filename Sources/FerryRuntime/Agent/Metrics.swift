@@ -117,16 +117,33 @@ public final class Metrics: EventSink, @unchecked Sendable {
         public var waiting: Bool
     }
 
-    /// The file's text for `sessions`.
+    /// The file's text for `sessions`, each family of series written by its own part.
     public func render(_ sessions: [Standing]) -> String {
         let c = counts.withLock { $0 }
+        var metric = MetricText()
+        metric("ferry_build_info", "gauge", "Always 1; the labels say which ferry this is.", [("version=\"\(Metrics.escape(FerryVersion.string))\"", "1")])
+        transfers(&metric, sessions, c)
+        sources(&metric, sessions, c)
+        standing(&metric, sessions, c)
+        versions(&metric, sessions)
+        budgetMetrics(&metric)
+        return metric.out
+    }
+
+    /// The series' text as it is written: each metric's HELP and TYPE, then its rows.
+    struct MetricText {
         var out = ""
-        func metric(_ name: String, _ type: String, _ help: String, _ rows: [(labels: String, value: String)]) {
+        mutating func callAsFunction(_ name: String, _ type: String, _ help: String, _ rows: [(labels: String, value: String)]) {
             out += "# HELP \(name) \(help)\n# TYPE \(name) \(type)\n"
             for row in rows { out += "\(name){\(row.labels)} \(row.value)\n" }
         }
-        func label(_ s: Standing) -> String { "session=\"\(Metrics.escape(s.name))\"" }
-        metric("ferry_build_info", "gauge", "Always 1; the labels say which ferry this is.", [("version=\"\(Metrics.escape(FerryVersion.string))\"", "1")])
+    }
+
+    static func label(_ s: Standing) -> String { "session=\"\(Metrics.escape(s.name))\"" }
+
+    /// Bytes and files moved, deltas, metadata, polls.
+    private func transfers(_ metric: inout MetricText, _ sessions: [Standing], _ c: Counts) {
+        let label = Metrics.label
         func moved(_ s: Standing) -> String { label(s) + ",direction=\"\(s.direction.rawValue)\"" }
         // By source: `origin` (the remote), or each mirror a pull took files from.
         metric("ferry_transferred_bytes_total", "counter", "Bytes downloaded (pull) or uploaded (push) since the agent started, by source (origin, or a mirror's URL).",
@@ -147,6 +164,19 @@ public final class Metrics: EventSink, @unchecked Sendable {
                        (label(s) + ",reason=\"\($0.rawValue)\"", String(c.fallbacks[s.name]?[$0] ?? 0))
                    }
                })
+        metric("ferry_transferred_files_total", "counter", "Files downloaded and placed (pull) or uploaded and moved into place (push) since the agent started.",
+               sessions.map { (moved($0), String(c.files[$0.name] ?? 0)) })
+        metric("ferry_failed_files_total", "counter", "Files that failed since the agent started.",
+               sessions.map { (label($0), String(c.failedFiles[$0.name] ?? 0)) })
+        metric("ferry_metadata_bytes_total", "counter", "Bytes of manifests and metadata objects fetched since the agent started: what the remote's changes cost this mirror.",
+               sessions.map { (label($0), String(c.metadataBytes[$0.name] ?? 0)) })
+        metric("ferry_polls_total", "counter", "Cycles run since the agent started.",
+               sessions.map { (label($0), String(c.polls[$0.name] ?? 0)) })
+    }
+
+    /// Each source of a pull with mirrors: up, requests, first bytes.
+    private func sources(_ metric: inout MetricText, _ sessions: [Standing], _ c: Counts) {
+        let label = Metrics.label
         func bySource(_ table: [String: [String: Int]]) -> [(labels: String, value: String)] {
             sessions.flatMap { s in (table[s.name] ?? [:]).sorted { $0.key < $1.key }.map { (label(s) + ",source=\"\(Metrics.escape($0.key))\"", String($0.value)) } }
         }
@@ -165,16 +195,15 @@ public final class Metrics: EventSink, @unchecked Sendable {
                firstBytes(\.mean))
         metric("ferry_source_first_byte_max_seconds", "gauge", "For a pull with mirrors, each source's slowest time from a request to its first byte at its last run.",
                firstBytes(\.slowest))
-        metric("ferry_transferred_files_total", "counter", "Files downloaded and placed (pull) or uploaded and moved into place (push) since the agent started.",
-               sessions.map { (moved($0), String(c.files[$0.name] ?? 0)) })
-        metric("ferry_failed_files_total", "counter", "Files that failed since the agent started.",
-               sessions.map { (label($0), String(c.failedFiles[$0.name] ?? 0)) })
-        metric("ferry_metadata_bytes_total", "counter", "Bytes of manifests and metadata objects fetched since the agent started: what the remote's changes cost this mirror.",
-               sessions.map { (label($0), String(c.metadataBytes[$0.name] ?? 0)) })
-        metric("ferry_polls_total", "counter", "Cycles run since the agent started.",
-               sessions.map { (label($0), String(c.polls[$0.name] ?? 0)) })
+    }
+
+    /// Rollouts, rollbacks, errors, the queue and the sessions' standing.
+    private func standing(_ metric: inout MetricText, _ sessions: [Standing], _ c: Counts) {
+        let label = Metrics.label
         metric("ferry_rollout_inside", "gauge", "Whether this machine takes the version being rolled out (1) or stays on the one before (0), for sessions whose last manifest had a rollout.",
-               sessions.compactMap { s in c.rolloutInside[s.name].map { (label(s), String($0)) } })
+               sessions.compactMap { s in (s.record?.rollout.map { $0.inside ? 1 : 0 } ?? c.rolloutInside[s.name]).map { (label(s), String($0)) } })
+        metric("ferry_rollout_percent", "gauge", "The share of machines the version being rolled out goes to, for sessions whose last manifest had a rollout.",
+               sessions.compactMap { s in s.record?.rollout.map { (label(s) + ",version=\"\($0.version)\"", String($0.percent)) } })
         metric("ferry_rollbacks_total", "counter", "Times on-switch-check failed and the generation before was made current again, since the agent started.",
                sessions.filter { $0.direction == .pull }.map { (label($0), String(c.rollbacks[$0.name] ?? 0)) })
         var errorRows: [(String, String)] = []
@@ -196,8 +225,29 @@ public final class Metrics: EventSink, @unchecked Sendable {
                sessions.map { (label($0), $0.record?.heldFor == nil ? "0" : "1") })
         metric("ferry_last_successful_poll_timestamp_seconds", "gauge", "When the last poll that reached the remote ended (Unix time).",
                sessions.compactMap { s in s.record?.lastPollOK.map { (label(s), String($0.seconds)) } })
-        metric("ferry_manifest_version", "gauge", "The version of the manifest last applied (pull) or published (push).",
+    }
+
+    /// Which version each session serves, apart from the newest it saw.
+    private func versions(_ metric: inout MetricText, _ sessions: [Standing]) {
+        let label = Metrics.label
+        // Served apart from seen: a machine outside a rollout, or one that rolled a release back,
+        // serves an older version than the newest its remote offers.
+        metric("ferry_served_version", "gauge", "The version this machine serves: a pull's release whole in place and past its on-switch-check; a push's last published.",
+               sessions.compactMap { s in
+                   (s.direction == .push ? s.record?.manifestVersion : s.record?.servedVersion).map { (label(s), String($0)) }
+               })
+        metric("ferry_served_since_timestamp_seconds", "gauge", "When a pull began serving its release (Unix time).",
+               sessions.compactMap { s in s.direction == .push ? nil : s.record?.servedSince.map { (label(s), String($0.seconds)) } })
+        metric("ferry_seen_version", "gauge", "The newest version the remote offered (pull) or the last published (push), taken or not.",
                sessions.compactMap { s in s.record?.manifestVersion.map { (label(s), String($0)) } })
+        metric("ferry_rejected_version", "gauge", "A version on-switch-check rolled back on this machine and that is not taken again, until a newer one passes.",
+               sessions.compactMap { s in s.record?.rejectedVersion.map { (label(s), String($0)) } })
+        metric("ferry_manifest_version", "gauge", "Deprecated (the newest seen, not the one served): use ferry_seen_version, or ferry_served_version for what the machine serves.",
+               sessions.compactMap { s in s.record?.manifestVersion.map { (label(s), String($0)) } })
+    }
+
+    /// The machine's byte budget, when it has one.
+    private func budgetMetrics(_ metric: inout MetricText) {
         if let budget {
             let (window, used) = budget.standing()
             let period = "period=\"\(budget.budget.period.rawValue)\""
@@ -206,7 +256,6 @@ public final class Metrics: EventSink, @unchecked Sendable {
             metric("ferry_budget_period_end_timestamp_seconds", "gauge", "When the period now ends and a spent budget is whole again (Unix time).",
                    [(period, String(window.end.seconds))])
         }
-        return out
     }
 
     /// Writes the file atomically (readable by node_exporter: mode 0644), if there is one.

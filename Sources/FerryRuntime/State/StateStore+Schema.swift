@@ -245,6 +245,13 @@ extension StateStore {
             used INTEGER NOT NULL
         ) WITHOUT ROWID;
         """,
+        // 19: the release a pull serves — whole in place and past its on-switch-check — apart from
+        // the newest the remote offered (`manifest_version`): its version (NULL for an unversioned
+        // manifest) and when it became served (NULL: none known yet).
+        """
+        ALTER TABLE sessions ADD COLUMN served_version INTEGER;
+        ALTER TABLE sessions ADD COLUMN served_since TEXT;
+        """,
     ]
 
     /// `TaskState.after(event)` as SQL: the expression a row's new state is set to, so the table

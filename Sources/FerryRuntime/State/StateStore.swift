@@ -53,6 +53,13 @@ public struct SessionRecord: Sendable {
     public var rollout: RolloutStanding?
     /// The large files the last run fetched whole, their delta not taken, and why.
     public var lastFallbacks: [FallbackRecord] = []
+    /// The release this pull serves: whole in place (and, with `on-switch-check`, past it) at
+    /// `servedSince`; `servedVersion` nil with a `servedSince` is an unversioned manifest, and no
+    /// `servedSince` says none is known yet (a state from before migration 19 until its next
+    /// complete run). `manifestVersion` is the newest the remote offered, which a machine outside
+    /// a rollout, or one that rolled a release back, does not serve.
+    public var servedVersion: Int64?
+    public var servedSince: Timestamp?
 }
 
 /// The SQLite state of all sessions (WAL mode): sessions, the task table and the hash cache.
@@ -106,7 +113,7 @@ public final class StateStore {
                    last_run_finished, last_exit_code, last_message, running_pid, deadline,
                    agent_pid, agent_state, next_poll, last_poll_ok, held_for, manifest_files, manifest_signer, manifest_expires,
                    last_fetched, last_reused, last_sources, trust_floor, switch_check, rejected_version, rejected_reason, rollbacks,
-                   rollout, last_fallbacks FROM sessions WHERE name = ?
+                   rollout, last_fallbacks, served_version, served_since FROM sessions WHERE name = ?
             """).bind(.text(name))
         guard try s.step() else { return nil }
         return SessionRecord(
@@ -121,7 +128,8 @@ public final class StateStore {
             lastSources: s.text(20).map(SourceCount.parse) ?? [], trustFloor: s.text(21).flatMap(Timestamp.init(rfc3339:)),
             switchCheck: s.text(22).flatMap(SwitchCheck.init(text:)), rejectedVersion: s.isNull(23) ? nil : s.int(23), rejectedReason: s.text(24),
             rollbacks: Int(s.int(25)), rollout: s.text(26).flatMap(RolloutStanding.init(text:)),
-            lastFallbacks: s.text(27).map(FallbackRecord.parse) ?? [])
+            lastFallbacks: s.text(27).map(FallbackRecord.parse) ?? [],
+            servedVersion: s.isNull(28) ? nil : s.int(28), servedSince: s.text(29).flatMap(Timestamp.init(rfc3339:)))
     }
 
     /// What the agent `pid` says of a session between runs; a nil pid says no agent schedules it.
@@ -171,6 +179,19 @@ public final class StateStore {
     }
 
     /// A failed check switched back from `version`: not taken again. Ends the check in the same transaction.
+    /// A release is served: whole in place and past its check, at `now`. A rejection of an older
+    /// version is over (said no more): a newer one passed.
+    public func recordServed(session: String, version: Int64?, now: Timestamp) throws(FerryError) {
+        try ensureSession(session)
+        try db.prepare("""
+            UPDATE sessions SET served_since = CASE WHEN served_since IS NOT NULL AND served_version IS ? THEN served_since ELSE ? END,
+                served_version = ?,
+                rejected_version = CASE WHEN ? > rejected_version THEN NULL ELSE rejected_version END,
+                rejected_reason = CASE WHEN ? > rejected_version THEN NULL ELSE rejected_reason END
+            WHERE name = ?
+            """).bind(.optional(version), .text(now.rfc3339), .optional(version), .optional(version), .optional(version), .text(session)).run()
+    }
+
     public func recordRollback(session: String, version: Int64?, reason: String) throws(FerryError) {
         try ensureSession(session)
         try db.prepare("UPDATE sessions SET switch_check = NULL, rejected_version = ?, rejected_reason = ?, rollbacks = rollbacks + 1 WHERE name = ?")

@@ -88,6 +88,10 @@ struct CommitStage {
                                      deletionsRefused: prepared.plan.refusedDeletions != nil,
                                      stopped: transferred.stopped != nil)
             let (exitCode, unswitched) = try commitGeneration(prepared, exitCode: outcome.exitCode)
+            // Whole in place (and past its check): the release this machine now serves.
+            if exitCode == .inSync && unswitched == nil {
+                try pull.store.recordServed(session: pull.session.name, version: prepared.manifest.version, now: pull.clock.now())
+            }
             return .go(Committed(plan: prepared.plan, outcome: outcome, counts: counts, sources: transferred.sources,
                                  exitCode: exitCode,
                                  stopped: transferred.stopped, localIOError: transferred.localIOError,
