@@ -175,6 +175,7 @@ struct EventDecodingTests {
             let fields = try JSONReader.flatFields(Array(json.utf8))
             let back = try #require(Event(fields: fields), "\(json) did not read back")
             #expect(back.json == json)
+            #expect(Event.names.contains(event.name), "\(event.name) is listed for ferry events --type")
         }
     }
 

@@ -59,6 +59,19 @@ struct ShortcutTests {
         #expect(future.exitCode == 0 && future.stdout.isEmpty, "\(future.output)")
         let bad = ferry(["events", "--config", box.config, "--since", "yesterday"])
         #expect(bad.exitCode == 2 && bad.stderr.contains("--since wants a duration"), "\(bad.output)")
+
+        // --type: only those names, -n counting among them; a name ferry never writes is refused.
+        let typed = ferry(["events", "--config", box.config, "--json", "--type", "file-done,sync-finished"])
+        let names = typed.events.compactMap { $0["event"] as? String }
+        #expect(typed.exitCode == 0 && names.filter { $0 == "file-done" }.count == 2 && names.last == "sync-finished"
+                && Set(names) == ["file-done", "sync-finished"], "\(typed.output)")
+        let lastDone = ferry(["events", "--config", box.config, "--json", "--type", "file-done", "-n", "1"])
+        #expect(lastDone.events.count == 1 && lastDone.events[0]["event"] as? String == "file-done", "\(lastDone.output)")
+        let text = ferry(["events", "--config", box.config, "--type", "sync-finished"])
+        #expect(text.exitCode == 0 && text.stdout.split(separator: "\n").count == 1 && text.stdout.contains(" test sync-finished "), "\(text.output)")
+        let unknown = ferry(["events", "--config", box.config, "--type", "file-done,rolledback"])
+        #expect(unknown.exitCode == 2 && unknown.stderr.contains("no event is named 'rolledback'") && unknown.stderr.contains("rolled-back"),
+                "\(unknown.output)")
     }
 
     @Test func manifestBuildWritesSHA256SUMSThatSha256sumChecks() throws {

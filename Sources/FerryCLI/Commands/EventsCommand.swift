@@ -6,7 +6,7 @@ import FerryRuntime
 struct EventsCommand: Command {
     static let words = ["events"]
     static let summary = "Show the sessions' event logs; --follow waits for new events."
-    static let usage = "events [--config F] [--session ID] [--since D|T] [-n N] [--follow] [--json]"
+    static let usage = "events [--config F] [--session ID] [--type T,...] [--since D|T] [-n N] [--follow] [--json]"
     static let details = """
         Every run (ferry sync now, ferry resume, the agent) logs its events per session in the state
         directory, keeping the newest 4-8 MiB of each. Prints them oldest first, one per line:
@@ -14,10 +14,13 @@ struct EventsCommand: Command {
         reloads, refused configs) are included. --follow keeps printing events as they are logged
         until interrupted (exit 0). --json prints each event as its JSON object, as --json runs do.
         --since shows only events from a duration ago (30m, 2h, 7d) or since a time (2026-11-24 02:00
-        local time, or RFC 3339); -n N only the last N of them.
+        local time, or RFC 3339); -n N only the last N of them. --type shows only events of the
+        names given, separated by commas (rolled-back,rollout; agent for the agent's starts,
+        reloads and refused reloads; warning; file-failed; and so on), also with --follow.
         """
     static let options = [CommonOptions.config, CommonOptions.session,
                           OptionSpec("--since", value: "D|T", "only events from D ago (30m, 7d) or since a time (2026-11-24 02:00, or RFC 3339)"),
+                          OptionSpec("--type", value: "T,...", "only events of these names (rolled-back,warning,agent,...)"),
                           OptionSpec("-n", value: "N", "only the last N events"),
                           OptionSpec("--follow", "keep printing new events until interrupted"),
                           CommonOptions.json, CommonOptions.help]
@@ -28,6 +31,8 @@ struct EventsCommand: Command {
     let json: Bool
     let since: EarliestBegin?
     let last: Int?
+    /// The event names shown (nil: all).
+    let types: Set<String>?
     /// Every time the command reads comes from it.
     let clock: any Clock = SystemClock()
 
@@ -38,6 +43,7 @@ struct EventsCommand: Command {
         follow = arguments.has("--follow")
         json = arguments.has("--json")
         since = try CommonOptions.time(arguments, "--since", command: Self.name)
+        types = try arguments.value("--type").map { text throws(FerryError) in try EventsCommand.types(text) }
         if let text = arguments.value("-n") {
             guard let n = Int(text), n >= 0 else { throw .usage("ferry events: -n wants a count of events, like 20, got '\(text)'") }
             last = n
@@ -63,6 +69,7 @@ struct EventsCommand: Command {
             for line in reader.readAll() {
                 let time = Timestamp(rfc3339: EventsCommand.time(of: line)) ?? Timestamp(seconds: 0)
                 if let from, time < from { continue }
+                guard wanted(line) else { continue }
                 lines.append((time, line))
             }
         }
@@ -75,10 +82,29 @@ struct EventsCommand: Command {
         let stop = StopToken()
         StopSignals.install(stopTimeout: config.agent.stopTimeout, token: stop, forcedExit: .inSync)
         while stop.reason == nil {
-            for reader in readers { for line in reader.readNew() { show(line) } }
+            for reader in readers { for line in reader.readNew() where wanted(line) { show(line) } }
             usleep(200_000)
         }
         return .inSync
+    }
+
+    /// The names `--type` gives, each one ferry writes.
+    static func types(_ text: String) throws(FerryError) -> Set<String> {
+        let names = text.split(separator: ",").map { String($0).trimmingSpaces() }.filter { !$0.isEmpty }
+        guard !names.isEmpty else { throw .usage("ferry events: --type wants event names, like rolled-back,warning") }
+        if let unknown = names.first(where: { !Event.names.contains($0) }) {
+            throw .usage("ferry events: --type: no event is named '\(Printable.name(unknown))'",
+                         hint: "the names are " + Event.names.joined(separator: ", "))
+        }
+        return Set(names)
+    }
+
+    /// Whether `line` is an event of a type asked for (every line without --type).
+    private func wanted(_ line: [UInt8]) -> Bool {
+        guard let types else { return true }
+        guard let fields = try? line.withUnsafeBufferPointer({ (p) throws(JSONReader.Failure) in try JSONReader.flatObject(p) }),
+              let name = fields.first(where: { $0.key == "event" })?.value else { return false }
+        return types.contains(name)
     }
 
     private func show(_ line: [UInt8]) {

@@ -196,6 +196,16 @@ public struct Event: Sendable {
         self.body = body
     }
 
+    /// Every event name ferry writes (`name`), for `ferry events --type`.
+    public static let names = [
+        "sync-started", "manifest-fetched", "manifest-retrying", "planned", "delta-planned", "delta-fallback",
+        "source-served", "plan-item", "manifest-built", "checked", "check-finished", "replaced", "file-started",
+        "file-resumed", "file-restarted", "file-interrupted", "file-retrying", "file-waiting", "file-suspended",
+        "file-delayed", "session-held", "delayed-due", "file-done", "uploads-verified", "file-failed",
+        "metadata-fixed", "file-deleted", "generation-switched", "rolled-back", "rollout", "warning", "sync-finished",
+        "session-state", "agent",
+    ]
+
     /// The event's name in JSON (`"event": "file-done"`).
     public var name: String {
         switch body {
