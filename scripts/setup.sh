@@ -7,7 +7,7 @@
 #                             and GNU time for the peak RSS of each run
 set -euo pipefail
 
-packages=(libcurl4-openssl-dev libssh2-1-dev libzstd-dev libsqlite3-dev libssl-dev pkg-config nginx libnginx-mod-http-dav-ext apache2 openssl curl ca-certificates python3 python3-venv util-linux strace systemd dpkg-dev binutils lintian groff-base zsh fish debootstrap systemd-container openssh-server openssh-client)
+packages=(libcurl4-openssl-dev libssh2-1-dev libzstd-dev libsqlite3-dev libssl-dev pkg-config nginx libnginx-mod-http-dav-ext apache2 openssl curl ca-certificates python3 python3-venv util-linux strace systemd dpkg-dev binutils lintian groff-base zsh fish debootstrap systemd-container openssh-server openssh-client prometheus)
 if [ "${1:-}" = "--bench" ]; then
   packages+=(aria2 rclone wget time zsync casync e2fsprogs python3-pip)
 fi

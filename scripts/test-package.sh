@@ -28,6 +28,11 @@ dpkg -i "$deb" >&2
 [ -x /usr/bin/ferry ] || fail "/usr/bin/ferry is not there"
 getent passwd ferry >/dev/null || fail "no user ferry"
 [ "$(getent passwd ferry | cut -d: -f7)" = /usr/sbin/nologin ] || fail "the user ferry has a login shell"
+for f in site-cache/site-cache.conf site-cache/README.md prometheus/ferry.rules.yml prometheus/ferry.rules.test.yml prometheus/README.md; do
+  [ -f "/usr/share/doc/ferry/examples/$f" ] || fail "the package does not ship examples/$f"
+done
+(cd /usr/share/doc/ferry/examples/prometheus && promtool test rules ferry.rules.test.yml >/dev/null) \
+  || fail "the shipped Prometheus rules fail their tests"
 [ "$(stat -c '%U:%G %a' /var/lib/ferry)" = "ferry:ferry 700" ] || fail "/var/lib/ferry is $(stat -c '%U:%G %a' /var/lib/ferry), not ferry:ferry 700"
 dpkg-query -W -f='${Conffiles}' ferry | grep -q '/etc/ferry/ferry.conf' || fail "/etc/ferry/ferry.conf is not a conffile"
 for f in /usr/share/man/man1/ferry.1.gz /usr/share/man/man5/ferry.conf.5.gz /usr/share/bash-completion/completions/ferry \

@@ -424,10 +424,10 @@ public final class Agent: @unchecked Sendable {
     private func metricsStates() throws(FerryError) -> [Metrics.Standing] {
         var states: [Metrics.Standing] = []
         for (name, slot) in slots.sorted(by: { $0.key < $1.key }) {
-            states.append(Metrics.Standing(name: name, direction: slot.session.direction,
-                                           record: try store.session(name),
-                                               taskCounts: try store.openTaskCounts(session: name),
-                                               waiting: slot.state.lastPollFailed))
+            var standing = Metrics.Standing(name: name, direction: slot.session.direction, record: try store.session(name),
+                                            taskCounts: try store.openTaskCounts(session: name), waiting: slot.state.lastPollFailed)
+            if slot.session.direction == .pull { standing.space = HostProbe.shared.freeSpace(near: slot.session.local) }
+            states.append(standing)
         }
         return states
     }

@@ -115,6 +115,16 @@ public final class Metrics: EventSink, @unchecked Sendable {
         public var taskCounts: [TaskState: Int]
         /// Waiting for connectivity (or failing) between polls.
         public var waiting: Bool
+        /// A pull's local filesystem: bytes free (to unprivileged users) and its size.
+        public var space: (free: Int64, size: Int64)?
+
+        public init(name: String, direction: Direction = .pull, record: SessionRecord?, taskCounts: [TaskState: Int], waiting: Bool) {
+            self.name = name
+            self.direction = direction
+            self.record = record
+            self.taskCounts = taskCounts
+            self.waiting = waiting
+        }
     }
 
     /// The file's text for `sessions`, each family of series written by its own part.
@@ -242,6 +252,12 @@ public final class Metrics: EventSink, @unchecked Sendable {
                sessions.compactMap { s in s.record?.manifestVersion.map { (label(s), String($0)) } })
         metric("ferry_rejected_version", "gauge", "A version on-switch-check rolled back on this machine and that is not taken again, until a newer one passes.",
                sessions.compactMap { s in s.record?.rejectedVersion.map { (label(s), String($0)) } })
+        metric("ferry_manifest_expiry_timestamp_seconds", "gauge", "When the manifest last taken (pull) or published (push) expires (Unix time); none for one that never does.",
+               sessions.compactMap { s in s.record?.manifestExpires.map { (label(s), String($0.seconds)) } })
+        metric("ferry_local_free_bytes", "gauge", "Bytes free (to unprivileged users) on the filesystem of a pull's local directory.",
+               sessions.compactMap { s in s.space.map { (label(s), String($0.free)) } })
+        metric("ferry_local_size_bytes", "gauge", "The size of the filesystem of a pull's local directory.",
+               sessions.compactMap { s in s.space.map { (label(s), String($0.size)) } })
         metric("ferry_manifest_version", "gauge", "Deprecated (the newest seen, not the one served): use ferry_seen_version, or ferry_served_version for what the machine serves.",
                sessions.compactMap { s in s.record?.manifestVersion.map { (label(s), String($0)) } })
     }
