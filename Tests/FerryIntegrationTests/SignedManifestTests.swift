@@ -345,6 +345,11 @@ struct SignedManifestTests {
         let status = try JSONSerialization.jsonObject(with: Data(box.status(["--json"]).stdout.utf8)) as? [String: Any]
         let keySet = ((status?["sessions"] as? [[String: Any]])?.first?["key_set"] as? [String: Any])
         #expect(keySet?["version"] as? Int == 2 && keySet?["threshold"] as? Int == 2, "\(String(describing: keySet))")
+        // config show and config check say the set in force, not only the config's.
+        let inForce = "in force: key set 2 (rotated in band from these), trust-threshold 2 of \(publics[1]) \(publics[2]) \(publics[3])"
+        let shown = ferry(["config", "show", "--config", box.config])
+        #expect(shown.stdout.contains("trusted-keys = \(publics[0]) \(publics[1]) \(publics[2])\n#   " + inForce), "\(shown.output)")
+        #expect(ferry(["config", "check", "--config", box.config]).stdout.contains("    " + inForce))
 
         // K1 is revoked: with K2, under set 2 or under set 1, it is one signature short or refused.
         func publish(_ version: Int64, keySet: Int64?, signedBy which: [Int]) throws {

@@ -94,6 +94,7 @@ struct ConfigCheckCommand: Command {
             let flow = s.direction == .push ? "\(s.local) → \(s.manifestURL)" : "\(s.manifestURL) → \(s.local)"
             Console.out("  [session \(s.name)] \(s.direction.rawValue) \(flow)" + (notes.isEmpty ? "" : " (\(notes.joined(separator: ", ")))"))
             for line in credentials[s.name] ?? [] { Console.out("    " + line) }
+            if let keys = ConfigShowCommand.keySetInForce(s, state: config.agent.state) { Console.out("    " + keys) }
             for f in asked[s.name] ?? [] { Console.out("    online: \(f.place): \(f.text)") }
             if let discretion = s.discretion {
                 // What the conditions say right now, so a window or a threshold can be checked.

@@ -36,8 +36,20 @@ struct ConfigShowCommand: Command {
         // What unset backend keys mean here (where S3 credentials come from), found without the network.
         var resolved: [String: [String: String]] = [:]
         for s in sessions { resolved[s.name] = Backends.describe(s) }
-        text += ConfigText.render(config, sessions: sessions, resolved: resolved)
+        var notes: [String: [String: String]] = [:]
+        for s in sessions { if let note = ConfigShowCommand.keySetInForce(s, state: config.agent.state) { notes[s.name] = ["trusted-keys": note] } }
+        text += ConfigText.render(config, sessions: sessions, resolved: resolved, notes: notes)
         Console.out(String(text.dropLast()))
         return .inSync
+    }
+
+    /// For a pull whose state moved on from the config's `trusted-keys` by an in-band rotation:
+    /// the key set in force, as its state keeps it (nil: the config's set is the one in force).
+    static func keySetInForce(_ s: SessionConfig, state: String) -> String? {
+        guard s.direction == .pull, !s.trustedKeys.isEmpty else { return nil }
+        let set = KeyChain.trusted(by: s, state: state)
+        guard set.version > 1 else { return nil }
+        return "in force: key set \(set.version) (rotated in band from these), trust-threshold \(set.threshold) of "
+               + set.keys.map(\.description).joined(separator: " ")
     }
 }

@@ -7,14 +7,17 @@
 public enum ConfigText {
     /// `resolved`: by session name, then by key, what the runtime found an unset backend key to
     /// mean on this machine (where S3 credentials would come from); a session left out is shown
-    /// with the defaults as words.
-    public static func render(_ config: Config, sessions: [SessionConfig], resolved: [String: [String: String]] = [:]) -> String {
+    /// with the defaults as words. `notes`: by session name, then by key, a comment said under a
+    /// key that is set (the key set in force after an in-band rotation).
+    public static func render(_ config: Config, sessions: [SessionConfig], resolved: [String: [String: String]] = [:],
+                              notes: [String: [String: String]] = [:]) -> String {
         var out = "[agent]\n"
         for key in ConfigParser.agentKeys { out += line(key, agentValue(key, config.agent)) }
         for s in sessions {
             out += "\n[session \(s.name)]\n"
             for key in ConfigParser.sessionKeys where applies(key, to: s) {
                 out += line(key, sessionValue(key, s))
+                if let note = notes[s.name]?[key] { out += "#   \(note)\n" }
                 guard key == "remote" else { continue }
                 // The remote's backend's own keys follow it.
                 for key in s.remote.backend.keys {
