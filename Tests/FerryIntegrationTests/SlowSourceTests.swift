@@ -146,6 +146,7 @@ struct SlowSourceTests {
     /// bucket. It is waited on once, left, and the files come from the bucket.
     @Test func aHungCacheInFrontOfS3CostsOneWait() throws {
         let empty = Harness.temporaryDirectory("slow-s3-cache")
+        defer { Harness.remove(empty) }
         let cache = try PythonServer(directory: empty)
         defer { cache.stop() }
         cache.setFaults(["*": ["hang": true]])
