@@ -19,7 +19,7 @@ from collections import defaultdict
 
 # FerryRuntime's folders as layers, the lowest first: each uses only those before it
 # (`scripts/shape.py` fails the build otherwise). docs/design.md says what each holds.
-LAYERS = ['Local', 'Transport', 'Engine', 'State', 'Remote', 'Trust', 'Delta', 'Setup', 'Session', 'Agent']
+LAYERS = ['Local', 'Transport', 'Engine', 'State', 'Remote', 'Trust', 'Delta', 'Setup', 'Fleet', 'Session', 'Agent']
 
 DECLARATION = re.compile(
     r'^(?:(?:public|internal|private|fileprivate|package|final|indirect|nonisolated|'

@@ -6,7 +6,7 @@ import FerryRuntime
 /// runs it, prints any error with its hint, and exits with the contract's exit code.
 public enum FerryCLI {
     static let commands: [any Command.Type] = [
-        SyncNowCommand.self, AgentCommand.self, StatusCommand.self, EventsCommand.self, CancelCommand.self, ResumeCommand.self, CheckCommand.self, ManifestBuildCommand.self, ManifestShowCommand.self, KeyGenerateCommand.self, KeyPublicCommand.self, KeySetCommand.self,
+        SyncNowCommand.self, AgentCommand.self, StatusCommand.self, EventsCommand.self, CancelCommand.self, ResumeCommand.self, CheckCommand.self, ManifestBuildCommand.self, ManifestShowCommand.self, FleetCommand.self, KeyGenerateCommand.self, KeyPublicCommand.self, KeySetCommand.self,
         LsCommand.self, ReloadCommand.self, ConfigCheckCommand.self, ConfigShowCommand.self, ConfigUnitsCommand.self, VersionCommand.self, CompletionCommand.self, HelpCommand.self,
     ]
 

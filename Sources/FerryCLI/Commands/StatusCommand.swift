@@ -86,6 +86,8 @@ struct StatusCommand: Command {
         let tasks: [TransferTask]
         /// A pull with trusted-keys: the key set it trusts now (`KeyChain`).
         var keySet: KeySet?
+        /// A session with a report location: its last report, and the machine's key.
+        var report: (record: ReportRecord, key: PublicKey?)?
     }
 
     func run() throws(FerryError) -> ExitCode {
@@ -102,7 +104,8 @@ struct StatusCommand: Command {
         var rows: [Row] = []
         for s in sessions {
             rows.append(Row(session: s, record: try store.session(s.name), tasks: try store.tasks(session: s.name),
-                            keySet: s.direction == .pull && !s.trustedKeys.isEmpty ? KeyChain.trusted(by: s, state: config.agent.state) : nil))
+                            keySet: s.direction == .pull && !s.trustedKeys.isEmpty ? KeyChain.trusted(by: s, state: config.agent.state) : nil,
+                            report: s.report == nil ? nil : (try store.report(session: s.name), MachineKey.existing(state: config.agent.state))))
         }
         var budget: BudgetStanding?
         if let b = config.agent.budget { budget = try BudgetStanding(budget: b, at: clock.now(), store: store) }
@@ -286,6 +289,7 @@ struct StatusCommand: Command {
         addProcesses(st, r, to: &out)
         addLastRun(st, r, to: &out)
         addContent(s, r, to: &out)
+        if let text = StatusCommand.reportText(row) { out.add("report", text, maxLines: 3) }
         if let set = row.keySet, set.version > 1 {
             out.add("trust", "key set \(set.version) (taken from the publisher): \(set.threshold) of \(set.keys.map(\.description).joined(separator: ", "))", maxLines: 3)
         }
@@ -531,6 +535,7 @@ struct StatusCommand: Command {
             f.append("\"rejected_version\":" + (r?.rejectedVersion.map(String.init) ?? "null"))
             f.append("\"rejected_reason\":" + (r?.rejectedReason.map(JSONText.quote) ?? "null"))
             f.append("\"rollbacks\":\(r?.rollbacks ?? 0)")
+            f.append("\"report\":" + StatusCommand.reportJSON(row))
             f.append("\"rollout\":" + (r?.rollout.map { "{\"version\":\($0.version),\"percent\":\($0.percent),\"inside\":\($0.inside),\"taking\":\($0.taking)}" } ?? "null"))
             f.append("\"key_set\":" + (row.keySet.map { "{\"version\":\($0.version),\"threshold\":\($0.threshold),\"keys\":[" + $0.keys.map { JSONText.quote($0.description) }.joined(separator: ",") + "]}" } ?? "null"))
             f.append("\"last_run_started\":" + (r?.lastRunStarted.map { JSONText.quote($0.rfc3339) } ?? "null"))

@@ -214,6 +214,11 @@ public struct SessionConfig: Sendable, Equatable {
     /// Pull: copies of the remote (site caches, CDNs, replicas) tried in order for files before
     /// it; the remote stays the authority for the manifest. Any kind of remote.
     public var mirrors: [RemoteLocation] = []
+    /// Where this machine publishes its signed status report after a run (`report`; nil: none):
+    /// a directory on any kind of remote, read by `ferry fleet`.
+    public var report: RemoteLocation?
+    /// A report that says the same as the last one is published again after this long.
+    public var reportInterval: Double = 900
     /// Push: files from this size get a content index in the published manifest (nil: none).
     public var deltaMinimum: Int64? = 1 << 20
     /// A manifest larger than this is refused before it is read (it is held in memory to parse).

@@ -109,9 +109,13 @@ extension ConfigParser {
             }
             var session = SessionConfig(name: section.sessionName!, remote: remote, local: try path(localLine))
             if let line = section.find("mirrors") { session.mirrors = try mirrors(line, remote: remote, backends) }
-            // The keys of the remote's kind, and of each mirror's.
+            if let line = section.find("report") {
+                do { session.report = try RemoteLocation(parsing: line.value, backends: backends) } catch { throw fail(line, error.message) }
+                if session.report == remote { throw fail(line, "names the remote itself; a report goes to a directory of its own, such as s3://fleet-status/site1/") }
+            }
+            // The keys of the remote's kind, of each mirror's and of the report location's.
             var kinds = [remote.backend]
-            for mirror in session.mirrors where !kinds.contains(where: { $0.called == mirror.backend.called }) { kinds.append(mirror.backend) }
+            for mirror in session.mirrors + [session.report].compactMap({ $0 }) where !kinds.contains(where: { $0.called == mirror.backend.called }) { kinds.append(mirror.backend) }
             for line in section.lines {
                 if let key = kinds.lazy.compactMap({ $0.keys.first { $0.name == line.key } }).first {
                     try readBackendKey(key, line, &session)
@@ -266,6 +270,8 @@ extension ConfigParser {
             case "ca-file": session.caFile = try path(line)
             case "basic-auth-file": session.basicAuthFile = try path(line)
             case "bearer-token-file": session.bearerTokenFile = try path(line)
+            case "report-interval": session.reportInterval = try duration(line, minimum: 60)
+            case "report": break
             default: return false
             }
             return true

@@ -18,6 +18,7 @@ public enum ConfigParser {
         "conflict", "verify-uploads", "upload-part-size",
         "trusted-keys", "trust-threshold", "require-expiry", "sign-key", "keys-dir", "rollout", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions",
         "layout", "keep-generations", "exclude", "include", "delta", "delta-min-size", "seed", "mirrors",
+        "report", "report-interval",
     ]
     /// Keys about what a push publishes.
     static let pushKeys = ["verify-uploads", "sign-key", "keys-dir", "rollout", "expires", "object-grace", "metadata-grace", "remote-layout", "keep-versions", "delta-min-size"]

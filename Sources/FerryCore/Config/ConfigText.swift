@@ -68,6 +68,8 @@ public enum ConfigText {
         case "delta": return shown(yes(s.delta))
         case "seed": return shown(s.seeds.isEmpty ? nil : s.seeds.joined(separator: " "), unset: "none")
         case "mirrors": return shown(s.mirrors.isEmpty ? nil : s.mirrors.map(\.url).joined(separator: " "), unset: "none: files come from remote")
+        case "report": return shown(s.report?.url, unset: "none: no status report")
+        case "report-interval": return shown(duration(s.reportInterval))
         case "max-manifest-size": return shown(size(s.maxManifestSize))
         case "mode-mask": return shown("0" + String(s.modeMask, radix: 8))
         case "ca-file": return shown(s.caFile, unset: "the system's CAs")

@@ -137,3 +137,10 @@ enum Remotes {
                          hint: "if a manifest this large is intended, raise max-manifest-size for the session")
     }
 }
+
+/// A remote that can say which objects its directory holds (a report location read by `ferry
+/// fleet`): the names directly under its base, not below; at most `limit`, and an error naming the
+/// cause when it cannot list (a plain HTTP server without WebDAV).
+protocol RemoteDirectory {
+    func names(limit: Int) throws(FerryError) -> [String]
+}

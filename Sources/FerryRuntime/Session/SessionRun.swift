@@ -71,6 +71,22 @@ public struct SyncResult: Sendable {
     public var hint: String?
 }
 
+extension SessionRun {
+    /// The session's status report, when it has a report location and one is due.
+    private func report(_ result: SyncResult, store: StateStore) {
+        guard session.report != nil else { return }
+        let origin = result.sources.filter { $0.source == PullSources.origin }.reduce(0) { $0 + $1.bytes }
+        let mirrors = result.sources.filter { $0.source != PullSources.origin }.reduce(0) { $0 + $1.bytes }
+        let record = try? store.session(session.name)
+        let tree = manifests.cachedBytes(record: record).map { String(SHA256Hasher.digest(of: $0).hex.prefix(24)) }
+        let facts = StatusReports.RunFacts(exit: result.exitCode, originBytes: result.sources.isEmpty ? result.counts.bytes : origin,
+                                           mirrorBytes: mirrors, tree: tree)
+        if let warning = StatusReports.publish(session: session, agent: agent, store: store, facts: facts, clock: clock) {
+            emit(.warning(message: warning))
+        }
+    }
+}
+
 extension SyncResult {
     /// Why work was left for a later run, a sentence each: suspended by `ferry cancel`, delayed to a
     /// time, held by the session's conditions. `noun` names the work, singular: file, upload.
@@ -127,13 +143,15 @@ final class SessionRun: SessionWork {
         var result = SyncResult(session: session.name)
         emit(.syncStarted(direction: session.direction, dryRun: options.dryRun))
         var state: SessionState?
+        // Held until the report is out: two runs of a session never number reports alike.
+        var lock: SessionLock?
         do throws(FerryError) {
             let store = try StateStore(directory: agent.state, clock: clock)
             let stored = StoredState(store: store, session: session, stateDirectory: agent.state)
             let kept: SessionState = options.dryRun ? DryRun(stored, session: session, stateDirectory: agent.state)
                                                     : stored
             state = kept
-            let lock = try kept.beginRun(pid: getpid(), deadline: options.stop.deadlineTime)
+            lock = try kept.beginRun(pid: getpid(), deadline: options.stop.deadlineTime)
             switch session.direction {
             case .pull:
                 let pull = PullSync(session: session, agent: agent, observer: observer, options: options,
@@ -152,12 +170,15 @@ final class SessionRun: SessionWork {
                 let failed = RunOutcome(counts: TransferCounts(failed: result.counts.failed))
                 result.exitCode = ExitCode.worst([result.exitCode] + failed.codes)
             }
-            withExtendedLifetime(lock) {}
         } catch {
             result.end(with: options.stop.explaining(error))
         }
         // A run refused as busy never ran: the status belongs to the process that holds the session.
-        if let state, result.error?.category != .busy { state.endRun(result) }
+        if let state, result.error?.category != .busy {
+            state.endRun(result)
+            if !options.dryRun, let stored = state as? StoredState { report(result, store: stored.store) }
+        }
+        withExtendedLifetime(lock) {}
         emit(.syncFinished(exitCode: result.exitCode.rawValue, transferred: result.counts.transferred, failed: result.counts.failed,
                            deleted: result.counts.deleted, bytes: result.counts.bytes, seconds: clock.monotonic() - started,
                            message: result.message, hint: result.hint, dryRun: options.dryRun))

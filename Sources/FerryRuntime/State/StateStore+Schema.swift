@@ -252,6 +252,14 @@ extension StateStore {
         ALTER TABLE sessions ADD COLUMN served_version INTEGER;
         ALTER TABLE sessions ADD COLUMN served_since TEXT;
         """,
+        // 20: the session's last signed status report (`StatusReports`): its sequence number, what
+        // it said (`StatusReport.substance`), when it went, and why the last try failed (NULL: it did not).
+        """
+        ALTER TABLE sessions ADD COLUMN report_seq INTEGER NOT NULL DEFAULT 0;
+        ALTER TABLE sessions ADD COLUMN report_substance TEXT;
+        ALTER TABLE sessions ADD COLUMN report_time TEXT;
+        ALTER TABLE sessions ADD COLUMN report_failure TEXT;
+        """,
     ]
 
     /// `TaskState.after(event)` as SQL: the expression a row's new state is set to, so the table

@@ -242,3 +242,16 @@ final class FileSource: SteppedSource {
         fd = -1
     }
 }
+
+extension FileRemote: RemoteDirectory {
+    /// Plain names of the directory (what is read from each is opened as any remote file is:
+    /// without following a symlink out of the tree).
+    func names(limit: Int) throws(FerryError) -> [String] {
+        guard let directory = base.localDirectory, FileSystem.exists(directory) else {
+            throw FerryError(.remote, "cannot list \(base.url): no such directory", hint: "check the report location's URL", cause: .local(errno: ENOENT))
+        }
+        var out: [String] = []
+        FileSystem.forEachName(in: directory) { name in if out.count < limit && !name.hasPrefix(".") { out.append(name) } }
+        return out
+    }
+}

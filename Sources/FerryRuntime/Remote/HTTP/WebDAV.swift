@@ -233,3 +233,46 @@ final class DAVCollections: Sendable {
 /// A WebDAV `MOVE` run by the engine, so a push's moves go beside its uploads on the multi
 /// handle's kept-alive connections instead of one at a time.
 final class RemoteMove: RemoteRequest {}
+
+extension HTTPRemote: RemoteDirectory {
+    /// A `PROPFIND` with `Depth: 1` on the remote's collection: the members that are not
+    /// collections. A server without WebDAV listing cannot say what it holds.
+    func names(limit: Int) throws(FerryError) -> [String] {
+        let listing = try EasyHandle.borrow { easy throws(FerryError) in
+            try exchange(easy, "PROPFIND", url: base.url, headers: ["Depth: 1"], body: nil, keep: 16 << 20)
+        }
+        guard listing.status == 207 else {
+            throw FerryError(.remote, "cannot list \(base.url): PROPFIND answered HTTP \(listing.status)",
+                             hint: "a report location over HTTP must list its members: WebDAV with PROPFIND (nginx: dav_ext_methods PROPFIND "
+                                   + "from libnginx-mod-http-dav-ext; Apache: Dav On), or use an s3://, sftp:// or file:// location",
+                             cause: .http(status: listing.status))
+        }
+        var out: [String] = []
+        for href in WebDAV.hrefs(in: listing.body) where !href.hasSuffix("/") && out.count < limit {
+            guard let last = href.split(separator: "/").last, let name = String(last).removingPercentEncoding(), !name.hasPrefix(".") else { continue }
+            out.append(name)
+        }
+        return out
+    }
+}
+
+extension WebDAV {
+    /// The text of every `href` element (whatever the namespace prefix), in order.
+    static func hrefs(in body: [UInt8]) -> [String] {
+        let text = String(decoding: body, as: UTF8.self)
+        var out: [String] = []
+        var rest = text[...]
+        while let open = rest.firstRange(of: "href>") {
+            // An opening tag: `<href>` or `<prefix:href>` (not `</…href>`).
+            let before = rest[..<open.lowerBound]
+            guard let lt = before.lastIndex(of: "<"), rest[rest.index(after: lt)] != "/",
+                  let close = rest[open.upperBound...].firstIndex(of: "<") else {
+                rest = rest[open.upperBound...]
+                continue
+            }
+            out.append(String(rest[open.upperBound..<close]).trimmingSpaces())
+            rest = rest[close...]
+        }
+        return out
+    }
+}

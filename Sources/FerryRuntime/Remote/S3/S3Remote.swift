@@ -113,3 +113,27 @@ enum S3Exchange {
         return answer
     }
 }
+
+extension S3Remote: RemoteDirectory {
+    /// ListObjectsV2 under the prefix, a page of 1,000 at a time, with `/` as delimiter (names
+    /// further down are not listed).
+    func names(limit: Int) throws(FerryError) -> [String] {
+        var out: [String] = []
+        var token: String?
+        repeat {
+            var query = [("list-type", "2"), ("prefix", prefix), ("delimiter", "/"), ("max-keys", "1000")]
+            if let token { query.append(("continuation-token", token)) }
+            let answer = try S3Exchange.perform(try request("GET", key: nil, query: query), bodyLimit: 8 << 20, what: "list \(base.url)")
+            guard answer.headers.status == 200, !answer.overflowed else {
+                throw S3Errors.failure(answer, doing: "list \(base.url)", bucket: bucket, key: prefix, region: region, credentials: signer.credentials.source)
+            }
+            for block in S3XML.blocks("Contents", in: answer.body) {
+                guard let key = S3XML.element("Key", in: block), key.hasPrefix(prefix) else { continue }
+                let name = String(key.dropFirst(prefix.count))
+                if !name.isEmpty && !name.contains("/") { out.append(name) }
+            }
+            token = S3XML.element("IsTruncated", in: answer.body) == "true" ? S3XML.element("NextContinuationToken", in: answer.body) : nil
+        } while token != nil && out.count < limit
+        return Array(out.prefix(limit))
+    }
+}

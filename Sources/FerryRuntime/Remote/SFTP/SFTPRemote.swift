@@ -193,3 +193,11 @@ struct SFTPCalls {
         SFTPErrors.malformed(endpoint, SFTP.Malformed(what: "an answer to \(what) of the wrong kind"))
     }
 }
+
+extension SFTPRemote: RemoteDirectory {
+    func names(limit: Int) throws(FerryError) -> [String] {
+        try connections.with(self) { connection throws(FerryError) -> [String] in
+            try SFTPCalls(remote: self, connection: connection).names(in: directory.isEmpty ? "." : directory, limit: limit).filter { !$0.hasPrefix(".") }
+        }
+    }
+}

@@ -1,0 +1,82 @@
+/// What a reader of a report location remembers between reads: for each machine key, the highest
+/// report taken (its sequence number, time and signature) and the machine and session it named.
+/// It is how a report put back (replayed) is told from a new one, and, without a file of machine
+/// keys, how a machine is bound to the first key it reported with (trust on first report).
+///
+/// Kept as text, a line per key: `<key> <seq> <unix seconds> <signature base64> <session> <machine>`.
+public struct FleetLedger: Sendable, Equatable {
+    public struct Entry: Sendable, Equatable {
+        public var seq: Int64
+        public var time: Int64
+        public var signature: String
+        public var session: String
+        public var machine: String
+    }
+
+    public private(set) var entries: [PublicKey: Entry] = [:]
+
+    public init() {}
+
+    public init(text: String) {
+        for line in text.split(separator: "\n") {
+            let w = line.split(separator: " ", maxSplits: 5).map(String.init)
+            guard w.count == 6, let key = PublicKey(text: w[0]), let seq = Int64(w[1]), let time = Int64(w[2]) else { continue }
+            entries[key] = Entry(seq: seq, time: time, signature: w[3], session: w[4], machine: w[5])
+        }
+    }
+
+    public var text: String {
+        entries.sorted { $0.key.description < $1.key.description }
+            .map { "\($0.key) \($0.value.seq) \($0.value.time) \($0.value.signature) \($0.value.session) \($0.value.machine)" }
+            .joined(separator: "\n") + "\n"
+    }
+
+    /// How a report fared.
+    public enum Verdict: Sendable, Equatable {
+        /// Taken: the newest of its machine (`new`: the first from its key).
+        case taken(new: Bool)
+        case replayed(String)
+        case forged(String)
+    }
+
+    /// Judges a report whose signature verified, and remembers a taken one. `machineKeys`: the
+    /// keys the reader trusts and the machine each stands for (nil: trust on first report).
+    /// `now`: a report from more than five minutes ahead is refused.
+    public mutating func judge(_ report: StatusReport, signature: [UInt8], machineKeys: [PublicKey: String]?, now: Timestamp) -> Verdict {
+        let sig = Base64.encode(signature)
+        let machine = report.machine.replacingSpaces()
+        if let machineKeys {
+            guard let named = machineKeys[report.key] else {
+                return .forged("signed by \(report.key), which is not in the file of machine keys")
+            }
+            if !named.isEmpty && named != report.machine {
+                return .forged("signed by the key of machine \(named), but says it is \(report.machine)")
+            }
+        } else if let (other, _) = entries.first(where: { $0.value.machine == machine && $0.value.session == report.session && $0.key != report.key }) {
+            return .forged("machine \(report.machine) reported with key \(other) first; this one is signed by \(report.key) "
+                           + "(a machine whose state was made again has a new key: remove its line from the ledger to take it)")
+        }
+        if report.time.seconds > now.seconds + 300 {
+            return .forged("it is dated \(report.time.rfc3339), ahead of this machine's clock by more than 5 minutes")
+        }
+        let known = entries[report.key]
+        if let known {
+            if report.seq < known.seq {
+                return .replayed("report #\(report.seq) of \(report.time.rfc3339), older than #\(known.seq) read before")
+            }
+            if report.seq == known.seq && sig != known.signature {
+                return .forged("a second, different report #\(report.seq)")
+            }
+            if report.time.seconds < known.time {
+                return .replayed("report #\(report.seq) dated \(report.time.rfc3339), before the one read before")
+            }
+        }
+        entries[report.key] = Entry(seq: report.seq, time: report.time.seconds, signature: sig, session: report.session, machine: machine)
+        return .taken(new: known == nil)
+    }
+}
+
+extension String {
+    /// The text with spaces as `_`: a field of a space-separated line.
+    fileprivate func replacingSpaces() -> String { String(map { $0 == " " || $0 == "\n" ? "_" : $0 }) }
+}

@@ -1,0 +1,142 @@
+import Foundation
+import Testing
+import FerryCore
+
+/// Signed status reports (`report = URL`) and `ferry fleet`: each machine publishes what it
+/// serves, signed by its own key; the reader counts versions and refuses what is forged, replayed
+/// or malformed — counted and named, never merged.
+@Suite(.serialized)
+struct FleetReportTests {
+    /// `count` machines pulling `remote`, each reporting to `reports`.
+    struct Machines {
+        let root: String
+        let count: Int
+
+        init(_ label: String, count: Int, remote: String, reports: String, session: [String] = []) throws {
+            root = Harness.temporaryDirectory(label)
+            self.count = count
+            for i in 0..<count { try Self.write(root: root, i, id: "machine-\(i)", remote: remote, reports: reports, session: session) }
+        }
+
+        static func write(root: String, _ i: Int, id: String, remote: String, reports: String, session: [String]) throws {
+            try FileManager.default.createDirectory(atPath: root + "/m\(i)", withIntermediateDirectories: true)
+            try (["[agent]", "state = \(root)/m\(i)/state", "machine-id = \(id)", "[session fleet]", "remote = \(remote)",
+                  "local = \(root)/m\(i)/mirror", "report = \(reports)"] + session).joined(separator: "\n").appending("\n")
+                .writeReplacing(root + "/m\(i)/ferry.conf")
+        }
+
+        func config(_ i: Int) -> String { root + "/m\(i)/ferry.conf" }
+
+        func sync() -> [Int32] { (0..<count).map { ferry(["sync", "now", "--config", config($0), "--quiet"]).exitCode } }
+
+        /// Machine `i`'s last report, as `status --json` tells it.
+        func report(_ i: Int) -> [String: Any] {
+            let json = (try? JSONSerialization.jsonObject(with: Data(ferry(["status", "--config", config(i), "--json"]).stdout.utf8))) as? [String: Any]
+            return ((json?["sessions"] as? [[String: Any]])?.first?["report"] as? [String: Any]) ?? [:]
+        }
+    }
+
+    static func fleet(_ arguments: [String]) -> [String: Any] {
+        let run = ferry(["fleet", "--json"] + arguments)
+        #expect(run.exitCode == 0, "\(run.output)")
+        return (try? JSONSerialization.jsonObject(with: Data(run.stdout.utf8))) as? [String: Any] ?? [:]
+    }
+
+    static func refused(_ view: [String: Any], _ kind: String) -> [[String: Any]] {
+        (view["refused"] as? [[String: Any]] ?? []).filter { $0["kind"] as? String == kind }
+    }
+
+    static func served(_ view: [String: Any]) -> [Int: Int] {
+        var out: [Int: Int] = [:]
+        for s in view["served"] as? [[String: Any]] ?? [] { out[s["version"] as? Int ?? -1] = s["machines"] as? Int }
+        return out
+    }
+
+    @Test func machinesReportWhatTheyServeAndForgedReplayedOrMalformedReportsAreRefused() throws {
+        let box = Sandbox("fleet-reports")
+        box.publish("a.txt", "release 3\n")
+        #expect(ferry(["manifest", "build", box.published, "--version", "3"]).exitCode == 0)
+        let reports = box.directory + "/reports"
+        let machines = try Machines("fleet-machines", count: 3, remote: "file://" + box.published, reports: "file://\(reports)/")
+        defer { Harness.remove(machines.root) }
+        #expect(machines.sync() == [0, 0, 0])
+        let ledger = box.directory + "/ledger"
+        var view = Self.fleet(["file://" + reports, "--ledger", ledger])
+        #expect(view["listed"] as? Int == 3 && view["taken"] as? Int == 3 && Self.served(view) == [3: 3], "\(view)")
+        #expect((view["first_seen"] as? [String])?.count == 3, "trusted on first report, said: \(view)")
+        let names = try FileManager.default.contentsOfDirectory(atPath: reports).filter { $0.hasSuffix(".report") }.sorted()
+        #expect(names.count == 3)
+        for name in names {
+            let size = try FileManager.default.attributesOfItem(atPath: reports + "/" + name)[.size] as? Int ?? 0
+            #expect(size > 0 && size <= 512, "\(name): \(size) bytes")
+        }
+
+        // Nothing changed: no new report (the sequence stays); a new release: a new one.
+        #expect(machines.report(0)["seq"] as? Int == 1)
+        #expect(machines.sync() == [0, 0, 0])
+        #expect(machines.report(0)["seq"] as? Int == 1, "an unchanged machine publishes again only after report-interval")
+        let key0 = try #require(machines.report(0)["key"] as? String)
+        let name0 = try #require(names.first { (try? String(contentsOfFile: reports + "/" + $0, encoding: .utf8))?.contains(key0) == true })
+        let old0 = try Data(contentsOf: URL(fileURLWithPath: reports + "/" + name0))
+        box.publish("a.txt", "release 4\n")
+        #expect(ferry(["manifest", "build", box.published, "--version", "4"]).exitCode == 0)
+        #expect(machines.sync() == [0, 0, 0])
+        #expect(machines.report(0)["seq"] as? Int == 2)
+        view = Self.fleet(["file://" + reports, "--ledger", ledger])
+        #expect(Self.served(view) == [4: 3] && view["refused"] as? [Any] != nil && Self.refused(view, "forged").isEmpty, "\(view)")
+        let release = (view["releases"] as? [[String: Any]])?.first { $0["version"] as? Int == 4 } ?? [:]
+        #expect(release["eligible"] as? Int == 3 && release["took"] as? Int == 3 && release["passed"] as? Int == 3, "\(release)")
+
+        // Replayed: machine 0's report of release 3 put back over its newer one (then the newer
+        // one back: the machine publishes again only when something changes).
+        let new0 = try Data(contentsOf: URL(fileURLWithPath: reports + "/" + name0))
+        try old0.write(to: URL(fileURLWithPath: reports + "/" + name0))
+        view = Self.fleet(["file://" + reports, "--ledger", ledger])
+        #expect(Self.refused(view, "replayed").map { $0["name"] as? String } == [name0] && view["taken"] as? Int == 2
+                && Self.served(view) == [4: 2], "\(view)")
+        try new0.write(to: URL(fileURLWithPath: reports + "/" + name0))
+
+        // Forged: machine 1's body altered (its signature no longer holds); machine 2's report
+        // copied under another name; a file that is no report.
+        let name1 = try #require(names.first { $0 != name0 })
+        let text1 = try String(contentsOfFile: reports + "/" + name1, encoding: .utf8)
+        try text1.replacingOccurrences(of: "\"served\":4", with: "\"served\":5").writeReplacing(reports + "/" + name1)
+        let name2 = try #require(names.first { $0 != name0 && $0 != name1 })
+        try FileManager.default.copyItem(atPath: reports + "/" + name2, toPath: reports + "/00000000000000000000000000000000.fleet.report")
+        try "not a report\n".writeReplacing(reports + "/junk.report")
+        view = Self.fleet(["file://" + reports, "--ledger", ledger])
+        let forged = Self.refused(view, "forged")
+        #expect(Set(forged.compactMap { $0["name"] as? String }) == [name1, "00000000000000000000000000000000.fleet.report"], "\(view)")
+        #expect(forged.contains { ($0["reason"] as? String)?.contains("does not verify") == true }, "\(forged)")
+        #expect(Self.refused(view, "malformed").map { $0["name"] as? String } == ["junk.report"], "\(view)")
+        #expect(Self.served(view) == [4: 2] && (view["machines"] as? [[String: Any]])?.contains { $0["served"] as? Int == 5 } == false, "never merged: \(view)")
+        let text = ferry(["fleet", "file://" + reports, "--ledger", ledger])
+        #expect(text.exitCode == 0 && text.stdout.contains("served     v4: 2 machines") && text.stdout.contains("refused    forged " + name1)
+                && text.stdout.contains("refused    malformed junk.report"), "\(text.output)")
+
+        try Self.keysAndFilters(box, machines, reports: reports, ledger: ledger)
+    }
+
+    /// A new key claiming a machine the ledger knows is refused; with a file of machine keys, only
+    /// the keys listed count; the filters.
+    private static func keysAndFilters(_ box: Sandbox, _ machines: Machines, reports: String, ledger: String) throws {
+        var view: [String: Any]
+        try Machines.write(root: machines.root, 3, id: "machine-2", remote: "file://" + box.published, reports: "file://\(reports)/", session: [])
+        #expect(ferry(["sync", "now", "--config", machines.config(3), "--quiet"]).exitCode == 0)
+        let key3 = try #require(machines.report(3)["key"] as? String)
+        view = fleet(["file://" + reports, "--ledger", ledger])
+        #expect(refused(view, "forged").contains { ($0["reason"] as? String)?.contains("reported with key") == true
+                                                       && ($0["reason"] as? String)?.contains(key3) == true }, "\(view)")
+        let keys = box.directory + "/machine-keys"
+        try "# the one machine trusted\n\(key3) machine-2\n".writeReplacing(keys)
+        view = fleet(["file://" + reports, "--ledger", box.directory + "/ledger2", "--machine-keys", keys])
+        #expect(view["taken"] as? Int == 1 && (view["machines"] as? [[String: Any]])?.first?["key"] as? String == key3, "\(view)")
+        #expect(refused(view, "forged").filter { ($0["reason"] as? String)?.contains("not in the file of machine keys") == true }.count == 2, "\(view)")
+
+        // Filters.
+        view = fleet(["file://" + reports, "--ledger", box.directory + "/ledger3", "--machine", "machine-0"])
+        #expect((view["machines"] as? [[String: Any]])?.map { $0["machine"] as? String } == ["machine-0"], "\(view)")
+        view = fleet(["file://" + reports, "--ledger", box.directory + "/ledger4", "--version", "3"])
+        #expect((view["machines"] as? [Any])?.isEmpty == true && served(view).isEmpty, "\(view)")
+    }
+}
