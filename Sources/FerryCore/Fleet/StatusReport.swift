@@ -76,12 +76,13 @@ public struct StatusReport: Sendable, Equatable {
         return String(decoding: copy.body(), as: UTF8.self)
     }
 
-    /// The body as signed: flat JSON, at most `maximumBody` bytes (the host, then the tree hash and
-    /// the rollout, are left out of a report that would be longer).
+    /// The body as signed: flat JSON, at most `maximumBody` bytes (the host, then the tree hash, the
+    /// rollout and the error class (the exit code stays), are left out of a report that would be
+    /// longer, and then the machine's name is cut to 16 characters).
     public func body() -> [UInt8] {
         var copy = self
         var text = copy.render()
-        for drop in [{ (r: inout StatusReport) in r.host = nil }, { $0.tree = nil }, { $0.rollout = nil },
+        for drop in [{ (r: inout StatusReport) in r.host = nil }, { $0.tree = nil }, { $0.rollout = nil }, { $0.error = nil },
                      { $0.machine = String($0.machine.prefix(16)) }] where text.utf8.count > StatusReport.maximumBody {
             drop(&copy)
             text = copy.render()
