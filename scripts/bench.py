@@ -17,6 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchmarks.delta import delta_sections  # noqa: E402
 from benchmarks.fleet import fleet_sections  # noqa: E402
 from benchmarks.fleet_delta import fleet_delta_sections  # noqa: E402
+from benchmarks.fleet_reports import fleet_reports_sections  # noqa: E402
 from benchmarks.manifests import format_sections, generations_sections, million_sections  # noqa: E402
 from benchmarks.pull import kill_section, pull_sections, pull_workloads  # noqa: E402
 from benchmarks.push import push_sections  # noqa: E402
@@ -32,13 +33,14 @@ from benchmarks.small import real_tree_section, small_file_sections, small_only 
 ONLY = {"push": push_sections, "s3": s3_sections, "sftp": sftp_sections, "formats": format_sections,
         "generations": generations_sections, "realtree": lambda f, r: [real_tree_section(f, r)], "small": small_only,
         "million": million_sections, "delta": delta_sections, "fleet": fleet_sections, "realdata": realdata_sections,
-        "wan": wan_sections, "fleet-delta": fleet_delta_sections}
+        "wan": wan_sections, "fleet-delta": fleet_delta_sections,
+        "fleet-reports": fleet_reports_sections}
 
 # The sections a full run measures after the pulls, in the report's order: each sets up its own
 # data and servers, and returns its sections. A new section is a function (ferry, runs) -> [section],
 # in a module of its own, added here and to ONLY.
 SECTIONS = [push_sections, s3_sections, sftp_sections, delta_sections, realdata_sections, wan_sections,
-            fleet_sections, fleet_delta_sections]
+            fleet_sections, fleet_delta_sections, fleet_reports_sections]
 
 
 def full_run(ferry, runs):

@@ -10,6 +10,7 @@
 #                                  once into /var/tmp/ferry-bench-data, BENCH_REALDATA_SETS=app.db for one set)
 #                                  wan: through scripts/wanrelay.py (50 ms at 100 Mbit/s, 150 ms at 20 Mbit/s)
 #                                  fleet-delta: 30 agents take a 1% change through the site cache, BENCH_FLEET_DELTA_AGENTS=N
+#                                  fleet-reports: ferry fleet over 10,000 signed reports in SeaweedFS, BENCH_FLEET_REPORTS=N
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --bench

@@ -139,4 +139,41 @@ struct FleetReportTests {
         view = fleet(["file://" + reports, "--ledger", box.directory + "/ledger4", "--version", "3"])
         #expect((view["machines"] as? [Any])?.isEmpty == true && served(view).isEmpty, "\(view)")
     }
+
+    /// Reports in S3 (SeaweedFS), from a push and a pull of one machine, read with the session's
+    /// credentials; a location that cannot be written costs the run nothing but one warning.
+    @Test func reportsGoToS3AndAnUnwritableLocationIsSaidOnce() throws {
+        let store = try SeaweedFS.shared()
+        let bucket = try store.newBucket("fleet")
+        let box = Sandbox("fleet-s3")
+        let src = box.directory + "/src"
+        try FileManager.default.createDirectory(atPath: src, withIntermediateDirectories: true)
+        try "hello\n".writeReplacing(src + "/a.txt")
+        let s3 = ["s3-endpoint = \(store.endpoint)", "s3-credentials = \(try store.credentialsFile(in: box.directory))",
+                  "report = s3://\(bucket)/fleet/"]
+        try (["[agent]", "state = \(box.state)", "machine-id = s3-machine", "[session up]", "direction = push", "remote = s3://\(bucket)/tree/",
+              "local = \(src)"] + s3 + ["", "[session down]", "remote = s3://\(bucket)/tree/", "local = \(box.local)"] + s3)
+            .joined(separator: "\n").appending("\n").writeReplacing(box.config)
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        #expect(box.sync(["--session", "down"]).exitCode == 0)
+        #expect(store.keys(bucket, prefix: "fleet/").count == 2, "\(store.keys(bucket, prefix: "fleet/"))")
+        let view = Self.fleet(["--config", box.config, "--session", "down", "--ledger", box.directory + "/ledger"])
+        let served = (view["served"] as? [[String: Any]] ?? []).map { "\($0["session"] ?? "") \($0["version"] as? Int ?? -1)" }.sorted()
+        let published = try #require((view["machines"] as? [[String: Any]])?.first?["served"] as? Int)
+        #expect(view["taken"] as? Int == 2 && served == ["down \(published)", "up \(published)"], "the version pushed is the one pulled: \(view)")
+        #expect(Set((view["machines"] as? [[String: Any]] ?? []).compactMap { $0["key"] as? String }).count == 1, "one machine key for both sessions")
+
+        // A location that cannot be written: the run is in sync, says so once, and status tells why.
+        let text = try String(contentsOfFile: box.config, encoding: .utf8).replacingOccurrences(of: "report = s3://\(bucket)/fleet/", with: "report = file:///dev/null/reports/")
+        try text.writeReplacing(box.config)
+        try "changed\n".writeReplacing(src + "/a.txt")
+        let first = box.sync(["--session", "up", "--json"])
+        #expect(first.exitCode == 0 && first.events(named: "warning").filter { ($0["message"] as? String)?.contains("status report cannot be published") == true }.count == 1, "\(first.output)")
+        try "changed again\n".writeReplacing(src + "/a.txt")
+        let second = box.sync(["--session", "up", "--json"])
+        #expect(second.exitCode == 0 && second.events(named: "warning").allSatisfy { ($0["message"] as? String)?.contains("status report") != true }, "said once: \(second.output)")
+        let status = ferry(["status", "--config", box.config, "--session", "up", "--json"])
+        let report = ((try? JSONSerialization.jsonObject(with: Data(status.stdout.utf8))) as? [String: Any]).flatMap { ($0["sessions"] as? [[String: Any]])?.first?["report"] as? [String: Any] }
+        #expect((report?["failure"] as? String)?.contains("/dev/null/reports") == true && report?["seq"] as? Int == 3, "\(status.output)")
+    }
 }

@@ -1,11 +1,13 @@
-/// What a reader of a report location remembers between reads: for each machine key, the highest
-/// report taken (its sequence number, time and signature) and the machine and session it named.
+/// What a reader of a report location remembers between reads: for each machine key and session
+/// (a machine reports each of its sessions under its one key), the highest report taken (its
+/// sequence number, time and signature) and the machine it named.
 /// It is how a report put back (replayed) is told from a new one, and, without a file of machine
 /// keys, how a machine is bound to the first key it reported with (trust on first report).
 ///
-/// Kept as text, a line per key: `<key> <seq> <unix seconds> <signature base64> <session> <machine>`.
+/// Kept as text, a line per key and session: `<key> <seq> <unix seconds> <signature base64> <session> <machine>`.
 public struct FleetLedger: Sendable, Equatable {
     public struct Entry: Sendable, Equatable {
+        public var key: PublicKey
         public var seq: Int64
         public var time: Int64
         public var signature: String
@@ -13,7 +15,8 @@ public struct FleetLedger: Sendable, Equatable {
         public var machine: String
     }
 
-    public private(set) var entries: [PublicKey: Entry] = [:]
+    /// By `<key> <session>`.
+    public private(set) var entries: [String: Entry] = [:]
 
     public init() {}
 
@@ -21,13 +24,13 @@ public struct FleetLedger: Sendable, Equatable {
         for line in text.split(separator: "\n") {
             let w = line.split(separator: " ", maxSplits: 5).map(String.init)
             guard w.count == 6, let key = PublicKey(text: w[0]), let seq = Int64(w[1]), let time = Int64(w[2]) else { continue }
-            entries[key] = Entry(seq: seq, time: time, signature: w[3], session: w[4], machine: w[5])
+            entries[key.description + " " + w[4]] = Entry(key: key, seq: seq, time: time, signature: w[3], session: w[4], machine: w[5])
         }
     }
 
     public var text: String {
-        entries.sorted { $0.key.description < $1.key.description }
-            .map { "\($0.key) \($0.value.seq) \($0.value.time) \($0.value.signature) \($0.value.session) \($0.value.machine)" }
+        entries.sorted { $0.key < $1.key }
+            .map { "\($0.value.key) \($0.value.seq) \($0.value.time) \($0.value.signature) \($0.value.session) \($0.value.machine)" }
             .joined(separator: "\n") + "\n"
     }
 
@@ -52,14 +55,15 @@ public struct FleetLedger: Sendable, Equatable {
             if !named.isEmpty && named != report.machine {
                 return .forged("signed by the key of machine \(named), but says it is \(report.machine)")
             }
-        } else if let (other, _) = entries.first(where: { $0.value.machine == machine && $0.value.session == report.session && $0.key != report.key }) {
-            return .forged("machine \(report.machine) reported with key \(other) first; this one is signed by \(report.key) "
+        } else if let other = entries.values.first(where: { $0.machine == machine && $0.session == report.session && $0.key != report.key }) {
+            return .forged("machine \(report.machine) reported with key \(other.key) first; this one is signed by \(report.key) "
                            + "(a machine whose state was made again has a new key: remove its line from the ledger to take it)")
         }
         if report.time.seconds > now.seconds + 300 {
             return .forged("it is dated \(report.time.rfc3339), ahead of this machine's clock by more than 5 minutes")
         }
-        let known = entries[report.key]
+        let name = report.key.description + " " + report.session
+        let known = entries[name]
         if let known {
             if report.seq < known.seq {
                 return .replayed("report #\(report.seq) of \(report.time.rfc3339), older than #\(known.seq) read before")
@@ -71,7 +75,7 @@ public struct FleetLedger: Sendable, Equatable {
                 return .replayed("report #\(report.seq) dated \(report.time.rfc3339), before the one read before")
             }
         }
-        entries[report.key] = Entry(seq: report.seq, time: report.time.seconds, signature: sig, session: report.session, machine: machine)
+        entries[name] = Entry(key: report.key, seq: report.seq, time: report.time.seconds, signature: sig, session: report.session, machine: machine)
         return .taken(new: known == nil)
     }
 }
