@@ -48,33 +48,33 @@ struct StatusReportTests {
     @Test func theLedgerRefusesReplaysForgeriesAndReportsFromTheFuture() {
         var ledger = FleetLedger()
         let now = Timestamp(seconds: 1_800_000_100)
-        #expect(ledger.judge(Self.report(seq: 5), signature: Self.signature, machineKeys: nil, now: now) == .taken(new: true))
-        #expect(ledger.judge(Self.report(seq: 5), signature: Self.signature, machineKeys: nil, now: now) == .taken(new: false), "read again")
-        guard case .replayed = ledger.judge(Self.report(seq: 4), signature: [UInt8](repeating: 2, count: 64), machineKeys: nil, now: now) else {
+        #expect(ledger.judge(Self.report(seq: 5), digest: "d1", machineKeys: nil, now: now) == .taken(new: true))
+        #expect(ledger.judge(Self.report(seq: 5), digest: "d1", machineKeys: nil, now: now) == .taken(new: false), "read again")
+        guard case .replayed = ledger.judge(Self.report(seq: 4), digest: "d2", machineKeys: nil, now: now) else {
             Issue.record("an older sequence number is a replay"); return
         }
-        guard case .forged = ledger.judge(Self.report(seq: 5, served: 9), signature: [UInt8](repeating: 3, count: 64), machineKeys: nil, now: now) else {
+        guard case .forged = ledger.judge(Self.report(seq: 5, served: 9), digest: "d3", machineKeys: nil, now: now) else {
             Issue.record("a second report with the same number is forged"); return
         }
-        guard case .replayed = ledger.judge(Self.report(seq: 6, time: 1_700_000_000), signature: Self.signature, machineKeys: nil, now: now) else {
+        guard case .replayed = ledger.judge(Self.report(seq: 6, time: 1_700_000_000), digest: "d1", machineKeys: nil, now: now) else {
             Issue.record("a newer number with an older time is a replay"); return
         }
-        guard case .forged = ledger.judge(Self.report(seq: 7, time: now.seconds + 3_600), signature: Self.signature, machineKeys: nil, now: now) else {
+        guard case .forged = ledger.judge(Self.report(seq: 7, time: now.seconds + 3_600), digest: "d1", machineKeys: nil, now: now) else {
             Issue.record("an hour ahead is refused"); return
         }
-        guard case .forged = ledger.judge(Self.report(key: Self.otherKey), signature: Self.signature, machineKeys: nil, now: now) else {
+        guard case .forged = ledger.judge(Self.report(key: Self.otherKey), digest: "d1", machineKeys: nil, now: now) else {
             Issue.record("machine m1 is bound to its first key"); return
         }
-        #expect(ledger.judge(Self.report(seq: 8), signature: Self.signature, machineKeys: nil, now: now) == .taken(new: false))
+        #expect(ledger.judge(Self.report(seq: 8), digest: "d1", machineKeys: nil, now: now) == .taken(new: false))
         #expect(FleetLedger(text: ledger.text) == ledger, "the ledger reads back")
         var strict = FleetLedger()
-        guard case .forged = strict.judge(Self.report(), signature: Self.signature, machineKeys: [Self.otherKey: ""], now: now) else {
+        guard case .forged = strict.judge(Self.report(), digest: "d1", machineKeys: [Self.otherKey: ""], now: now) else {
             Issue.record("a key not listed is refused"); return
         }
-        guard case .forged = strict.judge(Self.report(), signature: Self.signature, machineKeys: [Self.key: "m2"], now: now) else {
+        guard case .forged = strict.judge(Self.report(), digest: "d1", machineKeys: [Self.key: "m2"], now: now) else {
             Issue.record("a key listed for another machine is refused"); return
         }
-        #expect(strict.judge(Self.report(), signature: Self.signature, machineKeys: [Self.key: "m1"], now: now) == .taken(new: true))
+        #expect(strict.judge(Self.report(), digest: "d1", machineKeys: [Self.key: "m1"], now: now) == .taken(new: true))
     }
 
     @Test func theViewCountsEachReleasesRollout() {

@@ -60,7 +60,7 @@ public struct FleetView: Sendable {
             .sorted { $0.time < $1.time }
             .map { Silent(machine: $0.machine, host: $0.host, session: $0.session, last: $0.time) }
         errors = Dictionary(grouping: reports.filter { $0.error != nil }, by: { $0.error! })
-            .map { ErrorCount(error: $0.key, machines: $0.value.map { $0.host ?? $0.machine }.sorted()) }
+            .map { ErrorCount(error: $0.key, machines: $0.value.map(\.machine).sorted()) }
             .sorted { ($0.machines.count, $1.error) > ($1.machines.count, $0.error) }
         originBytes = reports.reduce(0) { $0 + $1.originBytes }
         mirrorBytes = reports.reduce(0) { $0 + $1.mirrorBytes }

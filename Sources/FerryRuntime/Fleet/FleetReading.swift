@@ -30,51 +30,59 @@ public enum FleetReading {
             throw .usage("ferry fleet cannot list \(session.remote.url)", hint: "use a file://, s3://, sftp:// or WebDAV http(s):// location")
         }
         let names = try directory.names(limit: 1_000_000).filter { $0.hasSuffix(StatusReport.suffix) }.sorted()
-        let (fetched, _) = Lanes.run(names.count, lanes: 16, name: "ferry-fleet") { i throws(FerryError) -> Result<[UInt8], FerryError> in
-            guard let path = try? RelativePath(validating: names[i]) else { return .failure(.remote("not a plain name")) }
-            do throws(FerryError) {
-                switch try remote.fetchManifest(url: remote.base.url(for: path), etag: nil, lastModified: nil,
-                                                maximumSize: Int64(StatusReport.maximumSize)) {
-                case let .fetched(bytes, _, _, _): return .success(bytes)
-                case let .missing(error): return .failure(error)
-                case .unchanged: return .failure(.remote("answered 'not modified' to an unconditional request"))
-                }
-            } catch { return .failure(error) }
+        let verifier = Ed25519Verifier()
+        let verified = ledger.digests
+        // Read, parsed and checked in the lanes; judged by the ledger in name order after.
+        let (checked, _) = Lanes.run(names.count, lanes: 16, name: "ferry-fleet") { i throws(FerryError) -> Checked in
+            check(names[i], remote: remote, verifier: verifier, verified: verified)
         }
         var read = FleetRead(listed: names.count)
-        let verifier = Ed25519Verifier()
-        for (name, answer) in zip(names, fetched) {
-            switch answer {
-            case let .success(bytes)?: judge(bytes, name: name, verifier: verifier, machineKeys: machineKeys, ledger: &ledger, clock: clock, into: &read)
-            case let .failure(error)?: read.refused.append(.init(kind: "unreadable", name: name, reason: error.message))
+        for (name, outcome) in zip(names, checked) {
+            switch outcome {
+            case let .report(report, digest)?:
+                switch ledger.judge(report, digest: digest, machineKeys: machineKeys, now: clock.now()) {
+                case let .taken(new):
+                    read.taken.append(report)
+                    if new && machineKeys == nil { read.firstSeen.append(report) }
+                case let .replayed(reason): read.refused.append(.init(kind: "replayed", name: name, reason: reason))
+                case let .forged(reason): read.refused.append(.init(kind: "forged", name: name, reason: reason))
+                }
+            case let .refused(kind, reason)?: read.refused.append(.init(kind: kind, name: name, reason: reason))
             case nil: read.refused.append(.init(kind: "unreadable", name: name, reason: "not read"))
             }
         }
         return read
     }
 
-    private static func judge(_ bytes: [UInt8], name: String, verifier: Ed25519Verifier, machineKeys: [PublicKey: String]?,
-                              ledger: inout FleetLedger, clock: any Clock, into read: inout FleetRead) {
+    /// A report read and checked on its own: parsed, its signature verified, its name its key's.
+    private enum Checked {
+        case report(StatusReport, digest: String)
+        case refused(kind: String, reason: String)
+    }
+
+    /// `verified`: digests of objects whose signature held when the ledger took them.
+    private static func check(_ name: String, remote: Remote, verifier: Ed25519Verifier, verified: Set<String>) -> Checked {
+        guard let path = try? RelativePath(validating: name) else { return .refused(kind: "unreadable", reason: "not a plain name") }
+        let bytes: [UInt8]
+        do throws(FerryError) {
+            switch try remote.fetchManifest(url: remote.base.url(for: path), etag: nil, lastModified: nil,
+                                            maximumSize: Int64(StatusReport.maximumSize)) {
+            case let .fetched(b, _, _, _): bytes = b
+            case let .missing(error): return .refused(kind: "unreadable", reason: error.message)
+            case .unchanged: return .refused(kind: "unreadable", reason: "answered 'not modified' to an unconditional request")
+            }
+        } catch { return .refused(kind: error.message.contains("larger than") ? "malformed" : "unreadable", reason: error.message) }
         let parsed: (report: StatusReport, body: [UInt8], signature: [UInt8])
-        do { parsed = try StatusReport.parse(bytes) } catch {
-            read.refused.append(.init(kind: "malformed", name: name, reason: error.reason))
-            return
-        }
+        do { parsed = try StatusReport.parse(bytes) } catch { return .refused(kind: "malformed", reason: error.reason) }
         let report = parsed.report
-        guard parsed.body.withUnsafeBufferPointer({ verifier.verify(signature: parsed.signature, by: report.key, of: $0) }) else {
-            read.refused.append(.init(kind: "forged", name: name, reason: "its signature does not verify with the key it names (\(report.key))"))
-            return
+        let digest = SHA256Hasher.digest(of: bytes).hex
+        guard verified.contains(digest)
+                || parsed.body.withUnsafeBufferPointer({ verifier.verify(signature: parsed.signature, by: report.key, of: $0) }) else {
+            return .refused(kind: "forged", reason: "its signature does not verify with the key it names (\(report.key))")
         }
         guard name == report.objectName else {
-            read.refused.append(.init(kind: "forged", name: name, reason: "it is signed by \(report.key) of machine \(report.machine), whose report is \(report.objectName)"))
-            return
+            return .refused(kind: "forged", reason: "it is signed by \(report.key) of machine \(report.machine), whose report is \(report.objectName)")
         }
-        switch ledger.judge(report, signature: parsed.signature, machineKeys: machineKeys, now: clock.now()) {
-        case let .taken(new):
-            read.taken.append(report)
-            if new && machineKeys == nil { read.firstSeen.append(report) }
-        case let .replayed(reason): read.refused.append(.init(kind: "replayed", name: name, reason: reason))
-        case let .forged(reason): read.refused.append(.init(kind: "forged", name: name, reason: reason))
-        }
+        return .report(report, digest: digest)
     }
 }

@@ -25,8 +25,16 @@ enum StatusReports {
         return StatusReport(machine: MachineKey.identity(agent), host: MachineKey.hostName(), key: key, session: session.name, seq: 0,
                             time: now, served: served, tree: served != nil && served == record?.manifestVersion ? facts.tree : nil,
                             seen: record?.manifestVersion, rollout: record?.rollout, health: health, rejected: record?.rejectedVersion,
-                            exit: facts.exit.rawValue, error: facts.exit == .inSync ? nil : facts.exit.name,
+                            exit: facts.exit.rawValue, error: errorClass(facts.exit, record: record),
                             originBytes: facts.originBytes, mirrorBytes: facts.mirrorBytes)
+    }
+
+    /// The last run's error class: its exit code's word, or `rolled-back` for a run whose health
+    /// check failed on the newest release (exit 1, nothing else wrong); nil when in sync.
+    private static func errorClass(_ exit: ExitCode, record: SessionRecord?) -> String? {
+        if exit == .inSync { return nil }
+        if exit == .someFilesFailed, let rejected = record?.rejectedVersion, rejected == record?.manifestVersion { return "rolled-back" }
+        return exit.name
     }
 
     /// Publishes the report when it is due; returns a warning to say when a try failed for a

@@ -519,16 +519,31 @@ enum S3XML {
         return unescaped(text[open.upperBound..<close.lowerBound])
     }
 
-    /// Each `<name>…</name>` block's inside.
+    /// Each `<name>…</name>` block's inside. Searched as bytes (a listing page of 1,000 keys is
+    /// 300 KB: a search over `Character`s cost a second per 10,000 keys).
     static func blocks(_ name: String, in body: [UInt8]) -> [Substring] {
         let text = String(decoding: body, as: UTF8.self)
-        var out: [Substring] = []
-        var rest = text[...]
-        while let open = rest.firstRange(of: "<\(name)>"), let close = rest[open.upperBound...].firstRange(of: "</\(name)>") {
-            out.append(rest[open.upperBound..<close.lowerBound])
-            rest = rest[close.upperBound...]
+        let open = Array("<\(name)>".utf8), close = Array("</\(name)>".utf8)
+        var spans: [(Int, Int)] = []
+        text.utf8.withContiguousStorageIfAvailable { bytes in
+            func find(_ needle: [UInt8], from start: Int) -> Int? {
+                var i = start
+                while i + needle.count <= bytes.count {
+                    if bytes[i] == needle[0] && memcmp(bytes.baseAddress! + i, needle, needle.count) == 0 { return i }
+                    i += 1
+                }
+                return nil
+            }
+            var at = 0
+            while let o = find(open, from: at), let c = find(close, from: o + open.count) {
+                spans.append((o + open.count, c))
+                at = c + close.count
+            }
         }
-        return out
+        let utf8 = text.utf8
+        return spans.map { lower, upper in
+            Substring(utf8[utf8.index(utf8.startIndex, offsetBy: lower)..<utf8.index(utf8.startIndex, offsetBy: upper)])
+        }
     }
 
     /// XML's five named entities and numeric references (`&#34;`, `&#x22;`: SeaweedFS quotes ETags so).
