@@ -71,7 +71,10 @@ public enum FleetReading {
             case let .missing(error): return .refused(kind: "unreadable", reason: error.message)
             case .unchanged: return .refused(kind: "unreadable", reason: "answered 'not modified' to an unconditional request")
             }
-        } catch { return .refused(kind: error.message.contains("larger than") ? "malformed" : "unreadable", reason: error.message) }
+        } catch {
+            // Over the size a report may have (`Remotes.tooLarge`, a manifest error): not one; else it could not be read.
+            return .refused(kind: error.category == .manifest ? "malformed" : "unreadable", reason: error.message)
+        }
         let parsed: (report: StatusReport, body: [UInt8], signature: [UInt8])
         do { parsed = try StatusReport.parse(bytes) } catch { return .refused(kind: "malformed", reason: error.reason) }
         let report = parsed.report

@@ -27,12 +27,7 @@ public enum MachineKey {
 
     /// The name a report gives the machine: `[agent] machine-id`, else /etc/machine-id, else the host name.
     static func identity(_ agent: AgentConfig) -> String {
-        if let id = agent.machineID { return id }
-        if let bytes = try? FileSystem.readFile("/etc/machine-id", limit: 4096) {
-            let id = String(decoding: bytes.filter { $0 > 0x20 }, as: UTF8.self)
-            if !id.isEmpty { return id }
-        }
-        return hostName() ?? "unknown"
+        HostProbe.machineID(configured: agent.machineID) ?? hostName() ?? "unknown"
     }
 
     static func hostName() -> String? {

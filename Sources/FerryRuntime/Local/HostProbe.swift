@@ -45,6 +45,15 @@ public final class HostProbe: Sendable {
         return host
     }
 
+    /// This machine's identity: `configured` (`[agent] machine-id`), else /etc/machine-id's
+    /// contents; nil when neither gives one. Rollouts decide by it; status reports name it.
+    public static func machineID(configured: String?) -> String? {
+        if let configured { return configured }
+        guard let bytes = try? FileSystem.readFile("/etc/machine-id", limit: 4096) else { return nil }
+        let id = String(decoding: bytes.filter { $0 > 0x20 }, as: UTF8.self)
+        return id.isEmpty ? nil : id
+    }
+
     /// Seconds since local midnight at `time` (the zone of `TZ`, else `/etc/localtime`).
     public static func localSecondOfDay(_ time: Timestamp) -> Int {
         var t = time_t(time.seconds)

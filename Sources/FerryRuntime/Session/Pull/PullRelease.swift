@@ -37,11 +37,7 @@ struct ReleaseStage {
 
     /// This machine's identity for rollouts: `[agent] machine-id`, else /etc/machine-id.
     private func machineID() throws(FerryError) -> String {
-        if let id = pull.agent.machineID { return id }
-        if let bytes = try? FileSystem.readFile("/etc/machine-id", limit: 4096) {
-            let id = String(decoding: bytes.filter { $0 > 0x20 }, as: UTF8.self)
-            if !id.isEmpty { return id }
-        }
+        if let id = HostProbe.machineID(configured: pull.agent.machineID) { return id }
         throw .manifest("manifest \(pull.session.manifestURL) is rolled out to a share of machines, and this machine "
                         + "has no identity to decide by: nothing was changed",
                         hint: "set machine-id in [agent] (any name unique to this machine), or create /etc/machine-id "
