@@ -54,10 +54,11 @@ chmod 0644 "$root/usr/lib/tmpfiles.d/ferry.conf"
 awk '/^\[session /{s=1} { if (s && $0 != "" && $0 !~ /^#/) print "# " $0; else print }' config/ferry.conf > "$root/etc/ferry/ferry.conf"
 chmod 0644 "$root/etc/ferry/ferry.conf"
 install -m 0644 config/ferry.conf "$root/usr/share/doc/ferry/examples/ferry.conf"
-# The site cache (nginx) and the Prometheus rules, each with its README.
+# The site cache (nginx), and the Prometheus rules with the Grafana dashboard, each with its README.
 install -d -m 0755 "$root/usr/share/doc/ferry/examples/site-cache" "$root/usr/share/doc/ferry/examples/prometheus"
 install -m 0644 examples/site-cache/site-cache.conf examples/site-cache/README.md "$root/usr/share/doc/ferry/examples/site-cache/"
-install -m 0644 examples/prometheus/ferry.rules.yml examples/prometheus/ferry.rules.test.yml examples/prometheus/README.md \
+install -m 0644 examples/prometheus/ferry.rules.yml examples/prometheus/ferry.rules.test.yml examples/prometheus/ferry-dashboard.json \
+  examples/prometheus/README.md \
   "$root/usr/share/doc/ferry/examples/prometheus/"
 
 "$root/usr/bin/ferry" help --man --date "$date" | gzip -9n > "$root/usr/share/man/man1/ferry.1.gz"

@@ -28,7 +28,7 @@ dpkg -i "$deb" >&2
 [ -x /usr/bin/ferry ] || fail "/usr/bin/ferry is not there"
 getent passwd ferry >/dev/null || fail "no user ferry"
 [ "$(getent passwd ferry | cut -d: -f7)" = /usr/sbin/nologin ] || fail "the user ferry has a login shell"
-for f in site-cache/site-cache.conf site-cache/README.md prometheus/ferry.rules.yml prometheus/ferry.rules.test.yml prometheus/README.md; do
+for f in site-cache/site-cache.conf site-cache/README.md prometheus/ferry.rules.yml prometheus/ferry.rules.test.yml prometheus/ferry-dashboard.json prometheus/README.md; do
   [ -f "/usr/share/doc/ferry/examples/$f" ] || fail "the package does not ship examples/$f"
 done
 (cd /usr/share/doc/ferry/examples/prometheus && promtool test rules ferry.rules.test.yml >/dev/null) \

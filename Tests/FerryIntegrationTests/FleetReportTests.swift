@@ -12,11 +12,6 @@ struct FleetReportTests {
         let root: String
         let count: Int
 
-        init(root: String, count: Int) {
-            self.root = root
-            self.count = count
-        }
-
         init(_ label: String, count: Int, remote: String, reports: String, session: [String] = []) throws {
             root = Harness.temporaryDirectory(label)
             self.count = count
@@ -180,62 +175,5 @@ struct FleetReportTests {
         let status = ferry(["status", "--config", box.config, "--session", "up", "--json"])
         let report = ((try? JSONSerialization.jsonObject(with: Data(status.stdout.utf8))) as? [String: Any]).flatMap { ($0["sessions"] as? [[String: Any]])?.first?["report"] as? [String: Any] }
         #expect((report?["failure"] as? String)?.contains("/dev/null/reports") == true && report?["seq"] as? Int == 3, "\(status.output)")
-    }
-
-    /// 20 machines through a 10% → 50% → 100% rollout with a health gate that fails on five: at each
-    /// step `ferry fleet --json` says what each machine's own `status` says, and its counts of each
-    /// release are what those statuses add up to.
-    @Test func aRolloutWithAFailingGateIsToldAsEachMachineTellsIt() throws {
-        let box = Sandbox("fleet-rollout")
-        RolloutTests.publish(box, ["app.conf": "release 1\n"])
-        #expect(ferry(["manifest", "build", box.published, "--version", "1"]).exitCode == 0)
-        let reports = box.directory + "/reports"
-        let root = Harness.temporaryDirectory("fleet-rollout-machines")
-        defer { Harness.remove(root) }
-        let failing: Set<Int> = [3, 7, 11, 15, 19]
-        for i in 0..<20 {
-            try Machines.write(root: root, i, id: "machine-\(i)", remote: "file://" + box.published, reports: "file://\(reports)/",
-                               session: ["layout = generations", "on-switch-check = /usr/bin/test ! -e \(root)/fail-\(i)"])
-        }
-        let machines = Machines(root: root, count: 20)
-        #expect(machines.sync().allSatisfy { $0 == 0 })
-        try Self.agree(machines, reports: reports, ledger: box.directory + "/ledger", version: 1)
-        for i in failing { try "".writeReplacing(root + "/fail-\(i)") }
-        for (version, share) in [(2, 10), (3, 50), (4, 100)] {
-            RolloutTests.publish(box, ["app.conf": "release 2\n"])
-            #expect(ferry(["manifest", "build", box.published, "--version", "\(version)", "--rollout", "\(share)%"]).exitCode == 0)
-            let codes = machines.sync()
-            #expect(codes.allSatisfy { $0 == 0 || $0 == 1 }, "\(share)%: \(codes)")
-            try Self.agree(machines, reports: reports, ledger: box.directory + "/ledger", version: version)
-        }
-        let last = Self.fleet(["file://" + reports, "--ledger", box.directory + "/ledger"])
-        #expect(Self.served(last) == [4: 15, 1: 5], "at 100% the machines whose gate passes serve release 2: \(last)")
-    }
-
-    /// What `ferry fleet --json` says of each machine is what its `status --json` says, and the
-    /// counts of `version` are what the statuses add up to.
-    static func agree(_ machines: Machines, reports: String, ledger: String, version: Int) throws {
-        let view = fleet(["file://" + reports, "--ledger", ledger])
-        #expect(view["taken"] as? Int == machines.count && (view["refused"] as? [Any])?.isEmpty == true, "\(view)")
-        var byMachine: [String: [String: Any]] = [:]
-        for m in view["machines"] as? [[String: Any]] ?? [] { byMachine[m["machine"] as? String ?? ""] = m }
-        var eligible = 0, took = 0, passed = 0, rolledBack = 0
-        for i in 0..<machines.count {
-            let json = (try? JSONSerialization.jsonObject(with: Data(ferry(["status", "--config", machines.config(i), "--json"]).stdout.utf8))) as? [String: Any]
-            let truth = try #require((json?["sessions"] as? [[String: Any]])?.first)
-            let told = try #require(byMachine["machine-\(i)"], "machine-\(i) is in the view")
-            let served = truth["served_version"] as? Int, rejected = truth["rejected_version"] as? Int
-            let inside = (truth["rollout"] as? [String: Any])?["inside"] as? Bool
-            #expect(told["served"] as? Int == served && told["rejected"] as? Int == rejected && told["inside"] as? Bool == inside
-                    && told["seen"] as? Int == truth["manifest_version"] as? Int, "v\(version) machine-\(i): fleet \(told), status \(truth)")
-            if inside ?? true { eligible += 1 }
-            if (served ?? 0) >= version { passed += 1 }
-            if rejected == version { rolledBack += 1 }
-            if (served ?? 0) >= version || rejected == version { took += 1 }
-        }
-        let release = (view["releases"] as? [[String: Any]])?.first { $0["version"] as? Int == version } ?? [:]
-        #expect(release["eligible"] as? Int == eligible && release["took"] as? Int == took && release["passed"] as? Int == passed
-                && release["rolled_back"] as? Int == rolledBack, "v\(version): \(release), statuses: \(eligible) \(took) \(passed) \(rolledBack)")
-        print("fleet rollout v\(version): \(eligible) eligible, \(took) took it, \(passed) passed, \(rolledBack) rolled back")
     }
 }

@@ -19,8 +19,6 @@ public final class Metrics: EventSink, @unchecked Sendable {
         var errors: [String: [String: Int]] = [:]
         var polls: [String: Int] = [:]
         var rollbacks: [String: Int] = [:]
-        /// A phased rollout seen: 1 when this machine is inside it, 0 when not.
-        var rolloutInside: [String: Int] = [:]
         var metadataBytes: [String: Int64] = [:]
         /// Bytes a delta took from data the mirror held.
         var reusedBytes: [String: Int64] = [:]
@@ -92,8 +90,6 @@ public final class Metrics: EventSink, @unchecked Sendable {
                 $0.sourceRequests[s, default: [:]][c.source, default: 0] += c.requests
                 $0.sourceFirstByte[s, default: [:]][c.source] = c.firstByte.map { ($0, c.slowestFirstByte ?? $0) }
             }
-        case let .rollout(_, _, inside, _):
-            counts.withLock { $0.rolloutInside[s] = inside ? 1 : 0 }
         case let .syncFinished(code, _, _, _, _, _, _, _, dryRun) where !dryRun:
             counts.withLock { c in
                 c.polls[s, default: 0] += 1
@@ -211,7 +207,7 @@ public final class Metrics: EventSink, @unchecked Sendable {
     private func standing(_ metric: inout MetricText, _ sessions: [Standing], _ c: Counts) {
         let label = Metrics.label
         metric("ferry_rollout_inside", "gauge", "Whether this machine takes the version being rolled out (1) or stays on the one before (0), for sessions whose last manifest had a rollout.",
-               sessions.compactMap { s in (s.record?.rollout.map { $0.inside ? 1 : 0 } ?? c.rolloutInside[s.name]).map { (label(s), String($0)) } })
+               sessions.compactMap { s in s.record?.rollout.map { (label(s), $0.inside ? "1" : "0") } })
         metric("ferry_rollout_percent", "gauge", "The share of machines the version being rolled out goes to, for sessions whose last manifest had a rollout.",
                sessions.compactMap { s in s.record?.rollout.map { (label(s) + ",version=\"\($0.version)\"", String($0.percent)) } })
         metric("ferry_rollbacks_total", "counter", "Times on-switch-check failed and the generation before was made current again, since the agent started.",
