@@ -95,4 +95,19 @@ struct StatusReportTests {
         #expect(view.silent.map(\.machine) == ["e"] && view.errors.map(\.error) == ["remote-or-manifest"])
         #expect(view.originBytes == 500 && view.mirrorBytes == 10_000)
     }
+
+    @Test func keptObjectsAreGivenBackOnlyUnderTheirStamp() {
+        var objects = FleetObjects()
+        objects.keep("a.fleet.report", stamp: "\"etag1\"-368", bytes: Array("one\n".utf8))
+        objects.keep("b.fleet.report", stamp: nil, bytes: Array("no stamp\n".utf8))
+        objects.keep("c d.report", stamp: "s", bytes: Array("a name with a space\n".utf8))
+        objects.keep("e.report", stamp: "two words", bytes: Array("a stamp with a space\n".utf8))
+        #expect(objects.objects.keys.sorted() == ["a.fleet.report"], "only what a line can hold is kept")
+        let read = FleetObjects(text: objects.text + "junk line\nx.report s !!notbase64\n")
+        #expect(read == objects, "read back, the lines that do not parse dropped")
+        #expect(read.bytes("a.fleet.report", stamp: "\"etag1\"-368") == Array("one\n".utf8))
+        #expect(read.bytes("a.fleet.report", stamp: "\"etag2\"-368") == nil && read.bytes("a.fleet.report", stamp: nil) == nil)
+        #expect(FleetObjects(text: "big.report s " + Base64.encode([UInt8](repeating: 65, count: 513)) + "\n").objects.isEmpty,
+                "nothing over a report's size is taken back")
+    }
 }

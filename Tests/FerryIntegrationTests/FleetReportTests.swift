@@ -71,10 +71,13 @@ struct FleetReportTests {
             #expect(size > 0 && size <= 512, "\(name): \(size) bytes")
         }
 
-        // Nothing changed: no new report (the sequence stays); a new release: a new one.
+        // Nothing changed: no new report (the sequence stays), and a read again fetches nothing;
+        // a new release: a new one.
         #expect(machines.report(0)["seq"] as? Int == 1)
         #expect(machines.sync() == [0, 0, 0])
         #expect(machines.report(0)["seq"] as? Int == 1, "an unchanged machine publishes again only after report-interval")
+        view = Self.fleet(["file://" + reports, "--ledger", ledger])
+        #expect(view["unchanged"] as? Int == 3 && view["taken"] as? Int == 3 && Self.served(view) == [3: 3], "\(view)")
         let key0 = try #require(machines.report(0)["key"] as? String)
         let name0 = try #require(names.first { (try? String(contentsOfFile: reports + "/" + $0, encoding: .utf8))?.contains(key0) == true })
         let old0 = try Data(contentsOf: URL(fileURLWithPath: reports + "/" + name0))
@@ -84,6 +87,7 @@ struct FleetReportTests {
         #expect(machines.report(0)["seq"] as? Int == 2)
         view = Self.fleet(["file://" + reports, "--ledger", ledger])
         #expect(Self.served(view) == [4: 3] && view["refused"] as? [Any] != nil && Self.refused(view, "forged").isEmpty, "\(view)")
+        #expect(view["unchanged"] as? Int == 0, "each machine published again: each report fetched: \(view)")
         let release = (view["releases"] as? [[String: Any]])?.first { $0["version"] as? Int == 4 } ?? [:]
         #expect(release["eligible"] as? Int == 3 && release["took"] as? Int == 3 && release["passed"] as? Int == 3, "\(release)")
 
@@ -157,7 +161,23 @@ struct FleetReportTests {
         #expect(box.sync(["--session", "up"]).exitCode == 0)
         #expect(box.sync(["--session", "down"]).exitCode == 0)
         #expect(store.keys(bucket, prefix: "fleet/").count == 2, "\(store.keys(bucket, prefix: "fleet/"))")
-        let view = Self.fleet(["--config", box.config, "--session", "down", "--ledger", box.directory + "/ledger"])
+        var view = Self.fleet(["--config", box.config, "--session", "down", "--ledger", box.directory + "/ledger"])
+        #expect(view["unchanged"] as? Int == 0, "\(view)")
+        // Read again: both listed with the ETags they had, neither fetched; one kept object
+        // altered by hand no longer hashes to what the ledger took, so its signature is checked (and fails).
+        let again = Self.fleet(["--config", box.config, "--session", "down", "--ledger", box.directory + "/ledger"])
+        #expect(again["unchanged"] as? Int == 2 && again["taken"] as? Int == 2, "\(again)")
+        let kept = try String(contentsOfFile: box.directory + "/ledger.objects", encoding: .utf8)
+        let lines = kept.split(separator: "\n").map(String.init)
+        #expect(lines.count == 2, "\(kept)")
+        let words = lines[0].split(separator: " ").map(String.init)
+        // Its sequence number raised: the body still parses, its signature no longer holds.
+        let body = String(decoding: Base64.decode(words[2]) ?? [], as: UTF8.self).replacingOccurrences(of: "\"seq\":", with: "\"seq\":9")
+        try ([words[0], words[1], Base64.encode(Array(body.utf8))].joined(separator: " ") + "\n" + lines[1] + "\n").writeReplacing(box.directory + "/ledger.objects")
+        view = Self.fleet(["--config", box.config, "--session", "down", "--ledger", box.directory + "/ledger"])
+        #expect(Self.refused(view, "forged").count == 1 && view["taken"] as? Int == 1, "a kept object is checked as a fetched one: \(view)")
+        view = Self.fleet(["--config", box.config, "--session", "down", "--ledger", box.directory + "/ledger"])
+        #expect(view["taken"] as? Int == 2 && view["unchanged"] as? Int == 1, "the refused one is fetched again: \(view)")
         let served = (view["served"] as? [[String: Any]] ?? []).map { "\($0["session"] ?? "") \($0["version"] as? Int ?? -1)" }.sorted()
         let published = try #require((view["machines"] as? [[String: Any]])?.first?["served"] as? Int)
         #expect(view["taken"] as? Int == 2 && served == ["down \(published)", "up \(published)"], "the version pushed is the one pulled: \(view)")

@@ -52,6 +52,7 @@ def fleet_reports_sections(ferry, runs):
                 cpu[label][1].append(weed.cpu() - store0)
                 view = json.loads(out)
             os.unlink(ledger)
+            os.unlink(ledger + ".objects")
         kinds = {}
         for r in view["refused"]:
             kinds[r["kind"]] = kinds.get(r["kind"], 0) + 1
@@ -62,18 +63,21 @@ def fleet_reports_sections(ferry, runs):
                  f"`ferry fleet --json` lists the bucket ({(n + 30 + 999) // 1000} ListObjectsV2 pages) and reads every "
                  "report, 16 at a time, checking each signature. Median of "
                  f"{runs} runs; each reads once with an empty ledger (every key new: trust on first report) and once "
-                 "more with the ledger it wrote. Target (issue 58): ≤ 5 s.", "",
+                 "more with the ledger and the reports it kept (listed with the same ETag and size, a report is not "
+                 "fetched again). Target (issue 58): ≤ 5 s.", "",
                  "| read | wall (median) | slowest | ferry CPU | store CPU | reports taken | refused (counted, never merged) |",
                  "|---|---:|---:|---:|---:|---:|---|",
                  f"| first (empty ledger) | {statistics.median(cold):.2f} s | {max(cold):.2f} s | "
                  f"{statistics.median(cpu['cold'][0]):.2f} s | {statistics.median(cpu['cold'][1]):.2f} s | {view['taken']:,} | "
                  f"{kinds.get('forged', 0)} forged, {kinds.get('malformed', 0)} malformed |",
-                 f"| again (ledger kept) | {statistics.median(warm):.2f} s | {max(warm):.2f} s | "
+                 f"| again (ledger and reports kept, none changed) | {statistics.median(warm):.2f} s | {max(warm):.2f} s | "
                  f"{statistics.median(cpu['warm'][0]):.2f} s | {statistics.median(cpu['warm'][1]):.2f} s | {view['taken']:,} | same |", "",
                  "CPU is user + system seconds of the whole process; the store (SeaweedFS) shares the machine's 2 cores "
-                 "with ferry. A report read again unchanged (its bytes' SHA-256 in the ledger) is not verified again.", "",
+                 "with ferry. A report whose bytes' SHA-256 is in the ledger is not verified again; one listed "
+                 "unchanged is parsed and judged from the bytes kept, without a GET.", "",
                  f"Served: {served}. Every count right: {'yes' if right else 'NO'}. "
-                 f"Target ≤ 5 s: {'meets' if max(statistics.median(cold), statistics.median(warm)) <= 5 else 'misses'} it."]
+                 f"Target ≤ 5 s: the first read {'meets' if statistics.median(cold) <= 5 else 'misses'} it, "
+                 f"the read again {'meets' if statistics.median(warm) <= 5 else 'misses'} it."]
         print("\n".join(lines[-4:]), file=sys.stderr)
     finally:
         weed.stop()

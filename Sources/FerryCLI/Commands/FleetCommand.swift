@@ -20,8 +20,9 @@ struct FleetCommand: Command {
         later report for the same machine under another key is refused as forged.
         A report older than one read before (by sequence number or time) is refused as replayed;
         what was read is remembered in a ledger (--ledger F; default under
-        $XDG_STATE_HOME/ferry/fleet/, else ~/.local/state/ferry/fleet/). Refused reports are counted
-        and named, never merged.
+        $XDG_STATE_HOME/ferry/fleet/, else ~/.local/state/ferry/fleet/), with the reports taken
+        beside it (F.objects): one listed unchanged (S3 ETag, file size and time) is not fetched
+        again. Refused reports are counted and named, never merged.
         Give the location as a URL (file://, s3:// with credentials from the environment, sftp://,
         or a WebDAV http(s):// collection), or as a session of the config whose report location,
         credentials and options are used (--session). Exit 0 when read, 4 when the location
@@ -74,9 +75,15 @@ struct FleetCommand: Command {
         if let machineKeysFile { keys = try FleetCommand.machineKeys(machineKeysFile) }
         var ledgerPath = ledgerFile ?? ""
         if ledgerFile == nil { ledgerPath = try FleetCommand.defaultLedger(for: target.remote.url) }
-        var ledger = FleetLedger(text: (try? FileSystem.readFile(ledgerPath, limit: 64 << 20)).map { String(decoding: $0, as: UTF8.self) } ?? "")
-        let read = try FleetReading.read(session: target, machineKeys: keys, ledger: &ledger, clock: clock)
-        do { try FileSystem.writeAtomically(ledgerPath, bytes: Array(ledger.text.utf8), mode: 0o600) } catch {
+        func text(_ path: String) -> String { (try? FileSystem.readFile(path, limit: 64 << 20)).map { String(decoding: $0, as: UTF8.self) } ?? "" }
+        var ledger = FleetLedger(text: text(ledgerPath))
+        // The objects taken last time, beside the ledger: those listed unchanged are not fetched again.
+        var objects = FleetObjects(text: text(ledgerPath + ".objects"))
+        let read = try FleetReading.read(session: target, machineKeys: keys, ledger: &ledger, objects: &objects, clock: clock)
+        do {
+            try FileSystem.writeAtomically(ledgerPath, bytes: Array(ledger.text.utf8), mode: 0o600)
+            try FileSystem.writeAtomically(ledgerPath + ".objects", bytes: Array(objects.text.utf8), mode: 0o600)
+        } catch {
             Console.err("ferry: warning: the ledger \(Printable.name(ledgerPath)) cannot be written (\(error.message)): replays are not told apart next time")
         }
         let shown = read.taken.filter { r in

@@ -5,7 +5,8 @@ import FerryRuntime
 enum FleetText {
     static func lines(_ view: FleetView, read: FleetRead, location: String, trusting: Bool) -> [String] {
         var out = ["fleet      \(Printable.name(location)): \(Units.formatCount(read.listed)) \(Plural.noun(read.listed, "report")), "
-                   + "\(Units.formatCount(read.taken.count)) taken, \(Units.formatCount(read.refused.count)) refused"]
+                   + "\(Units.formatCount(read.taken.count)) taken, \(Units.formatCount(read.refused.count)) refused"
+                   + (read.unchanged > 0 ? " (\(Units.formatCount(read.unchanged)) unchanged since the last read, not fetched again)" : "")]
         let sessions = Set(view.served.map(\.session)).count
         func named(_ session: String) -> String { sessions > 1 ? "\(session) " : "" }
         if view.served.isEmpty { out.append("served     no machine reports") }
@@ -50,7 +51,7 @@ enum FleetText {
     static func json(_ view: FleetView, read: FleetRead, shown: [StatusReport], location: String) -> String {
         func q(_ s: String) -> String { JSONText.quote(s) }
         func n(_ v: Int64?) -> String { v.map(String.init) ?? "null" }
-        var f = ["\"location\":\(q(location))", "\"listed\":\(read.listed)", "\"taken\":\(read.taken.count)"]
+        var f = ["\"location\":\(q(location))", "\"listed\":\(read.listed)", "\"taken\":\(read.taken.count)", "\"unchanged\":\(read.unchanged)"]
         f.append("\"served\":[" + view.served.map { "{\"session\":\(q($0.session)),\"version\":\(n($0.version)),\"machines\":\($0.machines)}" }
             .joined(separator: ",") + "]")
         f.append("\"releases\":[" + view.releases.map { r in

@@ -14,6 +14,8 @@ public struct FleetRead: Sendable {
 
     /// Objects named `*.report` in the location.
     public var listed = 0
+    /// Of them, those listed as they were at the last read (`FleetObjects`): not fetched again.
+    public var unchanged = 0
     public var taken: [StatusReport] = []
     /// Keys taken for the first time (trust on first report, without a file of machine keys).
     public var firstSeen: [StatusReport] = []
@@ -23,26 +25,34 @@ public struct FleetRead: Sendable {
 public enum FleetReading {
     /// Reads the reports of the location that is `session`'s remote (its credentials and
     /// options), judging each by `ledger` and `machineKeys` (nil: trust on first report).
+    /// `objects`: what the last read took, for objects listed unchanged; afterwards what this one took.
     public static func read(session: SessionConfig, machineKeys: [PublicKey: String]?, ledger: inout FleetLedger,
-                            clock: any Clock) throws(FerryError) -> FleetRead {
+                            objects: inout FleetObjects, clock: any Clock) throws(FerryError) -> FleetRead {
         let remote = try Remotes.open(session, clock: clock)
         guard let directory = remote as? RemoteDirectory else {
             throw .usage("ferry fleet cannot list \(session.remote.url)", hint: "use a file://, s3://, sftp:// or WebDAV http(s):// location")
         }
-        let names = try directory.names(limit: 1_000_000).filter { $0.hasSuffix(StatusReport.suffix) }.sorted()
+        let listed = try directory.entries(limit: 1_000_000).filter { $0.name.hasSuffix(StatusReport.suffix) }.sorted { $0.name < $1.name }
         let verifier = Ed25519Verifier()
         let verified = ledger.digests
-        // Read, parsed and checked in the lanes; judged by the ledger in name order after.
-        let (checked, _) = Lanes.run(names.count, lanes: 16, name: "ferry-fleet") { i throws(FerryError) -> Checked in
-            check(names[i], remote: remote, verifier: verifier, verified: verified)
+        let kept = objects
+        // Read (or taken from what the last read kept), parsed and checked in the lanes; judged
+        // by the ledger in name order after.
+        let (checked, _) = Lanes.run(listed.count, lanes: 16, name: "ferry-fleet") { i throws(FerryError) -> Checked in
+            let bytes = kept.bytes(listed[i].name, stamp: listed[i].stamp)
+            return check(listed[i].name, kept: bytes, remote: remote, verifier: verifier, verified: verified)
         }
-        var read = FleetRead(listed: names.count)
-        for (name, outcome) in zip(names, checked) {
+        var read = FleetRead(listed: listed.count)
+        objects = FleetObjects()
+        for (entry, outcome) in zip(listed, checked) {
+            let name = entry.name
             switch outcome {
-            case let .report(report, digest)?:
+            case let .report(report, digest, bytes, fetched)?:
+                if !fetched { read.unchanged += 1 }
                 switch ledger.judge(report, digest: digest, machineKeys: machineKeys, now: clock.now()) {
                 case let .taken(new):
                     read.taken.append(report)
+                    objects.keep(name, stamp: entry.stamp, bytes: bytes)
                     if new && machineKeys == nil { read.firstSeen.append(report) }
                 case let .replayed(reason): read.refused.append(.init(kind: "replayed", name: name, reason: reason))
                 case let .forged(reason): read.refused.append(.init(kind: "forged", name: name, reason: reason))
@@ -56,24 +66,20 @@ public enum FleetReading {
 
     /// A report read and checked on its own: parsed, its signature verified, its name its key's.
     private enum Checked {
-        case report(StatusReport, digest: String)
+        /// `fetched`: read from the location (not kept from the last read).
+        case report(StatusReport, digest: String, bytes: [UInt8], fetched: Bool)
         case refused(kind: String, reason: String)
     }
 
+    /// `kept`: the object's bytes from the last read, when it is listed unchanged (not fetched).
     /// `verified`: digests of objects whose signature held when the ledger took them.
-    private static func check(_ name: String, remote: Remote, verifier: Ed25519Verifier, verified: Set<String>) -> Checked {
+    private static func check(_ name: String, kept: [UInt8]?, remote: Remote, verifier: Ed25519Verifier, verified: Set<String>) -> Checked {
         guard let path = try? RelativePath(validating: name) else { return .refused(kind: "unreadable", reason: "not a plain name") }
         let bytes: [UInt8]
-        do throws(FerryError) {
-            switch try remote.fetchManifest(url: remote.base.url(for: path), etag: nil, lastModified: nil,
-                                            maximumSize: Int64(StatusReport.maximumSize)) {
-            case let .fetched(b, _, _, _): bytes = b
-            case let .missing(error): return .refused(kind: "unreadable", reason: error.message)
-            case .unchanged: return .refused(kind: "unreadable", reason: "answered 'not modified' to an unconditional request")
-            }
-        } catch {
-            // Over the size a report may have (`Remotes.tooLarge`, a manifest error): not one; else it could not be read.
-            return .refused(kind: error.category == .manifest ? "malformed" : "unreadable", reason: error.message)
+        if let kept { bytes = kept } else {
+            let fetched = fetch(path, remote: remote)
+            if let refused = fetched.refused { return refused }
+            bytes = fetched.bytes
         }
         let parsed: (report: StatusReport, body: [UInt8], signature: [UInt8])
         do { parsed = try StatusReport.parse(bytes) } catch { return .refused(kind: "malformed", reason: error.reason) }
@@ -86,6 +92,21 @@ public enum FleetReading {
         guard name == report.objectName else {
             return .refused(kind: "forged", reason: "it is signed by \(report.key) of machine \(report.machine), whose report is \(report.objectName)")
         }
-        return .report(report, digest: digest)
+        return .report(report, digest: digest, bytes: bytes, fetched: kept == nil)
+    }
+
+    /// The object at `path`, or why it is refused.
+    private static func fetch(_ path: RelativePath, remote: Remote) -> (bytes: [UInt8], refused: Checked?) {
+        do throws(FerryError) {
+            switch try remote.fetchManifest(url: remote.base.url(for: path), etag: nil, lastModified: nil,
+                                            maximumSize: Int64(StatusReport.maximumSize)) {
+            case let .fetched(b, _, _, _): return (b, nil)
+            case let .missing(error): return ([], .refused(kind: "unreadable", reason: error.message))
+            case .unchanged: return ([], .refused(kind: "unreadable", reason: "answered 'not modified' to an unconditional request"))
+            }
+        } catch {
+            // Over the size a report may have (`Remotes.tooLarge`, a manifest error): not one; else it could not be read.
+            return ([], .refused(kind: error.category == .manifest ? "malformed" : "unreadable", reason: error.message))
+        }
     }
 }

@@ -139,8 +139,16 @@ enum Remotes {
 }
 
 /// A remote that can say which objects its directory holds (a report location read by `ferry
-/// fleet`): the names directly under its base, not below; at most `limit`, and an error naming the
-/// cause when it cannot list (a plain HTTP server without WebDAV).
+/// fleet`): the objects directly under its base, not below; at most `limit`, and an error naming
+/// the cause when it cannot list (a plain HTTP server without WebDAV).
 protocol RemoteDirectory {
-    func names(limit: Int) throws(FerryError) -> [String]
+    func entries(limit: Int) throws(FerryError) -> [DirectoryEntry]
+}
+
+/// One object a directory listing named, with a stamp when the store gives one that changes
+/// whenever the content does (S3: its ETag and size; file://: size, modification time and
+/// inode); nil where the listing says nothing of it (SFTP, WebDAV), and the object is read again.
+struct DirectoryEntry: Sendable, Equatable {
+    let name: String
+    let stamp: String?
 }

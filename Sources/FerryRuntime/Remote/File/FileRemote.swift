@@ -246,12 +246,18 @@ final class FileSource: SteppedSource {
 extension FileRemote: RemoteDirectory {
     /// Plain names of the directory (what is read from each is opened as any remote file is:
     /// without following a symlink out of the tree).
-    func names(limit: Int) throws(FerryError) -> [String] {
+    func entries(limit: Int) throws(FerryError) -> [DirectoryEntry] {
         guard let directory = base.localDirectory, FileSystem.exists(directory) else {
             throw FerryError(.remote, "cannot list \(base.url): no such directory", hint: "check the report location's URL", cause: .local(errno: ENOENT))
         }
-        var out: [String] = []
-        FileSystem.forEachName(in: directory) { name in if out.count < limit && !name.hasPrefix(".") { out.append(name) } }
+        var out: [DirectoryEntry] = []
+        FileSystem.forEachName(in: directory) { name in
+            guard out.count < limit && !name.hasPrefix(".") else { return }
+            var st = stat()
+            let stamp = lstat(directory + "/" + name, &st) == 0
+                ? "\(st.st_size)-\(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec)-\(st.st_ino)" : nil
+            out.append(DirectoryEntry(name: name, stamp: stamp))
+        }
         return out
     }
 }

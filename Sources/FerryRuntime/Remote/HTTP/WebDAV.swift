@@ -237,7 +237,7 @@ final class RemoteMove: RemoteRequest {}
 extension HTTPRemote: RemoteDirectory {
     /// A `PROPFIND` with `Depth: 1` on the remote's collection: the members that are not
     /// collections. A server without WebDAV listing cannot say what it holds.
-    func names(limit: Int) throws(FerryError) -> [String] {
+    func entries(limit: Int) throws(FerryError) -> [DirectoryEntry] {
         let listing = try EasyHandle.borrow { easy throws(FerryError) in
             try exchange(easy, "PROPFIND", url: base.url, headers: ["Depth: 1"], body: nil, keep: 16 << 20)
         }
@@ -247,10 +247,10 @@ extension HTTPRemote: RemoteDirectory {
                                    + "from libnginx-mod-http-dav-ext; Apache: Dav On), or use an s3://, sftp:// or file:// location",
                              cause: .http(status: listing.status))
         }
-        var out: [String] = []
+        var out: [DirectoryEntry] = []
         for href in WebDAV.hrefs(in: listing.body) where !href.hasSuffix("/") && out.count < limit {
             guard let last = href.split(separator: "/").last, let name = String(last).removingPercentEncoding(), !name.hasPrefix(".") else { continue }
-            out.append(name)
+            out.append(DirectoryEntry(name: name, stamp: nil))
         }
         return out
     }

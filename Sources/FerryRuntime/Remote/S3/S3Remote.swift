@@ -117,8 +117,8 @@ enum S3Exchange {
 extension S3Remote: RemoteDirectory {
     /// ListObjectsV2 under the prefix, a page of 1,000 at a time, with `/` as delimiter (names
     /// further down are not listed).
-    func names(limit: Int) throws(FerryError) -> [String] {
-        var out: [String] = []
+    func entries(limit: Int) throws(FerryError) -> [DirectoryEntry] {
+        var out: [DirectoryEntry] = []
         var token: String?
         repeat {
             var query = [("list-type", "2"), ("prefix", prefix), ("delimiter", "/"), ("max-keys", "1000")]
@@ -130,7 +130,9 @@ extension S3Remote: RemoteDirectory {
             for block in S3XML.blocks("Contents", in: answer.body) {
                 guard let key = S3XML.element("Key", in: block), key.hasPrefix(prefix) else { continue }
                 let name = String(key.dropFirst(prefix.count))
-                if !name.isEmpty && !name.contains("/") { out.append(name) }
+                // The ETag (the content's MD5 for a plain PUT) and the size stamp the content.
+                let stamp = S3XML.element("ETag", in: block).map { $0 + "-" + (S3XML.element("Size", in: block) ?? "") }
+                if !name.isEmpty && !name.contains("/") { out.append(DirectoryEntry(name: name, stamp: stamp)) }
             }
             token = S3XML.element("IsTruncated", in: answer.body) == "true" ? S3XML.element("NextContinuationToken", in: answer.body) : nil
         } while token != nil && out.count < limit

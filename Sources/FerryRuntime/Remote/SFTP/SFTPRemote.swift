@@ -195,9 +195,9 @@ struct SFTPCalls {
 }
 
 extension SFTPRemote: RemoteDirectory {
-    func names(limit: Int) throws(FerryError) -> [String] {
+    func entries(limit: Int) throws(FerryError) -> [DirectoryEntry] {
         try connections.with(self) { connection throws(FerryError) -> [String] in
             try SFTPCalls(remote: self, connection: connection).names(in: directory.isEmpty ? "." : directory, limit: limit).filter { !$0.hasPrefix(".") }
-        }
+        }.map { DirectoryEntry(name: $0, stamp: nil) }
     }
 }
