@@ -37,8 +37,8 @@ Faults (per path, "*" for all):
   "delay": S             wait S seconds (a fraction allowed) before answering: a far or busy server
   "date_offset": S       the Date header S seconds off the real time (a server whose clock is wrong,
                          or a client's)
-  "hang": true           accept the request and never answer it (logged with status 0), as a
-                         hung proxy does, until the client gives up
+  "hang": true           accept the request (a GET, or a WebDAV PUT's body) and never answer it
+                         (logged with status 0), as a hung proxy does, until the client gives up
   "only_first": N        apply reset_after, truncate_after and stall_after to the first N
                          requests for the path only
   "store_truncate": N    WebDAV: a file PUT or MOVEd to the path keeps only its first N bytes
@@ -150,6 +150,12 @@ class Handler(BaseHTTPRequestHandler):
         full, path = self.local(self.path)
         length = int(self.headers.get("Content-Length", "0"))
         body = self.rfile.read(length) if length > 0 else b""
+        if load_faults(path).get("hang"):
+            self.record(0)
+            while self.connection.recv(65536):
+                pass
+            self.close_connection = True
+            return
         if full is None:
             return self.simple(403)
         if not os.path.isdir(os.path.dirname(full)):

@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import FerryCore
+import Synchronization
 
 /// Signed status reports (`report = URL`) and `ferry fleet`: each machine publishes what it
 /// serves, signed by its own key; the reader counts versions and refuses what is forged, replayed
@@ -195,5 +196,50 @@ struct FleetReportTests {
         let status = ferry(["status", "--config", box.config, "--session", "up", "--json"])
         let report = ((try? JSONSerialization.jsonObject(with: Data(status.stdout.utf8))) as? [String: Any]).flatMap { ($0["sessions"] as? [[String: Any]])?.first?["report"] as? [String: Any] }
         #expect((report?["failure"] as? String)?.contains("/dev/null/reports") == true && report?["seq"] as? Int == 3, "\(status.output)")
+    }
+
+    /// A report location that takes the report and never answers (a hung WebDAV server) costs
+    /// the run the report's patience, not the session's minute of stall-timeout, and one warning.
+    @Test func aHungReportLocationCostsTheRunItsPatienceOnce() throws {
+        let box = Sandbox("fleet-hung")
+        box.publish("a.txt", "hello\n")
+        box.buildManifest()
+        let root = box.directory + "/dav"
+        try FileManager.default.createDirectory(atPath: root + "/reports", withIntermediateDirectories: true)
+        let server = try PythonServer(directory: root, extra: ["--dav"])
+        defer { server.stop() }
+        server.setFaults(["*": ["hang": true]])
+        box.configure(remote: "file://" + box.published, session: ["report = \(server.url)reports/", "stall-timeout = 60s"])
+        let run = box.sync(["--json"])
+        let said = run.events(named: "warning").compactMap { $0["message"] as? String }.filter { $0.contains("status report") }
+        #expect(run.exitCode == 0 && said.count == 1, "\(run.output)")
+        print("hung report location: \(said)")
+        let puts = server.requests().filter { $0["method"] as? String == "PUT" }
+        #expect(!puts.isEmpty && puts.allSatisfy { $0["status"] as? Int == 0 }, "\(server.requests())")
+    }
+
+    /// Eight machines publishing their reports at once to one WebDAV collection (nginx): each
+    /// report goes through a temporary name of its own, so none carries another machine's bytes,
+    /// and `ferry fleet` lists the collection with PROPFIND and takes all eight, every round.
+    @Test func machinesWritingToOneWebDAVCollectionAtOnceKeepTheirOwnReports() throws {
+        let box = Sandbox("fleet-webdav")
+        let nginx = try NginxServer()
+        defer { nginx.stop() }
+        let url = "http://127.0.0.1:\(nginx.port)/reports/"
+        let machines = try Machines("fleet-webdav-machines", count: 8, remote: "file://" + box.published, reports: url)
+        defer { Harness.remove(machines.root) }
+        for round in 1...3 {
+            box.publish("a.txt", "round \(round)\n")
+            #expect(ferry(["manifest", "build", box.published, "--version", "\(round)"]).exitCode == 0)
+            let codes = Mutex([Int32](repeating: -1, count: machines.count))
+            DispatchQueue.concurrentPerform(iterations: machines.count) { i in
+                let code = ferry(["sync", "now", "--config", machines.config(i), "--quiet"]).exitCode
+                codes.withLock { $0[i] = code }
+            }
+            #expect(codes.withLock { $0 }.allSatisfy { $0 == 0 }, "round \(round): \(codes.withLock { $0 })")
+            let view = Self.fleet([url, "--ledger", box.directory + "/ledger"])
+            #expect(view["listed"] as? Int == 8 && view["taken"] as? Int == 8 && (view["refused"] as? [Any])?.isEmpty == true
+                    && Self.served(view) == [round: 8], "round \(round): \(view)")
+        }
     }
 }

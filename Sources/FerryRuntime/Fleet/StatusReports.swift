@@ -5,6 +5,9 @@ import FerryCore
 /// that failed. One small write per report (for S3 one PUT; WebDAV a PUT and a MOVE), never read
 /// back: a report is a statement, not data a machine depends on.
 enum StatusReports {
+    /// How long a report location may take to connect, or send nothing, before the try is given up.
+    static let reportPatience = 10.0
+
     /// What the run tells the report beside the state: how it ended, the bytes by source, and
     /// the tree the served manifest's bytes hash to.
     struct RunFacts {
@@ -73,6 +76,10 @@ enum StatusReports {
         target.remote = location
         target.mirrors = []
         target.direction = .push
+        // A report is a few hundred bytes and nothing waits on it but the session's lock: a hung
+        // location costs the run `reportPatience`, not the session's stall-timeout.
+        target.connectTimeout = min(target.connectTimeout, reportPatience)
+        target.stallTimeout = min(target.stallTimeout, reportPatience)
         guard let writer = try Remotes.open(target, clock: clock) as? RemoteWriting else {
             throw .usage("a report cannot be written to \(location.url): ferry cannot write to this kind of remote")
         }

@@ -13,7 +13,12 @@ import FerryCore
 extension HTTPRemote: RemoteWriting {
     /// Where the upload of a task waits on the remote until it is moved into place.
     static func temporaryName(task: Int64) -> RelativePath { RelativePath(trusted: LocalRoot.uploadPath + "/\(task)") }
-    static let temporaryManifest = RelativePath(trusted: ".ferry/manifest.json.new")
+    static let temporaryManifest = temporaryName(for: RelativePath(trusted: ".ferry/manifest.json"))
+    /// Where a whole object (`write`) waits until it is moved onto `destination`: a name of its
+    /// destination's own, so writers of different objects in one collection (a fleet's machines
+    /// writing their status reports) never move each other's bytes, and a name left by a run that
+    /// died is replaced by the next write of the same object.
+    static func temporaryName(for destination: RelativePath) -> RelativePath { RelativePath(trusted: ".ferry/\(destination.name).new") }
 
 
     func placement(for file: LocalUpload, journal: UploadJournal) throws(FerryError) -> Placement {
@@ -59,7 +64,7 @@ extension HTTPRemote: RemoteWriting {
     func abandon(_ upload: JournaledUpload) {}
 
     func write(_ bytes: [UInt8], at path: RelativePath, condition: WriteCondition) throws(FerryError) -> WriteOutcome {
-        let temporary = HTTPRemote.temporaryManifest
+        let temporary = HTTPRemote.temporaryName(for: path)
         try withCollections(for: temporary) { () throws(FerryError) -> Int in
             try request("PUT", temporary, body: bytes)
         }
