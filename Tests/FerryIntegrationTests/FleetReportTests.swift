@@ -109,11 +109,14 @@ struct FleetReportTests {
         let name2 = try #require(names.first { $0 != name0 && $0 != name1 })
         try FileManager.default.copyItem(atPath: reports + "/" + name2, toPath: reports + "/00000000000000000000000000000000.fleet.report")
         try "not a report\n".writeReplacing(reports + "/junk.report")
+        try String(repeating: "x", count: 600).writeReplacing(reports + "/big.report")
         view = Self.fleet(["file://" + reports, "--ledger", ledger])
         let forged = Self.refused(view, "forged")
         #expect(Set(forged.compactMap { $0["name"] as? String }) == [name1, "00000000000000000000000000000000.fleet.report"], "\(view)")
         #expect(forged.contains { ($0["reason"] as? String)?.contains("does not verify") == true }, "\(forged)")
-        #expect(Self.refused(view, "malformed").map { $0["name"] as? String } == ["junk.report"], "\(view)")
+        #expect(Self.refused(view, "malformed").map { $0["name"] as? String } == ["big.report", "junk.report"], "\(view)")
+        #expect(Self.refused(view, "malformed").first { $0["name"] as? String == "big.report" }?["reason"] as? String
+                == "it is larger than 512 bytes, the most a report can be", "\(view)")
         #expect(Self.served(view) == [4: 2] && (view["machines"] as? [[String: Any]])?.contains { $0["served"] as? Int == 5 } == false, "never merged: \(view)")
         let text = ferry(["fleet", "file://" + reports, "--ledger", ledger])
         #expect(text.exitCode == 0 && text.stdout.contains("served     v4: 2 machines") && text.stdout.contains("refused    forged " + name1)
@@ -240,6 +243,27 @@ struct FleetReportTests {
             let view = Self.fleet([url, "--ledger", box.directory + "/ledger"])
             #expect(view["listed"] as? Int == 8 && view["taken"] as? Int == 8 && (view["refused"] as? [Any])?.isEmpty == true
                     && Self.served(view) == [round: 8], "round \(round): \(view)")
+        }
+    }
+
+    /// Reports to an SFTP location (OpenSSH): written with the session's sftp-key and known
+    /// hosts, listed with READDIR and read with them by `ferry fleet --session`. SFTP listings
+    /// carry no stamp ferry keeps, so a read again fetches each report again.
+    @Test func reportsGoToSFTPAndAreListedThere() throws {
+        let server = try SSHServer()
+        defer { server.stop() }
+        let box = Sandbox("fleet-sftp")
+        box.publish("a.txt", "hello\n")
+        #expect(ferry(["manifest", "build", box.published, "--version", "7"]).exitCode == 0)
+        let keys = ["sftp-key = \(server.clientKey)", "sftp-known-hosts = \(server.knownHosts)"]
+        let machines = try Machines("fleet-sftp-machines", count: 2, remote: "file://" + box.published, reports: server.url + "reports/", session: keys)
+        defer { Harness.remove(machines.root) }
+        #expect(machines.sync() == [0, 0])
+        let names = try FileManager.default.contentsOfDirectory(atPath: server.root + "/reports").filter { $0.hasSuffix(".report") }
+        #expect(names.count == 2, "\(names)")
+        for _ in 0..<2 {
+            let view = Self.fleet(["--config", machines.config(0), "--session", "fleet", "--ledger", box.directory + "/ledger"])
+            #expect(view["listed"] as? Int == 2 && view["taken"] as? Int == 2 && view["unchanged"] as? Int == 0 && Self.served(view) == [7: 2], "\(view)")
         }
     }
 }

@@ -106,6 +106,10 @@ struct FleetRolloutTests {
         }
         let last = FleetReportTests.fleet(["file://" + fleet.reports, "--ledger", fleet.ledger])
         #expect(FleetReportTests.served(last) == [4: 15, 1: 5], "at 100% the machines whose gate passes serve release 4: \(last)")
+        // What a scrape costs an agent: one page for one session with a mirror and a budget.
+        let page = MetricsEndpointTests.get(fleet.ports[0], "/metrics")
+        #expect(page?.status == 200 && page?.body.contains("ferry_served_version{session=\"fleet\"} 4") == true, "\(String(describing: page))")
+        print("a scrape of one agent: \(page?.body.utf8.count ?? 0) bytes, \(page?.body.split(separator: "\n").filter { !$0.hasPrefix("#") }.count ?? 0) series")
     }
 
     /// What `ferry fleet --json` and Prometheus say of each machine is what its `status --json`

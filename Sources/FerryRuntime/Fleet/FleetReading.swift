@@ -106,7 +106,10 @@ public enum FleetReading {
             }
         } catch {
             // Over the size a report may have (`Remotes.tooLarge`, a manifest error): not one; else it could not be read.
-            return ([], .refused(kind: error.category == .manifest ? "malformed" : "unreadable", reason: error.message))
+            if error.category == .manifest {
+                return ([], .refused(kind: "malformed", reason: "it is larger than \(StatusReport.maximumSize) bytes, the most a report can be"))
+            }
+            return ([], .refused(kind: "unreadable", reason: error.message))
         }
     }
 }

@@ -31,7 +31,8 @@ extension StateStore {
         return seq
     }
 
-    /// A report went (`failure` nil) saying `substance` at `time`; or the try failed, and why.
+    /// A report went (`failure` nil) saying `substance` at `time`; or the try failed, and why (the
+    /// substance and time stay those of the last report that went, so the next run tries again).
     public func recordReport(session: String, substance: String, time: Timestamp, failure: String?) throws(FerryError) {
         try ensureSession(session)
         if let failure {
