@@ -163,6 +163,56 @@ struct SlowSourceTests {
         #expect(run.events(named: "file-done").allSatisfy { $0["source"] as? String == "origin" }, "\(run.output)")
     }
 
+    /// A hung and a trickling cache in front of real origins, nginx and S3 (SeaweedFS): each run
+    /// of 20 files waits on the cache once (a hung one: its patience; a trickling one: until it
+    /// has sent below min-speed for that long), says so once, and takes the files from the origin.
+    @Test func hungAndTricklingCachesInFrontOfNginxAndS3CostOneWait() throws {
+        let nginx = try NginxServer()
+        defer { nginx.stop() }
+        for fault in ["hang", "trickle"] {
+            let box = Sandbox("slow-nginx-\(fault)", published: nginx.root + "/\(fault)")
+            let files = Self.publish(box, count: 20, size: 64 << 10)
+            let cache = try PythonServer(directory: box.published)
+            defer { cache.stop() }
+            cache.setFaults(Self.fault(fault, files: files))
+            box.configure(remote: "http://127.0.0.1:\(nginx.port)/\(fault)/", session: ["mirrors = \(cache.url)", "stall-timeout = 60s", "delta = no"])
+            Self.checkOneWait(box.sync(["--json", "--max-duration", "40s"]), cache: cache, files: files, local: box.local, "nginx, \(fault)")
+            Harness.remove(box.published)
+        }
+        for fault in ["hang", "trickle"] {
+            let source = Harness.temporaryDirectory("slow-s3-\(fault)")
+            defer { Harness.remove(source) }
+            let cache = try PythonServer(directory: source)
+            defer { cache.stop() }
+            let w = try S3PushTests.World("slow-\(fault)", down: ["mirrors = \(cache.url)", "stall-timeout = 60s", "delta = no"])
+            var files: [String: Data] = [:]
+            for i in 0..<20 { files["f\(i).bin"] = randomData(64 << 10, seed: UInt64(500 + i)) }
+            for (path, data) in files {
+                w.write(path, data)
+                try data.write(to: URL(fileURLWithPath: source + "/" + path))
+            }
+            #expect(w.push().exitCode == 0)
+            cache.setFaults(Self.fault(fault, files: files))
+            Self.checkOneWait(w.pull(["--json", "--max-duration", "40s"]), cache: cache, files: files, local: w.dst, "S3, \(fault)")
+        }
+    }
+
+    /// A cache that hangs on everything, or trickles each file at 200 bytes a second.
+    static func fault(_ kind: String, files: [String: Data]) -> [String: [String: Any]] {
+        kind == "hang" ? ["*": ["hang": true]] : Dictionary(uniqueKeysWithValues: files.keys.map { ("/" + $0, ["rate": 200] as [String: Any]) })
+    }
+
+    static func checkOneWait(_ run: FerryRun, cache: PythonServer, files: [String: Data], local: String, _ what: String) {
+        #expect(run.exitCode == 0, "\(what): \(run.output)")
+        for (path, data) in files { #expect(FileManager.default.contents(atPath: local + "/" + path) == data, "\(what): \(path)") }
+        #expect(slowWarnings(run).count == 1, "\(what): said once: \(slowWarnings(run))")
+        // A file's request carries its hash as a query (`?ferry_sha256=`): matched by name.
+        let asked = cache.requests().filter { ($0["path"] as? String)?.contains(".bin") == true }
+        #expect(asked.count <= 8, "\(what): waited on once per lane at most: \(asked.count) files asked of the cache")
+        #expect(run.events(named: "file-done").filter { $0["source"] as? String == cache.url }.isEmpty, "\(what): \(run.output)")
+        print("slow cache (\(what)): \(asked.count) files asked of it, \(run.events(named: "file-done").count) from the origin")
+    }
+
     /// Patience follows what the run has seen: an origin whose answers take 0.8 s to start (a far
     /// or busy server) gives a hung mirror about ten times that, not the 5 s floor, and the
     /// warning says the patience it was given.
