@@ -131,6 +131,16 @@ struct ByteBudgetTests {
         #expect(page.contains("ferry_budget_bytes{period=\"day\"} 1048576"), "\(page)")
         #expect(page.contains("ferry_budget_used_bytes{period=\"day\"} "), "\(page)")
         #expect(page.contains("ferry_budget_period_end_timestamp_seconds{period=\"day\"} "), "\(page)")
+        // A scrape with nothing charged since reads the state; it commits nothing (SQLite's
+        // data_version, seen from another connection, moves only when another commits).
+        let watcher = try SQLiteDatabase(path: box.state + "/ferry.db")
+        func version() -> Int64 {
+            guard let s = try? watcher.prepare("PRAGMA data_version"), (try? s.step()) == true else { return -1 }
+            return s.int(0)
+        }
+        let before = version()
+        for _ in 0..<5 { #expect(metrics.render([]).contains("ferry_budget_used_bytes{period=\"day\"} \(used)"), "the same use") }
+        #expect(before >= 0 && version() == before, "scrapes committed to the state: \(before) -> \(version())")
     }
 
     /// The agent, its budget spent, waits for the next period and not for its hourly poll: run in

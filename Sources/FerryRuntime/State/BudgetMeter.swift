@@ -80,7 +80,8 @@ public final class BudgetMeter: TransferBudget {
                 b.pending = 0
                 b.window = window
             }
-            b.saved = try store.addBudgetUse(period: window.key, bytes: b.pending)
+            // Nothing charged since: read, not a write per scrape of /metrics.
+            b.saved = b.pending == 0 ? try store.budgetUsed(period: window.key) : try store.addBudgetUse(period: window.key, bytes: b.pending)
             b.pending = 0
         } catch {
             if window.key != b.window.key {
