@@ -186,6 +186,9 @@ struct FleetReportTests {
         let published = try #require((view["machines"] as? [[String: Any]])?.first?["served"] as? Int)
         #expect(view["taken"] as? Int == 2 && served == ["down \(published)", "up \(published)"], "the version pushed is the one pulled: \(view)")
         #expect(Set((view["machines"] as? [[String: Any]] ?? []).compactMap { $0["key"] as? String }).count == 1, "one machine key for both sessions")
+        // A push serves what it published: its status says the version its report says.
+        let up = (try? JSONSerialization.jsonObject(with: Data(ferry(["status", "--config", box.config, "--session", "up", "--json"]).stdout.utf8))) as? [String: Any]
+        #expect((up?["sessions"] as? [[String: Any]])?.first?["served_version"] as? Int == published, "\(String(describing: up))")
 
         // A location that cannot be written: the run is in sync, says so once, and status tells why.
         let text = try String(contentsOfFile: box.config, encoding: .utf8).replacingOccurrences(of: "report = s3://\(bucket)/fleet/", with: "report = file:///dev/null/reports/")

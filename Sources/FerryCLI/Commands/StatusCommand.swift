@@ -33,7 +33,8 @@ struct StatusCommand: Command {
           agent_pid, next_poll, held_for, last_run_started, last_run_finished, last_exit_code,
           last_message, last_poll_ok, manifest_version (the newest the remote offered),
           served_version and served_since (the release a pull serves: whole in place and past
-          on-switch-check; null before its first complete run), manifest_signers (the keys whose
+          on-switch-check; null before its first complete run; a push's served_version is the
+          version it last published), manifest_signers (the keys whose
           signatures it was taken on), manifest_signer (the first of them), manifest_expires, rejected_version
           and rejected_reason (what on-switch-check rolled back), rollbacks, rollout (the last
           phased rollout seen: {"version","percent","inside","taking"}), key_set (with
@@ -530,7 +531,7 @@ struct StatusCommand: Command {
             f.append("\"manifest_signer\":" + (r?.manifestSigner.map { JSONText.quote($0.description) } ?? "null"))
             f.append("\"manifest_signers\":[" + (r?.manifestSigners ?? []).map { JSONText.quote($0.description) }.joined(separator: ",") + "]")
             f.append("\"manifest_expires\":" + (r?.manifestExpires.map { JSONText.quote($0.rfc3339) } ?? "null"))
-            f.append("\"served_version\":" + (r?.servedVersion.map(String.init) ?? "null"))
+            f.append("\"served_version\":" + (r?.served(s.direction).map(String.init) ?? "null"))
             f.append("\"served_since\":" + (r?.servedSince.map { JSONText.quote($0.rfc3339) } ?? "null"))
             f.append("\"rejected_version\":" + (r?.rejectedVersion.map(String.init) ?? "null"))
             f.append("\"rejected_reason\":" + (r?.rejectedReason.map(JSONText.quote) ?? "null"))

@@ -240,7 +240,7 @@ public final class Metrics: EventSink, @unchecked Sendable {
         // serves an older version than the newest its remote offers.
         metric("ferry_served_version", "gauge", "The version this machine serves: a pull's release whole in place and past its on-switch-check; a push's last published.",
                sessions.compactMap { s in
-                   (s.direction == .push ? s.record?.manifestVersion : s.record?.servedVersion).map { (label(s), String($0)) }
+                   s.record?.served(s.direction).map { (label(s), String($0)) }
                })
         metric("ferry_served_since_timestamp_seconds", "gauge", "When a pull began serving its release (Unix time).",
                sessions.compactMap { s in s.direction == .push ? nil : s.record?.servedSince.map { (label(s), String($0.seconds)) } })

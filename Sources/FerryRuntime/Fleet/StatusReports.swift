@@ -20,7 +20,7 @@ enum StatusReports {
     /// The report the state and `facts` make now (sequence number not taken yet).
     static func make(session: SessionConfig, agent: AgentConfig, record: SessionRecord?, key: PublicKey,
                      facts: RunFacts, now: Timestamp) -> StatusReport {
-        let served = session.direction == .push ? record?.manifestVersion : record?.servedVersion
+        let served = record?.served(session.direction)
         let health: String
         if record?.switchCheck != nil { health = "checking" } else if record?.rejectedVersion != nil { health = "failed" } else if session.onSwitchCheck == nil {
             health = "none"

@@ -60,6 +60,10 @@ public struct SessionRecord: Sendable {
     /// a rollout, or one that rolled a release back, does not serve.
     public var servedVersion: Int64?
     public var servedSince: Timestamp?
+
+    /// The version the session serves, as status, metrics and reports all tell it: a pull's
+    /// release in place (`servedVersion`); a push's last published (`manifestVersion`).
+    public func served(_ direction: Direction) -> Int64? { direction == .push ? manifestVersion : servedVersion }
 }
 
 /// The SQLite state of all sessions (WAL mode): sessions, the task table and the hash cache.
