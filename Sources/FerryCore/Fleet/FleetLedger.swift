@@ -28,11 +28,12 @@ public struct FleetLedger: Sendable, Equatable {
     public static func == (a: FleetLedger, b: FleetLedger) -> Bool { a.entries == b.entries }
 
     public init(text: String) {
-        for line in text.split(separator: "\n") {
-            let w = line.split(separator: " ", maxSplits: 5).map(String.init)
-            guard w.count == 6, let key = PublicKey(text: w[0]), let seq = Int64(w[1]), let time = Int64(w[2]) else { continue }
-            entries[key.description + " " + w[4]] = Entry(key: key, seq: seq, time: time, digest: w[3], session: w[4], machine: w[5])
+        var read: [String: Entry] = [:]
+        WordLines.each(text, maxSplits: 5) { w in
+            guard w.count == 6, let key = PublicKey(text: w[0]), let seq = Int64(w[1]), let time = Int64(w[2]) else { return }
+            read[key.description + " " + w[4]] = Entry(key: key, seq: seq, time: time, digest: w[3], session: w[4], machine: w[5])
         }
+        entries = read
     }
 
     public var text: String {

@@ -15,11 +15,12 @@ public struct FleetObjects: Sendable, Equatable {
     public init() {}
 
     public init(text: String) {
-        for line in text.split(separator: "\n") {
-            let w = line.split(separator: " ").map(String.init)
-            guard w.count == 3, let bytes = Base64.decode(w[2]), bytes.count <= StatusReport.maximumSize else { continue }
-            objects[w[0]] = Kept(stamp: w[1], bytes: bytes)
+        var read: [String: Kept] = [:]
+        WordLines.each(text, maxSplits: 3) { w in
+            guard w.count == 3, let bytes = Base64.decode(w[2]), bytes.count <= StatusReport.maximumSize else { return }
+            read[w[0]] = Kept(stamp: w[1], bytes: bytes)
         }
+        objects = read
     }
 
     public var text: String {
