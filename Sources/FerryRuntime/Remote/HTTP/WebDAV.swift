@@ -14,10 +14,11 @@ extension HTTPRemote: RemoteWriting {
     /// Where the upload of a task waits on the remote until it is moved into place.
     static func temporaryName(task: Int64) -> RelativePath { RelativePath(trusted: LocalRoot.uploadPath + "/\(task)") }
     static let temporaryManifest = temporaryName(for: RelativePath(trusted: ".ferry/manifest.json"))
-    /// Where a whole object (`write`) waits until it is moved onto `destination`: a name of its
-    /// destination's own, so writers of different objects in one collection (a fleet's machines
-    /// writing their status reports) never move each other's bytes, and a name left by a run that
-    /// died is replaced by the next write of the same object.
+    /// Where a whole object (`write`) waits until it is moved onto `destination`: a name taken
+    /// from the destination's own name, so writers of differently named objects in one collection
+    /// (a fleet's machines writing their status reports) never move each other's bytes, and a
+    /// name left by a run that died is replaced by the next write of the same object. (Objects of
+    /// one name in two collections would share it; the manifest and reports are all it names.)
     static func temporaryName(for destination: RelativePath) -> RelativePath { RelativePath(trusted: ".ferry/\(destination.name).new") }
 
 

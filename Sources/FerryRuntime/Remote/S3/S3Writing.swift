@@ -514,9 +514,18 @@ enum S3XML {
         element(name, in: String(decoding: body, as: UTF8.self)[...])
     }
 
+    /// Searched as bytes, as `blocks` is: each `<Contents>` of a listing page asks for its Key,
+    /// ETag and Size, and a search over `Character`s cost 0.4 s per 10,000 keys.
     static func element(_ name: String, in text: Substring) -> String? {
-        guard let open = text.firstRange(of: "<\(name)>"), let close = text[open.upperBound...].firstRange(of: "</\(name)>") else { return nil }
-        return unescaped(text[open.upperBound..<close.lowerBound])
+        let open = Array("<\(name)>".utf8), close = Array("</\(name)>".utf8)
+        var copy = text
+        let span = copy.withUTF8 { bytes -> (Int, Int)? in
+            guard let o = find(open, in: bytes, from: 0), let c = find(close, in: bytes, from: o + open.count) else { return nil }
+            return (o + open.count, c)
+        }
+        guard let span else { return nil }
+        let utf8 = text.utf8
+        return unescaped(Substring(utf8[utf8.index(utf8.startIndex, offsetBy: span.0)..<utf8.index(utf8.startIndex, offsetBy: span.1)]))
     }
 
     /// Each `<name>…</name>` block's inside. Searched as bytes (a listing page of 1,000 keys is
@@ -525,17 +534,10 @@ enum S3XML {
         let text = String(decoding: body, as: UTF8.self)
         let open = Array("<\(name)>".utf8), close = Array("</\(name)>".utf8)
         var spans: [(Int, Int)] = []
-        text.utf8.withContiguousStorageIfAvailable { bytes in
-            func find(_ needle: [UInt8], from start: Int) -> Int? {
-                var i = start
-                while i + needle.count <= bytes.count {
-                    if bytes[i] == needle[0] && memcmp(bytes.baseAddress! + i, needle, needle.count) == 0 { return i }
-                    i += 1
-                }
-                return nil
-            }
+        var copy = text
+        copy.withUTF8 { bytes in
             var at = 0
-            while let o = find(open, from: at), let c = find(close, from: o + open.count) {
+            while let o = find(open, in: bytes, from: at), let c = find(close, in: bytes, from: o + open.count) {
                 spans.append((o + open.count, c))
                 at = c + close.count
             }
@@ -544,6 +546,16 @@ enum S3XML {
         return spans.map { lower, upper in
             Substring(utf8[utf8.index(utf8.startIndex, offsetBy: lower)..<utf8.index(utf8.startIndex, offsetBy: upper)])
         }
+    }
+
+    /// Where `needle` first starts in `bytes` at or after `start`.
+    private static func find(_ needle: [UInt8], in bytes: UnsafeBufferPointer<UInt8>, from start: Int) -> Int? {
+        var i = start
+        while i + needle.count <= bytes.count {
+            if bytes[i] == needle[0] && memcmp(bytes.baseAddress! + i, needle, needle.count) == 0 { return i }
+            i += 1
+        }
+        return nil
     }
 
     /// XML's five named entities and numeric references (`&#34;`, `&#x22;`: SeaweedFS quotes ETags so).
