@@ -37,9 +37,21 @@ def fleet_reports_sections(ferry, runs):
         open(cfg, "w").write(f"[agent]\nstate = {work}/state\n\n[session assets]\nremote = s3://reports/site/\n"
                              f"local = {work}/mirror\nreport = s3://reports/fleet/\ns3-endpoint = {weed.endpoint}\n"
                              f"s3-credentials = {creds}\n")
-        cold, warm, view = [], [], {}
-        cpu = {"cold": ([], []), "warm": ([], [])}
+        cold, warm, peer, view = [], [], [], {}
+        cpu = {"cold": ([], []), "warm": ([], []), "peer": ([], [])}
+        copy = work + "/rclone-copy"
         for _ in range(runs):
+            # The peer: rclone copying the same objects to a local directory, 16 at a time (no
+            # signature checked, no view made): what reading the bucket alone costs.
+            shutil.rmtree(copy, ignore_errors=True)
+            began, store0 = time.monotonic(), weed.cpu()
+            usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            subprocess.run(weed.rclone(["copy", ":s3:reports/fleet/", copy, "--transfers", "16", "--checkers", "16",
+                                        "--no-check-dest", "--use-server-modtime"]), check=True, capture_output=True)
+            peer.append(time.monotonic() - began)
+            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu["peer"][0].append(usage.ru_utime + usage.ru_stime - usage0.ru_utime - usage0.ru_stime)
+            cpu["peer"][1].append(weed.cpu() - store0)
             ledger = work + "/ledger"
             for walls, label in ((cold, "cold"), (warm, "warm")):
                 began, store0 = time.monotonic(), weed.cpu()
@@ -65,13 +77,19 @@ def fleet_reports_sections(ferry, runs):
                  f"{runs} runs; each reads once with an empty ledger (every key new: trust on first report) and once "
                  "more with the ledger and the reports it kept (listed with the same ETag and size, a report is not "
                  "fetched again). Target (issue 58): ≤ 5 s.", "",
-                 "| read | wall (median) | slowest | ferry CPU | store CPU | reports taken | refused (counted, never merged) |",
-                 "|---|---:|---:|---:|---:|---:|---|",
+                 "| read | wall (median) | slowest | vs rclone copy | client CPU | store CPU | reports taken | refused (counted, never merged) |",
+                 "|---|---:|---:|---:|---:|---:|---:|---|",
                  f"| first (empty ledger) | {statistics.median(cold):.2f} s | {max(cold):.2f} s | "
+                 f"{statistics.median(cold) / statistics.median(peer):.2f}× | "
                  f"{statistics.median(cpu['cold'][0]):.2f} s | {statistics.median(cpu['cold'][1]):.2f} s | {view['taken']:,} | "
                  f"{kinds.get('forged', 0)} forged, {kinds.get('malformed', 0)} malformed |",
+                 f"| rclone copy of the same objects (peer: no check, no view) | {statistics.median(peer):.2f} s | {max(peer):.2f} s | "
+                 f"1.00× | {statistics.median(cpu['peer'][0]):.2f} s | {statistics.median(cpu['peer'][1]):.2f} s | — | — |",
                  f"| again (ledger and reports kept, none changed) | {statistics.median(warm):.2f} s | {max(warm):.2f} s | "
+                 f"{statistics.median(warm) / statistics.median(peer):.2f}× | "
                  f"{statistics.median(cpu['warm'][0]):.2f} s | {statistics.median(cpu['warm'][1]):.2f} s | {view['taken']:,} | same |", "",
+                 "rclone copies with `--transfers 16 --checkers 16 --no-check-dest --use-server-modtime` (one GET per "
+                 "object, no HEAD): the floor for reading the bucket on this machine. "
                  "CPU is user + system seconds of the whole process; the store (SeaweedFS) shares the machine's 2 cores "
                  "with ferry. A report whose bytes' SHA-256 is in the ledger is not verified again; one listed "
                  "unchanged is parsed and judged from the bytes kept, without a GET.", "",
