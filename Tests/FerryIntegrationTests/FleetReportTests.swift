@@ -146,6 +146,32 @@ struct FleetReportTests {
         #expect((view["machines"] as? [[String: Any]])?.map { $0["machine"] as? String } == ["machine-0"], "\(view)")
         view = fleet(["file://" + reports, "--ledger", box.directory + "/ledger4", "--version", "3"])
         #expect((view["machines"] as? [Any])?.isEmpty == true && served(view).isEmpty, "\(view)")
+        try unreadableLedgerAndKeptReports(box, reports: reports)
+    }
+
+    /// A ledger that exists but cannot be read (a FIFO where it was) stops the read, untouched:
+    /// reading on would take replays as new and write over it. The reports kept between reads
+    /// are only a saving: unreadable, every report is fetched, said once.
+    private static func unreadableLedgerAndKeptReports(_ box: Sandbox, reports: String) throws {
+        let ledger = box.directory + "/ledger-fifo"
+        #expect(mkfifo(ledger, 0o600) == 0)
+        var run = ferry(["fleet", "file://" + reports, "--ledger", ledger])
+        #expect(run.exitCode == 2 && run.stderr.contains("cannot read the ledger") && run.stderr.contains("not a regular file")
+                && run.stderr.contains("--ledger FILE"), "\(run.output)")
+        var st = stat()
+        #expect(lstat(ledger, &st) == 0 && (st.st_mode & S_IFMT) == S_IFIFO, "the ledger is left as it was")
+
+        let kept = box.directory + "/ledger5"
+        var view = fleet(["file://" + reports, "--ledger", kept])
+        let taken = view["taken"] as? Int
+        #expect(unlink(kept + ".objects") == 0 && mkfifo(kept + ".objects", 0o600) == 0)
+        run = ferry(["fleet", "file://" + reports, "--ledger", kept, "--json"])
+        view = (try? JSONSerialization.jsonObject(with: Data(run.stdout.utf8))) as? [String: Any] ?? [:]
+        #expect(run.exitCode == 0 && view["unchanged"] as? Int == 0 && view["taken"] as? Int == taken, "\(run.output)")
+        #expect(run.stderr.components(separatedBy: "warning").count == 2
+                && run.stderr.contains("reports kept from the last read cannot be read") && run.stderr.contains("every report is fetched"), "\(run.stderr)")
+        view = fleet(["file://" + reports, "--ledger", kept])
+        #expect(view["unchanged"] as? Int == taken && view["taken"] as? Int == taken, "kept again after: \(view)")
     }
 
     /// Reports in S3 (SeaweedFS), from a push and a pull of one machine, read with the session's

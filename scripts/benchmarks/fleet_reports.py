@@ -14,6 +14,20 @@ from .runners import SCRIPTS
 from .servers import Weed
 
 
+def rclone_copy(weed, copy, walls, cpu):
+    """The peer: rclone copying the same objects to a local directory, 16 at a time (no signature
+    checked, no view made): what reading the bucket alone costs. Appends its wall and CPU."""
+    shutil.rmtree(copy, ignore_errors=True)
+    began, store0 = time.monotonic(), weed.cpu()
+    usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    subprocess.run(weed.rclone(["copy", ":s3:reports/fleet/", copy, "--transfers", "16", "--checkers", "16",
+                                "--no-check-dest", "--use-server-modtime"]), check=True, capture_output=True)
+    walls.append(time.monotonic() - began)
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu[0].append(usage.ru_utime + usage.ru_stime - usage0.ru_utime - usage0.ru_stime)
+    cpu[1].append(weed.cpu() - store0)
+
+
 def fleet_reports_sections(ferry, runs):
     """BENCH_FLEET_REPORTS reports (default 10,000), 20 of them forged and 10 malformed, read by
     `ferry fleet --json` from a fresh ledger (every key new) and again with the ledger kept."""
@@ -41,17 +55,7 @@ def fleet_reports_sections(ferry, runs):
         cpu = {"cold": ([], []), "warm": ([], []), "peer": ([], [])}
         copy = work + "/rclone-copy"
         for _ in range(runs):
-            # The peer: rclone copying the same objects to a local directory, 16 at a time (no
-            # signature checked, no view made): what reading the bucket alone costs.
-            shutil.rmtree(copy, ignore_errors=True)
-            began, store0 = time.monotonic(), weed.cpu()
-            usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-            subprocess.run(weed.rclone(["copy", ":s3:reports/fleet/", copy, "--transfers", "16", "--checkers", "16",
-                                        "--no-check-dest", "--use-server-modtime"]), check=True, capture_output=True)
-            peer.append(time.monotonic() - began)
-            usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-            cpu["peer"][0].append(usage.ru_utime + usage.ru_stime - usage0.ru_utime - usage0.ru_stime)
-            cpu["peer"][1].append(weed.cpu() - store0)
+            rclone_copy(weed, copy, peer, cpu["peer"])
             ledger = work + "/ledger"
             for walls, label in ((cold, "cold"), (warm, "warm")):
                 began, store0 = time.monotonic(), weed.cpu()

@@ -75,17 +75,27 @@ struct FleetCommand: Command {
         if let machineKeysFile { keys = try FleetCommand.machineKeys(machineKeysFile) }
         var ledgerPath = ledgerFile ?? ""
         if ledgerFile == nil { ledgerPath = try FleetCommand.defaultLedger(for: target.remote.url) }
-        func text(_ path: String) -> String { (try? FileSystem.readFile(path, limit: 64 << 20)).map { String(decoding: $0, as: UTF8.self) } ?? "" }
-        var ledger = FleetLedger(text: text(ledgerPath))
-        // The objects taken last time, beside the ledger: those listed unchanged are not fetched again.
-        var objects = FleetObjects(text: text(ledgerPath + ".objects"))
+        // A ledger that exists but cannot be read is an error: reading on without it would take
+        // replays as new and then write over what it remembered.
+        var ledger: FleetLedger
+        do { ledger = FleetLedger(text: try FleetCommand.kept(ledgerPath, limit: FleetCommand.ledgerLimit)) } catch {
+            throw FerryError(.usage, "ferry fleet: cannot read the ledger: \(error.message)",
+                             hint: "without it replayed reports cannot be told apart: repair or move it, or give --ledger FILE to start a new one")
+        }
+        // The objects taken last time, beside the ledger: those listed unchanged are not fetched
+        // again. Only a saving: unreadable, every report is fetched.
+        var objects = FleetObjects()
+        let objectsPath = ledgerPath + ".objects"
+        do { objects = FleetObjects(text: try FleetCommand.kept(objectsPath, limit: FleetCommand.objectsLimit)) } catch {
+            Console.err("ferry: warning: the reports kept from the last read cannot be read (\(error.message)): every report is fetched")
+        }
         let read = try FleetReading.read(session: target, machineKeys: keys, ledger: &ledger, objects: &objects, clock: clock)
         do {
             try FileSystem.writeAtomically(ledgerPath, bytes: Array(ledger.text.utf8), mode: 0o600)
-            try FileSystem.writeAtomically(ledgerPath + ".objects", bytes: Array(objects.text.utf8), mode: 0o600)
         } catch {
             Console.err("ferry: warning: the ledger \(Printable.name(ledgerPath)) cannot be written (\(error.message)): replays are not told apart next time")
         }
+        keep(objects, at: objectsPath)
         let shown = read.taken.filter { r in
             (version == nil || r.served == version) && (machine == nil || r.machine == machine || r.host == machine)
         }
@@ -96,6 +106,36 @@ struct FleetCommand: Command {
             for line in FleetText.lines(view, read: read, location: target.remote.url, trusting: keys != nil) { Console.out(line) }
         }
         return .inSync
+    }
+
+    /// The ledger's bound: a line is about 170 bytes, so well over the 1,000,000 reports a listing holds.
+    static let ledgerLimit = 512 << 20
+    /// The kept reports' bound: a report kept is about 660 bytes, so some 400,000 reports.
+    static let objectsLimit = 256 << 20
+
+    /// The text of a file kept between reads; empty when there is none yet.
+    static func kept(_ path: String, limit: Int) throws(FerryError) -> String {
+        do { return String(decoding: try FileSystem.readFile(path, limit: limit), as: UTF8.self) } catch {
+            if error.cause == .local(errno: ENOENT) { return "" }
+            throw error
+        }
+    }
+
+    /// Writes the reports taken for the next read, or, past their bound, none (said once).
+    private func keep(_ objects: FleetObjects, at path: String) {
+        let text = Array(objects.text.utf8)
+        do throws(FerryError) {
+            guard text.count <= FleetCommand.objectsLimit else {
+                // What the last read kept would stand for objects that have changed since.
+                if unlink(path) != 0 && errno != ENOENT { throw FerryError.localIO("cannot remove \(Printable.name(path)): \(FileSystem.errorText())") }
+                Console.err("ferry: warning: \(objects.objects.count) reports are more than the \(Units.formatBytes(Int64(FleetCommand.objectsLimit))) "
+                            + "kept between reads: none is kept, and the next read fetches every report")
+                return
+            }
+            try FileSystem.writeAtomically(path, bytes: text, mode: 0o600)
+        } catch {
+            Console.err("ferry: warning: \(Printable.name(path)) cannot be written (\(error.message)): the next read fetches every report")
+        }
     }
 
     /// A session whose remote is the report location: the config's (its credentials and options),
