@@ -236,6 +236,20 @@ struct RemoteConformanceTests {
         #expect(try writer.removeDirectoryIfEmpty(directory) == true, "one already gone is gone")
     }
 
+    /// A `file://` write that fails removes its own temporary file only: in a directory many
+    /// machines write at once (a report location), another's is theirs to put in place.
+    @Test func aFailedDirectoryWriteLeavesAnotherWritersTemporaryFile() throws {
+        let w = try World(.file)
+        let writer = try #require(w.remote as? RemoteWriting)
+        #expect(try writer.write(Array("a\n".utf8), at: RelativePath(trusted: "a.report"), condition: .none) == .written)
+        let other = w.root + "/.ferry/upload/manifest-0123456789abcdef"
+        try Data("another machine's report\n".utf8).write(to: URL(fileURLWithPath: other))
+        // A directory holding a file where the write's final name is: its rename fails.
+        try FileManager.default.createDirectory(atPath: w.root + "/b.report/inside", withIntermediateDirectories: true)
+        #expect(throws: FerryError.self) { try writer.write(Array("b\n".utf8), at: RelativePath(trusted: "b.report"), condition: .none) }
+        #expect(leftovers(w) == ["upload/manifest-0123456789abcdef"], "its own temporary file gone, the other's kept: \(leftovers(w))")
+    }
+
     /// Where the remote writes conditionally (S3), a write for "nothing there" fails once something
     /// is, and one for the ETag read fails once another writer replaced it: as a value, not an error.
     @Test(arguments: conditional)

@@ -113,6 +113,13 @@ extension LocalRoot {
     /// `.remote`: removes the temporary uploads of `owner` (a crash, a failure or a stop left them).
     public func removeUploads(owner: String) { removeUploads(owners: [owner]) }
 
+    /// `.remote`: removes the one temporary upload `name` (`createUpload`'s): in a directory others
+    /// write too (a report location), theirs of the same owner are left to them.
+    public func removeUpload(named name: String) {
+        guard let fd = try? staging() else { return }
+        unlinkat(fd, name, 0)
+    }
+
     /// `.remote`: removes the temporary uploads of each of `owners`.
     public func removeUploads(owners: Set<String>) {
         guard let fd = try? staging(), let dir = fdopendir(dup(fd)) else { return }

@@ -107,7 +107,7 @@ extension FileRemote: RemoteWriting {
                 _ = try root.commit(partialFD: fd, staged: name, to: path, mode: 0o644, mtime: nil, lost: {})
                 try root.syncDirectories()
             } catch {
-                root.removeUploads(owner: "manifest")
+                root.removeUpload(named: name)
                 throw FerryError(.remote, "cannot publish \(Printable.name(root.path + "/" + path.string)): \(error.message)", hint: error.hint, cause: error.cause)
             }
         }
