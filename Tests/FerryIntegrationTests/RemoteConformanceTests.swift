@@ -237,8 +237,9 @@ struct RemoteConformanceTests {
     }
 
     /// A `file://` write that fails removes its own temporary file only: in a directory many
-    /// machines write at once (a report location), another's is theirs to put in place.
-    @Test func aFailedDirectoryWriteLeavesAnotherWritersTemporaryFile() throws {
+    /// machines write at once (a report location), another's is theirs to put in place. One an
+    /// hour older than a write is a killed writer's: the write removes it.
+    @Test func aDirectoryWriteLeavesAnotherWritersTemporaryFileAndClearsAKilledOnes() throws {
         let w = try World(.file)
         let writer = try #require(w.remote as? RemoteWriting)
         #expect(try writer.write(Array("a\n".utf8), at: RelativePath(trusted: "a.report"), condition: .none) == .written)
@@ -248,6 +249,13 @@ struct RemoteConformanceTests {
         try FileManager.default.createDirectory(atPath: w.root + "/b.report/inside", withIntermediateDirectories: true)
         #expect(throws: FerryError.self) { try writer.write(Array("b\n".utf8), at: RelativePath(trusted: "b.report"), condition: .none) }
         #expect(leftovers(w) == ["upload/manifest-0123456789abcdef"], "its own temporary file gone, the other's kept: \(leftovers(w))")
+
+        // That one left two hours ago (its writer killed); another being written now.
+        var times = [timeval(tv_sec: time(nil) - 7200, tv_usec: 0), timeval(tv_sec: time(nil) - 7200, tv_usec: 0)]
+        #expect(utimes(other, &times) == 0)
+        try Data("written now\n".utf8).write(to: URL(fileURLWithPath: w.root + "/.ferry/upload/manifest-fedcba9876543210"))
+        #expect(try writer.write(Array("c\n".utf8), at: RelativePath(trusted: "c.report"), condition: .none) == .written)
+        #expect(leftovers(w) == ["upload/manifest-fedcba9876543210"], "the abandoned one gone, the one under way kept: \(leftovers(w))")
     }
 
     /// Where the remote writes conditionally (S3), a write for "nothing there" fails once something

@@ -128,8 +128,8 @@ struct FleetCommand: Command {
             guard text.count <= FleetCommand.objectsLimit else {
                 // What the last read kept would stand for objects that have changed since.
                 if unlink(path) != 0 && errno != ENOENT { throw FerryError.localIO("cannot remove \(Printable.name(path)): \(FileSystem.errorText())") }
-                Console.err("ferry: warning: \(objects.objects.count) reports are more than the \(Units.formatBytes(Int64(FleetCommand.objectsLimit))) "
-                            + "kept between reads: none is kept, and the next read fetches every report")
+                Console.err("ferry: warning: the \(objects.objects.count) reports taken come to more than \(Units.formatBytes(Int64(FleetCommand.objectsLimit))), "
+                            + "the most kept between reads: none is kept, and the next read fetches every report")
                 return
             }
             try FileSystem.writeAtomically(path, bytes: text, mode: 0o600)

@@ -80,6 +80,8 @@ extension LocalRoot {
     public func removePartials(keeping ids: Set<Int64>) {
         guard let fd = try? staging(), let dir = fdopendir(dup(fd)) else { return }
         defer { closedir(dir) }
+        // A duplicate shares the descriptor's position, where an earlier listing left it.
+        rewinddir(dir)
         var stale: [String] = []
         while let ent = readdir(dir) {
             let name = withUnsafePointer(to: &ent.pointee.d_name) {
@@ -120,15 +122,22 @@ extension LocalRoot {
         unlinkat(fd, name, 0)
     }
 
-    /// `.remote`: removes the temporary uploads of each of `owners`.
-    public func removeUploads(owners: Set<String>) {
+    /// `.remote`: removes the temporary uploads of each of `owners`; with `writtenBefore` (seconds
+    /// since the epoch, the file system's time), only those last written before it.
+    public func removeUploads(owners: Set<String>, writtenBefore cutoff: Double? = nil) {
         guard let fd = try? staging(), let dir = fdopendir(dup(fd)) else { return }
         defer { closedir(dir) }
+        rewinddir(dir)  // as in `removePartials`
         var stale: [[CChar]] = []
         for raw in LocalRoot.names(dir) {
             let name = String(decoding: raw.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
             let owner = name.firstIndex(of: "-").map { String(name[..<$0]) } ?? name
-            if owners.contains(owner) { stale.append(raw) }
+            guard owners.contains(owner) else { continue }
+            if let cutoff {
+                var st = Glibc.stat()
+                guard fstatat(fd, raw, &st, AT_SYMLINK_NOFOLLOW) == 0, Timestamp(st.st_mtim).timeInterval < cutoff else { continue }
+            }
+            stale.append(raw)
         }
         for name in stale { unlinkat(fd, name, 0) }
     }

@@ -98,14 +98,21 @@ extension FileRemote: RemoteWriting {
 
     func abandon(_ upload: JournaledUpload) {}
 
+    /// How old another writer's temporary file is when it is taken as abandoned (seconds).
+    static let abandonedAfter: Double = 3600
+
     func write(_ bytes: [UInt8], at path: RelativePath, condition: WriteCondition) throws(FerryError) -> WriteOutcome {
         try tree.withRoot(create: true) { root throws(FerryError) in
             let (fd, name) = try root.createUpload(owner: "manifest")
             defer { close(fd) }
             do throws(FerryError) {
                 try FileSystem.write(fd: fd, bytes: bytes, shown: root.path + "/" + LocalRoot.uploadPath + "/" + name)
-                _ = try root.commit(partialFD: fd, staged: name, to: path, mode: 0o644, mtime: nil, lost: {})
+                let written = try root.commit(partialFD: fd, staged: name, to: path, mode: 0o644, mtime: nil, lost: {})
                 try root.syncDirectories()
+                // A writer killed mid-write leaves its temporary file, and in a directory many
+                // machines write (a report location) no push clears it (`removeLeftovers`): one
+                // written an hour before this write is a killed writer's, never one under way.
+                root.removeUploads(owners: ["manifest"], writtenBefore: written.mtime.timeInterval - FileRemote.abandonedAfter)
             } catch {
                 root.removeUpload(named: name)
                 throw FerryError(.remote, "cannot publish \(Printable.name(root.path + "/" + path.string)): \(error.message)", hint: error.hint, cause: error.cause)
