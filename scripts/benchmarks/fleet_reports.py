@@ -14,18 +14,17 @@ from .runners import SCRIPTS
 from .servers import Weed
 
 
-def rclone_copy(weed, copy, walls, cpu):
-    """The peer: rclone copying the same objects to a local directory, 16 at a time (no signature
-    checked, no view made): what reading the bucket alone costs. Appends its wall and CPU."""
-    shutil.rmtree(copy, ignore_errors=True)
+def measured(weed, cmd, walls, cpu):
+    """Runs `cmd` (it must succeed) and appends its wall, its CPU and the store's CPU meanwhile to
+    `walls` and `cpu` ([client], [store]). Returns its standard output."""
     began, store0 = time.monotonic(), weed.cpu()
     usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    subprocess.run(weed.rclone(["copy", ":s3:reports/fleet/", copy, "--transfers", "16", "--checkers", "16",
-                                "--no-check-dest", "--use-server-modtime"]), check=True, capture_output=True)
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     walls.append(time.monotonic() - began)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu[0].append(usage.ru_utime + usage.ru_stime - usage0.ru_utime - usage0.ru_stime)
     cpu[1].append(weed.cpu() - store0)
+    return out
 
 
 def fleet_reports_sections(ferry, runs):
@@ -55,18 +54,15 @@ def fleet_reports_sections(ferry, runs):
         cpu = {"cold": ([], []), "warm": ([], []), "peer": ([], [])}
         copy = work + "/rclone-copy"
         for _ in range(runs):
-            rclone_copy(weed, copy, peer, cpu["peer"])
+            # The peer: rclone copying the same objects to a local directory, 16 at a time (no
+            # signature checked, no view made): what reading the bucket alone costs.
+            shutil.rmtree(copy, ignore_errors=True)
+            measured(weed, weed.rclone(["copy", ":s3:reports/fleet/", copy, "--transfers", "16", "--checkers", "16",
+                                        "--no-check-dest", "--use-server-modtime"]), peer, cpu["peer"])
             ledger = work + "/ledger"
             for walls, label in ((cold, "cold"), (warm, "warm")):
-                began, store0 = time.monotonic(), weed.cpu()
-                usage0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-                out = subprocess.run([ferry, "fleet", "--config", cfg, "--session", "assets", "--json", "--ledger", ledger],
-                                     check=True, capture_output=True, text=True).stdout
-                walls.append(time.monotonic() - began)
-                usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-                cpu[label][0].append(usage.ru_utime + usage.ru_stime - usage0.ru_utime - usage0.ru_stime)
-                cpu[label][1].append(weed.cpu() - store0)
-                view = json.loads(out)
+                view = json.loads(measured(weed, [ferry, "fleet", "--config", cfg, "--session", "assets", "--json", "--ledger", ledger],
+                                           walls, cpu[label]))
             os.unlink(ledger)
             os.unlink(ledger + ".objects")
         kinds = {}

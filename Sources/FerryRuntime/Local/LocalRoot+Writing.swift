@@ -78,19 +78,22 @@ extension LocalRoot {
 
     /// Removes partial files no task owns any more.
     public func removePartials(keeping ids: Set<Int64>) {
-        guard let fd = try? staging(), let dir = fdopendir(dup(fd)) else { return }
-        defer { closedir(dir) }
-        // A duplicate shares the descriptor's position, where an earlier listing left it.
-        rewinddir(dir)
-        var stale: [String] = []
-        while let ent = readdir(dir) {
-            let name = withUnsafePointer(to: &ent.pointee.d_name) {
-                $0.withMemoryRebound(to: CChar.self, capacity: 256) { String(cString: $0) }
-            }
-            guard name.hasSuffix(".part"), let id = Int64(name.dropLast(5)) else { continue }
-            if !ids.contains(id) { stale.append(name) }
+        guard let (fd, names) = stagingNames() else { return }
+        for raw in names {
+            let name = String(decoding: raw.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            guard name.hasSuffix(".part"), let id = Int64(name.dropLast(5)), !ids.contains(id) else { continue }
+            unlinkat(fd, raw, 0)
         }
-        for name in stale { unlinkat(fd, name, 0) }
+    }
+
+    /// The staging directory's descriptor and the names in it (each NUL-terminated). Listed from
+    /// its start: the listing reads a duplicate of the descriptor, which shares its position with
+    /// every earlier listing, left at the end.
+    private func stagingNames() -> (fd: Int32, names: [[CChar]])? {
+        guard let fd = try? staging(), let dir = fdopendir(dup(fd)) else { return nil }
+        defer { closedir(dir) }
+        rewinddir(dir)
+        return (fd, LocalRoot.names(dir))
     }
 
     // MARK: a remote's uploads
@@ -125,11 +128,8 @@ extension LocalRoot {
     /// `.remote`: removes the temporary uploads of each of `owners`; with `writtenBefore` (seconds
     /// since the epoch, the file system's time), only those last written before it.
     public func removeUploads(owners: Set<String>, writtenBefore cutoff: Double? = nil) {
-        guard let fd = try? staging(), let dir = fdopendir(dup(fd)) else { return }
-        defer { closedir(dir) }
-        rewinddir(dir)  // as in `removePartials`
-        var stale: [[CChar]] = []
-        for raw in LocalRoot.names(dir) {
+        guard let (fd, names) = stagingNames() else { return }
+        for raw in names {
             let name = String(decoding: raw.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
             let owner = name.firstIndex(of: "-").map { String(name[..<$0]) } ?? name
             guard owners.contains(owner) else { continue }
@@ -137,9 +137,8 @@ extension LocalRoot {
                 var st = Glibc.stat()
                 guard fstatat(fd, raw, &st, AT_SYMLINK_NOFOLLOW) == 0, Timestamp(st.st_mtim).timeInterval < cutoff else { continue }
             }
-            stale.append(raw)
+            unlinkat(fd, raw, 0)
         }
-        for name in stale { unlinkat(fd, name, 0) }
     }
 
     /// Puts a verified file staged under `staged` in this root's staging directory in place: mode
