@@ -15,7 +15,8 @@ struct FleetRolloutTests {
     struct Fleet {
         let box: Sandbox
         let root: String
-        let ports: [UInt16]
+        /// Each agent's metrics port, once `startAgent` found it one.
+        var ports: [UInt16] = Array(repeating: 0, count: machines)
         let reports: String
         let ledger: String
         let mirror: String
@@ -23,6 +24,18 @@ struct FleetRolloutTests {
         let mirrorURL: String
 
         func config(_ i: Int) -> String { root + "/m\(i)/ferry.conf" }
+
+        /// Starts machine `i`'s agent with its config written for a fresh metrics port (another,
+        /// when another program took that one); returns once the agent listens there.
+        mutating func startAgent(_ i: Int) throws -> Child {
+            let out = root + "/m\(i)/out"
+            let started = try startListening("agent \(i)", ports: 1, timeout: 60) { given in
+                ports[i] = given[0]
+                try write(i)
+                return (try Child(Harness.ferryBinary, ["agent", "--config", config(i)], stdout: out, stderr: out), [out])
+            }
+            return started.child
+        }
 
         /// One agent's config: a generations pull with a health gate, a mirror, a byte budget,
         /// metrics served on its port and reports to the shared location.
@@ -75,19 +88,15 @@ struct FleetRolloutTests {
         let mirror = box.directory + "/mirror"
         try FileManager.default.createDirectory(atPath: mirror, withIntermediateDirectories: true)
         let server = try PythonServer(directory: mirror)
-        let fleet = Fleet(box: box, root: root, ports: (0..<Self.machines).map { _ in freePort() }, reports: box.directory + "/reports",
+        var fleet = Fleet(box: box, root: root, reports: box.directory + "/reports",
                           ledger: box.directory + "/ledger", mirror: mirror, mirrorURL: server.url)
         fleet.publish(1, share: nil)
-        for i in 0..<Self.machines { try fleet.write(i) }
         var agents: [Child] = []
         defer {
             for agent in agents { agent.signal(SIGTERM) }
             for agent in agents { agent.stop() }
         }
-        for i in 0..<Self.machines {
-            agents.append(try Child(Harness.ferryBinary, ["agent", "--config", fleet.config(i)], stdout: root + "/m\(i)/out", stderr: root + "/m\(i)/out"))
-        }
-        for i in 0..<Self.machines { #expect(waitForPort(fleet.ports[i], timeout: 60), "agent \(i): \(fileContents(root + "/m\(i)/out") ?? "")") }
+        for i in 0..<Self.machines { agents.append(try fleet.startAgent(i)) }
         let prometheus = try PrometheusServer(directory: box.directory + "/prometheus", targets: fleet.ports,
                                               rules: [PrometheusRulesTests.directory + "/ferry.rules.yml"])
         defer { prometheus.stop() }

@@ -45,25 +45,27 @@ struct MetricsEndpointTests {
         let box = Sandbox("metrics-listen")
         box.publish("a.txt", "alpha\n")
         box.buildManifest()
-        let port = freePort()
-        try """
-            [agent]
-            state = \(box.state)
-            metrics = \(box.directory)/ferry.prom
-            metrics-listen = 127.0.0.1:\(port)
-            [session test]
-            remote = file://\(box.published)
-            local = \(box.local)
-            poll = 1h
-            [session down]
-            remote = http://127.0.0.1:1/
-            local = \(box.directory)/down
-            poll = 1h
-            retry-delay = 1h
-            """.writeReplacing(box.config)
-        let agent = try Child(Harness.ferryBinary, ["agent", "--config", box.config], stdout: box.directory + "/out", stderr: box.directory + "/out")
+        let (ports, agent) = try startListening("agent", ports: 1) { given in
+            try """
+                [agent]
+                state = \(box.state)
+                metrics = \(box.directory)/ferry.prom
+                metrics-listen = 127.0.0.1:\(given[0])
+                [session test]
+                remote = file://\(box.published)
+                local = \(box.local)
+                poll = 1h
+                [session down]
+                remote = http://127.0.0.1:1/
+                local = \(box.directory)/down
+                poll = 1h
+                retry-delay = 1h
+                """.writeReplacing(box.config)
+            return (try Child(Harness.ferryBinary, ["agent", "--config", box.config], stdout: box.directory + "/out", stderr: box.directory + "/out"),
+                    [box.directory + "/out"])
+        }
+        let port = ports[0]
         defer { agent.stop() }
-        #expect(waitForPort(port), "listening: \(fileContents(box.directory + "/out") ?? "")")
         let health = try #require(Self.get(port, "/healthz"))
         #expect(health.status == 200 && health.body.hasPrefix("ok"), "\(health)")
         // The unreachable session has moved nothing: its counters are there, at 0.
@@ -100,11 +102,13 @@ struct MetricsEndpointTests {
         let box = Sandbox("metrics-flood")
         box.publish("a.txt", "alpha\n")
         box.buildManifest()
-        let port = freePort()
-        box.configure(remote: "file://" + box.published, session: ["poll = 1h"], agent: ["metrics-listen = 127.0.0.1:\(port)"])
-        let agent = try Child(Harness.ferryBinary, ["agent", "--config", box.config], stdout: box.directory + "/out", stderr: box.directory + "/out")
+        let (ports, agent) = try startListening("agent", ports: 1) { given in
+            box.configure(remote: "file://" + box.published, session: ["poll = 1h"], agent: ["metrics-listen = 127.0.0.1:\(given[0])"])
+            return (try Child(Harness.ferryBinary, ["agent", "--config", box.config], stdout: box.directory + "/out", stderr: box.directory + "/out"),
+                    [box.directory + "/out"])
+        }
+        let port = ports[0]
         defer { agent.stop() }
-        #expect(waitForPort(port))
         #expect(Self.get(port, "/healthz")?.status == 200)
         // The threads serving clients, by the name ferry gives them.
         func serving() -> Int {
@@ -144,15 +148,8 @@ struct MetricsEndpointTests {
 
     @Test func aPortInUseStopsTheAgentWithTheReason() throws {
         let box = Sandbox("metrics-busy")
-        let port = freePort()
-        let holder = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        let (port, holder) = try listeningPort()
         defer { close(holder) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = port.bigEndian
-        #expect(withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(holder, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } } == 0)
-        #expect(listen(holder, 1) == 0)
         box.configure(remote: "file://" + box.published, agent: ["metrics-listen = 127.0.0.1:\(port)"])
         let run = ferry(["agent", "--config", box.config], timeout: 20)
         #expect(run.exitCode == 5 && run.stderr.contains("metrics-listen = 127.0.0.1:\(port): cannot listen there") && run.stderr.contains("hint:"), "\(run.output)")

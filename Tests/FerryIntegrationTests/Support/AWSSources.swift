@@ -12,14 +12,19 @@ final class CredentialServer {
     var log: String { directory + "/requests.jsonl" }
 
     init() throws {
-        directory = Harness.temporaryDirectory("credserver")
-        port = freePort()
-        process = try Child("python3", [Harness.packageRoot + "/scripts/credserver.py", "--port", String(port), "--config", directory + "/config.json",
-                                        "--log", directory + "/requests.jsonl"],
-                            stdout: directory + "/server.log", stderr: directory + "/server.log")
-        guard waitForPort(port) else {
-            process.stop()
-            throw TestFailure("credserver.py did not start: \(fileContents(directory + "/server.log") ?? "")")
+        let directory = Harness.temporaryDirectory("credserver")
+        self.directory = directory
+        do {
+            let started = try startListening("credserver.py", ports: 1) { ports in
+                let child = try Child("python3", [Harness.packageRoot + "/scripts/credserver.py", "--port", String(ports[0]),
+                                                  "--config", directory + "/config.json", "--log", directory + "/requests.jsonl"],
+                                      stdout: directory + "/server.log", stderr: directory + "/server.log")
+                return (child, [directory + "/server.log"])
+            }
+            (port, process) = (started.ports[0], started.child)
+        } catch {
+            Harness.remove(directory)
+            throw error
         }
     }
 
@@ -68,14 +73,24 @@ final class MotoServer: S3TestStore, Sendable {
     private let process: Mutex<Child>
 
     init() throws {
-        directory = Harness.temporaryDirectory("moto")
-        port = freePort()
+        let directory = Harness.temporaryDirectory("moto")
+        self.directory = directory
         let binary = Harness.packageRoot + "/.venv/bin/moto_server"
-        process = Mutex(try Child(binary, ["-H", "127.0.0.1", "-p", String(port)], stdout: directory + "/moto.log", stderr: directory + "/moto.log"))
+        let started: (ports: [UInt16], child: Child)
+        do {
+            started = try startListening("moto_server (\(binary); run scripts/setup.sh)", ports: 1, timeout: 60) { ports in
+                let child = try Child(binary, ["-H", "127.0.0.1", "-p", String(ports[0])], stdout: directory + "/moto.log", stderr: directory + "/moto.log")
+                return (child, [directory + "/moto.log"])
+            }
+        } catch {
+            Harness.remove(directory)
+            throw error
+        }
+        port = started.ports[0]
+        process = Mutex(started.child)
         // Ready when it answers HTTP (the port may open before the app is loaded): any status.
         let deadline = Date().addingTimeInterval(60)
         while Date() < deadline && process.withLock({ $0.isRunning }) {
-            guard waitForPort(port, timeout: 1) else { continue }
             let probe = runProcess("/usr/bin/curl", ["-s", "-o", "/dev/null", "-m", "2", "-w", "%{http_code}",
                                                      "http://127.0.0.1:\(port)/?Action=GetCallerIdentity&Version=2011-06-15"])
             if probe.stdout != "000" && !probe.stdout.isEmpty { return }

@@ -117,52 +117,6 @@ func ferry(_ arguments: [String], environment: [String: String] = [:], timeout: 
     runProcess(Harness.ferryBinary, arguments, environment: environment, timeout: timeout)
 }
 
-/// A TCP port on 127.0.0.1 that nothing is bound to, for a server a test starts. It is taken
-/// below the kernel's ephemeral range (`ip_local_port_range`): a port the kernel handed out would be
-/// free again once checked, and an outgoing connection of another test's ferry could take it as
-/// its source port before the server binds it (seen: "python server did not start"). Never the
-/// same port twice in one test process.
-func freePort() -> UInt16 {
-    let ephemeralLow = (try? String(contentsOfFile: "/proc/sys/net/ipv4/ip_local_port_range", encoding: .utf8))
-        .flatMap { $0.split(whereSeparator: \.isWhitespace).first.flatMap { UInt16($0) } } ?? 32768
-    let low: UInt16 = 10_000
-    let high = max(ephemeralLow, low + 1_000)
-    while true {
-        let port = PortPool.next.withLock { next -> UInt16 in
-            if next < low || next >= high { next = low + UInt16((UInt32(getpid()) &* 7919) % UInt32(high - low)) }
-            defer { next = next + 1 >= high ? low : next + 1 }
-            return next
-        }
-        if onLoopback(port, bind) == 0 { return port }
-    }
-}
-
-/// `bind` or `connect` of a fresh TCP socket to 127.0.0.1:`port`, closed again; the call's result.
-private func onLoopback(_ port: UInt16, _ call: (Int32, UnsafePointer<sockaddr>, socklen_t) -> Int32) -> Int32 {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    defer { close(fd) }
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    addr.sin_port = port.bigEndian
-    return withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { call(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-}
-
-/// The next port `freePort` tries (0 until the first call picks a start).
-private enum PortPool {
-    static let next = Mutex<UInt16>(0)
-}
-
-/// Waits until something accepts connections on the port.
-func waitForPort(_ port: UInt16, timeout: Double = 15) -> Bool {
-    let deadline = Date().addingTimeInterval(timeout)
-    while Date() < deadline {
-        if onLoopback(port, connect) == 0 { return true }
-        usleep(20_000)
-    }
-    return false
-}
-
 /// Runs ferry and measures its peak resident set size (KiB). The child is forked from a small
 /// python3 process: `posix_spawn` shares the caller's memory until exec, and Linux counts that
 /// memory in the child's peak, so measuring from the test process itself would count the test.

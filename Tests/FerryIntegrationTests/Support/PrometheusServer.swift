@@ -29,11 +29,15 @@ final class PrometheusServer {
                   - targets: [\(list)]
 
             """.writeReplacing(directory + "/prometheus.yml")
-        port = freePort()
-        log = directory + "/prometheus.log"
-        child = try Child("prometheus", ["--config.file=\(directory)/prometheus.yml", "--storage.tsdb.path=\(directory)/data",
-                                         "--web.listen-address=127.0.0.1:\(port)", "--log.level=warn"],
-                          stdout: log, stderr: log)
+        let log = directory + "/prometheus.log"
+        self.log = log
+        let started = try startListening("prometheus", ports: 1, timeout: 60) { ports in
+            let child = try Child("prometheus", ["--config.file=\(directory)/prometheus.yml", "--storage.tsdb.path=\(directory)/data",
+                                                 "--web.listen-address=127.0.0.1:\(ports[0])", "--log.level=warn"],
+                                  stdout: log, stderr: log)
+            return (child, [log])
+        }
+        (port, child) = (started.ports[0], started.child)
         let deadline = Date().addingTimeInterval(60)
         while Date() < deadline && child.isRunning {
             if MetricsEndpointTests.get(port, "/-/ready", timeout: 2)?.status == 200 { return }

@@ -11,7 +11,7 @@ final class SSHServer {
     let directory: String
     /// The served tree.
     let root: String
-    let port: UInt16
+    private(set) var port: UInt16 = 0
     let user: String
     /// The private key the server accepts (OpenSSH format, no passphrase).
     let clientKey: String
@@ -26,7 +26,6 @@ final class SSHServer {
     init(sftpSubsystem: String? = nil) throws {
         directory = Harness.temporaryDirectory("sshd")
         root = directory + "/root"
-        port = freePort()
         clientKey = directory + "/client_key"
         knownHosts = directory + "/known_hosts"
         otherKnownHosts = directory + "/other_known_hosts"
@@ -39,32 +38,7 @@ final class SSHServer {
                 guard run.exitCode == 0 else { throw TestFailure("ssh-keygen failed (run scripts/setup.sh): \(run.output)") }
             }
             try String(contentsOfFile: clientKey + ".pub", encoding: .utf8).writeReplacing(directory + "/authorized_keys")
-            try knownHostsLine(directory + "/host_key.pub").writeReplacing(knownHosts)
-            try knownHostsLine(directory + "/other_host_key.pub").writeReplacing(otherKnownHosts)
-            // Run as root, sshd insists on its privilege separation directory, which only the
-            // package's service would otherwise make.
-            if geteuid() == 0 { mkdir("/run/sshd", 0o755) }
-            // StrictModes off: the keys sit in a test directory whose parents sshd would judge.
-            // MaxStartups up from 10: a test that kills its client over and over leaves
-            // unauthenticated connections behind, and sshd would start dropping new ones.
-            try """
-                ListenAddress 127.0.0.1:\(port)
-                HostKey \(directory)/host_key
-                PidFile \(directory)/sshd.pid
-                AuthorizedKeysFile \(directory)/authorized_keys
-                AllowUsers \(user)
-                PermitRootLogin prohibit-password
-                PubkeyAuthentication yes
-                PasswordAuthentication no
-                KbdInteractiveAuthentication no
-                UsePAM no
-                StrictModes no
-                MaxStartups 100
-                Subsystem sftp \(sftpSubsystem ?? "internal-sftp")
-                LogLevel VERBOSE
-
-                """.writeReplacing(directory + "/sshd_config")
-            try start()
+            try start(sftpSubsystem: sftpSubsystem)
         } catch {
             stop()
             throw error
@@ -81,16 +55,39 @@ final class SSHServer {
         return "[127.0.0.1]:\(port) \(fields[0]) \(fields[1])\n"
     }
 
-    private func start() throws {
-        // sshd re-executes itself, so it must be named by its absolute path; -D -e: foreground, log on stderr.
-        let child = try Child(Self.binary, ["-D", "-e", "-f", directory + "/sshd_config"], stderr: directory + "/sshd.log")
-        process = child
-        let deadline = Date().addingTimeInterval(15)
-        while Date() < deadline {
-            if waitForPort(port, timeout: 0.2) { return }
-            guard child.isRunning else { break }
-        }
-        throw TestFailure("sshd did not start (run scripts/setup.sh): \(fileContents(directory + "/sshd.log") ?? "")")
+    /// Writes the configuration and known hosts for the port it is given and starts sshd there
+    /// (again on another port when another program took that one).
+    private func start(sftpSubsystem: String?) throws {
+        process = try startListening("sshd", ports: 1) { ports in
+            port = ports[0]
+            try knownHostsLine(directory + "/host_key.pub").writeReplacing(knownHosts)
+            try knownHostsLine(directory + "/other_host_key.pub").writeReplacing(otherKnownHosts)
+            // Run as root, sshd insists on its privilege separation directory, which only the
+            // package's service would otherwise make.
+            if geteuid() == 0 { mkdir("/run/sshd", 0o755) }
+            // StrictModes off: the keys sit in a test directory whose parents sshd would judge.
+            // MaxStartups up from 10: a test that kills its client over and over leaves
+            // unauthenticated connections behind, and sshd would start dropping new ones.
+            try """
+                ListenAddress 127.0.0.1:\(ports[0])
+                HostKey \(directory)/host_key
+                PidFile \(directory)/sshd.pid
+                AuthorizedKeysFile \(directory)/authorized_keys
+                AllowUsers \(user)
+                PermitRootLogin prohibit-password
+                PubkeyAuthentication yes
+                PasswordAuthentication no
+                KbdInteractiveAuthentication no
+                UsePAM no
+                StrictModes no
+                MaxStartups 100
+                Subsystem sftp \(sftpSubsystem ?? "internal-sftp")
+                LogLevel VERBOSE
+
+                """.writeReplacing(directory + "/sshd_config")
+            // sshd re-executes itself, so it must be named by its absolute path; -D -e: foreground, log on stderr.
+            return (try Child(Self.binary, ["-D", "-e", "-f", directory + "/sshd_config"], stderr: directory + "/sshd.log"), [directory + "/sshd.log"])
+        }.child
     }
 
     func stop() {

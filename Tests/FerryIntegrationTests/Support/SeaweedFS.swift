@@ -44,27 +44,30 @@ final class SeaweedFS: S3TestStore, Sendable {
             }.joined())]}
             """
         try identities.writeReplacing(directory + "/s3.json")
-        try FileManager.default.createDirectory(atPath: directory + "/data", withIntermediateDirectories: true)
-        port = freePort()
+        let directory = self.directory
         // Every port it listens on is named: two test processes (or a bench) must not meet on a default one.
-        var arguments = ["mini", "-dir=\(directory)/data", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
-                         "-s3.config=\(directory)/s3.json", "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
-                         "-s3.port=\(port)", "-s3.domainName=localhost", "-s3.localSocket=\(directory)/s3.sock", "-filer.localSocket=\(directory)/filer.sock"]
-        var ports = [port]
-        for name in ["s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
-                     "admin.port", "admin.port.grpc"] {
-            ports.append(freePort())
-            arguments.append("-\(name)=\(ports.last!)")
+        let names = ["s3.port", "s3.port.grpc", "master.port", "master.port.grpc", "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc",
+                     "admin.port", "admin.port.grpc"]
+        let started = try startListening("SeaweedFS (\(Self.binary); run scripts/setup.sh)", ports: names.count, timeout: 60) { ports in
+            Self.removeSockets(ports)
+            Harness.remove(directory + "/data")
+            try FileManager.default.createDirectory(atPath: directory + "/data", withIntermediateDirectories: true)
+            let arguments = ["mini", "-dir=\(directory)/data", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-master.telemetry=false",
+                             "-s3.config=\(directory)/s3.json", "-admin.ui=false", "-webdav=false", "-s3.port.iceberg=0", "-s3.port.lance=0",
+                             "-s3.domainName=localhost", "-s3.localSocket=\(directory)/s3.sock", "-filer.localSocket=\(directory)/filer.sock"]
+                + zip(names, ports).map { "-\($0)=\($1)" }
+            return (try Child(Self.binary, arguments, stdout: directory + "/weed.log", stderr: directory + "/weed.log"), [directory + "/weed.log"])
         }
-        let child = try Child(Self.binary, arguments, stdout: directory + "/weed.log", stderr: directory + "/weed.log")
-        pid = child.pid
-        SeaweedFS.running.withLock { $0 = (child.pid, directory, ports) }
+        let child = started.child
+        (port, pid) = (started.ports[0], child.pid)
+        SeaweedFS.running.withLock { $0 = (child.pid, directory, started.ports) }
         atexit { SeaweedFS.stopAtExit() }
         // Ready when the S3 gateway answers (403 to an unsigned request) and a bucket can be made.
         let deadline = Date().addingTimeInterval(60)
         while Date() < deadline {
-            if waitForPort(port, timeout: 1), (try? makeBucket("ready-check")) != nil { return }
+            if (try? makeBucket("ready-check")) != nil { return }
             guard child.isRunning else { break }
+            usleep(50_000)
         }
         let log = (try? String(contentsOfFile: directory + "/weed.log", encoding: .utf8)) ?? ""
         throw TestFailure("SeaweedFS did not start (\(Self.binary); run scripts/setup.sh): \(log.suffix(2000))")
@@ -87,7 +90,11 @@ final class SeaweedFS: S3TestStore, Sendable {
             waitpid(pid, &status, 0)
         }
         Harness.remove(directory)
-        // weed names its gRPC sockets after their ports, always in /tmp (no flag moves them).
+        removeSockets(ports)
+    }
+
+    /// weed names its gRPC sockets after their ports, always in /tmp (no flag moves them).
+    static func removeSockets(_ ports: [UInt16]) {
         for port in ports {
             for name in ["master-grpc", "volume-grpc", "filer-grpc", "s3-grpc", "s3", "filer"] { unlink("/tmp/seaweedfs-\(name)-\(port).sock") }
         }
@@ -213,8 +220,8 @@ extension S3TestStore {
 /// again while ferry runs. Stopped at the end of its test (SIGTERM, SIGKILL after a second).
 final class SeaweedCluster: S3TestStore {
     let directory: String
-    let s3Port: UInt16
-    private let master: (port: UInt16, grpc: UInt16)
+    private(set) var s3Port: UInt16 = 0
+    private var masterAddress = ""
     private var processes: [String: Child] = [:]
     private var volumeArguments: [[String]] = []
     /// Every port it was given: weed names sockets in /tmp after them.
@@ -222,19 +229,8 @@ final class SeaweedCluster: S3TestStore {
 
     var endpoint: String { "http://127.0.0.1:\(s3Port)" }
 
-    private func port() -> UInt16 {
-        ports.append(freePort())
-        return ports.last!
-    }
-    private var masterAddress: String { "127.0.0.1:\(master.port).\(master.grpc)" }
-
     init() throws {
         directory = Harness.temporaryDirectory("weed-cluster")
-        var given = [freePort(), freePort(), freePort()]
-        master = (given[0], given[1])
-        s3Port = given[2]
-        ports = given
-        given.removeAll()
         for part in ["master", "volume0", "volume1", "filer"] {
             try FileManager.default.createDirectory(atPath: directory + "/" + part, withIntermediateDirectories: true)
         }
@@ -243,34 +239,44 @@ final class SeaweedCluster: S3TestStore {
             "actions":["Admin","Read","Write","List","Tagging"]}]}
             """.writeReplacing(directory + "/s3.json")
         do {
-            try start("master", ["master", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-port=\(master.port)", "-port.grpc=\(master.grpc)",
-                                 "-mdir=\(directory)/master", "-defaultReplication=001", "-telemetry=false", "-volumeSizeLimitMB=64", "-peers=none"])
-            guard waitForPort(master.port, timeout: 30) else { throw failure("the master did not start") }
+            let master = try launch("master") { ["master", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-port=\($0[0])", "-port.grpc=\($0[1])",
+                                                 "-mdir=\(self.directory)/master", "-defaultReplication=001", "-telemetry=false", "-volumeSizeLimitMB=64", "-peers=none"] }
+            masterAddress = "127.0.0.1:\(master[0]).\(master[1])"
             for i in 0..<2 {
-                let (port, grpc) = (port(), port())
-                volumeArguments.append(["volume", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-port=\(port)", "-port.grpc=\(grpc)",
-                                        "-dir=\(directory)/volume\(i)", "-master=\(masterAddress)", "-max=30", "-rack=r1", "-dataCenter=dc1"])
-                try startVolume(i)
-                guard waitForPort(port, timeout: 30) else { throw failure("volume server \(i) did not start") }
+                let address = masterAddress
+                _ = try launch("volume\(i)") { ["volume", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-port=\($0[0])", "-port.grpc=\($0[1])",
+                                                "-dir=\(self.directory)/volume\(i)", "-master=\(address)", "-max=30", "-rack=r1", "-dataCenter=dc1"] }
             }
-            let (filer, filerGRPC) = (port(), port())
-            try start("filer", ["filer", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-port=\(filer)", "-port.grpc=\(filerGRPC)", "-master=\(masterAddress)",
-                                "-defaultStoreDir=\(directory)/filer", "-localSocket=\(directory)/filer.sock", "-defaultReplicaPlacement=001"])
-            guard waitForPort(filer, timeout: 30) else { throw failure("the filer did not start") }
-            try start("s3", ["s3", "-ip.bind=127.0.0.1", "-port=\(s3Port)", "-port.grpc=\(port())", "-port.iceberg=0", "-port.lance=0",
-                             "-filer=127.0.0.1:\(filer).\(filerGRPC)", "-config=\(directory)/s3.json", "-localSocket=\(directory)/s3.sock"])
+            let address = masterAddress
+            let filer = try launch("filer") { ["filer", "-ip=127.0.0.1", "-ip.bind=127.0.0.1", "-port=\($0[0])", "-port.grpc=\($0[1])", "-master=\(address)",
+                                               "-defaultStoreDir=\(self.directory)/filer", "-localSocket=\(self.directory)/filer.sock", "-defaultReplicaPlacement=001"] }
+            s3Port = try launch("s3") { ["s3", "-ip.bind=127.0.0.1", "-port=\($0[0])", "-port.grpc=\($0[1])", "-port.iceberg=0", "-port.lance=0",
+                                         "-filer=127.0.0.1:\(filer[0]).\(filer[1])", "-config=\(self.directory)/s3.json", "-localSocket=\(self.directory)/s3.sock"] }[0]
             // Ready when a bucket can be made and an object put: the master then knows both volume
             // servers (a write with replication 001 needs two).
             let deadline = Date().addingTimeInterval(60)
             while Date() < deadline {
-                if waitForPort(s3Port, timeout: 1), (try? makeBucket("ready-check")) != nil,
-                   (try? put("ready-check", "probe", data: Data("probe".utf8))) != nil { return }
+                if (try? makeBucket("ready-check")) != nil, (try? put("ready-check", "probe", data: Data("probe".utf8))) != nil { return }
+                usleep(50_000)
             }
             throw failure("the cluster did not take a write")
         } catch {
             stop()
             throw error
         }
+    }
+
+    /// Starts part `name` on two fresh ports (HTTP and gRPC) that `arguments` puts in its command
+    /// line, once it listens on both; returns them.
+    private func launch(_ name: String, _ arguments: ([UInt16]) -> [String]) throws -> [UInt16] {
+        let log = directory + "/\(name).log"
+        let started = try startListening("SeaweedFS cluster: the \(name) (\(SeaweedFS.binary); run scripts/setup.sh)", ports: 2) { given in
+            ports += given
+            return (try Child(SeaweedFS.binary, arguments(given), stdout: log, stderr: log), [log])
+        }
+        processes[name] = started.child
+        if name.hasPrefix("volume") { volumeArguments.append(arguments(started.ports)) }
+        return started.ports
     }
 
     private func failure(_ what: String) -> TestFailure {
@@ -280,11 +286,11 @@ final class SeaweedCluster: S3TestStore {
         return TestFailure("SeaweedFS cluster: \(what) (\(SeaweedFS.binary); run scripts/setup.sh)\n" + logs.joined(separator: "\n"))
     }
 
-    private func start(_ name: String, _ arguments: [String]) throws {
-        processes[name] = try Child(SeaweedFS.binary, arguments, stdout: directory + "/\(name).log", stderr: directory + "/\(name).log")
+    /// Starts volume server `i` again on its ports, after `stopVolume`.
+    func startVolume(_ i: Int) throws {
+        let log = directory + "/volume\(i).log"
+        processes["volume\(i)"] = try Child(SeaweedFS.binary, volumeArguments[i], stdout: log, stderr: log)
     }
-
-    func startVolume(_ i: Int) throws { try start("volume\(i)", volumeArguments[i]) }
 
     /// Stops a volume server as an outage would: SIGTERM, then SIGKILL after a second.
     func stopVolume(_ i: Int) { Self.end(processes.removeValue(forKey: "volume\(i)")) }
@@ -301,9 +307,7 @@ final class SeaweedCluster: S3TestStore {
     func stop() {
         for name in ["s3", "filer", "volume0", "volume1", "master"] { Self.end(processes.removeValue(forKey: name)) }
         Harness.remove(directory)
-        for port in ports {
-            for name in ["master-grpc", "volume-grpc", "filer-grpc", "s3-grpc", "s3", "filer"] { unlink("/tmp/seaweedfs-\(name)-\(port).sock") }
-        }
+        SeaweedFS.removeSockets(ports)
     }
 
     deinit { stop() }
@@ -322,14 +326,19 @@ final class S3FaultProxy: S3TestStore {
 
     init(before store: any S3TestStore, upstreamPort: UInt16) throws {
         upstream = store
-        directory = Harness.temporaryDirectory("s3faults")
-        port = freePort()
-        process = try Child("python3", [Harness.packageRoot + "/scripts/s3faults.py", "--upstream", String(upstreamPort), "--port", String(port),
-                                        "--log", directory + "/requests.jsonl", "--faults", directory + "/faults.json"],
-                            stdout: directory + "/proxy.log", stderr: directory + "/proxy.log")
-        guard waitForPort(port) else {
-            process.stop()
-            throw TestFailure("the S3 fault proxy did not start: \(fileContents(directory + "/proxy.log") ?? "")")
+        let directory = Harness.temporaryDirectory("s3faults")
+        self.directory = directory
+        do {
+            let started = try startListening("the S3 fault proxy", ports: 1) { ports in
+                let child = try Child("python3", [Harness.packageRoot + "/scripts/s3faults.py", "--upstream", String(upstreamPort), "--port", String(ports[0]),
+                                                  "--log", directory + "/requests.jsonl", "--faults", directory + "/faults.json"],
+                                      stdout: directory + "/proxy.log", stderr: directory + "/proxy.log")
+                return (child, [directory + "/proxy.log"])
+            }
+            (port, process) = (started.ports[0], started.child)
+        } catch {
+            Harness.remove(directory)
+            throw error
         }
     }
 

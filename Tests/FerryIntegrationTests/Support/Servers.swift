@@ -11,8 +11,8 @@ import Testing
 final class NginxServer {
     let directory: String
     let root: String
-    let port: UInt16
-    let tlsPort: UInt16
+    private(set) var port: UInt16 = 0
+    private(set) var tlsPort: UInt16 = 0
     let accessLog: String
     private var process: Child?
 
@@ -31,15 +31,23 @@ final class NginxServer {
         directory = Harness.temporaryDirectory("nginx")
         root = directory + "/www"
         try FileManager.default.createDirectory(atPath: root, withIntermediateDirectories: true)
-        port = freePort()
-        // The kernel may hand the same free port out twice in a row: nginx would then serve both
-        // servers on one socket and refuse the plain one for want of a certificate.
-        var second = freePort()
-        while second == port { second = freePort() }
-        tlsPort = second
         accessLog = directory + "/access.log"
-        let tls = try TestCertificates.shared()
         try "\(Self.basicUser):{PLAIN}\(Self.basicPassword)\n".writeReplacing(directory + "/htpasswd")
+        do {
+            process = try startListening("nginx", ports: 2) { ports in
+                (port, tlsPort) = (ports[0], ports[1])
+                try writeConfiguration(proxyTo: upstream, cacheFor: origin)
+                return (try launch(), [directory + "/error.log"])
+            }.child
+        } catch {
+            stop()
+            throw error
+        }
+    }
+
+    /// nginx.conf for the ports it has (see `init`).
+    private func writeConfiguration(proxyTo upstream: UInt16?, cacheFor origin: UInt16?) throws {
+        let tls = try TestCertificates.shared()
         let user = getuid() == 0 ? "user root;" : ""
         let dav = "dav_methods PUT DELETE MKCOL COPY MOVE; dav_ext_methods PROPFIND OPTIONS; create_full_put_path on;"
         // The site cache is the one examples/site-cache/ ships, as shipped.
@@ -96,18 +104,10 @@ final class NginxServer {
             }
             """
         try config.writeReplacing(directory + "/nginx.conf")
-        do { try start() } catch {
-            stop()
-            throw error
-        }
     }
 
-    private func start() throws {
-        process = try Child(Self.binary, ["-c", directory + "/nginx.conf", "-p", directory + "/", "-e", directory + "/error.log"])
-        guard waitForPort(port), waitForPort(tlsPort) else {
-            let log = (try? String(contentsOfFile: directory + "/error.log", encoding: .utf8)) ?? ""
-            throw TestFailure("nginx did not start: \(log)")
-        }
+    private func launch() throws -> Child {
+        try Child(Self.binary, ["-c", directory + "/nginx.conf", "-p", directory + "/", "-e", directory + "/error.log"])
     }
 
     /// Stops serving (connections are refused) and keeps everything for `comeBack()`.
@@ -117,7 +117,11 @@ final class NginxServer {
     }
 
     /// Serves again on the same ports, as a remote that returns after an outage.
-    func comeBack() throws { try start() }
+    func comeBack() throws {
+        let child = try launch()
+        process = child
+        try awaitListeningAgain("nginx", child, [port, tlsPort], logs: [directory + "/error.log"])
+    }
 
     /// Debian's `libnginx-mod-http-dav-ext` (PROPFIND), which scripts/setup.sh installs.
     static let davExtModule = "/usr/lib/nginx/modules/ngx_http_dav_ext_module.so"
@@ -210,19 +214,21 @@ final class PythonServer {
     let faultsFile: String
 
     init(directory: String, extra: [String] = [], plain: Bool = false) throws {
-        port = freePort()
-        logDirectory = Harness.temporaryDirectory("pylog")
-        log = logDirectory + "/requests.jsonl"
-        faultsFile = logDirectory + "/faults.json"
-        if plain {
-            process = try Child("python3", ["-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", directory])
-        } else {
-            process = try Child("python3", [Harness.packageRoot + "/scripts/testserver.py", "--port", String(port), "--directory", directory,
-                                            "--log", log, "--faults", faultsFile] + extra)
+        let logDirectory = Harness.temporaryDirectory("pylog")
+        (log, faultsFile, self.logDirectory) = (logDirectory + "/requests.jsonl", logDirectory + "/faults.json", logDirectory)
+        let arguments = { (port: UInt16) in
+            plain ? ["-m", "http.server", String(port), "--bind", "127.0.0.1", "--directory", directory]
+                : [Harness.packageRoot + "/scripts/testserver.py", "--port", String(port), "--directory", directory,
+                   "--log", logDirectory + "/requests.jsonl", "--faults", logDirectory + "/faults.json"] + extra
         }
-        guard waitForPort(port) else {
-            process.stop()
-            throw TestFailure("python server did not start on port \(port)")
+        do {
+            let started = try startListening("python server", ports: 1) { ports in
+                (try Child("python3", arguments(ports[0]), stderr: logDirectory + "/server.log"), [logDirectory + "/server.log"])
+            }
+            (port, process) = (started.ports[0], started.child)
+        } catch {
+            Harness.remove(logDirectory)
+            throw error
         }
     }
 
@@ -303,13 +309,12 @@ struct TestFailure: Error, CustomStringConvertible {
 final class ApacheServer {
     let directory: String
     let root: String
-    let port: UInt16
+    private(set) var port: UInt16 = 0
     private var process: Child?
 
     init() throws {
         directory = Harness.temporaryDirectory("apache")
         root = directory + "/www"
-        port = freePort()
         for d in [root, directory + "/lock"] { try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true) }
         let user = getuid() == 0 ? "User www-data\nGroup www-data" : ""
         if getuid() == 0 {
@@ -329,7 +334,7 @@ final class ApacheServer {
         let modules = "/usr/lib/apache2/modules"
         let config = """
             ServerName 127.0.0.1
-            Listen 127.0.0.1:\(port)
+            Listen 127.0.0.1:@PORT@
             PidFile \(directory)/httpd.pid
             ErrorLog \(directory)/error.log
             \(user)
@@ -345,13 +350,17 @@ final class ApacheServer {
                 Require all granted
             </Directory>
             """
-        try config.writeReplacing(directory + "/httpd.conf")
-        process = try Child("/usr/sbin/apache2", ["-f", directory + "/httpd.conf", "-DFOREGROUND"],
-                            stdout: directory + "/stdout.log", stderr: directory + "/stderr.log")
-        guard waitForPort(port) else {
-            let log = [directory + "/error.log", directory + "/stderr.log"].compactMap { try? String(contentsOfFile: $0, encoding: .utf8) }.joined()
+        do {
+            process = try startListening("apache", ports: 1) { ports in
+                port = ports[0]
+                try config.replacingOccurrences(of: "@PORT@", with: String(port)).writeReplacing(directory + "/httpd.conf")
+                let child = try Child("/usr/sbin/apache2", ["-f", directory + "/httpd.conf", "-DFOREGROUND"],
+                                      stdout: directory + "/stdout.log", stderr: directory + "/stderr.log")
+                return (child, [directory + "/error.log", directory + "/stderr.log"])
+            }.child
+        } catch {
             stop()
-            throw TestFailure("apache did not start: \(log)")
+            throw error
         }
     }
 
