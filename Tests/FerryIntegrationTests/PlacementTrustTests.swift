@@ -297,6 +297,48 @@ struct PlacementTrustTests {
         expectIdentical(w.src, w.dst)
     }
 
+    /// A remote an older ferry wedged: on a store that computes no checksum, it recorded a damaged
+    /// content object as placed, with the size and ETag a HEAD gives of the damaged bytes, and
+    /// kept no word of how it verified it. A HEAD cannot tell those bytes from the right ones, so
+    /// the record is read back once, at the push's next check: the damage is found and the object
+    /// sent again. A record that reads back right is kept as read back, and not read again.
+    @Test func aPlacedRecordOfAnOlderFerryIsReadBackOnce() throws {
+        let (proxy, w) = try hostile("objects-older", up: ["remote-layout = objects", "verify-interval = 1h"])
+        defer { proxy.stop() }
+        let a = randomData(30_000, seed: 24)
+        let b = randomData(20_000, seed: 25)
+        w.write("a.bin", a)
+        w.write("b.bin", b)
+        let (ha, hb) = (sha256(of: a).hex, sha256(of: b).hex)
+        proxy.setFaults([["key": ha, "drop_checksums": true], ["key": hb, "drop_checksums": true]])
+        #expect(w.push().exitCode == 0)
+        let key = { (hex: String) in "tree/" + RemoteLayout.contentPath(SHA256Digest(hex: hex)!, beside: "manifest.json").string }
+        // The damage, behind ferry's back, and the records as the older ferry left them.
+        try w.store.put(w.bucket, key(ha), data: randomData(30_000, seed: 26))
+        let db = try SQLiteDatabase(path: w.box.state + "/ferry.db")
+        for hex in [ha, hb] {
+            let head = w.store.curl(["-I", w.store.url(w.bucket, key(hex))])
+            let etag = try #require(head.body.split(separator: "\r\n").first { $0.lowercased().hasPrefix("etag:") }?.dropFirst(5)
+                .trimmingCharacters(in: .whitespaces), "\(head)")
+            try db.execute("UPDATE placed SET validator = '\(etag)', verified = NULL WHERE path LIKE '%\(hex)'")
+        }
+        let due = { try StateStore(directory: w.box.state, clock: SystemClock())
+            .recordRemoteChecked(session: "up", at: Timestamp(seconds: SystemClock().now().seconds - 7200, nanoseconds: 0)) }
+        func gets(_ hex: String) -> Int { proxy.requests().filter { $0.method == "GET" && $0.path.contains(hex) }.count }
+        try due()
+        let repair = w.push()
+        #expect(repair.exitCode == 0, "\(repair.output)")
+        #expect(repair.output.contains("sent again"), "\(repair.output)")
+        #expect(w.store.get(w.bucket, key(ha)) == a)
+        #expect(w.pull().exitCode == 0)
+        expectIdentical(w.src, w.dst)
+        // Both are recorded as read back now: the next check asks after them with a HEAD only.
+        let before = (gets(ha), gets(hb))
+        try due()
+        #expect(w.push().exitCode == 0)
+        #expect(gets(ha) == before.0 && gets(hb) == before.1, "read back once, not at every check")
+    }
+
     /// WebDAV without a digest (nginx): every file is read back; a server that stores other bytes
     /// than it was sent and says nothing of it (no Repr-Digest) is caught by the read-back.
     @Test func webDAVWithoutADigestIsReadBack() throws {

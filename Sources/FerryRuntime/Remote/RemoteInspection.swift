@@ -25,9 +25,9 @@ struct RemoteFileState: Equatable {
     static func opaque(_ etag: String) -> String { etag.hasPrefix("W/") ? String(etag.dropFirst(2)) : etag }
 
     /// The record of what ferry placed as `entry`, from this state (the entry's size where the
-    /// server gave none).
+    /// server gave none), with how it was verified (no checksum: by its size).
     func placed(as entry: ManifestEntry) -> PlacedFile? {
-        exists ? PlacedFile(size: size ?? entry.size ?? -1, validator: validator) : nil
+        exists ? PlacedFile(size: size ?? entry.size ?? -1, validator: validator, verified: verified ?? .sizeOnly) : nil
     }
 
     /// Whether the file is still what ferry recorded when it placed it (a size the server leaves
@@ -143,18 +143,22 @@ final class RemoteProbes: TransferSource {
     private var pending: [RelativePath]
     private let writer: RemoteWriting
     private let session: SessionConfig
+    /// Read back (`RemoteWriting.readBack`, at most this many bytes) rather than asked after.
+    private let readingBack: [RelativePath: Int64]
     private(set) var states: [RelativePath: RemoteFileState] = [:]
     private(set) var failure: FerryError?
 
-    init(_ paths: [RelativePath], writer: RemoteWriting, session: SessionConfig) {
+    init(_ paths: [RelativePath], writer: RemoteWriting, session: SessionConfig, readingBack: [RelativePath: Int64] = [:]) {
         pending = paths.reversed()
         self.writer = writer
         self.session = session
+        self.readingBack = readingBack
     }
 
-    static func run(_ paths: [RelativePath], writer: RemoteWriting, session: SessionConfig, engine: TransferEngine) throws(FerryError)
-        -> [RelativePath: RemoteFileState] {
-        let probes = RemoteProbes(paths, writer: writer, session: session)
+    /// What the remote says of each of `paths`; those `readingBack` names are read back and hashed.
+    static func run(_ paths: [RelativePath], writer: RemoteWriting, session: SessionConfig, engine: TransferEngine,
+                    readingBack: [RelativePath: Int64] = [:]) throws(FerryError) -> [RelativePath: RemoteFileState] {
+        let probes = RemoteProbes(paths, writer: writer, session: session, readingBack: readingBack)
         if !probes.pending.isEmpty { engine.run(probes) }
         if let failure = probes.failure { throw failure }
         return probes.states
@@ -162,7 +166,7 @@ final class RemoteProbes: TransferSource {
 
     func next() -> TransferEngine.Next {
         while failure == nil, let path = pending.popLast() {
-            switch writer.inspect(path) {
+            switch readingBack[path].map({ writer.readBack(path, limit: $0) }) ?? writer.inspect(path) {
             case let .probe(probe): return .start(probe)
             case let .now(state): states[path] = state
             case let .failed(error): failure = error

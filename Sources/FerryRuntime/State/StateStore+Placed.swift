@@ -6,9 +6,13 @@ public struct PlacedFile: Sendable, Equatable {
     public var size: Int64
     /// ETag, else Last-Modified (or a local directory's size, mtime and inode); nil when the remote gives none.
     public var validator: String?
-    public init(size: Int64, validator: String?) {
+    /// How ferry knew the remote held what it sent when it recorded this; nil in a record an older
+    /// ferry made, which kept no such word (`PushObjects.storedContent` reads such an object back).
+    public var verified: UploadVerification?
+    public init(size: Int64, validator: String?, verified: UploadVerification? = nil) {
         self.size = size
         self.validator = validator
+        self.verified = verified
     }
 }
 
@@ -17,9 +21,11 @@ public struct PlacedFile: Sendable, Equatable {
 extension StateStore {
     /// What the remote said of each file this session placed there, by path.
     public func placedFiles(session: String) throws(FerryError) -> [RelativePath: PlacedFile] {
-        let s = try db.prepare("SELECT path, size, validator FROM placed WHERE session = ?").bind(.text(session))
+        let s = try db.prepare("SELECT path, size, validator, verified FROM placed WHERE session = ?").bind(.text(session))
         var out: [RelativePath: PlacedFile] = [:]
-        while try s.step() { out[RelativePath(trusted: s.text(0) ?? "")] = PlacedFile(size: s.int(1), validator: s.text(2)) }
+        while try s.step() {
+            out[RelativePath(trusted: s.text(0) ?? "")] = PlacedFile(size: s.int(1), validator: s.text(2), verified: s.text(3).flatMap(UploadVerification.init(rawValue:)))
+        }
         return out
     }
 
@@ -29,8 +35,10 @@ extension StateStore {
     }
 
     func recordPlacedInTransaction(session: String, _ files: [(RelativePath, PlacedFile)]) throws(FerryError) {
-        let s = try db.cached("INSERT OR REPLACE INTO placed (session, path, size, validator) VALUES (?, ?, ?, ?)")
-        for (path, file) in files { try s.bind(.text(session), .text(path.string), .int(file.size), .optional(file.validator)).run() }
+        let s = try db.cached("INSERT OR REPLACE INTO placed (session, path, size, validator, verified) VALUES (?, ?, ?, ?, ?)")
+        for (path, file) in files {
+            try s.bind(.text(session), .text(path.string), .int(file.size), .optional(file.validator), .optional(file.verified?.rawValue)).run()
+        }
     }
 
     /// Paths ferry removed from the remote (or no longer vouches for).

@@ -260,6 +260,11 @@ extension StateStore {
         ALTER TABLE sessions ADD COLUMN report_time TEXT;
         ALTER TABLE sessions ADD COLUMN report_failure TEXT;
         """,
+        // 21: how ferry knew each placed file held what it sent (`UploadVerification`); NULL for a
+        // row an older ferry recorded, whose content object is read back at the next check.
+        """
+        ALTER TABLE placed ADD COLUMN verified TEXT;
+        """,
     ]
 
     /// `TaskState.after(event)` as SQL: the expression a row's new state is set to, so the table

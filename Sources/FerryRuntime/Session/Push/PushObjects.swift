@@ -133,8 +133,9 @@ extension PushSync {
         var stored = Set(placed.values.map(\.digest))
         if let published { stored.formUnion(contentNames(published, pieces: pieces)) }
         guard checking, !placed.isEmpty else { return stored }
-        let states = try RemoteProbes.run(placed.keys.sorted(), writer: writer, session: session, engine: engine)
-        // Changed, gone, or holding other bytes by the store's own checksum.
+        var states = try RemoteProbes.run(placed.keys.sorted(), writer: writer, session: session, engine: engine)
+        try readBackUnproven(placed, &states, writer: writer, store: store)
+        // Changed, gone, or holding other bytes by the store's own checksum or ferry's reading.
         let damaged = placed.filter { path, object in
             states[path].map { !$0.matches(object.record) || ($0.sha256 != nil && $0.sha256 != object.digest) } ?? false
         }.keys.sorted()
@@ -146,6 +147,30 @@ extension PushSync {
         for (content, its) in pieces where its.contains(where: lost.contains) { stored.remove(content) }
         try state.forgetPlaced(damaged)
         return stored
+    }
+
+    /// A record an older ferry made says nothing of how the object was verified, and it may stand
+    /// for damaged bytes a HEAD cannot tell from the right ones (on a store that computes no
+    /// checksum). Each such object whose HEAD (`states`) matched its record without a checksum is
+    /// read back once, and its state becomes what the reading found (`storedContent` then judges
+    /// it); one that holds its content is recorded again as read back, and not read again.
+    private func readBackUnproven(_ placed: [RelativePath: (digest: SHA256Digest, record: PlacedFile)], _ states: inout [RelativePath: RemoteFileState],
+                                  writer: RemoteWriting, store: StateStore) throws(FerryError) {
+        let unproven = placed.filter { path, object in
+            object.record.verified == nil && states[path].map { $0.matches(object.record) && $0.sha256 == nil } == true
+        }
+        guard !unproven.isEmpty else { return }
+        let limits = unproven.mapValues { $0.record.size >= 0 ? $0.record.size : Int64.max }
+        let read = try RemoteProbes.run(unproven.keys.sorted(), writer: writer, session: session, engine: engine, readingBack: limits)
+        var proven: [(RelativePath, PlacedFile)] = []
+        for (path, object) in unproven {
+            guard let state = read[path] else { continue }
+            states[path] = state
+            if state.exists && state.sha256 == object.digest {
+                proven.append((path, PlacedFile(size: object.record.size, validator: object.record.validator, verified: .readBack)))
+            }
+        }
+        try store.recordPlaced(session: session.name, proven)
     }
 
     /// The content objects a manifest of the objects layout names: each file's, or for a file
