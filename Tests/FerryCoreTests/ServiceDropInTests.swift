@@ -75,7 +75,9 @@ struct ServiceDropInTests {
     }
 
     @Test(arguments: [("/srv/a b", "/srv/a\\x20b"), ("/srv/100%", "/srv/100%%"), ("/srv/back\\slash", "/srv/back\\\\slash"), ("/srv/é", "/srv/é"),
-                            ("/srv/it's", "/srv/it\\x27s"), ("/srv/\"q\"", "/srv/\\x22q\\x22"), ("/srv/a\u{202E}b", "/srv/a\\u202eb")])
+                            ("/srv/it's", "/srv/it\\x27s"), ("/srv/\"q\"", "/srv/\\x22q\\x22"), ("/srv/a\u{202E}b", "/srv/a\\u202eb"),
+                            ("/srv/a\u{1B}[31mb", "/srv/a\\x1b[31mb"), ("/srv/line\nnext", "/srv/line\\x0anext"), ("/srv/del\u{7F}", "/srv/del\\x7f"),
+                            ("/srv/tab\there", "/srv/tab\\x09here")])
     func pathsAreEscapedForUnitFiles(path: String, written: String) {
         #expect(ServiceDropIn.escaped(path) == written)
     }

@@ -342,8 +342,9 @@ struct MirrorTests {
 
     /// A session that trusts only signed manifests takes the root from a mirror while its origin
     /// cannot be reached, and the tree's objects and the files from there too: a site goes on with
-    /// its origin down, a new machine included, with the cache as shipped and agents as configured. An unsigned root from a mirror is never taken, and a mirror whose metadata
-    /// object is wrong is demoted, the object taken from the origin.
+    /// its origin down, a new machine included, with the cache as shipped and agents as configured.
+    /// A mirror's root that is unsigned, or signed by a key the session does not trust, is never
+    /// taken nor announced as taken, and its refusal names the mirror.
     @Test func aSignedRootComesFromAMirrorWhileTheOriginIsDown() throws {
         let box = Sandbox("mirror-origin-down")
         let key = box.directory + "/publisher.key"
@@ -380,6 +381,22 @@ struct MirrorTests {
         #expect(!refused.output.contains("taken from mirror"), "\(refused.output)")
         #expect(refused.stderr.contains(mirror.url + "manifest.json") && !refused.stderr.contains("manifest \(origin.url)"), "\(refused.output)")
         #expect(((try? FileManager.default.contentsOfDirectory(atPath: unsigned.local)) ?? []).filter { !$0.hasPrefix(".") }.isEmpty)
+
+        // Signed by a key the session does not trust, it is refused the same way.
+        let forged = box.directory + "/forged"
+        _ = Self.publishTree(forged, version: 6, seed: 23)
+        let forger = box.directory + "/forger.key"
+        _ = SignedManifestTests.generateKey(forger)
+        #expect(ferry(["manifest", "build", forged, "--version", "7", "--sign", forger]).exitCode == 0)
+        let forging = try PythonServer(directory: forged)
+        defer { forging.stop() }
+        let fooled = Sandbox("mirror-forged")
+        fooled.configure(remote: origin.url, session: ["mirrors = \(forging.url)", "trusted-keys = \(publicKey)", "retries = 1", "retry-delay = 0.1s"])
+        let forgery = fooled.sync()
+        #expect(forgery.exitCode == 4, "\(forgery.output)")
+        #expect(!forgery.output.contains("taken from mirror") && !forgery.output.contains("as signed by a trusted key"), "\(forgery.output)")
+        #expect(forgery.stderr.contains(forging.url + "manifest.json") && !forgery.stderr.contains("manifest \(origin.url)"), "\(forgery.output)")
+        #expect(((try? FileManager.default.contentsOfDirectory(atPath: fooled.local)) ?? []).filter { !$0.hasPrefix(".") }.isEmpty)
     }
 
     /// The key: URLs of any kind, none the remote itself nor twice, on pulls only; an HTTP mirror

@@ -102,8 +102,8 @@ struct SFTPTests {
         #expect(run.stderr.components(separatedBy: "error:").count == 2, "one error: \(run.stderr)")
     }
 
-    /// `sftp-key` as OpenSSH takes a key: a FIFO (which used to hang the run) and a key others may
-    /// read are refused at once, by the run and by `config check`, with the fix; a missing
+    /// `sftp-key` as OpenSSH takes a key: a FIFO (which used to hang the run), a file too large to be
+    /// a key (never read) and a key others may read are refused at once, by the run and by `config check`, with the fix; a missing
     /// `sftp-known-hosts` is found by `config check`. Fixed, the run goes.
     @Test func aKeyFileThatIsNotAPrivateRegularFileIsRefused() throws {
         let server = try SSHServer()
@@ -118,6 +118,13 @@ struct SFTPTests {
         #expect(run.exitCode == 2 && run.stderr.contains("\(fifo) (sftp-key) is not a regular file"), "\(run.output)")
         var check = ferry(["config", "check", "--config", box.config])
         #expect(check.exitCode == 2 && check.output.contains("(sftp-key) is not a regular file"), "\(check.output)")
+
+        // A file far larger than any key is not read at all.
+        let huge = box.directory + "/huge_key"
+        #expect(FileManager.default.createFile(atPath: huge, contents: nil, attributes: [.posixPermissions: 0o600]) && truncate(huge, 1 << 30) == 0)
+        box.configure(remote: server.url, session: ["sftp-key = \(huge)", "sftp-known-hosts = \(server.knownHosts)"])
+        run = box.sync([], timeout: 60)
+        #expect(run.exitCode == 2 && run.stderr.contains("(sftp-key) is 1073741824 bytes, more than a private key's 64 KiB"), "\(run.output)")
 
         let open = box.directory + "/open_key"
         try FileManager.default.copyItem(atPath: server.clientKey, toPath: open)
