@@ -1,8 +1,9 @@
 """A WAN in the lab: the same servers behind scripts/wanrelay.py, which adds a link's delay (each
 way) and bandwidth (each direction, shared by every connection). Two links: 50 ms round trip at
-100 Mbit/s, and 150 ms at 20 Mbit/s. Rows: a cold 10,000 × 4 KiB mirror from plain nginx (ferry
-beside curl --parallel --parallel-max 64 and rclone), and the real Debian tar's delta (ferry's
-plain layout beside zsync), its bytes and requests from nginx's log."""
+100 Mbit/s, and 150 ms at 20 Mbit/s. Rows: a cold 10,000 × 4 KiB mirror from plain nginx over HTTP
+(ferry beside curl --parallel --parallel-max 64 and rclone) and over HTTPS with HTTP/2 (the same
+beside curl --parallel --http2), and the real Debian tar's delta (ferry's plain layout beside
+zsync), its bytes and requests from nginx's log."""
 import os
 import statistics
 import subprocess
@@ -11,7 +12,7 @@ import sys
 from .delta import logged
 from .realdata import PLAIN, RealDataBench
 from .realdata_sets import realdata_sets
-from .runners import BASE, SCRIPTS, curl_list, fresh, make_small, measure, run, sha256_of
+from .runners import BASE, SCRIPTS, curl_list, ferry_config, fresh, make_small, measure, private_ca, run, sha256_of
 from .servers import Nginx
 from .small import parallel_peers
 
@@ -21,12 +22,12 @@ LINKS = [("50 ms, 100 Mbit/s", 25, 100), ("150 ms, 20 Mbit/s", 75, 20)]
 class Relay:
     """scripts/wanrelay.py in front of 127.0.0.1:`port`, `delay_ms` each way, `rate` Mbit/s each direction."""
 
-    def __init__(self, port, delay_ms, rate):
+    def __init__(self, port, delay_ms, rate, scheme="http"):
         self.process = subprocess.Popen([sys.executable, SCRIPTS + "/wanrelay.py", "--target", f"127.0.0.1:{port}",
                                          "--delay-ms", str(delay_ms), "--rate-mbit", str(rate)],
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         self.port = int(self.process.stdout.readline())
-        self.url = f"http://127.0.0.1:{self.port}/"
+        self.url = f"{scheme}://127.0.0.1:{self.port}/"
 
     def stop(self):
         self.process.kill()
@@ -49,6 +50,36 @@ def small_over(ferry, runs, link, delay, rate, www, out):
     return (f"WAN, {link}: 10,000 × 4 KiB files, cold", table, "curl --parallel (64)", 1.0,
             "wall ≤ 1.0 × curl --parallel --parallel-max 64 over the same link (issue 56)",
             "Through scripts/wanrelay.py in front of nginx on 127.0.0.1; every tool a fresh directory each run.")
+
+
+def small_over_https(ferry, runs, link, delay, rate, www, out):
+    """The 10,000-file cold mirror through one link over HTTPS with HTTP/2 (TLS end to end: the relay
+    moves bytes), a private CA: a measure() section."""
+    ca, cert, key = private_ca(BASE + "/wan-tls")
+    nginx = Nginx(www, tls=(cert, key))
+    relay = Relay(nginx.port, delay, rate, scheme="https")
+    url = relay.url
+    curl_cfg = curl_list(BASE + "/curl-wan-tls.cfg", url, out)
+    cfg = BASE + "/ferry-wan-tls.conf"
+    tools = [
+        ("ferry sync now (64)",
+         lambda: (fresh(out), ferry_config(cfg, url + "small/", out + "/ferry", out + "/ferry-state", 64, f"ca-file = {ca}\n")),
+         lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"]),
+        ("curl --parallel --http2 (64)", lambda: fresh(out),
+         lambda: ["curl", "-sf", "--http2", "--cacert", ca, "--parallel", "--parallel-max", "64", "--create-dirs", "-K", curl_cfg]),
+        ("rclone copy --transfers 64", lambda: fresh(out),
+         lambda: ["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone", "--ca-cert", ca, "--http-url", url + "small/",
+                  "--transfers", "64", "--exclude", "manifest.json", "--exclude", ".ferry/**"]),
+    ]
+    try:
+        table = measure(f"WAN {link} HTTPS: 10,000 × 4 KiB", tools, runs, warmup=False)
+    finally:
+        relay.stop()
+        nginx.stop()
+    return (f"WAN, {link}: 10,000 × 4 KiB files over HTTPS (HTTP/2), cold", table, "curl --parallel --http2 (64)", 1.2,
+            "wall ≤ 1.2 × curl --parallel --http2 --parallel-max 64 over the same link (issue 56)",
+            "Through scripts/wanrelay.py in front of nginx's TLS port on 127.0.0.1 (TLS end to end, a private CA); "
+            "every tool a fresh directory each run.")
 
 
 def tar_delta_over(ferry, runs, bench, link, delay, rate):
@@ -86,6 +117,7 @@ def wan_sections(ferry, runs):
     small = make_small(www)
     subprocess.run([ferry, "manifest", "build", small, "--quiet"], check=True)
     sections = [small_over(ferry, runs, link, delay, rate, www, BASE + "/wan-out") for link, delay, rate in LINKS]
+    sections += [small_over_https(ferry, runs, link, delay, rate, www, BASE + "/wan-out") for link, delay, rate in LINKS]
     label, name, old, new, _ = next(s for s in realdata_sets() if s[1] == "root.tar")
     bench = RealDataBench(ferry, runs, label, name, old, new)
     lines = ["The real Debian root tar's delta (the real-data section's set: 121.5 → 158.2 MB) through each link: "
