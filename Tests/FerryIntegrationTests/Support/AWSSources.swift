@@ -14,17 +14,8 @@ final class CredentialServer {
     init() throws {
         let directory = Harness.temporaryDirectory("credserver")
         self.directory = directory
-        do {
-            let started = try startListening("credserver.py", ports: 1) { ports in
-                let child = try Child("python3", [Harness.packageRoot + "/scripts/credserver.py", "--port", String(ports[0]),
-                                                  "--config", directory + "/config.json", "--log", directory + "/requests.jsonl"],
-                                      stdout: directory + "/server.log", stderr: directory + "/server.log")
-                return (child, [directory + "/server.log"])
-            }
-            (port, process) = (started.ports[0], started.child)
-        } catch {
-            Harness.remove(directory)
-            throw error
+        (port, process) = try startScript("credserver.py", "credserver.py", in: directory, log: "server.log") {
+            ["--port", String($0), "--config", directory + "/config.json", "--log", directory + "/requests.jsonl"]
         }
     }
 

@@ -28,6 +28,11 @@ func freePort() -> UInt16 {
 private func onLoopback(_ port: UInt16, _ call: (Int32, UnsafePointer<sockaddr>, socklen_t) -> Int32) -> Int32 {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     defer { close(fd) }
+    return toLoopback(fd, port, call)
+}
+
+/// `call` (`bind` or `connect`) of socket `fd` to 127.0.0.1:`port`; the call's result.
+func toLoopback(_ fd: Int32, _ port: UInt16, _ call: (Int32, UnsafePointer<sockaddr>, socklen_t) -> Int32) -> Int32 {
     var addr = sockaddr_in()
     addr.sin_family = sa_family_t(AF_INET)
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
@@ -41,12 +46,7 @@ func listeningPort() throws -> (port: UInt16, socket: Int32) {
     for _ in 0..<5 {
         let port = freePort()
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        addr.sin_port = port.bigEndian
-        let bound = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        if bound == 0 && listen(fd, 1) == 0 { return (port, fd) }
+        if toLoopback(fd, port, bind) == 0 && listen(fd, 1) == 0 { return (port, fd) }
         close(fd)
     }
     throw TestFailure("no port of 127.0.0.1 could be listened on, five times over")
@@ -179,5 +179,23 @@ func startListening(_ name: String, ports count: Int, timeout: Double = 30,
 func awaitListeningAgain(_ name: String, _ child: Child, _ ports: [UInt16], logs: [String], timeout: Double = 30) throws {
     do { try awaitListening(name, child, ports, logs: logs, timeout: timeout) } catch is PortTaken {
         throw TestFailure("\(name): another program took its port while it was stopped")
+    }
+}
+
+/// One of the project's Python servers (scripts/`script`) on a port of its own, everything it
+/// writes in `directory` (its log: `log` there), which goes when it cannot be started.
+/// `arguments`: the script's arguments for the port it is given.
+func startScript(_ name: String, _ script: String, in directory: String, log: String,
+                 _ arguments: (UInt16) -> [String]) throws -> (port: UInt16, child: Child) {
+    do {
+        let started = try startListening(name, ports: 1) { ports in
+            let child = try Child("python3", [Harness.packageRoot + "/scripts/" + script] + arguments(ports[0]),
+                                  stdout: directory + "/" + log, stderr: directory + "/" + log)
+            return (child, [directory + "/" + log])
+        }
+        return (started.ports[0], started.child)
+    } catch {
+        Harness.remove(directory)
+        throw error
     }
 }

@@ -328,17 +328,8 @@ final class S3FaultProxy: S3TestStore {
         upstream = store
         let directory = Harness.temporaryDirectory("s3faults")
         self.directory = directory
-        do {
-            let started = try startListening("the S3 fault proxy", ports: 1) { ports in
-                let child = try Child("python3", [Harness.packageRoot + "/scripts/s3faults.py", "--upstream", String(upstreamPort), "--port", String(ports[0]),
-                                                  "--log", directory + "/requests.jsonl", "--faults", directory + "/faults.json"],
-                                      stdout: directory + "/proxy.log", stderr: directory + "/proxy.log")
-                return (child, [directory + "/proxy.log"])
-            }
-            (port, process) = (started.ports[0], started.child)
-        } catch {
-            Harness.remove(directory)
-            throw error
+        (port, process) = try startScript("the S3 fault proxy", "s3faults.py", in: directory, log: "proxy.log") {
+            ["--upstream", String(upstreamPort), "--port", String($0), "--log", directory + "/requests.jsonl", "--faults", directory + "/faults.json"]
         }
     }
 
