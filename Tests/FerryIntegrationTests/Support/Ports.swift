@@ -130,7 +130,7 @@ private struct PortTaken: Error {}
 /// Waits until the server `child` itself listens on every one of `ports`, not merely something
 /// answering there: another program on the machine (another test run) may bind a port between
 /// `freePort`'s check and the server's own bind. Throws `PortTaken` when one of the ports is
-/// another program's, or the server ended saying an address was in use; `TestFailure` with the
+/// another program's, or the server ended saying a port was taken; `TestFailure` with the
 /// end of its `logs` when it ended otherwise or did not listen within `timeout` seconds.
 private func awaitListening(_ name: String, _ child: Child, _ ports: [UInt16], logs: [String], timeout: Double) throws {
     let deadline = Date().addingTimeInterval(timeout)
@@ -144,7 +144,9 @@ private func awaitListening(_ name: String, _ child: Child, _ ports: [UInt16], l
         }
         let log = logs.compactMap(fileContents).joined(separator: "\n")
         if !child.isRunning || Date() >= deadline {
-            if log.lowercased().contains("address already in use") { throw PortTaken() }
+            // How servers say a port was taken: the C library's words, and SeaweedFS's own check.
+            let said = log.lowercased()
+            if said.contains("address already in use") || said.contains("port allocation failed") { throw PortTaken() }
             throw TestFailure("\(name) did not start on 127.0.0.1:\(ports.map(String.init).joined(separator: ",")): \(log.suffix(2000))")
         }
         usleep(20_000)
