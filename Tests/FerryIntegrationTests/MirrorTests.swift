@@ -277,11 +277,12 @@ struct MirrorTests {
 
     /// Until a mirror has sent one file that verified, one file at a time comes from it, the
     /// smallest first: a mirror whose every object is wrong is asked for one, however many
-    /// transfers the session runs, and demoted.
+    /// transfers the session runs, and demoted. (Files larger than a pack's members, so each is
+    /// its own object.)
     @Test func aMirrorsFirstFileComesAlone() throws {
         let box = Sandbox("mirror-first-alone")
         var files: [String: Data] = [:]
-        for i in 0..<6 { files["f\(i).bin"] = randomData(30_000 - 1_000 * i, seed: 70 + UInt64(i)) }
+        for i in 0..<6 { files["f\(i).bin"] = randomData(130_000 - 1_000 * i, seed: 70 + UInt64(i)) }
         let (remote, mirror) = try Self.hostileMirror(box, files)
         defer { mirror.stop() }
         box.configure(remote: "file://\(remote)/", session: ["mirrors = \(mirror.url)", "session-transfers = 4"])
@@ -289,7 +290,7 @@ struct MirrorTests {
         #expect(run.exitCode == 0, "\(run.output)")
         for (path, data) in files { #expect(FileManager.default.contents(atPath: box.localPath(path)) == data, "\(path)") }
         let bodies = Self.objectBodies(mirror)
-        #expect(bodies.count == 1 && bodies.first?.sent == 25_000, "one object asked of it, the smallest: \(bodies)")
+        #expect(bodies.count == 1 && bodies.first?.sent == 125_000, "one object asked of it, the smallest: \(bodies)")
         #expect(Self.served(run)[mirror.url]?.demoted?.contains("f5.bin") == true, "\(Self.served(run))")
     }
 
@@ -297,13 +298,13 @@ struct MirrorTests {
     /// those downloads are stopped, not waited for and checked, so the demotion costs the one bad
     /// object it took to see it. Here the mirror sends the smallest file right (so it is trusted
     /// with four at once), then three 1.5 MB objects dripping at 40 KB/s and a small one at once,
-    /// wrong.
+    /// wrong. (Files larger than a pack's members, so each is its own object.)
     @Test func aDemotedMirrorsDownloadsInFlightAreStopped() throws {
         let box = Sandbox("mirror-demoted-inflight")
-        var files: [String: Data] = ["first.txt": randomData(10_000, seed: 49), "small.txt": randomData(20_000, seed: 50)]
+        var files: [String: Data] = ["first.txt": randomData(70_000, seed: 49), "small.txt": randomData(80_000, seed: 50)]
         for i in 0..<3 { files["large\(i).bin"] = randomData(1_500_000 + i, seed: 51 + UInt64(i)) }
         // Stored whole: each file one object.
-        let (remote, mirror) = try Self.hostileMirror(box, files, push: ["delta-min-size = 64MiB"], intact: { $0 == 10_000 }) { _, size in
+        let (remote, mirror) = try Self.hostileMirror(box, files, push: ["delta-min-size = 64MiB"], intact: { $0 == 70_000 }) { _, size in
             size > 1_000_000 ? ["rate": 40_000] : [:]
         }
         defer { mirror.stop() }
@@ -318,7 +319,7 @@ struct MirrorTests {
         // when it was seen (each drip starts with 16 KiB at once). Waited for, 4.5 MB.
         let bodies = Self.objectBodies(mirror)
         let sent = bodies.reduce(0) { $0 + $1.sent }
-        #expect(bodies.count == 5 && sent < 200_000, "the objects in flight were stopped once the mirror was demoted: \(bodies)")
+        #expect(bodies.count == 5 && sent < 300_000, "the objects in flight were stopped once the mirror was demoted: \(bodies)")
         let sources = Dictionary(run.events(named: "file-done").map { ($0["path"] as? String ?? "", $0["source"] as? String ?? "") }) { a, _ in a }
         #expect(sources.count == files.count && sources.allSatisfy { $0.value == ($0.key == "first.txt" ? mirror.url : "origin") }, "\(sources)")
     }

@@ -74,6 +74,12 @@ public struct SHA256Digest: Hashable, Sendable, CustomStringConvertible {
         [w0, w1, w2, w3].flatMap { word in (0..<8).map { UInt8(truncatingIfNeeded: word >> UInt64(56 - 8 * $0)) } }
     }
 
+    /// Byte `i` of the 32, without making the array `bytes` makes.
+    public func byte(_ i: Int) -> UInt8 {
+        let word = i < 8 ? w0 : i < 16 ? w1 : i < 24 ? w2 : w3
+        return UInt8(truncatingIfNeeded: word >> UInt64(56 - 8 * (i % 8)))
+    }
+
     /// Standard base64 of the 32 bytes (S3's `x-amz-checksum-sha256`, RFC 9530's `Repr-Digest`).
     public var base64: String { Base64.encode(bytes) }
 

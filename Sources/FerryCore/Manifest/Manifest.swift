@@ -50,6 +50,9 @@ public struct Manifest: Sendable {
     public private(set) var rollout: Rollout?
     /// Format 2: the list of the tree's bundles (`"bundles"`, `ManifestTree.bundled`); nil: none.
     public private(set) var treeBundles: ObjectBundle.Named?
+    /// Format 2, objects layout: the list of the packs of its small files' contents (`"packs"`,
+    /// `ContentPacks`); nil: none.
+    public private(set) var packs: ObjectBundle.Named?
 
     /// The files the manifest lists, whether or not its tree was read yet.
     public var fileCount: Int { tree?.files ?? entries.count }
@@ -63,6 +66,7 @@ public struct Manifest: Sendable {
         whole.keySet = keySet
         whole.rollout = rollout
         whole.treeBundles = treeBundles
+        whole.packs = packs
         try Manifest.checkTree(whole, source: source)
         return whole
     }
@@ -216,6 +220,7 @@ public struct Manifest: Sendable {
         var rolloutPercent: Int64?
         var previous: Rollout.Previous?
         var bundles: ObjectBundle.Named?
+        var packs: ObjectBundle.Named?
         /// Whether any member of a manifest (not an unknown one) was read.
         var sawField = false
         var totalSize: Int64 = 0
@@ -247,7 +252,9 @@ public struct Manifest: Sendable {
             case "tree":
                 tree = try Fields.readTree(&r, "\"tree\"")
             case "bundles":
-                bundles = try Fields.readBundles(&r)
+                bundles = try Fields.readBundles(&r, "bundles")
+            case "packs":
+                packs = try Fields.readBundles(&r, "packs")
             case "rollout":
                 let p = try r.readCount("\"rollout\"")
                 guard Rollout.percents.contains(Int(clamping: p)) else { throw r.problem("\"rollout\" must be a share of machines from 1 to 99 (percent)") }
@@ -278,20 +285,20 @@ public struct Manifest: Sendable {
         }
 
         /// `{"sha256": HEX, "size": N}`: the list of a tree's bundles (`ManifestTree.Built.bundled`).
-        static func readBundles(_ r: inout JSONReader) throws(JSONReader.Failure) -> ObjectBundle.Named {
+        static func readBundles(_ r: inout JSONReader, _ key: String) throws(JSONReader.Failure) -> ObjectBundle.Named {
             var sha: String?, size: Int64?
             try r.readObject { (r: inout JSONReader, key: String) throws(JSONReader.Failure) in
                 switch key {
                 case "sha256": sha = try r.readString()
-                case "size": size = try r.readCount("\"bundles\".size")
+                case "size": size = try r.readCount("\"\(key)\".size")
                 default: try r.skipValue()
                 }
             }
             guard let sha, let digest = SHA256Digest(hex: sha) else {
-                throw r.problem("\"bundles\".sha256 must be 64 hex digits")
+                throw r.problem("\"\(key)\".sha256 must be 64 hex digits")
             }
             guard let size, size > ObjectBundle.magic.count, size <= ObjectBundle.maximumSize else {
-                throw r.problem("\"bundles\".size must be from 5 to \(ObjectBundle.maximumSize)")
+                throw r.problem("\"\(key)\".size must be from 5 to \(ObjectBundle.maximumSize)")
             }
             return ObjectBundle.Named(sha256: digest, size: Int(size))
         }
@@ -409,6 +416,7 @@ public struct Manifest: Sendable {
                                 sorted: entries, signatures: checks, tree: fields.tree, layout: fields.layout)
         manifest.keySet = fields.keySet
         manifest.treeBundles = fields.tree == nil ? nil : fields.bundles
+        manifest.packs = fields.tree == nil || fields.layout != .objects ? nil : fields.packs
         switch (fields.rolloutPercent, fields.previous) {
         case (nil, nil): break
         case let (percent?, previous?) where fields.tree != nil:
@@ -569,10 +577,11 @@ public enum ManifestWriter {
     /// Renders a `ferry-manifest/2` root naming `tree`.
     public static func renderRoot(version: Int64, generated: Timestamp, expires: Timestamp? = nil, layout: RemoteLayout = .tree, keySet: Int64? = nil,
                                   rollout: Rollout? = nil, tree: ManifestTree.Reference,
-                                  bundles: ObjectBundle.Named? = nil) -> String {
+                                  bundles: ObjectBundle.Named? = nil, packs: ObjectBundle.Named? = nil) -> String {
         var out = header(ManifestTree.formatName, version: version, generated: generated, expires: expires, layout: layout, keySet: keySet)
         if let rollout { out += rollout.rendered() }
         if let bundles { out += "\n  \"bundles\": {\"sha256\": \"\(bundles.sha256)\", \"size\": \(bundles.size)}," }
+        if let packs { out += "\n  \"packs\": {\"sha256\": \"\(packs.sha256)\", \"size\": \(packs.size)}," }
         out += "\n  \"tree\": {\"sha256\": \"\(tree.sha256)\", \"level\": \(tree.level), \"files\": \(tree.files)}\n}\n"
         return out
     }

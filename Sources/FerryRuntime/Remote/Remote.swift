@@ -1,3 +1,4 @@
+import CCurl
 import FerryCore
 
 /// What a remote does for a session, whatever its scheme: fetch the manifest (conditionally, on
@@ -16,6 +17,9 @@ protocol Remote: Sendable {
     /// changed at its path is never served from an older copy (`?ferry_sha256=`, which a static
     /// server ignores). Other kinds read the path as it is.
     func origin(of source: RelativePath, content: SHA256Digest) -> Download.Origin
+    /// Bytes `range` of the object at `url` (a run of a pack's members, `PullPacks`); nil when the
+    /// remote does not give that range as asked (another range, the whole object), or cannot.
+    func fetchRange(url: String, range: Range<Int64>) throws(FerryError) -> [UInt8]?
     /// Where the remote is (its URL and backend).
     var base: RemoteLocation { get }
     /// The run's clock, which its downloads keep their checkpoints on.
@@ -24,6 +28,7 @@ protocol Remote: Sendable {
 
 extension Remote {
     func origin(of source: RelativePath, content: SHA256Digest) -> Download.Origin { origin(of: source) }
+    func fetchRange(url: String, range: Range<Int64>) throws(FerryError) -> [UInt8]? { nil }
 
     /// The transfer that brings `entry`, whose bytes are at `source` under the remote
     /// (`RemoteLayout.location`), into `partial`, whose first `resumeFrom` bytes were recorded
@@ -128,6 +133,24 @@ enum Remotes {
     static func unsolicitedNotModified(_ url: String) -> FerryError {
         FerryError(.remote, "the remote answered 304 Not Modified to a request for \(url) that asked nothing conditionally (no If-None-Match or If-Modified-Since): refused, nothing was changed",
                    hint: "a server or a cache in front of it answers 304 where it must send the file: fix or bypass it, then run again", cause: .http(status: 304))
+    }
+
+    /// What an HTTP answer to a request for bytes `range` gave: the bytes when it is the range
+    /// asked for (206, its Content-Range, its length); nil for anything else but a failure, which
+    /// is thrown (`fetchRange`).
+    static func range(_ answer: Exchange.Answer, _ range: Range<Int64>, url: String) throws(FerryError) -> [UInt8]? {
+        guard answer.code == CURLE_OK || answer.overflowed else {
+            throw FerryError(.remote, "cannot fetch \(url): \(Curl.describe(answer.code, errorText: answer.errorText, headers: answer.headers))",
+                             cause: Curl.cause(answer.code, errorText: answer.errorText, headers: answer.headers))
+        }
+        let status = answer.headers.status
+        if status == 404 || status == 410 || status >= 500 {
+            throw FerryError(.remote, "cannot fetch \(url): HTTP \(status)", cause: .http(status: status))
+        }
+        guard status == 206, !answer.overflowed, let text = answer.headers.contentRange,
+              let got = ResponsePolicy.parseContentRange(text), got.first == range.lowerBound, got.last == range.upperBound - 1,
+              answer.body.count == range.count else { return nil }
+        return answer.body
     }
 
     static func tooLarge(_ url: String, maximumSize: Int64, announced: Int64?) -> FerryError {

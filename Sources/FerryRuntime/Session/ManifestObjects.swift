@@ -85,6 +85,9 @@ final class ManifestObjects {
         return out
     }
 
+    /// The largest metadata object: a pack of small files (`ContentPacks`); a tree's are at most 1 MiB.
+    static let largest = max(ManifestTree.maximumObjectSize, ContentPacks.maximumSize)
+
     /// Objects fetched and cached together, at most.
     static let group = 128
 
@@ -118,7 +121,7 @@ final class ManifestObjects {
     private func cached(_ digest: SHA256Digest) -> [UInt8]? {
         if let bytes = fetchedInMemory[digest] { return bytes }
         let path = directory + "/" + digest.hex
-        guard let bytes = try? FileSystem.readFile(path, limit: ManifestTree.maximumObjectSize) else { return nil }
+        guard let bytes = try? FileSystem.readFile(path, limit: ManifestObjects.largest) else { return nil }
         guard SHA256Hasher.digest(of: bytes) == digest else {
             damaged += 1
             unlink(path)
@@ -214,7 +217,7 @@ final class ManifestObjects {
         guard let (remote, prefix) = self.remote, !digests.isEmpty else { return [] }
         let (results, error) = Lanes.run(digests.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) -> Bool in
             let url = prefix + digests[i].hex
-            switch try remote.fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: Int64(ManifestTree.maximumObjectSize)) {
+            switch try remote.fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: Int64(ManifestObjects.largest)) {
             case let .fetched(bytes, _, _, _): return SHA256Hasher.digest(of: bytes) == digests[i]
             case .missing: return false
             case .unchanged: throw .remote("the remote answered 'not modified' to an unconditional request for \(url)")
@@ -229,15 +232,61 @@ final class ManifestObjects {
     private func fetch(_ digests: [SHA256Digest], from remote: Remote, prefix: String, source: String,
                        maximumSize: Int, bad: BadObjects?) throws(FerryError) -> [[UInt8]] {
         if let bad, let (digest, since) = digests.lazy.compactMap({ d in bad.knownBad(d).map { (d, $0) } }).first {
-            throw FerryError(.manifest, "the metadata object \(prefix + digest.hex) that manifest \(source) names did "
-                                        + "not match its "
-                             + "hash when it was fetched at \(since.rfc3339); it is not fetched again before the "
-                             + "manifest changes or "
-                             + "verify-interval passes: refused, nothing was changed",
-                             hint: "the remote's copy was altered or damaged: the publisher's next verified push "
-                                   + "writes it again",
-                             cause: .contentMismatch(afterResume: false))
+            throw ManifestObjects.knownBad(digest, since: since, prefix: prefix, source: source)
         }
+        var out: [[UInt8]] = []
+        let (results, error) = fetchEach(digests, from: remote, prefix: prefix, source: source, maximumSize: maximumSize, bad: bad,
+                                         stopsLane: { _ in true })
+        if let error { throw error }
+        for result in results { out.append(try result!.get()) }
+        return out
+    }
+
+    /// Objects fetched whole and not cached, as `fetchUncached` fetches them, each with its own
+    /// outcome (nil: not asked for): one the remote lacks or holds wrong does not stop the others
+    /// (a pull's packs); a failure of the remote itself stops the lane it came in.
+    func fetchEachUncached(_ digests: [SHA256Digest], source: String, maximumSize: Int) -> [Result<[UInt8], FerryError>?] {
+        guard let (remote, prefix) = self.remote else {
+            return digests.map { _ in .failure(FerryError(.manifest, "no remote to fetch from")) }
+        }
+        let results = fetchEach(digests, from: remote, prefix: prefix, source: source, maximumSize: maximumSize, bad: bad) { error in
+            switch error.cause {
+            case .contentMismatch?, .http(status: 404)?, .http(status: 410)?: return false
+            default: return true
+            }
+        }.results
+        for case let .success(bytes) in results {
+            fetchedObjects += 1
+            fetchedBytes += Int64(bytes.count)
+        }
+        return results
+    }
+
+    /// Bytes of objects, each `range` of the object `digest`, up to 8 at once from the remote (not
+    /// its mirrors; a pull's runs of pack members): nil where the remote did not give the range as
+    /// asked or failed. Not checked here: what a caller takes from them is checked by its own hash.
+    func fetchRanges(_ asked: [(digest: SHA256Digest, range: Range<Int64>)]) -> [[UInt8]?] {
+        guard let (remote, prefix) = self.remote, !asked.isEmpty else { return asked.map { _ in nil } }
+        let (results, _) = Lanes.run(asked.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) -> [UInt8]? in
+            try remote.fetchRange(url: prefix + asked[i].digest.hex, range: asked[i].range)
+        }
+        let out = results.map { $0 ?? nil }
+        for case let bytes? in out { fetchedBytes += Int64(bytes.count) }
+        return out
+    }
+
+    /// Why an object the remote sent wrong before is not fetched again yet.
+    private static func knownBad(_ digest: SHA256Digest, since: Timestamp, prefix: String, source: String) -> FerryError {
+        FerryError(.manifest, "the metadata object \(prefix + digest.hex) that manifest \(source) names did not match its "
+                              + "hash when it was fetched at \(since.rfc3339); it is not fetched again before the manifest "
+                              + "changes or verify-interval passes: refused, nothing was changed",
+                   hint: "the remote's copy was altered or damaged: the publisher's next verified push writes it again",
+                   cause: .contentMismatch(afterResume: false))
+    }
+
+    private func fetchEach(_ digests: [SHA256Digest], from remote: Remote, prefix: String, source: String,
+                           maximumSize: Int, bad: BadObjects?,
+                           stopsLane: @escaping (FerryError) -> Bool) -> (results: [Result<[UInt8], FerryError>?], error: FerryError?) {
         let sources = self.mirrors
         let mirrors = sources?.objectMirrors() ?? []
         // Each answer counted for its source, which judges what a mirror's wrong object costs it.
@@ -252,25 +301,28 @@ final class ManifestObjects {
                 throw error
             }
         }
-        let (results, error) = Lanes.run(digests.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) in
+        let (results, error) = Lanes.run(digests.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) -> Result<[UInt8], FerryError> in
+            if let since = bad?.knownBad(digests[i]) {
+                return .failure(ManifestObjects.knownBad(digests[i], since: since, prefix: prefix, source: source))
+            }
             for mirror in mirrors where sources?.asks(mirror.place) == true {
                 if let bytes = try? counted(mirror.place, digests[i], { () throws(FerryError) in
                     try ManifestObjects.fetchOne(digests[i], from: mirror.remote, prefix: mirror.prefix, source: source, maximumSize: maximumSize)
-                }) { return bytes }
+                }) { return .success(bytes) }
             }
             do throws(FerryError) {
-                return try counted(sources?.originPlace ?? 0, digests[i]) { () throws(FerryError) in
+                return .success(try counted(sources?.originPlace ?? 0, digests[i]) { () throws(FerryError) in
                     try ManifestObjects.fetchOne(digests[i], from: remote, prefix: prefix, source: source,
                                                  maximumSize: maximumSize)
-                }
+                })
             } catch {
                 // The origin's own copy is wrong: remembered, so the next poll does not ask again.
                 if case .contentMismatch? = error.cause { bad?.remember(digests[i]) }
-                throw error
+                if stopsLane(error) { throw error }
+                return .failure(error)
             }
         }
-        if let error { throw error }
-        return results.map { $0! }
+        return (results.map { $0 ?? error.map { .failure($0) } }, error)
     }
 
     private static func fetchOne(_ digest: SHA256Digest, from remote: Remote, prefix: String, source: String,

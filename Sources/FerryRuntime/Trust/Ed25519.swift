@@ -151,7 +151,8 @@ public enum Manifests {
     /// and the tree of objects it names) unless `format` is 1. `entries` are in path order.
     /// Signed by each of `keys`.
     static func publishable(version: Int64, entries: [ManifestEntry], lifetime: Double?, keys: [SigningKey], keySet: Int64? = nil,
-                            rollout: Rollout? = nil, format: Int = 2, layout: RemoteLayout = .tree, now: Timestamp) throws(FerryError) -> (bytes: [UInt8], expires: Timestamp?, tree: ManifestTree.Built?) {
+                            rollout: Rollout? = nil, format: Int = 2, layout: RemoteLayout = .tree, packs: ObjectBundle.Named? = nil,
+                            now: Timestamp) throws(FerryError) -> (bytes: [UInt8], expires: Timestamp?, tree: ManifestTree.Built?) {
         let expires = lifetime.map { Timestamp(seconds: now.seconds + Int64($0)) }
         var tree: ManifestTree.Built?
         let text: [UInt8]
@@ -163,7 +164,7 @@ public enum Manifests {
             tree = built
             text = Array(ManifestWriter.renderRoot(version: version, generated: now, expires: expires, layout: layout,
                                                    keySet: keySet, rollout: rollout, tree: built.root,
-                                                   bundles: built.bundles).utf8)
+                                                   bundles: built.bundles, packs: packs).utf8)
         }
         return (keys.isEmpty ? text : try SigningKey.sign(manifest: text, with: keys), expires, tree)
     }

@@ -25,6 +25,21 @@ struct FileRemote: Remote {
         tree = RemoteTree(path: base.localDirectory ?? "/nonexistent")
     }
 
+    func fetchRange(url: String, range: Range<Int64>) throws(FerryError) -> [UInt8]? {
+        guard let relative = relativePath(of: url) else { return nil }
+        let fd = try tree.withRoot(create: false) { root throws(FerryError) in try root.open(relative, for: "to read a range of it") }
+        defer { close(fd) }
+        var bytes = [UInt8](repeating: 0, count: range.count)
+        var done = 0
+        while done < bytes.count {
+            let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, $0.count - done, off_t(range.lowerBound) + off_t(done)) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { return nil }
+            done += n
+        }
+        return bytes
+    }
+
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {
         let fd: Int32
         if let relative = relativePath(of: url) {

@@ -28,6 +28,14 @@ struct HTTPRemote: Remote {
         return .request(read)
     }
 
+    func fetchRange(url: String, range: Range<Int64>) throws(FerryError) -> [UInt8]? {
+        let asked = "Range: bytes=\(range.lowerBound)-\(range.upperBound - 1)"
+        let answer = EasyHandle.borrow { easy in
+            Exchange.perform(easy, HTTPRequest(url: url, headers: [asked], settings: settings), limit: range.count, followRedirects: true)
+        }
+        return try Remotes.range(answer, range, url: url)
+    }
+
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {
         var conditions: [String] = []
         if let etag { conditions.append("If-None-Match: \(etag)") }

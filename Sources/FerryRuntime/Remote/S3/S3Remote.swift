@@ -66,6 +66,13 @@ struct S3Remote: Remote {
         return HTTPRequest(url: url, method: method, headers: signed, settings: settings)
     }
 
+    func fetchRange(url: String, range: Range<Int64>) throws(FerryError) -> [UInt8]? {
+        guard url.hasPrefix(base.url), let path = String(url.dropFirst(base.url.count)).removingPercentEncoding() else { return nil }
+        let signed = try request("GET", key: key(path), headers: [("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")])
+        let answer = EasyHandle.borrow { Exchange.perform($0, signed, limit: range.count) }
+        return try Remotes.range(answer, range, url: url)
+    }
+
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {
         guard url.hasPrefix(base.url) else { throw .remote("the manifest \(url) is not under the remote \(base.url)") }
         // The manifest's URL names its path percent-encoded (`RemoteLocation.url(for:)`); its key is the path itself.

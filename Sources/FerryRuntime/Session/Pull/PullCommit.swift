@@ -27,6 +27,8 @@ struct TransferStage {
                                    unstorableMtimes: prepared.unstorableMtimes,
                                    localIOError: nil, stopped: pull.options.stop.reason, failure: nil))
         }
+        // Small files a pack holds are written from it first; their transfers then need no request.
+        let packed = PullPacks(pull: pull).fill(prepared)
         let transfers = PullTransfers(session: pull.session, root: prepared.root, store: pull.store,
                                       sources: pull.sources, locate: prepared.locate, deltas: prepared.deltas,
                                       fallbacks: pull.fallbacks, observer: pull.observer, emit: { pull.emit($0) },
@@ -36,6 +38,7 @@ struct TransferStage {
         transfers.run(plan.downloads, tasks: prepared.tasks, engine: pull.engine)
         var counts = prepared.counts
         counts += transfers.counts
+        counts.bytes += packed
         var stopped = transfers.stopped
         if stopped == nil && transfers.unfinished > 0 {
             // Never report "in sync" with work left undone, whatever the reason.

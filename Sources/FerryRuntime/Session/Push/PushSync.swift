@@ -416,8 +416,9 @@ final class PushSync: SessionWork {
         let entries = indexes.entries
         let keySet = try sendKeySets(writer: writer, remote: remote)
         let phased = try phasedRollout(published: published, objects: objects)
+        let packs = layout == .objects ? try sendPacks(entries, published: published, objects: objects, writer: writer, root: observed.scan.root) : nil
         let (text, expires, tree) = try Manifests.publishable(version: version, entries: entries, lifetime: session.expires, keys: signingKeys, keySet: keySet,
-                                                              rollout: phased.rollout, layout: layout, now: clock.now())
+                                                              rollout: phased.rollout, layout: layout, packs: packs?.list, now: clock.now())
         if let tree { try sendObjects(tree.objects + indexes.new, objects: objects, writer: writer) }
         sayVerified(sent.transfers.verifications.merging(objectVerifications, uniquingKeysWith: +))
         // Another writer that published while this run uploaded is not overwritten: the files this
@@ -439,7 +440,10 @@ final class PushSync: SessionWork {
             emit(.warning(message: result.message!))
             return false
         }
-        if let tree { collectObjects(naming: tree.objects.map(\.sha256) + indexes.names + phased.metadata, objects: objects, writer: writer) }
+        if let tree {
+            collectObjects(naming: tree.objects.map(\.sha256) + indexes.names + phased.metadata + (packs?.names ?? []), objects: objects,
+                           writer: writer)
+        }
         // What this session placed: the objects recorded before this run, and this run's uploads
         // (content objects only in this layout).
         var placedContent = Set(observed.placedObjects.values.map(\.digest))

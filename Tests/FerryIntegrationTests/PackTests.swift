@@ -1,0 +1,196 @@
+import Foundation
+import Testing
+@testable import FerryCore
+
+/// Packs of small files (`remote-layout = objects`; design.md "Packs"), on nginx's WebDAV: a push
+/// writes the small contents a second time in packs of at most 1 MiB, a cold mirror takes them
+/// from the packs in a few requests instead of one per file, an update reads only what changed,
+/// and a pack that lies (other bytes, members of other bytes, more bytes than it may hold) costs
+/// the requests it was meant to save, never a wrong file.
+@Suite(.serialized) struct PackTests {
+    /// nginx taking pushes under `site/`, a push session `up` from `src` and a pull `down` into `dst`.
+    final class World {
+        let box: Sandbox
+        let server: NginxServer
+        var site: String { server.root + "/site" }
+        var src: String { box.directory + "/src" }
+        var dst: String { box.directory + "/dst" }
+
+        init(_ label: String, files: Int, remote: ((NginxServer) throws -> String)? = nil) throws {
+            box = Sandbox(label)
+            server = try NginxServer()
+            try FileManager.default.createDirectory(atPath: server.root + "/site", withIntermediateDirectories: true)
+            for i in 0..<files { write("d\(i / 100)/f\(i).txt", size: 1000 + (i * 37) % 4000, seed: UInt64(i)) }
+            let pullFrom = try remote?(server) ?? server.url + "site/"
+            try (["[agent]", "state = \(box.state)", "transfers = 4", "",
+                  "[session up]", "direction = push", "remote = \(server.url)site/", "local = \(src)",
+                  "remote-layout = objects", "delete = yes", "",
+                  "[session down]", "remote = \(pullFrom)", "local = \(dst)", "delete = yes"])
+                .joined(separator: "\n").appending("\n").writeReplacing(box.config)
+        }
+
+        deinit { server.stop() }
+
+        func write(_ path: String, size: Int, seed: UInt64) {
+            let full = src + "/" + path
+            try! FileManager.default.createDirectory(atPath: (full as NSString).deletingLastPathComponent,
+                                                     withIntermediateDirectories: true)
+            try! randomData(size, seed: seed).write(to: URL(fileURLWithPath: full))
+        }
+
+        func push(sourceLocation: SourceLocation = #_sourceLocation) {
+            let up = box.sync(["--session", "up"])
+            #expect(up.exitCode == 0, "\(up.output)", sourceLocation: sourceLocation)
+        }
+
+        /// A pull, which leaves the mirror as the source.
+        func pull(sourceLocation: SourceLocation = #_sourceLocation) -> FerryRun {
+            server.clearLog()
+            let down = box.sync(["--session", "down", "--json"])
+            #expect(down.exitCode == 0, "\(down.output)", sourceLocation: sourceLocation)
+            #expect(treeSnapshot(dst) == treeSnapshot(src), "the mirror holds what the source holds",
+                    sourceLocation: sourceLocation)
+            return down
+        }
+
+        /// The packs the remote's manifest names, by name.
+        func packs() throws -> [String: Data] {
+            let root = Array(try #require(FileManager.default.contents(atPath: site + "/manifest.json")))
+            let named = try #require(try Manifest.parse(root, source: "m").packs)
+            let list = Array(try #require(FileManager.default.contents(atPath: site + "/.ferry/meta/" + named.sha256.hex)))
+            let read = try #require(ContentPacks.read(list: list, for: try entries()))
+            var out: [String: Data] = [:]
+            for name in read.packs.compactMap(\.name) {
+                out[name.hex] = FileManager.default.contents(atPath: site + "/.ferry/meta/" + name.hex) ?? Data()
+            }
+            return out
+        }
+
+        /// The entries of what the remote's manifest lists, its tree read.
+        func entries() throws -> [ManifestEntry] {
+            let bytes = Array(try #require(FileManager.default.contents(atPath: site + "/manifest.json")))
+            let tree = try #require(try Manifest.parse(bytes, source: "m").tree)
+            return try ManifestTree.resolve(tree, source: "m", maximumBytes: 1 << 30) { batch in
+                batch.map { Array(FileManager.default.contents(atPath: site + "/.ferry/meta/" + $0.hex) ?? Data()) }
+            }.entries
+        }
+
+        /// Requests for content objects, and for metadata objects, since the log was cleared.
+        func requests() -> (content: Int, meta: Int, all: Int) {
+            let paths = server.requests().filter { $0.method == "GET" }.map(\.path)
+            return (paths.filter { $0.contains("/.ferry/data/") }.count, paths.filter { $0.contains("/.ferry/meta/") }.count,
+                    paths.count)
+        }
+    }
+
+    @Test func aColdMirrorTakesSmallFilesFromPacksAndAnUpdateOnlyWhatChanged() throws {
+        let world = try World("packs-cold", files: 3000)
+        world.push()
+        let packs = try world.packs()
+        #expect((3...9).contains(packs.count), "about 9 MB of small files in packs of about 2 MiB: \(packs.count)")
+        #expect(packs.values.allSatisfy { $0.count <= ContentPacks.maximumSize })
+
+        _ = world.pull()
+        let cold = world.requests()
+        #expect(cold.content == 0, "no file fetched alone: \(cold)")
+        #expect(cold.all <= packs.count + 8, "the manifest, its tree, the list and the packs: \(cold)")
+
+        // 40 files of one directory change, 2 elsewhere: the packs that hold them are written again, no other.
+        for i in 1200..<1240 { world.write("d12/f\(i).txt", size: 3000, seed: UInt64(i) + 50_000) }
+        world.write("d5/f500.txt", size: 2000, seed: 7)
+        world.write("d29/f2999.txt", size: 2000, seed: 8)
+        world.push()
+        let rewritten = Set(try world.packs().keys).subtracting(packs.keys)
+        #expect((1...5).contains(rewritten.count), "\(rewritten.count) packs written again")
+        _ = world.pull()
+        let update = world.requests()
+        // The directory's pack whole (40 members are more than requests are worth); the other two files alone.
+        #expect(update.content == 2, "\(update)")
+        #expect(update.all <= 10, "\(update): \(world.server.requests().map(\.path))")
+    }
+
+    /// An unchanged poll stays one request; a file larger than a pack member is fetched alone; a
+    /// pull with only a file or two to fetch reads no pack.
+    @Test func fewFilesToFetchReadNoPack() throws {
+        let world = try World("packs-few", files: 400)
+        world.write("big.bin", size: 300_000, seed: 9)
+        world.push()
+        _ = world.pull()
+        #expect(world.requests().content == 1, "only the large file alone: \(world.requests())")
+        world.server.clearLog()
+        let again = world.box.sync(["--session", "down"])
+        #expect(again.exitCode == 0 && world.requests().all == 1, "an unchanged poll: \(world.requests())")
+        world.write("d1/f150.txt", size: 2222, seed: 77)
+        world.push()
+        _ = world.pull()
+        let one = world.requests()
+        #expect(one.content == 1, "\(one)")
+        let packNames = try world.packs().keys
+        #expect(!world.server.requests().contains { req in packNames.contains { req.path.hasSuffix($0) } }, "no pack read for one file")
+    }
+
+    /// Each pack damaged at the origin (other bytes of its size), or replaced by 3 MB: the files
+    /// come one by one, the mirror is right, and the run says why once.
+    @Test(arguments: ["other", "larger"])
+    func aPackHeldWrongCostsRequestsOnly(wrong: String) throws {
+        let world = try World("packs-\(wrong)", files: 600)
+        world.push()
+        let packs = try world.packs()
+        #expect(packs.count >= 2)
+        for (name, data) in packs {
+            let bytes = wrong == "larger" ? randomData(3 << 20, seed: 5) : randomData(data.count, seed: 6)
+            try bytes.write(to: URL(fileURLWithPath: world.site + "/.ferry/meta/" + name))
+        }
+        let down = world.pull()
+        #expect(world.requests().content == 600, "every file alone: \(world.requests())")
+        let warnings = down.events(named: "warning").compactMap { $0["message"] as? String }
+        let said = wrong == "larger" ? "packs" : "not fetched again"
+        #expect(warnings.count == 1 && warnings[0].contains(said), "\(warnings) \(down.output)")
+    }
+
+    /// A publisher's packs whose members hold other bytes than the files they stand for (the
+    /// list and root made to match, as a signer could): each such file fails its check from the
+    /// partial and is fetched alone; none is placed wrong. A list whose counts do not add up to
+    /// the manifest's files is not read at all.
+    @Test(arguments: ["members", "counts"])
+    func packsThatLieAboutTheirMembersGiveNoWrongFile(lie: String) throws {
+        let world = try World("packs-lie-\(lie)", files: 500)
+        world.push()
+        let manifestPath = world.site + "/manifest.json"
+        var root = try String(contentsOfFile: manifestPath, encoding: .utf8)
+        let manifest = try Manifest.parse(Array(root.utf8), source: "m")
+        let listName = try #require(manifest.packs).sha256.hex
+        let list = Array(try #require(FileManager.default.contents(atPath: world.site + "/.ferry/meta/" + listName)))
+        var forged: [UInt8]
+        if lie == "members" {
+            // Each pack again, its members' bytes replaced by others of their sizes.
+            var named: [(name: SHA256Digest?, count: Int)] = []
+            let resolved = try #require(ContentPacks.read(list: list, for: try world.entries()))
+            for pack in resolved.packs {
+                let liar = ContentPacks.pack(resolved.members[pack.members].enumerated().map {
+                    Array(randomData($1.size, seed: UInt64(900 + $0)))
+                })
+                let digest = sha256(of: Data(liar))
+                try Data(liar).write(to: URL(fileURLWithPath: world.site + "/.ferry/meta/" + digest.hex))
+                named.append((digest, pack.members.count))
+            }
+            forged = ContentPacks.list(named)
+        } else {
+            forged = list
+            forged[forged.count - 1] &+= 1  // the last pack's count
+        }
+        let forgedName = sha256(of: Data(forged))
+        try Data(forged).write(to: URL(fileURLWithPath: world.site + "/.ferry/meta/" + forgedName.hex))
+        root = root.replacingOccurrences(of: listName, with: forgedName.hex)
+            .replacingOccurrences(of: "\"size\": \(list.count)}", with: "\"size\": \(forged.count)}")
+        try root.writeReplacing(manifestPath)
+
+        let down = world.pull()
+        #expect(world.requests().content == 500, "every file alone: \(world.requests())")
+        let warnings = down.events(named: "warning").compactMap { $0["message"] as? String }
+        let said = lie == "counts" ? "packs" : "500 files the packs of manifest"
+        #expect(warnings.count == 1 && warnings[0].contains(said), "said once: \(warnings)")
+        #expect(down.events(named: "file-retrying").isEmpty, "not a retry per file: \(down.stdout.count)")
+    }
+
+}
