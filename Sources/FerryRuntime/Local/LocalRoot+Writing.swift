@@ -86,6 +86,20 @@ extension LocalRoot {
         }
     }
 
+    /// The length of each task's partial file that is a regular file, by task.
+    public func partialLengths() -> [Int64: Int64] {
+        guard let (fd, names) = stagingNames() else { return [:] }
+        var out: [Int64: Int64] = [:]
+        for raw in names {
+            let name = String(decoding: raw.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            var st = Glibc.stat()
+            guard name.hasSuffix(".part"), let id = Int64(name.dropLast(5)), fstatat(fd, raw, &st, AT_SYMLINK_NOFOLLOW) == 0,
+                  (st.st_mode & S_IFMT) == S_IFREG else { continue }
+            out[id] = Int64(st.st_size)
+        }
+        return out
+    }
+
     /// The staging directory's descriptor and the names in it (each NUL-terminated). Listed from
     /// its start: the listing reads a duplicate of the descriptor, which shares its position with
     /// every earlier listing, left at the end.

@@ -156,8 +156,8 @@ enum Remotes {
     static func tooLarge(_ url: String, maximumSize: Int64, announced: Int64?) -> FerryError {
         let how = announced.map { " (\(Units.formatBytes($0))): refused without reading it" }
             ?? ": refused once the body passed it (the server did not announce its length)"
-        return .manifest("manifest \(url) is larger than max-manifest-size = \(Units.formatBytes(maximumSize))\(how)",
-                         hint: "if a manifest this large is intended, raise max-manifest-size for the session")
+        return FerryError(.manifest, "manifest \(url) is larger than max-manifest-size = \(Units.formatBytes(maximumSize))\(how)",
+                          hint: "if a manifest this large is intended, raise max-manifest-size for the session", cause: .wrongLength)
     }
 }
 

@@ -328,7 +328,16 @@ final class ManifestObjects {
     private static func fetchOne(_ digest: SHA256Digest, from remote: Remote, prefix: String, source: String,
                                  maximumSize: Int) throws(FerryError) -> [UInt8] {
         let url = prefix + digest.hex
-        switch try remote.fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: Int64(maximumSize)) {
+        let answer: ManifestFetch
+        do throws(FerryError) {
+            answer = try remote.fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: Int64(maximumSize))
+        } catch where error.cause == .wrongLength {
+            throw FerryError(.manifest, "the metadata object \(url) that manifest \(source) names is larger than the "
+                                        + "\(Units.formatBytes(Int64(maximumSize))) it may hold: refused, nothing was changed",
+                             hint: "the remote's copy was altered or damaged: the publisher's next verified push writes it again",
+                             cause: .wrongLength)
+        }
+        switch answer {
         case let .fetched(bytes, _, _, _):
             guard SHA256Hasher.digest(of: bytes) == digest else {
                 throw FerryError(.manifest, "the metadata object \(url) that manifest \(source) names does not match its hash (it holds \(Units.formatBytes(Int64(bytes.count))) of something else): refused, nothing was changed",

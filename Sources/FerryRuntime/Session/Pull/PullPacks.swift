@@ -138,23 +138,26 @@ struct PullPacks {
     /// Whether the machine's spent byte budget holds this session.
     private func held() -> Bool { !pull.session.budgetExempt && pull.engine.budget?.hold() != nil }
 
-    /// The tasks of each content the run downloads whole that a pack may hold, and has no byte of yet.
+    /// The tasks of each content the run downloads whole that a pack may hold, and whose partial
+    /// file does not hold it yet (a run killed after a pack was written left it whole).
     private func neededContents(_ prepared: Prepared) -> [SHA256Digest: [Int64]] {
         var needed: [SHA256Digest: [Int64]] = [:]
+        let partials = prepared.root.partialLengths()
         for (download, task) in zip(prepared.plan.downloads, prepared.tasks) {
             let e = download.entry
             guard e.index == nil, let size = e.size, size > 0, size <= Int64(ContentPacks.largestAllowed),
-                  task.bytesDone == 0, prepared.deltas.plans[e.path] == nil else { continue }
+                  task.bytesDone == 0, partials[task.id] != size, prepared.deltas.plans[e.path] == nil else { continue }
             needed[e.sha256, default: []].append(task.id)
         }
         return needed
     }
 
-    /// Writes `count` bytes of `bytes` from `at` as the partial file of `task`, when that holds nothing yet.
+    /// Writes `count` bytes of `bytes` from `at` as the partial file of `task` (what it held
+    /// before, which no checkpoint vouches for, goes).
     private func write(_ bytes: [UInt8], at: Int, count: Int, task: Int64, root: LocalRoot) {
         guard let (partial, _) = try? root.openPartial(taskID: task) else { return }
         defer { close(partial.fd) }
-        guard partial.length == 0 else { return }
+        guard partial.length == 0 || ftruncate(partial.fd, 0) == 0 else { return }
         var done = 0
         bytes.withUnsafeBytes { all in
             while done < count {
