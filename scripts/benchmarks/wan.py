@@ -1,8 +1,8 @@
 """A WAN in the lab: the same servers behind scripts/wanrelay.py, which adds a link's delay (each
 way) and bandwidth (each direction, shared by every connection). Two links: 50 ms round trip at
 100 Mbit/s, and 150 ms at 20 Mbit/s. Rows: a cold 10,000 × 4 KiB mirror from plain nginx over HTTP
-(ferry beside curl --parallel --parallel-max 64 and rclone) and over HTTPS with HTTP/2 (the same
-beside curl --parallel --http2), and the real Debian tar's delta (ferry's plain layout beside
+(ferry beside curl --parallel --parallel-max 64 and rclone), from the objects layout's packs (beside the
+same curl), over HTTPS with HTTP/2 (the same beside curl --parallel --http2), and the real Debian tar's delta (ferry's plain layout beside
 zsync), its bytes and requests from nginx's log."""
 import os
 import statistics
@@ -14,7 +14,7 @@ from .realdata import PLAIN, RealDataBench
 from .realdata_sets import realdata_sets
 from .runners import BASE, SCRIPTS, curl_list, ferry_config, fresh, make_small, measure, private_ca, run, sha256_of
 from .servers import Nginx
-from .small import parallel_peers
+from .small import parallel_peers, publish_objects
 
 LINKS = [("50 ms, 100 Mbit/s", 25, 100), ("150 ms, 20 Mbit/s", 75, 20)]
 
@@ -82,6 +82,35 @@ def small_over_https(ferry, runs, link, delay, rate, www, out):
             "every tool a fresh directory each run.")
 
 
+def small_objects_over(ferry, runs, link, delay, rate, www, out):
+    """The 10,000-file cold mirror from the objects layout (its packs) through one link, beside
+    curl --parallel of the plain tree: a measure() section, with ferry's requests from nginx's log."""
+    nginx = Nginx(www, log=True)
+    relay = Relay(nginx.port, delay, rate)
+    url = relay.url
+    curl_cfg = curl_list(BASE + "/curl-wan.cfg", url, out)
+    cfg = BASE + "/ferry-wan-objects.conf"
+    tools = [
+        ("ferry sync now, objects layout (packs)",
+         lambda: (fresh(out), open(nginx.log, "w").close(),
+                  ferry_config(cfg, url + "objects/", out + "/ferry", out + "/ferry-state", 64)),
+         lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"]),
+        ("curl --parallel (64)", lambda: fresh(out),
+         lambda: ["curl", "-sf", "--parallel", "--parallel-max", "64", "--create-dirs", "-K", curl_cfg]),
+    ]
+    try:
+        table = measure(f"WAN {link} objects: 10,000 × 4 KiB", tools, runs, warmup=False)
+        # The log holds the last ferry run and the curl runs after it.
+        requests = logged(nginx.log, "/objects/")[1]
+    finally:
+        relay.stop()
+        nginx.stop()
+    return (f"WAN, {link}: 10,000 × 4 KiB files from the objects layout (packs), cold", table, "curl --parallel (64)", 0.5,
+            "≤ 64 requests and wall ≤ 0.5 × curl --parallel --parallel-max 64 of the plain tree over the same link (issue 56)",
+            f"ferry's last run made {requests} requests (nginx's log). The tree pushed once with remote-layout = objects "
+            "(its small files in packs); through scripts/wanrelay.py in front of nginx on 127.0.0.1.")
+
+
 def tar_delta_over(ferry, runs, bench, link, delay, rate):
     """The Debian tar's delta through one link, ferry plain beside zsync: the report's lines."""
     relay = Relay(bench.nginx.port, delay, rate)
@@ -116,7 +145,9 @@ def wan_sections(ferry, runs):
     www = fresh(BASE + "/wan-www")
     small = make_small(www)
     subprocess.run([ferry, "manifest", "build", small, "--quiet"], check=True)
+    publish_objects(ferry, small, www)
     sections = [small_over(ferry, runs, link, delay, rate, www, BASE + "/wan-out") for link, delay, rate in LINKS]
+    sections += [small_objects_over(ferry, runs, link, delay, rate, www, BASE + "/wan-out") for link, delay, rate in LINKS]
     sections += [small_over_https(ferry, runs, link, delay, rate, www, BASE + "/wan-out") for link, delay, rate in LINKS]
     label, name, old, new, _ = next(s for s in realdata_sets() if s[1] == "root.tar")
     bench = RealDataBench(ferry, runs, label, name, old, new)
