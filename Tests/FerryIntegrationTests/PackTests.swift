@@ -16,13 +16,13 @@ import Testing
         var src: String { box.directory + "/src" }
         var dst: String { box.directory + "/dst" }
 
-        init(_ label: String, files: Int, remote: ((NginxServer) throws -> String)? = nil) throws {
+        init(_ label: String, files: Int, agent: [String] = [], remote: ((NginxServer) throws -> String)? = nil) throws {
             box = Sandbox(label)
             server = try NginxServer()
             try FileManager.default.createDirectory(atPath: server.root + "/site", withIntermediateDirectories: true)
             for i in 0..<files { write("d\(i / 100)/f\(i).txt", size: 1000 + (i * 37) % 4000, seed: UInt64(i)) }
             let pullFrom = try remote?(server) ?? server.url + "site/"
-            try (["[agent]", "state = \(box.state)", "transfers = 4", "",
+            try (["[agent]", "state = \(box.state)", "transfers = 4"] + agent + ["",
                   "[session up]", "direction = push", "remote = \(server.url)site/", "local = \(src)",
                   "remote-layout = objects", "delete = yes", "",
                   "[session down]", "remote = \(pullFrom)", "local = \(dst)", "delete = yes"])

@@ -139,15 +139,26 @@ def tar_delta_over(ferry, runs, bench, link, delay, rate):
     return lines
 
 
+def wan_objects_sections(ferry, runs, www=None):
+    """--only wan-objects: the 10,000 files from the objects layout's packs through both links
+    (in `www`, where wan_sections made them, or made here)."""
+    runs = min(runs, 3)
+    if www is None:
+        www = fresh(BASE + "/wan-www")
+        small = make_small(www)
+        subprocess.run([ferry, "manifest", "build", small, "--quiet"], check=True)
+    publish_objects(ferry, www + "/small", www)
+    return [small_objects_over(ferry, runs, link, delay, rate, www, BASE + "/wan-out") for link, delay, rate in LINKS]
+
+
 def wan_sections(ferry, runs):
     """Both links: the 10,000-file rows, then the tar's delta (the real-data set built by realdata_sets)."""
     runs = min(runs, 3)
     www = fresh(BASE + "/wan-www")
     small = make_small(www)
     subprocess.run([ferry, "manifest", "build", small, "--quiet"], check=True)
-    publish_objects(ferry, small, www)
     sections = [small_over(ferry, runs, link, delay, rate, www, BASE + "/wan-out") for link, delay, rate in LINKS]
-    sections += [small_objects_over(ferry, runs, link, delay, rate, www, BASE + "/wan-out") for link, delay, rate in LINKS]
+    sections += wan_objects_sections(ferry, runs, www)
     sections += [small_over_https(ferry, runs, link, delay, rate, www, BASE + "/wan-out") for link, delay, rate in LINKS]
     label, name, old, new, _ = next(s for s in realdata_sets() if s[1] == "root.tar")
     bench = RealDataBench(ferry, runs, label, name, old, new)

@@ -161,6 +161,9 @@ final class TransferEngine: @unchecked Sendable {
         handoff.done.wait()
     }
 
+    /// Has the engine ask its sources for work again now (another thread made some ready).
+    func wake() { curl_multi_wakeup(multi) }
+
     /// Ends the engine thread once the sources it has are done. Call once, before the process exits.
     func shutdown() {
         inbox.withLock { $0.shuttingDown = true }

@@ -234,45 +234,29 @@ final class ManifestObjects {
         if let bad, let (digest, since) = digests.lazy.compactMap({ d in bad.knownBad(d).map { (d, $0) } }).first {
             throw ManifestObjects.knownBad(digest, since: since, prefix: prefix, source: source)
         }
-        var out: [[UInt8]] = []
-        let (results, error) = fetchEach(digests, from: remote, prefix: prefix, source: source, maximumSize: maximumSize, bad: bad,
-                                         stopsLane: { _ in true })
+        let (results, error) = Lanes.run(digests.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) -> [UInt8] in
+            try self.fetchFromSources(digests[i], remote: remote, prefix: prefix, source: source, maximumSize: maximumSize,
+                                      bad: bad).get()
+        }
         if let error { throw error }
-        for result in results { out.append(try result!.get()) }
-        return out
+        return results.map { $0! }
     }
 
-    /// Objects fetched whole and not cached, as `fetchUncached` fetches them, each with its own
-    /// outcome (nil: not asked for): one the remote lacks or holds wrong does not stop the others
-    /// (a pull's packs); a failure of the remote itself stops the lane it came in.
-    func fetchEachUncached(_ digests: [SHA256Digest], source: String, maximumSize: Int) -> [Result<[UInt8], FerryError>?] {
-        guard let (remote, prefix) = self.remote else {
-            return digests.map { _ in .failure(FerryError(.manifest, "no remote to fetch from")) }
-        }
-        let results = fetchEach(digests, from: remote, prefix: prefix, source: source, maximumSize: maximumSize, bad: bad) { error in
-            switch error.cause {
-            case .contentMismatch?, .http(status: 404)?, .http(status: 410)?: return false
-            default: return true
-            }
-        }.results
-        for case let .success(bytes) in results {
-            fetchedObjects += 1
-            fetchedBytes += Int64(bytes.count)
-        }
-        return results
+    /// One object fetched whole and not cached, as `fetchUncached` fetches it (through the
+    /// mirrors first, checked against its name, remembered when the remote sends it wrong). Safe
+    /// on any thread; what it fetched is the caller's to count (a pull's packs, `PullPacks`).
+    func fetchLoose(_ digest: SHA256Digest, source: String, maximumSize: Int) -> Result<[UInt8], FerryError> {
+        guard let (remote, prefix) = self.remote else { return .failure(FerryError(.manifest, "no remote to fetch \(digest.hex) from")) }
+        if let since = bad?.knownBad(digest) { return .failure(ManifestObjects.knownBad(digest, since: since, prefix: prefix, source: source)) }
+        return fetchFromSources(digest, remote: remote, prefix: prefix, source: source, maximumSize: maximumSize, bad: bad)
     }
 
-    /// Bytes of objects, each `range` of the object `digest`, up to 8 at once from the remote (not
-    /// its mirrors; a pull's runs of pack members): nil where the remote did not give the range as
-    /// asked or failed. Not checked here: what a caller takes from them is checked by its own hash.
-    func fetchRanges(_ asked: [(digest: SHA256Digest, range: Range<Int64>)]) -> [[UInt8]?] {
-        guard let (remote, prefix) = self.remote, !asked.isEmpty else { return asked.map { _ in nil } }
-        let (results, _) = Lanes.run(asked.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) -> [UInt8]? in
-            try remote.fetchRange(url: prefix + asked[i].digest.hex, range: asked[i].range)
-        }
-        let out = results.map { $0 ?? nil }
-        for case let bytes? in out { fetchedBytes += Int64(bytes.count) }
-        return out
+    /// Bytes `range` of the object `digest`, from the remote (not its mirrors; a run of a pack's
+    /// members): nil where the remote does not give that range as asked. Not checked here: a caller
+    /// checks what it takes of them by its own hash. Safe on any thread.
+    func fetchRange(_ digest: SHA256Digest, range: Range<Int64>) throws(FerryError) -> [UInt8]? {
+        guard let (remote, prefix) = self.remote else { return nil }
+        return try remote.fetchRange(url: prefix + digest.hex, range: range)
     }
 
     /// Why an object the remote sent wrong before is not fetched again yet.
@@ -284,14 +268,12 @@ final class ManifestObjects {
                    cause: .contentMismatch(afterResume: false))
     }
 
-    private func fetchEach(_ digests: [SHA256Digest], from remote: Remote, prefix: String, source: String,
-                           maximumSize: Int, bad: BadObjects?,
-                           stopsLane: @escaping (FerryError) -> Bool) -> (results: [Result<[UInt8], FerryError>?], error: FerryError?) {
+    /// An object from the first mirror that has it as named, else from the remote, each answer
+    /// counted for its source (which judges what a mirror's wrong object costs it).
+    private func fetchFromSources(_ digest: SHA256Digest, remote: Remote, prefix: String, source: String, maximumSize: Int,
+                                  bad: BadObjects?) -> Result<[UInt8], FerryError> {
         let sources = self.mirrors
-        let mirrors = sources?.objectMirrors() ?? []
-        // Each answer counted for its source, which judges what a mirror's wrong object costs it.
-        func counted(_ place: Int, _ digest: SHA256Digest,
-                     _ fetch: () throws(FerryError) -> [UInt8]) throws(FerryError) -> [UInt8] {
+        func counted(_ place: Int, _ fetch: () throws(FerryError) -> [UInt8]) throws(FerryError) -> [UInt8] {
             do throws(FerryError) {
                 let bytes = try fetch()
                 sources?.served(place, object: digest, bytes: Int64(bytes.count), failure: nil)
@@ -301,28 +283,20 @@ final class ManifestObjects {
                 throw error
             }
         }
-        let (results, error) = Lanes.run(digests.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) -> Result<[UInt8], FerryError> in
-            if let since = bad?.knownBad(digests[i]) {
-                return .failure(ManifestObjects.knownBad(digests[i], since: since, prefix: prefix, source: source))
-            }
-            for mirror in mirrors where sources?.asks(mirror.place) == true {
-                if let bytes = try? counted(mirror.place, digests[i], { () throws(FerryError) in
-                    try ManifestObjects.fetchOne(digests[i], from: mirror.remote, prefix: mirror.prefix, source: source, maximumSize: maximumSize)
-                }) { return .success(bytes) }
-            }
-            do throws(FerryError) {
-                return .success(try counted(sources?.originPlace ?? 0, digests[i]) { () throws(FerryError) in
-                    try ManifestObjects.fetchOne(digests[i], from: remote, prefix: prefix, source: source,
-                                                 maximumSize: maximumSize)
-                })
-            } catch {
-                // The origin's own copy is wrong: remembered, so the next poll does not ask again.
-                if case .contentMismatch? = error.cause { bad?.remember(digests[i]) }
-                if stopsLane(error) { throw error }
-                return .failure(error)
-            }
+        for mirror in sources?.objectMirrors() ?? [] where sources?.asks(mirror.place) == true {
+            if let bytes = try? counted(mirror.place, { () throws(FerryError) in
+                try ManifestObjects.fetchOne(digest, from: mirror.remote, prefix: mirror.prefix, source: source, maximumSize: maximumSize)
+            }) { return .success(bytes) }
         }
-        return (results.map { $0 ?? error.map { .failure($0) } }, error)
+        do throws(FerryError) {
+            return .success(try counted(sources?.originPlace ?? 0) { () throws(FerryError) in
+                try ManifestObjects.fetchOne(digest, from: remote, prefix: prefix, source: source, maximumSize: maximumSize)
+            })
+        } catch {
+            // The origin's own copy is wrong: remembered, so the next poll does not ask again.
+            if case .contentMismatch? = error.cause { bad?.remember(digest) }
+            return .failure(error)
+        }
     }
 
     private static func fetchOne(_ digest: SHA256Digest, from remote: Remote, prefix: String, source: String,

@@ -27,15 +27,18 @@ struct TransferStage {
                                    unstorableMtimes: prepared.unstorableMtimes,
                                    localIOError: nil, stopped: pull.options.stop.reason, failure: nil))
         }
-        // Small files a pack holds are written from it first; their transfers then need no request.
-        let packed = PullPacks(pull: pull).fill(prepared)
+        // Small files a pack holds are written from it as it comes; their transfers then need no request.
+        let packs = PullPacks(pull: pull)
+        let fill = packs.start(prepared)
         let transfers = PullTransfers(session: pull.session, root: prepared.root, store: pull.store,
                                       sources: pull.sources, locate: prepared.locate, deltas: prepared.deltas,
                                       fallbacks: pull.fallbacks, observer: pull.observer, emit: { pull.emit($0) },
                                       plan: plan, stop: pull.options.stop,
                                       gate: DiscretionGate(session: pull.session, agent: pull.agent, clock: pull.clock))
         transfers.runLimits = pull.options.limits
+        transfers.packs = fill
         transfers.run(plan.downloads, tasks: prepared.tasks, engine: pull.engine)
+        let packed = fill.map { packs.say($0.finish(), objects: prepared.preparation.objects) } ?? 0
         var counts = prepared.counts
         counts += transfers.counts
         counts.bytes += packed

@@ -1,20 +1,23 @@
 import Glibc
+import Synchronization
 import FerryCore
 
-/// Before a pull's transfers, when the manifest names packs of its small contents
+/// While a pull's transfers run, when the manifest names packs of its small contents
 /// (`ContentPacks`, design.md "Packs"): a pack of which the run needs half the bytes, or more
 /// members than a request is worth (`ObjectBundle.worthFetching`), is fetched whole; of another,
 /// each run of members it needs (neighbours in path order, the files of one directory) is fetched
 /// as one range where the remote reads ranges. Each member a download needs is written as that
-/// download's partial file, whole: the transfer then verifies it from disk by its hash and places
-/// it with no request, as it does a partial a killed run left whole. A member that does not hash
-/// to the content it stands for is not written (said once a run): its files are fetched alone, as
-/// all that no pack gave. A run killed here keeps what it wrote.
+/// download's partial file, whole: the transfer, which waits for it (`PackFill.waits`), then
+/// verifies it from disk by its hash and places it with no request, as it does a partial a killed
+/// run left whole. Packs come in path order, as the transfers go, so files are placed while later
+/// packs still arrive. A member that does not hash to the content it stands for is not written
+/// (said once a run): its files are fetched alone, as all that no pack gave. A run killed here
+/// keeps what it wrote.
 struct PullPacks {
     let pull: PullRun
     /// Packs or runs fetched at once, at most (a pack up to 4 MiB, held until written); one at a
     /// time when a byte budget counts them, so they overshoot a spent budget by one at most.
-    static let batch = 8
+    static let lanes = 8
     /// Members apart by at most this many bytes are fetched in one range (what a request is worth).
     static let gap = 32 << 10
 
@@ -25,46 +28,81 @@ struct PullPacks {
         let whole: Bool
     }
 
-    /// Fills what the packs hold; returns the bytes fetched.
-    func fill(_ prepared: Prepared) -> Int64 {
+    /// Starts filling what the packs hold, on a thread of its own; nil when there is nothing to
+    /// fill (no packs, a file or none to take from them, the session held or stopping).
+    func start(_ prepared: Prepared) -> PackFill? {
         guard prepared.manifest.layout == .objects, let named = prepared.manifest.packs, pull.options.stop.reason == nil,
               DiscretionGate(session: pull.session, agent: pull.agent, clock: pull.clock)?.waitsFor() == nil,
-              !held() else { return 0 }
+              !held(), (try? prepared.root.openStaging()) != nil else { return nil }
         let needed = neededContents(prepared)
-        guard needed.count > 1 else { return 0 }
+        guard needed.count > 1 else { return nil }
+        let fill = PackFill(waiting: Set(needed.values.joined()), wake: { [engine = pull.engine] in engine.wake() })
+        let work = { () -> PackFill.Outcome in self.fill(prepared, named: named, needed: needed, into: fill) }
+        guard let thread = try? BackgroundWork(name: "ferry-packs", work) else { return nil }
+        fill.thread = thread
+        return fill
+    }
+
+    /// Fetches and writes what `needed` wants of the packs `named` lists, telling `fill` as each
+    /// pack or run is written (on the fill's thread, and 8 lanes of its own).
+    private func fill(_ prepared: Prepared, named: ObjectBundle.Named, needed: [SHA256Digest: [Int64]],
+                      into fill: PackFill) -> PackFill.Outcome {
+        defer { fill.release(nil) }
         let objects = prepared.preparation.objects
-        var fetched: Int64 = 0
+        let outcome = Mutex(PackFill.Outcome())
         do throws(FerryError) {
             let list = try objects.fetchUncached([named.sha256], source: pull.session.manifestURL, maximumSize: named.size)
-            fetched += Int64(list.first?.count ?? 0)
+            outcome.withLock { $0.bytes += Int64(list.first?.count ?? 0) }
             guard let bytes = list.first, let (packs, members) = ContentPacks.read(list: bytes, for: prepared.manifest.entries) else {
                 throw FerryError(.manifest, "the list of packs the manifest names is not one of its files")
             }
             let ranged = pull.remote.base.backend.abilities.contains(.rangedReads)
             let wants = packs.flatMap { wanted(of: $0, members: members, needed: needed, ranged: ranged) }
-            let step = pull.engine.budget != nil && !pull.session.budgetExempt ? 1 : PullPacks.batch
-            var problem: FerryError?
-            var lying = 0
-            // Whole packs, then runs: a group is of one kind.
-            for kind in [wants.filter(\.whole), wants.filter { !$0.whole }] {
-                for start in stride(from: 0, to: kind.count, by: step) {
-                    if pull.options.stop.reason != nil || held() { break }
-                    let group = Array(kind[start..<min(start + step, kind.count)])
-                    let (size, failure) = take(group, lying: &lying, members: members, needed: needed, objects: objects, root: prepared.root)
-                    fetched += size
-                    pull.engine.budget?.charge(Int(size))
-                    problem = problem ?? failure
+            func tasks(_ want: Want) -> Set<Int64> { Set(want.members.compactMap { needed[members[$0].sha256] }.joined()) }
+            // What no pack will give is fetched alone at once.
+            fill.release(Set(needed.values.joined()).subtracting(wants.flatMap(tasks)))
+            // In path order, as the transfers go; one at a time when a byte budget counts them.
+            let lanes = pull.engine.budget != nil && !pull.session.budgetExempt ? 1 : PullPacks.lanes
+            _ = Lanes.run(wants.count, lanes: lanes, name: "ferry-packs") { i throws(FerryError) in
+                defer { fill.release(tasks(wants[i])) }
+                guard pull.options.stop.reason == nil, !held(), outcome.withLock({ $0.stopped == nil }) else { return }
+                let (got, failure) = fetch(wants[i], members: members, objects: objects)
+                var wrote = (bytes: Int64(got?.count ?? 0), lying: 0)
+                if let got {
+                    pull.engine.budget?.charge(got.count)
+                    wrote.lying = write(wants[i], got, members: members, needed: needed, root: prepared.root)
+                }
+                outcome.withLock { o in
+                    o.bytes += wrote.bytes
+                    o.lying += wrote.lying
+                    o.problem = o.problem ?? failure
+                    // A remote that fails (not one object it lacks or holds wrong) is not asked for more.
+                    if let failure, !PullPacks.aboutOneObject(failure) { o.stopped = failure }
                 }
             }
-            if lying > 0 {
-                pull.emit(.warning(message: "\(Plural.count(lying, "file")) the packs of manifest \(pull.session.manifestURL) hold "
-                                            + "did not match their hash there: fetched alone (the publisher's packs are wrong)"))
-            }
-            if let problem { throw problem }
         } catch {
-            objects.bundlesUnread(of: "the manifest's small files (its packs)", error)
+            outcome.withLock { $0.problem = $0.problem ?? error }
         }
-        return fetched
+        return outcome.withLock { $0 }
+    }
+
+    /// Whether a failure is of one object (lacking, wrong, too large), not of the remote.
+    static func aboutOneObject(_ error: FerryError) -> Bool {
+        switch error.cause {
+        case .contentMismatch?, .http(status: 404)?, .http(status: 410)?, .wrongLength?: return true
+        default: return false
+        }
+    }
+
+    /// What the fill did, said on the run's thread once it ended (`PackFill.finish`): the warning
+    /// for members that lied, and why packs could not be read. Returns the bytes fetched.
+    func say(_ outcome: PackFill.Outcome, objects: ManifestObjects) -> Int64 {
+        if outcome.lying > 0 {
+            pull.emit(.warning(message: "\(Plural.count(outcome.lying, "file")) the packs of manifest \(pull.session.manifestURL) "
+                                        + "hold did not match their hash there: fetched alone (the publisher's packs are wrong)"))
+        }
+        if let problem = outcome.problem { objects.bundlesUnread(of: "the manifest's small files (its packs)", problem) }
+        return outcome.bytes
     }
 
     /// What of `pack` to fetch: all of it, its runs of needed members (where the remote reads
@@ -91,48 +129,50 @@ struct PullPacks {
             .map { Want(pack: pack, members: $0, whole: false) }
     }
 
-    /// Fetches `group` (whole packs, or runs of them) and writes what each gave; returns the
-    /// bytes fetched and the first failure, if any.
-    private func take(_ group: [Want], lying: inout Int, members: [ContentPacks.Member], needed: [SHA256Digest: [Int64]], objects: ManifestObjects,
-                      root: LocalRoot) -> (Int64, FerryError?) {
-        var fetched: Int64 = 0
-        var failure: FerryError?
-        let ranges = group.map { want -> Range<Int64> in
-            let (_, offsets) = ContentPacks.layout(members[want.pack.members].map(\.size))
-            let first = offsets[want.members.lowerBound - want.pack.members.lowerBound]
-            let last = offsets[want.members.upperBound - 1 - want.pack.members.lowerBound] + members[want.members.upperBound - 1].size
-            return Int64(first)..<Int64(last)
-        }
-        let got: [[UInt8]?]
-        if group.first?.whole == true {
-            got = objects.fetchEachUncached(group.map { $0.pack.name! }, source: pull.session.manifestURL,
-                                            maximumSize: group.map(\.pack.size).max() ?? 0).map { result in
-                if case let .failure(error)? = result { failure = failure ?? error }
-                return try? result?.get()
+    /// The bytes of `want`: its whole pack, or the range of its run of members; or why not.
+    private func fetch(_ want: Want, members: [ContentPacks.Member], objects: ManifestObjects) -> ([UInt8]?, FerryError?) {
+        if want.whole {
+            switch objects.fetchLoose(want.pack.name!, source: pull.session.manifestURL, maximumSize: want.pack.size) {
+            case let .success(bytes): return (bytes, nil)
+            case let .failure(error): return (nil, error)
             }
-        } else {
-            got = objects.fetchRanges(zip(group, ranges).map { ($0.pack.name!, $1) })
         }
+        do throws(FerryError) {
+            return (try objects.fetchRange(want.pack.name!, range: range(of: want, members: members)), nil)
+        } catch {
+            return (nil, error)
+        }
+    }
+
+    /// Where `want`'s run of members is in its pack.
+    private func range(of want: Want, members: [ContentPacks.Member]) -> Range<Int64> {
+        let (_, offsets) = ContentPacks.layout(members[want.pack.members].map(\.size))
+        let first = offsets[want.members.lowerBound - want.pack.members.lowerBound]
+        let last = offsets[want.members.upperBound - 1 - want.pack.members.lowerBound] + members[want.members.upperBound - 1].size
+        return Int64(first)..<Int64(last)
+    }
+
+    /// Writes each member of `bytes` (what `want` fetched) a download needs as its partial file,
+    /// each checked against its content's hash first; returns how many did not match.
+    private func write(_ want: Want, _ bytes: [UInt8], members: [ContentPacks.Member], needed: [SHA256Digest: [Int64]],
+                       root: LocalRoot) -> Int {
+        let (size, offsets) = ContentPacks.layout(members[want.pack.members].map(\.size))
+        let base = want.whole ? 0 : Int(range(of: want, members: members).lowerBound)
         let hasher = SHA256Hasher()
-        for (i, want) in group.enumerated() {
-            guard let bytes = got[i] else { continue }
-            fetched += Int64(bytes.count)
-            let (size, offsets) = ContentPacks.layout(members[want.pack.members].map(\.size))
-            let base = want.whole ? 0 : Int(ranges[i].lowerBound)
-            for m in want.members {
-                let member = members[m]
-                guard let tasks = needed[member.sha256] else { continue }
-                let at = offsets[m - want.pack.members.lowerBound] - base
-                let right = (!want.whole || size == bytes.count) && at >= 0 && at + member.size <= bytes.count
-                    && bytes.withUnsafeBytes { hasher.digest(of: UnsafeRawBufferPointer(rebasing: $0[at..<(at + member.size)])) } == member.sha256
-                guard right else {
-                    lying += 1
-                    continue
-                }
-                for task in tasks { write(bytes, at: at, count: member.size, task: task, root: root) }
+        var lying = 0
+        for m in want.members {
+            let member = members[m]
+            guard let tasks = needed[member.sha256] else { continue }
+            let at = offsets[m - want.pack.members.lowerBound] - base
+            let right = (!want.whole || size == bytes.count) && at >= 0 && at + member.size <= bytes.count
+                && bytes.withUnsafeBytes { hasher.digest(of: UnsafeRawBufferPointer(rebasing: $0[at..<(at + member.size)])) } == member.sha256
+            guard right else {
+                lying += 1
+                continue
             }
+            for task in tasks { write(bytes, at: at, count: member.size, task: task, root: root) }
         }
-        return (fetched, failure)
+        return lying
     }
 
     /// Whether the machine's spent byte budget holds this session.
@@ -169,4 +209,38 @@ struct PullPacks {
         }
         if done < count { ftruncate(partial.fd, 0) }
     }
+}
+
+/// A pull's packs being fetched (`PullPacks.start`): which downloads wait for their partial, and
+/// what the fill did once it ended. Shared by the fill's thread and the engine's.
+final class PackFill: @unchecked Sendable {
+    /// What the fill did: bytes fetched, members that did not match their hash, the first failure.
+    struct Outcome {
+        var bytes: Int64 = 0
+        var lying = 0
+        var problem: FerryError?
+        /// The failure of the remote that stopped the fill, if one did.
+        var stopped: FerryError?
+    }
+
+    private let waiting: Mutex<Set<Int64>>
+    private let wake: () -> Void
+    var thread: BackgroundWork<Outcome, Never>?
+
+    init(waiting: Set<Int64>, wake: @escaping () -> Void) {
+        self.waiting = Mutex(waiting)
+        self.wake = wake
+    }
+
+    /// Whether the download of `task` waits for a pack still to come.
+    func waits(_ task: Int64) -> Bool { waiting.withLock { $0.contains(task) } }
+
+    /// The downloads of `tasks` wait no more (nil: none does); the engine is told.
+    func release(_ tasks: Set<Int64>?) {
+        waiting.withLock { w in if let tasks { w.subtract(tasks) } else { w.removeAll() } }
+        wake()
+    }
+
+    /// Waits for the fill to end.
+    func finish() -> Outcome { thread?.wait() ?? Outcome() }
 }

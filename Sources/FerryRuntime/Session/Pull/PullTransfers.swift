@@ -124,7 +124,12 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
     // MARK: TransferSource (called on the engine thread while `run` waits)
 
     override func next() -> TransferEngine.Next {
-        while let item = waitingForMirror.take() ?? nextDue() {
+        while let item = waitingForPack.take() ?? waitingForMirror.take() ?? nextDue() {
+            if let packs, packs.waits(item.task.id) {
+                // Its pack is on its way (the files behind it mostly wait for theirs too).
+                waitingForPack = item
+                return .notYet
+            }
             guard let source = sources.pick(skipping: item.skipped, now: stop.clock.monotonic()) else {
                 waitingForMirror = item
                 return .notYet
@@ -136,6 +141,13 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
 
     /// The next file, waiting for a mirror's first file to verify (`PullSources.pick`).
     private var waitingForMirror: Item?
+    /// The next file, waiting for the pack that brings it (`PullPacks`).
+    private var waitingForPack: Item?
+    /// The packs being fetched while the transfers run, if any.
+    var packs: PackFill?
+
+    /// The files set aside for a mirror or a pack wait with the others when the session is held.
+    override func leftWhenHeld() -> [Item] { [waitingForPack, waitingForMirror].compactMap { $0 } + super.leftWhenHeld() }
 
     override func finished(_ batch: [(Transfer, TransferOutcome)]) {
         finish(batch.map { ($0.0 as! Download, $0.1) })
@@ -155,9 +167,11 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         let entry = item.download.entry
         let opened: (partial: PartialFile, stray: LocalEntry.Kind?)
         do throws(FerryError) {
-            // Most were made ahead by the committer's thread.
+            // Most were made ahead by the committer's thread (a pack may have filled one since).
             if let made = committer.takePartial(item.task.id) {
-                opened = made
+                var st = stat()
+                opened = packs != nil && fstat(made.partial.fd, &st) == 0
+                    ? (PartialFile(fd: made.partial.fd, length: Int64(st.st_size)), made.stray) : made
             } else {
                 opened = try root.openPartial(taskID: item.task.id)
             }
