@@ -135,25 +135,17 @@ import Testing
     /// On S3 (SeaweedFS): a cold mirror takes the small files from packs, and an update of one
     /// directory reads them as one range of a pack.
     @Test func s3ServesPacksWholeAndByRange() throws {
-        let box = Sandbox("packs-s3")
-        let store = try SeaweedFS.shared()
-        let bucket = try store.newBucket("packs")
-        let lines = ["s3-endpoint = \(store.endpoint)", "s3-credentials = \(try store.credentialsFile(in: box.directory))"]
+        let (box, layout) = (Sandbox("packs-s3"), ObjectLayoutTests())
+        let target = try ObjectLayoutTests.PushTarget("s3", scratch: box.directory)
+        try layout.configure(box, target)
         let (src, dst) = (box.directory + "/src", box.directory + "/dst")
-        func write(_ path: String, _ size: Int, _ seed: UInt64) {
-            try! FileManager.default.createDirectory(atPath: src + "/" + (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-            try! randomData(size, seed: seed).write(to: URL(fileURLWithPath: src + "/" + path))
-        }
-        for i in 0..<1500 { write("d\(i / 100)/f\(i)", 1000 + i % 3000, UInt64(i)) }
-        try (["[agent]", "state = \(box.state)", "", "[session up]", "direction = push", "remote = s3://\(bucket)/t/", "local = \(src)",
-              "remote-layout = objects"] + lines + ["", "[session down]", "remote = s3://\(bucket)/t/", "local = \(dst)"] + lines)
-            .joined(separator: "\n").appending("\n").writeReplacing(box.config)
+        for i in 0..<1500 { layout.write(box, "d\(i / 100)/f\(i)", randomData(1000 + i % 3000, seed: UInt64(i))) }
         #expect(box.sync(["--session", "up"]).exitCode == 0)
         let cold = box.sync(["--session", "down", "--json"])
         #expect(cold.exitCode == 0 && treeSnapshot(dst) == treeSnapshot(src), "\(cold.output)")
         let fetched = cold.events(named: "file-done").compactMap { $0["fetched"] as? Int }.reduce(0, +)
         #expect(fetched == 0, "no file fetched alone: \(fetched) bytes")
-        for i in 500..<530 { write("d5/f\(i)", 2500, UInt64(i) + 7000) }
+        for i in 500..<530 { layout.write(box, "d5/f\(i)", randomData(2500, seed: UInt64(i) + 7000)) }
         #expect(box.sync(["--session", "up"]).exitCode == 0)
         let update = box.sync(["--session", "down", "--json"])
         #expect(update.exitCode == 0 && treeSnapshot(dst) == treeSnapshot(src), "\(update.output)")
@@ -163,19 +155,11 @@ import Testing
 
     /// Over SFTP, which gives no range of an object here: whole packs still serve a cold mirror.
     @Test func sftpServesWholePacks() throws {
-        let box = Sandbox("packs-sftp")
-        let server = try SSHServer()
-        defer { server.stop() }
-        let lines = ["sftp-key = \(server.clientKey)", "sftp-known-hosts = \(server.knownHosts)"]
+        let (box, layout) = (Sandbox("packs-sftp"), ObjectLayoutTests())
+        let target = try ObjectLayoutTests.PushTarget("sftp", scratch: box.directory)
+        try layout.configure(box, target)
         let (src, dst) = (box.directory + "/src", box.directory + "/dst")
-        for i in 0..<800 {
-            let path = src + "/d\(i / 100)/f\(i)"
-            try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-            try randomData(2000 + i, seed: UInt64(i)).write(to: URL(fileURLWithPath: path))
-        }
-        try (["[agent]", "state = \(box.state)", "", "[session up]", "direction = push", "remote = \(server.url)", "local = \(src)",
-              "remote-layout = objects"] + lines + ["", "[session down]", "remote = \(server.url)", "local = \(dst)"] + lines)
-            .joined(separator: "\n").appending("\n").writeReplacing(box.config)
+        for i in 0..<800 { layout.write(box, "d\(i / 100)/f\(i)", randomData(2000 + i, seed: UInt64(i))) }
         #expect(box.sync(["--session", "up"]).exitCode == 0)
         let cold = box.sync(["--session", "down", "--json"])
         #expect(cold.exitCode == 0 && treeSnapshot(dst) == treeSnapshot(src), "\(cold.output)")

@@ -34,19 +34,22 @@ class Relay:
         self.process.wait()
 
 
-def small_over(ferry, runs, link, delay, rate, www, out):
-    """The 10,000-file cold mirror through one link: a measure() section."""
-    nginx = Nginx(www)
-    relay = Relay(nginx.port, delay, rate)
-    url = relay.url
-    curl_cfg = curl_list(BASE + "/curl-wan.cfg", url, out)
-    cfg = BASE + "/ferry-wan.conf"
-    tools = parallel_peers(ferry, cfg, curl_cfg, url, out, 64)
+def through_relay(nginx, delay, rate, name, runs, tools_at, scheme="http", after=lambda: None):
+    """measure() of the rows `tools_at(url)` gives for the relay's URL in front of `nginx`, and what
+    `after()` reads before the relay and nginx stop."""
+    relay = Relay(nginx.port, delay, rate, scheme=scheme)
     try:
-        table = measure(f"WAN {link}: 10,000 × 4 KiB", tools, runs, warmup=False)
+        return measure(name, tools_at(relay.url), runs, warmup=False), after()
     finally:
         relay.stop()
         nginx.stop()
+
+
+def small_over(ferry, runs, link, delay, rate, www, out):
+    """The 10,000-file cold mirror through one link: a measure() section."""
+    def tools_at(url):
+        return parallel_peers(ferry, BASE + "/ferry-wan.conf", curl_list(BASE + "/curl-wan.cfg", url, out), url, out, 64)
+    table, _ = through_relay(Nginx(www), delay, rate, f"WAN {link}: 10,000 × 4 KiB", runs, tools_at)
     return (f"WAN, {link}: 10,000 × 4 KiB files, cold", table, "curl --parallel (64)", 1.0,
             "wall ≤ 1.0 × curl --parallel --parallel-max 64 over the same link (issue 56)",
             "Through scripts/wanrelay.py in front of nginx on 127.0.0.1; every tool a fresh directory each run.")
@@ -56,26 +59,22 @@ def small_over_https(ferry, runs, link, delay, rate, www, out):
     """The 10,000-file cold mirror through one link over HTTPS with HTTP/2 (TLS end to end: the relay
     moves bytes), a private CA: a measure() section."""
     ca, cert, key = private_ca(BASE + "/wan-tls")
-    nginx = Nginx(www, tls=(cert, key))
-    relay = Relay(nginx.port, delay, rate, scheme="https")
-    url = relay.url
-    curl_cfg = curl_list(BASE + "/curl-wan-tls.cfg", url, out)
     cfg = BASE + "/ferry-wan-tls.conf"
-    tools = [
-        ("ferry sync now (64)",
-         lambda: (fresh(out), ferry_config(cfg, url + "small/", out + "/ferry", out + "/ferry-state", 64, f"ca-file = {ca}\n")),
-         lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"]),
-        ("curl --parallel --http2 (64)", lambda: fresh(out),
-         lambda: ["curl", "-sf", "--http2", "--cacert", ca, "--parallel", "--parallel-max", "64", "--create-dirs", "-K", curl_cfg]),
-        ("rclone copy --transfers 64", lambda: fresh(out),
-         lambda: ["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone", "--ca-cert", ca, "--http-url", url + "small/",
-                  "--transfers", "64", "--exclude", "manifest.json", "--exclude", ".ferry/**"]),
-    ]
-    try:
-        table = measure(f"WAN {link} HTTPS: 10,000 × 4 KiB", tools, runs, warmup=False)
-    finally:
-        relay.stop()
-        nginx.stop()
+
+    def tools_at(url):
+        curl_cfg = curl_list(BASE + "/curl-wan-tls.cfg", url, out)
+        return [
+            ("ferry sync now (64)",
+             lambda: (fresh(out), ferry_config(cfg, url + "small/", out + "/ferry", out + "/ferry-state", 64, f"ca-file = {ca}\n")),
+             lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"]),
+            ("curl --parallel --http2 (64)", lambda: fresh(out),
+             lambda: ["curl", "-sf", "--http2", "--cacert", ca, "--parallel", "--parallel-max", "64", "--create-dirs", "-K", curl_cfg]),
+            ("rclone copy --transfers 64", lambda: fresh(out),
+             lambda: ["rclone", "--config", "/dev/null", "copy", ":http:", out + "/rclone", "--ca-cert", ca, "--http-url", url + "small/",
+                      "--transfers", "64", "--exclude", "manifest.json", "--exclude", ".ferry/**"]),
+        ]
+    table, _ = through_relay(Nginx(www, tls=(cert, key)), delay, rate, f"WAN {link} HTTPS: 10,000 × 4 KiB", runs, tools_at,
+                             scheme="https")
     return (f"WAN, {link}: 10,000 × 4 KiB files over HTTPS (HTTP/2), cold", table, "curl --parallel --http2 (64)", 1.2,
             "wall ≤ 1.2 × curl --parallel --http2 --parallel-max 64 over the same link (issue 56)",
             "Through scripts/wanrelay.py in front of nginx's TLS port on 127.0.0.1 (TLS end to end, a private CA); "
@@ -86,25 +85,20 @@ def small_objects_over(ferry, runs, link, delay, rate, www, out):
     """The 10,000-file cold mirror from the objects layout (its packs) through one link, beside
     curl --parallel of the plain tree: a measure() section, with ferry's requests from nginx's log."""
     nginx = Nginx(www, log=True)
-    relay = Relay(nginx.port, delay, rate)
-    url = relay.url
-    curl_cfg = curl_list(BASE + "/curl-wan.cfg", url, out)
     cfg = BASE + "/ferry-wan-objects.conf"
-    tools = [
-        ("ferry sync now, objects layout (packs)",
-         lambda: (fresh(out), open(nginx.log, "w").close(),
-                  ferry_config(cfg, url + "objects/", out + "/ferry", out + "/ferry-state", 64)),
-         lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"]),
-        ("curl --parallel (64)", lambda: fresh(out),
-         lambda: ["curl", "-sf", "--parallel", "--parallel-max", "64", "--create-dirs", "-K", curl_cfg]),
-    ]
-    try:
-        table = measure(f"WAN {link} objects: 10,000 × 4 KiB", tools, runs, warmup=False)
-        # The log holds the last ferry run and the curl runs after it.
-        requests = logged(nginx.log, "/objects/")[1]
-    finally:
-        relay.stop()
-        nginx.stop()
+
+    def tools_at(url):
+        curl_row = parallel_peers(ferry, cfg, curl_list(BASE + "/curl-wan.cfg", url, out), url, out, 64)[1]
+        return [
+            ("ferry sync now, objects layout (packs)",
+             lambda: (fresh(out), open(nginx.log, "w").close(),
+                      ferry_config(cfg, url + "objects/", out + "/ferry", out + "/ferry-state", 64)),
+             lambda: [ferry, "sync", "now", "--config", cfg, "--quiet"]),
+            curl_row,
+        ]
+    # The log holds the last ferry run and the curl runs after it.
+    table, requests = through_relay(nginx, delay, rate, f"WAN {link} objects: 10,000 × 4 KiB", runs, tools_at,
+                                    after=lambda: logged(nginx.log, "/objects/")[1])
     return (f"WAN, {link}: 10,000 × 4 KiB files from the objects layout (packs), cold", table, "curl --parallel (64)", 0.5,
             "≤ 64 requests and wall ≤ 0.5 × curl --parallel --parallel-max 64 of the plain tree over the same link (issue 56)",
             f"ferry's last run made {requests} requests (nginx's log). The tree pushed once with remote-layout = objects "

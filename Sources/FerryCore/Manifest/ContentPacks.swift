@@ -106,16 +106,8 @@ public enum ContentPacks {
         return n
     }
 
-    /// A pack of `members`' bytes, in order.
-    public static func pack(_ members: [[UInt8]]) -> [UInt8] {
-        var bytes = ObjectBundle.magic
-        ContentIndex.varint(UInt64(members.count), into: &bytes)
-        for m in members {
-            ContentIndex.varint(UInt64(m.count), into: &bytes)
-            bytes += m
-        }
-        return bytes
-    }
+    /// A pack of `members`' bytes, in order (a bundle).
+    public static func pack(_ members: [[UInt8]]) -> [UInt8] { ObjectBundle.encode(members) }
 
     /// The list of `packs` (each its name, or nil, and its count of members).
     public static func list(largest: Int = defaultLargest, _ packs: [(name: SHA256Digest?, count: Int)]) -> [UInt8] {

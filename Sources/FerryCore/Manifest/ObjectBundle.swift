@@ -40,13 +40,7 @@ public enum ObjectBundle {
         var size = 0
         func close() {
             guard !group.isEmpty else { return }
-            var bytes = magic
-            ContentIndex.varint(UInt64(group.count), into: &bytes)
-            for member in group {
-                ContentIndex.varint(UInt64(member.count), into: &bytes)
-                bytes += member
-            }
-            out.append(bytes)
+            out.append(encode(group))
             group = []
             size = 0
         }
@@ -63,6 +57,17 @@ public enum ObjectBundle {
 
     /// `members` in bundles of at most `maximumSize` bytes, in order.
     static func pack(_ members: [[UInt8]]) -> [[UInt8]] { pack(members.map { ($0, false) }) }
+
+    /// One bundle of `members`, in order: the magic, their count, then each one's length and bytes.
+    static func encode(_ members: [[UInt8]]) -> [UInt8] {
+        var bytes = magic
+        ContentIndex.varint(UInt64(members.count), into: &bytes)
+        for member in members {
+            ContentIndex.varint(UInt64(member.count), into: &bytes)
+            bytes += member
+        }
+        return bytes
+    }
 
     /// The members of a bundle, by the name their bytes hash to; nil when the bytes are not a
     /// bundle of members of at most `largest` bytes each.

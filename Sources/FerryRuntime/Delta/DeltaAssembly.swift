@@ -125,7 +125,7 @@ final class DeltaAssembly: DownloadStrategy {
         // The bytes after them, up to less than a piece (a whole one did not match). A piece
         // stored compressed is fetched in runs of whole frames: it starts again.
         let tail = index < plan.pieces.count && plan.pieces[index].frames == nil
-            ? PieceMemory.read(partial.fd, at: start, count: min(partial.length - start,
+            ? FileSystem.read(fd: partial.fd, at: start, count: min(partial.length - start,
                                                                  Int64(plan.pieces[index].length - 1))) : []
         assembly.piece = index
         assembly.partialFD = partial.fd
@@ -150,7 +150,7 @@ final class DeltaAssembly: DownloadStrategy {
         while i < plan.pieces.count {
             let p = plan.pieces[i]
             guard p.offset + Int64(p.length) <= partial.length else { break }
-            let bytes = PieceMemory.read(partial.fd, at: p.offset, count: Int64(p.length))
+            let bytes = FileSystem.read(fd: partial.fd, at: p.offset, count: Int64(p.length))
             guard bytes.count == p.length else { break }
             bytes.withUnsafeBytes { hasher.update($0.baseAddress!, count: $0.count) }
             guard hasher.finalize() == p.sha256 else { break }
@@ -197,13 +197,7 @@ final class DeltaAssembly: DownloadStrategy {
     /// pieces, which `endPiece` appends again once their piece matched), so that an attempt that
     /// ends mid-piece, a kill among them, does not have to fetch them again (`restore`). Best effort.
     func keepFetched(_ d: Download, _ bytes: UnsafeRawPointer, count: Int) {
-        var done = 0
-        while done < count {
-            let n = pwrite(d.fd, bytes + done, count - done, off_t(at(d) + Int64(done)))
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return }
-            done += n
-        }
+        _ = FileSystem.write(fd: d.fd, bytes, count: count, at: at(d))
     }
 
     // MARK: where the assembly is

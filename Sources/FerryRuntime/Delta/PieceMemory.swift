@@ -33,19 +33,4 @@ final class PieceMemory {
     /// The piece is done with (written, or to be fetched again).
     func clear() { filled = 0 }
 
-    /// Up to `count` bytes of `fd` at `offset` (fewer where it ends or cannot be read).
-    static func read(_ fd: Int32, at offset: Int64, count: Int64) -> [UInt8] {
-        guard count > 0 else { return [] }
-        var out = [UInt8](repeating: 0, count: Int(count))
-        var got = 0
-        out.withUnsafeMutableBytes { raw in
-            while got < raw.count {
-                let n = pread(fd, raw.baseAddress! + got, raw.count - got, off_t(offset) + off_t(got))
-                if n < 0 && errno == EINTR { continue }
-                if n <= 0 { break }
-                got += n
-            }
-        }
-        return Array(out.prefix(got))
-    }
 }

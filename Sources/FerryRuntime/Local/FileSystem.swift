@@ -90,6 +90,34 @@ public enum FileSystem {
         return out
     }
 
+    /// Up to `count` bytes of `fd` at `offset` (fewer where it ends or cannot be read).
+    public static func read(fd: Int32, at offset: Int64, count: Int64) -> [UInt8] {
+        guard count > 0 else { return [] }
+        var out = [UInt8](repeating: 0, count: Int(count))
+        var got = 0
+        out.withUnsafeMutableBytes { raw in
+            while got < raw.count {
+                let n = pread(fd, raw.baseAddress! + got, raw.count - got, off_t(offset) + off_t(got))
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { break }
+                got += n
+            }
+        }
+        return Array(out.prefix(got))
+    }
+
+    /// Writes all of `count` bytes from `bytes` to `fd` at `offset`; false when it could not.
+    public static func write(fd: Int32, _ bytes: UnsafeRawPointer, count: Int, at offset: Int64) -> Bool {
+        var done = 0
+        while done < count {
+            let n = pwrite(fd, bytes + done, count - done, off_t(offset) + off_t(done))
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return false }
+            done += n
+        }
+        return true
+    }
+
     /// Writes all of `bytes` to an open file.
     public static func write(fd: Int32, bytes: [UInt8], shown path: String) throws(FerryError) {
         var offset = 0

@@ -78,26 +78,31 @@ extension LocalRoot {
 
     /// Removes partial files no task owns any more.
     public func removePartials(keeping ids: Set<Int64>) {
-        guard let (fd, names) = stagingNames() else { return }
-        for raw in names {
-            let name = String(decoding: raw.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
-            guard name.hasSuffix(".part"), let id = Int64(name.dropLast(5)), !ids.contains(id) else { continue }
-            unlinkat(fd, raw, 0)
-        }
+        guard let (fd, partials) = stagedPartials() else { return }
+        for (raw, id) in partials where !ids.contains(id) { unlinkat(fd, raw, 0) }
     }
 
     /// The length of each task's partial file that is a regular file, by task.
     public func partialLengths() -> [Int64: Int64] {
-        guard let (fd, names) = stagingNames() else { return [:] }
+        guard let (fd, partials) = stagedPartials() else { return [:] }
         var out: [Int64: Int64] = [:]
-        for raw in names {
-            let name = String(decoding: raw.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        for (raw, id) in partials {
             var st = Glibc.stat()
-            guard name.hasSuffix(".part"), let id = Int64(name.dropLast(5)), fstatat(fd, raw, &st, AT_SYMLINK_NOFOLLOW) == 0,
-                  (st.st_mode & S_IFMT) == S_IFREG else { continue }
+            guard fstatat(fd, raw, &st, AT_SYMLINK_NOFOLLOW) == 0, (st.st_mode & S_IFMT) == S_IFREG else { continue }
             out[id] = Int64(st.st_size)
         }
         return out
+    }
+
+    /// The staging directory's descriptor and the names in it that are a task's partial file
+    /// (`partialName`), each NUL-terminated, with its task.
+    private func stagedPartials() -> (fd: Int32, partials: [(raw: [CChar], id: Int64)])? {
+        guard let (fd, names) = stagingNames() else { return nil }
+        return (fd, names.compactMap { raw in
+            let name = String(decoding: raw.dropLast().map { UInt8(bitPattern: $0) }, as: UTF8.self)
+            guard name.hasSuffix(".part"), let id = Int64(name.dropLast(5)) else { return nil }
+            return (raw, id)
+        })
     }
 
     /// The staging directory's descriptor and the names in it (each NUL-terminated). Listed from

@@ -29,15 +29,8 @@ struct FileRemote: Remote {
         guard let relative = relativePath(of: url) else { return nil }
         let fd = try tree.withRoot(create: false) { root throws(FerryError) in try root.open(relative, for: "to read a range of it") }
         defer { close(fd) }
-        var bytes = [UInt8](repeating: 0, count: range.count)
-        var done = 0
-        while done < bytes.count {
-            let n = bytes.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, $0.count - done, off_t(range.lowerBound) + off_t(done)) }
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else { return nil }
-            done += n
-        }
-        return bytes
+        let bytes = FileSystem.read(fd: fd, at: range.lowerBound, count: Int64(range.count))
+        return bytes.count == range.count ? bytes : nil
     }
 
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {

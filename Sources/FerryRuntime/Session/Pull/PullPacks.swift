@@ -21,11 +21,14 @@ struct PullPacks {
     /// Members apart by at most this many bytes are fetched in one range (what a request is worth).
     static let gap = 32 << 10
 
-    /// A pack's bytes to fetch: all of it, or the members `members` (indices of the list's members) as one range.
+    /// A pack's bytes to fetch: all of it, or the members `members` (indices of the list's members)
+    /// as one range; `bytes` is where they are in the pack, `offsets` where each of its members is.
     struct Want {
         let pack: ContentPacks.Pack
         let members: Range<Int>
         let whole: Bool
+        let bytes: Range<Int64>
+        let offsets: [Int]
     }
 
     /// Starts filling what the packs hold, on a thread of its own; nil when there is nothing to
@@ -66,7 +69,7 @@ struct PullPacks {
             _ = Lanes.run(wants.count, lanes: lanes, name: "ferry-packs") { i throws(FerryError) in
                 defer { fill.release(tasks(wants[i])) }
                 guard pull.options.stop.reason == nil, !held(), outcome.withLock({ $0.stopped == nil }) else { return }
-                let (got, failure) = fetch(wants[i], members: members, objects: objects)
+                let (got, failure) = fetch(wants[i], objects: objects)
                 var wrote = (bytes: Int64(got?.count ?? 0), lying: 0)
                 if let got {
                     pull.engine.budget?.charge(got.count)
@@ -111,10 +114,11 @@ struct PullPacks {
                         ranged: Bool) -> [Want] {
         let wanted = pack.members.filter { needed[members[$0].sha256] != nil }
         guard pack.name != nil, wanted.count > 1 else { return [] }
+        let offsets = ContentPacks.layout(members[pack.members].map(\.size)).offsets
         let bytes = wanted.reduce(0) { $0 + members[$1].size }
         if bytes * 2 >= pack.size
             || ObjectBundle.worthFetching(missing: wanted.count, of: pack.members.count, bundleBytes: pack.size) {
-            return [Want(pack: pack, members: pack.members, whole: true)]
+            return [Want(pack: pack, members: pack.members, whole: true, bytes: 0..<Int64(pack.size), offsets: offsets)]
         }
         guard ranged else { return [] }
         var runs: [Range<Int>] = []
@@ -125,12 +129,15 @@ struct PullPacks {
                 runs.append(i..<(i + 1))
             }
         }
-        return runs.filter { run in run.filter { needed[members[$0].sha256] != nil }.count > 1 }
-            .map { Want(pack: pack, members: $0, whole: false) }
+        return runs.filter { run in run.filter { needed[members[$0].sha256] != nil }.count > 1 }.map { run in
+            let first = offsets[run.lowerBound - pack.members.lowerBound]
+            let end = offsets[run.upperBound - 1 - pack.members.lowerBound] + members[run.upperBound - 1].size
+            return Want(pack: pack, members: run, whole: false, bytes: Int64(first)..<Int64(end), offsets: offsets)
+        }
     }
 
     /// The bytes of `want`: its whole pack, or the range of its run of members; or why not.
-    private func fetch(_ want: Want, members: [ContentPacks.Member], objects: ManifestObjects) -> ([UInt8]?, FerryError?) {
+    private func fetch(_ want: Want, objects: ManifestObjects) -> ([UInt8]?, FerryError?) {
         if want.whole {
             switch objects.fetchLoose(want.pack.name!, source: pull.session.manifestURL, maximumSize: want.pack.size) {
             case let .success(bytes): return (bytes, nil)
@@ -138,33 +145,24 @@ struct PullPacks {
             }
         }
         do throws(FerryError) {
-            return (try objects.fetchRange(want.pack.name!, range: range(of: want, members: members)), nil)
+            return (try objects.fetchRange(want.pack.name!, range: want.bytes), nil)
         } catch {
             return (nil, error)
         }
-    }
-
-    /// Where `want`'s run of members is in its pack.
-    private func range(of want: Want, members: [ContentPacks.Member]) -> Range<Int64> {
-        let (_, offsets) = ContentPacks.layout(members[want.pack.members].map(\.size))
-        let first = offsets[want.members.lowerBound - want.pack.members.lowerBound]
-        let last = offsets[want.members.upperBound - 1 - want.pack.members.lowerBound] + members[want.members.upperBound - 1].size
-        return Int64(first)..<Int64(last)
     }
 
     /// Writes each member of `bytes` (what `want` fetched) a download needs as its partial file,
     /// each checked against its content's hash first; returns how many did not match.
     private func write(_ want: Want, _ bytes: [UInt8], members: [ContentPacks.Member], needed: [SHA256Digest: [Int64]],
                        root: LocalRoot) -> Int {
-        let (size, offsets) = ContentPacks.layout(members[want.pack.members].map(\.size))
-        let base = want.whole ? 0 : Int(range(of: want, members: members).lowerBound)
+        let base = Int(want.bytes.lowerBound)
         let hasher = SHA256Hasher()
         var lying = 0
         for m in want.members {
             let member = members[m]
             guard let tasks = needed[member.sha256] else { continue }
-            let at = offsets[m - want.pack.members.lowerBound] - base
-            let right = (!want.whole || size == bytes.count) && at >= 0 && at + member.size <= bytes.count
+            let at = want.offsets[m - want.pack.members.lowerBound] - base
+            let right = bytes.count == want.bytes.count && at >= 0 && at + member.size <= bytes.count
                 && bytes.withUnsafeBytes { hasher.digest(of: UnsafeRawBufferPointer(rebasing: $0[at..<(at + member.size)])) } == member.sha256
             guard right else {
                 lying += 1
@@ -198,16 +196,8 @@ struct PullPacks {
         guard let (partial, _) = try? root.openPartial(taskID: task) else { return }
         defer { close(partial.fd) }
         guard partial.length == 0 || ftruncate(partial.fd, 0) == 0 else { return }
-        var done = 0
-        bytes.withUnsafeBytes { all in
-            while done < count {
-                let n = pwrite(partial.fd, all.baseAddress! + at + done, count - done, off_t(done))
-                if n < 0 && errno == EINTR { continue }
-                guard n > 0 else { break }
-                done += n
-            }
-        }
-        if done < count { ftruncate(partial.fd, 0) }
+        let whole = bytes.withUnsafeBytes { FileSystem.write(fd: partial.fd, $0.baseAddress! + at, count: count, at: 0) }
+        if !whole { ftruncate(partial.fd, 0) }
     }
 }
 

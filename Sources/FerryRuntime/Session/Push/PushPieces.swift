@@ -247,7 +247,7 @@ enum PieceSource {
             }
             return (own, piece.offset..<(piece.offset + Int64(piece.length)), stat)
         }
-        let bytes = PieceMemory.read(file, at: piece.offset, count: Int64(piece.length))
+        let bytes = FileSystem.read(fd: file, at: piece.offset, count: Int64(piece.length))
         let compressor = Zstd.Compressor()
         let made = bytes.withUnsafeBytes { PieceCompression.frames(of: piece, bytes: $0, using: compressor) }
         guard let frames = made else {
