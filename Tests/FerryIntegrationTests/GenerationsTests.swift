@@ -258,10 +258,13 @@ struct GenerationsTests {
                                   stderr: box.directory + "/err\(i)")
             var (status, moment): (Int32?, String)
             if i == 0 {
-                // The first kill lands once a partial file holds checkpointed bytes, however slow a
-                // loaded machine is to get there, so a relaunch has one to resume; the rest at random.
+                // The first kill lands once the big file's partial holds checkpointed bytes, however
+                // slow a loaded machine is to get there, so a relaunch has one to resume (a small
+                // file checkpointed whole is no partial to resume); the rest at random.
                 let store = try StateStore(directory: box.state, clock: SystemClock())
-                let checkpointed = eventually(60) { ((try? store.tasks(session: "test")) ?? []).contains { $0.bytesDone > 0 } }
+                let checkpointed = eventually(60) {
+                    ((try? store.tasks(session: "test")) ?? []).contains { $0.path.string == "big/one.bin" && $0.bytesDone > 0 && $0.bytesDone < $0.size ?? .max }
+                }
                 child.signal(SIGKILL)
                 (status, moment) = (child.wait(timeout: 30), "once a partial was checkpointed (\(checkpointed))")
             } else {
