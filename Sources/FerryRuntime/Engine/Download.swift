@@ -87,12 +87,13 @@ final class Download: Transfer {
         let anyOffset = origin.readsAnyOffset
         let offset = Download.resumeOffset(resumeFrom, onDisk: partial.length, size: entry.size, validator: validator,
                                            anyOffset: anyOffset)
-        // An empty partial (a new one, the common case) has nothing to cut, and is written from 0.
-        if partial.length > 0 || offset > 0 {
-            if ftruncate(fd, off_t(offset)) != 0 {
-                throw .localIO("cannot truncate the partial file for \(Printable.name(entry.path.string)): "
-                               + "\(FileSystem.errorText())")
-            }
+        // An empty partial (a new one, the common case) has nothing to cut, and is written from 0;
+        // one that holds exactly what is kept (a pack's file, a crash after the last byte) neither.
+        if partial.length != offset && ftruncate(fd, off_t(offset)) != 0 {
+            throw .localIO("cannot truncate the partial file for \(Printable.name(entry.path.string)): "
+                           + "\(FileSystem.errorText())")
+        }
+        if offset > 0 {
             if lseek(fd, off_t(offset), SEEK_SET) < 0 {
                 throw .localIO("cannot seek in the partial file for \(Printable.name(entry.path.string)): "
                                + "\(FileSystem.errorText())")

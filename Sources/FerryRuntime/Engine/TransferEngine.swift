@@ -125,6 +125,12 @@ final class TransferEngine: @unchecked Sendable {
     /// ready, and when the waiting ones were last stepped regardless (so one can see it stalled).
     private var ready = Set<UnsafeMutableRawPointer>()
     private var lastSweep = 0.0
+    /// Transfers that ended as they started (`outcomeWithoutRequest`: a file a pack or a killed run
+    /// left whole) in this `fill`, and whether it stopped at `finishedPerFill` with more due: those
+    /// are handed on a group at a time, so that they are placed while the next are verified.
+    private var finishedThisFill = 0
+    private var moreDue = false
+    static let finishedPerFill = 64
     /// How often the waiting ones are stepped regardless (seconds); set before any `run`.
     var sweepInterval = 0.5
 
@@ -192,6 +198,7 @@ final class TransferEngine: @unchecked Sendable {
 
             if active.isEmpty {
                 tick(now)
+                if moreDue { continue }
                 // Nothing running: sleep until woken by new work, or until the next tick is due
                 // for sources that wait out a backoff.
                 var numfds: Int32 = 0
@@ -241,7 +248,7 @@ final class TransferEngine: @unchecked Sendable {
                 // emptied its bucket: the next round, at once, refills the buckets and sees it held.
                 // Paused transfers are looked at again soon, when their buckets have refilled.
                 var numfds: Int32 = 0
-                let timeout: Int32 = stepsDue || stepped ? 0 : (throttled ? 10 : 100)
+                let timeout: Int32 = stepsDue || stepped || moreDue ? 0 : (throttled ? 10 : 100)
                 _ = waits.withUnsafeMutableBufferPointer { curl_multi_poll(multi, $0.baseAddress, UInt32($0.count), timeout, &numfds) }
                 for (i, wait) in waits.enumerated() where wait.revents != 0 { ready.insert(waiting[i]) }
             }
@@ -276,8 +283,10 @@ final class TransferEngine: @unchecked Sendable {
             if let own = turn.runTransfers { return turn.running < own }
             return active.count - activeOnOwnLimit < concurrency && turn.running < share
         }
+        finishedThisFill = 0
+        moreDue = false
         let priorities = Set(turns.map { $0.source.priority }).sorted(by: >)
-        for priority in priorities {
+        for priority in priorities where !moreDue {
             let group = turns.filter { $0.source.priority == priority }
             guard group.contains(where: room) else { continue }
             var cursor = cursors[priority] ?? 0
@@ -302,7 +311,8 @@ final class TransferEngine: @unchecked Sendable {
                     }
                 }
                 cursor = (cursor + 1) % group.count
-                if !started { break }
+                if finishedThisFill >= TransferEngine.finishedPerFill { moreDue = true }
+                if !started || moreDue { break }
             }
             cursors[priority] = cursor
         }
@@ -311,6 +321,7 @@ final class TransferEngine: @unchecked Sendable {
     private func start(_ transfer: Transfer, for turn: Turn) {
         if let outcome = transfer.outcomeWithoutRequest() {
             turn.finished.append((transfer, outcome))
+            finishedThisFill += 1
             return
         }
         let retained = Unmanaged<AnyObject>.passRetained(transfer)

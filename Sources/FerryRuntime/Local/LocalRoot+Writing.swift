@@ -38,11 +38,14 @@ extension LocalRoot {
 
     /// Opens (creating) the partial file of a task for reading and writing. Anything but a regular
     /// file under its name (a symlink, a FIFO, a directory) is removed without being followed, and
-    /// `stray` says what it was: that file then starts again from zero.
-    public func openPartial(taskID: Int64) throws(FerryError) -> (partial: PartialFile, stray: LocalEntry.Kind?) {
+    /// `stray` says what it was: that file then starts again from zero. `existing`: the caller
+    /// expects the file to be there (a pack wrote it), so it is opened as it is first, without the
+    /// creating lookup that locks the directory; anything else there takes the usual way.
+    public func openPartial(taskID: Int64, existing: Bool = false) throws(FerryError) -> (partial: PartialFile, stray: LocalEntry.Kind?) {
         precondition(role == .local, "a remote's uploads are created with createUpload")
         let staging = try staging()
         let name = LocalRoot.partialName(taskID)
+        if existing, let found = LocalRoot.openRegular(in: staging, name) { return (found, nil) }
         let flags = O_RDWR | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC
         // Most tasks have no partial yet: created exclusively, the new file is known to be a
         // regular, empty one without a look first.
@@ -70,6 +73,19 @@ extension LocalRoot {
             throw .localIO("\(Printable.name(path))/\(ownStaging)/\(name) is not a regular file (something replaced it while ferry worked)")
         }
         return (PartialFile(fd: fd, length: Int64(st.st_size)), stray)
+    }
+
+    /// The regular file `name` in `directory`, opened for reading and writing as it is; nil for
+    /// anything else or nothing (a symlink is not followed, a FIFO does not block).
+    private static func openRegular(in directory: Int32, _ name: String) -> PartialFile? {
+        let fd = openat(directory, name, O_RDWR | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        var st = Glibc.stat()
+        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG else {
+            close(fd)
+            return nil
+        }
+        return PartialFile(fd: fd, length: Int64(st.st_size))
     }
 
     public func removePartial(taskID: Int64) {

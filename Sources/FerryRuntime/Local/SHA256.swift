@@ -60,10 +60,11 @@ public final class SHA256Hasher {
     /// Returns the number of bytes read.
     @discardableResult
     public func update(fileDescriptor fd: Int32, length: Int64? = nil) throws(FerryError) -> Int64 {
-        let chunk = 1 << 20
+        // A small file (most of a tree) takes a buffer of its size and no read-ahead advice.
+        let chunk = Int(min(Int64(1 << 20), max(1, length ?? Int64.max)))
         let buffer = UnsafeMutableRawPointer.allocate(byteCount: chunk, alignment: 4096)
         defer { buffer.deallocate() }
-        posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL)
+        if chunk == 1 << 20 { posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL) }
         var total: Int64 = 0
         while length.map({ total < $0 }) ?? true {
             let want = length.map { Int(min(Int64(chunk), $0 - total)) } ?? chunk

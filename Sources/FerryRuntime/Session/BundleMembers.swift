@@ -61,6 +61,7 @@ final class BundleMembers {
                 rest.append(i)
             }
         }
+        if keep { objects.writeKept() }
         guard !rest.isEmpty else { return out }
         let loaded = try objects.load(rest.map { batch[$0] }, source: source, maximumSize: maximumSize, index: index)
         for (i, bytes) in zip(rest, loaded) { out[i] = bytes }

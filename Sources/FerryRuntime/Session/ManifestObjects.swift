@@ -20,6 +20,8 @@ final class ManifestObjects {
     /// Threads writing fetched objects into the cache (one per batch), so a cold fetch does not
     /// wait on the cache: waited for by `sweep` and when the cache goes.
     private var writers: [BackgroundWork<Void, Never>] = []
+    /// Objects `keep` took that wait to be written (a group at a time, by a writer).
+    private var kept: [(SHA256Digest, [UInt8])] = []
     /// Bytes and objects fetched from the remote, and cached objects found damaged.
     private(set) var fetchedBytes: Int64 = 0
     private(set) var fetchedObjects = 0
@@ -95,12 +97,17 @@ final class ManifestObjects {
     /// 1,200 small files written from the fetching lanes (one directory, so one lock) took a
     /// cold 10,000-file pull 30 ms before its first download. Without a thread, at once.
     private func cache(_ objects: Zip2Sequence<[SHA256Digest], [[UInt8]]>, in directory: String) {
-        let store = { for (digest, bytes) in objects { ManifestObjects.store(bytes, as: digest, in: directory) } }
+        write { for (digest, bytes) in objects { ManifestObjects.store(bytes, as: digest, in: directory) } }
+    }
+
+    /// Runs `store` on a writer's thread of its own (waited for by `finishCaching`), or at once.
+    private func write(_ store: @escaping () -> Void) {
         if let writer = try? BackgroundWork(name: "ferry-cache", store) { writers.append(writer) } else { store() }
     }
 
     /// Waits until every fetched object is written into the cache.
     private func finishCaching() {
+        writeKept()
         for writer in writers { writer.wait() }
         writers.removeAll()
     }
@@ -130,14 +137,23 @@ final class ManifestObjects {
         return bytes
     }
 
-    /// Keeps an object whose bytes match its name. Not synced: one lost or torn by a crash does not
+    /// Keeps an object whose bytes match its name: written into the cache with the next group
+    /// (`writeKept`), as fetched objects are. Not synced: one lost or torn by a crash does not
     /// match its name the next time, and is fetched again.
     func keep(_ digest: SHA256Digest, _ bytes: [UInt8]) {
         guard keeps else { fetchedInMemory[digest] = bytes; return }
-        let path = directory + "/" + digest.hex
-        if access(path, F_OK) == 0 { return }
+        kept.append((digest, bytes))
+        if kept.count >= ManifestObjects.group { writeKept() }
+    }
+
+    /// Writes what `keep` took into the cache, on a writer's thread; an object the cache holds
+    /// already is left as it is.
+    func writeKept() {
+        guard !kept.isEmpty else { return }
+        defer { kept.removeAll() }
         guard let directory = cacheDirectory() else { return }
-        ManifestObjects.store(bytes, as: digest, in: directory)
+        let objects = kept
+        write { for (digest, bytes) in objects where access(directory + "/" + digest.hex, F_OK) != 0 { ManifestObjects.store(bytes, as: digest, in: directory) } }
     }
 
     /// Writes an object into the cache directory (not synced: see `keep`).

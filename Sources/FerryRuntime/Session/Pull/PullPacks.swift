@@ -213,11 +213,15 @@ final class PackFill: @unchecked Sendable {
         var stopped: FerryError?
     }
 
+    /// The downloads whose partial file the fill may write: theirs are not made ahead by the
+    /// committer, and are opened as they are (`LocalRoot.openPartial(existing:)`).
+    let filling: Set<Int64>
     private let waiting: Mutex<Set<Int64>>
     private let wake: () -> Void
     var thread: BackgroundWork<Outcome, Never>?
 
     init(waiting: Set<Int64>, wake: @escaping () -> Void) {
+        filling = waiting
         self.waiting = Mutex(waiting)
         self.wake = wake
     }

@@ -89,7 +89,8 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         ready = ArraySlice(items)
         if (try? root.openStaging()) != nil {
             // Without it, each download opens its own partial and says why it cannot.
-            committer.expect(ready.map(\.task.id))
+            // Not those a pack fills: the fill writes them, the transfer then opens them.
+            committer.expect(ready.map(\.task.id).filter { packs?.filling.contains($0) != true })
         }
         committer.start()
         run(engine: engine)  // its last flush commits what is left
@@ -167,13 +168,11 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         let entry = item.download.entry
         let opened: (partial: PartialFile, stray: LocalEntry.Kind?)
         do throws(FerryError) {
-            // Most were made ahead by the committer's thread (a pack may have filled one since).
+            // Most were made ahead by the committer's thread; one a pack fills is opened as it is.
             if let made = committer.takePartial(item.task.id) {
-                var st = stat()
-                opened = packs != nil && fstat(made.partial.fd, &st) == 0
-                    ? (PartialFile(fd: made.partial.fd, length: Int64(st.st_size)), made.stray) : made
+                opened = made
             } else {
-                opened = try root.openPartial(taskID: item.task.id)
+                opened = try root.openPartial(taskID: item.task.id, existing: packs?.filling.contains(item.task.id) == true)
             }
         } catch {
             // The directory for partial files cannot be written: every file would fail the same way.
@@ -201,7 +200,8 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
                 if item.triesThisRun == 1 {
                     emit(.fileStarted(path: entry.path, size: entry.size, reason: item.download.reason))
                 }
-                if download.requestedOffset > 0 {
+                // A file a pack of this run wrote whole is not resumed: it came in the pack.
+                if download.requestedOffset > 0 && packs?.filling.contains(item.task.id) != true {
                     emit(.fileResumed(path: entry.path, offset: download.requestedOffset))
                 }
                 return download
