@@ -90,9 +90,12 @@ import Testing
         #expect((3...9).contains(packs.count), "about 9 MB of small files in packs of about 2 MiB: \(packs.count)")
         #expect(packs.values.allSatisfy { $0.count <= ContentPacks.maximumSize })
 
-        _ = world.pull()
+        let first = world.pull()
         let cold = world.requests()
         #expect(cold.content == 0, "no file fetched alone: \(cold)")
+        // Each file is placed from its pack, verified, and said done; none is said to be resumed.
+        #expect(first.events(named: "file-done").count == 3000 && first.events(named: "file-resumed").isEmpty,
+                "\(first.events(named: "file-resumed").count) resumed")
         #expect(cold.all <= packs.count + 8, "the manifest, its tree, the list and the packs: \(cold)")
 
         // 40 files of one directory change, 2 elsewhere: the packs that hold them are written again, no other.

@@ -35,6 +35,9 @@ final class Download: Transfer {
     /// Small files are hashed inline as bytes arrive; large ones on a second thread (`BackgroundHasher`).
     private let inlineHasher: SHA256Hasher?
     private var backgroundHasher: BackgroundHasher?
+    /// The digest of a partial that held the whole file as written by this process
+    /// (`PartialFile.wholeDigest`), taken in place of hashing it; gone if it starts over.
+    private var knownDigest: SHA256Digest?
     /// The headers of the answer to the current request.
     var headers = ResponseHeaders()
     /// Bytes in the partial file (resumed prefix plus bytes received).
@@ -104,7 +107,11 @@ final class Download: Transfer {
             backgroundHasher = BackgroundHasher(fd: fd, prefix: offset)
         } else {
             inlineHasher = SHA256Hasher()
-            if offset > 0 { try inlineHasher!.update(fileDescriptor: fd, length: offset) }
+            if offset > 0, offset == partial.length, let known = partial.wholeDigest {
+                knownDigest = known
+            } else if offset > 0 {
+                try inlineHasher!.update(fileDescriptor: fd, length: offset)
+            }
         }
         requestedOffset = offset
         written = offset
@@ -276,6 +283,7 @@ final class Download: Transfer {
                      + "\(FileSystem.errorText())", discard: true, cause: .local(errno: errno))
                 return false
             }
+            knownDigest = nil
             if let inlineHasher {
                 inlineHasher.reset()
             } else {
@@ -323,7 +331,7 @@ final class Download: Transfer {
             return .failed(TransferFailure(message: failure ?? "cannot write the partial "
                                                                + "file", keepPartial: false, cause: failureCause))
         }
-        let digest = inlineHasher?.finalize() ?? backgroundHasher?.finish()
+        let digest = knownDigest ?? inlineHasher?.finalize() ?? backgroundHasher?.finish()
         backgroundHasher = nil
         guard let sha = digest else {
             return .failed(TransferFailure(message: "cannot read back the partial file to hash it", keepPartial: false,

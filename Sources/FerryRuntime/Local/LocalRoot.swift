@@ -257,6 +257,9 @@ public final class LocalRoot {
 public struct PartialFile {
     public let fd: Int32
     public let length: Int64
+    /// The SHA-256 of all `length` bytes, where the one who wrote them in this process hashed them
+    /// as it wrote (a pack's member): the download then does not read them back to hash them.
+    public var wholeDigest: SHA256Digest?
 
     public init(fd: Int32, length: Int64) {
         self.fd = fd

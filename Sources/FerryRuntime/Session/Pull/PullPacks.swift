@@ -73,7 +73,7 @@ struct PullPacks {
                 var wrote = (bytes: Int64(got?.count ?? 0), lying: 0)
                 if let got {
                     pull.engine.budget?.charge(got.count)
-                    wrote.lying = write(wants[i], got, members: members, needed: needed, root: prepared.root)
+                    wrote.lying = write(wants[i], got, members: members, needed: needed, root: prepared.root, into: fill)
                 }
                 outcome.withLock { o in
                     o.bytes += wrote.bytes
@@ -152,12 +152,15 @@ struct PullPacks {
     }
 
     /// Writes each member of `bytes` (what `want` fetched) a download needs as its partial file,
-    /// each checked against its content's hash first; returns how many did not match.
+    /// each checked against its content's hash first; returns how many did not match. `fill` is
+    /// told of the files written, a few at a time, so that their transfers go while the rest are.
     private func write(_ want: Want, _ bytes: [UInt8], members: [ContentPacks.Member], needed: [SHA256Digest: [Int64]],
-                       root: LocalRoot) -> Int {
+                       root: LocalRoot, into fill: PackFill) -> Int {
         let base = Int(want.bytes.lowerBound)
         let hasher = SHA256Hasher()
         var lying = 0
+        var written: [Int64] = []
+        defer { fill.wrote(written) }
         for m in want.members {
             let member = members[m]
             guard let tasks = needed[member.sha256] else { continue }
@@ -168,7 +171,11 @@ struct PullPacks {
                 lying += 1
                 continue
             }
-            for task in tasks { write(bytes, at: at, count: member.size, task: task, root: root) }
+            for task in tasks where write(bytes, at: at, count: member.size, task: task, root: root) { written.append(task) }
+            if written.count >= 32 {
+                fill.wrote(written)
+                written.removeAll(keepingCapacity: true)
+            }
         }
         return lying
     }
@@ -191,13 +198,14 @@ struct PullPacks {
     }
 
     /// Writes `count` bytes of `bytes` from `at` as the partial file of `task` (what it held
-    /// before, which no checkpoint vouches for, goes).
-    private func write(_ bytes: [UInt8], at: Int, count: Int, task: Int64, root: LocalRoot) {
-        guard let (partial, _) = try? root.openPartial(taskID: task) else { return }
+    /// before, which no checkpoint vouches for, goes); whether they are all there.
+    private func write(_ bytes: [UInt8], at: Int, count: Int, task: Int64, root: LocalRoot) -> Bool {
+        guard let (partial, _) = try? root.openPartial(taskID: task) else { return false }
         defer { close(partial.fd) }
-        guard partial.length == 0 || ftruncate(partial.fd, 0) == 0 else { return }
+        guard partial.length == 0 || ftruncate(partial.fd, 0) == 0 else { return false }
         let whole = bytes.withUnsafeBytes { FileSystem.write(fd: partial.fd, $0.baseAddress! + at, count: count, at: 0) }
         if !whole { ftruncate(partial.fd, 0) }
+        return whole
     }
 }
 
@@ -217,6 +225,7 @@ final class PackFill: @unchecked Sendable {
     /// committer, and are opened as they are (`LocalRoot.openPartial(existing:)`).
     let filling: Set<Int64>
     private let waiting: Mutex<Set<Int64>>
+    private let whole = Mutex(Set<Int64>())
     private let wake: () -> Void
     var thread: BackgroundWork<Outcome, Never>?
 
@@ -228,6 +237,17 @@ final class PackFill: @unchecked Sendable {
 
     /// Whether the download of `task` waits for a pack still to come.
     func waits(_ task: Int64) -> Bool { waiting.withLock { $0.contains(task) } }
+
+    /// The partial files of `tasks` are written whole, each from a member checked by its hash as
+    /// it was written: their downloads wait no more.
+    func wrote(_ tasks: [Int64]) {
+        guard !tasks.isEmpty else { return }
+        whole.withLock { $0.formUnion(tasks) }
+        release(Set(tasks))
+    }
+
+    /// Whether this run's fill wrote the partial file of `task` whole (and checked what it wrote).
+    func wroteWhole(_ task: Int64) -> Bool { whole.withLock { $0.contains(task) } }
 
     /// The downloads of `tasks` wait no more (nil: none does); the engine is told.
     func release(_ tasks: Set<Int64>?) {

@@ -166,13 +166,15 @@ final class PullTransfers: SessionTransfers<PullTransfers.Item> {
         item.triesThisRun += 1
         item.source = source
         let entry = item.download.entry
-        let opened: (partial: PartialFile, stray: LocalEntry.Kind?)
+        var opened: (partial: PartialFile, stray: LocalEntry.Kind?)
         do throws(FerryError) {
             // Most were made ahead by the committer's thread; one a pack fills is opened as it is.
             if let made = committer.takePartial(item.task.id) {
                 opened = made
             } else {
                 opened = try root.openPartial(taskID: item.task.id, existing: packs?.filling.contains(item.task.id) == true)
+                // What this run's pack wrote was checked as it was written: not read back to hash.
+                if packs?.wroteWhole(item.task.id) == true { opened.partial.wholeDigest = entry.sha256 }
             }
         } catch {
             // The directory for partial files cannot be written: every file would fail the same way.
