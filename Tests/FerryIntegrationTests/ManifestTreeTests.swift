@@ -81,6 +81,28 @@ struct ManifestTreeTests {
         #expect(Set((try? FileManager.default.contentsOfDirectory(atPath: box.state + "/manifests/test.manifest.objects")) ?? []) == named)
     }
 
+    /// Changes scattered over the tree rewrite every node of an upper level: a mirror that holds
+    /// the tree still fetches just those objects, never every bundle (the whole tree again).
+    @Test func scatteredChangesFetchTheirObjectsNotEveryBundle() throws {
+        let (box, server) = try Self.world("tree-scattered", files: 3000)
+        defer { server.stop() }
+        box.buildManifest()
+        // The mirror holds the files already (hashed, not fetched): the tree is what is measured.
+        for d in 0..<20 { try FileManager.default.copyItem(atPath: box.published + "/d\(d)", toPath: box.local + "/d\(d)") }
+        #expect(box.sync().exitCode == 0)
+        let before = publishedObjects(box.published)
+        for d in stride(from: 0, to: 20, by: 4) { box.publish("d\(d)/file-\(d + 20 * 70).txt", "scattered \(d)\n") }
+        box.buildManifest()
+        #expect(try readPublished(box.published).tree!.level >= 2, "nodes above the leaves")
+        let expected = try treeObjects(box.published).subtracting(before)
+        server.clearLog()
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        expectIdentical(box.published, box.local)
+        let asked = Set(server.requests().compactMap { $0["path"] as? String }.filter { $0.hasPrefix("/.ferry/meta/") }.map { String($0.dropFirst(13)) })
+        #expect(asked == expected, "the new objects alone: \(asked.count) asked, \(expected.count) new, \(Self.metadataBytes(run)) bytes")
+    }
+
     /// The hashes of every object the published tree names.
     func treeObjects(_ directory: String) throws -> Set<String> { try publishedTree(directory).objects }
 

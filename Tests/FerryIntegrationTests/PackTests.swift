@@ -107,9 +107,54 @@ import Testing
         #expect((1...5).contains(rewritten.count), "\(rewritten.count) packs written again")
         _ = world.pull()
         let update = world.requests()
-        // The directory's pack whole (40 members are more than requests are worth); the other two files alone.
-        #expect(update.content == 2, "\(update)")
-        #expect(update.all <= 10, "\(update): \(world.server.requests().map(\.path))")
+        // The directory's pack whole (40 members are more than requests are worth); the other two
+        // files, in one pack, by one request for two ranges; the changed tree objects one by one
+        // (too few to be worth every bundle, the whole tree).
+        #expect(update.content == 0, "\(update)")
+        #expect(update.all <= 20, "\(update): \(world.server.requests().map(\.path))")
+    }
+
+    /// Members of one pack too far apart for one range (three files of one directory, each 40
+    /// files from the next) come in one request for several ranges, which nginx answers with
+    /// `multipart/byteranges`: no file is fetched alone.
+    @Test func scatteredMembersComeInOneRequestForSeveralRanges() throws {
+        let world = try World("packs-multi", files: 3000)
+        world.push()
+        _ = world.pull()
+        for i in [1200, 1240, 1280] { world.write("d12/f\(i).txt", size: 3000, seed: UInt64(i) + 90_000) }
+        world.push()
+        _ = world.pull()
+        let packNames = try world.packs().keys
+        let asked = world.server.requests().filter { r in packNames.contains { r.path.hasSuffix($0) } }
+        #expect(world.requests().content == 0 && asked.count == 1 && asked.first?.status == 206,
+                "one request of one pack: \(world.server.requests().map { "\($0.path) \($0.status)" })")
+        #expect(world.server.ranges().map { $0.split(separator: ",").count } == [3], "\(world.server.ranges())")
+    }
+
+    /// A server that answers a request for several ranges wrongly (its parts swapped, or only the
+    /// first range): the pack's runs are asked one range at a time, the mirror is right, and no
+    /// file is retried.
+    @Test(arguments: ["multipart_swap", "no_multipart"])
+    func aServerThatAnswersSeveralRangesWronglyCostsARequestPerRun(fault: String) throws {
+        var python: PythonServer?
+        let world = try World("packs-\(fault)", files: 3000) { nginx in
+            python = try PythonServer(directory: nginx.root + "/site")
+            return python!.url
+        }
+        let server = try #require(python)
+        defer { server.stop() }
+        world.push()
+        _ = world.pull()
+        for i in [1200, 1240, 1280] { world.write("d12/f\(i).txt", size: 3000, seed: UInt64(i) + 90_000) }
+        world.push()
+        server.setFaults(["*": [fault: true]])
+        server.clearLog()
+        let down = world.pull()
+        #expect(down.events(named: "file-retrying").isEmpty && down.events(named: "warning").isEmpty, "\(down.output)")
+        let ranges = server.requests().compactMap { $0["range"] as? String }
+        let several = ranges.filter { $0.contains(",") }
+        #expect(several.count == 1 && ranges.count - 1 == several.first.map { $0.split(separator: ",").count },
+                "one request for the pack's runs, then one for each: \(ranges)")
     }
 
     /// An unchanged poll stays one request; a file larger than a pack member is fetched alone; a

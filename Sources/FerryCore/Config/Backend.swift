@@ -69,11 +69,14 @@ public struct RemoteAbilities: OptionSet, Sendable {
     /// What the remote holds can be checked on every run at little cost (a local directory), not
     /// only once `verify-interval` has passed.
     public static let cheapInspection = RemoteAbilities(rawValue: 1 << 3)
+    /// Several ranges of a file come in one request (`Remote.fetchRanges`: a `multipart/byteranges`
+    /// answer over HTTP), so the scattered members of a pack cost one request.
+    public static let multipleRanges = RemoteAbilities(rawValue: 1 << 4)
 
     /// Each ability with its name, for `config show` and the docs.
     public static let named: [(RemoteAbilities, String)] = [
         (.rangedReads, "ranged-reads"), (.conditionalWrites, "conditional-writes"), (.hashesBeforeSending, "hashes-before-sending"),
-        (.cheapInspection, "cheap-inspection"),
+        (.cheapInspection, "cheap-inspection"), (.multipleRanges, "multiple-ranges"),
     ]
 
     public var names: [String] { Self.named.filter { contains($0.0) }.map(\.1) }

@@ -32,8 +32,8 @@ public struct MultipartRanges {
     private var pending: [UInt8] = []
     /// The part being read.
     public private(set) var part = 0
-    static let maximumHeaders = 4096
-    static let maximumBetween = 1024
+    public static let maximumHeaders = 4096
+    public static let maximumBetween = 1024
 
     public init(boundary: String, ranges: [(first: Int64, last: Int64)], total: Int64) {
         delimiter = Array("--\(boundary)".utf8)

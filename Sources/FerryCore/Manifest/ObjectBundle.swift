@@ -27,7 +27,13 @@ public enum ObjectBundle {
     /// mirror), or more than a request is worth (8, or one per 32 KiB of bundle: at 50 ms and
     /// 100 Mbit/s a round trip of 8 requests carries about 600 KB).
     public static func worthFetching(missing: Int, of batch: Int, bundleBytes: Int) -> Bool {
-        (missing == batch && missing > 1) || missing > max(8, bundleBytes / (32 << 10))
+        (missing == batch && missing > 1) || worthFetching(missing: missing, bundleBytes: bundleBytes)
+    }
+
+    /// Whether `missing` objects are more than a request is worth, against bundles of
+    /// `bundleBytes` (8, or one per 32 KiB of bundle), however many the reader has.
+    public static func worthFetching(missing: Int, bundleBytes: Int) -> Bool {
+        missing > max(8, bundleBytes / (32 << 10))
     }
 
     /// `members` in bundles of at most `maximumSize` bytes, in order. With `atLeast`, a bundle

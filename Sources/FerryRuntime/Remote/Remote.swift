@@ -20,6 +20,10 @@ protocol Remote: Sendable {
     /// Bytes `range` of the object at `url` (a run of a pack's members, `PullPacks`); nil when the
     /// remote does not give that range as asked (another range, the whole object), or cannot.
     func fetchRange(url: String, range: Range<Int64>) throws(FerryError) -> [UInt8]?
+    /// Bytes `ranges` (in order, none overlapping) of the object at `url`, which holds `size`
+    /// bytes, in one request (where the backend has `.multipleRanges`); nil when the remote does
+    /// not give them so: the caller asks for each range alone.
+    func fetchRanges(url: String, ranges: [Range<Int64>], size: Int64) throws(FerryError) -> [[UInt8]]?
     /// Where the remote is (its URL and backend).
     var base: RemoteLocation { get }
     /// The run's clock, which its downloads keep their checkpoints on.
@@ -29,6 +33,7 @@ protocol Remote: Sendable {
 extension Remote {
     func origin(of source: RelativePath, content: SHA256Digest) -> Download.Origin { origin(of: source) }
     func fetchRange(url: String, range: Range<Int64>) throws(FerryError) -> [UInt8]? { nil }
+    func fetchRanges(url: String, ranges: [Range<Int64>], size: Int64) throws(FerryError) -> [[UInt8]]? { nil }
 
     /// The transfer that brings `entry`, whose bytes are at `source` under the remote
     /// (`RemoteLayout.location`), into `partial`, whose first `resumeFrom` bytes were recorded
@@ -151,6 +156,38 @@ enum Remotes {
               let got = ResponsePolicy.parseContentRange(text), got.first == range.lowerBound, got.last == range.upperBound - 1,
               answer.body.count == range.count else { return nil }
         return answer.body
+    }
+
+    /// The ranges of an answer to a request for several (`fetchRanges`): the parts of a `206
+    /// multipart/byteranges` answer, exactly those ranges in order; or cut from one range that
+    /// spans them all, or from the whole object (a server may give either); nil for anything else.
+    static func ranges(_ answer: Exchange.Answer, _ ranges: [Range<Int64>], size: Int64, url: String) throws(FerryError) -> [[UInt8]]? {
+        guard let first = ranges.first?.lowerBound, let end = ranges.last?.upperBound else { return [] }
+        guard let whole = try range(answer, first..<end, url: url) ?? (answer.headers.status == 200 && answer.body.count == size
+                                                                       && end <= size ? answer.body : nil) else {
+            return answer.headers.status == 206 ? parts(answer, ranges, size: size) : nil
+        }
+        let base = answer.headers.status == 200 ? 0 : Int(first)
+        return ranges.map { Array(whole[(Int($0.lowerBound) - base)..<(Int($0.upperBound) - base)]) }
+    }
+
+    /// The parts of a `multipart/byteranges` answer, each exactly the range asked, in order.
+    private static func parts(_ answer: Exchange.Answer, _ ranges: [Range<Int64>], size: Int64) -> [[UInt8]]? {
+        guard let type = answer.headers.contentType, let boundary = MultipartRanges.boundary(ofContentType: type) else { return nil }
+        var reader = MultipartRanges(boundary: boundary, ranges: ranges.map { ($0.lowerBound, $0.upperBound - 1) }, total: size)
+        var parts: [[UInt8]] = ranges.map { range in
+            var part: [UInt8] = []
+            part.reserveCapacity(range.count)
+            return part
+        }
+        let read = try? answer.body.withUnsafeBytes { body throws(MultipartRanges.Problem) in
+            try reader.feed(body) { index, data in
+                parts[index].append(contentsOf: data)
+                return true
+            }
+        }
+        guard read == true, reader.finished, zip(parts, ranges).allSatisfy({ $0.count == $1.count }) else { return nil }
+        return parts
     }
 
     static func tooLarge(_ url: String, maximumSize: Int64, announced: Int64?) -> FerryError {

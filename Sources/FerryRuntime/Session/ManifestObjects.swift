@@ -161,6 +161,17 @@ final class ManifestObjects {
         try? FileSystem.writeAtomically(directory + "/" + digest.hex, bytes: bytes, mode: 0o600, synced: false)
     }
 
+    /// Whether the cache holds no object at all (a cold mirror, or one whose cache was lost): read
+    /// until its first object's name.
+    func holdsNothing() -> Bool {
+        guard keeps, let dir = opendir(directory) else { return true }
+        defer { closedir(dir) }
+        while let entry = readdir(dir) {
+            if SHA256Digest(hex: FileSystem.name(of: entry)) != nil { return false }
+        }
+        return true
+    }
+
     /// Whether the cache holds `digest` (by name; `resolve` checks the bytes when it reads them),
     /// once the objects being written are in.
     func has(_ digest: SHA256Digest) -> Bool {
@@ -273,6 +284,13 @@ final class ManifestObjects {
     func fetchRange(_ digest: SHA256Digest, range: Range<Int64>) throws(FerryError) -> [UInt8]? {
         guard let (remote, prefix) = self.remote else { return nil }
         return try remote.fetchRange(url: prefix + digest.hex, range: range)
+    }
+
+    /// Bytes `ranges` of the object `digest` (`size` bytes) in one request, as `fetchRange` gives
+    /// one: nil where the remote does not give them so.
+    func fetchRanges(_ digest: SHA256Digest, ranges: [Range<Int64>], size: Int) throws(FerryError) -> [[UInt8]]? {
+        guard let (remote, prefix) = self.remote else { return nil }
+        return try remote.fetchRanges(url: prefix + digest.hex, ranges: ranges, size: Int64(size))
     }
 
     /// Why an object the remote sent wrong before is not fetched again yet.

@@ -83,7 +83,9 @@ final class NginxServer {
                                   '"$http_user_agent" "$http_authorization" "$http_x_amz_security_token"';
                 log_format cached '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" '
                                   '"$http_user_agent" "$upstream_cache_status"';
-                access_log \(accessLog) \(upstream != nil ? "signed" : origin != nil ? "cached" : "combined");
+                log_format ranged '$remote_addr - $remote_user [$time_local] "$request" $status $body_bytes_sent "$http_referer" '
+                                  '"$http_user_agent" "$http_range"';
+                access_log \(accessLog) \(upstream != nil ? "signed" : origin != nil ? "cached" : "ranged");
             \(cache)
                 client_body_temp_path \(directory)/body;
                 client_max_body_size 0;
@@ -146,6 +148,16 @@ final class NginxServer {
             let status = Int(quoted[2].split(separator: " ").first ?? "") ?? 0
             guard request.count >= 2 else { return nil }
             return (String(request[0]), String(request[1]), status)
+        }
+    }
+
+    /// The `Range` header of each request that had one (`bytes=0-9,20-29`), in order.
+    func ranges() -> [String] {
+        guard let text = try? String(contentsOfFile: accessLog, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            let quoted = line.split(separator: "\"", omittingEmptySubsequences: false)
+            guard quoted.count >= 2, let last = quoted.dropLast().last, last.hasPrefix("bytes=") else { return nil }
+            return String(last)
         }
     }
 

@@ -6,7 +6,7 @@ enum FileBackend: Backend {
     static let description = BackendDescription(
         name: "local directory", schemes: ["file"], example: "file:///srv/content/", called: "a file:// remote",
         transportKeys: [], credentialSources: ["the permissions of the directory"],
-        abilities: [.rangedReads, .cheapInspection],
+        abilities: [.rangedReads, .cheapInspection, .multipleRanges],
         checkAddress: { rest throws(ConfigProblem) in
             guard rest.hasPrefix("/") else { throw ConfigProblem("file:// URL needs an absolute path, like file:///srv/content/") }
         },

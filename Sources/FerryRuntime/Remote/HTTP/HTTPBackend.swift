@@ -6,7 +6,7 @@ enum HTTPBackend: Backend {
         name: "HTTP/WebDAV", schemes: ["https", "http"], example: "https://HOST/PATH/", called: "an http(s):// remote",
         transportKeys: Set(ConfigKey.transport),
         credentialSources: ["basic-auth-file (user:password)", "bearer-token-file", "none"],
-        abilities: [.rangedReads],
+        abilities: [.rangedReads, .multipleRanges],
         checkAddress: { rest throws(ConfigProblem) in
             let authority = rest.prefix { $0 != "/" && $0 != "?" && $0 != "#" }
             guard !authority.isEmpty else { throw ConfigProblem("URL has no host") }

@@ -36,6 +36,16 @@ struct HTTPRemote: Remote {
         return try Remotes.range(answer, range, url: url)
     }
 
+    func fetchRanges(url: String, ranges: [Range<Int64>], size: Int64) throws(FerryError) -> [[UInt8]]? {
+        let asked = "Range: bytes=" + ranges.map { "\($0.lowerBound)-\($0.upperBound - 1)" }.joined(separator: ",")
+        // The parts with their headers (bounded by the reader), or the whole object, at most.
+        let limit = max(Int(size), ranges.reduce(0) { $0 + $1.count } + ranges.count * (MultipartRanges.maximumHeaders + MultipartRanges.maximumBetween))
+        let answer = EasyHandle.borrow { easy in
+            Exchange.perform(easy, HTTPRequest(url: url, headers: [asked], settings: settings), limit: limit, followRedirects: true)
+        }
+        return try Remotes.ranges(answer, ranges, size: size, url: url)
+    }
+
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {
         var conditions: [String] = []
         if let etag { conditions.append("If-None-Match: \(etag)") }

@@ -6,7 +6,8 @@ import FerryCore
 /// (`ContentPacks`, design.md "Packs"): a pack of which the run needs half the bytes, or more
 /// members than a request is worth (`ObjectBundle.worthFetching`), is fetched whole; of another,
 /// each run of members it needs (neighbours in path order, the files of one directory) is fetched
-/// as one range where the remote reads ranges. Each member a download needs is written as that
+/// as a range where the remote reads ranges, all of a pack's runs in one request where it reads
+/// several at once (`.multipleRanges`). Each member a download needs is written as that
 /// download's partial file, whole: the transfer, which waits for it (`PackFill.waits`), then
 /// verifies it from disk by its hash and places it with no request, as it does a partial a killed
 /// run left whole. Packs come in path order, as the transfers go, so files are placed while later
@@ -21,14 +22,16 @@ struct PullPacks {
     /// Members apart by at most this many bytes are fetched in one range (what a request is worth).
     static let gap = 32 << 10
 
-    /// A pack's bytes to fetch: all of it, or the members `members` (indices of the list's members)
-    /// as one range; `bytes` is where they are in the pack, `offsets` where each of its members is.
+    /// A pack's bytes to fetch: all of it, or runs of members (indices of the list's members),
+    /// each as a range, in one request where the remote gives several ranges at once; `ranges` is
+    /// where each run is in the pack (all of it when whole), `offsets` where each member is.
     struct Want {
         let pack: ContentPacks.Pack
-        let members: Range<Int>
+        let runs: [Range<Int>]
         let whole: Bool
-        let bytes: Range<Int64>
+        let ranges: [Range<Int64>]
         let offsets: [Int]
+        var members: [Int] { runs.flatMap { $0 } }
     }
 
     /// Starts filling what the packs hold, on a thread of its own; nil when there is nothing to
@@ -59,8 +62,8 @@ struct PullPacks {
             guard let bytes = list.first, let (packs, members) = ContentPacks.read(list: bytes, for: prepared.manifest.entries) else {
                 throw FerryError(.manifest, "the list of packs the manifest names is not one of its files")
             }
-            let ranged = pull.remote.base.backend.abilities.contains(.rangedReads)
-            let wants = packs.flatMap { wanted(of: $0, members: members, needed: needed, ranged: ranged) }
+            let abilities = pull.remote.base.backend.abilities
+            let wants = packs.flatMap { wanted(of: $0, members: members, needed: needed, abilities: abilities) }
             func tasks(_ want: Want) -> Set<Int64> { Set(want.members.compactMap { needed[members[$0].sha256] }.joined()) }
             // What no pack will give is fetched alone at once.
             fill.release(Set(needed.values.joined()).subtracting(wants.flatMap(tasks)))
@@ -70,9 +73,10 @@ struct PullPacks {
                 defer { fill.release(tasks(wants[i])) }
                 guard pull.options.stop.reason == nil, !held(), outcome.withLock({ $0.stopped == nil }) else { return }
                 let (got, failure) = fetch(wants[i], objects: objects)
-                var wrote = (bytes: Int64(got?.count ?? 0), lying: 0)
+                let count = got?.reduce(0) { $0 + $1.count } ?? 0
+                var wrote = (bytes: Int64(count), lying: 0)
                 if let got {
-                    pull.engine.budget?.charge(got.count)
+                    pull.engine.budget?.charge(count)
                     wrote.lying = write(wants[i], got, members: members, needed: needed, root: prepared.root, into: fill)
                 }
                 outcome.withLock { o in
@@ -108,19 +112,20 @@ struct PullPacks {
         return outcome.bytes
     }
 
-    /// What of `pack` to fetch: all of it, its runs of needed members (where the remote reads
-    /// ranges), or nothing (a member or none needed: fetched alone, as without packs).
+    /// What of `pack` to fetch: all of it; its runs of needed members (where the remote reads
+    /// ranges), all in one request where it gives several at once, else each run of more than one
+    /// member alone; or nothing (a member or none needed: fetched alone, as without packs).
     private func wanted(of pack: ContentPacks.Pack, members: [ContentPacks.Member], needed: [SHA256Digest: [Int64]],
-                        ranged: Bool) -> [Want] {
+                        abilities: RemoteAbilities) -> [Want] {
         let wanted = pack.members.filter { needed[members[$0].sha256] != nil }
         guard pack.name != nil, wanted.count > 1 else { return [] }
         let offsets = ContentPacks.layout(members[pack.members].map(\.size)).offsets
         let bytes = wanted.reduce(0) { $0 + members[$1].size }
         if bytes * 2 >= pack.size
             || ObjectBundle.worthFetching(missing: wanted.count, of: pack.members.count, bundleBytes: pack.size) {
-            return [Want(pack: pack, members: pack.members, whole: true, bytes: 0..<Int64(pack.size), offsets: offsets)]
+            return [Want(pack: pack, runs: [pack.members], whole: true, ranges: [0..<Int64(pack.size)], offsets: offsets)]
         }
-        guard ranged else { return [] }
+        guard abilities.contains(.rangedReads) else { return [] }
         var runs: [Range<Int>] = []
         for i in wanted {
             if let last = runs.last, members[last.upperBound..<i].reduce(0, { $0 + $1.size }) <= PullPacks.gap {
@@ -129,43 +134,59 @@ struct PullPacks {
                 runs.append(i..<(i + 1))
             }
         }
-        return runs.filter { run in run.filter { needed[members[$0].sha256] != nil }.count > 1 }.map { run in
+        func range(_ run: Range<Int>) -> Range<Int64> {
             let first = offsets[run.lowerBound - pack.members.lowerBound]
             let end = offsets[run.upperBound - 1 - pack.members.lowerBound] + members[run.upperBound - 1].size
-            return Want(pack: pack, members: run, whole: false, bytes: Int64(first)..<Int64(end), offsets: offsets)
+            return Int64(first)..<Int64(end)
+        }
+        if abilities.contains(.multipleRanges) {
+            return [Want(pack: pack, runs: runs, whole: false, ranges: runs.map(range), offsets: offsets)]
+        }
+        return runs.filter { run in run.filter { needed[members[$0].sha256] != nil }.count > 1 }.map { run in
+            Want(pack: pack, runs: [run], whole: false, ranges: [range(run)], offsets: offsets)
         }
     }
 
-    /// The bytes of `want`: its whole pack, or the range of its run of members; or why not.
-    private func fetch(_ want: Want, objects: ManifestObjects) -> ([UInt8]?, FerryError?) {
+    /// The bytes of each of `want`'s ranges: its whole pack, or its runs of members (in one
+    /// request where the remote gives several ranges at once, else a request each); or why not.
+    private func fetch(_ want: Want, objects: ManifestObjects) -> ([[UInt8]]?, FerryError?) {
         if want.whole {
             switch objects.fetchLoose(want.pack.name!, source: pull.session.manifestURL, maximumSize: want.pack.size) {
-            case let .success(bytes): return (bytes, nil)
+            case let .success(bytes): return ([bytes], nil)
             case let .failure(error): return (nil, error)
             }
         }
         do throws(FerryError) {
-            return (try objects.fetchRange(want.pack.name!, range: want.bytes), nil)
+            if want.ranges.count > 1, let parts = try objects.fetchRanges(want.pack.name!, ranges: want.ranges, size: want.pack.size) {
+                return (parts, nil)
+            }
+            var parts: [[UInt8]] = []
+            for range in want.ranges {
+                guard let part = try objects.fetchRange(want.pack.name!, range: range) else { return (nil, nil) }
+                parts.append(part)
+            }
+            return (parts, nil)
         } catch {
             return (nil, error)
         }
     }
 
-    /// Writes each member of `bytes` (what `want` fetched) a download needs as its partial file,
-    /// each checked against its content's hash first; returns how many did not match. `fill` is
-    /// told of the files written, a few at a time, so that their transfers go while the rest are.
-    private func write(_ want: Want, _ bytes: [UInt8], members: [ContentPacks.Member], needed: [SHA256Digest: [Int64]],
+    /// Writes each member of `parts` (what `want` fetched, a part per range) a download needs as
+    /// its partial file, each checked against its content's hash first; returns how many did not
+    /// match. `fill` is told of the files written, a few at a time, so that their transfers go
+    /// while the rest are.
+    private func write(_ want: Want, _ parts: [[UInt8]], members: [ContentPacks.Member], needed: [SHA256Digest: [Int64]],
                        root: LocalRoot, into fill: PackFill) -> Int {
-        let base = Int(want.bytes.lowerBound)
         let hasher = SHA256Hasher()
         var lying = 0
         var written: [Int64] = []
         defer { fill.wrote(written) }
-        for m in want.members {
+        for (k, m) in want.runs.enumerated().flatMap({ k, run in run.map { (k, $0) } }) {
             let member = members[m]
             guard let tasks = needed[member.sha256] else { continue }
-            let at = want.offsets[m - want.pack.members.lowerBound] - base
-            let right = bytes.count == want.bytes.count && at >= 0 && at + member.size <= bytes.count
+            let bytes = k < parts.count ? parts[k] : []
+            let at = want.offsets[m - want.pack.members.lowerBound] - Int(want.ranges[k].lowerBound)
+            let right = bytes.count == want.ranges[k].count && at >= 0 && at + member.size <= bytes.count
                 && bytes.withUnsafeBytes { hasher.digest(of: UnsafeRawBufferPointer(rebasing: $0[at..<(at + member.size)])) } == member.sha256
             guard right else {
                 lying += 1
