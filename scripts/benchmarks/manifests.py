@@ -124,9 +124,13 @@ def format_cost(ferry, files, per=1000):
                     f.write(f"{d}-{i}\n".encode())
                 os.utime(f"{root}/{rel}", (mtime, mtime))
             paths.append(rel)
-    nginx = Nginx(www)
+    nginx = Nginx(www, log=True)
     rows = {}
     counter = [0]
+
+    def logged():
+        """The lines of nginx's access log so far."""
+        return open(nginx.log).read().splitlines() if os.path.exists(nginx.log) else []
 
     def change(count):
         """Changes `count` more files on the remote, scattered over the tree."""
@@ -141,15 +145,18 @@ def format_cost(ferry, files, per=1000):
         cfg = BASE + f"/fc{fmt}.conf"
         ferry_config(cfg, nginx.url, local, state, 8, "max-delete = 100%\n")
         build_wall, build_rss, _, _ = run([ferry, "manifest", "build", www, "--format", str(fmt), "--quiet"])
+        before = len(logged())
         _, _, cold = run_events([ferry, "sync", "now", "--config", cfg])
+        # The mirror starts with the same files: a cold run fetches the manifest and its metadata only.
+        cold_requests = len(logged()) - before
         change(1)
         run([ferry, "manifest", "build", www, "--format", str(fmt), "--quiet"])
         one_wall, one_rss, one = run_events([ferry, "sync", "now", "--config", cfg])
         change(100)
         run([ferry, "manifest", "build", www, "--format", str(fmt), "--quiet"])
         _, _, hundred = run_events([ferry, "sync", "now", "--config", cfg])
-        rows[fmt] = (metadata_bytes(cold), metadata_bytes(one), metadata_bytes(hundred), build_wall, build_rss,
-                     one_wall, one_rss)
+        rows[fmt] = (metadata_bytes(cold), cold_requests, metadata_bytes(one), metadata_bytes(hundred), build_wall,
+                     build_rss, one_wall, one_rss)
     nginx.stop()
     shutil.rmtree(www, ignore_errors=True)
     shutil.rmtree(local, ignore_errors=True)
@@ -163,19 +170,22 @@ def format_sections(ferry, runs):
              "after a new `manifest build`); the build and the one-change sync timed once (wall, peak RSS). Targets "
              "(issue 20): one change ≤ 10 KB, 100 changes ≤ 200 KB at 100,000 files; cold ≤ 1.25 × the flat manifest; "
              "one change ≤ 10 KB at 1,000,000; build of 1,000,000 ≤ 16.6 s and 668 MiB, sync with one change ≤ 5.4 s "
-             "and 382 MiB.", "",
-             "| files | format | cold | one change | 100 changes | build | build RSS | sync, one change | its RSS |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "and 382 MiB; issue 56: a cold 100,000-file format-2 mirror's metadata in ≤ 64 requests (its requests "
+             "from nginx's log; the mirror holds the same files, so it fetches nothing else).", "",
+             "| files | format | cold | cold requests | one change | 100 changes | build | build RSS | sync, one change "
+             "| its RSS |",
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     verdicts = []
     for files in (100_000, 1_000_000):
         rows = format_cost(ferry, files)
-        for fmt, (cold, one, hundred, bw, brss, sw, srss) in rows.items():
-            lines.append(f"| {files:,} | {fmt} | {cold:,} B | {one:,} B | {hundred:,} B | {bw:.1f} s | "
+        for fmt, (cold, requests, one, hundred, bw, brss, sw, srss) in rows.items():
+            lines.append(f"| {files:,} | {fmt} | {cold:,} B | {requests:,} | {one:,} B | {hundred:,} B | {bw:.1f} s | "
                          f"{brss:.0f} MiB | {sw:.2f} s | {srss:.0f} MiB |")
         ratio = rows[2][0] / rows[1][0]
-        verdicts.append(f"At {files:,} files format 2 costs a cold mirror {ratio:.2f} × the flat manifest, one change "
-                        f"{rows[2][1]:,} B ({rows[1][1] / max(rows[2][1], 1):,.0f} × less than format 1), 100 changes "
-                        f"{rows[2][2]:,} B.")
+        verdict = ("target ≤ 64: " + ("meets it" if rows[2][1] <= 64 else "misses it")) if files == 100_000 else "no target"
+        verdicts.append(f"At {files:,} files format 2 costs a cold mirror {ratio:.2f} × the flat manifest in "
+                        f"{rows[2][1]:,} requests ({verdict}), one change {rows[2][2]:,} B "
+                        f"({rows[1][2] / max(rows[2][2], 1):,.0f} × less than format 1), 100 changes {rows[2][3]:,} B.")
     speed = subprocess.run(["openssl", "speed", "-seconds", "1", "ed25519"], capture_output=True, text=True).stdout
     verify = next((float(l.split()[-1]) for l in speed.splitlines()
                    if "Ed25519" in l and l.split()[-1].replace(".", "").isdigit()), 0.0)
