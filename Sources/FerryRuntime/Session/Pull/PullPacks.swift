@@ -9,8 +9,8 @@ import FerryCore
 /// as a range where the remote reads ranges, all of a pack's runs in one request where it reads
 /// several at once (`.multipleRanges`). Each member a download needs is written as that
 /// download's partial file, whole: the transfer, which waits for it (`PackFill.waits`), then
-/// verifies it from disk by its hash and places it with no request, as it does a partial a killed
-/// run left whole. Packs come in path order, as the transfers go, so files are placed while later
+/// takes it with the hash the fill checked as it wrote (`PackFill.wroteWhole`) and places it with
+/// no request, as it does a partial a killed run left whole (that one read back and hashed). Packs come in path order, as the transfers go, so files are placed while later
 /// packs still arrive. A member that does not hash to the content it stands for is not written
 /// (said once a run): its files are fetched alone, as all that no pack gave. A run killed here
 /// keeps what it wrote.
