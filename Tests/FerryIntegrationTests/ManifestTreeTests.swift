@@ -19,6 +19,11 @@ struct ManifestTreeTests {
         return (box, server)
     }
 
+    /// The metadata objects asked of `server` since its log was cleared, by name, in order.
+    static func objectsAsked(_ server: PythonServer) -> [String] {
+        server.requests().compactMap { $0["path"] as? String }.filter { $0.hasPrefix("/.ferry/meta/") }.map { String($0.dropFirst(13)) }
+    }
+
     static func metadataBytes(_ run: FerryRun) -> Int {
         run.events(named: "manifest-fetched").first?["metadata_bytes"] as? Int ?? -1
     }
@@ -50,7 +55,7 @@ struct ManifestTreeTests {
         let one = box.sync(["--json"])
         #expect(one.exitCode == 0, "\(one.output)")
         expectIdentical(box.published, box.local)
-        let fetched = server.requests().compactMap { $0["path"] as? String }.filter { $0.hasPrefix("/.ferry/meta/") }
+        let fetched = Self.objectsAsked(server)
         let levels = try readPublished(box.published).tree!.level
         #expect(fetched.count == levels + 1, "one object per level: \(fetched)")
         #expect(Self.metadataBytes(one) < 2_500 && Self.metadataBytes(one) * 10 < Self.metadataBytes(cold), "\(Self.metadataBytes(one)) of \(Self.metadataBytes(cold))")
@@ -68,7 +73,7 @@ struct ManifestTreeTests {
         let behind = box.sync(["--json"])
         #expect(behind.exitCode == 0, "\(behind.output)")
         expectIdentical(box.published, box.local)
-        let asked = Set(server.requests().compactMap { $0["path"] as? String }.filter { $0.hasPrefix("/.ferry/meta/") }.map { String($0.dropFirst(13)) })
+        let asked = Set(Self.objectsAsked(server))
         #expect(asked == expected, "only the objects of the newest tree the mirror lacked: \(asked.count) asked, \(expected.count) new")
 
         // At rest: one conditional request, answered 304, nothing else.
@@ -99,7 +104,7 @@ struct ManifestTreeTests {
         let run = box.sync(["--json"])
         #expect(run.exitCode == 0, "\(run.output)")
         expectIdentical(box.published, box.local)
-        let asked = Set(server.requests().compactMap { $0["path"] as? String }.filter { $0.hasPrefix("/.ferry/meta/") }.map { String($0.dropFirst(13)) })
+        let asked = Set(Self.objectsAsked(server))
         #expect(asked == expected, "the new objects alone: \(asked.count) asked, \(expected.count) new, \(Self.metadataBytes(run)) bytes")
     }
 

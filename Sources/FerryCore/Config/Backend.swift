@@ -69,8 +69,9 @@ public struct RemoteAbilities: OptionSet, Sendable {
     /// What the remote holds can be checked on every run at little cost (a local directory), not
     /// only once `verify-interval` has passed.
     public static let cheapInspection = RemoteAbilities(rawValue: 1 << 3)
-    /// Several ranges of a file come in one request (`Remote.fetchRanges`: a `multipart/byteranges`
-    /// answer over HTTP), so the scattered members of a pack cost one request.
+    /// Several ranges of a file are worth asking for together (`Remote.fetchRanges`: one request
+    /// with a `multipart/byteranges` answer over HTTP; a local directory reads each at no cost),
+    /// so the scattered members of a pack cost one request.
     public static let multipleRanges = RemoteAbilities(rawValue: 1 << 4)
 
     /// Each ability with its name, for `config show` and the docs.

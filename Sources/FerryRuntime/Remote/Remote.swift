@@ -21,8 +21,8 @@ protocol Remote: Sendable {
     /// remote does not give that range as asked (another range, the whole object), or cannot.
     func fetchRange(url: String, range: Range<Int64>) throws(FerryError) -> [UInt8]?
     /// Bytes `ranges` (in order, none overlapping) of the object at `url`, which holds `size`
-    /// bytes, in one request (where the backend has `.multipleRanges`); nil when the remote does
-    /// not give them so: the caller asks for each range alone.
+    /// bytes, in one request; nil when the remote does not give them so, or has no such request
+    /// (a `file://` remote, whose reads cost no round trip): the caller asks for each range alone.
     func fetchRanges(url: String, ranges: [Range<Int64>], size: Int64) throws(FerryError) -> [[UInt8]]?
     /// Where the remote is (its URL and backend).
     var base: RemoteLocation { get }

@@ -33,15 +33,6 @@ struct FileRemote: Remote {
         return bytes.count == range.count ? bytes : nil
     }
 
-    func fetchRanges(url: String, ranges: [Range<Int64>], size: Int64) throws(FerryError) -> [[UInt8]]? {
-        var parts: [[UInt8]] = []
-        for range in ranges {
-            guard let part = try fetchRange(url: url, range: range) else { return nil }
-            parts.append(part)
-        }
-        return parts
-    }
-
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {
         let fd: Int32
         if let relative = relativePath(of: url) {
