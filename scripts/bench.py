@@ -26,14 +26,14 @@ from benchmarks.report import merge_report, peer_versions, write_report  # noqa:
 from benchmarks.runners import BASE  # noqa: E402
 from benchmarks.s3 import s3_sections  # noqa: E402
 from benchmarks.sftp import sftp_sections  # noqa: E402
-from benchmarks.wan import wan_objects_sections, wan_sections  # noqa: E402
+from benchmarks.wan import wan_objects_sections, wan_sections, wan_tar_sections  # noqa: E402
 from benchmarks.small import real_tree_section, small_file_sections, small_only  # noqa: E402
 
 # --only NAME: the sections it measures alone, put in place of theirs in the existing report.
 ONLY = {"push": push_sections, "s3": s3_sections, "sftp": sftp_sections, "formats": format_sections,
         "generations": generations_sections, "realtree": lambda f, r: [real_tree_section(f, r)], "small": small_only,
         "million": million_sections, "delta": delta_sections, "fleet": fleet_sections, "realdata": realdata_sections,
-        "wan": wan_sections, "wan-objects": wan_objects_sections, "fleet-delta": fleet_delta_sections,
+        "wan": wan_sections, "wan-objects": wan_objects_sections, "wan-tar": wan_tar_sections, "fleet-delta": fleet_delta_sections,
         "fleet-reports": fleet_reports_sections}
 
 # The sections a full run measures after the pulls, in the report's order: each sets up its own

@@ -9,7 +9,7 @@
 #                                  fleet; realdata: a Debian root as tar and ext4, SQLite, a native library, built
 #                                  once into /var/tmp/ferry-bench-data, BENCH_REALDATA_SETS=app.db for one set)
 #                                  wan: through scripts/wanrelay.py (50 ms at 100 Mbit/s, 150 ms at 20 Mbit/s);
-#                                  wan-objects: its objects-layout rows alone
+#                                  wan-objects: its objects-layout rows alone; wan-tar: the real tar's rows alone
 #                                  fleet-delta: 30 agents take a 1% change through the site cache, BENCH_FLEET_DELTA_AGENTS=N
 #                                  fleet-reports: ferry fleet over 10,000 signed reports in SeaweedFS, BENCH_FLEET_REPORTS=N
 set -euo pipefail
