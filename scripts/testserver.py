@@ -35,6 +35,8 @@ Faults (per path, "*" for all):
   "no_etag": true        send Last-Modified only (as Python's http.server does)
   "stall_after": N       after N body bytes, send nothing more (until the client gives up)
   "delay": S             wait S seconds (a fraction allowed) before answering: a far or busy server
+                         (logged as "concurrent": how many requests were waiting out a delay, it
+                         included, when it began)
   "date_offset": S       the Date header S seconds off the real time (a server whose clock is wrong,
                          or a client's)
   "hang": true           accept the request (a GET, or a WebDAV PUT's body) and never answer it
@@ -79,6 +81,7 @@ class State:
     counts = {}
     sending = {}  # bodies being sent: id -> [overlapped]
     failing_gets = {}  # path -> GETs still to answer 503 (gets_fail_after_move)
+    delaying = 0  # requests waiting out a "delay" now
 
 
 def load_faults(path):
@@ -112,6 +115,8 @@ class Handler(BaseHTTPRequestHandler):
                  "authorization": self.headers.get("Authorization"), "range": self.headers.get("Range"),
                  "if_range": self.headers.get("If-Range"), "if_none_match": self.headers.get("If-None-Match"),
                  "expect": self.headers.get("Expect")}
+        if getattr(self, "concurrent", None):
+            entry["concurrent"] = self.concurrent
         with State.lock, open(State.options.log, "a") as f:
             f.write(json.dumps(entry) + "\n")
 
@@ -350,8 +355,14 @@ class Handler(BaseHTTPRequestHandler):
             if failing:
                 State.failing_gets[path] = failing - 1
         self.date_offset = float(faults.get("date_offset", 0))
+        self.concurrent = None
         if faults.get("delay"):
+            with State.lock:
+                State.delaying += 1
+                self.concurrent = State.delaying
             time.sleep(float(faults["delay"]))
+            with State.lock:
+                State.delaying -= 1
         if faults.get("hang"):
             self.record(0)
             # Nothing is ever sent: wait for the client to give up and close.

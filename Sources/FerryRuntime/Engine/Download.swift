@@ -148,6 +148,10 @@ final class Download: Transfer {
 
     var mode: TransferMode { strategy.mode(of: self) }
     var continues: Bool { strategy.continues }
+    var isShortRequest: Bool {
+        guard kind == .wholeFile, let size = entry.size else { return false }
+        return size - requestedOffset <= Depth.shortRequest && mode == .curl
+    }
     var waitingOn: (fd: Int32, events: Int16)? { strategy.waitingOn(of: self) }
     func outcomeWithoutRequest() -> TransferOutcome? { strategy.begin(self) }
     func prepare(_ easy: EasyHandle, context: UnsafeMutableRawPointer) {

@@ -34,6 +34,9 @@ protocol Transfer: AnyObject {
     /// another request or more steps (a delta's next range, after the local bytes before it), in
     /// whatever `mode` it now says; the engine then starts it again in the same slot.
     var continues: Bool { get }
+    /// Whether it is one short request (a small file fetched whole), whose time is the path's round
+    /// trip rather than its bytes: on a far path the engine runs more of these at once (`Depth`).
+    var isShortRequest: Bool { get }
 }
 
 extension Transfer {
@@ -44,6 +47,7 @@ extension Transfer {
     func tick() {}
     var waitingOn: (fd: Int32, events: Int16)? { nil }
     var continues: Bool { false }
+    var isShortRequest: Bool { false }
 }
 
 /// Where a download's steps read from themselves, without libcurl: a file of a `file://` remote

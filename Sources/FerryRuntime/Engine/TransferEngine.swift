@@ -81,6 +81,13 @@ final class TransferEngine: @unchecked Sendable {
         var exhausted = false
         var stopping = false
         var finished: [(Transfer, TransferOutcome)] = []
+        /// The slot units its running transfers hold (`Depth.slot` each, less for short requests
+        /// on a far path), and what its path's round trip lets short requests share.
+        var units = 0
+        var depth = Depth()
+        /// One it handed over that found no room (a large one where only a short one fitted):
+        /// started before it is asked for more.
+        var held: Transfer?
         /// The source's own bandwidth limit.
         let bucket: RateBucket
         /// Its run's own limits, in place of the global ones (`RunLimits`): a rate with its own
@@ -104,6 +111,7 @@ final class TransferEngine: @unchecked Sendable {
         let transfer: Transfer
         let retained: Unmanaged<AnyObject>
         let turn: Turn
+        let units: Int
     }
     private var turns: [Turn] = []
     /// The next turn to ask within each priority (round robin among equals).
@@ -113,8 +121,10 @@ final class TransferEngine: @unchecked Sendable {
     private var ratesSet = -Double.infinity
     /// Running transfers by easy handle (`.curl`) or by their own address (`.steps`).
     private var active: [UnsafeMutableRawPointer: Active] = [:]
-    /// Those of `active` that count against their run's own `transfers`, not the global limit.
-    private var activeOnOwnLimit = 0
+    /// The slot units `active` holds (`Depth`), and those of them that count against their run's
+    /// own `transfers`, not the global limit.
+    private var activeUnits = 0
+    private var ownUnits = 0
     private var stepping = 0
     /// Running transfers that have a `Throttle` (any bandwidth limit was configured when they
     /// started): without any, the loop does no bucket work.
@@ -154,7 +164,7 @@ final class TransferEngine: @unchecked Sendable {
         limit = Atomic(max(1, concurrency))
         multi = curl_multi_init()
         ferry_multi_setopt_long(multi, CURLMOPT_PIPELINING, Int(CURLPIPE_MULTIPLEX))
-        ferry_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, max(1, concurrency) * 2)
+        ferry_multi_setopt_long(multi, CURLMOPT_MAXCONNECTS, max(max(1, concurrency) * 2, Depth.most))
         try Threads.start(name: "ferry-engine") { [self] in loop() }
     }
 
@@ -193,6 +203,7 @@ final class TransferEngine: @unchecked Sendable {
 
             stopSourcesThatMust()
             for (handle, a) in active where a.transfer.cancelRequested { end(handle, a, .interrupted) }
+            for turn in turns where turn.held?.cancelRequested == true { release(heldBy: turn) }
             fill()
             deliver()
 
@@ -211,6 +222,7 @@ final class TransferEngine: @unchecked Sendable {
             while let message = curl_multi_info_read(multi, &left) {
                 guard ferry_msg_is_done(message) != 0, let handle = ferry_msg_easy(message), let a = active[handle] else { continue }
                 a.easy?.recordFirstByte()
+                if let seconds = a.easy?.requestToFirstByte { a.turn.depth.saw(seconds) }
                 end(handle, a, a.transfer.finish(code: ferry_msg_result(message), errorText: a.easy?.errorText))
             }
             var stepped = false
@@ -268,7 +280,15 @@ final class TransferEngine: @unchecked Sendable {
         for turn in turns where !turn.stopping && turn.source.shouldStop {
             turn.stopping = true
             for (handle, a) in active where a.turn === turn { end(handle, a, .interrupted) }
+            release(heldBy: turn)
         }
+    }
+
+    /// Hands a held transfer back to its source as interrupted (it never ran).
+    private func release(heldBy turn: Turn) {
+        guard let held = turn.held else { return }
+        turn.held = nil
+        turn.finished.append((held, .interrupted))
     }
 
     /// Starts transfers until the limits are reached or no source has anything due: the
@@ -276,19 +296,23 @@ final class TransferEngine: @unchecked Sendable {
     private func fill() {
         let concurrency = self.concurrency
         let share = TransferEngine.share(transfers: concurrency, sessions: sessions)
-        // Whether `turn` may start one more: within its session's limit, and within its run's
-        // own limit or else the global one and its share of it.
-        func room(_ turn: Turn) -> Bool {
-            guard turn.running < turn.source.limit else { return false }
-            if let own = turn.runTransfers { return turn.running < own }
-            return active.count - activeOnOwnLimit < concurrency && turn.running < share
+        func fits(_ used: Int, _ units: Int, _ slots: Int) -> Bool { slots >= Int.max / Depth.slot || used + units <= slots * Depth.slot }
+        // Whether `turn` may start one taking `units`: within its session's limit, and within its
+        // run's own limit or else the global one and its share of it.
+        func room(_ turn: Turn, _ units: Int) -> Bool {
+            guard fits(turn.units, units, turn.source.limit) else { return false }
+            if let own = turn.runTransfers { return fits(turn.units, units, own) }
+            return fits(activeUnits - ownUnits, units, concurrency) && fits(turn.units, units, share)
         }
+        func units(_ turn: Turn, short: Bool) -> Int { turn.depth.units(short: short, transfers: turn.runTransfers ?? concurrency) }
+        // Room for the least it could take (a short request); what it takes is known once handed over.
+        func anyRoom(_ turn: Turn) -> Bool { room(turn, units(turn, short: true)) }
         finishedThisFill = 0
         moreDue = false
         let priorities = Set(turns.map { $0.source.priority }).sorted(by: >)
         for priority in priorities where !moreDue {
             let group = turns.filter { $0.source.priority == priority }
-            guard group.contains(where: room) else { continue }
+            guard group.contains(where: anyRoom) else { continue }
             var cursor = cursors[priority] ?? 0
             var asked = Set<ObjectIdentifier>()
             var starting: [Turn] = []
@@ -298,10 +322,24 @@ final class TransferEngine: @unchecked Sendable {
                 for step in 0..<group.count {
                     let turn = group[(cursor + step) % group.count]
                     let id = ObjectIdentifier(turn)
-                    guard !turn.stopping, !turn.exhausted, !asked.contains(id), room(turn) else { continue }
+                    guard !turn.stopping, !turn.exhausted, !asked.contains(id), anyRoom(turn) else { continue }
+                    if let held = turn.held {
+                        guard room(turn, units(turn, short: held.isShortRequest)) else { asked.insert(id); continue }
+                        turn.held = nil
+                        start(held, for: turn, units: units(turn, short: held.isShortRequest))
+                        started = true
+                        if !starting.contains(where: { $0 === turn }) { starting.append(turn) }
+                        continue
+                    }
                     switch turn.source.next() {
                     case .start(let transfer):
-                        start(transfer, for: turn)
+                        let taking = units(turn, short: transfer.isShortRequest)
+                        guard room(turn, taking) else {
+                            turn.held = transfer
+                            asked.insert(id)
+                            continue
+                        }
+                        start(transfer, for: turn, units: taking)
                         started = true
                         if !starting.contains(where: { $0 === turn }) { starting.append(turn) }
                     case .notYet:
@@ -318,7 +356,7 @@ final class TransferEngine: @unchecked Sendable {
         }
     }
 
-    private func start(_ transfer: Transfer, for turn: Turn) {
+    private func start(_ transfer: Transfer, for turn: Turn, units: Int) {
         if let outcome = transfer.outcomeWithoutRequest() {
             turn.finished.append((transfer, outcome))
             finishedThisFill += 1
@@ -331,9 +369,11 @@ final class TransferEngine: @unchecked Sendable {
             transfer.throttle = Throttle([turn.runBucket ?? global, turn.bucket], budget: budget, holds: role == .held)
             throttled += 1
         }
-        attach(transfer, retained, turn)
+        attach(transfer, retained, turn, units: units)
         turn.running += 1
-        if turn.runTransfers != nil { activeOnOwnLimit += 1 }
+        turn.units += units
+        activeUnits += units
+        if turn.runTransfers != nil { ownUnits += units }
     }
 
     private func end(_ handle: UnsafeMutableRawPointer, _ a: Active, _ outcome: TransferOutcome) {
@@ -349,28 +389,30 @@ final class TransferEngine: @unchecked Sendable {
         // it holds: its turn, throttle and counts stay as they are.
         if case .succeeded = outcome, a.transfer.continues {
             guard let now = a.transfer.outcomeWithoutRequest() else {
-                attach(a.transfer, a.retained, a.turn)
+                attach(a.transfer, a.retained, a.turn, units: a.units)
                 return
             }
             outcome = now
         }
         if a.transfer.throttle != nil { throttled -= 1 }
         a.turn.running -= 1
-        if a.turn.runTransfers != nil { activeOnOwnLimit -= 1 }
+        a.turn.units -= a.units
+        activeUnits -= a.units
+        if a.turn.runTransfers != nil { ownUnits -= a.units }
         a.turn.finished.append((a.transfer, outcome))
         a.retained.release()
     }
 
     /// Runs a started transfer as its `mode` says: an easy handle in the multi handle, or steps.
-    private func attach(_ transfer: Transfer, _ retained: Unmanaged<AnyObject>, _ turn: Turn) {
+    private func attach(_ transfer: Transfer, _ retained: Unmanaged<AnyObject>, _ turn: Turn, units: Int) {
         switch transfer.mode {
         case .curl:
             let easy = idle.popLast() ?? EasyHandle()
             transfer.prepare(easy, context: retained.toOpaque())
             curl_multi_add_handle(multi, easy.handle)
-            active[easy.handle] = Active(easy: easy, transfer: transfer, retained: retained, turn: turn)
+            active[easy.handle] = Active(easy: easy, transfer: transfer, retained: retained, turn: turn, units: units)
         case .steps:
-            active[retained.toOpaque()] = Active(easy: nil, transfer: transfer, retained: retained, turn: turn)
+            active[retained.toOpaque()] = Active(easy: nil, transfer: transfer, retained: retained, turn: turn, units: units)
             stepping += 1
         }
     }
@@ -416,7 +458,7 @@ final class TransferEngine: @unchecked Sendable {
             turn.source.finished(batch)
             turn.exhausted = false  // a failure may have scheduled a retry
         }
-        let done = turns.filter { ($0.exhausted || $0.stopping) && $0.running == 0 && $0.finished.isEmpty }
+        let done = turns.filter { ($0.exhausted || $0.stopping) && $0.running == 0 && $0.held == nil && $0.finished.isEmpty }
         guard !done.isEmpty else { return }
         turns.removeAll { turn in done.contains { $0 === turn } }
         for turn in done { turn.handoff.done.signal() }

@@ -380,6 +380,16 @@ final class EasyHandle: @unchecked Sendable {
 
     /// The request is done: its first byte's time goes to its source's meter, if it has one.
     func recordFirstByte() { meter?.record(self) }
+
+    /// The seconds from the request's last byte sent to the response's first byte: the path's round
+    /// trip and the server's think time, without connecting (nil when libcurl has no figure).
+    var requestToFirstByte: Double? {
+        var sent: curl_off_t = 0, first: curl_off_t = 0
+        guard ferry_easy_getinfo_offt(handle, CURLINFO_PRETRANSFER_TIME_T, &sent) == CURLE_OK,
+              ferry_easy_getinfo_offt(handle, CURLINFO_STARTTRANSFER_TIME_T, &first) == CURLE_OK,
+              first > 0, first >= sent else { return nil }
+        return Double(first - sent) / 1e6
+    }
 }
 
 /// Receives response headers into a `ResponseHeaders` (userdata: Unmanaged<HeaderSink>).
