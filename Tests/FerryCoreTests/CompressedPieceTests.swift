@@ -66,6 +66,42 @@ struct CompressedPieceTests {
         #expect(random.allSatisfy { $0.stored == nil && $0.detail != nil })
     }
 
+    /// A compressed piece's runs come a range a request: local chunks between two fetched runs are
+    /// fetched too while the run that makes stays within the bound (in bytes of frames); a piece
+    /// stored as it is, or a bound that the run would pass, keeps the plan as it was.
+    @Test func localGapsBetweenFetchedRunsOfACompressedPieceAreFetchedWithinTheBound() throws {
+        let pieces = try Core.resolve(try Self.index(Self.text(2 << 20, seed: 3), compress: true))
+        let p = try #require(pieces.first { $0.stored != nil && $0.chunks.count >= 6 })
+        // Chunks 1 and 3 are held locally (at their own place in file 0): fetched, held, fetched, held, fetched...
+        var at = p.offset
+        var local: [DeltaPlan.LocalChunk] = []
+        for (i, c) in p.chunks.enumerated() {
+            if i == 1 || i == 3 { local.append(DeltaPlan.LocalChunk(c, at: DeltaPlan.Location(file: 0, offset: at))) }
+            at += Int64(c.length)
+        }
+        let plan = DeltaPlan(pieces: [p], local: local)
+        #expect(plan.pieces[0].segments.map { $0.from == nil } == [true, false, true, false, true])
+        let frames = try #require(plan.pieces[0].frames)
+        let lengths = p.chunks.map(\.length)
+        func stored(_ chunks: Range<Int>) -> Int {
+            let from = lengths[..<chunks.lowerBound].reduce(0, +)
+            return frames.storedRange(of: from..<from + lengths[chunks].reduce(0, +))!.count
+        }
+        let all = plan.bridgingGaps(upTo: stored(0..<p.chunks.count))
+        #expect(all.pieces[0].segments.count == 1 && all.pieces[0].segments[0].from == nil)
+        #expect(all.fetched == Int64(p.length) && all.reused == 0)
+        // A bound that takes chunks 0-2 in one run, not 0-4: the second gap stays local.
+        let first = plan.bridgingGaps(upTo: stored(0..<3))
+        #expect(first.pieces[0].segments.map { $0.from == nil } == [true, false, true])
+        #expect(first.reused == Int64(lengths[3]))
+        #expect(plan.bridgingGaps(upTo: stored(0..<3) - 1).pieces[0].segments == plan.pieces[0].segments)
+        // A piece stored as it is comes in ranges of several runs at once: left as it was.
+        var plain = p
+        plain.stored = nil
+        let asIs = DeltaPlan(pieces: [plain], local: local)
+        #expect(asIs.bridgingGaps(upTo: 1 << 30).pieces[0].segments == asIs.pieces[0].segments)
+    }
+
     /// A piece the remote already stores keeps the form it is stored in (as it is, from a ferry
     /// that did not compress; or its frames), without being compressed again.
     @Test func aPieceStoredBeforeKeepsItsForm() throws {

@@ -68,6 +68,37 @@ struct CompressedPiecesTests {
         #expect(update.events(named: "warning").isEmpty, "\(update.output)")
     }
 
+    /// Scattered small changes (a database's updated rows) touch a compressed piece in many runs:
+    /// each piece's runs come in few requests (the local chunks between them fetched too, within
+    /// the bound), not one request a run, and the file is exact.
+    @Test func scatteredChangesInACompressedPieceComeInFewRequests() throws {
+        let box = Sandbox("compressed-scattered")
+        let target = try ObjectLayoutTests.PushTarget("nginx", scratch: box.directory)
+        let nginx = try #require(target.nginxServer)
+        let layout = ObjectLayoutTests()
+        try layout.configure(box, target)
+        let old = Self.text(Self.size, seed: 21)
+        layout.write(box, "big.txt", old)
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        #expect(box.sync(["--session", "down"]).exitCode == 0)
+        var new = old
+        for at in stride(from: 1_000_000, to: 2_000_000, by: 20_000) {
+            new.replaceSubrange(at..<at + 40, with: Self.text(40, seed: UInt64(at)))
+        }
+        layout.write(box, "big.txt", new)
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        nginx.clearLog()
+        let update = box.sync(["--session", "down", "--json"])
+        #expect(update.exitCode == 0, "\(update.output)")
+        #expect(FileManager.default.contents(atPath: box.directory + "/dst/big.txt") == new)
+        let gets = nginx.requestLines().filter { $0.hasPrefix("GET ") && $0.contains("/" + RemoteLayout.contentDirectory + "/") }
+        let objects = Set(gets.map { $0.split(separator: " ")[1] })
+        // 50 changes in a few pieces: one request a run would be ~50.
+        #expect(!objects.isEmpty && gets.count <= 2 * objects.count + 2, "\(gets.count) requests for \(objects.count) objects")
+        let fetched = try #require(layout.moved(update, "big.txt"))
+        #expect(fetched < Self.size / 3, "far less than the file's frames: \(fetched) bytes")
+    }
+
     /// `frame` followed by a skippable frame (zstd's own padding) up to `size` bytes: an object of
     /// the size the index says, whose frames are not the piece's.
     static func padded(_ frame: [UInt8], to size: Int) -> Data {

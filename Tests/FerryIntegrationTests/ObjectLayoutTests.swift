@@ -24,6 +24,8 @@ struct ObjectLayoutTests {
         let lines: [String]
         private let root: String?
         private let nginx: NginxServer?
+        /// The nginx it runs on ("nginx"), for its access log.
+        var nginxServer: NginxServer? { nginx }
         private let apache: ApacheServer?
         private let store: SeaweedFS?
         private let ssh: SSHServer?

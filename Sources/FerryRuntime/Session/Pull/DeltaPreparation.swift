@@ -23,6 +23,9 @@ struct DeltaPreparation {
     let localHash: (RelativePath) -> SHA256Digest?
     /// Where the session keeps which index describes which content (`IndexMap`).
     let mapPath: String
+    /// A compressed piece's local bytes between two fetched runs are fetched too where the run
+    /// that makes takes at most this many bytes of frames (`DeltaPlan.bridgingGaps`).
+    static let bridgedRun = 60 << 10
     /// The current generation, when the root is a generation being built.
     var current: LocalRoot? = nil
     /// Files this run deletes (a rename's old name is among them).
@@ -118,7 +121,7 @@ struct DeltaPreparation {
             // A repeat of an earlier piece's bytes comes from the partial once that piece is in it.
             // What changed in place of held bytes, made finer with the changed pieces' details.
             let plan = refined(DeltaPlan(pieces: pieces, local: local, selfFile: usable.count), pieces: pieces,
-                               sources: usable, loader: loader)
+                               sources: usable, loader: loader).bridgingGaps(upTo: DeltaPreparation.bridgedRun)
             // Stored as pieces: every byte saved is worth it (a whole fetch costs a request a piece too).
             if plan.worthIt || (asPieces && plan.reused > 0) {
                 prepared.plans[entry.path] = (plan, usable)
