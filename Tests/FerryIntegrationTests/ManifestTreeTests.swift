@@ -189,6 +189,29 @@ struct ManifestTreeTests {
         }
     }
 
+    /// The cache writes each object under its own name without a temporary one: a symlink planted
+    /// there in place of an object is never written through (nor read as the object).
+    @Test func aSymlinkPlantedInTheObjectCacheIsNeverWrittenThrough() throws {
+        let (box, server) = try Self.world("tree-planted", files: 200)
+        defer { server.stop() }
+        box.buildManifest()
+        #expect(box.sync().exitCode == 0)
+        let cache = box.state + "/manifests/test.manifest.objects/"
+        let outside = box.directory + "/outside.txt"
+        try Data("not ferry's\n".utf8).write(to: URL(fileURLWithPath: outside))
+        let names = try FileManager.default.contentsOfDirectory(atPath: cache)
+        for name in names {
+            try FileManager.default.removeItem(atPath: cache + name)
+            try FileManager.default.createSymbolicLink(atPath: cache + name, withDestinationPath: outside)
+        }
+        box.publish("d0/file-0.txt", "new\n")
+        box.buildManifest()
+        let run = box.sync()
+        #expect(run.exitCode == 0, "\(run.output)")
+        expectIdentical(box.published, box.local)
+        #expect(FileManager.default.contents(atPath: outside) == Data("not ferry's\n".utf8))
+    }
+
     @Test func formatOneIsStillReadAndASessionSwitchesEitherWay() throws {
         let (box, server) = try Self.world("tree-format1", files: 50)
         defer { server.stop() }

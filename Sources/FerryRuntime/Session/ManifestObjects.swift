@@ -153,12 +153,22 @@ final class ManifestObjects {
         defer { kept.removeAll() }
         guard let directory = cacheDirectory() else { return }
         let objects = kept
-        write { for (digest, bytes) in objects where access(directory + "/" + digest.hex, F_OK) != 0 { ManifestObjects.store(bytes, as: digest, in: directory) } }
+        write { for (digest, bytes) in objects { ManifestObjects.store(bytes, as: digest, in: directory) } }
     }
 
-    /// Writes an object into the cache directory (not synced: see `keep`).
+    /// Writes an object into the cache directory under its own name, unless a file of that name is
+    /// there (held already, or a symlink someone planted: never followed). Not synced and not
+    /// through a temporary name (see `keep`): every read checks the bytes against the name, and
+    /// removes one that does not match (torn by a crash, or read while a second ferry writes it),
+    /// which is then fetched again. A cold 1 GiB mirror keeps its index's ~7,800 objects so in
+    /// three system calls each, not six (0.2 s after its download, on its critical path).
     private static func store(_ bytes: [UInt8], as digest: SHA256Digest, in directory: String) {
-        try? FileSystem.writeAtomically(directory + "/" + digest.hex, bytes: bytes, mode: 0o600, synced: false)
+        let path = directory + "/" + digest.hex
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { return }
+        let written = bytes.isEmpty || bytes.withUnsafeBytes { FileSystem.write(fd: fd, $0.baseAddress!, count: $0.count, at: 0) }
+        close(fd)
+        if !written { unlink(path) }
     }
 
     /// Whether the cache holds no object at all (a cold mirror, or one whose cache was lost): read
