@@ -34,7 +34,8 @@ ONLY = {"push": push_sections, "s3": s3_sections, "sftp": sftp_sections, "format
         "generations": generations_sections, "realtree": lambda f, r: [real_tree_section(f, r)], "small": small_only,
         "million": million_sections, "delta": delta_sections, "fleet": fleet_sections, "realdata": realdata_sections,
         "wan": wan_sections, "wan-objects": wan_objects_sections, "wan-tar": wan_tar_sections, "fleet-delta": fleet_delta_sections,
-        "fleet-reports": fleet_reports_sections}
+        "fleet-reports": fleet_reports_sections,
+        "pull": lambda f, r: pull_sections(f, r, *pull_workloads(f))}
 
 # The sections a full run measures after the pulls, in the report's order: each sets up its own
 # data and servers, and returns its sections. A new section is a function (ferry, runs) -> [section],

@@ -12,6 +12,7 @@
 #                                  wan-objects: its objects-layout rows alone; wan-tar: the real tar's rows alone
 #                                  fleet-delta: 30 agents take a 1% change through the site cache, BENCH_FLEET_DELTA_AGENTS=N
 #                                  fleet-reports: ferry fleet over 10,000 signed reports in SeaweedFS, BENCH_FLEET_REPORTS=N
+#                                  pull: the 1 GiB download, the unchanged 10,000-file tree, the agent at rest
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --bench
