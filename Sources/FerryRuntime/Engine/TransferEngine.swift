@@ -76,13 +76,12 @@ final class TransferEngine: @unchecked Sendable {
     // Engine thread only.
     private final class Turn {
         let handoff: Handoff
-        var running = 0
         /// Returned `.none`: nothing more until one of its transfers ends (a failure may retry).
         var exhausted = false
         var stopping = false
         var finished: [(Transfer, TransferOutcome)] = []
         /// The slot units its running transfers hold (`Depth.slot` each, less for short requests
-        /// on a far path), and what its path's round trip lets short requests share.
+        /// on a far path; none: nothing runs), and what its path's round trip lets short requests share.
         var units = 0
         var depth = Depth()
         /// One it handed over that found no room (a large one where only a short one fitted):
@@ -324,9 +323,10 @@ final class TransferEngine: @unchecked Sendable {
                     let id = ObjectIdentifier(turn)
                     guard !turn.stopping, !turn.exhausted, !asked.contains(id), anyRoom(turn) else { continue }
                     if let held = turn.held {
-                        guard room(turn, units(turn, short: held.isShortRequest)) else { asked.insert(id); continue }
+                        let taking = units(turn, short: held.isShortRequest)
+                        guard room(turn, taking) else { asked.insert(id); continue }
                         turn.held = nil
-                        start(held, for: turn, units: units(turn, short: held.isShortRequest))
+                        start(held, for: turn, units: taking)
                         started = true
                         if !starting.contains(where: { $0 === turn }) { starting.append(turn) }
                         continue
@@ -370,7 +370,6 @@ final class TransferEngine: @unchecked Sendable {
             throttled += 1
         }
         attach(transfer, retained, turn, units: units)
-        turn.running += 1
         turn.units += units
         activeUnits += units
         if turn.runTransfers != nil { ownUnits += units }
@@ -395,7 +394,6 @@ final class TransferEngine: @unchecked Sendable {
             outcome = now
         }
         if a.transfer.throttle != nil { throttled -= 1 }
-        a.turn.running -= 1
         a.turn.units -= a.units
         activeUnits -= a.units
         if a.turn.runTransfers != nil { ownUnits -= a.units }
@@ -458,7 +456,7 @@ final class TransferEngine: @unchecked Sendable {
             turn.source.finished(batch)
             turn.exhausted = false  // a failure may have scheduled a retry
         }
-        let done = turns.filter { ($0.exhausted || $0.stopping) && $0.running == 0 && $0.held == nil && $0.finished.isEmpty }
+        let done = turns.filter { ($0.exhausted || $0.stopping) && $0.units == 0 && $0.held == nil && $0.finished.isEmpty }
         guard !done.isEmpty else { return }
         turns.removeAll { turn in done.contains { $0 === turn } }
         for turn in done { turn.handoff.done.signal() }
