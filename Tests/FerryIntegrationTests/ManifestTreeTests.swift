@@ -169,12 +169,17 @@ struct ManifestTreeTests {
         expectIdentical(box.published, box.local)
     }
 
-    @Test func aDamagedCachedObjectIsFetchedAgain() throws {
-        let (box, server) = try Self.world("tree-damaged", files: 200)
-        defer { server.stop() }
+    /// A 200-file tree mirrored once, its objects in the cache: the world, and the cache's directory.
+    static func cachedWorld(_ label: String) throws -> (Sandbox, PythonServer, cache: String) {
+        let (box, server) = try world(label, files: 200)
         box.buildManifest()
         #expect(box.sync().exitCode == 0)
-        let cache = box.state + "/manifests/test.manifest.objects/"
+        return (box, server, box.state + "/manifests/test.manifest.objects/")
+    }
+
+    @Test func aDamagedCachedObjectIsFetchedAgain() throws {
+        let (box, server, cache) = try Self.cachedWorld("tree-damaged")
+        defer { server.stop() }
         let names = try FileManager.default.contentsOfDirectory(atPath: cache).sorted()
         // Damage every cached object: the next version shares all but a path with this one.
         for name in names { try Data("rot".utf8).write(to: URL(fileURLWithPath: cache + name)) }
@@ -192,11 +197,8 @@ struct ManifestTreeTests {
     /// The cache writes each object under its own name without a temporary one: a symlink planted
     /// there in place of an object is never written through (nor read as the object).
     @Test func aSymlinkPlantedInTheObjectCacheIsNeverWrittenThrough() throws {
-        let (box, server) = try Self.world("tree-planted", files: 200)
+        let (box, server, cache) = try Self.cachedWorld("tree-planted")
         defer { server.stop() }
-        box.buildManifest()
-        #expect(box.sync().exitCode == 0)
-        let cache = box.state + "/manifests/test.manifest.objects/"
         let outside = box.directory + "/outside.txt"
         try Data("not ferry's\n".utf8).write(to: URL(fileURLWithPath: outside))
         let names = try FileManager.default.contentsOfDirectory(atPath: cache)
