@@ -24,6 +24,11 @@ protocol Remote: Sendable {
     /// bytes, in one request; nil when the remote does not give them so, or has no such request
     /// (a `file://` remote, whose reads cost no round trip): the caller asks for each range alone.
     func fetchRanges(url: String, ranges: [Range<Int64>], size: Int64) throws(FerryError) -> [[UInt8]]?
+    /// The immutable object at `url` (`part.size` bytes at most), its bytes kept in `part` as they
+    /// arrive; where `part` holds the first bytes from an earlier run, only the rest is asked for
+    /// (one range), and the answer is those bytes and the rest. nil: this remote cannot (the
+    /// caller fetches the object as a manifest).
+    func fetchKept(url: String, part: ObjectPart) throws(FerryError) -> ManifestFetch?
     /// Where the remote is (its URL and backend).
     var base: RemoteLocation { get }
     /// The run's clock, which its downloads keep their checkpoints on.
@@ -34,6 +39,7 @@ extension Remote {
     func origin(of source: RelativePath, content: SHA256Digest) -> Download.Origin { origin(of: source) }
     func fetchRange(url: String, range: Range<Int64>) throws(FerryError) -> [UInt8]? { nil }
     func fetchRanges(url: String, ranges: [Range<Int64>], size: Int64) throws(FerryError) -> [[UInt8]]? { nil }
+    func fetchKept(url: String, part: ObjectPart) throws(FerryError) -> ManifestFetch? { nil }
 
     /// The transfer that brings `entry`, whose bytes are at `source` under the remote
     /// (`RemoteLayout.location`), into `partial`, whose first `resumeFrom` bytes were recorded

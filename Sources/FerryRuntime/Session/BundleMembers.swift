@@ -26,8 +26,7 @@ final class BundleMembers {
     /// Fetches `bundles` (each within the size it is named with, all at once) and takes their members.
     func take(_ bundles: [ObjectBundle.Named]) {
         do throws(FerryError) {
-            let fetched = try objects.fetchUncached(bundles.map(\.sha256), source: source,
-                                                    maximumSize: bundles.map(\.size).max() ?? 0)
+            let fetched = try objects.fetchUncached(bundles, source: source)
             let hasher = SHA256Hasher()
             var unread = 0
             for bytes in fetched {
@@ -47,14 +46,15 @@ final class BundleMembers {
     func holds(_ digest: SHA256Digest) -> Bool { members[digest] != nil }
 
     /// Each object of `batch`: a member where a bundle gave it, else from the cache or the remote
-    /// (`ManifestObjects.load`). With `keep`, a member goes into the cache as if fetched alone
-    /// (and from memory: the cache has it now); without (a detail), it stays here.
-    func gather(_ batch: [SHA256Digest], keep: Bool, maximumSize: Int,
+    /// (`ManifestObjects.load`). With `keep`, a member goes into the cache as if fetched alone,
+    /// and from memory (the cache has it now) unless `retain` (a detail, which a plan may ask for
+    /// again while the cache is still being written).
+    func gather(_ batch: [SHA256Digest], keep: Bool, retain: Bool = false, maximumSize: Int,
                 index: Bool) throws(FerryError) -> [[UInt8]] {
         var out = [[UInt8]](repeating: [], count: batch.count)
         var rest: [Int] = []
         for (i, digest) in batch.enumerated() {
-            if let bytes = keep ? members.removeValue(forKey: digest) : members[digest] {
+            if let bytes = keep && !retain ? members.removeValue(forKey: digest) : members[digest] {
                 out[i] = bytes
                 if keep { objects.keep(digest, bytes) }
             } else {

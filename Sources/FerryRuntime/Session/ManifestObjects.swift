@@ -189,13 +189,18 @@ final class ManifestObjects {
         return access(directory + "/" + digest.hex, F_OK) == 0
     }
 
-    /// Objects fetched whole, each checked against its name and at most `maximumSize` bytes, and
-    /// not cached: a content index's bundles, whose members the cache keeps instead (`keep`).
-    /// Through the mirrors first, as `load` fetches; what the remote sends wrong is remembered.
-    func fetchUncached(_ digests: [SHA256Digest], source: String, maximumSize: Int) throws(FerryError) -> [[UInt8]] {
-        guard let (remote, prefix) = self.remote, !digests.isEmpty else { return [] }
-        let fetched = try fetch(digests, from: remote, prefix: prefix, source: source, maximumSize: maximumSize,
-                                bad: bad)
+    /// Objects fetched whole, each checked against its name and at most its named size, and not
+    /// cached: a content index's or a tree's bundles and lists, whose members the cache keeps
+    /// instead (`keep`). Through the mirrors first, as `load` fetches; what the remote sends wrong
+    /// is remembered. Each one's bytes are kept as they arrive (`ObjectPart`), so that a run
+    /// killed while a large one comes over a slow link leaves them to the next, which asks for the
+    /// rest.
+    func fetchUncached(_ named: [ObjectBundle.Named], source: String) throws(FerryError) -> [[UInt8]] {
+        guard let (remote, prefix) = self.remote, !named.isEmpty else { return [] }
+        let parts = keeps ? cacheDirectory() : nil
+        let fetched = try fetch(named.map(\.sha256), from: remote, prefix: prefix, source: source,
+                                maximumSize: named.map(\.size).max() ?? 0, bad: bad,
+                                parts: named.map { one in parts.map { ObjectPart(path: $0 + "/" + one.sha256.hex + ".part", size: Int64(one.size)) } })
         fetchedObjects += fetched.count
         fetchedBytes += fetched.reduce(0) { $0 + Int64($1.count) }
         return fetched
@@ -266,14 +271,16 @@ final class ManifestObjects {
 
     /// Fetches objects, up to 8 at once, each checked against its name.
     /// Each object from the first mirror that has it as named, else from the remote.
+    /// `parts`: where each object's bytes are kept as they arrive (none: not kept).
     private func fetch(_ digests: [SHA256Digest], from remote: Remote, prefix: String, source: String,
-                       maximumSize: Int, bad: BadObjects?) throws(FerryError) -> [[UInt8]] {
+                       maximumSize: Int, bad: BadObjects?,
+                       parts: [ObjectPart?] = []) throws(FerryError) -> [[UInt8]] {
         if let bad, let (digest, since) = digests.lazy.compactMap({ d in bad.knownBad(d).map { (d, $0) } }).first {
             throw ManifestObjects.knownBad(digest, since: since, prefix: prefix, source: source)
         }
         let (results, error) = Lanes.run(digests.count, lanes: 8, name: "ferry-meta") { i throws(FerryError) -> [UInt8] in
             try self.fetchFromSources(digests[i], remote: remote, prefix: prefix, source: source, maximumSize: maximumSize,
-                                      bad: bad).get()
+                                      bad: bad, part: i < parts.count ? parts[i] : nil).get()
         }
         if let error { throw error }
         return results.map { $0! }
@@ -315,7 +322,7 @@ final class ManifestObjects {
     /// An object from the first mirror that has it as named, else from the remote, each answer
     /// counted for its source (which judges what a mirror's wrong object costs it).
     private func fetchFromSources(_ digest: SHA256Digest, remote: Remote, prefix: String, source: String, maximumSize: Int,
-                                  bad: BadObjects?) -> Result<[UInt8], FerryError> {
+                                  bad: BadObjects?, part: ObjectPart? = nil) -> Result<[UInt8], FerryError> {
         let sources = self.mirrors
         func counted(_ place: Int, _ fetch: () throws(FerryError) -> [UInt8]) throws(FerryError) -> [UInt8] {
             do throws(FerryError) {
@@ -329,12 +336,14 @@ final class ManifestObjects {
         }
         for mirror in sources?.objectMirrors() ?? [] where sources?.asks(mirror.place) == true {
             if let bytes = try? counted(mirror.place, { () throws(FerryError) in
-                try ManifestObjects.fetchOne(digest, from: mirror.remote, prefix: mirror.prefix, source: source, maximumSize: maximumSize)
+                try ManifestObjects.fetchOne(digest, from: mirror.remote, prefix: mirror.prefix, source: source, maximumSize: maximumSize,
+                                             part: part)
             }) { return .success(bytes) }
         }
         do throws(FerryError) {
             return .success(try counted(sources?.originPlace ?? 0) { () throws(FerryError) in
-                try ManifestObjects.fetchOne(digest, from: remote, prefix: prefix, source: source, maximumSize: maximumSize)
+                try ManifestObjects.fetchOne(digest, from: remote, prefix: prefix, source: source, maximumSize: maximumSize,
+                                             part: part)
             })
         } catch {
             // The origin's own copy is wrong: remembered, so the next poll does not ask again.
@@ -343,12 +352,18 @@ final class ManifestObjects {
         }
     }
 
+    /// `part`: where its bytes are kept as they come (`ObjectPart`); a part resumed that does not
+    /// make the object costs one fetch of the whole.
     private static func fetchOne(_ digest: SHA256Digest, from remote: Remote, prefix: String, source: String,
-                                 maximumSize: Int) throws(FerryError) -> [UInt8] {
+                                 maximumSize: Int, part: ObjectPart? = nil) throws(FerryError) -> [UInt8] {
         let url = prefix + digest.hex
         let answer: ManifestFetch
         do throws(FerryError) {
-            answer = try remote.fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: Int64(maximumSize))
+            if let part, let kept = try remote.fetchKept(url: url, part: part) {
+                answer = kept
+            } else {
+                answer = try remote.fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: Int64(maximumSize))
+            }
         } catch where error.cause == .wrongLength {
             throw FerryError(.manifest, "the metadata object \(url) that manifest \(source) names is larger than the "
                                         + "\(Units.formatBytes(Int64(maximumSize))) it may hold: refused, nothing was changed",
@@ -357,7 +372,13 @@ final class ManifestObjects {
         }
         switch answer {
         case let .fetched(bytes, _, _, _):
-            guard SHA256Hasher.digest(of: bytes) == digest else {
+            let matches = SHA256Hasher.digest(of: bytes) == digest
+            part?.discard()
+            if !matches, let part, part.resumedFrom > 0 {
+                // What an earlier run kept, or the rest asked for, was not the object's: the whole, once.
+                return try fetchOne(digest, from: remote, prefix: prefix, source: source, maximumSize: maximumSize)
+            }
+            guard matches else {
                 throw FerryError(.manifest, "the metadata object \(url) that manifest \(source) names does not match its hash (it holds \(Units.formatBytes(Int64(bytes.count))) of something else): refused, nothing was changed",
                                  hint: "the remote's copy was altered or damaged: a push writes it again when it next verifies what it published (verify-interval, or ferry sync now on the publisher); after ferry manifest build, run it again",
                                  cause: .contentMismatch(afterResume: false))

@@ -55,7 +55,7 @@ final class TreeLoader {
     /// The bundles `list` names (nil, said once a run, when it cannot be had or read).
     private func bundles(listed list: ObjectBundle.Named) -> [ObjectBundle.Named]? {
         do throws(FerryError) {
-            guard let bytes = try objects.fetchUncached([list.sha256], source: source, maximumSize: list.size).first,
+            guard let bytes = try objects.fetchUncached([list], source: source).first,
                   let bundles = ObjectBundle.treeList(bytes, bound: bound) else {
                 throw FerryError(.manifest, "its list of bundles \(list.sha256.hex) is not one")
             }

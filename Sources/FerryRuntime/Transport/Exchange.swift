@@ -18,8 +18,10 @@ enum Exchange {
     }
 
     /// `prepare` sets what this request needs beyond `request` (decoding, size limits).
+    /// `spill`: where the body is also written as it arrives, when its headers say it is wanted.
     static func perform(_ easy: EasyHandle, _ request: HTTPRequest, body: [UInt8]? = nil, limit: Int, dropExcess: Bool = false,
-                        followRedirects: Bool = false, prepare: (EasyHandle) -> Void = { _ in }) -> Answer {
+                        followRedirects: Bool = false, spill: BodySpill? = nil,
+                        prepare: (EasyHandle) -> Void = { _ in }) -> Answer {
         easy.configure(url: request.url, settings: request.settings, extraHeaders: request.headers)
         // A write or a signed request would be replayed elsewhere by a redirect.
         if !followRedirects { easy.set(CURLOPT_FOLLOWLOCATION, 0) }
@@ -49,6 +51,10 @@ enum Exchange {
             easy.set(CURLOPT_READDATA, pointer: sourceRef.toOpaque())
         }
         sink.announced = { headers.headers.contentLength }
+        if let spill {
+            sink.spill = spill
+            spill.headers = { headers.headers }
+        }
         let watch = request.settings.stop.map { Unmanaged.passRetained(StopWatch($0)) }
         defer { watch?.release() }
         if let watch {
@@ -78,7 +84,29 @@ final class BodyBuffer {
     var overflowed = false
     /// The length the response announced (read at the first body byte).
     var announced: () -> Int64? = { nil }
+    var spill: BodySpill?
     init(limit: Int) { self.limit = limit }
+}
+
+/// Where a body is also written as it arrives (`ObjectPart`: a large metadata object, kept so a
+/// run killed while it comes resumes it), given the bytes and their offset in the body. Whether
+/// it is wanted is asked of the answer's headers at its first byte (a redirect's or an error's
+/// body is not).
+final class BodySpill {
+    private let wanted: (ResponseHeaders) -> Bool
+    private let write: (UnsafeRawBufferPointer, Int64) -> Void
+    fileprivate var headers: () -> ResponseHeaders? = { nil }
+    private var on: Bool?
+
+    init(wanted: @escaping (ResponseHeaders) -> Bool, write: @escaping (UnsafeRawBufferPointer, Int64) -> Void) {
+        self.wanted = wanted
+        self.write = write
+    }
+
+    fileprivate func take(_ bytes: UnsafeRawBufferPointer, at offset: Int) {
+        if on == nil { on = headers().map(wanted) ?? false }
+        if on == true { write(bytes, Int64(offset)) }
+    }
 }
 
 let bodyCallback: ferry_data_callback = { buffer, size, count, userdata in
@@ -99,7 +127,10 @@ let bodyCallback: ferry_data_callback = { buffer, size, count, userdata in
         body.overflowed = true
         return 0
     }
-    buffer.map { body.bytes.append(contentsOf: UnsafeRawBufferPointer(start: $0, count: n)) }
+    guard let buffer else { return n }
+    let bytes = UnsafeRawBufferPointer(start: buffer, count: n)
+    body.spill?.take(bytes, at: body.bytes.count)
+    body.bytes.append(contentsOf: bytes)
     return n
 }
 

@@ -47,12 +47,41 @@ struct HTTPRemote: Remote {
     }
 
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {
+        try fetchManifest(url: url, etag: etag, lastModified: lastModified, maximumSize: maximumSize, spill: nil)
+    }
+
+    /// The rest of what `part` holds, asked as one range (its answer written on into the part as it
+    /// comes); where that range is not given as asked, the whole object, written into the part from
+    /// its start.
+    func fetchKept(url: String, part: ObjectPart) throws(FerryError) -> ManifestFetch? {
+        let kept = part.kept()
+        if !kept.isEmpty {
+            let rest = Int64(kept.count)..<part.size
+            let spill = BodySpill(wanted: { headers in
+                headers.status == 206 && headers.contentRange.flatMap(ResponsePolicy.parseContentRange)?.first == rest.lowerBound
+            }, write: { part.write($0, at: rest.lowerBound + $1) })
+            let answer = EasyHandle.borrow { easy in
+                Exchange.perform(easy, HTTPRequest(url: url, headers: ["Range: bytes=\(rest.lowerBound)-\(rest.upperBound - 1)"],
+                                                   settings: settings),
+                                 limit: rest.count, followRedirects: true, spill: spill)
+            }
+            if let bytes = try? Remotes.range(answer, rest, url: url) {
+                part.resuming(rest.lowerBound)
+                return .fetched(bytes: kept + bytes, etag: nil, lastModified: nil)
+            }
+        }
+        let spill = BodySpill(wanted: { $0.status == 200 }, write: { part.write($0, at: $1) })
+        return try fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: part.size, spill: spill)
+    }
+
+    private func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64,
+                               spill: BodySpill?) throws(FerryError) -> ManifestFetch {
         var conditions: [String] = []
         if let etag { conditions.append("If-None-Match: \(etag)") }
         if let lastModified { conditions.append("If-Modified-Since: \(lastModified)") }
         let answer = EasyHandle.borrow { easy in
             Exchange.perform(easy, HTTPRequest(url: url, headers: conditions, settings: settings), limit: Int(maximumSize),
-                             followRedirects: true) { easy in
+                             followRedirects: true, spill: spill) { easy in
                 easy.set(CURLOPT_ACCEPT_ENCODING, "")  // manifests compress well; libcurl decodes
                 easy.set(CURLOPT_MAXFILESIZE_LARGE, Int(maximumSize))
             }

@@ -2,8 +2,8 @@ import Glibc
 import FerryCore
 
 /// A delta's plan made finer with the details of the pieces it fetches part of (`PieceDetail`,
-/// `DeltaPlan.refine`): the detail objects come like the index's (`IndexLoader`: the cache does
-/// not keep them; many wanted come in the index's detail bundles), and the old bytes where a
+/// `DeltaPlan.refine`): the detail objects come like the index's (`IndexLoader`: many wanted come
+/// in the index's detail bundles), and the old bytes where a
 /// changed run stood are read from the plan's local files. A detail that cannot be had costs only
 /// the bytes it would have saved.
 extension DeltaPreparation {
@@ -11,7 +11,7 @@ extension DeltaPreparation {
                  loader: IndexLoader) -> DeltaPlan {
         let wanted = plan.detailsWanted(pieces, files: sources.count)
         guard !wanted.isEmpty else { return plan }
-        loader.expectDetails(Set(wanted.map { pieces[$0].detail! }).count)
+        loader.expectDetails(Set(wanted.map { pieces[$0].detail! }))
         let files = sources.map { try? $0.root.open($0.path, for: "to reuse its bytes") }
         defer { for fd in files { if let fd { close(fd) } } }
         var plan = plan

@@ -4,8 +4,8 @@ import FerryCore
 /// session's cache, else fetched. Where a read needs many objects the cache lacks, it fetches the
 /// bundles the index's top names (`IndexBundle`, through `BundleMembers`) and takes them from
 /// there; otherwise each object is its own request, so an update of a few pieces fetches only
-/// those. The members the index is made of go into the cache as if fetched one by one; details
-/// and the bundles themselves do not.
+/// those. The members the index is made of and its details go into the cache as if fetched one
+/// by one; the bundles themselves do not.
 final class IndexLoader {
     let top: SHA256Digest
     /// What the top names, once it was read (nil before; empty lists for a top without bundles).
@@ -36,17 +36,19 @@ final class IndexLoader {
         return out
     }
 
-    /// Before details are loaded: `count` of them are wanted; when that is many, the detail
-    /// bundles are fetched (a wish, not a batch: none of it is cached, and that alone is not many).
-    func expectDetails(_ count: Int) {
-        guard let lists, !tried.details, !lists.details.isEmpty,
-              ObjectBundle.worthFetching(missing: count, of: 0, bundleBytes: lists.detailBytes) else { return }
+    /// Before details are loaded: `names` are wanted; when many of them are not in the cache, the
+    /// detail bundles are fetched (a wish, not a batch: that alone is not many).
+    func expectDetails(_ names: Set<SHA256Digest>) {
+        guard let lists, !tried.details, !lists.details.isEmpty else { return }
+        let missing = names.count { !members.holds($0) && !members.objects.has($0) }
+        guard ObjectBundle.worthFetching(missing: missing, of: 0, bundleBytes: lists.detailBytes) else { return }
         tried.details = true
         members.take(lists.details)
     }
 
-    /// The details `names` (the cache does not keep them: a detail serves one update).
+    /// The details `names`. The cache keeps them until the run that takes the update ends (its
+    /// sweep), so a run killed while it fetches the pieces does not fetch them again.
     func details(_ names: [SHA256Digest]) throws(FerryError) -> [[UInt8]] {
-        try members.gather(names, keep: false, maximumSize: ContentIndex.maximumObjectSize, index: true)
+        try members.gather(names, keep: true, retain: true, maximumSize: ContentIndex.maximumObjectSize, index: true)
     }
 }

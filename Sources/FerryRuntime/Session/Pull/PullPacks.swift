@@ -57,7 +57,7 @@ struct PullPacks {
         let objects = prepared.preparation.objects
         let outcome = Mutex(PackFill.Outcome())
         do throws(FerryError) {
-            let list = try objects.fetchUncached([named.sha256], source: pull.session.manifestURL, maximumSize: named.size)
+            let list = try objects.fetchUncached([named], source: pull.session.manifestURL)
             outcome.withLock { $0.bytes += Int64(list.first?.count ?? 0) }
             guard let bytes = list.first, let (packs, members) = ContentPacks.read(list: bytes, for: prepared.manifest.entries) else {
                 throw FerryError(.manifest, "the list of packs the manifest names is not one of its files")

@@ -1,0 +1,64 @@
+import Glibc
+import FerryCore
+
+/// What has arrived of one large metadata object (a content index's or a tree's bundle): its
+/// bytes written to `<cache>/<sha256>.part` as they come (`Remote.fetchKept`), so a run killed or
+/// cut off while it comes leaves them, and the next asks only for the rest. The part is checked
+/// only with the whole object, against its name; a part that was wrong costs one fetch of the
+/// whole (`ManifestObjects`). The file is opened without following a symlink planted at its
+/// name (nothing is kept then), and is gone once the object is whole or when the run's cache is
+/// swept (its name is not an object's).
+final class ObjectPart {
+    let path: String
+    /// The object's size, as the name that leads to it says.
+    let size: Int64
+    private var fd: Int32 = -1
+    /// Whether the part cannot be written (a planted symlink, no space): the object still comes.
+    private var unwritable = false
+    /// Bytes of an earlier run this one resumed from (0: it fetched the whole object).
+    private(set) var resumedFrom: Int64 = 0
+
+    init(path: String, size: Int64) {
+        self.path = path
+        self.size = size
+    }
+
+    deinit { if fd >= 0 { close(fd) } }
+
+    /// The bytes an earlier run kept: none when there is no part, or it is not shorter than the
+    /// object (then it is no use: the whole is asked).
+    func kept() -> [UInt8] {
+        guard size > 1 else { return [] }
+        let fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC)
+        guard fd >= 0 else { return [] }
+        defer { close(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, st.st_size < size,
+              let bytes = try? FileSystem.read(fd: fd, limit: Int(size - 1), shown: path) else { return [] }
+        return bytes
+    }
+
+    /// Writes `bytes` at `offset` of the object; the first write of a run cuts the part there.
+    func write(_ bytes: UnsafeRawBufferPointer, at offset: Int64) {
+        guard !unwritable, let base = bytes.baseAddress else { return }
+        if fd < 0 {
+            fd = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, 0o600)
+            var st = stat()
+            guard fd >= 0, fstat(fd, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, ftruncate(fd, off_t(offset)) == 0 else {
+                unwritable = true
+                return
+            }
+        }
+        if !FileSystem.write(fd: fd, base, count: bytes.count, at: offset) { unwritable = true }
+    }
+
+    /// This run resumes from `count` bytes an earlier one kept.
+    func resuming(_ count: Int64) { resumedFrom = count }
+
+    /// The object is whole (or its part is of no use): the part goes.
+    func discard() {
+        if fd >= 0 { close(fd) }
+        fd = -1
+        unlink(path)
+    }
+}
