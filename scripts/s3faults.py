@@ -7,7 +7,7 @@ otherwise. Options:
 
   --upstream PORT   the real store on 127.0.0.1
   --port PORT       where to listen (127.0.0.1 only)
-  --log FILE        one JSON line per request: method, path, query, status, its Expect header
+  --log FILE        one JSON line per request: method, path, query, status, its Expect and Range headers
   --faults FILE     JSON read on every request: a list of rules, each
                     {"method": "PUT", "key": "substring of the path", "query": "substring of the
                      query", "times": N, <faults>}; the first rule that matches applies ("times":
@@ -22,6 +22,8 @@ Faults:
   "composite_bare": true      a composite checksum "X-N" loses its "-N" and its type (moto's dialect)
   "flip_body": true           the first byte of the answer's body flipped (the store holds other
                               bytes than it was sent, as reading it shows)
+  "stall_after": N            the answer's first N body bytes, then nothing more (its length
+                              announced whole) until the client gives up: a store or link that hangs
   "list_parts_truncated": true  every ListParts answer (GET with uploadId, without partNumber) is
                               the upload's first page, saying <IsTruncated>true</IsTruncated>,
                               whatever page was asked for: a store that never finishes listing
@@ -78,7 +80,7 @@ class Proxy(BaseHTTPRequestHandler):
         path, _, query = self.path.partition("?")
         with State.lock, open(State.options.log, "a") as f:
             f.write(json.dumps({"method": self.command, "path": path, "query": query, "status": status,
-                                "expect": self.headers.get("Expect")}) + "\n")
+                                "expect": self.headers.get("Expect"), "range": self.headers.get("Range")}) + "\n")
 
     def answer(self, status, headers, body, length=None):
         self.send_response(status)
@@ -90,6 +92,21 @@ class Proxy(BaseHTTPRequestHandler):
         if self.command != "HEAD":
             self.wfile.write(body)
         self.record(status)
+
+    def stall(self, status, headers, body, after):
+        """The answer with its whole length announced and only its first `after` bytes sent; then
+        nothing, until the client closes the connection."""
+        self.send_response(status)
+        for name, value in headers:
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body[:after])
+        self.wfile.flush()
+        self.record(status)
+        while self.connection.recv(65536):
+            pass
+        self.close_connection = True
 
     def handle_any(self):
         path, _, query = self.path.partition("?")
@@ -124,6 +141,8 @@ class Proxy(BaseHTTPRequestHandler):
                 with State.lock:
                     data = State.first_pages.setdefault(params["uploadId"][0], data)
                 data = data.replace(b"<IsTruncated>false</IsTruncated>", b"<IsTruncated>true</IsTruncated>")
+        if "stall_after" in fault and self.command == "GET":
+            return self.stall(reply.status, out, data, int(fault["stall_after"]))
         self.answer(reply.status, out, data, reply.getheader("Content-Length"))
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any

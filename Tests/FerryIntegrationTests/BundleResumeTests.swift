@@ -43,11 +43,15 @@ import Testing
 
     /// Runs `ferry sync now` until the bundle's part holds the half the server sent, then kills it.
     static func killWhileTheBundleStalls(_ w: World) throws {
-        let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", w.box.config, "--quiet"])
-        let held = eventually(60) { fileSize(w.part) == w.size / 2 }
+        try killWhileTheBundleStalls(w.box, part: w.part, sent: w.size / 2)
+    }
+
+    static func killWhileTheBundleStalls(_ box: Sandbox, part: String, sent: Int) throws {
+        let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--quiet"])
+        let held = eventually(60) { fileSize(part) == sent }
         child.signal(SIGKILL)
         child.wait(timeout: 30)
-        #expect(held, "the part holds \(fileSize(w.part) ?? -1) of the \(w.size / 2) bytes sent")
+        #expect(held, "the part holds \(fileSize(part) ?? -1) of the \(sent) bytes sent")
     }
 
     static func fileSize(_ path: String) -> Int? {
@@ -107,6 +111,37 @@ import Testing
         #expect(try String(contentsOfFile: victim, encoding: .utf8) == "the user's own bytes\n")
         #expect(Self.bundleRequests(w).map { $0["range"] as? String ?? "whole" } == ["whole"])
         #expect(Self.fileSize(w.part) == nil)
+    }
+
+    /// The same over S3 (SeaweedFS behind our fault proxy, which stops the bundle's answer after
+    /// half of it): the relaunch asks for the rest with a signed range, and the mirror is right.
+    @Test func aBundleCutByAKillIsResumedOverS3() throws {
+        let box = Sandbox("bundle-resume-s3")
+        let data = D.bytes(D.size, seed: 43)
+        box.publish("big.bin", Data(data))
+        box.buildManifest()
+        let meta = box.published + "/.ferry/meta"
+        let bundle = try #require(try metadataKinds(meta).first { name, kind in
+            kind == "fdB1" && FileManager.default.contents(atPath: meta + "/" + name)!.range(of: Data("fdC3".utf8)) != nil
+        }?.key)
+        let size = try #require(FileManager.default.contents(atPath: meta + "/" + bundle)).count
+        let store = try SeaweedFS.shared()
+        let bucket = try store.newBucket("bundle-resume")
+        try store.putTree(box.published, bucket: bucket, prefix: "p/")
+        let proxy = try S3FaultProxy(before: store, upstreamPort: store.port)
+        defer { proxy.stop() }
+        proxy.setFaults([["method": "GET", "key": bundle, "times": 1, "stall_after": size / 2]])
+        box.configure(remote: "s3://\(bucket)/p/", session: ["s3-endpoint = \(proxy.endpoint)",
+                                                            "s3-credentials = \(try store.credentialsFile(in: box.directory))",
+                                                            "min-speed = 0", "stall-timeout = 10m"])
+        let part = box.state + "/manifests/test.manifest.objects/\(bundle).part"
+        try Self.killWhileTheBundleStalls(box, part: part, sent: size / 2)
+        let run = box.sync(["--json"])
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(run.events(named: "warning").isEmpty, "\(run.output)")
+        #expect(FileManager.default.contents(atPath: box.localPath("big.bin")) == Data(data))
+        #expect(proxy.ranges(of: bundle) == ["whole", "bytes=\(size / 2)-\(size - 1)"], "\(proxy.ranges(of: bundle))")
+        #expect(Self.fileSize(part) == nil)
     }
 
     /// A delta killed while its first range is under way (the server stalls it): the relaunch

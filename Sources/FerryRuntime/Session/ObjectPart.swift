@@ -52,13 +52,30 @@ final class ObjectPart {
         if !FileSystem.write(fd: fd, base, count: bytes.count, at: offset) { unwritable = true }
     }
 
-    /// This run resumes from `count` bytes an earlier one kept.
-    func resuming(_ count: Int64) { resumedFrom = count }
-
     /// The object is whole (or its part is of no use): the part goes.
     func discard() {
         if fd >= 0 { close(fd) }
         fd = -1
         unlink(path)
     }
+
+    /// The object from the bytes an earlier run kept and the rest, asked for by `ask` (given the
+    /// `Range` header's value, and the spill that writes the answer on into the part as it
+    /// comes); nil when nothing was kept or the rest was not given as asked (the caller then
+    /// asks for the whole, into `wholeSpill`).
+    func resume(url: String, ask: (String, BodySpill) throws(FerryError) -> Exchange.Answer) -> ManifestFetch? {
+        let kept = kept()
+        guard !kept.isEmpty else { return nil }
+        let rest = Int64(kept.count)..<size
+        let spill = BodySpill(wanted: { headers in
+            headers.status == 206 && headers.contentRange.flatMap(ResponsePolicy.parseContentRange)?.first == rest.lowerBound
+        }, write: { self.write($0, at: rest.lowerBound + $1) })
+        guard let answer = try? ask("bytes=\(rest.lowerBound)-\(rest.upperBound - 1)", spill),
+              let bytes = try? Remotes.range(answer, rest, url: url) else { return nil }
+        resumedFrom = rest.lowerBound
+        return .fetched(bytes: kept + bytes, etag: nil, lastModified: nil)
+    }
+
+    /// Writes the answer to a request for the whole object (a 200) into the part from its start.
+    var wholeSpill: BodySpill { BodySpill(wanted: { $0.status == 200 }, write: { self.write($0, at: $1) }) }
 }

@@ -353,6 +353,16 @@ final class S3FaultProxy: S3TestStore {
         }
     }
 
+    /// The `Range` header of each GET of a key under `path` it saw ("whole": none), in order.
+    func ranges(of path: String) -> [String] {
+        guard let text = try? String(contentsOfFile: log, encoding: .utf8) else { return [] }
+        return text.split(separator: "\n").compactMap { line in
+            guard let o = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+                  o["method"] as? String == "GET", (o["path"] as? String ?? "").hasSuffix(path) else { return nil }
+            return o["range"] as? String ?? "whole"
+        }
+    }
+
     /// The `Expect` header of each request it saw (nil: none), with its method and path.
     func expectations() -> [(method: String, path: String, expect: String?)] {
         guard let text = try? String(contentsOfFile: log, encoding: .utf8) else { return [] }

@@ -50,28 +50,16 @@ struct HTTPRemote: Remote {
         try fetchManifest(url: url, etag: etag, lastModified: lastModified, maximumSize: maximumSize, spill: nil)
     }
 
-    /// The rest of what `part` holds, asked as one range (its answer written on into the part as it
-    /// comes); where that range is not given as asked, the whole object, written into the part from
-    /// its start.
+    /// The rest of what `part` holds, as one range; else the whole, written into the part as it comes.
     func fetchKept(url: String, part: ObjectPart) throws(FerryError) -> ManifestFetch? {
-        let kept = part.kept()
-        if !kept.isEmpty {
-            let rest = Int64(kept.count)..<part.size
-            let spill = BodySpill(wanted: { headers in
-                headers.status == 206 && headers.contentRange.flatMap(ResponsePolicy.parseContentRange)?.first == rest.lowerBound
-            }, write: { part.write($0, at: rest.lowerBound + $1) })
-            let answer = EasyHandle.borrow { easy in
-                Exchange.perform(easy, HTTPRequest(url: url, headers: ["Range: bytes=\(rest.lowerBound)-\(rest.upperBound - 1)"],
-                                                   settings: settings),
-                                 limit: rest.count, followRedirects: true, spill: spill)
-            }
-            if let bytes = try? Remotes.range(answer, rest, url: url) {
-                part.resuming(rest.lowerBound)
-                return .fetched(bytes: kept + bytes, etag: nil, lastModified: nil)
+        let resumed = part.resume(url: url) { range, spill in
+            EasyHandle.borrow { easy in
+                Exchange.perform(easy, HTTPRequest(url: url, headers: ["Range: " + range], settings: settings),
+                                 limit: Int(part.size), followRedirects: true, spill: spill)
             }
         }
-        let spill = BodySpill(wanted: { $0.status == 200 }, write: { part.write($0, at: $1) })
-        return try fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: part.size, spill: spill)
+        if let resumed { return resumed }
+        return try fetchManifest(url: url, etag: nil, lastModified: nil, maximumSize: part.size, spill: part.wholeSpill)
     }
 
     private func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64,

@@ -74,6 +74,21 @@ struct S3Remote: Remote {
     }
 
     func fetchManifest(url: String, etag: String?, lastModified: String?, maximumSize: Int64) throws(FerryError) -> ManifestFetch {
+        try fetchManifest(url: url, etag: etag, maximumSize: maximumSize, spill: nil)
+    }
+
+    /// The rest of what `part` holds, as one range; else the whole, written into the part as it comes.
+    func fetchKept(url: String, part: ObjectPart) throws(FerryError) -> ManifestFetch? {
+        guard url.hasPrefix(base.url), let path = String(url.dropFirst(base.url.count)).removingPercentEncoding() else { return nil }
+        let resumed = part.resume(url: url) { range, spill throws(FerryError) in
+            let signed = try request("GET", key: key(path), headers: [("Range", range)])
+            return EasyHandle.borrow { Exchange.perform($0, signed, limit: Int(part.size), spill: spill) }
+        }
+        if let resumed { return resumed }
+        return try fetchManifest(url: url, etag: nil, maximumSize: part.size, spill: part.wholeSpill)
+    }
+
+    private func fetchManifest(url: String, etag: String?, maximumSize: Int64, spill: BodySpill?) throws(FerryError) -> ManifestFetch {
         guard url.hasPrefix(base.url) else { throw .remote("the manifest \(url) is not under the remote \(base.url)") }
         // The manifest's URL names its path percent-encoded (`RemoteLocation.url(for:)`); its key is the path itself.
         guard let path = String(url.dropFirst(base.url.count)).removingPercentEncoding() else {
@@ -82,7 +97,8 @@ struct S3Remote: Remote {
         let key = self.key(path)
         var conditions: [(String, String)] = []
         if let etag { conditions.append(("If-None-Match", etag)) }
-        let answer = try S3Exchange.perform(try request("GET", key: key, headers: conditions), bodyLimit: Int(maximumSize), what: "fetch the manifest \(url)")
+        let answer = try S3Exchange.perform(try request("GET", key: key, headers: conditions), bodyLimit: Int(maximumSize),
+                                            spill: spill, what: "fetch the manifest \(url)")
         if answer.overflowed { throw Remotes.tooLarge(url, maximumSize: maximumSize, announced: answer.headers.contentLength) }
         switch answer.headers.status {
         case 304:
@@ -110,8 +126,9 @@ struct S3Remote: Remote {
 
 /// One S3 request made on the calling thread (the manifest, a listing, a multipart step).
 enum S3Exchange {
-    static func perform(_ request: HTTPRequest, body: [UInt8]? = nil, bodyLimit: Int = 1 << 20, what: String) throws(FerryError) -> Exchange.Answer {
-        let answer = EasyHandle.borrow { Exchange.perform($0, request, body: body, limit: bodyLimit) }
+    static func perform(_ request: HTTPRequest, body: [UInt8]? = nil, bodyLimit: Int = 1 << 20, spill: BodySpill? = nil,
+                        what: String) throws(FerryError) -> Exchange.Answer {
+        let answer = EasyHandle.borrow { Exchange.perform($0, request, body: body, limit: bodyLimit, spill: spill) }
         guard answer.code == CURLE_OK || answer.overflowed else {
             let cause = Curl.cause(answer.code, errorText: answer.errorText, headers: answer.headers)
             throw FerryError(.remote, "cannot \(what): \(Curl.describe(answer.code, errorText: answer.errorText, headers: answer.headers))",
