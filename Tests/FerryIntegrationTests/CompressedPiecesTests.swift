@@ -68,6 +68,45 @@ struct CompressedPiecesTests {
         #expect(update.events(named: "warning").isEmpty, "\(update.output)")
     }
 
+    /// Through the shipped site cache (nginx in front of the WebDAV origin, a `mirrors =` source):
+    /// a cold mirror and then an update take the compressed pieces' frames from the cache, the
+    /// update's as ranges, and the files are exact, with nothing said.
+    @Test func compressedPiecesComeThroughTheSiteCache() throws {
+        let box = Sandbox("compressed-cache")
+        let target = try ObjectLayoutTests.PushTarget("nginx", scratch: box.directory)
+        let origin = try #require(target.nginxServer)
+        let cache = try NginxServer(cacheFor: origin.port)
+        defer { cache.stop() }
+        let layout = ObjectLayoutTests()
+        try layout.configure(box, target)
+        // The last section is the mirror's.
+        let mirror = target.url.replacingOccurrences(of: origin.url, with: cache.url)
+        try (String(contentsOfFile: box.config, encoding: .utf8) + "mirrors = \(mirror)\n").writeReplacing(box.config)
+        let old = Self.text(Self.size, seed: 21)
+        layout.write(box, "big.txt", old)
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        let cold = box.sync(["--session", "down", "--json"])
+        #expect(cold.exitCode == 0, "\(cold.output)")
+        #expect(FileManager.default.contents(atPath: box.directory + "/dst/big.txt") == old)
+        #expect(cold.events(named: "file-done").first?["source"] as? String == mirror, "\(cold.stdout)")
+
+        var new = old
+        new.replaceSubrange(1_500_000..<1_530_000, with: Self.text(30_000, seed: 22))
+        layout.write(box, "big.txt", new)
+        #expect(box.sync(["--session", "up"]).exitCode == 0)
+        cache.clearLog()
+        let update = box.sync(["--session", "down", "--json"])
+        #expect(update.exitCode == 0, "\(update.output)")
+        #expect(FileManager.default.contents(atPath: box.directory + "/dst/big.txt") == new)
+        #expect(update.events(named: "warning").isEmpty, "\(update.output)")
+        #expect(update.events(named: "file-done").first?["source"] as? String == mirror, "\(update.stdout)")
+        let content = "/" + RemoteLayout.contentDirectory + "/"
+        let ranges = cache.requests().filter { $0.path.contains(content) && $0.status == 206 }
+        #expect(!ranges.isEmpty, "the changed chunks' frames came as ranges: \(cache.requests())")
+        let changed = try #require(layout.moved(update, "big.txt"), "\(update.stdout)")
+        #expect(changed < 30_000, "less than the change itself: \(changed) bytes")
+    }
+
     /// Scattered small changes (a database's updated rows) touch a compressed piece in many runs:
     /// each piece's runs come in few requests (the local chunks between them fetched too, within
     /// the bound), not one request a run, and the file is exact.
