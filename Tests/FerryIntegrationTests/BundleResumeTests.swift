@@ -54,6 +54,15 @@ import Testing
         #expect(held, "the part holds \(fileSize(part) ?? -1) of the \(sent) bytes sent")
     }
 
+    /// The run ended while the bundle stalls: by `kill -9`, or politely by its deadline (which
+    /// abandons the request and sweeps the cache as any run's end does).
+    static func interrupt(_ w: World, by how: String) throws {
+        guard how == "deadline" else { return try killWhileTheBundleStalls(w) }
+        // The file is in by then: the index a cold mirror keeps for its next update is abandoned.
+        _ = w.box.sync(["--max-duration", "3s"])
+        #expect(fileSize(w.part) == w.size / 2, "the part holds \(fileSize(w.part) ?? -1) of the \(w.size / 2) bytes sent")
+    }
+
     static func fileSize(_ path: String) -> Int? {
         var st = stat()
         return lstat(path, &st) == 0 ? Int(st.st_size) : nil
@@ -63,10 +72,11 @@ import Testing
         w.server.requests().filter { $0["path"] as? String == w.path && $0["method"] as? String == "GET" }
     }
 
-    @Test func aBundleCutByAKillIsResumedFromWhatArrived() throws {
-        let w = try Self.world("bundle-resume")
+    @Test(arguments: ["kill", "deadline"])
+    func aBundleCutOffIsResumedFromWhatArrived(how: String) throws {
+        let w = try Self.world("bundle-resume-\(how)")
         defer { w.server.stop() }
-        try Self.killWhileTheBundleStalls(w)
+        try Self.interrupt(w, by: how)
         let run = w.box.sync(["--json"])
         #expect(run.exitCode == 0, "\(run.output)")
         #expect(run.events(named: "warning").isEmpty, "\(run.output)")
@@ -144,27 +154,36 @@ import Testing
         #expect(Self.fileSize(part) == nil)
     }
 
-    /// A delta killed while its first range is under way (the server stalls it): the relaunch
-    /// plans the same delta from the cache, with no metadata object fetched a second time (the
-    /// changed pieces' details among them, which the cache now keeps until the update is done).
-    @Test func aKilledDeltaFetchesNoDetailAgain() throws {
-        let box = Sandbox("detail-kill")
+    /// A delta killed, or stopped by its deadline, while its ranges are under way (the server
+    /// never answers them): the next run plans the same delta from the cache, with no metadata object
+    /// fetched a second time (the changed pieces' details among them, which the cache keeps
+    /// until the update is in).
+    @Test(arguments: ["kill", "deadline"])
+    func aDeltaCutOffFetchesNoDetailAgain(how: String) throws {
+        let box = Sandbox("detail-\(how)")
         let old = randomData(DeltaDetailTests.size, seed: 400)
         box.publish("big.bin", old)
         box.buildManifest()
         let server = try PythonServer(directory: box.published)
         defer { server.stop() }
-        box.configure(remote: server.url)
+        box.configure(remote: server.url, session: ["min-speed = 0", "stall-timeout = 10m"])
         #expect(box.sync().exitCode == 0)
         let new = DeltaDetailTests.scattered(old)
         box.publish("big.bin", new)
         box.buildManifest()
         server.clearLog()
-        server.setFaults(["/big.bin": ["stall_after": 0, "only_first": 1]])
-        let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--quiet"])
-        server.waitForRequest("/big.bin", timeout: 60)
-        child.signal(SIGKILL)
-        child.wait(timeout: 30)
+        // The delta's ranges are asked and never answered until the run ends.
+        server.setFaults(["/big.bin": ["hang": true]])
+        if how == "kill" {
+            let child = try Child(Harness.ferryBinary, ["sync", "now", "--config", box.config, "--quiet"])
+            server.waitForRequest("/big.bin", timeout: 60)
+            child.signal(SIGKILL)
+            #expect(child.wait(timeout: 30) == 128 + SIGKILL, "killed while the range stalls")
+        } else {
+            let cut = box.sync(["--max-duration", "3s", "--json"])
+            #expect(cut.exitCode == 3, "\(cut.output)")
+        }
+        server.setFaults([:])
         let meta = { server.requests().compactMap { $0["path"] as? String }.filter { $0.hasPrefix("/.ferry/meta/") } }
         let before = meta()
         // Details, alone or in a bundle of them.

@@ -56,26 +56,39 @@ final class ObjectPart {
     func discard() {
         if fd >= 0 { close(fd) }
         fd = -1
+        resumedFrom = 0
         unlink(path)
     }
 
     /// The object from the bytes an earlier run kept and the rest, asked for by `ask` (given the
-    /// `Range` header's value, and the spill that writes the answer on into the part as it
-    /// comes); nil when nothing was kept or the rest was not given as asked (the caller then
-    /// asks for the whole, into `wholeSpill`).
-    func resume(url: String, ask: (String, BodySpill) throws(FerryError) -> Exchange.Answer) -> ManifestFetch? {
+    /// `Range` header's value, the most the answer may hold, and the spill that writes it on into
+    /// the part as it comes); nil when nothing was kept or the rest was not given as asked (the
+    /// caller then asks for the whole, into `wholeSpill`). A failure to reach the remote is
+    /// thrown, not taken as a reason to ask again for the whole.
+    func resume(url: String, ask: (String, Int, BodySpill) throws(FerryError) -> Exchange.Answer) throws(FerryError) -> ManifestFetch? {
+        resumedFrom = 0
         let kept = kept()
         guard !kept.isEmpty else { return nil }
         let rest = Int64(kept.count)..<size
         let spill = BodySpill(wanted: { headers in
             headers.status == 206 && headers.contentRange.flatMap(ResponsePolicy.parseContentRange)?.first == rest.lowerBound
         }, write: { self.write($0, at: rest.lowerBound + $1) })
-        guard let answer = try? ask("bytes=\(rest.lowerBound)-\(rest.upperBound - 1)", spill),
-              let bytes = try? Remotes.range(answer, rest, url: url) else { return nil }
+        let bytes: [UInt8]?
+        do throws(FerryError) {
+            bytes = try Remotes.range(try ask("bytes=\(rest.lowerBound)-\(rest.upperBound - 1)", rest.count, spill), rest, url: url)
+        } catch where error.cause == .http(status: 404) || error.cause == .http(status: 410) {
+            return nil  // the whole is asked, and says what is missing
+        }
+        guard let bytes else { return nil }
         resumedFrom = rest.lowerBound
         return .fetched(bytes: kept + bytes, etag: nil, lastModified: nil)
     }
 
-    /// Writes the answer to a request for the whole object (a 200) into the part from its start.
-    var wholeSpill: BodySpill { BodySpill(wanted: { $0.status == 200 }, write: { self.write($0, at: $1) }) }
+    /// Writes the answer to a request for the whole object (a 200) into the part from its start,
+    /// cut there at its first byte (whatever a rejected range wrote).
+    var wholeSpill: BodySpill {
+        if fd >= 0 { close(fd) }
+        fd = -1
+        return BodySpill(wanted: { $0.status == 200 }, write: { self.write($0, at: $1) })
+    }
 }

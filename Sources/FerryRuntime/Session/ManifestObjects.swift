@@ -130,6 +130,11 @@ final class ManifestObjects {
         let path = directory + "/" + digest.hex
         guard let bytes = try? FileSystem.readFile(path, limit: ManifestObjects.largest) else { return nil }
         guard SHA256Hasher.digest(of: bytes) == digest else {
+            // Read while this run's writer still writes it: read again once the writes are in.
+            if !writers.isEmpty || !kept.isEmpty {
+                finishCaching()
+                return cached(digest)
+            }
             damaged += 1
             unlink(path)
             return nil
@@ -197,10 +202,16 @@ final class ManifestObjects {
     /// rest.
     func fetchUncached(_ named: [ObjectBundle.Named], source: String) throws(FerryError) -> [[UInt8]] {
         guard let (remote, prefix) = self.remote, !named.isEmpty else { return [] }
-        let parts = keeps ? cacheDirectory() : nil
+        // One part an object (a list that names one twice has it fetched twice, into one part).
+        var parted = Set<SHA256Digest>()
+        let parts = (keeps ? cacheDirectory() : nil).map { directory in
+            named.map { one in
+                parted.insert(one.sha256).inserted
+                    ? ObjectPart(path: directory + "/" + one.sha256.hex + ManifestObjects.partSuffix, size: Int64(one.size)) : nil
+            }
+        } ?? []
         let fetched = try fetch(named.map(\.sha256), from: remote, prefix: prefix, source: source,
-                                maximumSize: named.map(\.size).max() ?? 0, bad: bad,
-                                parts: named.map { one in parts.map { ObjectPart(path: $0 + "/" + one.sha256.hex + ".part", size: Int64(one.size)) } })
+                                maximumSize: named.map(\.size).max() ?? 0, bad: bad, parts: parts)
         fetchedObjects += fetched.count
         fetchedBytes += fetched.reduce(0) { $0 + Int64($1.count) }
         return fetched
@@ -231,20 +242,29 @@ final class ManifestObjects {
     }
 
     /// Removes every cached object `keeping` does not name (and what a killed write left), once
-    /// the objects being written are in.
+    /// the objects being written are in. The part of an object that did not all arrive
+    /// (`ObjectPart`) stays for a day: a run stopped while a bundle came (a deadline, a signal)
+    /// still leaves it to the next.
     func sweep(keeping: [SHA256Digest]) {
         guard keeps else { return }
         finishCaching()
         let kept = Set(keeping)
+        let dayAgo = time(nil) - 86_400
         var stale: [String] = []
         FileSystem.forEachName(in: directory) { name in
             // Ferry names them in lowercase hex; anything else is not one of its objects.
             if !name.utf8.contains(where: { $0 >= UInt8(ascii: "A") && $0 <= UInt8(ascii: "F") }),
                let digest = SHA256Digest(hex: name), kept.contains(digest) { return }
+            var st = stat()
+            if name.hasSuffix(ManifestObjects.partSuffix), SHA256Digest(hex: String(name.dropLast(ManifestObjects.partSuffix.count))) != nil,
+               lstat(directory + "/" + name, &st) == 0, (st.st_mode & S_IFMT) == S_IFREG, st.st_mtim.tv_sec > dayAgo { return }
             stale.append(name)
         }
         for name in stale { unlink(directory + "/" + name) }
     }
+
+    /// What a part's name adds to its object's.
+    static let partSuffix = ".part"
 
     /// The cached bytes of `digest`, checked against its name; nil when the cache lacks it.
     func bytes(of digest: SHA256Digest) -> [UInt8]? {
@@ -373,8 +393,9 @@ final class ManifestObjects {
         switch answer {
         case let .fetched(bytes, _, _, _):
             let matches = SHA256Hasher.digest(of: bytes) == digest
+            let resumed = part?.resumedFrom ?? 0
             part?.discard()
-            if !matches, let part, part.resumedFrom > 0 {
+            if !matches, resumed > 0 {
                 // What an earlier run kept, or the rest asked for, was not the object's: the whole, once.
                 return try fetchOne(digest, from: remote, prefix: prefix, source: source, maximumSize: maximumSize)
             }

@@ -52,10 +52,10 @@ struct HTTPRemote: Remote {
 
     /// The rest of what `part` holds, as one range; else the whole, written into the part as it comes.
     func fetchKept(url: String, part: ObjectPart) throws(FerryError) -> ManifestFetch? {
-        let resumed = part.resume(url: url) { range, spill in
+        let resumed = try part.resume(url: url) { range, limit, spill in
             EasyHandle.borrow { easy in
                 Exchange.perform(easy, HTTPRequest(url: url, headers: ["Range: " + range], settings: settings),
-                                 limit: Int(part.size), followRedirects: true, spill: spill)
+                                 limit: limit, followRedirects: true, spill: spill)
             }
         }
         if let resumed { return resumed }

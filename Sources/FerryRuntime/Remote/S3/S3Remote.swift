@@ -80,9 +80,9 @@ struct S3Remote: Remote {
     /// The rest of what `part` holds, as one range; else the whole, written into the part as it comes.
     func fetchKept(url: String, part: ObjectPart) throws(FerryError) -> ManifestFetch? {
         guard url.hasPrefix(base.url), let path = String(url.dropFirst(base.url.count)).removingPercentEncoding() else { return nil }
-        let resumed = part.resume(url: url) { range, spill throws(FerryError) in
+        let resumed = try part.resume(url: url) { range, limit, spill throws(FerryError) in
             let signed = try request("GET", key: key(path), headers: [("Range", range)])
-            return EasyHandle.borrow { Exchange.perform($0, signed, limit: Int(part.size), spill: spill) }
+            return EasyHandle.borrow { Exchange.perform($0, signed, limit: limit, spill: spill) }
         }
         if let resumed { return resumed }
         return try fetchManifest(url: url, etag: nil, maximumSize: part.size, spill: part.wholeSpill)

@@ -122,6 +122,7 @@ struct DeltaPreparation {
             // What changed in place of held bytes, made finer with the changed pieces' details.
             let plan = refined(DeltaPlan(pieces: pieces, local: local, selfFile: usable.count), pieces: pieces,
                                sources: usable, loader: loader).bridgingGaps(upTo: DeltaPreparation.bridgedRun)
+            prepared.keep += loader.detailNames
             // Stored as pieces: every byte saved is worth it (a whole fetch costs a request a piece too).
             if plan.worthIt || (asPieces && plan.reused > 0) {
                 prepared.plans[entry.path] = (plan, usable)

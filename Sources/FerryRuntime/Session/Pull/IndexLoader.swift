@@ -46,9 +46,15 @@ final class IndexLoader {
         members.take(lists.details)
     }
 
-    /// The details `names`. The cache keeps them until the run that takes the update ends (its
-    /// sweep), so a run killed while it fetches the pieces does not fetch them again.
+    /// The details read (`details`), which the run's cache keeps.
+    private(set) var detailNames: [SHA256Digest] = []
+
+    /// The details `names`. The cache keeps them through this run (`detailNames`) and drops them
+    /// at the sweep of the next run that does not read them, so a run killed or stopped while it
+    /// fetches the pieces does not fetch them again.
     func details(_ names: [SHA256Digest]) throws(FerryError) -> [[UInt8]] {
-        try members.gather(names, keep: true, retain: true, maximumSize: ContentIndex.maximumObjectSize, index: true)
+        let out = try members.gather(names, keep: true, retain: true, maximumSize: ContentIndex.maximumObjectSize, index: true)
+        detailNames += names
+        return out
     }
 }
