@@ -24,21 +24,27 @@ import Testing
     /// half of it (`stall_after`), the first time it is asked for.
     static func world(_ label: String) throws -> World {
         let box = Sandbox(label)
-        let data = D.bytes(D.size, seed: 41)
-        box.publish("big.bin", Data(data))
-        box.buildManifest()
-        let meta = box.published + "/.ferry/meta"
-        // The bundle of the index's pieces (a cold mirror reads it), not that of their details.
-        let bundle = try #require(try metadataKinds(meta).first { name, kind in
-            kind == "fdB1" && FileManager.default.contents(atPath: meta + "/" + name)!.range(of: Data("fdC3".utf8)) != nil
-        }?.key)
-        let size = try #require(FileManager.default.contents(atPath: meta + "/" + bundle)).count
+        let (data, bundle, size) = try publishIndexed(box, seed: 41)
         let server = try PythonServer(directory: box.published)
         let path = "/.ferry/meta/" + bundle
         server.setFaults([path: ["stall_after": size / 2, "only_first": 1]])
         box.configure(remote: server.url, session: ["min-speed = 0", "stall-timeout = 10m"])
         return World(box: box, server: server, data: data, path: path, size: size,
                      part: box.state + "/manifests/test.manifest.objects/\(bundle).part")
+    }
+
+    /// big.bin (indexed, of random bytes) published in `box`: its bytes, and the name and size of
+    /// the bundle of its index's pieces (a cold mirror reads it), not that of their details.
+    static func publishIndexed(_ box: Sandbox, seed: UInt64) throws -> (data: [UInt8], bundle: String, size: Int) {
+        let data = D.bytes(D.size, seed: seed)
+        box.publish("big.bin", Data(data))
+        box.buildManifest()
+        let meta = box.published + "/.ferry/meta"
+        let bundle = try #require(try metadataKinds(meta).first { name, kind in
+            kind == "fdB1" && FileManager.default.contents(atPath: meta + "/" + name)!.range(of: Data("fdC3".utf8)) != nil
+        }?.key)
+        let size = try #require(FileManager.default.contents(atPath: meta + "/" + bundle)).count
+        return (data, bundle, size)
     }
 
     /// Runs `ferry sync now` until the bundle's part holds the half the server sent, then kills it.
@@ -127,14 +133,7 @@ import Testing
     /// half of it): the relaunch asks for the rest with a signed range, and the mirror is right.
     @Test func aBundleCutByAKillIsResumedOverS3() throws {
         let box = Sandbox("bundle-resume-s3")
-        let data = D.bytes(D.size, seed: 43)
-        box.publish("big.bin", Data(data))
-        box.buildManifest()
-        let meta = box.published + "/.ferry/meta"
-        let bundle = try #require(try metadataKinds(meta).first { name, kind in
-            kind == "fdB1" && FileManager.default.contents(atPath: meta + "/" + name)!.range(of: Data("fdC3".utf8)) != nil
-        }?.key)
-        let size = try #require(FileManager.default.contents(atPath: meta + "/" + bundle)).count
+        let (data, bundle, size) = try Self.publishIndexed(box, seed: 43)
         let store = try SeaweedFS.shared()
         let bucket = try store.newBucket("bundle-resume")
         try store.putTree(box.published, bucket: bucket, prefix: "p/")

@@ -23,7 +23,13 @@ final class ObjectPart {
         self.size = size
     }
 
-    deinit { if fd >= 0 { close(fd) } }
+    deinit { closeFile() }
+
+    /// The part's file closed: the next write opens it again, and cuts it where that write begins.
+    private func closeFile() {
+        if fd >= 0 { close(fd) }
+        fd = -1
+    }
 
     /// The bytes an earlier run kept: none when there is no part, or it is not shorter than the
     /// object (then it is no use: the whole is asked).
@@ -54,8 +60,7 @@ final class ObjectPart {
 
     /// The object is whole (or its part is of no use): the part goes.
     func discard() {
-        if fd >= 0 { close(fd) }
-        fd = -1
+        closeFile()
         resumedFrom = 0
         unlink(path)
     }
@@ -87,8 +92,7 @@ final class ObjectPart {
     /// Writes the answer to a request for the whole object (a 200) into the part from its start,
     /// cut there at its first byte (whatever a rejected range wrote).
     var wholeSpill: BodySpill {
-        if fd >= 0 { close(fd) }
-        fd = -1
+        closeFile()
         return BodySpill(wanted: { $0.status == 200 }, write: { self.write($0, at: $1) })
     }
 }

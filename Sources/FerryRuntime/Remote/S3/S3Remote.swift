@@ -66,9 +66,16 @@ struct S3Remote: Remote {
         return HTTPRequest(url: url, method: method, headers: signed, settings: settings)
     }
 
-    func fetchRange(url: String, range: Range<Int64>) throws(FerryError) -> [UInt8]? {
+    /// The key of the object at `url` under the remote (its path there, percent-decoded); nil
+    /// for a URL that is not under it.
+    private func key(ofURL url: String) -> String? {
         guard url.hasPrefix(base.url), let path = String(url.dropFirst(base.url.count)).removingPercentEncoding() else { return nil }
-        let signed = try request("GET", key: key(path), headers: [("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")])
+        return key(path)
+    }
+
+    func fetchRange(url: String, range: Range<Int64>) throws(FerryError) -> [UInt8]? {
+        guard let key = key(ofURL: url) else { return nil }
+        let signed = try request("GET", key: key, headers: [("Range", "bytes=\(range.lowerBound)-\(range.upperBound - 1)")])
         let answer = EasyHandle.borrow { Exchange.perform($0, signed, limit: range.count) }
         return try Remotes.range(answer, range, url: url)
     }
@@ -79,9 +86,9 @@ struct S3Remote: Remote {
 
     /// The rest of what `part` holds, as one range; else the whole, written into the part as it comes.
     func fetchKept(url: String, part: ObjectPart) throws(FerryError) -> ManifestFetch? {
-        guard url.hasPrefix(base.url), let path = String(url.dropFirst(base.url.count)).removingPercentEncoding() else { return nil }
+        guard let key = key(ofURL: url) else { return nil }
         let resumed = try part.resume(url: url) { range, limit, spill throws(FerryError) in
-            let signed = try request("GET", key: key(path), headers: [("Range", range)])
+            let signed = try request("GET", key: key, headers: [("Range", range)])
             return EasyHandle.borrow { Exchange.perform($0, signed, limit: limit, spill: spill) }
         }
         if let resumed { return resumed }
