@@ -96,7 +96,7 @@ final class NginxServer {
                 default_type application/octet-stream;
                 sendfile on;
                 keepalive_requests 100000;
-            \(origin == nil ? "server {\n        listen 127.0.0.1:\(port);\n\(locations)\n    }" : "")
+            \(origin == nil ? "server {\n        listen 127.0.0.1:\(port);\n        location = /.nginx-status { stub_status; access_log off; }\n\(locations)\n    }" : "")
                 server {
                     listen 127.0.0.1:\(tlsPort) ssl http2;
                     ssl_certificate \(tls.serverCertificate);
@@ -171,6 +171,18 @@ final class NginxServer {
     }
 
     func clearLog() { try? "".write(toFile: accessLog, atomically: false, encoding: .utf8) }
+
+    /// Waits until nginx has no request in progress but the one asking, so that every request cut
+    /// off by a client (a stopped run, a spent budget) is in the log; false when `timeout` passes.
+    /// nginx logs a request whose client went away only once it notices, which on a busy host
+    /// can be after the client's run returned.
+    @discardableResult
+    func awaitIdle(timeout: Double = 20) -> Bool {
+        eventually(timeout) {
+            let probe = runProcess("/usr/bin/curl", ["-s", "-m", "2", url + ".nginx-status"], timeout: 5)
+            return probe.exitCode == 0 && probe.stdout.contains("Reading: 0 Writing: 1 ")
+        }
+    }
 
     /// The body bytes nginx sent (its own count, `$body_bytes_sent`) for requests whose path
     /// `matches`, and how many requests those were.
