@@ -189,7 +189,7 @@ extension LocalRoot {
             lost()
             throw lostData(relative, code)
         }
-        return try place(staged: staged, at: relative)
+        return try place(staged: staged, at: relative, fd: fd)
     }
 
     /// Gives a verified partial file the mode and mtime of its final path (the first step of a commit).
@@ -232,14 +232,15 @@ extension LocalRoot {
         .localIO("fsync of the partial file for \(display(relative)) failed (\(FileSystem.errorText(code))); it will be fetched again")
     }
 
-    /// Renames the partial file of `taskID`, its data synced, over `relative`.
-    public func place(taskID: Int64, at relative: RelativePath) throws(FerryError) -> LocalEntry {
-        try place(staged: LocalRoot.partialName(taskID), at: relative)
+    /// Renames the partial file of `taskID` (open as `fd`), its data synced, over `relative`.
+    public func place(taskID: Int64, at relative: RelativePath, fd: Int32) throws(FerryError) -> LocalEntry {
+        try place(staged: LocalRoot.partialName(taskID), at: relative, fd: fd)
     }
 
     /// Renames a staged file whose data is synced over its final path (replacing a directory in
-    /// the way that the plan allowed to go). Returns the stat of the file now in place.
-    private func place(staged: String, at relative: RelativePath) throws(FerryError) -> LocalEntry {
+    /// the way that the plan allowed to go). Returns the stat of the file now in place, taken
+    /// through `fd`, the staged file open: the inode renamed, with no second lookup of its path.
+    private func place(staged: String, at relative: RelativePath, fd: Int32) throws(FerryError) -> LocalEntry {
         boundDirectoryCache()
         let dir = try directoryFD(relative.parent, create: true)
         let name = baseName(relative)
@@ -264,7 +265,7 @@ extension LocalRoot {
         }
         unsyncedDirectories.insert(relative.parent)
         var st = Glibc.stat()
-        guard fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) == 0 else {
+        guard fstat(fd, &st) == 0 else {
             throw .localIO("cannot stat \(display(relative)) after placing it: \(FileSystem.errorText())")
         }
         return FileSystem.entry(from: st)

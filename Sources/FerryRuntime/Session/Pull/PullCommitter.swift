@@ -341,7 +341,7 @@ final class PullCommitter: @unchecked Sendable {
                 continue
             }
             do throws(FerryError) {
-                let placed = try root.place(taskID: download.task.id, at: path)
+                let placed = try root.place(taskID: download.task.id, at: path, fd: download.fd)
                 done.outcomes.append(.placed(download, CachedHash(placed, sha256: download.entry.sha256, wanted: download.entry.mtime)))
             } catch {
                 done.outcomes.append(keep(download, error))
