@@ -105,13 +105,11 @@ final class ManifestObjects {
         if let writer = try? BackgroundWork(name: "ferry-cache", store) { writers.append(writer) } else { store() }
     }
 
-    /// Waits until the objects read so far are written into the cache: a pull's plan's index
-    /// objects and details, before its transfers begin, so a run killed while they run does not
-    /// fetch them again (the writers run beside the planning; by its end they are mostly done).
-    func flush() { finishCaching() }
-
-    /// Waits until every fetched object is written into the cache.
-    private func finishCaching() {
+    /// Waits until every fetched object is written into the cache. A pull calls it once its plan
+    /// has read its index objects and details, before its transfers begin, so a run killed while
+    /// they run does not fetch them again (the writers run beside the planning; by its end they
+    /// are mostly done).
+    func finishCaching() {
         writeKept()
         for writer in writers { writer.wait() }
         writers.removeAll()

@@ -176,7 +176,6 @@ final class NginxServer {
     /// off by a client (a stopped run, a spent budget) is in the log; false when `timeout` passes.
     /// nginx logs a request whose client went away only once it notices, which on a busy host
     /// can be after the client's run returned.
-    @discardableResult
     func awaitIdle(timeout: Double = 20) -> Bool {
         eventually(timeout) {
             let probe = runProcess("/usr/bin/curl", ["-s", "-m", "2", url + ".nginx-status"], timeout: 5)

@@ -43,7 +43,7 @@ struct PrepareStage {
             preparation.current = try? LocalRoot(path: current, create: false, role: .remote)
         }
         let deltas = preparation.prepare(plan.downloads, manifest: manifest)
-        planned.fetched.objects.flush()
+        planned.fetched.objects.finishCaching()
         pull.sayWhatObjectsFound(planned.fetched.objects)
         pull.caches.arm(planned.fetched.objects, entries: manifest.entries, mapPath: mapPath)
         pull.caches.keep(deltas.keep)
