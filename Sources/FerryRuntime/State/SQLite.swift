@@ -58,6 +58,29 @@ final class SQLiteDatabase {
 
     private var cache: [String: SQLiteStatement] = [:]
 
+    /// Rows written by one statement at most (`rows`): a statement per row costs SQLite about a
+    /// third more than the row itself (10,000 task rows: 33 ms one by one, 22 ms 64 at a time).
+    static let rowsPerStatement = 64
+
+    /// Runs `sql` (ending in `VALUES` or `IN (`) once per `rowsPerStatement` items, with a group
+    /// of `placeholder` (`(?, ?)` or `?`) for each item, joined by commas, then `after` (a closing
+    /// parenthesis); binds `leading` (the values of `sql`'s own placeholders), then the items'
+    /// values in order. A full group's statement is kept for reuse. Calls `done` after each
+    /// statement with the items it wrote.
+    func runInGroups<Item>(_ items: [Item], sql: String, placeholder: String, after: String = "",
+                           leading: [SQLiteValue?] = [], values: (Item) -> [SQLiteValue?],
+                           done: (ArraySlice<Item>) throws(FerryError) -> Void = { _ in }) throws(FerryError) {
+        var start = 0
+        while start < items.count {
+            let group = items[start..<min(start + SQLiteDatabase.rowsPerStatement, items.count)]
+            let text = sql + " " + Array(repeating: placeholder, count: group.count).joined(separator: ", ") + after
+            let statement = group.count == SQLiteDatabase.rowsPerStatement ? try cached(text) : try prepare(text)
+            try statement.bind(leading + group.flatMap(values)).run()
+            try done(group)
+            start += group.count
+        }
+    }
+
     /// A prepared statement kept for reuse (for statements run once per file).
     func cached(_ sql: String) throws(FerryError) -> SQLiteStatement {
         if let s = cache[sql] { return s }
@@ -122,7 +145,10 @@ final class SQLiteStatement {
     deinit { sqlite3_finalize(statement) }
 
     @discardableResult
-    func bind(_ values: SQLiteValue?...) -> SQLiteStatement {
+    func bind(_ values: SQLiteValue?...) -> SQLiteStatement { bind(values) }
+
+    @discardableResult
+    func bind(_ values: [SQLiteValue?]) -> SQLiteStatement {
         sqlite3_reset(statement)
         sqlite3_clear_bindings(statement)
         for (i, v) in values.enumerated() {

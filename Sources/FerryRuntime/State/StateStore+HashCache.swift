@@ -55,15 +55,14 @@ extension StateStore {
     }
 
     func saveHashesInTransaction(session: String, _ hashes: [(RelativePath, CachedHash)]) throws(FerryError) {
-        let s = try db.cached("""
+        try db.runInGroups(hashes, sql: """
             INSERT OR REPLACE INTO hash_cache (session, path, size, mtime_sec, mtime_nsec, ctime_sec, ctime_nsec, inode, sha256,
-                                               wanted_mtime_sec, wanted_mtime_nsec) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """)
-        for (path, h) in hashes {
-            try s.bind(.text(session), .text(path.string), .int(h.size), .int(h.mtime.seconds), .int(Int64(h.mtime.nanoseconds)),
-                       .int(h.ctime.seconds), .int(Int64(h.ctime.nanoseconds)), .int(Int64(bitPattern: h.inode)), .text(h.sha256.hex),
-                       .optional(h.wantedMtime?.seconds), .optional(h.wantedMtime.map { Int64($0.nanoseconds) })).run()
-        }
+                                               wanted_mtime_sec, wanted_mtime_nsec) VALUES
+            """, placeholder: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", values: { path, h in
+            [.text(session), .text(path.string), .int(h.size), .int(h.mtime.seconds), .int(Int64(h.mtime.nanoseconds)),
+             .int(h.ctime.seconds), .int(Int64(h.ctime.nanoseconds)), .int(Int64(bitPattern: h.inode)), .text(h.sha256.hex),
+             .optional(h.wantedMtime?.seconds), .optional(h.wantedMtime.map { Int64($0.nanoseconds) })]
+        })
     }
 
     public func forgetHashes(session: String, _ paths: [RelativePath]) throws(FerryError) {

@@ -52,13 +52,18 @@ extension StateStore {
             let queue = try DownloadQueue(db, session: session, now: nowTime, delayUntil: delayUntil)
             var out = Queued()
             out.tasks.reserveCapacity(entries.count)
+            // New rows go in groups (`SQLiteDatabase.runInGroups`); their places wait for their ids.
+            var new: [Int] = []
             for e in entries {
                 if let t = existing[e.path] {
                     out.tasks.append(try queue.update(t, to: e, urlFor: urlFor, due: &out.due))
                 } else {
-                    out.tasks.append(try queue.add(e, urlFor: urlFor))
+                    new.append(out.tasks.count)
+                    out.tasks.append(queue.new(e, urlFor: urlFor))
                 }
             }
+            let ids = try queue.add(new.map { out.tasks[$0] })
+            for (k, i) in new.enumerated() { out.tasks[i].id = ids[k] }
             return out
         }
     }
@@ -88,7 +93,6 @@ extension StateStore {
         let now: String
         let delayUntil: Timestamp?
         let delayedUntil: String?
-        let insert: SQLiteStatement
         let reset: SQLiteStatement
         let requeue: SQLiteStatement
 
@@ -99,10 +103,6 @@ extension StateStore {
             now = nowTime.rfc3339
             self.delayUntil = delayUntil
             delayedUntil = delayUntil?.rfc3339
-            insert = try db.prepare("""
-                INSERT INTO tasks (session, path, direction, state, size, sha256, bytes_done, validator, attempts, last_error, created_at, updated_at, not_before, url)
-                VALUES (?, ?, 'pull', ?, ?, ?, 0, NULL, 0, NULL, ?, ?, ?, ?)
-                """)
             reset = try db.prepare("""
                 UPDATE tasks SET state = ?, size = ?, sha256 = ?, bytes_done = 0, validator = NULL, attempts = 0,
                 last_error = NULL, created_at = ?, updated_at = ?, not_before = ?, url = ? WHERE id = ?
@@ -110,16 +110,53 @@ extension StateStore {
             requeue = try db.prepare("UPDATE tasks SET state = \(StateStore.stateAfter(.queue)), not_before = NULL, url = NULL, updated_at = ? WHERE id = ?")
         }
 
-        /// A new task for an entry no row holds: queued, or delayed with its URL kept.
-        func add(_ e: ManifestEntry, urlFor: (ManifestEntry) -> String) throws(FerryError) -> TransferTask {
-            let sha256 = e.sha256.hex
+        /// A new task for an entry no row holds, queued, or delayed with its URL kept: its row is
+        /// written by `add`, which gives its id.
+        func new(_ e: ManifestEntry, urlFor: (ManifestEntry) -> String) -> TransferTask {
             let state: TaskState = delayUntil == nil ? .queued : .delayed
-            let url = delayUntil == nil ? nil : urlFor(e)
-            try insert.bind(.text(session), .text(e.path.string), .text(state.rawValue), .optional(e.size), .text(sha256),
-                            .text(now), .text(now), .optional(delayedUntil), .optional(url)).run()
-            return TransferTask(id: sqlite3_last_insert_rowid(db.handle), session: session, path: e.path, direction: .pull,
-                                state: state, size: e.size, sha256: sha256, bytesDone: 0, validator: nil, attempts: 0,
-                                lastError: nil, createdAt: nowTime, updatedAt: nowTime, notBefore: delayUntil, url: url)
+            return TransferTask(id: 0, session: session, path: e.path, direction: .pull, state: state, size: e.size,
+                                sha256: e.sha256.hex, bytesDone: 0, validator: nil, attempts: 0, lastError: nil,
+                                createdAt: nowTime, updatedAt: nowTime, notBefore: delayUntil,
+                                url: delayUntil == nil ? nil : urlFor(e))
+        }
+
+        /// Writes the rows of new tasks (`new`), a group per statement; returns their ids, in order.
+        /// A group's rows take the ids after the table's largest one, one by one: the last row's id
+        /// says whether they did (no other writer runs in this transaction), and where it does not
+        /// (ids near the largest an integer holds, which SQLite then picks at random) each row's id
+        /// is read back by its path.
+        func add(_ tasks: [TransferTask]) throws(FerryError) -> [Int64] {
+            guard !tasks.isEmpty else { return [] }
+            let largest = try db.prepare("SELECT coalesce(max(id), 0) FROM tasks")
+            _ = try largest.step()
+            var before = largest.int(0)
+            var ids: [Int64] = []
+            ids.reserveCapacity(tasks.count)
+            let find = try db.prepare("SELECT id FROM tasks WHERE session = ? AND path = ?")
+            try db.runInGroups(tasks, sql: """
+                INSERT INTO tasks (session, path, direction, state, size, sha256, bytes_done, validator, attempts, last_error, created_at, updated_at, not_before, url)
+                VALUES
+                """, placeholder: "(?, ?, 'pull', ?, ?, ?, 0, NULL, 0, NULL, ?, ?, ?, ?)", values: { t in
+                [.text(session), .text(t.path.string), .text(t.state.rawValue), .optional(t.size), .text(t.sha256),
+                 .text(now), .text(now), .optional(delayedUntil), .optional(t.url)]
+            }, done: { (group) throws(FerryError) in
+                let last = sqlite3_last_insert_rowid(db.handle)
+                let (expected, overflow) = before.addingReportingOverflow(Int64(group.count))
+                if !overflow && last == expected {
+                    ids += (before + 1)...last
+                    before = last
+                    return
+                }
+                for t in group {
+                    guard try find.bind(.text(session), .text(t.path.string)).step() else {
+                        throw .localIO("state database: the task just written for \(Printable.name(t.path.string)) is not there")
+                    }
+                    ids.append(find.int(0))
+                }
+                find.reset()
+                before = max(before, ids.max() ?? before)
+            })
+            return ids
         }
 
         /// An existing task for an entry: left, requeued, revalidated when delayed and due (said in `due`), or reset for new content.
@@ -426,14 +463,27 @@ extension StateStore {
         let now = clock.now().rfc3339
         try db.transaction { () throws(FerryError) in
             // The row takes the hash verified: an upload hashed as it was sent (or hashed again
-            // after a change) was queued under a placeholder or an older hash.
+            // after a change) was queued under a placeholder or an older hash, and is updated alone.
+            // The rest (a download's, as it was queued) go a group per statement, by their attempts.
             let update = try db.cached("""
                 UPDATE tasks SET state = \(StateStore.stateAfter(.complete)), attempts = ?, bytes_done = ?, size = ?, sha256 = ?, last_error = NULL,
                 updated_at = ? WHERE id = ?
                 """)
+            var asQueued: [Int: [Int64]] = [:]
             for d in done {
-                try update.bind(.int(Int64(d.task.attempts)), .int(d.cache.size), .int(d.cache.size), .text(d.cache.sha256.hex), .text(now),
+                let hex = d.cache.sha256.hex
+                if d.cache.size == d.task.size && hex == d.task.sha256 {
+                    asQueued[d.task.attempts, default: []].append(d.task.id)
+                    continue
+                }
+                try update.bind(.int(Int64(d.task.attempts)), .int(d.cache.size), .int(d.cache.size), .text(hex), .text(now),
                                 .int(d.task.id)).run()
+            }
+            for (attempts, ids) in asQueued {
+                try db.runInGroups(ids, sql: """
+                    UPDATE tasks SET state = \(StateStore.stateAfter(.complete)), attempts = ?, bytes_done = size, last_error = NULL,
+                    updated_at = ? WHERE id IN (
+                    """, placeholder: "?", after: ")", leading: [.int(Int64(attempts)), .text(now)], values: { [.int($0)] })
             }
             try saveHashesInTransaction(session: session, done.map { ($0.task.path, $0.cache) })
             try recordPlacedInTransaction(session: session, placed)
