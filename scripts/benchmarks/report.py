@@ -49,7 +49,8 @@ def write_report(path, sections, runs, versions):
              f"(`/dev/shm`), fresh directories for every run, one untimed warm-up round, then the median of {runs} "
              "alternated runs; RSS is the peak "
              "over the runs, from /usr/bin/time. ferry verifies size and SHA-256, fsyncs, renames atomically and "
-             "records every task in SQLite; curl, rclone and wget do none of that (aria2c `--checksum` verifies).",
+             "records every task in SQLite; curl, rclone and wget do none of that (aria2c `--checksum` verifies). "
+             "ferry is built as the Debian package ships it (Swift's libraries linked in).",
              "", f"Machine: {os.cpu_count()} cores, {os.uname().release}. Peers: "
              + "; ".join(f"{k}: {v}" for k, v in versions.items()), ""]
     for title, table, reference, target, target_text, *note in sections:
