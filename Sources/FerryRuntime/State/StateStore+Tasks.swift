@@ -152,9 +152,9 @@ extension StateStore {
                         throw .localIO("state database: the task just written for \(Printable.name(t.path.string)) is not there")
                     }
                     ids.append(find.int(0))
+                    before = max(before, find.int(0))
                 }
                 find.reset()
-                before = max(before, ids.max() ?? before)
             })
             return ids
         }
