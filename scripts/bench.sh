@@ -17,10 +17,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --bench
 export PATH="/opt/swift/usr/bin:/usr/sbin:$PATH"
-# The binary the Debian package ships (scripts/package.sh): Swift's libraries linked in, relocations
-# resolved at start. It is what users run, and it ran the 10,000-file rows 3-6% faster than the
-# default build, whose Swift runtime calls go through shared libraries.
-flags=(-c release --product ferry --static-swift-stdlib -Xlinker -z -Xlinker now)
-swift build "${flags[@]}" 2>&1 | tail -1
-exec python3 scripts/bench.py --ferry "$(swift build "${flags[@]}" --show-bin-path)/ferry" --runs "${BENCH_RUNS:-7}" \
+# The binary the Debian package ships (scripts/shipped-build.sh): what users run. It ran the
+# 10,000-file rows 3-6% faster than the default build, whose Swift runtime calls go through shared
+# libraries.
+source scripts/shipped-build.sh
+swift build "${shipped_build_flags[@]}" 2>&1 | tail -1
+exec python3 scripts/bench.py --ferry "$(swift build "${shipped_build_flags[@]}" --show-bin-path)/ferry" \
+    --runs "${BENCH_RUNS:-7}" \
     --output docs/benchmarks.md "$@"

@@ -22,10 +22,9 @@ date=$(date -u -d "@$epoch" +%Y-%m-%d)
 
 binary=${FERRY_BINARY:-}
 if [ -z "$binary" ]; then
-  # -z now: relocations resolved at start, then read-only (Debian's hardening).
-  flags=(-c release --product ferry --static-swift-stdlib -Xlinker -z -Xlinker now)
-  swift build "${flags[@]}" >&2
-  binary=$(swift build "${flags[@]}" --show-bin-path)/ferry
+  source scripts/shipped-build.sh
+  swift build "${shipped_build_flags[@]}" >&2
+  binary=$(swift build "${shipped_build_flags[@]}" --show-bin-path)/ferry
 fi
 if ldd "$binary" | grep -q -e libswift -e libFoundation -e libdispatch; then
   echo "package: $binary links Swift's libraries dynamically; build it with --static-swift-stdlib" >&2
