@@ -32,16 +32,17 @@ def pull_sections(ferry, runs, www, out, big_sha):
     """The 1 GiB download, the unchanged 10,000-file tree and the agent at rest, from one nginx."""
     nginx = Nginx(www)
     url = nginx.url
-    sections = [one_gib_download(ferry, runs, url, out, big_sha, nginx), unchanged_tree(ferry, runs, url, out),
+    sections = [one_gib_download(ferry, runs, nginx, out, big_sha), unchanged_tree(ferry, runs, url, out),
                 pull_agent_at_rest(ferry, url, out)]
     nginx.stop()
     return sections
 
 
-def one_gib_download(ferry, runs, url, out, big_sha, nginx):
-    """The 1 GiB file pulled by ferry beside curl, rclone and aria2c (and curl followed by sha256sum),
-    with `nginx`'s CPU beside each: on 2 cores, what the server and the client use together bounds
-    the wall (ferry hashes every byte, which curl -o does not)."""
+def one_gib_download(ferry, runs, nginx, out, big_sha):
+    """The 1 GiB file pulled from `nginx` by ferry beside curl, rclone and aria2c (and curl followed
+    by sha256sum), with nginx's CPU beside each: on 2 cores, what the server and the client use
+    together bounds the wall (ferry hashes every byte, which curl -o does not)."""
+    url = nginx.url
     cfg = BASE + "/ferry-big.conf"
     ferry_config(cfg, url + "big/", out + "/ferry", out + "/ferry-state", 8)
     tools = [
