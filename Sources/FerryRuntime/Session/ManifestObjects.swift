@@ -312,10 +312,28 @@ final class ManifestObjects {
     /// One object fetched whole and not cached, as `fetchUncached` fetches it (through the
     /// mirrors first, checked against its name, remembered when the remote sends it wrong). Safe
     /// on any thread; what it fetched is the caller's to count (a pull's packs, `PullPacks`).
-    func fetchLoose(_ digest: SHA256Digest, source: String, maximumSize: Int) -> Result<[UInt8], FerryError> {
+    /// `checked: false` (only where no mirror serves objects, `fromRemoteAlone`): the remote's
+    /// bytes as they come, for a caller that checks each part it takes by a hash of its own and
+    /// asks `judge` only when one does not match: a pack's members, whose pack would otherwise
+    /// be hashed as well as each member, every byte twice.
+    func fetchLoose(_ digest: SHA256Digest, source: String, maximumSize: Int,
+                    checked: Bool = true) -> Result<[UInt8], FerryError> {
         guard let (remote, prefix) = self.remote else { return .failure(FerryError(.manifest, "no remote to fetch \(digest.hex) from")) }
         if let since = bad?.knownBad(digest) { return .failure(ManifestObjects.knownBad(digest, since: since, prefix: prefix, source: source)) }
-        return fetchFromSources(digest, remote: remote, prefix: prefix, source: source, maximumSize: maximumSize, bad: bad)
+        return fetchFromSources(digest, remote: remote, prefix: prefix, source: source, maximumSize: maximumSize, bad: bad,
+                                checked: checked || !fromRemoteAlone)
+    }
+
+    /// Whether objects come from the remote alone (no mirror serves them this run).
+    var fromRemoteAlone: Bool { mirrors?.objectMirrors().isEmpty ?? true }
+
+    /// Whether `bytes`, fetched from the remote unchecked as `digest` (`fetchLoose`), are that
+    /// object: nil when they are; otherwise it is remembered as sent wrong (not fetched again
+    /// soon) and the error is the one a checked fetch gives.
+    func judge(_ digest: SHA256Digest, _ bytes: [UInt8], source: String) -> FerryError? {
+        guard let (_, prefix) = remote, SHA256Hasher.digest(of: bytes) != digest else { return nil }
+        bad?.remember(digest)
+        return ManifestObjects.mismatch(url: prefix + digest.hex, source: source, count: bytes.count)
     }
 
     /// Bytes `range` of the object `digest`, from the remote (not its mirrors; a run of a pack's
@@ -342,10 +360,18 @@ final class ManifestObjects {
                    cause: .contentMismatch(afterResume: false))
     }
 
+    /// Why an object the remote sent (`count` bytes from `url`) is refused: not what its name says.
+    static func mismatch(url: String, source: String, count: Int) -> FerryError {
+        FerryError(.manifest, "the metadata object \(url) that manifest \(source) names does not match its hash (it holds \(Units.formatBytes(Int64(count))) of something else): refused, nothing was changed",
+                   hint: "the remote's copy was altered or damaged: a push writes it again when it next verifies what it published (verify-interval, or ferry sync now on the publisher); after ferry manifest build, run it again",
+                   cause: .contentMismatch(afterResume: false))
+    }
+
     /// An object from the first mirror that has it as named, else from the remote, each answer
     /// counted for its source (which judges what a mirror's wrong object costs it).
+    /// `checked: false`: the remote's answer is not checked against the name (`fetchLoose`).
     private func fetchFromSources(_ digest: SHA256Digest, remote: Remote, prefix: String, source: String, maximumSize: Int,
-                                  bad: BadObjects?, part: ObjectPart? = nil) -> Result<[UInt8], FerryError> {
+                                  bad: BadObjects?, part: ObjectPart? = nil, checked: Bool = true) -> Result<[UInt8], FerryError> {
         let sources = self.mirrors
         func counted(_ place: Int, _ fetch: () throws(FerryError) -> [UInt8]) throws(FerryError) -> [UInt8] {
             do throws(FerryError) {
@@ -366,7 +392,7 @@ final class ManifestObjects {
         do throws(FerryError) {
             return .success(try counted(sources?.originPlace ?? 0) { () throws(FerryError) in
                 try ManifestObjects.fetchOne(digest, from: remote, prefix: prefix, source: source, maximumSize: maximumSize,
-                                             part: part)
+                                             part: part, checked: checked)
             })
         } catch {
             // The origin's own copy is wrong: remembered, so the next poll does not ask again.
@@ -378,7 +404,7 @@ final class ManifestObjects {
     /// `part`: where its bytes are kept as they come (`ObjectPart`); a part resumed that does not
     /// make the object costs one fetch of the whole.
     private static func fetchOne(_ digest: SHA256Digest, from remote: Remote, prefix: String, source: String,
-                                 maximumSize: Int, part: ObjectPart? = nil) throws(FerryError) -> [UInt8] {
+                                 maximumSize: Int, part: ObjectPart? = nil, checked: Bool = true) throws(FerryError) -> [UInt8] {
         let url = prefix + digest.hex
         let answer: ManifestFetch
         do throws(FerryError) {
@@ -395,18 +421,14 @@ final class ManifestObjects {
         }
         switch answer {
         case let .fetched(bytes, _, _, _):
-            let matches = SHA256Hasher.digest(of: bytes) == digest
+            let matches = !checked || SHA256Hasher.digest(of: bytes) == digest
             let resumed = part?.resumedFrom ?? 0
             part?.discard()
             if !matches, resumed > 0 {
                 // What an earlier run kept, or the rest asked for, was not the object's: the whole, once.
                 return try fetchOne(digest, from: remote, prefix: prefix, source: source, maximumSize: maximumSize)
             }
-            guard matches else {
-                throw FerryError(.manifest, "the metadata object \(url) that manifest \(source) names does not match its hash (it holds \(Units.formatBytes(Int64(bytes.count))) of something else): refused, nothing was changed",
-                                 hint: "the remote's copy was altered or damaged: a push writes it again when it next verifies what it published (verify-interval, or ferry sync now on the publisher); after ferry manifest build, run it again",
-                                 cause: .contentMismatch(afterResume: false))
-            }
+            guard matches else { throw mismatch(url: url, source: source, count: bytes.count) }
             return bytes
         case let .missing(error):
             throw FerryError(.manifest, "the metadata object \(url) that manifest \(source) names is not on the remote "

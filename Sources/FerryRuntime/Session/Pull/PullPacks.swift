@@ -10,10 +10,13 @@ import FerryCore
 /// several at once (`.multipleRanges`). Each member a download needs is written as that
 /// download's partial file, whole: the transfer, which waits for it (`PackFill.waits`), then
 /// takes it with the hash the fill checked as it wrote (`PackFill.wroteWhole`) and places it with
-/// no request, as it does a partial a killed run left whole (that one read back and hashed). Packs come in path order, as the transfers go, so files are placed while later
-/// packs still arrive. A member that does not hash to the content it stands for is not written
-/// (said once a run): its files are fetched alone, as all that no pack gave. A run killed here
-/// keeps what it wrote.
+/// no request, as it does a partial a killed run left whole (that one read back and hashed).
+/// Packs come in path order, as the transfers go, so files are placed while later packs still
+/// arrive. A member that does not hash to the content it stands for is not written (said once a
+/// run): its files are fetched alone, as all that no pack gave. A whole pack from the remote
+/// alone is not hashed as well (each member taken is): only when a member does not match is the
+/// pack hashed, to tell one sent damaged (remembered as sent wrong, as any object) from one
+/// made wrong. A run killed here keeps what it wrote.
 struct PullPacks {
     let pull: PullRun
     /// Packs or runs fetched at once, at most (a pack up to 4 MiB, held until written); one at a
@@ -72,12 +75,19 @@ struct PullPacks {
             _ = Lanes.run(wants.count, lanes: lanes, name: "ferry-packs") { i throws(FerryError) in
                 defer { fill.release(tasks(wants[i])) }
                 guard pull.options.stop.reason == nil, !held(), outcome.withLock({ $0.stopped == nil }) else { return }
-                let (got, failure) = fetch(wants[i], objects: objects)
+                let fetched = fetch(wants[i], objects: objects)
+                let got = fetched.0
+                var failure = fetched.1
                 let count = got?.reduce(0) { $0 + $1.count } ?? 0
                 var wrote = (bytes: Int64(count), lying: 0)
                 if let got {
                     pull.engine.budget?.charge(count)
                     wrote.lying = write(wants[i], got, members: members, needed: needed, root: prepared.root, into: fill)
+                    if wrote.lying > 0, let wrong = sentWrong(wants[i], got, objects: objects) {
+                        // The pack came damaged, not made wrong: its own failure, not the publisher's.
+                        wrote.lying = 0
+                        failure = wrong
+                    }
                 }
                 outcome.withLock { o in
                     o.bytes += wrote.bytes
@@ -151,7 +161,9 @@ struct PullPacks {
     /// request where the remote gives several ranges at once, else a request each); or why not.
     private func fetch(_ want: Want, objects: ManifestObjects) -> ([[UInt8]]?, FerryError?) {
         if want.whole {
-            switch objects.fetchLoose(want.pack.name!, source: pull.session.manifestURL, maximumSize: want.pack.size) {
+            // Not checked as a whole where the remote alone sends it: each member taken is (`write`).
+            switch objects.fetchLoose(want.pack.name!, source: pull.session.manifestURL, maximumSize: want.pack.size,
+                                      checked: false) {
             case let .success(bytes): return ([bytes], nil)
             case let .failure(error): return (nil, error)
             }
@@ -169,6 +181,14 @@ struct PullPacks {
         } catch {
             return (nil, error)
         }
+    }
+
+    /// Where members of a whole pack fetched unchecked did not match their hashes: the pack's
+    /// failure when the remote sent other bytes than its name says (nil: it is the pack as
+    /// published, and its members are wrong).
+    private func sentWrong(_ want: Want, _ parts: [[UInt8]], objects: ManifestObjects) -> FerryError? {
+        guard want.whole, objects.fromRemoteAlone, let bytes = parts.first else { return nil }
+        return objects.judge(want.pack.name!, bytes, source: pull.session.manifestURL)
     }
 
     /// Writes each member of `parts` (what `want` fetched, a part per range) a download needs as
