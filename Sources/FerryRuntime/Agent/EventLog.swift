@@ -37,9 +37,9 @@ public final class EventLog: EventSink {
 
     public func event(_ event: Event) {
         let key = event.session.isEmpty ? EventLog.agentFile : event.session
-        let before = pending[key]?.count ?? 0
-        pending[key, default: []].appendLine(event)
-        pendingBytes += pending[key]!.count - before
+        // One lookup of the session's buffer an event (a run logs two a file).
+        let added = pending[key, default: []].appendLine(event)
+        pendingBytes += added
         if case .syncFinished = event.body {
             flush()
         } else if pendingBytes >= 64 << 10 || clock.monotonic() - lastFlush >= 0.25 {
@@ -161,8 +161,11 @@ public final class EventLogReader {
 }
 
 private extension [UInt8] {
-    mutating func appendLine(_ event: Event) {
+    /// Appends `event` as a line; returns how many bytes that took.
+    mutating func appendLine(_ event: Event) -> Int {
+        let before = count
         event.appendJSON(to: &self)
         append(UInt8(ascii: "\n"))
+        return count - before
     }
 }
