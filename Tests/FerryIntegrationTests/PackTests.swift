@@ -16,7 +16,9 @@ import Testing
         var src: String { box.directory + "/src" }
         var dst: String { box.directory + "/dst" }
 
-        init(_ label: String, files: Int, agent: [String] = [], remote: ((NginxServer) throws -> String)? = nil) throws {
+        /// `down`: more lines for the pull session.
+        init(_ label: String, files: Int, agent: [String] = [], remote: ((NginxServer) throws -> String)? = nil,
+             down: [String] = []) throws {
             box = Sandbox(label)
             server = try NginxServer()
             try FileManager.default.createDirectory(atPath: server.root + "/site", withIntermediateDirectories: true)
@@ -25,7 +27,7 @@ import Testing
             try (["[agent]", "state = \(box.state)", "transfers = 4"] + agent + ["",
                   "[session up]", "direction = push", "remote = \(server.url)site/", "local = \(src)",
                   "remote-layout = objects", "delete = yes", "",
-                  "[session down]", "remote = \(pullFrom)", "local = \(dst)", "delete = yes"])
+                  "[session down]", "remote = \(pullFrom)", "local = \(dst)", "delete = yes"] + down)
                 .joined(separator: "\n").appending("\n").writeReplacing(box.config)
         }
 
@@ -202,6 +204,36 @@ import Testing
         let warnings = down.events(named: "warning").compactMap { $0["message"] as? String }
         let said = wrong == "larger" ? "(its packs) cannot be read, so its objects are fetched one by one" : "not fetched again"
         #expect(warnings.count == 1 && warnings[0].contains(said), "\(warnings) \(down.output)")
+    }
+
+    /// A mirror that holds every pack damaged (one byte of each): from a mirror a pack is checked
+    /// as a whole, not only member by member as from the remote alone, so each is asked of the
+    /// origin instead, no file comes alone, and the mirror is demoted for what it sent.
+    @Test func aMirrorsDamagedPacksAreTakenFromTheOrigin() throws {
+        let copy = Harness.temporaryDirectory("packs-mirror-copy")
+        defer { Harness.remove(copy) }
+        try FileManager.default.createDirectory(atPath: copy, withIntermediateDirectories: true)
+        let mirror = try PythonServer(directory: copy)
+        defer { mirror.stop() }
+        let mirrorURL = mirror.url + "site/"
+        let world = try World("packs-mirror", files: 600, down: ["mirrors = \(mirrorURL)"])
+        world.push()
+        try FileManager.default.copyItem(atPath: world.site, toPath: copy + "/site")
+        let packs = try world.packs()
+        #expect(packs.count >= 2)
+        for (name, data) in packs {
+            var bytes = data
+            bytes[bytes.endIndex - 1] ^= 0xFF
+            try bytes.write(to: URL(fileURLWithPath: copy + "/site/.ferry/meta/" + name))
+        }
+        let down = world.pull()
+        let origin = world.requests()
+        #expect(origin.content == 0, "no file alone: \(origin)")
+        let packPaths = Set(packs.keys.map { "/.ferry/meta/" + $0 })
+        let fromOrigin = world.server.requests().filter { r in packPaths.contains { r.path.hasSuffix($0) } }
+        #expect(!fromOrigin.isEmpty && fromOrigin.count <= packs.count, "the packs from the origin: \(fromOrigin.count)")
+        let served = down.events(named: "source-served").first { $0["source"] as? String == mirrorURL }
+        #expect((served?["demoted"] as? String)?.contains("wrong") == true, "\(String(describing: served))")
     }
 
     /// A publisher's packs whose members hold other bytes than the files they stand for (the
