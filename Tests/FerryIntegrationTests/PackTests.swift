@@ -207,7 +207,7 @@ import Testing
     }
 
     /// A mirror that holds every pack damaged (one byte of each): from a mirror a pack is checked
-    /// as a whole, not only member by member as from the remote alone, so each is asked of the
+    /// as a whole, not only member by member as from the remote, so each is asked of the
     /// origin instead, no file comes alone, and the mirror is demoted for what it sent.
     @Test func aMirrorsDamagedPacksAreTakenFromTheOrigin() throws {
         let copy = Harness.temporaryDirectory("packs-mirror-copy")

@@ -312,24 +312,21 @@ final class ManifestObjects {
     /// One object fetched whole and not cached, as `fetchUncached` fetches it (through the
     /// mirrors first, checked against its name, remembered when the remote sends it wrong). Safe
     /// on any thread; what it fetched is the caller's to count (a pull's packs, `PullPacks`).
-    /// `checked: false` (only where no mirror serves objects, `fromRemoteAlone`): the remote's
-    /// bytes as they come, for a caller that checks each part it takes by a hash of its own and
-    /// asks `judge` only when one does not match: a pack's members, whose pack would otherwise
-    /// be hashed as well as each member, every byte twice.
+    /// `checked: false`: what the remote sends is taken as it comes (a mirror's is still checked,
+    /// so that one that lies is demoted and the remote asked), for a caller that checks each part
+    /// it takes by a hash of its own and asks `judge` only when one does not match: a pack's
+    /// members, whose pack would otherwise be hashed as well as each member, every byte twice.
     func fetchLoose(_ digest: SHA256Digest, source: String, maximumSize: Int,
                     checked: Bool = true) -> Result<[UInt8], FerryError> {
         guard let (remote, prefix) = self.remote else { return .failure(FerryError(.manifest, "no remote to fetch \(digest.hex) from")) }
         if let since = bad?.knownBad(digest) { return .failure(ManifestObjects.knownBad(digest, since: since, prefix: prefix, source: source)) }
         return fetchFromSources(digest, remote: remote, prefix: prefix, source: source, maximumSize: maximumSize, bad: bad,
-                                checked: checked || !fromRemoteAlone)
+                                checked: checked)
     }
 
-    /// Whether objects come from the remote alone (no mirror serves them this run).
-    var fromRemoteAlone: Bool { mirrors?.objectMirrors().isEmpty ?? true }
-
-    /// Whether `bytes`, fetched from the remote unchecked as `digest` (`fetchLoose`), are that
-    /// object: nil when they are; otherwise it is remembered as sent wrong (not fetched again
-    /// soon) and the error is the one a checked fetch gives.
+    /// Whether `bytes`, fetched as `digest` (`fetchLoose`, perhaps unchecked), are that object:
+    /// nil when they are; otherwise it is remembered as sent wrong (not fetched again soon) and
+    /// the error is the one a checked fetch gives.
     func judge(_ digest: SHA256Digest, _ bytes: [UInt8], source: String) -> FerryError? {
         guard let (_, prefix) = remote, SHA256Hasher.digest(of: bytes) != digest else { return nil }
         bad?.remember(digest)
@@ -369,7 +366,8 @@ final class ManifestObjects {
 
     /// An object from the first mirror that has it as named, else from the remote, each answer
     /// counted for its source (which judges what a mirror's wrong object costs it).
-    /// `checked: false`: the remote's answer is not checked against the name (`fetchLoose`).
+    /// `checked: false`: the remote's answer is not checked against the name (`fetchLoose`); a
+    /// mirror's always is.
     private func fetchFromSources(_ digest: SHA256Digest, remote: Remote, prefix: String, source: String, maximumSize: Int,
                                   bad: BadObjects?, part: ObjectPart? = nil, checked: Bool = true) -> Result<[UInt8], FerryError> {
         let sources = self.mirrors

@@ -13,10 +13,10 @@ import FerryCore
 /// no request, as it does a partial a killed run left whole (that one read back and hashed).
 /// Packs come in path order, as the transfers go, so files are placed while later packs still
 /// arrive. A member that does not hash to the content it stands for is not written (said once a
-/// run): its files are fetched alone, as all that no pack gave. A whole pack from the remote
-/// alone is not hashed as well (each member taken is): only when a member does not match is the
-/// pack hashed, to tell one sent damaged (remembered as sent wrong, as any object) from one
-/// made wrong. A run killed here keeps what it wrote.
+/// run): its files are fetched alone, as all that no pack gave. A whole pack from the remote is
+/// not hashed as well (each member taken is; a mirror's is checked whole): only when a member
+/// does not match is the pack hashed, to tell one sent damaged (remembered as sent wrong, as any
+/// object) from one made wrong. A run killed here keeps what it wrote.
 struct PullPacks {
     let pull: PullRun
     /// Packs or runs fetched at once, at most (a pack up to 4 MiB, held until written); one at a
@@ -161,7 +161,7 @@ struct PullPacks {
     /// request where the remote gives several ranges at once, else a request each); or why not.
     private func fetch(_ want: Want, objects: ManifestObjects) -> ([[UInt8]]?, FerryError?) {
         if want.whole {
-            // Not checked as a whole where the remote alone sends it: each member taken is (`write`).
+            // Not checked as a whole from the remote (a mirror's is): each member taken is (`write`).
             switch objects.fetchLoose(want.pack.name!, source: pull.session.manifestURL, maximumSize: want.pack.size,
                                       checked: false) {
             case let .success(bytes): return ([bytes], nil)
@@ -183,11 +183,11 @@ struct PullPacks {
         }
     }
 
-    /// Where members of a whole pack fetched unchecked did not match their hashes: the pack's
-    /// failure when the remote sent other bytes than its name says (nil: it is the pack as
-    /// published, and its members are wrong).
+    /// Where members of a whole pack did not match their hashes: the pack's failure when it came
+    /// with other bytes than its name says (nil: it is the pack as published, and its members
+    /// are wrong).
     private func sentWrong(_ want: Want, _ parts: [[UInt8]], objects: ManifestObjects) -> FerryError? {
-        guard want.whole, objects.fromRemoteAlone, let bytes = parts.first else { return nil }
+        guard want.whole, let bytes = parts.first else { return nil }
         return objects.judge(want.pack.name!, bytes, source: pull.session.manifestURL)
     }
 
