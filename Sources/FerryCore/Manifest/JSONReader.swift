@@ -400,15 +400,16 @@ public enum JSONText {
     public static func appendQuoted(_ s: String, to out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         // Most text (paths, messages) is printable ASCII with nothing to escape: copied whole,
-        // from the string's own bytes where it keeps them in one piece (a native string does).
-        func plain(_ b: UInt8) -> Bool { b >= 0x20 && b < 0x7F && b != UInt8(ascii: "\"") && b != UInt8(ascii: "\\") }
-        let copied = s.utf8.withContiguousStorageIfAvailable { bytes -> Bool in
-            for b in bytes where !plain(b) { return false }
+        // checked and copied from the string's own bytes.
+        var text = s
+        let plain = text.withUTF8 { bytes -> Bool in
+            guard bytes.allSatisfy({ $0 >= 0x20 && $0 < 0x7F && $0 != UInt8(ascii: "\"") && $0 != UInt8(ascii: "\\") }) else {
+                return false
+            }
             out.append(contentsOf: bytes)
             return true
         }
-        if copied ?? false || (copied == nil && s.utf8.allSatisfy(plain)) {
-            if copied == nil { out.append(contentsOf: s.utf8) }
+        if plain {
             out.append(UInt8(ascii: "\""))
             return
         }

@@ -23,6 +23,9 @@ enum Exchange {
                         followRedirects: Bool = false, spill: BodySpill? = nil,
                         prepare: (EasyHandle) -> Void = { _ in }) -> Answer {
         easy.configure(url: request.url, settings: request.settings, extraHeaders: request.headers)
+        // A body that may run to MiBs (a pack or its runs, a bundle, a manifest, over HTTP or S3)
+        // is read 256 KiB at a time, not in libcurl's 16 KiB.
+        if limit >= 1 << 20 { easy.set(CURLOPT_BUFFERSIZE, 256 << 10) }
         // A write or a signed request would be replayed elsewhere by a redirect.
         if !followRedirects { easy.set(CURLOPT_FOLLOWLOCATION, 0) }
         if request.method == "HEAD" {

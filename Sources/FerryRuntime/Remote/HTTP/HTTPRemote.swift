@@ -72,8 +72,6 @@ struct HTTPRemote: Remote {
                              followRedirects: true, spill: spill) { easy in
                 easy.set(CURLOPT_ACCEPT_ENCODING, "")  // manifests compress well; libcurl decodes
                 easy.set(CURLOPT_MAXFILESIZE_LARGE, Int(maximumSize))
-                // An object of MiBs (a pack, a bundle) in reads of 256 KiB, not libcurl's 16 KiB.
-                if maximumSize >= 1 << 20 { easy.set(CURLOPT_BUFFERSIZE, 256 << 10) }
             }
         }
         let code = answer.code
