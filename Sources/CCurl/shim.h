@@ -26,6 +26,20 @@ static inline CURL *ferry_msg_easy(CURLMsg *m) { return m->easy_handle; }
 static inline int ferry_msg_is_done(CURLMsg *m) { return m->msg == CURLMSG_DONE; }
 static inline CURLcode ferry_msg_result(CURLMsg *m) { return m->data.result; }
 
+/* The schemes a request may use, and those a redirect of it may lead to (only https from an
+   https request: `plainRedirects` 0), as the bit masks libcurl checks. The _STR options that
+   replace them parse their text against every scheme libcurl knows, on each request: about
+   6,000 instructions a request for two short lists. The masks are deprecated, not removed. */
+static inline CURLcode ferry_easy_allow_schemes(CURL *h, int plainRedirects) {
+#pragma clang diagnostic push
+#pragma clang diagnostic ignored "-Wdeprecated-declarations"
+    long web = (long)(CURLPROTO_HTTP | CURLPROTO_HTTPS);
+    CURLcode c = curl_easy_setopt(h, CURLOPT_PROTOCOLS, web);
+    if (c == CURLE_OK) c = curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS, plainRedirects ? web : (long)CURLPROTO_HTTPS);
+#pragma clang diagnostic pop
+    return c;
+}
+
 /* Macros with casts that Swift does not import. */
 static inline long ferry_auth_basic(void) { return (long)CURLAUTH_BASIC; }
 static inline long ferry_auth_bearer(void) { return (long)CURLAUTH_BEARER; }

@@ -158,21 +158,30 @@ extension String {
     /// Every byte but RFC 3986's unreserved ones (`A-Z a-z 0-9 - . _ ~`) as `%XX` (uppercase hex),
     /// and `/` kept where asked: a path in a URL, and the form SigV4 signs.
     public func percentEncoded(keepingSlashes: Bool) -> String {
-        var out: [UInt8] = []
-        out.reserveCapacity(utf8.count + 8)
-        let hex = Array("0123456789ABCDEF".utf8)
-        for b in utf8 {
+        func kept(_ b: UInt8) -> Bool {
             switch b {
             case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
                  UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."),
                  UInt8(ascii: "_"), UInt8(ascii: "~"):
-                out.append(b)
-            case UInt8(ascii: "/") where keepingSlashes:
-                out.append(b)
+                return true
+            case UInt8(ascii: "/"):
+                return keepingSlashes
             default:
+                return false
+            }
+        }
+        // Most paths need no escape: the string itself, with nothing copied (a request a file).
+        if utf8.allSatisfy(kept) { return self }
+        var out: [UInt8] = []
+        out.reserveCapacity(utf8.count + 8)
+        let hex: StaticString = "0123456789ABCDEF"
+        for b in utf8 {
+            if kept(b) {
+                out.append(b)
+            } else {
                 out.append(UInt8(ascii: "%"))
-                out.append(hex[Int(b >> 4)])
-                out.append(hex[Int(b & 0xF)])
+                out.append(hex.utf8Start[Int(b >> 4)])
+                out.append(hex.utf8Start[Int(b & 0xF)])
             }
         }
         return String(decoding: out, as: UTF8.self)

@@ -47,18 +47,23 @@ public enum Curl {
         return text.contains("wrong version number") || text.contains("packet length too long") || text.contains("http request")
     }
 
-    /// Where a redirect that libcurl refused to follow pointed (`redirectProtocols`: an `https://`
+    /// Where a redirect that libcurl refused to follow pointed (`isHTTPS`: an `https://`
     /// request sent to `http://` or another scheme), shortened and printable; nil for any other failure.
     static func refusedRedirect(_ code: CURLcode, headers: ResponseHeaders) -> String? {
         guard code == CURLE_UNSUPPORTED_PROTOCOL, (300..<400).contains(headers.status), let location = headers.location else { return nil }
         return Printable.name(String(location.prefix(300)))
     }
 
-    /// The schemes a redirect of a request to `url` may lead to: from `https://` only `https://`
-    /// (a redirect to plain HTTP would hand the session's bytes, and what it prints as their
-    /// source, to anyone on the path); from `http://` either.
-    static func redirectProtocols(for url: String) -> String {
-        url.prefix(6).lowercased() == "https:" ? "https" : "http,https"
+    /// The URL's scheme is `https`. A redirect of such a request may lead to `https://` only (a
+    /// redirect to plain HTTP would hand the session's bytes, and what it prints as their source,
+    /// to anyone on the path); from `http://`, to either (`EasyHandle.configure`).
+    static func isHTTPS(_ url: String) -> Bool {
+        var utf8 = url.utf8.makeIterator()
+        for expected in "https:".utf8 {
+            guard let byte = utf8.next(), (UInt8(ascii: "A")...UInt8(ascii: "Z")).contains(byte) ? byte + 32 == expected
+                                                                                             : byte == expected else { return false }
+        }
+        return true
     }
 
     /// A hint for a failure a mistaken scheme explains, or nil.
@@ -314,8 +319,8 @@ final class EasyHandle: @unchecked Sendable {
         set(CURLOPT_NOSIGNAL, 1)
         set(CURLOPT_USERAGENT, HTTPSettings.userAgent)
         // HTTP(S) only: a file:// remote never reaches libcurl (FileRemote).
-        set(CURLOPT_PROTOCOLS_STR, "http,https")
-        set(CURLOPT_REDIR_PROTOCOLS_STR, Curl.redirectProtocols(for: url))
+        let secure = Curl.isHTTPS(url)
+        ferry_easy_allow_schemes(handle, secure ? 0 : 1)
         set(CURLOPT_FOLLOWLOCATION, 1)
         set(CURLOPT_MAXREDIRS, 10)
         // Credentials go to the configured host only, never to a host a redirect names.
@@ -324,7 +329,7 @@ final class EasyHandle: @unchecked Sendable {
         // Over HTTPS a transfer waits for a connection being set up that may multiplex (HTTP/2)
         // rather than opening its own: one TLS handshake instead of one per transfer. Plain HTTP
         // is HTTP/1.1 here, where waiting would only serialize the transfers.
-        set(CURLOPT_PIPEWAIT, url.prefix(6).lowercased() == "https:" ? 1 : 0)
+        set(CURLOPT_PIPEWAIT, secure ? 1 : 0)
         set(CURLOPT_TCP_KEEPALIVE, 1)
         meter = settings.meter
         var (connectTimeout, stallTimeout) = (settings.connectTimeout, settings.stallTimeout)
