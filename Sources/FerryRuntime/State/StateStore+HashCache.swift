@@ -58,8 +58,9 @@ extension StateStore {
         try db.runInGroups(hashes, sql: """
             INSERT OR REPLACE INTO hash_cache (session, path, size, mtime_sec, mtime_nsec, ctime_sec, ctime_nsec, inode, sha256,
                                                wanted_mtime_sec, wanted_mtime_nsec) VALUES
-            """, placeholder: "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", values: { path, h in
-            [.text(session), .text(path.string), .int(h.size), .int(h.mtime.seconds), .int(Int64(h.mtime.nanoseconds)),
+            """, placeholder: "(?1, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", leading: [.text(session)], values: { path, h in
+            // The session is bound once a statement (?1); the rows' own values follow from ?2.
+            [.text(path.string), .int(h.size), .int(h.mtime.seconds), .int(Int64(h.mtime.nanoseconds)),
              .int(h.ctime.seconds), .int(Int64(h.ctime.nanoseconds)), .int(Int64(bitPattern: h.inode)), .text(h.sha256.hex),
              .optional(h.wantedMtime?.seconds), .optional(h.wantedMtime.map { Int64($0.nanoseconds) })]
         })

@@ -113,12 +113,14 @@ extension StateStore {
         /// A new task for an entry no row holds, queued, or delayed with its URL kept: its row is
         /// written by `add`, which gives its id.
         func new(_ e: ManifestEntry, urlFor: (ManifestEntry) -> String) -> TransferTask {
-            let state: TaskState = delayUntil == nil ? .queued : .delayed
-            return TransferTask(id: 0, session: session, path: e.path, direction: .pull, state: state, size: e.size,
-                                sha256: e.sha256.hex, bytesDone: 0, validator: nil, attempts: 0, lastError: nil,
-                                createdAt: nowTime, updatedAt: nowTime, notBefore: delayUntil,
-                                url: delayUntil == nil ? nil : urlFor(e))
+            TransferTask(id: 0, session: session, path: e.path, direction: .pull, state: newState, size: e.size,
+                         sha256: e.sha256.hex, bytesDone: 0, validator: nil, attempts: 0, lastError: nil,
+                         createdAt: nowTime, updatedAt: nowTime, notBefore: delayUntil,
+                         url: delayUntil == nil ? nil : urlFor(e))
         }
+
+        /// What a new task is: queued, or delayed to `delayUntil`.
+        var newState: TaskState { delayUntil == nil ? .queued : .delayed }
 
         /// Writes the rows of new tasks (`new`), a group per statement; returns their ids, in order.
         /// A group's rows take the ids after the table's largest one, one by one: the last row's id
@@ -133,12 +135,16 @@ extension StateStore {
             var ids: [Int64] = []
             ids.reserveCapacity(tasks.count)
             let find = try db.prepare("SELECT id FROM tasks WHERE session = ? AND path = ?")
+            // What every new row shares is bound once a statement (?1 to ?4, named before any
+            // row's own values, which SQLite then numbers from ?5): 4 values a row instead of 9.
+            let state = newState
+            precondition(tasks.allSatisfy { $0.state == state }, "new tasks are all queued, or all delayed")
             try db.runInGroups(tasks, sql: """
-                INSERT INTO tasks (session, path, direction, state, size, sha256, bytes_done, validator, attempts, last_error, created_at, updated_at, not_before, url)
+                INSERT INTO tasks (session, state, created_at, updated_at, not_before, path, direction, size, sha256, bytes_done, validator, attempts, last_error, url)
                 VALUES
-                """, placeholder: "(?, ?, 'pull', ?, ?, ?, 0, NULL, 0, NULL, ?, ?, ?, ?)", values: { t in
-                [.text(session), .text(t.path.string), .text(t.state.rawValue), .optional(t.size), .text(t.sha256),
-                 .text(now), .text(now), .optional(delayedUntil), .optional(t.url)]
+                """, placeholder: "(?1, ?2, ?3, ?3, ?4, ?, 'pull', ?, ?, 0, NULL, 0, NULL, ?)",
+                leading: [.text(session), .text(state.rawValue), .text(now), .optional(delayedUntil)], values: { t in
+                [.text(t.path.string), .optional(t.size), .text(t.sha256), .optional(t.url)]
             }, done: { (group) throws(FerryError) in
                 let last = sqlite3_last_insert_rowid(db.handle)
                 let (expected, overflow) = before.addingReportingOverflow(Int64(group.count))
