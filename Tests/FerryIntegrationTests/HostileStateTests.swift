@@ -20,6 +20,29 @@ struct HostileStateTests {
         box.markRepublished()
     }
 
+    /// SQLite's temporary data (what a statement of many rows keeps to undo itself, written out
+    /// past 64 KiB) stays in memory: a cold pull of 10,000 files creates no file in SQLite's
+    /// temporary directory, so a full or read-only /var/tmp fails nothing, and no row of the state
+    /// leaves its directory. (Before, this pull wrote ~150 pages to a temporary file there.)
+    @Test func theStateWritesNoTemporaryFileOutsideItsDirectory() throws {
+        let box = Sandbox("state-temporary")
+        for i in 0..<10_000 { box.publish("d\(i % 20)/f\(i).txt", "content \(i)\n") }
+        box.buildManifest()
+        box.configure(remote: "file://" + box.published)
+        let temporary = box.directory + "/sqlite-temporary"
+        try FileManager.default.createDirectory(atPath: temporary, withIntermediateDirectories: true)
+        let watch = inotify_init1(Int32(IN_NONBLOCK | IN_CLOEXEC))
+        try #require(watch >= 0)
+        defer { close(watch) }
+        try #require(inotify_add_watch(watch, temporary, UInt32(IN_CREATE)) >= 0)
+        let run = box.sync(environment: ["SQLITE_TMPDIR": temporary, "TMPDIR": temporary])
+        #expect(run.exitCode == 0, "\(run.output)")
+        #expect(try FileManager.default.subpathsOfDirectory(atPath: box.local).filter { $0.hasSuffix(".txt") }.count == 10_000)
+        var events = [UInt8](repeating: 0, count: 4096)
+        let got = read(watch, &events, events.count)
+        #expect(got < 0 && errno == EAGAIN, "a file was created in SQLite's temporary directory (\(got) bytes of inotify events)")
+    }
+
     @Test func aHugeResponseHeaderIsNamedAsSuch() throws {
         let box = Sandbox("huge-header")
         box.publish("a.txt", "a\n")

@@ -91,7 +91,12 @@ public final class StateStore {
         for file in [path, path + "-wal", path + "-shm"] { FileSystem.makePrivate(file) }
         try db.executeRetryingWhileBusy("PRAGMA journal_mode=WAL", clock: clock)
         for file in [path, path + "-wal", path + "-shm"] { FileSystem.makePrivate(file) }
-        try db.execute("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")
+        // SQLite's temporary data in memory, not in files of /var/tmp: what a statement of many
+        // rows keeps to undo itself (a statement journal, written out past 64 KiB: ~1,000 writes
+        // and reads a cold 10,000-file pull), and the small tables of an IN list. None of ferry's
+        // statements sorts (each ORDER BY follows an index), so this stays a few pages. A full or
+        // read-only /var/tmp then fails nothing, and no row of the state leaves its directory.
+        try db.execute("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON; PRAGMA temp_store=MEMORY;")
         if try db.userVersion < StateStore.migrations.count {
             // Another ferry may be migrating at this moment: read the version again under the write lock.
             try db.transaction { () throws(FerryError) in
