@@ -29,7 +29,7 @@ static inline CURLcode ferry_msg_result(CURLMsg *m) { return m->data.result; }
 /* The schemes a request may use, and those a redirect of it may lead to (only https from an
    https request: `plainRedirects` 0), as the bit masks libcurl checks. The _STR options that
    replace them parse their text against every scheme libcurl knows, on each request: about
-   6,000 instructions a request for two short lists. The masks are deprecated, not removed. */
+   3,700 instructions a request for two short lists. The masks are deprecated, not removed. */
 static inline CURLcode ferry_easy_allow_schemes(CURL *h, int plainRedirects) {
 #pragma clang diagnostic push
 #pragma clang diagnostic ignored "-Wdeprecated-declarations"
