@@ -400,3 +400,26 @@ struct SHA256DigestTests {
         #expect(RemoteLayout.contentHash(at: RelativePath(trusted: ".ferry/data/ab/" + e.sha256.hex), beside: "m.json") == nil)
     }
 }
+
+struct ManifestEntryLayoutTests {
+    let hash = String(repeating: "a", count: 64)
+
+    /// An entry's optional values are stored without Optional's tag bytes (80 bytes an entry, not
+    /// 96): each reads back as it was given, none included, and the extremes a manifest may carry.
+    @Test func anEntryKeepsEveryValueInEightyBytes() throws {
+        #expect(MemoryLayout<ManifestEntry>.stride <= 80)
+        let digest = try #require(SHA256Digest(hex: hash))
+        let path = RelativePath(trusted: "a")
+        let none = ManifestEntry(path: path, size: nil, sha256: digest)
+        #expect(none.size == nil && none.mtime == nil && none.mode == nil)
+        let zero = ManifestEntry(path: path, size: 0, sha256: digest, mtime: Timestamp(seconds: 0), mode: 0)
+        #expect(zero.size == 0 && zero.mtime == Timestamp(seconds: 0) && zero.mode == 0)
+        let early = Timestamp(seconds: -62_135_596_800, nanoseconds: 999_999_999)
+        let most = ManifestEntry(path: path, size: Manifest.maximumFileSize, sha256: digest, mtime: early, mode: 0o777)
+        #expect(most.size == Manifest.maximumFileSize && most.mtime == early && most.mode == 0o777)
+        #expect(none != zero && zero != most)
+        let text = "{\"format\": \"ferry-manifest/1\", \"version\": 3, \"files\": [{\"path\": \"a\", \"size\": 0, \"sha256\": \"\(hash)\", \"mode\": \"0000\"}]}"
+        let parsed = try Manifest.parse(Array(text.utf8), source: "test")
+        #expect(parsed.entries.first?.size == 0 && parsed.entries.first?.mode == 0 && parsed.entries.first?.mtime == nil)
+    }
+}

@@ -146,6 +146,24 @@ public enum Manifests {
         try Manifest.parse(bytes, source: source, verifier: Ed25519Verifier())
     }
 
+    /// Parses the manifest in `file`, giving back its pages as the parser passes them; with
+    /// `hashing`, also the SHA-256 of its bytes, each hashed just before it is given back.
+    static func parse(_ file: MappedFile, source: String, hashing: Bool) throws(FerryError) -> (Manifest, SHA256Digest?) {
+        let hasher = hashing ? SHA256Hasher() : nil
+        var hashed = 0
+        func pass(_ offset: Int) {
+            if let hasher, let base = file.bytes.baseAddress, offset > hashed {
+                hasher.update(base + hashed, count: offset - hashed)
+                hashed = offset
+            }
+            file.release(before: offset)
+        }
+        let manifest = try Manifest.parse(file.bytes, source: source, verifier: Ed25519Verifier(), passed: pass)
+        guard let hasher else { return (manifest, nil) }
+        if let base = file.bytes.baseAddress, file.bytes.count > hashed { hasher.update(base + hashed, count: file.bytes.count - hashed) }
+        return (manifest, hasher.finalize())
+    }
+
     /// A manifest as `manifest build` and a push publish it: generated `now`, expiring `lifetime`
     /// seconds later when one is given, signed by `keys` when any are given; format 2 (a root
     /// and the tree of objects it names) unless `format` is 1. `entries` are in path order.

@@ -68,9 +68,15 @@ struct ObserveStage {
         }
         let fetched: FetchedManifest
         do throws(FerryError) {
-            let answer: ManifestFetch
-            if let early { answer = early } else { answer = try requestManifest(record: record) }
-            fetched = try read(answer, record: record)
+            // Held in one place, which `read` empties: a large body is freed once it is staged.
+            var answer: ManifestFetch
+            if let taken = early {
+                answer = taken
+                early = nil
+            } else {
+                answer = try requestManifest(record: record)
+            }
+            fetched = try read(&answer, record: record)
         } catch {
             _ = try? reading?.wait()
             throw error
@@ -118,7 +124,7 @@ struct ObserveStage {
     /// this session would refuse (unsigned, rolled back, expired) is refused before any object is
     /// fetched (`TrustStage.precheck`); the trust stage checks the whole manifest against the
     /// mirror before anything is recorded.
-    func read(_ answer: ManifestFetch, record: SessionRecord?) throws(FerryError) -> FetchedManifest {
+    func read(_ answer: inout ManifestFetch, record: SessionRecord?) throws(FerryError) -> FetchedManifest {
         // A mirror's root standing for the origin's is named as the mirror's.
         let url = pull.sources.rootSource
         let objects = pull.state.objects(remote: pull.remote, mirrors: pull.sources)
@@ -137,29 +143,60 @@ struct ObserveStage {
         }
         switch answer {
         case .unchanged:
-            let bytes = try FileSystem.readFile(pull.manifests.path, limit: Int(pull.session.maxManifestSize))
-            objects.bad?.reading(root: SHA256Hasher.digest(of: bytes))
-            let (manifest, names) = try resolved(try Manifests.parse(bytes, source: url))
+            // Mapped, not read: the parser gives the file's pages back as it passes them.
+            let file = try MappedFile(pull.manifests.path, limit: Int(pull.session.maxManifestSize))
+            let (root, digest) = try Manifests.parse(file, source: url, hashing: objects.bad != nil)
+            if let digest { objects.bad?.reading(root: digest) }
+            let (manifest, names) = try resolved(root)
             return FetchedManifest(manifest: manifest, changed: false, staged: nil, etag: nil, lastModified: nil,
                                    objects: objects, names: names,
                            metadataBytes: objects.fetchedBytes)
         case let .missing(error):
             throw error
-        case let .fetched(bytes, etag, lastModified, redirectedTo):
-            // Staged on disk before parsing, so the bytes are freed as soon as they are parsed.
-            let staged = try pull.state.stage(bytes)
-            objects.bad?.reading(root: SHA256Hasher.digest(of: bytes))
-            do {
-                let (manifest, names) = try resolved(try Manifests.parse(bytes, source: url))
-                return FetchedManifest(manifest: manifest, changed: true, staged: staged, etag: etag,
-                                       lastModified: lastModified, objects: objects,
-                               names: names, metadataBytes: Int64(bytes.count) + objects.fetchedBytes,
-                               redirectedTo: redirectedTo)
-            } catch {
-                if let staged { unlink(staged) }
-                throw error
-            }
+        case .fetched:
+            break
         }
+        // Staged on disk, then parsed from there as the cached manifest is: the body in memory
+        // is freed first (`staging`).
+        let body = try staging(&answer, objects: objects)
+        do {
+            let root: Manifest
+            if let staged = body.staged {
+                root = try Manifests.parse(MappedFile(staged, limit: Int(pull.session.maxManifestSize)), source: url, hashing: false).0
+            } else {
+                root = try Manifests.parse(body.unstaged, source: url)
+            }
+            let (manifest, names) = try resolved(root)
+            return FetchedManifest(manifest: manifest, changed: true, staged: body.staged, etag: body.etag,
+                                   lastModified: body.lastModified, objects: objects,
+                                   names: names, metadataBytes: Int64(body.count) + objects.fetchedBytes,
+                                   redirectedTo: body.redirectedTo)
+        } catch {
+            if let staged = body.staged { unlink(staged) }
+            throw error
+        }
+    }
+}
+
+extension ObserveStage {
+    /// A fetched manifest's body once staged: where (nil: a state kept in memory, which holds
+    /// the body in `unstaged` instead), its size, and the answer's validators.
+    private struct StagedBody {
+        var staged: String?
+        var count = 0
+        var unstaged: [UInt8] = []
+        var etag, lastModified, redirectedTo: String?
+    }
+
+    /// Takes a fetched body out of `answer` and stages it, its hash told to the bad objects. A
+    /// staged body is freed when this returns.
+    private func staging(_ answer: inout ManifestFetch, objects: ManifestObjects) throws(FerryError) -> StagedBody {
+        guard case let .fetched(bytes, etag, lastModified, redirectedTo) = answer else { return StagedBody() }
+        answer = .unchanged
+        let staged = try pull.state.stage(bytes)
+        objects.bad?.reading(root: SHA256Hasher.digest(of: bytes))
+        return StagedBody(staged: staged, count: bytes.count, unstaged: staged == nil ? bytes : [], etag: etag,
+                          lastModified: lastModified, redirectedTo: redirectedTo)
     }
 }
 
