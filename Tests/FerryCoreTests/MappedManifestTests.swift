@@ -62,6 +62,15 @@ struct MappedManifestTests {
         #expect(resident * 1024 < bytes.count / 4, "\(resident) KiB of a \(bytes.count)-byte file still resident")
     }
 
+    /// A filesystem that maps no file: the manifest is read into memory and reads the same.
+    @Test func anUnmappableFileIsReadInstead() throws {
+        let bytes = Self.flatJSON(count: 5_000)
+        let file = try MappedFile(try Self.written(bytes, "copied"), limit: 64 << 20, mapping: false)
+        let (manifest, digest) = try Manifests.parse(file, source: "m", hashing: true)
+        #expect(manifest.entries == (try Manifests.parse(bytes, source: "m")).entries)
+        #expect(digest == SHA256Hasher.digest(of: bytes))
+    }
+
     @Test func aSignedMappedManifestIsCheckedOverItsSignedBytes() throws {
         let key = try SigningKey.generate()
         let signed = try SigningKey.sign(manifest: Self.flatJSON(count: 10_000), with: [key])
