@@ -156,7 +156,8 @@ public struct Manifest: Sendable {
     ///
     /// `passed` is told, every few thousand entries, an offset before which the parser will not
     /// look at `bytes` again, so a caller reading a mapped file can give those pages back. It is
-    /// not told inside a signed manifest, whose signed bytes are read again to check them.
+    /// not told inside a signed manifest, whose signed bytes are read again to check them. (An
+    /// error's line and column are still counted from the start of `bytes`.)
     public static func parse(_ bytes: UnsafeBufferPointer<UInt8>, source: String,
                              verifier: (any SignatureVerifier)? = nil, passed: ((Int) -> Void)? = nil) throws(FerryError) -> Manifest {
         var i = 0

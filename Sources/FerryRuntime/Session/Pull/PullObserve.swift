@@ -144,8 +144,8 @@ struct ObserveStage {
         switch answer {
         case .unchanged:
             // Mapped, not read: the parser gives the file's pages back as it passes them.
-            let file = try MappedFile(pull.manifests.path, limit: Int(pull.session.maxManifestSize))
-            let (root, digest) = try Manifests.parse(file, source: url, hashing: objects.bad != nil)
+            let (root, digest) = try Manifests.parse(MappedFile(pull.manifests.path, limit: Int(pull.session.maxManifestSize)),
+                                                     source: url, hashing: objects.bad != nil)
             if let digest { objects.bad?.reading(root: digest) }
             let (manifest, names) = try resolved(root)
             return FetchedManifest(manifest: manifest, changed: false, staged: nil, etag: nil, lastModified: nil,
