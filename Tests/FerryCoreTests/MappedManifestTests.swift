@@ -35,7 +35,7 @@ struct MappedManifestTests {
 
     /// The kilobytes of `file`'s mapping resident in this process (its `Rss:` in /proc/self/smaps).
     static func residentKiB(_ file: MappedFile) throws -> Int {
-        let address = UInt(bitPattern: file.bytes.baseAddress!)
+        let address = UInt(bitPattern: try file.withBytes { $0.baseAddress! })
         let lines = String(decoding: try FileSystem.readFile("/proc/self/smaps"), as: UTF8.self).split(separator: "\n")
         let at = try #require(lines.firstIndex { line in
             let range = line.split(separator: " ").first?.split(separator: "-").compactMap { UInt($0, radix: 16) } ?? []

@@ -71,6 +71,11 @@ public enum FileSystem {
         return fd
     }
 
+    /// A file read or mapped that holds more than `limit` bytes.
+    static func tooLarge(_ path: String, limit: Int) -> FerryError {
+        .localIO("\(Printable.name(path)) is larger than \(Units.formatBytes(Int64(limit)))")
+    }
+
     /// The rest of an open file, refusing anything larger than `limit` bytes.
     public static func read(fd: Int32, limit: Int, shown path: String) throws(FerryError) -> [UInt8] {
         var out: [UInt8] = []
@@ -85,7 +90,7 @@ public enum FileSystem {
             }
             if n == 0 { break }
             out.append(contentsOf: buffer[0..<n])
-            if out.count > limit { throw .localIO("\(Printable.name(path)) is larger than \(Units.formatBytes(Int64(limit)))") }
+            if out.count > limit { throw tooLarge(path, limit: limit) }
         }
         return out
     }

@@ -11,11 +11,12 @@ import Glibc
 /// truncates one in place, so a mapping never loses its pages (a file cut short under a mapping
 /// would end the process with SIGBUS).
 final class MappedFile {
-    let bytes: UnsafeBufferPointer<UInt8>
+    /// The mapping (empty when the file was read instead, or is empty).
+    private let mapped: UnsafeBufferPointer<UInt8>
+    /// The file's bytes when its filesystem does not map files.
+    private let copy: [UInt8]?
     /// Where the pages not yet given back begin.
     private var released = 0
-    /// The file was read into memory instead: its filesystem does not map files.
-    private let copied: Bool
     private static let pageSize = Int(sysconf(Int32(_SC_PAGESIZE)))
 
     /// Maps `path`, refusing anything but a regular file, and anything larger than `limit` bytes
@@ -24,44 +25,34 @@ final class MappedFile {
         let fd = try FileSystem.openRegularFile(path)
         defer { close(fd) }
         var st = stat()
-        guard fstat(fd, &st) == 0 else { throw .localIO("cannot read \(Printable.name(path)): \(FileSystem.errorText())") }
-        let size = Int(st.st_size)
-        guard size <= limit else { throw .localIO("\(Printable.name(path)) is larger than \(Units.formatBytes(Int64(limit)))") }
-        guard size > 0 else {
-            (bytes, copied) = (UnsafeBufferPointer(start: nil, count: 0), false)
-            return
-        }
-        if mapping, let base = mmap(nil, size, PROT_READ, MAP_PRIVATE, fd, 0), base != MAP_FAILED {
+        let size = fstat(fd, &st) == 0 ? Int(st.st_size) : 0
+        guard size <= limit else { throw FileSystem.tooLarge(path, limit: limit) }
+        if mapping, size > 0, let base = mmap(nil, size, PROT_READ, MAP_PRIVATE, fd, 0), base != MAP_FAILED {
             _ = madvise(base, size, MADV_SEQUENTIAL)
-            (bytes, copied) = (UnsafeBufferPointer(start: base.assumingMemoryBound(to: UInt8.self), count: size), false)
-            return
+            (mapped, copy) = (UnsafeBufferPointer(start: base.assumingMemoryBound(to: UInt8.self), count: size), nil)
+        } else {
+            (mapped, copy) = (UnsafeBufferPointer(start: nil, count: 0), try FileSystem.read(fd: fd, limit: limit, shown: path))
         }
-        let copy = UnsafeMutableBufferPointer<UInt8>.allocate(capacity: size)
-        var got = 0
-        while got < size {
-            let n = pread(fd, copy.baseAddress! + got, size - got, off_t(got))
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else {
-                let why = n == 0 ? "it was cut short while read" : FileSystem.errorText()
-                copy.deallocate()
-                throw .localIO("cannot read \(Printable.name(path)): \(why)")
-            }
-            got += n
+    }
+
+    /// Runs `body` with the file's bytes.
+    func withBytes<R>(_ body: (UnsafeBufferPointer<UInt8>) throws(FerryError) -> R) throws(FerryError) -> R {
+        guard let copy else { return try body(mapped) }
+        do {
+            return try copy.withUnsafeBufferPointer { (bytes) throws(FerryError) -> R in try body(bytes) }
         }
-        (bytes, copied) = (UnsafeBufferPointer(copy), true)
     }
 
     /// Gives back the whole pages before `offset`: they are read from the file again if touched.
     func release(before offset: Int) {
-        guard let base = bytes.baseAddress, !copied else { return }
-        let end = min(offset, bytes.count) / MappedFile.pageSize * MappedFile.pageSize
+        guard let base = mapped.baseAddress else { return }
+        let end = min(offset, mapped.count) / MappedFile.pageSize * MappedFile.pageSize
         guard end > released else { return }
         _ = madvise(UnsafeMutableRawPointer(mutating: base) + released, end - released, MADV_DONTNEED)
         released = end
     }
 
     deinit {
-        guard let base = bytes.baseAddress else { return }
-        if copied { UnsafeMutableBufferPointer(mutating: bytes).deallocate() } else { munmap(UnsafeMutableRawPointer(mutating: base), bytes.count) }
+        if let base = mapped.baseAddress { munmap(UnsafeMutableRawPointer(mutating: base), mapped.count) }
     }
 }

@@ -149,19 +149,20 @@ public enum Manifests {
     /// Parses the manifest in `file`, giving back its pages as the parser passes them; with
     /// `hashing`, also the SHA-256 of its bytes, each hashed just before it is given back.
     static func parse(_ file: MappedFile, source: String, hashing: Bool) throws(FerryError) -> (Manifest, SHA256Digest?) {
-        let hasher = hashing ? SHA256Hasher() : nil
-        var hashed = 0
-        func pass(_ offset: Int) {
-            if let hasher, let base = file.bytes.baseAddress, offset > hashed {
-                hasher.update(base + hashed, count: offset - hashed)
-                hashed = offset
+        try file.withBytes { (bytes) throws(FerryError) -> (Manifest, SHA256Digest?) in
+            let hasher = hashing ? SHA256Hasher() : nil
+            var hashed = 0
+            func hash(to offset: Int) {
+                if let hasher, let base = bytes.baseAddress, offset > hashed { hasher.update(base + hashed, count: offset - hashed) }
+                hashed = max(hashed, offset)
             }
-            file.release(before: offset)
+            let manifest = try Manifest.parse(bytes, source: source, verifier: Ed25519Verifier()) { offset in
+                hash(to: offset)
+                file.release(before: offset)
+            }
+            hash(to: bytes.count)
+            return (manifest, hasher?.finalize())
         }
-        let manifest = try Manifest.parse(file.bytes, source: source, verifier: Ed25519Verifier(), passed: pass)
-        guard let hasher else { return (manifest, nil) }
-        if let base = file.bytes.baseAddress, file.bytes.count > hashed { hasher.update(base + hashed, count: file.bytes.count - hashed) }
-        return (manifest, hasher.finalize())
     }
 
     /// A manifest as `manifest build` and a push publish it: generated `now`, expiring `lifetime`
